@@ -1,0 +1,19 @@
+"""cutile-kernels is a skeleton until its issue fills it; these checks pin its packaging."""
+
+import importlib.metadata
+import re
+
+import cutile_kernels
+
+DEPENDENCIES = set("cutile".split())
+
+
+def test_skeleton_exports_no_placeholder_api() -> None:
+    assert cutile_kernels.__all__ == []
+    assert cutile_kernels.__doc__ and "Not built yet" in cutile_kernels.__doc__
+
+
+def test_distribution_declares_exactly_its_layers() -> None:
+    requires = importlib.metadata.requires("cutile-kernels") or []
+    names = {re.split(r"[<>=!~ ;\[]", r, maxsplit=1)[0].lower().replace("_", "-") for r in requires}
+    assert names == DEPENDENCIES
