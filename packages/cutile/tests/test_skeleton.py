@@ -1,7 +1,8 @@
 """cutile is a skeleton until its issue fills it; these checks pin its packaging."""
 
-import importlib.metadata
 import re
+import tomllib
+from pathlib import Path
 
 import cutile
 
@@ -14,6 +15,7 @@ def test_skeleton_exports_no_placeholder_api() -> None:
 
 
 def test_distribution_declares_exactly_its_layers() -> None:
-    requires = importlib.metadata.requires("cutile") or []
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]
+    requires = project["dependencies"]
     names = {re.split(r"[<>=!~ ;\[]", r, maxsplit=1)[0].lower().replace("_", "-") for r in requires}
     assert names == DEPENDENCIES

@@ -1,0 +1,33 @@
+"""Repository-wide pytest setup: tests marked ``gpu`` run only where a GPU is present."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+
+@functools.cache
+def gpu_unavailable_reason() -> str | None:
+    """None when a CUDA device can be used, else why not (in words)."""
+    try:
+        import cuda_core
+    except ImportError as exc:  # pragma: no cover - the workspace always has it
+        return f"cuda_core is not importable ({exc})"
+    try:
+        count = cuda_core.device_count()
+    except cuda_core.CudaError as exc:
+        return exc.message
+    return None if count > 0 else "the NVIDIA driver sees no GPU"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    gpu_items = [item for item in items if "gpu" in item.keywords]
+    if not gpu_items:
+        return
+    reason = gpu_unavailable_reason()
+    if reason is None:
+        return
+    marker = pytest.mark.skip(reason=f"needs an NVIDIA GPU: {reason.split(';')[0]}")
+    for item in gpu_items:
+        item.add_marker(marker)

@@ -1,0 +1,146 @@
+"""The one place that talks to ``cuda.bindings.driver``.
+
+Everything in cuda_core calls the driver through `call` (or, on hot paths, a
+function fetched once from `api()`), so that failures are mapped to `CudaError`
+in one place and tests can substitute a fake driver module.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from cuda_core._errors import CudaError, make_error, no_driver_error
+
+try:
+    from cuda.bindings import driver as _bindings
+except ImportError as exc:  # cuda-bindings missing: import still works, use fails
+    _bindings = None
+    _IMPORT_ERROR: str | None = str(exc)
+else:
+    _IMPORT_ERROR = None
+
+# The driver module in use; tests replace it with a fake through `use_driver`.
+_api: Any = _bindings
+_init_lock = threading.Lock()
+_initialized = False
+_init_failure: CudaError | None = None
+# Set once the interpreter is exiting: finalizers must not call into a driver
+# whose contexts are being torn down.
+shutting_down = False
+_exit_hooks: list[Callable[[], None]] = []
+
+
+def api() -> Any:
+    """The driver module, initialized (`cuInit`) on first use."""
+    if not _initialized:
+        _initialize()
+    return _api
+
+
+def _initialize() -> None:
+    global _initialized, _init_failure
+    with _init_lock:
+        if _initialized:
+            return
+        if _init_failure is not None:
+            raise _init_failure
+        if _api is None:
+            _init_failure = no_driver_error(f"cuda-bindings is not importable ({_IMPORT_ERROR})")
+            raise _init_failure
+        try:
+            result = _api.cuInit(0)
+        except (RuntimeError, OSError) as exc:  # DynamicLibNotFoundError is a RuntimeError
+            _init_failure = no_driver_error(str(exc))
+            raise _init_failure from None
+        if int(result[0]) != 0:
+            _init_failure = _error_from(result[0], "cuInit")
+            if int(result[0]) == 100:
+                _init_failure.message = (
+                    "the NVIDIA driver is installed but sees no GPU "
+                    "(is CUDA_VISIBLE_DEVICES empty, or the device busy or absent?)"
+                )
+                _init_failure.args = (f"cuInit failed: {_init_failure.name} ({_init_failure.message})",)
+            raise _init_failure
+        _initialized = True
+
+
+def _error_from(result: Any, call: str) -> CudaError:
+    code = int(result)
+    try:
+        name = _api.CUresult(code).name
+    except (ValueError, AttributeError):
+        name = f"CUDA_ERROR_{code}"
+    message: str | None = None
+    try:
+        err, text = _api.cuGetErrorString(result)
+        if int(err) == 0 and text:
+            message = text.decode() if isinstance(text, bytes) else str(text)
+    except Exception:  # the driver may be unusable after a fault; keep the code
+        message = None
+    return make_error(code, name, message, call)
+
+
+def raise_error(result: Any, call: str) -> None:
+    """Raises the `CudaError` for a non-success CUresult of `call`."""
+    raise _error_from(result, call)
+
+
+def call(name: str, *args: Any) -> Any:
+    """Calls driver function `name`; returns its outputs (None, one value, or a tuple).
+
+    Raises the `CudaError` subclass that matches the CUresult on failure.
+    """
+    out = getattr(api(), name)(*args)
+    if out[0]:
+        raise _error_from(out[0], name)
+    if len(out) == 1:
+        return None
+    if len(out) == 2:
+        return out[1]
+    return out[1:]
+
+
+def release(driver: Any, function_name: str, *args: Any) -> None:
+    """Finalizer body: calls ``driver.function_name(*args)`` unless exiting.
+
+    Finalizers are given the driver module that created the handle (not the
+    one current when they run), and ignore the result: a failed release at
+    collection time has no caller to report to.
+    """
+    if not shutting_down:
+        getattr(driver, function_name)(*args)
+
+
+def use_driver(module: Any) -> Any:
+    """Replaces the driver module (for tests); returns the previous one.
+
+    Resets initialization so that the next use calls ``module.cuInit``.
+    """
+    global _api, _initialized, _init_failure
+    previous = _api
+    _api = module
+    _initialized = False
+    _init_failure = None
+    return previous
+
+
+def on_exit(hook: Callable[[], None]) -> None:
+    """Registers a hook run at interpreter exit, after `shutting_down` is set."""
+    _exit_hooks.append(hook)
+
+
+@atexit.register
+def _at_exit() -> None:
+    # Registered at import, so it runs after atexit handlers registered later
+    # (weakref.finalize's included): finalizers see live contexts first, then
+    # the contexts are released and any finalizer that runs afterwards is a no-op.
+    global shutting_down
+    shutting_down = True
+    for hook in reversed(_exit_hooks):
+        try:
+            hook()
+        except Exception:  # the process is exiting; nothing useful to report to
+            pass

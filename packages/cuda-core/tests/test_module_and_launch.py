@@ -1,0 +1,124 @@
+"""Module lifetime and kernel argument packing, against the fake driver."""
+
+from __future__ import annotations
+
+import gc
+import struct
+from typing import Any
+
+import pytest
+
+import cuda_core as cc
+
+CUBIN = b"\x7fELF" + bytes(60)
+
+
+def test_module_stays_loaded_while_a_function_is_referenced(fake_driver: Any) -> None:
+    function = cc.Module.load(CUBIN).get_function("axpy")
+    gc.collect()
+    assert len(fake_driver.live_handles["module"]) == 1
+    assert function.module.get_function("axpy") is function
+    del function
+    gc.collect()
+    assert fake_driver.live_handles["module"] == set()
+
+
+def test_module_image_kinds_and_errors(fake_driver: Any) -> None:
+    assert cc.Module.load(b".version 8.0\n.target sm_90\n").kind == "ptx"
+    with pytest.raises(ValueError, match="neither a cubin"):
+        cc.Module.load(b"\x00\x01garbage")
+    with pytest.raises(ValueError, match="image is empty"):
+        cc.Module.load(b"")
+    with pytest.raises(cc.CudaInvalidValueError, match="no kernel named 'nope'"):
+        cc.Module.load(CUBIN).get_function("nope")
+    fake_driver.fail_next["cuModuleLoadData"] = fake_driver.CUresult.CUDA_ERROR_INVALID_IMAGE
+    with pytest.raises(cc.CudaError, match=r"cubin image of 64 bytes for sm_90"):
+        cc.Module.load(CUBIN)
+
+
+def test_launch_packs_each_parameter_at_its_declared_size(fake_driver: Any) -> None:
+    function = cc.Module.load(CUBIN).get_function("axpy")
+    with cc.DeviceBuffer.allocate(64) as y, cc.DeviceBuffer.allocate(64) as x:
+        cc.launch(function, cc.LaunchConfig(grid=(4, 2), block=128), y, x, 2.5, 1000)
+        record = fake_driver.launches[-1]
+        assert record["grid"] == (4, 2, 1) and record["block"] == (128, 1, 1)
+        assert record["params"] == [
+            struct.pack("<Q", y.ptr),
+            struct.pack("<Q", x.ptr),
+            struct.pack("<f", 2.5),
+            struct.pack("<i", 1000),
+        ]
+
+
+def test_prepared_launch_rewrites_only_changed_values(fake_driver: Any) -> None:
+    function = cc.Module.load(CUBIN).get_function("axpy")
+    prepared = cc.PreparedLaunch(function, cc.LaunchConfig(8, 256), ["ptr", "ptr", "f32", "u32"])
+    with cc.DeviceBuffer.allocate(64) as y, cc.DeviceBuffer.allocate(64) as x:
+        prepared.launch(None, y, x, 1.0, 7)
+        writes = []
+        original = prepared._write
+
+        def counting_write(index: int, value: Any) -> None:
+            writes.append(index)
+            original(index, value)
+
+        prepared._write = counting_write  # type: ignore[method-assign]
+        prepared.launch(None, y, x, 1.0, 7)  # identical objects: nothing rewritten
+        assert writes == []
+        prepared.launch(None, y, x, 3.0, 7)
+        assert writes == [2]
+        prepared[3] = 2**32 - 1
+        prepared.launch()
+        assert fake_driver.launches[-1]["params"][2:] == [struct.pack("<f", 3.0), struct.pack("<I", 2**32 - 1)]
+        assert len(fake_driver.launches) == 4
+
+
+def test_prepared_launch_checks_values(fake_driver: Any) -> None:
+    function = cc.Module.load(CUBIN).get_function("axpy")
+    prepared = cc.PreparedLaunch(function, cc.LaunchConfig(1, 32), ["ptr", "ptr", "f32", "i32"])
+    with pytest.raises(TypeError, match="parameter 3 is i32: got float"):
+        prepared[3] = 1.5
+    with pytest.raises(ValueError, match="4 argument\\(s\\) expected, got 1"):
+        prepared.launch(None, 1)
+    with pytest.raises(ValueError, match="unknown type 'i128'"):
+        cc.PreparedLaunch(function, cc.LaunchConfig(1, 32), ["i128"])
+
+
+def test_inferred_types_must_match_the_kernel(fake_driver: Any) -> None:
+    function = cc.Module.load(CUBIN).get_function("axpy")
+    with pytest.raises(ValueError, match="takes 4 parameter\\(s\\), 2 argument\\(s\\) given"):
+        cc.launch(function, cc.LaunchConfig(1, 1), 1, 2)
+    with pytest.raises(TypeError, match="argument 2 .*f64.* does not match the kernel's 4-byte parameter"):
+        cc.launch(function, cc.LaunchConfig(1, 1), 0, 0, cc.KernelArg("f64", 1.0), 5)
+    with pytest.raises(TypeError, match="argument 3 has unsupported type str"):
+        cc.launch(function, cc.LaunchConfig(1, 1), 0, 0, 1.0, "5")  # type: ignore[arg-type]
+
+
+def test_raw_bytes_parameters(fake_driver: Any) -> None:
+    fake_driver.kernels["raw"] = [(0, 12)]
+    function = cc.Module.load(CUBIN).get_function("raw")
+    payload = struct.pack("<iii", 1, 2, 3)
+    cc.launch(function, cc.LaunchConfig(1, 1), payload)
+    assert fake_driver.launches[-1]["params"] == [payload]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"grid": 0, "block": 1}, "grid must be 1 to 3 positive ints"),
+        ({"grid": (1, 2, 3, 4), "block": 1}, "grid must be 1 to 3"),
+        ({"grid": 1, "block": (32, -1)}, "block must be"),
+        ({"grid": 1, "block": 1, "shared_memory": -1}, "shared_memory must be >= 0"),
+        ({"grid": (6, 1), "block": 1, "cluster": 4}, r"grid \(6, 1, 1\) is not a multiple of cluster \(4, 1, 1\)"),
+    ],
+)
+def test_launch_config_validation(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        cc.LaunchConfig(**kwargs)
+
+
+def test_launch_config_extended_only_for_cluster_or_cooperative() -> None:
+    assert not cc.LaunchConfig(4, 32).extended
+    assert cc.LaunchConfig(4, 32, cluster=2).extended
+    assert cc.LaunchConfig(4, 32, cooperative=True).extended
+
