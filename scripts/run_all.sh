@@ -34,14 +34,9 @@ record() {  # record NAME STATUS DETAIL
 
 export PYTHONUNBUFFERED=1
 if [ "$mode" = uv ]; then
-  if ! command -v uv >/dev/null 2>&1; then
-    echo "== installing uv (not found on PATH)"
-    python3 -m pip install --quiet --user uv || python3 -m pip install --quiet uv || {
-      echo "run_all.sh: could not install uv with pip" >&2; exit 1; }
-    export PATH="$(python3 -m site --user-base)/bin:$PATH"
-  fi
-  echo "== uv sync --frozen"
-  if uv sync --frozen --all-packages; then record setup ok "uv $(uv --version | cut -d' ' -f2), $(uv run --frozen python -V)"
+  # shellcheck source=scripts/_setup.sh
+  . scripts/_setup.sh
+  if ensure_workspace; then record setup ok "uv $(uv --version | cut -d' ' -f2), $(uv run --frozen python -V)"
   else record setup FAIL "uv sync --frozen"; printf '%s\n' "${summary[@]}"; exit 1; fi
   run() { uv run --frozen --no-sync "$@"; }
 else

@@ -1,0 +1,28 @@
+"""Every example runs as a user would run it and checks its own answer."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import gpu_unavailable_reason
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_example(name: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "examples" / name)], capture_output=True, text=True, timeout=300
+    )
+
+
+def test_axpy_ptx_runs_on_the_gpu_or_says_why_not() -> None:
+    result = run_example("axpy_ptx.py")
+    assert result.returncode == 0, result.stdout + result.stderr
+    if gpu_unavailable_reason() is None:
+        assert "OK" in result.stdout and "WRONG" not in result.stdout
+    else:
+        assert "no GPU can be used here" in result.stdout and "nothing was run" in result.stdout
