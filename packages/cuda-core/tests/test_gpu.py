@@ -336,3 +336,17 @@ def test_contexts_work_from_other_threads(module: cc.Module) -> None:
     for thread in threads:
         thread.join()
     assert errors == []
+
+
+def test_pytorch_stream_and_memory_interop(module: cc.Module) -> None:
+    torch = pytest.importorskip("torch", reason="PyTorch interop is checked where PyTorch is installed")
+    n = 4096
+    x = torch.arange(n, dtype=torch.float32, device="cuda")
+    y = torch.ones(n, dtype=torch.float32, device="cuda")
+    stream = cc.Stream.wrap(torch.cuda.current_stream())
+    assert not stream.owned and int(stream) == torch.cuda.current_stream().cuda_stream
+    y_view = cc.DeviceView.from_pointer(y.data_ptr(), y.numel() * 4, owner=y)
+    x_view = cc.DeviceView.from_pointer(x.data_ptr(), x.numel() * 4, owner=x)
+    cc.launch(module.get_function("axpy"), cc.LaunchConfig(n // 256, 256), y_view, x_view, 2.0, n, stream=stream)
+    torch.cuda.current_stream().synchronize()
+    assert torch.equal(y, 2.0 * x + 1.0)
