@@ -31,3 +31,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     marker = pytest.mark.skip(reason=f"needs an NVIDIA GPU: {reason.split(';')[0]}")
     for item in gpu_items:
         item.add_marker(marker)
+
+
+@pytest.fixture
+def gpu_reason() -> str | None:
+    """Why no GPU can be used here, or None when one can."""
+    return gpu_unavailable_reason()

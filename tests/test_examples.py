@@ -8,8 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import gpu_unavailable_reason
-
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -19,10 +17,10 @@ def run_example(name: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_axpy_ptx_runs_on_the_gpu_or_says_why_not() -> None:
+def test_axpy_ptx_runs_on_the_gpu_or_says_why_not(gpu_reason: str | None) -> None:
     result = run_example("axpy_ptx.py")
     assert result.returncode == 0, result.stdout + result.stderr
-    if gpu_unavailable_reason() is None:
+    if gpu_reason is None:
         assert "OK" in result.stdout and "WRONG" not in result.stdout
     else:
         assert "no GPU can be used here" in result.stdout and "nothing was run" in result.stdout

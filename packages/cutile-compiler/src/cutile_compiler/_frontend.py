@@ -1,0 +1,1039 @@
+"""The front end: a kernel's Python AST to the typed kernel IR.
+
+One visitor resolves names, folds constants, infers types and builds SSA with
+structured control flow, all in a single walk over the AST (each of these needs
+the others' answers: a constant decides a shape, a shape decides a type).
+
+Values during the walk are either IR `Value`s (tiles, tensors, partitions) or
+plain Python objects, which are compile-time constants: numbers, dtypes, tuples,
+DSL functions, modules. Python variables become SSA values: an ``if`` merges the
+names its branches assign into the if-op's results; a loop carries the names its
+body reassigns. Every error points at the user's source line.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import operator
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from cutile_compiler import _dtypes as dt
+from cutile_compiler._errors import SourceLocation, TileSyntaxError, TileTypeError
+from cutile_compiler._ir import Block, KernelIR, KernelParam, Operation, Value
+from cutile_compiler._opdefs import OPS, RuleError
+from cutile_compiler._signature import KernelSignature, Specialization, TensorAnnotation
+from cutile_compiler._source import FunctionSource, capture
+from cutile_compiler._types import KType, PartitionType, TensorType, TileType, broadcast_shapes
+
+_NUMBER = (bool, int, float)
+
+_BINARY_OPS: dict[type[ast.operator], tuple[str, Callable[[Any, Any], Any]]] = {
+    ast.Add: ("add", operator.add),
+    ast.Sub: ("sub", operator.sub),
+    ast.Mult: ("mul", operator.mul),
+    ast.Div: ("div", operator.truediv),
+    ast.FloorDiv: ("floordiv", operator.floordiv),
+    ast.Mod: ("mod", operator.mod),
+    ast.Pow: ("pow", operator.pow),
+    ast.BitAnd: ("and", operator.and_),
+    ast.BitOr: ("or", operator.or_),
+    ast.BitXor: ("xor", operator.xor),
+    ast.LShift: ("shl", operator.lshift),
+    ast.RShift: ("shr", operator.rshift),
+}
+_COMPARE_OPS: dict[type[ast.cmpop], tuple[str, Callable[[Any, Any], Any]]] = {
+    ast.Eq: ("eq", operator.eq),
+    ast.NotEq: ("ne", operator.ne),
+    ast.Lt: ("lt", operator.lt),
+    ast.LtE: ("le", operator.le),
+    ast.Gt: ("gt", operator.gt),
+    ast.GtE: ("ge", operator.ge),
+}
+_SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "mod": "%", "pow": "**",
+            "and": "&", "or": "|", "xor": "^", "shl": "<<", "shr": ">>", "eq": "==", "ne": "!=",
+            "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+_UNSUPPORTED_STATEMENTS = {
+    ast.Try: "try/except", ast.With: "with", ast.AsyncWith: "async with", ast.Raise: "raise",
+    ast.FunctionDef: "nested function definitions", ast.AsyncFunctionDef: "nested function definitions",
+    ast.ClassDef: "class definitions", ast.Global: "global", ast.Nonlocal: "nonlocal",
+    ast.Delete: "del", ast.Import: "import", ast.ImportFrom: "import", ast.AsyncFor: "async for",
+    ast.Match: "match",
+}
+
+
+class _Undefined:
+    """Marks a name that is not defined on every path to its use."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+@dataclass
+class _Frame:
+    """One function being visited: the kernel, or an inlined device function."""
+
+    source: FunctionSource
+    env: dict[str, Any]
+    globals: dict[str, Any]
+    closure: dict[str, Any]
+    result: Any = None
+
+
+@dataclass
+class _LoopContext:
+    """A ``loop`` op being built: what break and continue must pass on."""
+
+    carried: list[str]
+    carried_types: list[KType]
+    induction: tuple[str, Value, Value] | None  # (name, step, stop) for a for-loop with break
+
+
+class Flow:
+    """How a statement list ended: normally, or with break/continue/return."""
+
+    NORMAL = "normal"
+
+
+@dataclass
+class _Retry(Exception):
+    """A loop-carried name starts as a constant but the body needs a tile: redo the
+    loop with the constant materialized as that tile type."""
+
+    name: str
+    needed: KType
+
+
+@dataclass
+class FrontEndOptions:
+    unsafe: bool = False
+
+
+class FrontEnd:
+    """Builds the `KernelIR` of one specialization of a kernel."""
+
+    def __init__(self, function: Any, signature: KernelSignature, spec: Specialization, *, unsafe: bool = False) -> None:
+        self.function = function
+        self.signature = signature
+        self.spec = spec
+        self.unsafe = unsafe
+        self.source = capture(function)
+        self.body = Block()
+        self.block = self.body
+        self.prologue: list[Operation] = []
+        self.frames: list[_Frame] = []
+        self.loops: list[_LoopContext] = []
+        self.own_partitions: dict[int, Value] = {}
+        self.block_ids: dict[int, Value] = {}
+        self.grid_rank = 0
+        self.node: ast.AST = self.source.tree
+        self.inline_stack: list[Any] = []
+
+    # -- locations and errors -----------------------------------------------------
+    @property
+    def frame(self) -> _Frame:
+        return self.frames[-1]
+
+    def location(self, node: ast.AST | None = None) -> SourceLocation:
+        return self.frame.source.location(node if node is not None else self.node)
+
+    def type_error(self, message: str, node: ast.AST | None = None) -> TileTypeError:
+        return TileTypeError(message, self.location(node))
+
+    def syntax_error(self, message: str, node: ast.AST | None = None) -> TileSyntaxError:
+        return TileSyntaxError(message, self.location(node))
+
+    # -- building ops -------------------------------------------------------------
+    def op(self, name: str, operands: Sequence[Value], attrs: dict[str, Any] | None = None,
+           regions: Sequence[Block] = (), node: ast.AST | None = None, *, prologue: bool = False) -> Operation:
+        """Creates op ``name`` at the insertion point; a broken typing rule becomes a
+        `TileTypeError` at the current source line."""
+        opdef = OPS[name]
+        attrs = attrs or {}
+        try:
+            result_types = opdef.infer([v.type for v in operands], attrs)
+        except RuleError as exc:
+            raise self.type_error(str(exc), node) from None
+        operation = Operation(opdef, operands, result_types, attrs, regions, self.location(node))
+        (self.prologue if prologue else self.block.ops).append(operation)
+        return operation
+
+    @contextmanager
+    def inserting(self, block: Block) -> Iterator[Block]:
+        saved = self.block
+        self.block = block
+        try:
+            yield block
+        finally:
+            self.block = saved
+
+    # -- conversions --------------------------------------------------------------
+    def describe(self, value: Any) -> str:
+        if isinstance(value, Value):
+            return str(value.type)
+        if isinstance(value, dt.DType):
+            return f"dtype {value}"
+        if isinstance(value, tuple):
+            return f"tuple of {len(value)}"
+        if isinstance(value, _Undefined):
+            return "an undefined name"
+        name = getattr(value, "__name__", None)
+        kind = type(value).__name__
+        return f"{kind} {name}" if name else f"{kind} {value!r}"
+
+    def constant(self, value: bool | int | float, dtype: dt.DType, shape: tuple[int, ...] = (),
+                 node: ast.AST | None = None) -> Value:
+        if dtype.is_integer:
+            if isinstance(value, float):
+                raise self.type_error(f"the float {value!r} cannot become a {dtype} value; use an int or astype", node)
+            if not dt.fits(int(value), dtype):
+                raise self.type_error(f"the constant {value} does not fit in {dtype}", node)
+            value = int(value)
+        elif dtype.is_float:
+            value = float(value)
+        else:
+            value = bool(value)
+        return self.op("constant", [], {"value": value, "type": TileType(dtype, shape)}, node=node).result
+
+    def to_tile(self, value: Any, node: ast.AST | None = None, *, like: dt.DType | None = None, what: str = "value") -> Value:
+        """A tile `Value` for ``value``: tiles as they are, numbers as constants
+        (of dtype ``like`` when given, else their default dtype)."""
+        if isinstance(value, Value):
+            if not isinstance(value.type, TileType):
+                raise self.type_error(f"{what} must be a tile, got {value.type}", node)
+            return value
+        if isinstance(value, _NUMBER):
+            dtype = like if like is not None else dt.default_scalar_dtype(value)
+            if like is not None and dt.weak_scalar_dtype(value, like) is None:
+                raise self.type_error(f"cannot use {value!r} as a {like} value; convert the tile with astype first", node)
+            return self.constant(value, dtype, node=node)
+        if isinstance(value, _Undefined):
+            raise self.syntax_error(value.reason, node)
+        raise self.type_error(f"{what} must be a tile or a number, got {self.describe(value)}", node)
+
+    def cast(self, value: Value, dtype: dt.DType, node: ast.AST | None = None) -> Value:
+        assert isinstance(value.type, TileType)
+        if value.type.dtype is dtype:
+            return value
+        return self.op("cast", [value], {"dtype": dtype}, node=node).result
+
+    def broadcast_to(self, value: Value, shape: tuple[int, ...], node: ast.AST | None = None) -> Value:
+        tile = value.type
+        assert isinstance(tile, TileType)
+        if tile.shape == shape:
+            return value
+        if broadcast_shapes(tile.shape, shape) != shape:
+            raise self.type_error(f"a tile of shape {list(tile.shape)} cannot broadcast to {list(shape)}", node)
+        if tile.rank < len(shape):
+            padded = (1,) * (len(shape) - tile.rank) + tile.shape
+            value = self.op("reshape", [value], {"shape": padded}, node=node).result
+        return self.op("broadcast", [value], {"shape": shape}, node=node).result
+
+    def unify(self, values: Sequence[Any], node: ast.AST | None, what: str) -> list[Value]:
+        """Tiles of one dtype and shape from tiles and numbers: dtypes promoted
+        losslessly, numbers take the tiles' dtype, shapes broadcast."""
+        tiles = [v for v in values if isinstance(v, Value)]
+        for v in tiles:
+            if not isinstance(v.type, TileType):
+                raise self.type_error(f"{what}: operands must be tiles or numbers, got {v.type}", node)
+        for v in values:
+            if not isinstance(v, (Value, *_NUMBER)):
+                if isinstance(v, _Undefined):
+                    raise self.syntax_error(v.reason, node)
+                raise self.type_error(f"{what}: operands must be tiles or numbers, got {self.describe(v)}", node)
+        if tiles:
+            dtype: dt.DType = tiles[0].type.dtype  # type: ignore[attr-defined]
+            for v in tiles[1:]:
+                other: dt.DType = v.type.dtype  # type: ignore[attr-defined]
+                common = dt.promote(dtype, other)
+                if common is None:
+                    raise self.type_error(
+                        f"{what}: cannot combine {dtype} and {other} tiles implicitly (no lossless conversion); "
+                        f"convert one with .astype(...)", node)
+                dtype = common
+            shape: tuple[int, ...] = ()
+            for v in tiles:
+                merged = broadcast_shapes(shape, v.type.shape)  # type: ignore[attr-defined]
+                if merged is None:
+                    shapes = ", ".join(str(list(t.type.shape)) for t in tiles)  # type: ignore[attr-defined]
+                    raise self.type_error(f"{what}: shapes {shapes} do not broadcast together", node)
+                shape = merged
+        else:
+            dtype = dt.default_scalar_dtype(values[0])
+            for v in values[1:]:
+                dtype = dt.promote(dtype, dt.default_scalar_dtype(v)) or dt.f32
+            shape = ()
+        result = []
+        for v in values:
+            tile = self.to_tile(v, node, like=dtype) if not isinstance(v, Value) else self.cast(v, dtype, node)
+            result.append(self.broadcast_to(tile, shape, node))
+        return result
+
+    # -- arithmetic used by operators and DSL functions ---------------------------
+    def binary(self, name: str, left: Any, right: Any, node: ast.AST | None,
+               fold: Callable[[Any, Any], Any] | None = None) -> Any:
+        if isinstance(left, _NUMBER) and isinstance(right, _NUMBER) and fold is not None:
+            try:
+                return fold(left, right)
+            except (ZeroDivisionError, OverflowError, ValueError) as exc:
+                raise self.type_error(f"constant expression {left!r} {_SYMBOLS.get(name, name)} {right!r} fails: {exc}", node) from None
+        symbol = _SYMBOLS.get(name, name)
+        a, b = self.unify([left, right], node, f"'{symbol}'")
+        dtype: dt.DType = a.type.dtype  # type: ignore[attr-defined]
+        if name == "div" and not dtype.is_float:
+            target = dt.f64 if dtype.bits == 64 else dt.f32
+            a, b = self.cast(a, target, node), self.cast(b, target, node)
+        if name == "pow" and not dtype.is_float:
+            raise self.type_error(f"'**' needs floating-point operands, got {dtype}; convert with .astype(f32)", node)
+        return self.op(name, [a, b], node=node).result
+
+    def unary(self, name: str, operand: Any, node: ast.AST | None) -> Value:
+        value = self.to_tile(operand, node, what=name)
+        return self.op(name, [value], node=node).result
+
+    def condition(self, value: Any, node: ast.AST) -> Value | bool:
+        """A Python truth value (constant) or a bool scalar `Value`."""
+        if isinstance(value, _NUMBER) or value is None:
+            return bool(value)
+        if isinstance(value, Value) and isinstance(value.type, TileType):
+            if not value.type.is_scalar:
+                raise self.type_error(f"the truth value of a {value.type} is ambiguous: reduce it with any()/all() or compare a scalar", node)
+            if value.type.dtype is dt.bool_:
+                return value
+            zero = self.constant(0, value.type.dtype, node=node)
+            return self.op("ne", [value, zero], node=node).result
+        raise self.type_error(f"cannot use {self.describe(value)} as a condition", node)
+
+    # -- grid and own tiles ----------------------------------------------------------
+    def block_id(self, axis: int) -> Value:
+        if axis not in self.block_ids:
+            self.block_ids[axis] = self.op("block_id", [], {"axis": axis}, prologue=True).result
+        return self.block_ids[axis]
+
+    def own_index(self, tensor: Value) -> list[Value]:
+        assert isinstance(tensor.type, TensorType) and tensor.type.tile_shape is not None
+        return [self.block_id(axis) for axis in range(len(tensor.type.tile_shape))]
+
+    def own_partition(self, tensor: Value, node: ast.AST | None) -> Value:
+        """The partition of a Mut tensor into the tiles its blocks own."""
+        assert isinstance(tensor.type, TensorType)
+        existing = self.own_partitions.get(tensor.id)
+        if existing is None:
+            tile_shape = tensor.type.tile_shape
+            assert tile_shape is not None
+            existing = self.op("make_partition", [tensor], {"tile_shape": tile_shape, "padding": "zero"},
+                               node=node, prologue=True).result
+            self.own_partitions[tensor.id] = existing
+        return existing
+
+    # -- the kernel ---------------------------------------------------------------
+    def build(self) -> KernelIR:
+        tree = self.source.tree
+        function = self.function
+        closure = _closure_vars(function)
+        env: dict[str, Any] = {}
+        self.frames.append(_Frame(self.source, env, function.__globals__, closure))
+        params: list[KernelParam] = []
+        constants = dict(self.spec.constants)
+        tensors = dict(self.spec.tensors)
+        scalars = dict(self.spec.scalars)
+        mutable_ranks = set()
+        for p in self.signature.parameters:
+            annotation = p.annotation
+            if isinstance(annotation, TensorAnnotation):
+                spec = tensors[p.name]
+                if annotation.mutable:
+                    shape: tuple[int | None, ...] = (None,) * len(spec.shape)
+                    ttype = TensorType(spec.dtype, shape, True, spec.tile_shape)
+                    mutable_ranks.add(len(spec.shape))
+                else:
+                    shape = tuple(
+                        spec.shape[i] if (isinstance(d, str) or d != -1) else None
+                        for i, d in enumerate(annotation.dims)
+                    )
+                    ttype = TensorType(spec.dtype, shape, False, None)
+                value = Value(ttype, p.name)
+                self.body.args.append(value)
+                params.append(KernelParam(p.name, value, "tensor"))
+                env[p.name] = value
+            elif p.is_constant:
+                env[p.name] = constants[p.name]
+            else:
+                value = Value(TileType(scalars[p.name]), p.name)
+                self.body.args.append(value)
+                params.append(KernelParam(p.name, value, "scalar"))
+                env[p.name] = value
+        self.grid_rank = max(mutable_ranks, default=0)
+        flow = self.visit_statements(tree.body)
+        if flow == "return" or flow == Flow.NORMAL:
+            pass
+        elif flow in ("break", "continue"):
+            raise self.syntax_error(f"'{flow}' outside a loop", tree)
+        self.body.ops[:0] = self.prologue
+        self.frames.pop()
+        return KernelIR(tree.name, params, self.body, self.grid_rank, self.source.location(tree), self.unsafe)
+
+    # -- statements ----------------------------------------------------------------
+    def visit_statements(self, statements: Sequence[ast.stmt]) -> str:
+        for statement in statements:
+            self.node = statement
+            flow = self.visit_statement(statement)
+            if flow != Flow.NORMAL:
+                return flow
+        return Flow.NORMAL
+
+    def visit_statement(self, node: ast.stmt) -> str:
+        if isinstance(node, ast.Expr):
+            if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+                return Flow.NORMAL  # docstring
+            self.expr(node.value)
+            return Flow.NORMAL
+        if isinstance(node, ast.Assign):
+            value = self.expr(node.value)
+            for target in node.targets:
+                self.assign(target, value, node)
+            return Flow.NORMAL
+        if isinstance(node, ast.AnnAssign):
+            if node.value is not None:
+                self.assign(node.target, self.expr(node.value), node)
+            return Flow.NORMAL
+        if isinstance(node, ast.AugAssign):
+            if not isinstance(node.target, ast.Name):
+                raise self.syntax_error("only names can be updated with augmented assignment (tiles are values; use .store())", node)
+            current = self.lookup(node.target.id, node.target)
+            name, fold = _BINARY_OPS[type(node.op)]
+            self.assign(node.target, self.binary(name, current, self.expr(node.value), node, fold), node)
+            return Flow.NORMAL
+        if isinstance(node, ast.If):
+            return self.visit_if(node)
+        if isinstance(node, ast.For):
+            return self.visit_for(node)
+        if isinstance(node, ast.While):
+            return self.visit_while(node)
+        if isinstance(node, ast.Break):
+            return self.leave_loop("break", node)
+        if isinstance(node, ast.Continue):
+            return self.leave_loop("continue", node)
+        if isinstance(node, ast.Return):
+            return self.visit_return(node)
+        if isinstance(node, ast.Pass):
+            return Flow.NORMAL
+        if isinstance(node, ast.Assert):
+            return self.visit_assert(node)
+        construct = _UNSUPPORTED_STATEMENTS.get(type(node), type(node).__name__)
+        raise self.syntax_error(f"{construct} is not supported inside a kernel", node)
+
+    def assign(self, target: ast.expr, value: Any, node: ast.AST) -> None:
+        if isinstance(target, ast.Name):
+            self.frame.env[target.id] = value
+            return
+        if isinstance(target, (ast.Tuple, ast.List)):
+            if not isinstance(value, tuple):
+                raise self.type_error(f"cannot unpack {self.describe(value)} into {len(target.elts)} names", target)
+            if len(value) != len(target.elts):
+                raise self.type_error(f"cannot unpack {len(value)} values into {len(target.elts)} names", target)
+            for element, item in zip(target.elts, value):
+                self.assign(element, item, node)
+            return
+        if isinstance(target, (ast.Subscript, ast.Attribute)):
+            raise self.syntax_error(
+                "cannot assign to an element or attribute: tiles are immutable values; "
+                "build a new tile, or write a tensor with .store()", target)
+        raise self.syntax_error(f"cannot assign to {type(target).__name__}", target)
+
+    def visit_assert(self, node: ast.Assert) -> str:
+        test = self.expr(node.test)
+        message = self.expr(node.msg) if node.msg is not None else None
+        if isinstance(test, (*_NUMBER, type(None), str, tuple)):
+            if not test:
+                raise self.type_error(f"assertion failed at compile time{': ' + str(message) if message else ''}", node)
+            return Flow.NORMAL
+        raise self.syntax_error("assert on run-time values is not supported yet; use static_assert for compile-time checks", node)
+
+    def visit_return(self, node: ast.Return) -> str:
+        frame = self.frame
+        if len(self.frames) > 1:  # an inlined device function
+            if node.value is not None:
+                frame.result = self.expr(node.value)
+            return "return"
+        if node.value is not None:
+            raise self.syntax_error("a kernel returns nothing: write its results to Mut tensors with .store()", node)
+        if self.block is not self.body:
+            self.op("return", [], node=node)
+        return "return"
+
+    def leave_loop(self, kind: str, node: ast.AST) -> str:
+        if not self.loops:
+            raise self.syntax_error(f"'{kind}' outside a loop", node)
+        context = self.loops[-1]
+        values = self.carried_values(context.carried, context.carried_types, node)
+        if kind == "continue" and context.induction is not None:
+            name, step, _ = context.induction
+            iv = self.frame.env[name + "\0iv"]
+            values = [self.op("add", [iv, step], node=node).result, *values]
+        elif kind == "break" and context.induction is not None:
+            pass  # the loop's results are the carried names only
+        self.op(kind, values, node=node)
+        return kind
+
+    # -- if -----------------------------------------------------------------------------
+    def visit_if(self, node: ast.If) -> str:
+        test = self.condition(self.expr(node.test), node.test)
+        if isinstance(test, bool):  # decided at compile time: only one branch exists
+            return self.visit_statements(node.body if test else node.orelse)
+        before = dict(self.frame.env)
+        then_block, else_block = Block(), Block()
+        with self.inserting(then_block):
+            then_flow = self.visit_statements(node.body)
+            then_env = self.frame.env
+        self.frame.env = dict(before)
+        with self.inserting(else_block):
+            else_flow = self.visit_statements(node.orelse)
+            else_env = self.frame.env
+        self.frame.env = dict(before)
+        live = [(env, block) for env, block, flow in ((then_env, then_block, then_flow), (else_env, else_block, else_flow))
+                if flow == Flow.NORMAL]
+        changed = sorted({n for env, _ in live for n in env if env.get(n) is not before.get(n)})
+        merged_names: list[str] = []
+        merged_types: list[KType] = []
+        for name in changed:
+            values = [env.get(name, _Undefined("")) for env, _ in live]
+            if any(isinstance(v, _Undefined) for v in values):
+                self.frame.env[name] = _Undefined(
+                    f"'{name}' is assigned in only one branch of the if at line {self.location(node).line}; "
+                    "assign it before the if or in both branches")
+                continue
+            if all(not isinstance(v, Value) for v in values) and all(v == values[0] for v in values) \
+                    and all(type(v) is type(values[0]) for v in values):
+                self.frame.env[name] = values[0]
+                continue
+            if not all(isinstance(v, (Value, *_NUMBER)) for v in values) or any(
+                    isinstance(v, Value) and not isinstance(v.type, TileType) for v in values):
+                raise self.type_error(f"'{name}' holds different non-tile values on the branches of the if", node)
+            merged_names.append(name)
+            merged_types.append(self.merge_type(name, values, node))
+        for env, block in live:
+            with self.inserting(block):
+                saved, self.frame.env = self.frame.env, env
+                yielded = self.carried_values(merged_names, merged_types, node)
+                self.frame.env = saved
+                self.op("yield", yielded, node=node)
+        if_op = self.op("if", [test], {"result_types": tuple(merged_types)}, [then_block, else_block], node=node)
+        for name, result in zip(merged_names, if_op.results):
+            self.frame.env[name] = result
+        if then_flow != Flow.NORMAL and else_flow != Flow.NORMAL:
+            return then_flow if then_flow == else_flow else "return"
+        return Flow.NORMAL
+
+    def merge_type(self, name: str, values: Sequence[Any], node: ast.AST) -> KType:
+        tiles = [v for v in values if isinstance(v, Value)]
+        if not tiles:
+            dtype = dt.default_scalar_dtype(values[0])
+            for v in values[1:]:
+                dtype = dt.promote(dtype, dt.default_scalar_dtype(v)) or dt.f32
+            return TileType(dtype)
+        first = tiles[0].type
+        for v in tiles[1:]:
+            if v.type != first:
+                raise self.type_error(f"'{name}' is a {first} on one path and a {v.type} on another; make them agree", node)
+        return first
+
+    def carried_values(self, names: Sequence[str], types: Sequence[KType], node: ast.AST) -> list[Value]:
+        """The current values of ``names`` as `Value`s of ``types`` (constants materialized)."""
+        result = []
+        for name, expected in zip(names, types):
+            value = self.frame.env.get(name)
+            if isinstance(value, _Undefined) or value is None:
+                raise self.syntax_error(f"'{name}' is not defined on every path here", node)
+            if isinstance(value, Value):
+                if value.type != expected:
+                    raise self.type_error(
+                        f"'{name}' changes type from {expected} to {value.type}; give it its final type before "
+                        "the loop or if (e.g. with full(...) or astype)", node)
+                result.append(value)
+            elif isinstance(value, _NUMBER) and isinstance(expected, TileType):
+                result.append(self.constant(value, expected.dtype, expected.shape, node))
+            else:
+                raise self.type_error(f"'{name}' must stay a tile, got {self.describe(value)}", node)
+        return result
+
+    # -- loops ----------------------------------------------------------------------------
+    def visit_for(self, node: ast.For) -> str:
+        if node.orelse:
+            raise self.syntax_error("for ... else is not supported inside a kernel", node)
+        if not isinstance(node.iter, ast.Call):
+            iterable = self.expr(node.iter)
+            if isinstance(iterable, tuple):
+                return self.unrolled(node, list(iterable))
+            raise self.syntax_error("a kernel loops over range(...), static_range(...) or a constant tuple", node.iter)
+        callee = self.expr(node.iter.func)
+        from cutile_compiler._builtins import static_range
+
+        if callee is static_range or callee is builtins.range:
+            if node.iter.keywords:
+                raise self.syntax_error("range() takes no keyword arguments", node.iter)
+            bounds = [self.expr(a) for a in node.iter.args]
+            if not 1 <= len(bounds) <= 3:
+                raise self.syntax_error("range() takes 1 to 3 arguments", node.iter)
+            if callee is static_range:
+                if not all(isinstance(b, int) for b in bounds):
+                    raise self.type_error("static_range() needs compile-time int bounds", node.iter)
+                return self.unrolled(node, list(range(*bounds)))
+            return self.range_loop(node, bounds)
+        iterable = self.call(callee, node.iter)
+        if isinstance(iterable, tuple):
+            return self.unrolled(node, list(iterable))
+        raise self.syntax_error("a kernel loops over range(...), static_range(...) or a constant tuple", node.iter)
+
+    def unrolled(self, node: ast.For, items: list[Any]) -> str:
+        for item in items:
+            self.assign(node.target, item, node)
+            flow = self.visit_statements(node.body)
+            if flow in ("break", "continue", "return") and not self.loops:
+                if flow == "return":
+                    return flow
+                raise self.syntax_error(f"'{flow}' in a static loop is not supported", node)
+            if flow != Flow.NORMAL:
+                return flow
+        return Flow.NORMAL
+
+    def loop_carried(self, node: ast.For | ast.While) -> list[str]:
+        assigned = _assigned_names(node.body)
+        env = self.frame.env
+        return [n for n in sorted(assigned) if n in env and not isinstance(env[n], _Undefined)]
+
+    def range_loop(self, node: ast.For, bounds: list[Any]) -> str:
+        if not isinstance(node.target, ast.Name):
+            raise self.syntax_error("the loop variable of range() must be a single name", node.target)
+        start, stop, step = (0, bounds[0], 1) if len(bounds) == 1 else (bounds[0], bounds[1], bounds[2] if len(bounds) == 3 else 1)
+        if isinstance(step, int) and step <= 0:
+            raise self.type_error(f"range() step must be positive inside a kernel, got {step}", node.iter)
+        if all(isinstance(b, int) for b in (start, stop, step)) and len(range(start, stop, step)) == 0:
+            return Flow.NORMAL
+        index_dtype = dt.i32
+        for b in (start, stop, step):
+            if isinstance(b, Value):
+                if not (isinstance(b.type, TileType) and b.type.is_scalar and b.type.dtype.is_integer):
+                    raise self.type_error(f"range() bounds must be integer scalars, got {b.type}", node.iter)
+                if b.type.dtype.bits == 64:
+                    index_dtype = dt.i64
+            elif not isinstance(b, int) or isinstance(b, bool):
+                raise self.type_error(f"range() bounds must be ints, got {self.describe(b)}", node.iter)
+            elif not dt.fits(b, dt.i32):
+                index_dtype = dt.i64
+        has_exit = _has_loop_exit(node.body)
+        for attempt in range(8):
+            saved_env = dict(self.frame.env)
+            try:
+                if has_exit:
+                    return self.range_as_loop(node, start, stop, step, index_dtype)
+                return self.range_as_for(node, start, stop, step, index_dtype)
+            except _Retry as retry:
+                self.frame.env = saved_env
+                self.frame.env[retry.name] = self.materialize(saved_env[retry.name], retry.needed, node)
+        raise self.type_error("cannot settle the types of the loop's variables", node)
+
+    def materialize(self, value: Any, needed: KType, node: ast.AST) -> Value:
+        if isinstance(value, _NUMBER) and isinstance(needed, TileType):
+            return self.constant(value, needed.dtype, needed.shape, node)
+        raise self.type_error(f"cannot give {self.describe(value)} the type {needed}", node)
+
+    def bound(self, value: Any, dtype: dt.DType, node: ast.AST) -> Value:
+        if isinstance(value, Value):
+            return self.cast(value, dtype, node)
+        return self.constant(value, dtype, node=node)
+
+    def enter_body(self, names: list[str], inits: list[Value]) -> tuple[list[Value], dict[str, Any]]:
+        args = [Value(v.type, n) for n, v in zip(names, inits)]
+        env = dict(self.frame.env)
+        env.update(zip(names, args))
+        return args, env
+
+    def finish_loop(self, names: list[str], types: list[KType], body_env: dict[str, Any],
+                    before: dict[str, Any], node: ast.AST) -> None:
+        """Checks each carried name kept its type; names first assigned in the
+        body become undefined after the loop."""
+        for name, expected in zip(names, types):
+            value = body_env.get(name)
+            if isinstance(value, Value) and value.type != expected:
+                if isinstance(before.get(name), _NUMBER) and isinstance(value.type, TileType):
+                    raise _Retry(name, value.type)
+                raise self.type_error(
+                    f"'{name}' changes type in the loop from {expected} to {value.type}; give it its final type "
+                    "before the loop (e.g. with full(...) or astype)", node)
+
+    def range_as_for(self, node: ast.For, start: Any, stop: Any, step: Any, index_dtype: dt.DType) -> str:
+        assert isinstance(node.target, ast.Name)
+        before = self.frame.env
+        carried = [n for n in self.loop_carried(node) if n != node.target.id]
+        inits = [self.to_tile(before[n], node, what=f"'{n}'") for n in carried]
+        bounds = [self.bound(b, index_dtype, node.iter) for b in (start, stop, step)]
+        body = Block()
+        iv = Value(TileType(index_dtype), node.target.id)
+        args, env = self.enter_body(carried, inits)
+        body.args = [iv, *args]
+        env[node.target.id] = iv
+        types = [v.type for v in inits]
+        self.frame.env = env
+        with self.inserting(body):
+            flow = self.visit_statements(node.body)
+            if flow == "return":
+                raise self.syntax_error("'return' inside a loop is not supported", node)
+            self.finish_loop(carried, types, self.frame.env, before, node)
+            self.op("yield", self.carried_values(carried, types, node), node=node)
+        body_env = self.frame.env
+        self.frame.env = before
+        for_op = self.op("for", [*bounds, *inits], regions=[body], node=node)
+        self.after_loop(carried, for_op.results, body_env, before, node)
+        return Flow.NORMAL
+
+    def after_loop(self, carried: list[str], results: Sequence[Value], body_env: dict[str, Any],
+                   before: dict[str, Any], node: ast.AST) -> None:
+        env = dict(before)
+        env.update(zip(carried, results))
+        line = self.location(node).line
+        for name in body_env:
+            if name not in before and not name.endswith("\0iv"):
+                env[name] = _Undefined(
+                    f"'{name}' is assigned only inside the loop at line {line}; define it before the loop to use it after")
+        self.frame.env = env
+
+    def range_as_loop(self, node: ast.For, start: Any, stop: Any, step: Any, index_dtype: dt.DType) -> str:
+        """A range loop with break/continue: a ``loop`` op carrying the index."""
+        assert isinstance(node.target, ast.Name)
+        before = self.frame.env
+        carried = [n for n in self.loop_carried(node) if n != node.target.id]
+        inits = [self.to_tile(before[n], node, what=f"'{n}'") for n in carried]
+        start_v, stop_v, step_v = (self.bound(b, index_dtype, node.iter) for b in (start, stop, step))
+        types = [v.type for v in inits]
+        body = Block()
+        iv = Value(TileType(index_dtype), node.target.id)
+        args, env = self.enter_body(carried, inits)
+        body.args = [iv, *args]
+        env[node.target.id] = iv
+        env[node.target.id + "\0iv"] = iv
+        self.frame.env = env
+        context = _LoopContext(carried, types, (node.target.id, step_v, stop_v))
+        self.loops.append(context)
+        with self.inserting(body):
+            done = self.op("ge", [iv, stop_v], node=node).result
+            exit_block, stay_block = Block(), Block()
+            with self.inserting(exit_block):
+                self.op("break", self.carried_values(carried, types, node), node=node)
+            with self.inserting(stay_block):
+                self.op("yield", [], node=node)
+            self.op("if", [done], {"result_types": ()}, [exit_block, stay_block], node=node)
+            flow = self.visit_statements(node.body)
+            if flow == "return":
+                raise self.syntax_error("'return' inside a loop is not supported", node)
+            if flow == Flow.NORMAL:
+                self.finish_loop(carried, types, self.frame.env, before, node)
+                self.leave_loop("continue", node)
+        self.loops.pop()
+        body_env = self.frame.env
+        self.frame.env = before
+        loop_op = self.op("loop", [start_v, *inits], {"result_types": tuple(types)}, [body], node=node)
+        self.after_loop(carried, loop_op.results, body_env, before, node)
+        return Flow.NORMAL
+
+    def visit_while(self, node: ast.While) -> str:
+        if node.orelse:
+            raise self.syntax_error("while ... else is not supported inside a kernel", node)
+        for attempt in range(8):
+            saved_env = dict(self.frame.env)
+            try:
+                return self.while_loop(node)
+            except _Retry as retry:
+                self.frame.env = saved_env
+                self.frame.env[retry.name] = self.materialize(saved_env[retry.name], retry.needed, node)
+        raise self.type_error("cannot settle the types of the loop's variables", node)
+
+    def while_loop(self, node: ast.While) -> str:
+        before = self.frame.env
+        carried = self.loop_carried(node)
+        inits = [self.to_tile(before[n], node, what=f"'{n}'") for n in carried]
+        types = [v.type for v in inits]
+        body = Block()
+        args, env = self.enter_body(carried, inits)
+        body.args = args
+        self.frame.env = env
+        context = _LoopContext(carried, types, None)
+        self.loops.append(context)
+        with self.inserting(body):
+            test = self.condition(self.expr(node.test), node.test)
+            if isinstance(test, bool):
+                if not test:
+                    self.op("break", self.carried_values(carried, types, node), node=node)
+                    flow = "break"
+                else:
+                    flow = Flow.NORMAL
+            else:
+                exit_block, stay_block = Block(), Block()
+                with self.inserting(exit_block):
+                    self.op("break", self.carried_values(carried, types, node), node=node)
+                with self.inserting(stay_block):
+                    self.op("yield", [], node=node)
+                self.op("if", [test], {"result_types": ()}, [stay_block, exit_block], node=node)
+                flow = Flow.NORMAL
+            if flow == Flow.NORMAL:
+                flow = self.visit_statements(node.body)
+                if flow == "return":
+                    raise self.syntax_error("'return' inside a loop is not supported", node)
+                if flow == Flow.NORMAL:
+                    self.finish_loop(carried, types, self.frame.env, before, node)
+                    self.leave_loop("continue", node)
+        self.loops.pop()
+        body_env = self.frame.env
+        self.frame.env = before
+        loop_op = self.op("loop", inits, {"result_types": tuple(types)}, [body], node=node)
+        self.after_loop(carried, loop_op.results, body_env, before, node)
+        return Flow.NORMAL
+
+    # -- expressions --------------------------------------------------------------------
+    def expr(self, node: ast.expr) -> Any:
+        saved = self.node
+        self.node = node
+        try:
+            return self._expr(node)
+        finally:
+            self.node = saved
+
+    def _expr(self, node: ast.expr) -> Any:
+        if isinstance(node, ast.Constant):
+            if isinstance(node.value, (bool, int, float, str)) or node.value is None:
+                return node.value
+            raise self.syntax_error(f"constants of type {type(node.value).__name__} are not supported", node)
+        if isinstance(node, ast.Name):
+            return self.lookup(node.id, node)
+        if isinstance(node, ast.BinOp):
+            name, fold = _BINARY_OPS[type(node.op)]
+            if isinstance(node.op, ast.MatMult):
+                raise self.syntax_error("use mma(a, b, acc) or matmul(a, b) for matrix products", node)
+            return self.binary(name, self.expr(node.left), self.expr(node.right), node, fold)
+        if isinstance(node, ast.UnaryOp):
+            operand = self.expr(node.operand)
+            if isinstance(node.op, ast.Not):
+                test = self.condition(operand, node)
+                if isinstance(test, bool):
+                    return not test
+                return self.op("xor", [test, self.constant(True, dt.bool_, node=node)], node=node).result
+            if isinstance(operand, _NUMBER):
+                folds: dict[type[ast.unaryop], Callable[[Any], Any]] = {
+                    ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Invert: operator.invert}
+                return folds[type(node.op)](operand)
+            if isinstance(node.op, ast.UAdd):
+                return self.to_tile(operand, node)
+            return self.unary("neg" if isinstance(node.op, ast.USub) else "invert", operand, node)
+        if isinstance(node, ast.Compare):
+            result: Any = True
+            left = self.expr(node.left)
+            for cmp, right_node in zip(node.ops, node.comparators):
+                right = self.expr(right_node)
+                if isinstance(cmp, (ast.Is, ast.IsNot)):
+                    if not (right is None or left is None) or isinstance(left, Value) or isinstance(right, Value):
+                        raise self.syntax_error("'is' compares only with None inside a kernel", node)
+                    part: Any = (left is right) == isinstance(cmp, ast.Is)
+                elif isinstance(cmp, (ast.In, ast.NotIn)):
+                    if not isinstance(right, tuple) or isinstance(left, Value):
+                        raise self.syntax_error("'in' needs a constant and a constant tuple", node)
+                    part = (left in right) == isinstance(cmp, ast.In)
+                else:
+                    name, fold = _COMPARE_OPS[type(cmp)]
+                    part = self.binary(name, left, right, node, fold)
+                result = part if result is True else self.logical("and", result, part, node)
+                left = right
+            return result
+        if isinstance(node, ast.BoolOp):
+            kind = "and" if isinstance(node.op, ast.And) else "or"
+            value: Any = self.expr(node.values[0])
+            for operand_node in node.values[1:]:
+                test = self.condition(value, node) if not isinstance(value, Value) else value
+                if isinstance(test, bool):  # Python's short-circuit on constants
+                    if (kind == "and") != test:
+                        return value
+                    value = self.expr(operand_node)
+                    continue
+                value = self.logical(kind, value, self.expr(operand_node), node)
+            return value
+        if isinstance(node, ast.IfExp):
+            test = self.condition(self.expr(node.test), node.test)
+            if isinstance(test, bool):
+                return self.expr(node.body if test else node.orelse)
+            a, b = self.unify([self.expr(node.body), self.expr(node.orelse)], node, "conditional expression")
+            test_value = self.broadcast_to(test, a.type.shape, node)  # type: ignore[attr-defined]
+            return self.op("select", [test_value, a, b], node=node).result
+        if isinstance(node, (ast.Tuple, ast.List)):
+            return tuple(self.expr(e) for e in node.elts)
+        if isinstance(node, ast.Attribute):
+            return self.attribute(self.expr(node.value), node.attr, node)
+        if isinstance(node, ast.Subscript):
+            return self.subscript(self.expr(node.value), node)
+        if isinstance(node, ast.Call):
+            return self.call(self.expr(node.func), node)
+        if isinstance(node, ast.JoinedStr):
+            raise self.syntax_error("f-strings are not supported in kernels; print() takes a format string and values", node)
+        names = {ast.Lambda: "lambda", ast.ListComp: "list comprehensions", ast.DictComp: "dict comprehensions",
+                 ast.SetComp: "set comprehensions", ast.GeneratorExp: "generator expressions", ast.Dict: "dicts",
+                 ast.Set: "sets", ast.Starred: "starred expressions", ast.NamedExpr: "the walrus operator",
+                 ast.Await: "await", ast.Yield: "yield", ast.YieldFrom: "yield from"}
+        raise self.syntax_error(f"{names.get(type(node), type(node).__name__)} is not supported inside a kernel", node)
+
+    def logical(self, kind: str, left: Any, right: Any, node: ast.AST) -> Any:
+        a, b = self.condition(left, node), self.condition(right, node)
+        if isinstance(a, bool) and isinstance(b, bool):
+            return (a and b) if kind == "and" else (a or b)
+        a_v = a if isinstance(a, Value) else self.constant(a, dt.bool_, node=node)
+        b_v = b if isinstance(b, Value) else self.constant(b, dt.bool_, node=node)
+        return self.op(kind, [a_v, b_v], node=node).result
+
+    def lookup(self, name: str, node: ast.AST) -> Any:
+        frame = self.frame
+        if name in frame.env:
+            value = frame.env[name]
+            if isinstance(value, _Undefined):
+                raise self.syntax_error(value.reason, node)
+            return value
+        if name in frame.closure:
+            return frame.closure[name]
+        if name in frame.globals:
+            return frame.globals[name]
+        if hasattr(builtins, name):
+            return getattr(builtins, name)
+        undeclared = [c for c, _ in self.spec.constants if c == name]
+        if undeclared and len(self.frames) == 1:
+            raise self.syntax_error(
+                f"name '{name}' is a shape constant of the signature; to use it in the body, declare it as a "
+                f"parameter: {name}: Constant[int]", node)
+        raise self.syntax_error(f"name '{name}' is not defined", node)
+
+    def attribute(self, value: Any, attr: str, node: ast.Attribute) -> Any:
+        from cutile_compiler._builtins import value_attribute
+
+        if isinstance(value, Value):
+            return value_attribute(self, value, attr, node)
+        if isinstance(value, tuple) and attr in ("count", "index"):
+            return getattr(value, attr)
+        if isinstance(value, dt.DType):
+            if attr in ("bits", "itemsize", "name", "is_float", "is_integer", "is_signed"):
+                return getattr(value, attr)
+        if isinstance(value, _NUMBER) or isinstance(value, (str, type(None))):
+            raise self.syntax_error(f"{self.describe(value)} has no attribute '{attr}' usable in a kernel", node)
+        try:
+            return getattr(value, attr)
+        except AttributeError:
+            raise self.syntax_error(f"{self.describe(value)} has no attribute '{attr}'", node) from None
+
+    def subscript(self, value: Any, node: ast.Subscript) -> Any:
+        index = self.expr(node.slice)
+        if isinstance(value, tuple):
+            if isinstance(index, int) and not isinstance(index, bool):
+                if not -len(value) <= index < len(value):
+                    raise self.type_error(f"index {index} is out of range for a tuple of {len(value)}", node)
+                return value[index]
+            if isinstance(index, tuple) or isinstance(index, Value):
+                raise self.type_error("tuples are indexed with compile-time ints", node)
+        if isinstance(node.slice, ast.Slice) and isinstance(value, tuple):
+            lower = self.expr(node.slice.lower) if node.slice.lower else None
+            upper = self.expr(node.slice.upper) if node.slice.upper else None
+            step = self.expr(node.slice.step) if node.slice.step else None
+            return value[lower:upper:step]
+        if isinstance(value, Value) and isinstance(value.type, TileType):
+            raise self.syntax_error("tiles are not indexed element by element; use extract(), reshape() or a reduction", node)
+        raise self.type_error(f"{self.describe(value)} cannot be subscripted", node)
+
+    def call(self, callee: Any, node: ast.Call) -> Any:
+        from cutile_compiler._builtins import call_object
+
+        args: list[Any] = []
+        for a in node.args:
+            if isinstance(a, ast.Starred):
+                spread = self.expr(a.value)
+                if not isinstance(spread, tuple):
+                    raise self.type_error(f"only tuples can be spread with *, got {self.describe(spread)}", a)
+                args.extend(spread)
+            else:
+                args.append(self.expr(a))
+        kwargs: dict[str, Any] = {}
+        for k in node.keywords:
+            if k.arg is None:
+                raise self.syntax_error("**kwargs is not supported inside a kernel", k)
+            kwargs[k.arg] = self.expr(k.value)
+        return call_object(self, callee, args, kwargs, node)
+
+    # -- device functions ------------------------------------------------------------
+    def inline(self, function: Any, args: list[Any], kwargs: dict[str, Any], node: ast.Call) -> Any:
+        import inspect
+
+        if function in self.inline_stack:
+            raise self.syntax_error(f"recursive call of {function.__qualname__}: device functions are inlined and cannot recurse", node)
+        source = capture(function)
+        try:
+            bound = inspect.signature(function).bind(*args, **kwargs)
+        except TypeError as exc:
+            raise self.type_error(f"{function.__qualname__}(): {exc}", node) from None
+        bound.apply_defaults()
+        frame = _Frame(source, dict(bound.arguments), function.__globals__, _closure_vars(function))
+        for statement in source.tree.body[:-1]:
+            if _contains(statement, ast.Return):
+                raise TileSyntaxError("a device function may return only at its end (its last statement)",
+                                      source.location(statement))
+        self.frames.append(frame)
+        self.inline_stack.append(function)
+        try:
+            flow = self.visit_statements(source.tree.body)
+            if flow in ("break", "continue"):
+                raise self.syntax_error(f"'{flow}' outside a loop", source.tree)
+        finally:
+            self.frames.pop()
+            self.inline_stack.pop()
+        return frame.result
+
+
+def _closure_vars(function: Any) -> dict[str, Any]:
+    code = function.__code__
+    cells = function.__closure__ or ()
+    values: dict[str, Any] = {}
+    for name, cell in zip(code.co_freevars, cells):
+        try:
+            values[name] = cell.cell_contents
+        except ValueError:  # an empty cell: the name is not bound yet
+            continue
+    return values
+
+
+def _assigned_names(statements: Sequence[ast.stmt]) -> set[str]:
+    names: set[str] = set()
+    for statement in statements:
+        for node in ast.walk(statement):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names.add(node.id)
+            elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
+                names.add(node.target.id)
+    return names
+
+
+def _contains(node: ast.AST, kind: type[ast.AST]) -> bool:
+    return any(isinstance(n, kind) for n in ast.walk(node))
+
+
+def _has_loop_exit(statements: Sequence[ast.stmt]) -> bool:
+    """Whether break/continue of *this* loop appear (not those of nested loops)."""
+    def visit(node: ast.AST) -> bool:
+        if isinstance(node, (ast.Break, ast.Continue)):
+            return True
+        if isinstance(node, (ast.For, ast.While, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            return False
+        return any(visit(child) for child in ast.iter_child_nodes(node))
+
+    return any(visit(s) for s in statements)
+
+
+def build_kernel_ir(function: Any, signature: KernelSignature, spec: Specialization, *, unsafe: bool = False) -> KernelIR:
+    """The typed kernel IR of ``function`` specialized by ``spec``."""
+    return FrontEnd(function, signature, spec, unsafe=unsafe).build()
+
+
+__all__ = ["FrontEnd", "build_kernel_ir"]

@@ -1,0 +1,83 @@
+"""The `OpDef` base class, its registry, and the interpreter's view of execution."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from cutile_compiler._ir import Block, Operation
+from cutile_compiler._types import KType
+
+
+class RuleError(Exception):
+    """A typing rule was broken; the message is for the user."""
+
+
+@dataclass
+class Terminator:
+    """How a nested block ended when interpreted: ``yield``, ``break``,
+    ``continue`` or ``return``, with the values it passed on."""
+
+    kind: str
+    values: list[Any]
+
+
+class EvalContext(Protocol):
+    """What an op's numpy meaning may ask of the interpreter running it."""
+
+    block_id: tuple[int, int, int]
+    grid: tuple[int, int, int]
+
+    def run_block(self, block: Block, args: Sequence[Any]) -> Terminator:
+        """Runs a nested block with its arguments bound; returns how it ended."""
+        ...
+
+    def load(self, op: Operation, tensor: Any, index: tuple[int, ...], tile_shape: tuple[int, ...], padding: str) -> Any:
+        """Reads the tile at ``index`` of ``tensor`` split into ``tile_shape`` tiles,
+        padding elements past the tensor's end."""
+        ...
+
+    def store(self, op: Operation, tensor: Any, index: tuple[int, ...], tile_shape: tuple[int, ...], value: Any) -> None:
+        """Writes the in-bounds part of tile ``value`` at ``index`` (checked for races)."""
+        ...
+
+    def tensor_shape(self, tensor: Any) -> tuple[int, ...]:
+        ...
+
+    def emit_print(self, op: Operation, text: str) -> None:
+        ...
+
+
+class OpDef:
+    """One operation of the kernel IR. Subclasses set ``name`` and override
+    ``infer`` and ``evaluate`` (and ``lower`` for the GPU path)."""
+
+    name: str = ""
+    #: ops whose results depend on more than their operands (loads, block ids)
+    #: or that act on memory; never folded or removed
+    has_effects: bool = False
+    #: ops ending a block (yield, break, continue, return)
+    is_terminator: bool = False
+
+    def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
+        raise NotImplementedError(self.name)
+
+    def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        raise NotImplementedError(self.name)
+
+    def __repr__(self) -> str:
+        return f"<OpDef {self.name}>"
+
+
+OPS: dict[str, OpDef] = {}
+
+_D = TypeVar("_D", bound=OpDef)
+
+
+def register(opdef: _D) -> _D:
+    """Adds ``opdef`` to `OPS` (names are unique)."""
+    if opdef.name in OPS:
+        raise ValueError(f"op {opdef.name!r} is defined twice")
+    OPS[opdef.name] = opdef
+    return opdef

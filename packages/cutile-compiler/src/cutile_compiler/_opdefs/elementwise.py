@@ -1,0 +1,213 @@
+"""Element-wise operations: arithmetic, comparisons, math functions, select, casts.
+
+Operands of an element-wise op have identical tile types (the front end inserts
+casts and broadcasts first, as Tile IR requires). Integer ``floordiv`` and
+``mod`` follow Python (floor) semantics; ``div`` is true division, for floats.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from cutile_compiler import _dtypes as dt
+from cutile_compiler._ir import Operation
+from cutile_compiler._opdefs._base import EvalContext, OpDef, RuleError, register
+from cutile_compiler._types import KType, TileType
+
+Kinds = frozenset[str]
+FLOAT: Kinds = frozenset({"float"})
+INT: Kinds = frozenset({"int", "uint"})
+NUMBER: Kinds = frozenset({"int", "uint", "float"})
+BITS: Kinds = frozenset({"int", "uint", "bool"})
+ANY: Kinds = frozenset({"int", "uint", "float", "bool"})
+
+_KIND_WORDS = {FLOAT: "floating-point", INT: "integer", NUMBER: "numeric", BITS: "integer or bool", ANY: "any"}
+
+
+def numpy_dtype(dtype: dt.DType) -> np.dtype[Any]:
+    """The numpy dtype storing ``dtype`` (bf16 and fp8 need ml_dtypes imported)."""
+    try:
+        return np.dtype(dtype.numpy_name)
+    except TypeError:
+        raise RuntimeError(
+            f"numpy does not know {dtype.numpy_name!r}: import ml_dtypes before evaluating {dtype} tiles"
+        ) from None
+
+
+def tile_operand(types: Sequence[KType], index: int, op: str) -> TileType:
+    found = types[index]
+    if not isinstance(found, TileType):
+        raise RuleError(f"{op}: operand {index + 1} must be a tile, got {found}")
+    return found
+
+
+def check_kind(tile: TileType, kinds: Kinds, op: str) -> None:
+    if tile.dtype.kind not in kinds:
+        raise RuleError(f"{op} needs {_KIND_WORDS.get(kinds, '/'.join(sorted(kinds)))} operands, got {tile.dtype}")
+
+
+def same_types(types: Sequence[KType], op: str) -> TileType:
+    first = tile_operand(types, 0, op)
+    for index in range(1, len(types)):
+        other = tile_operand(types, index, op)
+        if other != first:
+            raise RuleError(f"{op}: operands must have the same type, got {first} and {other}")
+    return first
+
+
+def _quiet(function: Callable[..., Any]) -> Callable[..., Any]:
+    """numpy warns on overflow and division by zero; the GPU does neither."""
+
+    def run(*args: Any) -> Any:
+        with np.errstate(all="ignore"):
+            return function(*args)
+
+    return run
+
+
+class Elementwise(OpDef):
+    def __init__(self, name: str, arity: int, kinds: Kinds, function: Callable[..., Any], *, compare: bool = False) -> None:
+        self.name = name
+        self.arity = arity
+        self.kinds = kinds
+        self.function = _quiet(function)
+        self.compare = compare
+
+    def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
+        if len(operand_types) != self.arity:
+            raise RuleError(f"{self.name} takes {self.arity} operand(s), got {len(operand_types)}")
+        tile = same_types(operand_types, self.name)
+        check_kind(tile, self.kinds, self.name)
+        return (tile.with_dtype(dt.bool_) if self.compare else tile,)
+
+    def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        result_type = op.results[0].type
+        assert isinstance(result_type, TileType)
+        out = self.function(*args)
+        return (np.asarray(out, dtype=numpy_dtype(result_type.dtype)),)
+
+
+def _floordiv(a: Any, b: Any) -> Any:
+    return np.floor_divide(a, b)
+
+
+def _rsqrt(a: Any) -> Any:
+    return (1.0 / np.sqrt(a.astype(np.float64))).astype(a.dtype)
+
+
+def _shr(a: Any, b: Any) -> Any:
+    return np.right_shift(a, b)
+
+
+# name, arity, kinds, numpy function
+_TABLE: list[tuple[str, int, Kinds, Callable[..., Any]]] = [
+    ("add", 2, NUMBER, np.add),
+    ("sub", 2, NUMBER, np.subtract),
+    ("mul", 2, NUMBER, np.multiply),
+    ("div", 2, FLOAT, np.true_divide),
+    ("floordiv", 2, NUMBER, _floordiv),
+    ("mod", 2, NUMBER, np.remainder),
+    ("pow", 2, FLOAT, np.power),
+    ("minimum", 2, NUMBER, np.minimum),
+    ("maximum", 2, NUMBER, np.maximum),
+    ("atan2", 2, FLOAT, np.arctan2),
+    ("and", 2, BITS, np.bitwise_and),
+    ("or", 2, BITS, np.bitwise_or),
+    ("xor", 2, BITS, np.bitwise_xor),
+    ("shl", 2, INT, np.left_shift),
+    ("shr", 2, INT, _shr),
+    ("neg", 1, NUMBER, np.negative),
+    ("abs", 1, NUMBER, np.abs),
+    ("invert", 1, BITS, np.invert),
+    ("exp", 1, FLOAT, np.exp),
+    ("exp2", 1, FLOAT, np.exp2),
+    ("log", 1, FLOAT, np.log),
+    ("log2", 1, FLOAT, np.log2),
+    ("sqrt", 1, FLOAT, np.sqrt),
+    ("rsqrt", 1, FLOAT, _rsqrt),
+    ("sin", 1, FLOAT, np.sin),
+    ("cos", 1, FLOAT, np.cos),
+    ("tan", 1, FLOAT, np.tan),
+    ("sinh", 1, FLOAT, np.sinh),
+    ("cosh", 1, FLOAT, np.cosh),
+    ("tanh", 1, FLOAT, np.tanh),
+    ("floor", 1, FLOAT, np.floor),
+    ("ceil", 1, FLOAT, np.ceil),
+    ("fma", 3, FLOAT, lambda a, b, c: a * b + c),
+]
+_COMPARISONS: list[tuple[str, Callable[..., Any]]] = [
+    ("eq", np.equal), ("ne", np.not_equal), ("lt", np.less),
+    ("le", np.less_equal), ("gt", np.greater), ("ge", np.greater_equal),
+]
+
+ELEMENTWISE: dict[str, Elementwise] = {}
+for _name, _arity, _kinds, _function in _TABLE:
+    ELEMENTWISE[_name] = register(Elementwise(_name, _arity, _kinds, _function))
+for _name, _function in _COMPARISONS:
+    ELEMENTWISE[_name] = register(Elementwise(_name, 2, ANY, _function, compare=True))
+
+
+class Select(OpDef):
+    """``select(cond, a, b)``: a where cond is true, else b (numpy ``where``)."""
+
+    name = "select"
+
+    def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
+        cond = tile_operand(operand_types, 0, "where")
+        value = same_types(operand_types[1:], "where")
+        if cond.dtype is not dt.bool_:
+            raise RuleError(f"where: the condition must be a bool tile, got {cond}")
+        if cond.shape != value.shape:
+            raise RuleError(f"where: condition shape {list(cond.shape)} differs from value shape {list(value.shape)}")
+        return (value,)
+
+    def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        return (np.where(args[0], args[1], args[2]).astype(args[1].dtype),)
+
+
+class Cast(OpDef):
+    """``cast(x) {dtype}``: value conversion (float to int truncates toward zero,
+    int to float rounds to nearest, float narrowing rounds to nearest even)."""
+
+    name = "cast"
+
+    def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
+        tile = tile_operand(operand_types, 0, "astype")
+        return (tile.with_dtype(attrs["dtype"]),)
+
+    def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        target: dt.DType = op.attrs["dtype"]
+        value = args[0]
+        if target is dt.bool_:
+            return (np.asarray(value != 0),)
+        if target.is_integer and value.dtype.kind == "f":
+            with np.errstate(all="ignore"):
+                value = np.trunc(value.astype(np.float64))
+                info = np.iinfo(numpy_dtype(target))
+                value = np.clip(np.nan_to_num(value, nan=0.0), info.min, info.max)
+        with np.errstate(all="ignore"):
+            return (np.asarray(value).astype(numpy_dtype(target)),)
+
+
+class Bitcast(OpDef):
+    """``bitcast(x) {dtype}``: the same bits read as another dtype of equal width."""
+
+    name = "bitcast"
+
+    def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
+        tile = tile_operand(operand_types, 0, "bitcast")
+        target: dt.DType = attrs["dtype"]
+        if target.bits != tile.dtype.bits or target is dt.bool_ or tile.dtype is dt.bool_:
+            raise RuleError(f"bitcast: {tile.dtype} ({tile.dtype.bits} bits) cannot be reinterpreted as {target} ({target.bits} bits)")
+        return (tile.with_dtype(target),)
+
+    def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        return (np.ascontiguousarray(args[0]).view(numpy_dtype(op.attrs["dtype"])),)
+
+
+SELECT = register(Select())
+CAST = register(Cast())
+BITCAST = register(Bitcast())

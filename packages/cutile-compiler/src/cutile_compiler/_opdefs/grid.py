@@ -1,0 +1,40 @@
+"""The block's place in the grid: ``block_id`` and ``num_blocks`` per axis."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from cutile_compiler import _dtypes as dt
+from cutile_compiler._ir import Operation
+from cutile_compiler._opdefs._base import EvalContext, OpDef, RuleError, register
+from cutile_compiler._types import KType, TileType
+
+
+class _GridQuery(OpDef):
+    has_effects = True  # depends on which block runs it
+
+    def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
+        if attrs.get("axis") not in (0, 1, 2):
+            raise RuleError(f"{self.name}: axis must be 0, 1 or 2, got {attrs.get('axis')}")
+        return (TileType(dt.i32),)
+
+
+class BlockId(_GridQuery):
+    name = "block_id"
+
+    def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        return (np.asarray(ctx.block_id[op.attrs["axis"]], dtype=np.int32),)
+
+
+class NumBlocks(_GridQuery):
+    name = "num_blocks"
+
+    def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        return (np.asarray(ctx.grid[op.attrs["axis"]], dtype=np.int32),)
+
+
+BLOCK_ID = register(BlockId())
+NUM_BLOCKS = register(NumBlocks())

@@ -1,0 +1,148 @@
+"""Global memory: tensor shapes, partitions of tensors into tiles, tile loads and stores.
+
+A kernel reaches global memory only through tensors (its parameters) and
+partitions of them into equal tiles; a load pads the elements past a tensor's
+end and a store writes only the elements inside it, so no access is ever out of
+bounds. Which stores a safe kernel may make is decided by the front end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from cutile_compiler import _dtypes as dt
+from cutile_compiler._ir import Operation
+from cutile_compiler._opdefs._base import EvalContext, OpDef, RuleError, register
+from cutile_compiler._types import KType, PartitionType, TensorType, TileType, is_power_of_two
+
+PADDINGS = ("zero", "neg_zero", "nan", "pos_inf", "neg_inf")
+
+
+def _tensor(types: Sequence[KType], op: str) -> TensorType:
+    if not isinstance(types[0], TensorType):
+        raise RuleError(f"{op}: expected a tensor, got {types[0]}")
+    return types[0]
+
+
+def _partition(types: Sequence[KType], op: str) -> PartitionType:
+    if not isinstance(types[0], PartitionType):
+        raise RuleError(f"{op}: expected a partition, got {types[0]}")
+    return types[0]
+
+
+def _check_indices(types: Sequence[KType], rank: int, op: str) -> None:
+    if len(types) != rank:
+        raise RuleError(f"{op}: the index needs {rank} coordinate(s), got {len(types)}")
+    for position, index in enumerate(types):
+        if not (isinstance(index, TileType) and index.is_scalar and index.dtype.is_integer):
+            raise RuleError(f"{op}: index coordinate {position} must be an integer scalar, got {index}")
+
+
+class TensorDim(OpDef):
+    """``tensor_dim(t) {axis}``: the extent of a tensor dimension at run time (i32)."""
+
+    name = "tensor_dim"
+
+    def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
+        tensor = _tensor(operand_types, "shape")
+        if not 0 <= attrs["axis"] < tensor.rank:
+            raise RuleError(f"shape: axis {attrs['axis']} out of range for a rank-{tensor.rank} tensor")
+        return (TileType(dt.i32),)
+
+    def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        return (np.asarray(ctx.tensor_shape(args[0])[op.attrs["axis"]], dtype=np.int32),)
+
+
+class MakePartition(OpDef):
+    """``make_partition(t) {tile_shape, padding}``: t seen as a grid of tiles."""
+
+    name = "make_partition"
+
+    def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
+        tensor = _tensor(operand_types, "partition")
+        tile_shape: tuple[int, ...] = attrs["tile_shape"]
+        if len(tile_shape) != tensor.rank:
+            raise RuleError(
+                f"partition: the tile shape {list(tile_shape)} has rank {len(tile_shape)}, "
+                f"the tensor rank {tensor.rank}"
+            )
+        bad = [s for s in tile_shape if not is_power_of_two(s)]
+        if bad:
+            raise RuleError(f"partition: tile dimensions must be powers of two, got {list(tile_shape)}")
+        if attrs.get("padding", "zero") not in PADDINGS:
+            raise RuleError(f"partition: padding must be one of {', '.join(PADDINGS)}, got {attrs['padding']!r}")
+        return (PartitionType(tensor, tile_shape, attrs.get("padding", "zero")),)
+
+    def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        return ((args[0], op.attrs["tile_shape"], op.attrs.get("padding", "zero")),)
+
+
+class NumTiles(OpDef):
+    """``num_tiles(p) {axis}``: how many tiles the partition has along ``axis``
+    (a partial last tile counts)."""
+
+    name = "num_tiles"
+
+    def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
+        partition = _partition(operand_types, "num_tiles")
+        if not 0 <= attrs["axis"] < partition.tensor.rank:
+            raise RuleError(f"num_tiles: axis {attrs['axis']} out of range for rank {partition.tensor.rank}")
+        return (TileType(dt.i32),)
+
+    def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        tensor, tile_shape, _ = args[0]
+        axis = op.attrs["axis"]
+        extent = ctx.tensor_shape(tensor)[axis]
+        return (np.asarray(-(-extent // tile_shape[axis]), dtype=np.int32),)
+
+
+class TileLoad(OpDef):
+    """``tile_load(p, *index) {latency?, tma?}``: the tile at ``index`` of partition p."""
+
+    name = "tile_load"
+    has_effects = True
+
+    def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
+        partition = _partition(operand_types, "load")
+        _check_indices(operand_types[1:], partition.tensor.rank, "load")
+        return (partition.tile,)
+
+    def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        tensor, tile_shape, padding = args[0]
+        index = tuple(int(i) for i in args[1:])
+        return (ctx.load(op, tensor, index, tile_shape, padding),)
+
+
+class TileStore(OpDef):
+    """``tile_store(p, *index, value)``: writes the in-bounds part of a tile."""
+
+    name = "tile_store"
+    has_effects = True
+
+    def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
+        partition = _partition(operand_types, "store")
+        if not partition.tensor.mutable:
+            raise RuleError("store: the tensor is not declared Mut[...], so the kernel may not write it")
+        rank = partition.tensor.rank
+        _check_indices(operand_types[1 : 1 + rank], rank, "store")
+        value = operand_types[1 + rank] if len(operand_types) == 2 + rank else None
+        if value != partition.tile:
+            raise RuleError(f"store: the value must be a {partition.tile}, got {value}")
+        return ()
+
+    def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        tensor, tile_shape, _ = args[0]
+        rank = len(tile_shape)
+        index = tuple(int(i) for i in args[1 : 1 + rank])
+        ctx.store(op, tensor, index, tile_shape, args[1 + rank])
+        return ()
+
+
+TENSOR_DIM = register(TensorDim())
+MAKE_PARTITION = register(MakePartition())
+NUM_TILES = register(NumTiles())
+TILE_LOAD = register(TileLoad())
+TILE_STORE = register(TileStore())

@@ -1,0 +1,166 @@
+"""Tile creation and shape operations: constant, iota, broadcast, reshape,
+permute, cat, extract."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from cutile_compiler import _dtypes as dt
+from cutile_compiler._ir import Operation
+from cutile_compiler._opdefs._base import EvalContext, OpDef, RuleError, register
+from cutile_compiler._opdefs.elementwise import numpy_dtype, tile_operand
+from cutile_compiler._types import KType, TileType
+
+
+class Constant(OpDef):
+    """``constant {value, type}``: a tile of one repeated value (``value`` a Python
+    number) or of given values (``value`` a tuple of the tile's elements, row-major)."""
+
+    name = "constant"
+
+    def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
+        tile: TileType = attrs["type"]
+        value = attrs["value"]
+        if isinstance(value, tuple) and len(value) != tile.size:
+            raise RuleError(f"constant: {len(value)} values given for a tile of {tile.size}")
+        return (tile,)
+
+    def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        tile: TileType = op.attrs["type"]
+        value = op.attrs["value"]
+        np_type = numpy_dtype(tile.dtype)
+        if isinstance(value, tuple):
+            return (np.array(value, dtype=np_type).reshape(tile.shape),)
+        return (np.full(tile.shape, value, dtype=np_type),)
+
+
+class Iota(OpDef):
+    """``iota {type}``: 0, 1, ..., n-1 as a 1-D integer tile."""
+
+    name = "iota"
+
+    def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
+        tile: TileType = attrs["type"]
+        if tile.rank != 1 or not tile.dtype.is_integer:
+            raise RuleError(f"arange: the result must be a 1-D integer tile, got {tile}")
+        return (tile,)
+
+    def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        tile: TileType = op.attrs["type"]
+        return (np.arange(tile.shape[0], dtype=numpy_dtype(tile.dtype)),)
+
+
+class Broadcast(OpDef):
+    """``broadcast(x) {shape}``: x repeated along its size-1 dimensions (same rank)."""
+
+    name = "broadcast"
+
+    def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
+        tile = tile_operand(operand_types, 0, "broadcast_to")
+        shape: tuple[int, ...] = attrs["shape"]
+        if len(shape) != tile.rank or any(s != d and s != 1 for s, d in zip(tile.shape, shape)):
+            raise RuleError(f"broadcast_to: a tile of shape {list(tile.shape)} cannot broadcast to {list(shape)}")
+        return (tile.with_shape(shape),)
+
+    def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        return (np.broadcast_to(args[0], op.attrs["shape"]).copy(),)
+
+
+class Reshape(OpDef):
+    """``reshape(x) {shape}``: the same elements in row-major order, another shape."""
+
+    name = "reshape"
+
+    def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
+        tile = tile_operand(operand_types, 0, "reshape")
+        shape: tuple[int, ...] = attrs["shape"]
+        if math.prod(shape) != tile.size:
+            raise RuleError(f"reshape: cannot reshape {list(tile.shape)} ({tile.size} elements) to {list(shape)}")
+        return (tile.with_shape(shape),)
+
+    def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        return (np.reshape(args[0], op.attrs["shape"]),)
+
+
+class Permute(OpDef):
+    """``permute(x) {perm}``: dimensions reordered (``transpose`` for 2-D)."""
+
+    name = "permute"
+
+    def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
+        tile = tile_operand(operand_types, 0, "permute")
+        perm: tuple[int, ...] = attrs["perm"]
+        if sorted(perm) != list(range(tile.rank)):
+            raise RuleError(f"permute: {list(perm)} is not a permutation of the {tile.rank} dimensions")
+        return (tile.with_shape(tuple(tile.shape[p] for p in perm)),)
+
+    def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        return (np.transpose(args[0], op.attrs["perm"]).copy(),)
+
+
+class Cat(OpDef):
+    """``cat(a, b) {axis}``: two tiles joined along ``axis``."""
+
+    name = "cat"
+
+    def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
+        a = tile_operand(operand_types, 0, "cat")
+        b = tile_operand(operand_types, 1, "cat")
+        axis: int = attrs["axis"]
+        if a.dtype is not b.dtype or a.rank != b.rank:
+            raise RuleError(f"cat: tiles must have the same dtype and rank, got {a} and {b}")
+        if not 0 <= axis < a.rank:
+            raise RuleError(f"cat: axis {axis} is out of range for rank {a.rank}")
+        if any(x != y for i, (x, y) in enumerate(zip(a.shape, b.shape)) if i != axis):
+            raise RuleError(f"cat: shapes {list(a.shape)} and {list(b.shape)} differ outside axis {axis}")
+        shape = list(a.shape)
+        shape[axis] += b.shape[axis]
+        return (a.with_shape(tuple(shape)),)
+
+    def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        return (np.concatenate([args[0], args[1]], axis=op.attrs["axis"]),)
+
+
+class Extract(OpDef):
+    """``extract(x, *index) {shape}``: the sub-tile of ``shape`` at tile index ``index``
+    (x split into tiles of ``shape``)."""
+
+    name = "extract"
+
+    def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
+        tile = tile_operand(operand_types, 0, "extract")
+        shape: tuple[int, ...] = attrs["shape"]
+        if len(shape) != tile.rank or len(operand_types) != 1 + tile.rank:
+            raise RuleError(f"extract: need a shape and an index of rank {tile.rank}")
+        if any(d % s for d, s in zip(tile.shape, shape)):
+            raise RuleError(f"extract: shape {list(shape)} does not divide the tile's {list(tile.shape)}")
+        for index in operand_types[1:]:
+            if not (isinstance(index, TileType) and index.is_scalar and index.dtype.is_integer):
+                raise RuleError(f"extract: indices must be integer scalars, got {index}")
+        return (tile.with_shape(shape),)
+
+    def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        shape: tuple[int, ...] = op.attrs["shape"]
+        value = args[0]
+        slices = []
+        for axis, (index, size) in enumerate(zip(args[1:], shape)):
+            start = int(index) * size
+            if not 0 <= start <= value.shape[axis] - size:
+                raise IndexError(f"extract: index {int(index)} is out of range along axis {axis}")
+            slices.append(slice(start, start + size))
+        return (value[tuple(slices)].copy(),)
+
+
+CONSTANT = register(Constant())
+IOTA = register(Iota())
+BROADCAST = register(Broadcast())
+RESHAPE = register(Reshape())
+PERMUTE = register(Permute())
+CAT = register(Cat())
+EXTRACT = register(Extract())
+
+_ = dt  # dtypes are referenced by the attributes' values

@@ -1,0 +1,60 @@
+"""Capturing a Python function's source as an AST with locations in its file."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+from dataclasses import dataclass
+from typing import Any
+
+from cutile_compiler._errors import SourceLocation, TileSyntaxError
+
+
+@dataclass(frozen=True)
+class FunctionSource:
+    """A function's parsed definition and how to map AST positions to its file."""
+
+    function: Any
+    tree: ast.FunctionDef
+    filename: str
+    first_line: int  # line of the source's first line in the file
+    indent: int  # columns removed by dedent
+
+    def location(self, node: ast.AST) -> SourceLocation:
+        line = getattr(node, "lineno", 1) + self.first_line - 1
+        column = getattr(node, "col_offset", 0) + self.indent
+        end_line = getattr(node, "end_lineno", None)
+        end_col = getattr(node, "end_col_offset", None)
+        end_column = end_col + self.indent if end_col is not None and end_line == node.lineno else None  # type: ignore[attr-defined]
+        return SourceLocation(self.filename, line, column, end_column, self.tree.name)
+
+
+_cache: dict[Any, FunctionSource] = {}
+
+
+def capture(function: Any) -> FunctionSource:
+    """The parsed source of ``function`` (cached per code object)."""
+    code = getattr(function, "__code__", None)
+    cached = _cache.get(code)
+    if cached is not None:
+        return cached
+    name = getattr(function, "__qualname__", repr(function))
+    try:
+        lines, first_line = inspect.getsourcelines(function)
+        filename = inspect.getsourcefile(function) or "<unknown>"
+    except (OSError, TypeError) as exc:
+        raise TileSyntaxError(
+            f"cannot read the source of {name} ({exc}); kernels must be defined in a file, not typed at a prompt or built with exec"
+        ) from None
+    text = "".join(lines)
+    dedented = textwrap.dedent(text)
+    indent = len(lines[0]) - len(lines[0].lstrip()) if lines else 0
+    module = ast.parse(dedented, filename=filename)
+    definition = module.body[0]
+    if not isinstance(definition, ast.FunctionDef):
+        raise TileSyntaxError(f"{name} is not a plain function definition (async functions and lambdas are not kernels)")
+    source = FunctionSource(function, definition, filename, first_line, indent)
+    if code is not None:
+        _cache[code] = source
+    return source
