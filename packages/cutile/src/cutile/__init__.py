@@ -1,10 +1,41 @@
 """cutile: memory-safe, race-free GPU tile kernels in Python.
 
-The user API: @cutile.entry kernels, tensors and partitions, ownership-checked launches, and the GPU and CPU-interpreter backends.
+    import cutile
+    from cutile import api
+    from cutile.core import Tensor, Mut, f32, load_tile_like
 
-Not built yet: this package holds only its skeleton until the issue
-"cutile: tensors, partitions, ownership-checked launches on the GPU, and the examples" fills it. It deliberately exports nothing, so that no code can come
-to depend on a placeholder API.
+    @cutile.entry
+    def add(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], y: Tensor[f32, [-1]]):
+        z.store(load_tile_like(x, z) + load_tile_like(y, z))
+
+    z = api.zeros([1024], dtype=f32).partition([128])
+    z, x, y = add(z, api.ones([1024]), api.ones([1024])).sync()
+
+Kernels run on the GPU where one is present, else on the CPU interpreter (which
+says so once on stderr); ``CUTILE_BACKEND=interpreter`` forces the interpreter.
 """
 
-__all__: list[str] = []
+from cutile import api
+from cutile._backend import BackendError
+from cutile._backend import current as backend
+from cutile._errors import (
+    CutileError,
+    LaunchError,
+    OwnershipError,
+    SignatureError,
+    SpecializationError,
+    TileCompilerError,
+    TileError,
+    TileSyntaxError,
+    TileTypeError,
+)
+from cutile._interpreter import KernelRuntimeError
+from cutile._kernel import Kernel, Launch, entry, function
+from cutile._tensor import Partition, Tensor
+
+__all__ = [
+    "BackendError", "CutileError", "Kernel", "KernelRuntimeError", "Launch", "LaunchError",
+    "OwnershipError", "Partition", "SignatureError", "SpecializationError", "Tensor",
+    "TileCompilerError", "TileError", "TileSyntaxError", "TileTypeError", "api", "backend",
+    "entry", "function",
+]

@@ -1,0 +1,67 @@
+"""Which backend runs kernels: the GPU, or the CPU interpreter.
+
+``CUTILE_BACKEND`` = ``gpu`` | ``interpreter`` | ``auto`` (default). ``auto`` uses
+the GPU where cuda_core finds one, else the interpreter, and says so once on
+stderr; nothing falls back silently.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+_lock = threading.Lock()
+_chosen: str | None = None
+_VALID = ("auto", "gpu", "interpreter")
+
+
+class BackendError(RuntimeError):
+    """CUTILE_BACKEND asks for a backend that cannot run here."""
+
+
+def _requested() -> str:
+    value = os.environ.get("CUTILE_BACKEND", "auto").strip().lower() or "auto"
+    if value not in _VALID:
+        raise BackendError(f"CUTILE_BACKEND={value!r} is not one of {', '.join(_VALID)}")
+    return value
+
+
+def gpu_unavailable_reason() -> str | None:
+    """None when a GPU can be used, else why not."""
+    import cuda_core
+
+    try:
+        count = cuda_core.device_count()
+    except cuda_core.CudaError as exc:
+        return exc.message.split(";")[0]
+    return None if count else "the NVIDIA driver sees no GPU"
+
+
+def current() -> str:
+    """``"gpu"`` or ``"interpreter"``, decided once per process."""
+    global _chosen
+    chosen = _chosen
+    if chosen is not None:
+        return chosen
+    with _lock:
+        requested = _requested()
+        if requested == "interpreter":
+            _chosen = "interpreter"
+        else:
+            reason = gpu_unavailable_reason()
+            if reason is None:
+                _chosen = "gpu"
+            elif requested == "gpu":
+                raise BackendError(f"CUTILE_BACKEND=gpu but no GPU can be used: {reason}")
+            else:
+                print(f"cutile: no GPU available ({reason}); running kernels on the CPU interpreter",
+                      file=sys.stderr)
+                _chosen = "interpreter"
+        return _chosen
+
+
+def reset_for_tests(value: str | None = None) -> None:
+    """Forgets (or forces) the choice; for tests only."""
+    global _chosen
+    _chosen = value

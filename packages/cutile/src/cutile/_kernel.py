@@ -1,0 +1,246 @@
+"""Kernels and launches: ``@cutile.entry``, ``@cutile.function``, and the lazy
+`Launch` an entry's call returns.
+
+A launch checks everything before any work: argument kinds, dtypes, ranks and
+static dims (naming the parameter), ownership (nothing consumed, nothing held by
+another pending launch, no memory passed twice where one copy is written), and
+the grid (inferred from the Mut partitions, which must agree).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import weakref
+from collections.abc import Callable, Generator
+from typing import Any, TypeVar, overload
+
+from cutile import _backend
+from cutile._errors import LaunchError, OwnershipError
+from cutile._tensor import Partition, Storage, Tensor, _Hold
+from cutile_compiler._builtins import DeviceFunction
+from cutile_compiler._dtypes import DType
+from cutile_compiler._frontend import build_kernel_ir
+from cutile_compiler._ir import KernelIR
+from cutile_compiler._signature import (
+    ConstantAnnotation,
+    KernelSignature,
+    Specialization,
+    SpecializationError,
+    TensorAnnotation,
+    parse_signature,
+    specialize,
+)
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+class Kernel:
+    """A ``@cutile.entry`` function. Calling it returns a lazy `Launch`."""
+
+    def __init__(self, function: Callable[..., Any], *, unsafe: bool = False) -> None:
+        functools.update_wrapper(self, function)
+        self.function = function
+        self.unsafe = unsafe
+        self.name = function.__name__
+        self.signature: KernelSignature = parse_signature(function)
+        self._python_signature = inspect.signature(function)
+        self._ir: dict[Specialization, KernelIR] = {}
+
+    def __repr__(self) -> str:
+        return f"<cutile kernel {self.name}{' (unsafe)' if self.unsafe else ''}>"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Launch:
+        try:
+            bound = self._python_signature.bind_partial(*args, **kwargs)
+        except TypeError as exc:
+            raise LaunchError(f"{self.name}: {exc}") from None
+        return Launch(self, dict(bound.arguments))
+
+    def kernel_ir(self, spec: Specialization) -> KernelIR:
+        """The typed IR for one specialization (built once, then cached)."""
+        ir = self._ir.get(spec)
+        if ir is None:
+            ir = build_kernel_ir(self.function, self.signature, spec, unsafe=self.unsafe)
+            self._ir[spec] = ir
+        return ir
+
+
+@overload
+def entry(function: _F, /) -> Kernel: ...
+@overload
+def entry(*, unsafe: bool = False) -> Callable[[Callable[..., Any]], Kernel]: ...
+
+
+def entry(function: Callable[..., Any] | None = None, /, *, unsafe: bool = False) -> Any:
+    """Declares a kernel. ``@cutile.entry(unsafe=True)`` unlocks stores outside a
+    block's own tiles (and the interpreter then checks them for races)."""
+    if function is None:
+        return lambda f: Kernel(f, unsafe=unsafe)
+    return Kernel(function, unsafe=unsafe)
+
+
+def function(python_function: Callable[..., Any]) -> DeviceFunction:
+    """Declares a device function: callable from kernels, inlined at each call."""
+    return DeviceFunction(python_function)
+
+
+class Launch:
+    """One pending launch of a kernel; it holds its tensor arguments until it runs.
+
+    ``.sync()`` runs it and returns the tensor arguments (in signature order);
+    ``.grid(x, y, z)`` sets the grid when no Mut tensor decides it.
+    """
+
+    def __init__(self, kernel: Kernel, arguments: dict[str, Any]) -> None:
+        self.kernel = kernel
+        self.arguments = arguments
+        self._explicit_grid: tuple[int, int, int] | None = None
+        self._done = False
+        self._tensor_names: list[str] = []
+        holds: list[tuple[Storage, _Hold]] = []
+        self._check_and_hold(holds)
+        self._holds = holds
+        self._release = weakref.finalize(self, _release_holds, holds)
+
+    @property
+    def description(self) -> str:
+        return f"launch of {self.kernel.name}"
+
+    def _check_and_hold(self, holds: list[tuple[Storage, _Hold]]) -> None:
+        name = self.kernel.name
+        ranges: list[tuple[str, Storage, int, int, bool]] = []
+        for p in self.kernel.signature.parameters:
+            annotation = p.annotation
+            if not isinstance(annotation, TensorAnnotation):
+                continue
+            if p.name not in self.arguments:
+                raise LaunchError(f"{name}: missing tensor argument '{p.name}'")
+            value = self.arguments[p.name]
+            if annotation.mutable:
+                if isinstance(value, Tensor):
+                    raise LaunchError(
+                        f"{name}: parameter '{p.name}' is Mut[...]: pass it partitioned, e.g. "
+                        f"{p.name}.partition({[d if isinstance(d, int) and d > 0 else 128 for d in annotation.dims]})")
+                if not isinstance(value, Partition):
+                    raise LaunchError(f"{name}: parameter '{p.name}' expects a partitioned tensor, got {type(value).__name__}")
+                tensor = value._live(f"{name}: parameter '{p.name}'")
+            else:
+                if isinstance(value, Partition):
+                    raise LaunchError(
+                        f"{name}: parameter '{p.name}' is read-only: pass the tensor, not a partition (unpartition() gives it back)")
+                if not isinstance(value, Tensor):
+                    raise LaunchError(f"{name}: parameter '{p.name}' expects a tensor, got {type(value).__name__}")
+                value._live(f"{name}: parameter '{p.name}'")
+                tensor = value
+            start, end = tensor.byte_range()
+            ranges.append((p.name, tensor._storage, start, end, annotation.mutable))
+            self._tensor_names.append(p.name)
+        for i, (a, storage_a, start_a, end_a, writes_a) in enumerate(ranges):
+            for b, storage_b, start_b, end_b, writes_b in ranges[i + 1:]:
+                if storage_a is storage_b and start_a < end_b and start_b < end_a and (writes_a or writes_b):
+                    written = a if writes_a else b
+                    raise LaunchError(
+                        f"{name}: parameters '{a}' and '{b}' share memory and '{written}' is written; "
+                        "pass distinct tensors")
+        for param, storage, start, end, writes in ranges:
+            storage.check_available(start, end, writes, f"{name}: parameter '{param}'")
+        for param, storage, start, end, writes in ranges:
+            holds.append((storage, storage.hold(start, end, writes, f"{self.description} (parameter '{param}')")))
+
+    def grid(self, x: int, y: int = 1, z: int = 1) -> Launch:
+        """Sets the grid explicitly (checked against the Mut partitions, if any)."""
+        dims = (x, y, z)
+        if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in dims):
+            raise LaunchError(f"{self.kernel.name}: grid dims must be positive ints, got {list(dims)}")
+        self._explicit_grid = dims
+        return self
+
+    def _tensor_of(self, value: Any) -> Tensor:
+        tensor: Tensor = value._tensor if isinstance(value, Partition) else value
+        return tensor
+
+    def specialization(self) -> tuple[Specialization, tuple[int, int, int]]:
+        """The compile-time view of the arguments, and the launch grid."""
+        name = self.kernel.name
+        described: dict[str, Any] = {}
+        partitions: list[tuple[str, tuple[int, ...]]] = []
+        for p in self.kernel.signature.parameters:
+            value = self.arguments.get(p.name, inspect.Parameter.empty)
+            if isinstance(p.annotation, TensorAnnotation):
+                if isinstance(value, Partition):
+                    described[p.name] = value._tensor.spec(value.tile_shape)
+                    partitions.append((p.name, value.grid))
+                else:
+                    described[p.name] = value.spec()
+            elif isinstance(p.annotation, ConstantAnnotation):
+                if value is not inspect.Parameter.empty:
+                    described[p.name] = value
+            elif isinstance(p.annotation, DType):
+                if value is inspect.Parameter.empty:
+                    raise LaunchError(f"{name}: missing scalar argument '{p.name}'")
+                if not isinstance(value, (int, float, bool)) or (p.annotation.is_integer and isinstance(value, float)):
+                    raise LaunchError(f"{name}: parameter '{p.name}' is a {p.annotation} scalar, got {value!r}")
+                described[p.name] = value
+        try:
+            spec = specialize(self.kernel.signature, name, described)
+        except SpecializationError as exc:
+            raise LaunchError(str(exc)) from None
+        grid: tuple[int, ...] | None = None
+        for param, tiles in partitions:
+            if grid is None:
+                grid = tiles
+            elif grid != tiles:
+                raise LaunchError(
+                    f"{name}: the Mut partitions disagree on the grid: '{partitions[0][0]}' has "
+                    f"{list(partitions[0][1])} tiles, '{param}' {list(tiles)}")
+        padded = None if grid is None else (tuple(grid) + (1, 1, 1))[:3]
+        if self._explicit_grid is not None:
+            if padded is not None and padded != self._explicit_grid:
+                raise LaunchError(
+                    f"{name}: the explicit grid {list(self._explicit_grid)} disagrees with the grid "
+                    f"{list(padded)} of the Mut partitions")
+            padded = self._explicit_grid
+        if padded is None:
+            raise LaunchError(f"{name}: no Mut tensor decides the grid; set it with .grid(x, y, z)")
+        return spec, (padded[0], padded[1], padded[2])
+
+    def sync(self) -> Any:
+        """Runs the launch to completion and returns its tensor arguments.
+
+        One tensor argument is returned as itself; several as a tuple.
+        """
+        if self._done:
+            raise OwnershipError(f"{self.description} has already run; its tensors were handed back")
+        try:
+            spec, grid = self.specialization()
+            backend = _backend.current()
+            if backend == "interpreter":
+                from cutile._interpreter import Interpreter
+
+                kernel_ir = self.kernel.kernel_ir(spec)
+                mutable = {p.name for p in self.kernel.signature.mutable}
+                values = {n: (self._tensor_of(v) if n in self._tensor_names else v) for n, v in self.arguments.items()}
+                Interpreter(kernel_ir, grid).run(values, mutable)
+            else:
+                from cutile._gpu import run_launch
+
+                run_launch(self, spec, grid)
+        finally:
+            self._done = True
+            self._release()
+        results = tuple(self.arguments[n] for n in self._tensor_names)
+        return results[0] if len(results) == 1 else results
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return _completed(self.sync()).__await__()
+
+
+async def _completed(value: Any) -> Any:
+    return value
+
+
+def _release_holds(holds: list[tuple[Storage, _Hold]]) -> None:
+    for storage, hold in holds:
+        storage.release(hold)
+    holds.clear()

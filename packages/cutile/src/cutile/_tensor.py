@@ -1,0 +1,251 @@
+"""Tensors, partitions and the ownership rules that make launches race-free.
+
+A `Tensor` is a strided view of a `Storage` (host memory for the interpreter,
+device memory for the GPU). Ownership is tracked at two levels:
+
+- per object: ``t.partition(shape)`` consumes ``t`` (every later use of that
+  object raises `OwnershipError`) and returns a `Partition`; ``p.unpartition()``
+  consumes the partition and returns a new tensor;
+- per storage: a pending launch *holds* the byte ranges of its arguments, for
+  writing (Mut parameters) or reading; a held range cannot be written by
+  anything else, and a range held for writing cannot be read by anything else.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import ml_dtypes  # noqa: F401  (registers bfloat16 and float8 with numpy)
+import numpy as np
+
+from cutile._errors import OwnershipError
+from cutile_compiler import _dtypes as dt
+from cutile_compiler._signature import TensorAnnotation, TensorSpec, make_tensor_annotation
+
+
+def numpy_dtype(dtype: dt.DType) -> np.dtype[Any]:
+    return np.dtype(dtype.numpy_name)
+
+
+def dtype_of(value: Any) -> dt.DType:
+    """A cutile dtype from a DType, a numpy dtype or a name."""
+    if isinstance(value, dt.DType):
+        return value
+    if isinstance(value, str):
+        return dt.lookup(value)
+    try:
+        name = np.dtype(value).name
+    except TypeError:
+        raise TypeError(f"dtype: expected a cutile dtype (f32, bf16, ...) or a numpy dtype, got {value!r}") from None
+    found = dt.BY_NUMPY_NAME.get(name)
+    if found is None:
+        raise TypeError(f"dtype: numpy dtype {name} has no cutile equivalent")
+    return found
+
+
+@dataclass
+class _Hold:
+    start: int
+    end: int
+    writes: bool
+    holder: str  # e.g. "launch of add (parameter z)"
+
+
+class Storage:
+    """Memory behind tensors, with the holds of pending launches."""
+
+    def __init__(self, nbytes: int, device: str) -> None:
+        self.nbytes = nbytes
+        self.device = device
+        self.holds: list[_Hold] = []
+
+    def check_available(self, start: int, end: int, writes: bool, user: str) -> None:
+        for hold in self.holds:
+            if hold.start < end and start < hold.end and (writes or hold.writes):
+                action = "written" if hold.writes else "read"
+                raise OwnershipError(
+                    f"{user}: the tensor is held by the pending {hold.holder}, which {action} it; "
+                    "wait for that operation (.sync()) first")
+
+    def hold(self, start: int, end: int, writes: bool, holder: str) -> _Hold:
+        entry = _Hold(start, end, writes, holder)
+        self.holds.append(entry)
+        return entry
+
+    def release(self, entry: _Hold) -> None:
+        self.holds.remove(entry)
+
+
+class HostStorage(Storage):
+    """A flat numpy array: the interpreter's memory. ``initialized`` tracks which
+    elements were ever written (for the interpreter's checked mode)."""
+
+    def __init__(self, array: np.ndarray[Any, Any], *, initialized: bool = True) -> None:
+        super().__init__(array.nbytes, "cpu")
+        self.array = array
+        self.initialized: np.ndarray[Any, Any] | None = None if initialized else np.zeros(array.shape, dtype=bool)
+
+
+class Tensor:
+    """An n-dimensional array on the interpreter's host memory or a GPU.
+
+    As an annotation, ``Tensor[f32, [-1, "K"]]`` describes a kernel parameter.
+    """
+
+    __slots__ = ("_storage", "dtype", "shape", "strides", "offset", "_consumed_by")
+
+    def __init__(self, storage: Storage, dtype: dt.DType, shape: tuple[int, ...],
+                 strides: tuple[int, ...] | None = None, offset: int = 0) -> None:
+        self._storage = storage
+        self.dtype = dtype
+        self.shape = tuple(int(s) for s in shape)
+        self.strides = strides if strides is not None else _contiguous_strides(self.shape)
+        self.offset = offset
+        self._consumed_by: str | None = None
+
+    def __class_getitem__(cls, item: Any) -> TensorAnnotation:
+        return make_tensor_annotation(item)
+
+    # -- ownership -----------------------------------------------------------
+    def _live(self, use: str) -> Storage:
+        if self._consumed_by is not None:
+            raise OwnershipError(f"{use}: this tensor object was consumed by {self._consumed_by}; use the object that call returned")
+        return self._storage
+
+    def _consume(self, by: str) -> None:
+        self._live(by)
+        self._consumed_by = by
+
+    def byte_range(self) -> tuple[int, int]:
+        """The smallest [start, end) byte range of the storage this view touches."""
+        itemsize = self.dtype.itemsize
+        if self.size == 0:
+            return self.offset * itemsize, self.offset * itemsize
+        low = high = self.offset
+        for extent, stride in zip(self.shape, self.strides):
+            if stride >= 0:
+                high += (extent - 1) * stride
+            else:
+                low += (extent - 1) * stride
+        return low * itemsize, (high + 1) * itemsize
+
+    # -- properties -----------------------------------------------------------
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    @property
+    def device(self) -> str:
+        return self._storage.device
+
+    @property
+    def is_contiguous(self) -> bool:
+        return self.strides == _contiguous_strides(self.shape)
+
+    def spec(self, tile_shape: tuple[int, ...] | None = None) -> TensorSpec:
+        return TensorSpec(self.dtype, self.shape, tile_shape)
+
+    def __repr__(self) -> str:
+        state = f", consumed by {self._consumed_by}" if self._consumed_by else ""
+        return f"Tensor(shape={list(self.shape)}, dtype={self.dtype}, device={self.device}{state})"
+
+    # -- data -------------------------------------------------------------------
+    def host_view(self) -> np.ndarray[Any, Any]:
+        """The numpy view of this tensor's host memory (interpreter storage only)."""
+        storage = self._live("host_view()")
+        if not isinstance(storage, HostStorage):
+            raise TypeError("host_view(): the tensor lives on a GPU; use to_numpy()")
+        itemsize = self.dtype.itemsize
+        return np.lib.stride_tricks.as_strided(
+            storage.array[self.offset:], self.shape, tuple(s * itemsize for s in self.strides), writeable=True)
+
+    def to_numpy(self) -> np.ndarray[Any, Any]:
+        """A copy of the tensor's values as a numpy array (bf16/fp8 as ml_dtypes)."""
+        storage = self._live("to_numpy()")
+        start, end = self.byte_range()
+        storage.check_available(start, end, False, "to_numpy()")
+        if isinstance(storage, HostStorage):
+            return np.array(self.host_view(), copy=True)
+        from cutile._gpu import device_to_numpy
+
+        return device_to_numpy(self)
+
+    def partition(self, tile_shape: Any) -> Partition:
+        """This tensor split into tiles of ``tile_shape`` for a kernel's Mut parameter.
+
+        Consumes this object (use the partition, and ``unpartition()`` to get the
+        tensor back). Tile dims must be powers of two; the last tile along an axis
+        may be partial (masked on store, padded on load).
+        """
+        shape = tuple(tile_shape) if isinstance(tile_shape, (list, tuple)) else (tile_shape,)
+        if len(shape) != self.ndim:
+            raise ValueError(f"partition: a rank-{self.ndim} tensor needs {self.ndim} tile dims, got {list(shape)}")
+        for extent in shape:
+            if isinstance(extent, bool) or not isinstance(extent, int) or extent <= 0 or extent & (extent - 1):
+                raise ValueError(f"partition: tile dims must be positive powers of two, got {list(shape)}")
+        if self.ndim > 3:
+            raise ValueError("partition: at most 3 dims (one per grid axis)")
+        self._consume("partition()")
+        return Partition(Tensor(self._storage, self.dtype, self.shape, self.strides, self.offset), shape)
+
+
+class Partition:
+    """A tensor split into equal tiles, each owned by one block of a launch."""
+
+    __slots__ = ("_tensor", "tile_shape", "_consumed_by")
+
+    def __init__(self, tensor: Tensor, tile_shape: tuple[int, ...]) -> None:
+        self._tensor = tensor
+        self.tile_shape = tile_shape
+        self._consumed_by: str | None = None
+
+    def _live(self, use: str) -> Tensor:
+        if self._consumed_by is not None:
+            raise OwnershipError(f"{use}: this partition was consumed by {self._consumed_by}")
+        return self._tensor
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._tensor.shape
+
+    @property
+    def dtype(self) -> dt.DType:
+        return self._tensor.dtype
+
+    @property
+    def grid(self) -> tuple[int, ...]:
+        """Tiles along each axis (the launch grid it implies)."""
+        return tuple(-(-s // t) for s, t in zip(self._tensor.shape, self.tile_shape))
+
+    def unpartition(self) -> Tensor:
+        """The whole tensor back (consumes this partition)."""
+        tensor = self._live("unpartition()")
+        self._consumed_by = "unpartition()"
+        return Tensor(tensor._storage, tensor.dtype, tensor.shape, tensor.strides, tensor.offset)
+
+    def to_numpy(self) -> np.ndarray[Any, Any]:
+        """A copy of the whole tensor's values."""
+        return self._live("to_numpy()").to_numpy()
+
+    def __repr__(self) -> str:
+        t = self._tensor
+        return f"Partition(shape={list(t.shape)}, tile={list(self.tile_shape)}, dtype={t.dtype}, device={t.device})"
+
+
+def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides = []
+    step = 1
+    for extent in reversed(shape):
+        strides.append(step)
+        step *= max(extent, 1)
+    return tuple(reversed(strides))

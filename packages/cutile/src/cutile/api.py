@@ -1,0 +1,182 @@
+"""Tensor constructors, numpy style: ``api.zeros([1024], dtype=f32)``.
+
+Tensors are made where kernels run: in host memory for the CPU interpreter, in
+device memory on the GPU backend.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from cutile import _backend
+from cutile._tensor import HostStorage, Tensor, dtype_of, numpy_dtype
+from cutile_compiler import _dtypes as dt
+from cutile_compiler._signature import TensorSpec
+
+ShapeLike = int | Sequence[int]
+
+_seed_lock = threading.Lock()
+_stream_counter = itertools.count()
+_DEFAULT_SEED = 0x5EED
+
+
+def _shape(shape: ShapeLike, what: str) -> tuple[int, ...]:
+    dims = (shape,) if isinstance(shape, int) else tuple(shape)
+    for d in dims:
+        if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0:
+            raise ValueError(f"{what}: shape must be non-negative ints, got {list(dims)}")
+    return tuple(int(d) for d in dims)
+
+
+def _from_host(array: np.ndarray[Any, Any], dtype: dt.DType, *, initialized: bool = True) -> Tensor:
+    flat = np.ascontiguousarray(array, dtype=numpy_dtype(dtype)).reshape(-1)
+    if _backend.current() == "interpreter":
+        return Tensor(HostStorage(flat.copy(), initialized=initialized), dtype, array.shape)
+    from cutile._gpu import upload
+
+    return upload(flat, dtype, tuple(array.shape))
+
+
+def zeros(shape: ShapeLike, dtype: Any = dt.f32) -> Tensor:
+    """A tensor of zeros."""
+    kind = dtype_of(dtype)
+    return _from_host(np.zeros(_shape(shape, "zeros"), dtype=numpy_dtype(kind)), kind)
+
+
+def ones(shape: ShapeLike, dtype: Any = dt.f32) -> Tensor:
+    """A tensor of ones."""
+    kind = dtype_of(dtype)
+    return _from_host(np.ones(_shape(shape, "ones"), dtype=numpy_dtype(kind)), kind)
+
+
+def full(shape: ShapeLike, value: bool | int | float, dtype: Any = dt.f32) -> Tensor:
+    """A tensor filled with ``value``."""
+    kind = dtype_of(dtype)
+    return _from_host(np.full(_shape(shape, "full"), value, dtype=numpy_dtype(kind)), kind)
+
+
+def empty(shape: ShapeLike, dtype: Any = dt.f32) -> Tensor:
+    """A tensor whose values are unspecified (the interpreter's checked mode
+    reports reads of elements nothing has written)."""
+    kind = dtype_of(dtype)
+    dims = _shape(shape, "empty")
+    poison = np.full(dims, np.nan if kind.is_float else 0x5A, dtype=numpy_dtype(kind)) if kind is not dt.bool_ else np.zeros(dims, bool)
+    return _from_host(poison, kind, initialized=False)
+
+
+def arange(start: int | float, stop: int | float | None = None, step: int | float = 1, dtype: Any = None) -> Tensor:
+    """Evenly spaced values in [start, stop), like numpy.arange."""
+    if stop is None:
+        start, stop = 0, start
+    values = np.arange(start, stop, step)
+    kind = dtype_of(dtype) if dtype is not None else (dt.f32 if values.dtype.kind == "f" else dt.i32)
+    return _from_host(values, kind)
+
+
+def linspace(start: float, stop: float, num: int, dtype: Any = dt.f32) -> Tensor:
+    """``num`` evenly spaced values from start to stop inclusive."""
+    kind = dtype_of(dtype)
+    return _from_host(np.linspace(start, stop, num), kind)
+
+
+def eye(n: int, m: int | None = None, dtype: Any = dt.f32) -> Tensor:
+    """The identity matrix (ones on the diagonal)."""
+    kind = dtype_of(dtype)
+    return _from_host(np.eye(n, m), kind)
+
+
+def _generator(seed: int | None) -> np.random.Generator:
+    # Counter-based (Philox): a seed gives a reproducible stream; without one each
+    # call takes the next key of a process-wide counter.
+    if seed is None:
+        with _seed_lock:
+            key = next(_stream_counter)
+        return np.random.Generator(np.random.Philox(key=key, counter=_DEFAULT_SEED))
+    return np.random.Generator(np.random.Philox(seed))
+
+
+def rand(shape: ShapeLike, dtype: Any = dt.f32, *, seed: int | None = None) -> Tensor:
+    """Uniform random values in [0, 1)."""
+    kind = dtype_of(dtype)
+    return _from_host(_generator(seed).random(_shape(shape, "rand")), kind)
+
+
+def randn(shape: ShapeLike, dtype: Any = dt.f32, *, seed: int | None = None) -> Tensor:
+    """Standard normal random values."""
+    kind = dtype_of(dtype)
+    return _from_host(_generator(seed).standard_normal(_shape(shape, "randn")), kind)
+
+
+def from_numpy(array: Any, dtype: Any = None) -> Tensor:
+    """A tensor holding a copy of ``array`` (optionally converted to ``dtype``)."""
+    host = np.asarray(array)
+    kind = dtype_of(dtype) if dtype is not None else dtype_of(host.dtype)
+    return _from_host(host, kind)
+
+
+def zeros_like(tensor: Tensor, dtype: Any = None) -> Tensor:
+    return zeros(tensor.shape, dtype if dtype is not None else tensor.dtype)
+
+
+def ones_like(tensor: Tensor, dtype: Any = None) -> Tensor:
+    return ones(tensor.shape, dtype if dtype is not None else tensor.dtype)
+
+
+def full_like(tensor: Tensor, value: bool | int | float, dtype: Any = None) -> Tensor:
+    return full(tensor.shape, value, dtype if dtype is not None else tensor.dtype)
+
+
+def empty_like(tensor: Tensor, dtype: Any = None) -> Tensor:
+    return empty(tensor.shape, dtype if dtype is not None else tensor.dtype)
+
+
+def rand_like(tensor: Tensor, *, seed: int | None = None) -> Tensor:
+    return rand(tensor.shape, tensor.dtype, seed=seed)
+
+
+def randn_like(tensor: Tensor, *, seed: int | None = None) -> Tensor:
+    return randn(tensor.shape, tensor.dtype, seed=seed)
+
+
+def copy(tensor: Tensor) -> Tensor:
+    """A new tensor with the same values."""
+    return from_numpy(tensor.to_numpy(), tensor.dtype)
+
+
+def astype(tensor: Tensor, dtype: Any) -> Tensor:
+    """A new tensor with the values converted to ``dtype``."""
+    return from_numpy(tensor.to_numpy(), dtype)
+
+
+class MetaTensor:
+    """A shape and dtype with no storage: for ``cutile.compile`` without data."""
+
+    def __init__(self, shape: tuple[int, ...], dtype: dt.DType, tile_shape: tuple[int, ...] | None = None) -> None:
+        self.shape = shape
+        self.dtype = dtype
+        self.tile_shape = tile_shape
+
+    def partition(self, tile_shape: ShapeLike) -> MetaTensor:
+        return MetaTensor(self.shape, self.dtype, _shape(tile_shape, "partition"))
+
+    def spec(self) -> TensorSpec:
+        return TensorSpec(self.dtype, self.shape, self.tile_shape)
+
+    def __repr__(self) -> str:
+        tile = f", tile={list(self.tile_shape)}" if self.tile_shape else ""
+        return f"meta(shape={list(self.shape)}, dtype={self.dtype}{tile})"
+
+
+def meta(shape: ShapeLike, dtype: Any = dt.f32) -> MetaTensor:
+    """A placeholder tensor (shape and dtype only) for ahead-of-time compilation."""
+    return MetaTensor(_shape(shape, "meta"), dtype_of(dtype))
+
+
+clone = copy
+
