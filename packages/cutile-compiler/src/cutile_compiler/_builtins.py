@@ -683,6 +683,8 @@ def call_object(fe: FrontEnd, callee: Any, args: list[Any], kwargs: dict[str, An
     if isinstance(callee, _StaticRange):
         raise fe.syntax_error("static_range() is only allowed as the iterable of a for loop", node)
     name = getattr(callee, "__qualname__", None) or getattr(callee, "__name__", None) or type(callee).__name__
+    if inspect.isfunction(callee) and callee.__name__ == "<lambda>":
+        return fe.inline(callee, args, kwargs, node)  # a lambda is an expression: inlined as it is
     if inspect.isfunction(callee):
         raise fe.syntax_error(
             f"cannot call the Python function {name} inside a kernel; decorate it with @cutile.function to "

@@ -54,7 +54,7 @@ class TileError(CutileError):
             return self.message
         head = f"{self.location}: {self.message}"
         excerpt = self.location.excerpt()
-        where = f" (in kernel {self.location.function})" if self.location.function else ""
+        where = f" (in {self.location.function})" if self.location.function else ""
         return f"{head}{where}\n{excerpt}" if excerpt else head + where
 
 

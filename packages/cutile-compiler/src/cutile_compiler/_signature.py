@@ -146,8 +146,11 @@ class KernelSignature:
 def parse_signature(function: Any) -> KernelSignature:
     """Reads a kernel's annotations (evaluated in the function's globals)."""
     name = getattr(function, "__qualname__", repr(function))
+    closure = inspect.getclosurevars(function).nonlocals if hasattr(function, "__code__") else {}
     try:
-        hints = inspect.get_annotations(function, eval_str=True)
+        # String annotations (from __future__ import annotations) may name closure
+        # variables of a kernel built inside a function.
+        hints = inspect.get_annotations(function, eval_str=True, locals=dict(closure))
     except Exception as exc:
         raise SignatureError(f"kernel {name}: cannot evaluate its annotations ({exc})") from None
     parameters: list[Parameter] = []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import linecache
 import textwrap
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +41,10 @@ def capture(function: Any) -> FunctionSource:
     if cached is not None:
         return cached
     name = getattr(function, "__qualname__", repr(function))
+    if getattr(function, "__name__", "") == "<lambda>":
+        source = _capture_lambda(function)
+        _cache[code] = source
+        return source
     try:
         lines, first_line = inspect.getsourcelines(function)
         filename = inspect.getsourcefile(function) or "<unknown>"
@@ -58,3 +63,45 @@ def capture(function: Any) -> FunctionSource:
     if code is not None:
         _cache[code] = source
     return source
+
+
+def _capture_lambda(function: Any) -> FunctionSource:
+    """A lambda's body as a one-statement function definition, found by parsing its
+    whole file (a lambda's source lines alone are rarely valid Python)."""
+    code = function.__code__
+    filename = inspect.getsourcefile(function) or "<unknown>"
+    lines = linecache.getlines(filename)
+    if not lines:
+        raise TileSyntaxError(f"cannot read the source of a lambda defined in {filename}")
+    module = ast.parse("".join(lines), filename=filename)
+    params = list(code.co_varnames[: code.co_argcount])
+    candidates = [
+        node for node in ast.walk(module)
+        if isinstance(node, ast.Lambda) and node.lineno == code.co_firstlineno
+        and [a.arg for a in node.args.args] == params
+    ]
+    if len(candidates) > 1:
+        # Several lambdas on one line: the code object's instruction positions
+        # (Python 3.11+) fall inside the body of the right one.
+        positions = {(line, col) for line, _, col, _ in code.co_positions() if line is not None and col is not None}
+
+        def contains(node: ast.Lambda) -> bool:
+            body = node.body
+            start = (body.lineno, body.col_offset)
+            end = (body.end_lineno or body.lineno, body.end_col_offset or 0)
+            return any(start <= p < end for p in positions)
+
+        candidates = [node for node in candidates if contains(node)]
+    if len(candidates) != 1:
+        raise TileSyntaxError(
+            f"{filename}:{code.co_firstlineno}: cannot tell which lambda on this line is called from the kernel; "
+            "give it its own line or make it a def"
+        )
+    found = candidates[0]
+    body = ast.Return(value=found.body)
+    ast.copy_location(body, found.body)
+    definition = ast.FunctionDef(name="<lambda>", args=found.args, body=[body], decorator_list=[], returns=None,
+                                 type_params=[])
+    ast.copy_location(definition, found)
+    ast.fix_missing_locations(definition)
+    return FunctionSource(function, definition, filename, 1, 0)
