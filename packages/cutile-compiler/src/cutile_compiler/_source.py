@@ -100,8 +100,7 @@ def _capture_lambda(function: Any) -> FunctionSource:
     found = candidates[0]
     body = ast.Return(value=found.body)
     ast.copy_location(body, found.body)
-    definition = ast.FunctionDef(name="<lambda>", args=found.args, body=[body], decorator_list=[], returns=None,
-                                 type_params=[])
+    definition = ast.FunctionDef(name="<lambda>", args=found.args, body=[body], decorator_list=[], returns=None)
     ast.copy_location(definition, found)
     ast.fix_missing_locations(definition)
     return FunctionSource(function, definition, filename, 1, 0)
