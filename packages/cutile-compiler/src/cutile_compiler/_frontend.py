@@ -424,7 +424,7 @@ class FrontEnd:
         if isinstance(node, ast.Assert):
             return self.visit_assert(node)
         construct = _UNSUPPORTED_STATEMENTS.get(type(node), type(node).__name__)
-        raise self.syntax_error(f"{construct} is not supported inside a kernel", node)
+        raise self.syntax_error(f"{construct} cannot be used inside a kernel", node)
 
     def assign(self, target: ast.expr, value: Any, node: ast.AST) -> None:
         if isinstance(target, ast.Name):
@@ -879,7 +879,7 @@ class FrontEnd:
                  ast.SetComp: "set comprehensions", ast.GeneratorExp: "generator expressions", ast.Dict: "dicts",
                  ast.Set: "sets", ast.Starred: "starred expressions", ast.NamedExpr: "the walrus operator",
                  ast.Await: "await", ast.Yield: "yield", ast.YieldFrom: "yield from"}
-        raise self.syntax_error(f"{names.get(type(node), type(node).__name__)} is not supported inside a kernel", node)
+        raise self.syntax_error(f"{names.get(type(node), type(node).__name__)} cannot be used inside a kernel", node)
 
     def logical(self, kind: str, left: Any, right: Any, node: ast.AST) -> Any:
         a, b = self.condition(left, node), self.condition(right, node)

@@ -1,0 +1,299 @@
+"""User mistakes: each is refused with a message that says what was expected, at
+the offending line of the kernel, with the source line and a caret.
+
+Each kernel marks its faulty line with a ``# <- name`` comment; the test checks
+the error's line is that one.
+"""
+
+import inspect
+import re
+from typing import Any
+
+import pytest
+
+from cutile_compiler import _dtypes as dt
+from cutile_compiler._errors import TileError, TileSyntaxError, TileTypeError
+from cutile_compiler._frontend import build_kernel_ir
+from cutile_compiler._signature import TensorSpec, parse_signature, specialize
+from cutile_compiler.language import *  # noqa: F403
+from cutile_compiler.language import Constant, Mut, Tensor, f16, f32, i8, i32
+
+V = TensorSpec(dt.f32, (256,))
+P = TensorSpec(dt.f32, (256,), (64,))
+M = TensorSpec(dt.f32, (64, 64), (32, 32))
+
+
+def compile_kernel(function: Any, **arguments: Any) -> None:
+    signature = parse_signature(function)
+    build_kernel_ir(function, signature, specialize(signature, function.__name__, arguments))
+
+
+def helper(x):  # an undecorated Python function
+    return x
+
+
+@DeviceFunction
+def recursive(x):
+    return recursive(x)  # <- recursion
+
+
+def k_store_readonly(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    x.store(load_tile_like(x, z))  # <- store_readonly
+
+
+def k_partition_mut(z: Mut[Tensor[f32, ["B"]]]):
+    p = z.partition([32])  # <- partition_mut
+
+
+def k_partition_store(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    p = x.partition([64])
+    p.store(0, load_tile_like(x, z))  # <- partition_store
+
+
+def k_unknown_name(z: Mut[Tensor[f32, ["B"]]]):
+    z.store(undefined_thing)  # <- unknown_name
+
+
+def k_mixed_dtypes(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], y: Tensor[i32, [-1]]):
+    z.store(load_tile_like(x, z) + load_tile_like(y, z))  # <- mixed_dtypes
+
+
+def k_shapes(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    a = load_tile_like(x, z)
+    b = zeros((32,), f32)
+    z.store(a + b)  # <- shapes
+
+
+def k_not_power_of_two(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    p = x.partition([48])  # <- not_power_of_two
+
+
+def k_try(z: Mut[Tensor[f32, ["B"]]]):
+    try:  # <- try
+        pass
+    except Exception:
+        pass
+
+
+def k_with(z: Mut[Tensor[f32, ["B"]]]):
+    with open("f"):  # <- with
+        pass
+
+
+def k_comprehension(z: Mut[Tensor[f32, ["B"]]]):
+    values = [i for i in range(3)]  # <- comprehension
+
+
+def k_plain_function(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    z.store(helper(load_tile_like(x, z)))  # <- plain_function
+
+
+def k_recursion(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    z.store(recursive(load_tile_like(x, z)))
+
+
+def k_return_value(z: Mut[Tensor[f32, ["B"]]]):
+    return 1  # <- return_value
+
+
+def k_subscript_assign(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    t = load_tile_like(x, z)
+    t[0] = 1.0  # <- subscript_assign
+
+
+def k_float_into_int(z: Mut[Tensor[i32, ["B"]]], x: Tensor[i32, [-1]]):
+    z.store(load_tile_like(x, z) + 1.5)  # <- float_into_int
+
+
+def k_overflow(z: Mut[Tensor[i8, ["B"]]], x: Tensor[i8, [-1]]):
+    z.store(load_tile_like(x, z) + 300)  # <- overflow
+
+
+def k_mma_shapes(z: Mut[Tensor[f32, ["BM", "BN"]]], x: Tensor[f16, [-1, -1]]):
+    a = x.load(index=(0, 0), shape=(32, 16))
+    z.store(mma(a, a, z.load()))  # <- mma_shapes
+
+
+def k_mma_dtype(z: Mut[Tensor[f32, ["BM", "BN"]]]):
+    a = zeros((32, 32), i32)
+    z.store(mma(a, a, z.load()))  # <- mma_dtype
+
+
+def k_axis(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    s = sum(load_tile_like(x, z), axis=3)  # <- axis
+
+
+def k_range_float(z: Mut[Tensor[f32, ["B"]]]):
+    for i in range(2.5):  # <- range_float
+        pass
+
+
+def k_one_branch(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    t = load_tile_like(x, z)
+    if sum(t) > 0:
+        u = t
+    z.store(u)  # <- one_branch
+
+
+def k_loop_only(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], N: Constant[int]):
+    for i in range(N):
+        inner = load_tile_like(x, z)
+    z.store(inner)  # <- loop_only
+
+
+def k_type_change(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], N: Constant[int]):
+    acc = zeros((64,), f32)
+    for i in range(N):  # <- type_change
+        acc = acc.astype(f16)
+    z.store(acc)
+
+
+def k_tile_condition(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    t = load_tile_like(x, z)
+    if t > 0:  # <- tile_condition
+        z.store(t)
+
+
+def k_static_assert(z: Mut[Tensor[f32, ["B"]]], B: Constant[int]):
+    static_assert(B == 128, "tiles must be 128 wide")  # <- static_assert
+
+
+def k_like_readonly(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    z.store(load_tile_like(x, x))  # <- like_readonly
+
+
+def k_index_rank(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    z.store(x.load(index=(0, 1), shape=(64,)))  # <- index_rank
+
+
+def k_astype_not_dtype(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    z.store(load_tile_like(x, z).astype(3))  # <- astype_not_dtype
+
+
+def k_store_shape(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    z.store(zeros((32,), f32))  # <- store_shape
+
+
+def k_int_pow(z: Mut[Tensor[i32, ["B"]]], x: Tensor[i32, [-1]]):
+    z.store(load_tile_like(x, z) ** 2)  # <- int_pow
+
+
+def k_fstring(z: Mut[Tensor[f32, ["B"]]]):
+    s = f"{z}"  # <- fstring
+
+
+def k_is(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    if x is z:  # <- is
+        pass
+
+
+def k_tuple_index(z: Mut[Tensor[f32, ["B"]]]):
+    b = get_tile_block_id()[3]  # <- tuple_index
+
+
+def k_extract(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    e = extract(load_tile_like(x, z), (0,), (48,))  # <- extract
+
+
+def k_undeclared_constant(z: Mut[Tensor[f32, ["B"]]]):
+    n = B  # <- undeclared_constant
+
+
+def k_lossy_store(z: Mut[Tensor[f16, ["B"]]], x: Tensor[f32, [-1]]):
+    z.store(load_tile_like(x, z))  # <- lossy_store
+
+
+def k_bad_call_arity(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    z.store(load_tile_like(x))  # <- bad_call_arity
+
+
+def k_unknown_method(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    z.store(load_tile_like(x, z).frobnicate())  # <- unknown_method
+
+
+def k_where_condition(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    t = load_tile_like(x, z)
+    z.store(where(t, t, 0.0))  # <- where_condition
+
+
+CASES: list[tuple[Any, dict[str, Any], type[TileError], str, str]] = [
+    (k_store_readonly, {"z": P, "x": V}, TileTypeError, "store_readonly", "this tensor is read-only; declare the parameter Mut"),
+    (k_partition_mut, {"z": P}, TileTypeError, "partition_mut", "a Mut tensor is already partitioned among the blocks"),
+    (k_partition_store, {"z": P, "x": V}, TileTypeError, "partition_store", r"needs @cutile.entry\(unsafe=True\)"),
+    (k_unknown_name, {"z": P}, TileSyntaxError, "unknown_name", "name 'undefined_thing' is not defined"),
+    (k_mixed_dtypes, {"z": P, "x": V, "y": TensorSpec(dt.i32, (256,))}, TileTypeError, "mixed_dtypes",
+     "cannot combine f32 and i32 tiles implicitly"),
+    (k_shapes, {"z": P, "x": V}, TileTypeError, "shapes", r"shapes \[64\], \[32\] do not broadcast"),
+    (k_not_power_of_two, {"z": P, "x": V}, TileTypeError, "not_power_of_two", r"powers of two, got \[48\]"),
+    (k_try, {"z": P}, TileSyntaxError, "try", "try/except cannot be used inside a kernel"),
+    (k_with, {"z": P}, TileSyntaxError, "with", "with cannot be used inside a kernel"),
+    (k_comprehension, {"z": P}, TileSyntaxError, "comprehension", "list comprehensions cannot be used inside a kernel"),
+    (k_plain_function, {"z": P, "x": V}, TileSyntaxError, "plain_function", "decorate it with @cutile.function"),
+    (k_recursion, {"z": P, "x": V}, TileSyntaxError, "recursion", "recursive call of recursive"),
+    (k_return_value, {"z": P}, TileSyntaxError, "return_value", "a kernel returns nothing"),
+    (k_subscript_assign, {"z": P, "x": V}, TileSyntaxError, "subscript_assign", "tiles are immutable values"),
+    (k_float_into_int, {"z": TensorSpec(dt.i32, (256,), (64,)), "x": TensorSpec(dt.i32, (256,))}, TileTypeError,
+     "float_into_int", "cannot use 1.5 as a i32 value"),
+    (k_overflow, {"z": TensorSpec(dt.i8, (256,), (64,)), "x": TensorSpec(dt.i8, (256,))}, TileTypeError, "overflow",
+     "the constant 300 does not fit in i8"),
+    (k_mma_shapes, {"z": M, "x": TensorSpec(dt.f16, (64, 64))}, TileTypeError, "mma_shapes", "mma: shapes do not chain"),
+    (k_mma_dtype, {"z": M}, TileTypeError, "mma_dtype", "inputs i32 with accumulator f32 are not supported"),
+    (k_axis, {"z": P, "x": V}, TileTypeError, "axis", "axis 3 is out of range for a rank-1 tile"),
+    (k_range_float, {"z": P}, TileTypeError, "range_float", r"range\(\) bounds must be ints"),
+    (k_one_branch, {"z": P, "x": V}, TileSyntaxError, "one_branch", "'u' is assigned in only one branch of the if"),
+    (k_loop_only, {"z": P, "x": V, "N": 3}, TileSyntaxError, "loop_only", "'inner' is assigned only inside the loop"),
+    (k_type_change, {"z": P, "x": V, "N": 3}, TileTypeError, "type_change",
+     r"'acc' changes type in the loop from tile<64xf32> to tile<64xf16>"),
+    (k_tile_condition, {"z": P, "x": V}, TileTypeError, "tile_condition", "the truth value of a tile<64xbool> is ambiguous"),
+    (k_static_assert, {"z": P}, TileTypeError, "static_assert", "static_assert failed: tiles must be 128 wide"),
+    (k_like_readonly, {"z": P, "x": V}, TileTypeError, "like_readonly", "must be a Mut tensor"),
+    (k_index_rank, {"z": P, "x": V}, TileTypeError, "index_rank", "the index needs 1 coordinate"),
+    (k_astype_not_dtype, {"z": P, "x": V}, TileTypeError, "astype_not_dtype", "expected a dtype such as f32, got int 3"),
+    (k_store_shape, {"z": P, "x": V}, TileTypeError, "store_shape", r"this block's tile of the tensor has shape \[64\]"),
+    (k_int_pow, {"z": TensorSpec(dt.i32, (256,), (64,)), "x": TensorSpec(dt.i32, (256,))}, TileTypeError, "int_pow",
+     "'\\*\\*' needs floating-point operands, got i32"),
+    (k_fstring, {"z": P}, TileSyntaxError, "fstring", "f-strings are not supported in kernels"),
+    (k_is, {"z": P, "x": V}, TileSyntaxError, "is", "'is' compares only with None"),
+    (k_tuple_index, {"z": P}, TileTypeError, "tuple_index", "index 3 is out of range for a tuple of 3"),
+    (k_extract, {"z": P, "x": V}, TileTypeError, "extract", r"tile dimensions must be powers of two, got \[48\]"),
+    (k_undeclared_constant, {"z": P}, TileSyntaxError, "undeclared_constant",
+     "declare it as a parameter: B: Constant\\[int\\]"),
+    (k_lossy_store, {"z": TensorSpec(dt.f16, (256,), (64,)), "x": V}, TileTypeError, "lossy_store",
+     r"cannot be stored into a f16 tensor without loss; convert it with .astype\(f16\)"),
+    (k_bad_call_arity, {"z": P, "x": V}, TileTypeError, "bad_call_arity", "missing a required argument: 'like'"),
+    (k_unknown_method, {"z": P, "x": V}, TileSyntaxError, "unknown_method", "has no attribute 'frobnicate'"),
+    (k_where_condition, {"z": P, "x": V}, TileTypeError, "where_condition", "where's condition must be a bool tile"),
+]
+
+
+def marked_line(function: Any, marker: str) -> int:
+    lines, _ = inspect.getsourcelines(function)
+    path = inspect.getsourcefile(function)
+    assert path is not None
+    text = open(path).read().splitlines()
+    for number, line in enumerate(text, start=1):
+        if line.rstrip().endswith(f"# <- {marker}") or f"# <- {marker} " in line:
+            return number
+    raise AssertionError(f"no '# <- {marker}' marker")
+
+
+@pytest.mark.parametrize("kernel, arguments, error, marker, message", CASES, ids=[c[3] for c in CASES])
+def test_mistake_is_reported_at_its_line(kernel: Any, arguments: dict[str, Any], error: type[TileError],
+                                         marker: str, message: str) -> None:
+    with pytest.raises(error) as info:
+        compile_kernel(kernel, **arguments)
+    raised = info.value
+    assert type(raised) is error
+    assert raised.location is not None
+    assert raised.location.line == marked_line(kernel, marker), str(raised)
+    text = str(raised)
+    assert re.search(message, text), text
+    first_line, source_line, caret_line = text.splitlines()[:3]
+    assert first_line.startswith(f"{raised.location.filename}:{raised.location.line}:{raised.location.column + 1}: ")
+    assert f"# <- {marker}" in source_line
+    assert caret_line.strip() and set(caret_line.strip()) == {"^"}
+    assert caret_line.index("^") == raised.location.column
+
+
+def test_there_are_at_least_thirty_distinct_mistakes() -> None:
+    assert len({c[3] for c in CASES}) >= 30
