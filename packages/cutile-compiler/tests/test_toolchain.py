@@ -467,3 +467,29 @@ def test_map_diagnostics_without_excerpt(behaviour: str) -> None:
         return None
 
     assert _toolchain.map_diagnostics(DI_LINE, locations) == "k.py:11:9: error: unsupported type 'f8E4M3FN'"
+
+
+# --- arguments -----------------------------------------------------------------------
+
+
+def test_toolchain_is_frozen_and_hashable(fake_toolkit: FakeToolkit, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = fake_toolkit("tk")
+    monkeypatch.setenv("CUTILE_TILEIRAS", str(root / "bin" / "tileiras"))
+    chain = _toolchain.find_toolchain()
+    assert {chain: 1}[chain] == 1 and chain.describe().startswith("tileiras 13.4.92 at ")
+    with pytest.raises(AttributeError):
+        chain.root = Path("/")  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("bytecode", "timeout", "error"),
+    [("text", None, TypeError), (b"\x7fTileIR", 0.0, ValueError), (b"\x7fTileIR", -1.0, ValueError)],
+)
+def test_compile_arguments_are_checked(
+    fake_toolkit: FakeToolkit, monkeypatch: pytest.MonkeyPatch, bytecode: object, timeout: float | None, error: type[Exception]
+) -> None:
+    root = fake_toolkit("tk")
+    monkeypatch.setenv("CUTILE_TILEIRAS", str(root / "bin" / "tileiras"))
+    with pytest.raises(error, match="bytecode must be bytes|timeout must be a positive"):
+        _toolchain.compile_bytecode(bytecode, "sm_90", timeout=timeout)  # type: ignore[arg-type]
+    assert not (root / "compile-args.txt").exists()

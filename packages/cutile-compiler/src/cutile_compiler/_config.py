@@ -229,7 +229,7 @@ DUMP: Knob[frozenset[str]] = Knob(
 )
 DUMP_DIR: Knob[Path] = Knob(
     "CUTILE_DUMP_DIR", "path", _parse_path, lambda: Path.cwd() / "cutile_dump", "./cutile_dump",
-    "Where CUTILE_DUMP writes its files, one subfolder per kernel.",
+    "Where CUTILE_DUMP writes its files.",
 )
 JIT_TIMING: Knob[bool] = Knob(
     "CUTILE_JIT_TIMING", "bool", _parse_bool, _const(False), "0",

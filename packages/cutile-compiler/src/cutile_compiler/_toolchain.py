@@ -73,6 +73,8 @@ INSTALL_HINT = (
 FOUND_BY_RULES = ("CUTILE_TILEIRAS", "CUDA_TOOLKIT_PATH", "pip", "PATH")
 """The values of `Toolchain.found_by`, in the order they are tried."""
 
+_EXE = ".exe" if os.name == "nt" else ""
+_TILEIRAS, _PTXAS = "tileiras" + _EXE, "ptxas" + _EXE
 _PROBE_TIMEOUT_S = 60.0  # --version/--help answer in milliseconds; this only guards a hung binary
 _GENERIC_FAILURE = "failed to compile Tile IR program"
 
@@ -531,7 +533,7 @@ def _locate() -> tuple[Path, str]:
     looked: list[str] = []
     toolkit = _config.CUDA_TOOLKIT_PATH.get()
     if toolkit is not None:
-        candidate = toolkit / "bin" / "tileiras"
+        candidate = toolkit / "bin" / _TILEIRAS
         if _is_executable(candidate):
             return candidate, "CUDA_TOOLKIT_PATH"
         looked.append(f"CUDA_TOOLKIT_PATH ({candidate} is missing)")
@@ -539,8 +541,8 @@ def _locate() -> tuple[Path, str]:
         looked.append("CUDA_TOOLKIT_PATH (unset)")
     folders = _pip_bin_folders()
     for folder in folders:
-        if _is_executable(folder / "tileiras"):
-            return folder / "tileiras", "pip"
+        if _is_executable(folder / _TILEIRAS):
+            return folder / _TILEIRAS, "pip"
     looked.append(
         "the pip packages (" + (", ".join(map(str, folders)) + " hold no tileiras" if folders else "no nvidia/cu*/bin")
         + ")"
@@ -619,7 +621,7 @@ def _probe(tileiras: str, found_by: str, mtime_ns: int, size: int) -> Toolchain:
     code, help_text = _probe_output(exe, "--help", env)
     gpu_names = tuple(dict.fromkeys(_GPU_NAME.findall(help_text))) if code == 0 else ()
 
-    ptxas = root / "bin" / "ptxas"
+    ptxas = root / "bin" / _PTXAS
     if not _is_executable(ptxas):
         raise ToolchainError(
             f"{where} has no ptxas beside it ({ptxas} is missing); tileiras needs the ptxas and libnvvm "
