@@ -493,3 +493,20 @@ def test_compile_arguments_are_checked(
     with pytest.raises(error, match="bytecode must be bytes|timeout must be a positive"):
         _toolchain.compile_bytecode(bytecode, "sm_90", timeout=timeout)  # type: ignore[arg-type]
     assert not (root / "compile-args.txt").exists()
+
+
+def test_fixtures_disassemble_as_documented(real_toolchain: Toolchain, empty_kernel: bytes, f8_kernel: bytes, tmp_path: Path) -> None:
+    import subprocess
+
+    disasm = real_toolchain.root / "bin" / "tileirdisasm"
+    if not disasm.exists():
+        pytest.skip("no tileirdisasm beside tileiras")
+    texts = []
+    for name, bytecode in (("empty", empty_kernel), ("f8", f8_kernel)):
+        (tmp_path / name).write_bytes(bytecode)
+        done = subprocess.run([str(disasm), "-g", str(tmp_path / name)], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        texts.append(" ".join(done.stdout.split()))
+    assert texts[0].startswith("entry @kernel() { return")
+    assert texts[1].startswith("entry @kernel(%arg0: tile<f32>) { %0 = ftof %arg0 : tile<f32> -> tile<f8E4M3FN>")
+    assert 'loc("k.py":11:9)' in texts[1]
