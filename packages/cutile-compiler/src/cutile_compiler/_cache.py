@@ -1,0 +1,418 @@
+"""Compile caches: an in-memory LRU (specialization -> loaded kernel) and an on-disk cubin store.
+
+The disk cache is content-addressed: an entry's name is the sha256 of everything the
+cubin depends on (the bytecode, the arch, ``tileiras --version``, the tileiras flags).
+It lives in a versioned folder under ``CUTILE_CACHE_DIR`` and is safe to share between
+processes without locks:
+
+- a writer writes a temporary file in the entry's folder and renames it into place
+  (``os.replace`` is atomic), so a reader sees a whole entry or none;
+- each entry starts with a header (magic, sha256 of the payload, its length) that a
+  reader verifies; a corrupt or truncated entry is deleted and counts as a miss, so
+  it is rebuilt, and never surfaces as an exception;
+- the folder is kept under ``CUTILE_CACHE_MAX_BYTES`` by deleting the least recently
+  used entries (a hit refreshes an entry's mtime); files vanishing under an eviction,
+  because another process evicted them first, are expected.
+
+``CUTILE_CACHE=0`` turns the disk cache off. `cached_compile` puts it together with
+`Toolchain.compile`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import struct
+import tempfile
+import threading
+import time
+import warnings
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Generic, TypeVar, overload
+
+from cutile_compiler import _config
+from cutile_compiler._toolchain import CompileOptions, Locations, Toolchain, find_toolchain
+
+__all__ = [
+    "CacheStats",
+    "DiskCache",
+    "LRUCache",
+    "cache_key",
+    "cached_compile",
+    "default_disk_cache",
+]
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+D = TypeVar("D")
+
+
+@dataclass
+class CacheStats:
+    """Counters of one cache (for tests and ``CUTILE_JIT_TIMING``).
+
+    Attributes:
+        hits: lookups that found a valid entry.
+        misses: lookups that did not (corrupt entries included).
+        corrupt: entries found damaged, deleted (disk cache only).
+        writes: entries stored.
+        evictions: entries removed to respect the size cap.
+        errors: disk operations that failed and were skipped (unwritable folder...).
+    """
+
+    hits: int = 0
+    misses: int = 0
+    corrupt: int = 0
+    writes: int = 0
+    evictions: int = 0
+    errors: int = 0
+
+    def snapshot(self) -> CacheStats:
+        """A copy of the counters now."""
+        return replace(self)
+
+
+# --- in memory -----------------------------------------------------------------------
+
+
+class LRUCache(Generic[K, V]):
+    """A small thread-safe least-recently-used map, e.g. specialization key -> loaded kernel.
+
+    Args:
+        maxsize: how many entries it keeps; the least recently used goes first.
+    """
+
+    def __init__(self, maxsize: int = 1024) -> None:
+        if isinstance(maxsize, bool) or not isinstance(maxsize, int) or maxsize < 1:
+            raise ValueError(f"LRUCache maxsize must be a positive int, got {maxsize!r}")
+        self.maxsize = maxsize
+        self.stats = CacheStats()
+        self._data: OrderedDict[K, V] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @overload
+    def get(self, key: K) -> V | None: ...
+    @overload
+    def get(self, key: K, default: D) -> V | D: ...
+    def get(self, key: K, default: object = None) -> object:
+        """The value for `key` (now the most recently used), or `default`."""
+        with self._lock:
+            try:
+                value = self._data[key]
+            except KeyError:
+                self.stats.misses += 1
+                return default
+            self._data.move_to_end(key)
+            self.stats.hits += 1
+            return value
+
+    def put(self, key: K, value: V) -> None:
+        """Stores `value` under `key`, evicting the least recently used beyond `maxsize`."""
+        with self._lock:
+            self._data[key] = value
+            self._data.move_to_end(key)
+            self.stats.writes += 1
+            while len(self._data) > self.maxsize:
+                self._data.popitem(last=False)
+                self.stats.evictions += 1
+
+    def get_or_create(self, key: K, factory: Callable[[], V]) -> V:
+        """The value for `key`, made by `factory()` and stored on a miss.
+
+        `factory` runs without the lock held (it may compile for a while); if two
+        threads race, the first value stored wins and both get it.
+        """
+        with self._lock:
+            if key in self._data:
+                self._data.move_to_end(key)
+                self.stats.hits += 1
+                return self._data[key]
+            self.stats.misses += 1
+        value = factory()
+        with self._lock:
+            if key in self._data:
+                return self._data[key]
+        self.put(key, value)
+        return value
+
+    def pop(self, key: K) -> V | None:
+        """Removes `key`; returns its value, or None if absent."""
+        with self._lock:
+            return self._data.pop(key, None)
+
+    def clear(self) -> None:
+        """Removes every entry (the statistics stay)."""
+        with self._lock:
+            self._data.clear()
+
+    def __contains__(self, key: object) -> bool:
+        with self._lock:
+            return key in self._data
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._data)
+
+    def keys(self) -> list[K]:
+        """The keys, least recently used first."""
+        with self._lock:
+            return list(self._data)
+
+
+# --- on disk -------------------------------------------------------------------------
+
+LAYOUT = "cubin-v1"
+"""The cache's subfolder; bump it whenever the entry format or key derivation changes."""
+
+_MAGIC = b"CUTILEc\x01"
+_HEADER = struct.Struct("<8s32sQ")  # magic, sha256 of the payload, payload length
+_SUFFIX = ".cubin"
+_TEMP_PREFIX = ".tmp-"
+_STALE_TEMP_S = 3600.0  # a temporary file this old was left by a writer that died
+_KEY = re.compile(r"[0-9a-f]{64}")
+
+
+def cache_key(bytecode: bytes, arch: str, tileiras_version: str, options: Sequence[str]) -> str:
+    """The sha256 (hex) naming the cubin of `bytecode` for `arch` with these tools and flags."""
+    digest = hashlib.sha256(LAYOUT.encode() + b"\0")
+    for part in (bytes(bytecode), arch.encode(), tileiras_version.encode(), "\0".join(options).encode()):
+        digest.update(len(part).to_bytes(8, "little"))  # length-prefixed: no two inputs collide
+        digest.update(part)
+    return digest.hexdigest()
+
+
+def _wrap(payload: bytes) -> bytes:
+    return _HEADER.pack(_MAGIC, hashlib.sha256(payload).digest(), len(payload)) + payload
+
+
+def _unwrap(data: bytes) -> bytes | None:
+    if len(data) < _HEADER.size:
+        return None
+    magic, digest, length = _HEADER.unpack_from(data)
+    payload = data[_HEADER.size :]
+    if magic != _MAGIC or length != len(payload) or hashlib.sha256(payload).digest() != digest:
+        return None
+    return payload
+
+
+def _unlink_quietly(path: str | Path) -> bool:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return False  # someone else removed it first: fine
+    except OSError:
+        return False
+    return True
+
+
+class DiskCache:
+    """A folder of checksummed cubins named by `cache_key`, capped in size.
+
+    Args:
+        directory: the cache folder (``CUTILE_CACHE_DIR``); entries go in its
+            ``cubin-v1`` subfolder, fanned out by the key's first two characters.
+        max_bytes: the cap on the entries' total size (``CUTILE_CACHE_MAX_BYTES``).
+    """
+
+    def __init__(self, directory: Path, max_bytes: int) -> None:
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
+            raise ValueError(f"DiskCache max_bytes must be a non-negative int, got {max_bytes!r}")
+        self.directory = Path(directory)
+        self.root = self.directory / LAYOUT
+        self.max_bytes = max_bytes
+        self.stats = CacheStats()
+        self._lock = threading.Lock()
+        self._warned = False
+
+    def __repr__(self) -> str:
+        return f"DiskCache({str(self.directory)!r}, max_bytes={self.max_bytes})"
+
+    def path(self, key: str) -> Path:
+        """Where the entry of `key` lives."""
+        if not isinstance(key, str) or not _KEY.fullmatch(key):
+            raise ValueError(f"a disk cache key is 64 lowercase hex digits (see cache_key), got {key!r}")
+        return self.root / key[:2] / (key + _SUFFIX)
+
+    def _count(self, **deltas: int) -> None:
+        with self._lock:
+            for name, delta in deltas.items():
+                setattr(self.stats, name, getattr(self.stats, name) + delta)
+
+    def get(self, key: str) -> bytes | None:
+        """The payload stored under `key`, or None (missing, unreadable or corrupt).
+
+        A corrupt entry is deleted so that the next `put` rebuilds it; a hit refreshes
+        the entry's mtime, which is what eviction orders by.
+        """
+        path = self.path(key)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            self._count(misses=1)
+            return None
+        except OSError:
+            self._count(misses=1, errors=1)
+            return None
+        payload = _unwrap(data)
+        if payload is None:
+            _unlink_quietly(path)
+            self._count(misses=1, corrupt=1)
+            return None
+        try:
+            os.utime(path)
+        except OSError:
+            pass  # evicted meanwhile, or a read-only cache: the hit is still good
+        self._count(hits=1)
+        return payload
+
+    def put(self, key: str, payload: bytes) -> bool:
+        """Stores `payload` under `key` atomically, then trims the cache to its cap.
+
+        Returns False, without raising, when the entry could not be written (an
+        unwritable folder, a full disk) or is larger than the cap by itself.
+        """
+        path = self.path(key)
+        data = _wrap(bytes(payload))
+        if len(data) > self.max_bytes:
+            return False
+        temp: str | None = None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, temp = tempfile.mkstemp(prefix=_TEMP_PREFIX, suffix=".part", dir=path.parent)
+            with os.fdopen(fd, "wb") as file:
+                file.write(data)
+            os.replace(temp, path)  # atomic: readers see the old entry, or none, or this one
+        except OSError as exc:
+            if temp is not None:
+                _unlink_quietly(temp)
+            self._count(errors=1)
+            self._warn(exc)
+            return False
+        self._count(writes=1)
+        self.evict()
+        return True
+
+    def _warn(self, exc: OSError) -> None:
+        if not self._warned:
+            self._warned = True
+            warnings.warn(
+                f"cutile cannot write its compile cache in {self.root} ({exc}); compiling without it. "
+                "Set CUTILE_CACHE_DIR to a writable folder, or CUTILE_CACHE=0 to turn the cache off.",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+
+    def entries(self) -> list[tuple[Path, int, int]]:
+        """(path, size in bytes, mtime in ns) of every entry, least recently used first.
+
+        Also deletes temporary files left behind by writers that died mid-write.
+        """
+        found: list[tuple[int, str, int]] = []
+        now = time.time()
+        try:
+            folders = [entry.path for entry in os.scandir(self.root) if entry.is_dir()]
+        except FileNotFoundError:
+            return []
+        for folder in folders:
+            try:
+                items = list(os.scandir(folder))
+            except FileNotFoundError:
+                continue
+            for item in items:
+                try:
+                    info = item.stat()
+                except FileNotFoundError:
+                    continue  # evicted or replaced by another process just now
+                if item.name.startswith(_TEMP_PREFIX):
+                    if now - info.st_mtime > _STALE_TEMP_S:
+                        _unlink_quietly(item.path)
+                elif item.name.endswith(_SUFFIX):
+                    found.append((info.st_mtime_ns, item.path, info.st_size))
+        found.sort()
+        return [(Path(path), size, mtime) for mtime, path, size in found]
+
+    def size(self) -> int:
+        """The entries' total size in bytes."""
+        return sum(size for _, size, _ in self.entries())
+
+    def evict(self, max_bytes: int | None = None) -> int:
+        """Deletes least recently used entries until the total is at most the cap.
+
+        Returns how many entries this call deleted.
+        """
+        cap = self.max_bytes if max_bytes is None else max_bytes
+        entries = self.entries()
+        total = sum(size for _, size, _ in entries)
+        removed = 0
+        for path, size, _ in entries:
+            if total <= cap:
+                break
+            if _unlink_quietly(path):
+                removed += 1
+            total -= size  # gone either way: by us or by a concurrent evictor
+        if removed:
+            self._count(evictions=removed)
+        return removed
+
+    def clear(self) -> None:
+        """Deletes every entry."""
+        self.evict(0)
+
+
+_default_caches: dict[tuple[Path, int], DiskCache] = {}
+_default_lock = threading.Lock()
+
+
+def default_disk_cache() -> DiskCache | None:
+    """The disk cache the environment asks for now; None when ``CUTILE_CACHE=0``.
+
+    One `DiskCache` object per (folder, cap), so its statistics accumulate.
+    """
+    if not _config.CACHE.get():
+        return None
+    directory = _config.CACHE_DIR.get()
+    cap = _config.CACHE_MAX_BYTES.get()
+    with _default_lock:
+        cache = _default_caches.get((directory, cap))
+        if cache is None:
+            cache = _default_caches[(directory, cap)] = DiskCache(directory, cap)
+        return cache
+
+
+def cached_compile(
+    bytecode: bytes,
+    arch: str,
+    toolchain: Toolchain | None = None,
+    options: CompileOptions | None = None,
+    *,
+    timeout: float | None = None,
+    locations: Locations | None = None,
+    cache: DiskCache | None = None,
+) -> tuple[bytes, bool]:
+    """The cubin of `bytecode` for `arch`, from the disk cache or by running tileiras.
+
+    Args:
+        bytecode, arch, options, timeout, locations: as for `Toolchain.compile`.
+        toolchain: the tileiras to use; default `find_toolchain()`.
+        cache: the disk cache; default `default_disk_cache()` (none when CUTILE_CACHE=0).
+
+    Returns:
+        (cubin bytes, whether they came from the cache).
+    """
+    chain = find_toolchain() if toolchain is None else toolchain
+    opts = CompileOptions() if options is None else options
+    chain.check_arch(arch)  # the same error whether or not the cache holds an entry
+    store = default_disk_cache() if cache is None else cache
+    if store is None:
+        return chain.compile(bytecode, arch, timeout=timeout, options=opts, locations=locations), False
+    key = cache_key(bytecode, arch, chain.version_text, opts.args())
+    cubin = store.get(key)
+    if cubin is not None and cubin.startswith(b"\x7fELF"):
+        return cubin, True
+    cubin = chain.compile(bytecode, arch, timeout=timeout, options=opts, locations=locations)
+    store.put(key, cubin)
+    return cubin, False

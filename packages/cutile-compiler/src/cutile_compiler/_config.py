@@ -1,0 +1,270 @@
+"""Every environment variable cutile reads, declared once in a typed table.
+
+Each `Knob` has a name, a parser, a default and one line of documentation; code
+reads a value with ``KNOB.get()``, which looks at the environment *at call time*
+(so tests can monkeypatch it and a long-running program can change it), parses
+it and raises `ConfigError` naming the variable when the value is malformed.
+Nothing else in cutile reads ``os.environ`` for a ``CUTILE_*`` setting.
+
+`knobs_markdown()` renders the table for the README.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+__all__ = [
+    "BACKEND",
+    "CACHE",
+    "CACHE_DIR",
+    "CACHE_MAX_BYTES",
+    "CHECKED",
+    "CUDA_TOOLKIT_PATH",
+    "DUMP",
+    "DUMP_DIR",
+    "DUMP_STAGES",
+    "JIT_TIMING",
+    "KNOBS",
+    "TILEIRAS",
+    "TILEIRAS_TIMEOUT",
+    "ConfigError",
+    "Knob",
+    "knobs_markdown",
+]
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """An environment variable holds a value cutile cannot use.
+
+    Attributes:
+        name: the variable, e.g. ``"CUTILE_CACHE_MAX_BYTES"``.
+        value: the text it held.
+    """
+
+    def __init__(self, name: str, value: str, expected: str) -> None:
+        self.name = name
+        self.value = value
+        super().__init__(f"environment variable {name}={value!r} is invalid: expected {expected}")
+
+
+class _Invalid(Exception):
+    """Raised by a parser; `Knob.get` turns it into a `ConfigError` naming the variable."""
+
+
+@dataclass(frozen=True)
+class Knob(Generic[T]):
+    """One environment variable: its name, how to parse it, its default, what it does.
+
+    Attributes:
+        name: the variable's name.
+        kind: the type in words, for the documentation table (``"bool"``, ``"path"``...).
+        parse: turns the (stripped, non-empty) text into a value; raises on bad input.
+        default: computes the value used when the variable is unset or empty.
+        default_text: how the default reads in the documentation table.
+        doc: one line saying what the variable does.
+    """
+
+    name: str
+    kind: str
+    parse: Callable[[str], T]
+    default: Callable[[], T]
+    default_text: str
+    doc: str
+
+    def raw(self, environ: Mapping[str, str] | None = None) -> str | None:
+        """The variable's text, or None when it is unset or only whitespace."""
+        env = os.environ if environ is None else environ
+        text = env.get(self.name)
+        if text is None or not text.strip():
+            return None
+        return text.strip()
+
+    def is_set(self, environ: Mapping[str, str] | None = None) -> bool:
+        """Whether the variable holds a non-empty value."""
+        return self.raw(environ) is not None
+
+    def get(self, environ: Mapping[str, str] | None = None) -> T:
+        """The parsed value (the default when unset); `ConfigError` when malformed."""
+        text = self.raw(environ)
+        if text is None:
+            return self.default()
+        try:
+            return self.parse(text)
+        except _Invalid as exc:
+            raise ConfigError(self.name, text, str(exc)) from None
+
+
+# --- parsers -----------------------------------------------------------------------
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+
+
+def _parse_bool(text: str) -> bool:
+    low = text.lower()
+    if low in _TRUE:
+        return True
+    if low in _FALSE:
+        return False
+    raise _Invalid("1 or 0 (also true/false, yes/no, on/off)")
+
+
+def _parse_path(text: str) -> Path:
+    return Path(text).expanduser()
+
+
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1024,
+    "kb": 1000,
+    "kib": 1024,
+    "m": 1024**2,
+    "mb": 1000**2,
+    "mib": 1024**2,
+    "g": 1024**3,
+    "gb": 1000**3,
+    "gib": 1024**3,
+    "t": 1024**4,
+    "tb": 1000**4,
+    "tib": 1024**4,
+}
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([a-zA-Z]*)")
+
+
+def _parse_size(text: str) -> int:
+    match = _SIZE.fullmatch(text)
+    unit = match.group(2).lower() if match else None
+    if match is None or unit not in _SIZE_UNITS:
+        raise _Invalid("a size in bytes, e.g. 1073741824, 512MiB or 2G")
+    return int(float(match.group(1)) * _SIZE_UNITS[unit])
+
+
+def _parse_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise _Invalid("a number of seconds, e.g. 300 or 2.5") from None
+    if not value > 0 or value == float("inf"):
+        raise _Invalid("a positive, finite number of seconds")
+    return value
+
+
+def _choice(*choices: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        low = text.lower()
+        if low not in choices:
+            raise _Invalid("one of " + ", ".join(choices))
+        return low
+
+    return parse
+
+
+DUMP_STAGES: tuple[str, ...] = ("ast", "ir", "mlir", "bytecode")
+"""What `CUTILE_DUMP` can name, in pipeline order (``all`` means every one)."""
+
+
+def _parse_dump(text: str) -> frozenset[str]:
+    stages: set[str] = set()
+    for item in text.split(","):
+        word = item.strip().lower()
+        if not word or word in ("0", "none"):
+            continue
+        if word == "all":
+            stages.update(DUMP_STAGES)
+        elif word in DUMP_STAGES:
+            stages.add(word)
+        else:
+            raise _Invalid(f"a comma-separated list of {', '.join(DUMP_STAGES)} or all (unknown: {word!r})")
+    return frozenset(stages)
+
+
+def _default_cache_dir() -> Path:
+    # Follow the XDG convention where the user has set it, like pip and Triton do.
+    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "cutile"
+
+
+def _const(value: T) -> Callable[[], T]:
+    return lambda: value
+
+
+# --- the table ---------------------------------------------------------------------
+
+TILEIRAS: Knob[Path | None] = Knob(
+    "CUTILE_TILEIRAS", "path", _parse_path, _const(None), "unset",
+    "The tileiras executable to use; overrides every other way of finding it.",
+)
+CUDA_TOOLKIT_PATH: Knob[Path | None] = Knob(
+    "CUDA_TOOLKIT_PATH", "path", _parse_path, _const(None), "unset",
+    "A CUDA toolkit folder; its bin/tileiras is used when CUTILE_TILEIRAS is unset.",
+)
+TILEIRAS_TIMEOUT: Knob[float] = Knob(
+    "CUTILE_TILEIRAS_TIMEOUT", "seconds", _parse_seconds, _const(300.0), "300",
+    "How long one tileiras run may take before it is killed and reported.",
+)
+CACHE: Knob[bool] = Knob(
+    "CUTILE_CACHE", "bool", _parse_bool, _const(True), "1",
+    "0 turns the on-disk cubin cache off (every compile runs tileiras).",
+)
+CACHE_DIR: Knob[Path] = Knob(
+    "CUTILE_CACHE_DIR", "path", _parse_path, _default_cache_dir, "~/.cache/cutile",
+    "Folder of the on-disk cubin cache ($XDG_CACHE_HOME/cutile when that is set).",
+)
+CACHE_MAX_BYTES: Knob[int] = Knob(
+    "CUTILE_CACHE_MAX_BYTES", "size", _parse_size, _const(1024**3), "1GiB",
+    "Size cap of the on-disk cache; least recently used entries go first (e.g. 512MiB).",
+)
+DUMP: Knob[frozenset[str]] = Knob(
+    "CUTILE_DUMP", "list", _parse_dump, _const(frozenset()), "unset",
+    "Comma list of ast, ir, mlir, bytecode or all: write those stages to CUTILE_DUMP_DIR.",
+)
+DUMP_DIR: Knob[Path] = Knob(
+    "CUTILE_DUMP_DIR", "path", _parse_path, lambda: Path.cwd() / "cutile_dump", "./cutile_dump",
+    "Where CUTILE_DUMP writes its files.",
+)
+JIT_TIMING: Knob[bool] = Knob(
+    "CUTILE_JIT_TIMING", "bool", _parse_bool, _const(False), "0",
+    "1 prints, per compiled kernel, the frontend, tileiras and load times and cache hits.",
+)
+BACKEND: Knob[str] = Knob(
+    "CUTILE_BACKEND", "gpu|interpreter|auto", _choice("auto", "gpu", "interpreter"), _const("auto"), "auto",
+    "Where kernels run: the GPU, the numpy interpreter, or auto (GPU when one is present).",
+)
+CHECKED: Knob[bool] = Knob(
+    "CUTILE_CHECKED", "bool", _parse_bool, _const(False), "0",
+    "1 makes the interpreter check reads of memory nothing wrote (slower).",
+)
+
+KNOBS: tuple[Knob[Any], ...] = (
+    TILEIRAS,
+    CUDA_TOOLKIT_PATH,
+    TILEIRAS_TIMEOUT,
+    CACHE,
+    CACHE_DIR,
+    CACHE_MAX_BYTES,
+    DUMP,
+    DUMP_DIR,
+    JIT_TIMING,
+    BACKEND,
+    CHECKED,
+)
+"""Every variable cutile reads, in the order the README lists them."""
+
+
+def knobs_markdown() -> str:
+    """The table of `KNOBS` as Markdown, for the README."""
+    lines = ["| variable | type | default | meaning |", "|---|---|---|---|"]
+    for knob in KNOBS:
+        doc = knob.doc.replace("|", r"\|")
+        kind = knob.kind.replace("|", r" \| ")
+        lines.append(f"| `{knob.name}` | {kind} | `{knob.default_text}` | {doc} |")
+    return "\n".join(lines) + "\n"
