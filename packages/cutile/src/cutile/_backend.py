@@ -7,24 +7,25 @@ stderr; nothing falls back silently.
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 
+from cutile._errors import CutileError
+from cutile_compiler import _config
+
 _lock = threading.Lock()
 _chosen: str | None = None
-_VALID = ("auto", "gpu", "interpreter")
 
 
-class BackendError(RuntimeError):
+class BackendError(CutileError, RuntimeError):
     """CUTILE_BACKEND asks for a backend that cannot run here."""
 
 
 def _requested() -> str:
-    value = os.environ.get("CUTILE_BACKEND", "auto").strip().lower() or "auto"
-    if value not in _VALID:
-        raise BackendError(f"CUTILE_BACKEND={value!r} is not one of {', '.join(_VALID)}")
-    return value
+    try:
+        return _config.BACKEND.get()
+    except _config.ConfigError as exc:
+        raise BackendError(str(exc)) from None
 
 
 def gpu_unavailable_reason() -> str | None:

@@ -10,7 +10,6 @@ ever wrote.
 from __future__ import annotations
 
 import itertools
-import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,6 +17,7 @@ import numpy as np
 
 from cutile._errors import CutileError
 from cutile._tensor import HostStorage, Tensor
+from cutile_compiler import _config
 from cutile_compiler._errors import SourceLocation
 from cutile_compiler._ir import Block, KernelIR, Operation, Value
 from cutile_compiler._opdefs import Terminator
@@ -59,7 +59,7 @@ class _TensorState:
 
 
 def is_checked() -> bool:
-    return os.environ.get("CUTILE_CHECKED", "0").strip() not in ("", "0", "false", "no")
+    return _config.CHECKED.get()
 
 
 class Interpreter:

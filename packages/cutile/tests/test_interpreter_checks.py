@@ -1,0 +1,94 @@
+"""What the interpreter checks that a GPU cannot: races between blocks in unsafe
+kernels, and (checked mode) reads of memory nothing wrote."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cutile
+from cutile import api
+from cutile.core import Mut, Tensor, f32, get_num_tile_blocks, get_tile_block_id, load_tile_like
+
+
+@cutile.entry(unsafe=True)
+def every_block_writes_tile_zero(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    p = z.partition([64])
+    p.store(0, load_tile_like(x, z))  # all blocks write tile 0
+
+
+@cutile.entry(unsafe=True)
+def reversed_tiles(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    b, _, _ = get_tile_block_id()
+    n, _, _ = get_num_tile_blocks()
+    p = z.partition([64])
+    p.store(n - 1 - b, load_tile_like(x, z))
+
+
+@cutile.entry
+def reads_own_tile(z: Mut[Tensor[f32, ["B"]]]):
+    z.store(z.load() + 1)
+
+
+def test_race_between_blocks_is_reported_with_both_blocks_and_the_line() -> None:
+    z = api.zeros([256]).partition([64])
+    with pytest.raises(cutile.KernelRuntimeError) as info:
+        every_block_writes_tile_zero(z, api.ones([256])).sync()
+    text = str(info.value)
+    assert "race: blocks (0, 0, 0) and (1, 0, 0) both write element [0] of 'z'" in text
+    assert "p.store(0, load_tile_like(x, z))" in text
+    assert info.value.location is not None and info.value.location.line > 0
+
+
+def test_disjoint_unsafe_writes_pass() -> None:
+    xs = np.arange(256, dtype=np.float32)
+    z = api.full([256], np.nan).partition([64])
+    z, _ = reversed_tiles(z, api.from_numpy(xs)).sync()
+    expected = np.concatenate([xs[192:], xs[128:192], xs[64:128], xs[:64]])
+    np.testing.assert_array_equal(z.to_numpy(), expected)
+
+
+def test_checked_mode_reports_reads_of_unwritten_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUTILE_CHECKED", "1")
+    z = api.empty([200]).partition([64])
+    with pytest.raises(cutile.KernelRuntimeError, match=r"block \(0, 0, 0\) reads element \[0\] of 'z', which nothing has written"):
+        reads_own_tile(z).sync()
+
+
+def test_checked_mode_accepts_initialized_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUTILE_CHECKED", "1")
+    z = api.zeros([200]).partition([64])
+    z = reads_own_tile(z).sync()
+    np.testing.assert_array_equal(z.to_numpy(), np.ones(200, np.float32))
+
+
+def test_unchecked_mode_reads_the_poison_of_empty() -> None:
+    z = api.empty([64]).partition([64])
+    z = reads_own_tile(z).sync()
+    assert np.isnan(z.to_numpy()).all()
+
+
+def test_interpreter_is_announced_once(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from cutile import _backend
+
+    _backend.reset_for_tests(None)
+    monkeypatch.setenv("CUTILE_BACKEND", "auto")
+    monkeypatch.setattr(_backend, "gpu_unavailable_reason", lambda: "no NVIDIA driver was found")
+    assert _backend.current() == "interpreter"
+    assert _backend.current() == "interpreter"
+    err = capsys.readouterr().err
+    assert err.count("running kernels on the CPU interpreter") == 1
+    assert "no NVIDIA driver was found" in err
+
+
+def test_forcing_the_gpu_without_one_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cutile import _backend
+
+    _backend.reset_for_tests(None)
+    monkeypatch.setenv("CUTILE_BACKEND", "gpu")
+    monkeypatch.setattr(_backend, "gpu_unavailable_reason", lambda: "no NVIDIA driver was found")
+    with pytest.raises(cutile.BackendError, match="CUTILE_BACKEND=gpu but no GPU can be used"):
+        _backend.current()
+    monkeypatch.setenv("CUTILE_BACKEND", "tpu")
+    with pytest.raises(cutile.BackendError, match="CUTILE_BACKEND"):
+        _backend.current()
