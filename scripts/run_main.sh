@@ -6,4 +6,4 @@ cd "$(dirname "$0")/.."
 # shellcheck source=scripts/_setup.sh
 . scripts/_setup.sh
 ensure_workspace >/dev/null
-exec uv run --frozen --no-sync python examples/axpy_ptx.py "$@"
+exec uv run --frozen --no-sync python examples/add.py "$@"

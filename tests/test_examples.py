@@ -9,12 +9,27 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = sorted(p.name for p in (ROOT / "examples").glob("*.py"))
 
 
 def run_example(name: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, str(ROOT / "examples" / name)], capture_output=True, text=True, timeout=300
+        [sys.executable, str(ROOT / "examples" / name)], capture_output=True, text=True, timeout=600
     )
+
+
+def test_every_example_is_listed() -> None:
+    assert {"add.py", "gemm.py", "axpy_ptx.py"} <= set(EXAMPLES)
+
+
+@pytest.mark.parametrize("name", [e for e in EXAMPLES if e != "axpy_ptx.py"])
+def test_example_runs_and_checks_its_answer(name: str, gpu_reason: str | None) -> None:
+    result = run_example(name)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "OK" in result.stdout and "WRONG" not in result.stdout
+    if gpu_reason is not None:
+        assert "interpreter backend" in result.stdout
+        assert "running kernels on the CPU interpreter" in result.stderr
 
 
 def test_axpy_ptx_runs_on_the_gpu_or_says_why_not(gpu_reason: str | None) -> None:
