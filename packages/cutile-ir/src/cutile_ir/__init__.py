@@ -13,10 +13,11 @@ from ._attributes import (
     StringAttr, SymbolVisibility, TypeAttr,
 )
 from ._builder import Builder, IfOp, RegionOp, add_function, make_op
+from ._bytecode_reader import bytecode_version, read_bytecode
 from ._bytecode_writer import write_bytecode
 from ._printer import print_function, print_module
 from ._errors import BytecodeError, IRError, IRTypeError, VerificationError, VersionError
-from ._ir import Block, Function, Global, Module, Operation, Region, Value
+from ._ir import Block, Function, Global, Module, Operation, Region, Value, differences
 from ._ops import OPS, Arity, AttrDef, AttrKind, OpDef, OperandDef, ResultDef, get_op, ops_in
 from ._types import (
     BF16, DYNAMIC, F16, F32, F4E2M1FN, F64, F8E4M3FN, F8E5M2, F8E5M3FNU, F8E8M0FNU, I1, I4, I8, I16,
@@ -39,6 +40,6 @@ __all__ = [
     "RoundingMode", "SCALAR_TYPES", "SUPPORTED_VERSIONS", "SameElements", "ScalarType",
     "Signedness", "StridedViewType", "StringAttr", "SymbolVisibility", "TF32", "TOKEN",
     "TensorViewType", "TileType", "TokenType", "Type", "TypeAttr", "V13_1", "V13_2", "V13_3",
-    "V13_4", "Value", "VerificationError", "Version", "VersionError", "add_function", "get_op",
+    "V13_4", "Value", "bytecode_version", "differences", "read_bytecode", "VerificationError", "Version", "VersionError", "add_function", "get_op",
     "make_op", "ops_in", "print_function", "print_module", "problems", "ptr", "scalar", "tile", "verify", "write_bytecode",
 ]

@@ -301,10 +301,17 @@ class DenseElements:
 
 @dataclass(frozen=True, slots=True)
 class IntegerAttr:
-    """A typed integer (e.g. a reduce identity)."""
+    """A typed integer (e.g. a reduce identity); kept as the signed value of its width."""
 
     type: ScalarType
     value: int
+
+    def __post_init__(self) -> None:
+        w = self.type.bitwidth
+        v = int(self.value) & ((1 << w) - 1)
+        if w > 1 and v >> (w - 1):
+            v -= 1 << w
+        object.__setattr__(self, "value", v)
 
 
 @dataclass(frozen=True, slots=True)
@@ -422,7 +429,7 @@ class Location:
     file: str
     line: int
     column: int = 0
-    function: str | None = field(default=None, compare=True)
+    function: str | None = field(default=None, compare=False)
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line}:{self.column}"

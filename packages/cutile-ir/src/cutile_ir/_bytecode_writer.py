@@ -186,7 +186,8 @@ class _DebugInfo:
         if floc is None:
             for op in f.walk():
                 if op.loc is not None:
-                    floc = op.loc
+                    # no function location: a line-0 location in the file of the first op
+                    floc = Location(op.loc.file, 0, 0)
                     break
         if floc is None:
             return 0, 0, None

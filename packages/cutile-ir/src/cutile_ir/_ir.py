@@ -202,3 +202,66 @@ class Module:
 
 
 __all__ = ["Block", "Function", "Global", "Module", "Operation", "Region", "Value"]
+
+
+def differences(a: Module, b: Module) -> list[str]:
+    """Structural differences between two modules (empty when they are equal).
+
+    Values are compared by position (which op or block argument defines them), attributes
+    and types by value, locations by file/line/column.
+    """
+    out: list[str] = []
+    if a.producer != b.producer:
+        out.append(f"producer {a.producer!r} != {b.producer!r}")
+    if len(a.globals) != len(b.globals):
+        out.append(f"{len(a.globals)} globals != {len(b.globals)}")
+    for ga, gb in zip(a.globals, b.globals):
+        ka = (ga.name, ga.value, ga.alignment, ga.constant, ga.visibility)
+        kb = (gb.name, gb.value, gb.alignment, gb.constant, gb.visibility)
+        if ka != kb:
+            out.append(f"global {ka} != {kb}")
+    if len(a.functions) != len(b.functions):
+        out.append(f"{len(a.functions)} functions != {len(b.functions)}")
+    for fa, fb in zip(a.functions, b.functions):
+        ka2 = (fa.name, fa.type, fa.entry, fa.private, fa.hints, fa.loc)
+        kb2 = (fb.name, fb.type, fb.entry, fb.private, fb.hints, fb.loc)
+        if ka2 != kb2:
+            out.append(f"function {ka2} != {kb2}")
+            continue
+        vmap: dict[int, int] = {}
+        _block_diff(fa.body, fb.body, vmap, f"@{fa.name}", out)
+    return out
+
+
+def _block_diff(a: Block, b: Block, vmap: dict[int, int], where: str, out: list[str]) -> None:
+    if [x.type for x in a.args] != [x.type for x in b.args]:
+        out.append(f"{where}: block arguments differ")
+        return
+    for x, y in zip(a.args, b.args):
+        vmap[id(x)] = id(y)
+    if len(a.ops) != len(b.ops):
+        out.append(f"{where}: {len(a.ops)} ops != {len(b.ops)}")
+        return
+    for i, (oa, ob) in enumerate(zip(a.ops, b.ops)):
+        w = f"{where}/{i}:{oa.name}"
+        if oa.name != ob.name:
+            out.append(f"{w}: op {oa.name} != {ob.name}")
+            return
+        if oa.attributes != ob.attributes:
+            out.append(f"{w}: attributes {oa.attributes} != {ob.attributes}")
+        if oa.segments != ob.segments or [vmap.get(id(v)) for v in oa.operands] != [id(v) for v in ob.operands]:
+            out.append(f"{w}: operands differ")
+        if [r.type for r in oa.results] != [r.type for r in ob.results]:
+            out.append(f"{w}: result types differ")
+        if oa.loc != ob.loc:
+            out.append(f"{w}: location {oa.loc} != {ob.loc}")
+        if len(oa.regions) != len(ob.regions):
+            out.append(f"{w}: region counts differ")
+        for ri, (ra, rb) in enumerate(zip(oa.regions, ob.regions)):
+            if len(ra.blocks) != len(rb.blocks):
+                out.append(f"{w}: region {ri} block counts differ")
+                continue
+            for ba, bb in zip(ra.blocks, rb.blocks):
+                _block_diff(ba, bb, vmap, f"{w}.r{ri}", out)
+        for x, y in zip(oa.results, ob.results):
+            vmap[id(x)] = id(y)
