@@ -27,9 +27,9 @@ class Toolchain:
         env["CUDA_HOME"] = str(self.home)
         return env
 
-    def disasm(self, path: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(self.tileirdisasm), str(path)], capture_output=True, text=True,
-                              timeout=timeout, env=self.env())
+    def disasm(self, path: Path, timeout: float = 120, debug: bool = False) -> subprocess.CompletedProcess[str]:
+        cmd = [str(self.tileirdisasm), *(["-g"] if debug else []), str(path)]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=self.env())
 
     def compile(self, path: Path, arch: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         out = path.with_suffix(f".{arch}.cubin")
