@@ -12,13 +12,13 @@ from typing import Any
 
 from . import _encoding as E
 from ._attributes import (
-    ArrayAttr, BoolAttr, Bounded, DenseElements, DictAttr, DivBy, FloatAttr, IntegerAttr, Location,
+    ENUM_TYPES, ArrayAttr, BoolAttr, Bounded, DenseElements, DictAttr, DivBy, FloatAttr, IntegerAttr, Location,
     OptimizationHints, SameElements, StringAttr, SymbolVisibility, TypeAttr,
 )
 from ._encoding import unzigzag
 from ._errors import BytecodeError, VersionError
-from ._ir import Block, Function, Global, Module, Operation, Value
-from ._ops import OPS_BY_OPCODE, Arity, AttrKind, OpDef
+from ._ir import Block, Function, Global, Module, Operation, Region, Value
+from ._ops import OPS_BY_OPCODE, Arity, AttrKind, OpDef, layout
 from ._types import (
     SCALAR_BY_TAG, FunctionType, GatherScatterViewType, PaddingValue, PartitionViewType, PointerType,
     ScalarType, StridedViewType, TensorViewType, TileType, TokenType, Type,
@@ -46,6 +46,15 @@ class _Cursor:
         return b
 
     def varint(self) -> int:
+        pos = self.pos
+        if pos < self.end:
+            b = self.data[pos]
+            if b < 0x80:
+                self.pos = pos + 1
+                return b
+        return self._varint()
+
+    def _varint(self) -> int:
         data, pos, end = self.data, self.pos, self.end
         result = 0
         shift = 0
@@ -419,93 +428,104 @@ class _FunctionReader:
 
     def op(self) -> Operation:
         c, r, v = self.c, self.r, self.r.version
+        varint = c.varint
         at = c.pos
-        opcode = c.varint()
+        opcode = varint()
         d: OpDef | None = OPS_BY_OPCODE.get(opcode)
         if d is None or d.structural:
             raise c.fail(f"unknown opcode {opcode:#x}")
         if d.since > v:
             raise VersionError(f"op '{d.name}' needs bytecode {d.since}, file is {v} (offset {at})")
+        lay = layout(d, v)
         loc = None
         if self.dbg is not None:
             if self.dbg_pos < len(self.dbg):
                 loc = r.di_loc(self.dbg[self.dbg_pos])
             self.dbg_pos += 1
         # results
-        result_types: list[Type] = []
-        if d.variadic:
-            n = c.varint()
-            result_types = [r.type(c.varint()) for _ in range(n)]
-        else:
-            for rd in d.results:
-                if rd.since <= v:
-                    result_types.append(r.type(c.varint()))
-        missing = [rd for rd in d.results if rd.since > v and not rd.variadic]
-        for rd in missing:
-            result_types.append(TokenType())  # results newer than the file (print_tko's token)
+        types = r.types
+        try:
+            if lay.variadic:
+                result_types = [types[varint()] for _ in range(varint())]
+            else:
+                result_types = [types[varint()] for w in lay.result_written if w]
+        except IndexError:
+            raise c.fail("type index out of range") from None
+        if not all(lay.result_written):
+            result_types += [TokenType() for w in lay.result_written if not w]  # print_tko's token < 13.2
         # flags
-        fields = d.flag_fields()
-        bits = c.varint() if d.has_flags(v) else 0
-        present = {name for i, (name, _, _) in enumerate(fields) if bits >> i & 1}
-        if bits >> len(fields):
-            raise c.fail(f"'{d.name}': unknown flag bits {bits:#x}")
+        present: set[str] | tuple[()] = ()
+        if lay.has_flags:
+            bits = varint()
+            if bits:
+                if bits >> len(lay.flag_names):
+                    raise c.fail(f"'{d.name}': unknown flag bits {bits:#x}")
+                present = {n for i, (n, _, _) in enumerate(lay.flag_names) if bits >> i & 1}
         attrs: dict[str, Any] = {}
-        for a in d.attrs:
-            if a.kind is AttrKind.UNIT:
+        for a, mode in lay.attrs:
+            if mode == "required":
+                if a.kind is AttrKind.ENUM:
+                    x = varint()
+                    members = _ENUM_MEMBERS[a.enum]
+                    if x >= len(members):
+                        raise c.fail(f"bad {a.enum.__name__} value {x} for '{a.name}'")  # type: ignore[union-attr]
+                    attrs[a.name] = members[x]
+                    continue
+                val = self.attr(a.kind, a.enum)
+                if a.kind is AttrKind.BOOL_ARRAY and not any(val):
+                    val = a.default
+                attrs[a.name] = val
+            elif mode == "unit":
                 if a.name in present:
                     attrs[a.name] = True
-                continue
-            if a.optional:
+            elif mode == "optional":
                 if a.name in present:
                     attrs[a.name] = self.attr(a.kind, a.enum)
-                continue
-            if a.since > v:
+            else:
                 attrs[a.name] = a.default
-                continue
-            val = self.attr(a.kind, a.enum)
-            if a.kind is AttrKind.BOOL_ARRAY and not any(val):
-                val = a.default
-            attrs[a.name] = val
         # operands
-        operands: list[Value] = []
+        values = self.values
+        nvals = len(values)
         segments: list[int] = []
-        if d.segmented:
+        if lay.segmented:
+            ids: list[int] = []
             for od in d.operands:
                 if od.arity is Arity.OPTIONAL:
                     k = 1 if od.name in present else 0
                 elif od.arity is Arity.VARIADIC:
-                    k = c.varint()
+                    k = varint()
                 else:
                     k = 1
                 segments.append(k)
-                operands += [self.value(c.varint()) for _ in range(k)]
+                ids += [varint() for _ in range(k)]
         else:
-            fixed = sum(1 for od in d.operands if od.arity is Arity.ONE)
-            total = c.varint() if d.count_all_operands else fixed
-            rest = total - fixed
+            total = varint() if lay.count_all else lay.n_fixed
+            rest = total - lay.n_fixed
             if rest < 0:
-                raise c.fail(f"'{d.name}' has {total} operands, needs at least {fixed}")
-            for od in d.operands:
-                k = 1 if od.arity is Arity.ONE else rest
-                if od.arity is Arity.OPTIONAL and k > 1:
-                    raise c.fail(f"'{d.name}': optional operand '{od.name}' given {k} values")
-                if od.arity is not Arity.ONE:
+                raise c.fail(f"'{d.name}' has {total} operands, needs at least {lay.n_fixed}")
+            for ar in lay.arities:
+                if ar is Arity.ONE:
+                    segments.append(1)
+                else:
+                    if ar is Arity.OPTIONAL and rest > 1:
+                        raise c.fail(f"'{d.name}': an optional operand given {rest} values")
+                    segments.append(rest)
                     rest = 0
-                segments.append(k)
-            operands = [self.value(c.varint()) for _ in range(total)]
+            ids = [varint() for _ in range(total)]
+        if ids and max(ids) >= nvals:
+            raise c.fail(f"value %{max(ids)} used before it is defined ({nvals} defined)")
+        operands = [values[i] for i in ids]
         op = Operation(d, operands, segments, attrs, result_types, 0, loc)
         if d.regions:
-            n = c.varint()
+            n = varint()
             if n != len(d.regions):
                 raise c.fail(f"'{d.name}' has {n} regions, expects {len(d.regions)}")
-            from ._ir import Region
-
             for _ in range(n):
                 region = Region(op)
                 op.regions.append(region)
-                for _ in range(c.varint()):
+                for _ in range(varint()):
                     self.block(region.add_block())
-        self.values.extend(op.results)
+        values.extend(op.results)
         return op
 
     def attr(self, kind: AttrKind, enum_: Any) -> Any:
@@ -536,6 +556,12 @@ class _FunctionReader:
         if kind is AttrKind.ATTR_ARRAY:
             return ArrayAttr(tuple(r.tagged(c) for _ in range(c.varint())))
         raise AssertionError(kind)
+
+
+_ENUM_MEMBERS: dict[Any, tuple[Any, ...]] = {}
+for _e in ENUM_TYPES:
+    _ENUM_MEMBERS[_e] = tuple(sorted(_e, key=int))
+    assert [int(m) for m in _ENUM_MEMBERS[_e]] == list(range(len(_ENUM_MEMBERS[_e])))
 
 
 class _DenseRef(bytes):

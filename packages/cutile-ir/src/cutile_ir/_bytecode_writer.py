@@ -20,7 +20,7 @@ from ._attributes import (
 from ._encoding import put_svarint, put_varint
 from ._errors import BytecodeError, VersionError
 from ._ir import Block, Function, Module, Operation, Value
-from ._ops import Arity, AttrDef, AttrKind, OPS_BY_NAME
+from ._ops import Arity, AttrDef, AttrKind, OPS_BY_NAME, layout
 from ._types import (
     FunctionType, GatherScatterViewType, PartitionViewType, PointerType, ScalarType,
     StridedViewType, TensorViewType, TileType, TokenType, Type,
@@ -272,49 +272,55 @@ class _FunctionWriter:
     def op(self, op: Operation, buf: bytearray) -> None:
         d = op.opdef
         v = self.version
-        if d.structural:
-            raise BytecodeError("structural op inside a function body", op=op.name, loc=op.loc)
-        if d.since > v:
+        if d.since > v or d.structural:
+            if d.structural:
+                raise BytecodeError("structural op inside a function body", op=op.name, loc=op.loc)
             raise self.err(f"op needs bytecode {d.since}, writing {v}", op)
+        lay = layout(d, v)
+        ids = self.ids
         if self.debug_ops is not None:
             self.debug_ops.append(self.w.debug.op_loc(self.scope, op.loc))
         put_varint(buf, d.opcode)
         # results (a result newer than the version is dropped if unused)
-        written: list[Value] = []
-        for i, r in enumerate(op.results):
-            rd = d.results[min(i, len(d.results) - 1)]
-            if rd.since > v:
-                if self.w.used(r):
+        results = op.results
+        written = results
+        if not all(lay.result_written):
+            written = []
+            nres = len(lay.result_written)
+            for i, r in enumerate(results):
+                if lay.result_written[min(i, nres - 1)]:
+                    written.append(r)
+                elif self.w.used(r):
+                    rd = d.results[min(i, nres - 1)]
                     raise self.err(f"result '{rd.name}' needs bytecode {rd.since} but is used, writing {v}", op)
-                continue
-            written.append(r)
-        if d.variadic:
+        if lay.variadic:
             put_varint(buf, len(written))
+        typeidx = self.t.type
         for r in written:
-            put_varint(buf, self.t.type(r.type))
+            put_varint(buf, typeidx(r.type))
+        attributes = op.attributes
         # flags
-        fields = d.flag_fields()
-        if fields:
+        if lay.flag_names:
             bits = 0
-            for bit, (name, since, is_attr) in enumerate(fields):
-                present = name in op.attributes if is_attr else bool(op.group(name))
+            for bit, (name, is_attr, since) in enumerate(lay.flag_names):
+                present = name in attributes if is_attr else bool(op.group(name))
                 if present:
                     if since > v:
                         what = "attribute" if is_attr else "operand"
                         raise self.err(f"optional {what} '{name}' needs bytecode {since}, writing {v}", op)
                     bits |= 1 << bit
-            if d.has_flags(v):
+            if lay.has_flags:
                 put_varint(buf, bits)
         # attributes
-        for a in d.attrs:
-            if a.kind is AttrKind.UNIT:
+        for a, mode in lay.attrs:
+            if mode == "unit":
                 continue
-            if a.optional:
-                if a.name in op.attributes:
-                    self.attr(a, op.attributes[a.name], op, buf)
+            if mode == "optional":
+                if a.name in attributes:
+                    self.attr(a, attributes[a.name], op, buf)
                 continue
-            val = op.attributes.get(a.name, a.default)
-            if a.since > v:
+            val = attributes.get(a.name, a.default)
+            if mode == "default":
                 if val != a.default:
                     raise self.err(f"attribute '{a.name}' = {_show(val)} needs bytecode {a.since}, writing {v} "
                                    f"(only the default {_show(a.default)} is expressible)", op)
@@ -323,26 +329,36 @@ class _FunctionWriter:
                 val = self.default_bool_array(op)
             self.attr(a, val, op, buf)
         # operands
-        if d.segmented:
-            for od, (name, vals) in zip(d.operands, op.groups()):
-                if od.arity is Arity.VARIADIC:
-                    put_varint(buf, len(vals))
-                for x in vals:
-                    put_varint(buf, self.value(x, op))
-        else:
-            if d.count_all_operands:
-                put_varint(buf, len(op.operands))
-            for x in op.operands:
-                put_varint(buf, self.value(x, op))
+        operands = op.operands
+        try:
+            if lay.segmented:
+                start = 0
+                for ar, n in zip(lay.arities, op.segments):
+                    if ar is Arity.VARIADIC:
+                        put_varint(buf, n)
+                    for x in operands[start:start + n]:
+                        put_varint(buf, ids[id(x)])
+                    start += n
+            else:
+                if lay.count_all:
+                    put_varint(buf, len(operands))
+                for x in operands:
+                    put_varint(buf, ids[id(x)])
+        except KeyError:
+            raise BytecodeError("operand is not defined before its use (run verify())", op=op.name,
+                                loc=op.loc) from None
         # regions
-        if d.regions:
+        if op.regions:
             put_varint(buf, len(op.regions))
             for region in op.regions:
                 put_varint(buf, len(region.blocks))
                 for b in region.blocks:
                     self.block(b, buf)
+        nxt = self.next
         for r in written:
-            self.define(r)
+            ids[id(r)] = nxt
+            nxt += 1
+        self.next = nxt
 
     def default_bool_array(self, op: Operation) -> tuple[bool, ...]:
         view = op.operand("view")

@@ -43,11 +43,11 @@ class Operation:
         loc: Location | None = None,
     ) -> None:
         self.opdef = opdef
-        self.operands: list[Value] = list(operands)
+        self.operands: list[Value] = operands if type(operands) is list else list(operands)
         self.segments: tuple[int, ...] = tuple(segments)
-        self.attributes: dict[str, Any] = dict(attributes)
+        self.attributes: dict[str, Any] = attributes if type(attributes) is dict else dict(attributes)
         self.results: list[Value] = [Value(t, self, i) for i, t in enumerate(result_types)]
-        self.regions: list[Region] = [Region(self) for _ in range(num_regions)]
+        self.regions: list[Region] = [Region(self) for _ in range(num_regions)] if num_regions else []
         self.loc = loc
         self.parent: Block | None = None
 

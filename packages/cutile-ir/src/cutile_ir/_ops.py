@@ -490,3 +490,48 @@ def get_op(name: str) -> OpDef:
 
 __all__ = ["OPS", "OpDef", "OperandDef", "AttrDef", "ResultDef", "Arity", "AttrKind", "get_op", "ops_in"]
 _ = (V13_3,)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How one op is laid out in bytecode of one version (derived from the record, cached)."""
+
+    opdef: OpDef
+    variadic: bool
+    result_written: tuple[bool, ...]       # per ResultDef: present in this version
+    flag_names: tuple[tuple[str, bool, Version], ...]  # (name, is_attr, since) by bit
+    has_flags: bool
+    attrs: tuple[tuple[AttrDef, str], ...]  # (def, mode): unit / optional / required / default
+    segmented: bool
+    arities: tuple[Arity, ...]
+    count_all: bool
+    n_fixed: int
+
+
+_LAYOUTS: dict[tuple[int, Version], Layout] = {}
+
+
+def layout(op: OpDef, version: Version) -> Layout:
+    """The cached :class:`Layout` of ``op`` at ``version``."""
+    key = (op.opcode, version)
+    lay = _LAYOUTS.get(key)
+    if lay is None:
+        attrs = []
+        for a in op.attrs:
+            if a.kind is AttrKind.UNIT:
+                mode = "unit"
+            elif a.optional:
+                mode = "optional"
+            elif a.since > version:
+                mode = "default"
+            else:
+                mode = "required"
+            attrs.append((a, mode))
+        lay = Layout(
+            op, op.variadic, tuple(r.since <= version for r in op.results),
+            tuple((n, is_attr, v) for n, v, is_attr in op.flag_fields()), op.has_flags(version),
+            tuple(attrs), op.segmented, tuple(o.arity for o in op.operands), op.count_all_operands,
+            sum(1 for o in op.operands if o.arity is Arity.ONE),
+        )
+        _LAYOUTS[key] = lay
+    return lay
