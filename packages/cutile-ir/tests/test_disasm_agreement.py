@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 
 from cutile_ir import SUPPORTED_VERSIONS, Version, ops_in, print_module, verify, write_bytecode
-from cutile_ir._catalog import every_op_module
+from cutile_ir._catalog import edge_cases_module, every_op_module
+
+KINDS = {
+    "catalog": lambda v: every_op_module(v),
+    "sm100": lambda v: every_op_module(v, sm100_only=True),
+    "edge": edge_cases_module,
+}
 
 
 def _ops_used(m) -> set[str]:  # type: ignore[no-untyped-def]
@@ -29,10 +35,10 @@ def test_catalog_covers_every_op(version: Version) -> None:
     assert used - want == set(), f"catalog uses ops that {version} lacks"
 
 
-@pytest.mark.parametrize("sm100", [False, True], ids=["main", "sm100"])
+@pytest.mark.parametrize("kind", list(KINDS))
 @pytest.mark.parametrize("version", SUPPORTED_VERSIONS, ids=str)
-def test_disasm_agrees_with_printer(toolchain, tmp_path: Path, version: Version, sm100: bool) -> None:  # type: ignore[no-untyped-def]
-    m = every_op_module(version, sm100_only=sm100)
+def test_disasm_agrees_with_printer(toolchain, tmp_path: Path, version: Version, kind: str) -> None:  # type: ignore[no-untyped-def]
+    m = KINDS[kind](version)
     verify(m)
     path = tmp_path / f"catalog_{version}.tileirbc"
     path.write_bytes(write_bytecode(m, version))

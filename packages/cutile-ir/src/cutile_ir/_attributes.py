@@ -371,6 +371,12 @@ class DivBy:
     every: int | None = None
     along: int | None = None
 
+    def __post_init__(self) -> None:
+        if (self.every is None) != (self.along is None):
+            raise IRTypeError(f"div_by: 'every' and 'along' go together, found every={self.every}, along={self.along}")
+        if self.divisor <= 0 or self.divisor & (self.divisor - 1):
+            raise IRTypeError(f"div_by: the divisor must be a positive power of two, found {self.divisor}")
+
 
 @dataclass(frozen=True, slots=True)
 class SameElements:

@@ -451,6 +451,7 @@ class _FunctionReader:
                 result_types = [types[varint()] for w in lay.result_written if w]
         except IndexError:
             raise c.fail("type index out of range") from None
+        n_written = len(result_types)
         if not all(lay.result_written):
             result_types += [TokenType() for w in lay.result_written if not w]  # print_tko's token < 13.2
         # flags
@@ -525,7 +526,7 @@ class _FunctionReader:
                 op.regions.append(region)
                 for _ in range(varint()):
                     self.block(region.add_block())
-        values.extend(op.results)
+        values.extend(op.results[:n_written])
         return op
 
     def attr(self, kind: AttrKind, enum_: Any) -> Any:

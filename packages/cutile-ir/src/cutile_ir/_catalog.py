@@ -307,3 +307,96 @@ def every_op_module(version: Version, *, sm100_only: bool = False, with_location
 
 
 _ = TOKEN
+
+
+def edge_cases_module(version: Version) -> Module:
+    """Less common spellings: multi-result loops and ifs, dynamic strides, views with padding
+    and dim maps, special floats, escapes in strings, every element type in constants."""
+    from ._attributes import FloatAttr, IntegerAttr
+    from ._types import F64, I64, TF32, F8E5M2, TensorViewType as TV
+
+    m = Module()
+    m.globals.append(Global("g_i64", DenseElements.from_values(tile(2, I64), [-1, 1 << 40]), alignment=8))
+    if version >= V13_3:
+        from ._attributes import SymbolVisibility
+
+        m.globals.append(Global("g_priv", DenseElements.splat(tile(4, F32), 2.0),
+                                visibility=SymbolVisibility.PRIVATE))
+    f = add_function(m, "consts", [])
+    b = Builder(f)
+    b.constant(float("nan"), tile(4, F32))
+    b.constant(float("inf"), tile(4, F32))
+    b.constant(-0.0, tile(4, F32))
+    b.constant([1.0, -2.5, 3.25, 1e-3], tile(4, F64))
+    b.constant([1.0, 0.5], tile(2, BF16))
+    b.constant(0.25, tile(4, TF32))
+    b.constant([0x38, 0x40], tile(2, F8E4M3FN))
+    b.constant(0x3C, tile(4, F8E5M2))
+    b.constant([-5, 7, 0, 1], tile((2, 2), I16))
+    b.constant(-(1 << 62), scalar(I64))
+    b.constant(False, tile(2, I1))
+    b.print_tko(str='quote " backslash \\ tab \t end')
+    b.assert_(b.constant(True, scalar(I1)), message="100% \"sure\"")
+    b.return_()
+
+    f = add_function(m, "flow", [scalar(I32), scalar(I64)])
+    b = Builder(f)
+    n, n64 = f.args
+    zero = b.constant(0, scalar(I32))
+    one = b.constant(1, scalar(I32))
+    a0 = b.constant(0.0, tile(4, F32))
+    i0 = b.constant(0, tile(4, I32))
+    with b.for_(zero, n, one, inits=[a0, i0]) as loop:
+        iv, x, y = loop.args
+        b.continue_([b.negf(x), b.addi(y, b.broadcast(b.reshape(iv, result_types=[tile(1, I32)]),
+                                                        result_types=[tile(4, I32)]))])
+    fx, fy = loop.results
+    c = b.cmpi(n, zero, comparison_predicate="less_than_or_equal", signedness="unsigned")
+    with b.if_(c, [tile(4, F32), tile(4, I32)]) as br:
+        with br.then():
+            b.yield_([fx, fy])
+        with br.else_():
+            b.yield_([a0, i0])
+    with b.loop(result_types=[scalar(I32)]) as lp:
+        b.break_([n])
+    with b.loop() as lp2:
+        b.break_()
+    with b.scan([fx, fy], dim=0, identities=[FloatAttr.of(F32, 0.0), IntegerAttr(I32, 0)]) as sc:
+        e0, a_0, e1, a_1 = sc.args
+        b.yield_([b.addf(e0, a_0, rounding_mode="nearest_even"), b.addi(e1, a_1)])
+    h = b.constant(1.0, tile(4, F16))
+    with b.reduce([h], dim=0, identities=[float("-inf")]) as red:
+        e, a = red.args
+        b.yield_([b.maxf(e, a)])
+    _ = (lp, lp2)
+    b.return_()
+
+    f = add_function(m, "views", [PF32, scalar(I64), scalar(I64)])
+    b = Builder(f)
+    base, d0, s0 = f.args
+    tv = TV(F32, (None, 32), (None, 1))
+    view = b.make_tensor_view(base, [d0], [s0], result_types=[tv])
+    b.assume(view, predicate=DivBy(16))
+    pv = PartitionViewType((8, 16), tv, (1, 0), PaddingValue.NEG_INF)
+    part = b.make_partition_view(view, result_types=[pv])
+    x0 = b.constant(0, scalar(I32))
+    t, tok = b.load_view_tko(part, [x0, x0], token=b.make_token(), memory_ordering_semantics="relaxed",
+                             memory_scope="sys", optimization_hints={"sm_100": {"latency": 4}, "sm_80": {"allow_tma": False}})
+    b.store_view_tko(t, part, [x0, x0], token=tok, memory_ordering_semantics="release", memory_scope="device",
+                     optimization_hints={"sm_90": {"latency": 1}})
+    b.get_index_space_shape(part, result_types=[scalar(I64), scalar(I64)])
+    if version >= V13_3:
+        sv = StridedViewType((4, 8), (2, 1), tv, (1, 0), PaddingValue.POS_INF)
+        s = b.make_strided_view(view, result_types=[sv])
+        st_, tk = b.load_view_tko(s, [x0, x0], memory_ordering_semantics="weak")
+        s2 = b.make_strided_view(view, result_types=[StridedViewType((4, 8), (4, 2), tv, (1, 0))])
+        b.atomic_red_view_tko(s2, [x0, x0], st_, token=tk, memory_ordering_semantics="relaxed",
+                              memory_scope="tl_blk", mode="addf")
+        tv1 = TV(F32, (1024,), (1,))
+        gv = GatherScatterViewType((16,), tv1, 0)
+        g = b.make_gather_scatter_view(b.make_tensor_view(base, result_types=[tv1]), result_types=[gv])
+        b.get_index_space_shape(g, result_types=[scalar(I32)])
+    b.assume(d0, predicate=Bounded(1, None))
+    b.assume(b.iota(result_types=[tile(16, I32)]), predicate=DivBy(2, every=8, along=0))
+    b.return_()
+    return m

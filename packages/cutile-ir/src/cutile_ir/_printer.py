@@ -21,13 +21,36 @@ from ._types import I1, ScalarType, TileType, Type
 
 # -- value naming --------------------------------------------------------------------
 
-#: Result names that ops ask for (MLIR's getAsmResultNames); "*" = the table's result names.
+#: Result names that ops ask for (cuda-tile's getAsmResultNames): the name of result 0.
 ASM_NAMES: dict[str, str] = {
     "broadcast": "bcast", "reshape": "reshape", "make_tensor_view": "tview", "make_partition_view": "pview",
-    "make_strided_view": "sview", "make_gather_scatter_view": "gsview", "assume": "assume", "for": "for",
-    "reduce": "reduce", "load_ptr_tko": "*", "load_view_tko": "*", "atomic_rmw_tko": "*", "atomic_cas_tko": "*",
-    "get_tile_block_id": "*", "get_num_tile_blocks": "*",
+    "make_strided_view": "sview", "make_gather_scatter_view": "gsview", "for": "for", "reduce": "reduce",
 }
+#: Ops that implement MLIR's OpAsmOpInterface without naming their results.
+ASM_UNNAMED = {"if", "loop", "scan"}
+
+
+def asm_name(op: Operation, index: int) -> str | None:
+    """The name ``op`` gives its result ``index`` (None: the op names nothing; "": it has the
+    interface but no name for this result)."""
+    d = op.opdef
+    if op.name == "constant":
+        return _const_name(op.attributes["value"]) if index == 0 else ""
+    if op.name == "assume":
+        src = op.operands[0]
+        if isinstance(src.owner, Operation):
+            inner = asm_name(src.owner, src.index)
+            if inner is not None:
+                return "assume_" + inner
+        return "assume"
+    base = ASM_NAMES.get(op.name)
+    if base is not None:
+        return base if index == 0 else ""
+    if op.name in ASM_UNNAMED:
+        return ""
+    if len(d.results) > 1 and not any(r.variadic for r in d.results):
+        return d.results[index].name if index < len(d.results) else ""
+    return None
 
 
 def format_float(data: bytes, t: ScalarType) -> str:
@@ -62,13 +85,16 @@ def format_element(data: bytes, t: ScalarType) -> str:
 def _const_name(d: DenseElements) -> str:
     el = d.type.element
     assert isinstance(el, ScalarType)
-    if not d.is_splat:
-        return f"cst_{el}"
     if el == I1:
-        return "true" if d.data[0] else "false"
+        vals = d.values()
+        return "true" if all(vals) else "false" if not any(vals) else "cst_i1"
+    if not d.is_splat and d.type.numel != 1:
+        return f"cst_{el}"
     v = d.values()[0]
     if el.is_float:
-        if isinstance(v, float) and math.isfinite(v) and v == int(v):
+        if math.isnan(v):
+            return f"cst_NaN_{el}"
+        if math.isfinite(v) and v >= 0 and math.copysign(1.0, v) > 0 and v == int(v) and v < 2.0 ** 64:
             return f"cst_{int(v)}_{el}"
         return f"cst_{el}"
     return f"cst_{v}_{el}"
@@ -79,6 +105,7 @@ class _Names:
 
     def __init__(self) -> None:
         self.names: dict[int, str] = {}
+        self.heads: dict[int, tuple[str, int]] = {}
         self.next_value = 0
         self.next_arg = 0
         self.next_conflict = 0
@@ -136,22 +163,23 @@ class _Names:
     def op_results(self, op: Operation) -> None:
         if not op.results:
             return
-        rule = ASM_NAMES.get(op.name)
-        if op.name == "constant":
-            rule = _const_name(op.attributes["value"])
-        if rule == "*":
-            for rd, r in zip(op.opdef.results, op.results):
-                self.names[id(r)] = self.unique(rd.name)
-            return
-        if rule is not None:
-            base = self.unique(rule)
-            for i, r in enumerate(op.results):
-                self.names[id(r)] = base if i == 0 else f"{base}#{i}"
-            return
-        n = str(self.next_value)
-        self.next_value += 1
-        for i, r in enumerate(op.results):
-            self.names[id(r)] = n if i == 0 else f"{n}#{i}"
+        names = [asm_name(op, i) for i in range(len(op.results))]
+        # MLIR groups results: a named result starts a group, unnamed ones join the previous
+        groups: list[tuple[str, list[Value]]] = []
+        for r, n in zip(op.results, names):
+            if n:
+                groups.append((self.unique(n), [r]))
+            elif groups:
+                groups[-1][1].append(r)
+            else:
+                groups.append(("", [r]))
+        for base, vals in groups:
+            if not base:
+                base = str(self.next_value)
+                self.next_value += 1
+            self.heads[id(vals[0])] = (base, len(vals))
+            for i, r in enumerate(vals):
+                self.names[id(r)] = base if len(vals) == 1 else f"{base}#{i}"
 
     def __call__(self, v: Value) -> str:
         return "%" + self.names.get(id(v), "<<UNKNOWN>>")
@@ -324,10 +352,10 @@ class Printer:
         return "\n".join(self.lines) + "\n"
 
     def global_(self, g: Global) -> None:
-        vis = "private" if int(g.visibility) else ""
-        const = " constant" if g.constant else ""
+        vis = "private " if int(g.visibility) else ""
+        const = "constant " if g.constant else ""
         align = f" alignment = {g.alignment}" if g.alignment else ""
-        self.emit(0, f"global {vis}{const} @{g.name}{align} {dense_text(g.value)} : {g.value.type}")
+        self.emit(0, f"global {vis} {const}@{g.name}{align} {dense_text(g.value)} : {g.value.type}")
 
     def function(self, f: Function) -> None:
         self.names = _Names()
@@ -353,10 +381,13 @@ class Printer:
     def results_prefix(self, op: Operation) -> str:
         if not op.results:
             return ""
-        names = [self.names(r) for r in op.results]
-        if len(names) > 1 and all("#" in n for n in names[1:]):
-            return f"{names[0]}:{len(names)} = "
-        return ", ".join(names) + " = "
+        parts = []
+        for r in op.results:
+            head = self.names.heads.get(id(r))
+            if head is not None:
+                base, n = head
+                parts.append(f"%{base}" if n == 1 else f"%{base}:{n}")
+        return ", ".join(parts) + " = "
 
     def op(self, op: Operation, indent: int) -> None:
         fmt = op.opdef.fmt
@@ -508,8 +539,10 @@ class Printer:
             assert blk is not None
             s += " iter_values(" + ", ".join(f"{n(a)} = {n(v)}" for a, v in zip(blk.args, inits)) + ")"
             s += " : " + ", ".join(str(v.type) for v in inits)
-        if op.results:
-            s += (" :" if not inits else "") + " -> " + ", ".join(str(r.type) for r in op.results)
+            if op.results:
+                s += " -> " + ", ".join(str(r.type) for r in op.results)
+        elif op.results:
+            s += " : " + ", ".join(str(r.type) for r in op.results)
         self.region(op, 0, indent, s)
 
     def op_if(self, op: Operation, indent: int) -> None:

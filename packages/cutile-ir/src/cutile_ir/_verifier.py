@@ -221,6 +221,22 @@ def _check_pack(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
     return []
 
 
+_INT_MODES = {"and", "or", "xor", "add", "max", "min", "umax", "umin"}
+
+
+def _check_atomic_mode(value: str) -> Checker:
+    def check(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
+        mode = op.attributes.get("mode")
+        el = _el(ty[value][0])
+        text = getattr(mode, "text", "")
+        if text in _INT_MODES and not (isinstance(el, ScalarType) and el.is_int and el.bitwidth in (32, 64)):
+            return [f"'{text}' works only with integers i32 and i64, found {ty[value][0]}"]
+        if text == "addf" and not (isinstance(el, ScalarType) and el.is_float):
+            return [f"'addf' works only with floats, found {ty[value][0]}"]
+        return []
+    return check
+
+
 def _check_iota(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
     t = ty["result"][0]
     return [] if isinstance(t, TileType) and t.rank == 1 else [f"result must be a 1-d tile, found {t}"]
@@ -247,7 +263,10 @@ EXTRA_CHECKS: dict[str, Checker] = {
     "insert": _check_index_count("destination", "indices"),
     "load_view_tko": _check_view_tile("tile"),
     "store_view_tko": _check_view_tile("tile"),
-    "atomic_red_view_tko": _check_index_count("view", "index"),
+    "atomic_rmw_tko": _check_atomic_mode("arg"),
+    "atomic_red_view_tko": lambda op, ty: _check_index_count("view", "index")(op, ty) + _check_atomic_mode("value")(op, ty) + (
+        ["views with a padding value cannot take atomic reductions"]
+        if getattr(ty["view"][0], "padding", None) is not None else []),
     "make_tensor_view": _check_make_tensor_view,
     "make_partition_view": _check_make_view,
     "make_strided_view": _check_make_view,
@@ -315,11 +334,36 @@ def _tile_dims_problem(t: Type) -> str | None:
     return None
 
 
+def _sm(arch: str) -> int:
+    digits = "".join(ch for ch in arch.removeprefix("sm_") if ch.isdigit())
+    if not arch.startswith("sm_") or not digits:
+        raise ValueError(f"arch must look like 'sm_90', found {arch!r}")
+    return int(digits)
+
+
+#: The first sm_XY that supports each element type (types absent here work everywhere).
+ELEMENT_MIN_SM = {"f8E4M3FN": 89, "f8E5M2": 89, "f8E8M0FNU": 100, "f4E2M1FN": 100, "f8E5M3FNU": 100}
+#: The first sm_XY that supports each op (ops absent here work everywhere).
+OP_MIN_SM = {"mmaf_scaled": 100}
+
+
+def _arch_problem(t: Type, sm: int) -> str | None:
+    el = t.element if isinstance(t, TileType) else getattr(t, "element", None)
+    if isinstance(el, PointerType):
+        el = el.pointee
+    if isinstance(el, ScalarType):
+        need = ELEMENT_MIN_SM.get(el.name)
+        if need is not None and sm < need:
+            return f"element type {el} needs sm_{need} or newer, target is sm_{sm}"
+    return None
+
+
 class _Verifier:
-    def __init__(self, module: Module) -> None:
+    def __init__(self, module: Module, arch: str | None = None) -> None:
         self.module = module
         self.problems: list[str] = []
         self.globals = {g.name for g in module.globals}
+        self.sm = _sm(arch) if arch is not None else None
 
     def report(self, msg: str, op: Operation | None = None, fn: Function | None = None) -> None:
         loc = op.loc if op is not None else fn.loc if fn is not None else None
@@ -379,6 +423,13 @@ class _Verifier:
                 dims = _tile_dims_problem(r.type)
                 if dims:
                     self.report(dims, op=op)
+                if self.sm is not None:
+                    bad = _arch_problem(r.type, self.sm)
+                    if bad:
+                        self.report(bad, op=op)
+            need = OP_MIN_SM.get(op.name)
+            if self.sm is not None and need is not None and self.sm < need:
+                self.report(f"needs sm_{need} or newer, target is sm_{self.sm}", op=op)
             if op.opdef.terminator:
                 if i != len(b.ops) - 1:
                     self.report("a terminator must be the last op of its block", op=op)
@@ -459,9 +510,10 @@ class _Verifier:
                 self.report(f"yield must give {[str(t) for t in want]}, found {[str(t) for t in types]}", op=last)
 
 
-def verify(module: Module) -> None:
-    """Raise :class:`VerificationError` listing every problem found in ``module``."""
-    v = _Verifier(module)
+def verify(module: Module, arch: str | None = None) -> None:
+    """Raise :class:`VerificationError` listing every problem found in ``module``; with
+    ``arch`` (``"sm_90"``) also the element types and ops that target lacks."""
+    v = _Verifier(module, arch)
     v.run()
     if v.problems:
         err = VerificationError("; ".join(v.problems) if len(v.problems) == 1 else
@@ -470,9 +522,9 @@ def verify(module: Module) -> None:
         raise err
 
 
-def problems(module: Module) -> list[str]:
+def problems(module: Module, arch: str | None = None) -> list[str]:
     """Every problem in ``module`` (empty when it verifies)."""
-    v = _Verifier(module)
+    v = _Verifier(module, arch)
     v.run()
     return v.problems
 
