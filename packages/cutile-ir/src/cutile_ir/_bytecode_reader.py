@@ -16,7 +16,7 @@ from ._attributes import (
     OptimizationHints, SameElements, StringAttr, SymbolVisibility, TypeAttr,
 )
 from ._encoding import unzigzag
-from ._errors import BytecodeError, VersionError
+from ._errors import BytecodeError, IRError, VersionError
 from ._ir import Block, Function, Global, Module, Operation, Region, Value
 from ._ops import OPS_BY_OPCODE, Arity, AttrKind, OpDef, layout
 from ._types import (
@@ -580,11 +580,20 @@ def _resolve_dense(m: Module) -> None:
 
 
 def read_bytecode(data: bytes | bytearray | memoryview) -> Module:
-    """Decode Tile IR bytecode (13.1–13.4) into a Module."""
-    r = _Reader(bytes(data))
-    m = r.module()
-    _resolve_dense(m)
-    return m
+    """Decode Tile IR bytecode (13.1–13.4) into a Module.
+
+    Raises :class:`BytecodeError` for malformed input and :class:`VersionError` for a
+    version this package does not read or a feature newer than the file's version."""
+    try:
+        r = _Reader(bytes(data))
+        m = r.module()
+        _resolve_dense(m)
+        return m
+    except (BytecodeError, VersionError):
+        raise
+    except (IRError, ValueError, IndexError, KeyError, TypeError, AssertionError, OverflowError,
+            UnicodeDecodeError, struct.error, RecursionError) as e:
+        raise BytecodeError(f"malformed bytecode: {type(e).__name__}: {e}") from e
 
 
 def bytecode_version(data: bytes) -> Version:

@@ -158,6 +158,8 @@ def _check_cat(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
     d = op.attributes.get("dim", 0)
     if all(isinstance(x, TileType) for x in (a, b, r)):
         assert isinstance(a, TileType) and isinstance(b, TileType) and isinstance(r, TileType)
+        if not a.rank == b.rank == r.rank:
+            return [f"operands and result must have the same rank, found {a}, {b}, {r}"]
         if not 0 <= d < a.rank:
             return [f"dim {d} out of range for {a}"]
         want = list(a.shape)
@@ -318,7 +320,10 @@ def check_op(op: Operation) -> list[str]:
             probs.append("types must match: " + ", ".join(f"{n} is {t}" for n, t in ts))
     extra = EXTRA_CHECKS.get(d.name)
     if extra is not None and not probs:
-        probs += extra(op, ty)
+        try:
+            probs += extra(op, ty)
+        except (IndexError, KeyError, TypeError, ValueError, AttributeError) as e:
+            probs.append(f"malformed op ({type(e).__name__}: {e})")
     return probs
 
 
