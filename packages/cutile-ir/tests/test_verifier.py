@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cutile_ir import (
-    F32, I1, I32, Builder, IRError, IRTypeError, Location, Module, VerificationError, add_function,
+    F32, I1, I32, TOKEN, Builder, IRError, IRTypeError, Location, Module, VerificationError, add_function,
     make_op, problems, ptr, scalar, tile, verify,
 )
 
@@ -169,3 +169,34 @@ def test_valid_catalog_verifies() -> None:
 
     for v in SUPPORTED_VERSIONS:
         assert problems(every_op_module(v)) == []
+
+
+def test_pointer_access_rules() -> None:
+    m, f, b = _kernel([scalar(ptr(F32))])
+    ptrs = b.broadcast(b.reshape(f.args[0], result_types=[tile(1, ptr(F32))]), result_types=[tile(16, ptr(F32))])
+    with pytest.raises(IRTypeError, match=r"'load_ptr_tko': 'result' must be tile<16xf32> for pointers "
+                                          r"tile<16xptr<f32>>, found tile<8xf32>"):
+        b.load_ptr_tko(ptrs, memory_ordering_semantics="weak", result_types=[tile(8, F32), TOKEN])
+    with pytest.raises(IRTypeError, match=r"'store_ptr_tko': 'mask' must have shape \[16\], found tile<4xi1>"):
+        b.store_ptr_tko(ptrs, b.constant(1.0, tile(16, F32)), b.constant(True, tile(4, I1)),
+                        memory_ordering_semantics="weak")
+    with pytest.raises(IRTypeError, match=r"'atomic_rmw_tko': 'add' works only with integers i32 and i64"):
+        b.atomic_rmw_tko(ptrs, b.constant(1.0, tile(16, F32)), memory_ordering_semantics="relaxed",
+                         memory_scope="device", mode="add")
+
+
+def test_view_type_rules() -> None:
+    from cutile_ir import PartitionViewType, TensorViewType
+
+    m, f, b = _kernel([scalar(ptr(F32))])
+    tv = TensorViewType(F32, (64, 64), (64, 1))
+    view = b.make_tensor_view(f.args[0], result_types=[tv])
+    b.make_partition_view(view, result_types=[PartitionViewType((16, 16), tv, (0, 0))])
+    b.make_partition_view(view, result_types=[PartitionViewType((16,), tv)])
+    with pytest.raises(IRTypeError, match=r"'get_tensor_shape': tensor_view<64x64xf32, strides=\[64,1\]> has rank 2, "
+                                          r"found 1 results"):
+        b.get_tensor_shape(view, result_types=[scalar(I32)])
+    b.return_()
+    msgs = problems(m)
+    assert any("dim_map [0, 0] is not a permutation of 0..1" in p for p in msgs), msgs
+    assert any("tile rank 1 differs from the tensor rank 2" in p for p in msgs), msgs

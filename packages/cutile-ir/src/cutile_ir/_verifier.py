@@ -223,6 +223,58 @@ def _check_pack(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
     return []
 
 
+def _check_ptr_access(ptrs: str, data: str) -> Checker:
+    """Loads, stores and atomics through a tile of pointers: shapes match, data is the pointee."""
+    def check(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
+        p = ty[ptrs][0]
+        probs: list[str] = []
+        if not isinstance(p, TileType) or not isinstance(p.element, PointerType):
+            return probs
+        want = TileType(p.shape, p.element.pointee)
+        if ty.get(data) and ty[data][0] != want:
+            probs.append(f"'{data}' must be {want} for pointers {p}, found {ty[data][0]}")
+        for extra in ("mask", "paddingValue"):
+            if ty.get(extra):
+                t = ty[extra][0]
+                if _shape(t) != p.shape:
+                    probs.append(f"'{extra}' must have shape {list(p.shape)}, found {t}")
+                elif extra == "paddingValue" and t != want:
+                    probs.append(f"'paddingValue' must be {want}, found {t}")
+        return probs
+    return check
+
+
+def _check_shape_query(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
+    src = ty["src"][0]
+    n = src.rank if isinstance(src, TensorViewType) else getattr(src, "index_rank", 0)
+    res = ty.get("result", [])
+    probs = [] if len(res) == n else [f"{src} has rank {n}, found {len(res)} results"]
+    if len({str(t) for t in res}) > 1:
+        probs.append("all results must have the same type")
+    return probs
+
+
+def _check_alloca(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
+    a = op.attributes.get("alignment", 0)
+    return [] if a == 0 or is_pow2(a) else [f"alignment must be a power of two, found {a}"]
+
+
+def _view_type_problem(t: Type) -> str | None:
+    if isinstance(t, (PartitionViewType, StridedViewType)):
+        r = t.tensor_view.rank
+        if len(t.tile_shape) != r:
+            return f"{t}: tile rank {len(t.tile_shape)} differs from the tensor rank {r}"
+        if sorted(t.dim_map) != list(range(r)):
+            return f"{t}: dim_map {list(t.dim_map)} is not a permutation of 0..{r - 1}"
+        if isinstance(t, StridedViewType) and len(t.traversal_strides) != r:
+            return f"{t}: needs {r} traversal strides, found {len(t.traversal_strides)}"
+    if isinstance(t, GatherScatterViewType):
+        r = t.tensor_view.rank
+        if not 0 <= t.sparse_dim < r:
+            return f"{t}: sparse_dim {t.sparse_dim} out of range for rank {r}"
+    return None
+
+
 _INT_MODES = {"and", "or", "xor", "add", "max", "min", "umax", "umin"}
 
 
@@ -245,6 +297,12 @@ def _check_iota(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
 
 
 EXTRA_CHECKS: dict[str, Checker] = {
+    "load_ptr_tko": _check_ptr_access("source", "result"),
+    "store_ptr_tko": _check_ptr_access("destination", "value"),
+    "atomic_cas_tko": _check_ptr_access("pointers", "val"),
+    "get_tensor_shape": _check_shape_query,
+    "get_index_space_shape": _check_shape_query,
+    "alloca": _check_alloca,
     "pack": _check_pack,
     "unpack": _check_pack,
     "iota": _check_iota,
@@ -265,7 +323,7 @@ EXTRA_CHECKS: dict[str, Checker] = {
     "insert": _check_index_count("destination", "indices"),
     "load_view_tko": _check_view_tile("tile"),
     "store_view_tko": _check_view_tile("tile"),
-    "atomic_rmw_tko": _check_atomic_mode("arg"),
+    "atomic_rmw_tko": lambda op, ty: _check_atomic_mode("arg")(op, ty) + _check_ptr_access("pointers", "arg")(op, ty),
     "atomic_red_view_tko": lambda op, ty: _check_index_count("view", "index")(op, ty) + _check_atomic_mode("value")(op, ty) + (
         ["views with a padding value cannot take atomic reductions"]
         if getattr(ty["view"][0], "padding", None) is not None else []),
@@ -425,7 +483,7 @@ class _Verifier:
             for msg in check_op(op):
                 self.report(msg, op=op)
             for r in op.results:
-                dims = _tile_dims_problem(r.type)
+                dims = _tile_dims_problem(r.type) or _view_type_problem(r.type)
                 if dims:
                     self.report(dims, op=op)
                 if self.sm is not None:
