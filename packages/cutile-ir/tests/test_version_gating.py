@@ -54,6 +54,7 @@ CASES = [
     ("f8E8M0FNU", V13_1, lambda b: b.constant(127, tile(4, F8E8M0FNU)), r"type tile<4xf8E8M0FNU> needs bytecode 13.2, writing 13.1"),
     ("alloca", V13_2, lambda b: b.alloca(num_elem=4, alignment=4, result_types=[scalar(ptr(F32))]),
      r"'alloca': op needs bytecode 13.3"),
+    ("ptr attr", V13_3, lambda b: b.constant(1.0, tile(4, F32)) and None, r"ptr<f32, <none>>.* needs bytecode 13.4"),
     ("inbounds", V13_3, None, r"'load_view_tko': attribute 'inbounds' = \(True,\) needs bytecode 13.4"),
 ]
 
@@ -68,6 +69,12 @@ def test_version_gating(name: str, version: Version, fill, message: str) -> None
         with b.for_(one, f.args[0], one, unsigned_cmp=True):
             b.continue_()
         b.return_()
+    elif name == "ptr attr":
+        from cutile_ir import PointerType
+
+        m = Module()
+        f = add_function(m, "k", [scalar(PointerType(F32, "none"))])
+        Builder(f).return_()
     elif name == "inbounds":
         m = Module()
         f = add_function(m, "k", [scalar(ptr(F32))])

@@ -20,7 +20,7 @@ from ._errors import BytecodeError, IRError, VersionError
 from ._ir import Block, Function, Global, Module, Operation, Region, Value
 from ._ops import OPS_BY_OPCODE, Arity, AttrKind, OpDef, layout
 from ._types import (
-    SCALAR_BY_TAG, FunctionType, GatherScatterViewType, PaddingValue, PartitionViewType, PointerType,
+    PTR_ATTRS, SCALAR_BY_TAG, FunctionType, GatherScatterViewType, PaddingValue, PartitionViewType, PointerType,
     ScalarType, StridedViewType, TensorViewType, TileType, TokenType, Type,
 )
 from ._versions import SUPPORTED_VERSIONS, V13_3, V13_4, Version
@@ -199,6 +199,12 @@ class _Reader:
                 raise c.fail(f"refers to type {j}, not defined before it")
             return self.types[j]
 
+        def ptr_attr() -> str:
+            x = c.varint()
+            if x >= len(PTR_ATTRS):
+                raise c.fail(f"unknown pointer attribute {x}")
+            return PTR_ATTRS[x]
+
         def padding(has: bool) -> PaddingValue | None:
             return PaddingValue(c.varint()) if has else None
 
@@ -210,11 +216,10 @@ class _Reader:
         elif tag == E.T_POINTER:
             flags = c.varint() if v >= V13_4 else 0
             p = ref()
-            if flags & 1:
-                raise c.fail("pointer attributes (13.4) are not supported")
+            attr = ptr_attr() if flags & 1 else None
             if not isinstance(p, ScalarType):
                 raise c.fail(f"pointer to non-element type {p}")
-            t = PointerType(p)
+            t = PointerType(p, attr)
         elif tag == E.T_TILE:
             el = ref()
             shape = c.i64_list()
@@ -226,11 +231,10 @@ class _Reader:
             el = ref()
             dshape = tuple(None if x == E.INT64_MIN else x for x in c.i64_list())
             dstrides = tuple(None if x == E.INT64_MIN else x for x in c.i64_list())
-            if flags & 1:
-                raise c.fail("tensor_view pointer attributes (13.4) are not supported")
+            attr = ptr_attr() if flags & 1 else None
             if not isinstance(el, ScalarType):
                 raise c.fail(f"tensor_view of {el}")
-            t = TensorViewType(el, dshape, dstrides)
+            t = TensorViewType(el, dshape, dstrides, attr)
         elif tag in (E.T_PARTITION_VIEW, E.T_STRIDED_VIEW, E.T_GATHER_SCATTER_VIEW):
             unified = v >= V13_3
             flags = c.varint() if unified else 0

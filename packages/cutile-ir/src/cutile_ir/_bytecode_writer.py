@@ -22,7 +22,7 @@ from ._errors import BytecodeError, VersionError
 from ._ir import Block, Function, Module, Operation, Value
 from ._ops import Arity, AttrDef, AttrKind, OPS_BY_NAME, layout
 from ._types import (
-    FunctionType, GatherScatterViewType, PartitionViewType, PointerType, ScalarType,
+    PTR_ATTRS, FunctionType, GatherScatterViewType, PartitionViewType, PointerType, ScalarType,
     StridedViewType, TensorViewType, TileType, TokenType, Type,
 )
 from ._versions import DEFAULT_VERSION, V13_3, V13_4, Version
@@ -76,8 +76,10 @@ class _Tables:
             p = self.type(t.pointee)
             put_varint(buf, E.T_POINTER)
             if v >= V13_4:
-                put_varint(buf, 0)
+                put_varint(buf, 0 if t.attr is None else 1)
             put_varint(buf, p)
+            if t.attr is not None:
+                put_varint(buf, PTR_ATTRS.index(t.attr))
         elif isinstance(t, TileType):
             e = self.type(t.element)
             put_varint(buf, E.T_TILE)
@@ -89,12 +91,14 @@ class _Tables:
             e = self.type(t.element)
             put_varint(buf, E.T_TENSOR_VIEW)
             if v >= V13_4:
-                put_varint(buf, 0)
+                put_varint(buf, 0 if t.ptr_attr is None else 1)
             put_varint(buf, e)
             for xs in (t.shape, t.strides):
                 put_varint(buf, len(xs))
                 for x in xs:
                     buf += _pack_i64(E.INT64_MIN if x is None else x)
+            if t.ptr_attr is not None:
+                put_varint(buf, PTR_ATTRS.index(t.ptr_attr))
         elif isinstance(t, (PartitionViewType, StridedViewType, GatherScatterViewType)):
             tv = self.type(t.tensor_view)
             unified = v >= V13_3

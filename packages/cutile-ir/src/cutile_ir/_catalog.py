@@ -396,6 +396,11 @@ def edge_cases_module(version: Version) -> Module:
         gv = GatherScatterViewType((16,), tv1, 0)
         g = b.make_gather_scatter_view(b.make_tensor_view(base, result_types=[tv1]), result_types=[gv])
         b.get_index_space_shape(g, result_types=[scalar(I32)])
+    if version >= V13_4:
+        pa = ptr(F32).__class__(F32, "none")
+        tva = TV(F32, (16,), (1,), "none")
+        q = b.ptr_to_ptr(base, result_types=[scalar(pa)])
+        b.make_tensor_view(q, result_types=[tva])
     b.assume(d0, predicate=Bounded(1, None))
     b.assume(b.iota(result_types=[tile(16, I32)]), predicate=DivBy(2, every=8, along=0))
     b.return_()

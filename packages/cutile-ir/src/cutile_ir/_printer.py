@@ -598,8 +598,14 @@ class Printer:
         dyn = op.group("dynamicShape") + op.group("dynamicStrides")
         s = f"{self.results_prefix(op)}make_tensor_view {n(op.operands[0])}"
         s += ", shape = [" + ", ".join(shape) + "], strides = [" + ", ".join(strides) + "] :"
+        pre = []
+        base_el = op.operands[0].type.element if isinstance(op.operands[0].type, TileType) else None
+        if getattr(base_el, "attr", None) is not None:
+            pre.append(str(op.operands[0].type))
         if dyn:
-            s += " " + str(dyn[0].type) + " ->"
+            pre.append(str(dyn[0].type))
+        if pre:
+            s += " " + ", ".join(pre) + " ->"
         self.emit(indent, f"{s} {t}")
 
     def _mem_attrs(self, op: Operation) -> str:

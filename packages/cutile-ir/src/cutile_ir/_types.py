@@ -120,22 +120,35 @@ def _vmax(*vs: Version) -> Version:
     return max(vs)
 
 
+#: The pointer attributes of bytecode 13.4 (``ptr<f32, <none>>``); tileiras 13.4 knows only "none".
+PTR_ATTRS = ("none",)
+
+
+def _check_ptr_attr(a: str | None) -> None:
+    if a is not None and a not in PTR_ATTRS:
+        raise IRTypeError(f"unknown pointer attribute {a!r}; known: {', '.join(PTR_ATTRS)}")
+
+
 @dataclass(frozen=True, slots=True)
 class PointerType(Type):
-    """A pointer to global memory holding elements of ``pointee``."""
+    """A pointer to global memory holding elements of ``pointee`` (``attr``: 13.4's pointer attribute)."""
 
     pointee: ScalarType
+    attr: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.pointee, ScalarType):
             raise IRTypeError(f"pointer pointee must be an element type, found {self.pointee!r}")
+        _check_ptr_attr(self.attr)
 
     def __str__(self) -> str:
+        if self.attr is not None:
+            return f"ptr<{self.pointee}, <{self.attr}>>"
         return f"ptr<{self.pointee}>"
 
     @property
     def since(self) -> Version:
-        return self.pointee.since
+        return max(self.pointee.since, V13_4) if self.attr is not None else self.pointee.since
 
 
 Element = Union[ScalarType, PointerType]
@@ -196,10 +209,12 @@ class TensorViewType(Type):
     element: ScalarType
     shape: tuple[int | None, ...]
     strides: tuple[int | None, ...]
+    ptr_attr: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", tuple(self.shape))
         object.__setattr__(self, "strides", tuple(self.strides))
+        _check_ptr_attr(self.ptr_attr)
         if len(self.shape) != len(self.strides):
             raise IRTypeError(
                 f"tensor_view shape and strides must have the same rank, found {len(self.shape)} and {len(self.strides)}"
@@ -209,13 +224,18 @@ class TensorViewType(Type):
         shape = "x".join(_dyn(d) for d in self.shape)
         sep = "x" if self.shape else ""
         strides = ",".join(_dyn(s) for s in self.strides)
+        attr = "" if self.ptr_attr is None else f", #cuda_tile.ptr_attr<{self.ptr_attr}>"
         if not self.shape:
-            return f"tensor_view<{self.element}>"
-        return f"tensor_view<{shape}{sep}{self.element}, strides=[{strides}]>"
+            return f"tensor_view<{self.element}{attr}>"
+        return f"tensor_view<{shape}{sep}{self.element}, strides=[{strides}]{attr}>"
 
     @property
     def rank(self) -> int:
         return len(self.shape)
+
+    @property
+    def since(self) -> Version:
+        return max(self.element.since, V13_4) if self.ptr_attr is not None else self.element.since
 
     @property
     def num_dynamic_shape(self) -> int:
@@ -224,10 +244,6 @@ class TensorViewType(Type):
     @property
     def num_dynamic_strides(self) -> int:
         return sum(1 for s in self.strides if s is None)
-
-    @property
-    def since(self) -> Version:
-        return self.element.since
 
 
 def _dim_map_suffix(dm: tuple[int, ...]) -> str:
