@@ -15,6 +15,7 @@ from ._attributes import (
     IntegerOverflow, OptimizationHints, RoundingMode, SameElements, StringAttr, TypeAttr,
     _bits_from_float, _float_from_bits, decode_element,
 )
+from ._apfloat import mlir_float
 from ._ir import Block, Function, Global, Module, Operation, Value
 from ._ops import Arity, AttrKind, OpDef
 from ._types import I1, ScalarType, TileType, Type
@@ -55,22 +56,9 @@ def asm_name(op: Operation, index: int) -> str | None:
 
 def format_float(data: bytes, t: ScalarType) -> str:
     bits = int.from_bytes(data, "little")
-    v = _float_from_bits(bits, t)
-    if math.isnan(v) or math.isinf(v):
+    s = mlir_float(_float_from_bits(bits, t), t)
+    if s is None:
         return "0x" + format(bits, "0%dX" % (2 * len(data)))
-    s = format(v, ".6e")
-    if t.bitwidth > 8 and t.name in ("f16", "bf16", "f32", "f64", "tf32"):
-        try:
-            back = _bits_from_float(float(s), t)
-        except (OverflowError, ValueError):
-            back = -1
-        if back != bits:
-            if t.name == "f64":
-                return repr(v)
-            for p in range(6, 18):
-                s2 = format(v, f".{p}e")
-                if _bits_from_float(float(s2), t) == bits:
-                    return s2
     return s
 
 
