@@ -1,6 +1,45 @@
 """Pure-Python CUDA Tile IR: types, ops, builder, verifier, printer, bytecode writer and reader.
 
-Not built yet: filled by the issue "cutile-ir: the whole of Tile IR in pure Python".
+Build a module with :class:`Module`, :func:`add_function` and :class:`Builder` (any op of
+the table is a builder method), check it with :func:`verify`, print it with
+:func:`print_module`, encode it with :func:`write_bytecode` (versions 13.1–13.4) and read
+bytecode back with :func:`read_bytecode`. The op table (:data:`OPS`) drives all of them.
 """
 
-__all__: list[str] = []
+from ._attributes import (
+    ArrayAttr, AtomicRMWMode, BoolAttr, Bounded, ComparisonOrdering, ComparisonPredicate,
+    DenseElements, DictAttr, DivBy, FloatAttr, IntegerAttr, IntegerOverflow, Location,
+    MemoryOrdering, MemoryScope, OptimizationHints, RoundingMode, SameElements, Signedness,
+    StringAttr, SymbolVisibility, TypeAttr,
+)
+from ._builder import Builder, IfOp, RegionOp, add_function, make_op
+from ._bytecode_reader import bytecode_version, read_bytecode
+from ._bytecode_writer import write_bytecode
+from ._printer import print_function, print_module
+from ._errors import BytecodeError, IRError, IRTypeError, VerificationError, VersionError
+from ._ir import Block, Function, Global, Module, Operation, Region, Value, differences
+from ._ops import OPS, Arity, AttrDef, AttrKind, OpDef, OperandDef, ResultDef, get_op, ops_in
+from ._types import (
+    BF16, DYNAMIC, F16, F32, F4E2M1FN, F64, F8E4M3FN, F8E5M2, F8E5M3FNU, F8E8M0FNU, I1, I4, I8, I16,
+    I32, I64, SCALAR_TYPES, TF32, TOKEN, FunctionType, GatherScatterViewType, PaddingValue,
+    PartitionViewType, PointerType, ScalarType, StridedViewType, TensorViewType, TileType,
+    TokenType, Type, ptr, scalar, tile,
+)
+from ._verifier import problems, verify
+from ._versions import DEFAULT_VERSION, SUPPORTED_VERSIONS, V13_1, V13_2, V13_3, V13_4, Version
+
+__all__ = [
+    "ArrayAttr", "Arity", "AtomicRMWMode", "AttrDef", "AttrKind", "BF16", "Block", "BoolAttr",
+    "Bounded", "Builder", "BytecodeError", "ComparisonOrdering", "ComparisonPredicate",
+    "DEFAULT_VERSION", "DYNAMIC", "DenseElements", "DictAttr", "DivBy", "F16", "F32", "F4E2M1FN",
+    "F64", "F8E4M3FN", "F8E5M2", "F8E5M3FNU", "F8E8M0FNU", "FloatAttr", "Function", "FunctionType",
+    "GatherScatterViewType", "Global", "I1", "I16", "I32", "I4", "I64", "I8", "IRError",
+    "IRTypeError", "IfOp", "IntegerAttr", "IntegerOverflow", "Location", "MemoryOrdering",
+    "MemoryScope", "Module", "OPS", "OpDef", "Operation", "OperandDef", "OptimizationHints",
+    "PaddingValue", "PartitionViewType", "PointerType", "Region", "RegionOp", "ResultDef",
+    "RoundingMode", "SCALAR_TYPES", "SUPPORTED_VERSIONS", "SameElements", "ScalarType",
+    "Signedness", "StridedViewType", "StringAttr", "SymbolVisibility", "TF32", "TOKEN",
+    "TensorViewType", "TileType", "TokenType", "Type", "TypeAttr", "V13_1", "V13_2", "V13_3",
+    "V13_4", "Value", "bytecode_version", "differences", "read_bytecode", "VerificationError", "Version", "VersionError", "add_function", "get_op",
+    "make_op", "ops_in", "print_function", "print_module", "problems", "ptr", "scalar", "tile", "verify", "write_bytecode",
+]

@@ -1,0 +1,610 @@
+"""The bytecode reader: Tile IR bytecode 13.1–13.4 back into a Module.
+
+The mirror image of the writer, driven by the same op table; ``write(read(b)) == b`` for
+bytecode this package wrote, and the module read equals the one written.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from typing import Any
+
+from . import _encoding as E
+from ._attributes import (
+    ENUM_TYPES, ArrayAttr, BoolAttr, Bounded, DenseElements, DictAttr, DivBy, FloatAttr, IntegerAttr, Location,
+    OptimizationHints, SameElements, StringAttr, SymbolVisibility, TypeAttr,
+)
+from ._encoding import unzigzag
+from ._errors import BytecodeError, IRError, VersionError
+from ._ir import Block, Function, Global, Module, Operation, Region, Value
+from ._ops import OPS_BY_OPCODE, Arity, AttrKind, OpDef, layout
+from ._types import (
+    PTR_ATTRS, SCALAR_BY_TAG, FunctionType, GatherScatterViewType, PaddingValue, PartitionViewType, PointerType,
+    ScalarType, StridedViewType, TensorViewType, TileType, TokenType, Type,
+)
+from ._versions import SUPPORTED_VERSIONS, V13_3, V13_4, Version
+
+
+class _Cursor:
+    __slots__ = ("data", "pos", "end", "what")
+
+    def __init__(self, data: bytes, pos: int = 0, end: int | None = None, what: str = "bytecode") -> None:
+        self.data = data
+        self.pos = pos
+        self.end = len(data) if end is None else end
+        self.what = what
+
+    def fail(self, msg: str) -> BytecodeError:
+        return BytecodeError(f"{self.what}, offset {self.pos}: {msg}")
+
+    def byte(self) -> int:
+        if self.pos >= self.end:
+            raise self.fail("unexpected end of data")
+        b = self.data[self.pos]
+        self.pos += 1
+        return b
+
+    def varint(self) -> int:
+        pos = self.pos
+        if pos < self.end:
+            b = self.data[pos]
+            if b < 0x80:
+                self.pos = pos + 1
+                return b
+        return self._varint()
+
+    def _varint(self) -> int:
+        data, pos, end = self.data, self.pos, self.end
+        result = 0
+        shift = 0
+        while True:
+            if pos >= end:
+                self.pos = pos
+                raise self.fail("truncated varint")
+            b = data[pos]
+            pos += 1
+            result |= (b & 0x7F) << shift
+            if b < 0x80:
+                self.pos = pos
+                return result
+            shift += 7
+            if shift > 63:
+                self.pos = pos
+                raise self.fail("varint longer than 64 bits")
+
+    def svarint(self) -> int:
+        return unzigzag(self.varint())
+
+    def take(self, n: int) -> bytes:
+        if self.pos + n > self.end:
+            raise self.fail(f"needs {n} bytes, {self.end - self.pos} left")
+        b = self.data[self.pos:self.pos + n]
+        self.pos += n
+        return b
+
+    def align(self, a: int, base: int) -> None:
+        while (self.pos - base) % a:
+            if self.byte() != E.PAD:
+                raise self.fail("bad padding byte")
+
+    def i32_list(self) -> tuple[int, ...]:
+        n = self.varint()
+        return struct.unpack(f"<{n}i", self.take(4 * n))
+
+    def i64_list(self) -> tuple[int, ...]:
+        n = self.varint()
+        return struct.unpack(f"<{n}q", self.take(8 * n))
+
+    @property
+    def done(self) -> bool:
+        return self.pos >= self.end
+
+
+def _offset_table(c: _Cursor, width: int) -> list[bytes]:
+    base = c.pos
+    n = c.varint()
+    c.align(width, base)
+    fmt = "<I" if width == 4 else "<Q"
+    offs = [struct.unpack(fmt, c.take(width))[0] for _ in range(n)]
+    data = c.data[c.pos:c.end]
+    out = []
+    for i, o in enumerate(offs):
+        e = offs[i + 1] if i + 1 < n else len(data)
+        if not 0 <= o <= e <= len(data):
+            raise c.fail(f"entry {i} has bad offsets {o}..{e}")
+        out.append(bytes(data[o:e]))
+    return out
+
+
+class _Reader:
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        c = _Cursor(data, what="header")
+        if c.take(8) != E.MAGIC:
+            raise BytecodeError("not Tile IR bytecode (bad magic number)")
+        major, minor = c.byte(), c.byte()
+        c.take(2)
+        if (major, minor) not in SUPPORTED_VERSIONS:
+            raise VersionError(f"unsupported bytecode version {major}.{minor}; supported: "
+                               + ", ".join(str(v) for v in SUPPORTED_VERSIONS))
+        self.version = Version(major, minor)
+        self.sections: dict[int, tuple[int, int]] = {}
+        while True:
+            sid_byte = c.byte()
+            if sid_byte == E.SEC_END:
+                if not c.done:
+                    raise c.fail("data after the end section")
+                break
+            sid = sid_byte & 0x7F
+            if sid not in E.SECTION_NAMES or sid == E.SEC_END:
+                raise c.fail(f"unknown section id {sid}")
+            if sid in self.sections:
+                raise c.fail(f"section '{E.SECTION_NAMES[sid]}' appears twice")
+            length = c.varint()
+            if sid_byte & 0x80:
+                align = c.varint()
+                if align == 0 or align & (align - 1):
+                    raise c.fail(f"bad alignment {align}")
+                c.align(align, 0)
+            start = c.pos
+            c.take(length)
+            self.sections[sid] = (start, start + length)
+        for req in (E.SEC_STRING, E.SEC_FUNC):
+            if req not in self.sections:
+                raise BytecodeError(f"missing required section '{E.SECTION_NAMES[req]}'")
+        self.strings = [s.decode("utf-8") for s in _offset_table(self.cursor(E.SEC_STRING), 4)]
+        self.type_bytes = _offset_table(self.cursor(E.SEC_TYPE), 4) if E.SEC_TYPE in self.sections else []
+        self.types: list[Type] = []
+        for i in range(len(self.type_bytes)):
+            self.types.append(self._decode_type(i))
+        self.constants: list[bytes] = []
+        if E.SEC_CONSTANT in self.sections:
+            for raw in _offset_table(self.cursor(E.SEC_CONSTANT), 8):
+                cc = _Cursor(raw, what="constant")
+                n = cc.varint()
+                self.constants.append(cc.take(n))
+        self.debug_ops: list[list[int]] = []
+        self.debug_records: list[bytes] = []
+        if E.SEC_DEBUG in self.sections:
+            self._read_debug()
+
+    def cursor(self, sid: int) -> _Cursor:
+        s, e = self.sections[sid]
+        return _Cursor(self.data, s, e, E.SECTION_NAMES[sid] + " section")
+
+    def string(self, i: int) -> str:
+        if not 0 <= i < len(self.strings):
+            raise BytecodeError(f"string index {i} out of range ({len(self.strings)} strings)")
+        return self.strings[i]
+
+    def type(self, i: int) -> Type:
+        if not 0 <= i < len(self.types):
+            raise BytecodeError(f"type index {i} out of range ({len(self.types)} types)")
+        return self.types[i]
+
+    def constant(self, i: int) -> bytes:
+        if not 0 <= i < len(self.constants):
+            raise BytecodeError(f"constant index {i} out of range ({len(self.constants)} constants)")
+        return self.constants[i]
+
+    def _decode_type(self, i: int) -> Type:
+        c = _Cursor(self.type_bytes[i], what=f"type {i}")
+        v = self.version
+        tag = c.varint()
+
+        def ref() -> Type:
+            j = c.varint()
+            if j >= i:
+                raise c.fail(f"refers to type {j}, not defined before it")
+            return self.types[j]
+
+        def ptr_attr() -> str:
+            x = c.varint()
+            if x >= len(PTR_ATTRS):
+                raise c.fail(f"unknown pointer attribute {x}")
+            return PTR_ATTRS[x]
+
+        def padding(has: bool) -> PaddingValue | None:
+            return PaddingValue(c.varint()) if has else None
+
+        t: Type
+        if tag in SCALAR_BY_TAG:
+            t = SCALAR_BY_TAG[tag]
+        elif tag == E.T_TOKEN:
+            t = TokenType()
+        elif tag == E.T_POINTER:
+            flags = c.varint() if v >= V13_4 else 0
+            p = ref()
+            attr = ptr_attr() if flags & 1 else None
+            if not isinstance(p, ScalarType):
+                raise c.fail(f"pointer to non-element type {p}")
+            t = PointerType(p, attr)
+        elif tag == E.T_TILE:
+            el = ref()
+            shape = c.i64_list()
+            if not isinstance(el, (ScalarType, PointerType)):
+                raise c.fail(f"tile of {el}")
+            t = TileType(shape, el)
+        elif tag == E.T_TENSOR_VIEW:
+            flags = c.varint() if v >= V13_4 else 0
+            el = ref()
+            dshape = tuple(None if x == E.INT64_MIN else x for x in c.i64_list())
+            dstrides = tuple(None if x == E.INT64_MIN else x for x in c.i64_list())
+            attr = ptr_attr() if flags & 1 else None
+            if not isinstance(el, ScalarType):
+                raise c.fail(f"tensor_view of {el}")
+            t = TensorViewType(el, dshape, dstrides, attr)
+        elif tag in (E.T_PARTITION_VIEW, E.T_STRIDED_VIEW, E.T_GATHER_SCATTER_VIEW):
+            unified = v >= V13_3
+            flags = c.varint() if unified else 0
+            tile_shape = c.i32_list()
+            trav = c.i32_list() if tag == E.T_STRIDED_VIEW else ()
+            tv = ref()
+            if not isinstance(tv, TensorViewType):
+                raise c.fail(f"view over {tv}")
+            if tag == E.T_GATHER_SCATTER_VIEW:
+                sparse = c.varint()
+                t = GatherScatterViewType(tile_shape, tv, sparse, padding(bool(flags & 1)))
+            else:
+                dim_map = c.i32_list()
+                has = bool(flags & 1) if unified else bool(c.varint())
+                pad = padding(has)
+                if tag == E.T_STRIDED_VIEW:
+                    t = StridedViewType(tile_shape, trav, tv, dim_map, pad)
+                else:
+                    t = PartitionViewType(tile_shape, tv, dim_map, pad)
+        elif tag == E.T_FUNCTION:
+            ins = tuple(ref() for _ in range(c.varint()))
+            outs = tuple(ref() for _ in range(c.varint()))
+            t = FunctionType(ins, outs)
+        else:
+            raise c.fail(f"unknown type tag {tag}")
+        if t.since > v:
+            raise VersionError(f"type {t} needs bytecode {t.since}, file is {v}")
+        if not c.done:
+            raise c.fail("trailing bytes after type")
+        return t
+
+    # -- attributes -------------------------------------------------------------------
+    def tagged(self, c: _Cursor) -> Any:
+        tag = c.byte()
+        if tag == E.A_INTEGER:
+            t = self.type(c.varint())
+            assert isinstance(t, ScalarType)
+            return IntegerAttr(t, c.varint())
+        if tag == E.A_FLOAT:
+            t = self.type(c.varint())
+            assert isinstance(t, ScalarType)
+            bits = c.byte() if t.bitwidth <= 8 else c.svarint() & ((1 << (8 * t.nbytes)) - 1)
+            return FloatAttr(t, bits)
+        if tag == E.A_BOOL:
+            return BoolAttr(bool(c.byte()))
+        if tag == E.A_TYPE:
+            return TypeAttr(self.type(c.varint()))
+        if tag == E.A_STRING:
+            return StringAttr(self.string(c.varint()))
+        if tag == E.A_ARRAY:
+            return ArrayAttr(tuple(self.tagged(c) for _ in range(c.varint())))
+        if tag == E.A_DENSE:
+            t = self.type(c.varint())
+            assert isinstance(t, TileType)
+            return DenseElements(t, self.constant(c.varint()))
+        if tag == E.A_DIVBY:
+            d = c.varint()
+            fl = c.byte()
+            every = c.svarint() if fl & 1 else None
+            along = c.svarint() if fl & 2 else None
+            return DivBy(d, every, along)
+        if tag == E.A_SAME_ELEMENTS:
+            return SameElements(c.i64_list())
+        if tag == E.A_DICT:
+            return DictAttr(self.dict_body(c))
+        if tag == E.A_HINTS:
+            return OptimizationHints(self.dict_body(c))
+        if tag == E.A_BOUNDED:
+            fl = c.byte()
+            lb = c.svarint() if fl & 1 else None
+            ub = c.svarint() if fl & 2 else None
+            return Bounded(lb, ub)
+        raise c.fail(f"unknown attribute tag {tag}")
+
+    def dict_body(self, c: _Cursor) -> tuple[tuple[str, Any], ...]:
+        return tuple((self.string(c.varint()), self.tagged(c)) for _ in range(c.varint()))
+
+    # -- debug info -----------------------------------------------------------------
+    def _read_debug(self) -> None:
+        c = self.cursor(E.SEC_DEBUG)
+        base = c.pos
+        nfun = c.varint()
+        c.align(4, base)
+        offs = [struct.unpack("<I", c.take(4))[0] for _ in range(nfun)]
+        total = c.varint()
+        c.align(8, base)
+        idx = [struct.unpack("<Q", c.take(8))[0] for _ in range(total)]
+        for i, o in enumerate(offs):
+            e = offs[i + 1] if i + 1 < nfun else total
+            self.debug_ops.append(idx[o:e])
+        c2 = _Cursor(self.data, c.pos, c.end, "debug section")
+        self.debug_records = _offset_table(c2, 4)
+
+    def di_loc(self, i: int) -> Location | None:
+        if i == 0:
+            return None
+        if i > len(self.debug_records):
+            raise BytecodeError(f"debug record {i} out of range")
+        c = _Cursor(self.debug_records[i - 1], what=f"debug record {i}")
+        tag = c.byte()
+        if tag == E.D_LOC:
+            scope = c.varint()
+            file = self.string(c.varint())
+            line, col = c.varint(), c.varint()
+            if line == 0 and col == 0:
+                return None
+            return Location(file, line, col, self.di_scope_name(scope))
+        if tag == E.D_CALLSITE:
+            callee = c.varint()
+            return self.di_loc(callee)
+        return None
+
+    def di_scope_name(self, i: int) -> str | None:
+        if not 0 < i <= len(self.debug_records):
+            return None
+        c = _Cursor(self.debug_records[i - 1], what=f"debug record {i}")
+        if c.byte() != E.D_SUBPROGRAM:
+            return None
+        c.varint()
+        c.varint()
+        return self.string(c.varint())
+
+    # -- functions ------------------------------------------------------------------
+    def module(self) -> Module:
+        m = Module()
+        if E.SEC_PRODUCER in self.sections:
+            if self.version < V13_3:
+                raise VersionError(f"producer section in bytecode {self.version} (needs 13.3)")
+            m.producer = self.string(self.cursor(E.SEC_PRODUCER).varint())
+        if E.SEC_GLOBAL in self.sections:
+            c = self.cursor(E.SEC_GLOBAL)
+            for _ in range(c.varint()):
+                name = self.string(c.varint())
+                t = self.type(c.varint())
+                data = self.constant(c.varint())
+                align = c.varint()
+                vis, const = (c.varint(), c.varint()) if self.version >= V13_3 else (0, 0)
+                if not isinstance(t, TileType):
+                    raise c.fail(f"global @{name} of non-tile type {t}")
+                m.globals.append(Global(name, DenseElements(t, data), align, bool(const), SymbolVisibility(vis)))
+        c = self.cursor(E.SEC_FUNC)
+        for _ in range(c.varint()):
+            name = self.string(c.varint())
+            ftype = self.type(c.varint())
+            if not isinstance(ftype, FunctionType):
+                raise c.fail(f"function @{name} has non-function type {ftype}")
+            flags = c.byte()
+            loc_index = c.varint()
+            hints = None
+            if flags & E.F_KERNEL and flags & E.F_HINTS:
+                hints = self.tagged(c)
+                if not isinstance(hints, OptimizationHints):
+                    raise c.fail(f"function @{name}: bad optimization hints")
+            if not flags & E.F_KERNEL:
+                raise c.fail(f"function @{name} is not a kernel entry (unsupported by Tile IR bytecode)")
+            n = c.varint()
+            body = _Cursor(self.data, c.pos, c.pos + n, f"body of @{name}")
+            c.take(n)
+            dbg = self.debug_ops[loc_index - 1] if 0 < loc_index <= len(self.debug_ops) else None
+            f = Function(name, ftype, entry=True, private=bool(flags & E.F_PRIVATE), hints=hints,
+                         loc=self.di_loc(dbg[0]) if dbg else None)
+            _FunctionReader(self, f, body, dbg).run()
+            m.functions.append(f)
+        return m
+
+
+class _FunctionReader:
+    def __init__(self, r: _Reader, f: Function, c: _Cursor, dbg: list[int] | None) -> None:
+        self.r = r
+        self.f = f
+        self.c = c
+        self.values: list[Value] = []
+        self.dbg = dbg
+        self.dbg_pos = 1
+
+    def run(self) -> None:
+        self.values.extend(self.f.body.args)
+        while not self.c.done:
+            self.f.body.append(self.op())
+
+    def value(self, i: int) -> Value:
+        if i >= len(self.values):
+            raise self.c.fail(f"value %{i} used before it is defined ({len(self.values)} defined)")
+        return self.values[i]
+
+    def block(self, region_block: Block) -> None:
+        c = self.c
+        saved = len(self.values)
+        n = c.varint()
+        for _ in range(n):
+            self.values.append(region_block.add_arg(self.r.type(c.varint())))
+        for _ in range(c.varint()):
+            region_block.append(self.op())
+        del self.values[saved:]
+
+    def op(self) -> Operation:
+        c, r, v = self.c, self.r, self.r.version
+        varint = c.varint
+        at = c.pos
+        opcode = varint()
+        d: OpDef | None = OPS_BY_OPCODE.get(opcode)
+        if d is None or d.structural:
+            raise c.fail(f"unknown opcode {opcode:#x}")
+        if d.since > v:
+            raise VersionError(f"op '{d.name}' needs bytecode {d.since}, file is {v} (offset {at})")
+        lay = layout(d, v)
+        loc = None
+        if self.dbg is not None:
+            if self.dbg_pos < len(self.dbg):
+                loc = r.di_loc(self.dbg[self.dbg_pos])
+            self.dbg_pos += 1
+        # results
+        types = r.types
+        try:
+            if lay.variadic:
+                result_types = [types[varint()] for _ in range(varint())]
+            else:
+                result_types = [types[varint()] for w in lay.result_written if w]
+        except IndexError:
+            raise c.fail("type index out of range") from None
+        n_written = len(result_types)
+        if not all(lay.result_written):
+            result_types += [TokenType() for w in lay.result_written if not w]  # print_tko's token < 13.2
+        # flags
+        present: set[str] | tuple[()] = ()
+        if lay.has_flags:
+            bits = varint()
+            if bits:
+                if bits >> len(lay.flag_names):
+                    raise c.fail(f"'{d.name}': unknown flag bits {bits:#x}")
+                present = {n for i, (n, _, _) in enumerate(lay.flag_names) if bits >> i & 1}
+        attrs: dict[str, Any] = {}
+        for a, mode in lay.attrs:
+            if mode == "required":
+                if a.kind is AttrKind.ENUM:
+                    x = varint()
+                    members = _ENUM_MEMBERS[a.enum]
+                    if x >= len(members):
+                        raise c.fail(f"bad {a.enum.__name__} value {x} for '{a.name}'")  # type: ignore[union-attr]
+                    attrs[a.name] = members[x]
+                    continue
+                val = self.attr(a.kind, a.enum)
+                if a.kind is AttrKind.BOOL_ARRAY and not any(val):
+                    val = a.default
+                attrs[a.name] = val
+            elif mode == "unit":
+                if a.name in present:
+                    attrs[a.name] = True
+            elif mode == "optional":
+                if a.name in present:
+                    attrs[a.name] = self.attr(a.kind, a.enum)
+            else:
+                attrs[a.name] = a.default
+        # operands
+        values = self.values
+        nvals = len(values)
+        segments: list[int] = []
+        if lay.segmented:
+            ids: list[int] = []
+            for od in d.operands:
+                if od.arity is Arity.OPTIONAL:
+                    k = 1 if od.name in present else 0
+                elif od.arity is Arity.VARIADIC:
+                    k = varint()
+                else:
+                    k = 1
+                segments.append(k)
+                ids += [varint() for _ in range(k)]
+        else:
+            total = varint() if lay.count_all else lay.n_fixed
+            rest = total - lay.n_fixed
+            if rest < 0:
+                raise c.fail(f"'{d.name}' has {total} operands, needs at least {lay.n_fixed}")
+            for ar in lay.arities:
+                if ar is Arity.ONE:
+                    segments.append(1)
+                else:
+                    if ar is Arity.OPTIONAL and rest > 1:
+                        raise c.fail(f"'{d.name}': an optional operand given {rest} values")
+                    segments.append(rest)
+                    rest = 0
+            ids = [varint() for _ in range(total)]
+        if ids and max(ids) >= nvals:
+            raise c.fail(f"value %{max(ids)} used before it is defined ({nvals} defined)")
+        operands = [values[i] for i in ids]
+        op = Operation(d, operands, segments, attrs, result_types, 0, loc)
+        if d.regions:
+            n = varint()
+            if n != len(d.regions):
+                raise c.fail(f"'{d.name}' has {n} regions, expects {len(d.regions)}")
+            for _ in range(n):
+                region = Region(op)
+                op.regions.append(region)
+                for _ in range(varint()):
+                    self.block(region.add_block())
+        values.extend(op.results[:n_written])
+        return op
+
+    def attr(self, kind: AttrKind, enum_: Any) -> Any:
+        c, r = self.c, self.r
+        if kind is AttrKind.ENUM:
+            x = c.varint()
+            try:
+                return enum_(x)
+            except ValueError:
+                raise c.fail(f"bad {enum_.__name__} value {x}") from None
+        if kind is AttrKind.INT:
+            return c.varint()
+        if kind is AttrKind.BOOL:
+            return bool(c.byte())
+        if kind in (AttrKind.STR, AttrKind.SYMREF):
+            return r.string(c.varint())
+        if kind is AttrKind.I32_ARRAY:
+            return c.i32_list()
+        if kind is AttrKind.BOOL_ARRAY:
+            n = c.varint()
+            return tuple(bool(b) for b in c.take(n))
+        if kind is AttrKind.DENSE:
+            return _DenseRef(r.constant(c.varint()))
+        if kind is AttrKind.HINTS:
+            return OptimizationHints(r.dict_body(c))
+        if kind is AttrKind.PREDICATE:
+            return r.tagged(c)
+        if kind is AttrKind.ATTR_ARRAY:
+            return ArrayAttr(tuple(r.tagged(c) for _ in range(c.varint())))
+        raise AssertionError(kind)
+
+
+_ENUM_MEMBERS: dict[Any, tuple[Any, ...]] = {}
+for _e in ENUM_TYPES:
+    _ENUM_MEMBERS[_e] = tuple(sorted(_e, key=int))
+    assert [int(m) for m in _ENUM_MEMBERS[_e]] == list(range(len(_ENUM_MEMBERS[_e])))
+
+
+class _DenseRef(bytes):
+    """Raw constant bytes whose tile type comes from the op's result (resolved after decoding)."""
+
+
+def _resolve_dense(m: Module) -> None:
+    for op in m.walk():
+        v = op.attributes.get("value")
+        if isinstance(v, _DenseRef):
+            t = op.results[0].type if op.results else None
+            if not isinstance(t, TileType):
+                raise BytecodeError("dense constant without a tile result type", op=op.name)
+            op.attributes["value"] = DenseElements(t, bytes(v))
+
+
+def read_bytecode(data: bytes | bytearray | memoryview) -> Module:
+    """Decode Tile IR bytecode (13.1–13.4) into a Module.
+
+    Raises :class:`BytecodeError` for malformed input and :class:`VersionError` for a
+    version this package does not read or a feature newer than the file's version."""
+    try:
+        r = _Reader(bytes(data))
+        m = r.module()
+        _resolve_dense(m)
+        return m
+    except (BytecodeError, VersionError):
+        raise
+    except (IRError, ValueError, IndexError, KeyError, TypeError, AssertionError, OverflowError,
+            UnicodeDecodeError, struct.error, RecursionError) as e:
+        raise BytecodeError(f"malformed bytecode: {type(e).__name__}: {e}") from e
+
+
+def bytecode_version(data: bytes) -> Version:
+    """The version in a bytecode file's header."""
+    if data[:8] != E.MAGIC or len(data) < 12:
+        raise BytecodeError("not Tile IR bytecode (bad magic number)")
+    return Version(data[8], data[9])
+
+
+_ = os

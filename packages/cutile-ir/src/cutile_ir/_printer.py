@@ -1,0 +1,655 @@
+"""The printer: MLIR-style text as NVIDIA's ``tileirdisasm`` prints it.
+
+Op syntax comes from each table record's ``fmt``; value names follow MLIR's rules
+(result names an op asks for, uniqued with a per-function counter; others numbered).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Iterable
+
+from ._attributes import (
+    ArrayAttr, BoolAttr, Bounded, DenseElements, DictAttr, DivBy, FloatAttr, IntegerAttr,
+    IntegerOverflow, OptimizationHints, RoundingMode, SameElements, StringAttr, TypeAttr,
+    _bits_from_float, _float_from_bits, decode_element,
+)
+from ._apfloat import mlir_float
+from ._ir import Block, Function, Global, Module, Operation, Value
+from ._ops import Arity, AttrKind, OpDef
+from ._types import I1, ScalarType, TileType, Type
+
+# -- value naming --------------------------------------------------------------------
+
+#: Result names that ops ask for (cuda-tile's getAsmResultNames): the name of result 0.
+ASM_NAMES: dict[str, str] = {
+    "broadcast": "bcast", "reshape": "reshape", "make_tensor_view": "tview", "make_partition_view": "pview",
+    "make_strided_view": "sview", "make_gather_scatter_view": "gsview", "for": "for", "reduce": "reduce",
+}
+#: Ops that implement MLIR's OpAsmOpInterface without naming their results.
+ASM_UNNAMED = {"if", "loop", "scan"}
+
+
+def asm_name(op: Operation, index: int) -> str | None:
+    """The name ``op`` gives its result ``index`` (None: the op names nothing; "": it has the
+    interface but no name for this result)."""
+    d = op.opdef
+    if op.name == "constant":
+        return _const_name(op.attributes["value"]) if index == 0 else ""
+    if op.name == "assume":
+        src = op.operands[0]
+        if isinstance(src.owner, Operation):
+            inner = asm_name(src.owner, src.index)
+            if inner is not None:
+                return "assume_" + inner
+        return "assume"
+    base = ASM_NAMES.get(op.name)
+    if base is not None:
+        return base if index == 0 else ""
+    if op.name in ASM_UNNAMED:
+        return ""
+    if len(d.results) > 1 and not any(r.variadic for r in d.results):
+        return d.results[index].name if index < len(d.results) else ""
+    return None
+
+
+def format_float(data: bytes, t: ScalarType) -> str:
+    bits = int.from_bytes(data, "little")
+    s = mlir_float(_float_from_bits(bits, t), t)
+    if s is None:
+        return "0x" + format(bits, "0%dX" % (2 * len(data)))
+    return s
+
+
+def format_element(data: bytes, t: ScalarType) -> str:
+    if t == I1:
+        return "true" if data[0] else "false"
+    if t.is_float:
+        return format_float(data, t)
+    return str(decode_element(data, t))
+
+
+def _const_name(d: DenseElements) -> str:
+    el = d.type.element
+    assert isinstance(el, ScalarType)
+    if el == I1:
+        vals = d.values()
+        return "true" if all(vals) else "false" if not any(vals) else "cst_i1"
+    if not d.is_splat and d.type.numel != 1:
+        return f"cst_{el}"
+    v = d.values()[0]
+    if el.is_float:
+        if math.isnan(v):
+            return f"cst_NaN_{el}"
+        if math.isfinite(v) and v >= 0 and math.copysign(1.0, v) > 0 and v == int(v) and v < 2.0 ** 64:
+            return f"cst_{int(v)}_{el}"
+        return f"cst_{el}"
+    return f"cst_{v}_{el}"
+
+
+class _Names:
+    """MLIR's SSANameState, for one function."""
+
+    def __init__(self) -> None:
+        self.names: dict[int, str] = {}
+        self.heads: dict[int, tuple[str, int]] = {}
+        self.next_value = 0
+        self.next_arg = 0
+        self.next_conflict = 0
+        self.scopes: list[set[str]] = [set()]
+
+    def used(self, n: str) -> bool:
+        return any(n in s for s in self.scopes)
+
+    def unique(self, n: str) -> str:
+        if self.used(n):
+            base = n + "_"
+            while True:
+                cand = base + str(self.next_conflict)
+                self.next_conflict += 1
+                if not self.used(cand):
+                    n = cand
+                    break
+        self.scopes[-1].add(n)
+        return n
+
+    def function(self, f: Function) -> None:
+        self.region([f.body], None)
+
+    def region(self, blocks: list[Block], owner: Operation | None) -> None:
+        for b in blocks:
+            self.block_args(b, owner)
+            for op in b.ops:
+                self.op_results(op)
+        saved = (self.next_value, self.next_arg, self.next_conflict)
+        for b in blocks:
+            for op in b.ops:
+                for r in op.regions:
+                    self.next_value, self.next_arg, self.next_conflict = saved
+                    self.scopes.append(set())
+                    self.region(r.blocks, op)
+                    self.scopes.pop()
+
+    def block_args(self, b: Block, owner: Operation | None) -> None:
+        names: list[str | None] = [None] * len(b.args)
+        if owner is not None and owner.name == "for" and b.args:
+            names = ["loopIdx", *(f"iterArg{i}" for i in range(len(b.args) - 1))]
+        elif owner is not None and owner.name == "reduce":
+            half = len(b.args) // 2
+            if half == 1:
+                names = ["reduce_lhs", "reduce_rhs"]
+            else:
+                names = [*(f"reduce_{s}{i}" for i in range(half) for s in ("lhs", "rhs"))]
+        for a, name in zip(b.args, names):
+            if name is None:
+                self.names[id(a)] = f"arg{self.next_arg}"
+                self.next_arg += 1
+            else:
+                self.names[id(a)] = self.unique(name)
+
+    def op_results(self, op: Operation) -> None:
+        if not op.results:
+            return
+        names = [asm_name(op, i) for i in range(len(op.results))]
+        # MLIR groups results: a named result starts a group, unnamed ones join the previous
+        groups: list[tuple[str, list[Value]]] = []
+        for r, n in zip(op.results, names):
+            if n:
+                groups.append((self.unique(n), [r]))
+            elif groups:
+                groups[-1][1].append(r)
+            else:
+                groups.append(("", [r]))
+        for base, vals in groups:
+            if not base:
+                base = str(self.next_value)
+                self.next_value += 1
+            self.heads[id(vals[0])] = (base, len(vals))
+            for i, r in enumerate(vals):
+                self.names[id(r)] = base if len(vals) == 1 else f"{base}#{i}"
+
+    def __call__(self, v: Value) -> str:
+        return "%" + self.names.get(id(v), "<<UNKNOWN>>")
+
+
+# -- attributes ------------------------------------------------------------------------
+
+def escape(s: str) -> str:
+    out = []
+    for ch in s.encode("utf-8"):
+        c = chr(ch)
+        if c == "\\":
+            out.append("\\\\")
+        elif 0x20 <= ch < 0x7F and c != '"':
+            out.append(c)
+        else:
+            out.append("\\%02X" % ch)
+    return '"' + "".join(out) + '"'
+
+
+def attr_text(a: Any) -> str:
+    """An attribute as it appears inside a dictionary or an array."""
+    if isinstance(a, IntegerAttr):
+        return str(a.value) if a.type != I1 else ("true" if a.value else "false")
+    if isinstance(a, FloatAttr):
+        return format_float(a.bits.to_bytes(a.type.nbytes, "little"), a.type)
+    if isinstance(a, BoolAttr):
+        return "true" if a.value else "false"
+    if isinstance(a, StringAttr):
+        return escape(a.value)
+    if isinstance(a, TypeAttr):
+        return a.value.mlir()
+    if isinstance(a, ArrayAttr):
+        return "[" + ", ".join(attr_text(x) for x in a.values) + "]"
+    if isinstance(a, DictAttr):
+        return "{" + ", ".join(f"{k} = {attr_text(v)}" for k, v in sorted(a.items)) + "}"
+    if isinstance(a, OptimizationHints):
+        return "<" + ", ".join(f"{k} = {attr_text(v)}" for k, v in sorted(a.per_arch, key=lambda kv: kv[0])) + ">"
+    if isinstance(a, DivBy):
+        extra = ""
+        if a.every is not None:
+            extra += f", every {a.every}"
+        if a.along is not None:
+            extra += (" along " if a.every is not None else ", along ") + str(a.along)
+        return f"div_by<{a.divisor}{extra}>"
+    if isinstance(a, SameElements):
+        return "same_elements<[" + ", ".join(str(x) for x in a.values) + "]>"
+    if isinstance(a, Bounded):
+        lb = "?" if a.lb is None else str(a.lb)
+        ub = "?" if a.ub is None else str(a.ub)
+        return f"bounded<{lb}, {ub}>"
+    if isinstance(a, DenseElements):
+        return dense_text(a)
+    return repr(a)
+
+
+def typed_attr_text(a: Any) -> str:
+    """An identity value: ``0.000000e+00 : f32``."""
+    if isinstance(a, (IntegerAttr, FloatAttr)):
+        return f"{attr_text(a)} : {a.type}"
+    return attr_text(a)
+
+
+def dense_text(d: DenseElements) -> str:
+    el = d.type.element
+    assert isinstance(el, ScalarType)
+    if d.is_splat:
+        data = d.data if el != I1 else d.data[:1]
+        return f"<{el}: {format_element(data, el)}>"
+    n = el.nbytes
+    if el == I1:
+        items = ["true" if v else "false" for v in d.values()]
+    else:
+        items = [format_element(d.data[i:i + n], el) for i in range(0, len(d.data), n)]
+
+    def nest(xs: list[str], shape: tuple[int, ...]) -> str:
+        if len(shape) <= 1:
+            return "[" + ", ".join(xs) + "]"
+        step = len(xs) // shape[0]
+        return "[" + ", ".join(nest(xs[i:i + step], shape[1:]) for i in range(0, len(xs), step)) + "]"
+
+    return f"<{el}: {nest(items, d.type.shape)}>"
+
+
+# -- the format interpreter -------------------------------------------------------------
+
+_TOKEN = re.compile(r"`[^`]*`|\(|\)\?|\^|\$\w+|type\(\$\w+\)|%\w+\(\$\w+\)|attr-dict|\S+")
+
+
+def _parse(fmt: str) -> list[Any]:
+    toks = _TOKEN.findall(fmt)
+    pos = 0
+
+    def group() -> list[Any]:
+        nonlocal pos
+        out: list[Any] = []
+        while pos < len(toks):
+            t = toks[pos]
+            pos += 1
+            if t == "(":
+                out.append(("group", group()))
+            elif t == ")?":
+                return out
+            elif t == "^":
+                out[-1] = ("anchor", out[-1])
+            else:
+                out.append(t)
+        return out
+
+    return group()
+
+
+_PARSED: dict[str, list[Any]] = {}
+
+
+class _Line:
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.space = True
+        self.last_punct = False
+
+    def literal(self, s: str) -> None:
+        if s == "":
+            self.space = False
+            return
+        if len(s) != 1 and s != "->":
+            emit = True
+        elif self.last_punct:
+            emit = s[0] not in ">)}],"
+        else:
+            emit = s[0] not in "<>(){}[],"
+        if emit and self.space:
+            self.parts.append(" ")
+        self.parts.append(s)
+        self.space = not (len(s) == 1 and s in "<({[")
+        self.last_punct = s[0] != "_" and not s[0].isalpha()
+
+    def value(self, s: str) -> None:
+        if self.space:
+            self.parts.append(" ")
+        self.parts.append(s)
+        self.space = True
+        self.last_punct = False
+
+    def custom(self, s: str) -> None:
+        if self.space:
+            self.parts.append(" ")
+        self.parts.append(s)
+        self.space = True
+        self.last_punct = False
+
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+class Printer:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.names = _Names()
+
+    def emit(self, indent: int, s: str) -> None:
+        self.lines.append("  " * indent + s)
+
+    # -- module level --------------------------------------------------------------
+    def module(self, m: Module) -> str:
+        for g in m.globals:
+            self.global_(g)
+        for f in m.functions:
+            self.function(f)
+        return "\n".join(self.lines) + "\n"
+
+    def global_(self, g: Global) -> None:
+        vis = "private " if int(g.visibility) else ""
+        const = "constant " if g.constant else ""
+        align = f" alignment = {g.alignment}" if g.alignment else ""
+        self.emit(0, f"global {vis} {const}@{g.name}{align} {dense_text(g.value)} : {g.value.type}")
+
+    def function(self, f: Function) -> None:
+        self.names = _Names()
+        self.names.function(f)
+        args = ", ".join(f"{self.names(a)}: {a.type}" for a in f.body.args)
+        res = ""
+        if f.type.results:
+            res = " -> (" + ", ".join(str(t) for t in f.type.results) + ")"
+        hints = f" optimization_hints={attr_text(f.hints)}" if f.hints is not None else ""
+        kw = "entry" if f.entry else "func"
+        self.emit(0, f"{kw} @{f.name}({args}){res}{hints} {{")
+        self.block_ops(f.body, 1, elide_empty_terminator=False)
+        self.emit(0, "}")
+
+    def block_ops(self, b: Block, indent: int, elide_empty_terminator: bool = True) -> None:
+        for i, op in enumerate(b.ops):
+            if (elide_empty_terminator and i == len(b.ops) - 1 and op.opdef.terminator and not op.operands
+                    and op.name in ("continue", "yield")):
+                continue
+            self.op(op, indent)
+
+    # -- ops ------------------------------------------------------------------------
+    def results_prefix(self, op: Operation) -> str:
+        if not op.results:
+            return ""
+        parts = []
+        for r in op.results:
+            head = self.names.heads.get(id(r))
+            if head is not None:
+                base, n = head
+                parts.append(f"%{base}" if n == 1 else f"%{base}:{n}")
+        return ", ".join(parts) + " = "
+
+    def op(self, op: Operation, indent: int) -> None:
+        fmt = op.opdef.fmt
+        if fmt.startswith("custom:"):
+            getattr(self, "op_" + fmt[7:])(op, indent)
+            return
+        line = _Line()
+        self.run(op, self.parsed(fmt), line)
+        self.emit(indent, self.results_prefix(op) + op.name + line.text())
+
+    def parsed(self, fmt: str) -> list[Any]:
+        p = _PARSED.get(fmt)
+        if p is None:
+            p = _PARSED[fmt] = _parse(fmt)
+        return p
+
+    def present(self, op: Operation, elem: Any) -> bool:
+        tok = elem[1] if isinstance(elem, tuple) else elem
+        m = re.search(r"\$(\w+)", tok)
+        assert m is not None
+        name = m.group(1)
+        a = op.opdef.attr(name)
+        if a is not None:
+            if name not in op.attributes:
+                return False
+            if a.default is not None and op.attributes[name] == a.default:
+                return False
+            return True
+        return bool(self.group_values(op, name))
+
+    def group_values(self, op: Operation, name: str) -> list[Value]:
+        if any(o.name == name for o in op.opdef.operands):
+            return op.group(name)
+        rds = op.opdef.results
+        for i, rd in enumerate(rds):
+            if rd.name == name:
+                if rd.variadic:
+                    return op.results[i:]
+                return [op.results[i]] if i < len(op.results) else []
+        return []
+
+    def run(self, op: Operation, elems: list[Any], line: _Line) -> None:
+        for e in elems:
+            if isinstance(e, tuple) and e[0] == "group":
+                anchor = next((x for x in e[1] if isinstance(x, tuple) and x[0] == "anchor"), None)
+                if anchor is not None and self.present(op, anchor):
+                    self.run(op, [x[1] if isinstance(x, tuple) and x[0] == "anchor" else x for x in e[1]], line)
+                continue
+            if isinstance(e, tuple) and e[0] == "anchor":
+                e = e[1]
+            assert isinstance(e, str)
+            if e.startswith("`"):
+                line.literal(e[1:-1])
+            elif e == "attr-dict":
+                continue
+            elif e.startswith("type("):
+                name = e[6:-1]
+                line.value(", ".join(str(v.type) for v in self.group_values(op, name)))
+            elif e.startswith("%"):
+                fn, arg = e[1:].split("(")
+                line.custom(self.directive(fn, op.attributes.get(arg[1:-1])))
+            elif e.startswith("$"):
+                name = e[1:]
+                a = op.opdef.attr(name)
+                if a is not None:
+                    if a.kind is not AttrKind.UNIT:
+                        line.value(self.attr_value(op, name))
+                else:
+                    line.value(", ".join(self.names(v) for v in self.group_values(op, name)))
+            else:
+                line.literal(e)
+
+    def directive(self, fn: str, v: Any) -> str:
+        if fn == "rounding":
+            return "" if v is None or v == RoundingMode.NEAREST_EVEN else f"rounding<{v.text}>"
+        if fn == "rounding_unless_full":
+            return "" if v is None or v == RoundingMode.FULL else f"rounding<{v.text}>"
+        if fn == "int_rounding":
+            return "" if v is None or v == RoundingMode.NEAREST_INT_TO_ZERO else f"rounding<{v.text}>"
+        if fn == "signedness":
+            return str(v.text)
+        raise AssertionError(fn)
+
+    def attr_value(self, op: Operation, name: str) -> str:
+        a = op.opdef.attr(name)
+        assert a is not None
+        v = op.attributes.get(name, a.default)
+        k = a.kind
+        if k is AttrKind.ENUM:
+            if isinstance(v, (IntegerOverflow, RoundingMode)):
+                return f"<{v.text}>"
+            return str(v.text)
+        if k in (AttrKind.INT,):
+            return str(v)
+        if k is AttrKind.BOOL:
+            return "true" if v else "false"
+        if k is AttrKind.UNIT:
+            return ""
+        if k is AttrKind.STR:
+            return escape(str(v))
+        if k is AttrKind.SYMREF:
+            return "@" + str(v)
+        if k is AttrKind.I32_ARRAY:
+            return "[" + ", ".join(str(x) for x in v) + "]"
+        if k is AttrKind.BOOL_ARRAY:
+            return "[" + ", ".join("true" if x else "false" for x in v) + "]"
+        return attr_text(v)
+
+    # -- custom formats -----------------------------------------------------------------
+    def op_constant(self, op: Operation, indent: int) -> None:
+        d = op.attributes["value"]
+        self.emit(indent, f"{self.results_prefix(op)}constant {dense_text(d)} : {op.results[0].type}")
+
+    def op_global(self, op: Operation, indent: int) -> None:  # pragma: no cover - globals print at module level
+        raise AssertionError("global ops print from Module.globals")
+
+    def op_entry(self, op: Operation, indent: int) -> None:  # pragma: no cover
+        raise AssertionError("entries print from Module.functions")
+
+    op_module = op_entry
+
+    def region(self, op: Operation, i: int, indent: int, header: str) -> None:
+        self.emit(indent, header + " {")
+        r = op.regions[i]
+        if r.blocks:
+            self.block_ops(r.blocks[0], indent + 1)
+        self.emit(indent, "}")
+
+    def op_for(self, op: Operation, indent: int) -> None:
+        n = self.names
+        lb, ub, step = op.operands[:3]
+        inits = op.group("initValues")
+        blk = op.regions[0].blocks[0] if op.regions[0].blocks else None
+        iv = n(blk.args[0]) if blk else "%?"
+        uns = "unsigned " if "unsignedCmp" in op.attributes else ""
+        s = f"{self.results_prefix(op)}for {uns}{iv} in ({n(lb)} to {n(ub)}, step {n(step)}) : {lb.type}"
+        if inits:
+            assert blk is not None
+            pairs = ", ".join(f"{n(a)} = {n(v)}" for a, v in zip(blk.args[1:], inits))
+            s += f" iter_values({pairs}) -> (" + ", ".join(str(r.type) for r in op.results) + ")"
+        self.region(op, 0, indent, s)
+
+    def op_loop(self, op: Operation, indent: int) -> None:
+        n = self.names
+        inits = op.group("initValues")
+        blk = op.regions[0].blocks[0] if op.regions[0].blocks else None
+        s = f"{self.results_prefix(op)}loop"
+        if inits:
+            assert blk is not None
+            s += " iter_values(" + ", ".join(f"{n(a)} = {n(v)}" for a, v in zip(blk.args, inits)) + ")"
+            s += " : " + ", ".join(str(v.type) for v in inits)
+            if op.results:
+                s += " -> " + ", ".join(str(r.type) for r in op.results)
+        elif op.results:
+            s += " : " + ", ".join(str(r.type) for r in op.results)
+        self.region(op, 0, indent, s)
+
+    def op_if(self, op: Operation, indent: int) -> None:
+        s = f"{self.results_prefix(op)}if {self.names(op.operands[0])}"
+        if op.results:
+            s += " -> (" + ", ".join(str(r.type) for r in op.results) + ")"
+        self.emit(indent, s + " {")
+        if op.regions[0].blocks:
+            self.block_ops(op.regions[0].blocks[0], indent + 1)
+        if len(op.regions) > 1 and op.regions[1].blocks:
+            self.emit(indent, "} else {")
+            self.block_ops(op.regions[1].blocks[0], indent + 1)
+        self.emit(indent, "}")
+
+    def _reduce_like(self, op: Operation, indent: int, extra: str) -> None:
+        n = self.names
+        ins = op.group("operands")
+        ids = op.attributes["identities"]
+        s = (f"{self.results_prefix(op)}{op.name} " + ", ".join(n(v) for v in ins) + f" dim={op.attributes['dim']}"
+             + extra + " identities=[" + ", ".join(typed_attr_text(x) for x in ids.values) + "] : "
+             + ", ".join(str(v.type) for v in ins) + " -> " + ", ".join(str(r.type) for r in op.results) + " ")
+        self.emit(indent, s)
+        blk = op.regions[0].blocks[0] if op.regions[0].blocks else None
+        args = ", ".join(f"{n(a)}: {a.type}" for a in blk.args) if blk else ""
+        self.emit(indent, f"({args}) {{")
+        if blk:
+            self.block_ops(blk, indent + 1, elide_empty_terminator=False)
+        self.emit(indent, "}")
+
+    def op_reduce(self, op: Operation, indent: int) -> None:
+        self._reduce_like(op, indent, "")
+
+    def op_scan(self, op: Operation, indent: int) -> None:
+        rev = "true" if op.attributes.get("reverse") else "false"
+        self._reduce_like(op, indent, f" reverse={rev}")
+
+    def op_shape_query(self, op: Operation, indent: int) -> None:
+        src = op.operands[0]
+        rt = str(op.results[0].type) if op.results else ""
+        pre = self.results_prefix(op) if len(op.results) != 1 else self.results_prefix(op)
+        self.emit(indent, f"{pre}{op.name} {self.names(src)} : {src.type} -> {rt}")
+
+    def op_make_view(self, op: Operation, indent: int) -> None:
+        self.emit(indent, f"{self.results_prefix(op)}{op.name} {self.names(op.operands[0])} : {op.results[0].type}")
+
+    def op_make_tensor_view(self, op: Operation, indent: int) -> None:
+        n = self.names
+        t = op.results[0].type
+        dyn_shape = iter(op.group("dynamicShape"))
+        dyn_strides = iter(op.group("dynamicStrides"))
+        shape = [n(next(dyn_shape)) if d is None else str(d) for d in getattr(t, "shape", ())]
+        strides = [n(next(dyn_strides)) if d is None else str(d) for d in getattr(t, "strides", ())]
+        dyn = op.group("dynamicShape") + op.group("dynamicStrides")
+        s = f"{self.results_prefix(op)}make_tensor_view {n(op.operands[0])}"
+        s += ", shape = [" + ", ".join(shape) + "], strides = [" + ", ".join(strides) + "] :"
+        pre = []
+        base_el = op.operands[0].type.element if isinstance(op.operands[0].type, TileType) else None
+        if getattr(base_el, "attr", None) is not None:
+            pre.append(str(op.operands[0].type))
+        if dyn:
+            pre.append(str(dyn[0].type))
+        if pre:
+            s += " " + ", ".join(pre) + " ->"
+        self.emit(indent, f"{s} {t}")
+
+    def _mem_attrs(self, op: Operation) -> str:
+        s = " " + str(op.attributes["memory_ordering_semantics"].text)
+        if "memory_scope" in op.attributes:
+            s += " " + str(op.attributes["memory_scope"].text)
+        return s
+
+    def _view_tail(self, op: Operation) -> str:
+        s = ""
+        tok = op.operand("token")
+        if tok is not None:
+            s += f" token = {self.names(tok)}"
+        if "optimization_hints" in op.attributes:
+            s += f" optimization_hints = {attr_text(op.attributes['optimization_hints'])}"
+        return s
+
+    def _index(self, op: Operation) -> tuple[str, str]:
+        idx = op.group("index")
+        return "[" + ", ".join(self.names(v) for v in idx) + "]", (", " + str(idx[0].type)) if idx else ""
+
+    def op_load_view(self, op: Operation, indent: int) -> None:
+        view = op.operand("view")
+        assert view is not None
+        ix, ixt = self._index(op)
+        s = (f"{self.results_prefix(op)}load_view_tko{self._mem_attrs(op)} {self.names(view)}{ix}{self._view_tail(op)}"
+             f" : {view.type}{ixt} -> {op.results[0].type}, {op.results[1].type}")
+        self.emit(indent, s)
+
+    def op_store_view(self, op: Operation, indent: int) -> None:
+        view, tile_ = op.operand("view"), op.operand("tile")
+        assert view is not None and tile_ is not None
+        ix, ixt = self._index(op)
+        s = (f"{self.results_prefix(op)}store_view_tko{self._mem_attrs(op)} {self.names(tile_)}, {self.names(view)}{ix}"
+             f"{self._view_tail(op)} : {tile_.type}, {view.type}{ixt} -> {op.results[0].type}")
+        self.emit(indent, s)
+
+    def op_atomic_red_view(self, op: Operation, indent: int) -> None:
+        view, val = op.operand("view"), op.operand("value")
+        assert view is not None and val is not None
+        ix, ixt = self._index(op)
+        s = (f"{self.results_prefix(op)}atomic_red_view_tko{self._mem_attrs(op)} {self.names(view)}{ix}, "
+             f"{op.attributes['mode'].text}, {self.names(val)}{self._view_tail(op)} : {val.type}, {view.type}{ixt}"
+             f" -> {op.results[0].type}")
+        self.emit(indent, s)
+
+
+def print_module(module: Module) -> str:
+    """The module as MLIR text, in ``tileirdisasm``'s style."""
+    return Printer().module(module)
+
+
+def print_function(f: Function) -> str:
+    p = Printer()
+    p.function(f)
+    return "\n".join(p.lines) + "\n"
+
+
+_ = (Iterable, OpDef, Arity, TileType, Type)

@@ -1,0 +1,595 @@
+"""The verifier: operand/result types from the op table, per-op shape rules, dominance,
+region and terminator structure, entry signatures and power-of-two tile dimensions."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ._attributes import DenseElements, FloatAttr, IntegerAttr
+from ._constraints import describe, satisfies
+from ._errors import VerificationError
+from ._ir import Block, Function, Module, Operation, Value
+from ._ops import Arity
+from ._types import (
+    I1, GatherScatterViewType, PartitionViewType, PointerType, ScalarType, StridedViewType,
+    TensorViewType, TileType, TokenType, Type, VIEW_TYPES, is_pow2, scalar,
+)
+
+
+def _named_types(op: Operation) -> dict[str, list[Type]]:
+    out: dict[str, list[Type]] = {}
+    for name, vals in op.groups():
+        out[name] = [v.type for v in vals]
+    for rd, v in zip(op.opdef.results, op.results):
+        out.setdefault(rd.name, []).append(v.type)
+    if op.opdef.results and op.opdef.results[-1].variadic:
+        rd = op.opdef.results[-1]
+        out[rd.name] = [v.type for v in op.results[len(op.opdef.results) - 1:]]
+    return out
+
+
+def _shape(t: Type) -> tuple[int, ...] | None:
+    return t.shape if isinstance(t, TileType) else None
+
+
+def _el(t: Type) -> object:
+    return t.element if isinstance(t, TileType) else None
+
+
+# Extra per-op rules beyond the table's constraints: name -> checker returning problems.
+Checker = Callable[[Operation, dict[str, list[Type]]], list[str]]
+
+
+def _same_shape(*names: str) -> Checker:
+    def check(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
+        shapes = [(n, _shape(ty[n][0])) for n in names if ty.get(n)]
+        if len({s for _, s in shapes}) > 1:
+            return ["shapes must match: " + ", ".join(f"{n} {list(s or ())}" for n, s in shapes)]
+        return []
+    return check
+
+
+def _check_cast_width(op: Operation, ty: dict[str, list[Type]], widen: bool) -> list[str]:
+    a, b = ty["from"][0], ty["to"][0]
+    ea, eb = _el(a), _el(b)
+    probs = _same_shape("from", "to")(op, ty)
+    if isinstance(ea, ScalarType) and isinstance(eb, ScalarType):
+        if widen and not eb.bitwidth > ea.bitwidth:
+            probs.append(f"result element {eb} must be wider than operand element {ea}")
+        if not widen and not eb.bitwidth < ea.bitwidth:
+            probs.append(f"result element {eb} must be narrower than operand element {ea}")
+    return probs
+
+
+def _check_reshape(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
+    a, b = ty["source"][0], ty["result"][0]
+    if isinstance(a, TileType) and isinstance(b, TileType):
+        if a.element != b.element:
+            return [f"element types differ: {a.element} vs {b.element}"]
+        if a.numel != b.numel:
+            return [f"element counts differ: {a} has {a.numel}, {b} has {b.numel}"]
+    return []
+
+
+def _check_broadcast(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
+    a, b = ty["source"][0], ty["result"][0]
+    if isinstance(a, TileType) and isinstance(b, TileType):
+        if a.element != b.element or a.rank != b.rank:
+            return [f"cannot broadcast {a} to {b} (rank and element must match)"]
+        for x, y in zip(a.shape, b.shape):
+            if x != y and x != 1:
+                return [f"cannot broadcast {a} to {b}: dimension {x} is neither {y} nor 1"]
+    return []
+
+
+def _check_permute(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
+    a, b = ty["source"][0], ty["result"][0]
+    perm = op.attributes.get("permutation", ())
+    if not isinstance(a, TileType) or not isinstance(b, TileType):
+        return []
+    if sorted(perm) != list(range(a.rank)):
+        return [f"permutation {list(perm)} is not a permutation of 0..{a.rank - 1}"]
+    want = TileType(tuple(a.shape[p] for p in perm), a.element)
+    return [] if want == b else [f"result type must be {want}, found {b}"]
+
+
+def _check_index_count(src: str, idx: str) -> Checker:
+    def check(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
+        t = ty[src][0]
+        n = len(ty.get(idx, []))
+        rank = t.index_rank if isinstance(t, VIEW_TYPES) else t.rank if isinstance(t, TileType) else n
+        return [] if n == rank else [f"expects {rank} indices for {t}, found {n}"]
+    return check
+
+
+def _check_view_tile(tile_name: str) -> Checker:
+    def check(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
+        v = ty["view"][0]
+        probs = _check_index_count("view", "index")(op, ty)
+        if isinstance(v, VIEW_TYPES) and ty.get(tile_name):
+            want = v.tile_type
+            got = ty[tile_name][0]
+            if got != want:
+                probs.append(f"tile type must be {want} for {v}, found {got}")
+        return probs
+    return check
+
+
+def _check_make_tensor_view(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
+    t = ty["result"][0]
+    base = ty["base"][0]
+    probs = []
+    if isinstance(t, TensorViewType):
+        if len(ty["dynamicShape"]) != t.num_dynamic_shape:
+            probs.append(f"{t} has {t.num_dynamic_shape} dynamic dims, found {len(ty['dynamicShape'])} values")
+        if len(ty["dynamicStrides"]) != t.num_dynamic_strides:
+            probs.append(f"{t} has {t.num_dynamic_strides} dynamic strides, found {len(ty['dynamicStrides'])} values")
+        el = _el(base)
+        if isinstance(el, PointerType) and el.pointee != t.element:
+            probs.append(f"base points to {el.pointee} but the view holds {t.element}")
+    return probs
+
+
+def _check_make_view(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
+    t, src = ty["result"][0], ty["tensor_view"][0]
+    if isinstance(t, VIEW_TYPES) and t.tensor_view != src:
+        return [f"result view is over {t.tensor_view}, but the operand is {src}"]
+    return []
+
+
+def _check_mma(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
+    a, b, c = ty["lhs"][0], ty["rhs"][0], ty["acc"][0]
+    if not all(isinstance(x, TileType) for x in (a, b, c)):
+        return []
+    assert isinstance(a, TileType) and isinstance(b, TileType) and isinstance(c, TileType)
+    if not (a.rank == b.rank == c.rank and a.rank in (2, 3)):
+        return [f"expects lhs, rhs, acc of rank 2 (or 3, batched), found {a}, {b}, {c}"]
+    m, k = a.shape[-2:]
+    k2, n = b.shape[-2:]
+    if k != k2 or c.shape[-2:] != (m, n) or a.shape[:-2] != b.shape[:-2] or a.shape[:-2] != c.shape[:-2]:
+        return [f"shapes do not form (MxK)·(KxN)+(MxN): {a}, {b}, {c}"]
+    if op.name == "mmaf" and a.element != b.element:
+        return [f"lhs and rhs element types differ: {a.element} vs {b.element}"]
+    return []
+
+
+def _check_cat(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
+    a, b, r = ty["lhs"][0], ty["rhs"][0], ty["result"][0]
+    d = op.attributes.get("dim", 0)
+    if all(isinstance(x, TileType) for x in (a, b, r)):
+        assert isinstance(a, TileType) and isinstance(b, TileType) and isinstance(r, TileType)
+        if not a.rank == b.rank == r.rank:
+            return [f"operands and result must have the same rank, found {a}, {b}, {r}"]
+        if not 0 <= d < a.rank:
+            return [f"dim {d} out of range for {a}"]
+        want = list(a.shape)
+        want[d] += b.shape[d]
+        if a.element != b.element or r != TileType(tuple(want), a.element):
+            return [f"cat of {a} and {b} along {d} gives tile<{'x'.join(map(str, want))}x{a.element}>, found {r}"]
+    return []
+
+
+def _check_reduce(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
+    ins, outs = ty["operands"], ty["results"]
+    d = op.attributes.get("dim", 0)
+    ids = op.attributes.get("identities")
+    probs = []
+    if len(ins) != len(outs):
+        probs.append(f"{len(ins)} operands but {len(outs)} results")
+    if ids is not None and len(ids.values) != len(ins):
+        probs.append(f"{len(ins)} operands but {len(ids.values)} identities")
+    for i, t in enumerate(ins):
+        if not isinstance(t, TileType):
+            continue
+        if not 0 <= d < t.rank:
+            probs.append(f"dim {d} out of range for {t}")
+            continue
+        if ids is not None and i < len(ids.values):
+            ident = ids.values[i]
+            if isinstance(ident, (IntegerAttr, FloatAttr)) and ident.type != t.element:
+                probs.append(f"identity {i} has type {ident.type}, operand element is {t.element}")
+        if op.name == "reduce" and i < len(outs):
+            want = TileType(t.shape[:d] + t.shape[d + 1:], t.element)
+            if outs[i] != want:
+                probs.append(f"result {i} must be {want}, found {outs[i]}")
+        if op.name == "scan" and i < len(outs) and outs[i] != t:
+            probs.append(f"result {i} must be {t}, found {outs[i]}")
+    return probs
+
+
+def _check_constant(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
+    v = op.attributes.get("value")
+    if isinstance(v, DenseElements) and v.type != ty["result"][0]:
+        return [f"value has type {v.type}, result is {ty['result'][0]}"]
+    return []
+
+
+def _check_bitcast(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
+    a, b = _el(ty["source"][0]), _el(ty["result"][0])
+    probs = _same_shape("source", "result")(op, ty)
+    if isinstance(a, ScalarType) and isinstance(b, ScalarType) and a.bitwidth != b.bitwidth:
+        probs.append(f"bitcast needs equal widths, found {a} and {b}")
+    return probs
+
+
+def _check_pack(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
+    a, b = ty["source"][0], ty["result"][0]
+    ea, eb = _el(a), _el(b)
+    if isinstance(a, TileType) and isinstance(b, TileType) and isinstance(ea, ScalarType) and isinstance(eb, ScalarType):
+        if ea.bitwidth == eb.bitwidth:
+            return [f"source and result element widths must differ, found {a} and {b}"]
+        if a.rank != 1 or b.rank != 1 or a.numel * ea.bitwidth != b.numel * eb.bitwidth:
+            return [f"{a} and {b} must be 1-d tiles of the same number of bits"]
+    return []
+
+
+def _check_ptr_access(ptrs: str, data: str) -> Checker:
+    """Loads, stores and atomics through a tile of pointers: shapes match, data is the pointee."""
+    def check(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
+        p = ty[ptrs][0]
+        probs: list[str] = []
+        if not isinstance(p, TileType) or not isinstance(p.element, PointerType):
+            return probs
+        want = TileType(p.shape, p.element.pointee)
+        if ty.get(data) and ty[data][0] != want:
+            probs.append(f"'{data}' must be {want} for pointers {p}, found {ty[data][0]}")
+        for extra in ("mask", "paddingValue"):
+            if ty.get(extra):
+                t = ty[extra][0]
+                if _shape(t) != p.shape:
+                    probs.append(f"'{extra}' must have shape {list(p.shape)}, found {t}")
+                elif extra == "paddingValue" and t != want:
+                    probs.append(f"'paddingValue' must be {want}, found {t}")
+        return probs
+    return check
+
+
+def _check_shape_query(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
+    src = ty["src"][0]
+    n = src.rank if isinstance(src, TensorViewType) else getattr(src, "index_rank", 0)
+    res = ty.get("result", [])
+    probs = [] if len(res) == n else [f"{src} has rank {n}, found {len(res)} results"]
+    if len({str(t) for t in res}) > 1:
+        probs.append("all results must have the same type")
+    return probs
+
+
+def _check_alloca(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
+    a = op.attributes.get("alignment", 0)
+    return [] if a == 0 or is_pow2(a) else [f"alignment must be a power of two, found {a}"]
+
+
+def _view_type_problem(t: Type) -> str | None:
+    if isinstance(t, (PartitionViewType, StridedViewType)):
+        r = t.tensor_view.rank
+        if len(t.tile_shape) != r:
+            return f"{t}: tile rank {len(t.tile_shape)} differs from the tensor rank {r}"
+        if sorted(t.dim_map) != list(range(r)):
+            return f"{t}: dim_map {list(t.dim_map)} is not a permutation of 0..{r - 1}"
+        if isinstance(t, StridedViewType) and len(t.traversal_strides) != r:
+            return f"{t}: needs {r} traversal strides, found {len(t.traversal_strides)}"
+    if isinstance(t, GatherScatterViewType):
+        r = t.tensor_view.rank
+        if not 0 <= t.sparse_dim < r:
+            return f"{t}: sparse_dim {t.sparse_dim} out of range for rank {r}"
+    return None
+
+
+_INT_MODES = {"and", "or", "xor", "add", "max", "min", "umax", "umin"}
+
+
+def _check_atomic_mode(value: str) -> Checker:
+    def check(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
+        mode = op.attributes.get("mode")
+        el = _el(ty[value][0])
+        text = getattr(mode, "text", "")
+        if text in _INT_MODES and not (isinstance(el, ScalarType) and el.is_int and el.bitwidth in (32, 64)):
+            return [f"'{text}' works only with integers i32 and i64, found {ty[value][0]}"]
+        if text == "addf" and not (isinstance(el, ScalarType) and el.is_float):
+            return [f"'addf' works only with floats, found {ty[value][0]}"]
+        return []
+    return check
+
+
+def _check_iota(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
+    t = ty["result"][0]
+    return [] if isinstance(t, TileType) and t.rank == 1 else [f"result must be a 1-d tile, found {t}"]
+
+
+EXTRA_CHECKS: dict[str, Checker] = {
+    "load_ptr_tko": _check_ptr_access("source", "result"),
+    "store_ptr_tko": _check_ptr_access("destination", "value"),
+    "atomic_cas_tko": _check_ptr_access("pointers", "val"),
+    "get_tensor_shape": _check_shape_query,
+    "get_index_space_shape": _check_shape_query,
+    "alloca": _check_alloca,
+    "pack": _check_pack,
+    "unpack": _check_pack,
+    "iota": _check_iota,
+    "exti": lambda op, ty: _check_cast_width(op, ty, True),
+    "trunci": lambda op, ty: _check_cast_width(op, ty, False),
+    "ftof": _same_shape("from", "to"),
+    "ftoi": _same_shape("from", "to"),
+    "itof": _same_shape("from", "to"),
+    "bitcast": _check_bitcast,
+    "int_to_ptr": _same_shape("source", "result"),
+    "ptr_to_int": _same_shape("source", "result"),
+    "ptr_to_ptr": _same_shape("source", "result"),
+    "reshape": _check_reshape,
+    "broadcast": _check_broadcast,
+    "permute": _check_permute,
+    "cat": _check_cat,
+    "extract": _check_index_count("source", "indices"),
+    "insert": _check_index_count("destination", "indices"),
+    "load_view_tko": _check_view_tile("tile"),
+    "store_view_tko": _check_view_tile("tile"),
+    "atomic_rmw_tko": lambda op, ty: _check_atomic_mode("arg")(op, ty) + _check_ptr_access("pointers", "arg")(op, ty),
+    "atomic_red_view_tko": lambda op, ty: _check_index_count("view", "index")(op, ty) + _check_atomic_mode("value")(op, ty) + (
+        ["views with a padding value cannot take atomic reductions"]
+        if getattr(ty["view"][0], "padding", None) is not None else []),
+    "make_tensor_view": _check_make_tensor_view,
+    "make_partition_view": _check_make_view,
+    "make_strided_view": _check_make_view,
+    "make_gather_scatter_view": _check_make_view,
+    "mmaf": _check_mma,
+    "mmai": _check_mma,
+    "reduce": _check_reduce,
+    "scan": _check_reduce,
+    "constant": _check_constant,
+    "select": _same_shape("cond", "val_if_true"),
+    "fpowi": _same_shape("source", "exponent"),
+    "offset": _same_shape("ptr", "offset"),
+}
+
+
+def check_op(op: Operation) -> list[str]:
+    """Problems with one op's own operands, attributes and results (no context needed)."""
+    d = op.opdef
+    probs: list[str] = []
+    if len(op.segments) != len(d.operands) or sum(op.segments) != len(op.operands):
+        return [f"operand segments {list(op.segments)} do not fit groups {[o.name for o in d.operands]}"]
+    for od, (name, vals) in zip(d.operands, op.groups()):
+        if od.arity is Arity.ONE and len(vals) != 1:
+            probs.append(f"operand '{name}' needs exactly one value, found {len(vals)}")
+        if od.arity is Arity.OPTIONAL and len(vals) > 1:
+            probs.append(f"optional operand '{name}' takes at most one value, found {len(vals)}")
+        for v in vals:
+            if not satisfies(od.constraint, v.type):
+                probs.append(f"operand '{name}' must be {describe(od.constraint)}, found {v.type}")
+    fixed = [r for r in d.results if not r.variadic]
+    if d.results and d.results[-1].variadic:
+        if len(op.results) < len(fixed):
+            probs.append(f"expects at least {len(fixed)} results, found {len(op.results)}")
+    elif len(op.results) != len(d.results):
+        probs.append(f"expects {len(d.results)} results, found {len(op.results)}")
+    for i, v in enumerate(op.results):
+        rd = d.results[min(i, len(d.results) - 1)] if d.results else None
+        if rd is not None and not satisfies(rd.constraint, v.type):
+            probs.append(f"result '{rd.name}' must be {describe(rd.constraint)}, found {v.type}")
+    for a in d.attrs:
+        if a.name not in op.attributes and not (a.optional or a.kind.value == "unit"):
+            probs.append(f"missing attribute '{a.name}'")
+    if probs:
+        return probs
+    ty = _named_types(op)
+    for group in d.same:
+        ts = [(n, ty[n][0]) for n in group if ty.get(n)]
+        if len({t for _, t in ts}) > 1:
+            probs.append("types must match: " + ", ".join(f"{n} is {t}" for n, t in ts))
+    extra = EXTRA_CHECKS.get(d.name)
+    if extra is not None and not probs:
+        try:
+            probs += extra(op, ty)
+        except (IndexError, KeyError, TypeError, ValueError, AttributeError) as e:
+            probs.append(f"malformed op ({type(e).__name__}: {e})")
+    return probs
+
+
+def _tile_dims_problem(t: Type) -> str | None:
+    dims: tuple[int, ...] = ()
+    if isinstance(t, TileType):
+        dims = t.shape
+    elif isinstance(t, (PartitionViewType, StridedViewType, GatherScatterViewType)):
+        dims = t.tile_shape
+    bad = [x for x in dims if not is_pow2(x)]
+    if bad:
+        return f"tile dimensions must be powers of two, found {t}"
+    return None
+
+
+def _sm(arch: str) -> int:
+    digits = "".join(ch for ch in arch.removeprefix("sm_") if ch.isdigit())
+    if not arch.startswith("sm_") or not digits:
+        raise ValueError(f"arch must look like 'sm_90', found {arch!r}")
+    return int(digits)
+
+
+#: The first sm_XY that supports each element type (types absent here work everywhere).
+ELEMENT_MIN_SM = {"f8E4M3FN": 89, "f8E5M2": 89, "f8E8M0FNU": 100, "f4E2M1FN": 100, "f8E5M3FNU": 100}
+#: The first sm_XY that supports each op (ops absent here work everywhere).
+OP_MIN_SM = {"mmaf_scaled": 100}
+
+
+def _arch_problem(t: Type, sm: int) -> str | None:
+    el = t.element if isinstance(t, TileType) else getattr(t, "element", None)
+    if isinstance(el, PointerType):
+        el = el.pointee
+    if isinstance(el, ScalarType):
+        need = ELEMENT_MIN_SM.get(el.name)
+        if need is not None and sm < need:
+            return f"element type {el} needs sm_{need} or newer, target is sm_{sm}"
+    return None
+
+
+class _Verifier:
+    def __init__(self, module: Module, arch: str | None = None) -> None:
+        self.module = module
+        self.problems: list[str] = []
+        self.globals = {g.name for g in module.globals}
+        self.sm = _sm(arch) if arch is not None else None
+
+    def report(self, msg: str, op: Operation | None = None, fn: Function | None = None) -> None:
+        loc = op.loc if op is not None else fn.loc if fn is not None else None
+        where = ""
+        if loc is not None:
+            where = f"{loc}: "
+        what = f"'{op.name}'" if op is not None else f"function @{fn.name}" if fn is not None else "module"
+        self.problems.append(f"{where}{what}: {msg}")
+
+    def run(self) -> None:
+        names: set[str] = set()
+        for g in self.module.globals:
+            if g.name in names:
+                self.problems.append(f"global @{g.name}: symbol defined twice")
+            names.add(g.name)
+            p = _tile_dims_problem(g.value.type)
+            if p:
+                self.problems.append(f"global @{g.name}: {p}")
+        for f in self.module.functions:
+            if f.name in names:
+                self.report("symbol defined twice", fn=f)
+            names.add(f.name)
+            self.function(f)
+
+    def function(self, f: Function) -> None:
+        if f.entry:
+            if f.type.results:
+                self.report(f"kernel entries return nothing, found results {[str(t) for t in f.type.results]}", fn=f)
+            for i, t in enumerate(f.type.inputs):
+                if not ((isinstance(t, TileType) and t.rank == 0) or isinstance(t, TensorViewType)):
+                    self.report(f"entry parameter {i} must be a rank-0 tile (scalar or pointer), found {t}", fn=f)
+        if [a.type for a in f.body.args] != list(f.type.inputs):
+            self.report("body block arguments do not match the signature", fn=f)
+        for t in f.type.inputs:
+            p = _tile_dims_problem(t)
+            if p:
+                self.report(p, fn=f)
+        visible: set[int] = {id(a) for a in f.body.args}
+        self.block(f.body, visible, "entry", f)
+        last = f.body.ops[-1] if f.body.ops else None
+        if last is None or last.name != "return":
+            self.report("body must end with 'return'", fn=f)
+        elif [v.type for v in last.operands] != list(f.type.results):
+            self.report(f"return types {[str(v.type) for v in last.operands]} do not match the signature "
+                        f"results {[str(t) for t in f.type.results]}", op=last)
+
+    def block(self, b: Block, visible: set[int], parent: str, f: Function) -> None:
+        scope = set(visible)
+        for i, op in enumerate(b.ops):
+            for n, v in enumerate(op.operands):
+                if id(v) not in scope:
+                    self.report(f"operand {n} does not dominate this use (defined later, elsewhere, "
+                                f"or in a region that has ended)", op=op)
+            for msg in check_op(op):
+                self.report(msg, op=op)
+            for r in op.results:
+                dims = _tile_dims_problem(r.type) or _view_type_problem(r.type)
+                if dims:
+                    self.report(dims, op=op)
+                if self.sm is not None:
+                    bad = _arch_problem(r.type, self.sm)
+                    if bad:
+                        self.report(bad, op=op)
+            need = OP_MIN_SM.get(op.name)
+            if self.sm is not None and need is not None and self.sm < need:
+                self.report(f"needs sm_{need} or newer, target is sm_{self.sm}", op=op)
+            if op.opdef.terminator:
+                if i != len(b.ops) - 1:
+                    self.report("a terminator must be the last op of its block", op=op)
+                if parent not in op.opdef.parents and not (op.name in ("break", "continue") and parent == "if"):
+                    self.report(f"may not terminate the body of '{parent}' (allowed in: "
+                                f"{', '.join(op.opdef.parents)})", op=op)
+            if op.name == "get_global" and op.attributes.get("name") not in self.globals:
+                self.report(f"refers to unknown global @{op.attributes.get('name')}", op=op)
+            self.regions(op, scope, f)
+            scope.update(id(r) for r in op.results)
+
+    def regions(self, op: Operation, scope: set[int], f: Function) -> None:
+        d = op.opdef
+        if not d.regions:
+            return
+        n_present = len(op.regions)
+        for ri, region in enumerate(op.regions):
+            if len(region.blocks) > 1:
+                self.report(f"region {ri} has {len(region.blocks)} blocks; Tile IR regions have one", op=op)
+            if not region.blocks:
+                if not (op.name == "if" and ri == 1 and not op.results):
+                    self.report(f"region {ri} ('{d.regions[ri]}') is empty", op=op)
+                continue
+            blk = region.blocks[0]
+            want = self.block_arg_types(op, ri)
+            got = [a.type for a in blk.args]
+            if want is not None and got != want:
+                self.report(f"region {ri} block arguments must be {[str(t) for t in want]}, found "
+                            f"{[str(t) for t in got]}", op=op)
+            inner = scope | {id(a) for a in blk.args}
+            self.block(blk, inner, op.name, f)
+            self.terminator(op, ri, blk)
+        _ = n_present
+
+    def block_arg_types(self, op: Operation, ri: int) -> list[Type] | None:
+        if op.name == "for":
+            lb = op.operands[0].type
+            return [lb] + [v.type for v in op.group("initValues")]
+        if op.name == "loop":
+            return [v.type for v in op.group("initValues")]
+        if op.name in ("reduce", "scan"):
+            out: list[Type] = []
+            for v in op.group("operands"):
+                el = v.type.element if isinstance(v.type, TileType) else None
+                if el is not None:
+                    out += [scalar(el), scalar(el)]
+            return out
+        if op.name == "if":
+            return []
+        return None
+
+    def terminator(self, op: Operation, ri: int, blk: Block) -> None:
+        last = blk.ops[-1] if blk.ops else None
+        name = op.name
+        if last is None or not last.opdef.terminator:
+            expected = {"for": "continue", "loop": "continue or break", "if": "yield (or continue/break in a loop)",
+                        "reduce": "yield", "scan": "yield"}.get(name, "a terminator")
+            self.report(f"region {ri} must end with {expected}", op=op)
+            return
+        types = [v.type for v in last.operands]
+        if name == "for" or (name == "loop" and last.name == "continue"):
+            want = [v.type for v in op.group("initValues")]
+            if types != want:
+                self.report(f"continue carries {[str(t) for t in types]}, the loop carries {[str(t) for t in want]}",
+                            op=last)
+        elif name == "loop" and last.name == "break" or name == "if" and last.name == "yield":
+            want = [r.type for r in op.results]
+            if types != want:
+                self.report(f"{last.name} yields {[str(t) for t in types]}, '{name}' results are "
+                            f"{[str(t) for t in want]}", op=last)
+        elif name in ("reduce", "scan"):
+            want = []
+            for v in op.group("operands"):
+                el = v.type.element if isinstance(v.type, TileType) else None
+                if el is not None:
+                    want.append(scalar(el))
+            if types != want:
+                self.report(f"yield must give {[str(t) for t in want]}, found {[str(t) for t in types]}", op=last)
+
+
+def verify(module: Module, arch: str | None = None) -> None:
+    """Raise :class:`VerificationError` listing every problem found in ``module``; with
+    ``arch`` (``"sm_90"``) also the element types and ops that target lacks."""
+    v = _Verifier(module, arch)
+    v.run()
+    if v.problems:
+        err = VerificationError("; ".join(v.problems) if len(v.problems) == 1 else
+                                f"{len(v.problems)} problems:\n  " + "\n  ".join(v.problems))
+        err.problems = v.problems  # type: ignore[attr-defined]
+        raise err
+
+
+def problems(module: Module, arch: str | None = None) -> list[str]:
+    """Every problem in ``module`` (empty when it verifies)."""
+    v = _Verifier(module, arch)
+    v.run()
+    return v.problems
+
+
+_unused = (I1, TokenType, Value)
