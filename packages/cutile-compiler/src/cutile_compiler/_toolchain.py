@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cutile_compiler import _config
+from cutile_compiler._errors import CutileError
 
 __all__ = [
     "RECOMMENDED_RELEASE",
@@ -82,8 +83,8 @@ _GENERIC_FAILURE = "failed to compile Tile IR program"
 # --- errors ------------------------------------------------------------------------
 
 
-class CompilerError(Exception):
-    """Base class of the errors raised by cutile_compiler."""
+class CompilerError(CutileError):
+    """Base class of the toolchain's errors (a `CutileError`)."""
 
 
 class ToolchainError(CompilerError):

@@ -30,12 +30,13 @@ from cutile._errors import (
     TileTypeError,
 )
 from cutile._interpreter import KernelRuntimeError
-from cutile._kernel import Kernel, Launch, entry, function
+from cutile_compiler._pipeline import CompiledKernel
+from cutile._kernel import Kernel, Launch, compile, entry, function
 from cutile._tensor import Partition, Tensor
 
 __all__ = [
-    "BackendError", "CutileError", "Kernel", "KernelRuntimeError", "Launch", "LaunchError",
+    "BackendError", "CompiledKernel", "CutileError", "Kernel", "KernelRuntimeError", "Launch", "LaunchError",
     "OwnershipError", "Partition", "SignatureError", "SpecializationError", "Tensor",
     "TileCompilerError", "TileError", "TileSyntaxError", "TileTypeError", "api", "backend",
-    "entry", "function",
+    "compile", "entry", "function",
 ]

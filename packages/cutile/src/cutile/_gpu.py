@@ -7,14 +7,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from cuda_core import DeviceBuffer, Stream
+from cuda_core import Device, DeviceBuffer, LaunchConfig, Module, PreparedLaunch, Stream
 from cutile._errors import LaunchError
 from cutile._tensor import Storage, Tensor, numpy_dtype
 from cutile_compiler import _dtypes as dt
+from cutile_compiler._pipeline import CompiledKernel
 from cutile_compiler._signature import Specialization
+from cutile_compiler._toolchain import CompileOptions
 
 if TYPE_CHECKING:
-    from cutile._kernel import Launch
+    from cutile._kernel import Kernel
 
 
 class DeviceStorage(Storage):
@@ -63,7 +65,84 @@ def device_to_numpy(tensor: Tensor) -> np.ndarray[Any, Any]:
     return np.array(view, copy=True)
 
 
-def run_launch(launch: Launch, spec: Specialization, grid: tuple[int, int, int]) -> None:
-    """Compiles (or finds in the cache) and launches on the GPU."""
-    raise LaunchError(
-        f"{launch.kernel.name}: the GPU code generator is not built yet; run with CUTILE_BACKEND=interpreter")
+# C type of each kernel parameter, by cutile dtype (16-bit floats travel as raw bytes).
+_PARAM_TYPES = {
+    "bool": "u8", "i8": "i8", "i16": "i16", "i32": "i32", "i64": "i64", "u8": "u8", "u16": "u16",
+    "u32": "u32", "u64": "u64", "f32": "f32", "f64": "f64", "tf32": "f32",
+    "f16": "bytes2", "bf16": "bytes2", "f8e4m3fn": "bytes1", "f8e5m2": "bytes1",
+}
+_MAX_GRID = (1 << 24) - 1  # tileiras's block-id arithmetic is exact up to 2^24 - 1 per axis
+_I32_MAX = (1 << 31) - 1
+
+
+class _Loaded:
+    """A compiled kernel loaded on the device, with its prepared launch."""
+
+    def __init__(self, compiled: CompiledKernel) -> None:
+        self.compiled = compiled
+        self.function = Module.load(compiled.cubin).get_function(compiled.name)
+        types = []
+        for arg in compiled.abi:
+            if arg.kind == "pointer":
+                types.append("ptr")
+            elif arg.kind in ("dim", "stride"):
+                types.append("i32")
+            else:
+                assert arg.dtype is not None
+                types.append(_PARAM_TYPES[arg.dtype.name])
+        layout = self.function.param_layout
+        if len(layout) != len(types):
+            raise LaunchError(
+                f"{compiled.name}: the cubin declares {len(layout)} parameters, cutile packs {len(types)} "
+                "(a cutile bug: please report it)")
+        self.prepared = PreparedLaunch(self.function, LaunchConfig((1, 1, 1), (1, 1, 1)), types)
+
+
+def prepare(kernel: Kernel, spec: Specialization, options: CompileOptions) -> _Loaded:
+    """The loaded kernel for ``spec``: compiled (or found in a cache) and loaded once."""
+    key = (spec, options)
+    loaded = kernel._loaded.get(key)
+    if loaded is None:
+        device = Device(0)
+        loaded = _Loaded(kernel.compiled(spec, device.sm_name, options))
+        kernel._loaded[key] = loaded
+    return loaded
+
+
+def _scalar_argument(value: Any, dtype: dt.DType) -> Any:
+    if dtype.name in ("f16", "bf16", "f8e4m3fn", "f8e5m2"):
+        return np.asarray(value, dtype=numpy_dtype(dtype)).tobytes()
+    if dtype is dt.bool_:
+        return int(bool(value))
+    return value
+
+
+def run_launch(kernel: Kernel, spec: Specialization, grid: tuple[int, int, int], arguments: dict[str, Any],
+               options: CompileOptions) -> None:
+    """Compiles (or finds) the kernel for ``spec``, launches it on cutile's stream and
+    waits for it."""
+    if any(d > _MAX_GRID for d in grid):
+        raise LaunchError(f"{kernel.name}: grid {list(grid)} exceeds {_MAX_GRID} blocks along an axis")
+    loaded = prepare(kernel, spec, options)
+    values: list[Any] = []
+    for arg in loaded.compiled.abi:
+        value = arguments[arg.param]
+        if arg.kind == "pointer":
+            storage = value._storage
+            if not isinstance(storage, DeviceStorage):
+                raise LaunchError(f"{kernel.name}: parameter '{arg.param}' lives on {storage.device}, not the GPU")
+            values.append(storage.buffer.ptr + value.offset * value.dtype.itemsize)
+        elif arg.kind in ("dim", "stride"):
+            number = value.shape[arg.axis] if arg.kind == "dim" else value.strides[arg.axis]
+            if not -_I32_MAX <= number <= _I32_MAX:
+                raise LaunchError(f"{kernel.name}: parameter '{arg.param}' has a {arg.kind} of {number}, beyond i32")
+            values.append(number)
+        else:
+            assert arg.dtype is not None
+            values.append(_scalar_argument(value, arg.dtype))
+    prepared = loaded.prepared
+    if prepared.config.grid != grid:
+        prepared.set_grid(grid)
+    stream = default_stream()
+    prepared.launch(stream, *values)
+    stream.synchronize()

@@ -22,6 +22,8 @@ from cutile_compiler._builtins import DeviceFunction
 from cutile_compiler._dtypes import DType
 from cutile_compiler._frontend import build_kernel_ir
 from cutile_compiler._ir import KernelIR
+from cutile_compiler._pipeline import CompiledKernel, compile_kernel
+from cutile_compiler._toolchain import CompileOptions
 from cutile_compiler._signature import (
     ConstantAnnotation,
     KernelSignature,
@@ -46,6 +48,8 @@ class Kernel:
         self.signature: KernelSignature = parse_signature(function)
         self._python_signature = inspect.signature(function)
         self._ir: dict[Specialization, KernelIR] = {}
+        self._compiled: dict[tuple[Specialization, str, CompileOptions], CompiledKernel] = {}
+        self._loaded: dict[tuple[Specialization, CompileOptions], Any] = {}  # the GPU backend's launchers
 
     def __repr__(self) -> str:
         return f"<cutile kernel {self.name}{' (unsafe)' if self.unsafe else ''}>"
@@ -64,6 +68,18 @@ class Kernel:
             ir = build_kernel_ir(self.function, self.signature, spec, unsafe=self.unsafe)
             self._ir[spec] = ir
         return ir
+
+    def compiled(self, spec: Specialization, arch: str, options: CompileOptions | None = None) -> CompiledKernel:
+        """The cubin for one specialization and architecture (compiled once per process,
+        and cached on disk across processes)."""
+        opts = options or CompileOptions()
+        key = (spec, arch, opts)
+        found = self._compiled.get(key)
+        if found is None:
+            found = compile_kernel(self.function, self.signature, spec, arch, unsafe=self.unsafe,
+                                   options=opts, kernel_ir=self.kernel_ir(spec))
+            self._compiled[key] = found
+        return found
 
 
 @overload
@@ -96,6 +112,7 @@ class Launch:
         self.kernel = kernel
         self.arguments = arguments
         self._explicit_grid: tuple[int, int, int] | None = None
+        self._options = CompileOptions()
         self._done = False
         self._tensor_names: list[str] = []
         holds: list[tuple[Storage, _Hold]] = []
@@ -156,54 +173,29 @@ class Launch:
         self._explicit_grid = dims
         return self
 
+    def compile_options(self, *, opt_level: int = 3, lineinfo: bool = False) -> Launch:
+        """tileiras options for this launch (part of the compile cache key)."""
+        self._options = CompileOptions(opt_level=opt_level, lineinfo=lineinfo)
+        return self
+
+    def compile(self) -> Launch:
+        """Compiles now (a warm-up); the launch stays pending."""
+        spec, _ = self.specialization()
+        if _backend.current() == "interpreter":
+            self.kernel.kernel_ir(spec)
+        else:
+            from cutile._gpu import prepare
+
+            prepare(self.kernel, spec, self._options)
+        return self
+
     def _tensor_of(self, value: Any) -> Tensor:
         tensor: Tensor = value._tensor if isinstance(value, Partition) else value
         return tensor
 
     def specialization(self) -> tuple[Specialization, tuple[int, int, int]]:
         """The compile-time view of the arguments, and the launch grid."""
-        name = self.kernel.name
-        described: dict[str, Any] = {}
-        partitions: list[tuple[str, tuple[int, ...]]] = []
-        for p in self.kernel.signature.parameters:
-            value = self.arguments.get(p.name, inspect.Parameter.empty)
-            if isinstance(p.annotation, TensorAnnotation):
-                if isinstance(value, Partition):
-                    described[p.name] = value._tensor.spec(value.tile_shape)
-                    partitions.append((p.name, value.grid))
-                else:
-                    described[p.name] = value.spec()
-            elif isinstance(p.annotation, ConstantAnnotation):
-                if value is not inspect.Parameter.empty:
-                    described[p.name] = value
-            elif isinstance(p.annotation, DType):
-                if value is inspect.Parameter.empty:
-                    raise LaunchError(f"{name}: missing scalar argument '{p.name}'")
-                if not isinstance(value, (int, float, bool)) or (p.annotation.is_integer and isinstance(value, float)):
-                    raise LaunchError(f"{name}: parameter '{p.name}' is a {p.annotation} scalar, got {value!r}")
-                described[p.name] = value
-        try:
-            spec = specialize(self.kernel.signature, name, described)
-        except SpecializationError as exc:
-            raise LaunchError(str(exc)) from None
-        grid: tuple[int, ...] | None = None
-        for param, tiles in partitions:
-            if grid is None:
-                grid = tiles
-            elif grid != tiles:
-                raise LaunchError(
-                    f"{name}: the Mut partitions disagree on the grid: '{partitions[0][0]}' has "
-                    f"{list(partitions[0][1])} tiles, '{param}' {list(tiles)}")
-        padded = None if grid is None else (tuple(grid) + (1, 1, 1))[:3]
-        if self._explicit_grid is not None:
-            if padded is not None and padded != self._explicit_grid:
-                raise LaunchError(
-                    f"{name}: the explicit grid {list(self._explicit_grid)} disagrees with the grid "
-                    f"{list(padded)} of the Mut partitions")
-            padded = self._explicit_grid
-        if padded is None:
-            raise LaunchError(f"{name}: no Mut tensor decides the grid; set it with .grid(x, y, z)")
-        return spec, (padded[0], padded[1], padded[2])
+        return describe_call(self.kernel, self.arguments, self._explicit_grid)
 
     def sync(self) -> Any:
         """Runs the launch to completion and returns its tensor arguments.
@@ -225,7 +217,8 @@ class Launch:
             else:
                 from cutile._gpu import run_launch
 
-                run_launch(self, spec, grid)
+                values = {n: (self._tensor_of(v) if n in self._tensor_names else v) for n, v in self.arguments.items()}
+                run_launch(self.kernel, spec, grid, values, self._options)
         finally:
             self._done = True
             self._release()
@@ -234,6 +227,85 @@ class Launch:
 
     def __await__(self) -> Generator[Any, None, Any]:
         return _completed(self.sync()).__await__()
+
+
+def describe_call(kernel: Kernel, arguments: dict[str, Any],
+                  explicit_grid: tuple[int, int, int] | None = None) -> tuple[Specialization, tuple[int, int, int]]:
+    """The specialization a call's arguments select, and its grid (inferred from the
+    Mut partitions, or explicit). Tensors, partitions and `api.meta` placeholders
+    are all accepted; errors name the parameter."""
+    from cutile.api import MetaTensor
+
+    name = kernel.name
+    described: dict[str, Any] = {}
+    partitions: list[tuple[str, tuple[int, ...]]] = []
+    for p in kernel.signature.parameters:
+        value = arguments.get(p.name, inspect.Parameter.empty)
+        if isinstance(p.annotation, TensorAnnotation):
+            if isinstance(value, Partition):
+                described[p.name] = value._tensor.spec(value.tile_shape)
+                partitions.append((p.name, value.grid))
+            elif isinstance(value, Tensor):
+                described[p.name] = value.spec()
+            elif isinstance(value, MetaTensor):
+                described[p.name] = value.spec()
+                if value.tile_shape is not None:
+                    partitions.append((p.name, tuple(-(-s // t) for s, t in zip(value.shape, value.tile_shape))))
+            elif value is inspect.Parameter.empty:
+                raise LaunchError(f"{name}: missing tensor argument '{p.name}'")
+            else:
+                raise LaunchError(f"{name}: parameter '{p.name}' expects a tensor, got {type(value).__name__}")
+        elif isinstance(p.annotation, ConstantAnnotation):
+            if value is not inspect.Parameter.empty:
+                described[p.name] = value
+        elif isinstance(p.annotation, DType):
+            if value is inspect.Parameter.empty:
+                raise LaunchError(f"{name}: missing scalar argument '{p.name}'")
+            if not isinstance(value, (int, float, bool)) or (p.annotation.is_integer and isinstance(value, float)):
+                raise LaunchError(f"{name}: parameter '{p.name}' is a {p.annotation} scalar, got {value!r}")
+            described[p.name] = value
+    try:
+        spec = specialize(kernel.signature, name, described)
+    except SpecializationError as exc:
+        raise LaunchError(str(exc)) from None
+    grid: tuple[int, ...] | None = None
+    for param, tiles in partitions:
+        if grid is None:
+            grid = tiles
+        elif grid != tiles:
+            raise LaunchError(
+                f"{name}: the Mut partitions disagree on the grid: '{partitions[0][0]}' has "
+                f"{list(partitions[0][1])} tiles, '{param}' {list(tiles)}")
+    padded = None if grid is None else (tuple(grid) + (1, 1, 1))[:3]
+    if explicit_grid is not None:
+        if padded is not None and padded != explicit_grid:
+            raise LaunchError(
+                f"{name}: the explicit grid {list(explicit_grid)} disagrees with the grid "
+                f"{list(padded)} of the Mut partitions")
+        padded = explicit_grid
+    if padded is None:
+        raise LaunchError(f"{name}: no Mut tensor decides the grid; set it with .grid(x, y, z)")
+    if any(d == 0 for d in padded):
+        raise LaunchError(f"{name}: the grid {list(padded)} is empty (a tensor has a zero-size dim)")
+    return spec, (padded[0], padded[1], padded[2])
+
+
+def compile(kernel: Kernel, *args: Any, arch: str = "sm_90", opt_level: int = 3, **kwargs: Any) -> CompiledKernel:
+    """Compiles ``kernel`` for ``arch`` without running it (ahead of time).
+
+    Arguments are as for a launch: real tensors and partitions, or `api.meta`
+    placeholders (``api.meta([1024], dtype=f32).partition([128])``), plus
+    constants by keyword. Needs tileiras, not a GPU. The result has
+    ``.bytecode``, ``.mlir`` and ``.cubin``.
+    """
+    if not isinstance(kernel, Kernel):
+        raise TypeError(f"cutile.compile: expected a @cutile.entry kernel, got {type(kernel).__name__}")
+    try:
+        bound = kernel._python_signature.bind_partial(*args, **kwargs)
+    except TypeError as exc:
+        raise LaunchError(f"{kernel.name}: {exc}") from None
+    spec, _ = describe_call(kernel, dict(bound.arguments))
+    return kernel.compiled(spec, arch, CompileOptions(opt_level=opt_level))
 
 
 async def _completed(value: Any) -> Any:

@@ -66,6 +66,11 @@ class OpDef:
     def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         raise NotImplementedError(self.name)
 
+    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        """Emits the op's Tile IR through ``ctx`` (a `_lowering.Lowering`); returns
+        the Tile IR values of its results."""
+        raise ctx.error(op, f"{self.name} cannot be compiled for the GPU yet")
+
     def __repr__(self) -> str:
         return f"<OpDef {self.name}>"
 

@@ -58,6 +58,9 @@ class For(OpDef):
             carried = ended.values
         return carried
 
+    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        return _lower_for(self, ctx, op, args)
+
 
 class If(OpDef):
     name = "if"
@@ -74,6 +77,9 @@ class If(OpDef):
         if ended.kind != "yield":
             raise _Escape(ended)
         return ended.values
+
+    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        return _lower_if(self, ctx, op, args)
 
 
 class Loop(OpDef):
@@ -97,6 +103,9 @@ class Loop(OpDef):
             else:
                 raise _Escape(ended)
 
+    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        return _lower_loop(self, ctx, op, args)
+
 
 class _Terminator(OpDef):
     is_terminator = True
@@ -106,6 +115,9 @@ class _Terminator(OpDef):
 
     def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         raise AssertionError(f"{self.name} is handled by the interpreter's block runner")
+
+    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        return _lower_terminator(self, ctx, op, args)
 
 
 class Yield(_Terminator):
@@ -133,3 +145,88 @@ BREAK = register(Break())
 RETURN = register(Return())
 
 __all__ = ["FOR", "IF", "LOOP", "YIELD", "CONTINUE", "BREAK", "RETURN", "RuleError", "_Escape"]
+
+
+# -- lowering to Tile IR -------------------------------------------------------------------
+def _bind_region(ctx: Any, block: Any, values: Sequence[Any], touched: Sequence[Any]) -> None:
+    """Binds a region's arguments: the IR block's, then the threaded tokens."""
+    count = len(block.args)
+    for ours, theirs in zip(block.args, values[:count]):
+        ctx.values[ours] = theirs
+    ctx.set_tokens(touched, values[count:])
+
+
+def _lower_region(ctx: Any, kind: str, block: Any, ir_args: Sequence[Any], touched: Sequence[Any]) -> None:
+    with ctx.region_tokens():
+        _bind_region(ctx, block, ir_args, touched)
+        ctx.regions.append((kind, list(touched)))
+        try:
+            ctx.lower_block(block)
+        finally:
+            ctx.regions.pop()
+
+
+def _result_types(ctx: Any, op: Operation, touched: Sequence[Any]) -> list[Any]:
+    import cutile_ir as ir
+
+    from cutile_compiler._lowering import tile_type
+
+    return [tile_type(r.type) for r in op.results] + [ir.TOKEN] * len(touched)
+
+
+def _finish(ctx: Any, op: Operation, results: Sequence[Any], touched: Sequence[Any]) -> Sequence[Any]:
+    count = len(op.results)
+    ctx.set_tokens(touched, results[count:])
+    return list(results[:count])
+
+
+def _lower_for(self: For, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+    touched = ctx.touched(op)
+    inits = list(args[3:]) + ctx.token_values(touched)
+    with ctx.builder.for_(args[0], args[1], args[2], inits) as loop:
+        _lower_region(ctx, "for", op.regions[0], loop.args, touched)
+    return _finish(ctx, op, loop.results, touched)
+
+
+def _lower_if(self: If, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+    touched = ctx.touched(op)
+    with ctx.builder.if_(args[0], _result_types(ctx, op, touched)) as branches:
+        with branches.then():
+            _lower_region(ctx, "if", op.regions[0], [], touched)
+        with branches.else_():
+            _lower_region(ctx, "if", op.regions[1], [], touched)
+    return _finish(ctx, op, branches.results, touched)
+
+
+def _lower_loop(self: Loop, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+    touched = ctx.touched(op)
+    inits = list(args) + ctx.token_values(touched)
+    with ctx.builder.loop(inits, _result_types(ctx, op, touched)) as loop:
+        _lower_region(ctx, "loop", op.regions[0], loop.args, touched)
+    return _finish(ctx, op, loop.results, touched)
+
+
+def _enclosing(ctx: Any, kinds: tuple[str, ...]) -> tuple[str, list[Any]]:
+    for kind, touched in reversed(ctx.regions):
+        if kind in kinds:
+            return kind, touched
+    raise AssertionError(f"no enclosing {kinds}")
+
+
+def _lower_terminator(self: OpDef, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+    builder = ctx.builder
+    if self.name == "return":
+        builder.return_()
+        return ()
+    if self.name == "yield":
+        kind, touched = ctx.regions[-1]
+        values = list(args) + ctx.token_values(touched)
+        if kind == "for":
+            builder.continue_(values)  # a Tile IR for body ends in continue
+        else:
+            builder.yield_(values)
+        return ()
+    _, touched = _enclosing(ctx, ("loop",))
+    values = list(args) + ctx.token_values(touched)
+    (builder.break_ if self.name == "break" else builder.continue_)(values)
+    return ()

@@ -89,6 +89,9 @@ class Elementwise(OpDef):
         out = self.function(*args)
         return (np.asarray(out, dtype=numpy_dtype(result_type.dtype)),)
 
+    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        return _lower_elementwise(self, ctx, op, args)
+
 
 def _floordiv(a: Any, b: Any) -> Any:
     return np.floor_divide(a, b)
@@ -167,6 +170,9 @@ class Select(OpDef):
     def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         return (np.where(args[0], args[1], args[2]).astype(args[1].dtype),)
 
+    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        return _lower_select(self, ctx, op, args)
+
 
 class Cast(OpDef):
     """``cast(x) {dtype}``: value conversion (float to int truncates toward zero,
@@ -191,6 +197,9 @@ class Cast(OpDef):
         with np.errstate(all="ignore"):
             return (np.asarray(value).astype(numpy_dtype(target)),)
 
+    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        return _lower_cast(self, ctx, op, args)
+
 
 class Bitcast(OpDef):
     """``bitcast(x) {dtype}``: the same bits read as another dtype of equal width."""
@@ -207,7 +216,138 @@ class Bitcast(OpDef):
     def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         return (np.ascontiguousarray(args[0]).view(numpy_dtype(op.attrs["dtype"])),)
 
+    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        return _lower_bitcast(self, ctx, op, args)
+
 
 SELECT = register(Select())
 CAST = register(Cast())
 BITCAST = register(Bitcast())
+
+
+# -- lowering to Tile IR ---------------------------------------------------------------------
+_FLOAT_OPS: dict[str, tuple[str, dict[str, Any]]] = {
+    "add": ("addf", {"rounding_mode": "nearest_even"}), "sub": ("subf", {"rounding_mode": "nearest_even"}),
+    "mul": ("mulf", {"rounding_mode": "nearest_even"}), "div": ("divf", {"rounding_mode": "nearest_even"}),
+    "pow": ("pow", {}), "minimum": ("minf", {}), "maximum": ("maxf", {}), "atan2": ("atan2", {}),
+    "neg": ("negf", {}), "abs": ("absf", {}), "exp": ("exp", {}), "exp2": ("exp2", {}), "log": ("log", {}),
+    "log2": ("log2", {}), "sqrt": ("sqrt", {"rounding_mode": "nearest_even"}), "rsqrt": ("rsqrt", {}),
+    "sin": ("sin", {}), "cos": ("cos", {}), "tan": ("tan", {}), "sinh": ("sinh", {}), "cosh": ("cosh", {}),
+    "tanh": ("tanh", {}), "floor": ("floor", {}), "ceil": ("ceil", {}),
+    "fma": ("fma", {"rounding_mode": "nearest_even"}),
+}
+_INT_OPS: dict[str, tuple[str, bool]] = {  # name -> (Tile IR op, takes signedness)
+    "add": ("addi", False), "sub": ("subi", False), "mul": ("muli", False), "minimum": ("mini", True),
+    "maximum": ("maxi", True), "and": ("andi", False), "or": ("ori", False), "xor": ("xori", False),
+    "shl": ("shli", False), "shr": ("shri", True), "neg": ("negi", False), "abs": ("absi", False),
+}
+_PREDICATES = {"eq": "equal", "ne": "not_equal", "lt": "less_than", "le": "less_than_or_equal",
+               "gt": "greater_than", "ge": "greater_than_or_equal"}
+
+
+def _signedness(dtype: dt.DType) -> str:
+    return "signed" if dtype.is_signed else "unsigned"
+
+
+def _lower_elementwise(self: Elementwise, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+    b = ctx.builder
+    operand_type = op.operands[0].type
+    assert isinstance(operand_type, TileType)
+    dtype = operand_type.dtype
+    name = self.name
+    if self.compare:
+        if dtype.is_float:
+            # Python's != is true for NaN: unordered; every other comparison ordered.
+            ordering = "unordered" if name == "ne" else "ordered"
+            return (b.cmpf(args[0], args[1], comparison_predicate=_PREDICATES[name], comparison_ordering=ordering),)
+        return (b.cmpi(args[0], args[1], comparison_predicate=_PREDICATES[name], signedness=_signedness(dtype)),)
+    if dtype.is_float:
+        if name == "floordiv":
+            quotient = b.divf(args[0], args[1], rounding_mode="nearest_even")
+            return (b.floor(quotient),)
+        if name == "mod":
+            return (_python_remainder(ctx, op, b.remf(args[0], args[1]), args[1], operand_type),)
+        tile_op, attrs = _FLOAT_OPS[name]
+        return (getattr(b, tile_op)(*args, **attrs),)
+    if name == "floordiv":
+        rounding = "negative_inf" if dtype.is_signed else "zero"
+        return (b.divi(args[0], args[1], signedness=_signedness(dtype), rounding=rounding),)
+    if name == "mod":
+        remainder = b.remi(args[0], args[1], signedness=_signedness(dtype))
+        if not dtype.is_signed:
+            return (remainder,)
+        return (_python_remainder(ctx, op, remainder, args[1], operand_type),)
+    if name == "invert":
+        ones = ctx.constant(True if dtype.is_bool else -1 if dtype.is_signed else (1 << dtype.bits) - 1, operand_type)
+        return (b.xori(args[0], ones),)
+    tile_op, signed = _INT_OPS[name]
+    attrs = {"signedness": _signedness(dtype)} if signed else {}
+    return (getattr(b, tile_op)(*args, **attrs),)
+
+
+def _python_remainder(ctx: Any, op: Operation, remainder: Any, divisor: Any, tile: TileType) -> Any:
+    """C's remainder (sign of the dividend) to Python's (sign of the divisor)."""
+    b = ctx.builder
+    zero = ctx.constant(0, tile)
+    if tile.dtype.is_float:
+        nonzero = b.cmpf(remainder, zero, comparison_predicate="not_equal", comparison_ordering="ordered")
+        r_negative = b.cmpf(remainder, zero, comparison_predicate="less_than", comparison_ordering="ordered")
+        d_negative = b.cmpf(divisor, zero, comparison_predicate="less_than", comparison_ordering="ordered")
+        adjusted = b.addf(remainder, divisor, rounding_mode="nearest_even")
+    else:
+        nonzero = b.cmpi(remainder, zero, comparison_predicate="not_equal", signedness="signed")
+        r_negative = b.cmpi(remainder, zero, comparison_predicate="less_than", signedness="signed")
+        d_negative = b.cmpi(divisor, zero, comparison_predicate="less_than", signedness="signed")
+        adjusted = b.addi(remainder, divisor)
+    fix = b.andi(nonzero, b.xori(r_negative, d_negative))
+    return b.select(fix, adjusted, remainder)
+
+
+
+
+def _lower_select(self: Select, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+    return (ctx.builder.select(*args),)
+
+
+def _lower_cast(self: Cast, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+    from cutile_compiler._lowering import tile_type
+
+    b = ctx.builder
+    source_type = op.operands[0].type
+    assert isinstance(source_type, TileType)
+    source: dt.DType = source_type.dtype
+    target: dt.DType = op.attrs["dtype"]
+    result_type = tile_type(op.results[0].type)
+    value = args[0]
+    if source.ir_name == target.ir_name:
+        return (value,)
+    if target is dt.bool_:
+        zero = ctx.constant(0, source_type)
+        if source.is_float:
+            return (b.cmpf(value, zero, comparison_predicate="not_equal", comparison_ordering="unordered"),)
+        return (b.cmpi(value, zero, comparison_predicate="not_equal", signedness="signed"),)
+    if source is dt.bool_:
+        if target.is_float:
+            one, zero = ctx.constant(1, op.results[0].type), ctx.constant(0, op.results[0].type)
+            return (b.select(value, one, zero),)
+        return (b.exti(value, signedness="unsigned", result_types=[result_type]),)
+    if source.is_integer and target.is_integer:
+        if target.bits > source.bits:
+            return (b.exti(value, signedness=_signedness(source), result_types=[result_type]),)
+        return (b.trunci(value, result_types=[result_type]),)
+    if source.is_float and target.is_float:
+        return (b.ftof(value, rounding_mode="nearest_even", result_types=[result_type]),)
+    if source.is_integer:
+        return (b.itof(value, signedness=_signedness(source), rounding_mode="nearest_even", result_types=[result_type]),)
+    attrs: dict[str, Any] = {"signedness": _signedness(target), "rounding_mode": "nearest_int_to_zero"}
+    if ctx.version >= ctx.version.__class__(13, 4):
+        attrs["saturating"] = True  # out-of-range values clamp, as the interpreter's do
+    return (b.ftoi(value, result_types=[result_type], **attrs),)
+
+
+def _lower_bitcast(self: Bitcast, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+    from cutile_compiler._lowering import tile_type
+
+    return (ctx.builder.bitcast(args[0], result_types=[tile_type(op.results[0].type)]),)
+
+

@@ -28,12 +28,20 @@ class BlockId(_GridQuery):
     def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         return (np.asarray(ctx.block_id[op.attrs["axis"]], dtype=np.int32),)
 
+    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        if ctx.block_ids is None:  # block ids are made at the top of the kernel: one query serves all
+            ctx.block_ids = ctx.builder.get_tile_block_id()
+        return (ctx.block_ids[op.attrs["axis"]],)
+
 
 class NumBlocks(_GridQuery):
     name = "num_blocks"
 
     def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         return (np.asarray(ctx.grid[op.attrs["axis"]], dtype=np.int32),)
+
+    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        return (ctx.builder.get_num_tile_blocks()[op.attrs["axis"]],)
 
 
 BLOCK_ID = register(BlockId())

@@ -68,5 +68,14 @@ class Mma(OpDef):
         with np.errstate(all="ignore"):
             return (product.astype(numpy_dtype(acc_type.dtype)),)  # type: ignore[attr-defined]
 
+    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        a_type = op.operands[0].type
+        b_type = op.operands[1].type
+        if a_type.dtype.is_integer:  # type: ignore[attr-defined]
+            lhs = "signed" if a_type.dtype.is_signed else "unsigned"  # type: ignore[attr-defined]
+            rhs = "signed" if b_type.dtype.is_signed else "unsigned"  # type: ignore[attr-defined]
+            return (ctx.builder.mmai(*args, signedness_lhs=lhs, signedness_rhs=rhs),)
+        return (ctx.builder.mmaf(*args),)
+
 
 MMA = register(Mma())

@@ -55,6 +55,12 @@ class TensorDim(OpDef):
     def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         return (np.asarray(ctx.tensor_shape(args[0])[op.attrs["axis"]], dtype=np.int32),)
 
+    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        dim = args[0].dims[op.attrs["axis"]]
+        if isinstance(dim, int):
+            return (ctx.constant(dim, TileType(dt.i32)),)
+        return (dim,)
+
 
 class MakePartition(OpDef):
     """``make_partition(t) {tile_shape, padding}``: t seen as a grid of tiles."""
@@ -79,6 +85,16 @@ class MakePartition(OpDef):
     def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         return ((args[0], op.attrs["tile_shape"], op.attrs.get("padding", "zero")),)
 
+    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        import cutile_ir as ir
+
+        from cutile_compiler._lowering import PartitionInfo
+
+        tensor = args[0]
+        padding = ir.PaddingValue[op.attrs.get("padding", "zero").upper()]
+        view_type = ir.PartitionViewType(op.attrs["tile_shape"], tensor.view_type, (), padding)
+        return (PartitionInfo(tensor, ctx.builder.make_partition_view(tensor.view, result_types=[view_type])),)
+
 
 class NumTiles(OpDef):
     """``num_tiles(p) {axis}``: how many tiles the partition has along ``axis``
@@ -98,6 +114,13 @@ class NumTiles(OpDef):
         extent = ctx.tensor_shape(tensor)[axis]
         return (np.asarray(-(-extent // tile_shape[axis]), dtype=np.int32),)
 
+    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        import cutile_ir as ir
+
+        rank = len(args[0].tensor.dims)
+        shape = ctx.builder.get_index_space_shape(args[0].view, result_types=[ir.scalar(ir.I32)] * rank)
+        return (shape[op.attrs["axis"]],)
+
 
 class TileLoad(OpDef):
     """``tile_load(p, *index) {latency?, tma?}``: the tile at ``index`` of partition p."""
@@ -114,6 +137,16 @@ class TileLoad(OpDef):
         tensor, tile_shape, padding = args[0]
         index = tuple(int(i) for i in args[1:])
         return (ctx.load(op, tensor, index, tile_shape, padding),)
+
+    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        partition = args[0]
+        tensor = partition.tensor
+        token = ctx.tokens.get(tensor.value) if tensor.mutable else None
+        tile, result_token = ctx.builder.load_view_tko(partition.view, list(args[1:]), token,
+                                                        memory_ordering_semantics="weak")
+        if tensor.mutable:
+            ctx.tokens[tensor.value] = result_token
+        return (tile,)
 
 
 class TileStore(OpDef):
@@ -138,6 +171,16 @@ class TileStore(OpDef):
         rank = len(tile_shape)
         index = tuple(int(i) for i in args[1 : 1 + rank])
         ctx.store(op, tensor, index, tile_shape, args[1 + rank])
+        return ()
+
+    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        partition = args[0]
+        tensor = partition.tensor
+        rank = len(tensor.dims)
+        token = ctx.tokens.get(tensor.value)
+        result = ctx.builder.store_view_tko(args[1 + rank], partition.view, list(args[1:1 + rank]), token,
+                                            memory_ordering_semantics="weak")
+        ctx.tokens[tensor.value] = result
         return ()
 
 

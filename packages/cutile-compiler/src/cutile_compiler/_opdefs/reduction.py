@@ -59,6 +59,9 @@ class Reduce(OpDef):
             out = _REDUCERS[kind](value, axis=axis)
         return (np.asarray(out).astype(numpy_dtype(result_type.dtype)),)
 
+    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        return _lower_reduce(ctx, op, args)
+
 
 class Scan(OpDef):
     """``scan(x) {kind, axis, reverse}``: inclusive prefix sums or products."""
@@ -83,6 +86,107 @@ class Scan(OpDef):
             out = np.flip(out, axis)
         return (np.ascontiguousarray(out),)
 
+    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        return _lower_scan(ctx, op, args)
+
 
 REDUCE = register(Reduce())
 SCAN = register(Scan())
+
+
+# -- lowering to Tile IR -------------------------------------------------------------------
+def _identity(kind: str, dtype: dt.DType) -> int | float:
+    if kind == "sum":
+        return 0
+    if kind == "prod":
+        return 1
+    largest: int | float
+    if dtype.is_float:
+        largest = float("inf")
+    elif dtype.is_signed:
+        largest = (1 << (dtype.bits - 1)) - 1
+    else:
+        largest = (1 << dtype.bits) - 1
+    smallest: int | float = -largest if dtype.is_float else (-(1 << (dtype.bits - 1)) if dtype.is_signed else 0)
+    return smallest if kind in ("max", "argmax") else largest
+
+
+def combine(ctx: Any, kind: str, dtype: dt.DType, a: Any, b: Any) -> Any:
+    """The Tile IR of one step of reduction or scan ``kind`` on scalars a and b."""
+    builder = ctx.builder
+    sign = "signed" if dtype.is_signed else "unsigned"
+    if kind == "sum":
+        return builder.addf(a, b, rounding_mode="nearest_even") if dtype.is_float else builder.addi(a, b)
+    if kind == "prod":
+        return builder.mulf(a, b, rounding_mode="nearest_even") if dtype.is_float else builder.muli(a, b)
+    if kind == "max":
+        return builder.maxf(a, b) if dtype.is_float else builder.maxi(a, b, signedness=sign)
+    return builder.minf(a, b) if dtype.is_float else builder.mini(a, b, signedness=sign)
+
+
+def _widened(dtype: dt.DType, kind: str) -> dt.DType:
+    """Sums and products of 16-bit floats accumulate in f32 (as the interpreter does)."""
+    return dt.f32 if kind in ("sum", "prod") and dtype.is_float and dtype.bits < 32 else dtype
+
+
+def _lower_reduce(ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+    from cutile_compiler._lowering import tile_type
+
+    builder = ctx.builder
+    kind, axis = op.attrs["kind"], op.attrs["axis"]
+    source = op.operands[0].type
+    assert isinstance(source, TileType)
+    if kind in ("argmax", "argmin"):
+        return (_lower_arg_reduce(ctx, op, args[0], source, kind, axis),)
+    work = _widened(source.dtype, kind)
+    value = args[0]
+    if work is not source.dtype:
+        value = builder.ftof(value, rounding_mode="nearest_even", result_types=[tile_type(source.with_dtype(work))])
+    with builder.reduce([value], axis, [_identity(kind, work)]) as body:
+        element, accumulator = body.args
+        builder.yield_([combine(ctx, kind, work, element, accumulator)])
+    result = body.results[0]
+    if work is not source.dtype:
+        result = builder.ftof(result, rounding_mode="nearest_even", result_types=[tile_type(op.results[0].type)])
+    return (result,)
+
+
+def _lower_arg_reduce(ctx: Any, op: Operation, value: Any, source: TileType, kind: str, axis: int) -> Any:
+    """argmax/argmin: a two-operand reduce of (value, position); ties keep the first."""
+    import cutile_ir as ir
+
+    from cutile_compiler._lowering import tile_type
+
+    builder = ctx.builder
+    positions_1d = builder.iota(result_types=[ir.tile((source.shape[axis],), ir.I32)])
+    shape_1 = tuple(source.shape[axis] if i == axis else 1 for i in range(source.rank))
+    positions = builder.reshape(positions_1d, result_types=[ir.tile(shape_1, ir.I32)])
+    positions = builder.broadcast(positions, result_types=[tile_type(TileType(dt.i32, source.shape))])
+    better = "greater_than" if kind == "argmax" else "less_than"
+    with builder.reduce([value, positions], axis, [_identity(kind, source.dtype), (1 << 31) - 1]) as body:
+        v_new, v_acc, i_new, i_acc = body.args
+        if source.dtype.is_float:
+            strictly = builder.cmpf(v_new, v_acc, comparison_predicate=better, comparison_ordering="ordered")
+            equal = builder.cmpf(v_new, v_acc, comparison_predicate="equal", comparison_ordering="ordered")
+        else:
+            sign = "signed" if source.dtype.is_signed else "unsigned"
+            strictly = builder.cmpi(v_new, v_acc, comparison_predicate=better, signedness=sign)
+            equal = builder.cmpi(v_new, v_acc, comparison_predicate="equal", signedness=sign)
+        earlier = builder.cmpi(i_new, i_acc, comparison_predicate="less_than", signedness="signed")
+        take = builder.ori(strictly, builder.andi(equal, earlier))
+        builder.yield_([builder.select(take, v_new, v_acc), builder.select(take, i_new, i_acc)])
+    return body.results[1]
+
+
+def _lower_scan(ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+    from cutile_compiler._lowering import tile_type
+
+    builder = ctx.builder
+    kind, axis = op.attrs["kind"], op.attrs["axis"]
+    source = op.operands[0].type
+    assert isinstance(source, TileType)
+    with builder.scan([args[0]], axis, [_identity(kind, source.dtype)], reverse=bool(op.attrs.get("reverse"))) as body:
+        element, accumulator = body.args
+        builder.yield_([combine(ctx, kind, source.dtype, element, accumulator)])
+    _ = tile_type
+    return (body.results[0],)

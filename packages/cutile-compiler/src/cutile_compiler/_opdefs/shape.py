@@ -37,6 +37,14 @@ class Constant(OpDef):
             return (np.array(value, dtype=np_type).reshape(tile.shape),)
         return (np.full(tile.shape, value, dtype=np_type),)
 
+    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        from cutile_compiler._lowering import tile_type
+
+        tile: TileType = op.attrs["type"]
+        value = op.attrs["value"]
+        values = list(value) if isinstance(value, tuple) else value
+        return (ctx.builder.constant(values, tile_type(tile)),)
+
 
 class Iota(OpDef):
     """``iota {type}``: 0, 1, ..., n-1 as a 1-D integer tile."""
@@ -52,6 +60,11 @@ class Iota(OpDef):
     def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         tile: TileType = op.attrs["type"]
         return (np.arange(tile.shape[0], dtype=numpy_dtype(tile.dtype)),)
+
+    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        from cutile_compiler._lowering import tile_type
+
+        return (ctx.builder.iota(result_types=[tile_type(op.attrs["type"])]),)
 
 
 class Broadcast(OpDef):
@@ -69,6 +82,11 @@ class Broadcast(OpDef):
     def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         return (np.broadcast_to(args[0], op.attrs["shape"]).copy(),)
 
+    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        from cutile_compiler._lowering import tile_type
+
+        return (ctx.builder.broadcast(args[0], result_types=[tile_type(op.results[0].type)]),)
+
 
 class Reshape(OpDef):
     """``reshape(x) {shape}``: the same elements in row-major order, another shape."""
@@ -85,6 +103,11 @@ class Reshape(OpDef):
     def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         return (np.reshape(args[0], op.attrs["shape"]),)
 
+    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        from cutile_compiler._lowering import tile_type
+
+        return (ctx.builder.reshape(args[0], result_types=[tile_type(op.results[0].type)]),)
+
 
 class Permute(OpDef):
     """``permute(x) {perm}``: dimensions reordered (``transpose`` for 2-D)."""
@@ -100,6 +123,12 @@ class Permute(OpDef):
 
     def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         return (np.transpose(args[0], op.attrs["perm"]).copy(),)
+
+    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        from cutile_compiler._lowering import tile_type
+
+        return (ctx.builder.permute(args[0], permutation=list(op.attrs["perm"]),
+                                    result_types=[tile_type(op.results[0].type)]),)
 
 
 class Cat(OpDef):
@@ -123,6 +152,11 @@ class Cat(OpDef):
 
     def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         return (np.concatenate([args[0], args[1]], axis=op.attrs["axis"]),)
+
+    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        from cutile_compiler._lowering import tile_type
+
+        return (ctx.builder.cat(args[0], args[1], dim=op.attrs["axis"], result_types=[tile_type(op.results[0].type)]),)
 
 
 class Extract(OpDef):
@@ -154,6 +188,12 @@ class Extract(OpDef):
             slices.append(slice(start, start + size))
         return (value[tuple(slices)].copy(),)
 
+    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        from cutile_compiler._lowering import tile_type
+
+        indices = [ctx.index_i32(a, v.type) for a, v in zip(args[1:], op.operands[1:])]
+        return (ctx.builder.extract(args[0], indices, result_types=[tile_type(op.results[0].type)]),)
+
 
 CONSTANT = register(Constant())
 IOTA = register(Iota())
@@ -163,4 +203,4 @@ PERMUTE = register(Permute())
 CAT = register(Cat())
 EXTRACT = register(Extract())
 
-_ = dt  # dtypes are referenced by the attributes' values
+

@@ -1,0 +1,251 @@
+"""Lowering: the typed kernel IR to a Tile IR module (``cutile_ir``).
+
+Each op's own ``lower`` method (in ``_opdefs``) emits its Tile IR; this module
+holds what they share: the entry's parameter layout (`KernelABI`), value and
+type mapping, source locations, and memory tokens.
+
+Memory ordering in Tile IR is by tokens. A safe kernel's tensors cannot alias
+(launches refuse it), so accesses to different tensors need no ordering, and
+read-only tensors are never written: their loads take no token. Each writable
+tensor gets one token chain, threaded through loops and ifs that touch it, so
+that its loads and stores stay in program order while everything else is free
+to overlap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import cutile_ir as ir
+
+from cutile_compiler import _dtypes as dt
+from cutile_compiler._errors import SourceLocation, TileCompilerError
+from cutile_compiler._ir import Block, KernelIR, Operation, Value
+from cutile_compiler._types import KType, PartitionType, TensorType, TileType
+
+_ELEMENT: dict[str, ir.ScalarType] = {
+    "i1": ir.I1, "i8": ir.I8, "i16": ir.I16, "i32": ir.I32, "i64": ir.I64, "f16": ir.F16,
+    "bf16": ir.BF16, "f32": ir.F32, "f64": ir.F64, "tf32": ir.TF32, "f8E4M3FN": ir.F8E4M3FN,
+    "f8E5M2": ir.F8E5M2,
+}
+MEMORY_OPS = frozenset({"tile_load", "tile_store"})
+
+
+def element_type(dtype: dt.DType) -> ir.ScalarType:
+    return _ELEMENT[dtype.ir_name]
+
+
+def tile_type(ktype: KType) -> ir.TileType:
+    if not isinstance(ktype, TileType):
+        raise TypeError(f"{ktype} is not a tile type")
+    return ir.tile(ktype.shape, element_type(ktype.dtype))
+
+
+@dataclass(frozen=True)
+class AbiArg:
+    """One scalar the kernel entry takes: a tensor's base pointer, one of its
+    run-time dims or strides (i32, in elements), or a scalar parameter."""
+
+    param: str
+    kind: str  # "pointer" | "dim" | "stride" | "scalar"
+    axis: int = -1
+    dtype: dt.DType | None = None
+
+
+def kernel_abi(kernel: KernelIR) -> tuple[AbiArg, ...]:
+    """The entry's parameters in order; the launcher packs arguments this way.
+
+    Per tensor: the pointer, its dims not fixed at compile time, then its strides
+    except a unit innermost stride; per scalar parameter: its value.
+    """
+    args: list[AbiArg] = []
+    for param in kernel.params:
+        vtype = param.value.type
+        if isinstance(vtype, TensorType):
+            args.append(AbiArg(param.name, "pointer", dtype=vtype.dtype))
+            args.extend(AbiArg(param.name, "dim", axis) for axis, d in enumerate(vtype.shape) if d is None)
+            args.extend(AbiArg(param.name, "stride", axis) for axis in range(vtype.rank - 1))
+        else:
+            assert isinstance(vtype, TileType)
+            args.append(AbiArg(param.name, "scalar", dtype=vtype.dtype))
+    return tuple(args)
+
+
+@dataclass
+class TensorInfo:
+    """A tensor parameter in the entry: its view and its run-time dims."""
+
+    value: Value
+    view: ir.Value
+    view_type: ir.TensorViewType
+    dims: list[ir.Value | int]
+    mutable: bool
+
+
+@dataclass
+class PartitionInfo:
+    tensor: TensorInfo
+    view: ir.Value
+
+
+class Lowering:
+    """Builds the Tile IR module of one kernel."""
+
+    def __init__(self, kernel: KernelIR, version: ir.Version) -> None:
+        self.kernel = kernel
+        self.version = version
+        self.module = ir.Module()
+        self.values: dict[Value, Any] = {}
+        self.tensors: dict[Value, TensorInfo] = {}
+        self.tokens: dict[Value, ir.Value] = {}
+        self.regions: list[tuple[str, list[Value]]] = []  # enclosing (kind, threaded tensors)
+        self.touched_cache: dict[int, list[Value]] = {}
+        self.abi = kernel_abi(kernel)
+        self.block_ids: tuple[ir.Value, ...] | None = None
+        self.builder: ir.Builder
+
+    # -- locations and errors --------------------------------------------------------
+    @staticmethod
+    def ir_location(location: SourceLocation | None) -> ir.Location | None:
+        if location is None:
+            return None
+        return ir.Location(location.filename, location.line, location.column + 1, location.function)
+
+    def error(self, op: Operation, message: str) -> TileCompilerError:
+        return TileCompilerError(message, op.location)
+
+    # -- the module --------------------------------------------------------------------
+    def run(self) -> ir.Module:
+        kernel = self.kernel
+        arg_types: list[ir.Type] = []
+        for arg in self.abi:
+            if arg.kind == "pointer":
+                assert arg.dtype is not None
+                arg_types.append(ir.scalar(ir.ptr(element_type(arg.dtype))))
+            elif arg.kind in ("dim", "stride"):
+                arg_types.append(ir.scalar(ir.I32))
+            else:
+                assert arg.dtype is not None
+                arg_types.append(ir.scalar(element_type(arg.dtype)))
+        function = ir.add_function(self.module, kernel.name, arg_types, loc=self.ir_location(kernel.location))
+        self.builder = ir.Builder(function, self.ir_location(kernel.location))
+        self.bind_parameters(function.args)
+        self.lower_block(kernel.body)
+        self.builder.return_()
+        return self.module
+
+    def bind_parameters(self, entry_args: Sequence[ir.Value]) -> None:
+        by_param: dict[str, list[tuple[AbiArg, ir.Value]]] = {}
+        for abi, value in zip(self.abi, entry_args):
+            by_param.setdefault(abi.param, []).append((abi, value))
+        b = self.builder
+        for param in self.kernel.params:
+            vtype = param.value.type
+            parts = by_param[param.name]
+            if isinstance(vtype, TensorType):
+                pointer = parts[0][1]
+                dims: list[ir.Value | int] = []
+                dynamic_dims = [v for a, v in parts if a.kind == "dim"]
+                strides = [v for a, v in parts if a.kind == "stride"]
+                it = iter(dynamic_dims)
+                for d in vtype.shape:
+                    dims.append(next(it) if d is None else d)
+                view_type = ir.TensorViewType(
+                    element_type(vtype.dtype),
+                    tuple(vtype.shape),
+                    tuple([None] * (vtype.rank - 1) + [1]),
+                )
+                view = b.make_tensor_view(pointer, dynamic_dims, strides, result_types=[view_type])
+                info = TensorInfo(param.value, view, view_type, dims, vtype.mutable)
+                self.tensors[param.value] = info
+                self.values[param.value] = info
+                if vtype.mutable:
+                    self.tokens[param.value] = b.make_token()
+            else:
+                self.values[param.value] = parts[0][1]
+
+    # -- blocks and ops ------------------------------------------------------------------
+    def lower_block(self, block: Block) -> None:
+        for op in block.ops:
+            self.lower_op(op)
+
+    def lower_op(self, op: Operation) -> None:
+        args = [self.values[v] for v in op.operands]
+        with self.builder.location(self.ir_location(op.location)):
+            try:
+                results = op.opdef.lower(self, op, args)
+            except ir.IRError as exc:
+                raise self.error(op, f"internal error while lowering {op.name} to Tile IR: {exc}") from exc
+        for value, result in zip(op.results, results):
+            self.values[value] = result
+
+    # -- tokens ---------------------------------------------------------------------------
+    def touched(self, op: Operation) -> list[Value]:
+        """The writable tensors whose loads or stores lie inside ``op``'s regions, in
+        parameter order (their tokens are threaded through ``op``)."""
+        cached = self.touched_cache.get(id(op))
+        if cached is not None:
+            return cached
+        found: set[Value] = set()
+        for region in op.regions:
+            for inner in region.walk():
+                if inner.name in MEMORY_OPS:
+                    partition = inner.operands[0]
+                    tensor = self.tensor_of_partition(partition)
+                    if tensor is not None and tensor.mutable:
+                        found.add(tensor.value)
+        ordered = [t for t in self.tensors if t in found]
+        self.touched_cache[id(op)] = ordered
+        return ordered
+
+    def tensor_of_partition(self, partition: Value) -> TensorInfo | None:
+        info = self.values.get(partition)
+        if isinstance(info, PartitionInfo):
+            return info.tensor
+        return None
+
+    def token_values(self, tensors: Sequence[Value]) -> list[ir.Value]:
+        return [self.tokens[t] for t in tensors]
+
+    def set_tokens(self, tensors: Sequence[Value], values: Sequence[ir.Value]) -> None:
+        for tensor, value in zip(tensors, values):
+            self.tokens[tensor] = value
+
+    @contextmanager
+    def region_tokens(self) -> Iterator[None]:
+        saved = dict(self.tokens)
+        try:
+            yield
+        finally:
+            self.tokens = saved
+
+    # -- helpers for op lowerings ---------------------------------------------------------------
+    def constant(self, value: int | float | bool, ktype: TileType) -> ir.Value:
+        return self.builder.constant(value, tile_type(ktype))
+
+    def index_i32(self, value: ir.Value, ktype: KType) -> ir.Value:
+        """An index as i32 (Tile IR's extract takes i32 coordinates)."""
+        assert isinstance(ktype, TileType)
+        if ktype.dtype.bits == 32:
+            return value
+        converted: ir.Value
+        if ktype.dtype.bits > 32:
+            converted = self.builder.trunci(value, result_types=[ir.scalar(ir.I32)])
+        else:
+            converted = self.builder.exti(value, signedness="signed", result_types=[ir.scalar(ir.I32)])
+        return converted
+
+
+def lower_kernel(kernel: KernelIR, version: ir.Version | str = "13.3") -> ir.Module:
+    """The Tile IR module of ``kernel``, for bytecode ``version``."""
+    from cutile_compiler import _opdefs  # noqa: F401  (registers every op's lowering)
+
+    parsed = version if isinstance(version, ir.Version) else ir.Version(*map(int, str(version).split(".")))
+    return Lowering(kernel, parsed).run()
+
+
+__all__ = ["AbiArg", "Lowering", "PartitionInfo", "TensorInfo", "element_type", "kernel_abi", "lower_kernel",
+           "tile_type", "PartitionType"]
