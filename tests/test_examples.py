@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,9 +13,12 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted(p.name for p in (ROOT / "examples").glob("*.py"))
 
 
-def run_example(name: str) -> subprocess.CompletedProcess[str]:
+def run_example(name: str, backend: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    if backend is not None:
+        env["CUTILE_BACKEND"] = backend
     return subprocess.run(
-        [sys.executable, str(ROOT / "examples" / name)], capture_output=True, text=True, timeout=600
+        [sys.executable, str(ROOT / "examples" / name)], capture_output=True, text=True, timeout=600, env=env
     )
 
 
@@ -39,3 +43,13 @@ def test_axpy_ptx_runs_on_the_gpu_or_says_why_not(gpu_reason: str | None) -> Non
         assert "OK" in result.stdout and "WRONG" not in result.stdout
     else:
         assert "no GPU can be used here" in result.stdout and "nothing was run" in result.stdout
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", [e for e in EXAMPLES if e != "axpy_ptx.py"])
+def test_example_agrees_on_both_backends(name: str) -> None:
+    # Each run checks itself against numpy; both must pass, on the GPU and on the interpreter.
+    for backend in ("gpu", "interpreter"):
+        result = run_example(name, backend)
+        assert result.returncode == 0, f"{backend}: " + result.stdout + result.stderr
+        assert f"{backend} backend" in result.stdout and "OK" in result.stdout

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import gc
 from typing import Any
 
@@ -139,3 +140,21 @@ def test_stream_ownership(fake_driver: Any) -> None:
     assert int(cc.Stream.wrap(TorchLikeStream())) == 0xF00D
     with pytest.raises(TypeError, match="cannot take a CUDA stream handle"):
         cc.Stream.wrap("stream")
+
+
+def test_numpy_arrays_of_non_buffer_dtypes_copy_through_the_array_interface(fake_driver: Any) -> None:
+    class ArrayLike:  # what numpy exposes for ml_dtypes' bfloat16 arrays
+        def __init__(self, data: bytearray) -> None:
+            self._data = data
+            self._buffer = (ctypes.c_char * len(data)).from_buffer(data)
+            self.__array_interface__ = {
+                "data": (ctypes.addressof(self._buffer), False), "shape": (len(data) // 2,),
+                "strides": None, "typestr": "<V2", "version": 3,
+            }
+
+    source = ArrayLike(bytearray(range(16)))
+    with cc.DeviceBuffer.allocate(16) as buffer:
+        buffer.copy_from_host(source)
+        target = ArrayLike(bytearray(16))
+        buffer.copy_to_host(target)
+        assert bytes(target._data) == bytes(range(16))

@@ -23,6 +23,7 @@ from cutile import api
 from cutile.core import Constant, Mut, Tensor, bf16, f16, f32, i32, load_tile_like
 
 RNG = np.random.default_rng(1234)
+BOTH_BACKENDS = True
 
 
 def run_unary(fn: Any, xs: np.ndarray, dtype: Any, out_dtype: Any, tile: int = 64) -> np.ndarray:

@@ -11,6 +11,8 @@ import cutile
 from cutile import api
 from cutile.core import Mut, Tensor, f16, f32, load_tile_like
 
+BOTH_BACKENDS = True
+
 
 @cutile.entry
 def add(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], y: Tensor[f32, [-1]]):

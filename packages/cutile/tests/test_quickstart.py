@@ -9,6 +9,8 @@ import cutile
 from cutile import api
 from cutile.core import Constant, Mut, Tensor, f16, f32, get_tile_block_id, load_tile_like, mma
 
+BOTH_BACKENDS = True
+
 
 @cutile.entry
 def add(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], y: Tensor[f32, [-1]]):

@@ -24,6 +24,17 @@ def _host_span(obj: Any, *, writable: bool, what: str) -> tuple[int | Any, int]:
         if obj.closed:
             raise ValueError(f"{what}: the PinnedBuffer has been freed")
         return obj.ptr, obj.nbytes
+    interface = getattr(obj, "__array_interface__", None)
+    if isinstance(interface, dict) and interface.get("strides") is None:
+        # numpy arrays of dtypes the buffer protocol cannot describe (ml_dtypes' bfloat16, fp8)
+        address, readonly = interface["data"]
+        if writable and readonly:
+            raise ValueError(f"{what}: the host array is read-only")
+        itemsize = int("".join(c for c in interface["typestr"] if c.isdigit()) or 0)
+        count = 1
+        for extent in interface["shape"]:
+            count *= int(extent)
+        return int(address), count * itemsize
     try:
         view = memoryview(obj)
     except TypeError:

@@ -43,7 +43,7 @@ def upload(flat: np.ndarray[Any, Any], dtype: dt.DType, shape: tuple[int, ...]) 
     stream = default_stream()
     buffer = DeviceBuffer.allocate(max(flat.nbytes, 1), stream=stream)
     if flat.nbytes:
-        buffer.copy_from_host(flat, stream=stream)
+        buffer.copy_from_host(flat.view(np.uint8), stream=stream)
     stream.synchronize()
     return Tensor(DeviceStorage(buffer), dtype, shape)
 
