@@ -57,7 +57,8 @@ class _Gen:
         for _ in range(n):
             t = TileType(self.draw(st.sampled_from(SHAPES)), self.draw(st.sampled_from(ELEMENTS)))
             is_float = t.element in (F32, F16)
-            kind = self.draw(st.sampled_from(["bin", "un", "cmp", "region"] if depth < 2 else ["bin", "un", "cmp"]))
+            kinds = ["bin", "un", "cmp", "conv", "shape"] + (["region", "if", "reduce"] if depth < 2 else [])
+            kind = self.draw(st.sampled_from(kinds))
             x = self.pick(pool, t, b)
             if kind == "bin":
                 y = self.pick(pool, t, b)
@@ -94,6 +95,52 @@ class _Gen:
                 else:
                     c = b.cmpi(x, y, comparison_predicate="not_equal", signedness="signed")
                 pool.append(b.select(c, x, y))
+            elif kind == "conv":
+                if is_float:
+                    other = F16 if t.element == F32 else F32
+                    pool.append(b.ftof(x, result_types=[TileType(t.shape, other)]))
+                    pool.append(b.ftoi(x, signedness="signed", rounding_mode="nearest_int_to_zero",
+                                       result_types=[TileType(t.shape, I32)]))
+                else:
+                    wide, narrow = (I32, I16)
+                    if t.element == I16:
+                        pool.append(b.exti(x, signedness=self.draw(st.sampled_from(["signed", "unsigned"])),
+                                           result_types=[TileType(t.shape, wide)]))
+                    else:
+                        pool.append(b.trunci(x, result_types=[TileType(t.shape, narrow)]))
+                    pool.append(b.itof(x, signedness="signed", rounding_mode="nearest_even",
+                                       result_types=[TileType(t.shape, F32)]))
+            elif kind == "shape":
+                if t.rank == 2:
+                    pool.append(b.permute(x, permutation=[1, 0], result_types=[TileType(t.shape[::-1], t.element)]))
+                    pool.append(b.reshape(x, result_types=[TileType((t.numel,), t.element)]))
+                elif t.rank == 1:
+                    pool.append(b.broadcast(b.reshape(x, result_types=[TileType((1, t.numel), t.element)]),
+                                            result_types=[TileType((4, t.numel), t.element)]))
+                else:
+                    pool.append(b.reshape(x, result_types=[TileType((1,), t.element)]))
+            elif kind == "if":
+                c = b.cmpi(iv_src, b.constant(self.draw(st.integers(0, 9)), scalar(I32)),
+                           comparison_predicate="less_than", signedness="signed")
+                with b.if_(c, [x.type]) as br:
+                    with br.then():
+                        inner = list(pool)
+                        self.body(b, inner, self.draw(st.integers(0, 2)), depth + 1, iv_src)
+                        b.yield_([self.pick(inner, t, b)])
+                    with br.else_():
+                        b.yield_([x])
+                pool.append(br.results[0])
+            elif kind == "reduce" and t.rank >= 1:
+                ident: Any = 0.0 if is_float else 0
+                with b.reduce([x], dim=t.rank - 1, identities=[ident]) as red:
+                    e, a = red.args
+                    if is_float:
+                        b.yield_([b.addf(e, a, rounding_mode="nearest_even")])
+                    else:
+                        b.yield_([b.addi(e, a)])
+                pool.append(red.results[0])
+            elif kind == "reduce":
+                pool.append(b.negf(x) if is_float else b.negi(x))
             else:
                 zero = b.constant(0, scalar(I32))
                 one = b.constant(1, scalar(I32))
@@ -143,5 +190,6 @@ def test_random_modules_agree_with_tools(toolchain, tmp_path_factory: Any, ms: l
     res = toolchain.disasm(path)
     assert res.returncode == 0, res.stderr
     assert res.stdout == print_module(big)
-    comp = toolchain.compile(path, "sm_90")
-    assert comp.returncode == 0, comp.stderr
+    for arch in ("sm_80", "sm_90", "sm_100"):
+        comp = toolchain.compile(path, arch)
+        assert comp.returncode == 0, f"{arch}: {comp.stderr}"
