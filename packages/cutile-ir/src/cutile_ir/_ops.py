@@ -489,7 +489,6 @@ def get_op(name: str) -> OpDef:
 
 
 __all__ = ["OPS", "OpDef", "OperandDef", "AttrDef", "ResultDef", "Arity", "AttrKind", "get_op", "ops_in"]
-_ = (V13_3,)
 
 
 @dataclass(frozen=True)

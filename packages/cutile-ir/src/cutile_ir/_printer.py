@@ -8,17 +8,17 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Iterable
+from typing import Any
 
 from ._attributes import (
     ArrayAttr, BoolAttr, Bounded, DenseElements, DictAttr, DivBy, FloatAttr, IntegerAttr,
     IntegerOverflow, OptimizationHints, RoundingMode, SameElements, StringAttr, TypeAttr,
-    _bits_from_float, _float_from_bits, decode_element,
+    _float_from_bits, decode_element,
 )
 from ._apfloat import mlir_float
 from ._ir import Block, Function, Global, Module, Operation, Value
-from ._ops import Arity, AttrKind, OpDef
-from ._types import I1, ScalarType, TileType, Type
+from ._ops import AttrKind
+from ._types import I1, ScalarType, TileType
 
 # -- value naming --------------------------------------------------------------------
 
@@ -652,4 +652,3 @@ def print_function(f: Function) -> str:
     return "\n".join(p.lines) + "\n"
 
 
-_ = (Iterable, OpDef, Arity, TileType, Type)

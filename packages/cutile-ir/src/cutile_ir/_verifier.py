@@ -8,11 +8,11 @@ from typing import Callable
 from ._attributes import DenseElements, FloatAttr, IntegerAttr
 from ._constraints import describe, satisfies
 from ._errors import VerificationError
-from ._ir import Block, Function, Module, Operation, Value
+from ._ir import Block, Function, Module, Operation
 from ._ops import Arity
 from ._types import (
-    I1, GatherScatterViewType, PartitionViewType, PointerType, ScalarType, StridedViewType,
-    TensorViewType, TileType, TokenType, Type, VIEW_TYPES, is_pow2, scalar,
+    GatherScatterViewType, PartitionViewType, PointerType, ScalarType, StridedViewType,
+    TensorViewType, TileType, Type, VIEW_TYPES, is_pow2, scalar,
 )
 
 
@@ -508,7 +508,6 @@ class _Verifier:
         d = op.opdef
         if not d.regions:
             return
-        n_present = len(op.regions)
         for ri, region in enumerate(op.regions):
             if len(region.blocks) > 1:
                 self.report(f"region {ri} has {len(region.blocks)} blocks; Tile IR regions have one", op=op)
@@ -525,7 +524,6 @@ class _Verifier:
             inner = scope | {id(a) for a in blk.args}
             self.block(blk, inner, op.name, f)
             self.terminator(op, ri, blk)
-        _ = n_present
 
     def block_arg_types(self, op: Operation, ri: int) -> list[Type] | None:
         if op.name == "for":
@@ -592,4 +590,3 @@ def problems(module: Module, arch: str | None = None) -> list[str]:
     return v.problems
 
 
-_unused = (I1, TokenType, Value)
