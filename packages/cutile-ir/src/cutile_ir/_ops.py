@@ -99,6 +99,9 @@ class OpDef:
     pure: bool = False
     structural: bool = False
     fmt: str = ""
+    #: The name the op gives its first result in MLIR text (cuda-tile's getAsmResultNames);
+    #: "" when the op has the interface but names nothing.
+    asm_name: str | None = None
     flag_order: tuple[str, ...] = field(default=(), compare=False)
 
     # -- derived facts -------------------------------------------------------------
@@ -195,9 +198,9 @@ def _binary_i(name: str, opcode: int, *attrs: AttrDef, fmt_mid: str = "", a: str
                  pure=pure, fmt=f"${a} `,` ${b} {fmt_mid} {_TY}")
 
 
-def _cast(name: str, opcode: int, src: str, dst: str, since: Version = V13_1) -> OpDef:
+def _cast(name: str, opcode: int, src: str, dst: str, since: Version = V13_1, asm_name: str | None = None) -> OpDef:
     return OpDef(name, opcode, since, (O("source", src),), (), (R("result", dst),),
-                 pure=True, fmt=f"$source {_CAST}")
+                 pure=True, fmt=f"$source {_CAST}", asm_name=asm_name)
 
 
 def _terminator(name: str, opcode: int, parents: tuple[str, ...]) -> OpDef:
@@ -299,7 +302,7 @@ OPS: tuple[OpDef, ...] = (
           fmt=f"$from {_OVF} {_CONV}"),
     _cast("unpack", 0x70, "i8_tile", "number4_tile", since=V13_3),
     # ---- shapes and constants --------------------------------------------------------
-    _cast("broadcast", 0x0B, "tile", "tile"),
+    _cast("broadcast", 0x0B, "tile", "tile", asm_name="bcast"),
     OpDef("cat", 0x0C, V13_1, (O("lhs"), O("rhs")), (A("dim", K.INT),), (R("result"),), pure=True,
           fmt="$lhs `,` $rhs `dim` `=` $dim attr-dict `:` type($lhs) `,` type($rhs) `->` type($result)"),
     OpDef("constant", 0x10, V13_1, (), (A("value", K.DENSE),), (R("result", "number_tile", infer="value"),),
@@ -315,7 +318,7 @@ OPS: tuple[OpDef, ...] = (
           fmt="$ptr `,` $offset attr-dict `:` type($ptr) `,` type($offset) `->` type($result)"),
     OpDef("permute", 0x53, V13_1, (O("source"),), (A("permutation", K.I32_ARRAY),), (R("result"),), pure=True,
           fmt=f"$source $permutation {_CAST}"),
-    _cast("reshape", 0x5B, "tile", "tile"),
+    _cast("reshape", 0x5B, "tile", "tile", asm_name="reshape"),
     # ---- compute ---------------------------------------------------------------------
     OpDef("mmaf", 0x49, V13_1, (O("lhs", "mma_operand"), O("rhs", "mma_operand"), O("acc", "mma_result")),
           (A("fast_acc", K.UNIT, since=V13_3),), (R("result", "mma_result", infer="same:acc"),),
@@ -334,10 +337,10 @@ OPS: tuple[OpDef, ...] = (
               "type($lhs) `,` type($rhs) `,` type($acc)"),
     OpDef("reduce", 0x58, V13_1, (O("operands", "tile", VAR),),
           (A("dim", K.INT), A("identities", K.ATTR_ARRAY)), (R("results", "tile", variadic=True),),
-          regions=("body",), pure=True, fmt="custom:reduce"),
+          regions=("body",), pure=True, fmt="custom:reduce", asm_name="reduce"),
     OpDef("scan", 0x5E, V13_1, (O("operands", "tile", VAR),),
           (A("dim", K.INT), A("reverse", K.BOOL), A("identities", K.ATTR_ARRAY)),
-          (R("results", "tile", variadic=True),), regions=("body",), pure=True, fmt="custom:scan"),
+          (R("results", "tile", variadic=True),), regions=("body",), pure=True, fmt="custom:scan", asm_name=""),
     # ---- control flow ----------------------------------------------------------------
     OpDef("assert", 0x05, V13_1, (O("condition", "i1_tile"),), (A("message", K.STR),),
           fmt="$condition `,` $message attr-dict `:` type($condition)"),
@@ -347,11 +350,11 @@ OPS: tuple[OpDef, ...] = (
           (O("lowerBound", "scalar_int"), O("upperBound", "scalar_int"), O("step", "scalar_int"),
            O("initValues", "any", VAR)), (A("unsignedCmp", K.UNIT, since=V13_2),),
           (R("resultValues", "any", variadic=True),), regions=("region",),
-          same=(("lowerBound", "upperBound", "step"),), fmt="custom:for"),
+          same=(("lowerBound", "upperBound", "step"),), fmt="custom:for", asm_name="for"),
     OpDef("if", 0x32, V13_1, (O("condition", "scalar_i1"),), (), (R("results", "any", variadic=True),),
-          regions=("thenRegion", "elseRegion"), fmt="custom:if"),
+          regions=("thenRegion", "elseRegion"), fmt="custom:if", asm_name=""),
     OpDef("loop", 0x41, V13_1, (O("initValues", "any", VAR),), (), (R("resultValues", "any", variadic=True),),
-          regions=("region",), fmt="custom:loop"),
+          regions=("region",), fmt="custom:loop", asm_name=""),
     _terminator("return", 0x5C, ("entry",)),
     _terminator("yield", 0x6D, ("if", "reduce", "scan")),
     # ---- grid ------------------------------------------------------------------------
@@ -367,14 +370,15 @@ OPS: tuple[OpDef, ...] = (
     OpDef("get_tensor_shape", 0x2F, V13_1, (O("src", "tensor_view"),), (),
           (R("result", "scalar_int", variadic=True),), pure=True, fmt="custom:shape_query"),
     OpDef("make_gather_scatter_view", 0x73, V13_3, (O("tensor_view", "tensor_view"),), (),
-          (R("result", "gather_view"),), pure=True, fmt="custom:make_view"),
+          (R("result", "gather_view"),), pure=True, fmt="custom:make_view", asm_name="gsview"),
     OpDef("make_partition_view", 0x42, V13_1, (O("tensor_view", "tensor_view"),), (),
-          (R("result", "partition_view"),), pure=True, fmt="custom:make_view"),
+          (R("result", "partition_view"),), pure=True, fmt="custom:make_view", asm_name="pview"),
     OpDef("make_strided_view", 0x74, V13_3, (O("tensor_view", "tensor_view"),), (),
-          (R("result", "strided_view"),), pure=True, fmt="custom:make_view"),
+          (R("result", "strided_view"),), pure=True, fmt="custom:make_view", asm_name="sview"),
     OpDef("make_tensor_view", 0x43, V13_1,
           (O("base", "scalar_ptr"), O("dynamicShape", "scalar_int", VAR), O("dynamicStrides", "scalar_int", VAR)),
-          (), (R("result", "tensor_view"),), segmented=True, pure=True, fmt="custom:make_tensor_view"),
+          (), (R("result", "tensor_view"),), segmented=True, pure=True, fmt="custom:make_tensor_view",
+          asm_name="tview"),
     # ---- memory ----------------------------------------------------------------------
     OpDef("alloca", 0x71, V13_3, (), (A("num_elem", K.INT), A("alignment", K.INT), A("global", K.UNIT, since=V13_3)),
           (R("result", "scalar_ptr"),),

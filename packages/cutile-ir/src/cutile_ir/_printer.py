@@ -22,15 +22,6 @@ from ._types import I1, ScalarType, TileType
 
 # -- value naming --------------------------------------------------------------------
 
-#: Result names that ops ask for (cuda-tile's getAsmResultNames): the name of result 0.
-ASM_NAMES: dict[str, str] = {
-    "broadcast": "bcast", "reshape": "reshape", "make_tensor_view": "tview", "make_partition_view": "pview",
-    "make_strided_view": "sview", "make_gather_scatter_view": "gsview", "for": "for", "reduce": "reduce",
-}
-#: Ops that implement MLIR's OpAsmOpInterface without naming their results.
-ASM_UNNAMED = {"if", "loop", "scan"}
-
-
 def asm_name(op: Operation, index: int) -> str | None:
     """The name ``op`` gives its result ``index`` (None: the op names nothing; "": it has the
     interface but no name for this result)."""
@@ -44,11 +35,8 @@ def asm_name(op: Operation, index: int) -> str | None:
             if inner is not None:
                 return "assume_" + inner
         return "assume"
-    base = ASM_NAMES.get(op.name)
-    if base is not None:
-        return base if index == 0 else ""
-    if op.name in ASM_UNNAMED:
-        return ""
+    if d.asm_name is not None:
+        return d.asm_name if index == 0 else ""
     if len(d.results) > 1 and not any(r.variadic for r in d.results):
         return d.results[index].name if index < len(d.results) else ""
     return None
