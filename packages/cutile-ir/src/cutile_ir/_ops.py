@@ -13,7 +13,7 @@ nothing (all attributes have a place). ``custom:name`` hands the op to a custom 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ._attributes import (
@@ -102,7 +102,15 @@ class OpDef:
     #: The name the op gives its first result in MLIR text (cuda-tile's getAsmResultNames);
     #: "" when the op has the interface but names nothing.
     asm_name: str | None = None
-    flag_order: tuple[str, ...] = field(default=(), compare=False)
+
+    def __post_init__(self) -> None:
+        # a field is never older than its op: lift every "since" to at least the op's
+        from dataclasses import replace
+
+        v = self.since
+        object.__setattr__(self, "operands", tuple(o if o.since >= v else replace(o, since=v) for o in self.operands))
+        object.__setattr__(self, "attrs", tuple(a if a.since >= v else replace(a, since=v) for a in self.attrs))
+        object.__setattr__(self, "results", tuple(r if r.since >= v else replace(r, since=v) for r in self.results))
 
     # -- derived facts -------------------------------------------------------------
     @property
@@ -467,12 +475,28 @@ OPS_BY_OPCODE: dict[int, OpDef] = {op.opcode: op for op in OPS}
 assert len(OPS_BY_NAME) == len(OPS) and len(OPS_BY_OPCODE) == len(OPS), "duplicate op name or opcode"
 
 
+def register_op(op: OpDef) -> OpDef:
+    """Add an op to the table at run time (a new opcode of a later version, or a test op):
+    builder, verifier, printer, writer and reader then handle it with no other code."""
+    if op.name in OPS_BY_NAME or op.opcode in OPS_BY_OPCODE:
+        raise ValueError(f"op {op.name!r} or opcode {op.opcode:#x} is already in the table")
+    OPS_BY_NAME[op.name] = op
+    OPS_BY_OPCODE[op.opcode] = op
+    return op
+
+
+def unregister_op(name: str) -> None:
+    """Remove an op added by :func:`register_op`."""
+    op = OPS_BY_NAME.pop(name)
+    del OPS_BY_OPCODE[op.opcode]
+
+
 #: Older spellings: cuda-tile 13.3's ODS calls fpowf "pow"; tileirdisasm 13.4 prints "fpowf".
 ALIASES = {"pow": "fpowf"}
 
 
 def ops_in(version: Version) -> list[OpDef]:
-    """The ops that the given bytecode version has, in opcode order."""
+    """The ops of Tile IR that the given bytecode version has, in opcode order."""
     return sorted((op for op in OPS if op.since <= version), key=lambda o: o.opcode)
 
 

@@ -7,7 +7,7 @@ from typing import Callable
 
 from ._attributes import DenseElements, FloatAttr, IntegerAttr
 from ._constraints import describe, satisfies
-from ._errors import VerificationError
+from ._errors import IRError, VerificationError
 from ._ir import Block, Function, Module, Operation
 from ._ops import Arity
 from ._types import (
@@ -380,7 +380,7 @@ def check_op(op: Operation) -> list[str]:
     if extra is not None and not probs:
         try:
             probs += extra(op, ty)
-        except (IndexError, KeyError, TypeError, ValueError, AttributeError) as e:
+        except (IRError, IndexError, KeyError, TypeError, ValueError, AttributeError) as e:
             probs.append(f"malformed op ({type(e).__name__}: {e})")
     return probs
 
