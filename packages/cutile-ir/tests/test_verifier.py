@@ -200,3 +200,26 @@ def test_view_type_rules() -> None:
     msgs = problems(m)
     assert any("dim_map [0, 0] is not a permutation of 0..1" in p for p in msgs), msgs
     assert any("tile rank 1 differs from the tensor rank 2" in p for p in msgs), msgs
+
+
+def test_early_exits_need_an_enclosing_loop() -> None:
+    m, f, b = _kernel([scalar(I32)])
+    c = b.constant(True, scalar(I1))
+    with b.if_(c) as br:
+        with br.then():
+            b.break_()
+    one = b.constant(1, scalar(I32))
+    with b.for_(one, f.args[0], one):
+        with b.if_(c) as br2:
+            with br2.then():
+                b.break_()
+        b.continue_()
+    with b.loop([one], [scalar(I32)]):
+        with b.if_(c) as br3:
+            with br3.then():
+                b.break_([c])
+        b.continue_([one])
+    b.return_()
+    msgs = problems(m)
+    assert sum("'break': inside 'if' needs an enclosing 'loop'" in p for p in msgs) == 2, msgs
+    assert any("break carries ['tile<i1>'], the enclosing 'loop' expects ['tile<i32>']" in p for p in msgs), msgs

@@ -427,6 +427,7 @@ class _Verifier:
         self.problems: list[str] = []
         self.globals = {g.name for g in module.globals}
         self.sm = _sm(arch) if arch is not None else None
+        self.loops: list[Operation] = []
 
     def report(self, msg: str, op: Operation | None = None, fn: Function | None = None) -> None:
         loc = op.loc if op is not None else fn.loc if fn is not None else None
@@ -499,6 +500,8 @@ class _Verifier:
                 if parent not in op.opdef.parents and not (op.name in ("break", "continue") and parent == "if"):
                     self.report(f"may not terminate the body of '{parent}' (allowed in: "
                                 f"{', '.join(op.opdef.parents)})", op=op)
+                elif parent == "if" and op.name in ("break", "continue"):
+                    self.early_exit(op)
             if op.name == "get_global" and op.attributes.get("name") not in self.globals:
                 self.report(f"refers to unknown global @{op.attributes.get('name')}", op=op)
             self.regions(op, scope, f)
@@ -522,8 +525,26 @@ class _Verifier:
                 self.report(f"region {ri} block arguments must be {[str(t) for t in want]}, found "
                             f"{[str(t) for t in got]}", op=op)
             inner = scope | {id(a) for a in blk.args}
+            is_loop = op.name in ("for", "loop")
+            if is_loop:
+                self.loops.append(op)
             self.block(blk, inner, op.name, f)
+            if is_loop:
+                self.loops.pop()
             self.terminator(op, ri, blk)
+
+    def early_exit(self, op: Operation) -> None:
+        """break/continue ending an ``if`` act on the innermost enclosing loop."""
+        loop = self.loops[-1] if self.loops else None
+        if loop is None or (op.name == "break" and loop.name != "loop"):
+            want_loop = "'loop'" if op.name == "break" else "'for' or 'loop'"
+            self.report(f"inside 'if' needs an enclosing {want_loop}", op=op)
+            return
+        types = [v.type for v in op.operands]
+        want = [v.type for v in loop.group("initValues")] if op.name == "continue" else [r.type for r in loop.results]
+        if types != want:
+            self.report(f"{op.name} carries {[str(t) for t in types]}, the enclosing '{loop.name}' expects "
+                        f"{[str(t) for t in want]}", op=op)
 
     def block_arg_types(self, op: Operation, ri: int) -> list[Type] | None:
         if op.name == "for":
