@@ -223,3 +223,14 @@ def test_early_exits_need_an_enclosing_loop() -> None:
     msgs = problems(m)
     assert sum("'break': inside 'if' needs an enclosing 'loop'" in p for p in msgs) == 2, msgs
     assert any("break carries ['tile<i1>'], the enclosing 'loop' expects ['tile<i32>']" in p for p in msgs), msgs
+
+
+def test_reduce_bodies_are_pure() -> None:
+    m, f, b = _kernel()
+    x = b.constant(1, tile(8, I32))
+    with b.reduce([x], dim=0, identities=[0]) as red:
+        e, a = red.args
+        b.yield_([b.divi(e, a, signedness="signed")])
+    b.return_()
+    msgs = problems(m)
+    assert any("'divi': only pure ops may appear in the body of 'reduce'" in p for p in msgs), msgs

@@ -502,6 +502,8 @@ class _Verifier:
                                 f"{', '.join(op.opdef.parents)})", op=op)
                 elif parent == "if" and op.name in ("break", "continue"):
                     self.early_exit(op)
+            if parent in ("reduce", "scan") and not op.opdef.pure and not op.opdef.terminator:
+                self.report(f"only pure ops may appear in the body of '{parent}'", op=op)
             if op.name == "get_global" and op.attributes.get("name") not in self.globals:
                 self.report(f"refers to unknown global @{op.attributes.get('name')}", op=op)
             self.regions(op, scope, f)
