@@ -96,7 +96,7 @@ class OpDef:
     terminator: bool = False
     parents: tuple[str, ...] = ()
     same: tuple[tuple[str, ...], ...] = ()
-    pure: bool = False
+    pure: bool = False  # ODS "Pure": free of memory effects and speculatable (allowed in reduce/scan)
     structural: bool = False
     fmt: str = ""
     #: The name the op gives its first result in MLIR text (cuda-tile's getAsmResultNames);
@@ -213,6 +213,7 @@ def _cast(name: str, opcode: int, src: str, dst: str, since: Version = V13_1, as
 
 def _terminator(name: str, opcode: int, parents: tuple[str, ...]) -> OpDef:
     return OpDef(name, opcode, V13_1, (O("operands", "any", VAR),), terminator=True, parents=parents,
+                 pure=name == "yield",
                  fmt="attr-dict ($operands^ `:` type($operands))?")
 
 
@@ -272,7 +273,7 @@ OPS: tuple[OpDef, ...] = (
           (R("result", "int_tile", infer="same:source"),), same=(("source", "result"),), pure=True,
           fmt=f"$source {_OVF} {_TY}"),
     _binary_i("ori", 0x52),
-    _binary_i("remi", 0x5A, _SIGN, fmt_mid="%signedness($signedness)", pure=False),
+    _binary_i("remi", 0x5A, _SIGN, fmt_mid="%signedness($signedness)"),
     _binary_i("shli", 0x60, _OVERFLOW, fmt_mid=_OVF),
     _binary_i("shri", 0x61, _SIGN, fmt_mid="%signedness($signedness)"),
     _binary_i("subi", 0x68, _OVERFLOW, fmt_mid=_OVF),
@@ -345,10 +346,10 @@ OPS: tuple[OpDef, ...] = (
               "type($lhs) `,` type($rhs) `,` type($acc)"),
     OpDef("reduce", 0x58, V13_1, (O("operands", "tile", VAR),),
           (A("dim", K.INT), A("identities", K.ATTR_ARRAY)), (R("results", "tile", variadic=True),),
-          regions=("body",), pure=True, fmt="custom:reduce", asm_name="reduce"),
+          regions=("body",), fmt="custom:reduce", asm_name="reduce"),
     OpDef("scan", 0x5E, V13_1, (O("operands", "tile", VAR),),
           (A("dim", K.INT), A("reverse", K.BOOL), A("identities", K.ATTR_ARRAY)),
-          (R("results", "tile", variadic=True),), regions=("body",), pure=True, fmt="custom:scan", asm_name=""),
+          (R("results", "tile", variadic=True),), regions=("body",), fmt="custom:scan", asm_name=""),
     # ---- control flow ----------------------------------------------------------------
     OpDef("assert", 0x05, V13_1, (O("condition", "i1_tile"),), (A("message", K.STR),),
           fmt="$condition `,` $message attr-dict `:` type($condition)"),
@@ -374,9 +375,9 @@ OPS: tuple[OpDef, ...] = (
           fmt="attr-dict `:` type($blockId_x)"),
     # ---- views -----------------------------------------------------------------------
     OpDef("get_index_space_shape", 0x2D, V13_1, (O("src", "view"),), (),
-          (R("result", "scalar_int", variadic=True),), pure=True, fmt="custom:shape_query"),
+          (R("result", "scalar_int", variadic=True),), fmt="custom:shape_query"),
     OpDef("get_tensor_shape", 0x2F, V13_1, (O("src", "tensor_view"),), (),
-          (R("result", "scalar_int", variadic=True),), pure=True, fmt="custom:shape_query"),
+          (R("result", "scalar_int", variadic=True),), fmt="custom:shape_query"),
     OpDef("make_gather_scatter_view", 0x73, V13_3, (O("tensor_view", "tensor_view"),), (),
           (R("result", "gather_view"),), pure=True, fmt="custom:make_view", asm_name="gsview"),
     OpDef("make_partition_view", 0x42, V13_1, (O("tensor_view", "tensor_view"),), (),
@@ -385,7 +386,7 @@ OPS: tuple[OpDef, ...] = (
           (R("result", "strided_view"),), pure=True, fmt="custom:make_view", asm_name="sview"),
     OpDef("make_tensor_view", 0x43, V13_1,
           (O("base", "scalar_ptr"), O("dynamicShape", "scalar_int", VAR), O("dynamicStrides", "scalar_int", VAR)),
-          (), (R("result", "tensor_view"),), segmented=True, pure=True, fmt="custom:make_tensor_view",
+          (), (R("result", "tensor_view"),), segmented=True, fmt="custom:make_tensor_view",
           asm_name="tview"),
     # ---- memory ----------------------------------------------------------------------
     OpDef("alloca", 0x71, V13_3, (), (A("num_elem", K.INT), A("alignment", K.INT), A("global", K.UNIT, since=V13_3)),
