@@ -141,7 +141,10 @@ def make_op(
     for od in op.operands:
         if od.name in attrs and op.attr(od.name) is None:
             if od.name in groups:
-                raise IRTypeError(f"operand '{od.name}' given twice", op=op.name, loc=loc)
+                groups_txt = ", ".join(f"{o.name} ({o.arity.value})" for o in op.operands)
+                raise IRTypeError(f"operand '{od.name}' given twice, by position and by keyword (positional "
+                                  f"operands fill the groups {groups_txt} in order; a variadic group takes a list)",
+                                  op=op.name, loc=loc)
             groups[od.name] = attrs.pop(od.name)
     flat: list[Value] = []
     segments: list[int] = []

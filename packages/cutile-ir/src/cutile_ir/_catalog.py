@@ -400,3 +400,49 @@ def edge_cases_module(version: Version) -> Module:
     b.assume(b.iota(result_types=[tile(16, I32)]), predicate=DivBy(2, every=8, along=0))
     b.return_()
     return m
+
+
+def naming_module(version: Version) -> Module:
+    """Value naming corner cases (assume of named producers, result groups, nested region
+    scopes and argument numbering) and rarer spellings (private constant globals, loops
+    with iter values and no results, dynamic tensor views over attributed pointers)."""
+    from ._attributes import SymbolVisibility
+
+    m = Module()
+    if version >= V13_3:
+        m.add_global("gp", DenseElements.splat(tile(4, F32), 1.0), constant=True,
+                     visibility=SymbolVisibility.PRIVATE)
+    f = m.add_entry("names", [PF32, scalar(I32)])
+    b = Builder(f)
+    p, n = f.args
+    tvarg = b.make_tensor_view(p, result_types=[TensorViewType(F32, (64,), (1,))])
+    zero, one = b.constant(0, scalar(I32)), b.constant(1, scalar(I32))
+    x, tok = b.load_ptr_tko(p, memory_ordering_semantics="weak")
+    xi = b.ftoi(x, signedness="signed", rounding_mode="nearest_int_to_zero", result_types=[scalar(I32)])
+    a1 = b.assume(xi, predicate=Bounded(0, 5))
+    b.assume(a1, predicate=Bounded(1, 4))
+    with b.for_(zero, n, one, inits=[zero, one]) as fl:
+        _, s0, s1 = fl.args
+        with b.loop([s0]) as lp:
+            with b.loop([lp.args[0]]):
+                b.constant(3, scalar(I32))
+                b.break_()
+            b.constant(3, scalar(I32))
+            b.break_()
+        b.continue_([s0, s1])
+    b.assume(fl.results[0], predicate=DivBy(4))
+    b.assume(fl.results[1], predicate=DivBy(4))
+    b.assume(tvarg, predicate=DivBy(16))
+    ip = b.broadcast(b.reshape(b.ptr_to_ptr(p, result_types=[scalar(ptr(I32))]), result_types=[tile(1, ptr(I32))]),
+                     result_types=[tile(8, ptr(I32))])
+    v8, m8 = b.constant(1, tile(8, I32)), b.constant(True, tile(8, I1))
+    r, t2 = b.atomic_cas_tko(ip, v8, v8, m8, tok, memory_ordering_semantics="acq_rel", memory_scope="device")
+    b.assume(r, predicate=DivBy(2))
+    b.assume(v8, predicate=SameElements((8,)))
+    if version >= V13_2:
+        b.print_tko([v8, r], token=t2, str="%d %d\n")
+    if version >= V13_4:
+        q = b.ptr_to_ptr(p, result_types=[scalar(PointerType(F32, "none"))])
+        b.make_tensor_view(q, [n, n], [n], result_types=[TensorViewType(F32, (None, None), (None, 1), "none")])
+    b.return_()
+    return m

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ._attributes import DenseElements, FloatAttr, IntegerAttr
+from ._attributes import Bounded, DenseElements, DivBy, FloatAttr, IntegerAttr, SameElements
 from ._constraints import describe, satisfies
 from ._errors import IRError, VerificationError
 from ._ir import Block, Function, Module, Operation
@@ -291,6 +291,21 @@ def _check_atomic_mode(value: str) -> Checker:
     return check
 
 
+def _check_assume(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
+    pred = op.attributes.get("predicate")
+    t = ty["value"][0]
+    el = _el(t)
+    is_int_tile = isinstance(el, ScalarType) and el.is_int
+    if isinstance(pred, Bounded) and not is_int_tile:
+        return [f"bounded<...> applies to tiles of integers, found {t}"]
+    if isinstance(pred, DivBy) and not (is_int_tile or isinstance(el, PointerType) or isinstance(t, TensorViewType)):
+        return [f"div_by<...> applies to integer or pointer tiles and tensor views, found {t}"]
+    if isinstance(pred, SameElements):
+        if not isinstance(t, TileType) or len(pred.values) != t.rank:
+            return [f"same_elements<...> needs one value per dimension of a tile, found {t}"]
+    return []
+
+
 def _check_iota(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
     t = ty["result"][0]
     return [] if isinstance(t, TileType) and t.rank == 1 else [f"result must be a 1-d tile, found {t}"]
@@ -306,6 +321,7 @@ EXTRA_CHECKS: dict[str, Checker] = {
     "pack": _check_pack,
     "unpack": _check_pack,
     "iota": _check_iota,
+    "assume": _check_assume,
     "exti": lambda op, ty: _check_cast_width(op, ty, True),
     "trunci": lambda op, ty: _check_cast_width(op, ty, False),
     "ftof": _same_shape("from", "to"),
@@ -457,7 +473,8 @@ class _Verifier:
             if f.type.results:
                 self.report(f"kernel entries return nothing, found results {[str(t) for t in f.type.results]}", fn=f)
             for i, t in enumerate(f.type.inputs):
-                if not ((isinstance(t, TileType) and t.rank == 0) or isinstance(t, TensorViewType)):
+                # tileiras fails (exit 5, no message) on any other parameter type, tensor_view included
+                if not (isinstance(t, TileType) and t.rank == 0):
                     self.report(f"entry parameter {i} must be a rank-0 tile (scalar or pointer), found {t}", fn=f)
         if [a.type for a in f.body.args] != list(f.type.inputs):
             self.report("body block arguments do not match the signature", fn=f)
