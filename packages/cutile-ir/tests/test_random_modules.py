@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cutile_ir import (
-    F16, F32, I16, I32, SUPPORTED_VERSIONS, V13_3, Builder, Function, Module, TileType, Value, add_function,
+    F16, F32, I1, I16, I32, TOKEN, PartitionViewType, TensorViewType, SUPPORTED_VERSIONS, V13_3, Builder, Function, Module, TileType, Value, add_function,
     differences, print_module, problems, ptr, read_bytecode, scalar, tile, write_bytecode,
 )
 
@@ -52,6 +52,32 @@ class _Gen:
         v = self.const(b, t)
         pool.append(v)
         return v
+
+    def memory(self, b: Builder, pool: list[Value], base: Value) -> None:
+        """A load and a store through pointers and through a partition view, each with a
+        random subset of its optional operands and attributes (the flags field)."""
+        d = self.draw
+        ptrs = b.offset(b.broadcast(b.reshape(base, result_types=[tile(1, ptr(F32))]),
+                                    result_types=[tile(16, ptr(F32))]), b.iota(result_types=[tile(16, I32)]))
+        toks = [v for v in pool if v.type == TOKEN]
+        kw: dict[str, Any] = {}
+        if d(st.booleans()):
+            kw["memory_scope"] = d(st.sampled_from(["tl_blk", "device", "sys"]))
+        if d(st.booleans()):
+            kw["optimization_hints"] = {d(st.sampled_from(["sm_80", "sm_90", "sm_100"])): {"latency": d(st.integers(1, 8))}}
+        mask = b.constant(True, tile(16, I1)) if d(st.booleans()) else None
+        pad = b.constant(0.0, tile(16, F32)) if mask is not None and d(st.booleans()) else None
+        tok = d(st.sampled_from(toks)) if toks and d(st.booleans()) else None
+        order = "relaxed" if "memory_scope" in kw else "weak"
+        val, t1 = b.load_ptr_tko(ptrs, mask, pad, tok, memory_ordering_semantics=order, **kw)
+        t2 = b.store_ptr_tko(ptrs, val, mask, t1 if d(st.booleans()) else None, memory_ordering_semantics=order, **kw)
+        tv = TensorViewType(F32, (64,), (1,))
+        pv = b.make_partition_view(b.make_tensor_view(base, result_types=[tv]),
+                                   result_types=[PartitionViewType((16,), tv)])
+        idx = b.constant(d(st.integers(0, 3)), scalar(I32))
+        t, t3 = b.load_view_tko(pv, [idx], t2 if d(st.booleans()) else None, memory_ordering_semantics=order, **kw)
+        b.store_view_tko(t, pv, [idx], t3 if d(st.booleans()) else None, memory_ordering_semantics=order, **kw)
+        pool += [val, t, t1, t2, t3]
 
     def body(self, b: Builder, pool: list[Value], n: int, depth: int, iv_src: Value) -> None:
         for _ in range(n):
@@ -159,7 +185,10 @@ def modules(draw: Any, nice: bool = False, n_entries: int = 2) -> Module:
     for k in range(n_entries):
         f: Function = add_function(m, f"k{k}", [scalar(I32), scalar(ptr(F32))])
         b = Builder(f)
-        g.body(b, [], draw(st.integers(1, 12)), 0, f.args[0])
+        pool: list[Value] = []
+        if draw(st.booleans()):
+            g.memory(b, pool, f.args[1])
+        g.body(b, pool, draw(st.integers(1, 12)), 0, f.args[0])
         b.return_()
     return m
 
