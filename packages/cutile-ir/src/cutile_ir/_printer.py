@@ -12,7 +12,7 @@ from typing import Any
 
 from ._attributes import (
     ArrayAttr, BoolAttr, Bounded, DenseElements, DictAttr, DivBy, FloatAttr, IntegerAttr,
-    IntegerOverflow, OptimizationHints, RoundingMode, SameElements, StringAttr, TypeAttr,
+    IntegerOverflow, Location, OptimizationHints, RoundingMode, SameElements, StringAttr, TypeAttr,
     _float_from_bits, decode_element,
 )
 from ._apfloat import mlir_float
@@ -311,10 +311,15 @@ class _Line:
         return "".join(self.parts)
 
 
+def loc_text(loc: Location) -> str:
+    return f"loc({escape(loc.file)}:{loc.line}:{loc.column})"
+
+
 class Printer:
-    def __init__(self) -> None:
+    def __init__(self, locations: bool = False) -> None:
         self.lines: list[str] = []
         self.names = _Names()
+        self.locations = locations
 
     def emit(self, indent: int, s: str) -> None:
         self.lines.append("  " * indent + s)
@@ -344,7 +349,7 @@ class Printer:
         kw = "entry" if f.entry else "func"
         self.emit(0, f"{kw} @{f.name}({args}){res}{hints} {{")
         self.block_ops(f.body, 1, elide_empty_terminator=False)
-        self.emit(0, "}")
+        self.emit(0, "}" + (" " + loc_text(f.loc) if self.locations and f.loc is not None else ""))
 
     def block_ops(self, b: Block, indent: int, elide_empty_terminator: bool = True) -> None:
         for i, op in enumerate(b.ops):
@@ -366,6 +371,11 @@ class Printer:
         return ", ".join(parts) + " = "
 
     def op(self, op: Operation, indent: int) -> None:
+        self._op(op, indent)
+        if self.locations and op.loc is not None:
+            self.lines[-1] += " " + loc_text(op.loc)
+
+    def _op(self, op: Operation, indent: int) -> None:
         fmt = op.opdef.fmt
         if fmt.startswith("custom:"):
             getattr(self, "op_" + fmt[7:])(op, indent)
@@ -629,13 +639,15 @@ class Printer:
         self.emit(indent, s)
 
 
-def print_module(module: Module) -> str:
-    """The module as MLIR text, in ``tileirdisasm``'s style."""
-    return Printer().module(module)
+def print_module(module: Module, locations: bool = False) -> str:
+    """The module as MLIR text, in ``tileirdisasm``'s style; ``locations=True`` appends
+    each op's source location as ``loc("file":line:col)``."""
+    return Printer(locations).module(module)
 
 
-def print_function(f: Function) -> str:
-    p = Printer()
+def print_function(f: Function, locations: bool = False) -> str:
+    """One function as MLIR text."""
+    p = Printer(locations)
     p.function(f)
     return "\n".join(p.lines) + "\n"
 
