@@ -58,3 +58,12 @@ def test_op_locations_without_function_location() -> None:
     m.functions[0].loc = None
     m2 = read_bytecode(write_bytecode(m, V13_3))
     assert differences(m, m2) == []
+
+
+def test_printer_can_show_locations() -> None:
+    from cutile_ir import print_module
+
+    text = print_module(_scaled_mma(True), locations=True)
+    assert 'constant <f32: 0.000000e+00> : tile<128x128xf32> loc("/home/u/kern.py":7:9)' in text
+    assert text.rstrip().endswith('} loc("/home/u/kern.py":3:1)')
+    assert "loc(" not in print_module(_scaled_mma(True))

@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 
 from cutile_ir import SUPPORTED_VERSIONS, Version, ops_in, print_module, verify, write_bytecode
-from cutile_ir._catalog import edge_cases_module, every_op_module
+from cutile_ir._catalog import edge_cases_module, every_op_module, naming_module
 
 KINDS = {
     "catalog": lambda v: every_op_module(v),
     "sm100": lambda v: every_op_module(v, sm100_only=True),
     "edge": edge_cases_module,
+    "naming": naming_module,
 }
 
 

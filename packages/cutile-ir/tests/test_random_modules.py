@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cutile_ir import (
-    F16, F32, I16, I32, SUPPORTED_VERSIONS, V13_3, Builder, Function, Module, TileType, Value, add_function,
+    F16, F32, I1, I16, I32, TOKEN, PartitionViewType, TensorViewType, SUPPORTED_VERSIONS, V13_3, Builder, Function, Module, TileType, Value, add_function,
     differences, print_module, problems, ptr, read_bytecode, scalar, tile, write_bytecode,
 )
 
@@ -53,11 +53,38 @@ class _Gen:
         pool.append(v)
         return v
 
+    def memory(self, b: Builder, pool: list[Value], base: Value) -> None:
+        """A load and a store through pointers and through a partition view, each with a
+        random subset of its optional operands and attributes (the flags field)."""
+        d = self.draw
+        ptrs = b.offset(b.broadcast(b.reshape(base, result_types=[tile(1, ptr(F32))]),
+                                    result_types=[tile(16, ptr(F32))]), b.iota(result_types=[tile(16, I32)]))
+        toks = [v for v in pool if v.type == TOKEN]
+        kw: dict[str, Any] = {}
+        if d(st.booleans()):
+            kw["memory_scope"] = d(st.sampled_from(["tl_blk", "device", "sys"]))
+        if d(st.booleans()):
+            kw["optimization_hints"] = {d(st.sampled_from(["sm_80", "sm_90", "sm_100"])): {"latency": d(st.integers(1, 8))}}
+        mask = b.constant(True, tile(16, I1)) if d(st.booleans()) else None
+        pad = b.constant(0.0, tile(16, F32)) if mask is not None and d(st.booleans()) else None
+        tok = d(st.sampled_from(toks)) if toks and d(st.booleans()) else None
+        order = "relaxed" if "memory_scope" in kw else "weak"
+        val, t1 = b.load_ptr_tko(ptrs, mask, pad, tok, memory_ordering_semantics=order, **kw)
+        t2 = b.store_ptr_tko(ptrs, val, mask, t1 if d(st.booleans()) else None, memory_ordering_semantics=order, **kw)
+        tv = TensorViewType(F32, (64,), (1,))
+        pv = b.make_partition_view(b.make_tensor_view(base, result_types=[tv]),
+                                   result_types=[PartitionViewType((16,), tv)])
+        idx = b.constant(d(st.integers(0, 3)), scalar(I32))
+        t, t3 = b.load_view_tko(pv, [idx], t2 if d(st.booleans()) else None, memory_ordering_semantics=order, **kw)
+        b.store_view_tko(t, pv, [idx], t3 if d(st.booleans()) else None, memory_ordering_semantics=order, **kw)
+        pool += [val, t, t1, t2, t3]
+
     def body(self, b: Builder, pool: list[Value], n: int, depth: int, iv_src: Value) -> None:
         for _ in range(n):
             t = TileType(self.draw(st.sampled_from(SHAPES)), self.draw(st.sampled_from(ELEMENTS)))
             is_float = t.element in (F32, F16)
-            kind = self.draw(st.sampled_from(["bin", "un", "cmp", "region"] if depth < 2 else ["bin", "un", "cmp"]))
+            kinds = ["bin", "un", "cmp", "conv", "shape"] + (["region", "if", "reduce"] if depth < 2 else [])
+            kind = self.draw(st.sampled_from(kinds))
             x = self.pick(pool, t, b)
             if kind == "bin":
                 y = self.pick(pool, t, b)
@@ -94,6 +121,52 @@ class _Gen:
                 else:
                     c = b.cmpi(x, y, comparison_predicate="not_equal", signedness="signed")
                 pool.append(b.select(c, x, y))
+            elif kind == "conv":
+                if is_float:
+                    other = F16 if t.element == F32 else F32
+                    pool.append(b.ftof(x, result_types=[TileType(t.shape, other)]))
+                    pool.append(b.ftoi(x, signedness="signed", rounding_mode="nearest_int_to_zero",
+                                       result_types=[TileType(t.shape, I32)]))
+                else:
+                    wide, narrow = (I32, I16)
+                    if t.element == I16:
+                        pool.append(b.exti(x, signedness=self.draw(st.sampled_from(["signed", "unsigned"])),
+                                           result_types=[TileType(t.shape, wide)]))
+                    else:
+                        pool.append(b.trunci(x, result_types=[TileType(t.shape, narrow)]))
+                    pool.append(b.itof(x, signedness="signed", rounding_mode="nearest_even",
+                                       result_types=[TileType(t.shape, F32)]))
+            elif kind == "shape":
+                if t.rank == 2:
+                    pool.append(b.permute(x, permutation=[1, 0], result_types=[TileType(t.shape[::-1], t.element)]))
+                    pool.append(b.reshape(x, result_types=[TileType((t.numel,), t.element)]))
+                elif t.rank == 1:
+                    pool.append(b.broadcast(b.reshape(x, result_types=[TileType((1, t.numel), t.element)]),
+                                            result_types=[TileType((4, t.numel), t.element)]))
+                else:
+                    pool.append(b.reshape(x, result_types=[TileType((1,), t.element)]))
+            elif kind == "if":
+                c = b.cmpi(iv_src, b.constant(self.draw(st.integers(0, 9)), scalar(I32)),
+                           comparison_predicate="less_than", signedness="signed")
+                with b.if_(c, [x.type]) as br:
+                    with br.then():
+                        inner = list(pool)
+                        self.body(b, inner, self.draw(st.integers(0, 2)), depth + 1, iv_src)
+                        b.yield_([self.pick(inner, t, b)])
+                    with br.else_():
+                        b.yield_([x])
+                pool.append(br.results[0])
+            elif kind == "reduce" and t.rank >= 1:
+                ident: Any = 0.0 if is_float else 0
+                with b.reduce([x], dim=t.rank - 1, identities=[ident]) as red:
+                    e, a = red.args
+                    if is_float:
+                        b.yield_([b.addf(e, a, rounding_mode="nearest_even")])
+                    else:
+                        b.yield_([b.addi(e, a)])
+                pool.append(red.results[0])
+            elif kind == "reduce":
+                pool.append(b.negf(x) if is_float else b.negi(x))
             else:
                 zero = b.constant(0, scalar(I32))
                 one = b.constant(1, scalar(I32))
@@ -112,7 +185,10 @@ def modules(draw: Any, nice: bool = False, n_entries: int = 2) -> Module:
     for k in range(n_entries):
         f: Function = add_function(m, f"k{k}", [scalar(I32), scalar(ptr(F32))])
         b = Builder(f)
-        g.body(b, [], draw(st.integers(1, 12)), 0, f.args[0])
+        pool: list[Value] = []
+        if draw(st.booleans()):
+            g.memory(b, pool, f.args[1])
+        g.body(b, pool, draw(st.integers(1, 12)), 0, f.args[0])
         b.return_()
     return m
 
@@ -143,5 +219,6 @@ def test_random_modules_agree_with_tools(toolchain, tmp_path_factory: Any, ms: l
     res = toolchain.disasm(path)
     assert res.returncode == 0, res.stderr
     assert res.stdout == print_module(big)
-    comp = toolchain.compile(path, "sm_90")
-    assert comp.returncode == 0, comp.stderr
+    for arch in ("sm_80", "sm_90", "sm_100"):
+        comp = toolchain.compile(path, arch)
+        assert comp.returncode == 0, f"{arch}: {comp.stderr}"

@@ -12,7 +12,7 @@ from cutile_ir._catalog import edge_cases_module
 DATA = write_bytecode(edge_cases_module(V13_3), V13_3)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, len(DATA) - 1), st.integers(0, 255)), min_size=1, max_size=4))
 def test_corrupted_bytes(edits: list[tuple[int, int]]) -> None:
     data = bytearray(DATA)

@@ -9,7 +9,7 @@ from cutile_ir import (
     F32, I32, SUPPORTED_VERSIONS, V13_4, Builder, BytecodeError, Module, Version, VersionError,
     add_function, bytecode_version, differences, print_module, read_bytecode, tile, write_bytecode,
 )
-from cutile_ir._catalog import edge_cases_module, every_op_module
+from cutile_ir._catalog import edge_cases_module, every_op_module, naming_module
 
 
 @pytest.mark.parametrize("locations", [False, True], ids=["noloc", "loc"])
@@ -27,11 +27,11 @@ def test_round_trip(version: Version, locations: bool) -> None:
 
 @pytest.mark.parametrize("version", SUPPORTED_VERSIONS, ids=str)
 def test_round_trip_edge_cases(version: Version) -> None:
-    m = edge_cases_module(version)
-    b = write_bytecode(m, version)
-    m2 = read_bytecode(b)
-    assert differences(m, m2) == []
-    assert write_bytecode(m2, version) == b
+    for m in (edge_cases_module(version), naming_module(version)):
+        b = write_bytecode(m, version)
+        m2 = read_bytecode(b)
+        assert differences(m, m2) == []
+        assert write_bytecode(m2, version) == b
 
 
 @pytest.mark.parametrize("version", SUPPORTED_VERSIONS, ids=str)

@@ -8,16 +8,19 @@ from pathlib import Path
 import pytest
 
 from cutile_ir import SUPPORTED_VERSIONS, V13_3, Version, problems, write_bytecode
-from cutile_ir._catalog import edge_cases_module, every_op_module
+from cutile_ir._catalog import edge_cases_module, every_op_module, naming_module
 
 ARCHS = ["sm_80", "sm_90", "sm_100"]
 
 
+@pytest.mark.parametrize("build", [every_op_module, naming_module], ids=["catalog", "naming"])
 @pytest.mark.parametrize("version", SUPPORTED_VERSIONS, ids=str)
-def test_catalog_compiles(toolchain, tmp_path: Path, version: Version) -> None:  # type: ignore[no-untyped-def]
+def test_catalog_compiles(toolchain, tmp_path: Path, version: Version, build) -> None:  # type: ignore[no-untyped-def]
+    m = build(version)
     path = tmp_path / f"catalog_{version}.tileirbc"
-    path.write_bytes(write_bytecode(every_op_module(version), version))
+    path.write_bytes(write_bytecode(m, version))
     for arch in ARCHS:
+        assert problems(m, arch) == []
         res = toolchain.compile(path, arch)
         assert res.returncode == 0, f"{arch}: {res.stderr}"
         assert path.with_suffix(f".{arch}.cubin").stat().st_size > 0

@@ -133,10 +133,14 @@ def test_terminator_in_the_middle_and_loop_types() -> None:
 
 def test_entry_signature_rules() -> None:
     m = Module()
-    f = add_function(m, "k", [tile(16, F32), scalar(ptr(F32))], result_types=[scalar(I32)])
+    from cutile_ir import TensorViewType
+
+    f = add_function(m, "k", [tile(16, F32), scalar(ptr(F32)), TensorViewType(F32, (4,), (1,))],
+                     result_types=[scalar(I32)])
     Builder(f).return_()
     msgs = problems(m)
     assert any("entry parameter 0 must be a rank-0 tile (scalar or pointer), found tile<16xf32>" in p for p in msgs)
+    assert any("entry parameter 2 must be a rank-0 tile (scalar or pointer), found tensor_view" in p for p in msgs)
     assert any("kernel entries return nothing" in p for p in msgs)
 
 
@@ -200,3 +204,52 @@ def test_view_type_rules() -> None:
     msgs = problems(m)
     assert any("dim_map [0, 0] is not a permutation of 0..1" in p for p in msgs), msgs
     assert any("tile rank 1 differs from the tensor rank 2" in p for p in msgs), msgs
+
+
+def test_early_exits_need_an_enclosing_loop() -> None:
+    m, f, b = _kernel([scalar(I32)])
+    c = b.constant(True, scalar(I1))
+    with b.if_(c) as br:
+        with br.then():
+            b.break_()
+    one = b.constant(1, scalar(I32))
+    with b.for_(one, f.args[0], one):
+        with b.if_(c) as br2:
+            with br2.then():
+                b.break_()
+        b.continue_()
+    with b.loop([one], [scalar(I32)]):
+        with b.if_(c) as br3:
+            with br3.then():
+                b.break_([c])
+        b.continue_([one])
+    b.return_()
+    msgs = problems(m)
+    assert sum("'break': inside 'if' needs an enclosing 'loop'" in p for p in msgs) == 2, msgs
+    assert any("break carries ['tile<i1>'], the enclosing 'loop' expects ['tile<i32>']" in p for p in msgs), msgs
+
+
+def test_reduce_bodies_are_pure() -> None:
+    m, f, b = _kernel()
+    x = b.constant(1, tile(8, I32))
+    with b.reduce([x], dim=0, identities=[0]) as red:
+        e, a = red.args
+        b.yield_([b.divi(e, a, signedness="signed")])
+    b.return_()
+    msgs = problems(m)
+    assert any("'divi': only pure ops may appear in the body of 'reduce'" in p for p in msgs), msgs
+
+
+def test_assume_predicates_fit_their_values() -> None:
+    from cutile_ir import Bounded, DivBy, SameElements
+
+    _, _, b = _kernel()
+    x = b.constant(1.0, tile(4, F32))
+    with pytest.raises(IRTypeError, match=r"'assume': bounded<...> applies to tiles of integers, found tile<4xf32>"):
+        b.assume(x, predicate=Bounded(0, 1))
+    with pytest.raises(IRTypeError, match="div_by<...> applies to integer or pointer tiles and tensor views"):
+        b.assume(x, predicate=DivBy(4))
+    with pytest.raises(IRTypeError, match="same_elements<...> needs one value per dimension"):
+        b.assume(b.constant(1, tile(4, I32)), predicate=SameElements((2, 2)))
+    with pytest.raises(IRTypeError, match="'every' and 'along' go together"):
+        DivBy(4, every=2)

@@ -1,9 +1,11 @@
 """Pure-Python CUDA Tile IR: types, ops, builder, verifier, printer, bytecode writer and reader.
 
-Build a module with :class:`Module`, :func:`add_function` and :class:`Builder` (any op of
-the table is a builder method), check it with :func:`verify`, print it with
-:func:`print_module`, encode it with :func:`write_bytecode` (versions 13.1–13.4) and read
-bytecode back with :func:`read_bytecode`. The op table (:data:`OPS`) drives all of them.
+Build a module with :class:`Module` (``m.add_entry``) and :class:`Builder` (any op of the
+table is a builder method), check it with :func:`verify`, print it with
+:func:`print_module` (the text of NVIDIA's ``tileirdisasm``), encode it with
+:func:`write_bytecode` (bytecode 13.1–13.4) and read bytecode back with
+:func:`read_bytecode`. One op table (:data:`OPS`, :func:`get_op`, :func:`register_op`)
+drives all of them. Errors derive from :class:`IRError`.
 """
 
 from ._attributes import (
@@ -18,7 +20,7 @@ from ._bytecode_writer import write_bytecode
 from ._printer import print_function, print_module
 from ._errors import BytecodeError, IRError, IRTypeError, VerificationError, VersionError
 from ._ir import Block, Function, Global, Module, Operation, Region, Value, differences
-from ._ops import OPS, Arity, AttrDef, AttrKind, OpDef, OperandDef, ResultDef, get_op, ops_in
+from ._ops import OPS, Arity, AttrDef, AttrKind, OpDef, OperandDef, ResultDef, get_op, ops_in, register_op
 from ._types import (
     BF16, DYNAMIC, F16, F32, F4E2M1FN, F64, F8E4M3FN, F8E5M2, F8E5M3FNU, F8E8M0FNU, I1, I4, I8, I16,
     I32, I64, SCALAR_TYPES, TF32, TOKEN, FunctionType, GatherScatterViewType, PaddingValue,
@@ -41,5 +43,5 @@ __all__ = [
     "Signedness", "StridedViewType", "StringAttr", "SymbolVisibility", "TF32", "TOKEN",
     "TensorViewType", "TileType", "TokenType", "Type", "TypeAttr", "V13_1", "V13_2", "V13_3",
     "V13_4", "Value", "bytecode_version", "differences", "read_bytecode", "VerificationError", "Version", "VersionError", "add_function", "get_op",
-    "make_op", "ops_in", "print_function", "print_module", "problems", "ptr", "scalar", "tile", "verify", "write_bytecode",
+    "make_op", "ops_in", "print_function", "print_module", "problems", "register_op", "ptr", "scalar", "tile", "verify", "write_bytecode",
 ]

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import enum
+import bisect
 import math
 import struct
+from fractions import Fraction
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence, Union
 
@@ -141,22 +143,37 @@ _FLOAT_FMT = {16: "<e", 32: "<f", 64: "<d"}
 
 
 def _bits_from_float(value: float, t: ScalarType) -> int:
+    """The bits of ``value`` rounded to ``t`` (nearest, ties to even), as a bit pattern."""
     if t is F32:
-        return int.from_bytes(struct.pack("<f", value), "little")
-    if t is TF32:
-        b = int.from_bytes(struct.pack("<f", value), "little")
-        return (b >> 13) & 0x7FFFF
+        try:
+            return int.from_bytes(struct.pack("<f", value), "little")
+        except OverflowError:
+            return 0x7F800000 | (0x80000000 if value < 0 else 0)
     if t is F64:
         return int.from_bytes(struct.pack("<d", value), "little")
     if t is F16:
-        return int.from_bytes(struct.pack("<e", value), "little")
-    if t is BF16:
-        b = int.from_bytes(struct.pack("<f", value), "little")
+        try:
+            return int.from_bytes(struct.pack("<e", value), "little")
+        except OverflowError:
+            return 0x7C00 | (0x8000 if value < 0 else 0)
+    if t is BF16 or t is TF32:
+        shift = 16 if t is BF16 else 13
+        width = 32 - shift
         if math.isnan(value):
-            return 0x7FC0
-        # round to nearest even on the upper 16 bits
-        return ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) & 0xFFFF
-    raise IRTypeError(f"cannot convert a Python float to {t}; give raw bits instead")
+            return 0x7FC00000 >> shift
+        sign = (1 << (width - 1)) if math.copysign(1.0, value) < 0 else 0
+        if math.isinf(value):
+            return sign | (0x7F800000 >> shift)
+        from ._apfloat import FORMATS, _round_to_format
+
+        p, emin = FORMATS[t.name]
+        r = float(_round_to_format(Fraction(value), p, emin))
+        if abs(r) >= 2.0 ** 128:
+            return sign | (0x7F800000 >> shift)
+        return (int.from_bytes(struct.pack("<f", r), "little") >> shift) | sign
+    if t.name in _MINIFLOATS:
+        return _minifloat_bits(value, t)
+    raise IRTypeError(f"cannot convert a Python float to {t}")
 
 
 #: (exponent bits, mantissa bits, bias, has infinities, signed) of the small float formats.
@@ -186,6 +203,35 @@ def _minifloat(bits: int, t: ScalarType) -> float:
     return sign * (1 + m / (1 << m_bits)) * 2.0 ** (e - bias)
 
 
+_MINI_TABLES: dict[str, list[tuple[float, int]]] = {}
+
+
+def _minifloat_bits(value: float, t: ScalarType) -> int:
+    """Nearest finite value of a small float format (ties to the even bit pattern)."""
+    e_bits, m_bits, _, has_inf, signed = _MINIFLOATS[t.name]
+    nbits = e_bits + m_bits + (1 if signed else 0)
+    table = _MINI_TABLES.get(t.name)
+    if table is None:
+        table = sorted((_minifloat(b, t), b) for b in range(1 << nbits) if math.isfinite(_minifloat(b, t)))
+        _MINI_TABLES[t.name] = table
+    if math.isnan(value):
+        nans = [b for b in range(1 << nbits) if math.isnan(_minifloat(b, t))]
+        if not nans:
+            raise IRTypeError(f"{t} has no NaN")
+        return max(b for b in nans if not b >> (nbits - 1)) if signed else nans[0]
+    lo, hi = table[0][0], table[-1][0]
+    if not lo <= value <= hi:
+        if has_inf and math.isinf(value) or has_inf and abs(value) > hi:
+            return ((1 << (nbits - 1)) if value < 0 else 0) | (((1 << e_bits) - 1) << m_bits)
+        raise IRTypeError(f"{value!r} is out of the range of {t} ([{lo}, {hi}])")
+    if value == 0 and signed and math.copysign(1.0, value) < 0:
+        return 1 << (nbits - 1)
+    i = bisect.bisect_left(table, (value, -1))
+    near = table[max(0, i - 2):i + 2]
+    best = min(near, key=lambda vb: (abs(vb[0] - value), vb[1] & 1, vb[1]))
+    return best[1]
+
+
 def _float_from_bits(bits: int, t: ScalarType) -> float:
     if t.name in _MINIFLOATS:
         return _minifloat(bits, t)
@@ -207,9 +253,7 @@ def encode_element(value: int | float | bool, t: ScalarType) -> bytes:
     n = t.nbytes
     if t.is_float:
         if isinstance(value, int) and not isinstance(value, bool) and t.bitwidth <= 8:
-            return (value & 0xFF).to_bytes(1, "little")
-        if t.name in _MINIFLOATS:
-            raise IRTypeError(f"give {t} constants as raw bit patterns (ints), found {value!r}")
+            return (value & 0xFF).to_bytes(1, "little")  # small floats also take raw bit patterns
         bits = _bits_from_float(float(value), t)
         return bits.to_bytes(n, "little")
     if t is I1:

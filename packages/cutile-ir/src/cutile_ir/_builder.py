@@ -141,7 +141,10 @@ def make_op(
     for od in op.operands:
         if od.name in attrs and op.attr(od.name) is None:
             if od.name in groups:
-                raise IRTypeError(f"operand '{od.name}' given twice", op=op.name, loc=loc)
+                groups_txt = ", ".join(f"{o.name} ({o.arity.value})" for o in op.operands)
+                raise IRTypeError(f"operand '{od.name}' given twice, by position and by keyword (positional "
+                                  f"operands fill the groups {groups_txt} in order; a variadic group takes a list)",
+                                  op=op.name, loc=loc)
             groups[od.name] = attrs.pop(od.name)
     flat: list[Value] = []
     segments: list[int] = []
@@ -210,17 +213,27 @@ class Builder:
 
     def __init__(self, block: Block | Function, loc: Location | None = None) -> None:
         self.block: Block = block.body if isinstance(block, Function) else block
+        self.index: int | None = None
         self.loc = loc
 
     # -- insertion point and locations ------------------------------------------------
     @contextlib.contextmanager
-    def at(self, block: Block) -> Iterator[Block]:
-        """Insert into ``block`` within the ``with``."""
-        old, self.block = self.block, block
+    def at(self, block: Block, index: int | None = None) -> Iterator[Block]:
+        """Insert into ``block`` (at its end, or before op ``index``) within the ``with``."""
+        old = (self.block, self.index)
+        self.block, self.index = block, index
         try:
             yield block
         finally:
-            self.block = old
+            self.block, self.index = old
+
+    @contextlib.contextmanager
+    def before(self, op: Operation) -> Iterator[Block]:
+        """Insert just before ``op`` within the ``with`` (e.g. a join_tokens a pass adds)."""
+        if op.parent is None:
+            raise IRTypeError("op is not in a block", op=op.name)
+        with self.at(op.parent, op.parent.ops.index(op)) as b:
+            yield b
 
     @contextlib.contextmanager
     def location(self, loc: Location | None) -> Iterator[None]:
@@ -236,7 +249,12 @@ class Builder:
                loc: Location | None = None, **attrs: Any) -> Operation:
         """Make op ``op_name`` at the insertion point and return the Operation."""
         op = make_op(op_name, operands, attrs, result_types, loc if loc is not None else self.loc)
-        self.block.append(op)
+        if self.index is None:
+            self.block.append(op)
+        else:
+            op.parent = self.block
+            self.block.ops.insert(self.index, op)
+            self.index += 1
         return op
 
     def __getattr__(self, name: str) -> Any:

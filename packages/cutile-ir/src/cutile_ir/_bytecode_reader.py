@@ -6,7 +6,6 @@ bytecode this package wrote, and the module read equals the one written.
 
 from __future__ import annotations
 
-import os
 import struct
 from typing import Any
 
@@ -607,4 +606,3 @@ def bytecode_version(data: bytes) -> Version:
     return Version(data[8], data[9])
 
 
-_ = os

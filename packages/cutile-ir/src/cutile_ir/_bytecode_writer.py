@@ -20,7 +20,7 @@ from ._attributes import (
 from ._encoding import put_svarint, put_varint
 from ._errors import BytecodeError, VersionError
 from ._ir import Block, Function, Module, Operation, Value
-from ._ops import Arity, AttrDef, AttrKind, OPS_BY_NAME, layout
+from ._ops import Arity, AttrDef, AttrKind, layout
 from ._types import (
     PTR_ATTRS, FunctionType, GatherScatterViewType, PartitionViewType, PointerType, ScalarType,
     StridedViewType, TensorViewType, TileType, TokenType, Type,
@@ -587,4 +587,3 @@ def write_bytecode(module: Module, version: Version | str | tuple[int, int] = DE
     return _Writer(module, Version.parse(version)).write()
 
 
-_ = OPS_BY_NAME

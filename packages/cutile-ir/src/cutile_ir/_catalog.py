@@ -12,8 +12,8 @@ from ._attributes import Bounded, DenseElements, DivBy, Location, SameElements
 from ._builder import Builder, add_function
 from ._ir import Global, Module, Value
 from ._types import (
-    BF16, F16, F32, F4E2M1FN, F8E4M3FN, F8E8M0FNU, I1, I16, I32, I4, I64, I8, TOKEN,
-    GatherScatterViewType, PaddingValue, PartitionViewType, StridedViewType, TensorViewType,
+    BF16, F16, F32, F8E4M3FN, F8E8M0FNU, I1, I16, I32, I4, I64, I8,
+    GatherScatterViewType, PaddingValue, PartitionViewType, PointerType, StridedViewType, TensorViewType,
     Type, ptr, scalar, tile,
 )
 from ._versions import V13_2, V13_3, V13_4, Version
@@ -161,7 +161,7 @@ def _memory(b: Builder, v: Version, p: Value, q: Value, flag: Value) -> None:
     b.assume(flag, predicate=Bounded(None, 7))
     b.assert_(b.cmpi(flag, flag, comparison_predicate="equal", signedness="signed"), message="flag is sane")
     if v >= V13_2:
-        pt = b.print_tko(val, token=t3, str="val=%f\n")
+        b.print_tko(val, token=t3, str="val=%f\n")
         b.print_tko(str="hello\n")
     else:
         b.print_tko(val, str="val=%f\n")
@@ -169,7 +169,6 @@ def _memory(b: Builder, v: Version, p: Value, q: Value, flag: Value) -> None:
         tf = b.memory_fence_alias_tko(t3)
         b.gdc_wait_tko(token=tf)
         b.gdc_launch_dependents_tko()
-        _ = pt
     b.return_()
 
 
@@ -197,10 +196,9 @@ def _views(b: Builder, v: Version, base: Value, n: Value) -> None:
         tv1 = TensorViewType(F32, (1024,), (1,))
         v1 = b.make_tensor_view(base, result_types=[tv1])
         gv = GatherScatterViewType((16,), tv1, 0, PaddingValue.NAN)
-        g = b.make_gather_scatter_view(v1, result_types=[gv])
+        b.make_gather_scatter_view(v1, result_types=[gv])
         b.atomic_red_view_tko(s, [bx, by], st, memory_ordering_semantics="relaxed", memory_scope="device",
                               mode="addf")
-        _ = g
     b.return_()
 
 
@@ -267,7 +265,6 @@ def _mma_scaled(b: Builder, v: Version) -> None:
     sa = b.constant(127, tile((128, 2), F8E8M0FNU))
     sb = b.constant(127, tile((2, 128), F8E8M0FNU))
     b.mmaf_scaled(a, bb, acc, sa, sb)
-    _ = F4E2M1FN
     b.return_()
 
 
@@ -306,7 +303,6 @@ def every_op_module(version: Version, *, sm100_only: bool = False, with_location
     return m
 
 
-_ = TOKEN
 
 
 def edge_cases_module(version: Version) -> Module:
@@ -357,9 +353,9 @@ def edge_cases_module(version: Version) -> Module:
             b.yield_([fx, fy])
         with br.else_():
             b.yield_([a0, i0])
-    with b.loop(result_types=[scalar(I32)]) as lp:
+    with b.loop(result_types=[scalar(I32)]):
         b.break_([n])
-    with b.loop() as lp2:
+    with b.loop():
         b.break_()
     with b.scan([fx, fy], dim=0, identities=[FloatAttr.of(F32, 0.0), IntegerAttr(I32, 0)]) as sc:
         e0, a_0, e1, a_1 = sc.args
@@ -368,7 +364,6 @@ def edge_cases_module(version: Version) -> Module:
     with b.reduce([h], dim=0, identities=[float("-inf")]) as red:
         e, a = red.args
         b.yield_([b.maxf(e, a)])
-    _ = (lp, lp2)
     b.return_()
 
     f = add_function(m, "views", [PF32, scalar(I64), scalar(I64)])
@@ -397,11 +392,57 @@ def edge_cases_module(version: Version) -> Module:
         g = b.make_gather_scatter_view(b.make_tensor_view(base, result_types=[tv1]), result_types=[gv])
         b.get_index_space_shape(g, result_types=[scalar(I32)])
     if version >= V13_4:
-        pa = ptr(F32).__class__(F32, "none")
+        pa = PointerType(F32, "none")
         tva = TV(F32, (16,), (1,), "none")
         q = b.ptr_to_ptr(base, result_types=[scalar(pa)])
         b.make_tensor_view(q, result_types=[tva])
     b.assume(d0, predicate=Bounded(1, None))
     b.assume(b.iota(result_types=[tile(16, I32)]), predicate=DivBy(2, every=8, along=0))
+    b.return_()
+    return m
+
+
+def naming_module(version: Version) -> Module:
+    """Value naming corner cases (assume of named producers, result groups, nested region
+    scopes and argument numbering) and rarer spellings (private constant globals, loops
+    with iter values and no results, dynamic tensor views over attributed pointers)."""
+    from ._attributes import SymbolVisibility
+
+    m = Module()
+    if version >= V13_3:
+        m.add_global("gp", DenseElements.splat(tile(4, F32), 1.0), constant=True,
+                     visibility=SymbolVisibility.PRIVATE)
+    f = m.add_entry("names", [PF32, scalar(I32)])
+    b = Builder(f)
+    p, n = f.args
+    tvarg = b.make_tensor_view(p, result_types=[TensorViewType(F32, (64,), (1,))])
+    zero, one = b.constant(0, scalar(I32)), b.constant(1, scalar(I32))
+    x, tok = b.load_ptr_tko(p, memory_ordering_semantics="weak")
+    xi = b.ftoi(x, signedness="signed", rounding_mode="nearest_int_to_zero", result_types=[scalar(I32)])
+    a1 = b.assume(xi, predicate=Bounded(0, 5))
+    b.assume(a1, predicate=Bounded(1, 4))
+    with b.for_(zero, n, one, inits=[zero, one]) as fl:
+        _, s0, s1 = fl.args
+        with b.loop([s0]) as lp:
+            with b.loop([lp.args[0]]):
+                b.constant(3, scalar(I32))
+                b.break_()
+            b.constant(3, scalar(I32))
+            b.break_()
+        b.continue_([s0, s1])
+    b.assume(fl.results[0], predicate=DivBy(4))
+    b.assume(fl.results[1], predicate=DivBy(4))
+    b.assume(tvarg, predicate=DivBy(16))
+    ip = b.broadcast(b.reshape(b.ptr_to_ptr(p, result_types=[scalar(ptr(I32))]), result_types=[tile(1, ptr(I32))]),
+                     result_types=[tile(8, ptr(I32))])
+    v8, m8 = b.constant(1, tile(8, I32)), b.constant(True, tile(8, I1))
+    r, t2 = b.atomic_cas_tko(ip, v8, v8, m8, tok, memory_ordering_semantics="acq_rel", memory_scope="device")
+    b.assume(r, predicate=DivBy(2))
+    b.assume(v8, predicate=SameElements((8,)))
+    if version >= V13_2:
+        b.print_tko([v8, r], token=t2, str="%d %d\n")
+    if version >= V13_4:
+        q = b.ptr_to_ptr(p, result_types=[scalar(PointerType(F32, "none"))])
+        b.make_tensor_view(q, [n, n], [n], result_types=[TensorViewType(F32, (None, None), (None, 1), "none")])
     b.return_()
     return m

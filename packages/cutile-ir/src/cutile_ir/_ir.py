@@ -185,6 +185,20 @@ class Module:
     globals: list[Global] = field(default_factory=list)
     producer: str | None = None
 
+    def add_entry(self, name: str, arg_types: Sequence[Type], *, hints: OptimizationHints | None = None,
+                  loc: Location | None = None) -> Function:
+        """Add a kernel entry taking ``arg_types`` and return it (see also ``add_function``)."""
+        f = Function(name, FunctionType(tuple(arg_types), ()), entry=True, hints=hints, loc=loc)
+        self.functions.append(f)
+        return f
+
+    def add_global(self, name: str, value: DenseElements, *, alignment: int = 0, constant: bool = False,
+                   visibility: SymbolVisibility = SymbolVisibility.PUBLIC) -> Global:
+        """Add a global initialised with ``value``."""
+        g = Global(name, value, alignment, constant, visibility)
+        self.globals.append(g)
+        return g
+
     def function(self, name: str) -> Function:
         for f in self.functions:
             if f.name == name:

@@ -13,7 +13,7 @@ nothing (all attributes have a place). ``custom:name`` hands the op to a custom 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ._attributes import (
@@ -96,10 +96,21 @@ class OpDef:
     terminator: bool = False
     parents: tuple[str, ...] = ()
     same: tuple[tuple[str, ...], ...] = ()
-    pure: bool = False
+    pure: bool = False  # ODS "Pure": free of memory effects and speculatable (allowed in reduce/scan)
     structural: bool = False
     fmt: str = ""
-    flag_order: tuple[str, ...] = field(default=(), compare=False)
+    #: The name the op gives its first result in MLIR text (cuda-tile's getAsmResultNames);
+    #: "" when the op has the interface but names nothing.
+    asm_name: str | None = None
+
+    def __post_init__(self) -> None:
+        # a field is never older than its op: lift every "since" to at least the op's
+        from dataclasses import replace
+
+        v = self.since
+        object.__setattr__(self, "operands", tuple(o if o.since >= v else replace(o, since=v) for o in self.operands))
+        object.__setattr__(self, "attrs", tuple(a if a.since >= v else replace(a, since=v) for a in self.attrs))
+        object.__setattr__(self, "results", tuple(r if r.since >= v else replace(r, since=v) for r in self.results))
 
     # -- derived facts -------------------------------------------------------------
     @property
@@ -195,13 +206,14 @@ def _binary_i(name: str, opcode: int, *attrs: AttrDef, fmt_mid: str = "", a: str
                  pure=pure, fmt=f"${a} `,` ${b} {fmt_mid} {_TY}")
 
 
-def _cast(name: str, opcode: int, src: str, dst: str, since: Version = V13_1) -> OpDef:
+def _cast(name: str, opcode: int, src: str, dst: str, since: Version = V13_1, asm_name: str | None = None) -> OpDef:
     return OpDef(name, opcode, since, (O("source", src),), (), (R("result", dst),),
-                 pure=True, fmt=f"$source {_CAST}")
+                 pure=True, fmt=f"$source {_CAST}", asm_name=asm_name)
 
 
 def _terminator(name: str, opcode: int, parents: tuple[str, ...]) -> OpDef:
     return OpDef(name, opcode, V13_1, (O("operands", "any", VAR),), terminator=True, parents=parents,
+                 pure=name == "yield",
                  fmt="attr-dict ($operands^ `:` type($operands))?")
 
 
@@ -261,7 +273,7 @@ OPS: tuple[OpDef, ...] = (
           (R("result", "int_tile", infer="same:source"),), same=(("source", "result"),), pure=True,
           fmt=f"$source {_OVF} {_TY}"),
     _binary_i("ori", 0x52),
-    _binary_i("remi", 0x5A, _SIGN, fmt_mid="%signedness($signedness)", pure=False),
+    _binary_i("remi", 0x5A, _SIGN, fmt_mid="%signedness($signedness)"),
     _binary_i("shli", 0x60, _OVERFLOW, fmt_mid=_OVF),
     _binary_i("shri", 0x61, _SIGN, fmt_mid="%signedness($signedness)"),
     _binary_i("subi", 0x68, _OVERFLOW, fmt_mid=_OVF),
@@ -299,7 +311,7 @@ OPS: tuple[OpDef, ...] = (
           fmt=f"$from {_OVF} {_CONV}"),
     _cast("unpack", 0x70, "i8_tile", "number4_tile", since=V13_3),
     # ---- shapes and constants --------------------------------------------------------
-    _cast("broadcast", 0x0B, "tile", "tile"),
+    _cast("broadcast", 0x0B, "tile", "tile", asm_name="bcast"),
     OpDef("cat", 0x0C, V13_1, (O("lhs"), O("rhs")), (A("dim", K.INT),), (R("result"),), pure=True,
           fmt="$lhs `,` $rhs `dim` `=` $dim attr-dict `:` type($lhs) `,` type($rhs) `->` type($result)"),
     OpDef("constant", 0x10, V13_1, (), (A("value", K.DENSE),), (R("result", "number_tile", infer="value"),),
@@ -315,7 +327,7 @@ OPS: tuple[OpDef, ...] = (
           fmt="$ptr `,` $offset attr-dict `:` type($ptr) `,` type($offset) `->` type($result)"),
     OpDef("permute", 0x53, V13_1, (O("source"),), (A("permutation", K.I32_ARRAY),), (R("result"),), pure=True,
           fmt=f"$source $permutation {_CAST}"),
-    _cast("reshape", 0x5B, "tile", "tile"),
+    _cast("reshape", 0x5B, "tile", "tile", asm_name="reshape"),
     # ---- compute ---------------------------------------------------------------------
     OpDef("mmaf", 0x49, V13_1, (O("lhs", "mma_operand"), O("rhs", "mma_operand"), O("acc", "mma_result")),
           (A("fast_acc", K.UNIT, since=V13_3),), (R("result", "mma_result", infer="same:acc"),),
@@ -334,10 +346,10 @@ OPS: tuple[OpDef, ...] = (
               "type($lhs) `,` type($rhs) `,` type($acc)"),
     OpDef("reduce", 0x58, V13_1, (O("operands", "tile", VAR),),
           (A("dim", K.INT), A("identities", K.ATTR_ARRAY)), (R("results", "tile", variadic=True),),
-          regions=("body",), pure=True, fmt="custom:reduce"),
+          regions=("body",), fmt="custom:reduce", asm_name="reduce"),
     OpDef("scan", 0x5E, V13_1, (O("operands", "tile", VAR),),
           (A("dim", K.INT), A("reverse", K.BOOL), A("identities", K.ATTR_ARRAY)),
-          (R("results", "tile", variadic=True),), regions=("body",), pure=True, fmt="custom:scan"),
+          (R("results", "tile", variadic=True),), regions=("body",), fmt="custom:scan", asm_name=""),
     # ---- control flow ----------------------------------------------------------------
     OpDef("assert", 0x05, V13_1, (O("condition", "i1_tile"),), (A("message", K.STR),),
           fmt="$condition `,` $message attr-dict `:` type($condition)"),
@@ -347,11 +359,11 @@ OPS: tuple[OpDef, ...] = (
           (O("lowerBound", "scalar_int"), O("upperBound", "scalar_int"), O("step", "scalar_int"),
            O("initValues", "any", VAR)), (A("unsignedCmp", K.UNIT, since=V13_2),),
           (R("resultValues", "any", variadic=True),), regions=("region",),
-          same=(("lowerBound", "upperBound", "step"),), fmt="custom:for"),
+          same=(("lowerBound", "upperBound", "step"),), fmt="custom:for", asm_name="for"),
     OpDef("if", 0x32, V13_1, (O("condition", "scalar_i1"),), (), (R("results", "any", variadic=True),),
-          regions=("thenRegion", "elseRegion"), fmt="custom:if"),
+          regions=("thenRegion", "elseRegion"), fmt="custom:if", asm_name=""),
     OpDef("loop", 0x41, V13_1, (O("initValues", "any", VAR),), (), (R("resultValues", "any", variadic=True),),
-          regions=("region",), fmt="custom:loop"),
+          regions=("region",), fmt="custom:loop", asm_name=""),
     _terminator("return", 0x5C, ("entry",)),
     _terminator("yield", 0x6D, ("if", "reduce", "scan")),
     # ---- grid ------------------------------------------------------------------------
@@ -363,18 +375,19 @@ OPS: tuple[OpDef, ...] = (
           fmt="attr-dict `:` type($blockId_x)"),
     # ---- views -----------------------------------------------------------------------
     OpDef("get_index_space_shape", 0x2D, V13_1, (O("src", "view"),), (),
-          (R("result", "scalar_int", variadic=True),), pure=True, fmt="custom:shape_query"),
+          (R("result", "scalar_int", variadic=True),), fmt="custom:shape_query"),
     OpDef("get_tensor_shape", 0x2F, V13_1, (O("src", "tensor_view"),), (),
-          (R("result", "scalar_int", variadic=True),), pure=True, fmt="custom:shape_query"),
+          (R("result", "scalar_int", variadic=True),), fmt="custom:shape_query"),
     OpDef("make_gather_scatter_view", 0x73, V13_3, (O("tensor_view", "tensor_view"),), (),
-          (R("result", "gather_view"),), pure=True, fmt="custom:make_view"),
+          (R("result", "gather_view"),), pure=True, fmt="custom:make_view", asm_name="gsview"),
     OpDef("make_partition_view", 0x42, V13_1, (O("tensor_view", "tensor_view"),), (),
-          (R("result", "partition_view"),), pure=True, fmt="custom:make_view"),
+          (R("result", "partition_view"),), pure=True, fmt="custom:make_view", asm_name="pview"),
     OpDef("make_strided_view", 0x74, V13_3, (O("tensor_view", "tensor_view"),), (),
-          (R("result", "strided_view"),), pure=True, fmt="custom:make_view"),
+          (R("result", "strided_view"),), pure=True, fmt="custom:make_view", asm_name="sview"),
     OpDef("make_tensor_view", 0x43, V13_1,
           (O("base", "scalar_ptr"), O("dynamicShape", "scalar_int", VAR), O("dynamicStrides", "scalar_int", VAR)),
-          (), (R("result", "tensor_view"),), segmented=True, pure=True, fmt="custom:make_tensor_view"),
+          (), (R("result", "tensor_view"),), segmented=True, fmt="custom:make_tensor_view",
+          asm_name="tview"),
     # ---- memory ----------------------------------------------------------------------
     OpDef("alloca", 0x71, V13_3, (), (A("num_elem", K.INT), A("alignment", K.INT), A("global", K.UNIT, since=V13_3)),
           (R("result", "scalar_ptr"),),
@@ -463,12 +476,28 @@ OPS_BY_OPCODE: dict[int, OpDef] = {op.opcode: op for op in OPS}
 assert len(OPS_BY_NAME) == len(OPS) and len(OPS_BY_OPCODE) == len(OPS), "duplicate op name or opcode"
 
 
+def register_op(op: OpDef) -> OpDef:
+    """Add an op to the table at run time (a new opcode of a later version, or a test op):
+    builder, verifier, printer, writer and reader then handle it with no other code."""
+    if op.name in OPS_BY_NAME or op.opcode in OPS_BY_OPCODE:
+        raise ValueError(f"op {op.name!r} or opcode {op.opcode:#x} is already in the table")
+    OPS_BY_NAME[op.name] = op
+    OPS_BY_OPCODE[op.opcode] = op
+    return op
+
+
+def unregister_op(name: str) -> None:
+    """Remove an op added by :func:`register_op`."""
+    op = OPS_BY_NAME.pop(name)
+    del OPS_BY_OPCODE[op.opcode]
+
+
 #: Older spellings: cuda-tile 13.3's ODS calls fpowf "pow"; tileirdisasm 13.4 prints "fpowf".
 ALIASES = {"pow": "fpowf"}
 
 
 def ops_in(version: Version) -> list[OpDef]:
-    """The ops that the given bytecode version has, in opcode order."""
+    """The ops of Tile IR that the given bytecode version has, in opcode order."""
     return sorted((op for op in OPS if op.since <= version), key=lambda o: o.opcode)
 
 
@@ -489,7 +518,6 @@ def get_op(name: str) -> OpDef:
 
 
 __all__ = ["OPS", "OpDef", "OperandDef", "AttrDef", "ResultDef", "Arity", "AttrKind", "get_op", "ops_in"]
-_ = (V13_3,)
 
 
 @dataclass(frozen=True)

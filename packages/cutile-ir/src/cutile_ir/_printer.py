@@ -8,28 +8,19 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Iterable
+from typing import Any
 
 from ._attributes import (
     ArrayAttr, BoolAttr, Bounded, DenseElements, DictAttr, DivBy, FloatAttr, IntegerAttr,
-    IntegerOverflow, OptimizationHints, RoundingMode, SameElements, StringAttr, TypeAttr,
-    _bits_from_float, _float_from_bits, decode_element,
+    IntegerOverflow, Location, OptimizationHints, RoundingMode, SameElements, StringAttr, TypeAttr,
+    _float_from_bits, decode_element,
 )
 from ._apfloat import mlir_float
 from ._ir import Block, Function, Global, Module, Operation, Value
-from ._ops import Arity, AttrKind, OpDef
-from ._types import I1, ScalarType, TileType, Type
+from ._ops import AttrKind
+from ._types import I1, ScalarType, TileType
 
 # -- value naming --------------------------------------------------------------------
-
-#: Result names that ops ask for (cuda-tile's getAsmResultNames): the name of result 0.
-ASM_NAMES: dict[str, str] = {
-    "broadcast": "bcast", "reshape": "reshape", "make_tensor_view": "tview", "make_partition_view": "pview",
-    "make_strided_view": "sview", "make_gather_scatter_view": "gsview", "for": "for", "reduce": "reduce",
-}
-#: Ops that implement MLIR's OpAsmOpInterface without naming their results.
-ASM_UNNAMED = {"if", "loop", "scan"}
-
 
 def asm_name(op: Operation, index: int) -> str | None:
     """The name ``op`` gives its result ``index`` (None: the op names nothing; "": it has the
@@ -44,11 +35,8 @@ def asm_name(op: Operation, index: int) -> str | None:
             if inner is not None:
                 return "assume_" + inner
         return "assume"
-    base = ASM_NAMES.get(op.name)
-    if base is not None:
-        return base if index == 0 else ""
-    if op.name in ASM_UNNAMED:
-        return ""
+    if d.asm_name is not None:
+        return d.asm_name if index == 0 else ""
     if len(d.results) > 1 and not any(r.variadic for r in d.results):
         return d.results[index].name if index < len(d.results) else ""
     return None
@@ -323,10 +311,15 @@ class _Line:
         return "".join(self.parts)
 
 
+def loc_text(loc: Location) -> str:
+    return f"loc({escape(loc.file)}:{loc.line}:{loc.column})"
+
+
 class Printer:
-    def __init__(self) -> None:
+    def __init__(self, locations: bool = False) -> None:
         self.lines: list[str] = []
         self.names = _Names()
+        self.locations = locations
 
     def emit(self, indent: int, s: str) -> None:
         self.lines.append("  " * indent + s)
@@ -356,7 +349,7 @@ class Printer:
         kw = "entry" if f.entry else "func"
         self.emit(0, f"{kw} @{f.name}({args}){res}{hints} {{")
         self.block_ops(f.body, 1, elide_empty_terminator=False)
-        self.emit(0, "}")
+        self.emit(0, "}" + (" " + loc_text(f.loc) if self.locations and f.loc is not None else ""))
 
     def block_ops(self, b: Block, indent: int, elide_empty_terminator: bool = True) -> None:
         for i, op in enumerate(b.ops):
@@ -378,6 +371,11 @@ class Printer:
         return ", ".join(parts) + " = "
 
     def op(self, op: Operation, indent: int) -> None:
+        self._op(op, indent)
+        if self.locations and op.loc is not None:
+            self.lines[-1] += " " + loc_text(op.loc)
+
+    def _op(self, op: Operation, indent: int) -> None:
         fmt = op.opdef.fmt
         if fmt.startswith("custom:"):
             getattr(self, "op_" + fmt[7:])(op, indent)
@@ -641,15 +639,16 @@ class Printer:
         self.emit(indent, s)
 
 
-def print_module(module: Module) -> str:
-    """The module as MLIR text, in ``tileirdisasm``'s style."""
-    return Printer().module(module)
+def print_module(module: Module, locations: bool = False) -> str:
+    """The module as MLIR text, in ``tileirdisasm``'s style; ``locations=True`` appends
+    each op's source location as ``loc("file":line:col)``."""
+    return Printer(locations).module(module)
 
 
-def print_function(f: Function) -> str:
-    p = Printer()
+def print_function(f: Function, locations: bool = False) -> str:
+    """One function as MLIR text."""
+    p = Printer(locations)
     p.function(f)
     return "\n".join(p.lines) + "\n"
 
 
-_ = (Iterable, OpDef, Arity, TileType, Type)

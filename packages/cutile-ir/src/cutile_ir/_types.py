@@ -246,6 +246,13 @@ class TensorViewType(Type):
         return sum(1 for s in self.strides if s is None)
 
 
+def _check_tile_shape(what: str, shape: tuple[int, ...]) -> tuple[int, ...]:
+    shape = tuple(int(d) for d in shape)
+    if any(d <= 0 for d in shape):
+        raise IRTypeError(f"{what} tile dimensions must be positive, found {list(shape)}")
+    return shape
+
+
 def _dim_map_suffix(dm: tuple[int, ...]) -> str:
     if dm == tuple(range(len(dm))):
         return ""
@@ -266,7 +273,7 @@ class PartitionViewType(Type):
     padding: PaddingValue | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "tile_shape", tuple(self.tile_shape))
+        object.__setattr__(self, "tile_shape", _check_tile_shape("partition_view", self.tile_shape))
         dm = tuple(self.dim_map) if self.dim_map else tuple(range(len(self.tile_shape)))
         object.__setattr__(self, "dim_map", dm)
 
@@ -299,7 +306,7 @@ class StridedViewType(Type):
     padding: PaddingValue | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "tile_shape", tuple(self.tile_shape))
+        object.__setattr__(self, "tile_shape", _check_tile_shape("strided_view", self.tile_shape))
         object.__setattr__(self, "traversal_strides", tuple(self.traversal_strides))
         dm = tuple(self.dim_map) if self.dim_map else tuple(range(len(self.tile_shape)))
         object.__setattr__(self, "dim_map", dm)
@@ -333,7 +340,7 @@ class GatherScatterViewType(Type):
     padding: PaddingValue | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "tile_shape", tuple(self.tile_shape))
+        object.__setattr__(self, "tile_shape", _check_tile_shape("gather_scatter_view", self.tile_shape))
 
     def __str__(self) -> str:
         ts = "x".join(str(d) for d in self.tile_shape)

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ._attributes import DenseElements, FloatAttr, IntegerAttr
+from ._attributes import Bounded, DenseElements, DivBy, FloatAttr, IntegerAttr, SameElements
 from ._constraints import describe, satisfies
-from ._errors import VerificationError
-from ._ir import Block, Function, Module, Operation, Value
+from ._errors import IRError, VerificationError
+from ._ir import Block, Function, Module, Operation
 from ._ops import Arity
 from ._types import (
-    I1, GatherScatterViewType, PartitionViewType, PointerType, ScalarType, StridedViewType,
-    TensorViewType, TileType, TokenType, Type, VIEW_TYPES, is_pow2, scalar,
+    GatherScatterViewType, PartitionViewType, PointerType, ScalarType, StridedViewType,
+    TensorViewType, TileType, Type, VIEW_TYPES, is_pow2, scalar,
 )
 
 
@@ -291,6 +291,21 @@ def _check_atomic_mode(value: str) -> Checker:
     return check
 
 
+def _check_assume(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
+    pred = op.attributes.get("predicate")
+    t = ty["value"][0]
+    el = _el(t)
+    is_int_tile = isinstance(el, ScalarType) and el.is_int
+    if isinstance(pred, Bounded) and not is_int_tile:
+        return [f"bounded<...> applies to tiles of integers, found {t}"]
+    if isinstance(pred, DivBy) and not (is_int_tile or isinstance(el, PointerType) or isinstance(t, TensorViewType)):
+        return [f"div_by<...> applies to integer or pointer tiles and tensor views, found {t}"]
+    if isinstance(pred, SameElements):
+        if not isinstance(t, TileType) or len(pred.values) != t.rank:
+            return [f"same_elements<...> needs one value per dimension of a tile, found {t}"]
+    return []
+
+
 def _check_iota(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
     t = ty["result"][0]
     return [] if isinstance(t, TileType) and t.rank == 1 else [f"result must be a 1-d tile, found {t}"]
@@ -306,6 +321,7 @@ EXTRA_CHECKS: dict[str, Checker] = {
     "pack": _check_pack,
     "unpack": _check_pack,
     "iota": _check_iota,
+    "assume": _check_assume,
     "exti": lambda op, ty: _check_cast_width(op, ty, True),
     "trunci": lambda op, ty: _check_cast_width(op, ty, False),
     "ftof": _same_shape("from", "to"),
@@ -380,7 +396,7 @@ def check_op(op: Operation) -> list[str]:
     if extra is not None and not probs:
         try:
             probs += extra(op, ty)
-        except (IndexError, KeyError, TypeError, ValueError, AttributeError) as e:
+        except (IRError, IndexError, KeyError, TypeError, ValueError, AttributeError) as e:
             probs.append(f"malformed op ({type(e).__name__}: {e})")
     return probs
 
@@ -427,6 +443,7 @@ class _Verifier:
         self.problems: list[str] = []
         self.globals = {g.name for g in module.globals}
         self.sm = _sm(arch) if arch is not None else None
+        self.loops: list[Operation] = []
 
     def report(self, msg: str, op: Operation | None = None, fn: Function | None = None) -> None:
         loc = op.loc if op is not None else fn.loc if fn is not None else None
@@ -456,7 +473,8 @@ class _Verifier:
             if f.type.results:
                 self.report(f"kernel entries return nothing, found results {[str(t) for t in f.type.results]}", fn=f)
             for i, t in enumerate(f.type.inputs):
-                if not ((isinstance(t, TileType) and t.rank == 0) or isinstance(t, TensorViewType)):
+                # tileiras fails (exit 5, no message) on any other parameter type, tensor_view included
+                if not (isinstance(t, TileType) and t.rank == 0):
                     self.report(f"entry parameter {i} must be a rank-0 tile (scalar or pointer), found {t}", fn=f)
         if [a.type for a in f.body.args] != list(f.type.inputs):
             self.report("body block arguments do not match the signature", fn=f)
@@ -499,6 +517,10 @@ class _Verifier:
                 if parent not in op.opdef.parents and not (op.name in ("break", "continue") and parent == "if"):
                     self.report(f"may not terminate the body of '{parent}' (allowed in: "
                                 f"{', '.join(op.opdef.parents)})", op=op)
+                elif parent == "if" and op.name in ("break", "continue"):
+                    self.early_exit(op)
+            if parent in ("reduce", "scan") and not op.opdef.pure and not op.opdef.terminator:
+                self.report(f"only pure ops may appear in the body of '{parent}'", op=op)
             if op.name == "get_global" and op.attributes.get("name") not in self.globals:
                 self.report(f"refers to unknown global @{op.attributes.get('name')}", op=op)
             self.regions(op, scope, f)
@@ -508,7 +530,6 @@ class _Verifier:
         d = op.opdef
         if not d.regions:
             return
-        n_present = len(op.regions)
         for ri, region in enumerate(op.regions):
             if len(region.blocks) > 1:
                 self.report(f"region {ri} has {len(region.blocks)} blocks; Tile IR regions have one", op=op)
@@ -523,9 +544,26 @@ class _Verifier:
                 self.report(f"region {ri} block arguments must be {[str(t) for t in want]}, found "
                             f"{[str(t) for t in got]}", op=op)
             inner = scope | {id(a) for a in blk.args}
+            is_loop = op.name in ("for", "loop")
+            if is_loop:
+                self.loops.append(op)
             self.block(blk, inner, op.name, f)
+            if is_loop:
+                self.loops.pop()
             self.terminator(op, ri, blk)
-        _ = n_present
+
+    def early_exit(self, op: Operation) -> None:
+        """break/continue ending an ``if`` act on the innermost enclosing loop."""
+        loop = self.loops[-1] if self.loops else None
+        if loop is None or (op.name == "break" and loop.name != "loop"):
+            want_loop = "'loop'" if op.name == "break" else "'for' or 'loop'"
+            self.report(f"inside 'if' needs an enclosing {want_loop}", op=op)
+            return
+        types = [v.type for v in op.operands]
+        want = [v.type for v in loop.group("initValues")] if op.name == "continue" else [r.type for r in loop.results]
+        if types != want:
+            self.report(f"{op.name} carries {[str(t) for t in types]}, the enclosing '{loop.name}' expects "
+                        f"{[str(t) for t in want]}", op=op)
 
     def block_arg_types(self, op: Operation, ri: int) -> list[Type] | None:
         if op.name == "for":
@@ -592,4 +630,3 @@ def problems(module: Module, arch: str | None = None) -> list[str]:
     return v.problems
 
 
-_unused = (I1, TokenType, Value)
