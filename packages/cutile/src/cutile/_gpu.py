@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from cuda_core import Device, DeviceBuffer, LaunchConfig, Module, PreparedLaunch, Stream
+from cuda_core import Device, DeviceBuffer, DeviceMemory, DeviceView, LaunchConfig, Module, PreparedLaunch, Stream
 from cutile._errors import LaunchError
 from cutile._tensor import Storage, Tensor, numpy_dtype
 from cutile_compiler import _dtypes as dt
@@ -25,6 +25,11 @@ class DeviceStorage(Storage):
     def __init__(self, buffer: DeviceBuffer) -> None:
         super().__init__(buffer.nbytes, f"cuda:{buffer.device.ordinal}")
         self.buffer = buffer
+
+    @property
+    def pointer(self) -> int:
+        """The allocation's device address."""
+        return self.buffer.ptr
 
 
 _streams: dict[int, Stream] = {}
@@ -48,15 +53,23 @@ def upload(flat: np.ndarray[Any, Any], dtype: dt.DType, shape: tuple[int, ...]) 
     return Tensor(DeviceStorage(buffer), dtype, shape)
 
 
+def device_memory(storage: Storage) -> DeviceMemory:
+    """The cuda_core view of a device storage (ours or another library's)."""
+    if isinstance(storage, DeviceStorage):
+        return storage.buffer
+    pointer = getattr(storage, "pointer", None)
+    if pointer is None:
+        raise LaunchError(f"memory on {storage.device} is not device memory")
+    return DeviceView.from_pointer(int(pointer), storage.nbytes, owner=storage)
+
+
 def device_to_numpy(tensor: Tensor) -> np.ndarray[Any, Any]:
     """A host copy of a device tensor's values."""
-    storage = tensor._storage
-    assert isinstance(storage, DeviceStorage)
     itemsize = tensor.dtype.itemsize
     start, end = tensor.byte_range()
     raw = np.empty(end - start, dtype=np.uint8)
     if end > start:
-        storage.buffer.copy_to_host(raw, offset=start, stream=default_stream())
+        device_memory(tensor._storage).copy_to_host(raw, offset=start, stream=default_stream())
         default_stream().synchronize()
     base = start // itemsize
     flat = raw.view(numpy_dtype(tensor.dtype))
@@ -129,9 +142,14 @@ def run_launch(kernel: Kernel, spec: Specialization, grid: tuple[int, int, int],
         value = arguments[arg.param]
         if arg.kind == "pointer":
             storage = value._storage
-            if not isinstance(storage, DeviceStorage):
+            pointer = getattr(storage, "pointer", None)
+            if pointer is None:
                 raise LaunchError(f"{kernel.name}: parameter '{arg.param}' lives on {storage.device}, not the GPU")
-            values.append(storage.buffer.ptr + value.offset * value.dtype.itemsize)
+            if value.strides and value.strides[-1] != 1:
+                raise LaunchError(
+                    f"{kernel.name}: parameter '{arg.param}' has an innermost stride of {value.strides[-1]}; "
+                    "GPU kernels need a unit innermost stride for now (copy it with api.copy)")
+            values.append(int(pointer) + value.offset * value.dtype.itemsize)
         elif arg.kind in ("dim", "stride"):
             number = value.shape[arg.axis] if arg.kind == "dim" else value.strides[arg.axis]
             if not -_I32_MAX <= number <= _I32_MAX:

@@ -180,6 +180,94 @@ class Tensor:
 
         return device_to_numpy(self)
 
+    # -- views ------------------------------------------------------------------
+    def _view(self, shape: tuple[int, ...], strides: tuple[int, ...], offset: int) -> Tensor:
+        self._live("a view")
+        return Tensor(self._storage, self.dtype, shape, strides, offset)
+
+    def __getitem__(self, key: Any) -> Tensor:
+        """A view by basic indexing: ints, slices (any step) and ``...``; no copy."""
+        items = key if isinstance(key, tuple) else (key,)
+        if sum(item is Ellipsis for item in items) > 1:
+            raise IndexError("an index can only have a single ellipsis ('...')")
+        if Ellipsis in items:
+            at = items.index(Ellipsis)
+            fill = self.ndim - (len(items) - 1)
+            items = items[:at] + (slice(None),) * fill + items[at + 1:]
+        if len(items) > self.ndim:
+            raise IndexError(f"too many indices: {len(items)} for a rank-{self.ndim} tensor")
+        items = items + (slice(None),) * (self.ndim - len(items))
+        shape: list[int] = []
+        strides: list[int] = []
+        offset = self.offset
+        for axis, (item, extent, stride) in enumerate(zip(items, self.shape, self.strides)):
+            if isinstance(item, slice):
+                start, stop, step = item.indices(extent)
+                count = len(range(start, stop, step))
+                offset += start * stride if count else 0
+                shape.append(count)
+                strides.append(stride * step)
+            elif isinstance(item, (int, np.integer)) and not isinstance(item, bool):
+                index = int(item)
+                if not -extent <= index < extent:
+                    raise IndexError(f"index {index} is out of bounds for axis {axis} with size {extent}")
+                offset += (index % extent) * stride
+            else:
+                raise TypeError(f"tensors are indexed with ints, slices and '...', got {type(item).__name__}")
+        return self._view(tuple(shape), tuple(strides), offset)
+
+    def reshape(self, *shape: Any) -> Tensor:
+        """A view with another shape (the tensor must be contiguous; one dim may be -1)."""
+        dims = list(shape[0] if len(shape) == 1 and isinstance(shape[0], (list, tuple)) else shape)
+        if dims.count(-1) > 1:
+            raise ValueError("reshape: only one dimension can be -1")
+        known = math.prod(d for d in dims if d != -1)
+        if -1 in dims:
+            if known == 0 or self.size % known:
+                raise ValueError(f"reshape: cannot reshape {list(self.shape)} into {dims}")
+            dims[dims.index(-1)] = self.size // known
+        if math.prod(dims) != self.size:
+            raise ValueError(f"reshape: cannot reshape {list(self.shape)} ({self.size} elements) into {dims}")
+        if not self.is_contiguous:
+            raise ValueError("reshape: the tensor is not contiguous; copy it first (api.copy(t))")
+        new_shape = tuple(int(d) for d in dims)
+        return self._view(new_shape, _contiguous_strides(new_shape), self.offset)
+
+    def permute(self, *axes: Any) -> Tensor:
+        """A view with the dimensions reordered: result dim i is this tensor's dim axes[i]."""
+        order = tuple(axes[0] if len(axes) == 1 and isinstance(axes[0], (list, tuple)) else axes)
+        if sorted(order) != list(range(self.ndim)):
+            raise ValueError(f"permute: {list(order)} is not a permutation of {self.ndim} dims")
+        return self._view(tuple(self.shape[a] for a in order), tuple(self.strides[a] for a in order), self.offset)
+
+    def transpose(self, a: int = 0, b: int = 1) -> Tensor:
+        """A view with dims a and b swapped."""
+        order = list(range(self.ndim))
+        order[a], order[b] = order[b], order[a]
+        return self.permute(order)
+
+    @property
+    def T(self) -> Tensor:  # noqa: N802 - numpy's name
+        """All dims reversed (the transpose of a matrix)."""
+        return self.permute(tuple(reversed(range(self.ndim))))
+
+    # -- interop ----------------------------------------------------------------
+    def __dlpack__(self, stream: int | None = None, **kwargs: Any) -> Any:
+        from cutile._interop import to_dlpack
+
+        return to_dlpack(self, stream)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        from cutile._interop import dlpack_device
+
+        return dlpack_device(self)
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        from cutile._interop import cuda_array_interface
+
+        return cuda_array_interface(self)
+
     def partition(self, tile_shape: Any) -> Partition:
         """This tensor split into tiles of ``tile_shape`` for a kernel's Mut parameter.
 

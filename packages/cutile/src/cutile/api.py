@@ -180,3 +180,14 @@ def meta(shape: ShapeLike, dtype: Any = dt.f32) -> MetaTensor:
 
 clone = copy
 
+
+def from_dlpack(array: Any) -> Tensor:
+    """A tensor sharing the memory of a PyTorch, CuPy, JAX or numpy array (no copy).
+
+    The producer stays alive as long as the tensor does. The array must live where
+    kernels run: on the GPU for the GPU backend, in host memory for the interpreter.
+    """
+    from cutile._interop import from_dlpack as _from_dlpack
+
+    return _from_dlpack(array)
+

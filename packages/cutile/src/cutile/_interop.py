@@ -1,0 +1,334 @@
+"""Zero-copy exchange with PyTorch, CuPy, JAX and numpy: DLPack and the CUDA
+Array Interface, both ways.
+
+Imported arrays keep their producer alive for as long as any cutile tensor
+uses the memory; exported capsules keep the cutile tensor's storage alive until
+the consumer releases them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from typing import Any
+
+import numpy as np
+
+from cutile import _backend
+from cutile._errors import CutileError
+from cutile._tensor import HostStorage, Storage, Tensor, numpy_dtype
+from cutile_compiler import _dtypes as dt
+
+KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_CUDA_MANAGED = 1, 2, 3, 13
+_DL_INT, _DL_UINT, _DL_FLOAT, _DL_BFLOAT, _DL_BOOL, _DL_FLOAT8_E4M3FN, _DL_FLOAT8_E5M2 = 0, 1, 2, 4, 6, 10, 12
+
+
+class InteropError(CutileError, TypeError):
+    """An array cannot be shared with cutile without a copy (or at all)."""
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", _DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", _DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+class _DLManagedTensor(ctypes.Structure):
+    pass
+
+
+_Deleter = ctypes.CFUNCTYPE(None, ctypes.POINTER(_DLManagedTensor))
+_DLManagedTensor._fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", _Deleter)]
+
+_pythonapi = ctypes.pythonapi
+_pythonapi.PyCapsule_GetPointer.restype = ctypes.c_void_p
+_pythonapi.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_pythonapi.PyCapsule_IsValid.restype = ctypes.c_int
+_pythonapi.PyCapsule_IsValid.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_pythonapi.PyCapsule_SetName.restype = ctypes.c_int
+_pythonapi.PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_pythonapi.PyCapsule_New.restype = ctypes.py_object
+_pythonapi.PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+
+_DL_CODES: dict[tuple[int, int], dt.DType] = {
+    (_DL_INT, 8): dt.i8, (_DL_INT, 16): dt.i16, (_DL_INT, 32): dt.i32, (_DL_INT, 64): dt.i64,
+    (_DL_UINT, 8): dt.u8, (_DL_UINT, 16): dt.u16, (_DL_UINT, 32): dt.u32, (_DL_UINT, 64): dt.u64,
+    (_DL_FLOAT, 16): dt.f16, (_DL_FLOAT, 32): dt.f32, (_DL_FLOAT, 64): dt.f64, (_DL_BFLOAT, 16): dt.bf16,
+    (_DL_BOOL, 8): dt.bool_, (_DL_FLOAT8_E4M3FN, 8): dt.f8e4m3fn, (_DL_FLOAT8_E5M2, 8): dt.f8e5m2,
+}
+_DL_OF: dict[dt.DType, tuple[int, int]] = {v: k for k, v in _DL_CODES.items()}
+_DL_OF[dt.tf32] = (_DL_FLOAT, 32)
+_TYPESTR = {"b1": dt.bool_, "i1": dt.i8, "i2": dt.i16, "i4": dt.i32, "i8": dt.i64, "u1": dt.u8, "u2": dt.u16,
+            "u4": dt.u32, "u8": dt.u64, "f2": dt.f16, "f4": dt.f32, "f8": dt.f64}
+
+
+class ForeignDeviceStorage(Storage):
+    """Device memory owned by another library; ``owner`` keeps it alive."""
+
+    def __init__(self, pointer: int, nbytes: int, device: int, owner: Any) -> None:
+        super().__init__(nbytes, f"cuda:{device}")
+        self.pointer = pointer
+        self.owner = owner
+
+
+def _strides_in_elements(byte_strides: tuple[int, ...], itemsize: int, what: str) -> tuple[int, ...]:
+    if any(s % itemsize for s in byte_strides):
+        raise InteropError(f"{what}: strides {byte_strides} are not multiples of the item size {itemsize}")
+    return tuple(s // itemsize for s in byte_strides)
+
+
+def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for extent in reversed(shape):
+        strides.append(step)
+        step *= max(extent, 1)
+    return tuple(reversed(strides))
+
+
+def _span(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, int]:
+    """(lowest, highest + 1) element offsets a strided view touches."""
+    if any(s == 0 for s in shape):
+        return 0, 0
+    low = sum((e - 1) * s for e, s in zip(shape, strides) if s < 0)
+    high = sum((e - 1) * s for e, s in zip(shape, strides) if s > 0)
+    return low, high + 1
+
+
+def _device_tensor(pointer: int, device: int, dtype: dt.DType, shape: tuple[int, ...],
+                   strides: tuple[int, ...], owner: Any) -> Tensor:
+    if _backend.current() != "gpu":
+        raise InteropError(
+            "the array lives on a GPU but cutile runs kernels on the CPU interpreter here; "
+            "copy it to the host first (e.g. api.from_numpy(x.cpu().numpy()))")
+    low, high = _span(shape, strides)
+    itemsize = dtype.itemsize
+    storage = ForeignDeviceStorage(pointer + low * itemsize, (high - low) * itemsize, device, owner)
+    return Tensor(storage, dtype, shape, strides, -low)
+
+
+def _host_tensor(array: np.ndarray[Any, Any], dtype: dt.DType) -> Tensor:
+    if _backend.current() != "interpreter":
+        raise InteropError(
+            "the array lives in host memory but cutile runs kernels on the GPU here; "
+            "use api.from_numpy(array) to copy it to the device")
+    itemsize = array.itemsize
+    strides = _strides_in_elements(array.strides, itemsize, "from_dlpack")
+    low, high = _span(array.shape, strides)
+    if low:
+        raise InteropError("from_dlpack: arrays with negative strides are not supported")
+    # A flat view of the memory the array spans (starting at its first element);
+    # it refers to the array, which keeps the producer alive.
+    flat = np.lib.stride_tricks.as_strided(array, shape=(high,), strides=(itemsize,)) if high else \
+        np.empty(0, array.dtype)
+    return Tensor(HostStorage(flat), dtype, tuple(array.shape), strides, 0)
+
+
+def from_dlpack(obj: Any) -> Tensor:
+    """A cutile tensor sharing the memory of a PyTorch, CuPy, JAX or numpy array.
+
+    No copy is made; the producer stays alive as long as the tensor (or any view or
+    partition of it) does. The array must live where cutile runs kernels: on the
+    GPU for the GPU backend, in host memory for the interpreter.
+    """
+    interface = getattr(obj, "__cuda_array_interface__", None)
+    if isinstance(interface, dict):
+        return _from_cuda_array_interface(obj, interface)
+    if hasattr(obj, "__dlpack__"):
+        device_type, device_id = obj.__dlpack_device__() if hasattr(obj, "__dlpack_device__") else (KDL_CPU, 0)
+        if device_type == KDL_CPU:
+            array = np.from_dlpack(obj)
+            return _host_tensor(array, _dtype_of_numpy(array.dtype))
+        stream = _consumer_stream_handle()
+        try:
+            capsule = obj.__dlpack__(stream=stream)
+        except TypeError:
+            capsule = obj.__dlpack__()
+        return _from_capsule(capsule, obj)
+    if isinstance(obj, np.ndarray):
+        return _host_tensor(obj, _dtype_of_numpy(obj.dtype))
+    raise InteropError(
+        f"from_dlpack: {type(obj).__name__} supports neither __dlpack__ nor __cuda_array_interface__")
+
+
+def _dtype_of_numpy(dtype: np.dtype[Any]) -> dt.DType:
+    found = dt.BY_NUMPY_NAME.get(dtype.name)
+    if found is None:
+        raise InteropError(f"from_dlpack: dtype {dtype} has no cutile equivalent")
+    return found
+
+
+def _consumer_stream_handle() -> int | None:
+    if _backend.current() != "gpu":
+        return None
+    from cutile._gpu import default_stream
+
+    return int(default_stream().handle)
+
+
+def _from_cuda_array_interface(obj: Any, interface: dict[str, Any]) -> Tensor:
+    typestr = str(interface["typestr"])
+    dtype = _TYPESTR.get(typestr[1:])
+    if dtype is None:
+        raise InteropError(f"from_dlpack: __cuda_array_interface__ typestr {typestr!r} has no cutile dtype")
+    shape = tuple(int(s) for s in interface["shape"])
+    pointer, _readonly = interface["data"]
+    byte_strides = interface.get("strides")
+    strides = _contiguous(shape) if byte_strides is None else _strides_in_elements(
+        tuple(int(s) for s in byte_strides), dtype.itemsize, "from_dlpack")
+    producer_stream = interface.get("stream")
+    if producer_stream not in (None, 0) and _backend.current() == "gpu":
+        # Version 3 of the interface: work on the producer's stream must finish
+        # before ours uses the memory.
+        from cuda_core import Event, Stream
+
+        from cutile._gpu import default_stream
+
+        legacy = {1: 0, 2: 0}.get(int(producer_stream), int(producer_stream))
+        event = Event.create(timing=False)
+        event.record(Stream.wrap(legacy))
+        default_stream().wait(event)
+    device = _pointer_device(int(pointer)) if pointer else 0
+    return _device_tensor(int(pointer), device, dtype, shape, strides, obj)
+
+
+def _pointer_device(pointer: int) -> int:
+    from cuda_core import current_device
+
+    return current_device().ordinal
+
+
+def _from_capsule(capsule: Any, producer: Any) -> Tensor:
+    if not _pythonapi.PyCapsule_IsValid(capsule, b"dltensor"):
+        raise InteropError("from_dlpack: the DLPack capsule was already consumed")
+    address = _pythonapi.PyCapsule_GetPointer(capsule, b"dltensor")
+    managed = ctypes.cast(address, ctypes.POINTER(_DLManagedTensor))
+    tensor = managed.contents.dl_tensor
+    if tensor.device.device_type not in (KDL_CUDA, KDL_CUDA_MANAGED):
+        raise InteropError(f"from_dlpack: unsupported DLPack device type {tensor.device.device_type}")
+    key = (tensor.dtype.code, tensor.dtype.bits)
+    dtype = _DL_CODES.get(key)
+    if dtype is None or tensor.dtype.lanes != 1:
+        raise InteropError(f"from_dlpack: DLPack dtype code {key[0]}, {key[1]} bits has no cutile dtype")
+    shape = tuple(tensor.shape[i] for i in range(tensor.ndim))
+    strides = _contiguous(shape) if not tensor.strides else tuple(tensor.strides[i] for i in range(tensor.ndim))
+    pointer = (tensor.data or 0) + tensor.byte_offset
+    _pythonapi.PyCapsule_SetName(capsule, b"used_dltensor")
+    owner = _ManagedOwner(managed, producer)
+    return _device_tensor(pointer, tensor.device.device_id, dtype, shape, strides, owner)
+
+
+class _ManagedOwner:
+    """Calls the producer's DLPack deleter when the last cutile user goes away."""
+
+    def __init__(self, managed: Any, producer: Any) -> None:
+        self.managed = managed
+        self.producer = producer
+
+    def __del__(self) -> None:
+        deleter = self.managed.contents.deleter
+        if deleter:
+            deleter(self.managed)
+
+
+# -- export -------------------------------------------------------------------------------------
+_exports_lock = threading.Lock()
+_exports: dict[int, tuple[Any, ...]] = {}
+
+
+def _release_export_impl(managed: Any) -> None:
+    with _exports_lock:
+        _exports.pop(ctypes.addressof(managed.contents), None)
+
+
+_release_export = _Deleter(_release_export_impl)
+
+
+_CapsuleDestructor = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+def _capsule_destructor_impl(capsule_address: int) -> None:
+    capsule = ctypes.cast(capsule_address, ctypes.py_object).value
+    if _pythonapi.PyCapsule_IsValid(capsule, b"dltensor"):  # never consumed: release it ourselves
+        managed = _pythonapi.PyCapsule_GetPointer(capsule, b"dltensor")
+        with _exports_lock:
+            _exports.pop(managed, None)
+
+
+_capsule_destructor = _CapsuleDestructor(_capsule_destructor_impl)
+
+
+def device_pointer(tensor: Tensor) -> int:
+    """The device address of the tensor's first element (GPU tensors)."""
+    storage = tensor._storage
+    pointer = getattr(storage, "pointer", None)
+    if pointer is None:
+        raise InteropError("the tensor lives in host memory (interpreter backend)")
+    return int(pointer) + tensor.offset * tensor.dtype.itemsize
+
+
+def to_dlpack(tensor: Tensor, stream: int | None = None) -> Any:
+    """A DLPack capsule sharing ``tensor``'s memory (``Tensor.__dlpack__``)."""
+    storage = tensor._live("__dlpack__")
+    if isinstance(storage, HostStorage):
+        return tensor.host_view().__dlpack__()
+    if stream not in (None, -1) and stream is not None:
+        # The consumer will use its stream: make it wait for cutile's work.
+        from cuda_core import Event, Stream
+
+        from cutile._gpu import default_stream
+
+        event = Event.create(timing=False)
+        event.record(default_stream())
+        Stream.wrap({1: 0, 2: 0}.get(stream, stream)).wait(event)
+    shape = (ctypes.c_int64 * max(tensor.ndim, 1))(*tensor.shape)
+    strides = (ctypes.c_int64 * max(tensor.ndim, 1))(*tensor.strides)
+    managed = _DLManagedTensor()
+    code, bits = _DL_OF[tensor.dtype]
+    device = int(tensor.device.split(":")[1]) if ":" in tensor.device else 0
+    managed.dl_tensor = _DLTensor(device_pointer(tensor), _DLDevice(KDL_CUDA, device), tensor.ndim,
+                                  _DLDataType(code, bits, 1), shape, strides, 0)
+    managed.manager_ctx = None
+    managed.deleter = _release_export
+    address = ctypes.addressof(managed)
+    with _exports_lock:
+        _exports[address] = (managed, shape, strides, tensor)  # alive until the consumer's deleter
+    return _pythonapi.PyCapsule_New(address, b"dltensor", ctypes.cast(_capsule_destructor, ctypes.c_void_p))
+
+
+def dlpack_device(tensor: Tensor) -> tuple[int, int]:
+    device = tensor.device
+    if device.startswith("cuda:"):
+        return (KDL_CUDA, int(device.split(":")[1]))
+    return (KDL_CPU, 0)
+
+
+def cuda_array_interface(tensor: Tensor) -> dict[str, Any]:
+    """``__cuda_array_interface__`` (version 3) of a GPU tensor."""
+    if tensor.device == "cpu":
+        raise AttributeError("__cuda_array_interface__: the tensor lives in host memory (interpreter backend)")
+    typestr = {dt.bool_: "|b1", dt.bf16: "<V2", dt.f8e4m3fn: "|V1", dt.f8e5m2: "|V1", dt.tf32: "<f4"}.get(
+        tensor.dtype, numpy_dtype(tensor.dtype).str)
+    itemsize = tensor.dtype.itemsize
+    contiguous = tensor.is_contiguous
+    return {
+        "shape": tuple(tensor.shape),
+        "typestr": typestr,
+        "data": (device_pointer(tensor), False),
+        "strides": None if contiguous else tuple(s * itemsize for s in tensor.strides),
+        "version": 3,
+        "stream": None,  # cutile's synchronous operations have finished when they return
+    }

@@ -1,0 +1,98 @@
+"""Views (slices, reshape, permute) and zero-copy exchange with other libraries."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cutile
+from cutile import api
+from cutile.core import Mut, Tensor, f32, load_tile_like
+
+BOTH_BACKENDS = True
+
+
+@cutile.entry
+def scale2d(z: Mut[Tensor[f32, ["BM", "BN"]]], x: Tensor[f32, [-1, -1]]):
+    z.store(load_tile_like(x, z) * 2)
+
+
+def test_views_match_numpy() -> None:
+    values = np.arange(6 * 8, dtype=np.float32).reshape(6, 8)
+    t = api.from_numpy(values)
+    for key in [(slice(1, 5), slice(None, None, 2)), (2,), (Ellipsis, 3), (slice(None, None, -1), 0), (-1, slice(2, 7))]:
+        np.testing.assert_array_equal(t[key].to_numpy(), values[key])
+    np.testing.assert_array_equal(t.T.to_numpy(), values.T)
+    np.testing.assert_array_equal(t.reshape(4, -1).to_numpy(), values.reshape(4, -1))
+    np.testing.assert_array_equal(t.permute(1, 0)[1:3].to_numpy(), values.T[1:3])
+    with pytest.raises(ValueError, match="not contiguous"):
+        t.T.reshape(48)
+    with pytest.raises(IndexError, match="out of bounds for axis 0"):
+        t[6]
+
+
+def test_kernel_reads_a_strided_view_and_writes_a_sub_block() -> None:
+    values = np.random.default_rng(3).standard_normal((64, 96)).astype(np.float32)
+    source = api.from_numpy(values)[8:40, ::2]          # 32 x 48, outer stride 96, inner stride 2
+    if cutile.backend() == "gpu":
+        source = api.copy(source)                       # GPU kernels need a unit inner stride
+    target = api.full([64, 64], -1.0)
+    window = target[16:48, 8:56]                        # 32 x 48 view inside a bigger tensor
+    z = window.partition([16, 16])
+    z, _ = scale2d(z, source).sync()
+    result = target.to_numpy()
+    expected = np.full((64, 64), -1.0, np.float32)
+    expected[16:48, 8:56] = values[8:40, ::2] * 2
+    np.testing.assert_array_equal(result, expected)
+
+
+def test_numpy_round_trip_without_copies(backend: str) -> None:
+    if backend != "interpreter":
+        pytest.skip("host arrays are shared zero-copy with the interpreter's tensors only")
+    array = np.arange(16, dtype=np.float32)
+    t = api.from_dlpack(array)
+    array[3] = 42.0
+    assert t.to_numpy()[3] == 42.0  # shared memory, not a copy
+    back = np.from_dlpack(t)
+    assert np.shares_memory(back, array)
+    strided = api.from_dlpack(array[::4])
+    np.testing.assert_array_equal(strided.to_numpy(), array[::4])
+
+
+def test_interop_errors_are_clear(backend: str) -> None:
+    if backend == "interpreter":
+        with pytest.raises(AttributeError, match="host memory"):
+            _ = api.zeros([4]).__cuda_array_interface__
+    with pytest.raises(cutile.CutileError, match="supports neither __dlpack__ nor __cuda_array_interface__"):
+        api.from_dlpack([1, 2, 3])
+
+
+@pytest.mark.gpu
+def test_pytorch_tensors_in_and_out_without_copies(backend: str) -> None:
+    if backend != "gpu":
+        pytest.skip("PyTorch CUDA tensors are exchanged on the GPU backend")
+    torch = pytest.importorskip("torch")
+    x = torch.randn(300, 64, device="cuda")
+    out = torch.zeros(300, 64, device="cuda")
+    z = api.from_dlpack(out).partition([64, 64])
+    z, _ = scale2d(z, api.from_dlpack(x)).sync()
+    torch.cuda.synchronize()
+    assert torch.equal(out, x * 2)  # the kernel wrote PyTorch's memory
+    mine = api.randn([128, 64], seed=5)
+    shared = torch.from_dlpack(mine)
+    assert shared.data_ptr() == api.from_dlpack(shared).__cuda_array_interface__["data"][0]
+    np.testing.assert_array_equal(shared.cpu().numpy(), mine.to_numpy())
+    cai = torch.as_tensor(mine, device="cuda")  # through __cuda_array_interface__
+    assert cai.data_ptr() == shared.data_ptr()
+
+
+@pytest.mark.gpu
+def test_cupy_exchange(backend: str) -> None:
+    if backend != "gpu":
+        pytest.skip("CuPy arrays are exchanged on the GPU backend")
+    cupy = pytest.importorskip("cupy")
+    x = cupy.arange(64 * 64, dtype=cupy.float32).reshape(64, 64)
+    z = api.zeros([64, 64]).partition([32, 32])
+    z, _ = scale2d(z, api.from_dlpack(x)).sync()
+    back = cupy.from_dlpack(z.unpartition())
+    assert bool((back == x * 2).all())
