@@ -134,6 +134,14 @@ def run_launch(kernel: Kernel, spec: Specialization, grid: tuple[int, int, int],
                options: CompileOptions) -> None:
     """Compiles (or finds) the kernel for ``spec``, launches it on cutile's stream and
     waits for it."""
+    stream = default_stream()
+    enqueue(kernel, spec, grid, arguments, options, stream)
+    stream.synchronize()
+
+
+def enqueue(kernel: Kernel, spec: Specialization, grid: tuple[int, int, int], arguments: dict[str, Any],
+            options: CompileOptions, stream: Stream) -> None:
+    """Queues the launch on ``stream`` without waiting (ownership is the caller's job)."""
     if any(d > _MAX_GRID for d in grid):
         raise LaunchError(f"{kernel.name}: grid {list(grid)} exceeds {_MAX_GRID} blocks along an axis")
     loaded = prepare(kernel, spec, options)
@@ -161,6 +169,4 @@ def run_launch(kernel: Kernel, spec: Specialization, grid: tuple[int, int, int],
     prepared = loaded.prepared
     if prepared.config.grid != grid:
         prepared.set_grid(grid)
-    stream = default_stream()
     prepared.launch(stream, *values)
-    stream.synchronize()

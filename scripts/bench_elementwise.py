@@ -1,0 +1,221 @@
+#!/usr/bin/env python3
+"""Element-wise kernels on the GPU: cutile against torch, Triton and NVIDIA's
+cuTile Python, measured in one run on one GPU.
+
+- z = x + y and z = a * x + y over 2^28 elements, fp32 and bf16, as a fraction of
+  the device-to-device copy bandwidth measured in the same run (bytes read + written);
+- host cost per launch of a 1024-element add.
+
+Targets (issue "cutile: tensors, partitions, ..."): >= 97% of copy bandwidth;
+launch overhead <= cuTile Python's. Needs a GPU, torch and triton; cuTile Python
+(package cuda-tile) is optional.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--log2n", type=int, default=28)
+    parser.add_argument("--repeats", type=int, default=30)
+    args = parser.parse_args()
+
+    import torch
+
+    import cutile
+    from cutile import _gpu, api
+    from cutile.core import Mut, Tensor, bf16, f32, load_tile_like
+
+    if cutile.backend() != "gpu":
+        print("bench_elementwise.py needs a GPU", file=sys.stderr)
+        return 2
+    import triton
+    import triton.language as tl
+
+    try:
+        import cuda.tile as ct
+    except ImportError as exc:  # optional peer
+        ct = None
+        print(f"(cuTile Python not available: {exc})")
+
+    stream = _gpu.default_stream()
+    torch_stream = torch.cuda.ExternalStream(int(stream.handle))
+    n = 1 << args.log2n
+
+    def device_time_ms(enqueue: Callable[[], None]) -> float:
+        """Median over repeats of one launch between CUDA events on cutile's stream."""
+        from cuda_core import Event
+
+        for _ in range(3):
+            enqueue()
+        samples = []
+        for _ in range(args.repeats):
+            start, end = Event.create(), Event.create()
+            start.record(stream)
+            enqueue()
+            end.record(stream)
+            end.synchronize()
+            samples.append(start.elapsed_ms(end))
+        return statistics.median(samples)
+
+    def make_kernels(dtype: Any) -> tuple[Any, Any]:
+        @cutile.entry
+        def add(z: Mut[Tensor[dtype, ["B"]]], x: Tensor[dtype, [-1]], y: Tensor[dtype, [-1]]):
+            z.store(load_tile_like(x, z) + load_tile_like(y, z))
+
+        @cutile.entry
+        def saxpy(z: Mut[Tensor[dtype, ["B"]]], x: Tensor[dtype, [-1]], y: Tensor[dtype, [-1]], a: dtype):
+            z.store(a * load_tile_like(x, z) + load_tile_like(y, z))
+
+        return add, saxpy
+
+    @triton.jit
+    def triton_add(x_ptr, y_ptr, z_ptr, n, BLOCK: tl.constexpr):
+        offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offsets < n
+        tl.store(z_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask), mask=mask)
+
+    @triton.jit
+    def triton_saxpy(x_ptr, y_ptr, z_ptr, a, n, BLOCK: tl.constexpr):
+        offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offsets < n
+        x = tl.load(x_ptr + offsets, mask=mask)
+        tl.store(z_ptr + offsets, (a * x + tl.load(y_ptr + offsets, mask=mask)).to(x.dtype), mask=mask)
+
+    if ct is not None:
+        @ct.kernel
+        def ct_add(x, y, z, tile: ct.Constant[int]):
+            bid = ct.bid(0)
+            ct.store(z, index=(bid,), tile=ct.load(x, index=(bid,), shape=(tile,)) + ct.load(y, index=(bid,), shape=(tile,)))
+
+        @ct.kernel
+        def ct_saxpy(x, y, z, a, tile: ct.Constant[int]):
+            bid = ct.bid(0)
+            ct.store(z, index=(bid,), tile=a * ct.load(x, index=(bid,), shape=(tile,)) + ct.load(y, index=(bid,), shape=(tile,)))
+
+    rows: list[tuple[str, str, str, float]] = []
+    with torch.cuda.stream(torch_stream):
+        src = torch.randn(n, device="cuda")
+        dst = torch.empty_like(src)
+        copy_ms = device_time_ms(lambda: dst.copy_(src))
+        copy_gbs = 2 * src.numel() * 4 / copy_ms / 1e6
+        del src, dst
+        for dtype, torch_dtype in ((f32, torch.float32), (bf16, torch.bfloat16)):
+            add, saxpy = make_kernels(dtype)
+            itemsize = torch.tensor([], dtype=torch_dtype).element_size()
+            moved = 3 * n * itemsize
+            xt = torch.randn(n, device="cuda").to(torch_dtype)
+            yt = torch.randn(n, device="cuda").to(torch_dtype)
+            zt = torch.full((n,), float("nan"), device="cuda", dtype=torch_dtype)
+            a = 1.75
+            torch.cuda.synchronize()
+            expected_add = (xt.float() + yt.float()).to(torch_dtype)
+            expected_saxpy = (a * xt.float() + yt.float()).to(torch_dtype)
+            x, y = api.from_dlpack(xt), api.from_dlpack(yt)
+
+            def record(workload: str, peer: str, ms: float, check: Any, expected: Any) -> None:
+                torch.cuda.synchronize()
+                ok = torch.allclose(check.float(), expected.float(), rtol=1e-2, atol=1e-2)
+                gbs = moved / ms / 1e6
+                rows.append((f"{workload} {dtype}", peer, f"{gbs:8.0f} GB/s  {gbs / copy_gbs:6.1%}" + ("" if ok else "  WRONG"), gbs))
+
+            record("add", "torch", device_time_ms(lambda: torch.add(xt, yt, out=zt)), zt, expected_add)
+            record("saxpy", "torch", device_time_ms(lambda: torch.add(yt, xt, alpha=a, out=zt)), zt, expected_saxpy)
+            for block in (1024, 4096):
+                grid = (triton.cdiv(n, block),)
+                zt.fill_(float("nan"))
+                record("add", f"triton {block}", device_time_ms(lambda: triton_add[grid](xt, yt, zt, n, BLOCK=block)), zt, expected_add)
+                zt.fill_(float("nan"))
+                record("saxpy", f"triton {block}", device_time_ms(lambda: triton_saxpy[grid](xt, yt, zt, a, n, BLOCK=block)), zt, expected_saxpy)
+            if ct is not None:
+                for tile in (1024, 4096):
+                    grid3 = (n // tile, 1, 1)
+                    zt.fill_(float("nan"))
+                    record("add", f"cuTile Python {tile}", device_time_ms(
+                        lambda: ct.launch(torch_stream, grid3, ct_add, (xt, yt, zt, tile))), zt, expected_add)
+                    zt.fill_(float("nan"))
+                    record("saxpy", f"cuTile Python {tile}", device_time_ms(
+                        lambda: ct.launch(torch_stream, grid3, ct_saxpy, (xt, yt, zt, a, tile))), zt, expected_saxpy)
+            for tile in (1024, 4096):
+                zt.fill_(float("nan"))
+                z = api.from_dlpack(zt).partition([tile])
+                for kernel, extra, workload, expected in ((add, {}, "add", expected_add), (saxpy, {"a": a}, "saxpy", expected_saxpy)):
+                    launch = kernel(z, x, y, **extra)
+                    spec, grid3 = launch.specialization()
+                    values = {"z": z._tensor, "x": x, "y": y, **extra}
+                    launch.sync()  # compile and load once
+                    ms = device_time_ms(lambda: _gpu.enqueue(kernel, spec, grid3, values, launch._options, stream))
+                    record(workload, f"cutile {tile}", ms, zt, expected)
+                    zt.fill_(float("nan"))
+                z.unpartition()
+            del xt, yt, zt, x, y
+
+    # Host cost per launch, 1024 elements, a host loop of launches.
+    count = 5000
+    small = {"x": torch.randn(1024, device="cuda"), "y": torch.randn(1024, device="cuda"), "z": torch.empty(1024, device="cuda")}
+    overhead: list[tuple[str, float]] = []
+
+    def per_launch(loop: Callable[[int], None]) -> float:
+        loop(200)
+        torch.cuda.synchronize()
+        samples = []
+        for _ in range(5):
+            start = time.perf_counter()
+            loop(count)
+            samples.append((time.perf_counter() - start) / count * 1e6)
+            torch.cuda.synchronize()
+        return statistics.median(samples)
+
+    with torch.cuda.stream(torch_stream):
+        add32, _ = make_kernels(f32)
+        xs, ys = api.from_dlpack(small["x"]), api.from_dlpack(small["y"])
+        zs = api.from_dlpack(small["z"]).partition([1024])
+
+        def cutile_sync(k: int) -> None:
+            nonlocal zs
+            for _ in range(k):
+                zs, _x, _y = add32(zs, xs, ys).sync()
+
+        def cutile_enqueue(k: int) -> None:
+            launch = add32(zs, xs, ys)
+            spec, grid3 = launch.specialization()
+            launch.sync()
+            values = {"z": zs._tensor, "x": xs, "y": ys}
+            options = launch._options
+            for _ in range(k):
+                _gpu.enqueue(add32, spec, grid3, values, options, stream)
+
+        overhead.append(("cutile add(z, x, y).sync() (launch + wait)", per_launch(cutile_sync)))
+        overhead.append(("cutile prepared enqueue (no ownership checks)", per_launch(cutile_enqueue)))
+        overhead.append(("torch.add(out=)", per_launch(lambda k: [torch.add(small["x"], small["y"], out=small["z"]) for _ in range(k)])))
+        overhead.append(("triton add[grid](...)", per_launch(lambda k: [triton_add[(1,)](small["x"], small["y"], small["z"], 1024, BLOCK=1024) for _ in range(k)])))
+        if ct is not None:
+            overhead.append(("cuTile Python ct.launch", per_launch(lambda k: [ct.launch(torch_stream, (1, 1, 1), ct_add, (small["x"], small["y"], small["z"], 1024)) for _ in range(k)])))
+
+    device = torch.cuda.get_device_name()
+    print(f"\nElement-wise bandwidth, n = 2^{args.log2n}, {device}; device-to-device copy ceiling "
+          f"{copy_gbs:.0f} GB/s (torch copy_, bytes read + written)")
+    print(f"{'workload':<14}{'peer':<22}{'bandwidth, fraction of copy'}")
+    for workload, peer, text, _ in rows:
+        print(f"{workload:<14}{peer:<22}{text}")
+    print(f"\nHost cost per launch (1024-element add, loop of {count})")
+    for name, us in overhead:
+        print(f"{name:<48}{us:8.2f} µs")
+    best = {w: max(g for ww, p, _, g in rows if ww == w and p.startswith('cutile')) for w, *_ in rows}
+    for workload, gbs in best.items():
+        print(f"best cutile {workload}: {gbs / copy_gbs:.1%} of copy (target 97%): {'met' if gbs >= 0.97 * copy_gbs else 'NOT met'}")
+    _ = np
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
