@@ -63,6 +63,12 @@ _pythonapi.PyCapsule_SetName.restype = ctypes.c_int
 _pythonapi.PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
 _pythonapi.PyCapsule_New.restype = ctypes.py_object
 _pythonapi.PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+# The capsule destructor runs while the capsule is being freed: it must look at it
+# through a raw pointer, never through a new Python reference.
+_capsule_is_valid_raw = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)(
+    ("PyCapsule_IsValid", ctypes.pythonapi))
+_capsule_pointer_raw = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", ctypes.pythonapi))
 
 _DL_CODES: dict[tuple[int, int], dt.DType] = {
     (_DL_INT, 8): dt.i8, (_DL_INT, 16): dt.i16, (_DL_INT, 32): dt.i32, (_DL_INT, 64): dt.i64,
@@ -261,9 +267,8 @@ _CapsuleDestructor = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
 
 def _capsule_destructor_impl(capsule_address: int) -> None:
-    capsule = ctypes.cast(capsule_address, ctypes.py_object).value
-    if _pythonapi.PyCapsule_IsValid(capsule, b"dltensor"):  # never consumed: release it ourselves
-        managed = _pythonapi.PyCapsule_GetPointer(capsule, b"dltensor")
+    if _capsule_is_valid_raw(capsule_address, b"dltensor"):  # never consumed: release it ourselves
+        managed = _capsule_pointer_raw(capsule_address, b"dltensor")
         with _exports_lock:
             _exports.pop(managed, None)
 
