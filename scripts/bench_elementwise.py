@@ -6,12 +6,15 @@ cuTile Python, measured in one run on one GPU.
   the device-to-device copy bandwidth measured in the same run (bytes read + written);
 - host cost per launch of a 1024-element add.
 
+Kernels are defined in a factory, so this file keeps annotations evaluated at
+definition (no `from __future__ import annotations`).
+
 Targets (issue "cutile: tensors, partitions, ..."): >= 97% of copy bandwidth;
 launch overhead <= cuTile Python's. Needs a GPU, torch and triton; cuTile Python
 (package cuda-tile) is optional.
 """
 
-from __future__ import annotations
+
 
 import argparse
 import statistics

@@ -46,9 +46,8 @@ def test_kernel_reads_a_strided_view_and_writes_a_sub_block() -> None:
     np.testing.assert_array_equal(result, expected)
 
 
-def test_numpy_round_trip_without_copies(backend: str) -> None:
-    if backend != "interpreter":
-        pytest.skip("host arrays are shared zero-copy with the interpreter's tensors only")
+@pytest.mark.interpreter_only
+def test_numpy_round_trip_without_copies() -> None:
     array = np.arange(16, dtype=np.float32)
     t = api.from_dlpack(array)
     array[3] = 42.0
@@ -68,9 +67,7 @@ def test_interop_errors_are_clear(backend: str) -> None:
 
 
 @pytest.mark.gpu
-def test_pytorch_tensors_in_and_out_without_copies(backend: str) -> None:
-    if backend != "gpu":
-        pytest.skip("PyTorch CUDA tensors are exchanged on the GPU backend")
+def test_pytorch_tensors_in_and_out_without_copies() -> None:
     torch = pytest.importorskip("torch")
     x = torch.randn(300, 64, device="cuda")
     out = torch.zeros(300, 64, device="cuda")
@@ -87,9 +84,7 @@ def test_pytorch_tensors_in_and_out_without_copies(backend: str) -> None:
 
 
 @pytest.mark.gpu
-def test_cupy_exchange(backend: str) -> None:
-    if backend != "gpu":
-        pytest.skip("CuPy arrays are exchanged on the GPU backend")
+def test_cupy_exchange() -> None:
     cupy = pytest.importorskip("cupy")
     x = cupy.arange(64 * 64, dtype=cupy.float32).reshape(64, 64)
     z = api.zeros([64, 64]).partition([32, 32])
