@@ -150,9 +150,8 @@ def from_dlpack(obj: Any) -> Tensor:
     partition of it) does. The array must live where cutile runs kernels: on the
     GPU for the GPU backend, in host memory for the interpreter.
     """
-    interface = getattr(obj, "__cuda_array_interface__", None)
-    if isinstance(interface, dict):
-        return _from_cuda_array_interface(obj, interface)
+    # DLPack first: it names dtypes exactly (the CUDA Array Interface spells
+    # bfloat16 as an anonymous 2-byte type) and orders streams on request.
     if hasattr(obj, "__dlpack__"):
         device_type, device_id = obj.__dlpack_device__() if hasattr(obj, "__dlpack_device__") else (KDL_CPU, 0)
         if device_type == KDL_CPU:
@@ -164,6 +163,9 @@ def from_dlpack(obj: Any) -> Tensor:
         except TypeError:
             capsule = obj.__dlpack__()
         return _from_capsule(capsule, obj)
+    interface = getattr(obj, "__cuda_array_interface__", None)
+    if isinstance(interface, dict):
+        return _from_cuda_array_interface(obj, interface)
     if isinstance(obj, np.ndarray):
         return _host_tensor(obj, _dtype_of_numpy(obj.dtype))
     raise InteropError(
