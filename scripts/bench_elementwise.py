@@ -40,7 +40,8 @@ if ct is not None:
     @ct.kernel
     def ct_saxpy(x, y, z, a, tile: ct.Constant[int]):  # type: ignore[no-untyped-def]
         bid = ct.bid(0)
-        ct.store(z, index=(bid,), tile=a * ct.load(x, index=(bid,), shape=(tile,)) + ct.load(y, index=(bid,), shape=(tile,)))
+        result = a * ct.load(x, index=(bid,), shape=(tile,)) + ct.load(y, index=(bid,), shape=(tile,))
+        ct.store(z, index=(bid,), tile=result.astype(z.dtype))
 
 
 def main() -> int:
