@@ -219,8 +219,8 @@ class PreparedLaunch:
     def launch(self, stream: Stream | None = None, *args: ArgValue) -> None:
         """Queues the kernel on ``stream`` (default: the legacy default stream).
 
-        ``args``, if given, are all parameters; those that are the same objects
-        as in the previous launch are not rewritten.
+        ``args``, if given, are all parameters; those equal to the previous
+        launch's (same object, or equal number) are not rewritten.
         """
         if args:
             if len(args) != len(self._slots):
@@ -229,7 +229,10 @@ class PreparedLaunch:
                 )
             last = self._last
             for index, value in enumerate(args):
-                if value is not last[index]:
+                previous = last[index]
+                # Identity first (cheap for buffers), then equality (new int objects
+                # carrying the same pointer or size need no rewrite either).
+                if value is not previous and (type(value) is not type(previous) or value != previous):
                     self._write(index, value)
         call = self._calls.get(stream)
         if call is None:

@@ -150,7 +150,7 @@ def enqueue(kernel: Kernel, spec: Specialization, grid: tuple[int, int, int], ar
         value = arguments[arg.param]
         if arg.kind == "pointer":
             storage = value._storage
-            pointer = getattr(storage, "pointer", None)
+            pointer = storage.pointer if type(storage) is DeviceStorage else getattr(storage, "pointer", None)
             if pointer is None:
                 raise LaunchError(f"{kernel.name}: parameter '{arg.param}' lives on {storage.device}, not the GPU")
             if value.strides and value.strides[-1] != 1:

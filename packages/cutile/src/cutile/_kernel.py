@@ -50,6 +50,9 @@ class Kernel:
         self._ir: dict[Specialization, KernelIR] = {}
         self._compiled: dict[tuple[Specialization, str, CompileOptions], CompiledKernel] = {}
         self._loaded: dict[tuple[Specialization, CompileOptions], Any] = {}  # the GPU backend's launchers
+        # Call signature (dtypes, shapes, constants; see _call_key) -> (specialization, grid):
+        # a repeated call skips binding the signature again.
+        self._calls: dict[tuple[Any, ...], tuple[Specialization, tuple[int, int, int]]] = {}
 
     def __repr__(self) -> str:
         return f"<cutile kernel {self.name}{' (unsafe)' if self.unsafe else ''}>"
@@ -195,7 +198,13 @@ class Launch:
 
     def specialization(self) -> tuple[Specialization, tuple[int, int, int]]:
         """The compile-time view of the arguments, and the launch grid."""
-        return describe_call(self.kernel, self.arguments, self._explicit_grid)
+        key = _call_key(self.kernel, self.arguments, self._explicit_grid)
+        found = self.kernel._calls.get(key) if key is not None else None
+        if found is None:
+            found = describe_call(self.kernel, self.arguments, self._explicit_grid)
+            if key is not None:
+                self.kernel._calls[key] = found
+        return found
 
     def sync(self) -> Any:
         """Runs the launch to completion and returns its tensor arguments.
@@ -227,6 +236,24 @@ class Launch:
 
     def __await__(self) -> Generator[Any, None, Any]:
         return _completed(self.sync()).__await__()
+
+
+def _call_key(kernel: Kernel, arguments: dict[str, Any], grid: tuple[int, int, int] | None) -> tuple[Any, ...] | None:
+    """What the specialization and grid of a call depend on, cheaply; None when an
+    argument is of a kind the full check must see (errors are reported there)."""
+    key: list[Any] = [grid]
+    for name, value in arguments.items():
+        kind = type(value)
+        if kind is Partition:
+            tensor = value._tensor
+            key.append((name, tensor.dtype, tensor.shape, value.tile_shape))
+        elif kind is Tensor:
+            key.append((name, value.dtype, value.shape))
+        elif kind in (int, float, bool):
+            key.append((name, kind, value))
+        else:
+            return None
+    return tuple(key)
 
 
 def describe_call(kernel: Kernel, arguments: dict[str, Any],
