@@ -38,6 +38,7 @@ class FakeDriver:
         self._addresses = itertools.count(0x7F0000000000, 0x100000)
         self._handles = itertools.count(0x1000)
         self.init_exception: Exception | None = None
+        self.without_param_count = False  # act as a driver older than CUDA 12.8
         # Functions by name: name -> list of (offset, size) parameters
         self.kernels: dict[str, list[tuple[int, int]]] = {
             "axpy": [(0, 8), (8, 8), (16, 4), (20, 4)],
@@ -196,6 +197,11 @@ class FakeDriver:
         if name.decode() not in self.kernels:
             return (R.CUDA_ERROR_NOT_FOUND, None)
         return (SUCCESS, name.decode())
+
+    def cuFuncGetParamCount(self, function: str) -> tuple[Any, int]:
+        if self.without_param_count:
+            return (R.CUDA_ERROR_NOT_SUPPORTED, 0)
+        return (SUCCESS, len(self.kernels[function]))
 
     def cuFuncGetParamInfo(self, function: str, index: int) -> tuple[Any, int, int]:
         params = self.kernels[function]

@@ -122,3 +122,11 @@ def test_launch_config_extended_only_for_cluster_or_cooperative() -> None:
     assert cc.LaunchConfig(4, 32, cluster=2).extended
     assert cc.LaunchConfig(4, 32, cooperative=True).extended
 
+
+
+@pytest.mark.parametrize("old_driver", [False, True])
+def test_parameter_layout_from_the_driver(fake_driver: Any, old_driver: bool) -> None:
+    fake_driver.without_param_count = old_driver
+    function = cc.Module.load(CUBIN).get_function("axpy")
+    assert function.param_layout == ((0, 8), (8, 8), (16, 4), (20, 4))
+    assert cc.Module.load(CUBIN).get_function("empty").param_layout == ()

@@ -172,13 +172,24 @@ class Function:
         """(offset, size) in bytes of each kernel parameter, read from the image."""
         if self._param_layout is None:
             api = _driver.api()
+            count: int | None = None
+            count_of = getattr(api, "cuFuncGetParamCount", None)  # CUDA 12.8+ drivers
+            if count_of is not None:
+                err, found = count_of(self.handle)
+                if not err:
+                    count = int(found)
             layout: list[tuple[int, int]] = []
-            while True:
-                err, offset, size = api.cuFuncGetParamInfo(self.handle, len(layout))
-                if err:
-                    if layout or int(err) == 1:  # INVALID_VALUE: past the last parameter
-                        break
-                    _driver.raise_error(err, "cuFuncGetParamInfo")
-                layout.append((int(offset), int(size)))
+            if count is not None:
+                for index in range(count):
+                    offset, size = _driver.call("cuFuncGetParamInfo", self.handle, index)
+                    layout.append((int(offset), int(size)))
+            else:  # older drivers: probe until the driver says there is no such parameter
+                while True:
+                    err, offset, size = api.cuFuncGetParamInfo(self.handle, len(layout))
+                    if err:
+                        if layout or int(err) == 1:  # INVALID_VALUE: past the last parameter
+                            break
+                        _driver.raise_error(err, "cuFuncGetParamInfo")
+                    layout.append((int(offset), int(size)))
             self._param_layout = tuple(layout)
         return self._param_layout
