@@ -366,7 +366,7 @@ class FrontEnd:
                     ttype = TensorType(spec.dtype, shape, False, None)
                 value = Value(ttype, p.name)
                 self.body.args.append(value)
-                params.append(KernelParam(p.name, value, "tensor"))
+                params.append(KernelParam(p.name, value, "tensor", spec))
                 env[p.name] = value
             elif p.is_constant:
                 env[p.name] = constants[p.name]

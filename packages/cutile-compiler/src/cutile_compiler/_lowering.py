@@ -157,19 +157,32 @@ class Lowering:
             vtype = param.value.type
             parts = by_param[param.name]
             if isinstance(vtype, TensorType):
-                pointer = parts[0][1]
+                spec = param.spec
+                pointer = self.assume_divisible(parts[0][1], spec.base_divisibility if spec else 1)
                 dims: list[ir.Value | int] = []
                 dynamic_dims = [v for a, v in parts if a.kind == "dim"]
-                strides = [v for a, v in parts if a.kind == "stride"]
+                dynamic_axes = [a.axis for a, v in parts if a.kind == "dim"]
+                dynamic_dims = [self.assume_divisible(v, spec.dim_divisibility(axis) if spec else 1)
+                                for v, axis in zip(dynamic_dims, dynamic_axes)]
+                strides: list[ir.Value | int] = [
+                    self.assume_divisible(v, spec.stride_fact(a.axis) if spec else 1)
+                    for a, v in parts if a.kind == "stride"]
                 it = iter(dynamic_dims)
                 for d in vtype.shape:
                     dims.append(next(it) if d is None else d)
+                if spec is not None and spec.contiguous and all(d is not None for d in vtype.shape):
+                    # A dense tensor of static shape has static strides: the view says so.
+                    static = [1] * vtype.rank
+                    for axis in range(vtype.rank - 2, -1, -1):
+                        static[axis] = static[axis + 1] * int(vtype.shape[axis + 1] or 1)
+                    strides = list(static[:-1])
                 view_type = ir.TensorViewType(
                     element_type(vtype.dtype),
                     tuple(vtype.shape),
-                    tuple([None] * (vtype.rank - 1) + [1]),
+                    tuple([s if isinstance(s, int) else None for s in strides] + [1]),
                 )
-                view = b.make_tensor_view(pointer, dynamic_dims, strides, result_types=[view_type])
+                dynamic_strides = [s for s in strides if not isinstance(s, int)]
+                view = b.make_tensor_view(pointer, dynamic_dims, dynamic_strides, result_types=[view_type])
                 info = TensorInfo(param.value, view, view_type, dims, vtype.mutable, pointer, [*strides, 1])
                 self.tensors[param.value] = info
                 self.values[param.value] = info
@@ -177,6 +190,13 @@ class Lowering:
                     self.tokens[param.value] = b.make_token()
             else:
                 self.values[param.value] = parts[0][1]
+
+    def assume_divisible(self, value: ir.Value, divisor: int) -> ir.Value:
+        """``value`` with the fact that it is a multiple of ``divisor`` (when above 1)."""
+        if divisor <= 1:
+            return value
+        result: ir.Value = self.builder.assume(value, predicate=ir.DivBy(divisor))
+        return result
 
     # -- blocks and ops ------------------------------------------------------------------
     def lower_block(self, block: Block) -> None:
