@@ -25,7 +25,14 @@ M = TensorSpec(dt.f32, (64, 64), (32, 32))
 
 def compile_kernel(function: Any, **arguments: Any) -> None:
     signature = parse_signature(function)
-    build_kernel_ir(function, signature, specialize(signature, function.__name__, arguments))
+    build_kernel_ir(function, signature, specialize(signature, function.__name__, arguments),
+                    unsafe=getattr(function, "unsafe", False))
+
+
+def unsafe(function: Any) -> Any:
+    """Marks a test kernel as @cutile.entry(unsafe=True)."""
+    function.unsafe = True
+    return function
 
 
 def helper(x):  # an undecorated Python function
@@ -216,6 +223,122 @@ def k_where_condition(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
     z.store(where(t, t, 0.0))  # <- where_condition
 
 
+def k_gather_safe(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    z.store(gather(x, arange(64)))  # <- gather_safe
+
+
+def k_atomic_safe(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    atomic_add(z, arange(64), 1.0)  # <- atomic_safe
+
+
+@unsafe
+def k_scatter_readonly(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    scatter(x, arange(64), 1.0)  # <- scatter_readonly
+
+
+@unsafe
+def k_gather_shapes(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1, -1]]):
+    v = gather(x, (arange(64), arange(32)))  # <- gather_shapes
+
+
+@unsafe
+def k_gather_rank(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1, -1]]):
+    v = gather(x, arange(64))  # <- gather_rank
+
+
+@unsafe
+def k_gather_float_index(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    v = gather(x, load_tile_like(x, z))  # <- gather_float_index
+
+
+@unsafe
+def k_atomic_float_max(z: Mut[Tensor[f32, ["B"]]]):
+    old = atomic_max(z, arange(64), 1.0)  # <- atomic_float_max
+
+
+@unsafe
+def k_atomic_order(z: Mut[Tensor[i32, ["B"]]]):
+    old = atomic_add(z, arange(64), 1, order="weak")  # <- atomic_order
+
+
+def k_own_atomic_readonly(z: Mut[Tensor[i32, ["B"]]], x: Tensor[i32, [-1]]):
+    x.atomic_add(1)  # <- own_atomic_readonly
+
+
+def k_own_atomic_shape(z: Mut[Tensor[i32, ["B"]]]):
+    z.atomic_add(zeros((32,), i32))  # <- own_atomic_shape
+
+
+def k_own_atomic_i8(z: Mut[Tensor[i8, ["B"]]]):
+    z.atomic_add(1)  # <- own_atomic_i8
+
+
+def k_print_no_format(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    print(load_tile_like(x, z))  # <- print_no_format
+
+
+def k_print_count(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    print("%f and %f", load_tile_like(x, z))  # <- print_count
+
+
+def k_print_kind(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    print("%d", load_tile_like(x, z))  # <- print_kind
+
+
+def k_print_spec(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    print("%s", load_tile_like(x, z))  # <- print_spec
+
+
+def k_print_kwarg(z: Mut[Tensor[f32, ["B"]]]):
+    print("hello", sep="")  # <- print_kwarg
+
+
+def k_assert_message(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    assert sum(load_tile_like(x, z)) > 0, 42  # <- assert_message
+
+
+def k_assert_tile(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    assert load_tile_like(x, z), "nonzero"  # <- assert_tile
+
+
+def k_assume_divisor(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    n = assume(x.shape[0], div_by=12)  # <- assume_divisor
+
+
+def k_assume_float(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    t = assume(load_tile_like(x, z), div_by=4)  # <- assume_float
+
+
+def k_latency(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    z.store(load_tile_like(x, z, latency=11))  # <- latency
+
+
+def k_allow_tma(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    z.store(x.load(index=(0,), shape=(64,), allow_tma=1))  # <- allow_tma
+
+
+def k_reduce_not_function(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    s = reduce(load_tile_like(x, z), 0, 3, 0.0)  # <- reduce_not_function
+
+
+def k_reduce_arity(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    t = load_tile_like(x, z)
+    s = reduce((t, t), 0, lambda a, b: a[0] + b[0], (0.0, 0.0))  # <- reduce_arity
+
+
+def k_reduce_identity(z: Mut[Tensor[i8, ["B"]]], x: Tensor[i8, [-1]]):
+    s = reduce(load_tile_like(x, z), 0, lambda a, b: a + b, 1000)  # <- reduce_identity
+
+
+def k_reduce_result_type(z: Mut[Tensor[i32, ["B"]]], x: Tensor[i32, [-1]]):
+    s = reduce(load_tile_like(x, z), 0, lambda a, b: a * 0.5, 0)  # <- reduce_result_type
+
+
+def k_lambda_defaults(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    f = lambda a, b=1: a + b  # <- lambda_defaults
+    z.store(f(load_tile_like(x, z)))
+
+
 CASES: list[tuple[Any, dict[str, Any], type[TileError], str, str]] = [
     (k_store_readonly, {"z": P, "x": V}, TileTypeError, "store_readonly", "this tensor is read-only; declare the parameter Mut"),
     (k_partition_mut, {"z": P}, TileTypeError, "partition_mut", "a Mut tensor is already partitioned among the blocks"),
@@ -263,6 +386,54 @@ CASES: list[tuple[Any, dict[str, Any], type[TileError], str, str]] = [
     (k_bad_call_arity, {"z": P, "x": V}, TileTypeError, "bad_call_arity", "missing a required argument: 'like'"),
     (k_unknown_method, {"z": P, "x": V}, TileSyntaxError, "unknown_method", "has no attribute 'frobnicate'"),
     (k_where_condition, {"z": P, "x": V}, TileTypeError, "where_condition", "where's condition must be a bool tile"),
+    (k_gather_safe, {"z": P, "x": V}, TileTypeError, "gather_safe",
+     r"gather at arbitrary indices needs @cutile.entry\(unsafe=True\)"),
+    (k_atomic_safe, {"z": P, "x": V}, TileTypeError, "atomic_safe",
+     r"atomic_add at arbitrary indices needs @cutile.entry\(unsafe=True\).*own tile atomically"),
+    (k_scatter_readonly, {"z": P, "x": V}, TileTypeError, "scatter_readonly", "scatter: this tensor is read-only"),
+    (k_gather_shapes, {"z": P, "x": TensorSpec(dt.f32, (64, 64))}, TileTypeError, "gather_shapes",
+     r"gather: the shapes of indices, values and mask \(\[64\], \[32\]\) do not broadcast"),
+    (k_gather_rank, {"z": P, "x": TensorSpec(dt.f32, (64, 64))}, TileTypeError, "gather_rank",
+     r"gather: a rank-2 tensor needs 2 index tile\(s\), got 1"),
+    (k_gather_float_index, {"z": P, "x": V}, TileTypeError, "gather_float_index",
+     "gather: indices must be integer tiles, got tile<64xf32>"),
+    (k_atomic_float_max, {"z": P}, TileTypeError, "atomic_float_max",
+     "atomic_max: the GPU's atomics take 32/64-bit integers, not f32"),
+    (k_atomic_order, {"z": TensorSpec(dt.i32, (256,), (64,))}, TileTypeError, "atomic_order",
+     "atomic_add: order must be one of 'relaxed', 'acquire', 'release', 'acq_rel', got 'weak'"),
+    (k_own_atomic_readonly, {"z": TensorSpec(dt.i32, (256,), (64,)), "x": TensorSpec(dt.i32, (256,))}, TileTypeError,
+     "own_atomic_readonly", r"atomic_add: this tensor is read-only; declare the parameter Mut\[Tensor\[...\]\]"),
+    (k_own_atomic_shape, {"z": TensorSpec(dt.i32, (256,), (64,))}, TileTypeError, "own_atomic_shape",
+     r"atomic_add: this block's tile has shape \[64\], the value \[32\]"),
+    (k_own_atomic_i8, {"z": TensorSpec(dt.i8, (256,), (64,))}, TileTypeError, "own_atomic_i8",
+     "atomic_add: the GPU's atomics take 32/64-bit integers, f16, bf16, f32 or f64, not i8"),
+    (k_print_no_format, {"z": P, "x": V}, TileTypeError, "print_no_format",
+     r"print\(\) in a kernel takes a constant format string first"),
+    (k_print_count, {"z": P, "x": V}, TileTypeError, "print_count",
+     r"print: the format has 2 conversion\(s\) but 1 value\(s\) were given"),
+    (k_print_kind, {"z": P, "x": V}, TileTypeError, "print_kind",
+     "print: conversion %d needs an integer or bool value, value 1 is tile<64xf32>; use %f"),
+    (k_print_spec, {"z": P, "x": V}, TileTypeError, "print_spec", "print: conversion '%s' is not supported"),
+    (k_print_kwarg, {"z": P}, TileTypeError, "print_kwarg", r"print\(\) in a kernel takes only end= as a keyword, got sep"),
+    (k_assert_message, {"z": P, "x": V}, TileTypeError, "assert_message",
+     "an assert's message must be a constant string, got int 42"),
+    (k_assert_tile, {"z": P, "x": V}, TileTypeError, "assert_tile", "the truth value of a tile<64xf32> is ambiguous"),
+    (k_assume_divisor, {"z": P, "x": V}, TileTypeError, "assume_divisor",
+     "assume: div_by must be a positive power of two, got 12"),
+    (k_assume_float, {"z": P, "x": V}, TileTypeError, "assume_float",
+     "assume: facts are stated about integer values, got tile<64xf32>"),
+    (k_latency, {"z": P, "x": V}, TileTypeError, "latency", "latency must be from 1 to 10, got 11"),
+    (k_allow_tma, {"z": P, "x": V}, TileTypeError, "allow_tma", "allow_tma must be True or False, got int 1"),
+    (k_reduce_not_function, {"z": P, "x": V}, TileTypeError, "reduce_not_function",
+     r"reduce's combine_fn must be a @cutile.function or a lambda of \(accumulator, element\), got int 3"),
+    (k_reduce_arity, {"z": P, "x": V}, TileTypeError, "reduce_arity",
+     r"reduce: combine_fn must return 2 value\(s\), like its accumulator, got f32"),
+    (k_reduce_identity, {"z": TensorSpec(dt.i8, (256,), (64,)), "x": TensorSpec(dt.i8, (256,))}, TileTypeError,
+     "reduce_identity", "reduce: the identity 1000 does not fit in i8"),
+    (k_reduce_result_type, {"z": TensorSpec(dt.i32, (256,), (64,)), "x": TensorSpec(dt.i32, (256,))}, TileTypeError,
+     "reduce_result_type", "cannot use 0.5 as a i32 value"),
+    (k_lambda_defaults, {"z": P, "x": V}, TileSyntaxError, "lambda_defaults",
+     "a lambda in a kernel takes plain positional parameters only"),
 ]
 
 
@@ -296,4 +467,4 @@ def test_mistake_is_reported_at_its_line(kernel: Any, arguments: dict[str, Any],
 
 
 def test_there_are_at_least_thirty_distinct_mistakes() -> None:
-    assert len({c[3] for c in CASES}) >= 30
+    assert len({c[3] for c in CASES}) >= 60

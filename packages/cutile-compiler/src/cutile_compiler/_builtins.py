@@ -21,7 +21,7 @@ from cutile_compiler import _dtypes as dt
 from cutile_compiler._errors import CutileError
 from cutile_compiler._ir import Value
 from cutile_compiler._opdefs.memory import PADDINGS
-from cutile_compiler._types import PartitionType, TensorType, TileType, is_power_of_two
+from cutile_compiler._types import PartitionType, TensorType, TileType, broadcast_shapes, is_power_of_two
 
 if TYPE_CHECKING:
     from cutile_compiler._frontend import FrontEnd
@@ -170,7 +170,8 @@ def num_blocks(fe: FrontEnd, node: ast.Call, axis: Any) -> Value:
 
 # -- memory --------------------------------------------------------------------------------
 @builtin
-def load_tile_like(fe: FrontEnd, node: ast.Call, tensor: Any, like: Any) -> Value:
+def load_tile_like(fe: FrontEnd, node: ast.Call, tensor: Any, like: Any, latency: Any = None,
+                   allow_tma: Any = None) -> Value:
     """The tile of ``tensor`` at the position and shape of this block's tile of ``like``
     (a Mut tensor). Elements past the end of ``tensor`` read as zero."""
     source = _tensor_arg(fe, tensor, node, "load_tile_like's first argument")
@@ -182,16 +183,20 @@ def load_tile_like(fe: FrontEnd, node: ast.Call, tensor: Any, like: Any) -> Valu
         raise fe.type_error(
             f"load_tile_like: {source.type} has rank {source.type.rank}, the tile of {target.type} rank {len(tile_shape)}", node)  # type: ignore[attr-defined]
     partition = fe.op("make_partition", [source], {"tile_shape": tile_shape, "padding": "zero"}, node=node).result
-    return fe.op("tile_load", [partition, *fe.own_index(target)], node=node).result
+    return fe.op("tile_load", [partition, *fe.own_index(target)], _hint_attrs(fe, node, latency, allow_tma),
+                 node=node).result
 
 
 @builtin
-def load(fe: FrontEnd, node: ast.Call, tensor: Any, index: Any, shape: Any, padding: Any = "zero") -> Value:
+def load(fe: FrontEnd, node: ast.Call, tensor: Any, index: Any, shape: Any, padding: Any = "zero",
+         latency: Any = None, allow_tma: Any = None) -> Value:
     """The tile of ``shape`` at tile coordinates ``index`` of ``tensor`` (elements past
-    the end read as ``padding``: zero, neg_zero, nan, pos_inf or neg_inf)."""
+    the end read as ``padding``: zero, neg_zero, nan, pos_inf or neg_inf).
+    ``latency`` (1 to 10) and ``allow_tma`` are hints to tileiras."""
     source = _tensor_arg(fe, tensor, node, "load's tensor")
     partition = _partition(fe, source, shape, padding, node)
-    return fe.op("tile_load", [partition, *_index(fe, index, source.type.rank, node)], node=node).result  # type: ignore[attr-defined]
+    return fe.op("tile_load", [partition, *_index(fe, index, source.type.rank, node)],  # type: ignore[attr-defined]
+                 _hint_attrs(fe, node, latency, allow_tma), node=node).result
 
 
 @builtin
@@ -416,6 +421,83 @@ cumsum = _scan("sum", "Inclusive prefix sums along ``axis``.")
 cumprod = _scan("prod", "Inclusive prefix products along ``axis``.")
 
 
+def _combining(fe: FrontEnd, node: ast.Call, kind: str, x: Any, axis: Any, combine_fn: Any, identity: Any,
+               attrs: dict[str, Any]) -> Any:
+    """A reduce_fn/scan_fn op whose body is ``combine_fn(accumulator, element)`` inlined."""
+    from cutile_compiler._ir import Block
+
+    is_tuple = isinstance(x, tuple)
+    tiles = [_tile(fe, v, node, f"{kind}'s tile") for v in (x if is_tuple else (x,))]
+    identities = identity if isinstance(identity, tuple) else (identity,)
+    if len(identities) != len(tiles):
+        raise fe.type_error(f"{kind}: {len(tiles)} tile(s) need {len(identities)} identity value(s), got "
+                            f"{len(identities)}", node)
+    from cutile_compiler._frontend import KernelLambda
+
+    if not (isinstance(combine_fn, (DeviceFunction, KernelLambda)) or inspect.isfunction(combine_fn)):
+        raise fe.type_error(f"{kind}'s combine_fn must be a @cutile.function or a lambda of (accumulator, element), "
+                            f"got {fe.describe(combine_fn)}", node)
+    rank = tiles[0].type.rank  # type: ignore[attr-defined]
+    if rank == 0:
+        raise fe.type_error(f"{kind}: cannot reduce a scalar", node)
+    checked: list[int | float | bool] = []
+    for tile, ident in zip(tiles, identities):
+        dtype: dt.DType = tile.type.dtype  # type: ignore[attr-defined]
+        if not isinstance(ident, _NUMBER) or (dtype.is_integer and isinstance(ident, float)):
+            raise fe.type_error(f"{kind}: the identity of a {dtype} tile must be a {dtype} number, got "
+                                f"{fe.describe(ident)}", node)
+        if dtype.is_integer and not dt.fits(int(ident), dtype):
+            raise fe.type_error(f"{kind}: the identity {ident} does not fit in {dtype}", node)
+        checked.append(int(ident) if dtype.is_integer else float(ident) if dtype.is_float else bool(ident))
+    body = Block()
+    elements, accumulators = [], []
+    for tile in tiles:
+        scalar = TileType(tile.type.dtype)  # type: ignore[attr-defined]
+        element, accumulator = Value(scalar, "element"), Value(scalar, "acc")
+        body.args += [element, accumulator]
+        elements.append(element)
+        accumulators.append(accumulator)
+    with fe.inserting(body):
+        arguments: list[Any] = [tuple(accumulators), tuple(elements)] if is_tuple else [accumulators[0], elements[0]]
+        result = call_object(fe, combine_fn, arguments, {}, node)
+        results = result if isinstance(result, tuple) else (result,)
+        if len(results) != len(tiles) or (is_tuple != isinstance(result, tuple)):
+            raise fe.type_error(f"{kind}: combine_fn must return {len(tiles)} value(s), like its accumulator, got "
+                                f"{fe.describe(result)}", node)
+        yielded = []
+        for value, accumulator in zip(results, accumulators):
+            wanted = accumulator.type
+            assert isinstance(wanted, TileType)
+            tile = fe.to_tile(value, node, like=wanted.dtype, what=f"{kind}'s combined value")
+            if tile.type != wanted:
+                if isinstance(tile.type, TileType) and tile.type.is_scalar and dt.converts_losslessly(tile.type.dtype, wanted.dtype):
+                    tile = fe.cast(tile, wanted.dtype, node)
+                else:
+                    raise fe.type_error(f"{kind}: combine_fn must return {wanted} values, got {tile.type}", node)
+            yielded.append(tile)
+        fe.op("yield", yielded, node=node)
+    name = "reduce_fn" if kind == "reduce" else "scan_fn"
+    op = fe.op(name, tiles, {"axis": _axis(fe, axis, rank, node), "identities": tuple(checked), **attrs}, [body],
+               node=node)
+    return tuple(op.results) if is_tuple else op.results[0]
+
+
+@builtin
+def reduce(fe: FrontEnd, node: ast.Call, x: Any, axis: Any, combine_fn: Any, identity: Any) -> Any:
+    """x reduced along ``axis`` by ``combine_fn(accumulator, element)`` (a device
+    function or lambda on scalars; associative and commutative), starting from
+    ``identity``. ``x`` may be a tuple of tiles of one shape, with a tuple of
+    identities; combine_fn then takes and returns tuples."""
+    return _combining(fe, node, "reduce", x, axis, combine_fn, identity, {})
+
+
+@builtin
+def scan(fe: FrontEnd, node: ast.Call, x: Any, axis: Any, combine_fn: Any, identity: Any, reverse: Any = False) -> Any:
+    """Inclusive scan of x along ``axis`` by ``combine_fn(accumulator, element)``, as
+    for `reduce` (``reverse=True`` scans from the end)."""
+    return _combining(fe, node, "scan", x, axis, combine_fn, identity, {"reverse": bool(reverse)})
+
+
 # -- matrix products ---------------------------------------------------------------------------
 @builtin
 def mma(fe: FrontEnd, node: ast.Call, a: Any, b: Any, acc: Any) -> Value:
@@ -433,6 +515,257 @@ def matmul(fe: FrontEnd, node: ast.Call, a: Any, b: Any) -> Value:
     shape = x.type.shape[:-1] + y.type.shape[-1:]  # type: ignore[attr-defined]
     zero = fe.constant(0, acc_dtype, shape, node)
     return fe.op("mma", [x, y, zero], node=node).result
+
+
+# -- element-wise memory access: gather, scatter, atomics ------------------------------------------
+def _convert_value(fe: FrontEnd, value: Any, dtype: dt.DType, node: ast.AST, what: str) -> Value:
+    tile = fe.to_tile(value, node, like=dtype, what=what)
+    if tile.type.dtype is not dtype:  # type: ignore[attr-defined]
+        if not dt.converts_losslessly(tile.type.dtype, dtype) and not isinstance(value, _NUMBER):  # type: ignore[attr-defined]
+            raise fe.type_error(f"{what}: a {tile.type} cannot become {dtype} without loss; convert it with "
+                                f".astype({dtype})", node)
+        tile = fe.cast(tile, dtype, node)
+    return tile
+
+
+def _access(fe: FrontEnd, node: ast.Call, name: str, tensor: Any, indices: Any, values: Sequence[tuple[Any, str]],
+            mask: Any, *, writes: bool) -> tuple[Value, list[Value], list[Value], Value | None]:
+    """Checks and broadcasts the operands of a gather, scatter or atomic at ``indices``."""
+    target = _tensor_arg(fe, tensor, node, f"{name}'s tensor")
+    ttype = target.type
+    assert isinstance(ttype, TensorType)
+    if not fe.unsafe:
+        raise fe.type_error(
+            f"{name} at arbitrary indices needs @cutile.entry(unsafe=True): nothing checks its indices on the GPU"
+            + ("; a safe kernel may update its own tile atomically with the Mut tensor's methods "
+               f"(z.{name}(value))" if name.startswith("atomic") else ""), node)
+    if writes and not ttype.mutable:
+        raise fe.type_error(f"{name}: this tensor is read-only; declare the parameter Mut[Tensor[...]] to write it", node)
+    items = indices if isinstance(indices, tuple) else (indices,)
+    if len(items) != ttype.rank:
+        raise fe.type_error(f"{name}: a rank-{ttype.rank} tensor needs {ttype.rank} index tile(s), got {len(items)}", node)
+    index_tiles = []
+    for axis, item in enumerate(items):
+        tile = fe.to_tile(item, node, what=f"{name}'s index along axis {axis}")
+        if not tile.type.dtype.is_integer:  # type: ignore[attr-defined]
+            raise fe.type_error(f"{name}: indices must be integer tiles, got {tile.type} along axis {axis}", node)
+        index_tiles.append(tile)
+    value_tiles = [_convert_value(fe, v, ttype.dtype, node, f"{name}'s {what}") for v, what in values]
+    mask_tile = None
+    if mask is not None:
+        mask_tile = fe.to_tile(mask, node, what=f"{name}'s mask")
+        if mask_tile.type.dtype is not dt.bool_:  # type: ignore[attr-defined]
+            raise fe.type_error(f"{name}'s mask must be a bool tile (a comparison), got {mask_tile.type}", node)
+    everything = [*index_tiles, *value_tiles, *([mask_tile] if mask_tile is not None else [])]
+    shape: tuple[int, ...] = ()
+    for tile in everything:
+        merged = broadcast_shapes(shape, tile.type.shape)  # type: ignore[attr-defined]
+        if merged is None:
+            shapes = ", ".join(str(list(t.type.shape)) for t in everything)  # type: ignore[attr-defined]
+            raise fe.type_error(f"{name}: the shapes of indices, values and mask ({shapes}) do not broadcast together", node)
+        shape = merged
+    index_tiles = [fe.broadcast_to(t, shape, node) for t in index_tiles]
+    value_tiles = [fe.broadcast_to(t, shape, node) for t in value_tiles]
+    if mask_tile is not None:
+        mask_tile = fe.broadcast_to(mask_tile, shape, node)
+    return target, index_tiles, value_tiles, mask_tile
+
+
+def _order_attrs(fe: FrontEnd, node: ast.AST, name: str, order: Any, scope: Any) -> dict[str, Any]:
+    from cutile_compiler._opdefs.pointer import ORDERS, SCOPES
+
+    if order not in ORDERS:
+        raise fe.type_error(f"{name}: order must be one of {', '.join(repr(o) for o in ORDERS)}, got {order!r}", node)
+    if scope not in SCOPES:
+        raise fe.type_error(f"{name}: scope must be one of {', '.join(repr(s) for s in SCOPES)}, got {scope!r}", node)
+    return {"order": order, "scope": scope}
+
+
+def _hint_attrs(fe: FrontEnd, node: ast.AST, latency: Any, allow_tma: Any) -> dict[str, Any]:
+    attrs: dict[str, Any] = {}
+    if latency is not None:
+        value = _static_int(fe, latency, node, "latency")
+        if not 1 <= value <= 10:
+            raise fe.type_error(f"latency must be from 1 to 10, got {value}", node)
+        attrs["latency"] = value
+    if allow_tma is not None:
+        if not isinstance(allow_tma, bool):
+            raise fe.type_error(f"allow_tma must be True or False, got {fe.describe(allow_tma)}", node)
+        attrs["allow_tma"] = allow_tma
+    return attrs
+
+
+@builtin
+def gather(fe: FrontEnd, node: ast.Call, tensor: Any, indices: Any, mask: Any = None, padding: Any = 0,
+           latency: Any = None) -> Value:
+    """The elements of ``tensor`` at ``indices`` (one integer tile per dimension;
+    shapes broadcast), where ``mask`` holds; masked-off elements read ``padding``.
+    Only in ``@cutile.entry(unsafe=True)`` kernels (the interpreter checks bounds)."""
+    target, index_tiles, _, mask_tile = _access(fe, node, "gather", tensor, indices, [], mask, writes=False)
+    if not isinstance(padding, _NUMBER):
+        raise fe.type_error(f"gather's padding must be a number, got {fe.describe(padding)}", node)
+    dtype = target.type.dtype  # type: ignore[attr-defined]
+    if dtype.is_integer and isinstance(padding, float):
+        raise fe.type_error(f"gather's padding {padding!r} is not a {dtype} value", node)
+    attrs = {"has_mask": mask_tile is not None, "padding": padding, **_hint_attrs(fe, node, latency, None)}
+    operands = [target, *index_tiles, *([mask_tile] if mask_tile is not None else [])]
+    return fe.op("gather", operands, attrs, node=node).result
+
+
+@builtin
+def scatter(fe: FrontEnd, node: ast.Call, tensor: Any, indices: Any, value: Any, mask: Any = None,
+            latency: Any = None) -> None:
+    """Writes ``value`` into the Mut ``tensor`` at ``indices`` where ``mask`` holds.
+    Only in ``@cutile.entry(unsafe=True)`` kernels (the interpreter checks bounds and races)."""
+    target, index_tiles, values, mask_tile = _access(fe, node, "scatter", tensor, indices, [(value, "value")], mask,
+                                                     writes=True)
+    attrs = {"has_mask": mask_tile is not None, **_hint_attrs(fe, node, latency, None)}
+    fe.op("scatter", [target, *index_tiles, *values, *([mask_tile] if mask_tile is not None else [])], attrs, node=node)
+    return None
+
+
+def _atomic(mode: str) -> Builtin:
+    def impl(fe: FrontEnd, node: ast.Call, tensor: Any, indices: Any, value: Any, mask: Any = None,
+             order: Any = "relaxed", scope: Any = "device") -> Value:
+        name = f"atomic_{mode}"
+        target, index_tiles, values, mask_tile = _access(fe, node, name, tensor, indices, [(value, "value")], mask,
+                                                         writes=True)
+        attrs = {"mode": mode, "has_mask": mask_tile is not None, **_order_attrs(fe, node, name, order, scope)}
+        operands = [target, *index_tiles, *values, *([mask_tile] if mask_tile is not None else [])]
+        return fe.op("atomic_rmw", operands, attrs, node=node).result
+
+    doc = (f"Atomically, element by element: ``old = tensor[i]; tensor[i] = {mode}(old, value)`` at "
+           "``indices`` (one integer tile per dimension) where ``mask`` holds; returns the old values. "
+           "``order``: relaxed, acquire, release or acq_rel; ``scope``: tl_blk, device or sys. "
+           "Only in unsafe kernels; a safe kernel updates its own tile with ``z." + f"atomic_{mode}(value)``.")
+    return Builtin(f"atomic_{mode}", impl, doc)
+
+
+atomic_add = _atomic("add")
+atomic_max = _atomic("max")
+atomic_min = _atomic("min")
+atomic_and = _atomic("and")
+atomic_or = _atomic("or")
+atomic_xor = _atomic("xor")
+atomic_xchg = _atomic("xchg")
+
+
+@builtin
+def atomic_cas(fe: FrontEnd, node: ast.Call, tensor: Any, indices: Any, expected: Any, value: Any, mask: Any = None,
+               order: Any = "relaxed", scope: Any = "device") -> Value:
+    """Atomically, element by element: where ``tensor[i] == expected`` (bit for bit),
+    writes ``value``; returns the old values. Only in unsafe kernels; a safe kernel
+    uses ``z.atomic_cas(expected, value)`` on its own tile."""
+    target, index_tiles, values, mask_tile = _access(
+        fe, node, "atomic_cas", tensor, indices, [(expected, "expected value"), (value, "value")], mask, writes=True)
+    attrs = {"has_mask": mask_tile is not None, **_order_attrs(fe, node, "atomic_cas", order, scope)}
+    operands = [target, *index_tiles, *values, *([mask_tile] if mask_tile is not None else [])]
+    return fe.op("atomic_cas", operands, attrs, node=node).result
+
+
+def _own_tile_access(fe: FrontEnd, node: ast.Call, tensor: Value) -> tuple[list[Value], Value]:
+    """The element indices of this block's own tile of a Mut tensor, and the mask of
+    those inside the tensor."""
+    ttype = tensor.type
+    assert isinstance(ttype, TensorType) and ttype.tile_shape is not None
+    shape = ttype.tile_shape
+    indices: list[Value] = []
+    inside: Value | None = None
+    for axis, extent in enumerate(shape):
+        iota = fe.op("iota", [], {"type": TileType(dt.i32, (extent,))}, node=node).result
+        start = fe.op("mul", [fe.block_id(axis), fe.constant(extent, dt.i32, node=node)], node=node).result
+        line = fe.op("add", [iota, fe.broadcast_to(start, (extent,), node)], node=node).result
+        along = tuple(extent if k == axis else 1 for k in range(len(shape)))
+        index = fe.broadcast_to(fe.op("reshape", [line], {"shape": along}, node=node).result, shape, node)
+        dim = fe.op("tensor_dim", [tensor], {"axis": axis}, node=node).result
+        below = fe.op("lt", [index, fe.broadcast_to(dim, shape, node)], node=node).result
+        inside = below if inside is None else fe.op("and", [inside, below], node=node).result
+        indices.append(index)
+    assert inside is not None
+    return indices, inside
+
+
+def _own_values(fe: FrontEnd, node: ast.Call, tensor: Value, values: Sequence[tuple[Any, str]], name: str) -> list[Value]:
+    ttype = tensor.type
+    assert isinstance(ttype, TensorType)
+    if not ttype.mutable or ttype.tile_shape is None:
+        raise fe.type_error(f"{name}: this tensor is read-only; declare the parameter Mut[Tensor[...]] to update "
+                            "its tile", node)
+    result = []
+    for value, what in values:
+        tile = _convert_value(fe, value, ttype.dtype, node, f"{name}'s {what}")
+        if tile.type.shape != ttype.tile_shape:  # type: ignore[attr-defined]
+            if broadcast_shapes(tile.type.shape, ttype.tile_shape) != ttype.tile_shape:  # type: ignore[attr-defined]
+                raise fe.type_error(f"{name}: this block's tile has shape {list(ttype.tile_shape)}, the {what} "
+                                    f"{list(tile.type.shape)}", node)  # type: ignore[attr-defined]
+            tile = fe.broadcast_to(tile, ttype.tile_shape, node)
+        result.append(tile)
+    return result
+
+
+def _own_atomic(mode: str) -> Impl:
+    def impl(fe: FrontEnd, node: ast.Call, tensor: Value, value: Any, order: Any = "relaxed",
+             scope: Any = "device") -> Value:
+        name = f"atomic_{mode}"
+        values = _own_values(fe, node, tensor, [(value, "value")], name)
+        indices, inside = _own_tile_access(fe, node, tensor)
+        attrs = {"mode": mode, "has_mask": True, **_order_attrs(fe, node, name, order, scope)}
+        return fe.op("atomic_rmw", [tensor, *indices, *values, inside], attrs, node=node).result
+    return impl
+
+
+def _own_atomic_cas(fe: FrontEnd, node: ast.Call, tensor: Value, expected: Any, value: Any, order: Any = "relaxed",
+                    scope: Any = "device") -> Value:
+    values = _own_values(fe, node, tensor, [(expected, "expected value"), (value, "value")], "atomic_cas")
+    indices, inside = _own_tile_access(fe, node, tensor)
+    attrs = {"has_mask": True, **_order_attrs(fe, node, "atomic_cas", order, scope)}
+    return fe.op("atomic_cas", [tensor, *indices, *values, inside], attrs, node=node).result
+
+
+# -- debugging ---------------------------------------------------------------------------------
+def _print(fe: FrontEnd, node: ast.Call, args: Sequence[Any], kwargs: dict[str, Any], end: str) -> None:
+    from cutile_compiler._opdefs._base import RuleError
+    from cutile_compiler._opdefs.debug import parse_format
+
+    unknown = sorted(set(kwargs) - {"end"})
+    if unknown:
+        raise fe.type_error(f"print() in a kernel takes only end= as a keyword, got {', '.join(unknown)}", node)
+    end = kwargs.get("end", end)
+    if not isinstance(end, str):
+        raise fe.type_error(f"print()'s end must be a constant string, got {fe.describe(end)}", node)
+    if not args or not isinstance(args[0], str):
+        raise fe.type_error(
+            "print() in a kernel takes a constant format string first, then the values it formats, e.g. "
+            'print("x = %f, i = %d", x, i)', node)
+    try:
+        parts = parse_format(args[0] + end.replace("%", "%%"))
+    except RuleError as exc:
+        raise fe.type_error(str(exc), node) from None
+    values = [fe.to_tile(v, node, what=f"print's value {i + 1}") for i, v in enumerate(args[1:])]
+    fe.op("print", values, {"parts": tuple(parts)}, node=node)
+    return None
+
+
+@builtin
+def printf(fe: FrontEnd, node: ast.Call, format: Any, *values: Any) -> None:
+    """Prints ``format`` (C printf conversions %d %i %u %o %x %X %c %e %E %f %F %g %G,
+    with flags, width and precision) with ``values`` (scalars or tiles; a tile prints
+    as ``[a, b, ...]``), without adding a newline. Python's ``print(format, *values)``
+    does the same and ends the line."""
+    return _print(fe, node, [format, *values], {}, "")
+
+
+@builtin
+def assume(fe: FrontEnd, node: ast.Call, x: Any, div_by: Any = None, lower: Any = None, upper: Any = None) -> Value:
+    """x, with facts the compiler may rely on: every element is a multiple of
+    ``div_by`` (a power of two) and lies in [lower, upper]. Wrong facts make wrong
+    GPU code; the interpreter checks them."""
+    value = _tile(fe, x, node, "assume's value")
+    attrs: dict[str, Any] = {}
+    for name, fact in (("div_by", div_by), ("lower", lower), ("upper", upper)):
+        if fact is not None:
+            attrs[name] = _static_int(fe, fact, node, f"assume's {name}")
+    return fe.op("assume", [value], attrs, node=node).result
 
 
 # -- compile time ------------------------------------------------------------------------------
@@ -471,17 +804,19 @@ class BoundMethod:
         self.impl = impl
 
 
-def _tensor_load(fe: FrontEnd, node: ast.Call, tensor: Value, index: Any = None, shape: Any = None, padding: Any = "zero") -> Value:
+def _tensor_load(fe: FrontEnd, node: ast.Call, tensor: Value, index: Any = None, shape: Any = None, padding: Any = "zero",
+                 latency: Any = None, allow_tma: Any = None) -> Value:
     ttype = tensor.type
     assert isinstance(ttype, TensorType)
     if index is None and shape is None:
         if ttype.tile_shape is None:
             raise fe.type_error("load() without an index loads a Mut tensor's own tile; this tensor is read-only: "
                                 "use load(index=..., shape=...) or .partition(...)", node)
-        return fe.op("tile_load", [fe.own_partition(tensor, node), *fe.own_index(tensor)], node=node).result
+        return fe.op("tile_load", [fe.own_partition(tensor, node), *fe.own_index(tensor)],
+                     _hint_attrs(fe, node, latency, allow_tma), node=node).result
     if index is None or shape is None:
         raise fe.type_error("load() takes both index= and shape= (or neither, for a Mut tensor's own tile)", node)
-    result: Value = load.impl(fe, node, tensor, index, shape, padding)
+    result: Value = load.impl(fe, node, tensor, index, shape, padding, latency, allow_tma)
     return result
 
 
@@ -519,10 +854,12 @@ def _tensor_partition(fe: FrontEnd, node: ast.Call, tensor: Value, shape: Any, p
     return _partition(fe, tensor, shape, padding, node)
 
 
-def _partition_load(fe: FrontEnd, node: ast.Call, partition: Value, index: Any) -> Value:
+def _partition_load(fe: FrontEnd, node: ast.Call, partition: Value, index: Any, latency: Any = None,
+                    allow_tma: Any = None) -> Value:
     ptype = partition.type
     assert isinstance(ptype, PartitionType)
-    return fe.op("tile_load", [partition, *_index(fe, index, ptype.tensor.rank, node)], node=node).result
+    return fe.op("tile_load", [partition, *_index(fe, index, ptype.tensor.rank, node)],
+                 _hint_attrs(fe, node, latency, allow_tma), node=node).result
 
 
 def _partition_store(fe: FrontEnd, node: ast.Call, partition: Value, index: Any, value: Any) -> None:
@@ -555,7 +892,11 @@ _TILE_METHODS: dict[str, Impl] = {
     "argmin": _bind_builtin(argmin), "cumsum": _bind_builtin(cumsum), "cumprod": _bind_builtin(cumprod),
     "extract": _bind_builtin(extract),
 }
-_TENSOR_METHODS: dict[str, Impl] = {"load": _tensor_load, "store": _tensor_store, "partition": _tensor_partition}
+_TENSOR_METHODS: dict[str, Impl] = {
+    "load": _tensor_load, "store": _tensor_store, "partition": _tensor_partition,
+    **{f"atomic_{mode}": _own_atomic(mode) for mode in ("add", "max", "min", "and", "or", "xor", "xchg")},
+    "atomic_cas": _own_atomic_cas,
+}
 _PARTITION_METHODS: dict[str, Impl] = {"load": _partition_load, "store": _partition_store, "num_tiles": _partition_num_tiles}
 
 
@@ -628,6 +969,11 @@ def _py_convert(kind: type, dtype: dt.DType) -> Impl:
     def impl(fe: FrontEnd, node: ast.Call, x: Any) -> Any:
         if isinstance(x, _NUMBER):
             return kind(x)
+        if kind is float and isinstance(x, str):  # float("inf"), float("nan")
+            try:
+                return float(x)
+            except ValueError:
+                raise fe.type_error(f"float() cannot convert {x!r}", node) from None
         return fe.cast(_tile(fe, x, node, f"{kind.__name__}()'s argument"), dtype, node)
     return impl
 
@@ -653,6 +999,8 @@ _PYTHON_BUILTINS: dict[Any, Impl] = {
 
 def call_object(fe: FrontEnd, callee: Any, args: list[Any], kwargs: dict[str, Any], node: ast.Call) -> Any:
     """Emits a call of ``callee`` found in a kernel."""
+    from cutile_compiler._frontend import KernelLambda
+
     if isinstance(callee, Builtin):
         return callee.emit(fe, node, args, kwargs)
     if isinstance(callee, BoundMethod):
@@ -663,6 +1011,8 @@ def call_object(fe: FrontEnd, callee: Any, args: list[Any], kwargs: dict[str, An
         return callee.impl(fe, node, callee.receiver, *args, **kwargs)
     if isinstance(callee, DeviceFunction):
         return fe.inline(callee.python_function, args, kwargs, node)
+    if isinstance(callee, KernelLambda):
+        return fe.call_lambda(callee, args, kwargs, node)
     if isinstance(callee, dt.DType):
         if len(args) != 1 or kwargs:
             raise fe.type_error(f"{callee}(x) converts one value", node)
@@ -679,7 +1029,7 @@ def call_object(fe: FrontEnd, callee: Any, args: list[Any], kwargs: dict[str, An
             raise fe.type_error(f"{getattr(callee, '__name__', callee)}() takes no keyword arguments in a kernel", node)
         return python_builtin(fe, node, *args)
     if callee is builtins.print:
-        raise fe.syntax_error("print() inside kernels is not supported yet", node)
+        return _print(fe, node, args, kwargs, "\n")
     if isinstance(callee, _StaticRange):
         raise fe.syntax_error("static_range() is only allowed as the iterable of a for loop", node)
     name = getattr(callee, "__qualname__", None) or getattr(callee, "__name__", None) or type(callee).__name__

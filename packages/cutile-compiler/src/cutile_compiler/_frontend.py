@@ -92,6 +92,15 @@ class _LoopContext:
     induction: tuple[str, Value, Value] | None  # (name, step, stop) for a for-loop with break
 
 
+class KernelLambda:
+    """A lambda expression written in a kernel: evaluated inline where it is called."""
+
+    def __init__(self, node: ast.Lambda, frame: _Frame) -> None:
+        self.node = node
+        self.frame = frame
+        self.__name__ = "<lambda>"
+
+
 class Flow:
     """How a statement list ended: normally, or with break/continue/return."""
 
@@ -357,7 +366,7 @@ class FrontEnd:
                     ttype = TensorType(spec.dtype, shape, False, None)
                 value = Value(ttype, p.name)
                 self.body.args.append(value)
-                params.append(KernelParam(p.name, value, "tensor"))
+                params.append(KernelParam(p.name, value, "tensor", spec))
                 env[p.name] = value
             elif p.is_constant:
                 env[p.name] = constants[p.name]
@@ -451,7 +460,16 @@ class FrontEnd:
             if not test:
                 raise self.type_error(f"assertion failed at compile time{': ' + str(message) if message else ''}", node)
             return Flow.NORMAL
-        raise self.syntax_error("assert on run-time values is not supported yet; use static_assert for compile-time checks", node)
+        if message is not None and not isinstance(message, str):
+            raise self.type_error(f"an assert's message must be a constant string, got {self.describe(message)}", node.msg)
+        if isinstance(test, Value) and isinstance(test.type, TileType) and test.type.dtype is dt.bool_:
+            condition: Value = test
+        else:
+            scalar = self.condition(test, node.test)
+            assert isinstance(scalar, Value)
+            condition = scalar
+        self.op("assert", [condition], {"message": message or ""}, node=node)
+        return Flow.NORMAL
 
     def visit_return(self, node: ast.Return) -> str:
         frame = self.frame
@@ -873,9 +891,11 @@ class FrontEnd:
             return self.subscript(self.expr(node.value), node)
         if isinstance(node, ast.Call):
             return self.call(self.expr(node.func), node)
+        if isinstance(node, ast.Lambda):
+            return KernelLambda(node, self.frame)
         if isinstance(node, ast.JoinedStr):
             raise self.syntax_error("f-strings are not supported in kernels; print() takes a format string and values", node)
-        names = {ast.Lambda: "lambda", ast.ListComp: "list comprehensions", ast.DictComp: "dict comprehensions",
+        names = {ast.ListComp: "list comprehensions", ast.DictComp: "dict comprehensions",
                  ast.SetComp: "set comprehensions", ast.GeneratorExp: "generator expressions", ast.Dict: "dicts",
                  ast.Set: "sets", ast.Starred: "starred expressions", ast.NamedExpr: "the walrus operator",
                  ast.Await: "await", ast.Yield: "yield", ast.YieldFrom: "yield from"}
@@ -964,6 +984,23 @@ class FrontEnd:
         return call_object(self, callee, args, kwargs, node)
 
     # -- device functions ------------------------------------------------------------
+    def call_lambda(self, function: KernelLambda, args: list[Any], kwargs: dict[str, Any], node: ast.AST) -> Any:
+        """Evaluates a lambda written in the kernel, its parameters bound to ``args``."""
+        spec = function.node.args
+        names = [a.arg for a in [*spec.posonlyargs, *spec.args]]
+        if spec.vararg or spec.kwarg or spec.kwonlyargs or spec.defaults:
+            raise self.syntax_error("a lambda in a kernel takes plain positional parameters only", function.node)
+        if kwargs or len(args) != len(names):
+            raise self.type_error(f"the lambda takes {len(names)} argument(s), got {len(args)}", node)
+        outer = function.frame
+        frame = _Frame(outer.source, {**outer.env, **dict(zip(names, args))}, outer.globals, outer.closure)
+        self.frames.append(frame)
+        try:
+            return self.expr(function.node.body)
+        finally:
+            self.frames.pop()
+
+
     def inline(self, function: Any, args: list[Any], kwargs: dict[str, Any], node: ast.Call) -> Any:
         import inspect
 

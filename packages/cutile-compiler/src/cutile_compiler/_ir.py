@@ -19,6 +19,7 @@ from cutile_compiler._types import KType
 
 if TYPE_CHECKING:
     from cutile_compiler._opdefs import OpDef
+    from cutile_compiler._signature import TensorSpec
 
 _ids = itertools.count()
 
@@ -95,6 +96,7 @@ class KernelParam:
     name: str
     value: Value  # an argument of the kernel's body block
     kind: str  # "tensor" or "scalar"
+    spec: TensorSpec | None = None  # a tensor's facts (divisibility, contiguity)
 
 
 @dataclass

@@ -23,6 +23,7 @@ import cutile_ir as ir
 
 from cutile_compiler import _dtypes as dt
 from cutile_compiler._errors import SourceLocation, TileCompilerError
+from cutile_compiler._hints import KernelHints
 from cutile_compiler._ir import Block, KernelIR, Operation, Value
 from cutile_compiler._types import KType, PartitionType, TensorType, TileType
 
@@ -31,7 +32,6 @@ _ELEMENT: dict[str, ir.ScalarType] = {
     "bf16": ir.BF16, "f32": ir.F32, "f64": ir.F64, "tf32": ir.TF32, "f8E4M3FN": ir.F8E4M3FN,
     "f8E5M2": ir.F8E5M2,
 }
-MEMORY_OPS = frozenset({"tile_load", "tile_store"})
 
 
 def element_type(dtype: dt.DType) -> ir.ScalarType:
@@ -83,6 +83,8 @@ class TensorInfo:
     view_type: ir.TensorViewType
     dims: list[ir.Value | int]
     mutable: bool
+    pointer: ir.Value | None = None
+    strides: list[ir.Value | int] | None = None  # in elements; the innermost is 1
 
 
 @dataclass
@@ -94,13 +96,17 @@ class PartitionInfo:
 class Lowering:
     """Builds the Tile IR module of one kernel."""
 
-    def __init__(self, kernel: KernelIR, version: ir.Version) -> None:
+    def __init__(self, kernel: KernelIR, version: ir.Version, arch: str | None = None,
+                 hints: KernelHints | None = None) -> None:
         self.kernel = kernel
         self.version = version
+        self.arch = arch
+        self.hints = hints if hints is not None else KernelHints()
         self.module = ir.Module()
         self.values: dict[Value, Any] = {}
         self.tensors: dict[Value, TensorInfo] = {}
-        self.tokens: dict[Value, ir.Value] = {}
+        self.tokens: dict[Any, ir.Value] = {}  # token chains: writable tensors and named chains
+        self.producers: dict[Value, Operation] = {op_result: op for op in kernel.walk() for op_result in op.results}
         self.regions: list[tuple[str, list[Value]]] = []  # enclosing (kind, threaded tensors)
         self.touched_cache: dict[int, list[Value]] = {}
         self.abi = kernel_abi(kernel)
@@ -130,9 +136,14 @@ class Lowering:
             else:
                 assert arg.dtype is not None
                 arg_types.append(ir.scalar(element_type(arg.dtype)))
-        function = ir.add_function(self.module, kernel.name, arg_types, loc=self.ir_location(kernel.location))
+        entry_hints = self.hints.for_arch(self.arch)
+        function = ir.add_function(self.module, kernel.name, arg_types, hints=entry_hints or None,
+                                   loc=self.ir_location(kernel.location))
         self.builder = ir.Builder(function, self.ir_location(kernel.location))
         self.bind_parameters(function.args)
+        chains = {c for op in kernel.walk() if isinstance(c := self.chain_of(op), str)}
+        for chain in sorted(chains):
+            self.tokens[chain] = self.builder.make_token()
         self.lower_block(kernel.body)
         self.builder.return_()
         return self.module
@@ -146,26 +157,46 @@ class Lowering:
             vtype = param.value.type
             parts = by_param[param.name]
             if isinstance(vtype, TensorType):
-                pointer = parts[0][1]
+                spec = param.spec
+                pointer = self.assume_divisible(parts[0][1], spec.base_divisibility if spec else 1)
                 dims: list[ir.Value | int] = []
                 dynamic_dims = [v for a, v in parts if a.kind == "dim"]
-                strides = [v for a, v in parts if a.kind == "stride"]
+                dynamic_axes = [a.axis for a, v in parts if a.kind == "dim"]
+                dynamic_dims = [self.assume_divisible(v, spec.dim_divisibility(axis) if spec else 1)
+                                for v, axis in zip(dynamic_dims, dynamic_axes)]
+                strides: list[ir.Value | int] = [
+                    self.assume_divisible(v, spec.stride_fact(a.axis) if spec else 1)
+                    for a, v in parts if a.kind == "stride"]
                 it = iter(dynamic_dims)
                 for d in vtype.shape:
                     dims.append(next(it) if d is None else d)
+                if spec is not None and spec.contiguous and all(d is not None for d in vtype.shape):
+                    # A dense tensor of static shape has static strides: the view says so.
+                    static = [1] * vtype.rank
+                    for axis in range(vtype.rank - 2, -1, -1):
+                        static[axis] = static[axis + 1] * int(vtype.shape[axis + 1] or 1)
+                    strides = list(static[:-1])
                 view_type = ir.TensorViewType(
                     element_type(vtype.dtype),
                     tuple(vtype.shape),
-                    tuple([None] * (vtype.rank - 1) + [1]),
+                    tuple([s if isinstance(s, int) else None for s in strides] + [1]),
                 )
-                view = b.make_tensor_view(pointer, dynamic_dims, strides, result_types=[view_type])
-                info = TensorInfo(param.value, view, view_type, dims, vtype.mutable)
+                dynamic_strides = [s for s in strides if not isinstance(s, int)]
+                view = b.make_tensor_view(pointer, dynamic_dims, dynamic_strides, result_types=[view_type])
+                info = TensorInfo(param.value, view, view_type, dims, vtype.mutable, pointer, [*strides, 1])
                 self.tensors[param.value] = info
                 self.values[param.value] = info
                 if vtype.mutable:
                     self.tokens[param.value] = b.make_token()
             else:
                 self.values[param.value] = parts[0][1]
+
+    def assume_divisible(self, value: ir.Value, divisor: int) -> ir.Value:
+        """``value`` with the fact that it is a multiple of ``divisor`` (when above 1)."""
+        if divisor <= 1:
+            return value
+        result: ir.Value = self.builder.assume(value, predicate=ir.DivBy(divisor))
+        return result
 
     # -- blocks and ops ------------------------------------------------------------------
     def lower_block(self, block: Block) -> None:
@@ -183,34 +214,46 @@ class Lowering:
             self.values[value] = result
 
     # -- tokens ---------------------------------------------------------------------------
-    def touched(self, op: Operation) -> list[Value]:
-        """The writable tensors whose loads or stores lie inside ``op``'s regions, in
-        parameter order (their tokens are threaded through ``op``)."""
+    def touched(self, op: Operation) -> list[Any]:
+        """The token chains (writable tensors in parameter order, then other chains
+        such as prints) used inside ``op``'s regions: they are threaded through ``op``."""
         cached = self.touched_cache.get(id(op))
         if cached is not None:
             return cached
-        found: set[Value] = set()
+        found: set[Any] = set()
         for region in op.regions:
             for inner in region.walk():
-                if inner.name in MEMORY_OPS:
-                    partition = inner.operands[0]
-                    tensor = self.tensor_of_partition(partition)
-                    if tensor is not None and tensor.mutable:
-                        found.add(tensor.value)
-        ordered = [t for t in self.tensors if t in found]
+                chain = self.chain_of(inner)
+                if chain is not None:
+                    found.add(chain)
+        ordered: list[Any] = [t for t in self.tensors if t in found]
+        ordered += sorted(c for c in found if isinstance(c, str))
         self.touched_cache[id(op)] = ordered
         return ordered
 
-    def tensor_of_partition(self, partition: Value) -> TensorInfo | None:
-        info = self.values.get(partition)
-        if isinstance(info, PartitionInfo):
-            return info.tensor
-        return None
+    def chain_of(self, op: Operation) -> Any:
+        """The token chain ``op`` takes part in: a writable tensor's `Value`, a named
+        chain, or None (reads of read-only tensors need no ordering)."""
+        resource = op.opdef.ordered_resource(op)
+        if resource is None or isinstance(resource, str):
+            return resource
+        tensor = self.tensor_value(resource)
+        info = self.tensors.get(tensor) if tensor is not None else None
+        return tensor if info is not None and info.mutable else None
 
-    def token_values(self, tensors: Sequence[Value]) -> list[ir.Value]:
+    def tensor_value(self, value: Value) -> Value | None:
+        """The tensor parameter a partition (or tensor) value comes from."""
+        while value not in self.tensors:
+            producer = self.producers.get(value)
+            if producer is None or not producer.operands:
+                return None
+            value = producer.operands[0]
+        return value
+
+    def token_values(self, tensors: Sequence[Any]) -> list[ir.Value]:
         return [self.tokens[t] for t in tensors]
 
-    def set_tokens(self, tensors: Sequence[Value], values: Sequence[ir.Value]) -> None:
+    def set_tokens(self, tensors: Sequence[Any], values: Sequence[ir.Value]) -> None:
         for tensor, value in zip(tensors, values):
             self.tokens[tensor] = value
 
@@ -223,6 +266,20 @@ class Lowering:
             self.tokens = saved
 
     # -- helpers for op lowerings ---------------------------------------------------------------
+    def hint_attrs(self, op: Operation) -> dict[str, Any]:
+        """``{"optimization_hints": ...}`` for a memory op that has hints, else ``{}``."""
+        hints = self.load_hints(op)
+        return {} if hints is None else {"optimization_hints": hints}
+
+    def load_hints(self, op: Operation) -> ir.OptimizationHints | None:
+        """The ``optimization_hints`` of a memory op (latency, allow_tma), for the
+        target arch (every arch the kernel's hints name when it is not known)."""
+        values: dict[str, int | bool] = {k: op.attrs[k] for k in ("latency", "allow_tma") if k in op.attrs}
+        if not values:
+            return None
+        archs = [self.arch] if self.arch else sorted({*self.hints.archs(), "sm_90", "sm_100"})
+        return ir.OptimizationHints.of({arch: values for arch in archs})
+
     def constant(self, value: int | float | bool, ktype: TileType) -> ir.Value:
         return self.builder.constant(value, tile_type(ktype))
 
@@ -239,12 +296,14 @@ class Lowering:
         return converted
 
 
-def lower_kernel(kernel: KernelIR, version: ir.Version | str = "13.3") -> ir.Module:
-    """The Tile IR module of ``kernel``, for bytecode ``version``."""
+def lower_kernel(kernel: KernelIR, version: ir.Version | str = "13.3", arch: str | None = None,
+                 hints: KernelHints | None = None) -> ir.Module:
+    """The Tile IR module of ``kernel``, for bytecode ``version`` and GPU ``arch``
+    (when known, hints are emitted for it alone)."""
     from cutile_compiler import _opdefs  # noqa: F401  (registers every op's lowering)
 
     parsed = version if isinstance(version, ir.Version) else ir.Version(*map(int, str(version).split(".")))
-    return Lowering(kernel, parsed).run()
+    return Lowering(kernel, parsed, arch, hints).run()
 
 
 __all__ = ["AbiArg", "Lowering", "PartitionInfo", "TensorInfo", "element_type", "kernel_abi", "lower_kernel",

@@ -109,7 +109,7 @@ def compile_kernel(
         _dump(name, spec, "ast", "ast.txt", ast.dump(capture(function).tree, indent=2, include_attributes=True))
     if "ir" in dump:
         _dump(name, spec, "ir", "ir.txt", format_kernel(kernel_ir))
-    module = lower_kernel(kernel_ir, version)
+    module = lower_kernel(kernel_ir, version, arch, options.hints if options is not None else None)
     try:
         bytecode = ir.write_bytecode(module, version)
     except ir.IRError as exc:

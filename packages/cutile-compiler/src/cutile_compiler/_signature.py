@@ -178,13 +178,80 @@ def parse_signature(function: Any) -> KernelSignature:
     return signature
 
 
+#: Divisibility facts are capped at this power of two (bigger ones add no speed and
+#: would multiply specializations).
+MAX_DIVISIBILITY = 16
+
+
+def divisibility(value: int, cap: int = MAX_DIVISIBILITY) -> int:
+    """The largest power of two (at most ``cap``) dividing ``value``; ``cap`` for 0."""
+    if value == 0:
+        return cap
+    return min(cap, value & -value)
+
+
 @dataclass(frozen=True)
 class TensorSpec:
-    """What a compile needs to know of a tensor argument."""
+    """What a compile needs to know of a tensor argument; part of the compile key.
+
+    The runtime fills, besides dtype, shape and tile shape, facts that let
+    tileiras vectorize (all defaults are "nothing known", always correct):
+
+    - ``base_divisibility``: the largest power of two, capped at
+      `MAX_DIVISIBILITY`, dividing the address of element 0 in bytes
+      (``divisibility(ptr)``);
+    - ``shape_divisibility``: per dimension, ``divisibility(shape[i])``
+      (empty: unknown);
+    - ``stride_divisibility``: per dimension, ``divisibility(strides[i])``,
+      strides in elements (empty: unknown);
+    - ``contiguous``: the tensor is dense row-major (strides are the suffix
+      products of the shape).
+
+    The kernel ABI passes every stride but the innermost, which must be 1.
+    """
 
     dtype: DType
     shape: tuple[int, ...]
     tile_shape: tuple[int, ...] | None = None  # for a partitioned (Mut) argument
+    base_divisibility: int = 1
+    shape_divisibility: tuple[int, ...] = ()
+    stride_divisibility: tuple[int, ...] = ()
+    contiguous: bool = False
+
+    def __post_init__(self) -> None:
+        facts = [self.base_divisibility, *self.shape_divisibility, *self.stride_divisibility]
+        for fact in facts:
+            if isinstance(fact, bool) or not isinstance(fact, int) or fact < 1 or fact & (fact - 1) \
+                    or fact > MAX_DIVISIBILITY:
+                raise ValueError(f"TensorSpec: divisibility facts are powers of two up to {MAX_DIVISIBILITY}, "
+                                 f"got {fact!r}")
+        for name, facts_of in (("shape_divisibility", self.shape_divisibility),
+                               ("stride_divisibility", self.stride_divisibility)):
+            if facts_of and len(facts_of) != len(self.shape):
+                raise ValueError(f"TensorSpec: {name} has {len(facts_of)} entries for a rank-{len(self.shape)} tensor")
+
+    @staticmethod
+    def describe(dtype: DType, shape: Sequence[int], strides: Sequence[int], address: int,
+                 tile_shape: tuple[int, ...] | None = None) -> TensorSpec:
+        """The spec of a tensor with these shape, strides (in elements) and base
+        address (in bytes), with every fact filled: what the runtime should call."""
+        shape = tuple(shape)
+        dense = all(strides[i] == _suffix_product(shape, i + 1) for i in range(len(shape)) if shape[i] != 1)
+        return TensorSpec(dtype, shape, tile_shape, divisibility(address),
+                          tuple(divisibility(d) for d in shape), tuple(divisibility(s) for s in strides), dense)
+
+    def dim_divisibility(self, axis: int) -> int:
+        return self.shape_divisibility[axis] if self.shape_divisibility else 1
+
+    def stride_fact(self, axis: int) -> int:
+        return self.stride_divisibility[axis] if self.stride_divisibility else 1
+
+
+def _suffix_product(shape: tuple[int, ...], start: int) -> int:
+    product = 1
+    for extent in shape[start:]:
+        product *= extent
+    return product
 
 
 @dataclass(frozen=True)

@@ -33,11 +33,12 @@ import signal
 import subprocess
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cutile_compiler import _config
 from cutile_compiler._errors import CutileError
+from cutile_compiler._hints import KernelHints
 
 __all__ = [
     "RECOMMENDED_RELEASE",
@@ -200,8 +201,14 @@ class CompileOptions:
     lineinfo: bool = False
     device_debug: bool = False
     extra_args: tuple[str, ...] = ()
+    #: kernel optimization hints per arch (`_hints.KernelHints`); they go into the
+    #: bytecode, not the command line
+    hints: KernelHints = field(default_factory=KernelHints)
 
     def __post_init__(self) -> None:
+        given: object = self.hints  # callers may pass a plain dict
+        if not isinstance(given, KernelHints):
+            object.__setattr__(self, "hints", KernelHints.parse(given, "CompileOptions.hints"))  # type: ignore[arg-type]
         if isinstance(self.opt_level, bool) or not isinstance(self.opt_level, int) or not 0 <= self.opt_level <= 3:
             raise ValueError(f"CompileOptions.opt_level must be an int from 0 to 3, got {self.opt_level!r}")
         if self.device_debug and self.opt_level != 0:

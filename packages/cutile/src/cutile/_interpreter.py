@@ -10,6 +10,7 @@ ever wrote.
 from __future__ import annotations
 
 import itertools
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -166,4 +167,80 @@ class Interpreter:
         return tuple(state.view.shape)
 
     def emit_print(self, op: Operation, text: str) -> None:
-        print(f"[block {self.block_id}] {text}")
+        # A one-block grid prints exactly what the GPU's printf prints; with more
+        # blocks each line says which block printed it (the interpreter runs them in turn).
+        if self.grid != (1, 1, 1):
+            prefix = f"[block {self.block_id}] "
+            text = "".join(prefix + line for line in text.splitlines(keepends=True))
+        sys.stdout.write(text)
+
+    def _positions(self, op: Operation, state: _TensorState, indices: Sequence[Any], mask: Any,
+                   what: str) -> tuple[tuple[Any, ...], Any]:
+        """The (index arrays, selection) of the unmasked elements, bounds checked."""
+        arrays = [np.asarray(i).astype(np.int64) for i in indices]
+        selected = np.ones(arrays[0].shape, dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
+        for axis, index in enumerate(arrays):
+            extent = state.view.shape[axis]
+            bad = selected & ((index < 0) | (index >= extent))
+            if bad.any():
+                where = tuple(int(c[0]) for c in np.nonzero(bad))
+                element = [int(a[where]) for a in arrays]
+                raise self.runtime_error(
+                    op, f"{what} of '{state.name}' at index {element} is out of bounds for shape "
+                        f"{list(state.view.shape)} (element {list(where)} of the index tiles)")
+        return tuple(a[selected] for a in arrays), selected
+
+    def gather(self, op: Operation, tensor: Any, indices: Sequence[Any], mask: Any) -> Any:
+        state: _TensorState = tensor
+        chosen, selected = self._positions(op, state, indices, mask, "gather")
+        if state.check_reads and state.initialized is not None and not state.initialized[chosen].all():
+            missing = [int(c[np.argmin(state.initialized[chosen])]) for c in chosen]
+            raise KernelRuntimeError(
+                f"block {self.block_id} reads element {missing} of '{state.name}', which nothing has written "
+                "(checked mode)", op.location)
+        result = np.zeros(selected.shape, dtype=state.view.dtype)
+        result[selected] = state.view[chosen]
+        return result
+
+    def _claim(self, op: Operation, state: _TensorState, chosen: tuple[Any, ...]) -> None:
+        """Records this block as the writer of the chosen elements; refuses a race."""
+        if state.writer is None:
+            return
+        linear = self.block_id[0] + self.grid[0] * (self.block_id[1] + self.grid[1] * self.block_id[2])
+        previous = state.writer[chosen]
+        clash = (previous != -1) & (previous != linear)
+        if clash.any():
+            first = int(np.argmax(clash))
+            other = int(previous[first])
+            ox, oy, oz = other % self.grid[0], (other // self.grid[0]) % self.grid[1], other // (self.grid[0] * self.grid[1])
+            raise KernelRuntimeError(
+                f"race: blocks {(ox, oy, oz)} and {self.block_id} both write element "
+                f"{[int(c[first]) for c in chosen]} of '{state.name}'", op.location)
+        state.writer[chosen] = linear
+
+    def scatter(self, op: Operation, tensor: Any, indices: Sequence[Any], value: Any, mask: Any) -> None:
+        state: _TensorState = tensor
+        chosen, selected = self._positions(op, state, indices, mask, "scatter")
+        self._claim(op, state, chosen)
+        state.view[chosen] = np.asarray(value)[selected]
+        if state.initialized is not None:
+            state.initialized[chosen] = True
+
+    def atomic(self, op: Operation, tensor: Any, indices: Sequence[Any], mask: Any, update: Any) -> Any:
+        state: _TensorState = tensor
+        chosen, selected = self._positions(op, state, indices, mask, "atomic update")
+        old = np.zeros(selected.shape, dtype=state.view.dtype)
+        flat_old = old.reshape(-1)
+        positions = np.flatnonzero(selected)
+        view = state.view
+        for number, position in enumerate(positions):
+            element = tuple(int(c[number]) for c in chosen)
+            previous = view[element]
+            flat_old[position] = previous
+            view[element] = update(previous, int(position))
+        if state.initialized is not None:
+            state.initialized[chosen] = True
+        return old
+
+    def runtime_error(self, op: Operation, message: str) -> Exception:
+        return KernelRuntimeError(f"in block {self.block_id}: {message}", op.location)

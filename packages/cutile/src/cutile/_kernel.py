@@ -9,10 +9,11 @@ the grid (inferred from the Mut partitions, which must agree).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import weakref
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping
 from typing import Any, TypeVar, overload
 
 from cutile import _backend
@@ -21,12 +22,14 @@ from cutile._tensor import Partition, Storage, Tensor, _Hold
 from cutile_compiler._builtins import DeviceFunction
 from cutile_compiler._dtypes import DType
 from cutile_compiler._frontend import build_kernel_ir
+from cutile_compiler._hints import HintError, KernelHints
 from cutile_compiler._ir import KernelIR
 from cutile_compiler._pipeline import CompiledKernel, compile_kernel
 from cutile_compiler._toolchain import CompileOptions
 from cutile_compiler._signature import (
     ConstantAnnotation,
     KernelSignature,
+    SignatureError,
     Specialization,
     SpecializationError,
     TensorAnnotation,
@@ -40,10 +43,15 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 class Kernel:
     """A ``@cutile.entry`` function. Calling it returns a lazy `Launch`."""
 
-    def __init__(self, function: Callable[..., Any], *, unsafe: bool = False) -> None:
+    def __init__(self, function: Callable[..., Any], *, unsafe: bool = False,
+                 hints: Mapping[str, Any] | None = None) -> None:
         functools.update_wrapper(self, function)
         self.function = function
         self.unsafe = unsafe
+        try:
+            self.hints = KernelHints.parse(hints, f"@cutile.entry of {function.__name__}: hints")
+        except HintError as exc:
+            raise SignatureError(str(exc)) from None
         self.name = function.__name__
         self.signature: KernelSignature = parse_signature(function)
         self._python_signature = inspect.signature(function)
@@ -76,6 +84,8 @@ class Kernel:
         """The cubin for one specialization and architecture (compiled once per process,
         and cached on disk across processes)."""
         opts = options or CompileOptions()
+        if self.hints:  # the entry's hints, under those of the launch
+            opts = dataclasses.replace(opts, hints=self.hints.merged(opts.hints))
         key = (spec, arch, opts)
         found = self._compiled.get(key)
         if found is None:
@@ -88,15 +98,19 @@ class Kernel:
 @overload
 def entry(function: _F, /) -> Kernel: ...
 @overload
-def entry(*, unsafe: bool = False) -> Callable[[Callable[..., Any]], Kernel]: ...
+def entry(*, unsafe: bool = False, hints: Mapping[str, Any] | None = None) -> Callable[[Callable[..., Any]], Kernel]: ...
 
 
-def entry(function: Callable[..., Any] | None = None, /, *, unsafe: bool = False) -> Any:
+def entry(function: Callable[..., Any] | None = None, /, *, unsafe: bool = False,
+          hints: Mapping[str, Any] | None = None) -> Any:
     """Declares a kernel. ``@cutile.entry(unsafe=True)`` unlocks stores outside a
-    block's own tiles (and the interpreter then checks them for races)."""
+    block's own tiles, gathers, scatters and atomics at arbitrary indices (and the
+    interpreter then checks them for bounds and races). ``hints`` are tileiras's
+    optimization hints, general or per arch: ``{"sm_90": {"num_worker_warps": 8},
+    "occupancy": 1}`` (names: num_ctas, occupancy, num_worker_warps)."""
     if function is None:
-        return lambda f: Kernel(f, unsafe=unsafe)
-    return Kernel(function, unsafe=unsafe)
+        return lambda f: Kernel(f, unsafe=unsafe, hints=hints)
+    return Kernel(function, unsafe=unsafe, hints=hints)
 
 
 def function(python_function: Callable[..., Any]) -> DeviceFunction:
@@ -176,9 +190,15 @@ class Launch:
         self._explicit_grid = dims
         return self
 
-    def compile_options(self, *, opt_level: int = 3, lineinfo: bool = False) -> Launch:
-        """tileiras options for this launch (part of the compile cache key)."""
-        self._options = CompileOptions(opt_level=opt_level, lineinfo=lineinfo)
+    def compile_options(self, *, opt_level: int = 3, lineinfo: bool = False,
+                        hints: Mapping[str, Any] | None = None) -> Launch:
+        """tileiras options for this launch (part of the compile cache key); ``hints``
+        as for `entry`, over the entry's own."""
+        try:
+            parsed = KernelHints.parse(hints, f"{self.kernel.name}.compile_options: hints")
+        except HintError as exc:
+            raise LaunchError(str(exc)) from None
+        self._options = CompileOptions(opt_level=opt_level, lineinfo=lineinfo, hints=parsed)
         return self
 
     def compile(self) -> Launch:
@@ -305,7 +325,9 @@ def describe_call(kernel: Kernel, arguments: dict[str, Any],
                 f"{list(partitions[0][1])} tiles, '{param}' {list(tiles)}")
     padded = None if grid is None else (tuple(grid) + (1, 1, 1))[:3]
     if explicit_grid is not None:
-        if padded is not None and padded != explicit_grid:
+        # An unsafe kernel may run on another grid than its partitions' (a persistent
+        # kernel loops over the tiles itself); the interpreter still checks its stores.
+        if padded is not None and padded != explicit_grid and not kernel.unsafe:
             raise LaunchError(
                 f"{name}: the explicit grid {list(explicit_grid)} disagrees with the grid "
                 f"{list(padded)} of the Mut partitions")
@@ -331,7 +353,9 @@ def compile(kernel: Kernel, *args: Any, arch: str = "sm_90", opt_level: int = 3,
         bound = kernel._python_signature.bind_partial(*args, **kwargs)
     except TypeError as exc:
         raise LaunchError(f"{kernel.name}: {exc}") from None
-    spec, _ = describe_call(kernel, dict(bound.arguments))
+    # The grid does not enter a compile; a kernel without Mut tensors needs none here.
+    grid = None if kernel.signature.mutable else (1, 1, 1)
+    spec, _ = describe_call(kernel, dict(bound.arguments), grid)
     return kernel.compiled(spec, arch, CompileOptions(opt_level=opt_level))
 
 

@@ -13,7 +13,7 @@ Ops are registered by name in `OPS`; one module per family.
 from __future__ import annotations
 
 from cutile_compiler._opdefs._base import OPS, EvalContext, OpDef, RuleError, Terminator, register
-from cutile_compiler._opdefs import control, elementwise, grid, matmul, memory, reduction, shape
+from cutile_compiler._opdefs import control, debug, elementwise, grid, matmul, memory, pointer, reduction, shape
 
 __all__ = ["OPS", "EvalContext", "OpDef", "RuleError", "Terminator", "register",
-           "control", "elementwise", "grid", "matmul", "memory", "reduction", "shape"]
+           "control", "debug", "elementwise", "grid", "matmul", "memory", "pointer", "reduction", "shape"]

@@ -46,6 +46,29 @@ class EvalContext(Protocol):
         ...
 
     def emit_print(self, op: Operation, text: str) -> None:
+        """Writes what a ``print`` op printed (the text ends with its own newline)."""
+        ...
+
+    def runtime_error(self, op: Operation, message: str) -> Exception:
+        """The exception for a kernel failing at ``op`` (an assert, an index out of
+        bounds); it names the block and the op's source line."""
+        ...
+
+    def gather(self, op: Operation, tensor: Any, indices: Sequence[Any], mask: Any) -> Any:
+        """The elements of ``tensor`` at ``indices`` (one integer array per axis, all of
+        the result's shape) where ``mask`` holds (None: everywhere); other elements
+        are zero. An unmasked index out of bounds is a `runtime_error`."""
+        ...
+
+    def scatter(self, op: Operation, tensor: Any, indices: Sequence[Any], value: Any, mask: Any) -> None:
+        """Writes ``value`` at ``indices`` where ``mask`` holds (checked for bounds and races)."""
+        ...
+
+    def atomic(self, op: Operation, tensor: Any, indices: Sequence[Any], mask: Any,
+               update: Any) -> Any:
+        """Applies ``update(old, position) -> new`` element by element, in row-major
+        order, at ``indices`` where ``mask`` holds; returns the old values (zero where
+        masked). Bounds are checked; atomics are not races."""
         ...
 
 
@@ -65,6 +88,11 @@ class OpDef:
 
     def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         raise NotImplementedError(self.name)
+
+    def ordered_resource(self, op: Operation) -> Any:
+        """What memory the op reads or writes through a token chain on the GPU: a
+        tensor or partition `Value`, a string naming another chain (prints), or None."""
+        return None
 
     def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         """Emits the op's Tile IR through ``ctx`` (a `_lowering.Lowering`); returns

@@ -138,12 +138,16 @@ class TileLoad(OpDef):
         index = tuple(int(i) for i in args[1:])
         return (ctx.load(op, tensor, index, tile_shape, padding),)
 
+    def ordered_resource(self, op: Operation) -> Any:
+        return op.operands[0]
+
     def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         partition = args[0]
         tensor = partition.tensor
         token = ctx.tokens.get(tensor.value) if tensor.mutable else None
         tile, result_token = ctx.builder.load_view_tko(partition.view, list(args[1:]), token,
-                                                        memory_ordering_semantics="weak")
+                                                        memory_ordering_semantics="weak",
+                                                        **ctx.hint_attrs(op))
         if tensor.mutable:
             ctx.tokens[tensor.value] = result_token
         return (tile,)
@@ -172,6 +176,9 @@ class TileStore(OpDef):
         index = tuple(int(i) for i in args[1 : 1 + rank])
         ctx.store(op, tensor, index, tile_shape, args[1 + rank])
         return ()
+
+    def ordered_resource(self, op: Operation) -> Any:
+        return op.operands[0]
 
     def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         partition = args[0]

@@ -190,3 +190,104 @@ def _lower_scan(ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         builder.yield_([combine(ctx, kind, source.dtype, element, accumulator)])
     _ = tile_type
     return (body.results[0],)
+
+
+# -- reductions and scans with a user's combining function ----------------------------------------
+def _fn_types(operand_types: Sequence[KType], attrs: dict[str, Any], op: str) -> list[TileType]:
+    tiles = [tile_operand(operand_types, i, op) for i in range(len(operand_types))]
+    if not tiles:
+        raise RuleError(f"{op}: needs at least one tile")
+    shape = tiles[0].shape
+    for tile in tiles[1:]:
+        if tile.shape != shape:
+            raise RuleError(f"{op}: the tiles must have one shape, got {list(shape)} and {list(tile.shape)}")
+    _axis(tiles[0], attrs, op)
+    identities = attrs["identities"]
+    if len(identities) != len(tiles):
+        raise RuleError(f"{op}: {len(tiles)} tile(s) need {len(tiles)} identity value(s), got {len(identities)}")
+    return tiles
+
+
+def _run_combine(ctx: EvalContext, op: Operation, elements: Sequence[Any], accumulators: Sequence[Any]) -> list[Any]:
+    args: list[Any] = []
+    for element, accumulator in zip(elements, accumulators):
+        args += [element, accumulator]
+    ended = ctx.run_block(op.regions[0], args)
+    return [np.asarray(v) for v in ended.values]
+
+
+class ReduceWith(OpDef):
+    """``reduce_fn(*xs) {axis, identities} [body]``: xs reduced along ``axis`` by the
+    body, which gets (element, accumulator) scalar pairs per tile and yields the new
+    accumulators. The body must be associative and commutative (the GPU combines
+    in a tree); the interpreter folds in index order, all other positions at once."""
+
+    name = "reduce_fn"
+
+    def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
+        tiles = _fn_types(operand_types, attrs, "reduce")
+        axis = attrs["axis"]
+        return tuple(TileType(t.dtype, t.shape[:axis] + t.shape[axis + 1:]) for t in tiles)
+
+    def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        axis = op.attrs["axis"]
+        values = [np.moveaxis(np.asarray(a), axis, 0) for a in args]
+        accumulators = [np.full(v.shape[1:], identity, dtype=v.dtype)
+                        for v, identity in zip(values, op.attrs["identities"])]
+        with np.errstate(all="ignore"):
+            for position in range(values[0].shape[0]):
+                new = _run_combine(ctx, op, [v[position] for v in values], accumulators)
+                accumulators = [np.broadcast_to(n, a.shape).astype(a.dtype) for n, a in zip(new, accumulators)]
+        return [np.ascontiguousarray(a) for a in accumulators]
+
+    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        with ctx.builder.reduce(list(args), op.attrs["axis"], list(op.attrs["identities"])) as body:
+            _lower_combine(ctx, op, body.args)
+        return list(body.results)
+
+
+class ScanWith(OpDef):
+    """``scan_fn(*xs) {axis, identities, reverse} [body]``: inclusive scans of xs along
+    ``axis`` combined by the body (as for ``reduce_fn``)."""
+
+    name = "scan_fn"
+
+    def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
+        return tuple(_fn_types(operand_types, attrs, "scan"))
+
+    def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        axis = op.attrs["axis"]
+        values = [np.moveaxis(np.asarray(a), axis, 0) for a in args]
+        accumulators = [np.full(v.shape[1:], identity, dtype=v.dtype)
+                        for v, identity in zip(values, op.attrs["identities"])]
+        outputs = [np.empty_like(v) for v in values]
+        length = values[0].shape[0]
+        order = range(length - 1, -1, -1) if op.attrs.get("reverse") else range(length)
+        with np.errstate(all="ignore"):
+            for position in order:
+                new = _run_combine(ctx, op, [v[position] for v in values], accumulators)
+                accumulators = [np.broadcast_to(n, a.shape).astype(a.dtype) for n, a in zip(new, accumulators)]
+                for out, accumulator in zip(outputs, accumulators):
+                    out[position] = accumulator
+        return [np.ascontiguousarray(np.moveaxis(out, 0, axis)) for out in outputs]
+
+    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        with ctx.builder.scan(list(args), op.attrs["axis"], list(op.attrs["identities"]),
+                              reverse=bool(op.attrs.get("reverse"))) as body:
+            _lower_combine(ctx, op, body.args)
+        return list(body.results)
+
+
+def _lower_combine(ctx: Any, op: Operation, ir_args: Sequence[Any]) -> None:
+    region = op.regions[0]
+    for ours, theirs in zip(region.args, ir_args):
+        ctx.values[ours] = theirs
+    ctx.regions.append(("reduce", []))
+    try:
+        ctx.lower_block(region)
+    finally:
+        ctx.regions.pop()
+
+
+REDUCE_FN = register(ReduceWith())
+SCAN_FN = register(ScanWith())

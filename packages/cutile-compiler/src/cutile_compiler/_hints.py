@@ -1,0 +1,116 @@
+"""Kernel-level optimization hints for tileiras, per GPU architecture.
+
+A user writes them on the entry or per launch::
+
+    @cutile.entry(hints={"sm_90": {"num_worker_warps": 8}, "occupancy": 1})
+    gemm(z, x, y).compile_options(hints={"sm_100": {"num_ctas": 2}})
+
+Top-level keys that are hint names apply to every architecture; keys that look
+like ``sm_XY`` hold hints for that architecture alone (they win over the
+general ones). The names, and what Tile IR calls them:
+
+- ``num_ctas`` (``num_cta_in_cga``): CTAs per cluster, a power of two from 1 to 16;
+- ``occupancy``: CTAs per SM the compiler should aim for, 1 to 32;
+- ``num_worker_warps`` (``num_worker_warps_per_cta``): 4 or 8 (tileiras needs 8
+  for 128x256 GEMM tiles on sm_90).
+
+Hints only change the code tileiras generates, never a kernel's meaning; the
+interpreter ignores them. They are part of the bytecode, hence of the cache key.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+_NAMES = {"num_ctas": "num_cta_in_cga", "occupancy": "occupancy", "num_worker_warps": "num_worker_warps_per_cta"}
+_ARCH = re.compile(r"^sm_[0-9]+[a-z]?$")
+
+
+class HintError(ValueError):
+    """Malformed kernel hints (raised where they are given)."""
+
+
+def _check(name: str, value: Any, where: str) -> int:
+    if name not in _NAMES:
+        raise HintError(f"{where}: unknown hint {name!r}; the hints are {', '.join(_NAMES)} "
+                        "(per architecture: {'sm_90': {...}})")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise HintError(f"{where}: hint {name} must be an int, got {value!r}")
+    if name == "num_ctas" and not (1 <= value <= 16 and value & (value - 1) == 0):
+        raise HintError(f"{where}: num_ctas must be a power of two from 1 to 16, got {value}")
+    if name == "occupancy" and not 1 <= value <= 32:
+        raise HintError(f"{where}: occupancy must be from 1 to 32, got {value}")
+    if name == "num_worker_warps" and value not in (4, 8):
+        raise HintError(f"{where}: num_worker_warps must be 4 or 8, got {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class KernelHints:
+    """Hints as (arch or "", ((name, value), ...)) pairs; "" applies to every arch."""
+
+    entries: tuple[tuple[str, tuple[tuple[str, int], ...]], ...] = ()
+
+    @staticmethod
+    def parse(hints: Mapping[str, Any] | KernelHints | None, where: str = "hints") -> KernelHints:
+        if hints is None:
+            return KernelHints()
+        if isinstance(hints, KernelHints):
+            return hints
+        if not isinstance(hints, Mapping):
+            raise HintError(f"{where} must be a dict, e.g. {{'sm_90': {{'num_worker_warps': 8}}}}, got {hints!r}")
+        general: dict[str, int] = {}
+        per_arch: dict[str, dict[str, int]] = {}
+        for key, value in hints.items():
+            if isinstance(key, str) and _ARCH.match(key):
+                if not isinstance(value, Mapping):
+                    raise HintError(f"{where}: the hints for {key} must be a dict, got {value!r}")
+                per_arch[key] = {n: _check(n, v, f"{where}[{key!r}]") for n, v in value.items()}
+            else:
+                general[key] = _check(key, value, where)
+        entries = [("", tuple(sorted(general.items())))] if general else []
+        entries += [(arch, tuple(sorted(values.items()))) for arch, values in sorted(per_arch.items()) if values]
+        return KernelHints(tuple(entries))
+
+    def archs(self) -> list[str]:
+        return [arch for arch, _ in self.entries if arch]
+
+    def values_for(self, arch: str) -> dict[str, int]:
+        """The user's hints that apply to ``arch`` (its own over the general ones)."""
+        merged: dict[str, int] = {}
+        for key, values in self.entries:
+            if key == "":
+                merged.update(values)
+        for key, values in self.entries:
+            if key == arch:
+                merged.update(values)
+        return merged
+
+    def for_arch(self, arch: str | None) -> dict[str, dict[str, int]]:
+        """Tile IR's entry hints: ``{arch: {tile_ir_name: value}}`` for ``arch``, or for
+        every arch named (and sm_90 and sm_100 for general hints) when it is None."""
+        archs = [arch] if arch else sorted({*self.archs(), *(("sm_90", "sm_100") if self.general else ())})
+        result = {}
+        for name in archs:
+            values = self.values_for(name)
+            if values:
+                result[name] = {_NAMES[k]: v for k, v in values.items()}
+        return result
+
+    @property
+    def general(self) -> bool:
+        return any(key == "" for key, _ in self.entries)
+
+    def merged(self, over: KernelHints) -> KernelHints:
+        """These hints with ``over``'s taking precedence, key by key."""
+        table: dict[str, dict[str, int]] = {}
+        for source in (self, over):
+            for key, values in source.entries:
+                table.setdefault(key, {}).update(values)
+        return KernelHints(tuple((key, tuple(sorted(values.items()))) for key, values in sorted(table.items())))
+
+    def __bool__(self) -> bool:
+        return bool(self.entries)

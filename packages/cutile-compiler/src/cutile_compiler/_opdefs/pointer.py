@@ -1,0 +1,366 @@
+"""Element-wise access to global memory by index tiles: gather, scatter, atomics.
+
+Each op takes a tensor parameter, one integer index tile per tensor dimension and
+(for gather/scatter/atomics) an optional bool mask, all of one shape. On the GPU
+they become pointer tiles (the tensor's base pointer offset by the linear index,
+strides in elements) fed to ``load_ptr_tko``, ``store_ptr_tko``,
+``atomic_rmw_tko`` and ``atomic_cas_tko``; nothing checks bounds there, so the
+front end allows gather/scatter only in ``unsafe=True`` kernels, and atomics
+outside a block's own tile too. The interpreter checks every unmasked index and
+fails with the block and the source line.
+
+Atomic modes follow Tile IR: ``add`` on 32/64-bit integers and on f16, bf16,
+f32, f64; ``max``/``min``/``and``/``or``/``xor`` on 32/64-bit integers; ``xchg``
+and ``cas`` on 32/64-bit integers and f32/f64.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from cutile_compiler import _dtypes as dt
+from cutile_compiler._ir import Operation
+from cutile_compiler._opdefs._base import EvalContext, OpDef, RuleError, register
+from cutile_compiler._opdefs.elementwise import numpy_dtype
+from cutile_compiler._types import KType, TensorType, TileType
+
+ORDERS = ("relaxed", "acquire", "release", "acq_rel")
+SCOPES = ("tl_blk", "device", "sys")
+RMW_MODES = ("add", "max", "min", "and", "or", "xor", "xchg")
+
+
+def _check_access(types: Sequence[KType], extra: int, op: str, has_mask: bool) -> tuple[TensorType, tuple[int, ...]]:
+    """Checks (tensor, *indices, *extra values, mask?) and returns the tensor and the shape."""
+    tensor = types[0]
+    if not isinstance(tensor, TensorType):
+        raise RuleError(f"{op}: expected a tensor, got {tensor}")
+    expected = 1 + tensor.rank + extra + (1 if has_mask else 0)
+    if len(types) != expected:
+        raise RuleError(f"{op}: expected {tensor.rank} index tile(s), {extra} value(s)"
+                        f"{' and a mask' if has_mask else ''}, got {len(types) - 1} operands")
+    indices = types[1:1 + tensor.rank]
+    shape: tuple[int, ...] | None = None
+    for axis, index in enumerate(indices):
+        if not (isinstance(index, TileType) and index.dtype.is_integer):
+            raise RuleError(f"{op}: the index along axis {axis} must be an integer tile, got {index}")
+        if shape is None:
+            shape = index.shape
+        elif index.shape != shape:
+            raise RuleError(f"{op}: index tiles must have one shape, got {list(shape)} and {list(index.shape)}")
+    assert shape is not None
+    for value in types[1 + tensor.rank:]:
+        if not isinstance(value, TileType) or value.shape != shape:
+            raise RuleError(f"{op}: values and mask must have the indices' shape {list(shape)}, got {value}")
+    if has_mask:
+        mask = types[-1]
+        assert isinstance(mask, TileType)
+        if mask.dtype is not dt.bool_:
+            raise RuleError(f"{op}: the mask must be a bool tile, got {mask}")
+    return tensor, shape
+
+
+def _split(op: Operation, args: Sequence[Any], extra: int) -> tuple[Any, list[Any], list[Any], Any]:
+    tensor_type = op.operands[0].type
+    assert isinstance(tensor_type, TensorType)
+    rank = tensor_type.rank
+    indices = [np.asarray(a) for a in args[1:1 + rank]]
+    values = list(args[1 + rank:1 + rank + extra])
+    mask = np.asarray(args[-1]) if op.attrs.get("has_mask") else None
+    return args[0], indices, values, mask
+
+
+# -- lowering helpers ---------------------------------------------------------------------
+def pointer_tile(ctx: Any, op: Operation, args: Sequence[Any]) -> Any:
+    """The tile of pointers ``base + sum(index_k * stride_k)`` of an access op."""
+    import cutile_ir as ir
+
+    from cutile_compiler._lowering import element_type
+
+    b = ctx.builder
+    info = args[0]
+    tensor_type = op.operands[0].type
+    assert isinstance(tensor_type, TensorType)
+    rank = tensor_type.rank
+    index_types = [op.operands[1 + k].type for k in range(rank)]
+    shape = index_types[0].shape  # type: ignore[attr-defined]
+    wide = any(t.dtype.bits == 64 for t in index_types)  # type: ignore[attr-defined]
+    index_ir = ir.I64 if wide else ir.I32
+    linear: Any = None
+    for axis in range(rank):
+        index = args[1 + axis]
+        index_type = index_types[axis]
+        if index_type.dtype.bits != (64 if wide else 32):  # type: ignore[attr-defined]
+            if index_type.dtype.bits < (64 if wide else 32):  # type: ignore[attr-defined]
+                sign = "signed" if index_type.dtype.is_signed else "unsigned"  # type: ignore[attr-defined]
+                index = b.exti(index, signedness=sign, result_types=[ir.tile(shape, index_ir)])
+            else:
+                index = b.trunci(index, result_types=[ir.tile(shape, index_ir)])
+        stride = info.strides[axis]
+        if not (isinstance(stride, int) and stride == 1):
+            if isinstance(stride, int):
+                scaled_stride = b.constant(stride, ir.tile(shape, index_ir))
+            else:
+                if wide:
+                    stride = b.exti(stride, signedness="signed", result_types=[ir.scalar(ir.I64)])
+                scaled_stride = _broadcast_scalar(b, stride, shape, index_ir)
+            index = b.muli(index, scaled_stride)
+        linear = index if linear is None else b.addi(linear, index)
+    pointer_type = ir.ptr(element_type(tensor_type.dtype))
+    base = _broadcast_scalar(b, info.pointer, shape, pointer_type)
+    return b.offset(base, linear)
+
+
+def _broadcast_scalar(b: Any, value: Any, shape: tuple[int, ...], element: Any) -> Any:
+    import cutile_ir as ir
+
+    if not shape:
+        return value
+    ones = b.reshape(value, result_types=[ir.tile((1,) * len(shape), element)])
+    return b.broadcast(ones, result_types=[ir.tile(shape, element)])
+
+
+def _token(ctx: Any, op: Operation, info: Any) -> Any:
+    return ctx.tokens.get(info.value) if info.mutable else None
+
+
+def _set_token(ctx: Any, info: Any, token: Any) -> None:
+    if info.mutable:
+        ctx.tokens[info.value] = token
+
+
+class Gather(OpDef):
+    """``gather(t, *indices, mask?) {has_mask, padding}``: t's elements at the indices;
+    masked-off elements read as ``padding``."""
+
+    name = "gather"
+    has_effects = True
+
+    def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
+        tensor, shape = _check_access(operand_types, 0, "gather", bool(attrs.get("has_mask")))
+        return (TileType(tensor.dtype, shape),)
+
+    def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        tensor, indices, _, mask = _split(op, args, 0)
+        result = np.asarray(ctx.gather(op, tensor, indices, mask))
+        if mask is not None:
+            result = np.where(mask, result, np.asarray(op.attrs.get("padding", 0)).astype(result.dtype))
+        return (result,)
+
+    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        from cutile_compiler._lowering import tile_type
+
+        b = ctx.builder
+        info = args[0]
+        pointers = pointer_tile(ctx, op, args)
+        mask = args[-1] if op.attrs.get("has_mask") else None
+        padding = ctx.constant(op.attrs.get("padding", 0), op.results[0].type) if mask is not None else None
+        result, token = b.load_ptr_tko(pointers, mask, padding, _token(ctx, op, info),
+                                       memory_ordering_semantics="weak", **ctx.hint_attrs(op),
+                                       result_types=[tile_type(op.results[0].type), _token_type()])
+        _set_token(ctx, info, token)
+        return (result,)
+
+    def ordered_resource(self, op: Operation) -> Any:
+        return op.operands[0]
+
+
+def _token_type() -> Any:
+    import cutile_ir as ir
+
+    return ir.TOKEN
+
+
+class Scatter(OpDef):
+    """``scatter(t, *indices, value, mask?) {has_mask}``: writes value's elements at
+    the indices (where the mask holds)."""
+
+    name = "scatter"
+    has_effects = True
+
+    def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
+        tensor, _ = _check_access(operand_types, 1, "scatter", bool(attrs.get("has_mask")))
+        if not tensor.mutable:
+            raise RuleError("scatter: the tensor is not declared Mut[...], so the kernel may not write it")
+        value = operand_types[1 + tensor.rank]
+        assert isinstance(value, TileType)
+        if value.dtype is not tensor.dtype:
+            raise RuleError(f"scatter: the values must be {tensor.dtype}, got {value.dtype}")
+        return ()
+
+    def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        tensor, indices, values, mask = _split(op, args, 1)
+        ctx.scatter(op, tensor, indices, values[0], mask)
+        return ()
+
+    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        info = args[0]
+        rank = len(info.dims)
+        pointers = pointer_tile(ctx, op, args)
+        mask = args[-1] if op.attrs.get("has_mask") else None
+        token = ctx.builder.store_ptr_tko(pointers, args[1 + rank], mask, _token(ctx, op, info),
+                                          memory_ordering_semantics="weak", **ctx.hint_attrs(op))
+        _set_token(ctx, info, token)
+        return ()
+
+    def ordered_resource(self, op: Operation) -> Any:
+        return op.operands[0]
+
+
+def _rmw_function(mode: str, dtype: dt.DType) -> Callable[[Any, Any], Any]:
+    functions: dict[str, Callable[[Any, Any], Any]] = {
+        "add": lambda old, v: old + v, "max": max, "min": min,
+        "and": lambda old, v: old & v, "or": lambda old, v: old | v, "xor": lambda old, v: old ^ v,
+        "xchg": lambda old, v: v,
+    }
+    return functions[mode]
+
+
+def _check_atomic_dtype(mode: str, dtype: dt.DType) -> None:
+    wide_int = dtype.is_integer and dtype.bits in (32, 64)
+    if mode == "add":
+        ok = wide_int or (dtype.is_float and dtype.name in ("f16", "bf16", "f32", "f64"))
+        accepted = "32/64-bit integers, f16, bf16, f32 or f64"
+    elif mode in ("xchg", "cas"):
+        ok = wide_int or dtype.name in ("f32", "f64")
+        accepted = "32/64-bit integers, f32 or f64"
+    else:
+        ok = wide_int
+        accepted = "32/64-bit integers"
+    if not ok:
+        raise RuleError(f"atomic_{mode}: the GPU's atomics take {accepted}, not {dtype}")
+
+
+def _check_order(attrs: dict[str, Any], op: str) -> None:
+    if attrs.get("order", "relaxed") not in ORDERS:
+        raise RuleError(f"{op}: order must be one of {', '.join(ORDERS)}, got {attrs.get('order')!r}")
+    if attrs.get("scope", "device") not in SCOPES:
+        raise RuleError(f"{op}: scope must be one of {', '.join(SCOPES)}, got {attrs.get('scope')!r}")
+
+
+class AtomicRmw(OpDef):
+    """``atomic_rmw(t, *indices, value, mask?) {mode, order, scope, has_mask}``: for
+    each element in turn, ``old = t[i]; t[i] = mode(old, value)``; returns the old values."""
+
+    name = "atomic_rmw"
+    has_effects = True
+
+    def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
+        mode = attrs["mode"]
+        if mode not in RMW_MODES:
+            raise RuleError(f"atomic: unknown mode {mode!r} (one of {', '.join(RMW_MODES)})")
+        tensor, shape = _check_access(operand_types, 1, f"atomic_{mode}", bool(attrs.get("has_mask")))
+        if not tensor.mutable:
+            raise RuleError(f"atomic_{mode}: the tensor is not declared Mut[...], so the kernel may not write it")
+        _check_atomic_dtype(mode, tensor.dtype)
+        _check_order(attrs, f"atomic_{mode}")
+        value = operand_types[1 + tensor.rank]
+        assert isinstance(value, TileType)
+        if value.dtype is not tensor.dtype:
+            raise RuleError(f"atomic_{mode}: the value must be {tensor.dtype}, got {value.dtype}")
+        return (TileType(tensor.dtype, shape),)
+
+    def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        tensor, indices, values, mask = _split(op, args, 1)
+        value = np.asarray(values[0])
+        function = _rmw_function(op.attrs["mode"], op.attrs.get("dtype", dt.i32))
+        flat = value.reshape(-1)
+        kind = value.dtype
+
+        def update(old: Any, position: int) -> Any:
+            with np.errstate(all="ignore"):
+                return kind.type(function(kind.type(old), flat[position]))
+
+        return (np.asarray(ctx.atomic(op, tensor, indices, mask, update)).astype(kind),)
+
+    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        from cutile_compiler._lowering import tile_type
+
+        info = args[0]
+        rank = len(info.dims)
+        tensor_type = op.operands[0].type
+        assert isinstance(tensor_type, TensorType)
+        dtype = tensor_type.dtype
+        mode = op.attrs["mode"]
+        if mode == "add" and dtype.is_float:
+            mode = "addf"
+        elif mode in ("max", "min") and dtype.kind == "uint":
+            mode = "u" + mode
+        pointers = pointer_tile(ctx, op, args)
+        mask = args[-1] if op.attrs.get("has_mask") else None
+        result, token = ctx.builder.atomic_rmw_tko(
+            pointers, args[1 + rank], mask, _token(ctx, op, info), mode=mode,
+            memory_ordering_semantics=op.attrs.get("order", "relaxed"),
+            memory_scope=op.attrs.get("scope", "device"),
+            result_types=[tile_type(op.results[0].type), _token_type()])
+        _set_token(ctx, info, token)
+        return (result,)
+
+    def ordered_resource(self, op: Operation) -> Any:
+        return op.operands[0]
+
+
+class AtomicCas(OpDef):
+    """``atomic_cas(t, *indices, expected, value, mask?) {order, scope, has_mask}``:
+    for each element in turn, ``old = t[i]; if old == expected: t[i] = value``
+    (floats compared bit for bit); returns the old values (``expected`` where masked)."""
+
+    name = "atomic_cas"
+    has_effects = True
+
+    def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
+        tensor, shape = _check_access(operand_types, 2, "atomic_cas", bool(attrs.get("has_mask")))
+        if not tensor.mutable:
+            raise RuleError("atomic_cas: the tensor is not declared Mut[...], so the kernel may not write it")
+        _check_atomic_dtype("cas", tensor.dtype)
+        _check_order(attrs, "atomic_cas")
+        for value in operand_types[1 + tensor.rank:3 + tensor.rank]:
+            assert isinstance(value, TileType)
+            if value.dtype is not tensor.dtype:
+                raise RuleError(f"atomic_cas: expected and new values must be {tensor.dtype}, got {value.dtype}")
+        return (TileType(tensor.dtype, shape),)
+
+    def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        tensor, indices, values, mask = _split(op, args, 2)
+        expected = np.ascontiguousarray(values[0])
+        new = np.asarray(values[1]).reshape(-1)
+        bits = np.dtype(f"u{expected.dtype.itemsize}")
+        expected_bits = expected.reshape(-1).view(bits)
+        kind = expected.dtype
+
+        def update(old: Any, position: int) -> Any:
+            same = np.asarray(old, dtype=kind).reshape(1).view(bits)[0] == expected_bits[position]
+            return new[position] if same else kind.type(old)
+
+        old = np.asarray(ctx.atomic(op, tensor, indices, mask, update)).astype(kind)
+        if mask is not None:
+            old = np.where(mask, old, expected)
+        return (old,)
+
+    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        from cutile_compiler._lowering import tile_type
+
+        info = args[0]
+        rank = len(info.dims)
+        pointers = pointer_tile(ctx, op, args)
+        mask = args[-1] if op.attrs.get("has_mask") else None
+        result, token = ctx.builder.atomic_cas_tko(
+            pointers, args[1 + rank], args[2 + rank], mask, _token(ctx, op, info),
+            memory_ordering_semantics=op.attrs.get("order", "relaxed"),
+            memory_scope=op.attrs.get("scope", "device"),
+            result_types=[tile_type(op.results[0].type), _token_type()])
+        _set_token(ctx, info, token)
+        return (result,)
+
+    def ordered_resource(self, op: Operation) -> Any:
+        return op.operands[0]
+
+
+GATHER = register(Gather())
+SCATTER = register(Scatter())
+ATOMIC_RMW = register(AtomicRmw())
+ATOMIC_CAS = register(AtomicCas())
+
+__all__ = ["ATOMIC_CAS", "ATOMIC_RMW", "GATHER", "ORDERS", "RMW_MODES", "SCATTER", "SCOPES", "numpy_dtype"]

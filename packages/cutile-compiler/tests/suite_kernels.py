@@ -1,0 +1,168 @@
+"""The kernel suite: the programs cutile must compile (sm_90, sm_100) and run.
+
+Plain functions over the kernel language only (no runtime import), so that both
+the compile tests here and the numerics tests of the cutile package
+(``packages/cutile/tests/test_kernel_suite.py``, which loads this file by path)
+wrap the same sources with ``cutile.entry``. `SUITE` says, per kernel, whether it
+is unsafe and which hints it carries.
+
+Persistent kernels: a block loops over output tiles with a stride of the grid
+size, so it stores at tile indices of its own choosing. cuTile Rust writes such
+kernels in an ``unsafe`` block; here the kernel is ``@cutile.entry(unsafe=True)``
+and launched with an explicit grid (allowed to differ from its Mut partition's
+grid only in unsafe kernels). Nothing is lost for testing: the interpreter checks
+that no two blocks write one element, and stores are still masked at the edges.
+"""
+
+from typing import Any
+
+from cutile_compiler.language import (
+    Constant,
+    Mut,
+    Tensor,
+    arange,
+    bid,
+    cdiv,
+    exp,
+    f16,
+    f32,
+    full,
+    get_tile_block_id,
+    load_tile_like,
+    max,
+    maximum,
+    minimum,
+    mma,
+    num_blocks,
+    rsqrt,
+    sum,
+    where,
+    zeros,
+)
+
+
+def add(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], y: Tensor[f32, [-1]]):
+    tx = load_tile_like(x, z)
+    ty = load_tile_like(y, z)
+    z.store(tx + ty)
+
+
+def saxpy(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], y: Tensor[f32, [-1]], a: f32):
+    z.store(a * load_tile_like(x, z) + load_tile_like(y, z))
+
+
+def gemm(z: Mut[Tensor[f32, ["BM", "BN"]]], x: Tensor[f16, [-1, "K"]], y: Tensor[f16, ["K", -1]],
+         BM: Constant[int], BN: Constant[int], BK: Constant[int], K: Constant[int]):
+    part_x = x.partition([BM, BK])
+    part_y = y.partition([BK, BN])
+    bm, bn, _ = get_tile_block_id()
+    acc = z.load()
+    for k in range(cdiv(K, BK)):
+        acc = mma(part_x.load([bm, k], latency=3), part_y.load([k, bn], latency=3), acc)
+    z.store(acc)
+
+
+def persistent_gemm(z: Mut[Tensor[f32, ["BM", "BN"]]], x: Tensor[f16, [-1, "K"]], y: Tensor[f16, ["K", -1]],
+                    BM: Constant[int], BN: Constant[int], BK: Constant[int], K: Constant[int],
+                    GROUP_M: Constant[int]):
+    part_x = x.partition([BM, BK])
+    part_y = y.partition([BK, BN])
+    part_z = z.partition([BM, BN])  # unsafe: any tile of z may be stored
+    tiles_m = part_z.num_tiles(0)
+    tiles_n = part_z.num_tiles(1)
+    in_group = GROUP_M * tiles_n
+    for tile in range(bid(0), tiles_m * tiles_n, num_blocks(0)):
+        first_m = (tile // in_group) * GROUP_M
+        group_m = minimum(tiles_m - first_m, GROUP_M)
+        pm = first_m + (tile % in_group) % group_m
+        pn = (tile % in_group) // group_m
+        acc = zeros((BM, BN), f32)
+        for k in range(cdiv(K, BK)):
+            acc = mma(part_x.load([pm, k]), part_y.load([k, pn]), acc)
+        part_z.store((pm, pn), acc)
+
+
+def batched_matmul(z: Mut[Tensor[f32, [1, "BM", "BN"]]], a: Tensor[f16, [-1, -1, "K"]],
+                   b: Tensor[f16, [-1, "K", -1]], BM: Constant[int], BN: Constant[int], BK: Constant[int],
+                   K: Constant[int]):
+    i, m, n = get_tile_block_id()
+    part_a = a.partition([1, BM, BK])
+    part_b = b.partition([1, BK, BN])
+    acc = zeros((1, BM, BN), f32)
+    for k in range(cdiv(K, BK)):
+        acc = mma(part_a.load([i, m, k]), part_b.load([i, k, n]), acc)
+    z.store(acc)
+
+
+def softmax(z: Mut[Tensor[f32, ["BM", "BN"]]], x: Tensor[f32, [-1, -1]], BM: Constant[int], BN: Constant[int]):
+    t = x.load(index=(bid(0), 0), shape=(BM, BN), padding="neg_inf")  # one block holds whole rows
+    e = exp(t - max(t, axis=1, keepdims=True))
+    z.store(e / sum(e, axis=1, keepdims=True))
+
+
+def rmsnorm(z: Mut[Tensor[f32, ["BM", "BN"]]], x: Tensor[f32, [-1, -1]], w: Tensor[f32, [-1]], eps: f32,
+            BM: Constant[int], BN: Constant[int]):
+    t = x.load(index=(bid(0), 0), shape=(BM, BN))
+    n = x.shape[1].astype(f32)
+    scale = rsqrt(sum(t * t, axis=1, keepdims=True) / n + eps)
+    z.store(t * scale * w.load(index=(0,), shape=(BN,)).reshape((1, BN)))
+
+
+def layernorm(z: Mut[Tensor[f32, ["BM", "BN"]]], x: Tensor[f32, [-1, -1]], w: Tensor[f32, [-1]],
+              b: Tensor[f32, [-1]], eps: f32, BM: Constant[int], BN: Constant[int]):
+    t = x.load(index=(bid(0), 0), shape=(BM, BN))
+    n = x.shape[1]
+    mean = sum(t, axis=1, keepdims=True) / n.astype(f32)
+    inside = arange(BN).reshape((1, BN)) < n
+    centered = where(inside, t - mean, 0.0)
+    var = sum(centered * centered, axis=1, keepdims=True) / n.astype(f32)
+    weight = w.load(index=(0,), shape=(BN,)).reshape((1, BN))
+    bias = b.load(index=(0,), shape=(BN,)).reshape((1, BN))
+    z.store(centered * rsqrt(var + eps) * weight + bias)
+
+
+def transpose(z: Mut[Tensor[f32, ["T", "T"]]], x: Tensor[f32, [-1, -1]], T: Constant[int]):
+    i, j, _ = get_tile_block_id()
+    z.store(x.load(index=(j, i), shape=(T, T)).T)
+
+
+def attention(o: Mut[Tensor[f32, [1, "BM", "D"]]], q: Tensor[f16, [-1, -1, "D"]], k: Tensor[f16, [-1, -1, "D"]],
+              v: Tensor[f16, [-1, -1, "D"]], scale: f32, BM: Constant[int], BN: Constant[int], D: Constant[int]):
+    """Causal flash attention forward: one (head, query block) per block, online softmax."""
+    head, m, _ = get_tile_block_id()
+    qt = q.load(index=(head, m, 0), shape=(1, BM, D)).reshape((BM, D))
+    part_k = k.partition([1, BN, D])
+    part_v = v.partition([1, BN, D])
+    seq = q.shape[1]
+    rows = (arange(BM) + m * BM).reshape((BM, 1))
+    row_max = full((BM, 1), -float("inf"), f32)
+    row_sum = zeros((BM, 1), f32)
+    acc = zeros((BM, D), f32)
+    for n in range(minimum(cdiv((m + 1) * BM, BN), cdiv(seq, BN))):
+        kt = part_k.load([head, n, 0]).reshape((BN, D))
+        s = mma(qt, kt.T, zeros((BM, BN), f32)) * scale
+        cols = (arange(BN) + n * BN).reshape((1, BN))
+        s = where((cols <= rows) & (cols < seq), s, -float("inf"))
+        new_max = maximum(row_max, max(s, axis=1, keepdims=True))
+        p = exp(s - new_max)
+        alpha = exp(row_max - new_max)
+        row_sum = row_sum * alpha + sum(p, axis=1, keepdims=True)
+        vt = part_v.load([head, n, 0]).reshape((BN, D))
+        acc = mma(p.astype(f16), vt, acc * alpha)
+        row_max = new_max
+    o.store((acc / row_sum).reshape((1, BM, D)))
+
+
+#: name -> (function, unsafe, hints)
+SUITE: dict[str, tuple[Any, bool, dict[str, Any] | None]] = {
+    "add": (add, False, None),
+    "saxpy": (saxpy, False, None),
+    "gemm": (gemm, False, {"sm_90": {"num_worker_warps": 8}, "sm_100": {"num_ctas": 1}}),
+    "persistent_gemm": (persistent_gemm, True, {"occupancy": 1}),
+    "batched_matmul": (batched_matmul, False, None),
+    "softmax": (softmax, False, None),
+    "rmsnorm": (rmsnorm, False, None),
+    "layernorm": (layernorm, False, None),
+    "transpose": (transpose, False, None),
+    "attention": (attention, False, None),
+}
