@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import functools
+import os
+import tempfile
 
 import pytest
+
+# Tests compile into a cache of their own, not the user's ~/.cache/cutile.
+os.environ.setdefault("CUTILE_CACHE_DIR", tempfile.mkdtemp(prefix="cutile-test-cache-"))
 
 
 @functools.cache

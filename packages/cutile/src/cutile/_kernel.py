@@ -27,6 +27,7 @@ from cutile_compiler._ir import KernelIR
 from cutile_compiler._pipeline import CompiledKernel, compile_kernel
 from cutile_compiler._toolchain import CompileOptions
 from cutile_compiler._signature import (
+    MAX_DIVISIBILITY,
     ConstantAnnotation,
     KernelSignature,
     SignatureError,
@@ -266,9 +267,10 @@ def _call_key(kernel: Kernel, arguments: dict[str, Any], grid: tuple[int, int, i
         kind = type(value)
         if kind is Partition:
             tensor = value._tensor
-            key.append((name, tensor.dtype, tensor.shape, value.tile_shape))
+            key.append((name, tensor.dtype, tensor.shape, tensor.strides, tensor.address() % MAX_DIVISIBILITY,
+                        value.tile_shape))
         elif kind is Tensor:
-            key.append((name, value.dtype, value.shape))
+            key.append((name, value.dtype, value.shape, value.strides, value.address() % MAX_DIVISIBILITY))
         elif kind in (int, float, bool):
             key.append((name, kind, value))
         else:

@@ -152,8 +152,18 @@ class Tensor:
     def is_contiguous(self) -> bool:
         return self.strides == _contiguous_strides(self.shape)
 
+    def address(self) -> int:
+        """The address of element 0 in bytes (device or host memory)."""
+        storage = self._storage
+        pointer = getattr(storage, "pointer", None)
+        if pointer is None and isinstance(storage, HostStorage):
+            pointer = storage.array.ctypes.data
+        return int(pointer or 0) + self.offset * self.dtype.itemsize
+
     def spec(self, tile_shape: tuple[int, ...] | None = None) -> TensorSpec:
-        return TensorSpec(self.dtype, self.shape, tile_shape)
+        """What a compile needs to know of this tensor: dtype, shape, and the
+        divisibility and contiguity facts that let tileiras vectorize."""
+        return TensorSpec.describe(self.dtype, self.shape, self.strides, self.address(), tile_shape)
 
     def __repr__(self) -> str:
         state = f", consumed by {self._consumed_by}" if self._consumed_by else ""
