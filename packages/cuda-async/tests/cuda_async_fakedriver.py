@@ -28,6 +28,7 @@ class FakeDriver:
         self.events: dict[int, dict[str, Any]] = {}
         self.live_streams: set[int] = set()
         self.hold_events = False
+        self.waited_events: list[int] = []
         self.capturing: dict[int, list[tuple[str, Any]]] = {}
         self.graphs: dict[int, list[tuple[str, Any]]] = {}
         self.execs: dict[int, list[tuple[str, Any]]] = {}
@@ -103,6 +104,7 @@ class FakeDriver:
 
     def cuStreamWaitEvent(self, stream: Any, event: Any, flags: int) -> tuple[Any]:
         self._count("cuStreamWaitEvent")
+        self.waited_events.append(int(event))
         self.enqueue("wait", stream, self.events[int(event)]["stream"])
         return (SUCCESS,)
 

@@ -35,21 +35,39 @@ def test_a_chain_stays_on_one_stream_with_no_event(fake_driver: FakeDriver) -> N
     pool = ca.RoundRobin(4)
     x = ca.Resource("x")
     op = kernel(fake_driver, "a", writes=[x]).then(kernel(fake_driver, "b", reads=[x], writes=[x]))
-    op.then(kernel(fake_driver, "c", reads=[x])).sync(pool)
+    op.then(kernel(fake_driver, "c", reads=[x], writes=[x])).sync(pool)
     streams = kernels_by_stream(fake_driver)
     assert len(set(streams.values())) == 1
     assert fake_driver.calls["cuEventRecord"] == 0 and fake_driver.calls["cuStreamWaitEvent"] == 0
     assert fake_driver.log[-1] == ("synchronize", streams["a"], None)
 
 
+def test_an_event_marks_a_point_another_stream_may_need_before_later_work(fake_driver: FakeDriver) -> None:
+    pool = ca.RoundRobin(2)
+    a, b = pool.streams
+    x, y = ca.Resource("x"), ca.Resource("y")
+    fake_driver.hold_events = True
+    first = kernel(fake_driver, "write x", writes=[x]).then(kernel(fake_driver, "unrelated", writes=[y]))
+    future = first.schedule(ca.SingleStream(a))
+    del future  # holds back, work pending
+    kernel(fake_driver, "read x", reads=[x]).schedule(ca.SingleStream(b)).result()
+    (waited,) = fake_driver.waited_events
+    position = fake_driver.log.index(("record", int(a), waited))
+    # the waited event was recorded between "write x" and "unrelated": the reader
+    # waits for the writer only, not for the later unrelated work
+    assert fake_driver.log.index(("kernel", int(a), "write x")) < position
+    assert position < fake_driver.log.index(("kernel", int(a), "unrelated"))
+
+
 def test_round_robin_spreads_independent_ops(fake_driver: FakeDriver) -> None:
     pool = ca.RoundRobin(4)
     assert len(pool.streams) == 4 and len({int(s) for s in pool.streams}) == 4
     for i in range(8):
-        kernel(fake_driver, f"k{i}").sync(pool)
+        kernel(fake_driver, f"k{i}", writes=[ca.Resource(f"r{i % 3}")]).sync(pool)
     streams = kernels_by_stream(fake_driver)
     assert [streams[f"k{i}"] for i in range(8)] == [int(s) for s in pool.streams] * 2
-    assert fake_driver.calls["cuStreamWaitEvent"] == 0  # nothing shared: no dependency
+    # each job completed before the next: no dependency, not even an event recorded
+    assert fake_driver.calls["cuStreamWaitEvent"] == 0 and fake_driver.calls["cuEventRecord"] == 0
 
 
 def test_zip_forks_onto_other_streams_and_joins_with_events(fake_driver: FakeDriver) -> None:
@@ -80,6 +98,32 @@ def test_no_wait_is_enqueued_for_a_writer_known_complete(fake_driver: FakeDriver
     # the writer was observed complete, so its access point is forgotten:
     kernel(fake_driver, "read x", reads=[x], writes=[y]).sync(pool)
     assert fake_driver.calls["cuStreamWaitEvent"] == 0  # the writer is known complete: no wait
+
+
+def test_zip_branches_do_not_wait_for_each_other(fake_driver: FakeDriver) -> None:
+    pool = ca.RoundRobin(3)
+    ca.zip(kernel(fake_driver, "a"), kernel(fake_driver, "b"), kernel(fake_driver, "c")).sync(pool)
+    streams = kernels_by_stream(fake_driver)
+    assert len(set(streams.values())) == 3
+    log = [(c, s, d) for c, s, d in fake_driver.log if c in ("kernel", "wait")]
+    waits = [(s, d) for c, s, d in log if c == "wait"]
+    # no fork wait (nothing before the zip); the parent joins both branches after them
+    assert waits == [(streams["a"], streams["b"]), (streams["a"], streams["c"])]
+    assert log.index(("kernel", streams["c"], "c")) < log.index(("wait", streams["a"], streams["b"]))
+
+
+def test_zip_branches_after_shared_input_wait_only_for_the_writer(fake_driver: FakeDriver) -> None:
+    pool = ca.RoundRobin(2)
+    x = ca.Resource("x")
+    op = kernel(fake_driver, "w", writes=[x]).then(
+        ca.zip(kernel(fake_driver, "r1", reads=[x]), kernel(fake_driver, "r2", reads=[x]))
+    )
+    op.sync(pool)
+    streams = kernels_by_stream(fake_driver)
+    log = [(c, s, d) for c, s, d in fake_driver.log if c in ("kernel", "wait")]
+    # r2 waits once for the producer (fork point), before r2, and not for r1
+    assert log.index(("wait", streams["r2"], streams["w"])) < log.index(("kernel", streams["r2"], "r2"))
+    assert [e for e in log if e[0] == "wait"].count(("wait", streams["r2"], streams["w"])) == 1
 
 
 def test_a_dropped_future_still_orders_later_ops(fake_driver: FakeDriver) -> None:
@@ -160,9 +204,20 @@ def test_many_awaits_none_lost(fake_driver: FakeDriver) -> None:
     async def one(i: int) -> str:
         return await kernel(fake_driver, f"k{i}", writes=[ca.Resource(f"r{i}")]).schedule(pool)
 
+    stop = threading.Event()
+
+    def device() -> None:  # work completes a little after it is enqueued, until stopped
+        while not stop.wait(0.005):
+            fake_driver.finish_events()
+
     async def main() -> list[str]:
-        threading.Timer(0.02, fake_driver.finish_events).start()
-        return await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(300))), timeout=10)
+        thread = threading.Thread(target=device)
+        thread.start()
+        try:
+            return await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(300))), timeout=10)
+        finally:
+            stop.set()
+            thread.join()
 
     assert asyncio.run(main()) == [f"k{i}" for i in range(300)]
 

@@ -19,7 +19,7 @@ import cuda_core
 from cuda_async import _capture, _streams
 from cuda_async._errors import GraphCaptureError
 from cuda_async._policy import SchedulingPolicy, SingleStream, default_policy
-from cuda_async._resource import Access, Job, Resource, merge_accesses
+from cuda_async._resource import Access, Job, Resource, is_live, merge_accesses
 
 if TYPE_CHECKING:
     from cuda_async._future import DeviceFuture
@@ -180,7 +180,7 @@ class DeviceOp(Generic[T]):
 class FnOp(DeviceOp[T]):
     """A leaf op made by `DeviceOp.from_fn`."""
 
-    __slots__ = ("fn", "reads", "writes", "name", "allocates", "accesses")
+    __slots__ = ("fn", "reads", "writes", "name", "allocates", "accesses", "interest")
 
     def __init__(
         self,
@@ -202,6 +202,7 @@ class FnOp(DeviceOp[T]):
         self.name = name or str(getattr(fn, "__name__", "op"))
         self.allocates = allocates
         self.accesses = merge_accesses(reads, writes)
+        self.interest: dict[object, int] = {r: int(a) for r, a in self.accesses}
 
     def _enqueue(self, run: Run, stream: cuda_core.Stream | None) -> T:
         capture = run.capture
@@ -213,6 +214,7 @@ class FnOp(DeviceOp[T]):
         if stream is None:
             return self.fn(stream)
         run.job.streams[stream] = None
+        _streams.before_enqueue(stream, self.interest, is_live)
         result = self.fn(stream)
         run.points[stream] = run.holder.record(self.accesses, stream)
         return result
@@ -276,11 +278,15 @@ class GatherOp(DeviceOp[list[Any]]):
     def _enqueue(self, run: Run, stream: cuda_core.Stream | None) -> list[Any]:
         results: list[Any] = []
         branches: list[cuda_core.Stream] = []
+        # Branches depend on this job's work on the parent stream before the fork,
+        # not on each other: the fork point is taken before the first branch runs.
+        fork = run.points.get(stream, 0) if stream is not None else 0
+        if fork and len(self.ops) > 1 and run.capture is None:
+            _streams.mark(stream)  # type: ignore[arg-type]  # the fork point, before the first branch
         for index, op in enumerate(self.ops):
             branch = stream if index == 0 else run.branch_stream(stream)
             if branch is not None and stream is not None and branch is not stream:
-                fork = run.points.get(stream, 0)
-                if fork:  # the branch depends on this job's earlier work on the parent stream
+                if fork:
                     _streams.wait_point(branch, stream, fork)
                 branches.append(branch)
             results.append(op._enqueue(run, branch))
@@ -324,6 +330,7 @@ class SharedOp(DeviceOp[T]):
                 self._value = value
                 if stream is not None:
                     self._point = (stream, _streams.current_epoch(stream))
+                    _streams.mark(stream)  # consumers elsewhere wait for exactly this point
                 self._done = True
                 return value
         point = self._point

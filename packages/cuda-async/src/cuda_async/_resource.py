@@ -127,6 +127,17 @@ def merge_accesses(
     return tuple(merged.items())
 
 
+def is_live(resource: object, access: int, stream: cuda_core.Stream, epoch: int) -> bool:
+    """Whether ``resource``'s record still points at (``stream``, ``epoch``) for ``access``
+    (a completed job's records are forgotten, and nothing will wait for them)."""
+    assert isinstance(resource, Resource)
+    if access == Access.WRITE:
+        last = resource._last_write
+        return last is not None and last[0] is stream and last[1] == epoch
+    read = resource._reads.get(stream)
+    return read is not None and read[0] == epoch
+
+
 class Job:
     """One submission: the holds it took, the streams it used, its completion."""
 
@@ -181,7 +192,7 @@ class Job:
         self, accesses: tuple[tuple[Resource, Access], ...], stream: cuda_core.Stream
     ) -> int:
         """Notes that an op with ``accesses`` has just been enqueued on ``stream``."""
-        epoch = _streams.advance(stream)
+        epoch = _streams.advance(stream, {r: int(a) for r, a in accesses})
         with _ledger_lock:
             for resource, access in accesses:
                 if access is Access.WRITE:
