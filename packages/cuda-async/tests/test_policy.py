@@ -13,7 +13,8 @@ import cuda_async as ca
 
 def test_host_mode_is_the_policy_of_the_cpu_tests() -> None:
     assert isinstance(ca.default_policy(), ca.HostPolicy)
-    assert ca.HostPolicy().next_stream() is None and repr(ca.HostPolicy()) == "HostPolicy()"
+    policy: ca.SchedulingPolicy = ca.HostPolicy()
+    assert policy.next_stream() is None and repr(ca.HostPolicy()) == "HostPolicy()"
 
 
 def test_set_default_policy_and_using_policy() -> None:

@@ -166,7 +166,7 @@ def test_schedule_records_completion_events_and_done_polls_them(fake_driver: Fak
     with pytest.raises(ca.OwnershipError, match="pending op 'slow'"):
         kernel(fake_driver, "other", reads=[x]).schedule(ca.SingleStream())
     fake_driver.finish_events()
-    assert future.done() and not x.is_held
+    assert future.done() and x.holders == []
     events_before = fake_driver.calls["cuEventCreate"]
     kernel(fake_driver, "again", writes=[x]).schedule(ca.SingleStream()).result()
     assert fake_driver.calls["cuEventCreate"] == events_before  # completion events are pooled
@@ -194,7 +194,7 @@ def test_await_completes_through_the_poller_without_blocking_the_loop(fake_drive
 
     assert asyncio.run(main()) == "slow"
     assert ticks >= 10  # the loop kept running while the op was pending
-    assert not x.is_held
+    assert x.holders == []
 
 
 def test_many_awaits_none_lost(fake_driver: FakeDriver) -> None:
@@ -240,10 +240,10 @@ def test_a_cancelled_await_keeps_holds_until_the_work_completes(fake_driver: Fak
         assert x.is_held  # the device work cannot be recalled
         fake_driver.finish_events()
         for _ in range(1000):
-            if not x.is_held:
+            if x.holders == []:
                 break
             await asyncio.sleep(0.001)
-        assert not x.is_held  # handed back by the poller once the work completed
+        assert x.holders == []  # handed back by the poller once the work completed
 
     asyncio.run(cancelled())
 
@@ -257,7 +257,7 @@ def test_graph_capture_records_on_a_capture_stream_and_replays(fake_driver: Fake
     graph = op.graph(name="g", policy=pool)
     assert not graph.is_host and graph.node_count == 3
     assert [k for c, _, k in fake_driver.log if c == "kernel"] == []  # recorded, not run
-    assert graph.result == "k1" or graph.result == ("k2", "k3")
+    assert graph.result == ("k2", "k3")
     assert fake_driver.calls["cuStreamWaitEvent"] == 0  # everything on the capture stream
     graph.launch().sync(pool)
     replay = [(c, d) for c, _, d in fake_driver.log if c == "graph"]
