@@ -56,6 +56,17 @@ def test_then_chains_and_passes_the_result() -> None:
     assert again.sync() == "done" and z.data == [11, 22, 33]
 
 
+def test_long_chains_need_no_deep_recursion() -> None:
+    counter = HostTensor("c", [0])
+    one = HostTensor("one", [1])
+    op: ca.DeviceOp[Any] = add(counter, counter, one)
+    for _ in range(4999):
+        op = op.then(add(counter, counter, one))
+    op.sync()
+    assert counter.data == [5000]
+    assert len(op.name) < 200
+
+
 def test_then_refuses_a_function_that_returns_no_op() -> None:
     op: ca.DeviceOp[Any] = ca.value(1).then(lambda v: v + 1)  # type: ignore[arg-type, return-value]
     with pytest.raises(TypeError, match="must return a DeviceOp.*use map"):

@@ -240,17 +240,27 @@ class ThenOp(DeviceOp[U], Generic[T, U]):
         self.first = first
         self.next_op = next_op
         following = next_op.name if isinstance(next_op, DeviceOp) else getattr(next_op, "__name__", "fn")
-        self.name = f"{first.name} then {following}"
+        head = first.name.split(" then ", 1)[0]
+        self.name = f"{head} then {following}" if " then " not in first.name else f"{head} then ... {following}"
 
     def _enqueue(self, run: Run, stream: cuda_core.Stream | None) -> U:
-        result = self.first._enqueue(run, stream)
-        following = self.next_op if isinstance(self.next_op, DeviceOp) else self.next_op(result)
-        if not isinstance(following, DeviceOp):
-            raise TypeError(
-                f"then: the function after {self.first.name!r} must return a DeviceOp, "
-                f"got {type(following).__name__} (use map for host functions)"
-            )
-        return following._enqueue(run, stream)
+        # A chain built in a loop (op = op.then(k)) nests to the left: walk it
+        # iteratively, so that chains of any length need no deep recursion.
+        chain: list[ThenOp[Any, Any]] = []
+        node: DeviceOp[Any] = self
+        while isinstance(node, ThenOp):
+            chain.append(node)
+            node = node.first
+        result: Any = node._enqueue(run, stream)
+        for link in reversed(chain):
+            following = link.next_op if isinstance(link.next_op, DeviceOp) else link.next_op(result)
+            if not isinstance(following, DeviceOp):
+                raise TypeError(
+                    f"then: the function after {link.first.name!r} must return a DeviceOp, "
+                    f"got {type(following).__name__} (use map for host functions)"
+                )
+            result = following._enqueue(run, stream)
+        return cast(U, result)
 
 
 class MapOp(DeviceOp[U], Generic[T, U]):
