@@ -29,7 +29,7 @@ Quick tour::
 
 from cuda_async._capture import ensure_not_capturing, is_capturing
 from cuda_async._errors import GraphCaptureError, OwnershipError
-from cuda_async._future import DeviceFuture
+from cuda_async._future import DeviceFuture, set_await_spin
 from cuda_async._graph import CudaGraph, GraphScope, graph_scope
 from cuda_async._op import DeviceOp, FnOp, SharedOp, all_of, value
 from cuda_async._op import zip_ops as zip
@@ -64,6 +64,7 @@ __all__ = [
     "ensure_not_capturing",
     "graph_scope",
     "is_capturing",
+    "set_await_spin",
     "set_default_policy",
     "using_policy",
     "value",

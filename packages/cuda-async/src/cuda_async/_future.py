@@ -1,7 +1,8 @@
 """`DeviceFuture`: the result of a scheduled op, and the completion poller behind ``await``.
 
-``await`` never blocks the event loop: the awaiting task parks on an asyncio
-future, and one process-wide helper thread polls the jobs' completion events
+``await`` never blocks the event loop (beyond a bounded inline check of a few
+microseconds, which lets small ops complete without a thread hand-off): the
+awaiting task parks on an asyncio future, and one process-wide helper thread polls the jobs' completion events
 (``cuEventQuery``, which never blocks) and resolves those futures through
 ``loop.call_soon_threadsafe``. The thread spins briefly after new work (small
 kernels finish within microseconds), then backs off exponentially to 1 ms
@@ -27,7 +28,18 @@ _SPIN_S = 100e-6  # poll without sleeping for this long after activity
 _FIRST_SLEEP_S = 20e-6
 _MAX_SLEEP_S = 1e-3
 
+_await_spin_s = 20e-6
+
 _event_pool: dict[int, list[cuda_core.Event]] = {}
+
+
+def set_await_spin(microseconds: float) -> None:
+    """How long ``await`` may poll inline before parking on the poller (default 20 µs;
+    0 parks at once). Longer favours latency of small ops, shorter the event loop."""
+    global _await_spin_s
+    if microseconds < 0:
+        raise ValueError(f"set_await_spin: expected a duration >= 0, got {microseconds}")
+    _await_spin_s = microseconds * 1e-6
 
 
 def _take_event(device: cuda_core.Device) -> cuda_core.Event:
@@ -213,6 +225,14 @@ class DeviceFuture(Generic[T]):
     def __await__(self) -> Generator[Any, None, T]:
         if self.done():
             return self._value
+        # Small kernels finish within microseconds: a bounded check first saves the
+        # two thread hand-offs of the poller path (the loop is held for at most
+        # the spin budget, see `set_await_spin`).
+        if _await_spin_s > 0:
+            deadline = time.perf_counter() + _await_spin_s
+            while time.perf_counter() < deadline:
+                if self.done():
+                    return self._value
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[None] = loop.create_future()
         poller.watch(self._events, lambda: self._device_done(loop, waiter))
