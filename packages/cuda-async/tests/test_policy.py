@@ -73,3 +73,18 @@ def test_sources_import_only_cuda_core_and_the_stdlib() -> None:
                 continue
             assert set(roots) <= allowed, f"{path.name} imports {roots}"
     assert (source_dir / "py.typed").exists()
+
+
+def test_await_spin_is_configurable() -> None:
+    from cuda_async import _future
+
+    previous = _future._await_spin_s
+    try:
+        ca.set_await_spin(0)
+        assert _future._await_spin_s == 0
+        ca.set_await_spin(50)
+        assert _future._await_spin_s == pytest.approx(50e-6)
+        with pytest.raises(ValueError, match=">= 0"):
+            ca.set_await_spin(-1)
+    finally:
+        _future._await_spin_s = previous

@@ -145,8 +145,8 @@ def _complete(events: list[cuda_core.Event]) -> bool:
             event.device.activate()
             if not event.query():
                 return False
-    except cuda_core.CudaError:
-        return True  # the error is raised to whoever takes the result
+    except Exception:  # a driver error is raised to whoever takes the result
+        return True
     return True
 
 
@@ -162,7 +162,7 @@ class DeviceFuture(Generic[T]):
     dropped; later ops are still ordered after its work through events).
     """
 
-    __slots__ = ("_job", "_value", "_events", "_observed", "_abandoned", "__weakref__")
+    __slots__ = ("_job", "_value", "_events", "_observed", "_abandoned", "_watched", "__weakref__")
 
     def __init__(self, job: Job, value: T, events: list[cuda_core.Event]) -> None:
         self._job = job
@@ -170,6 +170,7 @@ class DeviceFuture(Generic[T]):
         self._events = events
         self._observed = False
         self._abandoned = False
+        self._watched = False  # the poller holds the events: they must not be recycled
 
     @classmethod
     def completed(cls, value: T) -> DeviceFuture[T]:
@@ -192,7 +193,8 @@ class DeviceFuture(Generic[T]):
             self._observed = True
             self._job.release(completed=True)
             events, self._events = self._events, []
-            _give_events(events)
+            if not self._watched:
+                _give_events(events)
 
     def done(self) -> bool:
         """Whether the work has completed (never blocks); True hands the resources back."""
@@ -235,6 +237,7 @@ class DeviceFuture(Generic[T]):
                     return self._value
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[None] = loop.create_future()
+        self._watched = True
         poller.watch(self._events, lambda: self._device_done(loop, waiter))
         try:
             yield from waiter
