@@ -1,4 +1,4 @@
-"""Op results are statically typed: mypy --strict accepts typing/check_result_types.py."""
+"""Op results are statically typed: mypy --strict accepts typecheck/check_result_types.py."""
 
 from __future__ import annotations
 
@@ -9,6 +9,6 @@ import pytest
 
 def test_results_are_statically_typed() -> None:
     api = pytest.importorskip("mypy.api")
-    path = Path(__file__).parent / "typing" / "check_result_types.py"
+    path = Path(__file__).parent / "typecheck" / "check_result_types.py"
     out, err, status = api.run(["--strict", "--no-incremental", "--python-version", "3.11", str(path)])
     assert status == 0, out + err
