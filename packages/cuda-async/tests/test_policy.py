@@ -88,3 +88,19 @@ def test_await_spin_is_configurable() -> None:
             ca.set_await_spin(-1)
     finally:
         _future._await_spin_s = previous
+
+
+def test_every_public_name_has_a_docstring() -> None:
+    import inspect
+
+    missing = []
+    for name in ca.__all__:
+        obj = getattr(ca, name)
+        if not getattr(obj, "__doc__", None):
+            missing.append(name)
+        if inspect.isclass(obj):
+            for attr, member in vars(obj).items():
+                if not attr.startswith("_") and (callable(member) or isinstance(member, property)):
+                    if not getattr(member, "__doc__", None):
+                        missing.append(f"{name}.{attr}")
+    assert missing == []

@@ -143,6 +143,20 @@ def test_a_dropped_future_still_orders_later_ops(fake_driver: FakeDriver) -> Non
     assert fake_driver.calls["cuStreamWaitEvent"] == 1  # the read was observed complete: nothing to wait for
 
 
+def test_a_writer_waits_for_pending_readers_on_other_streams(fake_driver: FakeDriver) -> None:
+    pool = ca.RoundRobin(3)
+    a, b, c = pool.streams
+    x = ca.Resource("x")
+    fake_driver.hold_events = True
+    readers = [kernel(fake_driver, f"read {i}", reads=[x]).schedule(ca.SingleStream(s)) for i, s in enumerate((a, b))]
+    with pytest.raises(ca.OwnershipError, match="x is read by the pending op 'read 0'.*may not write"):
+        kernel(fake_driver, "write", writes=[x]).schedule(ca.SingleStream(c))
+    del readers  # dropped: holds back, work still pending
+    kernel(fake_driver, "write", writes=[x]).schedule(ca.SingleStream(c)).result()
+    waits = {(s, d) for call, s, d in fake_driver.log if call == "wait"}
+    assert waits == {(int(c), int(a)), (int(c), int(b))}  # write-after-read on both streams
+
+
 def test_shared_op_consumers_on_other_streams_wait_for_it(fake_driver: FakeDriver) -> None:
     pool = ca.RoundRobin(2)
     w = ca.Resource("w")

@@ -31,6 +31,7 @@ class HostPolicy:
     """Runs every op eagerly on the host (stream None): the interpreter's policy."""
 
     def next_stream(self) -> None:
+        """Always None: the op runs on the host."""
         return None
 
     def __repr__(self) -> str:
@@ -52,6 +53,7 @@ class SingleStream:
 
     @property
     def stream(self) -> cuda_core.Stream:
+        """The stream (created on first access if none was given)."""
         if self._stream is None:
             with self._lock:
                 if self._stream is None:
@@ -59,6 +61,7 @@ class SingleStream:
         return self._stream
 
     def next_stream(self) -> cuda_core.Stream:
+        """The one stream."""
         return self._stream if self._stream is not None else self.stream
 
     def __repr__(self) -> str:
@@ -103,6 +106,7 @@ class RoundRobin:
         return self._streams
 
     def next_stream(self) -> cuda_core.Stream:
+        """The next stream of the pool, in turn (thread-safe)."""
         streams = self._streams if self._streams is not None else self.streams
         return streams[next(self._counter) % len(streams)]
 
