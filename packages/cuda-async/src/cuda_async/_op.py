@@ -57,7 +57,8 @@ class Run:
         """The stream of a new independent branch (`zip`) forked from ``parent``."""
         if self.capture is not None or parent is None:
             return parent
-        return self.policy.next_stream()
+        branch = self.policy.next_stream()
+        return parent if branch is None else branch  # a device job never forks onto the host
 
 
 class DeviceOp(Generic[T]):
@@ -432,14 +433,6 @@ def record(state: _capture.CaptureState, op: DeviceOp[T]) -> T:
         ) from exc
     state.results.append(result)
     return result
-
-
-def check_resources(resources: Sequence[Any], what: str) -> tuple[Resource, ...]:
-    """The resources of ``resources``, or a TypeError naming ``what``."""
-    for resource in resources:
-        if not isinstance(resource, Resource):
-            raise TypeError(f"{what}: expected Resource objects, got {type(resource).__name__}")
-    return tuple(resources)
 
 
 __all__ = ["Access", "DeviceOp", "FnOp", "SharedOp", "all_of", "value", "zip_ops"]
