@@ -211,11 +211,14 @@ class FnOp(DeviceOp[T]):
             run.holder.acquire(self.accesses, self.name, stream, take=False, order=False)
             capture.add_leaf(self)
             return self.fn(stream)
-        run.holder.acquire(self.accesses, self.name, stream)
         if stream is None:
+            run.holder.acquire(self.accesses, self.name, stream)
             return self.fn(stream)
-        run.job.streams[stream] = None
+        # Mark the stream's current point first if someone may need it, so that
+        # neither this op's waits nor its work end up behind that event.
         _streams.before_enqueue(stream, self.interest, is_live)
+        run.holder.acquire(self.accesses, self.name, stream)
+        run.job.streams[stream] = None
         result = self.fn(stream)
         run.points[stream] = run.holder.record(self.accesses, stream)
         return result
@@ -301,7 +304,8 @@ class GatherOp(DeviceOp[list[Any]]):
                     _streams.wait_point(branch, stream, fork)
                 branches.append(branch)
             results.append(op._enqueue(run, branch))
-        if stream is not None:
+        if stream is not None and branches:
+            _streams.before_enqueue(stream, {}, is_live)  # mark the parent's point before the join waits
             for branch in branches:  # join: later work on the parent waits for every branch
                 end = run.points.get(branch, 0)
                 if end:
