@@ -141,7 +141,7 @@ def is_live(resource: object, access: int, stream: cuda_core.Stream, epoch: int)
 class Job:
     """One submission: the holds it took, the streams it used, its completion."""
 
-    __slots__ = ("name", "parent", "streams", "held", "released", "events", "__weakref__")
+    __slots__ = ("name", "parent", "streams", "held", "released", "__weakref__")
 
     def __init__(self, name: str, *, parent: Job | None = None) -> None:
         self.name = name
@@ -149,7 +149,6 @@ class Job:
         self.streams: dict[cuda_core.Stream, None] = {}
         self.held: dict[Resource, None] = {}
         self.released = False
-        self.events: list[cuda_core.Event] = []
 
     def __repr__(self) -> str:
         return f"<Job {self.name!r}{' released' if self.released else ''}>"
