@@ -118,3 +118,11 @@ def test_a_host_graph_replayed_in_a_loop() -> None:
     for _ in range(10):
         graph.launch().sync()
     assert acc.data == [10.0] and graph.launches == 10
+
+
+def test_a_closed_graph_refuses_to_launch() -> None:
+    z, x, y = HostTensor("z", [0]), HostTensor("x", [1]), HostTensor("y", [2])
+    graph = add(z, x, y).graph()
+    graph.close()
+    with pytest.raises(ValueError, match="has been closed"):
+        graph.launch()

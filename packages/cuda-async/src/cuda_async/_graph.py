@@ -19,7 +19,7 @@ import cuda_core
 from cuda_async import _capture
 from cuda_async._capture import CaptureState
 from cuda_async._errors import GraphCaptureError
-from cuda_async._op import DeviceOp, FnOp, record
+from cuda_async._op import DeviceOp, record
 from cuda_async._policy import SchedulingPolicy, default_policy
 from cuda_async._resource import Access, Resource
 
@@ -52,6 +52,7 @@ class CudaGraph(Generic[T]):
         self._accesses = dict(state.accesses)
         self._node_count = node_count
         self._pending: dict[Resource, Resource] = {}
+        self._closed = False
         self.launches = 0
 
     def __repr__(self) -> str:
@@ -122,7 +123,7 @@ class CudaGraph(Generic[T]):
         ``schedule()``; it reads and writes the captured resources, so it waits for
         and excludes other ops on them.
         """
-        if self._executable is None and self._leaves is None:
+        if self._closed:
             raise ValueError(f"graph {self.name!r} has been closed")
         updates = list(self._pending.items())
         self._pending.clear()
@@ -148,7 +149,9 @@ class CudaGraph(Generic[T]):
         return DeviceOp.from_fn(replay, reads=reads, writes=writes, name=f"replay of {self.name}")
 
     def close(self) -> None:
-        """Destroys the executable graph (the device graph's memory is released)."""
+        """Destroys the executable graph; later `launch` calls are refused."""
+        self._closed = True
+        self._leaves = []
         if self._executable is not None:
             self._executable.close()
 
@@ -220,7 +223,3 @@ def graph_scope(name: str = "graph", *, policy: SchedulingPolicy | None = None) 
     finally:
         _capture.pop()
     scope._graph = CudaGraph(name, list(state.results), state, executable, node_count)
-
-
-def _leaves(graph: CudaGraph[Any]) -> list[FnOp[Any]]:  # for tests
-    return list(graph._leaves)
