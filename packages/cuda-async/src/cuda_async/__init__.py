@@ -1,10 +1,72 @@
-"""Lazy device operations, streams, scheduling, futures/asyncio and CUDA graphs.
+"""cuda_async: lazy device operations, stream scheduling, asyncio and CUDA graphs.
 
-Built on cuda_core only: a launch is a lazy DeviceOp that can be synchronised, awaited or captured into a CUDA graph, with cross-stream dependencies derived from the buffers each op holds.
+Built on cuda_core only. A `DeviceOp` is lazy and typed by its result; it runs
+with ``.sync()``, ``.sync_on(stream)``, ``await op`` or ``.schedule(policy)``,
+composes with `then`, `map`, `zip`, `all_of`, `shared` and `value`, and is
+captured into a replayable `CudaGraph` with ``op.graph()`` or `graph_scope`.
 
-Not built yet: this package holds only its skeleton until the issue
-"cuda-async: lazy device operations, async/await, stream scheduling and CUDA graphs" fills it. It deliberately exports nothing, so that no code can come
-to depend on a placeholder API.
+Ops declare the `Resource` objects they read and write. While an op is pending,
+a resource it writes cannot be used by any other op, and one it reads cannot be
+written (`OwnershipError`, naming the holder); everything is handed back when
+the host observes completion. Ops on different streams that share resources are
+ordered by event waits, never by device-wide synchronization.
+
+A `SchedulingPolicy` picks streams: `SingleStream`, `RoundRobin` (the default
+where a GPU is present: 4 streams), `HostPolicy` (every op runs eagerly on the
+host with stream None: the interpreter's mode, also used where no GPU is
+present), or any object with ``next_stream()``.
+
+Quick tour::
+
+    import cuda_async as ca
+    z = ca.Resource("z", memory=buf_z)
+    op = ca.DeviceOp.from_fn(lambda s: launch_add(s), reads=[x, y], writes=[z], name="add")
+    op.sync()                                   # run and wait
+    result = await op                           # inside asyncio
+    a, b = ca.zip(op_a, op_b).sync()            # may overlap on two streams
+    graph = op.graph(); graph.launch().sync()   # capture once, replay
 """
 
-__all__: list[str] = []
+from cuda_async._capture import ensure_not_capturing, is_capturing
+from cuda_async._errors import GraphCaptureError, OwnershipError
+from cuda_async._future import DeviceFuture, set_await_spin
+from cuda_async._graph import CudaGraph, GraphScope, graph_scope
+from cuda_async._op import DeviceOp, FnOp, SharedOp, all_of, value
+from cuda_async._op import zip_ops as zip
+from cuda_async._policy import (
+    HostPolicy,
+    RoundRobin,
+    SchedulingPolicy,
+    SingleStream,
+    default_policy,
+    set_default_policy,
+    using_policy,
+)
+from cuda_async._resource import Access, Resource
+
+__all__ = [
+    "Access",
+    "CudaGraph",
+    "DeviceFuture",
+    "DeviceOp",
+    "FnOp",
+    "GraphCaptureError",
+    "GraphScope",
+    "HostPolicy",
+    "OwnershipError",
+    "Resource",
+    "RoundRobin",
+    "SchedulingPolicy",
+    "SharedOp",
+    "SingleStream",
+    "all_of",
+    "default_policy",
+    "ensure_not_capturing",
+    "graph_scope",
+    "is_capturing",
+    "set_await_spin",
+    "set_default_policy",
+    "using_policy",
+    "value",
+    "zip",
+]

@@ -1,0 +1,79 @@
+"""The thread's active graph capture, if any (kept apart to avoid import cycles)."""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+import cuda_core
+
+from cuda_async._errors import GraphCaptureError
+from cuda_async._resource import Access, Resource
+
+if TYPE_CHECKING:
+    from cuda_async._op import FnOp
+
+_tls = threading.local()
+
+
+class CaptureState:
+    """What a capture has recorded so far: its stream (None on the host), the leaf
+    ops in order (replayed on the host), the resources they touch, and the results."""
+
+    def __init__(self, name: str, stream: cuda_core.Stream | None) -> None:
+        self.name = name
+        self.stream = stream
+        self.leaves: list[FnOp[Any]] = []
+        self.accesses: dict[Resource, Access] = {}
+        self.results: list[Any] = []
+
+    def add_leaf(self, leaf: FnOp[Any]) -> None:
+        if leaf.allocates:
+            raise GraphCaptureError(
+                f"{leaf.name!r} allocates memory, which cannot be recorded into the CUDA graph "
+                f"{self.name!r}: allocate its tensors before capturing (run it with .sync() first) "
+                "and capture only the ops that write into them"
+            )
+        self.leaves.append(leaf)
+        for resource, access in leaf.accesses:
+            previous = self.accesses.get(resource)
+            if previous is None or previous < access:
+                self.accesses[resource] = access
+
+
+def current() -> CaptureState | None:
+    """The capture active on this thread, or None."""
+    state: CaptureState | None = getattr(_tls, "capture", None)
+    return state
+
+
+def push(state: CaptureState) -> None:
+    if current() is not None:
+        raise GraphCaptureError(
+            f"cannot capture {state.name!r}: the graph capture {current().name!r} is already "  # type: ignore[union-attr]
+            "active on this thread (captures do not nest)"
+        )
+    _tls.capture = state
+
+
+def pop() -> None:
+    _tls.capture = None
+
+
+def is_capturing() -> bool:
+    """Whether this thread is recording a CUDA graph (ops are recorded, not run)."""
+    return current() is not None
+
+
+def ensure_not_capturing(what: str) -> None:
+    """Raises `GraphCaptureError` naming ``what`` if this thread is capturing a graph.
+
+    For work that a graph cannot record, e.g. ``ensure_not_capturing("api.zeros
+    (allocates memory)")`` in an allocator, or a read back to the host.
+    """
+    state = current()
+    if state is not None:
+        raise GraphCaptureError(
+            f"{what} cannot run while the CUDA graph {state.name!r} is being captured: "
+            "do it before the capture (or after, between replays)"
+        )

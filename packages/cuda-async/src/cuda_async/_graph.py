@@ -1,0 +1,225 @@
+"""CUDA graphs: capture ops once, replay them at the cost of one driver call.
+
+`DeviceOp.graph` captures one op; `graph_scope` records every op run (``sync``,
+``sync_on``, ``schedule``) on the thread inside a ``with`` block into one graph.
+Capture queues the work on a private capture stream where the driver records it
+instead of running it; `CudaGraph.launch` is itself a `DeviceOp` that replays it
+and holds the graph's resources like any other op. On the host (a host policy),
+capture runs the ops once and replay runs their leaves again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, Generic, TypeVar
+
+import cuda_core
+
+from cuda_async import _capture
+from cuda_async._capture import CaptureState
+from cuda_async._errors import GraphCaptureError
+from cuda_async._op import DeviceOp, record
+from cuda_async._policy import SchedulingPolicy, default_policy
+from cuda_async._resource import Access, Resource
+
+T = TypeVar("T")
+
+
+class CudaGraph(Generic[T]):
+    """A captured, instantiated graph and the resources its work touches.
+
+    Attributes:
+        name: for messages.
+        result: the captured op's result (for a `graph_scope`, the list of the
+            results of the recorded ops); `launch` returns it.
+        stream: the capture stream, where `launch` replays by default (None on the host).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        result: T,
+        state: CaptureState,
+        executable: cuda_core.GraphExec | None,
+        node_count: int,
+    ) -> None:
+        self.name = name
+        self.result = result
+        self.stream = state.stream
+        self._executable = executable
+        self._leaves = list(state.leaves)
+        self._accesses = dict(state.accesses)
+        self._node_count = node_count
+        self._pending: dict[Resource, Resource] = {}
+        self._closed = False
+        self.launches = 0
+
+    def __repr__(self) -> str:
+        where = "host" if self._executable is None else f"{self._node_count} nodes"
+        return f"<CudaGraph {self.name!r} ({where})>"
+
+    @property
+    def is_host(self) -> bool:
+        """Whether this is a host graph (replayed eagerly, no driver)."""
+        return self._executable is None
+
+    @property
+    def node_count(self) -> int:
+        """Nodes of the device graph (kernels, copies, ...); on the host, leaf ops recorded."""
+        return self._node_count
+
+    @property
+    def resources(self) -> list[Resource]:
+        """Every resource the captured work reads or writes, in order of first use."""
+        return list(self._accesses)
+
+    @property
+    def inputs(self) -> list[Resource]:
+        """The resources the captured work only reads, in order of first use:
+        what `update` takes positionally."""
+        return [r for r, access in self._accesses.items() if access is Access.READ]
+
+    @property
+    def outputs(self) -> list[Resource]:
+        """The resources the captured work writes, in order of first use."""
+        return [r for r, access in self._accesses.items() if access is Access.WRITE]
+
+    def update(self, *new_inputs: Resource, replace: Mapping[Resource, Resource] | None = None) -> None:
+        """Gives the next `launch` new inputs: their contents are copied into the
+        captured resources, in stream order, just before the replay.
+
+        Positional arguments replace `inputs` in order (None keeps one); ``replace``
+        maps any captured resource to its new contents. Each new resource must have
+        the same ``layout`` (shape and element type) as the one it replaces.
+        """
+        if len(new_inputs) > len(self.inputs):
+            raise ValueError(
+                f"graph {self.name!r}: update takes at most {len(self.inputs)} input(s), got {len(new_inputs)}"
+            )
+        pairs: list[tuple[Resource, Resource]] = [
+            (old, new) for old, new in zip(self.inputs, new_inputs) if new is not None
+        ]
+        pairs.extend((replace or {}).items())
+        staged: dict[Resource, Resource] = {}
+        for old, new in pairs:
+            if not isinstance(new, Resource):
+                raise TypeError(f"graph {self.name!r}: update takes Resource objects, got {type(new).__name__}")
+            if old not in self._accesses:
+                raise ValueError(f"graph {self.name!r}: {old.name} is not used by the captured work")
+            if new.layout != old.layout:
+                raise ValueError(
+                    f"graph {self.name!r}: {new.name} has layout {new.layout!r} but the captured "
+                    f"{old.name} has {old.layout!r}; a graph is updated with inputs of the same shape and dtype"
+                )
+            if new is not old:
+                staged[old] = new
+        self._pending.update(staged)
+
+    def launch(self) -> DeviceOp[T]:
+        """An op that replays the graph (after copying in the inputs given to `update`).
+
+        Like any op it is run with ``sync()``, ``sync_on(stream)``, ``await`` or
+        ``schedule()``; it reads and writes the captured resources, so it waits for
+        and excludes other ops on them.
+        """
+        if self._closed:
+            raise ValueError(f"graph {self.name!r} has been closed")
+        updates = list(self._pending.items())
+        self._pending.clear()
+        reads = [r for r, a in self._accesses.items() if a is Access.READ and r not in dict(updates)]
+        reads += [new for _, new in updates]
+        writes = [r for r, a in self._accesses.items() if a is Access.WRITE] + [old for old, _ in updates]
+
+        def replay(stream: cuda_core.Stream | None) -> T:
+            for old, new in updates:
+                old.copy_from(new, stream)
+            if self._executable is None:
+                for leaf in self._leaves:
+                    leaf.fn(None)
+            else:
+                if stream is None:
+                    raise ValueError(
+                        f"graph {self.name!r} is a device graph: launch it on a stream, not on the host"
+                    )
+                self._executable.launch(stream)
+            self.launches += 1
+            return self.result
+
+        return DeviceOp.from_fn(replay, reads=reads, writes=writes, name=f"replay of {self.name}")
+
+    def close(self) -> None:
+        """Destroys the executable graph; later `launch` calls are refused."""
+        self._closed = True
+        self._leaves = []
+        if self._executable is not None:
+            self._executable.close()
+
+
+class GraphScope:
+    """The recorder of a `graph_scope` block; `graph` is set when the block exits."""
+
+    def __init__(self, state: CaptureState) -> None:
+        self._state = state
+        self._graph: CudaGraph[list[Any]] | None = None
+
+    @property
+    def graph(self) -> CudaGraph[list[Any]]:
+        """The graph (after the ``with`` block)."""
+        if self._graph is None:
+            raise GraphCaptureError(f"graph {self._state.name!r}: the capture has not finished")
+        return self._graph
+
+    def record(self, op: DeviceOp[T]) -> T:
+        """Records ``op`` into the graph; same as ``op.sync()`` inside the block."""
+        if _capture.current() is not self._state:
+            raise GraphCaptureError(f"graph {self._state.name!r}: record is only valid inside its with block")
+        return record(self._state, op)
+
+
+@contextmanager
+def graph_scope(name: str = "graph", *, policy: SchedulingPolicy | None = None) -> Iterator[GraphScope]:
+    """Records the ops run on this thread inside the block into one `CudaGraph`.
+
+    >>> with graph_scope("step") as scope:
+    ...     y = norm(x).sync()          # recorded, not run: returns without waiting
+    ...     z = matvec(w, y).sync()
+    >>> scope.graph.launch().sync()     # runs both
+
+    The graph's device is that of ``policy``'s next stream (default policy); with
+    a host policy the graph is a host graph. Inside the block nothing may wait for
+    the device and nothing may allocate (`GraphCaptureError`).
+    """
+    first = (policy if policy is not None else default_policy()).next_stream()
+    stream = None if first is None else cuda_core.Stream.create(first.device)
+    state = CaptureState(name, stream)
+    _capture.push(state)
+    scope = GraphScope(state)
+    try:
+        if stream is not None:
+            cuda_core.begin_capture(stream, cuda_core.CaptureMode.THREAD_LOCAL)
+        try:
+            yield scope
+        except BaseException:
+            if stream is not None:
+                try:
+                    cuda_core.end_capture(stream).close()
+                except cuda_core.CudaError:
+                    pass  # the capture was already invalidated; the original error matters
+            raise
+        executable: cuda_core.GraphExec | None = None
+        node_count = len(state.leaves)
+        if stream is not None:
+            try:
+                graph = cuda_core.end_capture(stream)
+            except cuda_core.CudaError as exc:
+                raise GraphCaptureError(
+                    f"the capture of graph {name!r} failed: {exc} (something in the block waited for "
+                    "the device, allocated synchronously, or used another stream outside the capture)"
+                ) from exc
+            node_count = graph.node_count
+            executable = graph.instantiate(upload_stream=stream)
+            graph.close()
+    finally:
+        _capture.pop()
+    scope._graph = CudaGraph(name, list(state.results), state, executable, node_count)

@@ -1,0 +1,442 @@
+"""`DeviceOp`: a lazy operation on a device, typed by its result, and its combinators.
+
+Nothing runs when an op is built. Running it (`sync`, `sync_on`, `schedule`,
+``await``) makes a *job*: the op tree is walked once on the host, each leaf
+enqueues its work on the stream the policy chose (or runs eagerly when that
+stream is None), ownership holds are taken leaf by leaf, and cross-stream
+dependencies become event waits. The job's holds are given back when the host
+observes its completion.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Generator, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
+
+import cuda_core
+
+from cuda_async import _capture, _streams
+from cuda_async._errors import GraphCaptureError
+from cuda_async._policy import SchedulingPolicy, SingleStream, default_policy
+from cuda_async._resource import Access, Job, Resource, is_live, merge_accesses
+
+if TYPE_CHECKING:
+    from cuda_async._future import DeviceFuture
+    from cuda_async._graph import CudaGraph
+
+T = TypeVar("T")
+U = TypeVar("U")
+A = TypeVar("A")
+B = TypeVar("B")
+C = TypeVar("C")
+D = TypeVar("D")
+
+
+class _HostOnly:
+    """The policy of a run on the host: every stream is None."""
+
+    def next_stream(self) -> None:
+        return None
+
+
+class Run:
+    """The state of one walk of an op tree: the job, who takes holds (the job, or a
+    shared op's own sub-job), the policy, the capture, and the job's last point per stream."""
+
+    __slots__ = ("job", "holder", "policy", "capture", "points")
+
+    def __init__(self, job: Job, policy: SchedulingPolicy, capture: _capture.CaptureState | None = None) -> None:
+        self.job = job
+        self.holder = job
+        self.policy = policy
+        self.capture = capture
+        self.points: dict[cuda_core.Stream, int] = {}
+
+    def branch_stream(self, parent: cuda_core.Stream | None) -> cuda_core.Stream | None:
+        """The stream of a new independent branch (`zip`) forked from ``parent``."""
+        if self.capture is not None or parent is None:
+            return parent
+        branch = self.policy.next_stream()
+        return parent if branch is None else branch  # a device job never forks onto the host
+
+
+class DeviceOp(Generic[T]):
+    """A lazy operation whose result is a ``T``.
+
+    Build one with `DeviceOp.from_fn` (work enqueued by a Python callable),
+    `value`, `zip`, `all_of`, or the combinators `then`, `map`, `shared`; run it
+    with `sync`, `sync_on`, `schedule` or ``await``; record it with `graph`.
+    """
+
+    name: str = "op"
+
+    # -- construction --------------------------------------------------------
+    @staticmethod
+    def from_fn(
+        fn: Callable[[cuda_core.Stream | None], U],
+        *,
+        reads: Iterable[Resource] = (),
+        writes: Iterable[Resource] = (),
+        name: str | None = None,
+        allocates: bool = False,
+    ) -> FnOp[U]:
+        """A leaf op: ``fn(stream)`` enqueues work on ``stream`` and returns the result.
+
+        ``stream`` is None in host mode, where ``fn`` does the work eagerly.
+
+        Args:
+            reads: resources the work reads (shared with other readers while pending).
+            writes: resources the work writes (exclusive while pending).
+            name: shown in errors, e.g. ``"launch of add"``.
+            allocates: the op allocates memory, so it cannot be captured into a graph.
+        """
+        return FnOp(fn, reads=tuple(reads), writes=tuple(writes), name=name, allocates=allocates)
+
+    # -- combinators ---------------------------------------------------------
+    def then(self, next_op: Callable[[T], DeviceOp[U]] | DeviceOp[U]) -> DeviceOp[U]:
+        """This op, then another on the same stream.
+
+        ``next_op`` is an op, or a function that builds one from this op's result
+        (called on the host once this op is enqueued).
+        """
+        return ThenOp(self, next_op)
+
+    def map(self, fn: Callable[[T], U]) -> DeviceOp[U]:
+        """This op with ``fn`` applied to its result on the host.
+
+        ``fn`` runs when the op is enqueued, not when the device finishes: it
+        may rearrange handles (tensors, tuples) but must not read device memory.
+        """
+        return MapOp(self, fn)
+
+    def shared(self) -> SharedOp[T]:
+        """An op that runs this one at most once, however many ops consume it.
+
+        The first consumer enqueues it; later consumers (on any stream, in any
+        job) get the same result and wait for its completion through an event.
+        The resources it writes are handed to its consumers once it is enqueued.
+        """
+        return SharedOp(self)
+
+    # -- execution -----------------------------------------------------------
+    def _enqueue(self, run: Run, stream: cuda_core.Stream | None) -> T:
+        raise NotImplementedError
+
+    def schedule(self, policy: SchedulingPolicy | None = None) -> DeviceFuture[T]:
+        """Enqueues the op now (stream chosen by ``policy``, default `default_policy`)
+        and returns a future for its result; the host does not wait.
+
+        Raises `OwnershipError` at once if a leaf may not use its resources.
+        """
+        from cuda_async._future import DeviceFuture, completion_events
+
+        state = _capture.current()
+        if state is not None:
+            return DeviceFuture.completed(record(state, self))
+        job, value = submit(self, policy if policy is not None else default_policy())
+        return DeviceFuture(job, value, completion_events(job))
+
+    def sync(self, policy: SchedulingPolicy | None = None) -> T:
+        """Runs the op and waits for it; returns its result.
+
+        Inside a graph capture (`graph_scope`) the op is recorded instead, and the
+        result is returned without waiting.
+        """
+        state = _capture.current()
+        if state is not None:
+            return record(state, self)
+        return run_to_completion(self, policy if policy is not None else default_policy())
+
+    def sync_on(self, stream: cuda_core.Stream | None) -> T:
+        """Runs the whole op on ``stream`` (None: on the host) and waits for it."""
+        state = _capture.current()
+        if state is not None:
+            return record(state, self)
+        policy: SchedulingPolicy = _HostOnly() if stream is None else SingleStream(stream)
+        return run_to_completion(self, policy)
+
+    def __await__(self) -> Generator[Any, None, T]:
+        """``await op``: schedules it on the default policy and waits without blocking the loop."""
+        return self.schedule().__await__()
+
+    def graph(self, *, name: str | None = None, policy: SchedulingPolicy | None = None) -> CudaGraph[T]:
+        """Captures this op into a `CudaGraph` (nothing runs until `CudaGraph.launch`).
+
+        The device is that of ``policy``'s next stream (default policy); a host
+        policy gives a host graph, whose replay re-runs the recorded leaves eagerly.
+        """
+        from cuda_async._graph import graph_scope
+
+        with graph_scope(name or self.name, policy=policy) as scope:
+            result = scope.record(self)
+        graph = cast("CudaGraph[T]", scope.graph)
+        graph.result = result
+        return graph
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+
+class FnOp(DeviceOp[T]):
+    """A leaf op made by `DeviceOp.from_fn`."""
+
+    __slots__ = ("fn", "reads", "writes", "name", "allocates", "accesses", "interest")
+
+    def __init__(
+        self,
+        fn: Callable[[cuda_core.Stream | None], T],
+        *,
+        reads: tuple[Resource, ...],
+        writes: tuple[Resource, ...],
+        name: str | None,
+        allocates: bool,
+    ) -> None:
+        for resource in reads + writes:
+            if not isinstance(resource, Resource):
+                raise TypeError(
+                    f"DeviceOp.from_fn: reads and writes take Resource objects, got {type(resource).__name__}"
+                )
+        self.fn = fn
+        self.reads = reads
+        self.writes = writes
+        self.name = name or str(getattr(fn, "__name__", "op"))
+        self.allocates = allocates
+        self.accesses = merge_accesses(reads, writes)
+        self.interest: dict[object, int] = {r: int(a) for r, a in self.accesses}
+
+    def _enqueue(self, run: Run, stream: cuda_core.Stream | None) -> T:
+        capture = run.capture
+        if capture is not None:
+            run.holder.acquire(self.accesses, self.name, stream, take=False, order=False)
+            capture.add_leaf(self)
+            return self.fn(stream)
+        if stream is None:
+            run.holder.acquire(self.accesses, self.name, stream)
+            return self.fn(stream)
+        # Mark the stream's current point first if someone may need it, so that
+        # neither this op's waits nor its work end up behind that event.
+        _streams.before_enqueue(stream, self.interest, is_live)
+        run.holder.acquire(self.accesses, self.name, stream)
+        run.job.streams[stream] = None
+        result = self.fn(stream)
+        run.points[stream] = run.holder.record(self.accesses, stream)
+        return result
+
+
+class ValueOp(DeviceOp[T]):
+    """A host value as an op (no device work)."""
+
+    def __init__(self, value: T, name: str = "value") -> None:
+        self.value = value
+        self.name = name
+
+    def _enqueue(self, run: Run, stream: cuda_core.Stream | None) -> T:
+        return self.value
+
+
+class ThenOp(DeviceOp[U], Generic[T, U]):
+    def __init__(self, first: DeviceOp[T], next_op: Callable[[T], DeviceOp[U]] | DeviceOp[U]) -> None:
+        if not isinstance(first, DeviceOp):
+            raise TypeError(f"then: expected a DeviceOp to chain from, got {type(first).__name__}")
+        if not (isinstance(next_op, DeviceOp) or callable(next_op)):
+            raise TypeError(f"then: expected a DeviceOp or a function returning one, got {type(next_op).__name__}")
+        self.first = first
+        self.next_op = next_op
+        following = next_op.name if isinstance(next_op, DeviceOp) else getattr(next_op, "__name__", "fn")
+        head = first.name.split(" then ", 1)[0]
+        self.name = f"{head} then {following}" if " then " not in first.name else f"{head} then ... {following}"
+
+    def _enqueue(self, run: Run, stream: cuda_core.Stream | None) -> U:
+        # A chain built in a loop (op = op.then(k)) nests to the left: walk it
+        # iteratively, so that chains of any length need no deep recursion.
+        chain: list[ThenOp[Any, Any]] = []
+        node: DeviceOp[Any] = self
+        while isinstance(node, ThenOp):
+            chain.append(node)
+            node = node.first
+        result: Any = node._enqueue(run, stream)
+        for link in reversed(chain):
+            following = link.next_op if isinstance(link.next_op, DeviceOp) else link.next_op(result)
+            if not isinstance(following, DeviceOp):
+                raise TypeError(
+                    f"then: the function after {link.first.name!r} must return a DeviceOp, "
+                    f"got {type(following).__name__} (use map for host functions)"
+                )
+            result = following._enqueue(run, stream)
+        return cast(U, result)
+
+
+class MapOp(DeviceOp[U], Generic[T, U]):
+    def __init__(self, first: DeviceOp[T], fn: Callable[[T], U]) -> None:
+        if not callable(fn):
+            raise TypeError(f"map: expected a function, got {type(fn).__name__}")
+        self.first = first
+        self.fn = fn
+        self.name = f"{first.name} map {getattr(fn, '__name__', 'fn')}"
+
+    def _enqueue(self, run: Run, stream: cuda_core.Stream | None) -> U:
+        return self.fn(self.first._enqueue(run, stream))
+
+
+class GatherOp(DeviceOp[list[Any]]):
+    """Several ops, each on a stream of its own (fork), joined back onto the first."""
+
+    def __init__(self, ops: Sequence[DeviceOp[Any]], name: str) -> None:
+        for op in ops:
+            if not isinstance(op, DeviceOp):
+                raise TypeError(f"{name}: expected DeviceOps, got {type(op).__name__}")
+        self.ops = tuple(ops)
+        self.name = f"{name}({', '.join(op.name for op in ops)})"
+
+    def _enqueue(self, run: Run, stream: cuda_core.Stream | None) -> list[Any]:
+        results: list[Any] = []
+        branches: list[cuda_core.Stream] = []
+        # Branches depend on this job's work on the parent stream before the fork,
+        # not on each other: the fork point is taken before the first branch runs.
+        fork = run.points.get(stream, 0) if stream is not None else 0
+        if fork and len(self.ops) > 1 and run.capture is None:
+            _streams.mark(stream)  # type: ignore[arg-type]  # the fork point, before the first branch
+        for index, op in enumerate(self.ops):
+            branch = stream if index == 0 else run.branch_stream(stream)
+            if branch is not None and stream is not None and branch is not stream:
+                if fork:
+                    _streams.wait_point(branch, stream, fork)
+                branches.append(branch)
+            results.append(op._enqueue(run, branch))
+        if stream is not None and branches:
+            _streams.before_enqueue(stream, {}, is_live)  # mark the parent's point before the join waits
+            for branch in branches:  # join: later work on the parent waits for every branch
+                end = run.points.get(branch, 0)
+                if end:
+                    _streams.wait_point(stream, branch, end)
+                    run.points[stream] = max(run.points.get(stream, 0), _streams.current_epoch(stream))
+        return results
+
+
+class SharedOp(DeviceOp[T]):
+    """Runs its op once; every consumer gets the same result (see `DeviceOp.shared`)."""
+
+    def __init__(self, op: DeviceOp[T]) -> None:
+        self.op = op
+        self.name = f"shared {op.name}"
+        self._lock = threading.RLock()
+        self._done = False
+        self._value: T | None = None
+        self._point: tuple[cuda_core.Stream, int] | None = None
+
+    @property
+    def done(self) -> bool:
+        """Whether the op has been enqueued (its result is known)."""
+        return self._done
+
+    def _enqueue(self, run: Run, stream: cuda_core.Stream | None) -> T:
+        if run.capture is not None:
+            return self.op._enqueue(run, stream)  # a capture records; it never fills the cache
+        with self._lock:
+            if not self._done:
+                own = Job(self.name, parent=run.job)
+                saved, run.holder = run.holder, own
+                try:
+                    value = self.op._enqueue(run, stream)
+                finally:
+                    run.holder = saved
+                    own.release(completed=False)  # handed to the consumers; access points stay
+                self._value = value
+                if stream is not None:
+                    self._point = (stream, _streams.current_epoch(stream))
+                    _streams.mark(stream)  # consumers elsewhere wait for exactly this point
+                self._done = True
+                return value
+        point = self._point
+        if point is not None and stream is not None:
+            _streams.wait_point(stream, point[0], point[1])
+        elif point is not None and stream is None:
+            point[0].synchronize()  # a host consumer of device work waits for it
+        return self._value  # type: ignore[return-value]
+
+
+def value(result: T, *, name: str = "value") -> DeviceOp[T]:
+    """A host value as an op: no device work, the result is ``result``."""
+    return ValueOp(result, name)
+
+
+@overload
+def zip_ops(a: DeviceOp[A], /) -> DeviceOp[tuple[A]]: ...
+@overload
+def zip_ops(a: DeviceOp[A], b: DeviceOp[B], /) -> DeviceOp[tuple[A, B]]: ...
+@overload
+def zip_ops(a: DeviceOp[A], b: DeviceOp[B], c: DeviceOp[C], /) -> DeviceOp[tuple[A, B, C]]: ...
+@overload
+def zip_ops(
+    a: DeviceOp[A], b: DeviceOp[B], c: DeviceOp[C], d: DeviceOp[D], /
+) -> DeviceOp[tuple[A, B, C, D]]: ...
+@overload
+def zip_ops(*ops: DeviceOp[Any]) -> DeviceOp[tuple[Any, ...]]: ...
+def zip_ops(*ops: DeviceOp[Any]) -> DeviceOp[tuple[Any, ...]]:
+    """Several ops as one whose result is the tuple of theirs.
+
+    The ops may run on different streams (the policy chooses one per branch);
+    work chained after the zip waits for all of them.
+    """
+    if not ops:
+        raise ValueError("zip: needs at least one op")
+    gathered = GatherOp(ops, "zip")
+    return MapOp(gathered, tuple)
+
+
+def all_of(ops: Iterable[DeviceOp[T]]) -> DeviceOp[list[T]]:
+    """A list of ops as one op whose result is the list of their results (like `zip`)."""
+    return GatherOp(list(ops), "all_of")
+
+
+def submit(op: DeviceOp[T], policy: SchedulingPolicy, job: Job | None = None) -> tuple[Job, T]:
+    """Walks ``op`` once as a new job on ``policy``: everything is enqueued when it returns.
+
+    If the walk fails (an `OwnershipError`, a launch error), the work already
+    enqueued is waited for, the job's holds are given back, and the error propagates.
+    """
+    job = job if job is not None else Job(op.name)
+    run = Run(job, policy)
+    try:
+        return job, op._enqueue(run, policy.next_stream())
+    except BaseException:
+        try:
+            for stream in job.streams:
+                stream.synchronize()
+        except cuda_core.CudaError:
+            pass  # the original error matters more
+        finally:
+            job.release(completed=True)
+        raise
+
+
+def run_to_completion(op: DeviceOp[T], policy: SchedulingPolicy) -> T:
+    """`submit`, then wait on the host for every stream the job used, then release."""
+    job, result = submit(op, policy)
+    try:
+        for stream in job.streams:
+            stream.synchronize()
+    finally:
+        job.release(completed=True)
+    return result
+
+
+def record(state: _capture.CaptureState, op: DeviceOp[T]) -> T:
+    """Records ``op`` into the active capture ``state``: its work is queued on the
+    capture stream, where it is recorded instead of run (on the host: run once)."""
+    job = Job(f"capture of {op.name}")
+    run = Run(job, _HostOnly() if state.stream is None else SingleStream(state.stream), capture=state)
+    try:
+        result = op._enqueue(run, state.stream)
+    except cuda_core.CudaError as exc:
+        raise GraphCaptureError(
+            f"recording {op.name!r} into the CUDA graph {state.name!r} failed: {exc} "
+            "(during capture, work must only be queued on the capture stream: no synchronous "
+            "allocation, copy or synchronization)"
+        ) from exc
+    state.results.append(result)
+    return result
+
+
+__all__ = ["Access", "DeviceOp", "FnOp", "SharedOp", "all_of", "value", "zip_ops"]

@@ -1,0 +1,220 @@
+"""Resources, and the ownership ledger of ops in flight.
+
+A `Resource` stands for a piece of storage that ops read or write (cutile's
+tensors wrap their storage in one). cuda_async keeps, per resource:
+
+- its *holders*: the pending jobs that read or write it, with the name of the op
+  that took the hold; a writer excludes everyone else, readers exclude writers;
+- its *access points*: the (stream, epoch) of its last writer and of the readers
+  since, from which cross-stream dependencies are derived (event waits).
+
+A *job* is one submission (`DeviceOp.sync`, `schedule`, `await`): it takes holds
+as its leaf ops are enqueued and gives them all back when its completion is
+observed by the host.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+from collections.abc import Hashable
+import cuda_core
+
+from cuda_async import _streams
+from cuda_async._errors import OwnershipError
+
+_ledger_lock = threading.RLock()
+
+
+class Access(enum.IntEnum):
+    """How an op uses a resource."""
+
+    READ = 1
+    WRITE = 2
+
+
+class Resource:
+    """Storage that ops declare they read or write.
+
+    Args:
+        name: shown in error messages (e.g. ``"tensor z"``).
+        memory: the device memory behind it, if any (used by `copy_from`, e.g.
+            when a CUDA graph's inputs are updated).
+        layout: any hashable description of shape and element type; two
+            resources may replace each other in a graph only if their layouts
+            are equal.
+
+    Subclass it (or wrap storage in it) and override `copy_from` for storage
+    that is not device memory, e.g. host arrays on the interpreter backend.
+    """
+
+    __slots__ = ("name", "memory", "layout", "_holders", "_last_write", "_reads", "__weakref__")
+
+    def __init__(
+        self,
+        name: str = "",
+        *,
+        memory: cuda_core.DeviceMemory | None = None,
+        layout: Hashable = None,
+    ) -> None:
+        self.name = name or f"resource@{id(self):x}"
+        self.memory = memory
+        self.layout = layout
+        self._holders: dict[Job, tuple[Access, str]] = {}
+        self._last_write: tuple[cuda_core.Stream, int, Job] | None = None
+        self._reads: dict[cuda_core.Stream, tuple[int, Job]] = {}
+
+    def __repr__(self) -> str:
+        return f"<Resource {self.name!r}{' (held)' if self._holders else ''}>"
+
+    def copy_from(self, source: Resource, stream: cuda_core.Stream | None) -> None:
+        """Copies ``source``'s contents into this resource, queued on ``stream``
+        (synchronously when ``stream`` is None).
+
+        The default copies device memory to device memory; override for other storage.
+        """
+        if self.memory is None or source.memory is None:
+            raise NotImplementedError(
+                f"{type(self).__name__}.copy_from: {self.name} or {source.name} has no device memory; "
+                "override copy_from to copy this kind of storage"
+            )
+        self.memory.copy_from(source.memory, stream=stream)
+
+    # -- inspection -------------------------------------------------------------
+    @property
+    def holders(self) -> list[tuple[str, Access]]:
+        """(op name, access) of every pending job that holds this resource."""
+        with _ledger_lock:
+            return [(name, mode) for mode, name in self._holders.values()]
+
+    @property
+    def is_held(self) -> bool:
+        """Whether any pending op holds this resource."""
+        return bool(self._holders)
+
+    def check_available(self, access: Access = Access.WRITE, *, by: str = "the host") -> None:
+        """Raises `OwnershipError` if ``by`` may not use this resource with ``access``
+        now (e.g. cutile calls it before reading a tensor back to the host)."""
+        with _ledger_lock:
+            for job, (mode, name) in self._holders.items():
+                _check_pair(self, job, mode, name, None, access, by)
+
+
+def _check_pair(
+    resource: Resource, job: Job, mode: Access, name: str, requester: Job | None, access: Access, by: str
+) -> None:
+    if job is requester or job.released or (requester is not None and job is requester.parent):
+        return
+    if mode is Access.WRITE or access is Access.WRITE:
+        held = "written" if mode is Access.WRITE else "read"
+        wanted = "write" if access is Access.WRITE else "read"
+        raise OwnershipError(
+            f"{resource.name} is {held} by the pending op {name!r}; {by!r} may not {wanted} it "
+            "until that op completes (sync or await its future first)",
+            resource=resource.name,
+            holder=name,
+            requester=by,
+        )
+
+
+def merge_accesses(
+    reads: tuple[Resource, ...], writes: tuple[Resource, ...]
+) -> tuple[tuple[Resource, Access], ...]:
+    """Each resource once, with WRITE winning over READ."""
+    merged: dict[Resource, Access] = {r: Access.READ for r in reads}
+    for r in writes:
+        merged[r] = Access.WRITE
+    return tuple(merged.items())
+
+
+def is_live(resource: object, access: int, stream: cuda_core.Stream, epoch: int) -> bool:
+    """Whether ``resource``'s record still points at (``stream``, ``epoch``) for ``access``
+    (a completed job's records are forgotten, and nothing will wait for them)."""
+    assert isinstance(resource, Resource)
+    if access == Access.WRITE:
+        last = resource._last_write
+        return last is not None and last[0] is stream and last[1] == epoch
+    read = resource._reads.get(stream)
+    return read is not None and read[0] == epoch
+
+
+class Job:
+    """One submission: the holds it took, the streams it used, its completion."""
+
+    __slots__ = ("name", "parent", "streams", "held", "released", "__weakref__")
+
+    def __init__(self, name: str, *, parent: Job | None = None) -> None:
+        self.name = name
+        self.parent = parent
+        self.streams: dict[cuda_core.Stream, None] = {}
+        self.held: dict[Resource, None] = {}
+        self.released = False
+
+    def __repr__(self) -> str:
+        return f"<Job {self.name!r}{' released' if self.released else ''}>"
+
+    def acquire(
+        self,
+        accesses: tuple[tuple[Resource, Access], ...],
+        op_name: str,
+        stream: cuda_core.Stream | None,
+        *,
+        take: bool = True,
+        order: bool = True,
+    ) -> None:
+        """Checks ``op_name``'s accesses against other pending jobs and takes the holds;
+        on ``stream``, makes it wait (events) for earlier conflicting accesses on other streams.
+
+        Raises `OwnershipError` before taking anything if any access conflicts.
+        """
+        with _ledger_lock:
+            for resource, access in accesses:
+                for job, (mode, name) in resource._holders.items():
+                    _check_pair(resource, job, mode, name, self, access, op_name)
+            if take:
+                for resource, access in accesses:
+                    previous = resource._holders.get(self)
+                    if previous is None or previous[0] < access:
+                        resource._holders[self] = (access, op_name)
+                    self.held[resource] = None
+            if stream is None or not order:
+                return
+            for resource, access in accesses:
+                last = resource._last_write
+                if last is not None:
+                    _streams.wait_point(stream, last[0], last[1])
+                if access is Access.WRITE:
+                    for other, (epoch, _) in list(resource._reads.items()):
+                        _streams.wait_point(stream, other, epoch)
+
+    def record(
+        self, accesses: tuple[tuple[Resource, Access], ...], stream: cuda_core.Stream
+    ) -> int:
+        """Notes that an op with ``accesses`` has just been enqueued on ``stream``."""
+        epoch = _streams.advance(stream, {r: int(a) for r, a in accesses})
+        with _ledger_lock:
+            for resource, access in accesses:
+                if access is Access.WRITE:
+                    resource._last_write = (stream, epoch, self)
+                    resource._reads.clear()
+                else:
+                    resource._reads[stream] = (epoch, self)
+        return epoch
+
+    def release(self, *, completed: bool) -> None:
+        """Gives every hold back. With ``completed`` (the device work is known to be
+        done) the job's access points are forgotten too: nothing needs to wait for them."""
+        with _ledger_lock:
+            if self.released:
+                return
+            self.released = True
+            for resource in self.held:
+                resource._holders.pop(self, None)
+                if completed:
+                    last = resource._last_write
+                    if last is not None and last[2] is self:
+                        resource._last_write = None
+                    for stream, (_, job) in list(resource._reads.items()):
+                        if job is self:
+                            del resource._reads[stream]
+            self.held.clear()
