@@ -199,8 +199,8 @@ class FakeDriver:
         return (SUCCESS, name.decode())
 
     def cuFuncGetParamCount(self, function: str) -> tuple[Any, int]:
-        if self.without_param_count:
-            return (R.CUDA_ERROR_NOT_SUPPORTED, 0)
+        if self.without_param_count:  # what cuda-bindings does when the driver lacks it
+            raise RuntimeError('Function "cuFuncGetParamCount" not found')
         return (SUCCESS, len(self.kernels[function]))
 
     def cuFuncGetParamInfo(self, function: str, index: int) -> tuple[Any, int, int]:
@@ -231,6 +231,9 @@ def fake_driver() -> Iterator[FakeDriver]:
     _memory.MemoryPool._defaults.clear()
     _device._tls.__dict__.clear()
     saved_hooks = list(_driver._exit_hooks)
+    from cuda_core import _module
+
+    _module._param_count_missing = False
     _driver._exit_hooks.clear()  # only the fake devices' hooks during the test
     try:
         yield fake

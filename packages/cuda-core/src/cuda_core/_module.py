@@ -94,6 +94,14 @@ class Module:
         return f"<Module ({self.kind}) on device {self.device.ordinal}>"
 
 
+_param_count_missing = False
+
+
+def _mark_param_count_missing() -> None:
+    global _param_count_missing
+    _param_count_missing = True
+
+
 class Function:
     """A kernel in a loaded `Module`."""
 
@@ -173,11 +181,15 @@ class Function:
         if self._param_layout is None:
             api = _driver.api()
             count: int | None = None
-            count_of = getattr(api, "cuFuncGetParamCount", None)  # CUDA 12.8+ drivers
-            if count_of is not None:
-                err, found = count_of(self.handle)
-                if not err:
-                    count = int(found)
+            count_of = getattr(api, "cuFuncGetParamCount", None)  # newer drivers only
+            if count_of is not None and not _param_count_missing:
+                try:
+                    err, found = count_of(self.handle)
+                except RuntimeError:  # the bindings know it, the installed driver does not
+                    _mark_param_count_missing()
+                else:
+                    if not err:
+                        count = int(found)
             layout: list[tuple[int, int]] = []
             if count is not None:
                 for index in range(count):
