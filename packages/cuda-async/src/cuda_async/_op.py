@@ -257,7 +257,7 @@ class ThenOp(DeviceOp[U], Generic[T, U]):
             node = node.first
         result: Any = node._enqueue(run, stream)
         for link in reversed(chain):
-            following = link.next_op if isinstance(link.next_op, DeviceOp) else link.next_op(result)
+            following = link.next_op if isinstance(link.next_op, DeviceOp) else as_device_op(link.next_op(result))
             if not isinstance(following, DeviceOp):
                 raise TypeError(
                     f"then: the function after {link.first.name!r} must return a DeviceOp, "
@@ -265,6 +265,13 @@ class ThenOp(DeviceOp[U], Generic[T, U]):
                 )
             result = following._enqueue(run, stream)
         return cast(U, result)
+
+
+def as_device_op(item: Any) -> Any:
+    """``item`` itself, or the op of an object that presents one through a
+    ``__device_op__()`` method (how a layer above, e.g. cutile's launches, plugs in)."""
+    present = getattr(item, "__device_op__", None)
+    return present() if callable(present) and not isinstance(item, DeviceOp) else item
 
 
 class MapOp(DeviceOp[U], Generic[T, U]):
@@ -283,6 +290,7 @@ class GatherOp(DeviceOp[list[Any]]):
     """Several ops, each on a stream of its own (fork), joined back onto the first."""
 
     def __init__(self, ops: Sequence[DeviceOp[Any]], name: str) -> None:
+        ops = [as_device_op(op) for op in ops]
         for op in ops:
             if not isinstance(op, DeviceOp):
                 raise TypeError(f"{name}: expected DeviceOps, got {type(op).__name__}")

@@ -20,6 +20,7 @@ from cutile._backend import BackendError
 from cutile._backend import current as backend
 from cutile._errors import (
     CutileError,
+    GraphCaptureError,
     LaunchError,
     OwnershipError,
     SignatureError,
@@ -31,12 +32,13 @@ from cutile._errors import (
 )
 from cutile._interpreter import KernelRuntimeError
 from cutile_compiler._pipeline import CompiledKernel
-from cutile._kernel import Kernel, Launch, compile, entry, function
+from cutile._kernel import Graph, GraphScope, Kernel, Launch, compile, entry, function, graph_scope
+from cutile._kernel import zip_launches as zip
 from cutile._tensor import Partition, Tensor
 
 __all__ = [
-    "BackendError", "CompiledKernel", "CutileError", "Kernel", "KernelRuntimeError", "Launch", "LaunchError",
+    "BackendError", "CompiledKernel", "CutileError", "GraphCaptureError", "Kernel", "KernelRuntimeError", "Launch", "LaunchError",
     "OwnershipError", "Partition", "SignatureError", "SpecializationError", "Tensor",
     "TileCompilerError", "TileError", "TileSyntaxError", "TileTypeError", "api", "backend",
-    "compile", "entry", "function",
+    "Graph", "GraphScope", "compile", "entry", "function", "graph_scope", "zip",
 ]

@@ -49,6 +49,7 @@ def current() -> str:
         requested = _requested()
         if requested == "interpreter":
             _chosen = "interpreter"
+            _use_host_policy()
         else:
             reason = gpu_unavailable_reason()
             if reason is None:
@@ -59,10 +60,24 @@ def current() -> str:
                 print(f"cutile: no GPU available ({reason}); running kernels on the CPU interpreter",
                       file=sys.stderr)
                 _chosen = "interpreter"
+                _use_host_policy()
         return _chosen
+
+
+def _use_host_policy() -> None:
+    # The interpreter runs every op eagerly on the host: cuda_async's host policy.
+    import cuda_async
+
+    cuda_async.set_default_policy(cuda_async.HostPolicy())
 
 
 def reset_for_tests(value: str | None = None) -> None:
     """Forgets (or forces) the choice; for tests only."""
     global _chosen
     _chosen = value
+    import cuda_async
+
+    if value == "interpreter":
+        cuda_async.set_default_policy(cuda_async.HostPolicy())
+    elif value == "gpu":
+        cuda_async.set_default_policy(None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import cuda_async
 from cutile_compiler._errors import (
     CutileError,
     TileCompilerError,
@@ -12,9 +13,16 @@ from cutile_compiler._errors import (
 from cutile_compiler._signature import SignatureError, SpecializationError
 
 
-class OwnershipError(CutileError):
+class OwnershipError(CutileError, cuda_async.OwnershipError):
     """A tensor was used while another owner has it: consumed by ``partition()``,
-    or held by a launch that has not completed."""
+    or held by a launch that has not completed. (A `cuda_async.OwnershipError`
+    too, so either class catches it.)"""
+
+    def __init__(self, message: str) -> None:
+        cuda_async.OwnershipError.__init__(self, message)
+
+
+GraphCaptureError = cuda_async.GraphCaptureError
 
 
 class LaunchError(CutileError, ValueError):
@@ -22,6 +30,6 @@ class LaunchError(CutileError, ValueError):
 
 
 __all__ = [
-    "CutileError", "LaunchError", "OwnershipError", "SignatureError", "SpecializationError",
+    "CutileError", "GraphCaptureError", "LaunchError", "OwnershipError", "SignatureError", "SpecializationError",
     "TileCompilerError", "TileError", "TileSyntaxError", "TileTypeError",
 ]

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cuda_core import Device, DeviceBuffer, DeviceMemory, DeviceView, LaunchConfig, Module, PreparedLaunch, Stream
+from cuda_async import ensure_not_capturing
 from cutile._errors import LaunchError
 from cutile._tensor import Storage, Tensor, numpy_dtype
 from cutile_compiler import _dtypes as dt
@@ -31,6 +32,9 @@ class DeviceStorage(Storage):
         """The allocation's device address."""
         return self.buffer.ptr
 
+    def device_memory(self) -> Any:
+        return self.buffer
+
 
 _streams: dict[int, Stream] = {}
 
@@ -45,6 +49,7 @@ def default_stream() -> Stream:
 
 def upload(flat: np.ndarray[Any, Any], dtype: dt.DType, shape: tuple[int, ...]) -> Tensor:
     """A device tensor holding a copy of the host array ``flat`` (contiguous)."""
+    ensure_not_capturing("creating a tensor (an allocation)")
     stream = default_stream()
     buffer = DeviceBuffer.allocate(max(flat.nbytes, 1), stream=stream)
     if flat.nbytes:
@@ -64,7 +69,12 @@ def device_memory(storage: Storage) -> DeviceMemory:
 
 
 def device_to_numpy(tensor: Tensor) -> np.ndarray[Any, Any]:
-    """A host copy of a device tensor's values."""
+    """A host copy of a device tensor's values.
+
+    The device is synchronized first: the last writer may have run on any stream
+    of a scheduling policy, and the host cannot name it.
+    """
+    Device(0).synchronize()
     itemsize = tensor.dtype.itemsize
     start, end = tensor.byte_range()
     raw = np.empty(end - start, dtype=np.uint8)

@@ -90,6 +90,11 @@ class ForeignDeviceStorage(Storage):
         self.pointer = pointer
         self.owner = owner
 
+    def device_memory(self) -> Any:
+        from cuda_core import DeviceView
+
+        return DeviceView.from_pointer(self.pointer, self.nbytes, owner=self)
+
 
 def _strides_in_elements(byte_strides: tuple[int, ...], itemsize: int, what: str) -> tuple[int, ...]:
     if any(s % itemsize for s in byte_strides):

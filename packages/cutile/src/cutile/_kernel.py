@@ -10,12 +10,14 @@ the grid (inferred from the Mut partitions, which must agree).
 from __future__ import annotations
 
 import dataclasses
+import contextlib
 import functools
 import inspect
 import weakref
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from typing import Any, TypeVar, overload
 
+import cuda_async
 from cutile import _backend
 from cutile._errors import LaunchError, OwnershipError
 from cutile._tensor import Partition, Storage, Tensor, _Hold
@@ -131,6 +133,7 @@ class Launch:
         self.arguments = arguments
         self._explicit_grid: tuple[int, int, int] | None = None
         self._options = CompileOptions()
+        self._op: cuda_async.DeviceOp[Any] | None = None
         self._done = False
         self._tensor_names: list[str] = []
         holds: list[tuple[Storage, _Hold]] = []
@@ -227,6 +230,49 @@ class Launch:
                 self.kernel._calls[key] = found
         return found
 
+    # -- running: a Launch is a cuda_async DeviceOp ----------------------------------
+    @property
+    def op(self) -> cuda_async.DeviceOp[Any]:
+        """This launch as a `cuda_async.DeviceOp`: it reads the storages of the
+        read-only tensors and writes those of the Mut ones, and returns the tensor
+        arguments. Combine it with ``then``, ``map``, `cutile.zip`, ``shared``..."""
+        if self._op is None:
+            reads: list[Any] = []
+            writes: list[Any] = []
+            mutable = {p.name for p in self.kernel.signature.mutable}
+            for name in self._tensor_names:
+                resource = self._tensor_of(self.arguments[name])._storage.resource
+                (writes if name in mutable else reads).append(resource)
+            self._op = cuda_async.DeviceOp.from_fn(self._execute, reads=reads, writes=writes,
+                                                   name=self.description)
+        return self._op
+
+    def __device_op__(self) -> cuda_async.DeviceOp[Any]:
+        """How cuda_async's combinators see a launch (e.g. returned from ``then``)."""
+        return self.op
+
+    def _execute(self, stream: Any) -> Any:
+        """Runs the launch: eagerly on the interpreter (``stream`` is then ignored),
+        queued on ``stream`` on the GPU (None: on cutile's stream, waited for)."""
+        spec, grid = self.specialization()
+        values = {n: (self._tensor_of(v) if n in self._tensor_names else v) for n, v in self.arguments.items()}
+        self._done = True
+        self._release()  # the running op's own holds (cuda_async) take over from here
+        if _backend.current() == "interpreter":
+            from cutile._interpreter import Interpreter
+
+            mutable = {p.name for p in self.kernel.signature.mutable}
+            Interpreter(self.kernel.kernel_ir(spec), grid).run(values, mutable)
+        else:
+            from cutile._gpu import default_stream, enqueue
+
+            target = default_stream() if stream is None else stream
+            enqueue(self.kernel, spec, grid, values, self._options, target)
+            if stream is None:
+                target.synchronize()
+        results = tuple(self.arguments[n] for n in self._tensor_names)
+        return results[0] if len(results) == 1 else results
+
     def sync(self) -> Any:
         """Runs the launch to completion and returns its tensor arguments.
 
@@ -235,29 +281,45 @@ class Launch:
         if self._done:
             raise OwnershipError(f"{self.description} has already run; its tensors were handed back")
         try:
-            spec, grid = self.specialization()
-            backend = _backend.current()
-            if backend == "interpreter":
-                from cutile._interpreter import Interpreter
-
-                kernel_ir = self.kernel.kernel_ir(spec)
-                mutable = {p.name for p in self.kernel.signature.mutable}
-                values = {n: (self._tensor_of(v) if n in self._tensor_names else v) for n, v in self.arguments.items()}
-                Interpreter(kernel_ir, grid).run(values, mutable)
-            else:
-                from cutile._gpu import run_launch
-
-                values = {n: (self._tensor_of(v) if n in self._tensor_names else v) for n, v in self.arguments.items()}
-                run_launch(self.kernel, spec, grid, values, self._options)
+            return _translated(lambda: self.op.sync())
         finally:
             self._done = True
             self._release()
-        results = tuple(self.arguments[n] for n in self._tensor_names)
-        return results[0] if len(results) == 1 else results
+
+    def sync_on(self, stream: Any) -> Any:
+        """Runs the launch on ``stream`` (a `cuda_core.Stream`, or None for the host)
+        and waits for it."""
+        return _translated(lambda: self.op.sync_on(stream))
+
+    def schedule(self, policy: Any = None) -> cuda_async.DeviceFuture[Any]:
+        """Queues the launch without waiting; the future's ``result()`` (or ``await``)
+        gives the tensors back."""
+        return _translated(lambda: self.op.schedule(policy))  # type: ignore[no-any-return]
+
+    def then(self, next_op: Any) -> cuda_async.DeviceOp[Any]:
+        """The launch, then ``next_op`` (an op, a launch, or a function of the result
+        that returns one), on the same stream."""
+        if isinstance(next_op, Launch):
+            return self.op.then(next_op.op)
+        if isinstance(next_op, cuda_async.DeviceOp):
+            return self.op.then(next_op)
+        build = next_op
+        return self.op.then(lambda result: _as_op(build(result)))
+
+    def map(self, function: Callable[[Any], Any]) -> cuda_async.DeviceOp[Any]:
+        """The launch with a host function applied to its result."""
+        return self.op.map(function)
+
+    def shared(self) -> cuda_async.DeviceOp[Any]:
+        """The launch as an op that runs once however many ops consume it."""
+        return self.op.shared()
+
+    def graph(self, name: str | None = None) -> Graph:
+        """This launch captured into a CUDA graph (recorded, not run)."""
+        return Graph(_translated(lambda: self.op.graph(name=name or self.description)))
 
     def __await__(self) -> Generator[Any, None, Any]:
-        return _completed(self.sync()).__await__()
-
+        return _translated_await(self.op)
 
 def _call_key(kernel: Kernel, arguments: dict[str, Any], grid: tuple[int, int, int] | None) -> tuple[Any, ...] | None:
     """What the specialization and grid of a call depend on, cheaply; None when an
@@ -361,8 +423,94 @@ def compile(kernel: Kernel, *args: Any, arch: str = "sm_90", opt_level: int = 3,
     return kernel.compiled(spec, arch, CompileOptions(opt_level=opt_level))
 
 
-async def _completed(value: Any) -> Any:
-    return value
+def _translated(action: Callable[[], Any]) -> Any:
+    """Runs ``action``; cuda_async's OwnershipError becomes cutile's."""
+    try:
+        return action()
+    except cuda_async.OwnershipError as exc:
+        if isinstance(exc, OwnershipError):
+            raise
+        raise OwnershipError(str(exc)) from None
+
+
+def _translated_await(op: cuda_async.DeviceOp[Any]) -> Generator[Any, None, Any]:
+    try:
+        return (yield from op.__await__())
+    except cuda_async.OwnershipError as exc:
+        if isinstance(exc, OwnershipError):
+            raise
+        raise OwnershipError(str(exc)) from None
+
+
+def _as_op(item: Any) -> cuda_async.DeviceOp[Any]:
+    op: cuda_async.DeviceOp[Any] = item.op if isinstance(item, Launch) else item
+    return op
+
+
+def zip_launches(*items: Any) -> cuda_async.DeviceOp[Any]:
+    """Several launches (or ops) as one op whose result is the tuple of theirs; they
+    may run on different streams."""
+    return cuda_async.zip(*(_as_op(item) for item in items))
+
+
+def _resource_of(tensor: Any) -> Any:
+    if isinstance(tensor, Partition):
+        tensor = tensor._tensor
+    if not isinstance(tensor, Tensor):
+        raise TypeError(f"expected a tensor, got {type(tensor).__name__}")
+    return tensor._storage.resource
+
+
+class Graph:
+    """A captured CUDA graph of launches: ``launch()`` replays it (an op to sync or
+    await); ``update(...)`` gives the next replay new input tensors of the same size."""
+
+    def __init__(self, graph: cuda_async.CudaGraph[Any]) -> None:
+        self._graph = graph
+
+    @property
+    def result(self) -> Any:
+        return self._graph.result
+
+    @property
+    def node_count(self) -> int:
+        return self._graph.node_count
+
+    def launch(self) -> cuda_async.DeviceOp[Any]:
+        """An op replaying the graph (after copying in the inputs given to `update`)."""
+        return self._graph.launch()
+
+    def update(self, *new_inputs: Any, replace: dict[Any, Any] | None = None) -> None:
+        """New contents for the graph's read-only inputs, in order of first use
+        (None keeps one), or ``replace={old_tensor: new_tensor}``."""
+        self._graph.update(*(None if t is None else _resource_of(t) for t in new_inputs),  # type: ignore[arg-type]
+                           replace={_resource_of(a): _resource_of(b) for a, b in (replace or {}).items()})
+
+    def close(self) -> None:
+        self._graph.close()
+
+
+class GraphScope:
+    """The recorder of `graph_scope`; ``graph`` is set when the block exits."""
+
+    def __init__(self, scope: cuda_async.GraphScope) -> None:
+        self._scope = scope
+
+    @property
+    def graph(self) -> Graph:
+        return Graph(self._scope.graph)
+
+
+@contextlib.contextmanager
+def graph_scope(name: str = "graph") -> Iterator[GraphScope]:
+    """Records the launches synced on this thread inside the block into one graph.
+
+    >>> with cutile.graph_scope("step") as scope:
+    ...     y = rms_norm(y, x, w).sync()     # recorded, returns without waiting
+    >>> scope.graph.launch().sync()
+    """
+    with cuda_async.graph_scope(name) as scope:
+        yield GraphScope(scope)
 
 
 def _release_holds(holds: list[tuple[Storage, _Hold]]) -> None:

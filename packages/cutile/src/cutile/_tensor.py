@@ -20,6 +20,8 @@ from typing import Any
 import ml_dtypes  # noqa: F401  (registers bfloat16 and float8 with numpy)
 import numpy as np
 
+from cuda_async import Access, Resource, ensure_not_capturing
+from cuda_async import OwnershipError as AsyncOwnershipError
 from cutile._errors import OwnershipError
 from cutile_compiler import _dtypes as dt
 from cutile_compiler._signature import TensorAnnotation, TensorSpec, make_tensor_annotation
@@ -54,12 +56,41 @@ class _Hold:
 
 
 class Storage:
-    """Memory behind tensors, with the holds of pending launches."""
+    """Memory behind tensors: the holds of launches not yet run (byte ranges),
+    and the `cuda_async.Resource` through which running ops own it."""
 
     def __init__(self, nbytes: int, device: str) -> None:
         self.nbytes = nbytes
         self.device = device
         self.holds: list[_Hold] = []
+        self._resource: StorageResource | None = None
+
+    @property
+    def resource(self) -> StorageResource:
+        """This storage as cuda_async sees it (made on first use)."""
+        if self._resource is None:
+            self._resource = StorageResource(self)
+        return self._resource
+
+    def device_memory(self) -> Any:
+        """The cuda_core memory behind a device storage (None for host memory)."""
+        return None
+
+    def copy_contents_from(self, source: Storage, stream: Any) -> None:
+        memory, other = self.device_memory(), source.device_memory()
+        if memory is None or other is None:
+            raise TypeError(f"cannot copy {source.device} memory into {self.device} memory")
+        memory.copy_from(other, stream=stream)
+
+    def check_host_access(self, start: int, end: int, writes: bool, user: str) -> None:
+        """Raises `OwnershipError` if the host may not touch ``[start, end)`` now:
+        a pending launch holds it, or a running op does."""
+        self.check_available(start, end, writes, user)
+        if self._resource is not None:
+            try:
+                self._resource.check_available(Access.WRITE if writes else Access.READ, by=user)
+            except AsyncOwnershipError as exc:
+                raise OwnershipError(str(exc)) from None
 
     def check_available(self, start: int, end: int, writes: bool, user: str) -> None:
         for hold in self.holds:
@@ -78,6 +109,23 @@ class Storage:
         self.holds.remove(entry)
 
 
+class StorageResource(Resource):
+    """A storage as a `cuda_async.Resource`: ops that read or write tensors hold it,
+    and a CUDA graph's inputs are replaced by copying storages of the same layout."""
+
+    __slots__ = ("storage",)
+
+    def __init__(self, storage: Storage) -> None:
+        super().__init__(f"tensor memory on {storage.device}", memory=storage.device_memory(),
+                         layout=(storage.nbytes, storage.device))
+        self.storage = storage
+
+    def copy_from(self, source: Resource, stream: Any) -> None:
+        if not isinstance(source, StorageResource):
+            raise TypeError(f"cannot copy {source.name} into {self.name}")
+        self.storage.copy_contents_from(source.storage, stream)
+
+
 class HostStorage(Storage):
     """A flat numpy array: the interpreter's memory. ``initialized`` tracks which
     elements were ever written (for the interpreter's checked mode)."""
@@ -86,6 +134,13 @@ class HostStorage(Storage):
         super().__init__(array.nbytes, "cpu")
         self.array = array
         self.initialized: np.ndarray[Any, Any] | None = None if initialized else np.zeros(array.shape, dtype=bool)
+
+    def copy_contents_from(self, source: Storage, stream: Any) -> None:
+        if not isinstance(source, HostStorage) or source.array.nbytes != self.array.nbytes:
+            raise TypeError("host storage can only take the contents of host storage of the same size")
+        np.copyto(self.array.view(np.uint8), source.array.view(np.uint8))
+        if self.initialized is not None:
+            self.initialized[...] = True
 
 
 class Tensor:
@@ -183,9 +238,10 @@ class Tensor:
         """A copy of the tensor's values as a numpy array (bf16/fp8 as ml_dtypes)."""
         storage = self._live("to_numpy()")
         start, end = self.byte_range()
-        storage.check_available(start, end, False, "to_numpy()")
+        storage.check_host_access(start, end, False, "to_numpy()")
         if isinstance(storage, HostStorage):
             return np.array(self.host_view(), copy=True)
+        ensure_not_capturing("to_numpy() (reading a tensor back to the host)")
         from cutile._gpu import device_to_numpy
 
         return device_to_numpy(self)
