@@ -16,13 +16,29 @@ that no two blocks write one element, and stores are still masked at the edges.
 
 from typing import Any
 
+from cutile_compiler.language import add as add_with  # the suite's first kernel is called add
 from cutile_compiler.language import (
     Constant,
     Mut,
     Tensor,
     arange,
+    assume,
+    atomic_add,
+    atomic_cas,
+    div,
+    f8e4m3fn,
+    f8e5m2,
+    fma,
+    gather,
+    i32,
+    reduce,
+    scan,
+    scatter,
+    sqrt,
+    tf32,
     bid,
     cdiv,
+    cumsum,
     exp,
     f16,
     f32,
@@ -165,4 +181,46 @@ SUITE: dict[str, tuple[Any, bool, dict[str, Any] | None]] = {
     "layernorm": (layernorm, False, None),
     "transpose": (transpose, False, None),
     "attention": (attention, False, None),
+}
+
+
+# -- one kernel per group of language features, compiled (not a numerics suite) ----------------
+def features_float(z: Mut[Tensor[f32, ["BM", "BN"]]], a8: Tensor[f8e4m3fn, [-1, -1]], b8: Tensor[f8e5m2, [-1, -1]],
+                   a: Tensor[f32, [-1, -1]], BM: Constant[int], BN: Constant[int]):
+    i, j, _ = get_tile_block_id()
+    e4 = a8.load(index=(i, 0), shape=(BM, 64))
+    e5 = b8.load(index=(0, j), shape=(64, BN))
+    acc = mma(e4, a8.load(index=(0, j), shape=(64, BN)), z.load())
+    acc = mma(b8.load(index=(i, 0), shape=(BM, 64)), e5, acc)
+    half = mma(e4, a8.load(index=(0, j), shape=(64, BN)), zeros((BM, BN), f16))
+    acc = acc + half.astype(f32)
+    t = a.load(index=(i, 0), shape=(BM, 64))
+    acc = mma(t.astype(tf32), a.load(index=(0, j), shape=(64, BN)).astype(tf32), acc)
+    acc = add_with(acc, 1.0, rounding="zero", flush_to_zero=True)
+    acc = div(acc, 3.0, rounding="approx")
+    acc = fma(acc, acc, acc, rounding="positive_inf")
+    acc = div(acc, 7.0, rounding="full")
+    acc = sqrt(acc * acc, rounding="approx", flush_to_zero=True)
+    z.store(acc.astype(f16, rounding="zero").astype(f32))
+
+
+def features_memory(z: Mut[Tensor[i32, ["B"]]], x: Tensor[f32, [-1]], idx: Tensor[i32, [-1]], B: Constant[int]):
+    i = load_tile_like(idx, z)
+    n = assume(x.shape[0], div_by=16, lower=0)
+    inside = i < n
+    v = gather(x, i, mask=inside, padding=0.0, latency=4)
+    old = atomic_add(z, i % B, 1, mask=inside, order="acq_rel", scope="device")
+    atomic_cas(z, arange(B), old, old + 1, order="acquire", scope="sys")
+    scatter(z, arange(B), cumsum(v.astype(i32)), mask=inside, latency=2)
+    total = reduce(v, 0, lambda acc, e: acc + e, 0.0)
+    running = scan(old, 0, lambda acc, e: maximum(acc, e), -1, reverse=True)
+    print("block %d: total %8.3f, running %d", bid(0), total, running)
+    assert total > -1e30, "the total is finite"
+    z.atomic_xor(running)
+
+
+#: name -> (function, unsafe, hints), compiled only
+FEATURES: dict[str, tuple[Any, bool, dict[str, Any] | None]] = {
+    "features_float": (features_float, False, None),
+    "features_memory": (features_memory, True, None),
 }
