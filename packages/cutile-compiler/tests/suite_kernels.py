@@ -98,6 +98,22 @@ def persistent_gemm(z: Mut[Tensor[f32, ["BM", "BN"]]], x: Tensor[f16, [-1, "K"]]
         part_z.store((pm, pn), acc)
 
 
+def split_k_gemm(z: Mut[Tensor[f32, ["BM", "BN"]]], x: Tensor[f16, [-1, "K"]], y: Tensor[f16, ["K", -1]],
+                 BM: Constant[int], BN: Constant[int], BK: Constant[int], K: Constant[int], SPLITS: Constant[int]):
+    """z += x @ y with the K loop split among SPLITS blocks per output tile (grid axis 2),
+    each adding its partial tile atomically (z starts at zero)."""
+    bm, bn, split = get_tile_block_id()
+    part_x = x.partition([BM, BK])
+    part_y = y.partition([BK, BN])
+    part_z = z.partition([BM, BN])  # unsafe: SPLITS blocks update each tile
+    steps = cdiv(K, BK)
+    per_split = cdiv(steps, SPLITS)
+    acc = zeros((BM, BN), f32)
+    for k in range(split * per_split, minimum((split + 1) * per_split, steps)):
+        acc = mma(part_x.load([bm, k]), part_y.load([k, bn]), acc)
+    part_z.atomic_add((bm, bn), acc)
+
+
 def batched_matmul(z: Mut[Tensor[f32, [1, "BM", "BN"]]], a: Tensor[f16, [-1, -1, "K"]],
                    b: Tensor[f16, [-1, "K", -1]], BM: Constant[int], BN: Constant[int], BK: Constant[int],
                    K: Constant[int]):
@@ -175,6 +191,7 @@ SUITE: dict[str, tuple[Any, bool, dict[str, Any] | None]] = {
     "saxpy": (saxpy, False, None),
     "gemm": (gemm, False, {"sm_90": {"num_worker_warps": 8}, "sm_100": {"num_ctas": 1}}),
     "persistent_gemm": (persistent_gemm, True, {"occupancy": 1}),
+    "split_k_gemm": (split_k_gemm, True, None),
     "batched_matmul": (batched_matmul, False, None),
     "softmax": (softmax, False, None),
     "rmsnorm": (rmsnorm, False, None),

@@ -45,6 +45,9 @@ def meta_args(name: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
     if name == "persistent_gemm":
         return ((m([200, 136], dtype=F32).partition([64, 64]), m([200, 96], dtype=F16), m([96, 136], dtype=F16)),
                 {"BK": 32, "GROUP_M": 2})
+    if name == "split_k_gemm":
+        return ((m([200, 136], dtype=F32).partition([64, 64]), m([200, 96], dtype=F16), m([96, 136], dtype=F16)),
+                {"BK": 16, "SPLITS": 3})
     if name == "batched_matmul":
         return ((m([3, 100, 72], dtype=F32).partition([1, 64, 64]), m([3, 100, 48], dtype=F16),
                  m([3, 48, 72], dtype=F16)), {"BK": 16})
@@ -114,6 +117,7 @@ def test_hints_reach_the_bytecode_per_arch(compiled: dict[tuple[str, str], Any])
 def test_the_suite_uses_the_ops_it_claims(compiled: dict[tuple[str, str], Any]) -> None:
     attention = compiled[("attention", "sm_90")].mlir
     assert attention.count("mmaf") >= 2 and "exp" in attention and " for " in attention
+    assert "atomic_red_view_tko relaxed device" in compiled[("split_k_gemm", "sm_100")].mlir
     persistent = compiled[("persistent_gemm", "sm_90")].mlir
     assert "get_num_tile_blocks" in persistent and persistent.count(" for ") >= 2
 

@@ -920,6 +920,25 @@ def _partition_store(fe: FrontEnd, node: ast.Call, partition: Value, index: Any,
     return None
 
 
+def _partition_atomic(mode: str) -> Impl:
+    def impl(fe: FrontEnd, node: ast.Call, partition: Value, index: Any, value: Any, scope: Any = "device") -> None:
+        ptype = partition.type
+        assert isinstance(ptype, PartitionType)
+        name = f"atomic_{mode}"
+        if not fe.unsafe:
+            raise fe.type_error(f"{name} into a partition's tile at an arbitrary index needs @cutile.entry(unsafe=True); "
+                                f"a safe kernel updates its own tile with z.{name}(value)", node)
+        if scope not in ("tl_blk", "device"):
+            raise fe.type_error(f"{name}: a tile reduction's scope is 'tl_blk' or 'device', got {scope!r}", node)
+        tile = _convert_value(fe, value, ptype.tensor.dtype, node, f"{name}'s value")
+        if tile.type.shape != ptype.tile_shape:  # type: ignore[attr-defined]
+            tile = fe.broadcast_to(tile, ptype.tile_shape, node)
+        fe.op("tile_atomic", [partition, *_index(fe, index, ptype.tensor.rank, node), tile],
+              {"mode": mode, "scope": scope}, node=node)
+        return None
+    return impl
+
+
 def _partition_num_tiles(fe: FrontEnd, node: ast.Call, partition: Value, axis: Any) -> Value:
     result: Value = num_tiles.impl(fe, node, partition, axis)
     return result
@@ -944,7 +963,10 @@ _TENSOR_METHODS: dict[str, Impl] = {
     **{f"atomic_{mode}": _own_atomic(mode) for mode in ("add", "max", "min", "and", "or", "xor", "xchg")},
     "atomic_cas": _own_atomic_cas,
 }
-_PARTITION_METHODS: dict[str, Impl] = {"load": _partition_load, "store": _partition_store, "num_tiles": _partition_num_tiles}
+_PARTITION_METHODS: dict[str, Impl] = {
+    "load": _partition_load, "store": _partition_store, "num_tiles": _partition_num_tiles,
+    **{f"atomic_{mode}": _partition_atomic(mode) for mode in ("add", "max", "min", "and", "or", "xor")},
+}
 
 
 def value_attribute(fe: FrontEnd, value: Value, attr: str, node: ast.Attribute) -> Any:
