@@ -16,13 +16,29 @@ that no two blocks write one element, and stores are still masked at the edges.
 
 from typing import Any
 
+from cutile_compiler.language import add as add_with  # the suite's first kernel is called add
 from cutile_compiler.language import (
     Constant,
     Mut,
     Tensor,
     arange,
+    assume,
+    atomic_add,
+    atomic_cas,
+    div,
+    f8e4m3fn,
+    f8e5m2,
+    fma,
+    gather,
+    i32,
+    reduce,
+    scan,
+    scatter,
+    sqrt,
+    tf32,
     bid,
     cdiv,
+    cumsum,
     exp,
     f16,
     f32,
@@ -80,6 +96,22 @@ def persistent_gemm(z: Mut[Tensor[f32, ["BM", "BN"]]], x: Tensor[f16, [-1, "K"]]
         for k in range(cdiv(K, BK)):
             acc = mma(part_x.load([pm, k]), part_y.load([k, pn]), acc)
         part_z.store((pm, pn), acc)
+
+
+def split_k_gemm(z: Mut[Tensor[f32, ["BM", "BN"]]], x: Tensor[f16, [-1, "K"]], y: Tensor[f16, ["K", -1]],
+                 BM: Constant[int], BN: Constant[int], BK: Constant[int], K: Constant[int], SPLITS: Constant[int]):
+    """z += x @ y with the K loop split among SPLITS blocks per output tile (grid axis 2),
+    each adding its partial tile atomically (z starts at zero)."""
+    bm, bn, split = get_tile_block_id()
+    part_x = x.partition([BM, BK])
+    part_y = y.partition([BK, BN])
+    part_z = z.partition([BM, BN])  # unsafe: SPLITS blocks update each tile
+    steps = cdiv(K, BK)
+    per_split = cdiv(steps, SPLITS)
+    acc = zeros((BM, BN), f32)
+    for k in range(split * per_split, minimum((split + 1) * per_split, steps)):
+        acc = mma(part_x.load([bm, k]), part_y.load([k, bn]), acc)
+    part_z.atomic_add((bm, bn), acc)
 
 
 def batched_matmul(z: Mut[Tensor[f32, [1, "BM", "BN"]]], a: Tensor[f16, [-1, -1, "K"]],
@@ -159,10 +191,53 @@ SUITE: dict[str, tuple[Any, bool, dict[str, Any] | None]] = {
     "saxpy": (saxpy, False, None),
     "gemm": (gemm, False, {"sm_90": {"num_worker_warps": 8}, "sm_100": {"num_ctas": 1}}),
     "persistent_gemm": (persistent_gemm, True, {"occupancy": 1}),
+    "split_k_gemm": (split_k_gemm, True, None),
     "batched_matmul": (batched_matmul, False, None),
     "softmax": (softmax, False, None),
     "rmsnorm": (rmsnorm, False, None),
     "layernorm": (layernorm, False, None),
     "transpose": (transpose, False, None),
     "attention": (attention, False, None),
+}
+
+
+# -- one kernel per group of language features, compiled (not a numerics suite) ----------------
+def features_float(z: Mut[Tensor[f32, ["BM", "BN"]]], a8: Tensor[f8e4m3fn, [-1, -1]], b8: Tensor[f8e5m2, [-1, -1]],
+                   a: Tensor[f32, [-1, -1]], BM: Constant[int], BN: Constant[int]):
+    i, j, _ = get_tile_block_id()
+    e4 = a8.load(index=(i, 0), shape=(BM, 64))
+    e5 = b8.load(index=(0, j), shape=(64, BN))
+    acc = mma(e4, a8.load(index=(0, j), shape=(64, BN)), z.load())
+    acc = mma(b8.load(index=(i, 0), shape=(BM, 64)), e5, acc)
+    half = mma(e4, a8.load(index=(0, j), shape=(64, BN)), zeros((BM, BN), f16))
+    acc = acc + half.astype(f32)
+    t = a.load(index=(i, 0), shape=(BM, 64))
+    acc = mma(t.astype(tf32), a.load(index=(0, j), shape=(64, BN)).astype(tf32), acc)
+    acc = add_with(acc, 1.0, rounding="zero", flush_to_zero=True)
+    acc = div(acc, 3.0, rounding="approx")
+    acc = fma(acc, acc, acc, rounding="positive_inf")
+    acc = div(acc, 7.0, rounding="full")
+    acc = sqrt(acc * acc, rounding="approx", flush_to_zero=True)
+    z.store(acc.astype(f16, rounding="zero").astype(f32))
+
+
+def features_memory(z: Mut[Tensor[i32, ["B"]]], x: Tensor[f32, [-1]], idx: Tensor[i32, [-1]], B: Constant[int]):
+    i = load_tile_like(idx, z)
+    n = assume(x.shape[0], div_by=16, lower=0)
+    inside = i < n
+    v = gather(x, i, mask=inside, padding=0.0, latency=4)
+    old = atomic_add(z, i % B, 1, mask=inside, order="acq_rel", scope="device")
+    atomic_cas(z, arange(B), old, old + 1, order="acquire", scope="sys")
+    scatter(z, arange(B), cumsum(v.astype(i32)), mask=inside, latency=2)
+    total = reduce(v, 0, lambda acc, e: acc + e, 0.0)
+    running = scan(old, 0, lambda acc, e: maximum(acc, e), -1, reverse=True)
+    print("block %d: total %8.3f, running %d", bid(0), total, running)
+    assert total > -1e30, "the total is finite"
+    z.atomic_xor(running)
+
+
+#: name -> (function, unsafe, hints), compiled only
+FEATURES: dict[str, tuple[Any, bool, dict[str, Any] | None]] = {
+    "features_float": (features_float, False, None),
+    "features_memory": (features_memory, True, None),
 }

@@ -339,6 +339,21 @@ def k_lambda_defaults(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
     z.store(f(load_tile_like(x, z)))
 
 
+def k_tile_atomic_safe(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    part = x.partition([64])
+    part.atomic_add(0, load_tile_like(x, z))  # <- tile_atomic_safe
+
+
+@unsafe
+def k_tile_atomic_scope(z: Mut[Tensor[f32, ["B"]]]):
+    z.partition([64]).atomic_add(0, 1.0, scope="sys")  # <- tile_atomic_scope
+
+
+@unsafe
+def k_tile_atomic_readonly(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    x.partition([64]).atomic_max(0, 1.0)  # <- tile_atomic_readonly
+
+
 CASES: list[tuple[Any, dict[str, Any], type[TileError], str, str]] = [
     (k_store_readonly, {"z": P, "x": V}, TileTypeError, "store_readonly", "this tensor is read-only; declare the parameter Mut"),
     (k_partition_mut, {"z": P}, TileTypeError, "partition_mut", "a Mut tensor is already partitioned among the blocks"),
@@ -432,6 +447,12 @@ CASES: list[tuple[Any, dict[str, Any], type[TileError], str, str]] = [
      "reduce_identity", "reduce: the identity 1000 does not fit in i8"),
     (k_reduce_result_type, {"z": TensorSpec(dt.i32, (256,), (64,)), "x": TensorSpec(dt.i32, (256,))}, TileTypeError,
      "reduce_result_type", "cannot use 0.5 as a i32 value"),
+    (k_tile_atomic_safe, {"z": P, "x": V}, TileTypeError, "tile_atomic_safe",
+     r"atomic_add into a partition's tile at an arbitrary index needs @cutile.entry\(unsafe=True\)"),
+    (k_tile_atomic_scope, {"z": P}, TileTypeError, "tile_atomic_scope",
+     "atomic_add: a tile reduction's scope is 'tl_blk' or 'device', got 'sys'"),
+    (k_tile_atomic_readonly, {"z": P, "x": V}, TileTypeError, "tile_atomic_readonly",
+     r"atomic_max: the tensor is not declared Mut\[...\], so the kernel may not write it"),
     (k_lambda_defaults, {"z": P, "x": V}, TileSyntaxError, "lambda_defaults",
      "a lambda in a kernel takes plain positional parameters only"),
 ]

@@ -29,7 +29,8 @@ def load_suite() -> ModuleType:
     return module
 
 
-SUITE = load_suite().SUITE
+MODULE = load_suite()
+SUITE = {**MODULE.SUITE, **MODULE.FEATURES}
 F16, F32 = dt.f16, dt.f32
 
 
@@ -44,6 +45,9 @@ def meta_args(name: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
     if name == "persistent_gemm":
         return ((m([200, 136], dtype=F32).partition([64, 64]), m([200, 96], dtype=F16), m([96, 136], dtype=F16)),
                 {"BK": 32, "GROUP_M": 2})
+    if name == "split_k_gemm":
+        return ((m([200, 136], dtype=F32).partition([64, 64]), m([200, 96], dtype=F16), m([96, 136], dtype=F16)),
+                {"BK": 16, "SPLITS": 3})
     if name == "batched_matmul":
         return ((m([3, 100, 72], dtype=F32).partition([1, 64, 64]), m([3, 100, 48], dtype=F16),
                  m([3, 48, 72], dtype=F16)), {"BK": 16})
@@ -60,6 +64,11 @@ def meta_args(name: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
     if name == "attention":
         return ((m([4, 200, 64], dtype=F32).partition([1, 64, 64]), m([4, 200, 64], dtype=F16),
                  m([4, 200, 64], dtype=F16), m([4, 200, 64], dtype=F16), 0.125), {"BN": 32})
+    if name == "features_float":
+        return ((m([128, 128], dtype=F32).partition([64, 64]), m([128, 64], dtype=dt.f8e4m3fn),
+                 m([64, 128], dtype=dt.f8e5m2), m([128, 128], dtype=F32)), {})
+    if name == "features_memory":
+        return (m([256], dtype=dt.i32).partition([64]), m([1000], dtype=F32), m([256], dtype=dt.i32)), {}
     raise KeyError(name)
 
 
@@ -108,5 +117,18 @@ def test_hints_reach_the_bytecode_per_arch(compiled: dict[tuple[str, str], Any])
 def test_the_suite_uses_the_ops_it_claims(compiled: dict[tuple[str, str], Any]) -> None:
     attention = compiled[("attention", "sm_90")].mlir
     assert attention.count("mmaf") >= 2 and "exp" in attention and " for " in attention
+    assert "atomic_red_view_tko relaxed device" in compiled[("split_k_gemm", "sm_100")].mlir
     persistent = compiled[("persistent_gemm", "sm_90")].mlir
     assert "get_num_tile_blocks" in persistent and persistent.count(" for ") >= 2
+
+
+def test_features_lower_to_the_tile_ir_ops(compiled: dict[tuple[str, str], Any]) -> None:
+    memory = compiled[("features_memory", "sm_90")].mlir
+    for op in ("load_ptr_tko", "store_ptr_tko", "atomic_rmw_tko", "atomic_cas_tko", "print_tko", "assert",
+               "assume div_by<16>", "assume bounded<0, ?>", " scan ", " reduce ", "acq_rel device", "acquire sys",
+               "latency = 4", ", xor,"):
+        assert op in memory, op
+    floats = compiled[("features_float", "sm_100")].mlir
+    for op in ("f8E4M3FN", "f8E5M2", "tf32", "rounding<zero> flush_to_zero", "rounding<approx>",
+               "rounding<positive_inf>", "rounding<full>", "rounding<approx> flush_to_zero", "ftof %"):
+        assert op in floats, op

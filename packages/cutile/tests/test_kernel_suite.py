@@ -72,6 +72,15 @@ def test_persistent_gemm_with_grouped_order() -> None:
     np.testing.assert_allclose(z.to_numpy(), expected, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("splits", [1, 3, 4])
+def test_split_k_gemm_adds_partial_tiles_atomically(splits: int) -> None:
+    x, y, expected = gemm_inputs(200, 136, 96)
+    z = api.zeros([200, 136]).partition([64, 64])  # 4 x 3 tiles, `splits` blocks each
+    launch = KERNELS["split_k_gemm"](z, api.from_numpy(x, f16), api.from_numpy(y, f16), BK=16, SPLITS=splits)
+    z, _, _ = launch.grid(4, 3, splits).sync()
+    np.testing.assert_allclose(z.to_numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
 def test_batched_matmul() -> None:
     a, b = normal(3, 100, 48, dtype=np.float16), normal(3, 48, 72, dtype=np.float16)
     z = api.full([3, 100, 72], np.nan).partition([1, 64, 64])

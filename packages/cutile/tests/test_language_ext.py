@@ -204,3 +204,89 @@ def test_hinted_kernels_compute_the_same() -> None:
     z = api.zeros([300]).partition([128])
     z, _ = hinted(z, api.from_numpy(x)).compile_options(hints={"sm_100": {"num_ctas": 2}}).sync()
     np.testing.assert_array_equal(z.to_numpy(), x * 2)
+
+
+MODES = ("nearest_even", "zero", "negative_inf", "positive_inf")
+
+
+@cutile.entry
+def rounded(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], y: Tensor[f32, [-1]], OP: Constant[int],
+            MODE: Constant[int]):
+    a = load_tile_like(x, z)
+    b = load_tile_like(y, z)
+    mode = MODES[MODE]
+    if OP == 0:
+        r = ct.add(a, b, rounding=mode)
+    elif OP == 1:
+        r = ct.mul(a, b, rounding=mode)
+    elif OP == 2:
+        r = ct.div(a, b, rounding=mode, flush_to_zero=True)
+    else:
+        narrowing = "zero" if mode == "zero" else "nearest_even"  # conversions take these two
+        r = ct.fma(a, b, a, rounding=mode).astype(ct.f16, rounding=narrowing).astype(f32)
+    z.store(r)
+
+
+def directed(exact: Any, mode: str, kind: Any) -> Any:
+    """The float of ``kind`` that rounding the rational ``exact`` in ``mode`` gives."""
+    from fractions import Fraction
+
+    r = kind(float(exact))
+    lo, hi = (r, np.nextafter(r, kind(np.inf))) if Fraction(float(r)) <= exact else (np.nextafter(r, kind(-np.inf)), r)
+    if Fraction(float(lo)) == exact or mode == "negative_inf" or (mode == "zero" and exact > 0):
+        return lo if mode != "nearest_even" else r
+    if mode == "nearest_even":
+        return r
+    return hi
+
+
+@pytest.mark.parametrize("mode", range(4), ids=MODES)
+@pytest.mark.parametrize("op", range(4), ids=["add", "mul", "div_ftz", "fma_to_f16"])
+def test_rounding_modes_round_in_their_direction(op: int, mode: int) -> None:
+    from fractions import Fraction
+
+    x = (RNG.standard_normal(128) * 100).astype(np.float32)
+    y = (RNG.standard_normal(128) * 3).astype(np.float32)
+    z = api.zeros([128]).partition([128])
+    z, _, _ = rounded(z, api.from_numpy(x), api.from_numpy(y), OP=op, MODE=mode).sync()
+    got = z.to_numpy()
+    for a, b, r in zip(x, y, got):
+        fa, fb = Fraction(float(a)), Fraction(float(b))
+        if op == 0:
+            expected = directed(fa + fb, MODES[mode], np.float32)
+        elif op == 1:
+            expected = directed(fa * fb, MODES[mode], np.float32)
+        elif op == 2:
+            expected = directed(fa / fb, MODES[mode], np.float32)
+        else:
+            f32_result = directed(fa * fb + fa, MODES[mode], np.float32)
+            narrowing = "zero" if MODES[mode] == "zero" else "nearest_even"
+            expected = np.float32(directed(Fraction(float(f32_result)), narrowing, np.float16))
+        assert r == expected, (a, b, r, expected)
+
+
+@cutile.entry
+def low_precision_mma(z: Mut[Tensor[f32, ["BM", "BN"]]], a8: Tensor[ct.f8e4m3fn, [-1, -1]],
+                      b8: Tensor[ct.f8e5m2, [-1, -1]], a: Tensor[f32, [-1, -1]], b: Tensor[f32, [-1, -1]],
+                      BM: Constant[int], BN: Constant[int]):
+    i, j, _ = ct.get_tile_block_id()
+    fp8 = ct.mma(a8.load(index=(i, 0), shape=(BM, 64)), a8.load(index=(0, j), shape=(64, BN)), z.load())
+    fp8 = ct.mma(b8.load(index=(i, 0), shape=(BM, 64)), b8.load(index=(0, j), shape=(64, BN)), fp8)
+    tf32 = ct.mma(a.load(index=(i, 0), shape=(BM, 64)).astype(ct.tf32),
+                  b.load(index=(0, j), shape=(64, BN)).astype(ct.tf32), ct.zeros((BM, BN), f32))
+    z.store(fp8 + tf32)
+
+
+def test_fp8_and_tf32_inputs_to_mma() -> None:
+    import ml_dtypes
+
+    a8 = RNG.uniform(-2, 2, (64, 64)).astype(ml_dtypes.float8_e4m3fn)
+    b8 = RNG.uniform(-2, 2, (64, 64)).astype(ml_dtypes.float8_e5m2)
+    a, b = RNG.standard_normal((64, 64)).astype(np.float32), RNG.standard_normal((64, 64)).astype(np.float32)
+    z = api.zeros([64, 64]).partition([64, 64])
+    z, *_ = low_precision_mma(z, api.from_numpy(a8, ct.f8e4m3fn), api.from_numpy(b8, ct.f8e5m2),
+                              api.from_numpy(a), api.from_numpy(b)).sync()
+    exact8 = a8.astype(np.float64) @ a8.astype(np.float64) + b8.astype(np.float64) @ b8.astype(np.float64)
+    np.testing.assert_allclose(z.to_numpy(), exact8 + a.astype(np.float64) @ b, rtol=0, atol=0.1)
+    # tf32 keeps 10 mantissa bits: far from f32 accuracy, far better than nothing
+    assert np.abs(z.to_numpy() - exact8 - a.astype(np.float64) @ b).max() > 1e-6

@@ -245,25 +245,60 @@ def arange(fe: FrontEnd, node: ast.Call, size: Any, dtype: Any = dt.i32) -> Valu
 
 
 # -- element-wise --------------------------------------------------------------------------
-def _elementwise(name: str, doc: str, arity: int) -> Builtin:
+def _float_options(fe: FrontEnd, node: ast.AST, name: str, rounding: Any, flush_to_zero: Any) -> dict[str, Any]:
+    """The rounding/ftz attributes of a float op, checked for their Python types."""
+    attrs: dict[str, Any] = {}
+    if rounding is not None:
+        if not isinstance(rounding, str):
+            raise fe.type_error(f"{name}: rounding must be a string such as 'zero', got {fe.describe(rounding)}", node)
+        attrs["rounding"] = rounding
+    if flush_to_zero is not False:
+        if not isinstance(flush_to_zero, bool):
+            raise fe.type_error(f"{name}: flush_to_zero must be True or False, got {fe.describe(flush_to_zero)}", node)
+        attrs["ftz"] = flush_to_zero
+    return attrs
+
+
+_OPTIONS_DOC = {
+    "rounding": " ``rounding``: nearest_even (default), zero, negative_inf or positive_inf"
+                " (f32 and f16; f32 div also takes the faster approx and full, f32 sqrt approx).",
+    "ftz": " ``flush_to_zero=True`` (f32) treats subnormal inputs and results as zero.",
+}
+
+
+def _elementwise(name: str, doc: str, arity: int, options: tuple[str, ...] = ()) -> Builtin:
+    doc += "".join(_OPTIONS_DOC[o] for o in options)
     if arity == 1:
-        def impl1(fe: FrontEnd, node: ast.Call, x: Any) -> Value:
+        def impl1(fe: FrontEnd, node: ast.Call, x: Any, **kwargs: Any) -> Value:
             value = _tile(fe, x, node, f"{name}'s argument")
-            return fe.op(name, [value], node=node).result
+            return fe.op(name, [value], _options(fe, node, name, options, kwargs), node=node).result
         return Builtin(name, impl1, doc)
 
-    def impl2(fe: FrontEnd, node: ast.Call, x: Any, y: Any) -> Value:
+    def impl2(fe: FrontEnd, node: ast.Call, x: Any, y: Any, **kwargs: Any) -> Value:
+        attrs = _options(fe, node, name, options, kwargs)
         a, b = fe.unify([x, y], node, f"{name}()")
-        return fe.op(name, [a, b], node=node).result
+        if name == "div" and not a.type.dtype.is_float:  # type: ignore[attr-defined]
+            raise fe.type_error(f"div() takes floating-point values, got {a.type}; use / or // on integers", node)
+        return fe.op(name, [a, b], attrs, node=node).result
     return Builtin(name, impl2, doc)
 
 
+def _options(fe: FrontEnd, node: ast.AST, name: str, allowed: tuple[str, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    names = {"rounding": "rounding", "ftz": "flush_to_zero"}
+    accepted = {names[o] for o in allowed}
+    unknown = sorted(set(kwargs) - accepted)
+    if unknown:
+        takes = f"takes only {', '.join(sorted(accepted))}" if accepted else "takes no keyword arguments"
+        raise fe.type_error(f"{name}() {takes}, got {', '.join(unknown)}", node)
+    return _float_options(fe, node, name, kwargs.get("rounding"), kwargs.get("flush_to_zero", False))
+
+
 exp = _elementwise("exp", "e ** x", 1)
-exp2 = _elementwise("exp2", "2 ** x", 1)
+exp2 = _elementwise("exp2", "2 ** x.", 1, ("ftz",))
 log = _elementwise("log", "The natural logarithm.", 1)
 log2 = _elementwise("log2", "The base-2 logarithm.", 1)
-sqrt = _elementwise("sqrt", "The square root.", 1)
-rsqrt = _elementwise("rsqrt", "1 / sqrt(x).", 1)
+sqrt = _elementwise("sqrt", "The square root.", 1, ("rounding", "ftz"))
+rsqrt = _elementwise("rsqrt", "1 / sqrt(x).", 1, ("ftz",))
 sin = _elementwise("sin", "The sine (radians).", 1)
 cos = _elementwise("cos", "The cosine (radians).", 1)
 tan = _elementwise("tan", "The tangent (radians).", 1)
@@ -273,8 +308,12 @@ tanh = _elementwise("tanh", "The hyperbolic tangent.", 1)
 floor = _elementwise("floor", "Rounds down to an integral value (floats).", 1)
 ceil = _elementwise("ceil", "Rounds up to an integral value (floats).", 1)
 atan2 = _elementwise("atan2", "The angle of (x, y) = atan(y / x) in the right quadrant; atan2(y, x).", 2)
-minimum = _elementwise("minimum", "The element-wise minimum.", 2)
-maximum = _elementwise("maximum", "The element-wise maximum.", 2)
+minimum = _elementwise("minimum", "The element-wise minimum.", 2, ("ftz",))
+maximum = _elementwise("maximum", "The element-wise maximum.", 2, ("ftz",))
+add = _elementwise("add", "x + y.", 2, ("rounding", "ftz"))
+sub = _elementwise("sub", "x - y.", 2, ("rounding", "ftz"))
+mul = _elementwise("mul", "x * y.", 2, ("rounding", "ftz"))
+div = _elementwise("div", "x / y for floats.", 2, ("rounding", "ftz"))
 
 
 @builtin
@@ -284,10 +323,11 @@ def pow_(fe: FrontEnd, node: ast.Call, x: Any, y: Any) -> Any:
 
 
 @builtin
-def fma(fe: FrontEnd, node: ast.Call, a: Any, b: Any, c: Any) -> Value:
-    """a * b + c with one rounding (floats)."""
+def fma(fe: FrontEnd, node: ast.Call, a: Any, b: Any, c: Any, rounding: Any = None, flush_to_zero: Any = False) -> Value:
+    """a * b + c with one rounding (floats); ``rounding`` and ``flush_to_zero`` as for `add`."""
+    attrs = _float_options(fe, node, "fma", rounding, flush_to_zero)
     x, y, z = fe.unify([a, b, c], node, "fma()")
-    return fe.op("fma", [x, y, z], node=node).result
+    return fe.op("fma", [x, y, z], attrs, node=node).result
 
 
 @builtin
@@ -313,9 +353,16 @@ def ceil_div(fe: FrontEnd, node: ast.Call, a: Any, b: Any) -> Any:
 
 
 @builtin
-def astype(fe: FrontEnd, node: ast.Call, x: Any, dtype: Any) -> Value:
-    """x converted to ``dtype`` (floats to ints truncate toward zero)."""
-    return fe.cast(_tile(fe, x, node, "astype's argument"), _dtype(fe, dtype, node), node)
+def astype(fe: FrontEnd, node: ast.Call, x: Any, dtype: Any, rounding: Any = None) -> Value:
+    """x converted to ``dtype`` (floats to ints truncate toward zero). Conversions to
+    floats round to nearest even, or toward zero with ``rounding="zero"`` (to f32
+    or f16)."""
+    value = _tile(fe, x, node, "astype's argument")
+    target = _dtype(fe, dtype, node)
+    attrs = _float_options(fe, node, "astype", rounding, False)
+    if not attrs or value.type.dtype is target:  # type: ignore[attr-defined]
+        return fe.cast(value, target, node)
+    return fe.op("cast", [value], {"dtype": target, **attrs}, node=node).result
 
 
 @builtin
@@ -873,6 +920,25 @@ def _partition_store(fe: FrontEnd, node: ast.Call, partition: Value, index: Any,
     return None
 
 
+def _partition_atomic(mode: str) -> Impl:
+    def impl(fe: FrontEnd, node: ast.Call, partition: Value, index: Any, value: Any, scope: Any = "device") -> None:
+        ptype = partition.type
+        assert isinstance(ptype, PartitionType)
+        name = f"atomic_{mode}"
+        if not fe.unsafe:
+            raise fe.type_error(f"{name} into a partition's tile at an arbitrary index needs @cutile.entry(unsafe=True); "
+                                f"a safe kernel updates its own tile with z.{name}(value)", node)
+        if scope not in ("tl_blk", "device"):
+            raise fe.type_error(f"{name}: a tile reduction's scope is 'tl_blk' or 'device', got {scope!r}", node)
+        tile = _convert_value(fe, value, ptype.tensor.dtype, node, f"{name}'s value")
+        if tile.type.shape != ptype.tile_shape:  # type: ignore[attr-defined]
+            tile = fe.broadcast_to(tile, ptype.tile_shape, node)
+        fe.op("tile_atomic", [partition, *_index(fe, index, ptype.tensor.rank, node), tile],
+              {"mode": mode, "scope": scope}, node=node)
+        return None
+    return impl
+
+
 def _partition_num_tiles(fe: FrontEnd, node: ast.Call, partition: Value, axis: Any) -> Value:
     result: Value = num_tiles.impl(fe, node, partition, axis)
     return result
@@ -897,7 +963,10 @@ _TENSOR_METHODS: dict[str, Impl] = {
     **{f"atomic_{mode}": _own_atomic(mode) for mode in ("add", "max", "min", "and", "or", "xor", "xchg")},
     "atomic_cas": _own_atomic_cas,
 }
-_PARTITION_METHODS: dict[str, Impl] = {"load": _partition_load, "store": _partition_store, "num_tiles": _partition_num_tiles}
+_PARTITION_METHODS: dict[str, Impl] = {
+    "load": _partition_load, "store": _partition_store, "num_tiles": _partition_num_tiles,
+    **{f"atomic_{mode}": _partition_atomic(mode) for mode in ("add", "max", "min", "and", "or", "xor")},
+}
 
 
 def value_attribute(fe: FrontEnd, value: Value, attr: str, node: ast.Attribute) -> Any:

@@ -284,10 +284,12 @@ class FrontEnd:
     # -- arithmetic used by operators and DSL functions ---------------------------
     def binary(self, name: str, left: Any, right: Any, node: ast.AST | None,
                fold: Callable[[Any, Any], Any] | None = None) -> Any:
-        if isinstance(left, _NUMBER) and isinstance(right, _NUMBER) and fold is not None:
+        constants = (*_NUMBER, str)  # strings fold too: modes, formats, names
+        if isinstance(left, constants) and isinstance(right, constants) and fold is not None \
+                and (isinstance(left, _NUMBER) and isinstance(right, _NUMBER) or name in ("eq", "ne", "add")):
             try:
                 return fold(left, right)
-            except (ZeroDivisionError, OverflowError, ValueError) as exc:
+            except (ZeroDivisionError, OverflowError, ValueError, TypeError) as exc:
                 raise self.type_error(f"constant expression {left!r} {_SYMBOLS.get(name, name)} {right!r} fails: {exc}", node) from None
         symbol = _SYMBOLS.get(name, name)
         a, b = self.unify([left, right], node, f"'{symbol}'")

@@ -8,6 +8,7 @@ that kernels call. Calling a DSL function outside a kernel raises
 from cutile_compiler._builtins import (
     DeviceFunction,
     HostCallError,
+    add,
     arange,
     argmax,
     argmin,
@@ -32,6 +33,7 @@ from cutile_compiler._builtins import (
     cosh,
     cumprod,
     cumsum,
+    div,
     exp,
     exp2,
     extract,
@@ -51,6 +53,7 @@ from cutile_compiler._builtins import (
     min_,
     minimum,
     mma,
+    mul,
     num_blocks,
     num_tiles,
     ones,
@@ -68,6 +71,7 @@ from cutile_compiler._builtins import (
     sqrt,
     static_assert,
     static_range,
+    sub,
     sum_,
     tan,
     tanh,
@@ -104,12 +108,12 @@ cdiv = ceil_div
 
 __all__ = [
     "Constant", "DType", "DeviceFunction", "HostCallError", "Mut", "Tensor",
-    "arange", "argmax", "argmin", "assume", "astype", "atan2", "atomic_add", "atomic_and", "atomic_cas",
+    "add", "arange", "argmax", "argmin", "assume", "astype", "atan2", "atomic_add", "atomic_and", "atomic_cas",
     "atomic_max", "atomic_min", "atomic_or", "atomic_xchg", "atomic_xor", "bf16", "bid", "bitcast", "bool_", "broadcast_to",
-    "cat", "cdiv", "ceil", "ceil_div", "cos", "cosh", "cumprod", "cumsum", "exp", "exp2", "extract",
+    "cat", "cdiv", "ceil", "ceil_div", "cos", "cosh", "cumprod", "cumsum", "div", "exp", "exp2", "extract",
     "f16", "f32", "f64", "f8e4m3fn", "f8e5m2", "floor", "fma", "full", "gather", "get_num_tile_blocks",
     "get_tile_block_id", "i16", "i32", "i64", "i8", "load", "load_tile_like", "log", "log2", "matmul",
-    "max", "maximum", "min", "minimum", "mma", "num_blocks", "num_tiles", "ones", "permute", "pow",
-    "printf", "prod", "reduce", "reshape", "rsqrt", "scan", "scatter", "sin", "sinh", "sqrt", "static_assert", "static_range", "sum", "tan",
+    "max", "maximum", "min", "minimum", "mma", "mul", "num_blocks", "num_tiles", "ones", "permute", "pow",
+    "printf", "prod", "reduce", "reshape", "rsqrt", "scan", "scatter", "sin", "sinh", "sqrt", "static_assert", "static_range", "sub", "sum", "tan",
     "tanh", "tf32", "transpose", "u16", "u32", "u64", "u8", "where", "zeros",
 ]

@@ -45,7 +45,7 @@ class _TensorState:
 
     def __init__(self, name: str, tensor: Tensor, mutable: bool, checked: bool) -> None:
         self.name = name
-        self.view = tensor.host_view()
+        self.view = _host_view(tensor)
         storage = tensor._storage
         assert isinstance(storage, HostStorage)
         # Which elements were ever written; kept up to date whenever the storage
@@ -57,6 +57,20 @@ class _TensorState:
                 storage.initialized[tensor.offset:], tensor.shape,
                 tuple(s * storage.initialized.itemsize for s in tensor.strides))
         self.writer: np.ndarray[Any, Any] | None = np.full(tensor.shape, -1, dtype=np.int64) if mutable else None
+
+
+def _host_view(tensor: Tensor) -> np.ndarray[Any, Any]:
+    """The tensor's writable numpy view. Built on same-width unsigned integers and
+    then reinterpreted: numpy's as_strided cannot pass ml_dtypes' 1-byte floats
+    (it reads their type string '<f1' back as an unknown type)."""
+    storage = tensor._storage
+    assert isinstance(storage, HostStorage)
+    flat = storage.array[tensor.offset:]
+    itemsize = flat.dtype.itemsize
+    raw = np.lib.stride_tricks.as_strided(
+        flat.view(np.dtype(f"u{itemsize}")), tensor.shape, tuple(s * itemsize for s in tensor.strides),
+        writeable=True)
+    return raw.view(flat.dtype)
 
 
 def is_checked() -> bool:

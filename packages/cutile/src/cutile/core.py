@@ -7,6 +7,7 @@
 
 from cutile._tensor import Tensor
 from cutile_compiler.language import (
+    add as add,
     arange as arange,
     argmax as argmax,
     argmin as argmin,
@@ -36,6 +37,7 @@ from cutile_compiler.language import (
     cumprod as cumprod,
     cumsum as cumsum,
     DeviceFunction as DeviceFunction,
+    div as div,
     DType as DType,
     exp as exp,
     exp2 as exp2,
@@ -66,6 +68,7 @@ from cutile_compiler.language import (
     min as min,
     minimum as minimum,
     mma as mma,
+    mul as mul,
     Mut as Mut,
     num_blocks as num_blocks,
     num_tiles as num_tiles,
@@ -84,6 +87,7 @@ from cutile_compiler.language import (
     sqrt as sqrt,
     static_assert as static_assert,
     static_range as static_range,
+    sub as sub,
     sum as sum,
     tan as tan,
     tanh as tanh,
@@ -98,5 +102,5 @@ from cutile_compiler.language import (
 )
 
 __all__ = [
-    "arange", "argmax", "argmin", "assume", "astype", "atan2", "atomic_add", "atomic_and", "atomic_cas", "atomic_max", "atomic_min", "atomic_or", "atomic_xchg", "atomic_xor", "bf16", "bid", "bitcast", "bool_", "broadcast_to", "cat", "cdiv", "ceil", "ceil_div", "Constant", "cos", "cosh", "cumprod", "cumsum", "DeviceFunction", "DType", "exp", "exp2", "extract", "f16", "f32", "f64", "f8e4m3fn", "f8e5m2", "floor", "fma", "full", "gather", "get_num_tile_blocks", "get_tile_block_id", "HostCallError", "i16", "i32", "i64", "i8", "load", "load_tile_like", "log", "log2", "matmul", "max", "maximum", "min", "minimum", "mma", "Mut", "num_blocks", "num_tiles", "ones", "permute", "pow", "printf", "prod", "reduce", "reshape", "rsqrt", "scan", "scatter", "sin", "sinh", "sqrt", "static_assert", "static_range", "sum", "tan", "tanh", "Tensor", "tf32", "transpose", "u16", "u32", "u64", "u8", "where", "zeros",
+    "add", "arange", "argmax", "argmin", "assume", "astype", "atan2", "atomic_add", "atomic_and", "atomic_cas", "atomic_max", "atomic_min", "atomic_or", "atomic_xchg", "atomic_xor", "bf16", "bid", "bitcast", "bool_", "broadcast_to", "cat", "cdiv", "ceil", "ceil_div", "Constant", "cos", "cosh", "cumprod", "cumsum", "DeviceFunction", "div", "DType", "exp", "exp2", "extract", "f16", "f32", "f64", "f8e4m3fn", "f8e5m2", "floor", "fma", "full", "gather", "get_num_tile_blocks", "get_tile_block_id", "HostCallError", "i16", "i32", "i64", "i8", "load", "load_tile_like", "log", "log2", "matmul", "max", "maximum", "min", "minimum", "mma", "mul", "Mut", "num_blocks", "num_tiles", "ones", "permute", "pow", "printf", "prod", "reduce", "reshape", "rsqrt", "scan", "scatter", "sin", "sinh", "sqrt", "static_assert", "static_range", "sub", "sum", "tan", "tanh", "Tensor", "tf32", "transpose", "u16", "u32", "u64", "u8", "where", "zeros",
 ]

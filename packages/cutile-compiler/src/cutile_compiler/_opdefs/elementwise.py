@@ -81,16 +81,85 @@ class Elementwise(OpDef):
             raise RuleError(f"{self.name} takes {self.arity} operand(s), got {len(operand_types)}")
         tile = same_types(operand_types, self.name)
         check_kind(tile, self.kinds, self.name)
+        check_float_options(self.name, tile.dtype, attrs)
         return (tile.with_dtype(dt.bool_) if self.compare else tile,)
 
     def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         result_type = op.results[0].type
         assert isinstance(result_type, TileType)
+        if op.attrs.get("rounding", "nearest_even") != "nearest_even" or op.attrs.get("ftz"):
+            return (_with_options(self.function, args, numpy_dtype(result_type.dtype), op.attrs),)
         out = self.function(*args)
         return (np.asarray(out, dtype=numpy_dtype(result_type.dtype)),)
 
     def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         return _lower_elementwise(self, ctx, op, args)
+
+
+# -- rounding modes and flush-to-zero (Tile IR's options on float math) ------------------
+#: ops taking a rounding mode; the fast approximations "approx" (f32 div and sqrt)
+#: and "full" (f32 div) too
+ROUNDED_OPS = frozenset({"add", "sub", "mul", "div", "fma", "sqrt"})
+#: ops taking flush_to_zero (f32 only)
+FTZ_OPS = ROUNDED_OPS | {"rsqrt", "exp2", "minimum", "maximum"}
+DIRECTED = ("nearest_even", "zero", "negative_inf", "positive_inf")
+_F32_TINY = float(np.finfo(np.float32).tiny)
+
+
+def check_float_options(op: str, dtype: dt.DType, attrs: dict[str, Any]) -> None:
+    """Checks ``rounding`` and ``ftz`` attributes against what Tile IR (and the
+    interpreter's emulation) support."""
+    rounding = attrs.get("rounding")
+    if rounding is not None and rounding != "nearest_even":
+        if op not in ROUNDED_OPS and op != "cast":
+            raise RuleError(f"{op} takes no rounding mode")
+        fast = {"div": ("approx", "full"), "sqrt": ("approx",)}.get(op, ())
+        if rounding not in DIRECTED and rounding not in fast:
+            raise RuleError(f"{op}: rounding must be one of {', '.join(DIRECTED + fast)}, got {rounding!r}")
+        if op == "cast" and rounding not in ("nearest_even", "zero"):
+            raise RuleError(f"astype: conversions round to nearest_even or zero only, got {rounding!r}")
+        if rounding in fast and dtype is not dt.f32:
+            raise RuleError(f"{op}: rounding={rounding!r} is for f32 only, got {dtype}")
+        if dtype not in (dt.f32, dt.f16):
+            raise RuleError(f"{op}: rounding={rounding!r} is supported for f32 and f16 results, got {dtype}")
+    if attrs.get("ftz"):
+        if op not in FTZ_OPS:
+            raise RuleError(f"{op} takes no flush_to_zero")
+        if dtype is not dt.f32:
+            raise RuleError(f"{op}: flush_to_zero is for f32 only, got {dtype}")
+
+
+def _flush(values: Any) -> Any:
+    """f32 subnormals (held in f64) to zero of the same sign."""
+    return np.where(np.abs(values) < _F32_TINY, np.copysign(0.0, values), values)
+
+
+def round_to(exact: Any, target: np.dtype[Any], rounding: str) -> Any:
+    """Float64 values rounded to ``target`` in a directed mode. Exact for f32 and f16
+    results of +, -, *, /, sqrt of f32/f16 operands (their f64 results never land
+    on a target value or midpoint unless exact)."""
+    exact = np.asarray(exact, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        nearest = exact.astype(target)
+        back = nearest.astype(np.float64)
+        if rounding == "zero":
+            return np.where(np.abs(back) > np.abs(exact), np.nextafter(nearest, target.type(0)), nearest)
+        if rounding == "positive_inf":
+            return np.where(back < exact, np.nextafter(nearest, target.type(np.inf)), nearest)
+        if rounding == "negative_inf":
+            return np.where(back > exact, np.nextafter(nearest, target.type(-np.inf)), nearest)
+    return nearest  # nearest_even; approx and full are computed exactly here
+
+
+def _with_options(function: Callable[..., Any], args: Sequence[Any], target: np.dtype[Any], attrs: dict[str, Any]) -> Any:
+    wide = [np.asarray(a, dtype=np.float64) for a in args]
+    if attrs.get("ftz"):
+        wide = [_flush(w) for w in wide]
+    exact = function(*wide)
+    result = round_to(exact, target, attrs.get("rounding", "nearest_even"))
+    if attrs.get("ftz"):
+        result = _flush(result.astype(np.float64)).astype(target)
+    return np.asarray(result, dtype=target)
 
 
 def _floordiv(a: Any, b: Any) -> Any:
@@ -182,11 +251,19 @@ class Cast(OpDef):
 
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
         tile = tile_operand(operand_types, 0, "astype")
-        return (tile.with_dtype(attrs["dtype"]),)
+        target: dt.DType = attrs["dtype"]
+        if attrs.get("rounding", "nearest_even") != "nearest_even":
+            if not (target.is_float and (tile.dtype.is_float or tile.dtype.is_integer)):
+                raise RuleError(f"astype: a rounding mode applies to conversions to floats, not {tile.dtype} to {target}")
+            check_float_options("cast", target, attrs)
+        return (tile.with_dtype(target),)
 
     def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         target: dt.DType = op.attrs["dtype"]
         value = args[0]
+        rounding = op.attrs.get("rounding", "nearest_even")
+        if rounding != "nearest_even":
+            return (np.asarray(round_to(np.asarray(value).astype(np.float64), numpy_dtype(target), rounding)),)
         if target is dt.bool_:
             return (np.asarray(value != 0),)
         if target.is_integer and value.dtype.kind == "f":
@@ -268,6 +345,11 @@ def _lower_elementwise(self: Elementwise, ctx: Any, op: Operation, args: Sequenc
         if name == "mod":
             return (_python_remainder(ctx, op, b.remf(args[0], args[1]), args[1], operand_type),)
         tile_op, attrs = _FLOAT_OPS[name]
+        attrs = dict(attrs)
+        if "rounding" in op.attrs:
+            attrs["rounding_mode"] = op.attrs["rounding"]
+        if op.attrs.get("ftz"):
+            attrs["flush_to_zero"] = True
         return (getattr(b, tile_op)(*args, **attrs),)
     if name == "floordiv":
         rounding = "negative_inf" if dtype.is_signed else "zero"
@@ -335,10 +417,11 @@ def _lower_cast(self: Cast, ctx: Any, op: Operation, args: Sequence[Any]) -> Seq
         if target.bits > source.bits:
             return (b.exti(value, signedness=_signedness(source), result_types=[result_type]),)
         return (b.trunci(value, result_types=[result_type]),)
+    rounding = op.attrs.get("rounding", "nearest_even")
     if source.is_float and target.is_float:
-        return (b.ftof(value, rounding_mode="nearest_even", result_types=[result_type]),)
+        return (b.ftof(value, rounding_mode=rounding, result_types=[result_type]),)
     if source.is_integer:
-        return (b.itof(value, signedness=_signedness(source), rounding_mode="nearest_even", result_types=[result_type]),)
+        return (b.itof(value, signedness=_signedness(source), rounding_mode=rounding, result_types=[result_type]),)
     attrs: dict[str, Any] = {"signedness": _signedness(target), "rounding_mode": "nearest_int_to_zero"}
     if ctx.version >= ctx.version.__class__(13, 4):
         attrs["saturating"] = True  # out-of-range values clamp, as the interpreter's do

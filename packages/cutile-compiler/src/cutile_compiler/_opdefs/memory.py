@@ -196,3 +196,77 @@ MAKE_PARTITION = register(MakePartition())
 NUM_TILES = register(NumTiles())
 TILE_LOAD = register(TileLoad())
 TILE_STORE = register(TileStore())
+
+
+TILE_ATOMIC_MODES = ("add", "max", "min", "and", "or", "xor")
+
+
+class TileAtomic(OpDef):
+    """``tile_atomic(p, *index, value) {mode, scope}``: atomically combines a whole tile
+    into the tile at ``index`` of partition p, element by element (in-bounds part
+    only); returns nothing (Tile IR ``atomic_red_view_tko``, relaxed order)."""
+
+    name = "tile_atomic"
+    has_effects = True
+
+    def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
+        from cutile_compiler._opdefs.pointer import check_atomic_dtype
+
+        partition = _partition(operand_types, "atomic")
+        mode = attrs["mode"]
+        if mode not in TILE_ATOMIC_MODES:
+            raise RuleError(f"atomic: a tile reduction takes one of {', '.join(TILE_ATOMIC_MODES)}, got {mode!r}")
+        if not partition.tensor.mutable:
+            raise RuleError(f"atomic_{mode}: the tensor is not declared Mut[...], so the kernel may not write it")
+        if attrs.get("scope", "device") not in ("tl_blk", "device"):
+            raise RuleError(f"atomic_{mode}: a tile reduction's scope is tl_blk or device, got {attrs.get('scope')!r}")
+        check_atomic_dtype(mode, partition.tensor.dtype)
+        rank = partition.tensor.rank
+        _check_indices(operand_types[1:1 + rank], rank, f"atomic_{mode}")
+        value = operand_types[1 + rank] if len(operand_types) == 2 + rank else None
+        if value != partition.tile:
+            raise RuleError(f"atomic_{mode}: the value must be a {partition.tile}, got {value}")
+        return ()
+
+    def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        from cutile_compiler._opdefs.pointer import rmw_update
+
+        tensor, tile_shape, _ = args[0]
+        rank = len(tile_shape)
+        index = [int(i) for i in args[1:1 + rank]]
+        extents = ctx.tensor_shape(tensor)
+        grids = np.meshgrid(*[np.arange(size) + i * size for i, size in zip(index, tile_shape)], indexing="ij")
+        inside = np.ones(tuple(tile_shape), dtype=bool)
+        for axis, grid in enumerate(grids):
+            inside &= (grid >= 0) & (grid < extents[axis])
+        value = np.asarray(args[1 + rank])
+        ctx.atomic(op, tensor, grids, inside, rmw_update(op.attrs["mode"], value))
+        return ()
+
+    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        import cutile_ir as ir
+
+        partition = args[0]
+        tensor = partition.tensor
+        rank = len(tensor.dims)
+        tile_shape = op.operands[0].type.tile_shape  # type: ignore[attr-defined]
+        # atomic_red_view_tko takes no view with a padding value: a plain partition of the tensor
+        plain = ctx.builder.make_partition_view(
+            tensor.view, result_types=[ir.PartitionViewType(tile_shape, tensor.view_type)])
+        dtype = tensor.value.type.dtype
+        mode = op.attrs["mode"]
+        if mode == "add" and dtype.is_float:
+            mode = "addf"
+        elif mode in ("max", "min") and dtype.kind == "uint":
+            mode = "u" + mode
+        token = ctx.builder.atomic_red_view_tko(
+            plain, list(args[1:1 + rank]), args[1 + rank], ctx.tokens.get(tensor.value),
+            memory_ordering_semantics="relaxed", memory_scope=op.attrs.get("scope", "device"), mode=mode)
+        ctx.tokens[tensor.value] = token
+        return ()
+
+    def ordered_resource(self, op: Operation) -> Any:
+        return op.operands[0]
+
+
+TILE_ATOMIC = register(TileAtomic())

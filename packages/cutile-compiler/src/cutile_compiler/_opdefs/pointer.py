@@ -209,16 +209,28 @@ class Scatter(OpDef):
         return op.operands[0]
 
 
-def _rmw_function(mode: str, dtype: dt.DType) -> Callable[[Any, Any], Any]:
-    functions: dict[str, Callable[[Any, Any], Any]] = {
-        "add": lambda old, v: old + v, "max": max, "min": min,
-        "and": lambda old, v: old & v, "or": lambda old, v: old | v, "xor": lambda old, v: old ^ v,
-        "xchg": lambda old, v: v,
-    }
-    return functions[mode]
+_RMW: dict[str, Callable[[Any, Any], Any]] = {
+    "add": lambda old, v: old + v, "max": max, "min": min,
+    "and": lambda old, v: old & v, "or": lambda old, v: old | v, "xor": lambda old, v: old ^ v,
+    "xchg": lambda old, v: v,
+}
 
 
-def _check_atomic_dtype(mode: str, dtype: dt.DType) -> None:
+def rmw_update(mode: str, value: Any) -> Callable[[Any, int], Any]:
+    """The interpreter's per-element update of atomic ``mode`` with operand tile ``value``:
+    (old element, flat position in the tile) -> new element."""
+    function = _RMW[mode]
+    flat = np.asarray(value).reshape(-1)
+    kind = flat.dtype
+
+    def update(old: Any, position: int) -> Any:
+        with np.errstate(all="ignore"):
+            return kind.type(function(kind.type(old), flat[position]))
+
+    return update
+
+
+def check_atomic_dtype(mode: str, dtype: dt.DType) -> None:
     wide_int = dtype.is_integer and dtype.bits in (32, 64)
     if mode == "add":
         ok = wide_int or (dtype.is_float and dtype.name in ("f16", "bf16", "f32", "f64"))
@@ -254,7 +266,7 @@ class AtomicRmw(OpDef):
         tensor, shape = _check_access(operand_types, 1, f"atomic_{mode}", bool(attrs.get("has_mask")))
         if not tensor.mutable:
             raise RuleError(f"atomic_{mode}: the tensor is not declared Mut[...], so the kernel may not write it")
-        _check_atomic_dtype(mode, tensor.dtype)
+        check_atomic_dtype(mode, tensor.dtype)
         _check_order(attrs, f"atomic_{mode}")
         value = operand_types[1 + tensor.rank]
         assert isinstance(value, TileType)
@@ -265,15 +277,8 @@ class AtomicRmw(OpDef):
     def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         tensor, indices, values, mask = _split(op, args, 1)
         value = np.asarray(values[0])
-        function = _rmw_function(op.attrs["mode"], op.attrs.get("dtype", dt.i32))
-        flat = value.reshape(-1)
-        kind = value.dtype
-
-        def update(old: Any, position: int) -> Any:
-            with np.errstate(all="ignore"):
-                return kind.type(function(kind.type(old), flat[position]))
-
-        return (np.asarray(ctx.atomic(op, tensor, indices, mask, update)).astype(kind),)
+        update = rmw_update(op.attrs["mode"], value)
+        return (np.asarray(ctx.atomic(op, tensor, indices, mask, update)).astype(value.dtype),)
 
     def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         from cutile_compiler._lowering import tile_type
@@ -314,7 +319,7 @@ class AtomicCas(OpDef):
         tensor, shape = _check_access(operand_types, 2, "atomic_cas", bool(attrs.get("has_mask")))
         if not tensor.mutable:
             raise RuleError("atomic_cas: the tensor is not declared Mut[...], so the kernel may not write it")
-        _check_atomic_dtype("cas", tensor.dtype)
+        check_atomic_dtype("cas", tensor.dtype)
         _check_order(attrs, "atomic_cas")
         for value in operand_types[1 + tensor.rank:3 + tensor.rank]:
             assert isinstance(value, TileType)

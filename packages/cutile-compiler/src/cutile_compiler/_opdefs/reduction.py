@@ -284,7 +284,8 @@ def _lower_combine(ctx: Any, op: Operation, ir_args: Sequence[Any]) -> None:
         ctx.values[ours] = theirs
     ctx.regions.append(("reduce", []))
     try:
-        ctx.lower_block(region)
+        with ctx.region_tokens():  # a print inside starts from the chain outside; nothing flows out
+            ctx.lower_block(region)
     finally:
         ctx.regions.pop()
 
