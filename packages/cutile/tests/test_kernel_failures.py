@@ -97,3 +97,15 @@ def test_prints_of_several_blocks_carry_the_block_id(capsys: pytest.CaptureFixtu
     chatty(api.zeros([4], dtype=i32).partition([2])).sync()
     assert capsys.readouterr().out == ("[block (0, 0, 0)] block 0 says\n[block (0, 0, 0)] hi\n"
                                        "[block (1, 0, 0)] block 1 says\n[block (1, 0, 0)] hi\n")
+
+
+@cutile.entry
+def no_mut():
+    print("block %d", ct.bid(0))
+
+
+def test_a_kernel_without_mut_tensors_needs_an_explicit_grid(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(cutile.LaunchError, match=r"no Mut tensor decides the grid; set it with .grid\(x, y, z\)"):
+        no_mut().sync()
+    no_mut().grid(2).sync()
+    assert capsys.readouterr().out == "[block (0, 0, 0)] block 0\n[block (1, 0, 0)] block 1\n"
