@@ -231,8 +231,13 @@ class Tensor:
         if not isinstance(storage, HostStorage):
             raise TypeError("host_view(): the tensor lives on a GPU; use to_numpy()")
         itemsize = self.dtype.itemsize
-        return np.lib.stride_tricks.as_strided(
-            storage.array[self.offset:], self.shape, tuple(s * itemsize for s in self.strides), writeable=True)
+        strides = tuple(s * itemsize for s in self.strides)
+        if itemsize == 1:
+            # numpy's as_strided cannot build 1-byte custom dtypes (ml_dtypes' fp8):
+            # stride over the bytes, then reinterpret them.
+            raw = storage.array.view(np.uint8)[self.offset:]
+            return np.lib.stride_tricks.as_strided(raw, self.shape, strides, writeable=True).view(storage.array.dtype)
+        return np.lib.stride_tricks.as_strided(storage.array[self.offset:], self.shape, strides, writeable=True)
 
     def to_numpy(self) -> np.ndarray[Any, Any]:
         """A copy of the tensor's values as a numpy array (bf16/fp8 as ml_dtypes)."""
