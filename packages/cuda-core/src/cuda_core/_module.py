@@ -175,6 +175,13 @@ class Function:
             nbytes,
         )
 
+    def param_info(self, index: int) -> tuple[int, int]:
+        """(offset, size) in bytes of parameter ``index``; an index past the last
+        parameter raises `CudaInvalidValueError` (and, during stream capture,
+        invalidates the capture: prefer `param_layout` outside captures)."""
+        offset, size = _driver.call("cuFuncGetParamInfo", self.handle, index)
+        return int(offset), int(size)
+
     @property
     def param_layout(self) -> tuple[tuple[int, int], ...]:
         """(offset, size) in bytes of each kernel parameter, read from the image."""

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cuda_core import Device, DeviceBuffer, DeviceMemory, DeviceView, LaunchConfig, Module, PreparedLaunch, Stream
-from cuda_async import ensure_not_capturing
+from cuda_async import ensure_not_capturing, is_capturing
 from cutile._errors import LaunchError
 from cutile._tensor import Storage, Tensor, numpy_dtype
 from cutile_compiler import _dtypes as dt
@@ -113,10 +113,15 @@ class _Loaded:
             else:
                 assert arg.dtype is not None
                 types.append(_PARAM_TYPES[arg.dtype.name])
-        layout = self.function.param_layout
-        if len(layout) != len(types):
+        if is_capturing():
+            # Counting the parameters may take a failing driver query, which would
+            # invalidate the capture: check only those cutile packs.
+            declared = len(types) if all(self.function.param_info(i) for i in range(len(types))) else -1
+        else:
+            declared = len(self.function.param_layout)
+        if declared != len(types):
             raise LaunchError(
-                f"{compiled.name}: the cubin declares {len(layout)} parameters, cutile packs {len(types)} "
+                f"{compiled.name}: the cubin declares {declared} parameters, cutile packs {len(types)} "
                 "(a cutile bug: please report it)")
         self.prepared = PreparedLaunch(self.function, LaunchConfig((1, 1, 1), (1, 1, 1)), types)
 
