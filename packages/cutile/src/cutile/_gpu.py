@@ -12,6 +12,7 @@ from cuda_async import ensure_not_capturing, is_capturing
 from cutile._errors import LaunchError
 from cutile._tensor import Storage, Tensor, numpy_dtype
 from cutile_compiler import _dtypes as dt
+from cutile_compiler._lowering import AbiArg
 from cutile_compiler._pipeline import CompiledKernel
 from cutile_compiler._signature import Specialization
 from cutile_compiler._toolchain import CompileOptions
@@ -58,6 +59,17 @@ def upload(flat: np.ndarray[Any, Any], dtype: dt.DType, shape: tuple[int, ...]) 
     return Tensor(DeviceStorage(buffer), dtype, shape)
 
 
+def allocate(dtype: dt.DType, shape: tuple[int, ...]) -> Tensor:
+    """A device tensor of ``shape``, its memory not written (stream-ordered, pool)."""
+    ensure_not_capturing("creating a tensor (an allocation)")
+    count = 1
+    for extent in shape:
+        count *= extent
+    stream = default_stream()
+    buffer = DeviceBuffer.allocate(max(count * dtype.itemsize, 1), stream=stream)
+    return Tensor(DeviceStorage(buffer), dtype, shape)
+
+
 def device_memory(storage: Storage) -> DeviceMemory:
     """The cuda_core view of a device storage (ours or another library's)."""
     if isinstance(storage, DeviceStorage):
@@ -98,31 +110,47 @@ _MAX_GRID = (1 << 24) - 1  # tileiras's block-id arithmetic is exact up to 2^24 
 _I32_MAX = (1 << 31) - 1
 
 
+def _param_type(arg: AbiArg, size: int, kernel: str) -> str:
+    """The C type to pack an entry argument as, at the size the cubin declares
+    (small integer scalars may be widened by tileiras)."""
+    if arg.kind == "pointer":
+        wanted = "ptr"
+    elif arg.kind in ("dim", "stride"):
+        wanted = "i32"
+    else:
+        assert arg.dtype is not None
+        wanted = _PARAM_TYPES[arg.dtype.name]
+        if arg.dtype.is_integer or arg.dtype is dt.bool_:
+            signed = arg.dtype.is_signed
+            wanted = {1: "i8", 2: "i16", 4: "i32", 8: "i64"}.get(size, wanted)
+            if not signed:
+                wanted = "u" + wanted[1:]
+    natural = {"ptr": 8, "i8": 1, "u8": 1, "i16": 2, "u16": 2, "i32": 4, "u32": 4, "i64": 8, "u64": 8,
+               "f32": 4, "f64": 8, "bytes1": 1, "bytes2": 2}[wanted]
+    if natural != size:
+        raise LaunchError(f"{kernel}: parameter {arg.param} ({arg.kind}) is {size} bytes in the cubin, "
+                          f"cutile packs {natural} (a cutile bug: please report it)")
+    return wanted
+
+
 class _Loaded:
     """A compiled kernel loaded on the device, with its prepared launch."""
 
     def __init__(self, compiled: CompiledKernel) -> None:
         self.compiled = compiled
         self.function = Module.load(compiled.cubin).get_function(compiled.name)
-        types = []
-        for arg in compiled.abi:
-            if arg.kind == "pointer":
-                types.append("ptr")
-            elif arg.kind in ("dim", "stride"):
-                types.append("i32")
-            else:
-                assert arg.dtype is not None
-                types.append(_PARAM_TYPES[arg.dtype.name])
         if is_capturing():
             # Counting the parameters may take a failing driver query, which would
-            # invalidate the capture: check only those cutile packs.
-            declared = len(types) if all(self.function.param_info(i) for i in range(len(types))) else -1
+            # invalidate the capture: look only at those cutile packs.
+            count = len(compiled.abi)
+            sizes = [self.function.param_info(i)[1] for i in range(count)]
         else:
-            declared = len(self.function.param_layout)
-        if declared != len(types):
+            sizes = [size for _, size in self.function.param_layout]
+        if len(sizes) != len(compiled.abi):
             raise LaunchError(
-                f"{compiled.name}: the cubin declares {declared} parameters, cutile packs {len(types)} "
+                f"{compiled.name}: the cubin declares {len(sizes)} parameters, cutile packs {len(compiled.abi)} "
                 "(a cutile bug: please report it)")
+        types = [_param_type(arg, size, compiled.name) for arg, size in zip(compiled.abi, sizes)]
         self.prepared = PreparedLaunch(self.function, LaunchConfig((1, 1, 1), (1, 1, 1)), types)
 
 

@@ -7,6 +7,7 @@ device memory on the GPU backend.
 from __future__ import annotations
 
 import itertools
+import math
 
 import threading
 from collections.abc import Sequence
@@ -14,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from cutile import _backend
+from cutile import _backend, _fill
 from cutile._tensor import HostStorage, Tensor, dtype_of, numpy_dtype
 from cutile_compiler import _dtypes as dt
 from cutile_compiler._signature import TensorSpec
@@ -43,40 +44,72 @@ def _from_host(array: np.ndarray[Any, Any], dtype: dt.DType, *, initialized: boo
     return upload(flat, dtype, tuple(array.shape))
 
 
+def _allocate(shape: tuple[int, ...], dtype: dt.DType) -> Tensor:
+    """A tensor whose memory is allocated where kernels run, not yet written."""
+    if _backend.current() == "interpreter":
+        flat = np.empty(max(1, math.prod(shape)), dtype=numpy_dtype(dtype))
+        return Tensor(HostStorage(flat), dtype, shape)
+    from cutile._gpu import allocate
+
+    return allocate(dtype, shape)
+
+
+def _made_by_kernel(dtype: dt.DType) -> bool:
+    # bool tensors are made on the host: a bool kernel parameter has no portable layout
+    return dtype is not dt.bool_
+
+
 def zeros(shape: ShapeLike, dtype: Any = dt.f32) -> Tensor:
-    """A tensor of zeros."""
-    kind = dtype_of(dtype)
-    return _from_host(np.zeros(_shape(shape, "zeros"), dtype=numpy_dtype(kind)), kind)
+    """A tensor of zeros (filled by a tile kernel where the tensor lives)."""
+    return full(shape, 0, dtype)
 
 
 def ones(shape: ShapeLike, dtype: Any = dt.f32) -> Tensor:
-    """A tensor of ones."""
-    kind = dtype_of(dtype)
-    return _from_host(np.ones(_shape(shape, "ones"), dtype=numpy_dtype(kind)), kind)
+    """A tensor of ones (filled by a tile kernel where the tensor lives)."""
+    return full(shape, 1, dtype)
 
 
 def full(shape: ShapeLike, value: bool | int | float, dtype: Any = dt.f32) -> Tensor:
-    """A tensor filled with ``value``."""
+    """A tensor filled with ``value`` (by a tile kernel where the tensor lives)."""
     kind = dtype_of(dtype)
-    return _from_host(np.full(_shape(shape, "full"), value, dtype=numpy_dtype(kind)), kind)
+    dims = _shape(shape, "full")
+    if not _made_by_kernel(kind):
+        return _from_host(np.full(dims, value, dtype=numpy_dtype(kind)), kind)
+    if kind.is_integer and isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError(f"full: {value!r} is not a {kind} value")
+        value = int(value)
+    tensor = _allocate(dims, kind)
+    _fill.run("fill", tensor, value=value)
+    return tensor
 
 
 def empty(shape: ShapeLike, dtype: Any = dt.f32) -> Tensor:
-    """A tensor whose values are unspecified (the interpreter's checked mode
-    reports reads of elements nothing has written)."""
+    """A tensor whose values are unspecified (the interpreter fills it with NaN or
+    0x5A bytes, and its checked mode reports reads of elements nothing has written;
+    on the GPU the memory is left as it is)."""
     kind = dtype_of(dtype)
     dims = _shape(shape, "empty")
+    if _backend.current() == "gpu":
+        return _allocate(dims, kind)
     poison = np.full(dims, np.nan if kind.is_float else 0x5A, dtype=numpy_dtype(kind)) if kind is not dt.bool_ else np.zeros(dims, bool)
     return _from_host(poison, kind, initialized=False)
 
 
 def arange(start: int | float, stop: int | float | None = None, step: int | float = 1, dtype: Any = None) -> Tensor:
-    """Evenly spaced values in [start, stop), like numpy.arange."""
+    """Evenly spaced values in [start, stop), like numpy.arange (made by a tile kernel)."""
     if stop is None:
         start, stop = 0, start
-    values = np.arange(start, stop, step)
-    kind = dtype_of(dtype) if dtype is not None else (dt.f32 if values.dtype.kind == "f" else dt.i32)
-    return _from_host(values, kind)
+    if step == 0:
+        raise ValueError("arange: step must not be zero")
+    count = max(0, math.ceil((stop - start) / step))
+    floats = any(isinstance(v, float) for v in (start, stop, step))
+    kind = dtype_of(dtype) if dtype is not None else (dt.f32 if floats else dt.i32)
+    if not _made_by_kernel(kind) or (kind.is_integer and floats):
+        return _from_host(np.arange(start, stop, step).astype(numpy_dtype(kind)), kind)
+    tensor = _allocate((count,), kind)
+    _fill.run("arange", tensor, start=start, step=step)
+    return tensor
 
 
 def linspace(start: float, stop: float, num: int, dtype: Any = dt.f32) -> Tensor:
@@ -91,26 +124,35 @@ def eye(n: int, m: int | None = None, dtype: Any = dt.f32) -> Tensor:
     return _from_host(np.eye(n, m), kind)
 
 
-def _generator(seed: int | None) -> np.random.Generator:
-    # Counter-based (Philox): a seed gives a reproducible stream; without one each
-    # call takes the next key of a process-wide counter.
+def _seed(seed: int | None) -> int:
+    """A 32-bit seed: the given one, or the next of a process-wide counter."""
     if seed is None:
         with _seed_lock:
-            key = next(_stream_counter)
-        return np.random.Generator(np.random.Philox(key=key, counter=_DEFAULT_SEED))
-    return np.random.Generator(np.random.Philox(seed))
+            return (_DEFAULT_SEED + 0x9E3779B9 * next(_stream_counter)) & 0xFFFFFFFF
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+    return seed & 0xFFFFFFFF
+
+
+def _random(kind: str, shape: ShapeLike, dtype: Any, seed: int | None, what: str) -> Tensor:
+    element = dtype_of(dtype)
+    if not element.is_float:
+        raise TypeError(f"{what}: random values need a floating-point dtype, got {element}")
+    tensor = _allocate(_shape(shape, what), element)
+    _fill.run(kind, tensor, seed=_seed(seed))
+    return tensor
 
 
 def rand(shape: ShapeLike, dtype: Any = dt.f32, *, seed: int | None = None) -> Tensor:
-    """Uniform random values in [0, 1)."""
-    kind = dtype_of(dtype)
-    return _from_host(_generator(seed).random(_shape(shape, "rand")), kind)
+    """Uniform random values in [0, 1), from a counter-based hash of (index, seed):
+    the same values on every backend for the same seed."""
+    return _random("uniform", shape, dtype, seed, "rand")
 
 
 def randn(shape: ShapeLike, dtype: Any = dt.f32, *, seed: int | None = None) -> Tensor:
-    """Standard normal random values."""
-    kind = dtype_of(dtype)
-    return _from_host(_generator(seed).standard_normal(_shape(shape, "randn")), kind)
+    """Standard normal random values (Box-Muller on two counter-based uniforms);
+    the same values on every backend for the same seed."""
+    return _random("normal", shape, dtype, seed, "randn")
 
 
 def from_numpy(array: Any, dtype: Any = None) -> Tensor:

@@ -1,0 +1,122 @@
+"""Tensor constructors as tile kernels: fills, ranges and random numbers are made
+where the tensor lives (on the device for the GPU backend), not on the host.
+
+Random numbers come from a counter-based hash of (element index, seed): no state,
+the same values on the GPU and on the interpreter, for any tile size.
+
+The kernels are built per dtype; their annotations are set as objects (not written
+in the source) because the dtype is a variable here.
+"""
+
+import math
+import types
+from collections.abc import Callable
+from typing import Any
+
+import cutile.core as ct
+from cutile._kernel import Kernel, entry, function
+from cutile._tensor import Tensor
+from cutile_compiler import _dtypes as dt
+from cutile_compiler._signature import Constant, Mut, make_tensor_annotation
+
+# Elements per block: big tiles keep the interpreter's per-op cost low; on the GPU
+# a 4096-element tile streams at full bandwidth.
+GPU_TILE = 4096
+INTERPRETER_TILE = 1 << 16
+
+_kernels: dict[tuple[str, dt.DType], Kernel] = {}
+
+
+@function
+def _hash(index: Any, seed: Any) -> Any:
+    """The murmur3 finalizer of index * golden ^ seed, on u32 tiles."""
+    h = index * 0x9E3779B1 ^ seed
+    h = h ^ (h >> 16)
+    h = h * 0x85EBCA6B
+    h = h ^ (h >> 13)
+    h = h * 0xC2B2AE35
+    return h ^ (h >> 16)
+
+
+@function
+def _uniform(index: Any, seed: Any) -> Any:
+    """Uniform f32 values in [0, 1) with 24 random bits."""
+    return (_hash(index, seed) >> 8).astype(ct.f32) * (1.0 / (1 << 24))
+
+
+def _fill(z: Any, value: Any) -> None:
+    z.store(value)
+
+
+# The element and work dtypes the kernel bodies below read; each specialized clone
+# of a body gets its own values in its globals (see _specialized).
+OUT: Any = None
+WORK: Any = None
+
+
+def _arange(z: Any, start: Any, step: Any, B: Any) -> None:  # noqa: N803
+    block, _, _ = ct.get_tile_block_id()
+    index = (ct.arange(B, ct.i64) + block.astype(ct.i64) * B).astype(WORK)
+    z.store((start + index * step).astype(OUT))
+
+
+def _random(z: Any, seed: Any, B: Any, NORMAL: Any) -> None:  # noqa: N803
+    block, _, _ = ct.get_tile_block_id()
+    index = ct.arange(B, ct.u32) + block.astype(ct.u32) * B
+    first = _uniform(index, seed)
+    if NORMAL:
+        second = _uniform(index, seed ^ 0x5BD1E995)
+        radius = ct.sqrt(-2.0 * ct.log(1.0 - first))  # 1 - u lies in (0, 1]: the log is finite
+        z.store((radius * ct.cos(6.283185307179586 * second)).astype(OUT))
+    else:
+        z.store(first.astype(OUT))
+
+
+def _specialized(source: Callable[..., None], annotations: dict[str, Any], constants: dict[str, Any]) -> Kernel:
+    """A kernel from ``source`` with these parameter annotations; ``constants`` are
+    compile-time values its body reads as globals (the dtypes)."""
+    clone = types.FunctionType(source.__code__, {**source.__globals__, **constants}, source.__name__)
+    clone.__annotations__ = annotations
+    return entry(clone)
+
+
+def kernel(kind: str, dtype: dt.DType) -> Kernel:
+    """The constructor kernel ``kind`` ("fill", "arange", "uniform", "normal") for ``dtype``."""
+    key = (kind, dtype)
+    found = _kernels.get(key)
+    if found is not None:
+        return found
+    mut = Mut[make_tensor_annotation((dtype, ["B"]))]
+    if kind == "fill":
+        made = _specialized(_fill, {"z": mut, "value": dtype}, {})
+    elif kind == "arange":
+        work = dt.f64 if dtype is dt.f64 else dt.i64 if dtype.is_integer else dt.f32
+        made = _specialized(_arange, {"z": mut, "start": work, "step": work, "B": Constant[int]},
+                            {"OUT": dtype, "WORK": work})
+    else:
+        made = _specialized(_random, {"z": mut, "seed": dt.u32, "B": Constant[int], "NORMAL": Constant[bool]},
+                            {"OUT": dtype})
+    _kernels[key] = made
+    return made
+
+
+def tile_size(backend: str, count: int) -> int:
+    """A power-of-two tile for ``count`` elements."""
+    largest = GPU_TILE if backend == "gpu" else INTERPRETER_TILE
+    return max(1, min(largest, 1 << max(0, math.ceil(math.log2(max(count, 1))))))
+
+
+def run(kind: str, tensor: Tensor, **arguments: Any) -> None:
+    """Fills the contiguous ``tensor`` in place with constructor ``kind``."""
+    from cutile import _backend
+
+    if tensor.size == 0:
+        return
+    flat = Tensor(tensor._storage, tensor.dtype, (tensor.size,), (1,), tensor.offset)
+    tile = tile_size(_backend.current(), tensor.size)
+    made = kernel(kind, tensor.dtype)
+    if kind == "uniform":
+        arguments["NORMAL"] = False
+    elif kind == "normal":
+        arguments["NORMAL"] = True
+    made(flat.partition([tile]), **arguments).sync()

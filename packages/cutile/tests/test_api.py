@@ -1,0 +1,65 @@
+"""Tensor constructors: made by tile kernels where the tensor lives."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from cutile import api
+from cutile.core import bf16, bool_, f16, f32, f64, i8, i32, i64, u8
+
+BOTH_BACKENDS = True
+
+
+@pytest.mark.parametrize("shape", [(1,), (1000,), (3, 333), (2, 3, 4097)])
+@pytest.mark.parametrize("dtype", [f32, f16, bf16, f64, i32, i64, i8, u8], ids=str)
+def test_full_zeros_ones(shape: tuple[int, ...], dtype: object) -> None:
+    np_type = np.dtype(dtype.numpy_name)  # type: ignore[attr-defined]
+    np.testing.assert_array_equal(api.zeros(shape, dtype).to_numpy(), np.zeros(shape, np_type))
+    np.testing.assert_array_equal(api.ones(shape, dtype).to_numpy(), np.ones(shape, np_type))
+    np.testing.assert_array_equal(api.full(shape, 7, dtype).to_numpy(), np.full(shape, 7, np_type))
+
+
+def test_full_of_bool_and_bad_values() -> None:
+    np.testing.assert_array_equal(api.full([5], True, bool_).to_numpy(), np.ones(5, bool))
+    with pytest.raises(ValueError, match="not a i32 value"):
+        api.full([4], 2.5, i32)
+
+
+@pytest.mark.parametrize("arguments, dtype", [((10,), None), ((3, 1000, 7), None), ((5, -20, -3), i64),
+                                              ((0.5, 4.0, 0.25), None), ((0, 2, 0.125), f16)])
+def test_arange_like_numpy(arguments: tuple[float, ...], dtype: object) -> None:
+    got = api.arange(*arguments, dtype=dtype).to_numpy()
+    expected = np.arange(*arguments)
+    np.testing.assert_allclose(got.astype(np.float64), expected, rtol=1e-3)
+    assert got.shape == expected.shape
+
+
+def test_random_values_are_seeded_and_well_distributed() -> None:
+    a = api.rand([200_000], seed=11).to_numpy()
+    b = api.rand([200_000], seed=11).to_numpy()
+    c = api.rand([200_000], seed=12).to_numpy()
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)
+    assert 0.0 <= a.min() and a.max() < 1.0 and abs(a.mean() - 0.5) < 0.01
+    histogram, _ = np.histogram(a, bins=10, range=(0, 1))
+    assert (abs(histogram / a.size - 0.1) < 0.01).all()
+    n = api.randn([200_000], seed=3).to_numpy().astype(np.float64)
+    assert abs(n.mean()) < 0.01 and abs(n.std() - 1) < 0.01 and np.isfinite(n).all()
+    assert api.randn([64, 64], dtype=bf16, seed=1).to_numpy().dtype == ml_dtypes.bfloat16
+    unseeded = api.rand([1000]).to_numpy(), api.rand([1000]).to_numpy()
+    assert not np.array_equal(*unseeded)
+    with pytest.raises(TypeError, match="floating-point dtype"):
+        api.rand([4], i32)
+
+
+def test_like_copy_astype_linspace_eye() -> None:
+    base = api.arange(12, dtype=f32).reshape(3, 4)
+    assert api.zeros_like(base).to_numpy().shape == (3, 4)
+    np.testing.assert_array_equal(api.full_like(base, 3).to_numpy(), np.full((3, 4), 3, np.float32))
+    np.testing.assert_array_equal(api.copy(base).to_numpy(), np.arange(12, dtype=np.float32).reshape(3, 4))
+    assert api.astype(base, i32).to_numpy().dtype == np.int32
+    np.testing.assert_allclose(api.linspace(0, 1, 5).to_numpy(), np.linspace(0, 1, 5))
+    np.testing.assert_array_equal(api.eye(3).to_numpy(), np.eye(3, dtype=np.float32))
+    assert api.empty([7], f32).to_numpy().shape == (7,)
