@@ -102,9 +102,24 @@ def test_graph_scope_records_several_launches() -> None:
     x, y = api.from_numpy(xs), api.from_numpy(ys)
     t = api.zeros([256]).partition([128])
     u = api.zeros([256]).partition([128])
+    add(t, x, y).compile().sync()                  # warm-up: modules are loaded outside captures
+    scale(u, api.zeros([256]), 0.5).compile().sync()
     with cutile.graph_scope("step") as scope:
         add(t, x, y).sync()
         scale(u, t.unpartition(), 0.5).sync()
     graph = scope.graph
     graph.launch().sync()
     np.testing.assert_allclose(u.to_numpy(), 0.5 * (xs + ys), rtol=1e-6)
+
+
+@pytest.mark.gpu
+def test_launching_a_cold_kernel_inside_a_capture_is_refused_clearly() -> None:
+    @cutile.entry
+    def cold(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+        z.store(load_tile_like(x, z) * 3)
+
+    x = api.ones([128])
+    z = api.zeros([128]).partition([128])
+    with pytest.raises(cutile.GraphCaptureError, match=r"Warm it up first"):
+        with cutile.graph_scope("cold"):
+            cold(z, x).sync()

@@ -82,6 +82,7 @@ class Module:
                     ) from None
                 raise
             function = Function(handle, self, name)
+            function._load_now()
             self._functions[name] = function
         return function
 
@@ -174,6 +175,16 @@ class Function:
             api.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
             nbytes,
         )
+
+    def _load_now(self) -> None:
+        # With the driver's lazy module loading a kernel is loaded at its first
+        # launch; loading it here keeps that out of stream captures and timings.
+        load = getattr(_driver.api(), "cuFuncLoad", None)
+        if load is not None:
+            try:
+                load(self.handle)
+            except RuntimeError:  # the bindings know it, the installed driver does not
+                pass
 
     def param_info(self, index: int) -> tuple[int, int]:
         """(offset, size) in bytes of parameter ``index``; an index past the last

@@ -9,7 +9,7 @@ import numpy as np
 
 from cuda_core import Device, DeviceBuffer, DeviceMemory, DeviceView, LaunchConfig, Module, PreparedLaunch, Stream
 from cuda_async import ensure_not_capturing, is_capturing
-from cutile._errors import LaunchError
+from cutile._errors import GraphCaptureError, LaunchError
 from cutile._tensor import Storage, Tensor, numpy_dtype
 from cutile_compiler import _dtypes as dt
 from cutile_compiler._lowering import AbiArg
@@ -159,6 +159,11 @@ def prepare(kernel: Kernel, spec: Specialization, options: CompileOptions) -> _L
     key = (spec, options)
     loaded = kernel._loaded.get(key)
     if loaded is None:
+        if is_capturing():
+            raise GraphCaptureError(
+                f"{kernel.name} is launched inside a CUDA graph capture before it was ever compiled and "
+                "loaded for these argument shapes; loading a module cannot be captured. Warm it up first: "
+                "run it once, or call .compile() on the launch, before the graph scope")
         device = Device(0)
         loaded = _Loaded(kernel.compiled(spec, device.sm_name, options))
         kernel._loaded[key] = loaded

@@ -315,7 +315,9 @@ class Launch:
         return self.op.shared()
 
     def graph(self, name: str | None = None) -> Graph:
-        """This launch captured into a CUDA graph (recorded, not run)."""
+        """This launch captured into a CUDA graph (recorded, not run); the kernel is
+        compiled and loaded first, outside the capture."""
+        self.compile()
         return Graph(_translated(lambda: self.op.graph(name=name or self.description)))
 
     def __await__(self) -> Generator[Any, None, Any]:
