@@ -1,10 +1,38 @@
 """The cutile kernel compiler: Python kernel -> typed kernel IR -> Tile IR -> cubin.
 
-It captures a kernel's Python source, resolves and types it, lowers it to cutile_ir, writes bytecode and runs NVIDIA's tileiras for a given arch string (it knows no driver).
+It captures a kernel's Python source, resolves and types it (`build_kernel_ir`),
+lowers it to `cutile_ir` (`lower_kernel`), writes bytecode and runs NVIDIA's
+tileiras for an arch string such as ``"sm_90"`` (`compile_kernel`), through an
+on-disk cache. It knows no driver: loading and launching belong to `cutile`.
 
-Not built yet: this package holds only its skeleton until the issue
-"cutile-compiler: the Python tile-kernel language, lowered to Tile IR and compiled to cubin" fills it. It deliberately exports nothing, so that no code can come
-to depend on a placeholder API.
+The kernel language itself is `cutile_compiler.language` (re-exported by
+``cutile.core``); every environment variable is declared in `_config`.
 """
 
-__all__: list[str] = []
+from cutile_compiler._errors import (
+    CutileError,
+    SourceLocation,
+    TileCompilerError,
+    TileError,
+    TileSyntaxError,
+    TileTypeError,
+)
+from cutile_compiler._frontend import build_kernel_ir
+from cutile_compiler._ir import KernelIR, format_kernel
+from cutile_compiler._lowering import AbiArg, kernel_abi, lower_kernel
+from cutile_compiler._pipeline import CompiledKernel, compile_kernel
+from cutile_compiler._signature import (
+    KernelSignature,
+    Specialization,
+    TensorSpec,
+    parse_signature,
+    specialize,
+)
+from cutile_compiler._toolchain import CompileOptions, Toolchain, find_toolchain
+
+__all__ = [
+    "AbiArg", "CompileOptions", "CompiledKernel", "CutileError", "KernelIR", "KernelSignature",
+    "SourceLocation", "Specialization", "TensorSpec", "TileCompilerError", "TileError", "TileSyntaxError",
+    "TileTypeError", "Toolchain", "build_kernel_ir", "compile_kernel", "find_toolchain", "format_kernel",
+    "kernel_abi", "lower_kernel", "parse_signature", "specialize",
+]
