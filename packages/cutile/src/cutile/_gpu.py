@@ -25,7 +25,7 @@ class DeviceStorage(Storage):
     """A device allocation (stream-ordered, from the default memory pool)."""
 
     def __init__(self, buffer: DeviceBuffer) -> None:
-        super().__init__(buffer.nbytes, f"cuda:{buffer.device.ordinal}")
+        super().__init__(buffer.nbytes, f"cuda:{buffer.device.ordinal}", buffer.ptr)
         self.buffer = buffer
 
     @property
@@ -198,14 +198,13 @@ def enqueue(kernel: Kernel, spec: Specialization, grid: tuple[int, int, int], ar
         value = arguments[arg.param]
         if arg.kind == "pointer":
             storage = value._storage
-            pointer = storage.pointer if type(storage) is DeviceStorage else getattr(storage, "pointer", None)
-            if pointer is None:
-                raise LaunchError(f"{kernel.name}: parameter '{arg.param}' lives on {storage.device}, not the GPU")
+            if storage.device == "cpu":
+                raise LaunchError(f"{kernel.name}: parameter '{arg.param}' lives in host memory, not on the GPU")
             if value.strides and value.strides[-1] != 1:
                 raise LaunchError(
                     f"{kernel.name}: parameter '{arg.param}' has an innermost stride of {value.strides[-1]}; "
                     "GPU kernels need a unit innermost stride for now (copy it with api.copy)")
-            values.append(int(pointer) + value.offset * value.dtype.itemsize)
+            values.append(storage.base_address + value.offset * value.dtype.itemsize)
         elif arg.kind in ("dim", "stride"):
             number = value.shape[arg.axis] if arg.kind == "dim" else value.strides[arg.axis]
             if not -_I32_MAX <= number <= _I32_MAX:

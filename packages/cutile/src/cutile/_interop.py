@@ -86,7 +86,7 @@ class ForeignDeviceStorage(Storage):
     """Device memory owned by another library; ``owner`` keeps it alive."""
 
     def __init__(self, pointer: int, nbytes: int, device: int, owner: Any) -> None:
-        super().__init__(nbytes, f"cuda:{device}")
+        super().__init__(nbytes, f"cuda:{device}", pointer)
         self.pointer = pointer
         self.owner = owner
 

@@ -59,9 +59,10 @@ class Storage:
     """Memory behind tensors: the holds of launches not yet run (byte ranges),
     and the `cuda_async.Resource` through which running ops own it."""
 
-    def __init__(self, nbytes: int, device: str) -> None:
+    def __init__(self, nbytes: int, device: str, base_address: int = 0) -> None:
         self.nbytes = nbytes
         self.device = device
+        self.base_address = base_address  # of byte 0 (host or device); fixed for the storage's life
         self.holds: list[_Hold] = []
         self._resource: StorageResource | None = None
 
@@ -131,7 +132,7 @@ class HostStorage(Storage):
     elements were ever written (for the interpreter's checked mode)."""
 
     def __init__(self, array: np.ndarray[Any, Any], *, initialized: bool = True) -> None:
-        super().__init__(array.nbytes, "cpu")
+        super().__init__(array.nbytes, "cpu", int(array.ctypes.data))
         self.array = array
         self.initialized: np.ndarray[Any, Any] | None = None if initialized else np.zeros(array.shape, dtype=bool)
 
@@ -209,11 +210,7 @@ class Tensor:
 
     def address(self) -> int:
         """The address of element 0 in bytes (device or host memory)."""
-        storage = self._storage
-        pointer = getattr(storage, "pointer", None)
-        if pointer is None and isinstance(storage, HostStorage):
-            pointer = storage.array.ctypes.data
-        return int(pointer or 0) + self.offset * self.dtype.itemsize
+        return self._storage.base_address + self.offset * self.dtype.itemsize
 
     def spec(self, tile_shape: tuple[int, ...] | None = None) -> TensorSpec:
         """What a compile needs to know of this tensor: dtype, shape, and the
