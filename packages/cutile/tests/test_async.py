@@ -123,3 +123,25 @@ def test_launching_a_cold_kernel_inside_a_capture_is_refused_clearly() -> None:
     with pytest.raises(cutile.GraphCaptureError, match=r"Warm it up first"):
         with cutile.graph_scope("cold"):
             cold(z, x).sync()
+
+
+def test_constructors_as_ops_compose_with_launches() -> None:
+    n = 1000
+    x_op = api.ops.randn([n], seed=3)
+    doubled = x_op.then(lambda x: add(api.zeros([n]).partition([128]), x, x))
+    z, x, _ = doubled.sync()
+    expected = api.randn([n], seed=3).to_numpy()        # the same seed gives the same values
+    np.testing.assert_array_equal(x.to_numpy(), expected)
+    np.testing.assert_array_equal(z.to_numpy(), expected + expected)
+    zeros, ones = cutile.zip(api.ops.zeros([n]), api.ops.ones([n], f32)).sync()
+    assert not zeros.to_numpy().any() and (ones.to_numpy() == 1).all()
+    u = api.ops.rand([64], seed=1)
+    assert np.array_equal(u.sync().to_numpy(), u.sync().to_numpy())  # an op may run again
+
+
+def test_a_constructor_op_can_be_captured_in_a_graph() -> None:
+    op = api.ops.full([256], 2.5)
+    op.sync()  # warm-up: the fill kernel is loaded outside the capture
+    graph = op.graph()
+    result = graph.launch().sync()
+    np.testing.assert_array_equal(result.to_numpy(), np.full(256, 2.5, np.float32))

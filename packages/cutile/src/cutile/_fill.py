@@ -106,17 +106,33 @@ def tile_size(backend: str, count: int) -> int:
     return max(1, min(largest, 1 << max(0, math.ceil(math.log2(max(count, 1))))))
 
 
-def run(kind: str, tensor: Tensor, **arguments: Any) -> None:
-    """Fills the contiguous ``tensor`` in place with constructor ``kind``."""
+def run(kind: str, tensor: Tensor, stream: Any = None, **arguments: Any) -> None:
+    """Fills the contiguous ``tensor`` in place with constructor ``kind``: on the
+    interpreter at once; on the GPU queued on ``stream`` (None: on cutile's stream,
+    and waited for)."""
     from cutile import _backend
+    from cutile._kernel import describe_call
 
     if tensor.size == 0:
         return
     flat = Tensor(tensor._storage, tensor.dtype, (tensor.size,), (1,), tensor.offset)
-    tile = tile_size(_backend.current(), tensor.size)
+    backend = _backend.current()
     made = kernel(kind, tensor.dtype)
-    if kind == "uniform":
-        arguments["NORMAL"] = False
-    elif kind == "normal":
-        arguments["NORMAL"] = True
-    made(flat.partition([tile]), **arguments).sync()
+    if kind in ("uniform", "normal"):
+        arguments["NORMAL"] = kind == "normal"
+    partition = flat.partition([tile_size(backend, tensor.size)])
+    call = {"z": partition, **arguments}
+    spec, grid = describe_call(made, call)
+    values = {"z": partition._tensor, **arguments}
+    if backend == "interpreter":
+        from cutile._interpreter import Interpreter
+
+        Interpreter(made.kernel_ir(spec), grid).run(values, {"z"})
+        return
+    from cutile._gpu import default_stream, enqueue
+    from cutile_compiler._toolchain import CompileOptions
+
+    target = default_stream() if stream is None else stream
+    enqueue(made, spec, grid, values, CompileOptions(), target)
+    if stream is None:
+        target.synchronize()

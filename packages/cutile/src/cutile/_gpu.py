@@ -60,13 +60,15 @@ def upload(flat: np.ndarray[Any, Any], dtype: dt.DType, shape: tuple[int, ...]) 
 
 
 def allocate(dtype: dt.DType, shape: tuple[int, ...]) -> Tensor:
-    """A device tensor of ``shape``, its memory not written (stream-ordered, pool)."""
+    """A device tensor of ``shape``, its memory not written, usable from any stream
+    (a pool allocation on cutile's stream, waited for)."""
     ensure_not_capturing("creating a tensor (an allocation)")
     count = 1
     for extent in shape:
         count *= extent
     stream = default_stream()
     buffer = DeviceBuffer.allocate(max(count * dtype.itemsize, 1), stream=stream)
+    stream.synchronize()
     return Tensor(DeviceStorage(buffer), dtype, shape)
 
 

@@ -10,11 +10,12 @@ import itertools
 import math
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+import cuda_async
 from cutile import _backend, _fill
 from cutile._tensor import HostStorage, Tensor, dtype_of, numpy_dtype
 from cutile_compiler import _dtypes as dt
@@ -45,7 +46,8 @@ def _from_host(array: np.ndarray[Any, Any], dtype: dt.DType, *, initialized: boo
 
 
 def _allocate(shape: tuple[int, ...], dtype: dt.DType) -> Tensor:
-    """A tensor whose memory is allocated where kernels run, not yet written."""
+    """A tensor whose memory is allocated where kernels run, not yet written; on the
+    GPU usable from any stream when this returns."""
     if _backend.current() == "interpreter":
         flat = np.empty(max(1, math.prod(shape)), dtype=numpy_dtype(dtype))
         return Tensor(HostStorage(flat), dtype, shape)
@@ -82,6 +84,65 @@ def full(shape: ShapeLike, value: bool | int | float, dtype: Any = dt.f32) -> Te
     tensor = _allocate(dims, kind)
     _fill.run("fill", tensor, value=value)
     return tensor
+
+
+def _filling_op(name: str, tensor: Tensor, fill: Callable[[Any], None]) -> cuda_async.DeviceOp[Tensor]:
+    """An op that fills the already allocated ``tensor`` on its stream (at once on the
+    interpreter) and returns it; it declares the write, so later ops on other streams
+    wait for it."""
+
+    def run(stream: Any) -> Tensor:
+        fill(stream)
+        return tensor
+
+    return cuda_async.DeviceOp.from_fn(run, writes=[tensor._storage.resource], name=name)
+
+
+class ops:  # noqa: N801 - a namespace, spelled like the module it mirrors
+    """The constructors as `cuda_async.DeviceOp`s, to compose with launches:
+
+        op = api.ops.zeros([n]).then(lambda z: add(z.partition([128]), x, y))
+
+    The memory is allocated when the op is made (so it can be captured in a CUDA
+    graph); the fill runs on the op's stream when the op runs. Run one with
+    ``sync()``, ``await``, ``schedule()`` or inside ``then``/``zip``.
+    """
+
+    @staticmethod
+    def full(shape: ShapeLike, value: bool | int | float, dtype: Any = dt.f32) -> cuda_async.DeviceOp[Tensor]:
+        kind = dtype_of(dtype)
+        dims = _shape(shape, "full")
+        if not _made_by_kernel(kind):
+            return cuda_async.value(full(dims, value, kind))
+        tensor = _allocate(dims, kind)
+        return _filling_op(f"full({list(dims)}, {value!r}, {kind})", tensor,
+                           lambda stream: _fill.run("fill", tensor, stream, value=value))
+
+    @staticmethod
+    def zeros(shape: ShapeLike, dtype: Any = dt.f32) -> cuda_async.DeviceOp[Tensor]:
+        return ops.full(shape, 0, dtype)
+
+    @staticmethod
+    def ones(shape: ShapeLike, dtype: Any = dt.f32) -> cuda_async.DeviceOp[Tensor]:
+        return ops.full(shape, 1, dtype)
+
+    @staticmethod
+    def rand(shape: ShapeLike, dtype: Any = dt.f32, *, seed: int | None = None) -> cuda_async.DeviceOp[Tensor]:
+        return ops._random("uniform", shape, dtype, seed, "rand")
+
+    @staticmethod
+    def randn(shape: ShapeLike, dtype: Any = dt.f32, *, seed: int | None = None) -> cuda_async.DeviceOp[Tensor]:
+        return ops._random("normal", shape, dtype, seed, "randn")
+
+    @staticmethod
+    def _random(kind: str, shape: ShapeLike, dtype: Any, seed: int | None, what: str) -> cuda_async.DeviceOp[Tensor]:
+        element = dtype_of(dtype)
+        if not element.is_float:
+            raise TypeError(f"{what}: random values need a floating-point dtype, got {element}")
+        tensor = _allocate(_shape(shape, what), element)
+        chosen = _seed(seed)  # fixed when the op is made: every run gives the same values
+        return _filling_op(f"{what}({list(tensor.shape)}, {element})", tensor,
+                           lambda stream: _fill.run(kind, tensor, stream, seed=chosen))
 
 
 def empty(shape: ShapeLike, dtype: Any = dt.f32) -> Tensor:
