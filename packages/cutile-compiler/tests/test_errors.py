@@ -354,7 +354,20 @@ def k_tile_atomic_readonly(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
     x.partition([64]).atomic_max(0, 1.0)  # <- tile_atomic_readonly
 
 
+def k_read_other_tile(z: Mut[Tensor[f32, ["B"]]]):
+    b, _, _ = get_tile_block_id()
+    z.store(load(z, (b + 1,), (64,)))  # <- read_other_tile
+
+
+def k_read_mut_in_other_tiles(z: Mut[Tensor[f32, ["B"]]], w: Mut[Tensor[f32, [32]]]):
+    z.store(load_tile_like(w, z))  # <- read_mut_in_other_tiles
+
+
 CASES: list[tuple[Any, dict[str, Any], type[TileError], str, str]] = [
+    (k_read_other_tile, {"z": P}, TileTypeError, "read_other_tile",
+     "a safe kernel reads it only through its own tile"),
+    (k_read_mut_in_other_tiles, {"z": P, "w": TensorSpec(dt.f32, (256,), (32,))}, TileTypeError,
+     "read_mut_in_other_tiles", r"would read other blocks' tiles while they write them \(a race\)"),
     (k_store_readonly, {"z": P, "x": V}, TileTypeError, "store_readonly", "this tensor is read-only; declare the parameter Mut"),
     (k_partition_mut, {"z": P}, TileTypeError, "partition_mut", "a Mut tensor is already partitioned among the blocks"),
     (k_partition_store, {"z": P, "x": V}, TileTypeError, "partition_store", r"needs @cutile.entry\(unsafe=True\)"),

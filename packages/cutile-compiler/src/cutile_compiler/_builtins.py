@@ -128,6 +128,12 @@ def _index(fe: FrontEnd, index: Any, rank: int, node: ast.AST) -> list[Value]:
 
 def _partition(fe: FrontEnd, tensor: Value, shape: Any, padding: Any, node: ast.AST) -> Value:
     assert isinstance(tensor.type, TensorType)
+    if tensor.type.mutable and not fe.unsafe:
+        # Any other view of a tensor the blocks write would let a block read tiles
+        # that other blocks are writing: a race.
+        raise fe.type_error(
+            "a Mut tensor is written by the blocks tile by tile; a safe kernel reads it only through its own "
+            "tile (.load() without an index). Other tiles need @cutile.entry(unsafe=True)", node)
     tile_shape = _static_shape(fe, shape, node, "partition shape")
     if len(tile_shape) != tensor.type.rank:
         raise fe.type_error(
@@ -179,6 +185,12 @@ def load_tile_like(fe: FrontEnd, node: ast.Call, tensor: Any, like: Any, latency
     if target.type.tile_shape is None:  # type: ignore[attr-defined]
         raise fe.type_error("load_tile_like's second argument must be a Mut tensor (it decides the tile)", node)
     tile_shape = target.type.tile_shape  # type: ignore[attr-defined]
+    source_tile = source.type.tile_shape  # type: ignore[attr-defined]
+    if source.type.mutable and source_tile != tile_shape and not fe.unsafe:  # type: ignore[attr-defined]
+        raise fe.type_error(
+            f"load_tile_like: {source.type} is written by the blocks in tiles of {list(source_tile or ())}; reading "
+            f"it in tiles of {list(tile_shape)} would read other blocks' tiles while they write them (a race). "
+            "Read a Mut tensor through its own tile (.load()), or use @cutile.entry(unsafe=True)", node)
     if source.type.rank != len(tile_shape):  # type: ignore[attr-defined]
         raise fe.type_error(
             f"load_tile_like: {source.type} has rank {source.type.rank}, the tile of {target.type} rank {len(tile_shape)}", node)  # type: ignore[attr-defined]
