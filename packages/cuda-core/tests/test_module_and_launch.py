@@ -130,3 +130,11 @@ def test_parameter_layout_from_the_driver(fake_driver: Any, old_driver: bool) ->
     function = cc.Module.load(CUBIN).get_function("axpy")
     assert function.param_layout == ((0, 8), (8, 8), (16, 4), (20, 4))
     assert cc.Module.load(CUBIN).get_function("empty").param_layout == ()
+
+
+def test_prepared_launch_keeps_the_sign_of_zero(fake_driver: Any) -> None:
+    function = cc.Module.load(CUBIN).get_function("axpy")
+    prepared = cc.PreparedLaunch(function, cc.LaunchConfig(1, 32), ["ptr", "ptr", "f32", "u32"])
+    prepared.launch(None, 0, 0, 0.0, 1)
+    prepared.launch(None, 0, 0, -0.0, 1)
+    assert fake_driver.launches[-1]["params"][2] == struct.pack("<f", -0.0)

@@ -92,3 +92,16 @@ def test_forcing_the_gpu_without_one_is_an_error(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("CUTILE_BACKEND", "tpu")
     with pytest.raises(cutile.BackendError, match="CUTILE_BACKEND"):
         _backend.current()
+
+
+@cutile.entry(unsafe=True)
+def stores_past_the_end(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    b, _, _ = get_tile_block_id()
+    p = z.partition([64])
+    p.store(b + 5, load_tile_like(x, z))
+
+
+def test_a_store_outside_the_tensor_is_reported_at_its_line() -> None:
+    with pytest.raises(cutile.KernelRuntimeError, match=r"stores at tile index \[5\] of 'z', outside its \[2\] tiles") as info:
+        stores_past_the_end(api.zeros([128]).partition([64]), api.ones([128])).sync()
+    assert "p.store(b + 5" in str(info.value)

@@ -9,7 +9,7 @@ import pytest
 
 import cutile
 from cutile import api
-from cutile.core import Mut, Tensor, f16, f32, load_tile_like
+from cutile.core import Mut, Tensor, f16, f32, i32, load_tile_like
 
 BOTH_BACKENDS = True
 
@@ -41,7 +41,9 @@ def test_partition_consumes_the_tensor() -> None:
 
 def test_pending_launch_holds_its_tensors() -> None:
     x, y = api.ones([256]), api.ones([256])
-    z = api.zeros([256]).partition([128])
+    whole = api.zeros([256])
+    other_view = whole[:]                    # a second object over the same memory
+    z = whole.partition([128])
     pending = add(z, x, y)
     with pytest.raises(cutile.OwnershipError, match=r"held by the pending launch of add \(parameter 'z'\)"):
         z.to_numpy()
@@ -49,7 +51,7 @@ def test_pending_launch_holds_its_tensors() -> None:
     other = add(api.zeros([256]).partition([128]), x, y)
     # ...but not write one that a pending launch holds.
     with pytest.raises(cutile.OwnershipError, match="parameter 'z'.*held by the pending launch of add"):
-        add(cutile.Partition(z._tensor, (128,)), x, y)
+        add(other_view.partition([128]), x, y)
     z, x, y = pending.sync()
     other.sync()
     np.testing.assert_array_equal(z.to_numpy(), np.full(256, 2, np.float32))
@@ -72,9 +74,10 @@ def test_same_storage_written_and_read_is_refused() -> None:
 
 def test_two_writes_to_one_storage_are_refused() -> None:
     t = api.zeros([128, 128])
+    view = t[:, :]
     z = t.partition([64, 64])
     with pytest.raises(cutile.LaunchError, match="'z' and 'w' share memory"):
-        copy2d(z, cutile.Partition(z._tensor, (64, 64)), api.ones([128, 128]))
+        copy2d(z, view.partition([64, 64]), api.ones([128, 128]))
 
 
 @pytest.mark.parametrize(
@@ -119,3 +122,80 @@ def test_partition_shapes_are_checked() -> None:
         api.zeros([100]).partition([100])
     with pytest.raises(ValueError, match="needs 2 tile dims"):
         api.zeros([4, 4]).partition([2])
+
+
+def test_partitions_come_only_from_tensors() -> None:
+    with pytest.raises(TypeError, match=r"made by Tensor.partition"):
+        cutile.Partition(api.zeros([8]), (8,))
+
+
+def test_unpartition_while_a_launch_holds_the_tensor_is_refused() -> None:
+    z = api.zeros([256]).partition([128])
+    pending = add(z, api.ones([256]), api.ones([256]))
+    with pytest.raises(cutile.OwnershipError, match="held by the pending launch of add"):
+        z.unpartition()
+    pending.sync()
+    assert z.unpartition().to_numpy().shape == (256,)
+
+
+def test_a_launch_run_again_is_checked_again() -> None:
+    x = api.ones([256])
+    z = api.zeros([256]).partition([128])
+    first = add(z, x, x)
+    first.sync_on(None)
+    t = z.unpartition()
+    reader = add(api.zeros([256]).partition([128]), t, x)      # pending: holds t for reading
+    with pytest.raises(cutile.OwnershipError, match="held by the pending launch of add"):
+        first.sync_on(None)                                     # would write t under the reader
+    reader.sync()
+    with pytest.raises(cutile.OwnershipError, match="already run"):
+        first.sync()
+
+
+@pytest.mark.interpreter_only
+def test_memory_imported_twice_is_one_memory() -> None:
+    array = np.zeros(256, np.float32)
+    a, b = api.from_dlpack(array), api.from_dlpack(array)
+    with pytest.raises(cutile.LaunchError, match="'z' and 'x' share memory"):
+        add(a.partition([128]), b, api.ones([256]))
+
+
+@pytest.mark.interpreter_only
+def test_outputs_whose_elements_share_memory_or_are_read_only_are_refused() -> None:
+    base = np.zeros(4, np.float32)
+    repeated = np.lib.stride_tricks.as_strided(base, (256,), (0,))   # every element is base[0]
+    with pytest.raises(cutile.LaunchError, match="make elements share memory"):
+        add(api.from_dlpack(repeated).partition([128]), api.ones([256]), api.ones([256]))
+    frozen = np.zeros(256, np.float32)
+    frozen.flags.writeable = False
+    with pytest.raises(cutile.LaunchError, match="its memory is read-only"):
+        add(api.from_dlpack(frozen).partition([128]), api.ones([256]), api.ones([256]))
+
+
+@pytest.mark.interpreter_only
+def test_host_views_respect_pending_launches() -> None:
+    z = api.zeros([256]).partition([128])
+    pending = add(z, api.ones([256]), api.ones([256]))
+    with pytest.raises(cutile.OwnershipError):
+        z._tensor.host_view()
+    pending.sync()
+
+
+@cutile.entry
+def shifted(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], k: i32, a: f32):
+    z.store(load_tile_like(x, z) * a + k.astype(f32))
+
+
+def test_scalar_arguments_are_checked_and_numpy_scalars_accepted() -> None:
+    x = api.ones([128])
+    z, _ = shifted(api.zeros([128]).partition([128]), x, np.int32(2), np.float32(0.5)).sync()
+    np.testing.assert_array_equal(z.to_numpy(), np.full(128, 2.5, np.float32))
+    with pytest.raises(cutile.LaunchError, match="parameter 'k' is a i32 scalar; 1099511627776 does not fit"):
+        shifted(api.zeros([128]).partition([128]), x, 2**40, 1.0)
+    with pytest.raises(cutile.LaunchError, match="parameter 'k' is a i32 scalar, got 1.5"):
+        shifted(api.zeros([128]).partition([128]), x, 1.5, 1.0)
+
+
+def test_an_empty_launch_does_nothing() -> None:
+    z, _, _ = add(api.zeros([0]).partition([128]), api.ones([0]), api.ones([0])).sync()
+    assert z.to_numpy().shape == (0,)

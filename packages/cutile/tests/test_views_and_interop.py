@@ -33,16 +33,17 @@ def test_views_match_numpy() -> None:
 
 def test_kernel_reads_a_strided_view_and_writes_a_sub_block() -> None:
     values = np.random.default_rng(3).standard_normal((64, 96)).astype(np.float32)
-    source = api.from_numpy(values)[8:40, ::2]          # 32 x 48, outer stride 96, inner stride 2
-    if cutile.backend() == "gpu":
-        source = api.copy(source)                       # GPU kernels need a unit inner stride
+    strided = api.from_numpy(values)[8:40, ::2]         # 32 x 48, outer stride 96, inner stride 2
+    with pytest.raises(cutile.LaunchError, match="innermost stride of 2"):
+        scale2d(api.zeros([32, 48]).partition([16, 16]), strided).sync()
+    source = api.from_numpy(values)[8:40, 16:64]        # 32 x 48, outer stride 96: accepted as it is
     target = api.full([64, 64], -1.0)
     window = target[16:48, 8:56]                        # 32 x 48 view inside a bigger tensor
     z = window.partition([16, 16])
     z, _ = scale2d(z, source).sync()
     result = target.to_numpy()
     expected = np.full((64, 64), -1.0, np.float32)
-    expected[16:48, 8:56] = values[8:40, ::2] * 2
+    expected[16:48, 8:56] = values[8:40, 16:64] * 2
     np.testing.assert_array_equal(result, expected)
 
 

@@ -230,9 +230,11 @@ class PreparedLaunch:
             last = self._last
             for index, value in enumerate(args):
                 previous = last[index]
-                # Identity first (cheap for buffers), then equality (new int objects
-                # carrying the same pointer or size need no rewrite either).
-                if value is not previous and (type(value) is not type(previous) or value != previous):
+                # Identity first (cheap for buffers), then equality for ints (new int
+                # objects carrying the same pointer or size need no rewrite); floats are
+                # always rewritten: -0.0 == 0.0 but their bits differ.
+                if value is not previous and (type(value) is not int or type(previous) is not int
+                                              or value != previous):
                     self._write(index, value)
         call = self._calls.get(stream)
         if call is None:

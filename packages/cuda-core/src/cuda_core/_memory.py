@@ -55,10 +55,6 @@ def _host_span(obj: Any, *, writable: bool, what: str) -> tuple[int | Any, int]:
     return ctypes.addressof(array), nbytes
 
 
-def _stream_arg(stream: Stream | None) -> Any:
-    return 0 if stream is None else stream.handle
-
-
 class DeviceMemory:
     """A range of device memory: `ptr`, `nbytes`, `device`.
 

@@ -1,4 +1,5 @@
-"""Compile caches: an in-memory LRU (specialization -> loaded kernel) and an on-disk cubin store.
+"""Compile caches: a bounded in-memory LRU (cutile keeps its per-kernel IR, cubins and
+loaded launchers in them) and an on-disk cubin store.
 
 The disk cache is content-addressed: an entry's name is the sha256 of everything the
 cubin depends on (the bytecode, the arch, ``tileiras --version``, the tileiras flags).

@@ -2,9 +2,11 @@
 
 Written with the public cutile API only.
 
-Not built yet: this package holds only its skeleton until the issue
-"cutile: tensors, partitions, ownership-checked launches on the GPU, and the examples" fills it. It deliberately exports nothing, so that no code can come
-to depend on a placeholder API.
+Not built yet: no issue has taken this package on so far. Its starting point is the
+kernel suite the compiler's tests check (packages/cutile-compiler/tests/suite_kernels.py:
+tiled, persistent and split-K GEMM, batched matmul, softmax, RMSNorm, LayerNorm,
+transpose, causal flash attention), which still needs per-shape tuning on a GPU before
+it can be offered as a library. It deliberately exports nothing until then.
 """
 
 __all__: list[str] = []

@@ -22,7 +22,9 @@ class OwnershipError(CutileError, cuda_async.OwnershipError):
         cuda_async.OwnershipError.__init__(self, message)
 
 
-GraphCaptureError = cuda_async.GraphCaptureError
+class GraphCaptureError(CutileError, cuda_async.GraphCaptureError):
+    """Work that cannot be recorded into a CUDA graph was attempted during a capture
+    (a `cuda_async.GraphCaptureError` too)."""
 
 
 class LaunchError(CutileError, ValueError):

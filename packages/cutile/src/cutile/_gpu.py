@@ -168,7 +168,7 @@ def prepare(kernel: Kernel, spec: Specialization, options: CompileOptions) -> _L
                 "run it once, or call .compile() on the launch, before the graph scope")
         device = Device(0)
         loaded = _Loaded(kernel.compiled(spec, device.sm_name, options))
-        kernel._loaded[key] = loaded
+        kernel._loaded.put(key, loaded)
     return loaded
 
 
@@ -178,15 +178,6 @@ def _scalar_argument(value: Any, dtype: dt.DType) -> Any:
     if dtype is dt.bool_:
         return int(bool(value))
     return value
-
-
-def run_launch(kernel: Kernel, spec: Specialization, grid: tuple[int, int, int], arguments: dict[str, Any],
-               options: CompileOptions) -> None:
-    """Compiles (or finds) the kernel for ``spec``, launches it on cutile's stream and
-    waits for it."""
-    stream = default_stream()
-    enqueue(kernel, spec, grid, arguments, options, stream)
-    stream.synchronize()
 
 
 def enqueue(kernel: Kernel, spec: Specialization, grid: tuple[int, int, int], arguments: dict[str, Any],
@@ -202,10 +193,6 @@ def enqueue(kernel: Kernel, spec: Specialization, grid: tuple[int, int, int], ar
             storage = value._storage
             if storage.device == "cpu":
                 raise LaunchError(f"{kernel.name}: parameter '{arg.param}' lives in host memory, not on the GPU")
-            if value.strides and value.strides[-1] != 1:
-                raise LaunchError(
-                    f"{kernel.name}: parameter '{arg.param}' has an innermost stride of {value.strides[-1]}; "
-                    "GPU kernels need a unit innermost stride for now (copy it with api.copy)")
             values.append(storage.base_address + value.offset * value.dtype.itemsize)
         elif arg.kind in ("dim", "stride"):
             number = value.shape[arg.axis] if arg.kind == "dim" else value.strides[arg.axis]

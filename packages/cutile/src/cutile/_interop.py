@@ -120,7 +120,7 @@ def _span(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, int]:
 
 
 def _device_tensor(pointer: int, device: int, dtype: dt.DType, shape: tuple[int, ...],
-                   strides: tuple[int, ...], owner: Any) -> Tensor:
+                   strides: tuple[int, ...], owner: Any, readonly: bool = False) -> Tensor:
     if _backend.current() != "gpu":
         raise InteropError(
             "the array lives on a GPU but cutile runs kernels on the CPU interpreter here; "
@@ -128,6 +128,7 @@ def _device_tensor(pointer: int, device: int, dtype: dt.DType, shape: tuple[int,
     low, high = _span(shape, strides)
     itemsize = dtype.itemsize
     storage = ForeignDeviceStorage(pointer + low * itemsize, (high - low) * itemsize, device, owner)
+    storage.readonly = readonly
     return Tensor(storage, dtype, shape, strides, -low)
 
 
@@ -145,7 +146,9 @@ def _host_tensor(array: np.ndarray[Any, Any], dtype: dt.DType) -> Tensor:
     # it refers to the array, which keeps the producer alive.
     flat = np.lib.stride_tricks.as_strided(array, shape=(high,), strides=(itemsize,)) if high else \
         np.empty(0, array.dtype)
-    return Tensor(HostStorage(flat), dtype, tuple(array.shape), strides, 0)
+    storage = HostStorage(flat)
+    storage.readonly = not array.flags.writeable
+    return Tensor(storage, dtype, tuple(array.shape), strides, 0)
 
 
 def from_dlpack(obj: Any) -> Tensor:
@@ -198,7 +201,7 @@ def _from_cuda_array_interface(obj: Any, interface: dict[str, Any]) -> Tensor:
     if dtype is None:
         raise InteropError(f"from_dlpack: __cuda_array_interface__ typestr {typestr!r} has no cutile dtype")
     shape = tuple(int(s) for s in interface["shape"])
-    pointer, _readonly = interface["data"]
+    pointer, readonly = interface["data"]
     byte_strides = interface.get("strides")
     strides = _contiguous(shape) if byte_strides is None else _strides_in_elements(
         tuple(int(s) for s in byte_strides), dtype.itemsize, "from_dlpack")
@@ -214,11 +217,13 @@ def _from_cuda_array_interface(obj: Any, interface: dict[str, Any]) -> Tensor:
         event = Event.create(timing=False)
         event.record(Stream.wrap(legacy))
         default_stream().wait(event)
-    device = _pointer_device(int(pointer)) if pointer else 0
-    return _device_tensor(int(pointer), device, dtype, shape, strides, obj)
+    device = _current_device_ordinal()
+    return _device_tensor(int(pointer), device, dtype, shape, strides, obj, bool(readonly))
 
 
-def _pointer_device(pointer: int) -> int:
+def _current_device_ordinal() -> int:
+    # cutile uses one device (ordinal 0's context); a pointer of another device
+    # would be refused by the driver at launch.
     from cuda_core import current_device
 
     return current_device().ordinal
@@ -295,9 +300,12 @@ def device_pointer(tensor: Tensor) -> int:
 def to_dlpack(tensor: Tensor, stream: int | None = None) -> Any:
     """A DLPack capsule sharing ``tensor``'s memory (``Tensor.__dlpack__``)."""
     storage = tensor._live("__dlpack__")
+    start, end = tensor.byte_range()
+    storage.check_host_access(start, end, True, "__dlpack__ (sharing the tensor)")
     if isinstance(storage, HostStorage):
-        return tensor.host_view().__dlpack__()
-    if stream not in (None, -1) and stream is not None:
+        return tensor._raw_host_view().__dlpack__()
+    _wait_for_writers()
+    if stream not in (None, -1):
         # The consumer will use its stream: make it wait for cutile's work.
         from cuda_core import Event, Stream
 
@@ -321,6 +329,14 @@ def to_dlpack(tensor: Tensor, stream: int | None = None) -> Any:
     return _pythonapi.PyCapsule_New(address, b"dltensor", ctypes.cast(_capsule_destructor, ctypes.c_void_p))
 
 
+def _wait_for_writers() -> None:
+    """The tensor's last writer may have run on any stream of a pool: wait for the
+    device before another library takes the memory."""
+    from cuda_core import Device
+
+    Device(0).synchronize()
+
+
 def dlpack_device(tensor: Tensor) -> tuple[int, int]:
     device = tensor.device
     if device.startswith("cuda:"):
@@ -332,6 +348,10 @@ def cuda_array_interface(tensor: Tensor) -> dict[str, Any]:
     """``__cuda_array_interface__`` (version 3) of a GPU tensor."""
     if tensor.device == "cpu":
         raise AttributeError("__cuda_array_interface__: the tensor lives in host memory (interpreter backend)")
+    storage = tensor._live("__cuda_array_interface__")
+    start, end = tensor.byte_range()
+    storage.check_host_access(start, end, True, "__cuda_array_interface__ (sharing the tensor)")
+    _wait_for_writers()
     typestr = {dt.bool_: "|b1", dt.bf16: "<V2", dt.f8e4m3fn: "|V1", dt.f8e5m2: "|V1", dt.tf32: "<f4"}.get(
         tensor.dtype, numpy_dtype(tensor.dtype).str)
     itemsize = tensor.dtype.itemsize
@@ -342,5 +362,5 @@ def cuda_array_interface(tensor: Tensor) -> dict[str, Any]:
         "data": (device_pointer(tensor), False),
         "strides": None if contiguous else tuple(s * itemsize for s in tensor.strides),
         "version": 3,
-        "stream": None,  # cutile's synchronous operations have finished when they return
+        "stream": None,  # the device was synchronized above: no work on the memory is pending
     }

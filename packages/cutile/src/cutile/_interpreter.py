@@ -45,7 +45,7 @@ class _TensorState:
 
     def __init__(self, name: str, tensor: Tensor, mutable: bool, checked: bool) -> None:
         self.name = name
-        self.view = _host_view(tensor)
+        self.view = tensor._raw_host_view()
         storage = tensor._storage
         assert isinstance(storage, HostStorage)
         # Which elements were ever written; kept up to date whenever the storage
@@ -57,20 +57,6 @@ class _TensorState:
                 storage.initialized[tensor.offset:], tensor.shape,
                 tuple(s * storage.initialized.itemsize for s in tensor.strides))
         self.writer: np.ndarray[Any, Any] | None = np.full(tensor.shape, -1, dtype=np.int64) if mutable else None
-
-
-def _host_view(tensor: Tensor) -> np.ndarray[Any, Any]:
-    """The tensor's writable numpy view. Built on same-width unsigned integers and
-    then reinterpreted: numpy's as_strided cannot pass ml_dtypes' 1-byte floats
-    (it reads their type string '<f1' back as an unknown type)."""
-    storage = tensor._storage
-    assert isinstance(storage, HostStorage)
-    flat = storage.array[tensor.offset:]
-    itemsize = flat.dtype.itemsize
-    raw = np.lib.stride_tricks.as_strided(
-        flat.view(np.dtype(f"u{itemsize}")), tensor.shape, tuple(s * itemsize for s in tensor.strides),
-        writeable=True)
-    return raw.view(flat.dtype)
 
 
 def is_checked() -> bool:
@@ -117,7 +103,11 @@ class Interpreter:
             operands = [env[v] for v in op.operands]
             if op.opdef.is_terminator:
                 return Terminator(op.name, operands)
-            results = op.opdef.evaluate(self, op, operands)
+            try:
+                results = op.opdef.evaluate(self, op, operands)
+            except (IndexError, ValueError, ZeroDivisionError) as exc:
+                # Reported at the op that failed, not at the kernel's definition.
+                raise KernelRuntimeError(f"in block {self.block_id}: {exc}", op.location) from None
             for result, value in zip(op.results, results):
                 env[result] = value
         return Terminator("yield", [])
@@ -158,6 +148,12 @@ class Interpreter:
     def store(self, op: Operation, tensor: Any, index: tuple[int, ...], tile_shape: tuple[int, ...], value: Any) -> None:
         state: _TensorState = tensor
         target, source = self._slices(state, index, tile_shape)
+        tiles = [-(-extent // size) for extent, size in zip(state.view.shape, tile_shape)]
+        if any(not 0 <= i < count for i, count in zip(index, tiles)):
+            # The GPU would drop such a store silently (it masks every element).
+            raise KernelRuntimeError(
+                f"block {self.block_id} stores at tile index {list(index)} of '{state.name}', outside its "
+                f"{tiles} tiles", op.location)
         if state.writer is not None:
             linear = self.block_id[0] + self.grid[0] * (self.block_id[1] + self.grid[1] * self.block_id[2])
             previous = state.writer[target]

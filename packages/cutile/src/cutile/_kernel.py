@@ -19,12 +19,14 @@ from typing import Any, TypeVar, overload
 
 import cuda_async
 from cutile import _backend
-from cutile._errors import LaunchError, OwnershipError
-from cutile._tensor import Partition, Storage, Tensor, _Hold
+from cutile._errors import GraphCaptureError, LaunchError, OwnershipError
+from cutile._tensor import Partition, Storage, Tensor, _Hold, overlapping, overlaps_itself
 from cutile_compiler._builtins import DeviceFunction
+from cutile_compiler import _dtypes as dt
 from cutile_compiler._dtypes import DType
 from cutile_compiler._frontend import build_kernel_ir
 from cutile_compiler._hints import HintError, KernelHints
+from cutile_compiler._cache import LRUCache
 from cutile_compiler._ir import KernelIR
 from cutile_compiler._pipeline import CompiledKernel, compile_kernel
 from cutile_compiler._toolchain import CompileOptions
@@ -41,6 +43,7 @@ from cutile_compiler._signature import (
 )
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+_CACHE_SIZE = 256  # specializations kept per kernel
 
 
 class Kernel:
@@ -58,12 +61,17 @@ class Kernel:
         self.name = function.__name__
         self.signature: KernelSignature = parse_signature(function)
         self._python_signature = inspect.signature(function)
-        self._ir: dict[Specialization, KernelIR] = {}
-        self._compiled: dict[tuple[Specialization, str, CompileOptions], CompiledKernel] = {}
-        self._loaded: dict[tuple[Specialization, CompileOptions], Any] = {}  # the GPU backend's launchers
+        self._scalar_params = {p.name: p.annotation for p in self.signature.parameters
+                               if isinstance(p.annotation, DType)}
+        self._constant_params = frozenset(p.name for p in self.signature.parameters if p.is_constant)
+        # Per-kernel caches, bounded: a long-running program that meets many shapes
+        # keeps the most recent specializations.
+        self._ir: LRUCache[Specialization, KernelIR] = LRUCache(_CACHE_SIZE)
+        self._compiled: LRUCache[tuple[Specialization, str, CompileOptions], CompiledKernel] = LRUCache(_CACHE_SIZE)
+        self._loaded: LRUCache[tuple[Specialization, CompileOptions], Any] = LRUCache(_CACHE_SIZE)  # GPU launchers
         # Call signature (dtypes, shapes, constants; see _call_key) -> (specialization, grid):
         # a repeated call skips binding the signature again.
-        self._calls: dict[tuple[Any, ...], tuple[Specialization, tuple[int, int, int]]] = {}
+        self._calls: LRUCache[tuple[Any, ...], tuple[Specialization, tuple[int, int, int]]] = LRUCache(4 * _CACHE_SIZE)
 
     def __repr__(self) -> str:
         return f"<cutile kernel {self.name}{' (unsafe)' if self.unsafe else ''}>"
@@ -73,14 +81,18 @@ class Kernel:
             bound = self._python_signature.bind_partial(*args, **kwargs)
         except TypeError as exc:
             raise LaunchError(f"{self.name}: {exc}") from None
-        return Launch(self, dict(bound.arguments))
+        arguments = dict(bound.arguments)
+        for name, dtype in self._scalar_params.items():
+            if name in arguments:
+                arguments[name] = _scalar_value(self.name, name, dtype, arguments[name])
+        return Launch(self, arguments)
 
     def kernel_ir(self, spec: Specialization) -> KernelIR:
         """The typed IR for one specialization (built once, then cached)."""
         ir = self._ir.get(spec)
         if ir is None:
             ir = build_kernel_ir(self.function, self.signature, spec, unsafe=self.unsafe)
-            self._ir[spec] = ir
+            self._ir.put(spec, ir)
         return ir
 
     def compiled(self, spec: Specialization, arch: str, options: CompileOptions | None = None) -> CompiledKernel:
@@ -94,7 +106,7 @@ class Kernel:
         if found is None:
             found = compile_kernel(self.function, self.signature, spec, arch, unsafe=self.unsafe,
                                    options=opts, kernel_ir=self.kernel_ir(spec))
-            self._compiled[key] = found
+            self._compiled.put(key, found)
         return found
 
 
@@ -147,7 +159,29 @@ class Launch:
 
     def _check_and_hold(self, holds: list[tuple[Storage, _Hold]]) -> None:
         name = self.kernel.name
+        ranges = self._argument_ranges()
+        for i, (a, storage_a, start_a, end_a, writes_a) in enumerate(ranges):
+            for b, storage_b, start_b, end_b, writes_b in ranges[i + 1:]:
+                # By absolute address: two storages may wrap the same memory
+                # (an array imported twice through DLPack, say).
+                if (writes_a or writes_b) and overlapping(
+                        storage_a.device, storage_a.base_address + start_a, storage_a.base_address + end_a,
+                        storage_b.device, storage_b.base_address + start_b, storage_b.base_address + end_b):
+                    written = a if writes_a else b
+                    raise LaunchError(
+                        f"{name}: parameters '{a}' and '{b}' share memory and '{written}' is written; "
+                        "pass distinct tensors")
+        for param, storage, start, end, writes in ranges:
+            storage.check_available(start, end, writes, f"{name}: parameter '{param}'")
+        for param, storage, start, end, writes in ranges:
+            holds.append((storage, storage.hold(start, end, writes, f"{self.description} (parameter '{param}')")))
+
+    def _argument_ranges(self, *, live: bool = True) -> list[tuple[str, Storage, int, int, bool]]:
+        """(parameter, storage, byte range, written) of each tensor argument, after
+        checking its kind and (with ``live``) that the objects are not consumed."""
+        name = self.kernel.name
         ranges: list[tuple[str, Storage, int, int, bool]] = []
+        names: list[str] = []
         for p in self.kernel.signature.parameters:
             annotation = p.annotation
             if not isinstance(annotation, TensorAnnotation):
@@ -162,29 +196,27 @@ class Launch:
                         f"{p.name}.partition({[d if isinstance(d, int) and d > 0 else 128 for d in annotation.dims]})")
                 if not isinstance(value, Partition):
                     raise LaunchError(f"{name}: parameter '{p.name}' expects a partitioned tensor, got {type(value).__name__}")
-                tensor = value._live(f"{name}: parameter '{p.name}'")
+                tensor = value._live(f"{name}: parameter '{p.name}'") if live else value._tensor
+                if tensor._storage.readonly:
+                    raise LaunchError(f"{name}: parameter '{p.name}' is Mut[...] but its memory is read-only")
+                if overlaps_itself(tensor.shape, tensor.strides):
+                    raise LaunchError(
+                        f"{name}: parameter '{p.name}' is Mut[...] but its strides {list(tensor.strides)} make "
+                        "elements share memory (blocks would race); pass a copy (api.copy)")
             else:
                 if isinstance(value, Partition):
                     raise LaunchError(
                         f"{name}: parameter '{p.name}' is read-only: pass the tensor, not a partition (unpartition() gives it back)")
                 if not isinstance(value, Tensor):
                     raise LaunchError(f"{name}: parameter '{p.name}' expects a tensor, got {type(value).__name__}")
-                value._live(f"{name}: parameter '{p.name}'")
+                if live:
+                    value._live(f"{name}: parameter '{p.name}'")
                 tensor = value
             start, end = tensor.byte_range()
             ranges.append((p.name, tensor._storage, start, end, annotation.mutable))
-            self._tensor_names.append(p.name)
-        for i, (a, storage_a, start_a, end_a, writes_a) in enumerate(ranges):
-            for b, storage_b, start_b, end_b, writes_b in ranges[i + 1:]:
-                if storage_a is storage_b and start_a < end_b and start_b < end_a and (writes_a or writes_b):
-                    written = a if writes_a else b
-                    raise LaunchError(
-                        f"{name}: parameters '{a}' and '{b}' share memory and '{written}' is written; "
-                        "pass distinct tensors")
-        for param, storage, start, end, writes in ranges:
-            storage.check_available(start, end, writes, f"{name}: parameter '{param}'")
-        for param, storage, start, end, writes in ranges:
-            holds.append((storage, storage.hold(start, end, writes, f"{self.description} (parameter '{param}')")))
+            names.append(p.name)
+        self._tensor_names = names
+        return ranges
 
     def grid(self, x: int, y: int = 1, z: int = 1) -> Launch:
         """Sets the grid explicitly (checked against the Mut partitions, if any)."""
@@ -227,7 +259,7 @@ class Launch:
         if found is None:
             found = describe_call(self.kernel, self.arguments, self._explicit_grid)
             if key is not None:
-                self.kernel._calls[key] = found
+                self.kernel._calls.put(key, found)
         return found
 
     # -- running: a Launch is a cuda_async DeviceOp ----------------------------------
@@ -254,7 +286,18 @@ class Launch:
     def _execute(self, stream: Any) -> Any:
         """Runs the launch: eagerly on the interpreter (``stream`` is then ignored),
         queued on ``stream`` on the GPU (None: on cutile's stream, waited for)."""
+        if self._done:
+            # A run after the first (a replayed host graph, an op run again): the
+            # memory must still be free of conflicting pending launches. (The objects
+            # may have been consumed since, e.g. unpartitioned: the memory is the same.)
+            for param, storage, start, end, writes in self._argument_ranges(live=False):
+                storage.check_available(start, end, writes, f"{self.kernel.name}: parameter '{param}'")
         spec, grid = self.specialization()
+        if 0 in grid:
+            self._done = True
+            self._release()
+            results = tuple(self.arguments[n] for n in self._tensor_names)
+            return results[0] if len(results) == 1 else results  # nothing to compute
         values = {n: (self._tensor_of(v) if n in self._tensor_names else v) for n, v in self.arguments.items()}
         self._done = True
         self._release()  # the running op's own holds (cuda_async) take over from here
@@ -323,6 +366,28 @@ class Launch:
     def __await__(self) -> Generator[Any, None, Any]:
         return _translated_await(self.op)
 
+def _scalar_value(kernel: str, param: str, dtype: DType, value: Any) -> bool | int | float:
+    """A scalar argument as a Python number, checked against its parameter's dtype."""
+    import numbers
+
+    import numpy as np
+
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, bool):
+        return value
+    if dtype.is_integer or dtype.is_bool:
+        if not isinstance(value, numbers.Integral):
+            raise LaunchError(f"{kernel}: parameter '{param}' is a {dtype} scalar, got {value!r}")
+        number = int(value)
+        if not dt.fits(number, dtype) and not dtype.is_bool:
+            raise LaunchError(f"{kernel}: parameter '{param}' is a {dtype} scalar; {number} does not fit")
+        return number
+    if not isinstance(value, numbers.Real):
+        raise LaunchError(f"{kernel}: parameter '{param}' is a {dtype} scalar, got {value!r}")
+    return float(value)
+
+
 def _call_key(kernel: Kernel, arguments: dict[str, Any], grid: tuple[int, int, int] | None) -> tuple[Any, ...] | None:
     """What the specialization and grid of a call depend on, cheaply; None when an
     argument is of a kind the full check must see (errors are reported there)."""
@@ -336,7 +401,8 @@ def _call_key(kernel: Kernel, arguments: dict[str, Any], grid: tuple[int, int, i
         elif kind is Tensor:
             key.append((name, value.dtype, value.shape, value.strides, value.address() % MAX_DIVISIBILITY))
         elif kind in (int, float, bool):
-            key.append((name, kind, value))
+            # Constants select the code; run-time scalars only their type does.
+            key.append((name, kind, value) if name in kernel._constant_params else (name, kind))
         else:
             return None
     return tuple(key)
@@ -355,11 +421,18 @@ def describe_call(kernel: Kernel, arguments: dict[str, Any],
     for p in kernel.signature.parameters:
         value = arguments.get(p.name, inspect.Parameter.empty)
         if isinstance(p.annotation, TensorAnnotation):
-            if isinstance(value, Partition):
-                described[p.name] = value._tensor.spec(value.tile_shape)
-                partitions.append((p.name, value.grid))
-            elif isinstance(value, Tensor):
-                described[p.name] = value.spec()
+            if isinstance(value, (Partition, Tensor)):
+                tensor = value._tensor if isinstance(value, Partition) else value
+                if tensor.ndim and tensor.shape[-1] > 1 and tensor.strides[-1] != 1:
+                    # The entry ABI fixes the innermost stride at 1 (both backends agree).
+                    raise LaunchError(
+                        f"{name}: parameter '{p.name}' has an innermost stride of {tensor.strides[-1]}; kernels "
+                        "take tensors whose last dimension is contiguous (copy it first: api.copy)")
+                if isinstance(value, Partition):
+                    described[p.name] = tensor.spec(value.tile_shape)
+                    partitions.append((p.name, value.grid))
+                else:
+                    described[p.name] = tensor.spec()
             elif isinstance(value, MetaTensor):
                 described[p.name] = value.spec()
                 if value.tile_shape is not None:
@@ -374,9 +447,7 @@ def describe_call(kernel: Kernel, arguments: dict[str, Any],
         elif isinstance(p.annotation, DType):
             if value is inspect.Parameter.empty:
                 raise LaunchError(f"{name}: missing scalar argument '{p.name}'")
-            if not isinstance(value, (int, float, bool)) or (p.annotation.is_integer and isinstance(value, float)):
-                raise LaunchError(f"{name}: parameter '{p.name}' is a {p.annotation} scalar, got {value!r}")
-            described[p.name] = value
+            described[p.name] = _scalar_value(name, p.name, p.annotation, value)
     try:
         spec = specialize(kernel.signature, name, described)
     except SpecializationError as exc:
@@ -400,8 +471,6 @@ def describe_call(kernel: Kernel, arguments: dict[str, Any],
         padded = explicit_grid
     if padded is None:
         raise LaunchError(f"{name}: no Mut tensor decides the grid; set it with .grid(x, y, z)")
-    if any(d == 0 for d in padded):
-        raise LaunchError(f"{name}: the grid {list(padded)} is empty (a tensor has a zero-size dim)")
     return spec, (padded[0], padded[1], padded[2])
 
 
@@ -426,13 +495,17 @@ def compile(kernel: Kernel, *args: Any, arch: str = "sm_90", opt_level: int = 3,
 
 
 def _translated(action: Callable[[], Any]) -> Any:
-    """Runs ``action``; cuda_async's OwnershipError becomes cutile's."""
+    """Runs ``action``; cuda_async's OwnershipError and GraphCaptureError become cutile's."""
     try:
         return action()
     except cuda_async.OwnershipError as exc:
         if isinstance(exc, OwnershipError):
             raise
         raise OwnershipError(str(exc)) from None
+    except cuda_async.GraphCaptureError as exc:
+        if isinstance(exc, GraphCaptureError):
+            raise
+        raise GraphCaptureError(str(exc)) from None
 
 
 def _translated_await(op: cuda_async.DeviceOp[Any]) -> Generator[Any, None, Any]:

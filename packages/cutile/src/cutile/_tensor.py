@@ -14,6 +14,7 @@ device memory for the GPU). Ownership is tracked at two levels:
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,10 +50,31 @@ def dtype_of(value: Any) -> dt.DType:
 
 @dataclass
 class _Hold:
-    start: int
+    start: int  # absolute byte addresses on the device
     end: int
     writes: bool
     holder: str  # e.g. "launch of add (parameter z)"
+
+
+# Holds of pending launches, per device, by absolute address: two storages over the
+# same memory (e.g. one array imported twice through DLPack) see each other's holds.
+_holds_lock = threading.Lock()
+_holds: dict[str, list[_Hold]] = {}
+
+
+def overlaps_itself(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """Whether two different indices of a strided view reach the same element."""
+    dims = sorted((abs(stride), extent) for extent, stride in zip(shape, strides) if extent > 1)
+    reach = 0  # the largest offset the inner dims reach
+    for stride, extent in dims:
+        if stride <= reach:
+            return True
+        reach += stride * (extent - 1)
+    return False
+
+
+def overlapping(a_device: str, a_start: int, a_end: int, b_device: str, b_start: int, b_end: int) -> bool:
+    return a_device == b_device and a_start < b_end and b_start < a_end
 
 
 class Storage:
@@ -63,7 +85,7 @@ class Storage:
         self.nbytes = nbytes
         self.device = device
         self.base_address = base_address  # of byte 0 (host or device); fixed for the storage's life
-        self.holds: list[_Hold] = []
+        self.readonly = False  # set for imported read-only memory: never a kernel's output
         self._resource: StorageResource | None = None
 
     @property
@@ -94,20 +116,28 @@ class Storage:
                 raise OwnershipError(str(exc)) from None
 
     def check_available(self, start: int, end: int, writes: bool, user: str) -> None:
-        for hold in self.holds:
-            if hold.start < end and start < hold.end and (writes or hold.writes):
-                action = "written" if hold.writes else "read"
-                raise OwnershipError(
-                    f"{user}: the tensor is held by the pending {hold.holder}, which {action} it; "
-                    "wait for that operation (.sync()) first")
+        """Raises `OwnershipError` if a pending launch holds memory overlapping
+        ``[start, end)`` of this storage in a conflicting way."""
+        low, high = self.base_address + start, self.base_address + end
+        with _holds_lock:
+            for hold in _holds.get(self.device, ()):
+                if hold.start < high and low < hold.end and (writes or hold.writes):
+                    action = "writes" if hold.writes else "reads"
+                    raise OwnershipError(
+                        f"{user}: the tensor is held by the pending {hold.holder}, which {action} it; "
+                        "run that operation (.sync()) first")
 
     def hold(self, start: int, end: int, writes: bool, holder: str) -> _Hold:
-        entry = _Hold(start, end, writes, holder)
-        self.holds.append(entry)
+        entry = _Hold(self.base_address + start, self.base_address + end, writes, holder)
+        with _holds_lock:
+            _holds.setdefault(self.device, []).append(entry)
         return entry
 
     def release(self, entry: _Hold) -> None:
-        self.holds.remove(entry)
+        with _holds_lock:
+            held = _holds.get(self.device, [])
+            if entry in held:
+                held.remove(entry)
 
 
 class StorageResource(Resource):
@@ -223,18 +253,26 @@ class Tensor:
 
     # -- data -------------------------------------------------------------------
     def host_view(self) -> np.ndarray[Any, Any]:
-        """The numpy view of this tensor's host memory (interpreter storage only)."""
+        """The numpy view of this tensor's host memory (interpreter storage only);
+        refused while a pending launch or a running op holds the tensor for writing."""
         storage = self._live("host_view()")
+        start, end = self.byte_range()
+        storage.check_host_access(start, end, True, "host_view()")
+        return self._raw_host_view()
+
+    def _raw_host_view(self) -> np.ndarray[Any, Any]:
+        """The writable numpy view, without ownership checks (for the interpreter
+        running a launch). Built on same-width unsigned integers and reinterpreted:
+        numpy's as_strided cannot build ml_dtypes' 1-byte floats."""
+        storage = self._storage
         if not isinstance(storage, HostStorage):
             raise TypeError("host_view(): the tensor lives on a GPU; use to_numpy()")
-        itemsize = self.dtype.itemsize
-        strides = tuple(s * itemsize for s in self.strides)
-        if itemsize == 1:
-            # numpy's as_strided cannot build 1-byte custom dtypes (ml_dtypes' fp8):
-            # stride over the bytes, then reinterpret them.
-            raw = storage.array.view(np.uint8)[self.offset:]
-            return np.lib.stride_tricks.as_strided(raw, self.shape, strides, writeable=True).view(storage.array.dtype)
-        return np.lib.stride_tricks.as_strided(storage.array[self.offset:], self.shape, strides, writeable=True)
+        flat = storage.array[self.offset:]
+        itemsize = flat.dtype.itemsize
+        raw = np.lib.stride_tricks.as_strided(
+            flat.view(np.dtype(f"u{itemsize}")), self.shape, tuple(s * itemsize for s in self.strides),
+            writeable=True)
+        return raw.view(flat.dtype)
 
     def to_numpy(self) -> np.ndarray[Any, Any]:
         """A copy of the tensor's values as a numpy array (bf16/fp8 as ml_dtypes)."""
@@ -242,7 +280,7 @@ class Tensor:
         start, end = self.byte_range()
         storage.check_host_access(start, end, False, "to_numpy()")
         if isinstance(storage, HostStorage):
-            return np.array(self.host_view(), copy=True)
+            return np.array(self._raw_host_view(), copy=True)
         ensure_not_capturing("to_numpy() (reading a tensor back to the host)")
         from cutile._gpu import device_to_numpy
 
@@ -352,7 +390,8 @@ class Tensor:
         if self.ndim > 3:
             raise ValueError("partition: at most 3 dims (one per grid axis)")
         self._consume("partition()")
-        return Partition(Tensor(self._storage, self.dtype, self.shape, self.strides, self.offset), shape)
+        return Partition(Tensor(self._storage, self.dtype, self.shape, self.strides, self.offset), shape,
+                         _from_tensor=True)
 
 
 class Partition:
@@ -360,7 +399,9 @@ class Partition:
 
     __slots__ = ("_tensor", "tile_shape", "_consumed_by")
 
-    def __init__(self, tensor: Tensor, tile_shape: tuple[int, ...]) -> None:
+    def __init__(self, tensor: Tensor, tile_shape: tuple[int, ...], *, _from_tensor: bool = False) -> None:
+        if not _from_tensor:
+            raise TypeError("partitions are made by Tensor.partition(tile_shape), which consumes the tensor")
         self._tensor = tensor
         self.tile_shape = tile_shape
         self._consumed_by: str | None = None
@@ -386,6 +427,8 @@ class Partition:
     def unpartition(self) -> Tensor:
         """The whole tensor back (consumes this partition)."""
         tensor = self._live("unpartition()")
+        start, end = tensor.byte_range()
+        tensor._storage.check_available(start, end, True, "unpartition()")
         self._consumed_by = "unpartition()"
         return Tensor(tensor._storage, tensor.dtype, tensor.shape, tensor.strides, tensor.offset)
 
