@@ -8,7 +8,8 @@ import pytest
 
 import cutile
 from cutile import api
-from cutile.core import Mut, Tensor, f32, get_num_tile_blocks, get_tile_block_id, load_tile_like
+import cutile.core as ct
+from cutile.core import Mut, Tensor, f32, get_num_tile_blocks, get_tile_block_id, i32, load_tile_like
 
 
 @cutile.entry(unsafe=True)
@@ -105,3 +106,29 @@ def test_a_store_outside_the_tensor_is_reported_at_its_line() -> None:
     with pytest.raises(cutile.KernelRuntimeError, match=r"stores at tile index \[5\] of 'z', outside its \[2\] tiles") as info:
         stores_past_the_end(api.zeros([128]).partition([64]), api.ones([128])).sync()
     assert "p.store(b + 5" in str(info.value)
+
+
+@cutile.entry(unsafe=True)
+def counts_into_one_element(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    b, _, _ = get_tile_block_id()
+    ct.atomic_add(z, ct.zeros((16,), i32), 1.0)      # every block adds 16 to element 0
+
+
+@cutile.entry(unsafe=True)
+def stores_and_counts(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    b, _, _ = get_tile_block_id()
+    if b == 0:
+        z.partition([16]).store(0, ct.ones((16,), f32))
+    else:
+        ct.atomic_add(z, ct.zeros((16,), i32), 1.0)   # <- the atomic update racing the store
+
+
+def test_atomic_updates_from_several_blocks_do_not_race() -> None:
+    z, _ = counts_into_one_element(api.zeros([64]).partition([16]), api.ones([64])).sync()
+    assert z.to_numpy()[0] == 64.0
+
+
+def test_a_plain_store_and_another_blocks_atomic_update_race() -> None:
+    with pytest.raises(cutile.KernelRuntimeError,
+                       match=r"race: blocks \(0, 0, 0\) and \(1, 0, 0\) both update atomically and write element \[0\]"):
+        stores_and_counts(api.zeros([64]).partition([16]), api.ones([64])).sync()

@@ -56,7 +56,11 @@ class _TensorState:
             self.initialized = np.lib.stride_tricks.as_strided(
                 storage.initialized[tensor.offset:], tensor.shape,
                 tuple(s * storage.initialized.itemsize for s in tensor.strides))
+        # Per element, the block that wrote it plainly, and the first block that
+        # updated it atomically (-1: none). Atomic updates from several blocks are
+        # fine; a plain write and any other block's write or atomic update race.
         self.writer: np.ndarray[Any, Any] | None = np.full(tensor.shape, -1, dtype=np.int64) if mutable else None
+        self.atomic_by: np.ndarray[Any, Any] | None = np.full(tensor.shape, -1, dtype=np.int64) if mutable else None
 
 
 def is_checked() -> bool:
@@ -154,20 +158,7 @@ class Interpreter:
             raise KernelRuntimeError(
                 f"block {self.block_id} stores at tile index {list(index)} of '{state.name}', outside its "
                 f"{tiles} tiles", op.location)
-        if state.writer is not None:
-            linear = self.block_id[0] + self.grid[0] * (self.block_id[1] + self.grid[1] * self.block_id[2])
-            previous = state.writer[target]
-            clash = (previous != -1) & (previous != linear)
-            if clash.any():
-                first = tuple(int(c[0]) + s.start for c, s in zip(np.nonzero(clash), target))
-                other = int(previous[tuple(c - s.start for c, s in zip(first, target))])
-                ox = other % self.grid[0]
-                oy = (other // self.grid[0]) % self.grid[1]
-                oz = other // (self.grid[0] * self.grid[1])
-                raise KernelRuntimeError(
-                    f"race: blocks {(ox, oy, oz)} and {self.block_id} both write element {list(first)} of "
-                    f"'{state.name}'", op.location)
-            state.writer[target] = linear
+        self._record(op, state, target)
         state.view[target] = value[source]
         if state.initialized is not None:
             state.initialized[target] = True
@@ -214,19 +205,43 @@ class Interpreter:
 
     def _claim(self, op: Operation, state: _TensorState, chosen: tuple[Any, ...]) -> None:
         """Records this block as the writer of the chosen elements; refuses a race."""
-        if state.writer is None:
+        self._record(op, state, chosen)
+
+    def _linear(self, block: tuple[int, int, int]) -> int:
+        return block[0] + self.grid[0] * (block[1] + self.grid[1] * block[2])
+
+    def _block(self, linear: int) -> tuple[int, int, int]:
+        gx, gy = self.grid[0], self.grid[1]
+        return (linear % gx, (linear // gx) % gy, linear // (gx * gy))
+
+    def _record(self, op: Operation, state: _TensorState, where: tuple[Any, ...], *, atomic: bool = False) -> None:
+        """Records this block's write (plain or atomic) of the elements ``where``
+        (slices or index arrays) and raises on a race with another block."""
+        if state.writer is None or state.atomic_by is None:
             return
-        linear = self.block_id[0] + self.grid[0] * (self.block_id[1] + self.grid[1] * self.block_id[2])
-        previous = state.writer[chosen]
-        clash = (previous != -1) & (previous != linear)
-        if clash.any():
-            first = int(np.argmax(clash))
-            other = int(previous[first])
-            ox, oy, oz = other % self.grid[0], (other // self.grid[0]) % self.grid[1], other // (self.grid[0] * self.grid[1])
+        me = self._linear(self.block_id)
+        writers = state.writer[where]
+        others = np.where((writers != -1) & (writers != me), writers, -1)
+        if not atomic:
+            atomics = state.atomic_by[where]
+            others = np.where((others == -1) & (atomics != -1) & (atomics != me), atomics, others)
+        if (others != -1).any():
+            first = int(np.argmax((others != -1).ravel()))
+            if all(isinstance(part, slice) for part in where):
+                local = np.unravel_index(first, others.shape)
+                element = [int(part.start or 0) + int(i) for part, i in zip(where, local)]
+            else:
+                element = [int(np.asarray(part).ravel()[first]) for part in where]
+            other = self._block(int(others.ravel()[first]))
+            kind = "update atomically and write" if atomic else "write"
             raise KernelRuntimeError(
-                f"race: blocks {(ox, oy, oz)} and {self.block_id} both write element "
-                f"{[int(c[first]) for c in chosen]} of '{state.name}'", op.location)
-        state.writer[chosen] = linear
+                f"race: blocks {other} and {self.block_id} both {kind} element {element} of '{state.name}'",
+                op.location)
+        if atomic:
+            current = state.atomic_by[where]
+            state.atomic_by[where] = np.where(current == -1, me, current)
+        else:
+            state.writer[where] = me
 
     def scatter(self, op: Operation, tensor: Any, indices: Sequence[Any], value: Any, mask: Any) -> None:
         state: _TensorState = tensor
@@ -239,6 +254,7 @@ class Interpreter:
     def atomic(self, op: Operation, tensor: Any, indices: Sequence[Any], mask: Any, update: Any) -> Any:
         state: _TensorState = tensor
         chosen, selected = self._positions(op, state, indices, mask, "atomic update")
+        self._record(op, state, chosen, atomic=True)
         old = np.zeros(selected.shape, dtype=state.view.dtype)
         flat_old = old.reshape(-1)
         positions = np.flatnonzero(selected)
