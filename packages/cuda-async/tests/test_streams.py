@@ -12,6 +12,9 @@ import threading
 from typing import Any
 
 import cuda_core
+import gc
+import time
+
 import pytest
 from cuda_async_fakedriver import FakeDriver
 
@@ -141,6 +144,27 @@ def test_a_dropped_future_still_orders_later_ops(fake_driver: FakeDriver) -> Non
     # a write after pending reads on other streams waits for the readers (write-after-read)
     kernel(fake_driver, "write x again", writes=[x]).sync(pool)
     assert fake_driver.calls["cuStreamWaitEvent"] == 1  # the read was observed complete: nothing to wait for
+
+
+def test_a_dropped_future_keeps_its_resources_alive_until_the_work_completes(fake_driver: FakeDriver) -> None:
+    import weakref
+
+    pool = ca.RoundRobin(2)
+    fake_driver.hold_events = True
+    x = ca.Resource("x")
+    alive = weakref.ref(x)
+    future = kernel(fake_driver, "write x", writes=[x]).schedule(pool)
+    del future, x  # dropped while the device still works
+    for index in range(4):  # later work on every stream of the pool forgets x's access points
+        kernel(fake_driver, f"other {index}", writes=[ca.Resource(f"y{index}")]).schedule(pool)
+    gc.collect()
+    assert alive() is not None  # its memory must not be freed under the running kernel
+    fake_driver.finish_events()
+    deadline = time.monotonic() + 5
+    while alive() is not None and time.monotonic() < deadline:
+        gc.collect()
+        time.sleep(0.01)
+    assert alive() is None  # released once the poller saw the work complete
 
 
 def test_a_writer_waits_for_pending_readers_on_other_streams(fake_driver: FakeDriver) -> None:

@@ -20,7 +20,7 @@ from typing import Any, Generic, TypeVar
 
 import cuda_core
 
-from cuda_async._resource import Job
+from cuda_async._resource import Job, Resource
 
 T = TypeVar("T")
 
@@ -253,7 +253,23 @@ class DeviceFuture(Generic[T]):
         if not self._observed and not self._job.released:
             # Dropped unobserved: give the holds back; the access points stay, so later
             # ops on other streams still wait for this work through events.
+            resources = list(self._job.held)
             self._job.release(completed=False)
+            events = self._events
+            if events and not self._watched:
+                # Keep the resources (and so their memory) alive until the work
+                # completes, so that nothing the device still uses is freed under it.
+                try:
+                    poller.watch(events, lambda: _keep_until_done(resources, events))
+                except Exception:  # at interpreter exit the poller may not start
+                    pass
+
+
+def _keep_until_done(resources: list[Resource], events: list[cuda_core.Event]) -> None:
+    """Poller callback of a dropped future: the work is done; the resources it
+    kept alive may go."""
+    resources.clear()
+    _give_events(events)
 
 
 def _resolve(waiter: asyncio.Future[None]) -> None:
