@@ -20,75 +20,7 @@ import cuda_async as ca
 
 pytestmark = pytest.mark.gpu
 
-PTX = r"""
-.version 8.0
-.target sm_90
-.address_size 64
-
-// y[i] = a * x[i] + y[i] for i < n
-.visible .entry axpy(.param .u64 p_y, .param .u64 p_x, .param .f32 p_a, .param .u32 p_n)
-{
-    .reg .pred %p;
-    .reg .b32 %r<6>;
-    .reg .f32 %f<4>;
-    .reg .b64 %rd<8>;
-    ld.param.u64 %rd1, [p_y];
-    ld.param.u64 %rd2, [p_x];
-    ld.param.f32 %f1, [p_a];
-    ld.param.u32 %r1, [p_n];
-    mov.u32 %r2, %ctaid.x;
-    mov.u32 %r3, %ntid.x;
-    mov.u32 %r4, %tid.x;
-    mad.lo.s32 %r5, %r2, %r3, %r4;
-    setp.ge.u32 %p, %r5, %r1;
-    @%p bra DONE;
-    cvta.to.global.u64 %rd3, %rd1;
-    cvta.to.global.u64 %rd4, %rd2;
-    mul.wide.u32 %rd5, %r5, 4;
-    add.s64 %rd6, %rd3, %rd5;
-    add.s64 %rd7, %rd4, %rd5;
-    ld.global.f32 %f2, [%rd7];
-    ld.global.f32 %f3, [%rd6];
-    fma.rn.f32 %f3, %f1, %f2, %f3;
-    st.global.f32 [%rd6], %f3;
-DONE:
-    ret;
-}
-
-// Spins for about `ns` nanoseconds, then out[0] = v.
-.visible .entry sleep_then_store(.param .u64 p_out, .param .u32 p_v, .param .u64 p_ns)
-{
-    .reg .pred %p;
-    .reg .b32 %r<2>;
-    .reg .b64 %rd<8>;
-    ld.param.u64 %rd1, [p_out];
-    ld.param.u32 %r1, [p_v];
-    ld.param.u64 %rd2, [p_ns];
-    mov.u64 %rd3, %globaltimer;
-    add.s64 %rd4, %rd3, %rd2;
-WAIT:
-    nanosleep.u32 1000;
-    mov.u64 %rd5, %globaltimer;
-    setp.lt.u64 %p, %rd5, %rd4;
-    @%p bra WAIT;
-    cvta.to.global.u64 %rd6, %rd1;
-    st.global.u32 [%rd6], %r1;
-    ret;
-}
-
-// out[0] += 1 (one thread)
-.visible .entry inc(.param .u64 p_out)
-{
-    .reg .b32 %r<3>;
-    .reg .b64 %rd<3>;
-    ld.param.u64 %rd1, [p_out];
-    cvta.to.global.u64 %rd2, %rd1;
-    ld.global.u32 %r1, [%rd2];
-    add.s32 %r2, %r1, 1;
-    st.global.u32 [%rd2], %r2;
-    ret;
-}
-"""
+from cuda_core.testing import PTX  # noqa: E402  (the shared sample kernels)
 
 MS = 1_000_000  # nanoseconds
 
