@@ -28,22 +28,9 @@ import cuda_core as cc
 
 import cuda_async as ca
 
-PTX = b"""
-.version 8.0
-.target sm_90
-.address_size 64
-.visible .entry inc(.param .u64 p_out)
-{
-    .reg .b32 %r<3>;
-    .reg .b64 %rd<3>;
-    ld.param.u64 %rd1, [p_out];
-    cvta.to.global.u64 %rd2, %rd1;
-    ld.global.u32 %r1, [%rd2];
-    add.s32 %r2, %r1, 1;
-    st.global.u32 [%rd2], %r2;
-    ret;
-}
-"""
+from cuda_core.testing import PTX as _SAMPLE_PTX  # noqa: E402
+
+PTX = _SAMPLE_PTX.encode()  # its `inc` kernel
 
 
 def main() -> int:
