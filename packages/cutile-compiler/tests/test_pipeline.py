@@ -1,0 +1,50 @@
+"""The whole compile of one specialization: dumps, timings, the in-memory result."""
+
+from pathlib import Path
+
+import pytest
+
+import cutile_ir as ir
+from cutile_compiler import TensorSpec, compile_kernel, parse_signature, specialize
+from cutile_compiler import _dtypes as dt
+from cutile_compiler.language import Mut, Tensor, f32, load_tile_like
+
+
+def add(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], y: Tensor[f32, [-1]]):
+    z.store(load_tile_like(x, z) + load_tile_like(y, z))
+
+
+def compiled_add(block: int = 128):
+    signature = parse_signature(add)
+    spec = specialize(signature, "add", {"z": TensorSpec(dt.f32, (1024,), (block,)),
+                                         "x": TensorSpec(dt.f32, (1024,)), "y": TensorSpec(dt.f32, (1024,))})
+    return compile_kernel(add, signature, spec, "sm_90")
+
+
+def test_dumps_every_stage_and_reports_timings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("CUTILE_DUMP", "all")
+    monkeypatch.setenv("CUTILE_DUMP_DIR", str(tmp_path))
+    monkeypatch.setenv("CUTILE_JIT_TIMING", "1")
+    monkeypatch.setenv("CUTILE_CACHE_DIR", str(tmp_path / "cache"))
+    compiled = compiled_add(256)
+    files = {p.suffixes[-1] if p.suffixes[-1] != ".txt" else p.suffixes[-2] for p in tmp_path.iterdir() if p.is_file()}
+    assert files == {".ast", ".ir", ".mlir", ".tileirbc"}
+    dumped_bytecode = next(tmp_path.glob("*.tileirbc")).read_bytes()
+    assert dumped_bytecode == compiled.bytecode
+    assert "tile_store" in next(tmp_path.glob("*.ir.txt")).read_text()
+    assert "entry @add" in next(tmp_path.glob("*.mlir")).read_text()
+    err = capsys.readouterr().err
+    assert "cutile: add for sm_90: front end" in err and "tileiras" in err
+    compiled_add(256)  # the second compile of the same bytecode comes from the disk cache
+    assert "disk cache" in capsys.readouterr().err
+
+
+def test_the_result_reads_back_and_names_its_entry_parameters() -> None:
+    compiled = compiled_add()
+    assert compiled.cubin.startswith(b"\x7fELF")
+    module = ir.read_bytecode(compiled.bytecode)
+    assert [f.name for f in module.functions] == ["add"]
+    assert [(a.param, a.kind) for a in compiled.abi] == [
+        ("z", "pointer"), ("z", "dim"), ("x", "pointer"), ("x", "dim"), ("y", "pointer"), ("y", "dim")]
+    assert "tile_load" in compiled.ir_text and "entry @add" in compiled.mlir
