@@ -14,6 +14,7 @@ import ast
 import builtins
 import functools
 import inspect
+import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -278,15 +279,37 @@ _OPTIONS_DOC = {
 }
 
 
+_FOLDS: dict[str, Any] = {
+    "minimum": min, "maximum": max, "exp": math.exp, "exp2": lambda v: 2.0 ** v, "log": math.log,
+    "log2": math.log2, "sqrt": math.sqrt, "rsqrt": lambda v: 1.0 / math.sqrt(v), "sin": math.sin,
+    "cos": math.cos, "tan": math.tan, "sinh": math.sinh, "cosh": math.cosh, "tanh": math.tanh,
+    "floor": lambda v: float(math.floor(v)), "ceil": lambda v: float(math.ceil(v)),
+    "atan2": math.atan2,
+}
+
+
+def _fold(fe: FrontEnd, node: ast.Call, name: str, *values: bool | int | float) -> bool | int | float:
+    """A DSL function applied to Python numbers, computed at compile time."""
+    try:
+        result: bool | int | float = _FOLDS[name](*values)
+    except (ValueError, OverflowError, ZeroDivisionError) as exc:
+        raise fe.type_error(f"{name}{values}: {exc}", node) from None
+    return result
+
+
 def _elementwise(name: str, doc: str, arity: int, options: tuple[str, ...] = ()) -> Builtin:
     doc += "".join(_OPTIONS_DOC[o] for o in options)
     if arity == 1:
-        def impl1(fe: FrontEnd, node: ast.Call, x: Any, **kwargs: Any) -> Value:
+        def impl1(fe: FrontEnd, node: ast.Call, x: Any, **kwargs: Any) -> Any:
+            if isinstance(x, _NUMBER) and not kwargs and name in _FOLDS:
+                return _fold(fe, node, name, x)  # a constant stays a (weak) Python number
             value = _tile(fe, x, node, f"{name}'s argument")
             return fe.op(name, [value], _options(fe, node, name, options, kwargs), node=node).result
         return Builtin(name, impl1, doc)
 
-    def impl2(fe: FrontEnd, node: ast.Call, x: Any, y: Any, **kwargs: Any) -> Value:
+    def impl2(fe: FrontEnd, node: ast.Call, x: Any, y: Any, **kwargs: Any) -> Any:
+        if isinstance(x, _NUMBER) and isinstance(y, _NUMBER) and not kwargs and name in _FOLDS:
+            return _fold(fe, node, name, x, y)
         attrs = _options(fe, node, name, options, kwargs)
         a, b = fe.unify([x, y], node, f"{name}()")
         if name == "div" and not a.type.dtype.is_float:  # type: ignore[attr-defined]
@@ -343,8 +366,10 @@ def fma(fe: FrontEnd, node: ast.Call, a: Any, b: Any, c: Any, rounding: Any = No
 
 
 @builtin
-def where(fe: FrontEnd, node: ast.Call, condition: Any, x: Any, y: Any) -> Value:
+def where(fe: FrontEnd, node: ast.Call, condition: Any, x: Any, y: Any) -> Any:
     """x where ``condition`` (a bool tile) holds, else y; shapes broadcast."""
+    if isinstance(condition, bool) and isinstance(x, _NUMBER) and isinstance(y, _NUMBER):
+        return x if condition else y  # decided at compile time
     cond = _tile(fe, condition, node, "where's condition")
     if cond.type.dtype is not dt.bool_:  # type: ignore[attr-defined]
         raise fe.type_error(f"where's condition must be a bool tile (a comparison), got {cond.type}", node)
