@@ -63,3 +63,15 @@ def test_like_copy_astype_linspace_eye() -> None:
     np.testing.assert_allclose(api.linspace(0, 1, 5).to_numpy(), np.linspace(0, 1, 5))
     np.testing.assert_array_equal(api.eye(3).to_numpy(), np.eye(3, dtype=np.float32))
     assert api.empty([7], f32).to_numpy().shape == (7,)
+
+
+@pytest.mark.parametrize("source, target", [(f32, i32), (f32, bf16), (i32, f64), (f16, f32), (i64, i8)])
+def test_astype_by_kernel_matches_numpy(source: object, target: object) -> None:
+    values = np.random.default_rng(9).uniform(-100, 100, 1001)
+    src = api.from_numpy(values.astype(np.dtype(source.numpy_name)))  # type: ignore[attr-defined]
+    got = api.astype(src, target).to_numpy()
+    expected = src.to_numpy().astype(np.float64)
+    if target.is_integer:  # type: ignore[attr-defined]
+        expected = np.trunc(expected)
+    np.testing.assert_allclose(got.astype(np.float64),
+                               expected.astype(np.dtype(target.numpy_name)).astype(np.float64))  # type: ignore[attr-defined]

@@ -72,6 +72,10 @@ def _random(z: Any, seed: Any, B: Any, NORMAL: Any) -> None:  # noqa: N803
         z.store(first.astype(OUT))
 
 
+def _cast(z: Any, x: Any) -> None:
+    z.store(ct.load_tile_like(x, z).astype(OUT))
+
+
 def _specialized(source: Callable[..., None], annotations: dict[str, Any], constants: dict[str, Any]) -> Kernel:
     """A kernel from ``source`` with these parameter annotations; ``constants`` are
     compile-time values its body reads as globals (the dtypes)."""
@@ -98,6 +102,29 @@ def kernel(kind: str, dtype: dt.DType) -> Kernel:
                             {"OUT": dtype})
     _kernels[key] = made
     return made
+
+
+def cast_kernel(source: dt.DType, target: dt.DType) -> Kernel:
+    """The kernel converting a flat ``source`` tensor into a flat ``target`` one."""
+    key = (f"cast from {source.name}", target)
+    found = _kernels.get(key)
+    if found is None:
+        found = _specialized(_cast, {"z": Mut[make_tensor_annotation((target, ["B"]))],
+                                     "x": make_tensor_annotation((source, [-1]))}, {"OUT": target})
+        _kernels[key] = found
+    return found
+
+
+def cast(source: Tensor, target: Tensor) -> None:
+    """Writes ``source``'s values converted into ``target`` (both contiguous, same size)."""
+    from cutile import _backend
+
+    if source.size == 0:
+        return
+    flat_in = Tensor(source._storage, source.dtype, (source.size,), (1,), source.offset)
+    flat_out = Tensor(target._storage, target.dtype, (target.size,), (1,), target.offset)
+    made = cast_kernel(source.dtype, target.dtype)
+    made(flat_out.partition([tile_size(_backend.current(), source.size)]), flat_in).sync()
 
 
 def tile_size(backend: str, count: int) -> int:

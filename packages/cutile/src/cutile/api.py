@@ -266,8 +266,14 @@ def copy(tensor: Tensor) -> Tensor:
 
 
 def astype(tensor: Tensor, dtype: Any) -> Tensor:
-    """A new tensor with the values converted to ``dtype``."""
-    return from_numpy(tensor.to_numpy(), dtype)
+    """A new tensor with the values converted to ``dtype`` (by a tile kernel where the
+    tensor lives, when it is contiguous; floats to ints truncate toward zero)."""
+    kind = dtype_of(dtype)
+    if tensor.is_contiguous and _made_by_kernel(kind) and _made_by_kernel(tensor.dtype):
+        result = _allocate(tensor.shape, kind)
+        _fill.cast(tensor, result)
+        return result
+    return from_numpy(tensor.to_numpy(), kind)
 
 
 class MetaTensor:
