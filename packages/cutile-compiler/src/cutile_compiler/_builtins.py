@@ -14,9 +14,10 @@ import ast
 import builtins
 import functools
 import inspect
-import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from cutile_compiler import _dtypes as dt
 from cutile_compiler._errors import CutileError
@@ -279,37 +280,35 @@ _OPTIONS_DOC = {
 }
 
 
-_FOLDS: dict[str, Any] = {
-    "minimum": min, "maximum": max, "exp": math.exp, "exp2": lambda v: 2.0 ** v, "log": math.log,
-    "log2": math.log2, "sqrt": math.sqrt, "rsqrt": lambda v: 1.0 / math.sqrt(v), "sin": math.sin,
-    "cos": math.cos, "tan": math.tan, "sinh": math.sinh, "cosh": math.cosh, "tanh": math.tanh,
-    "floor": lambda v: float(math.floor(v)), "ceil": lambda v: float(math.ceil(v)),
-    "atan2": math.atan2,
-}
+# Element-wise DSL functions whose plain-number calls fold (all of them but fma,
+# which has three operands and keeps its single rounding on the device).
+_FOLDABLE = frozenset({"minimum", "maximum", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tan",
+                       "sinh", "cosh", "tanh", "floor", "ceil", "atan2"})
 
 
-def _fold(fe: FrontEnd, node: ast.Call, name: str, *values: bool | int | float) -> bool | int | float:
-    """A DSL function applied to Python numbers, computed at compile time."""
-    try:
-        result: bool | int | float = _FOLDS[name](*values)
-    except (ValueError, OverflowError, ZeroDivisionError) as exc:
-        raise fe.type_error(f"{name}{values}: {exc}", node) from None
-    return result
+def _fold(name: str, *values: bool | int | float) -> bool | int | float:
+    """A DSL function applied to Python numbers, computed at compile time with the
+    op's own numpy meaning (so a constant and a tile agree), as a Python number."""
+    from cutile_compiler._opdefs.elementwise import ELEMENTWISE
+
+    result = ELEMENTWISE[name].function(*(np.asarray(v) for v in values))
+    folded: bool | int | float = np.asarray(result).item()
+    return folded
 
 
 def _elementwise(name: str, doc: str, arity: int, options: tuple[str, ...] = ()) -> Builtin:
     doc += "".join(_OPTIONS_DOC[o] for o in options)
     if arity == 1:
         def impl1(fe: FrontEnd, node: ast.Call, x: Any, **kwargs: Any) -> Any:
-            if isinstance(x, _NUMBER) and not kwargs and name in _FOLDS:
-                return _fold(fe, node, name, x)  # a constant stays a (weak) Python number
+            if isinstance(x, _NUMBER) and not kwargs and name in _FOLDABLE:
+                return _fold(name, x)  # a constant stays a (weak) Python number
             value = _tile(fe, x, node, f"{name}'s argument")
             return fe.op(name, [value], _options(fe, node, name, options, kwargs), node=node).result
         return Builtin(name, impl1, doc)
 
     def impl2(fe: FrontEnd, node: ast.Call, x: Any, y: Any, **kwargs: Any) -> Any:
-        if isinstance(x, _NUMBER) and isinstance(y, _NUMBER) and not kwargs and name in _FOLDS:
-            return _fold(fe, node, name, x, y)
+        if isinstance(x, _NUMBER) and isinstance(y, _NUMBER) and not kwargs and name in _FOLDABLE:
+            return _fold(name, x, y)
         attrs = _options(fe, node, name, options, kwargs)
         a, b = fe.unify([x, y], node, f"{name}()")
         if name == "div" and not a.type.dtype.is_float:  # type: ignore[attr-defined]

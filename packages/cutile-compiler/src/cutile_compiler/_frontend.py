@@ -116,11 +116,6 @@ class _Retry(Exception):
     needed: KType
 
 
-@dataclass
-class FrontEndOptions:
-    unsafe: bool = False
-
-
 class FrontEnd:
     """Builds the `KernelIR` of one specialization of a kernel."""
 

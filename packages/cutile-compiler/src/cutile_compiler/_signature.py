@@ -116,10 +116,6 @@ class Parameter:
     default: Any = inspect.Parameter.empty
 
     @property
-    def is_tensor(self) -> bool:
-        return isinstance(self.annotation, TensorAnnotation)
-
-    @property
     def is_constant(self) -> bool:
         return isinstance(self.annotation, ConstantAnnotation)
 

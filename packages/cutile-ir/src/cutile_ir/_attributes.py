@@ -28,13 +28,6 @@ class _TextEnum(enum.IntEnum):
     def since(self) -> Version:
         return V13_1
 
-    @classmethod
-    def from_text(cls, text: str) -> _TextEnum:
-        for m in cls:
-            if m.text == text:
-                return m
-        raise ValueError(f"{text!r} is not a {cls.__name__}")
-
 
 class Signedness(_TextEnum):
     """How integer operands are interpreted (Tile IR integers are signless)."""
@@ -486,10 +479,6 @@ class Location:
 
 
 UNKNOWN_LOC: Location | None = None
-
-def float_bits(data: bytes) -> int:
-    return int.from_bytes(data, "little")
-
 
 __all__ = [
     "ArrayAttr", "AssumePredicate", "AtomicRMWMode", "Attribute", "BoolAttr", "Bounded",

@@ -191,9 +191,6 @@ class TileType(Type):
     def since(self) -> Version:
         return self.element.since
 
-    def with_element(self, element: Element) -> TileType:
-        return TileType(self.shape, element)
-
     def with_shape(self, shape: tuple[int, ...]) -> TileType:
         return TileType(tuple(shape), self.element)
 
@@ -413,26 +410,6 @@ def scalar(element: Element) -> TileType:
 def ptr(pointee: ScalarType) -> PointerType:
     """Shorthand for ``PointerType(pointee)``."""
     return PointerType(pointee)
-
-
-def parts_of(t: Type) -> tuple[Type, ...]:
-    """The types a type refers to (registered before it in the type table)."""
-    if isinstance(t, PointerType):
-        return (t.pointee,)
-    if isinstance(t, TileType):
-        return (t.element,)
-    if isinstance(t, TensorViewType):
-        return (t.element,)
-    if isinstance(t, (PartitionViewType, StridedViewType, GatherScatterViewType)):
-        return (t.tensor_view,)
-    if isinstance(t, FunctionType):
-        return t.inputs + t.results
-    return ()
-
-
-def element_of(t: Type) -> Element | None:
-    """The element type of a tile (or None)."""
-    return t.element if isinstance(t, TileType) else None
 
 
 def is_pow2(n: int) -> bool:

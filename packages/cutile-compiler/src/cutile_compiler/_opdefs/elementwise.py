@@ -162,16 +162,8 @@ def _with_options(function: Callable[..., Any], args: Sequence[Any], target: np.
     return np.asarray(result, dtype=target)
 
 
-def _floordiv(a: Any, b: Any) -> Any:
-    return np.floor_divide(a, b)
-
-
 def _rsqrt(a: Any) -> Any:
     return (1.0 / np.sqrt(a.astype(np.float64))).astype(a.dtype)
-
-
-def _shr(a: Any, b: Any) -> Any:
-    return np.right_shift(a, b)
 
 
 # name, arity, kinds, numpy function
@@ -180,7 +172,7 @@ _TABLE: list[tuple[str, int, Kinds, Callable[..., Any]]] = [
     ("sub", 2, NUMBER, np.subtract),
     ("mul", 2, NUMBER, np.multiply),
     ("div", 2, FLOAT, np.true_divide),
-    ("floordiv", 2, NUMBER, _floordiv),
+    ("floordiv", 2, NUMBER, np.floor_divide),
     ("mod", 2, NUMBER, np.remainder),
     ("pow", 2, FLOAT, np.power),
     ("minimum", 2, NUMBER, np.minimum),
@@ -190,7 +182,7 @@ _TABLE: list[tuple[str, int, Kinds, Callable[..., Any]]] = [
     ("or", 2, BITS, np.bitwise_or),
     ("xor", 2, BITS, np.bitwise_xor),
     ("shl", 2, INT, np.left_shift),
-    ("shr", 2, INT, _shr),
+    ("shr", 2, INT, np.right_shift),
     ("neg", 1, NUMBER, np.negative),
     ("abs", 1, NUMBER, np.abs),
     ("invert", 1, BITS, np.invert),
