@@ -6,6 +6,8 @@ three parameters (pointer, u32, f32):
   - cuda_core PreparedLaunch (no arguments, and with the same argument objects)
   - raw cuda-bindings cuLaunchKernel with a pre-packed void** array
   - raw cuda-bindings cuLaunchKernel with (values, types) tuples
+  - the driver's cuLaunchKernel called through ctypes (no cuda-bindings wrapper),
+    to show how much of a launch's host cost is the Python binding itself
   - CUDA graph replay of 1000 captured launches, per kernel
 Targets (issue "Workspace, CI, and cuda-core"): prepared within 10% of raw
 pre-packed; graph replay <= 1 µs per kernel. Needs a GPU.
@@ -106,11 +108,25 @@ def main() -> int:
             if err:
                 raise RuntimeError(err)
 
+    # The same driver entry point without cuda-bindings' wrapper: ctypes on libcuda.
+    libcuda = ctypes.CDLL("libcuda.so.1")
+    c_launch = libcuda.cuLaunchKernel
+    c_launch.restype = ctypes.c_int
+    c_launch.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
+    c_handle, c_stream = int(handle), int(stream_handle)
+
+    def raw_ctypes(n: int) -> None:
+        for _ in range(n):
+            err = c_launch(c_handle, 1, 1, 1, 32, 1, 1, 0, c_stream, packed, None)
+            if err:
+                raise RuntimeError(err)
+
     variants = [
         ("cuda_core PreparedLaunch.launch(stream)", prepared_bare),
         ("cuda_core PreparedLaunch.launch(stream, *same args)", prepared_same_args),
         ("cuda-bindings cuLaunchKernel, pre-packed void**", raw_prepacked),
         ("cuda-bindings cuLaunchKernel, (values, types) tuples", raw_tuples),
+        ("driver cuLaunchKernel through ctypes, pre-packed", raw_ctypes),
     ]
     timings = per_launch_us([loop for _, loop in variants], args.launches, args.repeats, stream)
     rows: list[tuple[str, float]] = [(name, value) for (name, _), value in zip(variants, timings)]

@@ -3,7 +3,8 @@
 Built on cuda_core only. A `DeviceOp` is lazy and typed by its result; it runs
 with ``.sync()``, ``.sync_on(stream)``, ``await op`` or ``.schedule(policy)``,
 composes with `then`, `map`, `zip`, `all_of`, `shared` and `value`, and is
-captured into a replayable `CudaGraph` with ``op.graph()`` or `graph_scope`.
+captured into a replayable `CudaGraph` with ``op.graph()`` or `graph_scope`;
+`batch` enqueues many ops as one job without a host wait after each.
 
 Ops declare the `Resource` objects they read and write. While an op is pending,
 a resource it writes cannot be used by any other op, and one it reads cannot be
@@ -27,6 +28,7 @@ Quick tour::
     graph = op.graph(); graph.launch().sync()   # capture once, replay
 """
 
+from cuda_async._batch import Batch, batch
 from cuda_async._capture import ensure_not_capturing, is_capturing
 from cuda_async._errors import GraphCaptureError, OwnershipError
 from cuda_async._future import DeviceFuture, set_await_spin
@@ -42,10 +44,12 @@ from cuda_async._policy import (
     set_default_policy,
     using_policy,
 )
-from cuda_async._resource import Access, Resource
+from cuda_async._resource import Access, AccessSet, Resource
 
 __all__ = [
     "Access",
+    "AccessSet",
+    "Batch",
     "CudaGraph",
     "DeviceFuture",
     "DeviceOp",
@@ -60,6 +64,7 @@ __all__ = [
     "SharedOp",
     "SingleStream",
     "all_of",
+    "batch",
     "default_policy",
     "ensure_not_capturing",
     "graph_scope",

@@ -16,7 +16,7 @@ from typing import Any, Generic, TypeVar
 
 import cuda_core
 
-from cuda_async import _capture
+from cuda_async import _batch, _capture
 from cuda_async._capture import CaptureState
 from cuda_async._errors import GraphCaptureError
 from cuda_async._op import DeviceOp, record
@@ -190,6 +190,10 @@ def graph_scope(name: str = "graph", *, policy: SchedulingPolicy | None = None) 
     a host policy the graph is a host graph. Inside the block nothing may wait for
     the device and nothing may allocate (`GraphCaptureError`).
     """
+    if _batch.current() is not None:
+        raise GraphCaptureError(
+            f"cannot capture graph {name!r} inside the batch {_batch.current().name!r} "  # type: ignore[union-attr]
+            "(a batch runs its ops, a capture records them): capture before or after the batch")
     first = (policy if policy is not None else default_policy()).next_stream()
     stream = None if first is None else cuda_core.Stream.create(first.device)
     state = CaptureState(name, stream)

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
 
 import cuda_core
 
-from cuda_async import _capture, _streams
+from cuda_async import _batch, _capture, _streams
 from cuda_async._errors import GraphCaptureError
 from cuda_async._policy import SchedulingPolicy, SingleStream, default_policy
-from cuda_async._resource import Access, Job, Resource, is_live, merge_accesses
+from cuda_async._resource import Access, AccessSet, Job, Resource, interest_of, is_live, merge_accesses
 
 if TYPE_CHECKING:
     from cuda_async._future import DeviceFuture
@@ -134,6 +134,9 @@ class DeviceOp(Generic[T]):
         state = _capture.current()
         if state is not None:
             return DeviceFuture.completed(record(state, self))
+        active = _batch.current()
+        if active is not None:
+            return DeviceFuture.completed(active.enqueue(self))
         job, value = submit(self, policy if policy is not None else default_policy())
         return DeviceFuture(job, value, completion_events(job))
 
@@ -146,6 +149,9 @@ class DeviceOp(Generic[T]):
         state = _capture.current()
         if state is not None:
             return record(state, self)
+        active = _batch.current()
+        if active is not None:
+            return active.enqueue(self)
         return run_to_completion(self, policy if policy is not None else default_policy())
 
     def sync_on(self, stream: cuda_core.Stream | None) -> T:
@@ -153,6 +159,9 @@ class DeviceOp(Generic[T]):
         state = _capture.current()
         if state is not None:
             return record(state, self)
+        active = _batch.current()
+        if active is not None:
+            return active.enqueue(self, stream)
         policy: SchedulingPolicy = _HostOnly() if stream is None else SingleStream(stream)
         return run_to_completion(self, policy)
 
@@ -181,7 +190,7 @@ class DeviceOp(Generic[T]):
 class FnOp(DeviceOp[T]):
     """A leaf op made by `DeviceOp.from_fn`."""
 
-    __slots__ = ("fn", "reads", "writes", "name", "allocates", "accesses", "interest")
+    __slots__ = ("fn", "name", "allocates", "accesses", "interest")
 
     def __init__(
         self,
@@ -198,12 +207,34 @@ class FnOp(DeviceOp[T]):
                     f"DeviceOp.from_fn: reads and writes take Resource objects, got {type(resource).__name__}"
                 )
         self.fn = fn
-        self.reads = reads
-        self.writes = writes
         self.name = name or str(getattr(fn, "__name__", "op"))
         self.allocates = allocates
         self.accesses = merge_accesses(reads, writes)
-        self.interest: dict[object, int] = {r: int(a) for r, a in self.accesses}
+        self.interest: dict[object, int] = interest_of(self.accesses)
+
+    @classmethod
+    def from_accesses(
+        cls, fn: Callable[[cuda_core.Stream | None], T], accesses: AccessSet, *, name: str, allocates: bool = False
+    ) -> FnOp[T]:
+        """A leaf op like `DeviceOp.from_fn`, its resources given as an `AccessSet`
+        made once: for a caller that makes many ops over the same resources."""
+        op: FnOp[T] = cls.__new__(cls)
+        op.fn = fn
+        op.name = name
+        op.allocates = allocates
+        op.accesses = accesses.accesses
+        op.interest = accesses.interest
+        return op
+
+    @property
+    def reads(self) -> tuple[Resource, ...]:
+        """The resources only read."""
+        return tuple(r for r, a in self.accesses if a is Access.READ)
+
+    @property
+    def writes(self) -> tuple[Resource, ...]:
+        """The resources written."""
+        return tuple(r for r, a in self.accesses if a is Access.WRITE)
 
     def _enqueue(self, run: Run, stream: cuda_core.Stream | None) -> T:
         capture = run.capture
@@ -220,7 +251,7 @@ class FnOp(DeviceOp[T]):
         run.holder.acquire(self.accesses, self.name, stream)
         run.job.streams[stream] = None
         result = self.fn(stream)
-        run.points[stream] = run.holder.record(self.accesses, stream)
+        run.points[stream] = run.holder.record(self.accesses, stream, self.interest)
         return result
 
 

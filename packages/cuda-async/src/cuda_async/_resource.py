@@ -127,6 +127,26 @@ def merge_accesses(
     return tuple(merged.items())
 
 
+class AccessSet:
+    """The resources an op reads and writes, merged once (a resource both read and
+    written counts as written): made once, shared by many ops over the same
+    resources (`FnOp.from_accesses`)."""
+
+    __slots__ = ("accesses", "interest")
+
+    def __init__(self, reads: tuple[Resource, ...] = (), writes: tuple[Resource, ...] = ()) -> None:
+        for resource in reads + writes:
+            if not isinstance(resource, Resource):
+                raise TypeError(f"reads and writes take Resource objects, got {type(resource).__name__}")
+        self.accesses = merge_accesses(reads, writes)
+        self.interest = interest_of(self.accesses)
+
+
+def interest_of(accesses: tuple[tuple[Resource, Access], ...]) -> dict[object, int]:
+    """``accesses`` as the per-stream bookkeeping keeps them: resource -> 1 (read) or 2 (write)."""
+    return {r: int(a) for r, a in accesses}
+
+
 def is_live(resource: object, access: int, stream: cuda_core.Stream, epoch: int) -> bool:
     """Whether ``resource``'s record still points at (``stream``, ``epoch``) for ``access``
     (a completed job's records are forgotten, and nothing will wait for them)."""
@@ -170,28 +190,36 @@ class Job:
         with _ledger_lock:
             for resource, access in accesses:
                 for job, (mode, name) in resource._holders.items():
-                    _check_pair(resource, job, mode, name, self, access, op_name)
+                    if job is not self:
+                        _check_pair(resource, job, mode, name, self, access, op_name)
             if take:
+                held = self.held
                 for resource, access in accesses:
-                    previous = resource._holders.get(self)
+                    holders = resource._holders
+                    previous = holders.get(self)
                     if previous is None or previous[0] < access:
-                        resource._holders[self] = (access, op_name)
-                    self.held[resource] = None
+                        holders[self] = (access, op_name)
+                    held[resource] = None
             if stream is None or not order:
                 return
             for resource, access in accesses:
                 last = resource._last_write
-                if last is not None:
+                if last is not None and last[0] is not stream:
                     _streams.wait_point(stream, last[0], last[1])
-                if access is Access.WRITE:
+                if access is Access.WRITE and resource._reads:
                     for other, (epoch, _) in list(resource._reads.items()):
-                        _streams.wait_point(stream, other, epoch)
+                        if other is not stream:
+                            _streams.wait_point(stream, other, epoch)
 
     def record(
-        self, accesses: tuple[tuple[Resource, Access], ...], stream: cuda_core.Stream
+        self,
+        accesses: tuple[tuple[Resource, Access], ...],
+        stream: cuda_core.Stream,
+        interest: dict[object, int] | None = None,
     ) -> int:
-        """Notes that an op with ``accesses`` has just been enqueued on ``stream``."""
-        epoch = _streams.advance(stream, {r: int(a) for r, a in accesses})
+        """Notes that an op with ``accesses`` (``interest``: the same, as `interest_of`
+        makes it) has just been enqueued on ``stream``."""
+        epoch = _streams.advance(stream, interest if interest is not None else interest_of(accesses))
         with _ledger_lock:
             for resource, access in accesses:
                 if access is Access.WRITE:

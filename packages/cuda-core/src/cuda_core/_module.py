@@ -194,20 +194,29 @@ class Function:
         return int(offset), int(size)
 
     @property
+    def param_count(self) -> int | None:
+        """How many parameters the kernel takes, or None when the installed driver
+        cannot say (cuFuncGetParamCount is new in CUDA 12.8)."""
+        count_of = getattr(_driver.api(), "cuFuncGetParamCount", None)
+        if count_of is None or _param_count_missing:
+            return None
+        try:
+            err, found = count_of(self.handle)
+        except RuntimeError:  # the bindings know it, the installed driver does not
+            _mark_param_count_missing()
+            return None
+        if err:
+            _driver.raise_error(err, "cuFuncGetParamCount")
+        return int(found)
+
+    @property
     def param_layout(self) -> tuple[tuple[int, int], ...]:
-        """(offset, size) in bytes of each kernel parameter, read from the image."""
+        """(offset, size) in bytes of each kernel parameter, read from the image
+        (on drivers without a parameter count, by probing until the driver says
+        there is no such parameter)."""
         if self._param_layout is None:
             api = _driver.api()
-            count: int | None = None
-            count_of = getattr(api, "cuFuncGetParamCount", None)  # newer drivers only
-            if count_of is not None and not _param_count_missing:
-                try:
-                    err, found = count_of(self.handle)
-                except RuntimeError:  # the bindings know it, the installed driver does not
-                    _mark_param_count_missing()
-                else:
-                    if not err:
-                        count = int(found)
+            count = self.param_count
             layout: list[tuple[int, int]] = []
             if count is not None:
                 for index in range(count):

@@ -13,7 +13,7 @@ into a float tile; a float into an int tile is an error).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 Kind = Literal["bool", "int", "uint", "float"]
@@ -30,6 +30,11 @@ class DType:
     ir_name: str  # Tile IR element type, e.g. "bf16", "i32"
     mantissa_bits: int = 0  # significand bits incl. the implicit one (floats)
     exponent_bits: int = 0
+    #: bytes per element in memory (bool is stored as one byte); a field, as launches read it often
+    itemsize: int = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "itemsize", max(1, self.bits // 8))
 
     def __repr__(self) -> str:
         return self.name
@@ -51,11 +56,6 @@ class DType:
     @property
     def is_bool(self) -> bool:
         return self.kind == "bool"
-
-    @property
-    def itemsize(self) -> int:
-        """Bytes per element in memory (bool is stored as one byte)."""
-        return max(1, self.bits // 8)
 
     def __reduce__(self) -> str:
         return self.name  # pickles as the module-level singleton

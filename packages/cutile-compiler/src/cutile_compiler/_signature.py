@@ -250,15 +250,26 @@ def _suffix_product(shape: tuple[int, ...], start: int) -> int:
     return product
 
 
+def constant_key(value: Any) -> Any:
+    """A constant as caches compare it: floats by their bits (0.0 and -0.0 compile
+    differently, and a NaN must equal itself), everything else by value."""
+    return ("float", value.hex()) if type(value) is float else value
+
+
 @dataclass(frozen=True)
 class Specialization:
     """A kernel bound to one set of constants, dtypes and static dims: the unit of
     compilation and of caching."""
 
-    constants: tuple[tuple[str, Any], ...]
+    constants: tuple[tuple[str, Any], ...] = field(compare=False)
     tensors: tuple[tuple[str, TensorSpec], ...]
     scalars: tuple[tuple[str, DType], ...]
     grid: tuple[int, int, int] = field(default=(1, 1, 1), compare=False)
+    #: what equality and hashing see of ``constants`` (see `constant_key`)
+    constants_key: tuple[tuple[str, Any], ...] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "constants_key", tuple((n, constant_key(v)) for n, v in self.constants))
 
     def constant(self, name: str) -> Any:
         return dict(self.constants)[name]

@@ -236,6 +236,10 @@ class CompileOptions:
         return (*flags, *self.extra_args)
 
 
+#: The options of a launch that sets none (one object: launchers compare it by identity).
+DEFAULT_OPTIONS = CompileOptions()
+
+
 # --- diagnostics -------------------------------------------------------------------
 
 Locations = Callable[[str, int, int], "str | None"]

@@ -32,7 +32,7 @@ from cutile._errors import (
 )
 from cutile._interpreter import KernelRuntimeError
 from cutile_compiler._pipeline import CompiledKernel
-from cutile._kernel import Graph, GraphScope, Kernel, Launch, compile, entry, function, graph_scope
+from cutile._kernel import Graph, GraphScope, Kernel, Launch, batch, compile, entry, function, graph_scope
 from cutile._kernel import zip_launches as zip
 from cutile._tensor import Partition, Tensor
 
@@ -40,5 +40,5 @@ __all__ = [
     "BackendError", "CompiledKernel", "CutileError", "GraphCaptureError", "Kernel", "KernelRuntimeError", "Launch", "LaunchError",
     "OwnershipError", "Partition", "SignatureError", "SpecializationError", "Tensor",
     "TileCompilerError", "TileError", "TileSyntaxError", "TileTypeError", "api", "backend",
-    "Graph", "GraphScope", "compile", "entry", "function", "graph_scope", "zip",
+    "Graph", "GraphScope", "batch", "compile", "entry", "function", "graph_scope", "zip",
 ]

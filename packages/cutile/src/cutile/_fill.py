@@ -138,7 +138,8 @@ def run(kind: str, tensor: Tensor, stream: Any = None, **arguments: Any) -> None
     interpreter at once; on the GPU queued on ``stream`` (None: on cutile's stream,
     and waited for)."""
     from cutile import _backend
-    from cutile._kernel import describe_call
+    from cutile._kernel import CallPlan, describe_call
+    from cutile_compiler._toolchain import DEFAULT_OPTIONS
 
     if tensor.size == 0:
         return
@@ -157,9 +158,8 @@ def run(kind: str, tensor: Tensor, stream: Any = None, **arguments: Any) -> None
         Interpreter(made.kernel_ir(spec), grid).run(values, {"z"})
         return
     from cutile._gpu import default_stream, enqueue
-    from cutile_compiler._toolchain import CompileOptions
 
     target = default_stream() if stream is None else stream
-    enqueue(made, spec, grid, values, CompileOptions(), target)
+    enqueue(made, CallPlan(spec, grid), values, DEFAULT_OPTIONS, target)
     if stream is None:
         target.synchronize()

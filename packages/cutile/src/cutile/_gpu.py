@@ -10,15 +10,15 @@ import numpy as np
 from cuda_core import Device, DeviceBuffer, DeviceMemory, DeviceView, LaunchConfig, Module, PreparedLaunch, Stream
 from cuda_async import ensure_not_capturing, is_capturing
 from cutile._errors import GraphCaptureError, LaunchError
-from cutile._tensor import Storage, Tensor, numpy_dtype
+from cutile._tensor import Partition, Storage, Tensor, numpy_dtype
 from cutile_compiler import _dtypes as dt
 from cutile_compiler._lowering import AbiArg
 from cutile_compiler._pipeline import CompiledKernel
 from cutile_compiler._signature import Specialization
-from cutile_compiler._toolchain import CompileOptions
+from cutile_compiler._toolchain import DEFAULT_OPTIONS, CompileOptions
 
 if TYPE_CHECKING:
-    from cutile._kernel import Kernel
+    from cutile._kernel import Binding, CallPlan, Kernel
 
 
 class DeviceStorage(Storage):
@@ -135,30 +135,64 @@ def _param_type(arg: AbiArg, size: int, kernel: str) -> str:
     return wanted
 
 
+_POINTER, _DIM, _STRIDE, _SCALAR = range(4)
+
+
 class _Loaded:
-    """A compiled kernel loaded on the device, with its prepared launch."""
+    """A compiled kernel loaded on the device, with its prepared launch and the
+    recipe that turns a call's arguments into the entry's parameters."""
 
     def __init__(self, compiled: CompiledKernel) -> None:
         self.compiled = compiled
         self.function = Module.load(compiled.cubin).get_function(compiled.name)
-        if is_capturing():
-            # Counting the parameters may take a failing driver query, which would
-            # invalidate the capture: look only at those cutile packs.
-            count = len(compiled.abi)
-            sizes = [self.function.param_info(i)[1] for i in range(count)]
-        else:
-            sizes = [size for _, size in self.function.param_layout]
-        if len(sizes) != len(compiled.abi):
+        # Only the parameters cutile packs are asked about: probing past the last one
+        # is a failing driver call (noise under compute-sanitizer, and it would
+        # invalidate a stream capture).
+        count = len(compiled.abi)
+        declared = self.function.param_count
+        if declared is not None and declared != count:
             raise LaunchError(
-                f"{compiled.name}: the cubin declares {len(sizes)} parameters, cutile packs {len(compiled.abi)} "
+                f"{compiled.name}: the cubin declares {declared} parameters, cutile packs {count} "
                 "(a cutile bug: please report it)")
+        sizes = [self.function.param_info(i)[1] for i in range(count)]
         types = [_param_type(arg, size, compiled.name) for arg, size in zip(compiled.abi, sizes)]
         self.prepared = PreparedLaunch(self.function, LaunchConfig((1, 1, 1), (1, 1, 1)), types)
+        self.recipe: list[tuple[str, int, int, dt.DType | None]] = []
+        for arg in compiled.abi:
+            code = {"pointer": _POINTER, "dim": _DIM, "stride": _STRIDE}.get(arg.kind, _SCALAR)
+            self.recipe.append((arg.param, code, arg.axis if code in (_DIM, _STRIDE) else 0, arg.dtype))
+        self.converts_scalars = any(
+            code == _SCALAR and dtype is not None and (dtype.name in _RAW_SCALARS or dtype is dt.bool_)
+            for _, code, _, dtype in self.recipe)
+
+    def pack(self, kernel: str, arguments: dict[str, Any]) -> list[Any]:
+        """The entry's parameter values for one call (tensors already unpartitioned)."""
+        values: list[Any] = []
+        for param, code, axis, dtype in self.recipe:
+            value = arguments[param]
+            if code == _POINTER:
+                storage = value._storage
+                if storage.device == "cpu":
+                    raise LaunchError(f"{kernel}: parameter '{param}' lives in host memory, not on the GPU")
+                values.append(storage.base_address + value.offset * value.dtype.itemsize)
+            elif code == _SCALAR:
+                values.append(_scalar_argument(value, dtype) if self.converts_scalars else value)  # type: ignore[arg-type]
+            else:
+                number = value.shape[axis] if code == _DIM else value.strides[axis]
+                if not -_I32_MAX <= number <= _I32_MAX:
+                    kind = "dim" if code == _DIM else "stride"
+                    raise LaunchError(f"{kernel}: parameter '{param}' has a {kind} of {number}, beyond i32")
+                values.append(number)
+        return values
 
 
-def prepare(kernel: Kernel, spec: Specialization, options: CompileOptions) -> _Loaded:
-    """The loaded kernel for ``spec``: compiled (or found in a cache) and loaded once."""
-    key = (spec, options)
+def prepare(kernel: Kernel, plan: CallPlan, options: CompileOptions) -> _Loaded:
+    """The loaded kernel for ``plan``'s specialization: compiled (or found in a cache)
+    and loaded once, then remembered by the plan."""
+    loaded: _Loaded | None = plan.launchers.get(options)
+    if loaded is not None:
+        return loaded
+    key = (plan.spec, options)
     loaded = kernel._loaded.get(key)
     if loaded is None:
         if is_capturing():
@@ -167,42 +201,58 @@ def prepare(kernel: Kernel, spec: Specialization, options: CompileOptions) -> _L
                 "loaded for these argument shapes; loading a module cannot be captured. Warm it up first: "
                 "run it once, or call .compile() on the launch, before the graph scope")
         device = Device(0)
-        loaded = _Loaded(kernel.compiled(spec, device.sm_name, options))
+        loaded = _Loaded(kernel.compiled(plan.spec, device.sm_name, options))
         kernel._loaded.put(key, loaded)
+    plan.launchers[options] = loaded
     return loaded
 
 
+_RAW_SCALARS = ("f16", "bf16", "f8e4m3fn", "f8e5m2")
+
+
 def _scalar_argument(value: Any, dtype: dt.DType) -> Any:
-    if dtype.name in ("f16", "bf16", "f8e4m3fn", "f8e5m2"):
+    if dtype.name in _RAW_SCALARS:
         return np.asarray(value, dtype=numpy_dtype(dtype)).tobytes()
     if dtype is dt.bool_:
         return int(bool(value))
     return value
 
 
-def enqueue(kernel: Kernel, spec: Specialization, grid: tuple[int, int, int], arguments: dict[str, Any],
-            options: CompileOptions, stream: Stream) -> None:
-    """Queues the launch on ``stream`` without waiting (ownership is the caller's job)."""
-    if any(d > _MAX_GRID for d in grid):
-        raise LaunchError(f"{kernel.name}: grid {list(grid)} exceeds {_MAX_GRID} blocks along an axis")
-    loaded = prepare(kernel, spec, options)
-    values: list[Any] = []
-    for arg in loaded.compiled.abi:
-        value = arguments[arg.param]
-        if arg.kind == "pointer":
-            storage = value._storage
-            if storage.device == "cpu":
-                raise LaunchError(f"{kernel.name}: parameter '{arg.param}' lives in host memory, not on the GPU")
-            values.append(storage.base_address + value.offset * value.dtype.itemsize)
-        elif arg.kind in ("dim", "stride"):
-            number = value.shape[arg.axis] if arg.kind == "dim" else value.strides[arg.axis]
-            if not -_I32_MAX <= number <= _I32_MAX:
-                raise LaunchError(f"{kernel.name}: parameter '{arg.param}' has a {arg.kind} of {number}, beyond i32")
-            values.append(number)
-        else:
-            assert arg.dtype is not None
-            values.append(_scalar_argument(value, arg.dtype))
+def enqueue_bound(kernel: Kernel, binding: Binding, arguments: dict[str, Any], stream: Stream) -> None:
+    """`enqueue` for a call whose tensors are its binding's (default options, no
+    explicit grid): the parameters are packed once; only scalars are refilled."""
+    loaded = binding.loaded
+    if loaded is None:
+        plan = binding.plan
+        assert plan is not None
+        grid = plan.grid
+        if grid[0] > _MAX_GRID or grid[1] > _MAX_GRID or grid[2] > _MAX_GRID:
+            raise LaunchError(f"{kernel.name}: grid {list(grid)} exceeds {_MAX_GRID} blocks along an axis")
+        loaded = prepare(kernel, plan, DEFAULT_OPTIONS)
+        values = {n: (v._tensor if isinstance(v, Partition) else v) for n, v in arguments.items()}
+        binding.packed = loaded.pack(kernel.name, values)
+        binding.scalar_slots = [(index, param, dtype) for index, (param, code, _, dtype) in enumerate(loaded.recipe)
+                                if code == _SCALAR and dtype is not None]
+        binding.loaded = loaded
+    packed = binding.packed
+    for index, param, dtype in binding.scalar_slots:
+        packed[index] = _scalar_argument(arguments[param], dtype) if loaded.converts_scalars else arguments[param]
     prepared = loaded.prepared
-    if prepared.config.grid != grid:
+    grid = binding.plan.grid  # type: ignore[union-attr]
+    if prepared._grid != grid:
+        prepared.set_grid(grid)
+    prepared.launch(stream, *packed)
+
+
+def enqueue(kernel: Kernel, plan: CallPlan, arguments: dict[str, Any], options: CompileOptions,
+            stream: Stream) -> None:
+    """Queues the launch on ``stream`` without waiting (ownership is the caller's job)."""
+    grid = plan.grid
+    if grid[0] > _MAX_GRID or grid[1] > _MAX_GRID or grid[2] > _MAX_GRID:
+        raise LaunchError(f"{kernel.name}: grid {list(grid)} exceeds {_MAX_GRID} blocks along an axis")
+    loaded = prepare(kernel, plan, options)
+    values = loaded.pack(kernel.name, arguments)
+    prepared = loaded.prepared
+    if prepared._grid != grid:
         prepared.set_grid(grid)
     prepared.launch(stream, *values)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import sys
-from collections.abc import Sequence
+from collections.abc import Sequence, Set as AbstractSet
 from typing import Any
 
 import numpy as np
@@ -76,7 +76,7 @@ class Interpreter:
         self.block_id: tuple[int, int, int] = (0, 0, 0)
         self.env: dict[Value, Any] = {}
 
-    def run(self, arguments: dict[str, Any], mutable: set[str]) -> None:
+    def run(self, arguments: dict[str, Any], mutable: AbstractSet[str]) -> None:
         checked = is_checked()
         params: dict[Value, Any] = {}
         for param in self.kernel.params:

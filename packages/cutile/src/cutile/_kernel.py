@@ -18,9 +18,9 @@ from collections.abc import Callable, Generator, Iterator, Mapping
 from typing import Any, TypeVar, overload
 
 import cuda_async
-from cutile import _backend
+from cutile import _backend, _gpu
 from cutile._errors import GraphCaptureError, LaunchError, OwnershipError
-from cutile._tensor import Partition, Storage, Tensor, _Hold, overlapping, overlaps_itself
+from cutile._tensor import Partition, Storage, Tensor, hold_all, overlapping, overlaps_itself, release_all, release_dropped
 from cutile_compiler._builtins import DeviceFunction
 from cutile_compiler import _dtypes as dt
 from cutile_compiler._dtypes import DType
@@ -29,11 +29,12 @@ from cutile_compiler._hints import HintError, KernelHints
 from cutile_compiler._cache import LRUCache
 from cutile_compiler._ir import KernelIR
 from cutile_compiler._pipeline import CompiledKernel, compile_kernel
-from cutile_compiler._toolchain import CompileOptions
+from cutile_compiler._toolchain import DEFAULT_OPTIONS, CompileOptions
 from cutile_compiler._signature import (
     MAX_DIVISIBILITY,
     ConstantAnnotation,
     KernelSignature,
+    constant_key,
     SignatureError,
     Specialization,
     SpecializationError,
@@ -61,6 +62,13 @@ class Kernel:
         self.name = function.__name__
         self.signature: KernelSignature = parse_signature(function)
         self._python_signature = inspect.signature(function)
+        self._param_names = tuple(self._python_signature.parameters)
+        # A call with every argument positional maps them without inspect's binding.
+        self._plain_positional = all(p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+                                     for p in self._python_signature.parameters.values())
+        self._tensor_params = tuple((p.name, p.annotation.mutable) for p in self.signature.parameters
+                                    if isinstance(p.annotation, TensorAnnotation))
+        self._mutable_names = frozenset(name for name, mutable in self._tensor_params if mutable)
         self._scalar_params = {p.name: p.annotation for p in self.signature.parameters
                                if isinstance(p.annotation, DType)}
         self._constant_params = frozenset(p.name for p in self.signature.parameters if p.is_constant)
@@ -69,19 +77,31 @@ class Kernel:
         self._ir: LRUCache[Specialization, KernelIR] = LRUCache(_CACHE_SIZE)
         self._compiled: LRUCache[tuple[Specialization, str, CompileOptions], CompiledKernel] = LRUCache(_CACHE_SIZE)
         self._loaded: LRUCache[tuple[Specialization, CompileOptions], Any] = LRUCache(_CACHE_SIZE)  # GPU launchers
-        # Call signature (dtypes, shapes, constants; see _call_key) -> (specialization, grid):
-        # a repeated call skips binding the signature again.
-        self._calls: LRUCache[tuple[Any, ...], tuple[Specialization, tuple[int, int, int]]] = LRUCache(4 * _CACHE_SIZE)
+        # The last call's binding: a loop that passes the same objects again skips
+        # every check and computation that depends only on them.
+        self._binding: Binding | None = None
+        # Call signature (dtypes, shapes, constants; see _call_key) -> its plan: a
+        # repeated call skips describing the arguments and finding the launcher again.
+        self._calls: LRUCache[tuple[Any, ...], CallPlan] = LRUCache(4 * _CACHE_SIZE)
 
     def __repr__(self) -> str:
         return f"<cutile kernel {self.name}{' (unsafe)' if self.unsafe else ''}>"
 
     def __call__(self, *args: Any, **kwargs: Any) -> Launch:
-        try:
-            bound = self._python_signature.bind_partial(*args, **kwargs)
-        except TypeError as exc:
-            raise LaunchError(f"{self.name}: {exc}") from None
-        arguments = dict(bound.arguments)
+        if not kwargs and len(args) == len(self._param_names) and self._plain_positional:
+            binding = self._binding
+            if binding is not None and binding.matches(args):
+                arguments = dict(zip(self._param_names, args))
+                for name, dtype in self._scalar_params.items():
+                    arguments[name] = _scalar_value(self.name, name, dtype, arguments[name])
+                return Launch(self, arguments, binding)
+            arguments = dict(zip(self._param_names, args))
+        else:
+            try:
+                bound = self._python_signature.bind_partial(*args, **kwargs)
+            except TypeError as exc:
+                raise LaunchError(f"{self.name}: {exc}") from None
+            arguments = dict(bound.arguments)
         for name, dtype in self._scalar_params.items():
             if name in arguments:
                 arguments[name] = _scalar_value(self.name, name, dtype, arguments[name])
@@ -140,24 +160,48 @@ class Launch:
     ``.grid(x, y, z)`` sets the grid when no Mut tensor decides it.
     """
 
-    def __init__(self, kernel: Kernel, arguments: dict[str, Any]) -> None:
+    def __init__(self, kernel: Kernel, arguments: dict[str, Any], binding: Binding | None = None) -> None:
         self.kernel = kernel
         self.arguments = arguments
         self._explicit_grid: tuple[int, int, int] | None = None
-        self._options = CompileOptions()
+        self._options = DEFAULT_OPTIONS
         self._op: cuda_async.DeviceOp[Any] | None = None
         self._done = False
-        self._tensor_names: list[str] = []
-        holds: list[tuple[Storage, _Hold]] = []
-        self._check_and_hold(holds)
-        self._holds = holds
-        self._release = weakref.finalize(self, _release_holds, holds)
+        if binding is None:
+            self._tensor_names: list[str] = []
+            ranges = self._checked_ranges()
+            self._plan: CallPlan | None = None
+            binding = Binding(kernel, arguments, ranges, self._tensor_names)
+            kernel._binding = binding
+        else:
+            # The same objects as the binding's: only what can change since is checked.
+            for param in binding.tensor_names:
+                value = arguments[param]
+                if value._consumed_by is not None:
+                    value._live(f"{kernel.name}: parameter '{param}'")  # raises, naming the consumer
+            ranges = binding.ranges
+            self._tensor_names = binding.tensor_names
+            self._plan = binding.plan
+        self._binding = binding
+        self._holds = hold_all(ranges, self.description, kernel.name)
+
+    def _release(self) -> None:
+        """Gives back the holds this launch took when it was made (once)."""
+        if self._holds:
+            release_all(self._holds, self._binding.devices)
+
+    def __del__(self) -> None:  # a launch dropped without running holds nothing
+        holds = getattr(self, "_holds", None)
+        if holds:
+            release_dropped(holds, self._binding.devices)
 
     @property
     def description(self) -> str:
         return f"launch of {self.kernel.name}"
 
-    def _check_and_hold(self, holds: list[tuple[Storage, _Hold]]) -> None:
+    def _checked_ranges(self) -> list[tuple[str, Storage, int, int, bool]]:
+        """The tensor arguments' byte ranges, checked for kinds and for memory passed
+        twice where one copy is written."""
         name = self.kernel.name
         ranges = self._argument_ranges()
         for i, (a, storage_a, start_a, end_a, writes_a) in enumerate(ranges):
@@ -171,51 +215,39 @@ class Launch:
                     raise LaunchError(
                         f"{name}: parameters '{a}' and '{b}' share memory and '{written}' is written; "
                         "pass distinct tensors")
-        for param, storage, start, end, writes in ranges:
-            storage.check_available(start, end, writes, f"{name}: parameter '{param}'")
-        for param, storage, start, end, writes in ranges:
-            holds.append((storage, storage.hold(start, end, writes, f"{self.description} (parameter '{param}')")))
+        return ranges
 
     def _argument_ranges(self, *, live: bool = True) -> list[tuple[str, Storage, int, int, bool]]:
         """(parameter, storage, byte range, written) of each tensor argument, after
         checking its kind and (with ``live``) that the objects are not consumed."""
         name = self.kernel.name
+        arguments = self.arguments
         ranges: list[tuple[str, Storage, int, int, bool]] = []
-        names: list[str] = []
-        for p in self.kernel.signature.parameters:
-            annotation = p.annotation
-            if not isinstance(annotation, TensorAnnotation):
-                continue
-            if p.name not in self.arguments:
-                raise LaunchError(f"{name}: missing tensor argument '{p.name}'")
-            value = self.arguments[p.name]
-            if annotation.mutable:
-                if isinstance(value, Tensor):
-                    raise LaunchError(
-                        f"{name}: parameter '{p.name}' is Mut[...]: pass it partitioned, e.g. "
-                        f"{p.name}.partition({[d if isinstance(d, int) and d > 0 else 128 for d in annotation.dims]})")
-                if not isinstance(value, Partition):
-                    raise LaunchError(f"{name}: parameter '{p.name}' expects a partitioned tensor, got {type(value).__name__}")
-                tensor = value._live(f"{name}: parameter '{p.name}'") if live else value._tensor
+        for param, mutable in self.kernel._tensor_params:
+            value = arguments.get(param, _MISSING)
+            kind = type(value)
+            if mutable:
+                if kind is not Partition:
+                    _wrong_mut_argument(self.kernel, param, value)
+                if live and value._consumed_by is not None:
+                    value._live(f"{name}: parameter '{param}'")  # raises, naming the consumer
+                tensor = value._tensor
                 if tensor._storage.readonly:
-                    raise LaunchError(f"{name}: parameter '{p.name}' is Mut[...] but its memory is read-only")
-                if overlaps_itself(tensor.shape, tensor.strides):
-                    raise LaunchError(
-                        f"{name}: parameter '{p.name}' is Mut[...] but its strides {list(tensor.strides)} make "
-                        "elements share memory (blocks would race); pass a copy (api.copy)")
+                    raise LaunchError(f"{name}: parameter '{param}' is Mut[...] but its memory is read-only")
+                if len(tensor.shape) > 1 or (tensor.shape and tensor.shape[0] > 1 and tensor.strides[0] == 0):
+                    if overlaps_itself(tensor.shape, tensor.strides):
+                        raise LaunchError(
+                            f"{name}: parameter '{param}' is Mut[...] but its strides {list(tensor.strides)} make "
+                            "elements share memory (blocks would race); pass a copy (api.copy)")
             else:
-                if isinstance(value, Partition):
-                    raise LaunchError(
-                        f"{name}: parameter '{p.name}' is read-only: pass the tensor, not a partition (unpartition() gives it back)")
-                if not isinstance(value, Tensor):
-                    raise LaunchError(f"{name}: parameter '{p.name}' expects a tensor, got {type(value).__name__}")
-                if live:
-                    value._live(f"{name}: parameter '{p.name}'")
+                if kind is not Tensor:
+                    _wrong_read_argument(self.kernel, param, value)
+                if live and value._consumed_by is not None:
+                    value._live(f"{name}: parameter '{param}'")
                 tensor = value
             start, end = tensor.byte_range()
-            ranges.append((p.name, tensor._storage, start, end, annotation.mutable))
-            names.append(p.name)
-        self._tensor_names = names
+            ranges.append((param, tensor._storage, start, end, mutable))
+        self._tensor_names = [r[0] for r in ranges]
         return ranges
 
     def grid(self, x: int, y: int = 1, z: int = 1) -> Launch:
@@ -224,6 +256,7 @@ class Launch:
         if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in dims):
             raise LaunchError(f"{self.kernel.name}: grid dims must be positive ints, got {list(dims)}")
         self._explicit_grid = dims
+        self._plan = None
         return self
 
     def compile_options(self, *, opt_level: int = 3, lineinfo: bool = False,
@@ -235,6 +268,7 @@ class Launch:
         except HintError as exc:
             raise LaunchError(str(exc)) from None
         self._options = CompileOptions(opt_level=opt_level, lineinfo=lineinfo, hints=parsed)
+        self._plan = None
         return self
 
     def compile(self) -> Launch:
@@ -243,9 +277,7 @@ class Launch:
         if _backend.current() == "interpreter":
             self.kernel.kernel_ir(spec)
         else:
-            from cutile._gpu import prepare
-
-            prepare(self.kernel, spec, self._options)
+            _gpu.prepare(self.kernel, self.plan(), self._options)
         return self
 
     def _tensor_of(self, value: Any) -> Tensor:
@@ -254,13 +286,25 @@ class Launch:
 
     def specialization(self) -> tuple[Specialization, tuple[int, int, int]]:
         """The compile-time view of the arguments, and the launch grid."""
-        key = _call_key(self.kernel, self.arguments, self._explicit_grid)
-        found = self.kernel._calls.get(key) if key is not None else None
-        if found is None:
-            found = describe_call(self.kernel, self.arguments, self._explicit_grid)
-            if key is not None:
-                self.kernel._calls.put(key, found)
-        return found
+        plan = self.plan()
+        return plan.spec, plan.grid
+
+    def plan(self) -> CallPlan:
+        """The specialization and grid of this call, and (once run on the GPU) its
+        loaded kernel: shared by every call with the same argument signature."""
+        plan = self._plan
+        if plan is None:
+            key = _call_key(self.kernel, self.arguments, self._explicit_grid)
+            plan = self.kernel._calls.get(key) if key is not None else None
+            if plan is None:
+                plan = CallPlan(*describe_call(self.kernel, self.arguments, self._explicit_grid))
+                if key is not None:
+                    self.kernel._calls.put(key, plan)
+            self._plan = plan
+            binding = self._binding
+            if binding.plan is None and self._explicit_grid is None:
+                binding.plan = plan
+        return plan
 
     # -- running: a Launch is a cuda_async DeviceOp ----------------------------------
     @property
@@ -269,14 +313,7 @@ class Launch:
         read-only tensors and writes those of the Mut ones, and returns the tensor
         arguments. Combine it with ``then``, ``map``, `cutile.zip`, ``shared``..."""
         if self._op is None:
-            reads: list[Any] = []
-            writes: list[Any] = []
-            mutable = {p.name for p in self.kernel.signature.mutable}
-            for name in self._tensor_names:
-                resource = self._tensor_of(self.arguments[name])._storage.resource
-                (writes if name in mutable else reads).append(resource)
-            self._op = cuda_async.DeviceOp.from_fn(self._execute, reads=reads, writes=writes,
-                                                   name=self.description)
+            self._op = cuda_async.FnOp.from_accesses(self._execute, self._binding.accesses, name=self.description)
         return self._op
 
     def __device_op__(self) -> cuda_async.DeviceOp[Any]:
@@ -292,29 +329,33 @@ class Launch:
             # may have been consumed since, e.g. unpartitioned: the memory is the same.)
             for param, storage, start, end, writes in self._argument_ranges(live=False):
                 storage.check_available(start, end, writes, f"{self.kernel.name}: parameter '{param}'")
-        spec, grid = self.specialization()
-        if 0 in grid:
-            self._done = True
-            self._release()
-            results = tuple(self.arguments[n] for n in self._tensor_names)
-            return results[0] if len(results) == 1 else results  # nothing to compute
-        values = {n: (self._tensor_of(v) if n in self._tensor_names else v) for n, v in self.arguments.items()}
+        plan = self.plan()
+        grid = plan.grid
+        arguments = self.arguments
+        tensor_names = self._tensor_names
         self._done = True
         self._release()  # the running op's own holds (cuda_async) take over from here
-        if _backend.current() == "interpreter":
-            from cutile._interpreter import Interpreter
+        binding = self._binding
+        if 0 not in grid:
+            if plan is binding.plan and self._options is DEFAULT_OPTIONS and _backend.current() == "gpu":
+                target = _gpu.default_stream() if stream is None else stream
+                _gpu.enqueue_bound(self.kernel, binding, arguments, target)
+                if stream is None:
+                    target.synchronize()
+                return arguments[tensor_names[0]] if len(tensor_names) == 1 else tuple(arguments[n] for n in tensor_names)
+            values = {n: (v._tensor if type(v) is Partition else v) for n, v in arguments.items()}
+            if _backend.current() == "interpreter":
+                from cutile._interpreter import Interpreter
 
-            mutable = {p.name for p in self.kernel.signature.mutable}
-            Interpreter(self.kernel.kernel_ir(spec), grid).run(values, mutable)
-        else:
-            from cutile._gpu import default_stream, enqueue
-
-            target = default_stream() if stream is None else stream
-            enqueue(self.kernel, spec, grid, values, self._options, target)
-            if stream is None:
-                target.synchronize()
-        results = tuple(self.arguments[n] for n in self._tensor_names)
-        return results[0] if len(results) == 1 else results
+                Interpreter(self.kernel.kernel_ir(plan.spec), grid).run(values, self.kernel._mutable_names)
+            else:
+                target = _gpu.default_stream() if stream is None else stream
+                _gpu.enqueue(self.kernel, plan, values, self._options, target)
+                if stream is None:
+                    target.synchronize()
+        if len(tensor_names) == 1:
+            return arguments[tensor_names[0]]
+        return tuple(arguments[n] for n in tensor_names)
 
     def sync(self) -> Any:
         """Runs the launch to completion and returns its tensor arguments.
@@ -366,6 +407,97 @@ class Launch:
     def __await__(self) -> Generator[Any, None, Any]:
         return _translated_await(self.op)
 
+class CallPlan:
+    """What every call with one argument signature shares: the specialization, the
+    grid, and the GPU launcher per compile options (filled by `cutile._gpu`)."""
+
+    __slots__ = ("spec", "grid", "launchers")
+
+    def __init__(self, spec: Specialization, grid: tuple[int, int, int]) -> None:
+        self.spec = spec
+        self.grid = grid
+        self.launchers: dict[CompileOptions, Any] = {}
+
+
+_MISSING = object()
+
+
+class Binding:
+    """What one call's tensor objects imply, computed once and reused while a loop
+    passes the very same objects (and constants): their checked byte ranges, the
+    resources the op reads and writes, the plan, and the packed GPU parameters.
+
+    Objects are remembered by weak reference: a binding never keeps a tensor alive.
+    What can change between calls (an object consumed, a pending launch holding the
+    memory, ops in flight) is still checked on every call.
+    """
+
+    __slots__ = ("checks", "tensor_names", "ranges", "devices", "accesses", "plan", "loaded", "packed",
+                 "scalar_slots")
+
+    _TENSOR, _CONSTANT, _SCALAR = range(3)
+
+    def __init__(self, kernel: Kernel, arguments: dict[str, Any],
+                 ranges: list[tuple[str, Storage, int, int, bool]], tensor_names: list[str]) -> None:
+        checks: list[tuple[Any, ...]] = []
+        tensors = set(tensor_names)
+        for name in kernel._param_names:
+            value = arguments.get(name, _MISSING)
+            if name in tensors:
+                checks.append((Binding._TENSOR, weakref.ref(value)))
+            elif name in kernel._constant_params:
+                checks.append((Binding._CONSTANT, type(value), value))
+            else:  # a run-time scalar: its type may select the code, its value never
+                checks.append((Binding._SCALAR, type(value)))
+        self.checks = tuple(checks)
+        self.tensor_names = tensor_names
+        self.ranges = ranges
+        self.devices = [r[1].device for r in ranges]
+        writes = [storage.resource for _, storage, _, _, mutable in ranges if mutable]
+        reads = [storage.resource for _, storage, _, _, mutable in ranges if not mutable]
+        self.accesses = cuda_async.AccessSet(tuple(reads), tuple(writes))
+        self.plan: CallPlan | None = None  # set by the first Launch.plan() without an explicit grid
+        self.loaded: Any = None  # the GPU launcher, with ``packed`` its parameters
+        self.packed: list[Any] = []
+        self.scalar_slots: list[tuple[int, str, DType]] = []  # refilled on every call
+
+    def matches(self, args: tuple[Any, ...]) -> bool:
+        """Whether ``args`` are this binding's tensor objects and constants (floats
+        only as the same object: 0.0 and -0.0 are equal but compile differently)."""
+        for check, value in zip(self.checks, args):
+            kind = check[0]
+            if kind == 0:
+                if check[1]() is not value:
+                    return False
+            elif type(value) is not check[1]:
+                return False
+            elif kind == 1 and value is not check[2] and (type(value) is float or value != check[2]):
+                return False
+        return True
+
+
+def _wrong_mut_argument(kernel: Kernel, param: str, value: Any) -> None:
+    name = kernel.name
+    if value is _MISSING:
+        raise LaunchError(f"{name}: missing tensor argument '{param}'")
+    if isinstance(value, Tensor):
+        dims = next(p.annotation.dims for p in kernel.signature.parameters if p.name == param)  # type: ignore[union-attr]
+        raise LaunchError(
+            f"{name}: parameter '{param}' is Mut[...]: pass it partitioned, e.g. "
+            f"{param}.partition({[d if isinstance(d, int) and d > 0 else 128 for d in dims]})")
+    raise LaunchError(f"{name}: parameter '{param}' expects a partitioned tensor, got {type(value).__name__}")
+
+
+def _wrong_read_argument(kernel: Kernel, param: str, value: Any) -> None:
+    name = kernel.name
+    if value is _MISSING:
+        raise LaunchError(f"{name}: missing tensor argument '{param}'")
+    if isinstance(value, Partition):
+        raise LaunchError(
+            f"{name}: parameter '{param}' is read-only: pass the tensor, not a partition (unpartition() gives it back)")
+    raise LaunchError(f"{name}: parameter '{param}' expects a tensor, got {type(value).__name__}")
+
+
 def _scalar_value(kernel: str, param: str, dtype: DType, value: Any) -> bool | int | float:
     """A scalar argument as a Python number, checked against its parameter's dtype."""
     import numbers
@@ -402,7 +534,7 @@ def _call_key(kernel: Kernel, arguments: dict[str, Any], grid: tuple[int, int, i
             key.append((name, value.dtype, value.shape, value.strides, value.address() % MAX_DIVISIBILITY))
         elif kind in (int, float, bool):
             # Constants select the code; run-time scalars only their type does.
-            key.append((name, kind, value) if name in kernel._constant_params else (name, kind))
+            key.append((name, kind, constant_key(value)) if name in kernel._constant_params else (name, kind))
         else:
             return None
     return tuple(key)
@@ -588,7 +720,23 @@ def graph_scope(name: str = "graph") -> Iterator[GraphScope]:
         yield GraphScope(scope)
 
 
-def _release_holds(holds: list[tuple[Storage, _Hold]]) -> None:
-    for storage, hold in holds:
-        storage.release(hold)
-    holds.clear()
+@contextlib.contextmanager
+def batch(name: str = "batch", *, wait: bool = True) -> Iterator[cuda_async.Batch]:
+    """Launches synced on this thread inside the block are enqueued in order on one
+    stream, as one job, and return at once; the block's end waits for all of them.
+
+    >>> with cutile.batch():
+    ...     for _ in range(1000):
+    ...         z, x, y = add(z, x, y).sync()   # no host wait per launch
+    >>> z.to_numpy()                            # every launch has completed
+
+    The stream orders the launches, so an output may feed the next launch at once.
+    Until the block ends the batch holds every tensor it used: the host may not
+    read what it writes (`OwnershipError`). With ``wait=False`` the end does not
+    wait; ``batch.future`` completes (and frees the tensors) when the work is done.
+    On the interpreter every launch runs at once, as always.
+    """
+    _backend.current()  # the backend's policy decides the batch's stream
+    with cuda_async.batch(name, wait=wait) as active:
+        yield active
+

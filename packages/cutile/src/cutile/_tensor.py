@@ -13,6 +13,7 @@ device memory for the GPU). Ownership is tracked at two levels:
 
 from __future__ import annotations
 
+import collections
 import math
 import threading
 from dataclasses import dataclass
@@ -48,18 +49,41 @@ def dtype_of(value: Any) -> dt.DType:
     return found
 
 
-@dataclass
+@dataclass(eq=False)  # released by identity: two equal holds are still two holds
 class _Hold:
     start: int  # absolute byte addresses on the device
     end: int
     writes: bool
-    holder: str  # e.g. "launch of add (parameter z)"
+    owner: str  # e.g. "launch of add"
+    param: str = ""  # e.g. "z"; the message is built only when an error needs it
+
+    @property
+    def holder(self) -> str:
+        return f"{self.owner} (parameter '{self.param}')" if self.param else self.owner
 
 
 # Holds of pending launches, per device, by absolute address: two storages over the
 # same memory (e.g. one array imported twice through DLPack) see each other's holds.
-_holds_lock = threading.Lock()
+_holds_lock = threading.RLock()  # hold_all checks while holding it
 _holds: dict[str, list[_Hold]] = {}
+# Holds of launches dropped without running, given back by the garbage collector: it
+# may run in the middle of any code, so they are queued here (no lock) and removed
+# by the next user of the holds, under the lock.
+_dropped: collections.deque[tuple[list[_Hold], list[str]]] = collections.deque()
+
+
+def release_dropped(holds: list[_Hold], device_of: list[str]) -> None:
+    """Gives back the holds of a launch being garbage-collected (safe from ``__del__``)."""
+    _dropped.append((holds, device_of))
+
+
+def _drain_dropped() -> None:
+    while _dropped:  # the caller holds _holds_lock
+        try:
+            holds, device_of = _dropped.popleft()
+        except IndexError:
+            return
+        _release_locked(holds, device_of)
 
 
 def overlaps_itself(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
@@ -120,6 +144,7 @@ class Storage:
         ``[start, end)`` of this storage in a conflicting way."""
         low, high = self.base_address + start, self.base_address + end
         with _holds_lock:
+            _drain_dropped()
             for hold in _holds.get(self.device, ()):
                 if hold.start < high and low < hold.end and (writes or hold.writes):
                     action = "writes" if hold.writes else "reads"
@@ -130,14 +155,57 @@ class Storage:
     def hold(self, start: int, end: int, writes: bool, holder: str) -> _Hold:
         entry = _Hold(self.base_address + start, self.base_address + end, writes, holder)
         with _holds_lock:
+            _drain_dropped()
             _holds.setdefault(self.device, []).append(entry)
         return entry
 
     def release(self, entry: _Hold) -> None:
         with _holds_lock:
+            _drain_dropped()
             held = _holds.get(self.device, [])
             if entry in held:
                 held.remove(entry)
+
+
+def hold_all(ranges: list[tuple[str, Storage, int, int, bool]], owner: str, kernel: str) -> list[_Hold]:
+    """Checks that no pending launch holds any of ``ranges`` (parameter, storage,
+    byte range, written) in a conflicting way, then holds them all for ``owner``."""
+    holds: list[_Hold] = []
+    with _holds_lock:
+        _drain_dropped()
+        for param, storage, start, end, writes in ranges:
+            if _holds.get(storage.device):
+                storage.check_available(start, end, writes, f"{kernel}: parameter '{param}'")
+        for param, storage, start, end, writes in ranges:
+            base = storage.base_address
+            entry = _Hold(base + start, base + end, writes, owner, param)
+            held = _holds.get(storage.device)
+            if held is None:
+                held = _holds[storage.device] = []
+            held.append(entry)
+            holds.append(entry)
+    return holds
+
+
+def release_all(holds: list[_Hold], device_of: list[str]) -> None:
+    """Gives back holds taken by `hold_all` (``device_of``: each hold's device)."""
+    with _holds_lock:
+        _drain_dropped()
+        _release_locked(holds, device_of)
+
+
+def _release_locked(holds: list[_Hold], device_of: list[str]) -> None:
+    for entry, device in zip(reversed(holds), reversed(device_of)):
+        held = _holds.get(device)
+        if held:
+            if held[-1] is entry:  # the usual case: the latest holds go first
+                held.pop()
+                continue
+            for index in range(len(held) - 1, -1, -1):
+                if held[index] is entry:
+                    del held[index]
+                    break
+    holds.clear()
 
 
 class StorageResource(Resource):
@@ -180,7 +248,7 @@ class Tensor:
     As an annotation, ``Tensor[f32, [-1, "K"]]`` describes a kernel parameter.
     """
 
-    __slots__ = ("_storage", "dtype", "shape", "strides", "offset", "_consumed_by")
+    __slots__ = ("_storage", "dtype", "shape", "strides", "offset", "_consumed_by", "_byte_range", "__weakref__")
 
     def __init__(self, storage: Storage, dtype: dt.DType, shape: tuple[int, ...],
                  strides: tuple[int, ...] | None = None, offset: int = 0) -> None:
@@ -190,6 +258,7 @@ class Tensor:
         self.strides = strides if strides is not None else _contiguous_strides(self.shape)
         self.offset = offset
         self._consumed_by: str | None = None
+        self._byte_range: tuple[int, int] | None = None  # a view never changes: computed once
 
     def __class_getitem__(cls, item: Any) -> TensorAnnotation:
         return make_tensor_annotation(item)
@@ -206,16 +275,21 @@ class Tensor:
 
     def byte_range(self) -> tuple[int, int]:
         """The smallest [start, end) byte range of the storage this view touches."""
-        itemsize = self.dtype.itemsize
-        if self.size == 0:
-            return self.offset * itemsize, self.offset * itemsize
-        low = high = self.offset
-        for extent, stride in zip(self.shape, self.strides):
-            if stride >= 0:
-                high += (extent - 1) * stride
+        found = self._byte_range
+        if found is None:
+            itemsize = self.dtype.itemsize
+            if self.size == 0:
+                found = (self.offset * itemsize, self.offset * itemsize)
             else:
-                low += (extent - 1) * stride
-        return low * itemsize, (high + 1) * itemsize
+                low = high = self.offset
+                for extent, stride in zip(self.shape, self.strides):
+                    if stride >= 0:
+                        high += (extent - 1) * stride
+                    else:
+                        low += (extent - 1) * stride
+                found = (low * itemsize, (high + 1) * itemsize)
+            self._byte_range = found
+        return found
 
     # -- properties -----------------------------------------------------------
     @property
@@ -397,7 +471,7 @@ class Tensor:
 class Partition:
     """A tensor split into equal tiles, each owned by one block of a launch."""
 
-    __slots__ = ("_tensor", "tile_shape", "_consumed_by")
+    __slots__ = ("_tensor", "tile_shape", "_consumed_by", "__weakref__")
 
     def __init__(self, tensor: Tensor, tile_shape: tuple[int, ...], *, _from_tensor: bool = False) -> None:
         if not _from_tensor:

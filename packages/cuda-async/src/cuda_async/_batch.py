@@ -1,0 +1,111 @@
+"""`batch`: many ops enqueued as one job, without a host wait after each.
+
+Inside ``with batch():`` every op run on the thread (``sync``, ``sync_on``,
+``schedule``, ``await``) is enqueued at once into one job and its result returned
+without waiting, like a `graph_scope` that runs instead of recording. Ops of
+one job on one stream are ordered by the stream, so a tensor written by one op
+may be passed straight to the next: that is what makes a host loop of small
+launches cheap. The job holds every resource its ops touch until the block ends,
+where the host waits for the work (or, with ``wait=False``, hands the job to a
+future). Outside the batch the usual rules hold: nothing else may write what the
+batch holds, or read what it writes, until then.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, TypeVar
+
+import cuda_core
+
+from cuda_async import _capture
+from cuda_async._errors import GraphCaptureError
+from cuda_async._policy import SchedulingPolicy, default_policy
+from cuda_async._resource import Job
+
+if TYPE_CHECKING:
+    from cuda_async._future import DeviceFuture
+    from cuda_async._op import DeviceOp, Run
+
+T = TypeVar("T")
+
+_tls = threading.local()
+
+
+class Batch:
+    """The job of an active `batch` block: ``ops`` counts the ops enqueued so far;
+    ``future`` (set at the end of a ``wait=False`` block) completes with the work."""
+
+    def __init__(self, name: str, run: Run, stream: cuda_core.Stream | None) -> None:
+        self.name = name
+        self.run = run
+        self.stream = stream
+        self.ops = 0
+        self.future: DeviceFuture[None] | None = None
+
+    def __repr__(self) -> str:
+        return f"<Batch {self.name!r}: {self.ops} op(s)>"
+
+    def enqueue(self, op: DeviceOp[T], stream: cuda_core.Stream | None = None) -> T:
+        """Enqueues ``op`` into the batch's job (on the batch's stream unless one is given)."""
+        self.ops += 1
+        return op._enqueue(self.run, self.stream if stream is None else stream)
+
+
+def current() -> Batch | None:
+    """The batch active on this thread, or None."""
+    active: Batch | None = getattr(_tls, "batch", None)
+    return active
+
+
+@contextmanager
+def batch(name: str = "batch", *, policy: SchedulingPolicy | None = None, wait: bool = True) -> Iterator[Batch]:
+    """Runs the ops started on this thread inside the block as one job, enqueued
+    in order and returned at once; the block's end waits for them.
+
+    >>> with cuda_async.batch():
+    ...     for _ in range(1000):
+    ...         z = step(z).sync()     # enqueued; no host wait per op
+    >>> # here every op has completed and the tensors are free again
+
+    Args:
+        name: shown in errors about the batch's holds.
+        policy: where the job's ops run (default: `default_policy`; the first
+            stream it gives is the batch's stream; `zip` may fork onto others).
+        wait: with False, the block's end does not wait: ``batch.future`` (a
+            `DeviceFuture`) completes, and gives the holds back, when the work is done.
+    """
+    from cuda_async._future import DeviceFuture, completion_events
+    from cuda_async._op import Run
+
+    if _capture.current() is not None:
+        raise GraphCaptureError(f"batch {name!r} cannot start inside a CUDA graph capture (a capture records, a batch runs)")
+    if current() is not None:
+        raise RuntimeError(f"batch {name!r}: the batch {current().name!r} is already active on this thread (batches do not nest)")  # type: ignore[union-attr]
+    chosen = policy if policy is not None else default_policy()
+    job = Job(name)
+    active = Batch(name, Run(job, chosen), chosen.next_stream())
+    _tls.batch = active
+    try:
+        yield active
+    except BaseException:
+        _tls.batch = None
+        _finish(job, wait=True)
+        raise
+    _tls.batch = None
+    if wait:
+        _finish(job, wait=True)
+    else:
+        active.future = DeviceFuture(job, None, completion_events(job))
+
+
+def _finish(job: Job, *, wait: bool) -> None:
+    try:
+        if wait:
+            for stream in job.streams:
+                stream.synchronize()
+    finally:
+        job.release(completed=True)
+

@@ -1,0 +1,123 @@
+"""`batch`: many ops as one job, enqueued without a host wait after each."""
+
+from __future__ import annotations
+
+import pytest
+from cuda_async_fakedriver import FakeDriver
+from cuda_async_testkit import HostTensor, add, scale
+from test_streams import kernel, kernels_by_stream
+
+import cuda_async as ca
+
+
+def test_ops_in_a_batch_run_at_once_and_hold_their_resources_until_the_end() -> None:
+    z, x, y = HostTensor("tensor z", [0, 0]), HostTensor("tensor x", [1, 2]), HostTensor("tensor y", [3, 4])
+    with ca.batch("loop") as active:
+        for _ in range(3):
+            add(z, z, y).sync()  # z written by one op is passed straight to the next
+        assert z.data == [9, 12]  # host mode: each op ran when synced
+        assert z.holders == [("launch of add", ca.Access.WRITE)]
+        with pytest.raises(ca.OwnershipError, match="tensor z is written by the pending op 'launch of add'"):
+            z.check_available(ca.Access.READ, by="to_numpy()")
+        assert active.ops == 3
+    assert not z.is_held and not x.is_held and not y.is_held
+
+
+def test_await_and_schedule_inside_a_batch_return_completed_results() -> None:
+    import asyncio
+
+    z, x, y = HostTensor("tensor z", [0, 0]), HostTensor("tensor x", [1, 2]), HostTensor("tensor y", [3, 4])
+
+    async def main() -> None:
+        with ca.batch():
+            await add(z, x, y)
+            future = scale(z, 2.0).schedule()
+            assert future.done()
+        assert z.data == [8, 12]
+
+    asyncio.run(main())
+
+
+def test_another_job_cannot_touch_what_a_batch_holds() -> None:
+    import threading
+
+    z, x, y = HostTensor("tensor z", [0, 0]), HostTensor("tensor x", [1, 2]), HostTensor("tensor y", [3, 4])
+    errors: list[BaseException] = []
+
+    def other_thread() -> None:  # not in the batch: its op is a job of its own
+        try:
+            scale(z, 2.0).sync()
+        except ca.OwnershipError as exc:
+            errors.append(exc)
+
+    with ca.batch("step"):
+        add(z, x, y).sync()
+        worker = threading.Thread(target=other_thread)
+        worker.start()
+        worker.join()
+    assert len(errors) == 1 and "tensor z is written by the pending op 'launch of add'" in str(errors[0])
+    scale(z, 2.0).sync()  # after the batch the tensors are free again
+    assert z.data == [8, 12]
+
+
+def test_an_error_inside_the_batch_releases_everything() -> None:
+    z, x, y = HostTensor("tensor z", [0, 0]), HostTensor("tensor x", [1, 2]), HostTensor("tensor y", [3, 4])
+    with pytest.raises(ZeroDivisionError):
+        with ca.batch():
+            add(z, x, y).sync()
+            _ = 1 / 0
+    assert not z.is_held
+    scale(z, 2.0).sync()
+
+
+def test_batches_do_not_nest_and_refuse_graph_captures() -> None:
+    with ca.batch("outer"):
+        with pytest.raises(RuntimeError, match="batch 'inner': the batch 'outer' is already active"):
+            with ca.batch("inner"):
+                pass
+        with pytest.raises(ca.GraphCaptureError, match="inside the batch 'outer'"):
+            with ca.graph_scope("g"):
+                pass
+    with ca.graph_scope("g"):
+        with pytest.raises(ca.GraphCaptureError, match="cannot start inside a CUDA graph capture"):
+            with ca.batch("b"):
+                pass
+
+
+def test_a_device_batch_uses_one_stream_and_waits_once_at_the_end(fake_driver: FakeDriver) -> None:
+    pool = ca.RoundRobin(4)
+    x = ca.Resource("x")
+    with ca.batch("loop", policy=pool):
+        for index in range(5):
+            kernel(fake_driver, f"k{index}", reads=[x], writes=[x]).sync()
+        assert fake_driver.calls["cuStreamSynchronize"] == 0  # nothing waited for yet
+        assert x.is_held
+    streams = kernels_by_stream(fake_driver)
+    assert len(set(streams.values())) == 1
+    assert fake_driver.calls["cuEventRecord"] == 0 and fake_driver.calls["cuStreamWaitEvent"] == 0
+    assert fake_driver.calls["cuStreamSynchronize"] == 1 and fake_driver.log[-1][0] == "synchronize"
+    assert not x.is_held
+
+
+def test_a_batch_that_does_not_wait_hands_its_job_to_a_future(fake_driver: FakeDriver) -> None:
+    x = ca.Resource("x")
+    fake_driver.hold_events = True
+    with ca.batch("background", policy=ca.RoundRobin(2), wait=False) as active:
+        kernel(fake_driver, "k", writes=[x]).sync()
+    assert active.future is not None and x.is_held
+    assert fake_driver.calls["cuStreamSynchronize"] == 0
+    fake_driver.finish_events()
+    active.future.result()
+    assert not x.is_held
+
+
+def test_ops_on_another_stream_inside_a_batch_wait_for_the_batch_s_writes(fake_driver: FakeDriver) -> None:
+    pool = ca.RoundRobin(2)
+    x = ca.Resource("x")
+    with ca.batch("fork", policy=pool):
+        kernel(fake_driver, "write x", writes=[x]).sync()
+        ca.zip(kernel(fake_driver, "a", reads=[x]), kernel(fake_driver, "b", reads=[x])).sync()
+    streams = kernels_by_stream(fake_driver)
+    assert streams["a"] == streams["write x"] and streams["b"] != streams["write x"]
+    # "b" runs on the other stream after waiting for the write
+    assert ("wait", streams["b"], streams["write x"]) in fake_driver.log

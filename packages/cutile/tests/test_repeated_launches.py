@@ -1,0 +1,101 @@
+"""Loops of launches: a call that passes the same objects again reuses what they
+imply (its binding) but is still checked for what may have changed; `cutile.batch`
+enqueues many launches with one wait at the end. Run on both backends."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import numpy as np
+import pytest
+
+import cutile
+from cutile import api
+from cutile.core import Constant, Mut, Tensor, f32, load_tile_like
+
+BOTH_BACKENDS = True
+
+
+@cutile.entry
+def accumulate(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], a: f32):
+    z.store(load_tile_like(z, z) + a * load_tile_like(x, z))
+
+
+@cutile.entry
+def scaled(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], S: Constant[float]):
+    z.store(S * load_tile_like(x, z))
+
+
+def test_a_loop_of_launches_over_the_same_objects_is_right_every_time() -> None:
+    n = 1000  # a tail: 1000 = 7 * 128 + 104
+    xs = np.random.default_rng(0).standard_normal(n).astype(np.float32)
+    x = api.from_numpy(xs)
+    z = api.zeros([n]).partition([128])
+    expected = np.zeros(n, np.float64)
+    for step in range(6):
+        a = 0.5 * step - 1.0  # a run-time scalar that changes every call
+        z, x = accumulate(z, x, a).sync()
+        expected += a * xs.astype(np.float64)
+    np.testing.assert_allclose(z.to_numpy(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_constant_that_changes_selects_new_code() -> None:
+    x = api.from_numpy(np.arange(256, dtype=np.float32))
+    z = api.zeros([256]).partition([128])
+    z, x = scaled(z, x, 2.0).sync()
+    np.testing.assert_array_equal(z.to_numpy(), 2 * np.arange(256, dtype=np.float32))
+    z, x = scaled(z, x, 3.0).sync()
+    np.testing.assert_array_equal(z.to_numpy(), 3 * np.arange(256, dtype=np.float32))
+    z, x = scaled(z, x, -0.0).sync()
+    assert np.all(np.signbit(z.to_numpy()[1:]))  # -0.0 * positive: not the code of 0.0
+    z, x = scaled(z, x, 0.0).sync()
+    assert not np.any(np.signbit(z.to_numpy()))
+
+
+def test_reused_objects_are_still_checked_for_ownership() -> None:
+    x = api.ones([256])
+    z = api.zeros([256]).partition([128])
+    z, x = accumulate(z, x, 1.0).sync()
+    pending = accumulate(z, x, 1.0)  # the same objects: holds are still taken
+    with pytest.raises(cutile.OwnershipError, match="held by the pending launch of accumulate"):
+        accumulate(z, x, 1.0)
+    z, x = pending.sync()
+    whole = z.unpartition()
+    with pytest.raises(cutile.OwnershipError, match=r"parameter 'z'.*consumed by unpartition\(\)"):
+        accumulate(z, x, 1.0)
+    np.testing.assert_array_equal(whole.to_numpy(), np.full(256, 2, np.float32))
+
+
+def test_a_binding_does_not_keep_tensors_alive() -> None:
+    x = api.ones([256])
+    z = api.zeros([256]).partition([128])
+    z, x = accumulate(z, x, 1.0).sync()
+    alive = weakref.ref(x)
+    del x
+    gc.collect()
+    assert alive() is None
+
+
+def test_a_batch_runs_a_loop_of_launches_and_holds_its_tensors_until_the_end() -> None:
+    n = 300
+    x = api.from_numpy(np.full(n, 2, np.float32))
+    z = api.zeros([n]).partition([128])
+    with cutile.batch() as active:
+        for _ in range(10):
+            z, x = accumulate(z, x, 0.5).sync()
+        with pytest.raises(cutile.OwnershipError, match="written by the pending op 'launch of accumulate'"):
+            z.to_numpy()
+        assert active.ops == 10
+    np.testing.assert_array_equal(z.to_numpy(), np.full(n, 10, np.float32))
+
+
+def test_a_batch_that_does_not_wait_completes_through_its_future() -> None:
+    x = api.ones([256])
+    z = api.zeros([256]).partition([128])
+    with cutile.batch(wait=False) as active:
+        z, x = accumulate(z, x, 1.0).sync()
+        z, x = accumulate(z, x, 1.0).sync()
+    assert active.future is not None
+    active.future.result()
+    np.testing.assert_array_equal(z.to_numpy(), np.full(256, 2, np.float32))
