@@ -33,9 +33,6 @@ def test_views_match_numpy() -> None:
 
 def test_kernel_reads_a_strided_view_and_writes_a_sub_block() -> None:
     values = np.random.default_rng(3).standard_normal((64, 96)).astype(np.float32)
-    strided = api.from_numpy(values)[8:40, ::2]         # 32 x 48, outer stride 96, inner stride 2
-    with pytest.raises(cutile.LaunchError, match="innermost stride of 2"):
-        scale2d(api.zeros([32, 48]).partition([16, 16]), strided).sync()
     source = api.from_numpy(values)[8:40, 16:64]        # 32 x 48, outer stride 96: accepted as it is
     target = api.full([64, 64], -1.0)
     window = target[16:48, 8:56]                        # 32 x 48 view inside a bigger tensor
@@ -45,6 +42,36 @@ def test_kernel_reads_a_strided_view_and_writes_a_sub_block() -> None:
     expected = np.full((64, 64), -1.0, np.float32)
     expected[16:48, 8:56] = values[8:40, 16:64] * 2
     np.testing.assert_array_equal(result, expected)
+
+
+@pytest.mark.parametrize("view", ["step 2", "transposed", "reversed", "column"])
+def test_kernels_take_views_whose_innermost_stride_is_not_one(view: str) -> None:
+    values = np.random.default_rng(4).standard_normal((40, 96)).astype(np.float32)
+    whole = api.from_numpy(values)
+    source, expected = {
+        "step 2": (whole[3:35, ::2], values[3:35, ::2]),               # 32 x 48, inner stride 2
+        "transposed": (whole[:, 8:56].T, values[:, 8:56].T),           # 48 x 40, inner stride 96
+        "reversed": (whole[::-1, ::-3], values[::-1, ::-3]),           # 40 x 32, negative strides
+        "column": (whole[:, 5:6], values[:, 5:6]),                     # a last dim of one element
+    }[view]
+    z, _ = scale2d(api.full(list(expected.shape), np.nan).partition([16, 16]), source).sync()
+    np.testing.assert_array_equal(z.to_numpy(), expected * 2)
+    # A Mut output that is itself a transposed view (z.T written through its strides)
+    target = api.full([expected.shape[1], expected.shape[0]], np.nan)
+    out, _ = scale2d(target.T.partition([16, 16]), source).sync()
+    np.testing.assert_array_equal(out.to_numpy(), expected * 2)
+
+
+@pytest.mark.interpreter_only
+def test_the_entry_takes_the_innermost_stride_only_when_it_is_not_one() -> None:
+    values = api.from_numpy(np.zeros((64, 96), np.float32))
+    z = api.meta([32, 48]).partition([16, 16])
+    unit = cutile.compile(scale2d, z, values[8:40, 16:64])  # tileiras compiles both
+    strided = cutile.compile(scale2d, api.meta([32, 48]).partition([16, 16]), values[8:40, ::2])
+    strides = lambda compiled: [(a.param, a.axis) for a in compiled.abi if a.kind == "stride"]  # noqa: E731
+    assert strides(unit) == [("z", 0), ("x", 0)]
+    assert strides(strided) == [("z", 0), ("x", 0), ("x", 1)]
+    assert unit.cubin and strided.cubin
 
 
 @pytest.mark.interpreter_only

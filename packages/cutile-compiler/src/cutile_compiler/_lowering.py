@@ -59,7 +59,8 @@ def kernel_abi(kernel: KernelIR) -> tuple[AbiArg, ...]:
     """The entry's parameters in order; the launcher packs arguments this way.
 
     Per tensor: the pointer, its dims not fixed at compile time, then its strides
-    except a unit innermost stride; per scalar parameter: its value.
+    except the innermost when the specialization says it is 1; per scalar
+    parameter: its value.
     """
     args: list[AbiArg] = []
     for param in kernel.params:
@@ -67,7 +68,8 @@ def kernel_abi(kernel: KernelIR) -> tuple[AbiArg, ...]:
         if isinstance(vtype, TensorType):
             args.append(AbiArg(param.name, "pointer", dtype=vtype.dtype))
             args.extend(AbiArg(param.name, "dim", axis) for axis, d in enumerate(vtype.shape) if d is None)
-            args.extend(AbiArg(param.name, "stride", axis) for axis in range(vtype.rank - 1))
+            passed = vtype.rank if param.spec is not None and not param.spec.unit_inner_stride else vtype.rank - 1
+            args.extend(AbiArg(param.name, "stride", axis) for axis in range(passed))
         else:
             assert isinstance(vtype, TileType)
             args.append(AbiArg(param.name, "scalar", dtype=vtype.dtype))
@@ -84,7 +86,7 @@ class TensorInfo:
     dims: list[ir.Value | int]
     mutable: bool
     pointer: ir.Value | None = None
-    strides: list[ir.Value | int] | None = None  # in elements; the innermost is 1
+    strides: list[ir.Value | int] | None = None  # in elements, every axis
 
 
 @dataclass
@@ -170,20 +172,22 @@ class Lowering:
                 it = iter(dynamic_dims)
                 for d in vtype.shape:
                     dims.append(next(it) if d is None else d)
+                if len(strides) < vtype.rank:
+                    strides.append(1)  # the innermost, known to be 1: not passed
                 if spec is not None and spec.contiguous and all(d is not None for d in vtype.shape):
                     # A dense tensor of static shape has static strides: the view says so.
                     static = [1] * vtype.rank
                     for axis in range(vtype.rank - 2, -1, -1):
                         static[axis] = static[axis + 1] * int(vtype.shape[axis + 1] or 1)
-                    strides = list(static[:-1])
+                    strides = list(static)
                 view_type = ir.TensorViewType(
                     element_type(vtype.dtype),
                     tuple(vtype.shape),
-                    tuple([s if isinstance(s, int) else None for s in strides] + [1]),
+                    tuple(s if isinstance(s, int) else None for s in strides),
                 )
                 dynamic_strides = [s for s in strides if not isinstance(s, int)]
                 view = b.make_tensor_view(pointer, dynamic_dims, dynamic_strides, result_types=[view_type])
-                info = TensorInfo(param.value, view, view_type, dims, vtype.mutable, pointer, [*strides, 1])
+                info = TensorInfo(param.value, view, view_type, dims, vtype.mutable, pointer, strides)
                 self.tensors[param.value] = info
                 self.values[param.value] = info
                 if vtype.mutable:

@@ -201,9 +201,9 @@ class TensorSpec:
     - ``stride_divisibility``: per dimension, ``divisibility(strides[i])``,
       strides in elements (empty: unknown);
     - ``contiguous``: the tensor is dense row-major (strides are the suffix
-      products of the shape).
-
-    The kernel ABI passes every stride but the innermost, which must be 1.
+      products of the shape);
+    - ``unit_inner_stride``: the innermost stride is 1 (or the last dim has one
+      element). The kernel ABI passes every stride but such an innermost one.
     """
 
     dtype: DType
@@ -213,6 +213,7 @@ class TensorSpec:
     shape_divisibility: tuple[int, ...] = ()
     stride_divisibility: tuple[int, ...] = ()
     contiguous: bool = False
+    unit_inner_stride: bool = True
 
     def __post_init__(self) -> None:
         facts = [self.base_divisibility, *self.shape_divisibility, *self.stride_divisibility]
@@ -233,8 +234,10 @@ class TensorSpec:
         address (in bytes), with every fact filled: what the runtime should call."""
         shape = tuple(shape)
         dense = all(strides[i] == _suffix_product(shape, i + 1) for i in range(len(shape)) if shape[i] != 1)
+        unit_inner = not shape or shape[-1] <= 1 or strides[-1] == 1
         return TensorSpec(dtype, shape, tile_shape, divisibility(address),
-                          tuple(divisibility(d) for d in shape), tuple(divisibility(s) for s in strides), dense)
+                          tuple(divisibility(d) for d in shape), tuple(divisibility(s) for s in strides), dense,
+                          unit_inner)
 
     def dim_divisibility(self, axis: int) -> int:
         return self.shape_divisibility[axis] if self.shape_divisibility else 1

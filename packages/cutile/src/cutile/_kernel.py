@@ -555,11 +555,6 @@ def describe_call(kernel: Kernel, arguments: dict[str, Any],
         if isinstance(p.annotation, TensorAnnotation):
             if isinstance(value, (Partition, Tensor)):
                 tensor = value._tensor if isinstance(value, Partition) else value
-                if tensor.ndim and tensor.shape[-1] > 1 and tensor.strides[-1] != 1:
-                    # The entry ABI fixes the innermost stride at 1 (both backends agree).
-                    raise LaunchError(
-                        f"{name}: parameter '{p.name}' has an innermost stride of {tensor.strides[-1]}; kernels "
-                        "take tensors whose last dimension is contiguous (copy it first: api.copy)")
                 if isinstance(value, Partition):
                     described[p.name] = tensor.spec(value.tile_shape)
                     partitions.append((p.name, value.grid))
