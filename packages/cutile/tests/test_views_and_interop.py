@@ -119,3 +119,21 @@ def test_cupy_exchange() -> None:
     z, _ = scale2d(z, api.from_dlpack(x)).sync()
     back = cupy.from_dlpack(z.unpartition())
     assert bool((back == x * 2).all())
+
+
+def test_jax_arrays_in_and_out(backend: str) -> None:
+    """JAX arrays are immutable: they come in as read-only inputs (a Mut use is
+    refused), and results go back to JAX through DLPack without a copy."""
+    jax = pytest.importorskip("jax", reason="JAX is not installed (not a dependency of cutile)")
+    import jax.numpy as jnp
+
+    if backend == "gpu" and not any(d.platform == "gpu" for d in jax.devices()):
+        pytest.skip("this JAX has no GPU backend")
+    device = jax.devices("gpu" if backend == "gpu" else "cpu")[0]
+    values = np.random.default_rng(7).standard_normal((64, 96)).astype(np.float32)
+    x = api.from_dlpack(jax.device_put(jnp.asarray(values), device))
+    z, _ = scale2d(api.zeros([64, 96]).partition([32, 32]), x).sync()
+    back = jnp.from_dlpack(z.unpartition())
+    np.testing.assert_array_equal(np.asarray(back), values * 2)
+    with pytest.raises(cutile.LaunchError, match="parameter 'z' is Mut.*read-only"):
+        scale2d(api.from_dlpack(jax.device_put(jnp.zeros((64, 96), jnp.float32), device)).partition([32, 32]), x)
