@@ -16,7 +16,6 @@ from __future__ import annotations
 import collections
 import math
 import threading
-from dataclasses import dataclass
 from typing import Any
 
 import ml_dtypes  # noqa: F401  (registers bfloat16 and float8 with numpy)
@@ -49,17 +48,14 @@ def dtype_of(value: Any) -> dt.DType:
     return found
 
 
-@dataclass(eq=False)  # released by identity: two equal holds are still two holds
-class _Hold:
-    start: int  # absolute byte addresses on the device
-    end: int
-    writes: bool
-    owner: str  # e.g. "launch of add"
-    param: str = ""  # e.g. "z"; the message is built only when an error needs it
+# One hold of a pending launch: (start, end) absolute byte addresses, whether it
+# writes, the launch ("launch of add") and the parameter. A plain tuple, cheap to
+# make; released by identity.
+_Hold = tuple[int, int, bool, str, str]
 
-    @property
-    def holder(self) -> str:
-        return f"{self.owner} (parameter '{self.param}')" if self.param else self.owner
+
+def _holder(hold: _Hold) -> str:
+    return f"{hold[3]} (parameter '{hold[4]}')" if hold[4] else hold[3]
 
 
 # Holds of pending launches, per device, by absolute address: two storages over the
@@ -146,25 +142,11 @@ class Storage:
         with _holds_lock:
             _drain_dropped()
             for hold in _holds.get(self.device, ()):
-                if hold.start < high and low < hold.end and (writes or hold.writes):
-                    action = "writes" if hold.writes else "reads"
+                if hold[0] < high and low < hold[1] and (writes or hold[2]):
+                    action = "writes" if hold[2] else "reads"
                     raise OwnershipError(
-                        f"{user}: the tensor is held by the pending {hold.holder}, which {action} it; "
+                        f"{user}: the tensor is held by the pending {_holder(hold)}, which {action} it; "
                         "run that operation (.sync()) first")
-
-    def hold(self, start: int, end: int, writes: bool, holder: str) -> _Hold:
-        entry = _Hold(self.base_address + start, self.base_address + end, writes, holder)
-        with _holds_lock:
-            _drain_dropped()
-            _holds.setdefault(self.device, []).append(entry)
-        return entry
-
-    def release(self, entry: _Hold) -> None:
-        with _holds_lock:
-            _drain_dropped()
-            held = _holds.get(self.device, [])
-            if entry in held:
-                held.remove(entry)
 
 
 def hold_all(ranges: list[tuple[str, Storage, int, int, bool]], owner: str, kernel: str) -> list[_Hold]:
@@ -178,7 +160,7 @@ def hold_all(ranges: list[tuple[str, Storage, int, int, bool]], owner: str, kern
                 storage.check_available(start, end, writes, f"{kernel}: parameter '{param}'")
         for param, storage, start, end, writes in ranges:
             base = storage.base_address
-            entry = _Hold(base + start, base + end, writes, owner, param)
+            entry = (base + start, base + end, writes, owner, param)
             held = _holds.get(storage.device)
             if held is None:
                 held = _holds[storage.device] = []
