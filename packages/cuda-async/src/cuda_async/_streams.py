@@ -40,8 +40,17 @@ class StreamState:
 _states: weakref.WeakKeyDictionary[cuda_core.Stream, StreamState] = weakref.WeakKeyDictionary()
 
 
+# The last stream looked up, weakly, with its state: a loop of ops on one stream
+# skips the weak dictionary.
+_last: tuple[weakref.ref[cuda_core.Stream], StreamState] | None = None
+
+
 def state(stream: cuda_core.Stream) -> StreamState:
     """The bookkeeping of ``stream`` (created on first use)."""
+    global _last
+    last = _last
+    if last is not None and last[0]() is stream:
+        return last[1]
     found = _states.get(stream)
     if found is None:
         with _lock:
@@ -49,6 +58,7 @@ def state(stream: cuda_core.Stream) -> StreamState:
             if found is None:
                 found = StreamState()
                 _states[stream] = found
+    _last = (weakref.ref(stream), found)
     return found
 
 

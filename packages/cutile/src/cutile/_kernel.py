@@ -13,6 +13,7 @@ import dataclasses
 import contextlib
 import functools
 import inspect
+import operator
 import weakref
 from collections.abc import Callable, Generator, Iterator, Mapping
 from typing import Any, TypeVar, overload
@@ -60,6 +61,7 @@ class Kernel:
         except HintError as exc:
             raise SignatureError(str(exc)) from None
         self.name = function.__name__
+        self._launch_description = f"launch of {self.name}"
         self.signature: KernelSignature = parse_signature(function)
         self._python_signature = inspect.signature(function)
         self._param_names = tuple(self._python_signature.parameters)
@@ -197,7 +199,7 @@ class Launch:
 
     @property
     def description(self) -> str:
-        return f"launch of {self.kernel.name}"
+        return self.kernel._launch_description
 
     def _checked_ranges(self) -> list[tuple[str, Storage, int, int, bool]]:
         """The tensor arguments' byte ranges, checked for kinds and for memory passed
@@ -342,7 +344,7 @@ class Launch:
                 _gpu.enqueue_bound(self.kernel, binding, arguments, target)
                 if stream is None:
                     target.synchronize()
-                return arguments[tensor_names[0]] if len(tensor_names) == 1 else tuple(arguments[n] for n in tensor_names)
+                return binding.results(arguments)
             values = {n: (v._tensor if type(v) is Partition else v) for n, v in arguments.items()}
             if _backend.current() == "interpreter":
                 from cutile._interpreter import Interpreter
@@ -353,9 +355,7 @@ class Launch:
                 _gpu.enqueue(self.kernel, plan, values, self._options, target)
                 if stream is None:
                     target.synchronize()
-        if len(tensor_names) == 1:
-            return arguments[tensor_names[0]]
-        return tuple(arguments[n] for n in tensor_names)
+        return binding.results(arguments)
 
     def sync(self) -> Any:
         """Runs the launch to completion and returns its tensor arguments.
@@ -433,7 +433,7 @@ class Binding:
     """
 
     __slots__ = ("checks", "tensor_names", "ranges", "devices", "accesses", "plan", "loaded", "packed",
-                 "scalar_slots")
+                 "scalar_slots", "results")
 
     _TENSOR, _CONSTANT, _SCALAR = range(3)
 
@@ -451,6 +451,9 @@ class Binding:
                 checks.append((Binding._SCALAR, type(value)))
         self.checks = tuple(checks)
         self.tensor_names = tensor_names
+        # What a run returns: the tensor arguments, one as itself, several as a tuple.
+        self.results: Callable[[dict[str, Any]], Any] = (
+            operator.itemgetter(*tensor_names) if tensor_names else (lambda arguments: ()))
         self.ranges = ranges
         self.devices = [r[1].device for r in ranges]
         writes = [storage.resource for _, storage, _, _, mutable in ranges if mutable]
