@@ -247,6 +247,7 @@ class Launch:
                 if live and value._consumed_by is not None:
                     value._live(f"{name}: parameter '{param}'")
                 tensor = value
+            _check_strides(name, param, tensor)
             start, end = tensor.byte_range()
             ranges.append((param, tensor._storage, start, end, mutable))
         self._tensor_names = [r[0] for r in ranges]
@@ -479,6 +480,16 @@ class Binding:
         return True
 
 
+def _check_strides(kernel: str, param: str, tensor: Tensor) -> None:
+    # Tile IR's tensor views address memory upward from their base: a reversed view
+    # would read outside it. Both backends refuse alike.
+    for extent, stride in zip(tensor.shape, tensor.strides):
+        if stride < 0 and extent > 1:
+            raise LaunchError(
+                f"{kernel}: parameter '{param}' has a negative stride {list(tensor.strides)}; kernels take views "
+                "whose strides are not negative (pass a copy: api.copy)")
+
+
 def _wrong_mut_argument(kernel: Kernel, param: str, value: Any) -> None:
     name = kernel.name
     if value is _MISSING:
@@ -558,6 +569,7 @@ def describe_call(kernel: Kernel, arguments: dict[str, Any],
         if isinstance(p.annotation, TensorAnnotation):
             if isinstance(value, (Partition, Tensor)):
                 tensor = value._tensor if isinstance(value, Partition) else value
+                _check_strides(name, p.name, tensor)
                 if isinstance(value, Partition):
                     described[p.name] = tensor.spec(value.tile_shape)
                     partitions.append((p.name, value.grid))
