@@ -8,6 +8,7 @@ the consumer releases them.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import threading
 from typing import Any
@@ -170,7 +171,10 @@ def from_dlpack(obj: Any) -> Tensor:
             capsule = obj.__dlpack__(stream=stream)
         except TypeError:
             capsule = obj.__dlpack__()
-        return _from_capsule(capsule, obj)
+        tensor = _from_capsule(capsule, obj)
+        if _immutable_producer(obj):
+            tensor._storage.readonly = True
+        return tensor
     interface = getattr(obj, "__cuda_array_interface__", None)
     if isinstance(interface, dict):
         return _from_cuda_array_interface(obj, interface)
@@ -178,6 +182,12 @@ def from_dlpack(obj: Any) -> Tensor:
         return _host_tensor(obj, _dtype_of_numpy(obj.dtype))
     raise InteropError(
         f"from_dlpack: {type(obj).__name__} supports neither __dlpack__ nor __cuda_array_interface__")
+
+
+def _immutable_producer(obj: Any) -> bool:
+    """Arrays whose library promises they never change (JAX's), though their
+    DLPack export may not say so: kernels may read them, never write them."""
+    return type(obj).__module__.split(".", 1)[0] in ("jax", "jaxlib")
 
 
 def _dtype_of_numpy(dtype: np.dtype[Any]) -> dt.DType:
@@ -273,6 +283,22 @@ def _release_export_impl(managed: Any) -> None:
 
 
 _release_export = _Deleter(_release_export_impl)
+
+
+# A C function with no effect, callable at any time (even after Python has shut
+# down): Py_IsInitialized takes no arguments, and C ignores the extra one.
+_NATIVE_NO_OP = ctypes.cast(ctypes.pythonapi.Py_IsInitialized, _Deleter)
+
+
+@atexit.register
+def _detach_exports() -> None:
+    # A consumer may free what it imported only after the interpreter is gone (JAX
+    # frees its arrays then, and calls the deleter without checking it for NULL):
+    # our deleter is Python code and must not run at that point. The process is
+    # ending, so the memory needs no release: point the deleters at a native no-op.
+    with _exports_lock:
+        for managed, *_ in _exports.values():
+            managed.deleter = _NATIVE_NO_OP
 
 
 _CapsuleDestructor = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
