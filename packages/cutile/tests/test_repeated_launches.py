@@ -67,14 +67,14 @@ def test_reused_objects_are_still_checked_for_ownership() -> None:
     np.testing.assert_array_equal(whole.to_numpy(), np.full(256, 2, np.float32))
 
 
-def test_a_binding_does_not_keep_tensors_alive() -> None:
+def test_a_binding_does_not_keep_tensors_or_their_memory_alive() -> None:
     x = api.ones([256])
     z = api.zeros([256]).partition([128])
     z, x = accumulate(z, x, 1.0).sync()
-    alive = weakref.ref(x)
+    alive, memory = weakref.ref(x), weakref.ref(x._storage)
     del x
     gc.collect()
-    assert alive() is None
+    assert alive() is None and memory() is None
 
 
 def test_a_batch_runs_a_loop_of_launches_and_holds_its_tensors_until_the_end() -> None:

@@ -236,6 +236,8 @@ class Job:
             if self.released:
                 return
             self.released = True
+            if completed and self.streams:
+                _streams.forget(self.streams, self.held)
             for resource in self.held:
                 resource._holders.pop(self, None)
                 if completed:

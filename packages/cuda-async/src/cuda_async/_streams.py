@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable
+from typing import Any
 from dataclasses import dataclass, field
 
 import cuda_core
@@ -72,6 +73,18 @@ def advance(stream: cuda_core.Stream, interest: dict[object, int] | None = None)
         st.epoch += 1
         st.interest = interest if interest else {}
         return st.epoch
+
+
+def forget(streams: dict[cuda_core.Stream, None], resources: dict[Any, None]) -> None:
+    """Drops ``resources`` from the streams' pending interest once the work that
+    used them is known complete: nothing will wait for them, and the bookkeeping
+    must not keep their memory alive."""
+    with _lock:
+        for stream in streams:
+            st = state(stream)
+            interest = st.interest
+            if interest and any(r in interest for r in resources):
+                st.interest = {r: a for r, a in interest.items() if r not in resources}  # shared dicts stay intact
 
 
 def current_epoch(stream: cuda_core.Stream) -> int:

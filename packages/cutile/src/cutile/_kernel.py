@@ -109,6 +109,15 @@ class Kernel:
                 arguments[name] = _scalar_value(self.name, name, dtype, arguments[name])
         return Launch(self, arguments)
 
+    def clear_cache(self) -> None:
+        """Forgets this kernel's compiled and loaded code and its call plans in this
+        process (the disk cache stays); the next launch compiles or loads again."""
+        self._ir = LRUCache(_CACHE_SIZE)
+        self._compiled = LRUCache(_CACHE_SIZE)
+        self._loaded = LRUCache(_CACHE_SIZE)
+        self._calls = LRUCache(4 * _CACHE_SIZE)
+        self._binding = None
+
     def kernel_ir(self, spec: Specialization) -> KernelIR:
         """The typed IR for one specialization (built once, then cached)."""
         ir = self._ir.get(spec)
@@ -335,9 +344,9 @@ class Launch:
         plan = self.plan()
         grid = plan.grid
         arguments = self.arguments
-        tensor_names = self._tensor_names
         self._done = True
         self._release()  # the running op's own holds (cuda_async) take over from here
+        self._op = None  # the op refers back to this launch: leave no cycle behind
         binding = self._binding
         if 0 not in grid:
             if plan is binding.plan and self._options is DEFAULT_OPTIONS and _backend.current() == "gpu":
@@ -445,7 +454,7 @@ class Binding:
         for name in kernel._param_names:
             value = arguments.get(name, _MISSING)
             if name in tensors:
-                checks.append((Binding._TENSOR, weakref.ref(value)))
+                checks.append((Binding._TENSOR, weakref.ref(value, self._forget)))
             elif name in kernel._constant_params:
                 checks.append((Binding._CONSTANT, type(value), value))
             else:  # a run-time scalar: its type may select the code, its value never
@@ -464,6 +473,14 @@ class Binding:
         self.loaded: Any = None  # the GPU launcher, with ``packed`` its parameters
         self.packed: list[Any] = []
         self.scalar_slots: list[tuple[int, str, DType]] = []  # refilled on every call
+
+    def _forget(self, _dead: Any) -> None:
+        # One of the objects is gone, so the binding can never match again: drop what
+        # refers to memory (storages, resources) so that the memory can be freed.
+        self.ranges = []
+        self.accesses = cuda_async.AccessSet()
+        self.loaded = None
+        self.packed = []
 
     def matches(self, args: tuple[Any, ...]) -> bool:
         """Whether ``args`` are this binding's tensor objects and constants (floats
@@ -684,6 +701,7 @@ class Graph:
 
     def __init__(self, graph: cuda_async.CudaGraph[Any]) -> None:
         self._graph = graph
+        self._sources: list[Any] = []
 
     @property
     def result(self) -> Any:
@@ -702,6 +720,8 @@ class Graph:
         (None keeps one), or ``replace={old_tensor: new_tensor}``."""
         self._graph.update(*(None if t is None else _resource_of(t) for t in new_inputs),  # type: ignore[arg-type]
                            replace={_resource_of(a): _resource_of(b) for a, b in (replace or {}).items()})
+        # The next replay copies from these tensors: keep them (and their memory) alive.
+        self._sources = [t for t in new_inputs if t is not None] + list((replace or {}).values())
 
     def close(self) -> None:
         self._graph.close()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import collections
 import math
 import threading
+import weakref
 from typing import Any
 
 import ml_dtypes  # noqa: F401  (registers bfloat16 and float8 with numpy)
@@ -192,14 +193,25 @@ def _release_locked(holds: list[_Hold], device_of: list[str]) -> None:
 
 class StorageResource(Resource):
     """A storage as a `cuda_async.Resource`: ops that read or write tensors hold it,
-    and a CUDA graph's inputs are replaced by copying storages of the same layout."""
+    and a CUDA graph's inputs are replaced by copying storages of the same layout.
 
-    __slots__ = ("storage",)
+    It refers to its storage weakly (the storage owns it): a strong reference both
+    ways would be a cycle, and the memory of every tensor ever launched would wait
+    for the garbage collector. Device memory stays alive through ``memory``."""
+
+    __slots__ = ("_storage",)
 
     def __init__(self, storage: Storage) -> None:
         super().__init__(f"tensor memory on {storage.device}", memory=storage.device_memory(),
                          layout=(storage.nbytes, storage.device))
-        self.storage = storage
+        self._storage = weakref.ref(storage)
+
+    @property
+    def storage(self) -> Storage:
+        storage = self._storage()
+        if storage is None:
+            raise RuntimeError(f"{self.name}: the tensor memory is gone")
+        return storage
 
     def copy_from(self, source: Resource, stream: Any) -> None:
         if not isinstance(source, StorageResource):
