@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""The host-side cost of a cutile launch on the GPU backend, without a GPU.
+
+Runs the GPU backend against cuda_core.testing.FakeDriver with its launch,
+synchronization and event calls made free, so that what is timed is cutile's own
+Python: argument checks, ownership, the specialization, packing, cuda_async's
+bookkeeping. Prints µs per launch of a 1024-element add for:
+  - add(z, x, y).sync() in a loop
+  - the same loop inside cutile.batch()
+  - a chain of launches (op.then(...)) synced once
+Needs tileiras (it compiles the kernel for sm_90), not a GPU. The real launch adds
+the driver's own cost (about 4 µs through cuda-bindings on the H200's host; see
+bench_launch.py) and, for .sync(), the wait for the kernel.
+
+Usage: uv run --frozen python scripts/bench_host_launch.py [--launches 20000] [--profile MODE]
+"""
+
+import argparse
+import cProfile
+import os
+import pstats
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+os.environ.setdefault("CUTILE_BACKEND", "gpu")
+
+import cuda_async  # noqa: E402
+import cutile  # noqa: E402
+from cuda_core.testing import SUCCESS, FakeDriver, use_fake_driver  # noqa: E402
+from cutile import api  # noqa: E402
+from cutile.core import Mut, Tensor, f32, load_tile_like  # noqa: E402
+
+
+# (annotations evaluated at definition: this file has no `from __future__ import annotations`)
+@cutile.entry
+def add(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], y: Tensor[f32, [-1]]):  # type: ignore[no-untyped-def]
+    z.store(load_tile_like(x, z) + load_tile_like(y, z))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--launches", type=int, default=20000)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--profile", choices=["sync", "batch", "chain"], help="print a cProfile of one mode")
+    args = parser.parse_args()
+
+    fake = FakeDriver()
+    free = lambda *_: (SUCCESS,)  # noqa: E731
+    fake.cuLaunchKernel = free  # type: ignore[method-assign]
+    fake.cuStreamSynchronize = free  # type: ignore[method-assign]
+    fake.cuEventRecord = free  # type: ignore[method-assign]
+    fake.cuCtxSetCurrent = free  # type: ignore[method-assign]
+
+    with use_fake_driver(fake), cuda_async.using_policy(cuda_async.SingleStream()):
+        _run(fake, args)  # its tensors die inside the block, while the fake driver is in place
+        add.clear_cache()
+    return 0
+
+
+def _run(fake: FakeDriver, args: argparse.Namespace) -> None:
+    x, y = api.empty([1024], dtype=f32), api.empty([1024], dtype=f32)
+    z = api.empty([1024], dtype=f32).partition([1024])
+    first = add(z, x, y)
+    compiled = add.compiled(first.plan().spec, "sm_90")
+    layout, offset = [], 0
+    for arg in compiled.abi:
+        size = 8 if arg.kind == "pointer" else 4
+        layout.append((offset, size))
+        offset += size
+    fake.kernels[compiled.name] = layout
+    state: dict[str, Any] = {"z": z}
+    del first
+
+    def loop_sync(n: int) -> None:
+        z = state["z"]
+        for _ in range(n):
+            z, _x, _y = add(z, x, y).sync()
+        state["z"] = z
+
+    def loop_batch(n: int) -> None:
+        z = state["z"]
+        with cutile.batch():
+            for _ in range(n):
+                z, _x, _y = add(z, x, y).sync()
+        state["z"] = z
+
+    def chain(n: int) -> None:
+        op = add(state["z"], x, y).op
+        for _ in range(n - 1):
+            op = op.then(lambda r: add(*r).op)
+        state["z"] = op.sync()[0]
+
+    modes: dict[str, Callable[[int], None]] = {"sync": loop_sync, "batch": loop_batch, "chain": chain}
+    for body in modes.values():
+        body(200)  # warm-up
+    if args.profile:
+        profiler = cProfile.Profile()
+        profiler.runcall(modes[args.profile], args.launches)
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+        return
+    samples: dict[str, list[float]] = {name: [] for name in modes}
+    for _ in range(args.repeats):
+        for name, body in modes.items():
+            start = time.perf_counter()
+            body(args.launches)
+            samples[name].append((time.perf_counter() - start) / args.launches * 1e6)
+    print(f"cutile host cost per launch without a GPU (fake driver; Python {sys.version.split()[0]}), "
+          f"median of {args.repeats} x {args.launches} launches")
+    labels = {"sync": "add(z, x, y).sync() in a loop", "batch": "the same inside cutile.batch()",
+              "chain": "a chain of launches, one .sync()"}
+    for name, values in samples.items():
+        print(f"  {labels[name]:<40} {statistics.median(values):7.2f} µs")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
