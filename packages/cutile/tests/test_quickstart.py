@@ -69,3 +69,16 @@ def test_gemm_with_tails_accumulates_into_z() -> None:
     z, _, _ = gemm(z, api.from_numpy(a), api.from_numpy(b), BK=32).sync()
     reference = c + a.astype(np.float64) @ b.astype(np.float64)
     np.testing.assert_allclose(z.to_numpy(), reference, rtol=1e-5, atol=1e-4)
+
+
+def test_the_readme_quick_start_runs_as_written(tmp_path: object) -> None:
+    import re
+    import runpy
+    from pathlib import Path
+
+    readme = Path(__file__).resolve().parents[3] / "README.md"
+    code = re.findall(r"```python\n(.*?)```", readme.read_text(), re.S)[0]
+    script = Path(str(tmp_path)) / "readme_quick_start.py"  # kernels need a source file
+    script.write_text(code)
+    namespace = runpy.run_path(str(script))
+    np.testing.assert_array_equal(namespace["z"].to_numpy(), np.full(1024, 2.0, np.float32))
