@@ -244,7 +244,9 @@ class Job:
                     last = resource._last_write
                     if last is not None and last[2] is self:
                         resource._last_write = None
-                    for stream, (_, job) in list(resource._reads.items()):
-                        if job is self:
-                            del resource._reads[stream]
+                    reads = resource._reads
+                    if reads:
+                        for stream, (_, job) in list(reads.items()):
+                            if job is self:
+                                del reads[stream]
             self.held.clear()

@@ -83,7 +83,7 @@ def forget(streams: dict[cuda_core.Stream, None], resources: dict[Any, None]) ->
         for stream in streams:
             st = state(stream)
             interest = st.interest
-            if interest and any(r in interest for r in resources):
+            if interest and not interest.keys().isdisjoint(resources):
                 st.interest = {r: a for r, a in interest.items() if r not in resources}  # shared dicts stay intact
 
 
