@@ -166,3 +166,39 @@ def test_memory_is_freed_when_the_last_reference_goes_without_the_garbage_collec
         assert address not in fake_gpu.memory  # freed at once (stream-ordered free)
     finally:
         gc.enable()
+
+
+def test_threads_launching_one_kernel_never_mix_their_arguments(fake_gpu: FakeDriver) -> None:
+    import sys
+    import threading
+
+    x = api.from_numpy(np.zeros(256, np.float32))
+    y = api.from_numpy(np.zeros(256, np.float32))
+    outputs = [api.empty([256], dtype=f32).partition([128]) for _ in range(2)]
+    compiled = _register(fake_gpu, saxpy(outputs[0], x, y, 1.0))
+    expected_scalar = {outputs[i]._tensor._storage.base_address: float(i + 1) for i in range(2)}
+    errors: list[BaseException] = []
+
+    def worker(index: int) -> None:
+        z = outputs[index]
+        try:
+            for _ in range(1000):
+                z, _, _ = saxpy(z, x, y, float(index + 1)).sync()
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible
+    try:
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(previous)
+    assert not errors, errors
+    assert len(fake_gpu.launches) == 2000
+    for record in fake_gpu.launches:
+        got = {(p, k): v for p, k, v in _unpack(compiled, record["params"])}
+        assert got[("a", "scalar")] == expected_scalar[got[("z", "pointer")]]

@@ -3,6 +3,7 @@ launched through cuda_core."""
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -156,7 +157,8 @@ class _Loaded:
                 "(a cutile bug: please report it)")
         sizes = [self.function.param_info(i)[1] for i in range(count)]
         types = [_param_type(arg, size, compiled.name) for arg, size in zip(compiled.abi, sizes)]
-        self.prepared = PreparedLaunch(self.function, LaunchConfig((1, 1, 1), (1, 1, 1)), types)
+        self._param_types = types
+        self._per_thread = threading.local()
         self.recipe: list[tuple[str, int, int, dt.DType | None]] = []
         for arg in compiled.abi:
             code = {"pointer": _POINTER, "dim": _DIM, "stride": _STRIDE}.get(arg.kind, _SCALAR)
@@ -164,6 +166,16 @@ class _Loaded:
         self.converts_scalars = any(
             code == _SCALAR and dtype is not None and (dtype.name in _RAW_SCALARS or dtype is dt.bool_)
             for _, code, _, dtype in self.recipe)
+
+    @property
+    def prepared(self) -> PreparedLaunch:
+        """This thread's prepared launch (a prepared launch holds the last arguments
+        it packed: threads launching the same kernel must not share one)."""
+        prepared: PreparedLaunch | None = getattr(self._per_thread, "prepared", None)
+        if prepared is None:
+            prepared = PreparedLaunch(self.function, LaunchConfig((1, 1, 1), (1, 1, 1)), self._param_types)
+            self._per_thread.prepared = prepared
+        return prepared
 
     def pack(self, kernel: str, arguments: dict[str, Any]) -> list[Any]:
         """The entry's parameter values for one call (tensors already unpartitioned)."""
@@ -235,8 +247,10 @@ def enqueue_bound(kernel: Kernel, binding: Binding, arguments: dict[str, Any], s
                                 if code == _SCALAR and dtype is not None]
         binding.loaded = loaded
     packed = binding.packed
-    for index, param, dtype in binding.scalar_slots:
-        packed[index] = _scalar_argument(arguments[param], dtype) if loaded.converts_scalars else arguments[param]
+    if binding.scalar_slots:
+        packed = list(packed)  # the binding's list is shared by every thread that calls
+        for index, param, dtype in binding.scalar_slots:
+            packed[index] = _scalar_argument(arguments[param], dtype) if loaded.converts_scalars else arguments[param]
     prepared = loaded.prepared
     grid = binding.plan.grid  # type: ignore[union-attr]
     if prepared._grid != grid:
