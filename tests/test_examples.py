@@ -33,6 +33,7 @@ def test_example_runs_and_checks_its_answer(name: str, gpu_reason: str | None) -
     result = run_example(name)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "OK" in result.stdout and "WRONG" not in result.stdout
+    assert "Traceback" not in result.stderr and "Exception ignored" not in result.stderr, result.stderr
     if gpu_reason is not None and name not in NO_BACKEND:
         assert "interpreter backend" in result.stdout
         assert "running kernels on the CPU interpreter" in result.stderr
@@ -55,3 +56,4 @@ def test_example_agrees_on_both_backends(name: str) -> None:
         result = run_example(name, backend)
         assert result.returncode == 0, f"{backend}: " + result.stdout + result.stderr
         assert f"{backend} backend" in result.stdout and "OK" in result.stdout
+        assert "Traceback" not in result.stderr and "Exception ignored" not in result.stderr, result.stderr

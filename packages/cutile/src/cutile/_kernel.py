@@ -446,6 +446,7 @@ class Binding:
                  "scalar_slots", "results")
 
     _TENSOR, _CONSTANT, _SCALAR = range(3)
+    _NO_ACCESSES = cuda_async.AccessSet()
 
     def __init__(self, kernel: Kernel, arguments: dict[str, Any],
                  ranges: list[tuple[str, Storage, int, int, bool]], tensor_names: list[str]) -> None:
@@ -477,8 +478,10 @@ class Binding:
     def _forget(self, _dead: Any) -> None:
         # One of the objects is gone, so the binding can never match again: drop what
         # refers to memory (storages, resources) so that the memory can be freed.
+        # (It may run while the interpreter shuts down, when module globals are gone:
+        # it uses only what the class holds.)
         self.ranges = []
-        self.accesses = cuda_async.AccessSet()
+        self.accesses = self._NO_ACCESSES
         self.loaded = None
         self.packed = []
 
