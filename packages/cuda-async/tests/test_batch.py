@@ -121,3 +121,21 @@ def test_ops_on_another_stream_inside_a_batch_wait_for_the_batch_s_writes(fake_d
     assert streams["a"] == streams["write x"] and streams["b"] != streams["write x"]
     # "b" runs on the other stream after waiting for the write
     assert ("wait", streams["b"], streams["write x"]) in fake_driver.log
+
+
+def test_an_op_started_in_a_batch_after_it_ended_is_refused() -> None:
+    z, x, y = HostTensor("tensor z", [0, 0]), HostTensor("tensor x", [1, 2]), HostTensor("tensor y", [3, 4])
+    with ca.batch("short") as active:
+        add(z, x, y).sync()
+    with pytest.raises(RuntimeError, match="started in the batch 'short' after the batch ended"):
+        active.enqueue(add(z, x, y))
+    assert not z.is_held
+
+
+def test_sync_on_the_host_inside_a_device_batch_runs_on_the_host(fake_driver: FakeDriver) -> None:
+    ran_on: list[object] = []
+    op = ca.DeviceOp.from_fn(lambda stream: ran_on.append(stream), name="probe")
+    with ca.batch("b", policy=ca.RoundRobin(2)):
+        op.sync_on(None)
+        op.sync()
+    assert ran_on[0] is None and ran_on[1] is not None

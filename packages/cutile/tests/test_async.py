@@ -97,6 +97,19 @@ def test_graph_replay_and_update() -> None:
         graph.update(api.zeros([100]), None)
 
 
+def test_graph_updates_add_up_and_their_sources_may_be_dropped() -> None:
+    import gc
+
+    x, y = api.ones([256]), api.ones([256])
+    z = api.zeros([256]).partition([128])
+    graph = add(z, x, y).graph()
+    graph.update(api.full([256], 2.0))        # next replay: x <- 2
+    graph.update(None, api.full([256], 3.0))  # and y <- 3 (the x update stays)
+    gc.collect()                              # the temporary sources are gone
+    graph.launch().sync()
+    np.testing.assert_array_equal(z.to_numpy(), np.full(256, 5.0, np.float32))
+
+
 def test_graph_scope_records_several_launches() -> None:
     xs, ys = values(256, 10), values(256, 11)
     x, y = api.from_numpy(xs), api.from_numpy(ys)

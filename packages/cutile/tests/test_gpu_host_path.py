@@ -202,3 +202,75 @@ def test_threads_launching_one_kernel_never_mix_their_arguments(fake_gpu: FakeDr
     for record in fake_gpu.launches:
         got = {(p, k): v for p, k, v in _unpack(compiled, record["params"])}
         assert got[("a", "scalar")] == expected_scalar[got[("z", "pointer")]]
+
+
+class _FreeLog(FakeDriver):
+    """Records the order of launches and frees."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.order: list[tuple[str, int]] = []
+
+    def cuLaunchKernel(self, *args: Any) -> tuple[Any]:
+        self.order.append(("launch", 0))
+        return super().cuLaunchKernel(*args)
+
+    def cuMemFreeAsync(self, ptr: int, stream: Any) -> tuple[Any]:
+        self.order.append(("free", ptr))
+        return super().cuMemFreeAsync(ptr, stream)
+
+
+def test_memory_of_a_shared_op_lives_until_its_work_is_observed_done() -> None:
+    import gc
+
+    saved_streams = dict(_gpu._streams)
+    with use_fake_driver(_FreeLog()) as fake:
+        _gpu._streams.clear()
+        _backend.reset_for_tests("gpu")
+        try:
+            with cuda_async.using_policy(cuda_async.RoundRobin(2)):
+                x = api.from_numpy(np.zeros(256, np.float32))
+                y = api.from_numpy(np.zeros(256, np.float32))
+                z = api.empty([256], dtype=f32).partition([128])
+                _register(fake, saxpy(z, x, y, 1.0))
+                address = x._storage.base_address
+                gc.collect()
+                gc.disable()
+                future = saxpy(z, x, y, 1.0).shared().map(lambda r: r[0]).schedule()
+                del x, y  # the caller keeps only the future
+                assert ("free", address) not in fake.order  # the queued kernel still reads x
+                z = future.result()
+                del future, z  # (nothing of the fake GPU may outlive the fake driver)
+                assert ("free", address) in fake.order  # handed back once observed done
+        finally:
+            gc.enable()
+            saxpy.clear_cache()
+            _gpu._streams.clear()
+            _gpu._streams.update(saved_streams)
+            _backend.reset_for_tests("interpreter")
+
+
+def test_an_imported_array_is_released_without_the_garbage_collector(fake_gpu: FakeDriver) -> None:
+    import gc
+    import weakref
+
+    class Producer:  # another library's array, seen through the CUDA Array Interface
+        def __init__(self, backing: Any) -> None:
+            self.backing = backing
+            self.__cuda_array_interface__ = dict(backing.__cuda_array_interface__)
+
+    x = api.from_numpy(np.zeros(256, np.float32))
+    z = api.empty([256], dtype=f32).partition([128])
+    producer = Producer(api.from_numpy(np.zeros(256, np.float32)))
+    alive = weakref.ref(producer)
+    _register(fake_gpu, saxpy(z, x, x, 1.0))
+    gc.collect()
+    gc.disable()
+    try:
+        y = api.from_dlpack(producer)
+        del producer
+        z, x, y = saxpy(z, x, y, 1.0).sync()
+        del y
+        assert alive() is None
+    finally:
+        gc.enable()

@@ -99,3 +99,38 @@ def test_a_batch_that_does_not_wait_completes_through_its_future() -> None:
     assert active.future is not None
     active.future.result()
     np.testing.assert_array_equal(z.to_numpy(), np.full(256, 2, np.float32))
+
+
+def test_a_dead_object_of_the_last_call_never_matches_a_wrong_argument() -> None:
+    x = api.ones([256])
+    z = api.zeros([256]).partition([128])
+    z, x = accumulate(z, x, 1.0).sync()
+    del x
+    gc.collect()
+    with pytest.raises(cutile.LaunchError, match="parameter 'x' expects a tensor, got NoneType"):
+        accumulate(z, None, 1.0)
+
+
+@pytest.mark.interpreter_only
+def test_a_batch_belongs_to_its_own_asyncio_task() -> None:
+    import asyncio
+
+    async def batching() -> None:
+        x = api.ones([256])
+        z = api.zeros([256]).partition([128])
+        with cutile.batch("task A"):
+            z, x = accumulate(z, x, 1.0).sync()
+            await asyncio.sleep(0.01)  # the other task runs while this batch is open
+
+    async def other() -> np.ndarray:
+        await asyncio.sleep(0)
+        x = api.ones([256])
+        z = api.zeros([256]).partition([128])
+        z, x = await accumulate(z, x, 2.0)  # not in task A's batch: done when awaited
+        return z.to_numpy()
+
+    async def main() -> np.ndarray:
+        _, result = await asyncio.gather(batching(), other())
+        return result
+
+    np.testing.assert_array_equal(asyncio.run(main()), np.full(256, 2, np.float32))

@@ -13,7 +13,7 @@ batch holds, or read what it writes, until then.
 
 from __future__ import annotations
 
-import threading
+import contextvars
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, TypeVar
@@ -31,7 +31,9 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-_tls = threading.local()
+# Per thread and per asyncio task (a task started inside the block inherits it).
+_active: contextvars.ContextVar[Batch | None] = contextvars.ContextVar("cuda_async_batch", default=None)
+_UNSET: object = object()
 
 
 class Batch:
@@ -43,21 +45,26 @@ class Batch:
         self.run = run
         self.stream = stream
         self.ops = 0
+        self.closed = False
         self.future: DeviceFuture[None] | None = None
 
     def __repr__(self) -> str:
         return f"<Batch {self.name!r}: {self.ops} op(s)>"
 
-    def enqueue(self, op: DeviceOp[T], stream: cuda_core.Stream | None = None) -> T:
-        """Enqueues ``op`` into the batch's job (on the batch's stream unless one is given)."""
+    def enqueue(self, op: DeviceOp[T], stream: cuda_core.Stream | None | object = _UNSET) -> T:
+        """Enqueues ``op`` into the batch's job, on the batch's stream unless one is
+        given (None: run on the host, as `DeviceOp.sync_on` does)."""
+        if self.closed:
+            raise RuntimeError(
+                f"{op.name!r} was started in the batch {self.name!r} after the batch ended (an asyncio task "
+                "started inside the block runs in it): run it outside, or finish it inside the block")
         self.ops += 1
-        return op._enqueue(self.run, self.stream if stream is None else stream)
+        return op._enqueue(self.run, self.stream if stream is _UNSET else stream)  # type: ignore[arg-type]
 
 
 def current() -> Batch | None:
-    """The batch active on this thread, or None."""
-    active: Batch | None = getattr(_tls, "batch", None)
-    return active
+    """The batch active on this thread or asyncio task, or None."""
+    return _active.get()
 
 
 @contextmanager
@@ -87,14 +94,16 @@ def batch(name: str = "batch", *, policy: SchedulingPolicy | None = None, wait: 
     chosen = policy if policy is not None else default_policy()
     job = Job(name)
     active = Batch(name, Run(job, chosen), chosen.next_stream())
-    _tls.batch = active
+    token = _active.set(active)
     try:
         yield active
     except BaseException:
-        _tls.batch = None
+        active.closed = True
+        _active.reset(token)
         _finish(job, wait=True)
         raise
-    _tls.batch = None
+    active.closed = True
+    _active.reset(token)
     if wait:
         _finish(job, wait=True)
     else:

@@ -253,7 +253,7 @@ class DeviceFuture(Generic[T]):
         if not self._observed and not self._job.released:
             # Dropped unobserved: give the holds back; the access points stay, so later
             # ops on other streams still wait for this work through events.
-            resources = list(self._job.held)
+            resources = list(self._job.held) + self._job.retained
             self._job.release(completed=False)
             events = self._events
             if events and not self._watched:

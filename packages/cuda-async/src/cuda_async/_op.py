@@ -380,7 +380,11 @@ class SharedOp(DeviceOp[T]):
                     value = self.op._enqueue(run, stream)
                 finally:
                     run.holder = saved
-                    own.release(completed=False)  # handed to the consumers; access points stay
+                    # The holds go to the consumers (the access points stay); the memory
+                    # must stay alive until the enclosing job's work is known done.
+                    run.job.retained.extend(own.held)
+                    run.job.retained.extend(own.retained)
+                    own.release(completed=False)
                 self._value = value
                 if stream is not None:
                     self._point = (stream, _streams.current_epoch(stream))

@@ -161,13 +161,16 @@ def is_live(resource: object, access: int, stream: cuda_core.Stream, epoch: int)
 class Job:
     """One submission: the holds it took, the streams it used, its completion."""
 
-    __slots__ = ("name", "parent", "streams", "held", "released", "__weakref__")
+    __slots__ = ("name", "parent", "streams", "held", "retained", "released", "__weakref__")
 
     def __init__(self, name: str, *, parent: Job | None = None) -> None:
         self.name = name
         self.parent = parent
         self.streams: dict[cuda_core.Stream, None] = {}
         self.held: dict[Resource, None] = {}
+        # Resources the job's work uses but no longer holds (a shared op's, handed on
+        # to its consumers): kept alive, so their memory stays valid, until release.
+        self.retained: list[Resource] = []
         self.released = False
 
     def __repr__(self) -> str:
@@ -237,7 +240,8 @@ class Job:
                 return
             self.released = True
             if completed and self.streams:
-                _streams.forget(self.streams, self.held)
+                used = self.held if not self.retained else {**self.held, **dict.fromkeys(self.retained)}
+                _streams.forget(self.streams, used)
             for resource in self.held:
                 resource._holders.pop(self, None)
                 if completed:
@@ -250,3 +254,4 @@ class Job:
                             if job is self:
                                 del reads[stream]
             self.held.clear()
+            self.retained.clear()

@@ -94,7 +94,9 @@ class ForeignDeviceStorage(Storage):
     def device_memory(self) -> Any:
         from cuda_core import DeviceView
 
-        return DeviceView.from_pointer(self.pointer, self.nbytes, owner=self)
+        # The producer keeps the memory alive (not this storage: the view is kept by the
+        # storage's resource, and a reference back would make a cycle).
+        return DeviceView.from_pointer(self.pointer, self.nbytes, owner=self.owner)
 
 
 def _strides_in_elements(byte_strides: tuple[int, ...], itemsize: int, what: str) -> tuple[int, ...]:
@@ -165,7 +167,10 @@ def from_dlpack(obj: Any) -> Tensor:
         device_type, device_id = obj.__dlpack_device__() if hasattr(obj, "__dlpack_device__") else (KDL_CPU, 0)
         if device_type == KDL_CPU:
             array = np.from_dlpack(obj)
-            return _host_tensor(array, _dtype_of_numpy(array.dtype))
+            host = _host_tensor(array, _dtype_of_numpy(array.dtype))
+            if _immutable_producer(obj):  # older numpy may not honour the producer's read-only flag
+                host._storage.readonly = True
+            return host
         stream = _consumer_stream_handle()
         try:
             capsule = obj.__dlpack__(stream=stream)
@@ -297,8 +302,10 @@ def _detach_exports() -> None:
     # our deleter is Python code and must not run at that point. The process is
     # ending, so the memory needs no release: point the deleters at a native no-op.
     with _exports_lock:
-        for managed, *_ in _exports.values():
-            managed.deleter = _NATIVE_NO_OP
+        for kept in _exports.values():
+            kept[0].deleter = _NATIVE_NO_OP
+            for part in kept:  # never freed: the consumer may read them after Python is gone
+                ctypes.pythonapi.Py_IncRef(ctypes.py_object(part))
 
 
 _CapsuleDestructor = ctypes.CFUNCTYPE(None, ctypes.c_void_p)

@@ -491,7 +491,8 @@ class Binding:
         for check, value in zip(self.checks, args):
             kind = check[0]
             if kind == 0:
-                if check[1]() is not value:
+                target = check[1]()
+                if target is None or target is not value:  # a dead reference must not match None
                     return False
             elif type(value) is not check[1]:
                 return False
@@ -704,7 +705,6 @@ class Graph:
 
     def __init__(self, graph: cuda_async.CudaGraph[Any]) -> None:
         self._graph = graph
-        self._sources: list[Any] = []
 
     @property
     def result(self) -> Any:
@@ -723,8 +723,7 @@ class Graph:
         (None keeps one), or ``replace={old_tensor: new_tensor}``."""
         self._graph.update(*(None if t is None else _resource_of(t) for t in new_inputs),  # type: ignore[arg-type]
                            replace={_resource_of(a): _resource_of(b) for a, b in (replace or {}).items()})
-        # The next replay copies from these tensors: keep them (and their memory) alive.
-        self._sources = [t for t in new_inputs if t is not None] + list((replace or {}).values())
+
 
     def close(self) -> None:
         self._graph.close()

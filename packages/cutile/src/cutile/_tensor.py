@@ -120,12 +120,6 @@ class Storage:
         """The cuda_core memory behind a device storage (None for host memory)."""
         return None
 
-    def copy_contents_from(self, source: Storage, stream: Any) -> None:
-        memory, other = self.device_memory(), source.device_memory()
-        if memory is None or other is None:
-            raise TypeError(f"cannot copy {source.device} memory into {self.device} memory")
-        memory.copy_from(other, stream=stream)
-
     def check_host_access(self, start: int, end: int, writes: bool, user: str) -> None:
         """Raises `OwnershipError` if the host may not touch ``[start, end)`` now:
         a pending launch holds it, or a running op does."""
@@ -197,14 +191,18 @@ class StorageResource(Resource):
 
     It refers to its storage weakly (the storage owns it): a strong reference both
     ways would be a cycle, and the memory of every tensor ever launched would wait
-    for the garbage collector. Device memory stays alive through ``memory``."""
+    for the garbage collector. What the memory is made of stays alive through the
+    resource itself: ``memory`` (device) or the host arrays, so that an op, a job or
+    a graph holding the resource keeps the memory valid."""
 
-    __slots__ = ("_storage",)
+    __slots__ = ("_storage", "_host")
 
     def __init__(self, storage: Storage) -> None:
         super().__init__(f"tensor memory on {storage.device}", memory=storage.device_memory(),
                          layout=(storage.nbytes, storage.device))
         self._storage = weakref.ref(storage)
+        self._host: tuple[np.ndarray[Any, Any], np.ndarray[Any, Any] | None] | None = (
+            (storage.array, storage.initialized) if isinstance(storage, HostStorage) else None)
 
     @property
     def storage(self) -> Storage:
@@ -216,7 +214,15 @@ class StorageResource(Resource):
     def copy_from(self, source: Resource, stream: Any) -> None:
         if not isinstance(source, StorageResource):
             raise TypeError(f"cannot copy {source.name} into {self.name}")
-        self.storage.copy_contents_from(source.storage, stream)
+        if self.memory is not None and source.memory is not None:
+            self.memory.copy_from(source.memory, stream=stream)
+        elif self._host is not None and source._host is not None and self._host[0].nbytes == source._host[0].nbytes:
+            array, initialized = self._host
+            np.copyto(array.view(np.uint8), source._host[0].view(np.uint8))
+            if initialized is not None:
+                initialized[...] = True
+        else:
+            raise TypeError(f"cannot copy {source.name} into {self.name} (different kinds or sizes of memory)")
 
 
 class HostStorage(Storage):
@@ -227,13 +233,6 @@ class HostStorage(Storage):
         super().__init__(array.nbytes, "cpu", int(array.ctypes.data))
         self.array = array
         self.initialized: np.ndarray[Any, Any] | None = None if initialized else np.zeros(array.shape, dtype=bool)
-
-    def copy_contents_from(self, source: Storage, stream: Any) -> None:
-        if not isinstance(source, HostStorage) or source.array.nbytes != self.array.nbytes:
-            raise TypeError("host storage can only take the contents of host storage of the same size")
-        np.copyto(self.array.view(np.uint8), source.array.view(np.uint8))
-        if self.initialized is not None:
-            self.initialized[...] = True
 
 
 class Tensor:
