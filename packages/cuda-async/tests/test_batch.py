@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from cuda_async_fakedriver import FakeDriver
+from cuda_core.testing import FakeDriver
 from cuda_async_testkit import HostTensor, add, scale
 from test_streams import kernel, kernels_by_stream
 

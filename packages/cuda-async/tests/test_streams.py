@@ -16,7 +16,7 @@ import gc
 import time
 
 import pytest
-from cuda_async_fakedriver import FakeDriver
+from cuda_core.testing import FakeDriver
 
 import cuda_async as ca
 

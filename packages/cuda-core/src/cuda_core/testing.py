@@ -20,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import gc
 import itertools
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -131,7 +132,15 @@ R = real_driver.CUresult
 
 
 class FakeDriver:
-    """Enough of the driver API for cuda_core's host-side logic."""
+    """Enough of the driver API for the host-side logic of cuda_core and the layers
+    above it. Device memory lives in host bytearrays; launches are recorded (with
+    their parameters) instead of run. Stream-ordered calls are logged in ``log`` as
+    ``(call, stream, detail)`` — kernels ``("launch", s, name)``, event records
+    ``("record", s, event)``, waits ``("wait", s, stream the event was recorded on)``,
+    synchronizations ``("synchronize", s, None)``, graph launches — and work queued
+    on a capturing stream goes into its graph instead. Events complete when recorded,
+    unless ``hold_events`` is set; then `finish_events` completes them (from any thread).
+    """
 
     def __init__(self, devices: int = 1) -> None:
         self.devices = devices
@@ -153,6 +162,15 @@ class FakeDriver:
         #: the (offset, size) parameters of a kernel not in ``kernels``, by name (e.g.
         #: computed from a compiler's ABI); None: such kernels are not found
         self.layout_of: Callable[[str], list[tuple[int, int]]] | None = None
+        # Streams, events and graphs, as seen from the host.
+        self.log: list[tuple[str, int, Any]] = []
+        self.events: dict[int, dict[str, Any]] = {}
+        self.hold_events = False
+        self.waited_events: list[int] = []
+        self.capturing: dict[int, list[tuple[str, Any]]] = {}
+        self.graphs: dict[int, list[tuple[str, Any]]] = {}
+        self.execs: dict[int, list[tuple[str, Any]]] = {}
+        self._lock = threading.Lock()  # the poller thread of cuda_async queries events
 
     def __getattr__(self, name: str) -> Any:  # enums and structs come from the real module
         if name.startswith("cu") and not name.startswith("cuuint"):
@@ -160,8 +178,25 @@ class FakeDriver:
         return getattr(real_driver, name)
 
     def _enter(self, name: str) -> Any:
-        self.calls[name] += 1
-        return self.fail_next.pop(name, None)
+        with self._lock:
+            self.calls[name] += 1
+            return self.fail_next.pop(name, None)
+
+    def enqueue(self, call: str, stream: Any, detail: Any = None) -> None:
+        """Logs a stream-ordered call (tests' own fake kernels use it too); on a
+        capturing stream the call goes into the graph being captured."""
+        handle = int(stream)
+        with self._lock:
+            if handle in self.capturing:
+                self.capturing[handle].append((call, detail))
+            else:
+                self.log.append((call, handle, detail))
+
+    def finish_events(self) -> None:
+        """Completes every event recorded so far (with ``hold_events`` set)."""
+        with self._lock:
+            for event in self.events.values():
+                event["done"] = True
 
     # -- init / devices ------------------------------------------------------------
     def cuInit(self, flags: int) -> tuple[Any]:
@@ -335,38 +370,93 @@ class FakeDriver:
             values = [ctypes.string_at(int(pointers[i] or 0), size) for i, (_, size) in enumerate(layout)]
         self.launches.append({"function": f, "grid": (gx, gy, gz), "block": (bx, by, bz),
                               "shared": shmem, "stream": int(stream), "params": values})
+        self.enqueue("launch", stream, f)
         return (SUCCESS,)
 
-    # -- synchronization (work completes when it is queued) -----------------------------
+    # -- synchronization ---------------------------------------------------------------
     def cuStreamSynchronize(self, stream: Any) -> tuple[Any]:
         self._enter("cuStreamSynchronize")
+        with self._lock:
+            self.log.append(("synchronize", int(stream), None))
+            for event in self.events.values():
+                if event["stream"] == int(stream):
+                    event["done"] = True
         return (SUCCESS,)
 
     def cuCtxSynchronize(self) -> tuple[Any]:
         self._enter("cuCtxSynchronize")
+        self.finish_events()
         return (SUCCESS,)
 
     def cuStreamWaitEvent(self, stream: Any, event: Any, flags: int) -> tuple[Any]:
         self._enter("cuStreamWaitEvent")
+        self.waited_events.append(int(event))
+        self.enqueue("wait", stream, self.events[int(event)]["stream"])
         return (SUCCESS,)
 
     def cuEventCreate(self, flags: int) -> tuple[Any, Any]:
+        self._enter("cuEventCreate")
         handle = next(self._handles)
-        self.live_handles["event"].add(handle)
+        with self._lock:
+            self.live_handles["event"].add(handle)
+            self.events[handle] = {"stream": None, "done": True}
         return (SUCCESS, real_driver.CUevent(handle))
 
     def cuEventDestroy(self, event: Any) -> tuple[Any]:
-        self.live_handles["event"].discard(int(event))
+        with self._lock:
+            self.live_handles["event"].discard(int(event))
+            self.events.pop(int(event), None)
         return (SUCCESS,)
 
     def cuEventRecord(self, event: Any, stream: Any) -> tuple[Any]:
         self._enter("cuEventRecord")
+        with self._lock:
+            self.events[int(event)] = {"stream": int(stream), "done": not self.hold_events}
+        self.enqueue("record", stream, int(event))
         return (SUCCESS,)
 
     def cuEventQuery(self, event: Any) -> tuple[Any]:
-        return (SUCCESS,)
+        self._enter("cuEventQuery")
+        return (SUCCESS if self.events[int(event)]["done"] else R.CUDA_ERROR_NOT_READY,)
 
     def cuEventSynchronize(self, event: Any) -> tuple[Any]:
+        self._enter("cuEventSynchronize")
+        with self._lock:
+            self.events[int(event)]["done"] = True
+        return (SUCCESS,)
+
+    # -- graphs ----------------------------------------------------------------------------
+    def cuStreamBeginCapture(self, stream: Any, mode: Any) -> tuple[Any]:
+        with self._lock:
+            self.capturing[int(stream)] = []
+        return (SUCCESS,)
+
+    def cuStreamEndCapture(self, stream: Any) -> tuple[Any, Any]:
+        handle = next(self._handles)
+        with self._lock:
+            self.graphs[handle] = self.capturing.pop(int(stream))
+        return (SUCCESS, real_driver.CUgraph(handle))
+
+    def cuGraphGetNodes(self, graph: Any, count: int) -> tuple[Any, Any, int]:
+        return (SUCCESS, None, len(self.graphs[int(graph)]))
+
+    def cuGraphDestroy(self, graph: Any) -> tuple[Any]:
+        return (SUCCESS,)
+
+    def cuGraphInstantiate(self, graph: Any, flags: int) -> tuple[Any, Any]:
+        handle = next(self._handles)
+        self.execs[handle] = list(self.graphs[int(graph)])
+        return (SUCCESS, real_driver.CUgraphExec(handle))
+
+    def cuGraphUpload(self, graph_exec: Any, stream: Any) -> tuple[Any]:
+        return (SUCCESS,)
+
+    def cuGraphLaunch(self, graph_exec: Any, stream: Any) -> tuple[Any]:
+        self._enter("cuGraphLaunch")
+        self.enqueue("graph", stream, list(self.execs[int(graph_exec)]))
+        return (SUCCESS,)
+
+    def cuGraphExecDestroy(self, graph_exec: Any) -> tuple[Any]:
         return (SUCCESS,)
 
 
