@@ -72,7 +72,7 @@ def test_an_error_inside_the_batch_releases_everything() -> None:
 
 def test_batches_do_not_nest_and_refuse_graph_captures() -> None:
     with ca.batch("outer"):
-        with pytest.raises(RuntimeError, match="batch 'inner': the batch 'outer' is already active"):
+        with pytest.raises(ca.BatchError, match="batch 'inner': the batch 'outer' is already active"):
             with ca.batch("inner"):
                 pass
         with pytest.raises(ca.GraphCaptureError, match="inside the batch 'outer'"):
@@ -127,7 +127,7 @@ def test_an_op_started_in_a_batch_after_it_ended_is_refused() -> None:
     z, x, y = HostTensor("tensor z", [0, 0]), HostTensor("tensor x", [1, 2]), HostTensor("tensor y", [3, 4])
     with ca.batch("short") as active:
         add(z, x, y).sync()
-    with pytest.raises(RuntimeError, match="started in the batch 'short' after the batch ended"):
+    with pytest.raises(ca.BatchError, match="started in the batch 'short' after the batch ended"):
         active.enqueue(add(z, x, y))
     assert not z.is_held
 

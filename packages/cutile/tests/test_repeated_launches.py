@@ -134,3 +134,30 @@ def test_a_batch_belongs_to_its_own_asyncio_task() -> None:
         return result
 
     np.testing.assert_array_equal(asyncio.run(main()), np.full(256, 2, np.float32))
+
+
+def test_batch_mistakes_are_cutile_errors() -> None:
+    with cutile.batch("outer"):
+        with pytest.raises(cutile.BatchError, match="batch 'inner': the batch 'outer' is already active"):
+            with cutile.batch("inner"):
+                pass
+    x = api.ones([256])
+    z = api.zeros([256]).partition([128])
+    with cutile.graph_scope("g"):
+        with pytest.raises(cutile.GraphCaptureError, match="cannot start inside a CUDA graph capture"):
+            with cutile.batch():
+                pass
+
+    async def late() -> None:  # started inside the batch, so it runs in it, but too late
+        await asyncio.sleep(0)
+        accumulate(z, x, 1.0).sync()
+
+    async def main() -> None:
+        with cutile.batch():
+            task = asyncio.get_running_loop().create_task(late())
+        with pytest.raises(cutile.BatchError, match="after the batch ended"):
+            await task
+
+    import asyncio
+
+    asyncio.run(main())

@@ -30,7 +30,7 @@ Quick tour::
 
 from cuda_async._batch import Batch, batch
 from cuda_async._capture import ensure_not_capturing, is_capturing
-from cuda_async._errors import GraphCaptureError, OwnershipError
+from cuda_async._errors import BatchError, GraphCaptureError, OwnershipError
 from cuda_async._future import DeviceFuture, set_await_spin
 from cuda_async._graph import CudaGraph, GraphScope, graph_scope
 from cuda_async._op import DeviceOp, FnOp, SharedOp, all_of, value
@@ -50,6 +50,7 @@ __all__ = [
     "Access",
     "AccessSet",
     "Batch",
+    "BatchError",
     "CudaGraph",
     "DeviceFuture",
     "DeviceOp",

@@ -25,3 +25,8 @@ class OwnershipError(Exception):
 class GraphCaptureError(RuntimeError):
     """Work that cannot be recorded into a CUDA graph was attempted during capture
     (an allocation, a host synchronization, an ``await``), or the capture failed."""
+
+
+class BatchError(RuntimeError):
+    """A `batch` used against its rules: started inside another batch or a graph
+    capture, or given an op after its block ended."""

@@ -19,6 +19,7 @@ from cutile import api
 from cutile._backend import BackendError
 from cutile._backend import current as backend
 from cutile._errors import (
+    BatchError,
     CutileError,
     GraphCaptureError,
     LaunchError,
@@ -37,7 +38,7 @@ from cutile._kernel import zip_launches as zip
 from cutile._tensor import Partition, Tensor
 
 __all__ = [
-    "BackendError", "CompiledKernel", "CutileError", "GraphCaptureError", "Kernel", "KernelRuntimeError", "Launch", "LaunchError",
+    "BackendError", "BatchError", "CompiledKernel", "CutileError", "GraphCaptureError", "Kernel", "KernelRuntimeError", "Launch", "LaunchError",
     "OwnershipError", "Partition", "SignatureError", "SpecializationError", "Tensor",
     "TileCompilerError", "TileError", "TileSyntaxError", "TileTypeError", "api", "backend",
     "Graph", "GraphScope", "batch", "compile", "entry", "function", "graph_scope", "zip",

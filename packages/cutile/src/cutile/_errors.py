@@ -27,11 +27,16 @@ class GraphCaptureError(CutileError, cuda_async.GraphCaptureError):
     (a `cuda_async.GraphCaptureError` too)."""
 
 
+class BatchError(CutileError, cuda_async.BatchError):
+    """A `cutile.batch` used against its rules: nested, inside a graph capture, or
+    given a launch after its block ended (a `cuda_async.BatchError` too)."""
+
+
 class LaunchError(CutileError, ValueError):
     """A launch's arguments or grid do not fit the kernel (checked before any GPU work)."""
 
 
 __all__ = [
-    "CutileError", "GraphCaptureError", "LaunchError", "OwnershipError", "SignatureError", "SpecializationError",
+    "BatchError", "CutileError", "GraphCaptureError", "LaunchError", "OwnershipError", "SignatureError", "SpecializationError",
     "TileCompilerError", "TileError", "TileSyntaxError", "TileTypeError",
 ]

@@ -20,7 +20,7 @@ from typing import Any, TypeVar, overload
 
 import cuda_async
 from cutile import _backend, _gpu
-from cutile._errors import GraphCaptureError, LaunchError, OwnershipError
+from cutile._errors import BatchError, GraphCaptureError, LaunchError, OwnershipError
 from cutile._tensor import Partition, Storage, Tensor, hold_all, overlapping, overlaps_itself, release_all, release_dropped
 from cutile_compiler._builtins import DeviceFunction
 from cutile_compiler import _dtypes as dt
@@ -669,6 +669,10 @@ def _translated(action: Callable[[], Any]) -> Any:
         if isinstance(exc, GraphCaptureError):
             raise
         raise GraphCaptureError(str(exc)) from None
+    except cuda_async.BatchError as exc:
+        if isinstance(exc, BatchError):
+            raise
+        raise BatchError(str(exc)) from None
 
 
 def _translated_await(op: cuda_async.DeviceOp[Any]) -> Generator[Any, None, Any]:
@@ -769,6 +773,14 @@ def batch(name: str = "batch", *, wait: bool = True) -> Iterator[cuda_async.Batc
     On the interpreter every launch runs at once, as always.
     """
     _backend.current()  # the backend's policy decides the batch's stream
-    with cuda_async.batch(name, wait=wait) as active:
+    try:
+        manager = cuda_async.batch(name, wait=wait)
+        active = manager.__enter__()
+    except cuda_async.BatchError as exc:
+        raise BatchError(str(exc)) from None
+    except cuda_async.GraphCaptureError as exc:
+        raise GraphCaptureError(str(exc)) from None
+    with contextlib.ExitStack() as stack:
+        stack.push(manager)
         yield active
 
