@@ -80,6 +80,8 @@ INTEGER_EXPRESSIONS = expressions(True)
 FLOAT_EXPRESSIONS = expressions(False)
 
 
+# (hypothesis warns when it builds the repr of a large drawn expression: harmless here)
+@pytest.mark.filterwarnings("ignore:Generating overly large repr")
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_random_expressions_match_numpy_and_lower(data: st.DataObject) -> None:
