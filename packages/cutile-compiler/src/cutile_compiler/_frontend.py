@@ -27,7 +27,7 @@ from cutile_compiler._ir import Block, KernelIR, KernelParam, Operation, Value
 from cutile_compiler._opdefs import OPS, RuleError
 from cutile_compiler._signature import KernelSignature, Specialization, TensorAnnotation
 from cutile_compiler._source import FunctionSource, capture
-from cutile_compiler._types import KType, PartitionType, TensorType, TileType, broadcast_shapes
+from cutile_compiler._types import KType, TensorType, TileType, broadcast_shapes
 
 _NUMBER = (bool, int, float)
 

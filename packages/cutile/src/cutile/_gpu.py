@@ -15,7 +15,6 @@ from cutile._tensor import Partition, Storage, Tensor, numpy_dtype
 from cutile_compiler import _dtypes as dt
 from cutile_compiler._lowering import AbiArg
 from cutile_compiler._pipeline import CompiledKernel
-from cutile_compiler._signature import Specialization
 from cutile_compiler._toolchain import DEFAULT_OPTIONS, CompileOptions
 
 if TYPE_CHECKING:
