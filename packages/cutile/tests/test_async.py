@@ -158,3 +158,25 @@ def test_a_constructor_op_can_be_captured_in_a_graph() -> None:
     graph = op.graph()
     result = graph.launch().sync()
     np.testing.assert_array_equal(result.to_numpy(), np.full(256, 2.5, np.float32))
+
+
+def test_every_path_raises_cutile_errors() -> None:
+    """An op reaches the user through sync, zip, then, graphs or constructors as ops:
+    whichever it takes, ownership mistakes are cutile.OwnershipError (a CutileError)."""
+    x, y = api.ones([256]), api.ones([256])
+    z = api.zeros([256]).partition([128])
+    pending = add(z, x, y).schedule()  # holds z (pending until observed)
+    def reader() -> cutile.Launch:  # reads z, which the pending launch writes
+        return scale(api.zeros([256]).partition([128]), z._tensor, 1.0)
+
+    for attempt in (lambda: cutile.zip(reader()).sync(),
+                    lambda: api.ops.zeros([4]).then(lambda _: reader()).sync(),
+                    lambda: reader().map(lambda r: r).sync()):
+        with pytest.raises(cutile.OwnershipError, match="written by the pending op 'launch of add'") as info:
+            attempt()
+        assert isinstance(info.value, cutile.CutileError)
+    pending.result()
+    with cutile.graph_scope("g"):
+        with pytest.raises(cutile.GraphCaptureError, match="cannot start inside a CUDA graph capture"):
+            with cutile.batch():
+                pass

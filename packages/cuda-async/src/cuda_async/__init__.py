@@ -30,7 +30,7 @@ Quick tour::
 
 from cuda_async._batch import Batch, batch
 from cuda_async._capture import ensure_not_capturing, is_capturing
-from cuda_async._errors import BatchError, GraphCaptureError, OwnershipError
+from cuda_async._errors import BatchError, GraphCaptureError, OwnershipError, use_error_classes
 from cuda_async._future import DeviceFuture, set_await_spin
 from cuda_async._graph import CudaGraph, GraphScope, graph_scope
 from cuda_async._op import DeviceOp, FnOp, SharedOp, all_of, value
@@ -72,6 +72,7 @@ __all__ = [
     "is_capturing",
     "set_await_spin",
     "set_default_policy",
+    "use_error_classes",
     "using_policy",
     "value",
     "zip",

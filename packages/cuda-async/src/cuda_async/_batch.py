@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, TypeVar
 import cuda_core
 
 from cuda_async import _capture
-from cuda_async._errors import BatchError, GraphCaptureError
+from cuda_async._errors import raised
 from cuda_async._policy import SchedulingPolicy, default_policy
 from cuda_async._resource import Job
 
@@ -55,7 +55,7 @@ class Batch:
         """Enqueues ``op`` into the batch's job, on the batch's stream unless one is
         given (None: run on the host, as `DeviceOp.sync_on` does)."""
         if self.closed:
-            raise BatchError(
+            raise raised.batch(
                 f"{op.name!r} was started in the batch {self.name!r} after the batch ended (an asyncio task "
                 "started inside the block runs in it): run it outside, or finish it inside the block")
         self.ops += 1
@@ -88,9 +88,9 @@ def batch(name: str = "batch", *, policy: SchedulingPolicy | None = None, wait: 
     from cuda_async._op import Run
 
     if _capture.current() is not None:
-        raise GraphCaptureError(f"batch {name!r} cannot start inside a CUDA graph capture (a capture records, a batch runs)")
+        raise raised.graph_capture(f"batch {name!r} cannot start inside a CUDA graph capture (a capture records, a batch runs)")
     if current() is not None:
-        raise BatchError(f"batch {name!r}: the batch {current().name!r} is already active on this thread (batches do not nest)")  # type: ignore[union-attr]
+        raise raised.batch(f"batch {name!r}: the batch {current().name!r} is already active on this thread (batches do not nest)")  # type: ignore[union-attr]
     chosen = policy if policy is not None else default_policy()
     job = Job(name)
     active = Batch(name, Run(job, chosen), chosen.next_stream())

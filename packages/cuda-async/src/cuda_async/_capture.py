@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import cuda_core
 
-from cuda_async._errors import GraphCaptureError
+from cuda_async._errors import raised
 from cuda_async._resource import Access, Resource
 
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ class CaptureState:
 
     def add_leaf(self, leaf: FnOp[Any]) -> None:
         if leaf.allocates:
-            raise GraphCaptureError(
+            raise raised.graph_capture(
                 f"{leaf.name!r} allocates memory, which cannot be recorded into the CUDA graph "
                 f"{self.name!r}: allocate its tensors before capturing (run it with .sync() first) "
                 "and capture only the ops that write into them"
@@ -49,7 +49,7 @@ def current() -> CaptureState | None:
 
 def push(state: CaptureState) -> None:
     if current() is not None:
-        raise GraphCaptureError(
+        raise raised.graph_capture(
             f"cannot capture {state.name!r}: the graph capture {current().name!r} is already "  # type: ignore[union-attr]
             "active on this thread (captures do not nest)"
         )
@@ -73,7 +73,7 @@ def ensure_not_capturing(what: str) -> None:
     """
     state = current()
     if state is not None:
-        raise GraphCaptureError(
+        raise raised.graph_capture(
             f"{what} cannot run while the CUDA graph {state.name!r} is being captured: "
             "do it before the capture (or after, between replays)"
         )

@@ -30,3 +30,35 @@ class GraphCaptureError(RuntimeError):
 class BatchError(RuntimeError):
     """A `batch` used against its rules: started inside another batch or a graph
     capture, or given an op after its block ended."""
+
+
+class _Raised:
+    """The classes cuda_async raises: its own, or subclasses a layer above registered
+    with `use_error_classes` (so that its users catch one family of errors)."""
+
+    ownership: type[OwnershipError] = OwnershipError
+    graph_capture: type[GraphCaptureError] = GraphCaptureError
+    batch: type[BatchError] = BatchError
+
+
+raised = _Raised()
+
+
+def use_error_classes(
+    *,
+    ownership: type[OwnershipError] | None = None,
+    graph_capture: type[GraphCaptureError] | None = None,
+    batch: type[BatchError] | None = None,
+) -> None:
+    """Makes cuda_async raise these subclasses of its errors instead of its own
+    classes (``except cuda_async.OwnershipError`` still catches them). A layer
+    above calls it once, e.g. cutile so that its users see cutile's error family."""
+    for given, base in ((ownership, OwnershipError), (graph_capture, GraphCaptureError), (batch, BatchError)):
+        if given is not None and not (isinstance(given, type) and issubclass(given, base)):
+            raise TypeError(f"use_error_classes: expected a subclass of {base.__name__}, got {given!r}")
+    if ownership is not None:
+        raised.ownership = ownership
+    if graph_capture is not None:
+        raised.graph_capture = graph_capture
+    if batch is not None:
+        raised.batch = batch

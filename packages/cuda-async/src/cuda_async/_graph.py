@@ -18,7 +18,7 @@ import cuda_core
 
 from cuda_async import _batch, _capture
 from cuda_async._capture import CaptureState
-from cuda_async._errors import GraphCaptureError
+from cuda_async._errors import raised
 from cuda_async._op import DeviceOp, record
 from cuda_async._policy import SchedulingPolicy, default_policy
 from cuda_async._resource import Access, Resource
@@ -167,13 +167,13 @@ class GraphScope:
     def graph(self) -> CudaGraph[list[Any]]:
         """The graph (after the ``with`` block)."""
         if self._graph is None:
-            raise GraphCaptureError(f"graph {self._state.name!r}: the capture has not finished")
+            raise raised.graph_capture(f"graph {self._state.name!r}: the capture has not finished")
         return self._graph
 
     def record(self, op: DeviceOp[T]) -> T:
         """Records ``op`` into the graph; same as ``op.sync()`` inside the block."""
         if _capture.current() is not self._state:
-            raise GraphCaptureError(f"graph {self._state.name!r}: record is only valid inside its with block")
+            raise raised.graph_capture(f"graph {self._state.name!r}: record is only valid inside its with block")
         return record(self._state, op)
 
 
@@ -191,7 +191,7 @@ def graph_scope(name: str = "graph", *, policy: SchedulingPolicy | None = None) 
     the device and nothing may allocate (`GraphCaptureError`).
     """
     if _batch.current() is not None:
-        raise GraphCaptureError(
+        raise raised.graph_capture(
             f"cannot capture graph {name!r} inside the batch {_batch.current().name!r} "  # type: ignore[union-attr]
             "(a batch runs its ops, a capture records them): capture before or after the batch")
     first = (policy if policy is not None else default_policy()).next_stream()
@@ -217,7 +217,7 @@ def graph_scope(name: str = "graph", *, policy: SchedulingPolicy | None = None) 
             try:
                 graph = cuda_core.end_capture(stream)
             except cuda_core.CudaError as exc:
-                raise GraphCaptureError(
+                raise raised.graph_capture(
                     f"the capture of graph {name!r} failed: {exc} (something in the block waited for "
                     "the device, allocated synchronously, or used another stream outside the capture)"
                 ) from exc

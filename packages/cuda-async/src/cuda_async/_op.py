@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
 import cuda_core
 
 from cuda_async import _batch, _capture, _streams
-from cuda_async._errors import GraphCaptureError
+from cuda_async._errors import raised
 from cuda_async._policy import SchedulingPolicy, SingleStream, default_policy
 from cuda_async._resource import Access, AccessSet, Job, Resource, interest_of, is_live, merge_accesses
 
@@ -268,6 +268,7 @@ class ValueOp(DeviceOp[T]):
 
 class ThenOp(DeviceOp[U], Generic[T, U]):
     def __init__(self, first: DeviceOp[T], next_op: Callable[[T], DeviceOp[U]] | DeviceOp[U]) -> None:
+        next_op = as_device_op(next_op)  # an object presenting an op (a cutile launch) counts as one
         if not isinstance(first, DeviceOp):
             raise TypeError(f"then: expected a DeviceOp to chain from, got {type(first).__name__}")
         if not (isinstance(next_op, DeviceOp) or callable(next_op)):
@@ -473,7 +474,7 @@ def record(state: _capture.CaptureState, op: DeviceOp[T]) -> T:
     try:
         result = op._enqueue(run, state.stream)
     except cuda_core.CudaError as exc:
-        raise GraphCaptureError(
+        raise raised.graph_capture(
             f"recording {op.name!r} into the CUDA graph {state.name!r} failed: {exc} "
             "(during capture, work must only be queued on the capture stream: no synchronous "
             "allocation, copy or synchronization)"

@@ -21,7 +21,7 @@ from collections.abc import Hashable
 import cuda_core
 
 from cuda_async import _streams
-from cuda_async._errors import OwnershipError
+from cuda_async._errors import raised
 
 _ledger_lock = threading.RLock()
 
@@ -108,7 +108,7 @@ def _check_pair(
     if mode is Access.WRITE or access is Access.WRITE:
         held = "written" if mode is Access.WRITE else "read"
         wanted = "write" if access is Access.WRITE else "read"
-        raise OwnershipError(
+        raise raised.ownership(
             f"{resource.name} is {held} by the pending op {name!r}; {by!r} may not {wanted} it "
             "until that op completes (sync or await its future first)",
             resource=resource.name,

@@ -34,7 +34,7 @@ from cutile._errors import (
 from cutile._interpreter import KernelRuntimeError
 from cutile_compiler._pipeline import CompiledKernel
 from cutile._kernel import Graph, GraphScope, Kernel, Launch, batch, compile, entry, function, graph_scope
-from cutile._kernel import zip_launches as zip
+from cuda_async import zip  # launches are ops: cuda_async's zip takes them as they are
 from cutile._tensor import Partition, Tensor
 
 __all__ = [

@@ -18,8 +18,8 @@ class OwnershipError(CutileError, cuda_async.OwnershipError):
     or held by a launch that has not completed. (A `cuda_async.OwnershipError`
     too, so either class catches it.)"""
 
-    def __init__(self, message: str) -> None:
-        cuda_async.OwnershipError.__init__(self, message)
+    def __init__(self, message: str, *, resource: str = "", holder: str = "", requester: str = "") -> None:
+        cuda_async.OwnershipError.__init__(self, message, resource=resource, holder=holder, requester=requester)
 
 
 class GraphCaptureError(CutileError, cuda_async.GraphCaptureError):
@@ -35,6 +35,10 @@ class BatchError(CutileError, cuda_async.BatchError):
 class LaunchError(CutileError, ValueError):
     """A launch's arguments or grid do not fit the kernel (checked before any GPU work)."""
 
+
+# cuda_async raises these (its errors' subclasses) from then on, whichever path an op
+# takes to the user: launches, zip/then/map, graphs, constructors as ops, batches.
+cuda_async.use_error_classes(ownership=OwnershipError, graph_capture=GraphCaptureError, batch=BatchError)
 
 __all__ = [
     "BatchError", "CutileError", "GraphCaptureError", "LaunchError", "OwnershipError", "SignatureError", "SpecializationError",

@@ -20,7 +20,7 @@ from typing import Any, TypeVar, overload
 
 import cuda_async
 from cutile import _backend, _gpu
-from cutile._errors import BatchError, GraphCaptureError, LaunchError, OwnershipError
+from cutile._errors import LaunchError, OwnershipError
 from cutile._tensor import Partition, Storage, Tensor, hold_all, overlapping, overlaps_itself, release_all, release_dropped
 from cutile_compiler._builtins import DeviceFunction
 from cutile_compiler import _dtypes as dt
@@ -375,7 +375,7 @@ class Launch:
         if self._done:
             raise OwnershipError(f"{self.description} has already run; its tensors were handed back")
         try:
-            return _translated(lambda: self.op.sync())
+            return self.op.sync()
         finally:
             self._done = True
             self._release()
@@ -383,22 +383,17 @@ class Launch:
     def sync_on(self, stream: Any) -> Any:
         """Runs the launch on ``stream`` (a `cuda_core.Stream`, or None for the host)
         and waits for it."""
-        return _translated(lambda: self.op.sync_on(stream))
+        return self.op.sync_on(stream)
 
     def schedule(self, policy: Any = None) -> cuda_async.DeviceFuture[Any]:
         """Queues the launch without waiting; the future's ``result()`` (or ``await``)
         gives the tensors back."""
-        return _translated(lambda: self.op.schedule(policy))  # type: ignore[no-any-return]
+        return self.op.schedule(policy)
 
     def then(self, next_op: Any) -> cuda_async.DeviceOp[Any]:
         """The launch, then ``next_op`` (an op, a launch, or a function of the result
         that returns one), on the same stream."""
-        if isinstance(next_op, Launch):
-            return self.op.then(next_op.op)
-        if isinstance(next_op, cuda_async.DeviceOp):
-            return self.op.then(next_op)
-        build = next_op
-        return self.op.then(lambda result: _as_op(build(result)))
+        return self.op.then(next_op)
 
     def map(self, function: Callable[[Any], Any]) -> cuda_async.DeviceOp[Any]:
         """The launch with a host function applied to its result."""
@@ -412,10 +407,10 @@ class Launch:
         """This launch captured into a CUDA graph (recorded, not run); the kernel is
         compiled and loaded first, outside the capture."""
         self.compile()
-        return Graph(_translated(lambda: self.op.graph(name=name or self.description)))
+        return Graph(self.op.graph(name=name or self.description))
 
     def __await__(self) -> Generator[Any, None, Any]:
-        return _translated_await(self.op)
+        return self.op.__await__()
 
 class CallPlan:
     """What every call with one argument signature shares: the specialization, the
@@ -657,44 +652,6 @@ def compile(kernel: Kernel, *args: Any, arch: str = "sm_90", opt_level: int = 3,
     return kernel.compiled(spec, arch, CompileOptions(opt_level=opt_level))
 
 
-def _translated(action: Callable[[], Any]) -> Any:
-    """Runs ``action``; cuda_async's OwnershipError and GraphCaptureError become cutile's."""
-    try:
-        return action()
-    except cuda_async.OwnershipError as exc:
-        if isinstance(exc, OwnershipError):
-            raise
-        raise OwnershipError(str(exc)) from None
-    except cuda_async.GraphCaptureError as exc:
-        if isinstance(exc, GraphCaptureError):
-            raise
-        raise GraphCaptureError(str(exc)) from None
-    except cuda_async.BatchError as exc:
-        if isinstance(exc, BatchError):
-            raise
-        raise BatchError(str(exc)) from None
-
-
-def _translated_await(op: cuda_async.DeviceOp[Any]) -> Generator[Any, None, Any]:
-    try:
-        return (yield from op.__await__())
-    except cuda_async.OwnershipError as exc:
-        if isinstance(exc, OwnershipError):
-            raise
-        raise OwnershipError(str(exc)) from None
-
-
-def _as_op(item: Any) -> cuda_async.DeviceOp[Any]:
-    op: cuda_async.DeviceOp[Any] = item.op if isinstance(item, Launch) else item
-    return op
-
-
-def zip_launches(*items: Any) -> cuda_async.DeviceOp[Any]:
-    """Several launches (or ops) as one op whose result is the tuple of theirs; they
-    may run on different streams."""
-    return cuda_async.zip(*(_as_op(item) for item in items))
-
-
 def _resource_of(tensor: Any) -> Any:
     if isinstance(tensor, Partition):
         tensor = tensor._tensor
@@ -773,14 +730,6 @@ def batch(name: str = "batch", *, wait: bool = True) -> Iterator[cuda_async.Batc
     On the interpreter every launch runs at once, as always.
     """
     _backend.current()  # the backend's policy decides the batch's stream
-    try:
-        manager = cuda_async.batch(name, wait=wait)
-        active = manager.__enter__()
-    except cuda_async.BatchError as exc:
-        raise BatchError(str(exc)) from None
-    except cuda_async.GraphCaptureError as exc:
-        raise GraphCaptureError(str(exc)) from None
-    with contextlib.ExitStack() as stack:
-        stack.push(manager)
+    with cuda_async.batch(name, wait=wait) as active:
         yield active
 

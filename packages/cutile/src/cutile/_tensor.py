@@ -23,7 +23,6 @@ import ml_dtypes  # noqa: F401  (registers bfloat16 and float8 with numpy)
 import numpy as np
 
 from cuda_async import Access, Resource, ensure_not_capturing
-from cuda_async import OwnershipError as AsyncOwnershipError
 from cutile._errors import OwnershipError
 from cutile_compiler import _dtypes as dt
 from cutile_compiler._signature import TensorAnnotation, TensorSpec, make_tensor_annotation
@@ -125,10 +124,7 @@ class Storage:
         a pending launch holds it, or a running op does."""
         self.check_available(start, end, writes, user)
         if self._resource is not None:
-            try:
-                self._resource.check_available(Access.WRITE if writes else Access.READ, by=user)
-            except AsyncOwnershipError as exc:
-                raise OwnershipError(str(exc)) from None
+            self._resource.check_available(Access.WRITE if writes else Access.READ, by=user)
 
     def check_available(self, start: int, end: int, writes: bool, user: str) -> None:
         """Raises `OwnershipError` if a pending launch holds memory overlapping
