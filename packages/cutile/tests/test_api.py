@@ -75,3 +75,15 @@ def test_astype_by_kernel_matches_numpy(source: object, target: object) -> None:
         expected = np.trunc(expected)
     np.testing.assert_allclose(got.astype(np.float64),
                                expected.astype(np.dtype(target.numpy_name)).astype(np.float64))  # type: ignore[attr-defined]
+
+
+def test_constructors_and_their_op_forms_take_the_same_arguments() -> None:
+    from cutile.core import i32
+
+    for value in (2, 2.0):  # an integral float is accepted for an integer dtype by both
+        np.testing.assert_array_equal(api.full([5], value, i32).to_numpy(), np.full(5, 2, np.int32))
+        np.testing.assert_array_equal(api.ops.full([5], value, i32).sync().to_numpy(), np.full(5, 2, np.int32))
+    for make in (lambda: api.full([5], 2.5, i32), lambda: api.ops.full([5], 2.5, i32)):
+        with pytest.raises(ValueError, match="2.5 is not a i32 value"):
+            make()
+    np.testing.assert_array_equal(api.rand([64], seed=3).to_numpy(), api.ops.rand([64], seed=3).sync().to_numpy())

@@ -32,7 +32,7 @@ from cutile._errors import (
     TileTypeError,
 )
 from cutile._interpreter import KernelRuntimeError
-from cutile_compiler._pipeline import CompiledKernel
+from cutile_compiler import CompiledKernel
 from cutile._kernel import Graph, GraphScope, Kernel, Launch, batch, compile, entry, function, graph_scope
 from cuda_async import zip  # launches are ops: cuda_async's zip takes them as they are
 from cutile._tensor import Partition, Tensor

@@ -138,28 +138,14 @@ def run(kind: str, tensor: Tensor, stream: Any = None, **arguments: Any) -> None
     interpreter at once; on the GPU queued on ``stream`` (None: on cutile's stream,
     and waited for)."""
     from cutile import _backend
-    from cutile._kernel import CallPlan, describe_call
+    from cutile._kernel import run_plan
     from cutile_compiler._toolchain import DEFAULT_OPTIONS
 
     if tensor.size == 0:
         return
     flat = Tensor(tensor._storage, tensor.dtype, (tensor.size,), (1,), tensor.offset)
-    backend = _backend.current()
     made = kernel(kind, tensor.dtype)
     if kind in ("uniform", "normal"):
         arguments["NORMAL"] = kind == "normal"
-    partition = flat.partition([tile_size(backend, tensor.size)])
-    call = {"z": partition, **arguments}
-    spec, grid = describe_call(made, call)
-    values = {"z": partition._tensor, **arguments}
-    if backend == "interpreter":
-        from cutile._interpreter import Interpreter
-
-        Interpreter(made.kernel_ir(spec), grid).run(values, {"z"})
-        return
-    from cutile._gpu import default_stream, enqueue
-
-    target = default_stream() if stream is None else stream
-    enqueue(made, CallPlan(spec, grid), values, DEFAULT_OPTIONS, target)
-    if stream is None:
-        target.synchronize()
+    call = {"z": flat.partition([tile_size(_backend.current(), tensor.size)]), **arguments}
+    run_plan(made, made.plan_for(call), call, DEFAULT_OPTIONS, stream)

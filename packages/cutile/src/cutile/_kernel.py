@@ -25,23 +25,26 @@ from cutile._tensor import Partition, Storage, Tensor, hold_all, overlapping, ov
 from cutile_compiler._builtins import DeviceFunction
 from cutile_compiler import _dtypes as dt
 from cutile_compiler._dtypes import DType
-from cutile_compiler._frontend import build_kernel_ir
 from cutile_compiler._hints import HintError, KernelHints
 from cutile_compiler._cache import LRUCache
-from cutile_compiler._ir import KernelIR
-from cutile_compiler._pipeline import CompiledKernel, compile_kernel
 from cutile_compiler._toolchain import DEFAULT_OPTIONS, CompileOptions
+from cutile_compiler import (
+    CompiledKernel,
+    KernelIR,
+    KernelSignature,
+    Specialization,
+    build_kernel_ir,
+    compile_kernel,
+    parse_signature,
+    specialize,
+)
 from cutile_compiler._signature import (
     MAX_DIVISIBILITY,
     ConstantAnnotation,
-    KernelSignature,
-    constant_key,
     SignatureError,
-    Specialization,
     SpecializationError,
     TensorAnnotation,
-    parse_signature,
-    specialize,
+    constant_key,
 )
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -109,6 +112,16 @@ class Kernel:
                 arguments[name] = _scalar_value(self.name, name, dtype, arguments[name])
         return Launch(self, arguments)
 
+    def plan_for(self, arguments: dict[str, Any], explicit_grid: tuple[int, int, int] | None = None) -> CallPlan:
+        """The plan of a call with these arguments (cached per call signature)."""
+        key = _call_key(self, arguments, explicit_grid)
+        plan = self._calls.get(key) if key is not None else None
+        if plan is None:
+            plan = CallPlan(*describe_call(self, arguments, explicit_grid))
+            if key is not None:
+                self._calls.put(key, plan)
+        return plan
+
     def clear_cache(self) -> None:
         """Forgets this kernel's compiled and loaded code and its call plans in this
         process (the disk cache stays); the next launch compiles or loads again."""
@@ -120,11 +133,8 @@ class Kernel:
 
     def kernel_ir(self, spec: Specialization) -> KernelIR:
         """The typed IR for one specialization (built once, then cached)."""
-        ir = self._ir.get(spec)
-        if ir is None:
-            ir = build_kernel_ir(self.function, self.signature, spec, unsafe=self.unsafe)
-            self._ir.put(spec, ir)
-        return ir
+        return self._ir.get_or_create(
+            spec, lambda: build_kernel_ir(self.function, self.signature, spec, unsafe=self.unsafe))
 
     def compiled(self, spec: Specialization, arch: str, options: CompileOptions | None = None) -> CompiledKernel:
         """The cubin for one specialization and architecture (compiled once per process,
@@ -132,13 +142,10 @@ class Kernel:
         opts = options or CompileOptions()
         if self.hints:  # the entry's hints, under those of the launch
             opts = dataclasses.replace(opts, hints=self.hints.merged(opts.hints))
-        key = (spec, arch, opts)
-        found = self._compiled.get(key)
-        if found is None:
-            found = compile_kernel(self.function, self.signature, spec, arch, unsafe=self.unsafe,
-                                   options=opts, kernel_ir=self.kernel_ir(spec))
-            self._compiled.put(key, found)
-        return found
+        return self._compiled.get_or_create(
+            (spec, arch, opts),
+            lambda: compile_kernel(self.function, self.signature, spec, arch, unsafe=self.unsafe,
+                                   options=opts, kernel_ir=self.kernel_ir(spec)))
 
 
 @overload
@@ -292,10 +299,6 @@ class Launch:
             _gpu.prepare(self.kernel, self.plan(), self._options)
         return self
 
-    def _tensor_of(self, value: Any) -> Tensor:
-        tensor: Tensor = value._tensor if isinstance(value, Partition) else value
-        return tensor
-
     def specialization(self) -> tuple[Specialization, tuple[int, int, int]]:
         """The compile-time view of the arguments, and the launch grid."""
         plan = self.plan()
@@ -306,13 +309,7 @@ class Launch:
         loaded kernel: shared by every call with the same argument signature."""
         plan = self._plan
         if plan is None:
-            key = _call_key(self.kernel, self.arguments, self._explicit_grid)
-            plan = self.kernel._calls.get(key) if key is not None else None
-            if plan is None:
-                plan = CallPlan(*describe_call(self.kernel, self.arguments, self._explicit_grid))
-                if key is not None:
-                    self.kernel._calls.put(key, plan)
-            self._plan = plan
+            plan = self._plan = self.kernel.plan_for(self.arguments, self._explicit_grid)
             binding = self._binding
             if binding.plan is None and self._explicit_grid is None:
                 binding.plan = plan
@@ -342,30 +339,12 @@ class Launch:
             for param, storage, start, end, writes in self._argument_ranges(live=False):
                 storage.check_available(start, end, writes, f"{self.kernel.name}: parameter '{param}'")
         plan = self.plan()
-        grid = plan.grid
         arguments = self.arguments
         self._done = True
         self._release()  # the running op's own holds (cuda_async) take over from here
         self._op = None  # the op refers back to this launch: leave no cycle behind
-        binding = self._binding
-        if 0 not in grid:
-            if plan is binding.plan and self._options is DEFAULT_OPTIONS and _backend.current() == "gpu":
-                target = _gpu.default_stream() if stream is None else stream
-                _gpu.enqueue_bound(self.kernel, binding, arguments, target)
-                if stream is None:
-                    target.synchronize()
-                return binding.results(arguments)
-            values = {n: (v._tensor if type(v) is Partition else v) for n, v in arguments.items()}
-            if _backend.current() == "interpreter":
-                from cutile._interpreter import Interpreter
-
-                Interpreter(self.kernel.kernel_ir(plan.spec), grid).run(values, self.kernel._mutable_names)
-            else:
-                target = _gpu.default_stream() if stream is None else stream
-                _gpu.enqueue(self.kernel, plan, values, self._options, target)
-                if stream is None:
-                    target.synchronize()
-        return binding.results(arguments)
+        run_plan(self.kernel, plan, arguments, self._options, stream, self._binding)
+        return self._binding.results(arguments)
 
     def sync(self) -> Any:
         """Runs the launch to completion and returns its tensor arguments.
@@ -411,6 +390,30 @@ class Launch:
 
     def __await__(self) -> Generator[Any, None, Any]:
         return self.op.__await__()
+
+def run_plan(kernel: Kernel, plan: CallPlan, arguments: dict[str, Any], options: CompileOptions,
+             stream: Any, binding: Binding | None = None) -> None:
+    """Runs ``kernel`` as ``plan`` says over ``arguments`` (partitions or tensors):
+    at once on the interpreter (``stream`` is then ignored), queued on ``stream`` on
+    the GPU (None: on cutile's stream, waited for). ``binding``: the arguments'
+    binding, whose packed parameters a GPU launch with default options reuses."""
+    if 0 in plan.grid:
+        return  # nothing to compute
+    if _backend.current() == "interpreter":
+        from cutile._interpreter import Interpreter
+
+        values = {n: (v._tensor if type(v) is Partition else v) for n, v in arguments.items()}
+        Interpreter(kernel.kernel_ir(plan.spec), plan.grid).run(values, kernel._mutable_names)
+        return
+    target = _gpu.default_stream() if stream is None else stream
+    if binding is not None and plan is binding.plan and options is DEFAULT_OPTIONS:
+        _gpu.enqueue_bound(kernel, binding, arguments, target)
+    else:
+        values = {n: (v._tensor if type(v) is Partition else v) for n, v in arguments.items()}
+        _gpu.enqueue(kernel, plan, values, options, target)
+    if stream is None:
+        target.synchronize()
+
 
 class CallPlan:
     """What every call with one argument signature shares: the specialization, the

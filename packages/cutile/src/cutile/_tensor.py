@@ -25,7 +25,8 @@ import numpy as np
 from cuda_async import Access, Resource, ensure_not_capturing
 from cutile._errors import OwnershipError
 from cutile_compiler import _dtypes as dt
-from cutile_compiler._signature import TensorAnnotation, TensorSpec, make_tensor_annotation
+from cutile_compiler import TensorSpec
+from cutile_compiler._signature import TensorAnnotation, make_tensor_annotation
 
 
 def numpy_dtype(dtype: dt.DType) -> np.dtype[Any]:

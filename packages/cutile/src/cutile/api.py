@@ -19,7 +19,7 @@ import cuda_async
 from cutile import _backend, _fill
 from cutile._tensor import HostStorage, Tensor, dtype_of, numpy_dtype
 from cutile_compiler import _dtypes as dt
-from cutile_compiler._signature import TensorSpec
+from cutile_compiler import TensorSpec
 
 ShapeLike = int | Sequence[int]
 
@@ -73,17 +73,32 @@ def ones(shape: ShapeLike, dtype: Any = dt.f32) -> Tensor:
 
 def full(shape: ShapeLike, value: bool | int | float, dtype: Any = dt.f32) -> Tensor:
     """A tensor filled with ``value`` (by a tile kernel where the tensor lives)."""
+    tensor, fill_value = _full_target(shape, value, dtype)
+    if fill_value is not None:
+        _fill.run("fill", tensor, value=fill_value)
+    return tensor
+
+
+def _full_target(shape: ShapeLike, value: bool | int | float, dtype: Any) -> tuple[Tensor, bool | int | float | None]:
+    """What `full` and `ops.full` fill: (allocated tensor, value to fill it with), or
+    (finished host-made tensor, None) for dtypes a kernel does not make."""
     kind = dtype_of(dtype)
     dims = _shape(shape, "full")
     if not _made_by_kernel(kind):
-        return _from_host(np.full(dims, value, dtype=numpy_dtype(kind)), kind)
+        return _from_host(np.full(dims, value, dtype=numpy_dtype(kind)), kind), None
     if kind.is_integer and isinstance(value, float):
         if not value.is_integer():
             raise ValueError(f"full: {value!r} is not a {kind} value")
         value = int(value)
-    tensor = _allocate(dims, kind)
-    _fill.run("fill", tensor, value=value)
-    return tensor
+    return _allocate(dims, kind), value
+
+
+def _random_target(shape: ShapeLike, dtype: Any, seed: int | None, what: str) -> tuple[Tensor, int]:
+    """What `rand`/`randn` and their op forms fill: (allocated tensor, 32-bit seed)."""
+    element = dtype_of(dtype)
+    if not element.is_float:
+        raise TypeError(f"{what}: random values need a floating-point dtype, got {element}")
+    return _allocate(_shape(shape, what), element), _seed(seed)
 
 
 def _filling_op(name: str, tensor: Tensor, fill: Callable[[Any], None]) -> cuda_async.DeviceOp[Tensor]:
@@ -110,13 +125,11 @@ class ops:  # noqa: N801 - a namespace, spelled like the module it mirrors
 
     @staticmethod
     def full(shape: ShapeLike, value: bool | int | float, dtype: Any = dt.f32) -> cuda_async.DeviceOp[Tensor]:
-        kind = dtype_of(dtype)
-        dims = _shape(shape, "full")
-        if not _made_by_kernel(kind):
-            return cuda_async.value(full(dims, value, kind))
-        tensor = _allocate(dims, kind)
-        return _filling_op(f"full({list(dims)}, {value!r}, {kind})", tensor,
-                           lambda stream: _fill.run("fill", tensor, stream, value=value))
+        tensor, fill_value = _full_target(shape, value, dtype)
+        if fill_value is None:
+            return cuda_async.value(tensor)
+        return _filling_op(f"full({list(tensor.shape)}, {value!r}, {tensor.dtype})", tensor,
+                           lambda stream: _fill.run("fill", tensor, stream, value=fill_value))
 
     @staticmethod
     def zeros(shape: ShapeLike, dtype: Any = dt.f32) -> cuda_async.DeviceOp[Tensor]:
@@ -136,13 +149,11 @@ class ops:  # noqa: N801 - a namespace, spelled like the module it mirrors
 
     @staticmethod
     def _random(kind: str, shape: ShapeLike, dtype: Any, seed: int | None, what: str) -> cuda_async.DeviceOp[Tensor]:
-        element = dtype_of(dtype)
-        if not element.is_float:
-            raise TypeError(f"{what}: random values need a floating-point dtype, got {element}")
-        tensor = _allocate(_shape(shape, what), element)
-        chosen = _seed(seed)  # fixed when the op is made: every run gives the same values
-        return _filling_op(f"{what}({list(tensor.shape)}, {element})", tensor,
+        # The seed is fixed when the op is made: every run gives the same values.
+        tensor, chosen = _random_target(shape, dtype, seed, what)
+        return _filling_op(f"{what}({list(tensor.shape)}, {tensor.dtype})", tensor,
                            lambda stream: _fill.run(kind, tensor, stream, seed=chosen))
+
 
 
 def empty(shape: ShapeLike, dtype: Any = dt.f32) -> Tensor:
@@ -196,11 +207,8 @@ def _seed(seed: int | None) -> int:
 
 
 def _random(kind: str, shape: ShapeLike, dtype: Any, seed: int | None, what: str) -> Tensor:
-    element = dtype_of(dtype)
-    if not element.is_float:
-        raise TypeError(f"{what}: random values need a floating-point dtype, got {element}")
-    tensor = _allocate(_shape(shape, what), element)
-    _fill.run(kind, tensor, seed=_seed(seed))
+    tensor, chosen = _random_target(shape, dtype, seed, what)
+    _fill.run(kind, tensor, seed=chosen)
     return tensor
 
 
