@@ -19,11 +19,7 @@ def gpu_unavailable_reason() -> str | None:
         import cuda_core
     except ImportError as exc:  # pragma: no cover - the workspace always has it
         return f"cuda_core is not importable ({exc})"
-    try:
-        count = cuda_core.device_count()
-    except cuda_core.CudaError as exc:
-        return exc.message
-    return None if count > 0 else "the NVIDIA driver sees no GPU"
+    return cuda_core.unavailable_reason()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -33,7 +29,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     reason = gpu_unavailable_reason()
     if reason is None:
         return
-    marker = pytest.mark.skip(reason=f"needs an NVIDIA GPU: {reason.split(';')[0]}")
+    marker = pytest.mark.skip(reason=f"needs an NVIDIA GPU: {reason}")
     for item in gpu_items:
         item.add_marker(marker)
 

@@ -1,12 +1,12 @@
 """y = a * x + y through cuda_core: a PTX kernel loaded, launched and checked.
 
-Run: ``./scripts/run_main.sh`` (or ``python examples/axpy_ptx.py``). It prints
-the device, launches the kernel once plainly and 100 times through a prepared
-launch, and checks every element against a float64 reference.
+Run: ``python examples/axpy_ptx.py``. It prints the device, launches the kernel
+once plainly and 100 times through a prepared launch, and checks every element
+against a float64 reference.
 
-This example exercises the driver layer alone. cutile's tile kernels, and the
-CPU interpreter that runs them on machines without a GPU, come with the packages
-above cuda_core; here, without a GPU, the example says why and stops.
+This example exercises the driver layer alone, so it needs a GPU: without one it
+says why and stops. cutile's tile kernels run without a GPU on its CPU
+interpreter backend (see ``examples/add.py``).
 """
 
 from __future__ import annotations
@@ -54,15 +54,12 @@ DONE:
 
 
 def main() -> int:
-    if not cc.is_available():
-        try:
-            cc.device_count()
-            reason = "the driver sees no GPU"
-        except cc.CudaError as exc:
-            reason = exc.message.split(";")[0]
+    reason = cc.unavailable_reason()
+    if reason is not None:
         print(f"axpy_ptx: no GPU can be used here ({reason}).")
         print("axpy_ptx: this example launches a PTX kernel through the CUDA driver and needs one;")
-        print("axpy_ptx: nothing was run. (cutile's CPU interpreter backend is not built yet.)")
+        print("axpy_ptx: nothing was run. (cutile's kernels run without a GPU on its CPU interpreter:")
+        print("axpy_ptx: try examples/add.py.)")
         return 0
 
     device = cc.Device(0)

@@ -30,7 +30,7 @@ os.environ.setdefault("CUTILE_BACKEND", "gpu")
 import cuda_async  # noqa: E402
 import cutile  # noqa: E402
 from cuda_core.testing import SUCCESS, FakeDriver, use_fake_driver  # noqa: E402
-from cutile import api  # noqa: E402
+from cutile import _gpu, api  # noqa: E402
 from cutile.core import Mut, Tensor, f32, load_tile_like  # noqa: E402
 
 
@@ -65,12 +65,7 @@ def _run(fake: FakeDriver, args: argparse.Namespace) -> None:
     z = api.empty([1024], dtype=f32).partition([1024])
     first = add(z, x, y)
     compiled = add.compiled(first.plan().spec, "sm_90")
-    layout, offset = [], 0
-    for arg in compiled.abi:
-        size = 8 if arg.kind == "pointer" else 4
-        layout.append((offset, size))
-        offset += size
-    fake.kernels[compiled.name] = layout
+    fake.kernels[compiled.name] = _gpu.fake_param_layout(compiled.abi)
     state: dict[str, Any] = {"z": z}
     del first
 

@@ -38,6 +38,17 @@ def test_is_available_never_raises_for_a_missing_driver(fake_driver: Any) -> Non
     assert cc.is_available() is False
 
 
+def test_unavailable_reason_says_why_in_plain_words(fake_driver: Any) -> None:
+    assert cc.unavailable_reason() is None  # the fake has one GPU
+    fake_driver.devices = 0
+    assert cc.unavailable_reason() == "the NVIDIA driver sees no GPU"
+
+
+def test_unavailable_reason_without_a_driver_is_the_first_sentence(fake_driver: Any) -> None:
+    fake_driver.init_exception = RuntimeError("libcuda.so.1: cannot open shared object file")
+    assert cc.unavailable_reason() == "no NVIDIA driver was found on this machine, so no GPU can be used"
+
+
 def test_device_ordinal_out_of_range(fake_driver: Any) -> None:
     with pytest.raises(cc.CudaInvalidValueError, match="ordinal 3 is out of range: 1 device"):
         cc.Device(3)

@@ -6,8 +6,9 @@ with tileiras for sm_90; the fake driver records launches instead of running the
 
 from __future__ import annotations
 
+import contextlib
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -17,7 +18,7 @@ import cuda_async
 import cutile
 from cuda_core.testing import FakeDriver, use_fake_driver
 from cutile import _backend, _gpu, api
-from cutile.core import Mut, Tensor, f16, f32, i64, load_tile_like
+from cutile.core import Mut, Tensor, bid, f16, f32, i64, load_tile_like
 
 pytestmark = pytest.mark.interpreter_only  # runs once, on its own fake GPU
 
@@ -32,20 +33,16 @@ def scale2d(z: Mut[Tensor[f32, ["BM", "BN"]]], x: Tensor[f32, [-1, -1]], s: f16,
     z.store(load_tile_like(x, z) * s.astype(f32) + n.astype(f32))
 
 
-_SIZES = {"f32": 4, "f16": 2, "i64": 8}
+@cutile.entry
+def no_mut():  # its grid is always explicit
+    print("block %d", bid(0))
 
 
 def _register(fake: FakeDriver, launch: cutile.Launch) -> Any:
     """Compiles ``launch`` for the fake sm_90 device and tells the fake driver the
     kernel's parameter layout (as the cubin would)."""
     compiled = launch.kernel.compiled(launch.plan().spec, "sm_90")
-    layout, offset = [], 0
-    for arg in compiled.abi:
-        size = 8 if arg.kind == "pointer" else 4 if arg.kind in ("dim", "stride") else _SIZES[arg.dtype.name]
-        offset = -(-offset // size) * size
-        layout.append((offset, size))
-        offset += size
-    fake.kernels[compiled.name] = layout
+    fake.kernels[compiled.name] = _gpu.fake_param_layout(compiled.abi)
     return compiled
 
 
@@ -63,21 +60,39 @@ def _unpack(compiled: Any, params: list[bytes]) -> list[tuple[str, str, Any]]:
     return out
 
 
+FakeGpu = Callable[..., contextlib.AbstractContextManager[FakeDriver]]
+
+
 @pytest.fixture
-def fake_gpu() -> Iterator[FakeDriver]:
-    saved_streams = dict(_gpu._streams)
-    with use_fake_driver() as fake:
-        _gpu._streams.clear()
-        _backend.reset_for_tests("gpu")
-        try:
-            with cuda_async.using_policy(cuda_async.SingleStream()):
-                yield fake
-        finally:
-            for kernel in (saxpy, scale2d):
-                kernel.clear_cache()  # its modules were loaded into the fake
+def make_fake_gpu() -> FakeGpu:
+    """A factory of fake GPUs: ``with make_fake_gpu(driver, policy) as fake:`` runs
+    cutile's GPU backend on ``driver`` (a new `FakeDriver` by default) under the
+    scheduling ``policy`` (one stream by default), and puts everything back after."""
+
+    @contextlib.contextmanager
+    def fake_gpu(driver: FakeDriver | None = None,
+                 policy: cuda_async.SchedulingPolicy | None = None) -> Iterator[FakeDriver]:
+        saved_streams = dict(_gpu._streams)
+        with use_fake_driver(driver) as fake:
             _gpu._streams.clear()
-            _gpu._streams.update(saved_streams)
-            _backend.reset_for_tests("interpreter")
+            _backend.reset_for_tests("gpu")
+            try:
+                with cuda_async.using_policy(policy or cuda_async.SingleStream()):
+                    yield fake
+            finally:
+                for kernel in (saxpy, scale2d, no_mut):
+                    kernel.clear_cache()  # its modules were loaded into the fake
+                _gpu._streams.clear()
+                _gpu._streams.update(saved_streams)
+                _backend.reset_for_tests("interpreter")
+
+    return fake_gpu
+
+
+@pytest.fixture
+def fake_gpu(make_fake_gpu: FakeGpu) -> Iterator[FakeDriver]:
+    with make_fake_gpu() as fake:
+        yield fake
 
 
 def test_a_launch_passes_pointers_dims_and_scalars(fake_gpu: FakeDriver) -> None:
@@ -128,6 +143,16 @@ def test_views_with_other_strides_pass_them(fake_gpu: FakeDriver) -> None:
     assert got[("z", "stride0")] == 64 and ("z", "stride1") not in got
     assert got[("s", "scalar")] == 0.5 and got[("n", "scalar")] == 7
     assert fake_gpu.launches[-1]["grid"] == (2, 2, 1)
+
+
+def test_each_launch_gets_its_own_grid(fake_gpu: FakeDriver) -> None:
+    # One loaded kernel launched on grids of 4, 2 and 2 blocks, then 4 again: its
+    # prepared launch changes grid, and changes it back.
+    _register(fake_gpu, no_mut().grid(1))
+    for blocks in (4, 2, 2, 4):
+        no_mut().grid(blocks).sync()
+    assert [r["grid"] for r in fake_gpu.launches] == [(4, 1, 1), (2, 1, 1), (2, 1, 1), (4, 1, 1)]
+    assert len(no_mut._loaded) == 1
 
 
 def test_a_batch_waits_once_and_holds_its_tensors(fake_gpu: FakeDriver) -> None:
@@ -220,34 +245,27 @@ class _FreeLog(FakeDriver):
         return super().cuMemFreeAsync(ptr, stream)
 
 
-def test_memory_of_a_shared_op_lives_until_its_work_is_observed_done() -> None:
+def test_memory_of_a_shared_op_lives_until_its_work_is_observed_done(make_fake_gpu: FakeGpu) -> None:
     import gc
 
-    saved_streams = dict(_gpu._streams)
-    with use_fake_driver(_FreeLog()) as fake:
-        _gpu._streams.clear()
-        _backend.reset_for_tests("gpu")
+    log = _FreeLog()
+    with make_fake_gpu(log, cuda_async.RoundRobin(2)):
         try:
-            with cuda_async.using_policy(cuda_async.RoundRobin(2)):
-                x = api.from_numpy(np.zeros(256, np.float32))
-                y = api.from_numpy(np.zeros(256, np.float32))
-                z = api.empty([256], dtype=f32).partition([128])
-                _register(fake, saxpy(z, x, y, 1.0))
-                address = x._storage.base_address
-                gc.collect()
-                gc.disable()
-                future = saxpy(z, x, y, 1.0).shared().map(lambda r: r[0]).schedule()
-                del x, y  # the caller keeps only the future
-                assert ("free", address) not in fake.order  # the queued kernel still reads x
-                z = future.result()
-                del future, z  # (nothing of the fake GPU may outlive the fake driver)
-                assert ("free", address) in fake.order  # handed back once observed done
+            x = api.from_numpy(np.zeros(256, np.float32))
+            y = api.from_numpy(np.zeros(256, np.float32))
+            z = api.empty([256], dtype=f32).partition([128])
+            _register(log, saxpy(z, x, y, 1.0))
+            address = x._storage.base_address
+            gc.collect()
+            gc.disable()
+            future = saxpy(z, x, y, 1.0).shared().map(lambda r: r[0]).schedule()
+            del x, y  # the caller keeps only the future
+            assert ("free", address) not in log.order  # the queued kernel still reads x
+            z = future.result()
+            del future, z  # (nothing of the fake GPU may outlive the fake driver)
+            assert ("free", address) in log.order  # handed back once observed done
         finally:
             gc.enable()
-            saxpy.clear_cache()
-            _gpu._streams.clear()
-            _gpu._streams.update(saved_streams)
-            _backend.reset_for_tests("interpreter")
 
 
 def test_an_imported_array_is_released_without_the_garbage_collector(fake_gpu: FakeDriver) -> None:

@@ -17,8 +17,7 @@ from hypothesis import strategies as st
 import cutile
 import cutile_ir as ir
 from cutile import api
-from cutile._kernel import describe_call
-from cutile_compiler._lowering import lower_kernel
+from cutile_compiler import lower_kernel
 
 _counter = itertools.count()
 _folder = Path(tempfile.mkdtemp(prefix="cutile-hypothesis-"))
@@ -97,7 +96,7 @@ def test_random_expressions_match_numpy_and_lower(data: st.DataObject) -> None:
     z = api.zeros([n], dtype=getattr(cutile.core, dtype)).partition([64])
     x, y = api.from_numpy(xs), api.from_numpy(ys)
     launch = kernel(z, x, y)  # type: ignore[operator]
-    spec, _ = describe_call(kernel, launch.arguments)  # type: ignore[arg-type]
+    spec, _ = launch.specialization()
     z, _, _ = launch.sync()
     expected = reference(expression, xs, ys).astype(np_type)
     got = z.to_numpy()

@@ -64,13 +64,15 @@ def test_kernels_take_views_whose_innermost_stride_is_not_one(view: str) -> None
 
 
 def test_views_with_negative_strides_are_refused_before_any_work() -> None:
-    whole = api.from_numpy(np.zeros((40, 96), np.float32))
+    values = np.random.default_rng(5).standard_normal((40, 96)).astype(np.float32)
+    whole = api.from_numpy(values)
     with pytest.raises(cutile.LaunchError, match=r"parameter 'x' has a negative stride \[-96, -3\].*api.copy"):
         scale2d(api.zeros([40, 32]).partition([16, 16]), whole[::-1, ::-3])
     with pytest.raises(cutile.LaunchError, match="parameter 'z' has a negative stride"):
         scale2d(api.zeros([40, 32])[::-1].partition([16, 16]), whole[:, :32])
     copied = api.copy(whole[::-1, ::-3])  # a copy is dense: accepted
     z, _ = scale2d(api.zeros([40, 32]).partition([16, 16]), copied).sync()
+    np.testing.assert_array_equal(z.to_numpy(), values[::-1, ::-3] * 2)
 
 
 @pytest.mark.interpreter_only

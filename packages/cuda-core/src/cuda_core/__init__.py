@@ -19,7 +19,7 @@ Quick tour::
     stream.synchronize()
 """
 
-from cuda_core._device import Device, MemoryInfo, current_device, device_count, is_available
+from cuda_core._device import Device, MemoryInfo, current_device, device_count, is_available, unavailable_reason
 from cuda_core._errors import (
     CudaError,
     CudaInvalidValueError,
@@ -78,4 +78,5 @@ __all__ = [
     "is_capturing",
     "launch",
     "stream_handle_of",
+    "unavailable_reason",
 ]

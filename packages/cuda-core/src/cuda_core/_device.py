@@ -41,6 +41,19 @@ def is_available() -> bool:
         return False
 
 
+def unavailable_reason() -> str | None:
+    """None when a GPU can be used, else why not, in plain words (e.g. "no NVIDIA
+    driver was found on this machine", "the NVIDIA driver sees no GPU"); never
+    raises for a driver error."""
+    from cuda_core._errors import CudaError
+
+    try:
+        count = device_count()
+    except CudaError as exc:
+        return exc.message.split(";")[0]  # the reason; what follows is advice and the loader's words
+    return None if count else "the NVIDIA driver sees no GPU"
+
+
 @dataclass(frozen=True)
 class MemoryInfo:
     """Device memory as reported by the driver, in bytes."""

@@ -183,7 +183,10 @@ class PreparedLaunch:
         self._write(index, value)
 
     def set_grid(self, grid: int | Sequence[int]) -> None:
-        """Changes the grid of later launches (the cluster must still divide it)."""
+        """Changes the grid of later launches (the cluster must still divide it);
+        returns at once when ``grid`` is the current one."""
+        if grid == self._grid:  # the common case of a repeated launch: nothing to redo
+            return
         self.config = LaunchConfig(
             grid,
             self.config.block,

@@ -29,14 +29,10 @@ def _requested() -> str:
 
 
 def gpu_unavailable_reason() -> str | None:
-    """None when a GPU can be used, else why not."""
+    """None when a GPU can be used, else why not (`cuda_core.unavailable_reason`)."""
     import cuda_core
 
-    try:
-        count = cuda_core.device_count()
-    except cuda_core.CudaError as exc:
-        return exc.message.split(";")[0]
-    return None if count else "the NVIDIA driver sees no GPU"
+    return cuda_core.unavailable_reason()
 
 
 def current() -> str:

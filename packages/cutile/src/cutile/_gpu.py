@@ -3,19 +3,20 @@ launched through cuda_core."""
 
 from __future__ import annotations
 
+import math
 import threading
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from cuda_core import Device, DeviceBuffer, DeviceMemory, DeviceView, LaunchConfig, Module, PreparedLaunch, Stream
+from cuda_core import Device, DeviceBuffer, DeviceMemory, LaunchConfig, Module, PreparedLaunch, Stream
 from cuda_async import ensure_not_capturing, is_capturing
 from cutile._errors import GraphCaptureError, LaunchError
 from cutile._tensor import Partition, Storage, Tensor, numpy_dtype
+from cutile_compiler import AbiArg, CompiledKernel, CompileOptions
 from cutile_compiler import _dtypes as dt
-from cutile_compiler._lowering import AbiArg
-from cutile_compiler._pipeline import CompiledKernel
-from cutile_compiler._toolchain import DEFAULT_OPTIONS, CompileOptions
+from cutile_compiler._toolchain import DEFAULT_OPTIONS
 
 if TYPE_CHECKING:
     from cutile._kernel import Binding, CallPlan, Kernel
@@ -27,11 +28,6 @@ class DeviceStorage(Storage):
     def __init__(self, buffer: DeviceBuffer) -> None:
         super().__init__(buffer.nbytes, f"cuda:{buffer.device.ordinal}", buffer.ptr)
         self.buffer = buffer
-
-    @property
-    def pointer(self) -> int:
-        """The allocation's device address."""
-        return self.buffer.ptr
 
     def device_memory(self) -> Any:
         return self.buffer
@@ -48,38 +44,38 @@ def default_stream() -> Stream:
     return stream
 
 
-def upload(flat: np.ndarray[Any, Any], dtype: dt.DType, shape: tuple[int, ...]) -> Tensor:
-    """A device tensor holding a copy of the host array ``flat`` (contiguous)."""
+def _allocate(dtype: dt.DType, shape: tuple[int, ...]) -> tuple[Tensor, DeviceBuffer, Stream]:
     ensure_not_capturing("creating a tensor (an allocation)")
     stream = default_stream()
-    buffer = DeviceBuffer.allocate(max(flat.nbytes, 1), stream=stream)
-    if flat.nbytes:
-        buffer.copy_from_host(flat.view(np.uint8), stream=stream)
-    stream.synchronize()
-    return Tensor(DeviceStorage(buffer), dtype, shape)
+    buffer = DeviceBuffer.allocate(max(math.prod(shape) * dtype.itemsize, 1), stream=stream)
+    return Tensor(DeviceStorage(buffer), dtype, shape), buffer, stream
 
 
 def allocate(dtype: dt.DType, shape: tuple[int, ...]) -> Tensor:
     """A device tensor of ``shape``, its memory not written, usable from any stream
     (a pool allocation on cutile's stream, waited for)."""
-    ensure_not_capturing("creating a tensor (an allocation)")
-    count = 1
-    for extent in shape:
-        count *= extent
-    stream = default_stream()
-    buffer = DeviceBuffer.allocate(max(count * dtype.itemsize, 1), stream=stream)
+    tensor, _, stream = _allocate(dtype, shape)
     stream.synchronize()
-    return Tensor(DeviceStorage(buffer), dtype, shape)
+    return tensor
+
+
+def upload(flat: np.ndarray[Any, Any], dtype: dt.DType, shape: tuple[int, ...]) -> Tensor:
+    """A device tensor holding a copy of the host array ``flat`` (contiguous, of
+    ``dtype``'s numpy type, ``shape``'s element count)."""
+    tensor, buffer, stream = _allocate(dtype, shape)
+    if flat.nbytes:
+        buffer.copy_from_host(flat.view(np.uint8), stream=stream)
+    stream.synchronize()
+    return tensor
 
 
 def device_memory(storage: Storage) -> DeviceMemory:
-    """The cuda_core view of a device storage (ours or another library's)."""
-    if isinstance(storage, DeviceStorage):
-        return storage.buffer
-    pointer = getattr(storage, "pointer", None)
-    if pointer is None:
+    """The cuda_core memory of a device storage (ours or another library's): its
+    `Storage.device_memory`, refused for host memory."""
+    memory: DeviceMemory | None = storage.device_memory()
+    if memory is None:
         raise LaunchError(f"memory on {storage.device} is not device memory")
-    return DeviceView.from_pointer(int(pointer), storage.nbytes, owner=storage)
+    return memory
 
 
 def device_to_numpy(tensor: Tensor) -> np.ndarray[Any, Any]:
@@ -108,6 +104,9 @@ _PARAM_TYPES = {
     "u32": "u32", "u64": "u64", "f32": "f32", "f64": "f64", "tf32": "f32",
     "f16": "bytes2", "bf16": "bytes2", "f8e4m3fn": "bytes1", "f8e5m2": "bytes1",
 }
+# Size in bytes of each C type a parameter is packed as.
+_TYPE_SIZES = {"ptr": 8, "i8": 1, "u8": 1, "i16": 2, "u16": 2, "i32": 4, "u32": 4, "i64": 8, "u64": 8,
+               "f32": 4, "f64": 8, "bytes1": 1, "bytes2": 2}
 _MAX_GRID = (1 << 24) - 1  # tileiras's block-id arithmetic is exact up to 2^24 - 1 per axis
 _I32_MAX = (1 << 31) - 1
 
@@ -127,12 +126,32 @@ def _param_type(arg: AbiArg, size: int, kernel: str) -> str:
             wanted = {1: "i8", 2: "i16", 4: "i32", 8: "i64"}.get(size, wanted)
             if not signed:
                 wanted = "u" + wanted[1:]
-    natural = {"ptr": 8, "i8": 1, "u8": 1, "i16": 2, "u16": 2, "i32": 4, "u32": 4, "i64": 8, "u64": 8,
-               "f32": 4, "f64": 8, "bytes1": 1, "bytes2": 2}[wanted]
+    natural = _TYPE_SIZES[wanted]
     if natural != size:
         raise LaunchError(f"{kernel}: parameter {arg.param} ({arg.kind}) is {size} bytes in the cubin, "
                           f"cutile packs {natural} (a cutile bug: please report it)")
     return wanted
+
+
+def fake_param_layout(abi: Sequence[AbiArg]) -> list[tuple[int, int]]:
+    """The (offset, size) of each entry parameter, as a cubin compiled from ``abi``
+    declares them when tileiras widens nothing (the sizes `_param_type` accepts,
+    each naturally aligned): what `cuda_core.testing.FakeDriver.kernels` wants, for
+    tests and benchmarks of the GPU host path without a GPU."""
+    layout: list[tuple[int, int]] = []
+    offset = 0
+    for arg in abi:
+        if arg.kind == "pointer":
+            size = _TYPE_SIZES["ptr"]
+        elif arg.kind in ("dim", "stride"):
+            size = _TYPE_SIZES["i32"]
+        else:
+            assert arg.dtype is not None
+            size = _TYPE_SIZES[_PARAM_TYPES[arg.dtype.name]]
+        offset = -(-offset // size) * size
+        layout.append((offset, size))
+        offset += size
+    return layout
 
 
 _POINTER, _DIM, _STRIDE, _SCALAR = range(4)
@@ -229,16 +248,26 @@ def _scalar_argument(value: Any, dtype: dt.DType) -> Any:
     return value
 
 
+def _check_grid(kernel: Kernel, grid: tuple[int, int, int]) -> None:
+    if grid[0] > _MAX_GRID or grid[1] > _MAX_GRID or grid[2] > _MAX_GRID:
+        raise LaunchError(f"{kernel.name}: grid {list(grid)} exceeds {_MAX_GRID} blocks along an axis")
+
+
+def _launch(loaded: _Loaded, grid: tuple[int, int, int], stream: Stream, values: list[Any]) -> None:
+    """Launches on this thread's prepared launch (`set_grid` is free when the grid is unchanged)."""
+    prepared = loaded.prepared
+    prepared.set_grid(grid)
+    prepared.launch(stream, *values)
+
+
 def enqueue_bound(kernel: Kernel, binding: Binding, arguments: dict[str, Any], stream: Stream) -> None:
     """`enqueue` for a call whose tensors are its binding's (default options, no
     explicit grid): the parameters are packed once; only scalars are refilled."""
     loaded = binding.loaded
+    plan = binding.plan
+    assert plan is not None
     if loaded is None:
-        plan = binding.plan
-        assert plan is not None
-        grid = plan.grid
-        if grid[0] > _MAX_GRID or grid[1] > _MAX_GRID or grid[2] > _MAX_GRID:
-            raise LaunchError(f"{kernel.name}: grid {list(grid)} exceeds {_MAX_GRID} blocks along an axis")
+        _check_grid(kernel, plan.grid)
         loaded = prepare(kernel, plan, DEFAULT_OPTIONS)
         values = {n: (v._tensor if isinstance(v, Partition) else v) for n, v in arguments.items()}
         binding.packed = loaded.pack(kernel.name, values)
@@ -250,22 +279,12 @@ def enqueue_bound(kernel: Kernel, binding: Binding, arguments: dict[str, Any], s
         packed = list(packed)  # the binding's list is shared by every thread that calls
         for index, param, dtype in binding.scalar_slots:
             packed[index] = _scalar_argument(arguments[param], dtype) if loaded.converts_scalars else arguments[param]
-    prepared = loaded.prepared
-    grid = binding.plan.grid  # type: ignore[union-attr]
-    if prepared._grid != grid:
-        prepared.set_grid(grid)
-    prepared.launch(stream, *packed)
+    _launch(loaded, plan.grid, stream, packed)
 
 
 def enqueue(kernel: Kernel, plan: CallPlan, arguments: dict[str, Any], options: CompileOptions,
             stream: Stream) -> None:
     """Queues the launch on ``stream`` without waiting (ownership is the caller's job)."""
-    grid = plan.grid
-    if grid[0] > _MAX_GRID or grid[1] > _MAX_GRID or grid[2] > _MAX_GRID:
-        raise LaunchError(f"{kernel.name}: grid {list(grid)} exceeds {_MAX_GRID} blocks along an axis")
+    _check_grid(kernel, plan.grid)
     loaded = prepare(kernel, plan, options)
-    values = loaded.pack(kernel.name, arguments)
-    prepared = loaded.prepared
-    if prepared._grid != grid:
-        prepared.set_grid(grid)
-    prepared.launch(stream, *values)
+    _launch(loaded, plan.grid, stream, loaded.pack(kernel.name, arguments))

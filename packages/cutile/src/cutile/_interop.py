@@ -11,16 +11,19 @@ from __future__ import annotations
 import atexit
 import ctypes
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from cutile import _backend
 from cutile._errors import CutileError
-from cutile._tensor import HostStorage, Storage, Tensor, numpy_dtype
+from cutile._tensor import HostStorage, Storage, Tensor, _contiguous_strides, dtype_of, numpy_dtype
 from cutile_compiler import _dtypes as dt
 
-KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_CUDA_MANAGED = 1, 2, 3, 13
+if TYPE_CHECKING:
+    from cuda_core import Stream
+
+KDL_CPU, KDL_CUDA, KDL_CUDA_MANAGED = 1, 2, 13
 _DL_INT, _DL_UINT, _DL_FLOAT, _DL_BFLOAT, _DL_BOOL, _DL_FLOAT8_E4M3FN, _DL_FLOAT8_E5M2 = 0, 1, 2, 4, 6, 10, 12
 
 
@@ -88,7 +91,6 @@ class ForeignDeviceStorage(Storage):
 
     def __init__(self, pointer: int, nbytes: int, device: int, owner: Any) -> None:
         super().__init__(nbytes, f"cuda:{device}", pointer)
-        self.pointer = pointer
         self.owner = owner
 
     def device_memory(self) -> Any:
@@ -96,7 +98,7 @@ class ForeignDeviceStorage(Storage):
 
         # The producer keeps the memory alive (not this storage: the view is kept by the
         # storage's resource, and a reference back would make a cycle).
-        return DeviceView.from_pointer(self.pointer, self.nbytes, owner=self.owner)
+        return DeviceView.from_pointer(self.base_address, self.nbytes, owner=self.owner)
 
 
 def _strides_in_elements(byte_strides: tuple[int, ...], itemsize: int, what: str) -> tuple[int, ...]:
@@ -105,21 +107,14 @@ def _strides_in_elements(byte_strides: tuple[int, ...], itemsize: int, what: str
     return tuple(s // itemsize for s in byte_strides)
 
 
-def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides, step = [], 1
-    for extent in reversed(shape):
-        strides.append(step)
-        step *= max(extent, 1)
-    return tuple(reversed(strides))
+# Memory of no one, under the views whose span `_byte_span` measures.
+_UNPLACED = Storage(0, "unplaced")
 
 
-def _span(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, int]:
-    """(lowest, highest + 1) element offsets a strided view touches."""
-    if any(s == 0 for s in shape):
-        return 0, 0
-    low = sum((e - 1) * s for e, s in zip(shape, strides) if s < 0)
-    high = sum((e - 1) * s for e, s in zip(shape, strides) if s > 0)
-    return low, high + 1
+def _byte_span(dtype: dt.DType, shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, int]:
+    """The [start, end) bytes, from its element 0, that a strided view touches
+    (`Tensor.byte_range` of the view before it has its storage)."""
+    return Tensor(_UNPLACED, dtype, shape, strides).byte_range()
 
 
 def _device_tensor(pointer: int, device: int, dtype: dt.DType, shape: tuple[int, ...],
@@ -128,11 +123,10 @@ def _device_tensor(pointer: int, device: int, dtype: dt.DType, shape: tuple[int,
         raise InteropError(
             "the array lives on a GPU but cutile runs kernels on the CPU interpreter here; "
             "copy it to the host first (e.g. api.from_numpy(x.cpu().numpy()))")
-    low, high = _span(shape, strides)
-    itemsize = dtype.itemsize
-    storage = ForeignDeviceStorage(pointer + low * itemsize, (high - low) * itemsize, device, owner)
+    start, end = _byte_span(dtype, shape, strides)
+    storage = ForeignDeviceStorage(pointer + start, end - start, device, owner)
     storage.readonly = readonly
-    return Tensor(storage, dtype, shape, strides, -low)
+    return Tensor(storage, dtype, shape, strides, -start // dtype.itemsize)
 
 
 def _host_tensor(array: np.ndarray[Any, Any], dtype: dt.DType) -> Tensor:
@@ -142,12 +136,13 @@ def _host_tensor(array: np.ndarray[Any, Any], dtype: dt.DType) -> Tensor:
             "use api.from_numpy(array) to copy it to the device")
     itemsize = array.itemsize
     strides = _strides_in_elements(array.strides, itemsize, "from_dlpack")
-    low, high = _span(array.shape, strides)
-    if low:
+    start, end = _byte_span(dtype, tuple(array.shape), strides)
+    if start:
         raise InteropError("from_dlpack: arrays with negative strides are not supported")
     # A flat view of the memory the array spans (starting at its first element);
     # it refers to the array, which keeps the producer alive.
-    flat = np.lib.stride_tricks.as_strided(array, shape=(high,), strides=(itemsize,)) if high else \
+    count = end // itemsize
+    flat = np.lib.stride_tricks.as_strided(array, shape=(count,), strides=(itemsize,)) if count else \
         np.empty(0, array.dtype)
     storage = HostStorage(flat)
     storage.readonly = not array.flags.writeable
@@ -167,7 +162,7 @@ def from_dlpack(obj: Any) -> Tensor:
         device_type, device_id = obj.__dlpack_device__() if hasattr(obj, "__dlpack_device__") else (KDL_CPU, 0)
         if device_type == KDL_CPU:
             array = np.from_dlpack(obj)
-            host = _host_tensor(array, _dtype_of_numpy(array.dtype))
+            host = _host_tensor(array, _dtype_of_array(array))
             if _immutable_producer(obj):  # older numpy may not honour the producer's read-only flag
                 host._storage.readonly = True
             return host
@@ -184,7 +179,7 @@ def from_dlpack(obj: Any) -> Tensor:
     if isinstance(interface, dict):
         return _from_cuda_array_interface(obj, interface)
     if isinstance(obj, np.ndarray):
-        return _host_tensor(obj, _dtype_of_numpy(obj.dtype))
+        return _host_tensor(obj, _dtype_of_array(obj))
     raise InteropError(
         f"from_dlpack: {type(obj).__name__} supports neither __dlpack__ nor __cuda_array_interface__")
 
@@ -195,11 +190,21 @@ def _immutable_producer(obj: Any) -> bool:
     return type(obj).__module__.split(".", 1)[0] in ("jax", "jaxlib")
 
 
-def _dtype_of_numpy(dtype: np.dtype[Any]) -> dt.DType:
-    found = dt.BY_NUMPY_NAME.get(dtype.name)
-    if found is None:
-        raise InteropError(f"from_dlpack: dtype {dtype} has no cutile equivalent")
-    return found
+def _dtype_of_array(array: np.ndarray[Any, Any]) -> dt.DType:
+    try:
+        return dtype_of(array.dtype)
+    except TypeError:
+        raise InteropError(f"from_dlpack: dtype {array.dtype} has no cutile equivalent") from None
+
+
+def _order_after(first: Stream, then: Stream) -> None:
+    """Makes the work queued on ``then`` from now on wait for the work queued on
+    ``first`` so far (no host blocking)."""
+    from cuda_core import Event
+
+    event = Event.create(timing=False)
+    event.record(first)
+    then.wait(event)
 
 
 def _consumer_stream_handle() -> int | None:
@@ -218,20 +223,18 @@ def _from_cuda_array_interface(obj: Any, interface: dict[str, Any]) -> Tensor:
     shape = tuple(int(s) for s in interface["shape"])
     pointer, readonly = interface["data"]
     byte_strides = interface.get("strides")
-    strides = _contiguous(shape) if byte_strides is None else _strides_in_elements(
+    strides = _contiguous_strides(shape) if byte_strides is None else _strides_in_elements(
         tuple(int(s) for s in byte_strides), dtype.itemsize, "from_dlpack")
     producer_stream = interface.get("stream")
     if producer_stream not in (None, 0) and _backend.current() == "gpu":
         # Version 3 of the interface: work on the producer's stream must finish
-        # before ours uses the memory.
-        from cuda_core import Event, Stream
+        # before ours uses the memory. (The driver takes the legacy and per-thread
+        # default streams, handles 1 and 2, as they are.)
+        from cuda_core import Stream
 
         from cutile._gpu import default_stream
 
-        legacy = {1: 0, 2: 0}.get(int(producer_stream), int(producer_stream))
-        event = Event.create(timing=False)
-        event.record(Stream.wrap(legacy))
-        default_stream().wait(event)
+        _order_after(Stream.wrap(int(producer_stream)), default_stream())
     device = _current_device_ordinal()
     return _device_tensor(int(pointer), device, dtype, shape, strides, obj, bool(readonly))
 
@@ -257,7 +260,7 @@ def _from_capsule(capsule: Any, producer: Any) -> Tensor:
     if dtype is None or tensor.dtype.lanes != 1:
         raise InteropError(f"from_dlpack: DLPack dtype code {key[0]}, {key[1]} bits has no cutile dtype")
     shape = tuple(tensor.shape[i] for i in range(tensor.ndim))
-    strides = _contiguous(shape) if not tensor.strides else tuple(tensor.strides[i] for i in range(tensor.ndim))
+    strides = _contiguous_strides(shape) if not tensor.strides else tuple(tensor.strides[i] for i in range(tensor.ndim))
     pointer = (tensor.data or 0) + tensor.byte_offset
     _pythonapi.PyCapsule_SetName(capsule, b"used_dltensor")
     owner = _ManagedOwner(managed, producer)
@@ -321,15 +324,6 @@ def _capsule_destructor_impl(capsule_address: int) -> None:
 _capsule_destructor = _CapsuleDestructor(_capsule_destructor_impl)
 
 
-def device_pointer(tensor: Tensor) -> int:
-    """The device address of the tensor's first element (GPU tensors)."""
-    storage = tensor._storage
-    pointer = getattr(storage, "pointer", None)
-    if pointer is None:
-        raise InteropError("the tensor lives in host memory (interpreter backend)")
-    return int(pointer) + tensor.offset * tensor.dtype.itemsize
-
-
 def to_dlpack(tensor: Tensor, stream: int | None = None) -> Any:
     """A DLPack capsule sharing ``tensor``'s memory (``Tensor.__dlpack__``)."""
     storage = tensor._live("__dlpack__")
@@ -339,20 +333,19 @@ def to_dlpack(tensor: Tensor, stream: int | None = None) -> Any:
         return tensor._raw_host_view().__dlpack__()
     _wait_for_writers()
     if stream not in (None, -1):
-        # The consumer will use its stream: make it wait for cutile's work.
-        from cuda_core import Event, Stream
+        # The consumer will use its stream (1 and 2 are the legacy and per-thread
+        # default streams, handles the driver takes as they are): make it wait for cutile's work.
+        from cuda_core import Stream
 
         from cutile._gpu import default_stream
 
-        event = Event.create(timing=False)
-        event.record(default_stream())
-        Stream.wrap({1: 0, 2: 0}.get(stream, stream)).wait(event)
+        _order_after(default_stream(), Stream.wrap(stream))
     shape = (ctypes.c_int64 * max(tensor.ndim, 1))(*tensor.shape)
     strides = (ctypes.c_int64 * max(tensor.ndim, 1))(*tensor.strides)
     managed = _DLManagedTensor()
     code, bits = _DL_OF[tensor.dtype]
     device = int(tensor.device.split(":")[1]) if ":" in tensor.device else 0
-    managed.dl_tensor = _DLTensor(device_pointer(tensor), _DLDevice(KDL_CUDA, device), tensor.ndim,
+    managed.dl_tensor = _DLTensor(tensor.address(), _DLDevice(KDL_CUDA, device), tensor.ndim,
                                   _DLDataType(code, bits, 1), shape, strides, 0)
     managed.manager_ctx = None
     managed.deleter = _release_export
@@ -392,7 +385,7 @@ def cuda_array_interface(tensor: Tensor) -> dict[str, Any]:
     return {
         "shape": tuple(tensor.shape),
         "typestr": typestr,
-        "data": (device_pointer(tensor), False),
+        "data": (tensor.address(), False),
         "strides": None if contiguous else tuple(s * itemsize for s in tensor.strides),
         "version": 3,
         "stream": None,  # the device was synchronized above: no work on the memory is pending

@@ -17,13 +17,11 @@ from typing import Any
 import numpy as np
 
 from cutile._errors import CutileError
-from cutile._tensor import HostStorage, Tensor
-from cutile_compiler import _config
-from cutile_compiler._errors import SourceLocation
-from cutile_compiler._ir import Block, KernelIR, Operation, Value
+from cutile._tensor import HostStorage, Tensor, numpy_dtype
+from cutile_compiler import KernelIR, SourceLocation, _config
+from cutile_compiler._ir import Block, Operation, Value
 from cutile_compiler._opdefs import Terminator
 from cutile_compiler._opdefs.control import _Escape
-from cutile_compiler._opdefs.elementwise import numpy_dtype
 from cutile_compiler._types import TileType
 
 _PADDING_VALUES = {"zero": 0.0, "neg_zero": -0.0, "nan": float("nan"), "pos_inf": float("inf"), "neg_inf": float("-inf")}
@@ -203,10 +201,6 @@ class Interpreter:
         result[selected] = state.view[chosen]
         return result
 
-    def _claim(self, op: Operation, state: _TensorState, chosen: tuple[Any, ...]) -> None:
-        """Records this block as the writer of the chosen elements; refuses a race."""
-        self._record(op, state, chosen)
-
     def _linear(self, block: tuple[int, int, int]) -> int:
         return block[0] + self.grid[0] * (block[1] + self.grid[1] * block[2])
 
@@ -246,7 +240,7 @@ class Interpreter:
     def scatter(self, op: Operation, tensor: Any, indices: Sequence[Any], value: Any, mask: Any) -> None:
         state: _TensorState = tensor
         chosen, selected = self._positions(op, state, indices, mask, "scatter")
-        self._claim(op, state, chosen)
+        self._record(op, state, chosen)
         state.view[chosen] = np.asarray(value)[selected]
         if state.initialized is not None:
             state.initialized[chosen] = True
