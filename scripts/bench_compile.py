@@ -23,9 +23,7 @@ import cutile_ir as ir
 
 from cutile_compiler import _dtypes as dt
 from cutile_compiler import _source
-from cutile_compiler._frontend import build_kernel_ir
-from cutile_compiler._lowering import lower_kernel
-from cutile_compiler._signature import TensorSpec, parse_signature, specialize
+from cutile_compiler import TensorSpec, build_kernel_ir, lower_kernel, parse_signature, specialize
 
 TARGET_MS = 50.0
 ROOT = Path(__file__).resolve().parents[1]
