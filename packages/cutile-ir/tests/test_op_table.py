@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from cutile_ir import (
-    F32, OPS, SUPPORTED_VERSIONS, V13_3, V13_4, Builder, Module, VersionError, differences, print_module,
+    F32, OPS, SUPPORTED_VERSIONS, V13_3, V13_4, Builder, Module, VersionError, differences, ops_in, print_module,
     read_bytecode, tile, verify, write_bytecode,
 )
-from cutile_ir._ops import OPS_BY_OPCODE, Arity, AttrKind, O, OpDef, R, register_op, unregister_op, A
+from cutile_ir._ops import OPS_BY_OPCODE, A, Arity, AttrKind, O, OpDef, R, layout, register_op, unregister_op
 
 
 def test_table_facts() -> None:
@@ -59,3 +59,34 @@ def test_one_entry_adds_an_op() -> None:
         assert op.opcode in OPS_BY_OPCODE
     finally:
         unregister_op("test_scale")
+
+
+def test_reregistering_an_opcode_uses_the_new_record() -> None:
+    """register / unregister / register on one opcode: the layout, the writer and the reader
+    follow the op now in the table, and ops_in lists it."""
+    fmt = "$source attr-dict `:` type($result)"
+    first = OpDef("test_first", 0x7F0, V13_4, (O("source", "base_float_tile"),), (),
+                  (R("result", "base_float_tile", infer="same:source"),), same=(("source", "result"),), fmt=fmt)
+    second = OpDef("test_second", 0x7F0, V13_4, (O("source", "base_float_tile"),), (A("factor", AttrKind.INT),),
+                   (R("result", "base_float_tile", infer="same:source"),), same=(("source", "result"),),
+                   fmt="$source `by` $factor " + fmt)
+    register_op(first)
+    try:
+        assert layout(first, V13_4).attrs == ()
+        assert first in ops_in(V13_4) and first not in ops_in(V13_3)
+    finally:
+        unregister_op("test_first")
+    assert first not in ops_in(V13_4)
+    register_op(second)
+    try:
+        lay = layout(second, V13_4)
+        assert lay.opdef is second and [a.name for a, _ in lay.attrs] == ["factor"]
+        m = Module()
+        b = Builder(m.add_entry("k", []))
+        b.test_second(b.constant(1.0, tile(8, F32)), factor=5)
+        b.return_()
+        m2 = read_bytecode(write_bytecode(m, V13_4))
+        assert differences(m, m2) == []
+        assert m2.functions[0].body.ops[1].attributes == {"factor": 5}
+    finally:
+        unregister_op("test_second")

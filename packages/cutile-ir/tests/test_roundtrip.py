@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from cutile_ir import (
-    F32, I32, SUPPORTED_VERSIONS, V13_4, Builder, BytecodeError, Module, Version, VersionError,
-    add_function, bytecode_version, differences, print_module, read_bytecode, tile, write_bytecode,
+    F32, I32, SUPPORTED_VERSIONS, V13_4, Builder, BytecodeError, Module, PartitionViewType, TensorViewType, Version,
+    VersionError, add_function, bytecode_version, differences, print_module, ptr, read_bytecode, scalar, tile,
+    write_bytecode,
 )
 from cutile_ir._catalog import edge_cases_module, every_op_module, naming_module
 
@@ -46,6 +47,33 @@ def test_differences_reports_a_change() -> None:
     m2 = read_bytecode(write_bytecode(m, V13_4))
     m2.functions[0].body.ops[2].attributes["rounding_mode"] = "zero"
     assert any("attributes" in d for d in differences(m, m2))
+
+
+@pytest.mark.parametrize("inbounds", [[False], [True], [False, False], [True, False]], ids=str)
+@pytest.mark.parametrize("version", SUPPORTED_VERSIONS, ids=str)
+def test_inbounds_round_trips(version: Version, inbounds: list[bool]) -> None:
+    """An inbounds array reads back as it was made (all-False is the default, ``()``),
+    and is writable before 13.4 exactly when no entry is set."""
+    m = Module()
+    f = add_function(m, "k", [scalar(ptr(F32))])
+    b = Builder(f)
+    n = len(inbounds)
+    tv = TensorViewType(F32, (64,) * n, (1,) * n)
+    pv = b.make_partition_view(b.make_tensor_view(f.args[0], result_types=[tv]),
+                               result_types=[PartitionViewType((16,) * n, tv)])
+    idx = [b.constant(0, scalar(I32))] * n
+    t, tok = b.load_view_tko(pv, idx, memory_ordering_semantics="weak", inbounds=inbounds)
+    b.store_view_tko(t, pv, idx, memory_ordering_semantics="weak", token=tok, inbounds=inbounds)
+    b.return_()
+    if version < V13_4 and any(inbounds):
+        with pytest.raises(VersionError, match="attribute 'inbounds'"):
+            write_bytecode(m, version)
+        return
+    data = write_bytecode(m, version)
+    m2 = read_bytecode(data)
+    assert differences(m, m2) == []
+    assert write_bytecode(m2, version) == data
+    assert ("inbounds = [" in print_module(m2)) == any(inbounds)
 
 
 def _fpowi_module() -> Module:

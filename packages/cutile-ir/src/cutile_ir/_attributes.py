@@ -10,9 +10,10 @@ from fractions import Fraction
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence, Union
 
+from ._apfloat import FORMATS, _round_to_format
 from ._errors import IRTypeError
 from ._types import (
-    BF16, F16, F32, F64, TF32, I1, PaddingValue, PointerType, ScalarType, TileType, Type,
+    BF16, F16, F32, F64, TF32, I1, I32, PaddingValue, PointerType, ScalarType, TileType, Type,
 )
 from ._versions import V13_1, V13_4, Version
 
@@ -132,7 +133,6 @@ ENUM_TYPES: tuple[type[_TextEnum], ...] = (
 # ---------------------------------------------------------------------------------------
 # Scalar encoding of element values (dense constants).
 
-_FLOAT_FMT = {16: "<e", 32: "<f", 64: "<d"}
 
 
 def _bits_from_float(value: float, t: ScalarType) -> int:
@@ -157,8 +157,6 @@ def _bits_from_float(value: float, t: ScalarType) -> int:
         sign = (1 << (width - 1)) if math.copysign(1.0, value) < 0 else 0
         if math.isinf(value):
             return sign | (0x7F800000 >> shift)
-        from ._apfloat import FORMATS, _round_to_format
-
         p, emin = FORMATS[t.name]
         r = float(_round_to_format(Fraction(value), p, emin))
         if abs(r) >= 2.0 ** 128:
@@ -446,8 +444,6 @@ class OptimizationHints:
 
     @staticmethod
     def of(hints: Mapping[str, Mapping[str, int | bool]]) -> OptimizationHints:
-        from ._types import I32
-
         out = []
         for arch, d in hints.items():
             items: list[tuple[str, Attribute]] = []
@@ -477,8 +473,6 @@ class Location:
     def __str__(self) -> str:
         return f"{self.file}:{self.line}:{self.column}"
 
-
-UNKNOWN_LOC: Location | None = None
 
 __all__ = [
     "ArrayAttr", "AssumePredicate", "AtomicRMWMode", "Attribute", "BoolAttr", "Bounded",

@@ -25,10 +25,11 @@ from ._attributes import (
 )
 from ._errors import IRTypeError
 from ._ir import Block, Function, Module, Operation, Region, Value
-from ._ops import Arity, AttrDef, AttrKind, OpDef, get_op
+from ._ops import Arity, AttrDef, AttrKind, OpDef, bool_array, get_op
 from ._types import (
-    I1, I32, FunctionType, PointerType, ScalarType, TileType, TokenType, Type, VIEW_TYPES, scalar,
+    I1, I32, FunctionType, PointerType, ScalarType, TileType, TiledView, TokenType, Type, scalar,
 )
+from ._verifier import check_op
 
 _UNSET: Any = object()
 
@@ -71,7 +72,7 @@ def _coerce_attr(op: OpDef, a: AttrDef, value: Any) -> Any:
             raise IRTypeError(f"{where} expects a sequence of ints, found {value!r}", op=op.name)
         return vals
     if k is AttrKind.BOOL_ARRAY:
-        return tuple(bool(v) for v in value)
+        return bool_array(value)
     if k is AttrKind.DENSE:
         if not isinstance(value, DenseElements):
             raise IRTypeError(f"{where} expects DenseElements, found {value!r}", op=op.name)
@@ -112,7 +113,7 @@ def _infer(op: OpDef, rule: str, named: dict[str, list[Value]], attrs: dict[str,
         return TileType(t.shape, I1)
     if kind == "pointee" and isinstance(t, TileType) and isinstance(t.element, PointerType):
         return TileType(t.shape, t.element.pointee)
-    if kind == "view_tile" and isinstance(t, VIEW_TYPES):
+    if kind == "view_tile" and isinstance(t, TiledView):
         return t.tile_type
     return None
 
@@ -128,7 +129,8 @@ def make_op(
     """Make a detached op from the table; positional operands follow the table's groups."""
     op = name if isinstance(name, OpDef) else get_op(name)
     if op.structural:
-        raise IRTypeError("is a structural op; use Module.add_function / Module.add_global", op=op.name)
+        raise IRTypeError("is a structural op; use add_function(module, ...) / Module.add_entry / Module.add_global",
+                          op=op.name)
     attrs = dict(attrs or {})
     groups: dict[str, Any] = {}
     pos = list(operands)
@@ -177,7 +179,7 @@ def make_op(
             if a.kind is AttrKind.UNIT and not v:
                 continue
             final[a.name] = v
-        elif a.kind is AttrKind.UNIT or a.optional:
+        elif a.in_flags:
             continue
         elif a.default is not None:
             final[a.name] = a.default
@@ -200,8 +202,6 @@ def make_op(
         rts = list(result_types)
     result = Operation(op, flat, segments, final, rts, len(op.regions), loc)
     if check:
-        from ._verifier import check_op
-
         problems = check_op(result)
         if problems:
             raise IRTypeError(problems[0], op=op.name, loc=loc)
@@ -294,10 +294,6 @@ class Builder:
         op = self.create("constant", value=dense, loc=loc)
         return op.results[0]
 
-    def _region_op(self, name: str, operands: Sequence[Any], result_types: Sequence[Type],
-                   loc: Location | None, attrs: dict[str, Any]) -> Operation:
-        return self.create(name, *operands, result_types=list(result_types), loc=loc, **attrs)
-
     @contextlib.contextmanager
     def region(self, op: Operation, index: int = 0, arg_types: Sequence[Type] = ()) -> Iterator[list[Value]]:
         """Fill region ``index`` of ``op``: yields the new block's arguments."""
@@ -310,8 +306,8 @@ class Builder:
     def for_(self, lower: Value, upper: Value, step: Value, inits: Sequence[Value] = (),
              unsigned_cmp: bool = False, loc: Location | None = None) -> Iterator[RegionOp]:
         """``for iv in [lower, upper) step`` carrying ``inits``; the body ends with ``continue_``."""
-        op = self._region_op("for", [lower, upper, step, list(inits)], [v.type for v in inits], loc,
-                             {"unsignedCmp": unsigned_cmp})
+        op = self.create("for", lower, upper, step, list(inits), result_types=[v.type for v in inits], loc=loc,
+                         unsignedCmp=unsigned_cmp)
         with self.region(op, 0, [lower.type] + [v.type for v in inits]) as args:
             yield RegionOp(op, args)
 
@@ -319,13 +315,13 @@ class Builder:
     def loop(self, inits: Sequence[Value] = (), result_types: Sequence[Type] = (),
              loc: Location | None = None) -> Iterator[RegionOp]:
         """An unbounded loop; ``continue_`` carries values on, ``break_`` leaves with results."""
-        op = self._region_op("loop", [list(inits)], result_types, loc, {})
+        op = self.create("loop", list(inits), result_types=list(result_types), loc=loc)
         with self.region(op, 0, [v.type for v in inits]) as args:
             yield RegionOp(op, args)
 
     def if_(self, cond: Value, result_types: Sequence[Type] = (), loc: Location | None = None) -> IfOp:
         """``with b.if_(c) as i: with i.then(): ...; with i.else_(): ...``; ``i.results``."""
-        op = self._region_op("if", [cond], result_types, loc, {})
+        op = self.create("if", cond, result_types=list(result_types), loc=loc)
         return IfOp(self, op)
 
     @contextlib.contextmanager
@@ -364,8 +360,8 @@ class Builder:
                 if not isinstance(t, TileType) or not 0 <= dim < t.rank:
                     raise IRTypeError(f"dim {dim} out of range for operand of type {t}", op=name, loc=loc)
                 result_types.append(t if name == "scan" else TileType(t.shape[:dim] + t.shape[dim + 1:], t.element))
-        return self._region_op(name, [list(operands)], result_types, loc,
-                               {"dim": dim, "identities": ids, **extra})
+        return self.create(name, list(operands), result_types=list(result_types), loc=loc, dim=dim, identities=ids,
+                           **extra)
 
 
 def _pair_args(operands: Sequence[Value]) -> list[Type]:

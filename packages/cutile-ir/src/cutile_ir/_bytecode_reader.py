@@ -6,8 +6,9 @@ bytecode this package wrote, and the module read equals the one written.
 
 from __future__ import annotations
 
+import enum
 import struct
-from typing import Any
+from typing import Any, TypeVar
 
 from . import _encoding as E
 from ._attributes import (
@@ -15,14 +16,17 @@ from ._attributes import (
     OptimizationHints, SameElements, StringAttr, SymbolVisibility, TypeAttr,
 )
 from ._encoding import unzigzag
-from ._errors import BytecodeError, IRError, VersionError
+from ._builder import _infer
+from ._errors import BytecodeError, IRTypeError, VersionError
 from ._ir import Block, Function, Global, Module, Operation, Region, Value
-from ._ops import OPS_BY_OPCODE, Arity, AttrKind, OpDef, layout
+from ._ops import OPS_BY_OPCODE, Arity, AttrKind, OpDef, bool_array, layout
 from ._types import (
     PTR_ATTRS, SCALAR_BY_TAG, FunctionType, GatherScatterViewType, PaddingValue, PartitionViewType, PointerType,
     ScalarType, StridedViewType, TensorViewType, TileType, TokenType, Type,
 )
-from ._versions import SUPPORTED_VERSIONS, V13_3, V13_4, Version
+from ._versions import V13_3, V13_4, Version
+
+_Enum = TypeVar("_Enum", bound=enum.IntEnum)
 
 
 class _Cursor:
@@ -75,6 +79,13 @@ class _Cursor:
     def svarint(self) -> int:
         return unzigzag(self.varint())
 
+    def enum(self, cls: type[_Enum]) -> _Enum:
+        x = self.varint()
+        try:
+            return cls(x)
+        except ValueError:
+            raise self.fail(f"bad {cls.__name__} value {x}") from None
+
     def take(self, n: int) -> bytes:
         if self.pos + n > self.end:
             raise self.fail(f"needs {n} bytes, {self.end - self.pos} left")
@@ -121,13 +132,10 @@ class _Reader:
         self.data = data
         c = _Cursor(data, what="header")
         if c.take(8) != E.MAGIC:
-            raise BytecodeError("not Tile IR bytecode (bad magic number)")
+            raise c.fail("not Tile IR bytecode (bad magic number)")
         major, minor = c.byte(), c.byte()
         c.take(2)
-        if (major, minor) not in SUPPORTED_VERSIONS:
-            raise VersionError(f"unsupported bytecode version {major}.{minor}; supported: "
-                               + ", ".join(str(v) for v in SUPPORTED_VERSIONS))
-        self.version = Version(major, minor)
+        self.version = Version.parse((major, minor))
         self.sections: dict[int, tuple[int, int]] = {}
         while True:
             sid_byte = c.byte()
@@ -152,7 +160,12 @@ class _Reader:
         for req in (E.SEC_STRING, E.SEC_FUNC):
             if req not in self.sections:
                 raise BytecodeError(f"missing required section '{E.SECTION_NAMES[req]}'")
-        self.strings = [s.decode("utf-8") for s in _offset_table(self.cursor(E.SEC_STRING), 4)]
+        self.strings = []
+        for i, raw in enumerate(_offset_table(self.cursor(E.SEC_STRING), 4)):
+            try:
+                self.strings.append(raw.decode("utf-8"))
+            except UnicodeDecodeError as e:
+                raise BytecodeError(f"string section: string {i} is not UTF-8 ({e.reason})") from None
         self.type_bytes = _offset_table(self.cursor(E.SEC_TYPE), 4) if E.SEC_TYPE in self.sections else []
         self.types: list[Type] = []
         for i in range(len(self.type_bytes)):
@@ -172,23 +185,38 @@ class _Reader:
         s, e = self.sections[sid]
         return _Cursor(self.data, s, e, E.SECTION_NAMES[sid] + " section")
 
-    def string(self, i: int) -> str:
-        if not 0 <= i < len(self.strings):
-            raise BytecodeError(f"string index {i} out of range ({len(self.strings)} strings)")
+    # -- table references: an index read at ``c`` ------------------------------------
+    def string(self, c: _Cursor) -> str:
+        i = c.varint()
+        if i >= len(self.strings):
+            raise c.fail(f"string index {i} out of range ({len(self.strings)} strings)")
         return self.strings[i]
 
-    def type(self, i: int) -> Type:
-        if not 0 <= i < len(self.types):
-            raise BytecodeError(f"type index {i} out of range ({len(self.types)} types)")
+    def type(self, c: _Cursor) -> Type:
+        i = c.varint()
+        if i >= len(self.types):
+            raise c.fail(f"type index {i} out of range ({len(self.types)} types)")
         return self.types[i]
 
-    def constant(self, i: int) -> bytes:
-        if not 0 <= i < len(self.constants):
-            raise BytecodeError(f"constant index {i} out of range ({len(self.constants)} constants)")
+    def constant(self, c: _Cursor) -> bytes:
+        i = c.varint()
+        if i >= len(self.constants):
+            raise c.fail(f"constant index {i} out of range ({len(self.constants)} constants)")
         return self.constants[i]
 
     def _decode_type(self, i: int) -> Type:
         c = _Cursor(self.type_bytes[i], what=f"type {i}")
+        try:
+            t = self._type_body(c, i)
+        except IRTypeError as e:  # a type the model rejects (a zero extent, mismatched ranks, ...)
+            raise c.fail(e.message) from None
+        if t.since > self.version:
+            raise VersionError(f"{c.what}: {t} needs bytecode {t.since}, file is {self.version}")
+        if not c.done:
+            raise c.fail("trailing bytes after type")
+        return t
+
+    def _type_body(self, c: _Cursor, i: int) -> Type:
         v = self.version
         tag = c.varint()
 
@@ -205,7 +233,7 @@ class _Reader:
             return PTR_ATTRS[x]
 
         def padding(has: bool) -> PaddingValue | None:
-            return PaddingValue(c.varint()) if has else None
+            return c.enum(PaddingValue) if has else None
 
         t: Type
         if tag in SCALAR_BY_TAG:
@@ -259,36 +287,39 @@ class _Reader:
             t = FunctionType(ins, outs)
         else:
             raise c.fail(f"unknown type tag {tag}")
-        if t.since > v:
-            raise VersionError(f"type {t} needs bytecode {t.since}, file is {v}")
-        if not c.done:
-            raise c.fail("trailing bytes after type")
         return t
 
     # -- attributes -------------------------------------------------------------------
     def tagged(self, c: _Cursor) -> Any:
+        """A self-describing (tagged) attribute at ``c``."""
+        try:
+            return self._tagged(c)
+        except IRTypeError as e:  # a value the model rejects (a DivBy by 3, an unknown hint, ...)
+            raise c.fail(e.message) from None
+
+    def _tagged(self, c: _Cursor) -> Any:
         tag = c.byte()
-        if tag == E.A_INTEGER:
-            t = self.type(c.varint())
-            assert isinstance(t, ScalarType)
-            return IntegerAttr(t, c.varint())
-        if tag == E.A_FLOAT:
-            t = self.type(c.varint())
-            assert isinstance(t, ScalarType)
+        if tag in (E.A_INTEGER, E.A_FLOAT):
+            t = self.type(c)
+            if not isinstance(t, ScalarType):
+                raise c.fail(f"{'integer' if tag == E.A_INTEGER else 'float'} attribute of type {t}")
+            if tag == E.A_INTEGER:
+                return IntegerAttr(t, c.varint())
             bits = c.byte() if t.bitwidth <= 8 else c.svarint() & ((1 << (8 * t.nbytes)) - 1)
             return FloatAttr(t, bits)
         if tag == E.A_BOOL:
             return BoolAttr(bool(c.byte()))
         if tag == E.A_TYPE:
-            return TypeAttr(self.type(c.varint()))
+            return TypeAttr(self.type(c))
         if tag == E.A_STRING:
-            return StringAttr(self.string(c.varint()))
+            return StringAttr(self.string(c))
         if tag == E.A_ARRAY:
             return ArrayAttr(tuple(self.tagged(c) for _ in range(c.varint())))
         if tag == E.A_DENSE:
-            t = self.type(c.varint())
-            assert isinstance(t, TileType)
-            return DenseElements(t, self.constant(c.varint()))
+            t = self.type(c)
+            if not isinstance(t, TileType):
+                raise c.fail(f"dense attribute of type {t}")
+            return DenseElements(t, self.constant(c))
         if tag == E.A_DIVBY:
             d = c.varint()
             fl = c.byte()
@@ -308,8 +339,14 @@ class _Reader:
             return Bounded(lb, ub)
         raise c.fail(f"unknown attribute tag {tag}")
 
+    def dense(self, c: _Cursor, t: TileType, data: bytes) -> DenseElements:
+        try:
+            return DenseElements(t, data)
+        except IRTypeError as e:
+            raise c.fail(e.message) from None
+
     def dict_body(self, c: _Cursor) -> tuple[tuple[str, Any], ...]:
-        return tuple((self.string(c.varint()), self.tagged(c)) for _ in range(c.varint()))
+        return tuple((self.string(c), self.tagged(c)) for _ in range(c.varint()))
 
     # -- debug info -----------------------------------------------------------------
     def _read_debug(self) -> None:
@@ -331,12 +368,12 @@ class _Reader:
         if i == 0:
             return None
         if i > len(self.debug_records):
-            raise BytecodeError(f"debug record {i} out of range")
+            raise BytecodeError(f"debug section: record {i} out of range ({len(self.debug_records)} records)")
         c = _Cursor(self.debug_records[i - 1], what=f"debug record {i}")
         tag = c.byte()
         if tag == E.D_LOC:
             scope = c.varint()
-            file = self.string(c.varint())
+            file = self.string(c)
             line, col = c.varint(), c.varint()
             if line == 0 and col == 0:
                 return None
@@ -354,7 +391,7 @@ class _Reader:
             return None
         c.varint()
         c.varint()
-        return self.string(c.varint())
+        return self.string(c)
 
     # -- functions ------------------------------------------------------------------
     def module(self) -> Module:
@@ -362,22 +399,24 @@ class _Reader:
         if E.SEC_PRODUCER in self.sections:
             if self.version < V13_3:
                 raise VersionError(f"producer section in bytecode {self.version} (needs 13.3)")
-            m.producer = self.string(self.cursor(E.SEC_PRODUCER).varint())
+            m.producer = self.string(self.cursor(E.SEC_PRODUCER))
         if E.SEC_GLOBAL in self.sections:
             c = self.cursor(E.SEC_GLOBAL)
             for _ in range(c.varint()):
-                name = self.string(c.varint())
-                t = self.type(c.varint())
-                data = self.constant(c.varint())
+                name = self.string(c)
+                t = self.type(c)
+                data = self.constant(c)
                 align = c.varint()
-                vis, const = (c.varint(), c.varint()) if self.version >= V13_3 else (0, 0)
+                vis, const = SymbolVisibility.PUBLIC, 0
+                if self.version >= V13_3:
+                    vis, const = c.enum(SymbolVisibility), c.varint()
                 if not isinstance(t, TileType):
                     raise c.fail(f"global @{name} of non-tile type {t}")
-                m.globals.append(Global(name, DenseElements(t, data), align, bool(const), SymbolVisibility(vis)))
+                m.globals.append(Global(name, self.dense(c, t, data), align, bool(const), vis))
         c = self.cursor(E.SEC_FUNC)
         for _ in range(c.varint()):
-            name = self.string(c.varint())
-            ftype = self.type(c.varint())
+            name = self.string(c)
+            ftype = self.type(c)
             if not isinstance(ftype, FunctionType):
                 raise c.fail(f"function @{name} has non-function type {ftype}")
             flags = c.byte()
@@ -414,17 +453,12 @@ class _FunctionReader:
         while not self.c.done:
             self.f.body.append(self.op())
 
-    def value(self, i: int) -> Value:
-        if i >= len(self.values):
-            raise self.c.fail(f"value %{i} used before it is defined ({len(self.values)} defined)")
-        return self.values[i]
-
     def block(self, region_block: Block) -> None:
         c = self.c
         saved = len(self.values)
         n = c.varint()
         for _ in range(n):
-            self.values.append(region_block.add_arg(self.r.type(c.varint())))
+            self.values.append(region_block.add_arg(self.r.type(c)))
         for _ in range(c.varint()):
             region_block.append(self.op())
         del self.values[saved:]
@@ -455,8 +489,6 @@ class _FunctionReader:
         except IndexError:
             raise c.fail("type index out of range") from None
         n_written = len(result_types)
-        if not all(lay.result_written):
-            result_types += [TokenType() for w in lay.result_written if not w]  # print_tko's token < 13.2
         # flags
         present: set[str] | tuple[()] = ()
         if lay.has_flags:
@@ -475,16 +507,13 @@ class _FunctionReader:
                         raise c.fail(f"bad {a.enum.__name__} value {x} for '{a.name}'")  # type: ignore[union-attr]
                     attrs[a.name] = members[x]
                     continue
-                val = self.attr(a.kind, a.enum)
-                if a.kind is AttrKind.BOOL_ARRAY and not any(val):
-                    val = a.default
-                attrs[a.name] = val
+                attrs[a.name] = self.attr(a.kind, a.enum, result_types)
             elif mode == "unit":
                 if a.name in present:
                     attrs[a.name] = True
             elif mode == "optional":
                 if a.name in present:
-                    attrs[a.name] = self.attr(a.kind, a.enum)
+                    attrs[a.name] = self.attr(a.kind, a.enum, result_types)
             else:
                 attrs[a.name] = a.default
         # operands
@@ -519,6 +548,8 @@ class _FunctionReader:
         if ids and max(ids) >= nvals:
             raise c.fail(f"value %{max(ids)} used before it is defined ({nvals} defined)")
         operands = [values[i] for i in ids]
+        if not all(lay.result_written):  # results newer than the file: typed by the table's rule
+            self.unwritten_results(d, lay.result_written, operands, segments, attrs, result_types)
         op = Operation(d, operands, segments, attrs, result_types, 0, loc)
         if d.regions:
             n = varint()
@@ -532,29 +563,45 @@ class _FunctionReader:
         values.extend(op.results[:n_written])
         return op
 
-    def attr(self, kind: AttrKind, enum_: Any) -> Any:
+    def unwritten_results(self, d: OpDef, written: tuple[bool, ...], operands: list[Value], segments: list[int],
+                          attrs: dict[str, Any], result_types: list[Type]) -> None:
+        named: dict[str, list[Value]] = {}
+        start = 0
+        for od, k in zip(d.operands, segments):
+            named[od.name] = operands[start:start + k]
+            start += k
+        for rd, w in zip(d.results, written):
+            if w:
+                continue
+            t = _infer(d, rd.infer, named, attrs) if rd.infer else None
+            if t is None:
+                raise self.c.fail(f"'{d.name}': cannot type result '{rd.name}', which bytecode {rd.since} adds")
+            result_types.append(t)
+
+    def attr(self, kind: AttrKind, enum_: Any, result_types: list[Type]) -> Any:
         c, r = self.c, self.r
         if kind is AttrKind.ENUM:
-            x = c.varint()
-            try:
-                return enum_(x)
-            except ValueError:
-                raise c.fail(f"bad {enum_.__name__} value {x}") from None
+            return c.enum(enum_)
         if kind is AttrKind.INT:
             return c.varint()
         if kind is AttrKind.BOOL:
             return bool(c.byte())
         if kind in (AttrKind.STR, AttrKind.SYMREF):
-            return r.string(c.varint())
+            return r.string(c)
         if kind is AttrKind.I32_ARRAY:
             return c.i32_list()
         if kind is AttrKind.BOOL_ARRAY:
-            n = c.varint()
-            return tuple(bool(b) for b in c.take(n))
-        if kind is AttrKind.DENSE:
-            return _DenseRef(r.constant(c.varint()))
+            return bool_array(c.take(c.varint()))
+        if kind is AttrKind.DENSE:  # typed by the op's result (constant)
+            t = result_types[0] if result_types else None
+            if not isinstance(t, TileType):
+                raise c.fail(f"dense constant without a tile result type, found {t}")
+            return r.dense(c, t, r.constant(c))
         if kind is AttrKind.HINTS:
-            return OptimizationHints(r.dict_body(c))
+            try:
+                return OptimizationHints(r.dict_body(c))
+            except IRTypeError as e:
+                raise c.fail(e.message) from None
         if kind is AttrKind.PREDICATE:
             return r.tagged(c)
         if kind is AttrKind.ATTR_ARRAY:
@@ -568,35 +615,15 @@ for _e in ENUM_TYPES:
     assert [int(m) for m in _ENUM_MEMBERS[_e]] == list(range(len(_ENUM_MEMBERS[_e])))
 
 
-class _DenseRef(bytes):
-    """Raw constant bytes whose tile type comes from the op's result (resolved after decoding)."""
-
-
-def _resolve_dense(m: Module) -> None:
-    for op in m.walk():
-        v = op.attributes.get("value")
-        if isinstance(v, _DenseRef):
-            t = op.results[0].type if op.results else None
-            if not isinstance(t, TileType):
-                raise BytecodeError("dense constant without a tile result type", op=op.name)
-            op.attributes["value"] = DenseElements(t, bytes(v))
-
-
 def read_bytecode(data: bytes | bytearray | memoryview) -> Module:
     """Decode Tile IR bytecode (13.1–13.4) into a Module.
 
     Raises :class:`BytecodeError` for malformed input and :class:`VersionError` for a
     version this package does not read or a feature newer than the file's version."""
     try:
-        r = _Reader(bytes(data))
-        m = r.module()
-        _resolve_dense(m)
-        return m
-    except (BytecodeError, VersionError):
-        raise
-    except (IRError, ValueError, IndexError, KeyError, TypeError, AssertionError, OverflowError,
-            UnicodeDecodeError, struct.error, RecursionError) as e:
-        raise BytecodeError(f"malformed bytecode: {type(e).__name__}: {e}") from e
+        return _Reader(bytes(data)).module()
+    except RecursionError:
+        raise BytecodeError("malformed bytecode: attributes or regions nested too deeply") from None
 
 
 def bytecode_version(data: bytes) -> Version:

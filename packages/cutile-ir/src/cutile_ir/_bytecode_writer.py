@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import struct
-from typing import Any
+from typing import Any, Sequence
 
 from . import _encoding as E
 from ._attributes import (
@@ -23,7 +23,7 @@ from ._ir import Block, Function, Module, Operation, Value
 from ._ops import Arity, AttrDef, AttrKind, layout
 from ._types import (
     PTR_ATTRS, FunctionType, GatherScatterViewType, PartitionViewType, PointerType, ScalarType,
-    StridedViewType, TensorViewType, TileType, TokenType, Type,
+    StridedViewType, TensorViewType, TiledView, TileType, TokenType, Type,
 )
 from ._versions import DEFAULT_VERSION, V13_3, V13_4, Version
 
@@ -99,7 +99,7 @@ class _Tables:
                     buf += _pack_i64(E.INT64_MIN if x is None else x)
             if t.ptr_attr is not None:
                 put_varint(buf, PTR_ATTRS.index(t.ptr_attr))
-        elif isinstance(t, (PartitionViewType, StridedViewType, GatherScatterViewType)):
+        elif isinstance(t, TiledView):
             tv = self.type(t.tensor_view)
             unified = v >= V13_3
             if isinstance(t, PartitionViewType):
@@ -116,7 +116,7 @@ class _Tables:
             put_varint(buf, tv)
             if isinstance(t, GatherScatterViewType):
                 put_varint(buf, t.sparse_dim)
-            else:
+            elif isinstance(t, (PartitionViewType, StridedViewType)):
                 _i32_list(buf, t.dim_map)
             if not unified:
                 put_varint(buf, 0 if t.padding is None else 1)
@@ -141,6 +141,22 @@ def _i32_list(buf: bytearray, xs: tuple[int, ...]) -> None:
     put_varint(buf, len(xs))
     for x in xs:
         buf += _pack_i32(x)
+
+
+def _offset_table(items: Sequence[bytes], width: int) -> bytearray:
+    """A count, padding to ``width``, one ``width``-byte offset per item, then the items
+    (the string, type, constant and debug-record tables; read by the reader's ``_offset_table``)."""
+    out = bytearray()
+    put_varint(out, len(items))
+    E.pad_to(out, width)
+    pack = struct.Struct("<I" if width == 4 else "<Q").pack
+    off = 0
+    for item in items:
+        out += pack(off)
+        off += len(item)
+    for item in items:
+        out += item
+    return out
 
 
 class _DebugInfo:
@@ -216,16 +232,7 @@ class _DebugInfo:
         for ops in self.per_function:
             for i in ops:
                 out += struct.pack("<Q", i)
-        recs = list(self.records)
-        put_varint(out, len(recs))
-        E.pad_to(out, 4)
-        off = 0
-        for r in recs:
-            out += struct.pack("<I", off)
-            off += len(r)
-        for r in recs:
-            out += r
-        return out
+        return out + _offset_table(list(self.records), 4)  # starts 8-aligned, as the padding assumes
 
 
 class _FunctionWriter:
@@ -241,12 +248,6 @@ class _FunctionWriter:
 
     def err(self, msg: str, op: Operation) -> VersionError:
         return VersionError(msg, op=op.name, loc=op.loc)
-
-    def value(self, v: Value, op: Operation) -> int:
-        i = self.ids.get(id(v))
-        if i is None:
-            raise BytecodeError("operand is not defined before its use (run verify())", op=op.name, loc=op.loc)
-        return i
 
     def define(self, v: Value) -> None:
         self.ids[id(v)] = self.next
@@ -329,8 +330,8 @@ class _FunctionWriter:
                     raise self.err(f"attribute '{a.name}' = {_show(val)} needs bytecode {a.since}, writing {v} "
                                    f"(only the default {_show(a.default)} is expressible)", op)
                 continue
-            if a.kind is AttrKind.BOOL_ARRAY and not val:
-                val = self.default_bool_array(op)
+            if a.per_operand is not None and not val:  # "none set": one False per operand (tileiras checks the size)
+                val = (False,) * len(op.group(a.per_operand))
             self.attr(a, val, op, buf)
         # operands
         operands = op.operands
@@ -363,11 +364,6 @@ class _FunctionWriter:
             ids[id(r)] = nxt
             nxt += 1
         self.next = nxt
-
-    def default_bool_array(self, op: Operation) -> tuple[bool, ...]:
-        view = op.operand("view")
-        n = getattr(view.type, "index_rank", 0) if view is not None else 0
-        return (False,) * n
 
     def attr(self, a: AttrDef, val: Any, op: Operation, buf: bytearray) -> None:
         k = a.kind
@@ -530,45 +526,17 @@ class _Writer:
             _section(out, E.SEC_GLOBAL, glob, 1)
         _section(out, E.SEC_FUNC, func, 8)
         if t.constants:
-            cons = bytearray()
-            put_varint(cons, len(t.constants))
-            E.pad_to(cons, 8)
-            off = 0
-            for c in t.constants:
-                cons += struct.pack("<Q", off)
-                off += len(c)
-            for c in t.constants:
-                cons += c
-            _section(out, E.SEC_CONSTANT, cons, 8)
+            _section(out, E.SEC_CONSTANT, _offset_table(list(t.constants), 8), 8)
         if self.debug.per_function:
             _section(out, E.SEC_DEBUG, self.debug.section(), 8)
-        types = bytearray()
-        put_varint(types, len(t.type_bytes))
-        E.pad_to(types, 4)
-        off = 0
-        for tb in t.type_bytes:
-            types += struct.pack("<I", off)
-            off += len(tb)
-        for tb in t.type_bytes:
-            types += tb
-        _section(out, E.SEC_TYPE, types, 4)
+        _section(out, E.SEC_TYPE, _offset_table(t.type_bytes, 4), 4)
         if m.producer is not None:
             if v < V13_3:
                 raise VersionError(f"the producer string needs bytecode 13.3, writing {v}", op="module")
             prod = bytearray()
             put_varint(prod, t.string(m.producer))
             _section(out, E.SEC_PRODUCER, prod, 1)
-        strs = bytearray()
-        put_varint(strs, len(t.strings))
-        E.pad_to(strs, 4)
-        enc = [s.encode("utf-8") for s in t.strings]
-        off = 0
-        for s in enc:
-            strs += struct.pack("<I", off)
-            off += len(s)
-        for s in enc:
-            strs += s
-        _section(out, E.SEC_STRING, strs, 4)
+        _section(out, E.SEC_STRING, _offset_table([s.encode("utf-8") for s in t.strings], 4), 4)
         out.append(E.SEC_END)
         return bytes(out)
 

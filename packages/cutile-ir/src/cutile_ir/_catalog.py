@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ._attributes import Bounded, DenseElements, DivBy, Location, SameElements
+from ._attributes import (
+    Bounded, DenseElements, DivBy, FloatAttr, IntegerAttr, Location, SameElements, SymbolVisibility,
+)
 from ._builder import Builder, add_function
 from ._ir import Global, Module, Value
 from ._types import (
-    BF16, F16, F32, F8E4M3FN, F8E8M0FNU, I1, I16, I32, I4, I64, I8,
+    BF16, F16, F32, F64, F8E4M3FN, F8E5M2, F8E8M0FNU, I1, I16, I32, I4, I64, I8, TF32,
     GatherScatterViewType, PaddingValue, PartitionViewType, PointerType, StridedViewType, TensorViewType,
     Type, ptr, scalar, tile,
 )
@@ -183,12 +185,13 @@ def _views(b: Builder, v: Version, base: Value, n: Value) -> None:
     b.get_index_space_shape(part, result_types=[scalar(I32), scalar(I32)])
     bx, by, _ = b.get_tile_block_id()
     nx, ny, nz = b.get_num_tile_blocks()
+    inb: dict[str, list[bool]] = {"inbounds": [True, False]} if v >= V13_4 else {}
     t, tok = b.load_view_tko(part, [bx, by], memory_ordering_semantics="weak",
                              optimization_hints={"sm_90": {"latency": 2, "allow_tma": True}})
     t2, tok2 = b.load_view_tko(part_t, [bx, by], token=tok, memory_ordering_semantics="acquire",
-                               memory_scope="device")
+                               memory_scope="device", **inb)
     b.store_view_tko(t, part, [bx, by], memory_ordering_semantics="weak", token=tok2)
-    b.store_view_tko(t2, part_t, [by, bx], memory_ordering_semantics="relaxed", memory_scope="tl_blk")
+    b.store_view_tko(t2, part_t, [by, bx], memory_ordering_semantics="relaxed", memory_scope="tl_blk", **inb)
     if v >= V13_3:
         sv = StridedViewType((16, 16), (2, 2), tv, (0, 1))
         s = b.make_strided_view(view, result_types=[sv])
@@ -268,9 +271,6 @@ def _mma_scaled(b: Builder, v: Version) -> None:
     b.return_()
 
 
-Section = tuple[str, list[object], Callable[..., None]]
-
-
 def every_op_module(version: Version, *, sm100_only: bool = False, with_locations: bool = False) -> Module:
     """One module whose entries use every op that ``version`` has (mmaf_scaled, sm_100+ only,
     sits in the ``sm100_only`` module instead)."""
@@ -303,19 +303,12 @@ def every_op_module(version: Version, *, sm100_only: bool = False, with_location
     return m
 
 
-
-
 def edge_cases_module(version: Version) -> Module:
     """Less common spellings: multi-result loops and ifs, dynamic strides, views with padding
     and dim maps, special floats, escapes in strings, every element type in constants."""
-    from ._attributes import FloatAttr, IntegerAttr
-    from ._types import F64, I64, TF32, F8E5M2, TensorViewType as TV
-
     m = Module()
     m.globals.append(Global("g_i64", DenseElements.from_values(tile(2, I64), [-1, 1 << 40]), alignment=8))
     if version >= V13_3:
-        from ._attributes import SymbolVisibility
-
         m.globals.append(Global("g_priv", DenseElements.splat(tile(4, F32), 2.0),
                                 visibility=SymbolVisibility.PRIVATE))
     f = add_function(m, "consts", [])
@@ -369,7 +362,7 @@ def edge_cases_module(version: Version) -> Module:
     f = add_function(m, "views", [PF32, scalar(I64), scalar(I64)])
     b = Builder(f)
     base, d0, s0 = f.args
-    tv = TV(F32, (None, 32), (None, 1))
+    tv = TensorViewType(F32, (None, 32), (None, 1))
     view = b.make_tensor_view(base, [d0], [s0], result_types=[tv])
     b.assume(view, predicate=DivBy(16))
     pv = PartitionViewType((8, 16), tv, (1, 0), PaddingValue.NEG_INF)
@@ -387,13 +380,13 @@ def edge_cases_module(version: Version) -> Module:
         s2 = b.make_strided_view(view, result_types=[StridedViewType((4, 8), (4, 2), tv, (1, 0))])
         b.atomic_red_view_tko(s2, [x0, x0], st_, token=tk, memory_ordering_semantics="relaxed",
                               memory_scope="tl_blk", mode="addf")
-        tv1 = TV(F32, (1024,), (1,))
+        tv1 = TensorViewType(F32, (1024,), (1,))
         gv = GatherScatterViewType((16,), tv1, 0)
         g = b.make_gather_scatter_view(b.make_tensor_view(base, result_types=[tv1]), result_types=[gv])
         b.get_index_space_shape(g, result_types=[scalar(I32)])
     if version >= V13_4:
         pa = PointerType(F32, "none")
-        tva = TV(F32, (16,), (1,), "none")
+        tva = TensorViewType(F32, (16,), (1,), "none")
         q = b.ptr_to_ptr(base, result_types=[scalar(pa)])
         b.make_tensor_view(q, result_types=[tva])
     b.assume(d0, predicate=Bounded(1, None))
@@ -406,8 +399,6 @@ def naming_module(version: Version) -> Module:
     """Value naming corner cases (assume of named producers, result groups, nested region
     scopes and argument numbering) and rarer spellings (private constant globals, loops
     with iter values and no results, dynamic tensor views over attributed pointers)."""
-    from ._attributes import SymbolVisibility
-
     m = Module()
     if version >= V13_3:
         m.add_global("gp", DenseElements.splat(tile(4, F32), 1.0), constant=True,

@@ -6,7 +6,7 @@ from typing import Callable
 
 from ._types import (
     BF16, F16, F32, F4E2M1FN, F64, F8E4M3FN, F8E5M2, F8E8M0FNU, I1, I32, I4, I64, I8, TF32, GatherScatterViewType, PartitionViewType, PointerType, ScalarType,
-    StridedViewType, TensorViewType, TileType, TokenType, Type, VIEW_TYPES,
+    StridedViewType, TensorViewType, TiledView, TileType, TokenType, Type,
 )
 
 
@@ -53,7 +53,7 @@ CONSTRAINTS: dict[str, tuple[Callable[[Type], bool], str]] = {
     "scalar_ptr": (_scalar_of(lambda e: isinstance(e, PointerType)), "a rank-0 pointer tile (tile<ptr<T>>)"),
     "token": (lambda t: isinstance(t, TokenType), "a token"),
     "tensor_view": (lambda t: isinstance(t, TensorViewType), "a tensor_view"),
-    "view": (lambda t: isinstance(t, VIEW_TYPES), "a partition, strided or gather/scatter view"),
+    "view": (lambda t: isinstance(t, TiledView), "a partition, strided or gather/scatter view"),
     "partition_view": (lambda t: isinstance(t, PartitionViewType), "a partition_view"),
     "strided_view": (lambda t: isinstance(t, StridedViewType), "a strided_view"),
     "gather_view": (lambda t: isinstance(t, GatherScatterViewType), "a gather_scatter_view"),

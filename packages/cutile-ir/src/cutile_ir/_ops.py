@@ -13,13 +13,14 @@ nothing (all attributes have a place). ``custom:name`` hands the op to a custom 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ._attributes import (
     AtomicRMWMode, ComparisonOrdering, ComparisonPredicate, IntegerOverflow, MemoryOrdering,
     MemoryScope, RoundingMode, Signedness, SymbolVisibility,
 )
+from ._errors import IRError
 from ._versions import V13_1, V13_2, V13_3, V13_4, Version
 
 
@@ -64,6 +65,9 @@ class AttrDef:
     optional: bool = False
     default: Any = None
     since: Version = V13_1
+    #: BOOL_ARRAY only: the operand group it has one entry per (bytecode spells the default
+    #: ``()``, no entry set, as one False per value of that group).
+    per_operand: str | None = None
 
     @property
     def in_flags(self) -> bool:
@@ -105,8 +109,6 @@ class OpDef:
 
     def __post_init__(self) -> None:
         # a field is never older than its op: lift every "since" to at least the op's
-        from dataclasses import replace
-
         v = self.since
         object.__setattr__(self, "operands", tuple(o if o.since >= v else replace(o, since=v) for o in self.operands))
         object.__setattr__(self, "attrs", tuple(a if a.since >= v else replace(a, since=v) for a in self.attrs))
@@ -162,8 +164,8 @@ def O(name: str, c: str = "tile", arity: Arity = ONE, since: Version = V13_1) ->
 
 
 def A(name: str, kind: AttrKind, enum_: type[enum.IntEnum] | None = None, *, optional: bool = False,
-      default: Any = None, since: Version = V13_1) -> AttrDef:
-    return AttrDef(name, kind, enum_, optional, default, since)
+      default: Any = None, since: Version = V13_1, per_operand: str | None = None) -> AttrDef:
+    return AttrDef(name, kind, enum_, optional, default, since, per_operand)
 
 
 def R(name: str, c: str = "tile", *, variadic: bool = False, since: Version = V13_1,
@@ -183,7 +185,7 @@ _SIGN = A("signedness", K.ENUM, Signedness)
 _ORDERING = A("memory_ordering_semantics", K.ENUM, MemoryOrdering)
 _SCOPE_OPT = A("memory_scope", K.ENUM, MemoryScope, optional=True)
 _HINTS = A("optimization_hints", K.HINTS, optional=True)
-_INBOUNDS = A("inbounds", K.BOOL_ARRAY, default=(), since=V13_4)
+_INBOUNDS = A("inbounds", K.BOOL_ARRAY, default=(), since=V13_4, per_operand="index")
 
 
 def _unary_f(name: str, opcode: int, *attrs: AttrDef, fmt_mid: str = "", since: Version = V13_1) -> OpDef:
@@ -492,13 +494,19 @@ def unregister_op(name: str) -> None:
     del OPS_BY_OPCODE[op.opcode]
 
 
+def bool_array(values: Any) -> tuple[bool, ...]:
+    """A BOOL_ARRAY attribute value in its one spelling: ``()`` when no entry is set."""
+    vals = tuple(bool(v) for v in values)
+    return vals if any(vals) else ()
+
+
 #: Older spellings: cuda-tile 13.3's ODS calls fpowf "pow"; tileirdisasm 13.4 prints "fpowf".
 ALIASES = {"pow": "fpowf"}
 
 
 def ops_in(version: Version) -> list[OpDef]:
-    """The ops of Tile IR that the given bytecode version has, in opcode order."""
-    return sorted((op for op in OPS if op.since <= version), key=lambda o: o.opcode)
+    """The ops of Tile IR that the given bytecode version has (registered ones included), in opcode order."""
+    return sorted((op for op in OPS_BY_NAME.values() if op.since <= version), key=lambda o: o.opcode)
 
 
 def get_op(name: str) -> OpDef:
@@ -512,8 +520,6 @@ def get_op(name: str) -> OpDef:
 
         near = difflib.get_close_matches(key, OPS_BY_NAME, n=3)
         hint = f"; did you mean {', '.join(near)}?" if near else ""
-        from ._errors import IRError
-
         raise IRError(f"unknown Tile IR op {name!r}{hint}") from None
 
 
@@ -543,7 +549,7 @@ def layout(op: OpDef, version: Version) -> Layout:
     """The cached :class:`Layout` of ``op`` at ``version``."""
     key = (op.opcode, version)
     lay = _LAYOUTS.get(key)
-    if lay is None:
+    if lay is None or lay.opdef is not op:  # another OpDef may have had this opcode (unregister_op)
         attrs = []
         for a in op.attrs:
             if a.kind is AttrKind.UNIT:

@@ -300,13 +300,6 @@ class _Line:
         self.space = True
         self.last_punct = False
 
-    def custom(self, s: str) -> None:
-        if self.space:
-            self.parts.append(" ")
-        self.parts.append(s)
-        self.space = True
-        self.last_punct = False
-
     def text(self) -> str:
         return "".join(self.parts)
 
@@ -434,7 +427,7 @@ class Printer:
                 line.value(", ".join(str(v.type) for v in self.group_values(op, name)))
             elif e.startswith("%"):
                 fn, arg = e[1:].split("(")
-                line.custom(self.directive(fn, op.attributes.get(arg[1:-1])))
+                line.value(self.directive(fn, op.attributes.get(arg[1:-1])))
             elif e.startswith("$"):
                 name = e[1:]
                 a = op.opdef.attr(name)
@@ -466,12 +459,10 @@ class Printer:
             if isinstance(v, (IntegerOverflow, RoundingMode)):
                 return f"<{v.text}>"
             return str(v.text)
-        if k in (AttrKind.INT,):
+        if k is AttrKind.INT:
             return str(v)
         if k is AttrKind.BOOL:
             return "true" if v else "false"
-        if k is AttrKind.UNIT:
-            return ""
         if k is AttrKind.STR:
             return escape(str(v))
         if k is AttrKind.SYMREF:
@@ -486,14 +477,6 @@ class Printer:
     def op_constant(self, op: Operation, indent: int) -> None:
         d = op.attributes["value"]
         self.emit(indent, f"{self.results_prefix(op)}constant {dense_text(d)} : {op.results[0].type}")
-
-    def op_global(self, op: Operation, indent: int) -> None:  # pragma: no cover - globals print at module level
-        raise AssertionError("global ops print from Module.globals")
-
-    def op_entry(self, op: Operation, indent: int) -> None:  # pragma: no cover
-        raise AssertionError("entries print from Module.functions")
-
-    op_module = op_entry
 
     def region(self, op: Operation, i: int, indent: int, header: str) -> None:
         self.emit(indent, header + " {")
@@ -568,8 +551,7 @@ class Printer:
     def op_shape_query(self, op: Operation, indent: int) -> None:
         src = op.operands[0]
         rt = str(op.results[0].type) if op.results else ""
-        pre = self.results_prefix(op) if len(op.results) != 1 else self.results_prefix(op)
-        self.emit(indent, f"{pre}{op.name} {self.names(src)} : {src.type} -> {rt}")
+        self.emit(indent, f"{self.results_prefix(op)}{op.name} {self.names(src)} : {src.type} -> {rt}")
 
     def op_make_view(self, op: Operation, indent: int) -> None:
         self.emit(indent, f"{self.results_prefix(op)}{op.name} {self.names(op.operands[0])} : {op.results[0].type}")
@@ -607,6 +589,8 @@ class Printer:
             s += f" token = {self.names(tok)}"
         if "optimization_hints" in op.attributes:
             s += f" optimization_hints = {attr_text(op.attributes['optimization_hints'])}"
+        if any(op.attributes.get("inbounds", ())):
+            s += f" inbounds = {self.attr_value(op, 'inbounds')}"
         return s
 
     def _index(self, op: Operation) -> tuple[str, str]:

@@ -16,7 +16,6 @@ from ._versions import V13_1, V13_2, V13_3, V13_4, Version
 
 #: Dynamic extent of a tensor view's shape or stride (stored as INT64_MIN in bytecode).
 DYNAMIC: None = None
-INT64_MIN = -(1 << 63)
 
 
 class PaddingValue(enum.IntEnum):
@@ -112,12 +111,7 @@ SCALAR_TYPES: tuple[ScalarType, ...] = (
     I1, I8, I16, I32, I64, F16, BF16, F32, TF32, F64, F8E4M3FN, F8E5M2,
     F8E8M0FNU, F4E2M1FN, I4, F8E5M3FNU,
 )
-SCALAR_BY_NAME: dict[str, ScalarType] = {t.name: t for t in SCALAR_TYPES}
 SCALAR_BY_TAG: dict[int, ScalarType] = {t.tag: t for t in SCALAR_TYPES}
-
-
-def _vmax(*vs: Version) -> Version:
-    return max(vs)
 
 
 #: The pointer attributes of bytecode 13.4 (``ptr<f32, <none>>``); tileiras 13.4 knows only "none".
@@ -158,6 +152,13 @@ def _dims(shape: tuple[int, ...]) -> str:
     return "".join(f"{d}x" for d in shape)
 
 
+def _check_tile_shape(what: str, shape: tuple[int, ...]) -> tuple[int, ...]:
+    shape = tuple(int(d) for d in shape)
+    if any(d <= 0 for d in shape):
+        raise IRTypeError(f"{what} dimensions must be positive, found {list(shape)}")
+    return shape
+
+
 @dataclass(frozen=True, slots=True)
 class TileType(Type):
     """An immutable multi-dimensional array of ``element`` values; rank 0 is a scalar."""
@@ -168,10 +169,7 @@ class TileType(Type):
     def __post_init__(self) -> None:
         if not isinstance(self.element, (ScalarType, PointerType)):
             raise IRTypeError(f"tile element must be an element or pointer type, found {self.element!r}")
-        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
-        for d in self.shape:
-            if d <= 0:
-                raise IRTypeError(f"tile dimensions must be positive, found shape {list(self.shape)}")
+        object.__setattr__(self, "shape", _check_tile_shape("tile", self.shape))
 
     def __str__(self) -> str:
         return f"tile<{_dims(self.shape)}{self.element}>"
@@ -190,9 +188,6 @@ class TileType(Type):
     @property
     def since(self) -> Version:
         return self.element.since
-
-    def with_shape(self, shape: tuple[int, ...]) -> TileType:
-        return TileType(tuple(shape), self.element)
 
 
 def _dyn(x: int | None) -> str:
@@ -243,13 +238,6 @@ class TensorViewType(Type):
         return sum(1 for s in self.strides if s is None)
 
 
-def _check_tile_shape(what: str, shape: tuple[int, ...]) -> tuple[int, ...]:
-    shape = tuple(int(d) for d in shape)
-    if any(d <= 0 for d in shape):
-        raise IRTypeError(f"{what} tile dimensions must be positive, found {list(shape)}")
-    return shape
-
-
 def _dim_map_suffix(dm: tuple[int, ...]) -> str:
     if dm == tuple(range(len(dm))):
         return ""
@@ -260,24 +248,20 @@ def _padding_suffix(p: PaddingValue | None) -> str:
     return "" if p is None else f", padding_value = {p.text}"
 
 
-@dataclass(frozen=True, slots=True)
-class PartitionViewType(Type):
-    """A tensor view cut into tiles of ``tile_shape``; ``dim_map`` maps tile dims to tensor dims."""
+class TiledView(Type):
+    """Base of the views that cut ``tensor_view`` into tiles of ``tile_shape`` (partition,
+    strided, gather/scatter): one index per tile dimension, loads give a ``tile_type``."""
 
+    __slots__ = ()
     tile_shape: tuple[int, ...]
     tensor_view: TensorViewType
-    dim_map: tuple[int, ...] = ()
-    padding: PaddingValue | None = None
+    padding: PaddingValue | None
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "tile_shape", _check_tile_shape("partition_view", self.tile_shape))
-        dm = tuple(self.dim_map) if self.dim_map else tuple(range(len(self.tile_shape)))
-        object.__setattr__(self, "dim_map", dm)
+    def _init_tiles(self, what: str) -> None:
+        object.__setattr__(self, "tile_shape", _check_tile_shape(f"{what} tile", self.tile_shape))
 
-    def __str__(self) -> str:
-        ts = "x".join(str(d) for d in self.tile_shape)
-        return (f"partition_view<tile=({ts}){_padding_suffix(self.padding)}, "
-                f"{self.tensor_view}{_dim_map_suffix(self.dim_map)}>")
+    def _tile_text(self) -> str:
+        return "x".join(str(d) for d in self.tile_shape)
 
     @property
     def tile_type(self) -> TileType:
@@ -287,13 +271,36 @@ class PartitionViewType(Type):
     def index_rank(self) -> int:
         return len(self.tile_shape)
 
+
+def _dim_map(dm: tuple[int, ...], rank: int) -> tuple[int, ...]:
+    """``dm``, or the identity map when none is given."""
+    return tuple(dm) if dm else tuple(range(rank))
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionViewType(TiledView):
+    """A tensor view cut into tiles of ``tile_shape``; ``dim_map`` maps tile dims to tensor dims."""
+
+    tile_shape: tuple[int, ...]
+    tensor_view: TensorViewType
+    dim_map: tuple[int, ...] = ()
+    padding: PaddingValue | None = None
+
+    def __post_init__(self) -> None:
+        self._init_tiles("partition_view")
+        object.__setattr__(self, "dim_map", _dim_map(self.dim_map, len(self.tile_shape)))
+
+    def __str__(self) -> str:
+        return (f"partition_view<tile=({self._tile_text()}){_padding_suffix(self.padding)}, "
+                f"{self.tensor_view}{_dim_map_suffix(self.dim_map)}>")
+
     @property
     def since(self) -> Version:
         return self.tensor_view.since
 
 
 @dataclass(frozen=True, slots=True)
-class StridedViewType(Type):
+class StridedViewType(TiledView):
     """Tiles of ``tile_shape`` taken every ``traversal_strides`` elements of a tensor view (13.3+)."""
 
     tile_shape: tuple[int, ...]
@@ -303,32 +310,22 @@ class StridedViewType(Type):
     padding: PaddingValue | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "tile_shape", _check_tile_shape("strided_view", self.tile_shape))
+        self._init_tiles("strided_view")
         object.__setattr__(self, "traversal_strides", tuple(self.traversal_strides))
-        dm = tuple(self.dim_map) if self.dim_map else tuple(range(len(self.tile_shape)))
-        object.__setattr__(self, "dim_map", dm)
+        object.__setattr__(self, "dim_map", _dim_map(self.dim_map, len(self.tile_shape)))
 
     def __str__(self) -> str:
-        ts = "x".join(str(d) for d in self.tile_shape)
         tr = ",".join(str(d) for d in self.traversal_strides)
-        return (f"strided_view<tile=({ts}), traversal_strides=[{tr}]{_padding_suffix(self.padding)}, "
+        return (f"strided_view<tile=({self._tile_text()}), traversal_strides=[{tr}]{_padding_suffix(self.padding)}, "
                 f"{self.tensor_view}{_dim_map_suffix(self.dim_map)}>")
 
     @property
-    def tile_type(self) -> TileType:
-        return TileType(self.tile_shape, self.tensor_view.element)
-
-    @property
-    def index_rank(self) -> int:
-        return len(self.tile_shape)
-
-    @property
     def since(self) -> Version:
-        return _vmax(V13_3, self.tensor_view.since)
+        return max(V13_3, self.tensor_view.since)
 
 
 @dataclass(frozen=True, slots=True)
-class GatherScatterViewType(Type):
+class GatherScatterViewType(TiledView):
     """A view whose ``sparse_dim`` is indexed by a tile of indices (13.3+)."""
 
     tile_shape: tuple[int, ...]
@@ -337,24 +334,15 @@ class GatherScatterViewType(Type):
     padding: PaddingValue | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "tile_shape", _check_tile_shape("gather_scatter_view", self.tile_shape))
+        self._init_tiles("gather_scatter_view")
 
     def __str__(self) -> str:
-        ts = "x".join(str(d) for d in self.tile_shape)
-        return (f"gather_scatter_view<tile=({ts}){_padding_suffix(self.padding)}, {self.tensor_view}, "
+        return (f"gather_scatter_view<tile=({self._tile_text()}){_padding_suffix(self.padding)}, {self.tensor_view}, "
                 f"sparse_dim={self.sparse_dim}>")
 
     @property
-    def tile_type(self) -> TileType:
-        return TileType(self.tile_shape, self.tensor_view.element)
-
-    @property
-    def index_rank(self) -> int:
-        return len(self.tile_shape)
-
-    @property
     def since(self) -> Version:
-        return _vmax(V13_3, self.tensor_view.since)
+        return max(V13_3, self.tensor_view.since)
 
 
 @dataclass(frozen=True, slots=True)
@@ -366,9 +354,6 @@ class TokenType(Type):
 
 
 TOKEN = TokenType()
-
-ViewType = Union[PartitionViewType, StridedViewType, GatherScatterViewType]
-VIEW_TYPES = (PartitionViewType, StridedViewType, GatherScatterViewType)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ from ._ir import Block, Function, Module, Operation
 from ._ops import Arity
 from ._types import (
     GatherScatterViewType, PartitionViewType, PointerType, ScalarType, StridedViewType,
-    TensorViewType, TileType, Type, VIEW_TYPES, is_pow2, scalar,
+    TensorViewType, TiledView, TileType, Type, is_pow2, scalar,
 )
 
 
@@ -97,7 +97,7 @@ def _check_index_count(src: str, idx: str) -> Checker:
     def check(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
         t = ty[src][0]
         n = len(ty.get(idx, []))
-        rank = t.index_rank if isinstance(t, VIEW_TYPES) else t.rank if isinstance(t, TileType) else n
+        rank = t.index_rank if isinstance(t, TiledView) else t.rank if isinstance(t, TileType) else n
         return [] if n == rank else [f"expects {rank} indices for {t}, found {n}"]
     return check
 
@@ -106,7 +106,7 @@ def _check_view_tile(tile_name: str) -> Checker:
     def check(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
         v = ty["view"][0]
         probs = _check_index_count("view", "index")(op, ty)
-        if isinstance(v, VIEW_TYPES) and ty.get(tile_name):
+        if isinstance(v, TiledView) and ty.get(tile_name):
             want = v.tile_type
             got = ty[tile_name][0]
             if got != want:
@@ -132,7 +132,7 @@ def _check_make_tensor_view(op: Operation, ty: dict[str, list[Type]]) -> list[st
 
 def _check_make_view(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
     t, src = ty["result"][0], ty["tensor_view"][0]
-    if isinstance(t, VIEW_TYPES) and t.tensor_view != src:
+    if isinstance(t, TiledView) and t.tensor_view != src:
         return [f"result view is over {t.tensor_view}, but the operand is {src}"]
     return []
 
@@ -246,7 +246,7 @@ def _check_ptr_access(ptrs: str, data: str) -> Checker:
 
 def _check_shape_query(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
     src = ty["src"][0]
-    n = src.rank if isinstance(src, TensorViewType) else getattr(src, "index_rank", 0)
+    n = src.rank if isinstance(src, TensorViewType) else src.index_rank if isinstance(src, TiledView) else 0
     res = ty.get("result", [])
     probs = [] if len(res) == n else [f"{src} has rank {n}, found {len(res)} results"]
     if len({str(t) for t in res}) > 1:
@@ -383,7 +383,7 @@ def check_op(op: Operation) -> list[str]:
         if rd is not None and not satisfies(rd.constraint, v.type):
             probs.append(f"result '{rd.name}' must be {describe(rd.constraint)}, found {v.type}")
     for a in d.attrs:
-        if a.name not in op.attributes and not (a.optional or a.kind.value == "unit"):
+        if a.name not in op.attributes and not a.in_flags:
             probs.append(f"missing attribute '{a.name}'")
     if probs:
         return probs
@@ -405,7 +405,7 @@ def _tile_dims_problem(t: Type) -> str | None:
     dims: tuple[int, ...] = ()
     if isinstance(t, TileType):
         dims = t.shape
-    elif isinstance(t, (PartitionViewType, StridedViewType, GatherScatterViewType)):
+    elif isinstance(t, TiledView):
         dims = t.tile_shape
     bad = [x for x in dims if not is_pow2(x)]
     if bad:
@@ -514,7 +514,7 @@ class _Verifier:
             if op.opdef.terminator:
                 if i != len(b.ops) - 1:
                     self.report("a terminator must be the last op of its block", op=op)
-                if parent not in op.opdef.parents and not (op.name in ("break", "continue") and parent == "if"):
+                if parent not in op.opdef.parents:
                     self.report(f"may not terminate the body of '{parent}' (allowed in: "
                                 f"{', '.join(op.opdef.parents)})", op=op)
                 elif parent == "if" and op.name in ("break", "continue"):
@@ -614,12 +614,11 @@ class _Verifier:
 def verify(module: Module, arch: str | None = None) -> None:
     """Raise :class:`VerificationError` listing every problem found in ``module``; with
     ``arch`` (``"sm_90"``) also the element types and ops that target lacks."""
-    v = _Verifier(module, arch)
-    v.run()
-    if v.problems:
-        err = VerificationError("; ".join(v.problems) if len(v.problems) == 1 else
-                                f"{len(v.problems)} problems:\n  " + "\n  ".join(v.problems))
-        err.problems = v.problems  # type: ignore[attr-defined]
+    found = problems(module, arch)
+    if found:
+        err = VerificationError("; ".join(found) if len(found) == 1 else
+                                f"{len(found)} problems:\n  " + "\n  ".join(found))
+        err.problems = found  # type: ignore[attr-defined]
         raise err
 
 
