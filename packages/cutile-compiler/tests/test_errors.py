@@ -363,7 +363,29 @@ def k_read_mut_in_other_tiles(z: Mut[Tensor[f32, ["B"]]], w: Mut[Tensor[f32, [32
     z.store(load_tile_like(w, z))  # <- read_mut_in_other_tiles
 
 
+@unsafe
+def k_partition_lossy_store(z: Mut[Tensor[f16, ["B"]]], x: Tensor[f32, [-1]]):
+    z.partition([64]).store((0,), load_tile_like(x, z))  # <- partition_lossy_store
+
+
+def k_matmul_operator(z: Mut[Tensor[f32, ["BM", "BN"]]], x: Tensor[f32, [-1, -1]]):
+    a = load_tile_like(x, z)
+    z.store(a @ a)  # <- matmul_operator
+
+
+def k_matmul_augmented(z: Mut[Tensor[f32, ["BM", "BN"]]], x: Tensor[f32, [-1, -1]]):
+    a = load_tile_like(x, z)
+    a @= a  # <- matmul_augmented
+    z.store(a)
+
+
 CASES: list[tuple[Any, dict[str, Any], type[TileError], str, str]] = [
+    (k_partition_lossy_store, {"z": TensorSpec(dt.f16, (256,), (64,)), "x": V}, TileTypeError,
+     "partition_lossy_store", r"store's value: a tile<64xf32> cannot become f16 without loss"),
+    (k_matmul_operator, {"z": M, "x": TensorSpec(dt.f32, (64, 64))}, TileSyntaxError, "matmul_operator",
+     r"use mma\(a, b, acc\) or matmul\(a, b\) for matrix products"),
+    (k_matmul_augmented, {"z": M, "x": TensorSpec(dt.f32, (64, 64))}, TileSyntaxError, "matmul_augmented",
+     r"use mma\(a, b, acc\) or matmul\(a, b\) for matrix products"),
     (k_read_other_tile, {"z": P}, TileTypeError, "read_other_tile",
      "a safe kernel reads it only through its own tile"),
     (k_read_mut_in_other_tiles, {"z": P, "w": TensorSpec(dt.f32, (256,), (32,))}, TileTypeError,
@@ -400,7 +422,7 @@ CASES: list[tuple[Any, dict[str, Any], type[TileError], str, str]] = [
     (k_like_readonly, {"z": P, "x": V}, TileTypeError, "like_readonly", "must be a Mut tensor"),
     (k_index_rank, {"z": P, "x": V}, TileTypeError, "index_rank", "the index needs 1 coordinate"),
     (k_astype_not_dtype, {"z": P, "x": V}, TileTypeError, "astype_not_dtype", "expected a dtype such as f32, got int 3"),
-    (k_store_shape, {"z": P, "x": V}, TileTypeError, "store_shape", r"this block's tile of the tensor has shape \[64\]"),
+    (k_store_shape, {"z": P, "x": V}, TileTypeError, "store_shape", r"store: this block's tile has shape \[64\], the value \[32\]"),
     (k_int_pow, {"z": TensorSpec(dt.i32, (256,), (64,)), "x": TensorSpec(dt.i32, (256,))}, TileTypeError, "int_pow",
      "'\\*\\*' needs floating-point operands, got i32"),
     (k_fstring, {"z": P}, TileSyntaxError, "fstring", "f-strings are not supported in kernels"),
@@ -410,7 +432,7 @@ CASES: list[tuple[Any, dict[str, Any], type[TileError], str, str]] = [
     (k_undeclared_constant, {"z": P}, TileSyntaxError, "undeclared_constant",
      "declare it as a parameter: B: Constant\\[int\\]"),
     (k_lossy_store, {"z": TensorSpec(dt.f16, (256,), (64,)), "x": V}, TileTypeError, "lossy_store",
-     r"cannot be stored into a f16 tensor without loss; convert it with .astype\(f16\)"),
+     r"store's value: a tile<64xf32> cannot become f16 without loss; convert it with .astype\(f16\)"),
     (k_bad_call_arity, {"z": P, "x": V}, TileTypeError, "bad_call_arity", "missing a required argument: 'like'"),
     (k_unknown_method, {"z": P, "x": V}, TileSyntaxError, "unknown_method", "has no attribute 'frobnicate'"),
     (k_where_condition, {"z": P, "x": V}, TileTypeError, "where_condition", "where's condition must be a bool tile"),
@@ -420,7 +442,7 @@ CASES: list[tuple[Any, dict[str, Any], type[TileError], str, str]] = [
      r"atomic_add at arbitrary indices needs @cutile.entry\(unsafe=True\).*own tile atomically"),
     (k_scatter_readonly, {"z": P, "x": V}, TileTypeError, "scatter_readonly", "scatter: this tensor is read-only"),
     (k_gather_shapes, {"z": P, "x": TensorSpec(dt.f32, (64, 64))}, TileTypeError, "gather_shapes",
-     r"gather: the shapes of indices, values and mask \(\[64\], \[32\]\) do not broadcast"),
+     r"gather: the shapes of indices, values and mask \[64\], \[32\] do not broadcast"),
     (k_gather_rank, {"z": P, "x": TensorSpec(dt.f32, (64, 64))}, TileTypeError, "gather_rank",
      r"gather: a rank-2 tensor needs 2 index tile\(s\), got 1"),
     (k_gather_float_index, {"z": P, "x": V}, TileTypeError, "gather_float_index",
@@ -500,5 +522,7 @@ def test_mistake_is_reported_at_its_line(kernel: Any, arguments: dict[str, Any],
     assert caret_line.index("^") == raised.location.column
 
 
-def test_there_are_at_least_thirty_distinct_mistakes() -> None:
-    assert len({c[3] for c in CASES}) >= 60
+def test_every_mistake_kernel_is_a_distinct_case() -> None:
+    kernels = {name for name, value in globals().items() if name.startswith("k_") and callable(value)}
+    assert {c[0].__name__ for c in CASES} == kernels  # no kernel is left out of the table
+    assert len({c[0] for c in CASES}) == len({c[3] for c in CASES}) == len(CASES) >= 30

@@ -4,6 +4,7 @@ each kernel once per arch, in a module-wide fixture, two tileiras at a time."""
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -12,9 +13,9 @@ from typing import Any
 
 import pytest
 
-import cutile
-from cutile import api
+from cutile_compiler import CompileOptions, TensorSpec, compile_kernel, parse_signature, specialize
 from cutile_compiler import _dtypes as dt
+from cutile_compiler._hints import KernelHints
 
 ARCHS = ("sm_90", "sm_100")
 
@@ -34,58 +35,67 @@ SUITE = {**MODULE.SUITE, **MODULE.FEATURES}
 F16, F32 = dt.f16, dt.f32
 
 
-def meta_args(name: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
+def tensor(shape: list[int], dtype: dt.DType, tile: list[int] | None = None) -> TensorSpec:
+    """A freshly allocated tensor's spec (dense, 256-byte aligned), partitioned into
+    ``tile`` when given, as a launch describes it."""
+    strides = [1] * len(shape)
+    for axis in range(len(shape) - 2, -1, -1):
+        strides[axis] = strides[axis + 1] * shape[axis + 1]
+    return TensorSpec.describe(dtype, shape, strides, 256, tuple(tile) if tile is not None else None)
+
+
+def arguments(name: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """Placeholder arguments: shapes with tails, as a user would launch them."""
-    m = api.meta
     if name in ("add", "saxpy"):
         extra = (2.0,) if name == "saxpy" else ()
-        return (m([1000], dtype=F32).partition([128]), m([1000], dtype=F32), m([1000], dtype=F32), *extra), {}
+        return (tensor([1000], F32, [128]), tensor([1000], F32), tensor([1000], F32), *extra), {}
     if name == "gemm":
-        return (m([200, 136], dtype=F32).partition([64, 64]), m([200, 96], dtype=F16), m([96, 136], dtype=F16)), {"BK": 32}
+        return (tensor([200, 136], F32, [64, 64]), tensor([200, 96], F16), tensor([96, 136], F16)), {"BK": 32}
     if name == "persistent_gemm":
-        return ((m([200, 136], dtype=F32).partition([64, 64]), m([200, 96], dtype=F16), m([96, 136], dtype=F16)),
+        return ((tensor([200, 136], F32, [64, 64]), tensor([200, 96], F16), tensor([96, 136], F16)),
                 {"BK": 32, "GROUP_M": 2})
     if name == "split_k_gemm":
-        return ((m([200, 136], dtype=F32).partition([64, 64]), m([200, 96], dtype=F16), m([96, 136], dtype=F16)),
+        return ((tensor([200, 136], F32, [64, 64]), tensor([200, 96], F16), tensor([96, 136], F16)),
                 {"BK": 16, "SPLITS": 3})
     if name == "batched_matmul":
-        return ((m([3, 100, 72], dtype=F32).partition([1, 64, 64]), m([3, 100, 48], dtype=F16),
-                 m([3, 48, 72], dtype=F16)), {"BK": 16})
+        return ((tensor([3, 100, 72], F32, [1, 64, 64]), tensor([3, 100, 48], F16), tensor([3, 48, 72], F16)),
+                {"BK": 16})
     if name == "softmax":
-        return (m([100, 200], dtype=F32).partition([16, 256]), m([100, 200], dtype=F32)), {}
+        return (tensor([100, 200], F32, [16, 256]), tensor([100, 200], F32)), {}
     if name in ("rmsnorm", "layernorm"):
-        norm_args: tuple[Any, ...] = (m([100, 200], dtype=F32).partition([16, 256]), m([100, 200], dtype=F32),
-                                      m([200], dtype=F32))
+        norm_args: tuple[Any, ...] = (tensor([100, 200], F32, [16, 256]), tensor([100, 200], F32), tensor([200], F32))
         if name == "layernorm":
-            norm_args += (m([200], dtype=F32),)
+            norm_args += (tensor([200], F32),)
         return (*norm_args, 1e-5), {}
     if name == "transpose":
-        return (m([72, 100], dtype=F32).partition([32, 32]), m([100, 72], dtype=F32)), {}
+        return (tensor([72, 100], F32, [32, 32]), tensor([100, 72], F32)), {}
     if name == "attention":
-        return ((m([4, 200, 64], dtype=F32).partition([1, 64, 64]), m([4, 200, 64], dtype=F16),
-                 m([4, 200, 64], dtype=F16), m([4, 200, 64], dtype=F16), 0.125), {"BN": 32})
+        return ((tensor([4, 200, 64], F32, [1, 64, 64]), tensor([4, 200, 64], F16), tensor([4, 200, 64], F16),
+                 tensor([4, 200, 64], F16), 0.125), {"BN": 32})
     if name == "features_float":
-        return ((m([128, 128], dtype=F32).partition([64, 64]), m([128, 64], dtype=dt.f8e4m3fn),
-                 m([64, 128], dtype=dt.f8e5m2), m([128, 128], dtype=F32)), {})
+        return ((tensor([128, 128], F32, [64, 64]), tensor([128, 64], dt.f8e4m3fn), tensor([64, 128], dt.f8e5m2),
+                 tensor([128, 128], F32)), {})
     if name == "features_memory":
-        return (m([256], dtype=dt.i32).partition([64]), m([1000], dtype=F32), m([256], dtype=dt.i32)), {}
+        return (tensor([256], dt.i32, [64]), tensor([1000], F32), tensor([256], dt.i32)), {}
     raise KeyError(name)
 
 
-def kernel_of(name: str) -> cutile.Kernel:
+def compile_for(name: str, arch: str) -> Any:
+    """Compiles one suite kernel with the compiler's own API (signature, specialization,
+    hints as options), as the runtime does for a launch."""
     function, unsafe, hints = SUITE[name]
-    return cutile.entry(unsafe=unsafe, hints=hints)(function)
+    args, kwargs = arguments(name)
+    signature = parse_signature(function)
+    spec = specialize(signature, name, inspect.signature(function).bind_partial(*args, **kwargs).arguments)
+    return compile_kernel(function, signature, spec, arch, unsafe=unsafe,
+                          options=CompileOptions(hints=KernelHints.parse(hints)))
 
 
 @pytest.fixture(scope="module")
 def compiled() -> dict[tuple[str, str], Any]:
-    kernels = {name: kernel_of(name) for name in SUITE}
-
     def build(job: tuple[str, str]) -> Any:
-        name, arch = job
-        args, kwargs = meta_args(name)
         try:
-            return cutile.compile(kernels[name], *args, arch=arch, **kwargs)
+            return compile_for(*job)
         except Exception as exc:  # reported per test, not as a fixture error
             return exc
 

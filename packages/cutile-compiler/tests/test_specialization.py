@@ -8,7 +8,7 @@ import pytest
 
 from cutile_compiler import _dtypes as dt
 from cutile_compiler._frontend import build_kernel_ir
-from cutile_compiler._hints import HintError, KernelHints
+from cutile_compiler._hints import DEFAULT_ARCHS, HintError, KernelHints
 from cutile_compiler._lowering import lower_kernel
 from cutile_compiler._signature import MAX_DIVISIBILITY, TensorSpec, divisibility, parse_signature, specialize
 from cutile_compiler._toolchain import CompileOptions
@@ -79,6 +79,15 @@ def test_hints_general_and_per_arch() -> None:
     assert merged.for_arch("sm_100") == {"sm_100": {"occupancy": 3, "num_cta_in_cga": 4}}
     assert merged.for_arch("sm_90")["sm_90"]["occupancy"] == 1  # the arch's own value wins over general ones
     assert not KernelHints.parse(None) and KernelHints.parse({}) == KernelHints()
+
+
+def test_hints_without_an_arch_go_to_the_named_and_default_archs() -> None:
+    per_arch = KernelHints.parse({"sm_80": {"occupancy": 2}})
+    assert per_arch.target_archs("sm_120") == ["sm_120"]
+    assert per_arch.target_archs(None) == sorted({"sm_80", *DEFAULT_ARCHS})
+    assert per_arch.for_arch(None) == {"sm_80": {"occupancy": 2}}
+    general = KernelHints.parse({"occupancy": 2})
+    assert general.for_arch(None) == {arch: {"occupancy": 2} for arch in DEFAULT_ARCHS}
 
 
 @pytest.mark.parametrize("hints, message", [

@@ -287,7 +287,7 @@ def test_arch_unknown_to_this_tileiras(fake_toolkit: FakeToolkit, monkeypatch: p
     root = fake_toolkit("tk", gpu_names=("sm_80", "sm_90"))
     monkeypatch.setenv("CUTILE_TILEIRAS", str(root / "bin" / "tileiras"))
     with pytest.raises(ArchError, match="does not know GPU 'sm_100'; it compiles for: sm_80, sm_90"):
-        _toolchain.compile_bytecode(empty_kernel, "sm_100")
+        _toolchain.find_toolchain().compile(empty_kernel, "sm_100")
 
 
 # --- running fake tileiras -----------------------------------------------------------
@@ -300,7 +300,7 @@ def test_cuda_home_is_the_toolchain_root(
     monkeypatch.setenv("CUTILE_TILEIRAS", str(root / "bin" / "tileiras"))
     monkeypatch.setenv("CUDA_HOME", "/usr/local/cuda-12.4")  # an older toolkit in the caller's env
     monkeypatch.setenv("CUTILE_MARKER", "kept")
-    cubin = _toolchain.compile_bytecode(empty_kernel, "sm_90", options=CompileOptions(opt_level=2, lineinfo=True))
+    cubin = _toolchain.find_toolchain().compile(empty_kernel, "sm_90", options=CompileOptions(opt_level=2, lineinfo=True))
     assert cubin == b"\x7fELF fake cubin"
     env = (root / "compile-env.txt").read_text()
     assert f'CUDA_HOME="{root.resolve()}"' in env or f"CUDA_HOME='{root.resolve()}'" in env
@@ -317,7 +317,7 @@ def test_exit_5_without_message_explains_cuda_home(
     monkeypatch.setenv("CUTILE_TILEIRAS", str(root / "bin" / "tileiras"))
     monkeypatch.setenv("CUDA_HOME", "/opt/cuda-13.1")
     with pytest.raises(TileirasError) as info:
-        _toolchain.compile_bytecode(empty_kernel, "sm_90")
+        _toolchain.find_toolchain().compile(empty_kernel, "sm_90")
     error = info.value
     assert error.returncode == 5 and "failed to compile Tile IR program" in error.stderr
     message = str(error)
@@ -330,7 +330,7 @@ def test_exit_0_without_cubin_is_an_error(fake_toolkit: FakeToolkit, monkeypatch
     root = fake_toolkit("tk", compile="exit 0")
     monkeypatch.setenv("CUTILE_TILEIRAS", str(root / "bin" / "tileiras"))
     with pytest.raises(TileirasError, match="exited 0 but wrote no cubin"):
-        _toolchain.compile_bytecode(empty_kernel, "sm_90")
+        _toolchain.find_toolchain().compile(empty_kernel, "sm_90")
 
 
 @pytest.mark.parametrize("via", ["argument", "knob"])
@@ -368,7 +368,7 @@ def test_probe_is_cached_until_the_binary_changes(fake_toolkit: FakeToolkit, mon
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90", "sm_100"])
 def test_real_compile_returns_an_elf_cubin(real_toolchain: Toolchain, empty_kernel: bytes, arch: str) -> None:
-    cubin = _toolchain.compile_bytecode(empty_kernel, arch, toolchain=real_toolchain)
+    cubin = real_toolchain.compile(empty_kernel, arch)
     assert cubin.startswith(b"\x7fELF") and len(cubin) > 1000
 
 
@@ -491,7 +491,7 @@ def test_compile_arguments_are_checked(
     root = fake_toolkit("tk")
     monkeypatch.setenv("CUTILE_TILEIRAS", str(root / "bin" / "tileiras"))
     with pytest.raises(error, match="bytecode must be bytes|timeout must be a positive"):
-        _toolchain.compile_bytecode(bytecode, "sm_90", timeout=timeout)  # type: ignore[arg-type]
+        _toolchain.find_toolchain().compile(bytecode, "sm_90", timeout=timeout)  # type: ignore[arg-type]
     assert not (root / "compile-args.txt").exists()
 
 

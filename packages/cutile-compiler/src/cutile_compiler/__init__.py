@@ -6,7 +6,7 @@ tileiras for an arch string such as ``"sm_90"`` (`compile_kernel`), through an
 on-disk cache. It knows no driver: loading and launching belong to `cutile`.
 
 The kernel language itself is `cutile_compiler.language` (re-exported by
-``cutile.core``); every environment variable is declared in `_config`.
+``cutile.core``); every environment variable it reads is declared in `_config`.
 """
 
 from cutile_compiler._errors import (

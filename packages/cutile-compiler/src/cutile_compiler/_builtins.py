@@ -373,7 +373,7 @@ def where(fe: FrontEnd, node: ast.Call, condition: Any, x: Any, y: Any) -> Any:
     if cond.type.dtype is not dt.bool_:  # type: ignore[attr-defined]
         raise fe.type_error(f"where's condition must be a bool tile (a comparison), got {cond.type}", node)
     a, b = fe.unify([x, y], node, "where()")
-    shape = fe.unify([cond, a], node, "where()")[0].type.shape  # type: ignore[attr-defined]
+    shape = fe.common_shape([cond, a], node, "where(): shapes")
     return fe.op("select", [fe.broadcast_to(cond, shape, node), fe.broadcast_to(a, shape, node),
                             fe.broadcast_to(b, shape, node)], node=node).result
 
@@ -640,13 +640,7 @@ def _access(fe: FrontEnd, node: ast.Call, name: str, tensor: Any, indices: Any, 
         if mask_tile.type.dtype is not dt.bool_:  # type: ignore[attr-defined]
             raise fe.type_error(f"{name}'s mask must be a bool tile (a comparison), got {mask_tile.type}", node)
     everything = [*index_tiles, *value_tiles, *([mask_tile] if mask_tile is not None else [])]
-    shape: tuple[int, ...] = ()
-    for tile in everything:
-        merged = broadcast_shapes(shape, tile.type.shape)  # type: ignore[attr-defined]
-        if merged is None:
-            shapes = ", ".join(str(list(t.type.shape)) for t in everything)  # type: ignore[attr-defined]
-            raise fe.type_error(f"{name}: the shapes of indices, values and mask ({shapes}) do not broadcast together", node)
-        shape = merged
+    shape = fe.common_shape(everything, node, f"{name}: the shapes of indices, values and mask")
     index_tiles = [fe.broadcast_to(t, shape, node) for t in index_tiles]
     value_tiles = [fe.broadcast_to(t, shape, node) for t in value_tiles]
     if mask_tile is not None:
@@ -904,25 +898,7 @@ def _tensor_load(fe: FrontEnd, node: ast.Call, tensor: Value, index: Any = None,
 
 
 def _tensor_store(fe: FrontEnd, node: ast.Call, tensor: Value, value: Any) -> None:
-    ttype = tensor.type
-    assert isinstance(ttype, TensorType)
-    if not ttype.mutable:
-        raise fe.type_error("store: this tensor is read-only; declare the parameter Mut[Tensor[...]] to write it", node)
-    assert ttype.tile_shape is not None
-    tile = fe.to_tile(value, node, like=ttype.dtype, what="the stored value")
-    if tile.type.dtype is not ttype.dtype:  # type: ignore[attr-defined]
-        if not dt.converts_losslessly(tile.type.dtype, ttype.dtype) and not isinstance(value, _NUMBER):  # type: ignore[attr-defined]
-            raise fe.type_error(
-                f"store: a {tile.type} cannot be stored into a {ttype.dtype} tensor without loss; "
-                f"convert it with .astype({ttype.dtype})", node)
-        tile = fe.cast(tile, ttype.dtype, node)
-    if tile.type.shape != ttype.tile_shape:  # type: ignore[attr-defined]
-        if tile.type.is_scalar:  # type: ignore[attr-defined]
-            tile = fe.broadcast_to(tile, ttype.tile_shape, node)
-        else:
-            raise fe.type_error(
-                f"store: this block's tile of the tensor has shape {list(ttype.tile_shape)}, the value "
-                f"{list(tile.type.shape)}", node)  # type: ignore[attr-defined]
+    (tile,) = _own_values(fe, node, tensor, [(value, "value")], "store")
     fe.op("tile_store", [fe.own_partition(tensor, node), *fe.own_index(tensor), tile], node=node)
     return None
 
@@ -951,7 +927,7 @@ def _partition_store(fe: FrontEnd, node: ast.Call, partition: Value, index: Any,
     if not fe.unsafe:
         raise fe.type_error("storing at an arbitrary tile index needs @cutile.entry(unsafe=True); a safe kernel "
                             "writes only its own tile, with .store() on the Mut tensor", node)
-    tile = fe.cast(fe.to_tile(value, node, like=ptype.tensor.dtype, what="the stored value"), ptype.tensor.dtype, node)
+    tile = _convert_value(fe, value, ptype.tensor.dtype, node, "store's value")
     fe.op("tile_store", [partition, *_index(fe, index, ptype.tensor.rank, node), tile], node=node)
     return None
 
@@ -975,11 +951,6 @@ def _partition_atomic(mode: str) -> Impl:
     return impl
 
 
-def _partition_num_tiles(fe: FrontEnd, node: ast.Call, partition: Value, axis: Any) -> Value:
-    result: Value = num_tiles.impl(fe, node, partition, axis)
-    return result
-
-
 def _bind_builtin(b: Builtin) -> Impl:
     def impl(fe: FrontEnd, node: ast.Call, receiver: Value, *args: Any, **kwargs: Any) -> Any:
         return b.emit(fe, node, [receiver, *args], kwargs)
@@ -1000,7 +971,7 @@ _TENSOR_METHODS: dict[str, Impl] = {
     "atomic_cas": _own_atomic_cas,
 }
 _PARTITION_METHODS: dict[str, Impl] = {
-    "load": _partition_load, "store": _partition_store, "num_tiles": _partition_num_tiles,
+    "load": _partition_load, "store": _partition_store, "num_tiles": _bind_builtin(num_tiles),
     **{f"atomic_{mode}": _partition_atomic(mode) for mode in ("add", "max", "min", "and", "or", "xor")},
 }
 

@@ -1,19 +1,20 @@
-"""Every environment variable cutile reads, declared once in a typed table.
+"""Every environment variable the compiler reads, declared once in a typed table.
 
 Each `Knob` has a name, a parser, a default and one line of documentation; code
 reads a value with ``KNOB.get()``, which looks at the environment *at call time*
 (so tests can monkeypatch it and a long-running program can change it), parses
 it and raises `ConfigError` naming the variable when the value is malformed.
-Nothing else in cutile reads ``os.environ`` for a ``CUTILE_*`` setting.
+Nothing else in the compiler reads ``os.environ`` for a ``CUTILE_*`` setting; the
+runtime (`cutile._config`) declares its own knobs with the same `Knob`.
 
-`knobs_markdown()` renders the table for the README.
+`knobs_markdown()` renders a table of knobs for the README.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -86,10 +87,6 @@ class Knob(Generic[T]):
             return None
         return text.strip()
 
-    def is_set(self, environ: Mapping[str, str] | None = None) -> bool:
-        """Whether the variable holds a non-empty value."""
-        return self.raw(environ) is not None
-
     def get(self, environ: Mapping[str, str] | None = None) -> T:
         """The parsed value (the default when unset); `ConfigError` when malformed."""
         text = self.raw(environ)
@@ -107,7 +104,7 @@ _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
 
 
-def _parse_bool(text: str) -> bool:
+def parse_bool(text: str) -> bool:
     low = text.lower()
     if low in _TRUE:
         return True
@@ -157,7 +154,7 @@ def _parse_seconds(text: str) -> float:
     return value
 
 
-def _choice(*choices: str) -> Callable[[str], str]:
+def choice(*choices: str) -> Callable[[str], str]:
     def parse(text: str) -> str:
         low = text.lower()
         if low not in choices:
@@ -193,26 +190,26 @@ def _default_cache_dir() -> Path:
     return base / "cutile"
 
 
-def _const(value: T) -> Callable[[], T]:
+def const(value: T) -> Callable[[], T]:
     return lambda: value
 
 
 # --- the table ---------------------------------------------------------------------
 
 TILEIRAS: Knob[Path | None] = Knob(
-    "CUTILE_TILEIRAS", "path", _parse_path, _const(None), "unset",
+    "CUTILE_TILEIRAS", "path", _parse_path, const(None), "unset",
     "The tileiras executable to use; overrides every other way of finding it.",
 )
 CUDA_TOOLKIT_PATH: Knob[Path | None] = Knob(
-    "CUDA_TOOLKIT_PATH", "path", _parse_path, _const(None), "unset",
+    "CUDA_TOOLKIT_PATH", "path", _parse_path, const(None), "unset",
     "A CUDA toolkit folder; its bin/tileiras is used when CUTILE_TILEIRAS is unset.",
 )
 TILEIRAS_TIMEOUT: Knob[float] = Knob(
-    "CUTILE_TILEIRAS_TIMEOUT", "seconds", _parse_seconds, _const(300.0), "300",
+    "CUTILE_TILEIRAS_TIMEOUT", "seconds", _parse_seconds, const(300.0), "300",
     "How long one tileiras run may take before it is killed and reported.",
 )
 CACHE: Knob[bool] = Knob(
-    "CUTILE_CACHE", "bool", _parse_bool, _const(True), "1",
+    "CUTILE_CACHE", "bool", parse_bool, const(True), "1",
     "0 turns the on-disk cubin cache off (every compile runs tileiras).",
 )
 CACHE_DIR: Knob[Path] = Knob(
@@ -220,11 +217,11 @@ CACHE_DIR: Knob[Path] = Knob(
     "Folder of the on-disk cubin cache ($XDG_CACHE_HOME/cutile when that is set).",
 )
 CACHE_MAX_BYTES: Knob[int] = Knob(
-    "CUTILE_CACHE_MAX_BYTES", "size", _parse_size, _const(1024**3), "1GiB",
+    "CUTILE_CACHE_MAX_BYTES", "size", _parse_size, const(1024**3), "1GiB",
     "Size cap of the on-disk cache; least recently used entries go first (e.g. 512MiB).",
 )
 DUMP: Knob[frozenset[str]] = Knob(
-    "CUTILE_DUMP", "list", _parse_dump, _const(frozenset()), "unset",
+    "CUTILE_DUMP", "list", _parse_dump, const(frozenset()), "unset",
     "Comma list of ast, ir, mlir, bytecode or all: write those stages to CUTILE_DUMP_DIR.",
 )
 DUMP_DIR: Knob[Path] = Knob(
@@ -232,18 +229,9 @@ DUMP_DIR: Knob[Path] = Knob(
     "Where CUTILE_DUMP writes its files.",
 )
 JIT_TIMING: Knob[bool] = Knob(
-    "CUTILE_JIT_TIMING", "bool", _parse_bool, _const(False), "0",
-    "1 prints, per compiled kernel, the frontend, tileiras and load times and cache hits.",
+    "CUTILE_JIT_TIMING", "bool", parse_bool, const(False), "0",
+    "1 prints, per compiled kernel, the front-end time (through bytecode) and the tileiras time, or the disk-cache time on a hit.",
 )
-BACKEND: Knob[str] = Knob(
-    "CUTILE_BACKEND", "gpu|interpreter|auto", _choice("auto", "gpu", "interpreter"), _const("auto"), "auto",
-    "Where kernels run: the GPU, the numpy interpreter, or auto (GPU when one is present).",
-)
-CHECKED: Knob[bool] = Knob(
-    "CUTILE_CHECKED", "bool", _parse_bool, _const(False), "0",
-    "1 makes the interpreter check reads of memory nothing wrote (slower).",
-)
-
 KNOBS: tuple[Knob[Any], ...] = (
     TILEIRAS,
     CUDA_TOOLKIT_PATH,
@@ -254,16 +242,24 @@ KNOBS: tuple[Knob[Any], ...] = (
     DUMP,
     DUMP_DIR,
     JIT_TIMING,
-    BACKEND,
-    CHECKED,
 )
-"""Every variable cutile reads, in the order the README lists them."""
+"""Every variable the compiler reads, in the order the README lists them (the runtime,
+`cutile`, declares its own the same way and builds the README table from both)."""
+
+#: a direct read of a variable in source text: os.environ[...], os.environ.get(...), os.getenv(...)
+_DIRECT_READ = re.compile(r"(environ(\.get)?\s*[\[(]|getenv\s*\()\s*[\"'](?P<name>\w+)[\"']")
 
 
-def knobs_markdown() -> str:
-    """The table of `KNOBS` as Markdown, for the README."""
+def variables_read_in(source: str) -> list[str]:
+    """The names of the environment variables ``source`` reads directly: the tests of
+    each package check that only its table does."""
+    return [match["name"] for match in _DIRECT_READ.finditer(source)]
+
+
+def knobs_markdown(knobs: Iterable[Knob[Any]] = KNOBS) -> str:
+    """The table of ``knobs`` as Markdown, for the README."""
     lines = ["| variable | type | default | meaning |", "|---|---|---|---|"]
-    for knob in KNOBS:
+    for knob in knobs:
         doc = knob.doc.replace("|", r"\|")
         kind = knob.kind.replace("|", r" \| ")
         lines.append(f"| `{knob.name}` | {kind} | `{knob.default_text}` | {doc} |")

@@ -18,7 +18,7 @@ import builtins
 import operator
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cutile_compiler import _dtypes as dt
@@ -85,11 +85,17 @@ class _Frame:
 
 @dataclass
 class _LoopContext:
-    """A ``loop`` op being built: what break and continue must pass on."""
+    """A loop being built: what its break and continue must do.
 
-    carried: list[str]
-    carried_types: list[KType]
-    induction: tuple[str, Value, Value] | None  # (name, step, stop) for a for-loop with break
+    A ``loop`` op's break and continue pass on the ``carried`` names (and, for a
+    range loop, the next index ``index + step``). A static loop is unrolled at
+    compile time and has no op: ``static_block`` is the block its body is emitted
+    into, and break/continue there only end the current unrolled copy."""
+
+    carried: list[str] = field(default_factory=list)
+    carried_types: list[KType] = field(default_factory=list)
+    induction: tuple[Value, Value] | None = None  # (index, step) of a range loop
+    static_block: Block | None = None
 
 
 class KernelLambda:
@@ -236,6 +242,18 @@ class FrontEnd:
             value = self.op("reshape", [value], {"shape": padded}, node=node).result
         return self.op("broadcast", [value], {"shape": shape}, node=node).result
 
+    def common_shape(self, tiles: Sequence[Value], node: ast.AST | None, what: str) -> tuple[int, ...]:
+        """The shape ``tiles`` broadcast to; else an error "{what} [..], [..] do not
+        broadcast together"."""
+        shape: tuple[int, ...] = ()
+        for tile in tiles:
+            merged = broadcast_shapes(shape, tile.type.shape)  # type: ignore[attr-defined]
+            if merged is None:
+                shapes = ", ".join(str(list(t.type.shape)) for t in tiles)  # type: ignore[attr-defined]
+                raise self.type_error(f"{what} {shapes} do not broadcast together", node)
+            shape = merged
+        return shape
+
     def unify(self, values: Sequence[Any], node: ast.AST | None, what: str) -> list[Value]:
         """Tiles of one dtype and shape from tiles and numbers: dtypes promoted
         losslessly, numbers take the tiles' dtype, shapes broadcast."""
@@ -258,17 +276,9 @@ class FrontEnd:
                         f"{what}: cannot combine {dtype} and {other} tiles implicitly (no lossless conversion); "
                         f"convert one with .astype(...)", node)
                 dtype = common
-            shape: tuple[int, ...] = ()
-            for v in tiles:
-                merged = broadcast_shapes(shape, v.type.shape)  # type: ignore[attr-defined]
-                if merged is None:
-                    shapes = ", ".join(str(list(t.type.shape)) for t in tiles)  # type: ignore[attr-defined]
-                    raise self.type_error(f"{what}: shapes {shapes} do not broadcast together", node)
-                shape = merged
+            shape = self.common_shape(tiles, node, f"{what}: shapes")
         else:
-            dtype = dt.default_scalar_dtype(values[0])
-            for v in values[1:]:
-                dtype = dt.promote(dtype, dt.default_scalar_dtype(v)) or dt.f32
+            dtype = _numbers_dtype(values)
             shape = ()
         result = []
         for v in values:
@@ -295,6 +305,12 @@ class FrontEnd:
         if name == "pow" and not dtype.is_float:
             raise self.type_error(f"'**' needs floating-point operands, got {dtype}; convert with .astype(f32)", node)
         return self.op(name, [a, b], node=node).result
+
+    def binary_op(self, op: ast.operator, node: ast.AST) -> tuple[str, Callable[[Any, Any], Any]]:
+        """The op name and constant fold of a Python binary operator."""
+        if isinstance(op, ast.MatMult):
+            raise self.syntax_error("use mma(a, b, acc) or matmul(a, b) for matrix products", node)
+        return _BINARY_OPS[type(op)]
 
     def unary(self, name: str, operand: Any, node: ast.AST | None) -> Value:
         value = self.to_tile(operand, node, what=name)
@@ -409,8 +425,8 @@ class FrontEnd:
         if isinstance(node, ast.AugAssign):
             if not isinstance(node.target, ast.Name):
                 raise self.syntax_error("only names can be updated with augmented assignment (tiles are values; use .store())", node)
+            name, fold = self.binary_op(node.op, node)
             current = self.lookup(node.target.id, node.target)
-            name, fold = _BINARY_OPS[type(node.op)]
             self.assign(node.target, self.binary(name, current, self.expr(node.value), node, fold), node)
             return Flow.NORMAL
         if isinstance(node, ast.If):
@@ -484,13 +500,16 @@ class FrontEnd:
         if not self.loops:
             raise self.syntax_error(f"'{kind}' outside a loop", node)
         context = self.loops[-1]
+        if context.static_block is not None:
+            if self.block is not context.static_block:
+                raise self.syntax_error(
+                    f"'{kind}' in a static loop must be decided at compile time; it is under an if whose "
+                    "condition is known only at run time (use range(...) for a run-time loop)", node)
+            return kind  # the unrolling stops (break) or moves on to the next item (continue)
         values = self.carried_values(context.carried, context.carried_types, node)
         if kind == "continue" and context.induction is not None:
-            name, step, _ = context.induction
-            iv = self.frame.env[name + "\0iv"]
-            values = [self.op("add", [iv, step], node=node).result, *values]
-        elif kind == "break" and context.induction is not None:
-            pass  # the loop's results are the carried names only
+            index, step = context.induction
+            values = [self.op("add", [index, step], node=node).result, *values]
         self.op(kind, values, node=node)
         return kind
 
@@ -546,10 +565,7 @@ class FrontEnd:
     def merge_type(self, name: str, values: Sequence[Any], node: ast.AST) -> KType:
         tiles = [v for v in values if isinstance(v, Value)]
         if not tiles:
-            dtype = dt.default_scalar_dtype(values[0])
-            for v in values[1:]:
-                dtype = dt.promote(dtype, dt.default_scalar_dtype(v)) or dt.f32
-            return TileType(dtype)
+            return TileType(_numbers_dtype(values))
         first = tiles[0].type
         for v in tiles[1:]:
             if v.type != first:
@@ -604,15 +620,17 @@ class FrontEnd:
         raise self.syntax_error("a kernel loops over range(...), static_range(...) or a constant tuple", node.iter)
 
     def unrolled(self, node: ast.For, items: list[Any]) -> str:
-        for item in items:
-            self.assign(node.target, item, node)
-            flow = self.visit_statements(node.body)
-            if flow in ("break", "continue", "return") and not self.loops:
+        self.loops.append(_LoopContext(static_block=self.block))
+        try:
+            for item in items:
+                self.assign(node.target, item, node)
+                flow = self.visit_statements(node.body)
                 if flow == "return":
                     return flow
-                raise self.syntax_error(f"'{flow}' in a static loop is not supported", node)
-            if flow != Flow.NORMAL:
-                return flow
+                if flow == "break":
+                    break
+        finally:
+            self.loops.pop()
         return Flow.NORMAL
 
     def loop_carried(self, node: ast.For | ast.While) -> list[str]:
@@ -711,7 +729,7 @@ class FrontEnd:
         env.update(zip(carried, results))
         line = self.location(node).line
         for name in body_env:
-            if name not in before and not name.endswith("\0iv"):
+            if name not in before:
                 env[name] = _Undefined(
                     f"'{name}' is assigned only inside the loop at line {line}; define it before the loop to use it after")
         self.frame.env = env
@@ -729,9 +747,8 @@ class FrontEnd:
         args, env = self.enter_body(carried, inits)
         body.args = [iv, *args]
         env[node.target.id] = iv
-        env[node.target.id + "\0iv"] = iv
         self.frame.env = env
-        context = _LoopContext(carried, types, (node.target.id, step_v, stop_v))
+        context = _LoopContext(carried, types, (iv, step_v))
         self.loops.append(context)
         with self.inserting(body):
             done = self.op("ge", [iv, stop_v], node=node).result
@@ -775,7 +792,7 @@ class FrontEnd:
         args, env = self.enter_body(carried, inits)
         body.args = args
         self.frame.env = env
-        context = _LoopContext(carried, types, None)
+        context = _LoopContext(carried, types)
         self.loops.append(context)
         with self.inserting(body):
             test = self.condition(self.expr(node.test), node.test)
@@ -824,9 +841,7 @@ class FrontEnd:
         if isinstance(node, ast.Name):
             return self.lookup(node.id, node)
         if isinstance(node, ast.BinOp):
-            name, fold = _BINARY_OPS[type(node.op)]
-            if isinstance(node.op, ast.MatMult):
-                raise self.syntax_error("use mma(a, b, acc) or matmul(a, b) for matrix products", node)
+            name, fold = self.binary_op(node.op, node)
             return self.binary(name, self.expr(node.left), self.expr(node.right), node, fold)
         if isinstance(node, ast.UnaryOp):
             operand = self.expr(node.operand)
@@ -1024,6 +1039,15 @@ class FrontEnd:
             self.frames.pop()
             self.inline_stack.pop()
         return frame.result
+
+
+def _numbers_dtype(values: Sequence[Any]) -> dt.DType:
+    """The dtype plain numbers take together: their default dtypes promoted (f32 when
+    no lossless promotion exists)."""
+    dtype = dt.default_scalar_dtype(values[0])
+    for v in values[1:]:
+        dtype = dt.promote(dtype, dt.default_scalar_dtype(v)) or dt.f32
+    return dtype
 
 
 def _closure_vars(function: Any) -> dict[str, Any]:

@@ -28,6 +28,10 @@ from typing import Any
 _NAMES = {"num_ctas": "num_cta_in_cga", "occupancy": "occupancy", "num_worker_warps": "num_worker_warps_per_cta"}
 _ARCH = re.compile(r"^sm_[0-9]+[a-z]?$")
 
+#: The architectures a module lowered for no particular arch carries hints for
+#: (besides those the hints name): the targets cutile tests and ships for.
+DEFAULT_ARCHS = ("sm_90", "sm_100")
+
 
 class HintError(ValueError):
     """Malformed kernel hints (raised where they are given)."""
@@ -89,20 +93,20 @@ class KernelHints:
                 merged.update(values)
         return merged
 
+    def target_archs(self, arch: str | None) -> list[str]:
+        """The archs hints are written for: ``arch`` when known, else every arch the
+        hints name and the `DEFAULT_ARCHS`."""
+        return [arch] if arch else sorted({*self.archs(), *DEFAULT_ARCHS})
+
     def for_arch(self, arch: str | None) -> dict[str, dict[str, int]]:
-        """Tile IR's entry hints: ``{arch: {tile_ir_name: value}}`` for ``arch``, or for
-        every arch named (and sm_90 and sm_100 for general hints) when it is None."""
-        archs = [arch] if arch else sorted({*self.archs(), *(("sm_90", "sm_100") if self.general else ())})
+        """Tile IR's entry hints: ``{arch: {tile_ir_name: value}}`` for each of the
+        `target_archs` that some hint applies to."""
         result = {}
-        for name in archs:
+        for name in self.target_archs(arch):
             values = self.values_for(name)
             if values:
                 result[name] = {_NAMES[k]: v for k, v in values.items()}
         return result
-
-    @property
-    def general(self) -> bool:
-        return any(key == "" for key, _ in self.entries)
 
     def merged(self, over: KernelHints) -> KernelHints:
         """These hints with ``over``'s taking precedence, key by key."""

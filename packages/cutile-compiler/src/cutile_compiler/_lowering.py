@@ -25,7 +25,7 @@ from cutile_compiler import _dtypes as dt
 from cutile_compiler._errors import SourceLocation, TileCompilerError
 from cutile_compiler._hints import KernelHints
 from cutile_compiler._ir import Block, KernelIR, Operation, Value
-from cutile_compiler._types import KType, PartitionType, TensorType, TileType
+from cutile_compiler._types import KType, TensorType, TileType
 
 _ELEMENT: dict[str, ir.ScalarType] = {
     "i1": ir.I1, "i8": ir.I8, "i16": ir.I16, "i32": ir.I32, "i64": ir.I64, "f16": ir.F16,
@@ -245,6 +245,18 @@ class Lowering:
         info = self.tensors.get(tensor) if tensor is not None else None
         return tensor if info is not None and info.mutable else None
 
+    def token_in(self, op: Operation) -> ir.Value | None:
+        """The token ``op`` must wait for: the end of its chain (None when it has none)."""
+        chain = self.chain_of(op)
+        return None if chain is None else self.tokens[chain]
+
+    def token_out(self, op: Operation, token: ir.Value) -> None:
+        """Makes ``token``, the one ``op`` produced, the new end of its chain (an op
+        outside every chain drops it)."""
+        chain = self.chain_of(op)
+        if chain is not None:
+            self.tokens[chain] = token
+
     def tensor_value(self, value: Value) -> Value | None:
         """The tensor parameter a partition (or tensor) value comes from."""
         while value not in self.tensors:
@@ -276,13 +288,12 @@ class Lowering:
         return {} if hints is None else {"optimization_hints": hints}
 
     def load_hints(self, op: Operation) -> ir.OptimizationHints | None:
-        """The ``optimization_hints`` of a memory op (latency, allow_tma), for the
-        target arch (every arch the kernel's hints name when it is not known)."""
+        """The ``optimization_hints`` of a memory op (latency, allow_tma), for each of
+        the kernel hints' `target_archs`."""
         values: dict[str, int | bool] = {k: op.attrs[k] for k in ("latency", "allow_tma") if k in op.attrs}
         if not values:
             return None
-        archs = [self.arch] if self.arch else sorted({*self.hints.archs(), "sm_90", "sm_100"})
-        return ir.OptimizationHints.of({arch: values for arch in archs})
+        return ir.OptimizationHints.of({arch: values for arch in self.hints.target_archs(self.arch)})
 
     def constant(self, value: int | float | bool, ktype: TileType) -> ir.Value:
         return self.builder.constant(value, tile_type(ktype))
@@ -311,4 +322,4 @@ def lower_kernel(kernel: KernelIR, version: ir.Version | str = "13.3", arch: str
 
 
 __all__ = ["AbiArg", "Lowering", "PartitionInfo", "TensorInfo", "element_type", "kernel_abi", "lower_kernel",
-           "tile_type", "PartitionType"]
+           "tile_type"]

@@ -25,7 +25,7 @@ from cutile_compiler._ir import KernelIR, format_kernel
 from cutile_compiler._lowering import AbiArg, kernel_abi, lower_kernel
 from cutile_compiler._signature import KernelSignature, Specialization
 from cutile_compiler._source import capture
-from cutile_compiler._toolchain import CompileOptions, CompilerError, TileirasError, Toolchain, find_toolchain, parse_arch
+from cutile_compiler._toolchain import CompileOptions, CompilerError, TileirasError, Toolchain, find_toolchain
 
 
 @dataclass
@@ -78,7 +78,6 @@ def _dump(kernel: str, spec: Specialization, stage: str, suffix: str, content: s
 def toolchain_for(arch: str) -> Toolchain:
     """The tileiras to use for ``arch``, checked; errors become `TileCompilerError`."""
     try:
-        parse_arch(arch)
         chain = find_toolchain()
         chain.check_arch(arch)
     except CompilerError as exc:
@@ -121,7 +120,7 @@ def compile_kernel(
         _dump(name, spec, "bytecode", "tileirbc", bytecode)
     start = time.perf_counter()
     try:
-        cubin, hit = cached_compile(bytecode, arch, chain, options, locations=_excerpt)
+        cubin, hit = cached_compile(bytecode, arch, chain, options, locations=_excerpt, arch_checked=True)
     except TileirasError as exc:
         raise TileCompilerError(
             f"tileiras could not compile kernel {name} for {arch}:\n{exc.diagnostics or exc.stderr}",

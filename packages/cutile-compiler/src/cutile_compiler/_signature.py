@@ -125,16 +125,6 @@ class KernelSignature:
     parameters: tuple[Parameter, ...]
 
     @property
-    def names(self) -> tuple[str, ...]:
-        return tuple(p.name for p in self.parameters)
-
-    def parameter(self, name: str) -> Parameter:
-        for p in self.parameters:
-            if p.name == name:
-                return p
-        raise KeyError(name)
-
-    @property
     def mutable(self) -> tuple[Parameter, ...]:
         return tuple(p for p in self.parameters if isinstance(p.annotation, TensorAnnotation) and p.annotation.mutable)
 
@@ -267,18 +257,11 @@ class Specialization:
     constants: tuple[tuple[str, Any], ...] = field(compare=False)
     tensors: tuple[tuple[str, TensorSpec], ...]
     scalars: tuple[tuple[str, DType], ...]
-    grid: tuple[int, int, int] = field(default=(1, 1, 1), compare=False)
     #: what equality and hashing see of ``constants`` (see `constant_key`)
     constants_key: tuple[tuple[str, Any], ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "constants_key", tuple((n, constant_key(v)) for n, v in self.constants))
-
-    def constant(self, name: str) -> Any:
-        return dict(self.constants)[name]
-
-    def tensor(self, name: str) -> TensorSpec:
-        return dict(self.tensors)[name]
 
 
 def specialize(

@@ -16,7 +16,7 @@ It is found, in order, through:
 
 `find_toolchain()` returns a `Toolchain` (path, toolkit root, version, the bytecode
 versions it reads, the GPU names it knows, which rule found it); `Toolchain.compile`
-(or `compile_bytecode`) turns bytecode into cubin bytes, raising `TileirasError` with
+turns bytecode into cubin bytes, raising `TileirasError` with
 the exit code, stderr and command line when tileiras fails. `map_diagnostics`
 rewrites the source locations in tileiras's messages into kernel source excerpts.
 """
@@ -53,7 +53,6 @@ __all__ = [
     "ToolchainError",
     "choose_bytecode_version",
     "clear_toolchain_cache",
-    "compile_bytecode",
     "find_toolchain",
     "map_diagnostics",
     "min_tileiras_version",
@@ -426,9 +425,21 @@ class Toolchain:
             TileirasTimeoutError: tileiras ran past `timeout`.
             TileirasError: tileiras failed; carries its exit code, stderr and command.
         """
+        self.check_arch(arch)
+        return self.run_tileiras(bytecode, arch, timeout=timeout, options=options, locations=locations)
+
+    def run_tileiras(
+        self,
+        bytecode: bytes,
+        arch: str,
+        *,
+        timeout: float | None = None,
+        options: CompileOptions | None = None,
+        locations: Locations | None = None,
+    ) -> bytes:
+        """`compile` for a caller that has already run `check_arch` for `arch`."""
         if not isinstance(bytecode, (bytes, bytearray, memoryview)):
             raise TypeError(f"bytecode must be bytes, got {type(bytecode).__name__}")
-        self.check_arch(arch)
         opts = CompileOptions() if options is None else options
         limit = _config.TILEIRAS_TIMEOUT.get() if timeout is None else timeout
         if not limit > 0:
@@ -687,19 +698,3 @@ def clear_toolchain_cache() -> None:
     """Forgets what was learnt about tileiras binaries (for tests, or after an upgrade)."""
     _probe.cache_clear()
 
-
-def compile_bytecode(
-    bytecode: bytes,
-    arch: str,
-    *,
-    timeout: float | None = None,
-    options: CompileOptions | None = None,
-    toolchain: Toolchain | None = None,
-    locations: Locations | None = None,
-) -> bytes:
-    """Compiles Tile IR bytecode to cubin bytes for `arch` with `toolchain` (default: found).
-
-    See `Toolchain.compile` for the arguments and errors.
-    """
-    chain = find_toolchain() if toolchain is None else toolchain
-    return chain.compile(bytecode, arch, timeout=timeout, options=options, locations=locations)

@@ -11,7 +11,7 @@ import sys
 import threading
 
 from cutile._errors import CutileError
-from cutile_compiler import _config
+from cutile import _config
 
 _lock = threading.Lock()
 _chosen: str | None = None

@@ -18,7 +18,8 @@ import numpy as np
 
 from cutile._errors import CutileError
 from cutile._tensor import HostStorage, Tensor, numpy_dtype
-from cutile_compiler import KernelIR, SourceLocation, _config
+from cutile import _config
+from cutile_compiler import KernelIR, SourceLocation
 from cutile_compiler._ir import Block, Operation, Value
 from cutile_compiler._opdefs import Terminator
 from cutile_compiler._opdefs.control import _Escape

@@ -16,7 +16,10 @@ from typing import Any
 
 import numpy as np
 
+import cutile_ir as ir
+
 from cutile_compiler._ir import Operation
+from cutile_compiler._lowering import tile_type
 from cutile_compiler._opdefs._base import EvalContext, OpDef, RuleError, Terminator, register
 from cutile_compiler._types import KType, TileType
 
@@ -26,11 +29,6 @@ class _Escape(Exception):
 
     def __init__(self, terminator: Terminator) -> None:
         self.terminator = terminator
-
-
-def _run(ctx: EvalContext, op: Operation, region: int, args: Sequence[Any]) -> Terminator:
-    ended = ctx.run_block(op.regions[region], args)
-    return ended
 
 
 class For(OpDef):
@@ -52,7 +50,7 @@ class For(OpDef):
         carried = list(args[3:])
         iv_dtype = args[0].dtype
         for index in range(start, stop, step):
-            ended = _run(ctx, op, 0, [np.asarray(index, dtype=iv_dtype), *carried])
+            ended = ctx.run_block(op.regions[0], [np.asarray(index, dtype=iv_dtype), *carried])
             if ended.kind == "return":
                 raise _Escape(ended)
             carried = ended.values
@@ -73,7 +71,7 @@ class If(OpDef):
         return result_types
 
     def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
-        ended = _run(ctx, op, 0 if bool(args[0]) else 1, [])
+        ended = ctx.run_block(op.regions[0 if bool(args[0]) else 1], [])
         if ended.kind != "yield":
             raise _Escape(ended)
         return ended.values
@@ -93,7 +91,7 @@ class Loop(OpDef):
         carried = list(args)
         while True:
             try:
-                ended = _run(ctx, op, 0, carried)
+                ended = ctx.run_block(op.regions[0], carried)
             except _Escape as escape:
                 ended = escape.terminator
             if ended.kind == "continue":
@@ -167,10 +165,6 @@ def _lower_region(ctx: Any, kind: str, block: Any, ir_args: Sequence[Any], touch
 
 
 def _result_types(ctx: Any, op: Operation, touched: Sequence[Any]) -> list[Any]:
-    import cutile_ir as ir
-
-    from cutile_compiler._lowering import tile_type
-
     return [tile_type(r.type) for r in op.results] + [ir.TOKEN] * len(touched)
 
 

@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+import cutile_ir as ir
+
 from cutile_compiler import _dtypes as dt
 from cutile_compiler._ir import Operation
 from cutile_compiler._opdefs._base import EvalContext, OpDef, RuleError, register
@@ -145,9 +147,7 @@ class Print(OpDef):
 
     def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         text = c_format(op)
-        token = ctx.tokens.get(PRINT_RESOURCE)
-        result = ctx.builder.print_tko(list(args), token, str=text)
-        ctx.tokens[PRINT_RESOURCE] = result
+        ctx.token_out(op, ctx.builder.print_tko(list(args), ctx.token_in(op), str=text))
         return ()
 
     def ordered_resource(self, op: Operation) -> Any:
@@ -235,8 +235,6 @@ class Assume(OpDef):
         return (args[0],)
 
     def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
-        import cutile_ir as ir
-
         value = args[0]
         divisor, lower, upper = op.attrs.get("div_by"), op.attrs.get("lower"), op.attrs.get("upper")
         if divisor is not None:

@@ -14,6 +14,7 @@ import numpy as np
 
 from cutile_compiler import _dtypes as dt
 from cutile_compiler._ir import Operation
+from cutile_compiler._lowering import tile_type
 from cutile_compiler._opdefs._base import EvalContext, OpDef, RuleError, register
 from cutile_compiler._types import KType, TileType
 
@@ -384,8 +385,6 @@ def _lower_select(self: Select, ctx: Any, op: Operation, args: Sequence[Any]) ->
 
 
 def _lower_cast(self: Cast, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
-    from cutile_compiler._lowering import tile_type
-
     b = ctx.builder
     source_type = op.operands[0].type
     assert isinstance(source_type, TileType)
@@ -421,8 +420,6 @@ def _lower_cast(self: Cast, ctx: Any, op: Operation, args: Sequence[Any]) -> Seq
 
 
 def _lower_bitcast(self: Bitcast, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
-    from cutile_compiler._lowering import tile_type
-
     return (ctx.builder.bitcast(args[0], result_types=[tile_type(op.results[0].type)]),)
 
 

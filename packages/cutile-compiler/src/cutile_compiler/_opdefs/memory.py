@@ -13,9 +13,13 @@ from typing import Any
 
 import numpy as np
 
+import cutile_ir as ir
+
 from cutile_compiler import _dtypes as dt
 from cutile_compiler._ir import Operation
+from cutile_compiler._lowering import PartitionInfo
 from cutile_compiler._opdefs._base import EvalContext, OpDef, RuleError, register
+from cutile_compiler._opdefs.pointer import check_atomic_dtype, rmw_update
 from cutile_compiler._types import KType, PartitionType, TensorType, TileType, is_power_of_two
 
 PADDINGS = ("zero", "neg_zero", "nan", "pos_inf", "neg_inf")
@@ -86,10 +90,6 @@ class MakePartition(OpDef):
         return ((args[0], op.attrs["tile_shape"], op.attrs.get("padding", "zero")),)
 
     def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
-        import cutile_ir as ir
-
-        from cutile_compiler._lowering import PartitionInfo
-
         tensor = args[0]
         padding = ir.PaddingValue[op.attrs.get("padding", "zero").upper()]
         view_type = ir.PartitionViewType(op.attrs["tile_shape"], tensor.view_type, (), padding)
@@ -115,8 +115,6 @@ class NumTiles(OpDef):
         return (np.asarray(-(-extent // tile_shape[axis]), dtype=np.int32),)
 
     def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
-        import cutile_ir as ir
-
         rank = len(args[0].tensor.dims)
         shape = ctx.builder.get_index_space_shape(args[0].view, result_types=[ir.scalar(ir.I32)] * rank)
         return (shape[op.attrs["axis"]],)
@@ -142,14 +140,9 @@ class TileLoad(OpDef):
         return op.operands[0]
 
     def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
-        partition = args[0]
-        tensor = partition.tensor
-        token = ctx.tokens.get(tensor.value) if tensor.mutable else None
-        tile, result_token = ctx.builder.load_view_tko(partition.view, list(args[1:]), token,
-                                                        memory_ordering_semantics="weak",
-                                                        **ctx.hint_attrs(op))
-        if tensor.mutable:
-            ctx.tokens[tensor.value] = result_token
+        tile, token = ctx.builder.load_view_tko(args[0].view, list(args[1:]), ctx.token_in(op),
+                                                 memory_ordering_semantics="weak", **ctx.hint_attrs(op))
+        ctx.token_out(op, token)
         return (tile,)
 
 
@@ -182,12 +175,10 @@ class TileStore(OpDef):
 
     def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         partition = args[0]
-        tensor = partition.tensor
-        rank = len(tensor.dims)
-        token = ctx.tokens.get(tensor.value)
-        result = ctx.builder.store_view_tko(args[1 + rank], partition.view, list(args[1:1 + rank]), token,
-                                            memory_ordering_semantics="weak")
-        ctx.tokens[tensor.value] = result
+        rank = len(partition.tensor.dims)
+        token = ctx.builder.store_view_tko(args[1 + rank], partition.view, list(args[1:1 + rank]), ctx.token_in(op),
+                                           memory_ordering_semantics="weak")
+        ctx.token_out(op, token)
         return ()
 
 
@@ -210,8 +201,6 @@ class TileAtomic(OpDef):
     has_effects = True
 
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
-        from cutile_compiler._opdefs.pointer import check_atomic_dtype
-
         partition = _partition(operand_types, "atomic")
         mode = attrs["mode"]
         if mode not in TILE_ATOMIC_MODES:
@@ -229,8 +218,6 @@ class TileAtomic(OpDef):
         return ()
 
     def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
-        from cutile_compiler._opdefs.pointer import rmw_update
-
         tensor, tile_shape, _ = args[0]
         rank = len(tile_shape)
         index = [int(i) for i in args[1:1 + rank]]
@@ -244,8 +231,6 @@ class TileAtomic(OpDef):
         return ()
 
     def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
-        import cutile_ir as ir
-
         partition = args[0]
         tensor = partition.tensor
         rank = len(tensor.dims)
@@ -260,9 +245,9 @@ class TileAtomic(OpDef):
         elif mode in ("max", "min") and dtype.kind == "uint":
             mode = "u" + mode
         token = ctx.builder.atomic_red_view_tko(
-            plain, list(args[1:1 + rank]), args[1 + rank], ctx.tokens.get(tensor.value),
+            plain, list(args[1:1 + rank]), args[1 + rank], ctx.token_in(op),
             memory_ordering_semantics="relaxed", memory_scope=op.attrs.get("scope", "device"), mode=mode)
-        ctx.tokens[tensor.value] = token
+        ctx.token_out(op, token)
         return ()
 
     def ordered_resource(self, op: Operation) -> Any:

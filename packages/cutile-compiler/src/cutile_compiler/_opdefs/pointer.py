@@ -21,8 +21,11 @@ from typing import Any
 
 import numpy as np
 
+import cutile_ir as ir
+
 from cutile_compiler import _dtypes as dt
 from cutile_compiler._ir import Operation
+from cutile_compiler._lowering import element_type, tile_type
 from cutile_compiler._opdefs._base import EvalContext, OpDef, RuleError, register
 from cutile_compiler._opdefs.elementwise import numpy_dtype
 from cutile_compiler._types import KType, TensorType, TileType
@@ -75,10 +78,6 @@ def _split(op: Operation, args: Sequence[Any], extra: int) -> tuple[Any, list[An
 # -- lowering helpers ---------------------------------------------------------------------
 def pointer_tile(ctx: Any, op: Operation, args: Sequence[Any]) -> Any:
     """The tile of pointers ``base + sum(index_k * stride_k)`` of an access op."""
-    import cutile_ir as ir
-
-    from cutile_compiler._lowering import element_type
-
     b = ctx.builder
     info = args[0]
     tensor_type = op.operands[0].type
@@ -114,21 +113,10 @@ def pointer_tile(ctx: Any, op: Operation, args: Sequence[Any]) -> Any:
 
 
 def _broadcast_scalar(b: Any, value: Any, shape: tuple[int, ...], element: Any) -> Any:
-    import cutile_ir as ir
-
     if not shape:
         return value
     ones = b.reshape(value, result_types=[ir.tile((1,) * len(shape), element)])
     return b.broadcast(ones, result_types=[ir.tile(shape, element)])
-
-
-def _token(ctx: Any, op: Operation, info: Any) -> Any:
-    return ctx.tokens.get(info.value) if info.mutable else None
-
-
-def _set_token(ctx: Any, info: Any, token: Any) -> None:
-    if info.mutable:
-        ctx.tokens[info.value] = token
 
 
 class Gather(OpDef):
@@ -150,27 +138,18 @@ class Gather(OpDef):
         return (result,)
 
     def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
-        from cutile_compiler._lowering import tile_type
-
         b = ctx.builder
-        info = args[0]
         pointers = pointer_tile(ctx, op, args)
         mask = args[-1] if op.attrs.get("has_mask") else None
         padding = ctx.constant(op.attrs.get("padding", 0), op.results[0].type) if mask is not None else None
-        result, token = b.load_ptr_tko(pointers, mask, padding, _token(ctx, op, info),
+        result, token = b.load_ptr_tko(pointers, mask, padding, ctx.token_in(op),
                                        memory_ordering_semantics="weak", **ctx.hint_attrs(op),
-                                       result_types=[tile_type(op.results[0].type), _token_type()])
-        _set_token(ctx, info, token)
+                                       result_types=[tile_type(op.results[0].type), ir.TOKEN])
+        ctx.token_out(op, token)
         return (result,)
 
     def ordered_resource(self, op: Operation) -> Any:
         return op.operands[0]
-
-
-def _token_type() -> Any:
-    import cutile_ir as ir
-
-    return ir.TOKEN
 
 
 class Scatter(OpDef):
@@ -200,9 +179,9 @@ class Scatter(OpDef):
         rank = len(info.dims)
         pointers = pointer_tile(ctx, op, args)
         mask = args[-1] if op.attrs.get("has_mask") else None
-        token = ctx.builder.store_ptr_tko(pointers, args[1 + rank], mask, _token(ctx, op, info),
+        token = ctx.builder.store_ptr_tko(pointers, args[1 + rank], mask, ctx.token_in(op),
                                           memory_ordering_semantics="weak", **ctx.hint_attrs(op))
-        _set_token(ctx, info, token)
+        ctx.token_out(op, token)
         return ()
 
     def ordered_resource(self, op: Operation) -> Any:
@@ -281,8 +260,6 @@ class AtomicRmw(OpDef):
         return (np.asarray(ctx.atomic(op, tensor, indices, mask, update)).astype(value.dtype),)
 
     def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
-        from cutile_compiler._lowering import tile_type
-
         info = args[0]
         rank = len(info.dims)
         tensor_type = op.operands[0].type
@@ -296,11 +273,11 @@ class AtomicRmw(OpDef):
         pointers = pointer_tile(ctx, op, args)
         mask = args[-1] if op.attrs.get("has_mask") else None
         result, token = ctx.builder.atomic_rmw_tko(
-            pointers, args[1 + rank], mask, _token(ctx, op, info), mode=mode,
+            pointers, args[1 + rank], mask, ctx.token_in(op), mode=mode,
             memory_ordering_semantics=op.attrs.get("order", "relaxed"),
             memory_scope=op.attrs.get("scope", "device"),
-            result_types=[tile_type(op.results[0].type), _token_type()])
-        _set_token(ctx, info, token)
+            result_types=[tile_type(op.results[0].type), ir.TOKEN])
+        ctx.token_out(op, token)
         return (result,)
 
     def ordered_resource(self, op: Operation) -> Any:
@@ -345,18 +322,16 @@ class AtomicCas(OpDef):
         return (old,)
 
     def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
-        from cutile_compiler._lowering import tile_type
-
         info = args[0]
         rank = len(info.dims)
         pointers = pointer_tile(ctx, op, args)
         mask = args[-1] if op.attrs.get("has_mask") else None
         result, token = ctx.builder.atomic_cas_tko(
-            pointers, args[1 + rank], args[2 + rank], mask, _token(ctx, op, info),
+            pointers, args[1 + rank], args[2 + rank], mask, ctx.token_in(op),
             memory_ordering_semantics=op.attrs.get("order", "relaxed"),
             memory_scope=op.attrs.get("scope", "device"),
-            result_types=[tile_type(op.results[0].type), _token_type()])
-        _set_token(ctx, info, token)
+            result_types=[tile_type(op.results[0].type), ir.TOKEN])
+        ctx.token_out(op, token)
         return (result,)
 
     def ordered_resource(self, op: Operation) -> Any:

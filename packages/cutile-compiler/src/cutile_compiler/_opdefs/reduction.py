@@ -7,8 +7,11 @@ from typing import Any
 
 import numpy as np
 
+import cutile_ir as ir
+
 from cutile_compiler import _dtypes as dt
 from cutile_compiler._ir import Operation
+from cutile_compiler._lowering import tile_type
 from cutile_compiler._opdefs._base import EvalContext, OpDef, RuleError, register
 from cutile_compiler._opdefs.elementwise import numpy_dtype, tile_operand
 from cutile_compiler._types import KType, TileType
@@ -130,8 +133,6 @@ def _widened(dtype: dt.DType, kind: str) -> dt.DType:
 
 
 def _lower_reduce(ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
-    from cutile_compiler._lowering import tile_type
-
     builder = ctx.builder
     kind, axis = op.attrs["kind"], op.attrs["axis"]
     source = op.operands[0].type
@@ -153,10 +154,6 @@ def _lower_reduce(ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]
 
 def _lower_arg_reduce(ctx: Any, op: Operation, value: Any, source: TileType, kind: str, axis: int) -> Any:
     """argmax/argmin: a two-operand reduce of (value, position); ties keep the first."""
-    import cutile_ir as ir
-
-    from cutile_compiler._lowering import tile_type
-
     builder = ctx.builder
     positions_1d = builder.iota(result_types=[ir.tile((source.shape[axis],), ir.I32)])
     shape_1 = tuple(source.shape[axis] if i == axis else 1 for i in range(source.rank))
@@ -179,8 +176,6 @@ def _lower_arg_reduce(ctx: Any, op: Operation, value: Any, source: TileType, kin
 
 
 def _lower_scan(ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
-    from cutile_compiler._lowering import tile_type
-
     builder = ctx.builder
     kind, axis = op.attrs["kind"], op.attrs["axis"]
     source = op.operands[0].type
@@ -188,7 +183,6 @@ def _lower_scan(ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
     with builder.scan([args[0]], axis, [_identity(kind, source.dtype)], reverse=bool(op.attrs.get("reverse"))) as body:
         element, accumulator = body.args
         builder.yield_([combine(ctx, kind, source.dtype, element, accumulator)])
-    _ = tile_type
     return (body.results[0],)
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from cutile_compiler._ir import Operation
+from cutile_compiler._lowering import tile_type
 from cutile_compiler._opdefs._base import EvalContext, OpDef, RuleError, register
 from cutile_compiler._opdefs.elementwise import numpy_dtype, tile_operand
 from cutile_compiler._types import KType, TileType
@@ -37,8 +38,6 @@ class Constant(OpDef):
         return (np.full(tile.shape, value, dtype=np_type),)
 
     def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
-        from cutile_compiler._lowering import tile_type
-
         tile: TileType = op.attrs["type"]
         value = op.attrs["value"]
         values = list(value) if isinstance(value, tuple) else value
@@ -61,8 +60,6 @@ class Iota(OpDef):
         return (np.arange(tile.shape[0], dtype=numpy_dtype(tile.dtype)),)
 
     def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
-        from cutile_compiler._lowering import tile_type
-
         return (ctx.builder.iota(result_types=[tile_type(op.attrs["type"])]),)
 
 
@@ -82,8 +79,6 @@ class Broadcast(OpDef):
         return (np.broadcast_to(args[0], op.attrs["shape"]).copy(),)
 
     def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
-        from cutile_compiler._lowering import tile_type
-
         return (ctx.builder.broadcast(args[0], result_types=[tile_type(op.results[0].type)]),)
 
 
@@ -103,8 +98,6 @@ class Reshape(OpDef):
         return (np.reshape(args[0], op.attrs["shape"]),)
 
     def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
-        from cutile_compiler._lowering import tile_type
-
         return (ctx.builder.reshape(args[0], result_types=[tile_type(op.results[0].type)]),)
 
 
@@ -124,8 +117,6 @@ class Permute(OpDef):
         return (np.transpose(args[0], op.attrs["perm"]).copy(),)
 
     def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
-        from cutile_compiler._lowering import tile_type
-
         return (ctx.builder.permute(args[0], permutation=list(op.attrs["perm"]),
                                     result_types=[tile_type(op.results[0].type)]),)
 
@@ -153,8 +144,6 @@ class Cat(OpDef):
         return (np.concatenate([args[0], args[1]], axis=op.attrs["axis"]),)
 
     def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
-        from cutile_compiler._lowering import tile_type
-
         return (ctx.builder.cat(args[0], args[1], dim=op.attrs["axis"], result_types=[tile_type(op.results[0].type)]),)
 
 
@@ -188,8 +177,6 @@ class Extract(OpDef):
         return (value[tuple(slices)].copy(),)
 
     def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
-        from cutile_compiler._lowering import tile_type
-
         indices = [ctx.index_i32(a, v.type) for a, v in zip(args[1:], op.operands[1:])]
         return (ctx.builder.extract(args[0], indices, result_types=[tile_type(op.results[0].type)]),)
 
