@@ -85,7 +85,7 @@ def test_a_scope_records_several_launches_into_one_graph() -> None:
 
 def test_allocation_during_capture_is_refused_with_a_clear_message() -> None:
     alloc = ca.DeviceOp.from_fn(lambda s: HostTensor("new", [0]), name="api.zeros", allocates=True)
-    with pytest.raises(ca.GraphCaptureError, match="'api.zeros' allocates memory.*allocate its tensors before"):
+    with pytest.raises(ca.GraphCaptureError, match="'api.zeros' allocates memory.*allocate its memory before"):
         alloc.graph()
     assert not ca.is_capturing()
     with pytest.raises(ca.GraphCaptureError, match="api.empty cannot run while the CUDA graph 'g'"):

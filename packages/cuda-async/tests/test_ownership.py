@@ -73,7 +73,8 @@ def test_a_refusal_in_the_middle_of_a_job_gives_back_what_the_job_took() -> None
     pending.result()
 
 
-def test_await_hands_back_and_cancelled_awaits_keep_holds_until_done() -> None:
+def test_await_hands_back_the_holds() -> None:
+    # (a cancelled await: test_streams.test_a_cancelled_await_keeps_holds_until_the_work_completes)
     z, x, y = tensors()
 
     async def main() -> None:

@@ -93,10 +93,13 @@ def test_device_to_device_copy_and_memset_widths(fake_driver: Any) -> None:
 )
 def test_bad_copies_are_refused_before_the_driver(fake_driver: Any, action: Any, message: str) -> None:
     with cc.DeviceBuffer.allocate(16) as buffer:
-        copies_before = sum(v for k, v in fake_driver.calls.items() if k.startswith("cuMemcpy"))
+        def driver_writes() -> int:
+            return sum(v for k, v in fake_driver.calls.items() if k.startswith(("cuMemcpy", "cuMemset")))
+
+        before = driver_writes()
         with pytest.raises((ValueError, TypeError), match=message):
             action(buffer)
-        assert sum(v for k, v in fake_driver.calls.items() if k.startswith("cuMemcpy")) == copies_before
+        assert driver_writes() == before
 
 
 def test_allocation_sizes_are_checked(fake_driver: Any) -> None:

@@ -98,23 +98,12 @@ def batch(name: str = "batch", *, policy: SchedulingPolicy | None = None, wait: 
     try:
         yield active
     except BaseException:
+        job.finish(after_error=True)
+        raise
+    finally:
         active.closed = True
         _active.reset(token)
-        _finish(job, wait=True)
-        raise
-    active.closed = True
-    _active.reset(token)
     if wait:
-        _finish(job, wait=True)
+        job.finish()
     else:
         active.future = DeviceFuture(job, None, completion_events(job))
-
-
-def _finish(job: Job, *, wait: bool) -> None:
-    try:
-        if wait:
-            for stream in job.streams:
-                stream.synchronize()
-    finally:
-        job.release(completed=True)
-

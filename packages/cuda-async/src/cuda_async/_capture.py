@@ -31,7 +31,7 @@ class CaptureState:
         if leaf.allocates:
             raise raised.graph_capture(
                 f"{leaf.name!r} allocates memory, which cannot be recorded into the CUDA graph "
-                f"{self.name!r}: allocate its tensors before capturing (run it with .sync() first) "
+                f"{self.name!r}: allocate its memory before capturing (run it with .sync() first) "
                 "and capture only the ops that write into them"
             )
         self.leaves.append(leaf)

@@ -28,8 +28,9 @@ class GraphCaptureError(RuntimeError):
 
 
 class BatchError(RuntimeError):
-    """A `batch` used against its rules: started inside another batch or a graph
-    capture, or given an op after its block ended."""
+    """A `batch` used against its rules: started inside another batch, or given an op
+    after its block ended. (Starting one inside a graph capture is a
+    `GraphCaptureError`, like everything else a capture cannot hold.)"""
 
 
 class _Raised:

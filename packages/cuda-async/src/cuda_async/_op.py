@@ -18,8 +18,8 @@ import cuda_core
 
 from cuda_async import _batch, _capture, _streams
 from cuda_async._errors import raised
-from cuda_async._policy import SchedulingPolicy, SingleStream, default_policy
-from cuda_async._resource import Access, AccessSet, Job, Resource, interest_of, is_live, merge_accesses
+from cuda_async._policy import HostPolicy, SchedulingPolicy, SingleStream, default_policy
+from cuda_async._resource import Access, AccessSet, Job, Resource, is_live
 
 if TYPE_CHECKING:
     from cuda_async._future import DeviceFuture
@@ -31,13 +31,6 @@ A = TypeVar("A")
 B = TypeVar("B")
 C = TypeVar("C")
 D = TypeVar("D")
-
-
-class _HostOnly:
-    """The policy of a run on the host: every stream is None."""
-
-    def next_stream(self) -> None:
-        return None
 
 
 class Run:
@@ -162,7 +155,7 @@ class DeviceOp(Generic[T]):
         active = _batch.current()
         if active is not None:
             return active.enqueue(self, stream)
-        policy: SchedulingPolicy = _HostOnly() if stream is None else SingleStream(stream)
+        policy: SchedulingPolicy = HostPolicy() if stream is None else SingleStream(stream)
         return run_to_completion(self, policy)
 
     def __await__(self) -> Generator[Any, None, T]:
@@ -201,16 +194,15 @@ class FnOp(DeviceOp[T]):
         name: str | None,
         allocates: bool,
     ) -> None:
-        for resource in reads + writes:
-            if not isinstance(resource, Resource):
-                raise TypeError(
-                    f"DeviceOp.from_fn: reads and writes take Resource objects, got {type(resource).__name__}"
-                )
+        try:
+            merged = AccessSet(reads, writes)
+        except TypeError as exc:
+            raise TypeError(f"DeviceOp.from_fn: {exc}") from None
         self.fn = fn
         self.name = name or str(getattr(fn, "__name__", "op"))
         self.allocates = allocates
-        self.accesses = merge_accesses(reads, writes)
-        self.interest: dict[object, int] = interest_of(self.accesses)
+        self.accesses = merged.accesses
+        self.interest: dict[object, int] = merged.interest
 
     @classmethod
     def from_accesses(
@@ -434,35 +426,25 @@ def all_of(ops: Iterable[DeviceOp[T]]) -> DeviceOp[list[T]]:
     return GatherOp(list(ops), "all_of")
 
 
-def submit(op: DeviceOp[T], policy: SchedulingPolicy, job: Job | None = None) -> tuple[Job, T]:
+def submit(op: DeviceOp[T], policy: SchedulingPolicy) -> tuple[Job, T]:
     """Walks ``op`` once as a new job on ``policy``: everything is enqueued when it returns.
 
     If the walk fails (an `OwnershipError`, a launch error), the work already
     enqueued is waited for, the job's holds are given back, and the error propagates.
     """
-    job = job if job is not None else Job(op.name)
+    job = Job(op.name)
     run = Run(job, policy)
     try:
         return job, op._enqueue(run, policy.next_stream())
     except BaseException:
-        try:
-            for stream in job.streams:
-                stream.synchronize()
-        except cuda_core.CudaError:
-            pass  # the original error matters more
-        finally:
-            job.release(completed=True)
+        job.finish(after_error=True)
         raise
 
 
 def run_to_completion(op: DeviceOp[T], policy: SchedulingPolicy) -> T:
     """`submit`, then wait on the host for every stream the job used, then release."""
     job, result = submit(op, policy)
-    try:
-        for stream in job.streams:
-            stream.synchronize()
-    finally:
-        job.release(completed=True)
+    job.finish()
     return result
 
 
@@ -470,7 +452,7 @@ def record(state: _capture.CaptureState, op: DeviceOp[T]) -> T:
     """Records ``op`` into the active capture ``state``: its work is queued on the
     capture stream, where it is recorded instead of run (on the host: run once)."""
     job = Job(f"capture of {op.name}")
-    run = Run(job, _HostOnly() if state.stream is None else SingleStream(state.stream), capture=state)
+    run = Run(job, HostPolicy() if state.stream is None else SingleStream(state.stream), capture=state)
     try:
         result = op._enqueue(run, state.stream)
     except cuda_core.CudaError as exc:

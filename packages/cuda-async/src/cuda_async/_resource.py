@@ -218,11 +218,11 @@ class Job:
         self,
         accesses: tuple[tuple[Resource, Access], ...],
         stream: cuda_core.Stream,
-        interest: dict[object, int] | None = None,
+        interest: dict[object, int],
     ) -> int:
         """Notes that an op with ``accesses`` (``interest``: the same, as `interest_of`
         makes it) has just been enqueued on ``stream``."""
-        epoch = _streams.advance(stream, interest if interest is not None else interest_of(accesses))
+        epoch = _streams.advance(stream, interest)
         with _ledger_lock:
             for resource, access in accesses:
                 if access is Access.WRITE:
@@ -231,6 +231,19 @@ class Job:
                 else:
                     resource._reads[stream] = (epoch, self)
         return epoch
+
+    def finish(self, *, after_error: bool = False) -> None:
+        """Waits on the host for every stream the job used, then releases it as
+        completed. ``after_error``: a driver error while waiting is dropped (the
+        error that ended the job matters more)."""
+        try:
+            for stream in self.streams:
+                stream.synchronize()
+        except cuda_core.CudaError:
+            if not after_error:
+                raise
+        finally:
+            self.release(completed=True)
 
     def release(self, *, completed: bool) -> None:
         """Gives every hold back. With ``completed`` (the device work is known to be

@@ -63,7 +63,7 @@ def state(stream: cuda_core.Stream) -> StreamState:
     return found
 
 
-def advance(stream: cuda_core.Stream, interest: dict[object, int] | None = None) -> int:
+def advance(stream: cuda_core.Stream, interest: dict[object, int]) -> int:
     """Marks the end of a leaf op just enqueued on ``stream``; returns its epoch.
 
     ``interest``: the resources whose access point is now this epoch.
@@ -71,7 +71,7 @@ def advance(stream: cuda_core.Stream, interest: dict[object, int] | None = None)
     st = state(stream)
     with _lock:
         st.epoch += 1
-        st.interest = interest if interest else {}
+        st.interest = interest
         return st.epoch
 
 

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from cuda_core._errors import CudaError, make_error, no_driver_error
+from cuda_core._errors import NOT_READY, CudaError, make_error, no_driver_error
 
 try:
     from cuda.bindings import driver as _bindings
@@ -62,7 +62,6 @@ def _initialize() -> None:
                     "the NVIDIA driver is installed but sees no GPU "
                     "(is CUDA_VISIBLE_DEVICES empty, or the device busy or absent?)"
                 )
-                _init_failure.args = (f"cuInit failed: {_init_failure.name} ({_init_failure.message})",)
             raise _init_failure
         _initialized = True
 
@@ -101,6 +100,17 @@ def call(name: str, *args: Any) -> Any:
     if len(out) == 2:
         return out[1]
     return out[1:]
+
+
+def query(name: str, handle: Any) -> bool:
+    """Calls a completion query (``cuStreamQuery``, ``cuEventQuery``): True when the
+    work is done, False for CUDA_ERROR_NOT_READY (an answer, not an error)."""
+    result = getattr(api(), name)(handle)[0]
+    if int(result) == NOT_READY:
+        return False
+    if result:
+        raise_error(result, name)
+    return True
 
 
 def release(driver: Any, function_name: str, *args: Any) -> None:

@@ -9,7 +9,7 @@ _INVALID_VALUE = frozenset({1, 101, 400})  # invalid value, invalid device, inva
 _NO_DEVICE = frozenset({3, 4, 34, 46, 100, 803, 804})  # not initialized, deinitialized,
 # stub library, device unavailable, no device, system driver mismatch, compat not supported
 _LAUNCH_FAILURE = frozenset({700, 701, 702, 714, 715, 716, 717, 718, 719, 720})
-_NOT_READY = 600
+NOT_READY = 600  # CUDA_ERROR_NOT_READY: a query's "not yet", not an error
 
 # Short explanations used when the driver itself cannot be asked (no driver
 # loaded) or returns none; the driver's own string is preferred when available.
@@ -44,7 +44,12 @@ class CudaError(RuntimeError):
         self.name = name
         self.message = message
         self.call = call
-        super().__init__(f"{call} failed: {name} ({message})")
+        super().__init__(code, name, message, call)
+
+    def __str__(self) -> str:
+        # Built from the fields, so that a layer refining ``call`` or ``message``
+        # (e.g. naming the image a module load failed on) changes what is shown.
+        return f"{self.call} failed: {self.name} ({self.message})"
 
 
 class CudaOutOfMemoryError(CudaError, MemoryError):

@@ -58,7 +58,6 @@ class Module:
             handle = _driver.call("cuModuleLoadData", data)
         except CudaError as exc:
             exc.call = f"cuModuleLoadData ({kind} image of {len(data)} bytes for {dev.sm_name})"
-            exc.args = (f"{exc.call} failed: {exc.name} ({exc.message})",)
             raise
         return cls(handle, dev, kind)
 

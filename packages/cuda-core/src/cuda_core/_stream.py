@@ -134,12 +134,7 @@ class Stream:
     def query(self) -> bool:
         """True if all queued work has finished (never blocks)."""
         self._check_open()
-        result = _driver.api().cuStreamQuery(self.handle)[0]
-        if int(result) == 600:  # CUDA_ERROR_NOT_READY is an answer, not an error
-            return False
-        if result:
-            _driver.raise_error(result, "cuStreamQuery")
-        return True
+        return _driver.query("cuStreamQuery", self.handle)
 
     def wait(self, event: Event) -> None:
         """Makes later work on this stream wait for ``event`` (no host blocking)."""
@@ -227,12 +222,7 @@ class Event:
 
     def query(self) -> bool:
         """True if the recorded work has finished (never blocks)."""
-        result = _driver.api().cuEventQuery(self.handle)[0]
-        if int(result) == 600:
-            return False
-        if result:
-            _driver.raise_error(result, "cuEventQuery")
-        return True
+        return _driver.query("cuEventQuery", self.handle)
 
     def elapsed_ms(self, end: Event) -> float:
         """Milliseconds between this event and ``end`` (both recorded and complete)."""

@@ -22,7 +22,7 @@ import gc
 import itertools
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -146,8 +146,7 @@ class FakeDriver:
         self.devices = devices
         self.calls: Counter[str] = Counter()
         self.memory: dict[int, bytearray] = {}
-        self.freed: list[int] = []
-        self.live_handles: dict[str, set[int]] = {"stream": set(), "module": set(), "event": set(), "pool": set()}
+        self.live_handles: dict[str, set[int]] = {"stream": set(), "module": set(), "event": set()}
         self.launches: list[dict[str, Any]] = []
         self.fail_next: dict[str, Any] = {}
         self._addresses = itertools.count(0x7F0000000000, 0x100000)
@@ -159,9 +158,6 @@ class FakeDriver:
             "axpy": [(0, 8), (8, 8), (16, 4), (20, 4)],
             "empty": [],
         }
-        #: the (offset, size) parameters of a kernel not in ``kernels``, by name (e.g.
-        #: computed from a compiler's ABI); None: such kernels are not found
-        self.layout_of: Callable[[str], list[tuple[int, int]]] | None = None
         # Streams, events and graphs, as seen from the host.
         self.log: list[tuple[str, int, Any]] = []
         self.events: dict[int, dict[str, Any]] = {}
@@ -256,7 +252,6 @@ class FakeDriver:
         if ptr not in self.memory:
             return (R.CUDA_ERROR_INVALID_VALUE,)
         del self.memory[ptr]
-        self.freed.append(ptr)
         return (SUCCESS,)
 
     def cuDeviceGetDefaultMemPool(self, dev: int) -> tuple[Any, int]:
@@ -307,11 +302,13 @@ class FakeDriver:
         return (SUCCESS,)
 
     def cuMemsetD8(self, dst: int, value: int, count: int) -> tuple[Any]:
+        self._enter("cuMemsetD8")
         block, offset = self._locate(dst, count)
         block[offset : offset + count] = bytes([value]) * count
         return (SUCCESS,)
 
     def cuMemsetD32(self, dst: int, value: int, count: int) -> tuple[Any]:
+        self._enter("cuMemsetD32")
         block, offset = self._locate(dst, 4 * count)
         block[offset : offset + 4 * count] = value.to_bytes(4, "little") * count
         return (SUCCESS,)
@@ -342,8 +339,6 @@ class FakeDriver:
 
     def cuModuleGetFunction(self, module: int, name: bytes) -> tuple[Any, Any]:
         found = name.decode()
-        if found not in self.kernels and self.layout_of is not None:
-            self.kernels[found] = self.layout_of(found)
         if found not in self.kernels:
             return (R.CUDA_ERROR_NOT_FOUND, None)
         return (SUCCESS, found)

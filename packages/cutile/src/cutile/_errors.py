@@ -28,8 +28,8 @@ class GraphCaptureError(CutileError, cuda_async.GraphCaptureError):
 
 
 class BatchError(CutileError, cuda_async.BatchError):
-    """A `cutile.batch` used against its rules: nested, inside a graph capture, or
-    given a launch after its block ended (a `cuda_async.BatchError` too)."""
+    """A `cutile.batch` used against its rules: nested, or given a launch after its
+    block ended (a `cuda_async.BatchError` too)."""
 
 
 class LaunchError(CutileError, ValueError):
