@@ -26,11 +26,8 @@ from cuda_async import Access, Resource, ensure_not_capturing
 from cutile._errors import OwnershipError
 from cutile_compiler import _dtypes as dt
 from cutile_compiler import TensorSpec
+from cutile_compiler._opdefs.elementwise import numpy_dtype as numpy_dtype  # one definition, re-exported
 from cutile_compiler._signature import TensorAnnotation, make_tensor_annotation
-
-
-def numpy_dtype(dtype: dt.DType) -> np.dtype[Any]:
-    return np.dtype(dtype.numpy_name)
 
 
 def dtype_of(value: Any) -> dt.DType:
