@@ -2,9 +2,9 @@
 """The host-side cost of a cutile launch on the GPU backend, without a GPU.
 
 Runs the GPU backend against cuda_core.testing.FakeDriver with its launch,
-synchronization and event calls made free, so that what is timed is cutile's own
-Python: argument checks, ownership, the specialization, packing, cuda_async's
-bookkeeping. Prints µs per launch of a 1024-element add for:
+synchronization and event calls made free (the native launch path calls C
+stand-ins that do nothing), so that what is timed is cutile's own work: argument
+checks, ownership, the specialization, packing, cuda_async's bookkeeping. Prints µs per launch of a 1024-element add for:
   - add(z, x, y).sync() in a loop
   - the same loop inside cutile.batch()
   - a chain of launches (op.then(...)) synced once
@@ -30,7 +30,8 @@ os.environ.setdefault("CUTILE_BACKEND", "gpu")
 import cuda_async  # noqa: E402
 import cutile  # noqa: E402
 from cuda_core.testing import SUCCESS, FakeDriver, use_fake_driver  # noqa: E402
-from cutile import _gpu, api  # noqa: E402
+from cuda_core._native import EntryPoints  # noqa: E402
+from cutile import _gpu, _native, api  # noqa: E402
 from cutile.core import Mut, Tensor, f32, load_tile_like  # noqa: E402
 
 
@@ -53,6 +54,9 @@ def main() -> int:
     fake.cuStreamSynchronize = free  # type: ignore[method-assign]
     fake.cuEventRecord = free  # type: ignore[method-assign]
     fake.cuCtxSetCurrent = free  # type: ignore[method-assign]
+    if _native.module is not None:  # the native path calls C stand-ins that do nothing
+        null = EntryPoints(*_native.module.null_entry_points())
+        fake.native_entry_points = lambda: null  # type: ignore[method-assign]
 
     with use_fake_driver(fake), cuda_async.using_policy(cuda_async.SingleStream()):
         _run(fake, args)  # its tensors die inside the block, while the fake driver is in place
@@ -102,7 +106,8 @@ def _run(fake: FakeDriver, args: argparse.Namespace) -> None:
             start = time.perf_counter()
             body(args.launches)
             samples[name].append((time.perf_counter() - start) / args.launches * 1e6)
-    print(f"cutile host cost per launch without a GPU (fake driver; Python {sys.version.split()[0]}), "
+    path = "native launch path" if _native.module is not None else f"Python launch path: {_native.unavailable_reason()}"
+    print(f"cutile host cost per launch without a GPU (fake driver; Python {sys.version.split()[0]}; {path}), "
           f"median of {args.repeats} x {args.launches} launches")
     labels = {"sync": "add(z, x, y).sync() in a loop", "batch": "the same inside cutile.batch()",
               "chain": "a chain of launches, one .sync()"}

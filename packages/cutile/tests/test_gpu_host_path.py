@@ -17,8 +17,8 @@ import pytest
 import cuda_async
 import cutile
 from cuda_core.testing import FakeDriver, use_fake_driver
-from cutile import _backend, _gpu, api
-from cutile.core import Mut, Tensor, bid, f16, f32, i64, load_tile_like
+from cutile import _backend, _gpu, _native, api
+from cutile.core import Mut, Tensor, bid, f16, f32, i32, i64, load_tile_like
 
 pytestmark = pytest.mark.interpreter_only  # runs once, on its own fake GPU
 
@@ -292,3 +292,309 @@ def test_an_imported_array_is_released_without_the_garbage_collector(fake_gpu: F
         assert alive() is None
     finally:
         gc.enable()
+
+
+# -- the native launch path (cutile._native) ------------------------------------------------
+@cutile.entry
+def shift(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], n: i32):
+    z.store(load_tile_like(x, z) + n.astype(f32))
+
+
+@pytest.fixture
+def native_gpu(fake_gpu: FakeDriver) -> Iterator[FakeDriver]:
+    """The fake GPU, with the native launch path required: CI builds it (it has a C
+    compiler and the Python headers); only CUDA_CORE_NATIVE=0 may turn it off."""
+    from cuda_core._native import enabled
+
+    if _native.module is None:
+        if enabled():
+            pytest.fail(f"the native launch path could not be built: {_native.unavailable_reason()}")
+        pytest.skip("native code is turned off (CUDA_CORE_NATIVE=0)")
+    try:
+        yield fake_gpu
+    finally:
+        shift.clear_cache()
+
+
+def _stats() -> tuple[int, int]:
+    made, run = _native.module.stats()
+    return int(made), int(run)
+
+
+def _ledger(resources: list[Any], stream: Any) -> list[Any]:
+    """What cuda_async's ledger says about ``resources`` (epochs relative to the stream's)."""
+    from cuda_async import _streams
+
+    now = _streams.current_epoch(stream)
+    state = []
+    for resource in resources:
+        last = resource._last_write
+        state.append((
+            sorted((job.name, int(mode), name) for job, (mode, name) in resource._holders.items()),
+            None if last is None else (last[0] is stream, now - last[1], last[2].name),
+            sorted((s is stream, now - epoch, job.name) for s, (epoch, job) in resource._reads.items()),
+        ))
+    return state
+
+
+def _batch_of_saxpy(fake: FakeDriver, *, native: bool) -> tuple[list[Any], list[Any], int, tuple[int, int]]:
+    x = api.from_numpy(np.zeros(256, np.float32))
+    y = api.from_numpy(np.zeros(256, np.float32))
+    z = api.empty([256], dtype=f32).partition([128])
+    _register(fake, saxpy(z, x, y, 1.0))
+    z, x, y = saxpy(z, x, y, 1.0).sync()  # the binding launches once, and arms the native path
+    fake.launches.clear()
+    before = _stats()
+    with cutile.batch() as active:
+        for i in range(40):
+            if not native:
+                saxpy._fast = None  # the Python path, as without the native module
+            z, x, y = saxpy(z, x, y, float(i)).sync()
+        resources = [t._storage.resource for t in (z._tensor, x, y)]
+        ledger = _ledger(resources, active.stream)
+        ops = active.ops
+    made, run = _stats()
+    params = [r["params"] for r in fake.launches]
+    return params, ledger, ops, (made - before[0], run - before[1])
+
+
+def test_the_native_path_runs_a_batch_loop_as_the_python_path_does(native_gpu: FakeDriver) -> None:
+    native_params, native_ledger, native_ops, (made, run) = _batch_of_saxpy(native_gpu, native=True)
+    # Every launch was made in C; all but the first ran in C (the first takes the
+    # batch's holds, through Python: the steady state begins after it).
+    assert made == 40 and run == 39
+    saxpy.clear_cache()
+    python_params, python_ledger, python_ops, (made, run) = _batch_of_saxpy(native_gpu, native=False)
+    assert made == 0 and run == 0
+    # Same parameters (pointers differ between the two runs' tensors: compare all but them)...
+    compiled_abi = [arg.kind for arg in saxpy.compiled(saxpy._binding.plan.spec, "sm_90").abi]
+    strip = lambda params: [[p for p, kind in zip(ps, compiled_abi) if kind != "pointer"] for ps in params]  # noqa: E731
+    assert strip(native_params) == strip(python_params)
+    assert [struct.unpack("<f", ps[-1])[0] for ps in native_params] == [float(i) for i in range(40)]
+    # ... and the same ledger: holds, last writer and readers at the same epochs.
+    assert native_ledger == python_ledger and native_ops == python_ops == 40
+
+
+def test_a_native_launch_is_refused_what_a_python_launch_is(native_gpu: FakeDriver) -> None:
+    x = api.from_numpy(np.zeros(256, np.float32))
+    y = api.from_numpy(np.zeros(256, np.float32))
+    z = api.empty([256], dtype=f32).partition([128])
+    _register(native_gpu, saxpy(z, x, y, 1.0))
+    z, x, y = saxpy(z, x, y, 1.0).sync()
+    made = _stats()[0]
+    pending = saxpy(z, x, y, 2.0)  # made in C: it holds z
+    assert _stats()[0] == made + 1
+    with pytest.raises(cutile.OwnershipError, match=r"held by the pending launch of saxpy \(parameter 'z'\)"):
+        saxpy(z, x, y, 3.0)
+    with pytest.raises(cutile.OwnershipError, match="held by the pending launch of saxpy"):
+        z._tensor.to_numpy()
+    del pending  # dropped unrun: its holds are given back
+    z, x, y = saxpy(z, x, y, 4.0).sync()
+    with cutile.batch():
+        z, x, y = saxpy(z, x, y, 5.0).sync()
+        launch = saxpy(z, x, y, 6.0)
+        z, x, y = launch.sync()
+        with pytest.raises(cutile.OwnershipError, match="has already run"):
+            launch.sync()
+        with pytest.raises(cutile.OwnershipError, match="written by the pending op 'launch of saxpy'"):
+            z._tensor.to_numpy()
+    tensor = z.unpartition()  # consumes z
+    with pytest.raises(cutile.OwnershipError, match="consumed by"):
+        saxpy(z, x, y, 1.0)
+    z = tensor.partition([128])
+    z, x, y = saxpy(z, x, y, 1.0).sync()
+
+
+def test_a_native_launch_takes_every_python_method(native_gpu: FakeDriver) -> None:
+    x = api.from_numpy(np.zeros(256, np.float32))
+    y = api.from_numpy(np.zeros(256, np.float32))
+    z = api.empty([256], dtype=f32).partition([128])
+    _register(native_gpu, saxpy(z, x, y, 1.0))
+    z, x, y = saxpy(z, x, y, 1.0).sync()
+    launch = saxpy(z, x, y, 2.0)
+    assert launch.arguments["a"] == 2.0 and launch.plan().grid == (2, 1, 1)  # adopted by Python
+    z, x, y = launch.grid(2).sync()
+    z, x, y = saxpy(z, x, y, 3.0).op.then(lambda r: saxpy(*r, 4.0)).sync()
+    z, x, y = cutile.zip(saxpy(z, x, y, 5.0)).sync()[0]
+    scalars = [struct.unpack("<f", r["params"][-1])[0] for r in native_gpu.launches[-4:]]
+    assert scalars == [2.0, 3.0, 4.0, 5.0]
+
+
+def test_the_native_path_checks_scalars_and_constants_at_the_call(native_gpu: FakeDriver) -> None:
+    x = api.from_numpy(np.zeros(256, np.float32))
+    z = api.empty([256], dtype=f32).partition([128])
+    _register(native_gpu, shift(z, x, 1))
+    z, x = shift(z, x, 1).sync()
+    made = _stats()[0]
+    with pytest.raises(cutile.LaunchError, match="'n' is a i32 scalar; 1099511627776 does not fit"):
+        shift(z, x, 1 << 40)
+    with pytest.raises(cutile.LaunchError, match="'n' is a i32 scalar"):
+        shift(z, x, "7")
+    assert _stats()[0] == made  # both went to the Python path, which raised
+    with cutile.batch():
+        for n in (-(1 << 31), (1 << 31) - 1, 0):
+            z, x = shift(z, x, n).sync()
+    assert [struct.unpack("<i", r["params"][-1][:4])[0] for r in native_gpu.launches[-3:]] == [-(1 << 31), (1 << 31) - 1, 0]
+    assert _stats()[0] == made + 3
+
+
+def test_a_driver_error_in_the_native_path_is_cudas_error(native_gpu: FakeDriver) -> None:
+    from cuda_core import CudaError
+    from cuda_core.testing import R
+
+    x = api.from_numpy(np.zeros(256, np.float32))
+    y = api.from_numpy(np.zeros(256, np.float32))
+    z = api.empty([256], dtype=f32).partition([128])
+    _register(native_gpu, saxpy(z, x, y, 1.0))
+    z, x, y = saxpy(z, x, y, 1.0).sync()
+    with pytest.raises(CudaError, match="launch of saxpy.*CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"):
+        with cutile.batch():
+            z, x, y = saxpy(z, x, y, 1.0).sync()
+            native_gpu.fail_next["cuLaunchKernel"] = R.CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES
+            z, x, y = saxpy(z, x, y, 1.0).sync()
+    z._tensor.to_numpy()  # the batch ended: nothing holds z
+
+
+_WITHOUT_NATIVE_SCRIPT = """
+import numpy as np
+import cuda_async, cutile
+from cuda_core.testing import use_fake_driver
+from cutile import _backend, _gpu, _native, api
+from cutile.core import Mut, Tensor, f32, load_tile_like
+
+@cutile.entry
+def add(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    z.store(load_tile_like(x, z) + load_tile_like(x, z))
+
+assert _native.module is None
+print("reason:", _native.unavailable_reason())
+_native.note_if_unavailable()
+with use_fake_driver() as fake:
+    _backend.reset_for_tests("gpu")
+    with cuda_async.using_policy(cuda_async.SingleStream()):
+        x = api.from_numpy(np.ones(256, np.float32))
+        z = api.empty([256], dtype=f32).partition([128])
+        first = add(z, x)
+        compiled = add.compiled(first.plan().spec, "sm_90")
+        fake.kernels[compiled.name] = _gpu.fake_param_layout(compiled.abi)
+        del first
+        with cutile.batch():
+            for _ in range(10):
+                z, x = add(z, x).sync()
+        print("launches:", len(fake.launches))
+        del z, x
+        add.clear_cache()
+"""
+
+
+def test_without_native_code_launches_take_the_python_path(tmp_path: Any) -> None:
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "without_native.py"
+    script.write_text(_WITHOUT_NATIVE_SCRIPT)
+    env = dict(os.environ, CUDA_CORE_NATIVE="0")
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "reason: native code is turned off (CUDA_CORE_NATIVE=0)" in done.stdout
+    assert "launches: 10" in done.stdout
+    assert "native launch path" not in done.stderr  # turned off on purpose: nothing to say
+    env = dict(os.environ, CC="/nonexistent/cc", CUDA_CORE_NATIVE_DIR=str(tmp_path / "cache"))
+    env.pop("CUDA_CORE_NATIVE", None)
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "reason: the C compiler CC='/nonexistent/cc' is not found" in done.stdout
+    assert "launches: 10" in done.stdout
+    assert ("cutile: the native launch path is unavailable (the C compiler CC='/nonexistent/cc' is not found); "
+            "launches take the Python path") in done.stderr
+
+
+class _WatchingSync(FakeDriver):
+    """Calls ``on_synchronize`` whenever a stream is waited for (the native path
+    waits without the GIL: the callback runs as another thread would)."""
+
+    on_synchronize: Callable[[], None] = staticmethod(lambda: None)
+
+    def cuStreamSynchronize(self, stream: Any) -> tuple[Any]:
+        self.on_synchronize()
+        return super().cuStreamSynchronize(stream)
+
+
+def test_the_native_path_runs_synchronous_launches_holding_their_tensors(make_fake_gpu: FakeGpu) -> None:
+    from cuda_async import _streams
+
+    driver = _WatchingSync()
+    with make_fake_gpu(driver) as fake:
+        if _native.module is None:
+            pytest.skip("covered by test_the_native_path_runs_a_batch_loop_as_the_python_path_does")
+        x = api.from_numpy(np.zeros(256, np.float32))
+        y = api.from_numpy(np.zeros(256, np.float32))
+        z = api.empty([256], dtype=f32).partition([128])
+        _register(fake, saxpy(z, x, y, 1.0))
+        z, x, y = saxpy(z, x, y, 1.0).sync()
+        resource = z._tensor._storage.resource
+        seen: list[Any] = []
+
+        def during_the_wait() -> None:
+            seen.append(resource.holders)
+            try:
+                resource.check_available(cuda_async.Access.READ, by="another thread")
+            except cutile.OwnershipError as exc:
+                seen.append(str(exc))
+
+        driver.on_synchronize = during_the_wait
+        stream = cuda_async.default_policy().next_stream()
+        epoch = _streams.current_epoch(stream)
+        run = _stats()[1]
+        for i in range(5):
+            z, x, y = saxpy(z, x, y, float(i)).sync()
+        assert _stats()[1] == run + 5
+        assert seen[0] == [("launch of saxpy", cuda_async.Access.WRITE)]
+        assert "written by the pending op 'launch of saxpy'; 'another thread' may not read it" in seen[1]
+        assert not resource.is_held and resource._last_write is None and not resource._reads  # idle again
+        assert _streams.current_epoch(stream) == epoch + 5
+        assert [struct.unpack("<f", r["params"][-1])[0] for r in fake.launches[-5:]] == [0.0, 1.0, 2.0, 3.0, 4.0]
+        z._tensor.to_numpy()
+        del z, x, y, resource, stream  # nothing of the fake GPU may outlive the fake driver
+
+
+def test_a_failed_wait_in_the_native_path_is_cudas_error(native_gpu: FakeDriver) -> None:
+    from cuda_core import CudaError
+    from cuda_core.testing import R
+
+    x = api.from_numpy(np.zeros(256, np.float32))
+    y = api.from_numpy(np.zeros(256, np.float32))
+    z = api.empty([256], dtype=f32).partition([128])
+    _register(native_gpu, saxpy(z, x, y, 1.0))
+    z, x, y = saxpy(z, x, y, 1.0).sync()
+    native_gpu.fail_next["cuStreamSynchronize"] = R.CUDA_ERROR_ILLEGAL_ADDRESS
+    launch = saxpy(z, x, y, 1.0)
+    with pytest.raises(CudaError, match="waiting for the launch of saxpy.*CUDA_ERROR_ILLEGAL_ADDRESS"):
+        launch.sync()
+    assert not z._tensor._storage.resource.is_held  # the holds were given back
+
+
+def test_the_native_path_honours_the_policy_and_leaves_captures_to_python(native_gpu: FakeDriver) -> None:
+    import cuda_core
+
+    x = api.from_numpy(np.zeros(256, np.float32))
+    y = api.from_numpy(np.zeros(256, np.float32))
+    z = api.empty([256], dtype=f32).partition([128])
+    _register(native_gpu, saxpy(z, x, y, 1.0))
+    z, x, y = saxpy(z, x, y, 1.0).sync()
+    mine = cuda_core.Stream.create()
+    run = _stats()[1]
+    with cuda_async.using_policy(cuda_async.SingleStream(mine)):
+        z, x, y = saxpy(z, x, y, 2.0).sync()
+    assert _stats()[1] == run + 1 and native_gpu.launches[-1]["stream"] == int(mine.handle)
+    pool = cuda_async.RoundRobin(3)
+    with cuda_async.using_policy(pool):
+        for i in range(7):
+            z, x, y = saxpy(z, x, y, 2.0).sync()
+    assert _stats()[1] == run + 8  # the pool's streams, in turn, as RoundRobin.next_stream gives them
+    assert [r["stream"] for r in native_gpu.launches[-7:]] == [int(pool.streams[i % 3].handle) for i in range(7)]
+    with cutile.graph_scope("step") as scope:
+        z, x, y = saxpy(z, x, y, 3.0).sync()  # recorded, by the Python path
+    assert _stats()[1] == run + 8 and scope.graph.node_count == 1
+    scope.graph.close()

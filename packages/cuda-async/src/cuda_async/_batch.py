@@ -16,11 +16,11 @@ from __future__ import annotations
 import contextvars
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import cuda_core
 
-from cuda_async import _capture
+from cuda_async import _capture, _streams
 from cuda_async._errors import raised
 from cuda_async._policy import SchedulingPolicy, default_policy
 from cuda_async._resource import Job
@@ -40,6 +40,8 @@ class Batch:
     """The job of an active `batch` block: ``ops`` counts the ops enqueued so far;
     ``future`` (set at the end of a ``wait=False`` block) completes with the work."""
 
+    __slots__ = ("name", "run", "stream", "ops", "closed", "future", "_fast", "__weakref__")
+
     def __init__(self, name: str, run: Run, stream: cuda_core.Stream | None) -> None:
         self.name = name
         self.run = run
@@ -47,6 +49,16 @@ class Batch:
         self.ops = 0
         self.closed = False
         self.future: DeviceFuture[None] | None = None
+        # What the native batch path (native/batch_api.h) needs, while the batch is
+        # open on a device stream: (job, the job's points, stream, its state, handle).
+        self._fast: tuple[Any, ...] | None = None
+        if stream is not None:
+            self._fast = (run.job, run.points, stream, _streams.state(stream), int(stream.handle))
+
+    def close(self) -> None:
+        """Ends the batch: later ops are refused."""
+        self.closed = True
+        self._fast = None
 
     def __repr__(self) -> str:
         return f"<Batch {self.name!r}: {self.ops} op(s)>"
@@ -101,7 +113,7 @@ def batch(name: str = "batch", *, policy: SchedulingPolicy | None = None, wait: 
         job.finish(after_error=True)
         raise
     finally:
-        active.closed = True
+        active.close()
         _active.reset(token)
     if wait:
         job.finish()

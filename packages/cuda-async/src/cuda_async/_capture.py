@@ -14,6 +14,9 @@ if TYPE_CHECKING:
     from cuda_async._op import FnOp
 
 _tls = threading.local()
+# Every thread's active capture: the native sync path runs only while this is
+# empty (it cannot read other threads' thread-locals, nor cheaply its own).
+_active: list[CaptureState] = []
 
 
 class CaptureState:
@@ -54,10 +57,14 @@ def push(state: CaptureState) -> None:
             "active on this thread (captures do not nest)"
         )
     _tls.capture = state
+    _active.append(state)
 
 
 def pop() -> None:
+    state = current()
     _tls.capture = None
+    if state is not None:
+        _active.remove(state)
 
 
 def is_capturing() -> bool:

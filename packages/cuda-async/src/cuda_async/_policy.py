@@ -106,7 +106,8 @@ class RoundRobin:
         return self._streams
 
     def next_stream(self) -> cuda_core.Stream:
-        """The next stream of the pool, in turn (thread-safe)."""
+        """The next stream of the pool, in turn (thread-safe). (cuda_async's native
+        sync path does the same in C for this class: keep the two alike.)"""
         streams = self._streams if self._streams is not None else self.streams
         return streams[next(self._counter) % len(streams)]
 

@@ -16,14 +16,13 @@ observed by the host.
 from __future__ import annotations
 
 import enum
-import threading
 from collections.abc import Hashable
 import cuda_core
 
-from cuda_async import _streams
+from cuda_async import _native, _streams
 from cuda_async._errors import raised
 
-_ledger_lock = threading.RLock()
+_ledger_lock = _native.rlock()  # (native: cuda_async._native_batch takes it from C)
 
 
 class Access(enum.IntEnum):

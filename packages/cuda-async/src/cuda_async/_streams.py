@@ -10,7 +10,6 @@ work that stays on one stream.
 
 from __future__ import annotations
 
-import threading
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -18,13 +17,15 @@ from dataclasses import dataclass, field
 
 import cuda_core
 
-_lock = threading.RLock()
+from cuda_async import _native
+
+_lock = _native.rlock()  # (native: cuda_async._native_batch takes it from C)
 
 
 _HISTORY = 16  # events kept per stream
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)  # slots: cuda_async's native batch path reads them
 class StreamState:
     """What cuda_async knows about one stream's queue."""
 

@@ -167,6 +167,10 @@ class FakeDriver:
         self.graphs: dict[int, list[tuple[str, Any]]] = {}
         self.execs: dict[int, list[tuple[str, Any]]] = {}
         self._lock = threading.Lock()  # the poller thread of cuda_async queries events
+        self._function_handles: dict[str, int] = {}
+        self.function_names: dict[int, str] = {}  # function handle -> kernel name
+        self.context = 0  # what the native cuCtxGetCurrent reports
+        self._native: Any = None
 
     def __getattr__(self, name: str) -> Any:  # enums and structs come from the real module
         if name.startswith("cu") and not name.startswith("cuuint"):
@@ -228,6 +232,7 @@ class FakeDriver:
 
     def cuCtxSetCurrent(self, ctx: Any) -> tuple[Any]:
         self.calls["cuCtxSetCurrent"] += 1
+        self.context = int(ctx)
         return (SUCCESS,)
 
     def cuCtxGetStreamPriorityRange(self) -> tuple[Any, int, int]:
@@ -341,22 +346,30 @@ class FakeDriver:
         found = name.decode()
         if found not in self.kernels:
             return (R.CUDA_ERROR_NOT_FOUND, None)
-        return (SUCCESS, found)
+        # A handle per name, as integers (native launch paths pass them through C).
+        handle = self._function_handles.get(found)
+        if handle is None:
+            handle = self._function_handles[found] = next(self._handles)
+            self.function_names[handle] = found
+        return (SUCCESS, real_driver.CUfunction(handle))
 
-    def cuFuncGetParamCount(self, function: str) -> tuple[Any, int]:
+    def cuFuncGetParamCount(self, function: Any) -> tuple[Any, int]:
         if self.without_param_count:  # what cuda-bindings does when the driver lacks it
             raise RuntimeError('Function "cuFuncGetParamCount" not found')
-        return (SUCCESS, len(self.kernels[function]))
+        return (SUCCESS, len(self.kernels[self.function_names[int(function)]]))
 
-    def cuFuncGetParamInfo(self, function: str, index: int) -> tuple[Any, int, int]:
-        params = self.kernels[function]
+    def cuFuncGetParamInfo(self, function: Any, index: int) -> tuple[Any, int, int]:
+        params = self.kernels[self.function_names[int(function)]]
         if index >= len(params):
             return (R.CUDA_ERROR_INVALID_VALUE, 0, 0)
         return (SUCCESS, *params[index])
 
-    def cuLaunchKernel(self, f: str, gx: int, gy: int, gz: int, bx: int, by: int, bz: int,
+    def cuLaunchKernel(self, function: Any, gx: int, gy: int, gz: int, bx: int, by: int, bz: int,
                        shmem: int, stream: Any, params: int, extra: int) -> tuple[Any]:
-        self._enter("cuLaunchKernel")
+        failure = self._enter("cuLaunchKernel")
+        if failure is not None:
+            return (failure,)
+        f = self.function_names[int(function)]
         # Read the parameters back through the void** array, as the driver does.
         layout = self.kernels[f]
         values: list[bytes] = []
@@ -370,7 +383,9 @@ class FakeDriver:
 
     # -- synchronization ---------------------------------------------------------------
     def cuStreamSynchronize(self, stream: Any) -> tuple[Any]:
-        self._enter("cuStreamSynchronize")
+        failure = self._enter("cuStreamSynchronize")
+        if failure is not None:
+            return (failure,)
         with self._lock:
             self.log.append(("synchronize", int(stream), None))
             for event in self.events.values():
@@ -453,6 +468,46 @@ class FakeDriver:
 
     def cuGraphExecDestroy(self, graph_exec: Any) -> tuple[Any]:
         return (SUCCESS,)
+
+
+    # -- native launch paths ---------------------------------------------------------------
+    def native_entry_points(self) -> Any:
+        """C-callable stand-ins (ctypes callbacks) of ``cuLaunchKernel``,
+        ``cuCtxGetCurrent``, ``cuCtxSetCurrent`` and ``cuStreamSynchronize``, for native launch paths
+        (`cuda_core._native.entry_points`): launches from C are recorded like any other."""
+        if self._native is None:
+            from cuda_core._native import EntryPoints
+
+            result = ctypes.c_int
+            handle = ctypes.c_void_p
+            dim = ctypes.c_uint
+
+            def launch(function: int | None, gx: int, gy: int, gz: int, bx: int, by: int, bz: int,
+                       shmem: int, stream: int | None, params: int | None, extra: int | None) -> int:
+                err = self.cuLaunchKernel(function or 0, gx, gy, gz, bx, by, bz, shmem, stream or 0, params or 0, 0)[0]
+                return int(err)
+
+            def get_current(out: Any) -> int:
+                ctypes.cast(out, ctypes.POINTER(ctypes.c_void_p))[0] = self.context or None
+                return 0
+
+            def set_current(context: int | None) -> int:
+                self.calls["cuCtxSetCurrent"] += 1
+                self.context = context or 0
+                return 0
+
+            def synchronize(stream: int | None) -> int:
+                return int(self.cuStreamSynchronize(stream or 0)[0])
+
+            callbacks = (
+                ctypes.CFUNCTYPE(result, handle, dim, dim, dim, dim, dim, dim, dim, handle, handle, handle)(launch),
+                ctypes.CFUNCTYPE(result, handle)(get_current),
+                ctypes.CFUNCTYPE(result, handle)(set_current),
+                ctypes.CFUNCTYPE(result, handle)(synchronize),
+            )
+            launch_kernel, get, set_, sync = (ctypes.cast(c, ctypes.c_void_p).value or 0 for c in callbacks)
+            self._native = EntryPoints(launch_kernel, get, set_, sync, keep=callbacks)
+        return self._native
 
 
 @contextmanager

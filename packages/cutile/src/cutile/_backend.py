@@ -50,6 +50,9 @@ def current() -> str:
             reason = gpu_unavailable_reason()
             if reason is None:
                 _chosen = "gpu"
+                from cutile import _native
+
+                _native.note_if_unavailable()
             elif requested == "gpu":
                 raise BackendError(f"CUTILE_BACKEND=gpu but no GPU can be used: {reason}")
             else:

@@ -12,6 +12,7 @@ import numpy as np
 
 from cuda_core import Device, DeviceBuffer, DeviceMemory, LaunchConfig, Module, PreparedLaunch, Stream
 from cuda_async import ensure_not_capturing, is_capturing
+from cutile import _native
 from cutile._errors import GraphCaptureError, LaunchError
 from cutile._tensor import Partition, Storage, Tensor, numpy_dtype
 from cutile_compiler import AbiArg, CompiledKernel, CompileOptions
@@ -274,12 +275,17 @@ def enqueue_bound(kernel: Kernel, binding: Binding, arguments: dict[str, Any], s
         binding.scalar_slots = [(index, param, dtype) for index, (param, code, _, dtype) in enumerate(loaded.recipe)
                                 if code == _SCALAR and dtype is not None]
         binding.loaded = loaded
+        first = True
+    else:
+        first = False
     packed = binding.packed
     if binding.scalar_slots:
         packed = list(packed)  # the binding's list is shared by every thread that calls
         for index, param, dtype in binding.scalar_slots:
             packed[index] = _scalar_argument(arguments[param], dtype) if loaded.converts_scalars else arguments[param]
     _launch(loaded, plan.grid, stream, packed)
+    if first:  # it launched: from now on, calls with these objects may take the native path
+        _native.arm(kernel, binding, loaded, loaded.function.device.context_handle)
 
 
 def enqueue(kernel: Kernel, plan: CallPlan, arguments: dict[str, Any], options: CompileOptions,

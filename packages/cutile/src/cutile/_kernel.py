@@ -16,12 +16,13 @@ import inspect
 import operator
 import weakref
 from collections.abc import Callable, Generator, Iterator, Mapping
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import cuda_async
 from cutile import _backend, _gpu
+from cutile._native import KernelBase, LaunchBase
 from cutile._errors import LaunchError, OwnershipError
-from cutile._tensor import Partition, Storage, Tensor, hold_all, overlapping, overlaps_itself, release_all, release_dropped
+from cutile._tensor import Partition, Storage, Tensor, hold_all, hold_entries, overlapping, overlaps_itself, release_all
 from cutile_compiler._builtins import DeviceFunction
 from cutile_compiler import _dtypes as dt
 from cutile_compiler._dtypes import DType
@@ -51,8 +52,12 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 _CACHE_SIZE = 256  # specializations kept per kernel
 
 
-class Kernel:
-    """A ``@cutile.entry`` function. Calling it returns a lazy `Launch`."""
+class Kernel(KernelBase):
+    """A ``@cutile.entry`` function. Calling it returns a lazy `Launch`.
+
+    Its base is the native launch path's (`cutile._native`): a call with the
+    last call's objects is answered in C; any other goes to ``_call``.
+    """
 
     def __init__(self, function: Callable[..., Any], *, unsafe: bool = False,
                  hints: Mapping[str, Any] | None = None) -> None:
@@ -92,7 +97,10 @@ class Kernel:
     def __repr__(self) -> str:
         return f"<cutile kernel {self.name}{' (unsafe)' if self.unsafe else ''}>"
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Launch:
+    if TYPE_CHECKING:
+        def __call__(self, *args: Any, **kwargs: Any) -> Launch: ...
+
+    def _call(self, *args: Any, **kwargs: Any) -> Launch:
         if not kwargs and len(args) == len(self._param_names) and self._plain_positional:
             binding = self._binding
             if binding is not None and binding.matches(args):
@@ -130,6 +138,7 @@ class Kernel:
         self._loaded = LRUCache(_CACHE_SIZE)
         self._calls = LRUCache(4 * _CACHE_SIZE)
         self._binding = None
+        self._fast = None
 
     def kernel_ir(self, spec: Specialization) -> KernelIR:
         """The typed IR for one specialization (built once, then cached)."""
@@ -171,7 +180,7 @@ def function(python_function: Callable[..., Any]) -> DeviceFunction:
     return DeviceFunction(python_function)
 
 
-class Launch:
+class Launch(LaunchBase):
     """One pending launch of a kernel; it holds its tensor arguments until it runs.
 
     ``.sync()`` runs it and returns the tensor arguments (in signature order);
@@ -191,6 +200,7 @@ class Launch:
             self._plan: CallPlan | None = None
             binding = Binding(kernel, arguments, ranges, self._tensor_names)
             kernel._binding = binding
+            kernel._fast = None  # the native path's binding was the previous one's
         else:
             # The same objects as the binding's: only what can change since is checked.
             for param in binding.tensor_names:
@@ -201,17 +211,42 @@ class Launch:
             self._tensor_names = binding.tensor_names
             self._plan = binding.plan
         self._binding = binding
-        self._holds = hold_all(ranges, self.description, kernel.name)
+        self._holds = hold_all(ranges, binding.hold_entries, kernel.name)
 
     def _release(self) -> None:
         """Gives back the holds this launch took when it was made (once)."""
         if self._holds:
             release_all(self._holds, self._binding.devices)
 
-    def __del__(self) -> None:  # a launch dropped without running holds nothing
-        holds = getattr(self, "_holds", None)
-        if holds:
-            release_dropped(holds, self._binding.devices)
+    # A launch dropped without running holds nothing: its base gives the holds back
+    # (`release_dropped`) when it is freed.
+
+    if not TYPE_CHECKING:
+        def __getattr__(self, name: str) -> Any:
+            # Only a launch made by the native path lacks its attributes: the Python
+            # code adopts it on first use, then carries on as for any launch.
+            state = self._take_native()
+            if state is None:
+                raise AttributeError(f"'Launch' object has no attribute {name!r}")
+            self._adopt(*state)
+            return object.__getattribute__(self, name)
+
+    def _adopt(self, binding: Binding, args: tuple[Any, ...], held: bool, done: bool) -> None:
+        """Takes over a launch made by the native path (``kernel(*args)`` matched
+        ``binding``): what `__init__` would have set."""
+        kernel = self.kernel
+        self._binding = binding
+        self._holds = list(binding.hold_entries) if held else []
+        self._done = done
+        self._explicit_grid = None
+        self._options = DEFAULT_OPTIONS
+        self._op = None
+        self._tensor_names = binding.tensor_names
+        self._plan = binding.plan
+        arguments = dict(zip(kernel._param_names, args))
+        for name, dtype in kernel._scalar_params.items():
+            arguments[name] = _scalar_value(kernel.name, name, dtype, arguments[name])
+        self.arguments = arguments
 
     @property
     def description(self) -> str:
@@ -346,11 +381,16 @@ class Launch:
         run_plan(self.kernel, plan, arguments, self._options, stream, self._binding)
         return self._binding.results(arguments)
 
-    def sync(self) -> Any:
-        """Runs the launch to completion and returns its tensor arguments.
+    if TYPE_CHECKING:
+        def sync(self) -> Any:
+            """Runs the launch to completion and returns its tensor arguments.
 
-        One tensor argument is returned as itself; several as a tuple.
-        """
+            One tensor argument is returned as itself; several as a tuple.
+            (The native base's ``sync`` runs a launch in a batch's steady state
+            and hands every other case to `_sync_slow`.)
+            """
+
+    def _sync_slow(self) -> Any:
         if self._done:
             raise OwnershipError(f"{self.description} has already run; its tensors were handed back")
         try:
@@ -440,8 +480,8 @@ class Binding:
     memory, ops in flight) is still checked on every call.
     """
 
-    __slots__ = ("checks", "tensor_names", "ranges", "devices", "accesses", "plan", "loaded", "packed",
-                 "scalar_slots", "results")
+    __slots__ = ("checks", "tensor_names", "ranges", "devices", "hold_entries", "accesses", "plan", "loaded",
+                 "packed", "scalar_slots", "results", "fast")
 
     _TENSOR, _CONSTANT, _SCALAR = range(3)
     _NO_ACCESSES = cuda_async.AccessSet()
@@ -465,6 +505,9 @@ class Binding:
             operator.itemgetter(*tensor_names) if tensor_names else (lambda arguments: ()))
         self.ranges = ranges
         self.devices = [r[1].device for r in ranges]
+        # The holds a launch of these objects takes (the native path appends these
+        # very tuples too; holds are released by identity).
+        self.hold_entries = hold_entries(ranges, kernel._launch_description)
         writes = [storage.resource for _, storage, _, _, mutable in ranges if mutable]
         reads = [storage.resource for _, storage, _, _, mutable in ranges if not mutable]
         self.accesses = cuda_async.AccessSet(tuple(reads), tuple(writes))
@@ -472,6 +515,7 @@ class Binding:
         self.loaded: Any = None  # the GPU launcher, with ``packed`` its parameters
         self.packed: list[Any] = []
         self.scalar_slots: list[tuple[int, str, DType]] = []  # refilled on every call
+        self.fast: weakref.ref[Any] | None = None  # the kernel's native binding made from this one
 
     def _forget(self, _dead: Any) -> None:
         # One of the objects is gone, so the binding can never match again: drop what
@@ -482,6 +526,9 @@ class Binding:
         self.accesses = self._NO_ACCESSES
         self.loaded = None
         self.packed = []
+        fast = self.fast() if self.fast is not None else None
+        if fast is not None:
+            fast.disarm()
 
     def matches(self, args: tuple[Any, ...]) -> bool:
         """Whether ``args`` are this binding's tensor objects and constants (floats

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import collections
 import math
-import threading
 import weakref
 from typing import Any
 
@@ -23,6 +22,7 @@ import ml_dtypes  # noqa: F401  (registers bfloat16 and float8 with numpy)
 import numpy as np
 
 from cuda_async import Access, Resource, ensure_not_capturing
+from cuda_async import _native as cuda_async_native
 from cutile._errors import OwnershipError
 from cutile_compiler import _dtypes as dt
 from cutile_compiler import TensorSpec
@@ -58,8 +58,8 @@ def _holder(hold: _Hold) -> str:
 
 # Holds of pending launches, per device, by absolute address: two storages over the
 # same memory (e.g. one array imported twice through DLPack) see each other's holds.
-_holds_lock = threading.RLock()  # hold_all checks while holding it
-_holds: dict[str, list[_Hold]] = {}
+_holds_lock = cuda_async_native.rlock()  # hold_all checks while holding it (native: C takes it too)
+_holds: dict[str, list[_Hold]] = {}  # a device's list is never replaced: the native path keeps it
 # Holds of launches dropped without running, given back by the garbage collector: it
 # may run in the middle of any code, so they are queued here (no lock) and removed
 # by the next user of the holds, under the lock.
@@ -138,24 +138,27 @@ class Storage:
                         "run that operation (.sync()) first")
 
 
-def hold_all(ranges: list[tuple[str, Storage, int, int, bool]], owner: str, kernel: str) -> list[_Hold]:
-    """Checks that no pending launch holds any of ``ranges`` (parameter, storage,
-    byte range, written) in a conflicting way, then holds them all for ``owner``."""
-    holds: list[_Hold] = []
+def hold_entries(ranges: list[tuple[str, Storage, int, int, bool]], owner: str) -> tuple[_Hold, ...]:
+    """The holds ``owner`` takes on ``ranges`` (parameter, storage, byte range,
+    written): made once per binding of a kernel's arguments, taken by every launch."""
+    return tuple((storage.base_address + start, storage.base_address + end, writes, owner, param)
+                 for param, storage, start, end, writes in ranges)
+
+
+def hold_all(ranges: list[tuple[str, Storage, int, int, bool]], entries: tuple[_Hold, ...], kernel: str) -> list[_Hold]:
+    """Checks that no pending launch holds any of ``ranges`` in a conflicting way,
+    then takes ``entries`` (their `hold_entries`)."""
     with _holds_lock:
         _drain_dropped()
         for param, storage, start, end, writes in ranges:
             if _holds.get(storage.device):
                 storage.check_available(start, end, writes, f"{kernel}: parameter '{param}'")
-        for param, storage, start, end, writes in ranges:
-            base = storage.base_address
-            entry = (base + start, base + end, writes, owner, param)
+        for (_, storage, _, _, _), entry in zip(ranges, entries):
             held = _holds.get(storage.device)
             if held is None:
                 held = _holds[storage.device] = []
             held.append(entry)
-            holds.append(entry)
-    return holds
+    return list(entries)
 
 
 def release_all(holds: list[_Hold], device_of: list[str]) -> None:

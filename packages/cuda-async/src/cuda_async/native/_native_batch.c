@@ -1,0 +1,533 @@
+/* cuda_async._native_batch: the steady state of a leaf op repeated in a batch
+ * (see batch_api.h). It mirrors, for that one state, what FnOp._enqueue does in
+ * Python: before_enqueue (nothing to mark), Job.acquire (no conflict, no new
+ * hold, no wait), Job.record. The Python objects it reads are handed over by
+ * cuda_async._native.configure: the slot descriptors of the classes involved. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include "batch_api.h"
+
+enum { D_HOLDERS, D_LAST_WRITE, D_READS, D_JOB_STREAMS, D_STATE_EPOCH, D_STATE_INTEREST,
+       D_BATCH_OPS, D_BATCH_FAST, D_ACCESSES, D_INTEREST, D_COUNT };
+static const char *descriptor_names[D_COUNT] = {
+    "Resource._holders", "Resource._last_write", "Resource._reads", "Job.streams", "StreamState.epoch",
+    "StreamState.interest", "Batch.ops", "Batch._fast", "AccessSet.accesses", "AccessSet.interest"};
+
+static PyObject *descriptors[D_COUNT];
+static PyObject *active_batch;      /* the ContextVar of the batch active on this thread/task */
+static PyObject *ledger_lock, *streams_lock;
+static PyObject *active_captures;   /* cuda_async._capture._active: every thread's capture */
+static PyObject *policy_module;     /* cuda_async._policy: its _scoped ContextVar, _default, default_policy */
+static PyObject *scoped_policy;     /* cuda_async._policy._scoped */
+static PyTypeObject *round_robin_type, *single_stream_type;
+static PyObject *stream_state;      /* cuda_async._streams.state */
+static PyObject *stream_cache;      /* id(stream) -> (weakref(stream), handle, state) */
+static PyObject *str_next_stream, *str_handle, *str_default, *str_default_policy, *str_streams, *str_counter,
+    *str_stream;
+static int configured;
+#define STREAM_CACHE_SIZE 16
+
+/* -- RLock: a reentrant lock C code takes without a Python call --------------------------- */
+typedef struct {
+    PyObject_HEAD
+    PyThread_type_lock lock;
+    unsigned long owner, count;
+} RLockObject;
+
+static PyTypeObject RLockType;
+
+static int lock_try_acquire(PyObject *obj) {
+    RLockObject *self = (RLockObject *)obj;
+    unsigned long me = PyThread_get_thread_ident();
+    if (self->count && self->owner == me) { self->count++; return 1; }
+    if (!PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) return 0;
+    self->owner = me;
+    self->count = 1;
+    return 1;
+}
+
+static void lock_release(PyObject *obj) {
+    RLockObject *self = (RLockObject *)obj;
+    if (--self->count == 0) {
+        self->owner = 0;
+        PyThread_release_lock(self->lock);
+    }
+}
+
+static PyObject *rlock_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    if (PyTuple_GET_SIZE(args) || (kwargs && PyDict_GET_SIZE(kwargs)))
+        return PyErr_Format(PyExc_TypeError, "RLock() takes no arguments");
+    RLockObject *self = (RLockObject *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->lock = PyThread_allocate_lock();
+    if (self->lock == NULL) { Py_DECREF(self); return PyErr_NoMemory(); }
+    return (PyObject *)self;
+}
+
+static void rlock_dealloc(RLockObject *self) {
+    if (self->lock != NULL) {
+        if (self->count) PyThread_release_lock(self->lock);
+        PyThread_free_lock(self->lock);
+    }
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Blocks (without the GIL) until this thread holds the lock; with `interruptible`,
+ * signals are checked every 50 ms (-1: a handler raised). */
+static int lock_wait(RLockObject *self, int interruptible) {
+    if (lock_try_acquire((PyObject *)self)) return 0;
+    for (;;) {
+        PyLockStatus status;
+        Py_BEGIN_ALLOW_THREADS
+        status = PyThread_acquire_lock_timed(self->lock, 50000, 0);
+        Py_END_ALLOW_THREADS
+        if (status == PY_LOCK_ACQUIRED) break;
+        if (interruptible && PyErr_CheckSignals() < 0) return -1;
+    }
+    self->owner = PyThread_get_thread_ident();
+    self->count = 1;
+    return 0;
+}
+
+static PyObject *rlock_acquire_blocking(RLockObject *self) {
+    if (lock_wait(self, 1) < 0) return NULL;
+    Py_RETURN_TRUE;
+}
+
+static PyObject *rlock_acquire(RLockObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    int blocking = 1;
+    if (nargs > 1) return PyErr_Format(PyExc_TypeError, "acquire() takes at most one argument (blocking)");
+    if (nargs == 1 && (blocking = PyObject_IsTrue(args[0])) < 0) return NULL;
+    if (!blocking) return PyBool_FromLong(lock_try_acquire((PyObject *)self));
+    return rlock_acquire_blocking(self);
+}
+
+static PyObject *rlock_enter(RLockObject *self, PyObject *unused) { return rlock_acquire_blocking(self); }
+
+static PyObject *rlock_release(RLockObject *self, PyObject *unused) {
+    if (self->count == 0 || self->owner != PyThread_get_thread_ident())
+        return PyErr_Format(PyExc_RuntimeError, "cannot release un-acquired lock");
+    lock_release((PyObject *)self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *rlock_exit(RLockObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    return rlock_release(self, NULL);
+}
+
+static PyObject *rlock_is_owned(RLockObject *self, PyObject *unused) {
+    return PyBool_FromLong(self->count && self->owner == PyThread_get_thread_ident());
+}
+
+static PyMethodDef rlock_methods[] = {
+    {"acquire", (PyCFunction)(void (*)(void))rlock_acquire, METH_FASTCALL, "acquire(blocking=True) -> bool"},
+    {"release", (PyCFunction)rlock_release, METH_NOARGS, NULL},
+    {"__enter__", (PyCFunction)rlock_enter, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)(void (*)(void))rlock_exit, METH_FASTCALL, NULL},
+    {"_is_owned", (PyCFunction)rlock_is_owned, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL}};
+
+static PyTypeObject RLockType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "cuda_async._native_batch.RLock",
+    .tp_basicsize = sizeof(RLockObject), .tp_dealloc = (destructor)rlock_dealloc, .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = rlock_new, .tp_methods = rlock_methods,
+    .tp_doc = "A reentrant lock that C code can take without a Python call."};
+static PyObject *one;
+
+static inline PyObject *get(int which, PyObject *obj) {
+    PyObject *d = descriptors[which];
+    return Py_TYPE(d)->tp_descr_get(d, obj, (PyObject *)Py_TYPE(obj));
+}
+
+static inline int set(int which, PyObject *obj, PyObject *value) {
+    PyObject *d = descriptors[which];
+    return Py_TYPE(d)->tp_descr_set(d, obj, value);
+}
+
+static void clear_txn(CudaAsyncBatchTxn *txn) {
+    Py_CLEAR(txn->batch); Py_CLEAR(txn->job); Py_CLEAR(txn->points); Py_CLEAR(txn->stream); Py_CLEAR(txn->state);
+}
+
+static void txn_abort(CudaAsyncBatchTxn *txn) {
+    lock_release(streams_lock);
+    lock_release(ledger_lock);
+    clear_txn(txn);
+}
+
+/* Whether every (resource, access) of `accesses` is already held by `job` at least
+ * as strongly, by nobody else, with no wait needed on `stream`. -1: error. */
+static int steady(PyObject *accesses, PyObject *job, PyObject *stream) {
+    Py_ssize_t n = PyTuple_GET_SIZE(accesses);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *pair = PyTuple_GET_ITEM(accesses, i);
+        PyObject *resource = PyTuple_GET_ITEM(pair, 0);
+        long access = PyLong_AsLong(PyTuple_GET_ITEM(pair, 1));
+        if (access == -1 && PyErr_Occurred()) return -1;
+        PyObject *holders = get(D_HOLDERS, resource);
+        if (holders == NULL) return -1;
+        int ok = PyDict_Check(holders) && PyDict_GET_SIZE(holders) == 1;
+        if (ok) {
+            PyObject *held = PyDict_GetItemWithError(holders, job); /* (Access, op name) */
+            if (held == NULL) ok = 0;
+            else {
+                long mode = PyLong_AsLong(PyTuple_GET_ITEM(held, 0));
+                ok = mode >= access;
+            }
+        }
+        Py_DECREF(holders);
+        if (!ok) return PyErr_Occurred() ? -1 : 0;
+        PyObject *last = get(D_LAST_WRITE, resource);
+        if (last == NULL) return -1;
+        ok = last == Py_None || (PyTuple_Check(last) && PyTuple_GET_ITEM(last, 0) == stream);
+        Py_DECREF(last);
+        if (!ok) return 0;
+        if (access == 2) { /* a write waits for readers on other streams */
+            PyObject *reads = get(D_READS, resource);
+            if (reads == NULL) return -1;
+            Py_ssize_t count = PyDict_GET_SIZE(reads);
+            ok = count == 0 || (count == 1 && PyDict_Contains(reads, stream) == 1);
+            Py_DECREF(reads);
+            if (!ok) return 0;
+        }
+    }
+    return 1;
+}
+
+/* Whether this op's accesses (`interest`) supersede every access point the stream
+ * has not marked with an event (`pending`): then no event is needed before it, as
+ * `_streams.before_enqueue` decides (a miss where it would look further). */
+static int superseded(PyObject *pending, PyObject *interest) {
+    if (pending == interest) return 1;
+    if (!PyDict_Check(pending) || !PyDict_Check(interest)) return 0;
+    Py_ssize_t position = 0;
+    PyObject *resource, *access;
+    while (PyDict_Next(pending, &position, &resource, &access)) {
+        PyObject *found = PyDict_GetItemWithError(interest, resource);
+        if (found == NULL) return PyErr_Occurred() ? -1 : 0;
+        long before = PyLong_AsLong(access), now = PyLong_AsLong(found);
+        if (PyErr_Occurred()) return -1;
+        if (before == 2 ? now != 2 : now <= 0) return 0;
+    }
+    return 1;
+}
+
+static int txn_begin(PyObject *access_set, CudaAsyncBatchTxn *txn) {
+    memset(txn, 0, sizeof *txn);
+    if (!configured) return 0;
+    PyObject *batch = NULL;
+    if (PyContextVar_Get(active_batch, Py_None, &batch) < 0) return -1;
+    if (batch == Py_None) { Py_DECREF(batch); return 0; }
+    PyObject *fast = get(D_BATCH_FAST, batch); /* (job, points, stream, state, handle); None once closed */
+    if (fast == NULL) { Py_DECREF(batch); return -1; }
+    if (!PyTuple_Check(fast) || PyTuple_GET_SIZE(fast) != 5) { Py_DECREF(fast); Py_DECREF(batch); return 0; }
+    unsigned long long handle = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(fast, 4));
+    if (PyErr_Occurred()) { Py_DECREF(fast); Py_DECREF(batch); return -1; }
+    txn->batch = batch;
+    txn->job = Py_NewRef(PyTuple_GET_ITEM(fast, 0));
+    txn->points = Py_NewRef(PyTuple_GET_ITEM(fast, 1));
+    txn->stream = Py_NewRef(PyTuple_GET_ITEM(fast, 2));
+    txn->state = Py_NewRef(PyTuple_GET_ITEM(fast, 3));
+    txn->stream_handle = handle;
+    Py_DECREF(fast);
+
+    /* Held by another thread: it is changing the ledger; the Python path waits for it. */
+    if (!lock_try_acquire(ledger_lock)) { clear_txn(txn); return 0; }
+    if (!lock_try_acquire(streams_lock)) { lock_release(ledger_lock); clear_txn(txn); return 0; }
+
+    int result = 0;
+    PyObject *interest = get(D_INTEREST, access_set);
+    PyObject *accesses = interest ? get(D_ACCESSES, access_set) : NULL;
+    PyObject *pending = accesses ? get(D_STATE_INTEREST, txn->state) : NULL;
+    PyObject *streams = pending ? get(D_JOB_STREAMS, txn->job) : NULL;
+    if (streams == NULL) result = -1;
+    else if (superseded(pending, interest) == 1 && PyDict_Contains(streams, txn->stream) == 1)
+        result = steady(accesses, txn->job, txn->stream);
+    if (result == 0 && PyErr_Occurred()) result = -1;
+    Py_XDECREF(interest); Py_XDECREF(accesses); Py_XDECREF(pending); Py_XDECREF(streams);
+    if (result != 1) txn_abort(txn);
+    return result;
+}
+
+static int txn_commit(PyObject *access_set, CudaAsyncBatchTxn *txn) {
+    int failed = 0;
+    PyObject *epoch = NULL, *next = NULL, *write = NULL, *read = NULL, *interest = NULL, *accesses = NULL, *ops = NULL;
+    epoch = get(D_STATE_EPOCH, txn->state);
+    next = epoch ? PyNumber_Add(epoch, one) : NULL;
+    interest = next ? get(D_INTEREST, access_set) : NULL;
+    accesses = interest ? get(D_ACCESSES, access_set) : NULL;
+    write = accesses ? PyTuple_Pack(3, txn->stream, next, txn->job) : NULL;
+    read = write ? PyTuple_Pack(2, next, txn->job) : NULL;
+    if (read == NULL || set(D_STATE_EPOCH, txn->state, next) < 0 || set(D_STATE_INTEREST, txn->state, interest) < 0) {
+        failed = 1;
+    } else {
+        Py_ssize_t n = PyTuple_GET_SIZE(accesses);
+        for (Py_ssize_t i = 0; i < n && !failed; i++) {
+            PyObject *pair = PyTuple_GET_ITEM(accesses, i);
+            PyObject *resource = PyTuple_GET_ITEM(pair, 0);
+            long access = PyLong_AsLong(PyTuple_GET_ITEM(pair, 1));
+            PyObject *reads = get(D_READS, resource);
+            if (reads == NULL) { failed = 1; break; }
+            if (access == 2) {
+                if (set(D_LAST_WRITE, resource, write) < 0) failed = 1;
+                else PyDict_Clear(reads);
+            } else if (PyDict_SetItem(reads, txn->stream, read) < 0) {
+                failed = 1;
+            }
+            Py_DECREF(reads);
+        }
+        if (!failed && PyDict_SetItem(txn->points, txn->stream, next) < 0) failed = 1;
+        ops = failed ? NULL : get(D_BATCH_OPS, txn->batch);
+        PyObject *more = ops ? PyNumber_Add(ops, one) : NULL;
+        if (more == NULL || set(D_BATCH_OPS, txn->batch, more) < 0) failed = 1;
+        Py_XDECREF(more);
+    }
+    Py_XDECREF(epoch); Py_XDECREF(next); Py_XDECREF(write); Py_XDECREF(read);
+    Py_XDECREF(interest); Py_XDECREF(accesses); Py_XDECREF(ops);
+    txn_abort(txn); /* unlocks */
+    return failed ? -1 : 0;
+}
+
+/* -- synchronous runs ---------------------------------------------------------------- */
+/* The (handle, state) of a stream, through a small cache keyed by identity. */
+static int stream_facts(PyObject *stream, unsigned long long *handle, PyObject **state) {
+    PyObject *key = PyLong_FromVoidPtr(stream);
+    if (key == NULL) return -1;
+    PyObject *cached = PyDict_GetItemWithError(stream_cache, key); /* borrowed */
+    if (cached != NULL && PyWeakref_GetObject(PyTuple_GET_ITEM(cached, 0)) == stream) {
+        *handle = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(cached, 1));
+        *state = Py_NewRef(PyTuple_GET_ITEM(cached, 2));
+        Py_DECREF(key);
+        return 0;
+    }
+    if (PyErr_Occurred()) { Py_DECREF(key); return -1; }
+    PyObject *raw = PyObject_GetAttr(stream, str_handle);
+    PyObject *number = raw ? PyNumber_Long(raw) : NULL;
+    PyObject *found = number ? PyObject_CallOneArg(stream_state, stream) : NULL;
+    PyObject *ref = found ? PyWeakref_NewRef(stream, NULL) : NULL;
+    int failed = ref == NULL;
+    if (!failed) {
+        *handle = PyLong_AsUnsignedLongLong(number);
+        failed = PyErr_Occurred() != NULL;
+    }
+    if (!failed) {
+        if (PyDict_GET_SIZE(stream_cache) >= STREAM_CACHE_SIZE) PyDict_Clear(stream_cache);
+        PyObject *entry = PyTuple_Pack(3, ref, number, found);
+        failed = entry == NULL || PyDict_SetItem(stream_cache, key, entry) < 0;
+        Py_XDECREF(entry);
+    }
+    Py_XDECREF(raw); Py_XDECREF(number); Py_XDECREF(ref); Py_DECREF(key);
+    if (failed) { Py_XDECREF(found); return -1; }
+    *state = found;
+    return 0;
+}
+
+/* Whether every resource is idle: no holder, no recorded access. */
+static int idle(PyObject *accesses) {
+    Py_ssize_t n = PyTuple_GET_SIZE(accesses);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *resource = PyTuple_GET_ITEM(PyTuple_GET_ITEM(accesses, i), 0);
+        PyObject *holders = get(D_HOLDERS, resource);
+        PyObject *last = holders ? get(D_LAST_WRITE, resource) : NULL;
+        PyObject *reads = last ? get(D_READS, resource) : NULL;
+        int ok = reads != NULL && PyDict_GET_SIZE(holders) == 0 && last == Py_None && PyDict_GET_SIZE(reads) == 0;
+        Py_XDECREF(holders); Py_XDECREF(last); Py_XDECREF(reads);
+        if (PyErr_Occurred()) return -1;
+        if (!ok) return 0;
+    }
+    return 1;
+}
+
+/* The default policy's next stream: `default_policy().next_stream()`, with the
+ * built-in RoundRobin and SingleStream answered here as their next_stream does. */
+static PyObject *next_stream(void) {
+    PyObject *policy = NULL;
+    if (PyContextVar_Get(scoped_policy, Py_None, &policy) < 0) return NULL;
+    if (policy == Py_None) {
+        Py_DECREF(policy);
+        policy = PyObject_GetAttr(policy_module, str_default);
+        if (policy == Py_None) {
+            Py_DECREF(policy);
+            PyObject *make = PyObject_GetAttr(policy_module, str_default_policy);
+            policy = make ? PyObject_CallNoArgs(make) : NULL;
+            Py_XDECREF(make);
+        }
+        if (policy == NULL) return NULL;
+    }
+    PyObject *stream = NULL;
+    if (Py_TYPE(policy) == round_robin_type) { /* streams[next(counter) % len(streams)] */
+        PyObject *streams = PyObject_GetAttr(policy, str_streams);
+        if (streams != NULL && PyTuple_Check(streams) && PyTuple_GET_SIZE(streams) > 0) {
+            PyObject *counter = PyObject_GetAttr(policy, str_counter);
+            PyObject *index = counter ? PyIter_Next(counter) : NULL;
+            Py_ssize_t i = index ? PyLong_AsSsize_t(index) : -1;
+            if (i >= 0) stream = Py_NewRef(PyTuple_GET_ITEM(streams, i % PyTuple_GET_SIZE(streams)));
+            Py_XDECREF(counter);
+            Py_XDECREF(index);
+            if (stream == NULL && !PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "RoundRobin: bad counter");
+            Py_DECREF(streams);
+            Py_DECREF(policy);
+            return stream;
+        }
+        if (streams == NULL) PyErr_Clear();
+        Py_XDECREF(streams);
+    } else if (Py_TYPE(policy) == single_stream_type) {
+        stream = PyObject_GetAttr(policy, str_stream);
+        if (stream != NULL && stream != Py_None) { Py_DECREF(policy); return stream; }
+        if (stream == NULL) PyErr_Clear();
+        Py_XDECREF(stream);
+    }
+    stream = PyObject_CallMethodNoArgs(policy, str_next_stream); /* any other policy, or streams not made yet */
+    Py_DECREF(policy);
+    return stream;
+}
+
+static void clear_sync(CudaAsyncSyncTxn *txn) {
+    Py_CLEAR(txn->access_set); Py_CLEAR(txn->job); Py_CLEAR(txn->state);
+}
+
+static int sync_begin(PyObject *access_set, PyObject *job, PyObject *name, CudaAsyncSyncTxn *txn) {
+    memset(txn, 0, sizeof *txn);
+    if (!configured || PyList_GET_SIZE(active_captures) != 0) return 0;
+    PyObject *batch = NULL;
+    if (PyContextVar_Get(active_batch, Py_None, &batch) < 0) return -1;
+    Py_DECREF(batch);
+    if (batch != Py_None) return 0;
+    PyObject *stream = next_stream();
+    if (stream == NULL) return -1;
+    if (stream == Py_None) { Py_DECREF(stream); return 0; } /* host mode: the Python path */
+    int failed = stream_facts(stream, &txn->stream_handle, &txn->state);
+    Py_DECREF(stream);
+    if (failed) return -1;
+    if (!lock_try_acquire(ledger_lock)) { clear_sync(txn); return 0; }
+    if (!lock_try_acquire(streams_lock)) { lock_release(ledger_lock); clear_sync(txn); return 0; }
+    int result = -1;
+    PyObject *accesses = get(D_ACCESSES, access_set);
+    PyObject *pending = accesses ? get(D_STATE_INTEREST, txn->state) : NULL;
+    if (pending != NULL) {
+        /* Another op's access points not yet marked: the Python path decides about events. */
+        result = (PyDict_Check(pending) && PyDict_GET_SIZE(pending) == 0) ? idle(accesses) : 0;
+        Py_ssize_t n = PyTuple_GET_SIZE(accesses), i = 0;
+        for (; result == 1 && i < n; i++) {
+            PyObject *pair = PyTuple_GET_ITEM(accesses, i);
+            PyObject *holders = get(D_HOLDERS, PyTuple_GET_ITEM(pair, 0));
+            PyObject *hold = holders ? PyTuple_Pack(2, PyTuple_GET_ITEM(pair, 1), name) : NULL;
+            if (hold == NULL || PyDict_SetItem(holders, job, hold) < 0) result = -1;
+            Py_XDECREF(hold); Py_XDECREF(holders);
+        }
+        if (result == -1) { /* undo the holds taken so far */
+            PyObject *type, *value, *tb;
+            PyErr_Fetch(&type, &value, &tb);
+            for (Py_ssize_t j = 0; j < i; j++) {
+                PyObject *holders = get(D_HOLDERS, PyTuple_GET_ITEM(PyTuple_GET_ITEM(accesses, j), 0));
+                if (holders && PyDict_DelItem(holders, job) < 0) PyErr_Clear();
+                Py_XDECREF(holders);
+            }
+            PyErr_Restore(type, value, tb);
+        }
+    }
+    Py_XDECREF(accesses); Py_XDECREF(pending);
+    lock_release(streams_lock);
+    lock_release(ledger_lock);
+    if (result != 1) { clear_sync(txn); return result; }
+    txn->access_set = Py_NewRef(access_set);
+    txn->job = Py_NewRef(job);
+    return 1;
+}
+
+static int sync_end(CudaAsyncSyncTxn *txn, int ran) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb); /* a launch or wait error being raised stays the error */
+    lock_wait((RLockObject *)ledger_lock, 0); /* not interruptible: the holds must go back */
+    lock_wait((RLockObject *)streams_lock, 0);
+    int failed = 0;
+    PyObject *accesses = get(D_ACCESSES, txn->access_set);
+    if (accesses == NULL) failed = 1;
+    else {
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(accesses); i++) {
+            PyObject *holders = get(D_HOLDERS, PyTuple_GET_ITEM(PyTuple_GET_ITEM(accesses, i), 0));
+            if (holders == NULL || (PyDict_DelItem(holders, txn->job) < 0 && (PyErr_Clear(), 0))) failed = 1;
+            Py_XDECREF(holders);
+        }
+        Py_DECREF(accesses);
+    }
+    if (ran && !failed) { /* the stream advanced by one op, as Job.record counts */
+        PyObject *epoch = get(D_STATE_EPOCH, txn->state);
+        PyObject *next = epoch ? PyNumber_Add(epoch, one) : NULL;
+        if (next == NULL || set(D_STATE_EPOCH, txn->state, next) < 0) failed = 1;
+        Py_XDECREF(epoch); Py_XDECREF(next);
+    }
+    lock_release(streams_lock);
+    lock_release(ledger_lock);
+    clear_sync(txn);
+    if (type != NULL) { PyErr_Restore(type, value, tb); return -1; }
+    return failed ? -1 : 0;
+}
+
+static CudaAsyncBatchAPI api = {CUDA_ASYNC_BATCH_API_VERSION, txn_begin, txn_commit, txn_abort, lock_try_acquire,
+                                lock_release, &RLockType, sync_begin, sync_end};
+
+static PyObject *configure(PyObject *self, PyObject *args) {
+    PyObject *var, *ledger, *streams, *table, *captures, *policies, *scoped, *round_robin, *single_stream, *state;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!OO!O!O!O", &PyContextVar_Type, &var, &RLockType, &ledger, &RLockType,
+                          &streams, &PyDict_Type, &table, &PyList_Type, &captures, &policies, &PyContextVar_Type,
+                          &scoped, &PyType_Type, &round_robin, &PyType_Type, &single_stream, &state))
+        return NULL;
+    for (int i = 0; i < D_COUNT; i++) {
+        PyObject *d = PyDict_GetItemString(table, descriptor_names[i]);
+        if (d == NULL || Py_TYPE(d)->tp_descr_get == NULL || Py_TYPE(d)->tp_descr_set == NULL)
+            return PyErr_Format(PyExc_TypeError, "configure: %s is not a slot descriptor", descriptor_names[i]);
+        Py_XSETREF(descriptors[i], Py_NewRef(d));
+    }
+    Py_XSETREF(active_batch, Py_NewRef(var));
+    Py_XSETREF(active_captures, Py_NewRef(captures));
+    Py_XSETREF(policy_module, Py_NewRef(policies));
+    Py_XSETREF(scoped_policy, Py_NewRef(scoped));
+    Py_XSETREF(round_robin_type, (PyTypeObject *)Py_NewRef(round_robin));
+    Py_XSETREF(single_stream_type, (PyTypeObject *)Py_NewRef(single_stream));
+    Py_XSETREF(stream_state, Py_NewRef(state));
+    if (stream_cache == NULL && (stream_cache = PyDict_New()) == NULL) return NULL;
+    Py_XSETREF(ledger_lock, Py_NewRef(ledger));
+    Py_XSETREF(streams_lock, Py_NewRef(streams));
+    configured = 1;
+    Py_RETURN_NONE;
+}
+
+/* For tests: run begin/commit from Python. Returns the stream handle, or None
+ * when the state is not the steady one. */
+static PyObject *repeat(PyObject *self, PyObject *access_set) {
+    CudaAsyncBatchTxn txn;
+    int begun = txn_begin(access_set, &txn);
+    if (begun < 0) return NULL;
+    if (begun == 0) Py_RETURN_NONE;
+    unsigned long long handle = txn.stream_handle;
+    if (txn_commit(access_set, &txn) < 0) return NULL;
+    return PyLong_FromUnsignedLongLong(handle);
+}
+
+static PyMethodDef methods[] = {
+    {"configure", configure, METH_VARARGS, "Hands over the ContextVar, the locks and the slot descriptors."},
+    {"repeat", repeat, METH_O, "begin + commit for an AccessSet (tests): the stream handle, or None."},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "cuda_async._native_batch", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__native_batch(void) {
+    one = PyLong_FromLong(1);
+    str_next_stream = PyUnicode_InternFromString("next_stream");
+    str_handle = PyUnicode_InternFromString("handle");
+    str_default = PyUnicode_InternFromString("_default");
+    str_default_policy = PyUnicode_InternFromString("default_policy");
+    str_streams = PyUnicode_InternFromString("_streams");
+    str_counter = PyUnicode_InternFromString("_counter");
+    str_stream = PyUnicode_InternFromString("_stream");
+    if (!one || !str_next_stream || !str_handle || !str_default || !str_default_policy || !str_streams ||
+        !str_counter || !str_stream)
+        return NULL;
+    if (PyType_Ready(&RLockType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    if (PyModule_AddObjectRef(m, "RLock", (PyObject *)&RLockType) < 0) { Py_DECREF(m); return NULL; }
+    PyObject *capsule = PyCapsule_New(&api, CUDA_ASYNC_BATCH_API_CAPSULE, NULL);
+    if (capsule == NULL || PyModule_AddObject(m, "API", capsule) < 0) { Py_XDECREF(capsule); Py_DECREF(m); return NULL; }
+    return m;
+}

@@ -1,0 +1,122 @@
+"""cuda_async's native extension: the reentrant lock C code takes, and the batch
+steady state (native/batch_api.h), checked against the Python path it mirrors."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from cuda_core._native import enabled
+from cuda_core.testing import FakeDriver
+from test_streams import kernel
+
+import cuda_async as ca
+from cuda_async import _native, _streams
+
+
+@pytest.fixture
+def native() -> object:
+    """The extension, required where it can be built (CI has a C compiler and the
+    Python headers); only CUDA_CORE_NATIVE=0 may turn it off."""
+    try:
+        return _native.batch_api()
+    except _native.NativeUnavailable as exc:
+        if enabled():
+            pytest.fail(f"cuda_async's native extension could not be built: {exc}")
+        pytest.skip("native code is turned off (CUDA_CORE_NATIVE=0)")
+
+
+def test_the_native_lock_is_reentrant_and_excludes_other_threads(native: object) -> None:
+    lock = _native.rlock()
+    assert type(lock).__name__ == "RLock"
+    with lock:
+        with lock:  # reentrant
+            assert lock._is_owned()
+        got: list[bool] = []
+        other = threading.Thread(target=lambda: got.append(lock.acquire(False)))
+        other.start()
+        other.join()
+        assert got == [False]  # held by this thread
+    assert not lock._is_owned()
+    with pytest.raises(RuntimeError, match="un-acquired"):
+        lock.release()
+
+    order: list[str] = []
+    lock.acquire()
+
+    def waiter() -> None:
+        with lock:  # blocks (without the GIL) until the main thread releases
+            order.append("waiter")
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    time.sleep(0.05)
+    order.append("main")
+    lock.release()
+    thread.join(5)
+    assert order == ["main", "waiter"]
+
+
+def _state(resources: list[ca.Resource], stream: object) -> list[object]:
+    now = _streams.current_epoch(stream)  # type: ignore[arg-type]
+    out: list[object] = []
+    for r in resources:
+        last = r._last_write
+        out.append((sorted((j.name, int(m), n) for j, (m, n) in r._holders.items()),
+                    None if last is None else (last[0] is stream, now - last[1]),
+                    sorted((s is stream, now - e) for s, (e, _) in r._reads.items())))
+    return out
+
+
+def test_a_repeat_in_a_batch_records_what_the_python_path_records(fake_driver: FakeDriver, native: object) -> None:
+    outcomes = []
+    for use_native in (False, True):
+        x, z = ca.Resource("x"), ca.Resource("z")
+        accesses = ca.AccessSet((x,), (z,))
+        with ca.batch(policy=ca.SingleStream()) as active:
+            op = kernel(fake_driver, "k", reads=[x], writes=[z])
+            op.sync()  # the first takes the holds (Python)
+            for _ in range(5):
+                if use_native:
+                    assert _native.batch_api().repeat(accesses) == int(active.stream.handle)
+                else:
+                    ca.FnOp.from_accesses(lambda s: None, accesses, name="k").sync()
+            outcomes.append((_state([x, z], active.stream), active.ops))
+    assert outcomes[0] == outcomes[1]
+
+
+def test_a_repeat_is_refused_outside_the_steady_state(fake_driver: FakeDriver, native: object) -> None:
+    repeat = _native.batch_api().repeat
+    x, z, w = ca.Resource("x"), ca.Resource("z"), ca.Resource("w")
+    accesses = ca.AccessSet((x,), (z,))
+    assert repeat(accesses) is None  # no batch
+    with ca.batch(policy=ca.SingleStream()):
+        assert repeat(accesses) is None  # the job does not hold x and z yet
+        kernel(fake_driver, "k", reads=[x], writes=[z]).sync()
+        assert repeat(ca.AccessSet((x,), (z, w))) is None  # w is not held
+        assert repeat(ca.AccessSet((), (x,))) is None  # x is held for reading only
+        kernel(fake_driver, "other", writes=[w]).sync()  # the stream's unmarked interest is another op's
+        assert repeat(accesses) is None
+        kernel(fake_driver, "k", reads=[x], writes=[z]).sync()
+        assert repeat(accesses) is not None
+    with ca.batch(policy=ca.SingleStream()) as active:
+        kernel(fake_driver, "k", reads=[x], writes=[z]).sync()
+        _native_lock = _streams._lock
+        held = threading.Event()
+        release = threading.Event()
+
+        def holder() -> None:
+            with _native_lock:
+                held.set()
+                release.wait(5)
+
+        thread = threading.Thread(target=holder)
+        thread.start()
+        held.wait(5)
+        try:
+            assert repeat(accesses) is None  # another thread is inside the bookkeeping
+        finally:
+            release.set()
+            thread.join(5)
+        assert repeat(accesses) == int(active.stream.handle)

@@ -1,0 +1,174 @@
+"""Native (C) helpers: building the small CPython extensions of the layers above,
+and the driver entry points they call.
+
+A Python launch through cuda-bindings costs more than the driver call itself
+(packing, argument objects); the layers above keep their steady-state launch
+path in C. Their sources ship with the packages and are compiled on first use
+with the system C compiler (as Triton builds its launchers), into a cache keyed
+by the source, the Python build and the compiler, written atomically.
+
+``CUDA_CORE_NATIVE=0`` turns native code off (callers then say so and take their
+Python path). ``CUDA_CORE_NATIVE_DIR`` moves the cache (default
+``$XDG_CACHE_HOME/cuda_core/native``, i.e. ``~/.cache/cuda_core/native``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import importlib.machinery
+import importlib.util
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from cuda_core import _driver
+
+_lock = threading.Lock()
+_loaded: dict[str, ModuleType] = {}
+_COMPILE_TIMEOUT_S = 120
+
+
+class NativeUnavailable(RuntimeError):
+    """A native extension could not be built or loaded; the message says why."""
+
+
+def enabled() -> bool:
+    """Whether native code may be used (``CUDA_CORE_NATIVE`` is not ``0``)."""
+    return os.environ.get("CUDA_CORE_NATIVE", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def cache_dir() -> Path:
+    configured = os.environ.get("CUDA_CORE_NATIVE_DIR")
+    if configured:
+        return Path(configured)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "cuda_core" / "native"
+
+
+def _compiler() -> list[str]:
+    """``$CC`` if set (it must exist), else the compiler Python was built with, else cc, gcc or clang."""
+    chosen = os.environ.get("CC")
+    if chosen:
+        command = shlex.split(chosen)
+        if not command or shutil.which(command[0]) is None:
+            raise NativeUnavailable(f"the C compiler CC={chosen!r} is not found")
+        return command
+    command = shlex.split(sysconfig.get_config_var("CC") or "")
+    if command and shutil.which(command[0]):
+        return command
+    for fallback in ("cc", "gcc", "clang"):
+        if shutil.which(fallback):
+            return [fallback]
+    raise NativeUnavailable("no C compiler found (tried the one Python was built with, cc, gcc, clang; set CC)")
+
+
+def load_extension(name: str, source: Path, include_dirs: tuple[Path, ...] = ()) -> ModuleType:
+    """The CPython extension module ``name`` built from the C file ``source``, with
+    the headers of ``include_dirs`` (compiled once per source and headers, Python
+    build and compiler, then loaded from the cache).
+
+    Raises `NativeUnavailable` with the reason when native code is off, no
+    compiler or Python headers are found, or the compile fails.
+    """
+    with _lock:
+        module = _loaded.get(name)
+        if module is not None:
+            return module
+        if not enabled():
+            raise NativeUnavailable("native code is turned off (CUDA_CORE_NATIVE=0)")
+        text = source.read_bytes() + b"".join(
+            header.read_bytes() for folder in include_dirs for header in sorted(folder.glob("*.h")))
+        include = sysconfig.get_paths()["include"]
+        if not os.path.exists(os.path.join(include, "Python.h")):
+            raise NativeUnavailable(f"the Python headers are missing (no Python.h in {include}; install python3-dev)")
+        compiler = _compiler()
+        suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+        key = hashlib.sha256(b"\0".join([text, sys.version.encode(), suffix.encode(),
+                                         " ".join(compiler).encode()])).hexdigest()[:20]
+        target = cache_dir() / key / f"{name.rpartition('.')[2]}{suffix}"
+        if not target.exists():
+            _build(compiler, source, [include, *map(str, include_dirs)], target)
+        spec = importlib.util.spec_from_file_location(name, target)
+        if spec is None or spec.loader is None:
+            raise NativeUnavailable(f"cannot load {target}")
+        module = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(module)
+        except ImportError as exc:
+            raise NativeUnavailable(f"cannot load {target}: {exc}") from None
+        _loaded[name] = module
+        return module
+
+
+def _build(compiler: list[str], source: Path, includes: list[str], target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(suffix=target.suffix, dir=target.parent)
+    os.close(handle)
+    command = [*compiler, "-O2", "-shared", "-fPIC", "-fvisibility=hidden", *(f"-I{i}" for i in includes),
+               str(source), "-o", temporary]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=_COMPILE_TIMEOUT_S)
+        if done.returncode != 0:
+            raise NativeUnavailable(
+                f"compiling {source.name} failed ({' '.join(command)}):\n{done.stderr.strip()[-2000:]}")
+        os.replace(temporary, target)  # atomic: a concurrent build writes the same bytes
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise NativeUnavailable(f"compiling {source.name} failed: {exc}") from None
+    finally:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+
+
+# The driver functions native launch paths call, as C function addresses.
+class EntryPoints:
+    """Addresses of ``cuLaunchKernel``, ``cuCtxGetCurrent``, ``cuCtxSetCurrent`` and
+    ``cuStreamSynchronize`` of the driver in use (the real one, or a test driver's
+    stand-ins)."""
+
+    __slots__ = ("launch_kernel", "ctx_get_current", "ctx_set_current", "stream_synchronize", "_keep")
+
+    def __init__(self, launch_kernel: int, ctx_get_current: int, ctx_set_current: int, stream_synchronize: int,
+                 keep: Any = None) -> None:
+        self.launch_kernel = launch_kernel
+        self.ctx_get_current = ctx_get_current
+        self.ctx_set_current = ctx_set_current
+        self.stream_synchronize = stream_synchronize
+        self._keep = keep  # whatever keeps the functions alive (ctypes callbacks)
+
+
+_real_entry_points: EntryPoints | None = None
+
+
+def entry_points() -> EntryPoints:
+    """The C entry points of the driver in use: the CUDA driver library's own, or,
+    under `cuda_core.testing.use_fake_driver`, the fake driver's (``native_entry_points``)."""
+    global _real_entry_points
+    api = _driver.api()
+    provider = getattr(api, "native_entry_points", None)
+    if callable(provider):
+        points: EntryPoints = provider()
+        return points
+    if _real_entry_points is None:
+        try:
+            library = ctypes.CDLL("libcuda.so.1")
+        except OSError as exc:
+            raise NativeUnavailable(f"cannot open the CUDA driver library: {exc}") from None
+
+        def address(symbol: str) -> int:
+            value = ctypes.cast(getattr(library, symbol), ctypes.c_void_p).value
+            if not value:
+                raise NativeUnavailable(f"the CUDA driver library has no {symbol}")
+            return value
+
+        _real_entry_points = EntryPoints(address("cuLaunchKernel"), address("cuCtxGetCurrent"),
+                                         address("cuCtxSetCurrent"), address("cuStreamSynchronize"), library)
+    return _real_entry_points

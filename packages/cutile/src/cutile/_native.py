@@ -1,0 +1,185 @@
+"""The native launch path (``native/_native_launch.c``): the steady state of
+``kernel(*args).sync()`` in C, so that a loop of launches costs little more than
+the driver call.
+
+The module is built on first import (`cuda_core._native.load_extension`, with
+cuda_async's batch API header) and provides the C bases of `cutile.Kernel` and
+`cutile.Launch`. When it cannot be built (no C compiler, no Python headers,
+``CUDA_CORE_NATIVE=0``), `KernelBase` and `LaunchBase` are plain classes, every
+launch takes the Python path, and the GPU backend says so once on stderr.
+
+What the C code does is a subset of the Python path's work, for one state
+(the same objects as the kernel's last call, nothing else pending, inside a
+batch's steady state); every other case, and every error, is the Python code's.
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+import weakref
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cuda_core._native import NativeUnavailable, enabled, entry_points, load_extension
+
+if TYPE_CHECKING:
+    from cutile._gpu import _Loaded
+    from cutile._kernel import Binding, Kernel
+
+_SOURCE = Path(__file__).parent / "native" / "_native_launch.c"
+
+# The C types parameters are packed as (cutile._gpu's names) -> the native codes.
+_SCALAR_CODES = {"i8": 1, "i16": 2, "i32": 3, "i64": 4, "u8": 5, "u16": 6, "u32": 7, "u64": 8, "f32": 9, "f64": 10}
+_STRUCT_FORMATS = {"ptr": "<Q", "i8": "<b", "i16": "<h", "i32": "<i", "i64": "<q", "u8": "<B", "u16": "<H",
+                   "u32": "<I", "u64": "<Q", "f32": "<f", "f64": "<d"}
+_TENSOR, _CONSTANT, _SCALAR = 0, 1, 2
+
+
+_reason: str | None = None
+try:
+    from cuda_async._native import NATIVE_DIR as _BATCH_HEADERS, batch_api as _batch_api
+
+    _batch_module = _batch_api()
+    module: Any = load_extension("cutile._native_launch", _SOURCE, (_BATCH_HEADERS,))
+except (NativeUnavailable, OSError) as exc:
+    module = None
+    _reason = str(exc)
+
+_configured_for: Any = None  # the driver entry points the module was configured with
+_told = False
+
+
+def unavailable_reason() -> str | None:
+    """Why launches take the Python path (None when the native path is in use)."""
+    return _reason
+
+
+def note_if_unavailable() -> None:
+    """Says once on stderr that the GPU backend launches through Python (unless the
+    user turned native code off)."""
+    global _told
+    if module is None and not _told and enabled():
+        _told = True
+        print(f"cutile: the native launch path is unavailable ({_reason}); launches take the Python path, "
+              "which costs more host time per launch", file=sys.stderr)
+
+
+class _PythonKernelBase:
+    """`Kernel`'s base without the native module: calls go to ``_call``."""
+
+    _fast: Any = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call(*args, **kwargs)  # type: ignore[attr-defined]
+
+
+class _PythonLaunchBase:
+    """`Launch`'s base without the native module: ``sync`` is ``_sync_slow``, and
+    a launch freed with its holds gives them back."""
+
+    def sync(self) -> Any:
+        """Runs the launch to completion and returns its tensor arguments (one as
+        itself, several as a tuple)."""
+        return self._sync_slow()  # type: ignore[attr-defined]
+
+    def _take_native(self) -> None:
+        return None
+
+    def __del__(self) -> None:
+        holds = self.__dict__.get("_holds")
+        if holds:
+            from cutile._tensor import release_dropped
+
+            release_dropped(holds, self.__dict__["_binding"].devices)
+
+
+if TYPE_CHECKING:
+    KernelBase = _PythonKernelBase
+    LaunchBase = _PythonLaunchBase
+elif module is not None:
+    from cutile import _tensor
+
+    module.configure_holds(_tensor._dropped)
+    KernelBase = module.KernelBase
+    LaunchBase = module.LaunchBase
+else:
+    KernelBase = _PythonKernelBase
+    LaunchBase = _PythonLaunchBase
+
+
+def _configure() -> bool:
+    """Points the module at the driver in use (the real one or a test driver)."""
+    global _configured_for
+    points = entry_points()
+    if points is _configured_for:
+        return True
+    from cuda_async._native import batch_api
+
+    from cutile import _tensor
+    from cutile._kernel import Binding
+    from cuda_core import _driver
+
+    def raise_launch_error(code: int, what: str) -> None:
+        _driver.raise_error(_driver.api().CUresult(code), what)
+
+    module.configure(batch_api().API, points.launch_kernel, points.ctx_get_current, points.ctx_set_current,
+                     points.stream_synchronize, _tensor._holds_lock, vars(Binding)["accesses"], raise_launch_error)
+    _configured_for = points
+    return True
+
+
+def arm(kernel: Kernel, binding: Binding, loaded: _Loaded, context: int) -> None:
+    """Gives ``kernel`` a native binding for ``binding`` (which has just launched
+    ``loaded`` with default options), when every parameter is of a kind the C path
+    packs; otherwise the kernel keeps the Python path."""
+    if module is None:
+        return
+    prepared = loaded.prepared
+    config = prepared.config
+    if config.extended or loaded.converts_scalars:
+        return
+    types = loaded._param_types
+    if any(t not in _STRUCT_FORMATS for t in types):
+        return
+    try:
+        _configure()
+    except NativeUnavailable:
+        return
+    from cutile._tensor import Partition, Tensor
+
+    slot_of = {param: index for index, (param, code, _, _) in enumerate(loaded.recipe) if code == 3}
+    checks: list[tuple[Any, ...]] = []
+    for index, (kind, *rest) in enumerate(binding.checks):
+        name = kernel._param_names[index]
+        if kind == _TENSOR:
+            target = rest[0]()
+            if target is None:
+                return
+            owner = Partition if type(target) is Partition else Tensor
+            checks.append((_TENSOR, rest[0], vars(owner)["_consumed_by"]))  # the slot's descriptor
+        elif kind == _CONSTANT:
+            checks.append((_CONSTANT, rest[0], rest[1]))
+        else:
+            slot = slot_of.get(name)
+            if slot is None or rest[0] not in (int, float):
+                return
+            code = _SCALAR_CODES.get(types[slot])
+            if code is None:
+                return
+            checks.append((_SCALAR, rest[0], code, slot))
+    # One 8-byte slot per parameter, little-endian like the device.
+    packed = b"".join(struct.pack(_STRUCT_FORMATS[t], v).ljust(8, b"\0") for t, v in zip(types, binding.packed))
+    from cutile import _tensor
+
+    holds = tuple((device, _tensor._holds[device], entry) for device, entry in zip(binding.devices, binding.hold_entries))
+    results = tuple(kernel._param_names.index(name) for name in binding.tensor_names)
+    from cuda_async._resource import Job
+    from cutile._kernel import Launch
+
+    fast = module.FastBinding(
+        binding, Job(kernel._launch_description), kernel._launch_description, Launch, tuple(checks), holds, results,
+        int(prepared.function.handle), context, tuple(prepared._grid), tuple(config.block),
+        config.shared_memory, packed)
+    kernel._fast = fast
+    binding.fast = weakref.ref(fast)

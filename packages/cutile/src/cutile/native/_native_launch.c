@@ -1,0 +1,675 @@
+/* cutile._native_launch: the steady state of `kernel(*args).sync()` in C.
+ *
+ * A kernel whose last call's objects are passed again (the same tensors and
+ * partitions, equal constants, scalars of the same types) skips everything that
+ * depends only on them; cutile.Kernel keeps that knowledge in a Python `Binding`,
+ * and, once the binding has launched on the GPU, in a FastBinding here. Then:
+ *   kernel(*args)  matches the arguments, checks none was consumed, takes the
+ *                  launch's holds (when no other launch is pending on the device)
+ *                  and makes the Launch;
+ *   launch.sync()  inside a cuda_async batch whose ledger is in its steady state
+ *                  (cuda_async's native/batch_api.h), gives the holds back, packs
+ *                  the scalars and calls cuLaunchKernel, then records the accesses.
+ * Anything else misses and runs the Python code, which is the reference and
+ * raises every error: this file never decides that something is wrong. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <string.h>
+#include "batch_api.h"
+
+typedef int (*launch_kernel_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                void *, void **, void **);
+typedef int (*ctx_get_fn)(void **);
+typedef int (*ctx_set_fn)(void *);
+typedef int (*stream_sync_fn)(void *);
+
+static const CudaAsyncBatchAPI *batch_api;
+static launch_kernel_fn cu_launch_kernel;
+static ctx_get_fn cu_ctx_get_current;
+static ctx_set_fn cu_ctx_set_current;
+static stream_sync_fn cu_stream_synchronize;
+static PyObject *dropped_holds, *holds_lock;
+static PyObject *binding_accesses;  /* the Binding.accesses slot descriptor */
+static PyObject *raise_launch_error; /* Python: (code, what) -> raises cuda_core's error */
+static PyObject *str_call, *str_sync_slow;
+static int configured;
+static unsigned long long native_calls, native_syncs; /* launches made and run here (tests) */
+
+enum { CHECK_TENSOR, CHECK_CONSTANT, CHECK_SCALAR };
+enum { P_I8 = 1, P_I16, P_I32, P_I64, P_U8, P_U16, P_U32, P_U64, P_F32, P_F64 };
+#define SLOT 8          /* every parameter lives in an 8-byte slot of the buffer */
+#define MAX_PARAMS 256
+
+typedef struct {
+    int kind;
+    PyObject *ref;          /* tensor: weakref; constant: value */
+    PyTypeObject *type;     /* constant, scalar: the exact type */
+    PyObject *consumed;     /* tensor: the _consumed_by slot descriptor of its class */
+    int code, slot;         /* scalar: C type, parameter index */
+} Check;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *owner;        /* the Python Binding */
+    PyObject *job;          /* the cuda_async Job that holds the resources of a synchronous run */
+    PyObject *name;         /* "launch of NAME", for driver errors */
+    PyTypeObject *launch_type;
+    Py_ssize_t nargs;
+    Check *checks;
+    Py_ssize_t nholds;
+    PyObject **hold_entries, **hold_devices, **hold_lists; /* per hold: entry, device, the device's list */
+    Py_ssize_t nresults;
+    Py_ssize_t *results;    /* argument indices of the tensors a run returns */
+    void *function, *context;
+    unsigned grid[3], block[3], shared_memory;
+    Py_ssize_t nparams;
+    unsigned char *packed;  /* nparams * SLOT bytes: the parameters, scalars refilled per call */
+    Py_ssize_t nscalars;
+    Py_ssize_t *scalar_checks;
+    int armed;
+    PyObject *weakrefs;
+} FastBinding;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *fast;         /* FastBinding or NULL */
+} KernelBase;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *kernel;
+    PyObject *fast;         /* FastBinding while the launch is native; NULL once adopted by Python */
+    PyObject *args;
+    int held, done;
+    PyObject *holds;        /* the Python path's `_holds` (a list) and `_binding`: */
+    PyObject *binding;      /* C members, so that a dropped launch gives its holds back here */
+} LaunchBase;
+
+static PyTypeObject FastBindingType, KernelBaseType, LaunchBaseType;
+
+/* -- helpers ---------------------------------------------------------------------------- */
+static inline PyObject *descr_get(PyObject *descriptor, PyObject *obj) {
+    return Py_TYPE(descriptor)->tp_descr_get(descriptor, obj, (PyObject *)Py_TYPE(obj));
+}
+
+/* A scalar argument written into an 8-byte slot; 0 when it does not fit (the Python
+ * path then raises the error), -1 on an error. */
+static int pack_scalar(int code, PyObject *value, unsigned char *slot) {
+    memset(slot, 0, SLOT);
+    if (code == P_F32 || code == P_F64) {
+        double d = PyFloat_AsDouble(value);
+        if (d == -1.0 && PyErr_Occurred()) return -1;
+        if (code == P_F32) { float f = (float)d; memcpy(slot, &f, sizeof f); }
+        else memcpy(slot, &d, sizeof d);
+        return 1;
+    }
+    if (code == P_U64) {
+        unsigned long long u = PyLong_AsUnsignedLongLong(value);
+        if (u == (unsigned long long)-1 && PyErr_Occurred()) {
+            if (!PyErr_ExceptionMatches(PyExc_OverflowError)) return -1;
+            PyErr_Clear();
+            return 0;
+        }
+        memcpy(slot, &u, sizeof u);
+        return 1;
+    }
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (v == -1 && PyErr_Occurred()) return -1;
+    if (overflow) return 0;
+    switch (code) {
+    case P_I8:  if (v < INT8_MIN || v > INT8_MAX) return 0; { int8_t x = (int8_t)v; memcpy(slot, &x, 1); } break;
+    case P_I16: if (v < INT16_MIN || v > INT16_MAX) return 0; { int16_t x = (int16_t)v; memcpy(slot, &x, 2); } break;
+    case P_I32: if (v < INT32_MIN || v > INT32_MAX) return 0; { int32_t x = (int32_t)v; memcpy(slot, &x, 4); } break;
+    case P_I64: memcpy(slot, &v, 8); break;
+    case P_U8:  if (v < 0 || v > UINT8_MAX) return 0; { uint8_t x = (uint8_t)v; memcpy(slot, &x, 1); } break;
+    case P_U16: if (v < 0 || v > UINT16_MAX) return 0; { uint16_t x = (uint16_t)v; memcpy(slot, &x, 2); } break;
+    case P_U32: if (v < 0 || v > (long long)UINT32_MAX) return 0; { uint32_t x = (uint32_t)v; memcpy(slot, &x, 4); } break;
+    default: return 0;
+    }
+    return 1;
+}
+
+/* -- FastBinding ------------------------------------------------------------------------ */
+static void fast_clear_contents(FastBinding *self) {
+    for (Py_ssize_t i = 0; i < self->nargs; i++) {
+        Py_CLEAR(self->checks[i].ref);
+        Py_CLEAR(self->checks[i].type);
+        Py_CLEAR(self->checks[i].consumed);
+    }
+    for (Py_ssize_t i = 0; i < self->nholds; i++) {
+        Py_CLEAR(self->hold_entries[i]);
+        Py_CLEAR(self->hold_devices[i]);
+        Py_CLEAR(self->hold_lists[i]);
+    }
+    self->armed = 0;
+}
+
+static void fast_dealloc(FastBinding *self) {
+    if (self->weakrefs != NULL) PyObject_ClearWeakRefs((PyObject *)self);
+    fast_clear_contents(self);
+    Py_XDECREF(self->owner);
+    Py_XDECREF(self->job);
+    Py_XDECREF(self->name);
+    Py_XDECREF(self->launch_type);
+    PyMem_Free(self->checks);
+    PyMem_Free(self->hold_entries);
+    PyMem_Free(self->hold_devices);
+    PyMem_Free(self->hold_lists);
+    PyMem_Free(self->results);
+    PyMem_Free(self->packed);
+    PyMem_Free(self->scalar_checks);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int read_uints(PyObject *seq, unsigned *out, Py_ssize_t n, const char *what) {
+    if (!PyTuple_Check(seq) || PyTuple_GET_SIZE(seq) != n) {
+        PyErr_Format(PyExc_TypeError, "FastBinding: %s must be a tuple of %zd ints", what, n);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned long v = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(seq, i));
+        if (PyErr_Occurred()) return -1;
+        out[i] = (unsigned)v;
+    }
+    return 0;
+}
+
+/* FastBinding(owner, job, name, launch_type, checks, holds, results, function, context, grid, block,
+ *             shared_memory, packed)
+ *   checks:  per argument (0, weakref, consumed_descriptor) | (1, type, value) | (2, type, code, slot)
+ *   holds:   ((device, list, entry), ...): each hold (cutile._tensor.hold_entries) with its device
+ *            and that device's list in cutile._tensor._holds
+ *   results: argument indices of the tensors a run returns
+ *   packed:  bytes, 8 per parameter (scalars are refilled per call) */
+static PyObject *fast_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    PyObject *owner, *job, *name, *launch_type, *checks, *holds, *results, *grid, *block, *packed;
+    unsigned long long function, context;
+    unsigned shared_memory;
+    if (!PyArg_ParseTuple(args, "OOUO!O!O!O!KKO!O!IS", &owner, &job, &name, &PyType_Type, &launch_type,
+                          &PyTuple_Type, &checks, &PyTuple_Type, &holds, &PyTuple_Type, &results, &function,
+                          &context, &PyTuple_Type, &grid, &PyTuple_Type, &block, &shared_memory, &packed))
+        return NULL;
+    if (!PyType_IsSubtype((PyTypeObject *)launch_type, &LaunchBaseType))
+        return PyErr_Format(PyExc_TypeError, "FastBinding: the launch type must derive from LaunchBase");
+    Py_ssize_t nbytes = PyBytes_GET_SIZE(packed);
+    if (nbytes % SLOT || nbytes / SLOT > MAX_PARAMS)
+        return PyErr_Format(PyExc_ValueError, "FastBinding: packed parameters must be 8 bytes each, at most %d", MAX_PARAMS);
+    FastBinding *self = (FastBinding *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->owner = Py_NewRef(owner);
+    self->job = Py_NewRef(job);
+    self->name = Py_NewRef(name);
+    self->launch_type = (PyTypeObject *)Py_NewRef(launch_type);
+    self->function = (void *)(uintptr_t)function;
+    self->context = (void *)(uintptr_t)context;
+    self->shared_memory = shared_memory;
+    if (read_uints(grid, self->grid, 3, "grid") < 0 || read_uints(block, self->block, 3, "block") < 0) goto fail;
+    self->nparams = nbytes / SLOT;
+    self->packed = PyMem_Malloc(nbytes ? nbytes : 1);
+    if (self->packed == NULL) { PyErr_NoMemory(); goto fail; }
+    memcpy(self->packed, PyBytes_AS_STRING(packed), nbytes);
+
+    self->nargs = PyTuple_GET_SIZE(checks);
+    self->checks = PyMem_Calloc(self->nargs ? self->nargs : 1, sizeof(Check));
+    self->scalar_checks = PyMem_Calloc(self->nargs ? self->nargs : 1, sizeof(Py_ssize_t));
+    if (self->checks == NULL || self->scalar_checks == NULL) { PyErr_NoMemory(); goto fail; }
+    for (Py_ssize_t i = 0; i < self->nargs; i++) {
+        PyObject *spec = PyTuple_GET_ITEM(checks, i);
+        Check *check = &self->checks[i];
+        if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) < 3) goto bad_check;
+        check->kind = (int)PyLong_AsLong(PyTuple_GET_ITEM(spec, 0));
+        PyObject *a = PyTuple_GET_ITEM(spec, 1), *b = PyTuple_GET_ITEM(spec, 2);
+        if (check->kind == CHECK_TENSOR) {
+            if (!PyWeakref_CheckRef(a) || Py_TYPE(b)->tp_descr_get == NULL) goto bad_check;
+            check->ref = Py_NewRef(a);
+            check->consumed = Py_NewRef(b);
+        } else if (check->kind == CHECK_CONSTANT) {
+            if (!PyType_Check(a)) goto bad_check;
+            check->type = (PyTypeObject *)Py_NewRef(a);
+            check->ref = Py_NewRef(b);
+        } else if (check->kind == CHECK_SCALAR && PyTuple_GET_SIZE(spec) == 4 && PyType_Check(a)) {
+            check->type = (PyTypeObject *)Py_NewRef(a);
+            check->code = (int)PyLong_AsLong(b);
+            check->slot = (int)PyLong_AsLong(PyTuple_GET_ITEM(spec, 3));
+            if (check->code < P_I8 || check->code > P_F64 || check->slot < 0 || check->slot >= self->nparams)
+                goto bad_check;
+            self->scalar_checks[self->nscalars++] = i;
+        } else {
+            goto bad_check;
+        }
+        if (PyErr_Occurred()) goto fail;
+    }
+    self->nholds = PyTuple_GET_SIZE(holds);
+    self->hold_entries = PyMem_Calloc(self->nholds ? self->nholds : 1, sizeof(PyObject *));
+    self->hold_devices = PyMem_Calloc(self->nholds ? self->nholds : 1, sizeof(PyObject *));
+    self->hold_lists = PyMem_Calloc(self->nholds ? self->nholds : 1, sizeof(PyObject *));
+    if (!self->hold_entries || !self->hold_devices || !self->hold_lists) { PyErr_NoMemory(); goto fail; }
+    for (Py_ssize_t i = 0; i < self->nholds; i++) {
+        PyObject *triple = PyTuple_GET_ITEM(holds, i);
+        if (!PyTuple_Check(triple) || PyTuple_GET_SIZE(triple) != 3 || !PyUnicode_Check(PyTuple_GET_ITEM(triple, 0))
+            || !PyList_CheckExact(PyTuple_GET_ITEM(triple, 1))) {
+            PyErr_SetString(PyExc_TypeError, "FastBinding: holds must be (device, list, entry) triples");
+            goto fail;
+        }
+        self->hold_devices[i] = Py_NewRef(PyTuple_GET_ITEM(triple, 0));
+        self->hold_lists[i] = Py_NewRef(PyTuple_GET_ITEM(triple, 1));
+        self->hold_entries[i] = Py_NewRef(PyTuple_GET_ITEM(triple, 2));
+    }
+    self->nresults = PyTuple_GET_SIZE(results);
+    self->results = PyMem_Calloc(self->nresults ? self->nresults : 1, sizeof(Py_ssize_t));
+    if (self->results == NULL) { PyErr_NoMemory(); goto fail; }
+    for (Py_ssize_t i = 0; i < self->nresults; i++) {
+        self->results[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(results, i));
+        if (self->results[i] < 0 || self->results[i] >= self->nargs) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "FastBinding: result index out of range");
+            goto fail;
+        }
+    }
+    self->armed = 1;
+    return (PyObject *)self;
+bad_check:
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "FastBinding: malformed argument check");
+fail:
+    Py_DECREF(self);
+    return NULL;
+}
+
+static PyObject *fast_disarm(FastBinding *self, PyObject *unused) {
+    fast_clear_contents(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *fast_get_armed(FastBinding *self, void *closure) { return PyBool_FromLong(self->armed); }
+
+static PyMethodDef fast_methods[] = {
+    {"disarm", (PyCFunction)fast_disarm, METH_NOARGS, "Forgets the objects; later calls miss."},
+    {NULL, NULL, 0, NULL}};
+static PyGetSetDef fast_getset[] = {{"armed", (getter)fast_get_armed, NULL, NULL, NULL}, {NULL}};
+static PyMemberDef fast_members[] = {{"owner", T_OBJECT, offsetof(FastBinding, owner), READONLY, NULL}, {NULL}};
+
+/* -- kernel(*args) ----------------------------------------------------------------------- */
+/* 1: the arguments are the binding's and none was consumed; 0: a miss; -1: error. */
+static int arguments_match(FastBinding *fb, PyObject *args) {
+    if (PyTuple_GET_SIZE(args) != fb->nargs) return 0;
+    for (Py_ssize_t i = 0; i < fb->nargs; i++) {
+        Check *check = &fb->checks[i];
+        PyObject *value = PyTuple_GET_ITEM(args, i);
+        if (check->kind == CHECK_TENSOR) {
+            if (PyWeakref_GetObject(check->ref) != value) return 0; /* a dead reference gives None */
+            PyObject *consumer = descr_get(check->consumed, value);
+            if (consumer == NULL) return -1;
+            Py_DECREF(consumer);
+            if (consumer != Py_None) return 0;
+        } else if (Py_TYPE(value) != check->type) {
+            return 0;
+        } else if (check->kind == CHECK_CONSTANT && value != check->ref) {
+            if (PyFloat_CheckExact(value)) return 0; /* 0.0 and -0.0 compile differently */
+            int equal = PyObject_RichCompareBool(value, check->ref, Py_EQ);
+            if (equal <= 0) return equal;
+        } else if (check->kind == CHECK_SCALAR) {
+            unsigned char scratch[SLOT]; /* a value that does not fit is the Python path's error */
+            int fits = pack_scalar(check->code, value, scratch);
+            if (fits <= 0) return fits;
+        }
+    }
+    return 1;
+}
+
+/* Takes the launch's holds when nothing else is held on their devices (else the
+ * Python path checks for conflicts). 1 taken, 0 miss, -1 error. */
+static int take_holds(FastBinding *fb) {
+    if (!batch_api->lock_try_acquire(holds_lock)) return 0;
+    int result = PyObject_Length(dropped_holds) == 0;
+    for (Py_ssize_t i = 0; i < fb->nholds && result; i++)
+        if (PyList_GET_SIZE(fb->hold_lists[i]) != 0) result = 0;
+    /* Appended after every check: two ranges on one device share a list. */
+    for (Py_ssize_t i = 0; i < fb->nholds && result == 1; i++)
+        if (PyList_Append(fb->hold_lists[i], fb->hold_entries[i]) < 0) result = -1;
+    batch_api->lock_release(holds_lock);
+    return result;
+}
+
+/* Gives back holds taken by take_holds (the latest entry equal by identity). */
+static int release_holds_locked(FastBinding *fb) {
+    for (Py_ssize_t i = fb->nholds - 1; i >= 0; i--) {
+        PyObject *held = fb->hold_lists[i];
+        for (Py_ssize_t j = PyList_GET_SIZE(held) - 1; j >= 0; j--) {
+            if (PyList_GET_ITEM(held, j) == fb->hold_entries[i]) {
+                if (PyList_SetSlice(held, j, j + 1, NULL) < 0) return -1;
+                break;
+            }
+        }
+    }
+    return 0;
+}
+
+static PyObject *fast_call(KernelBase *kernel, FastBinding *fb, PyObject *args) {
+    int matched = arguments_match(fb, args);
+    if (matched <= 0) return NULL;
+    int taken = take_holds(fb);
+    if (taken <= 0) return NULL;
+    LaunchBase *launch = (LaunchBase *)fb->launch_type->tp_alloc(fb->launch_type, 0);
+    if (launch == NULL) {
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        if (batch_api->lock_try_acquire(holds_lock)) {
+            release_holds_locked(fb);
+            batch_api->lock_release(holds_lock);
+        }
+        PyErr_Restore(type, value, tb);
+        return NULL;
+    }
+    launch->kernel = Py_NewRef((PyObject *)kernel);
+    launch->fast = Py_NewRef((PyObject *)fb);
+    launch->args = Py_NewRef(args);
+    launch->held = 1;
+    native_calls++;
+    return (PyObject *)launch;
+}
+
+static PyObject *kernel_call(KernelBase *self, PyObject *args, PyObject *kwargs) {
+    FastBinding *fb = (FastBinding *)self->fast;
+    if (fb != NULL && fb->armed && configured && (kwargs == NULL || PyDict_GET_SIZE(kwargs) == 0)) {
+        Py_INCREF(fb); /* the call may drop the kernel's reference (a weakref callback) */
+        PyObject *launch = fast_call(self, fb, args);
+        Py_DECREF(fb);
+        if (launch != NULL || PyErr_Occurred()) return launch;
+    }
+    PyObject *slow = PyObject_GetAttr((PyObject *)self, str_call);
+    if (slow == NULL) return NULL;
+    PyObject *result = PyObject_Call(slow, args, kwargs);
+    Py_DECREF(slow);
+    return result;
+}
+
+static void kernel_dealloc(KernelBase *self) {
+    Py_CLEAR(self->fast);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *kernel_get_fast(KernelBase *self, void *closure) {
+    return Py_NewRef(self->fast ? self->fast : Py_None);
+}
+
+static int kernel_set_fast(KernelBase *self, PyObject *value, void *closure) {
+    if (value != NULL && value != Py_None && !PyObject_TypeCheck(value, &FastBindingType)) {
+        PyErr_SetString(PyExc_TypeError, "_fast takes a FastBinding or None");
+        return -1;
+    }
+    Py_XSETREF(self->fast, (value == NULL || value == Py_None) ? NULL : Py_NewRef(value));
+    return 0;
+}
+
+static PyGetSetDef kernel_getset[] = {
+    {"_fast", (getter)kernel_get_fast, (setter)kernel_set_fast, "the native binding, or None", NULL}, {NULL}};
+
+/* -- launch.sync() ----------------------------------------------------------------------- */
+static PyObject *results_of(FastBinding *fb, PyObject *args) {
+    if (fb->nresults == 1) return Py_NewRef(PyTuple_GET_ITEM(args, fb->results[0]));
+    PyObject *tuple = PyTuple_New(fb->nresults);
+    if (tuple == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < fb->nresults; i++)
+        PyTuple_SET_ITEM(tuple, i, Py_NewRef(PyTuple_GET_ITEM(args, fb->results[i])));
+    return tuple;
+}
+
+/* Gives the launch's cutile holds back: the running op's holds take over (as
+ * Launch._execute does). 1 done, 0 a miss (nothing changed), -1 error. */
+static int hand_over_holds(LaunchBase *self, FastBinding *fb) {
+    if (!batch_api->lock_try_acquire(holds_lock)) return 0;
+    if (PyObject_Length(dropped_holds) != 0) { batch_api->lock_release(holds_lock); return 0; }
+    int released = release_holds_locked(fb);
+    batch_api->lock_release(holds_lock);
+    if (released < 0) return -1;
+    self->held = 0;
+    return 1;
+}
+
+static int launch_on(FastBinding *fb, unsigned long long stream, void **pointers) {
+    void *current = NULL;
+    int err = cu_ctx_get_current(&current);
+    if (!err && current != fb->context) err = cu_ctx_set_current(fb->context);
+    if (!err)
+        err = cu_launch_kernel(fb->function, fb->grid[0], fb->grid[1], fb->grid[2], fb->block[0], fb->block[1],
+                               fb->block[2], fb->shared_memory, (void *)(uintptr_t)stream, pointers, NULL);
+    return err;
+}
+
+static void raise_driver_error(int err, PyObject *what) {
+    PyObject *raised = PyObject_CallFunction(raise_launch_error, "iO", err, what);
+    Py_XDECREF(raised);
+    if (!PyErr_Occurred()) PyErr_Format(PyExc_RuntimeError, "%U failed with CUDA error %d", what, err);
+}
+
+/* The launch in a batch's steady state, or run synchronously on idle resources;
+ * NULL without an error set: a miss (nothing changed). */
+static PyObject *fast_sync(LaunchBase *self, FastBinding *fb) {
+    unsigned char params[MAX_PARAMS * SLOT];
+    void *pointers[MAX_PARAMS];
+    memcpy(params, fb->packed, fb->nparams * SLOT);
+    for (Py_ssize_t p = 0; p < fb->nparams; p++) pointers[p] = params + p * SLOT;
+    for (Py_ssize_t s = 0; s < fb->nscalars; s++) {
+        Check *check = &fb->checks[fb->scalar_checks[s]];
+        int packed = pack_scalar(check->code, PyTuple_GET_ITEM(self->args, fb->scalar_checks[s]),
+                                 params + (Py_ssize_t)check->slot * SLOT);
+        if (packed <= 0) return NULL;
+    }
+    PyObject *access_set = descr_get(binding_accesses, fb->owner);
+    if (access_set == NULL) return NULL;
+    PyObject *result = NULL;
+    CudaAsyncBatchTxn txn;
+    int begun = batch_api->begin(access_set, &txn);
+    if (begun == 1) {
+        int handed = hand_over_holds(self, fb);
+        if (handed <= 0) { batch_api->abort(&txn); goto done; }
+        self->done = 1; /* from here on the launch has run, whatever the driver says */
+        int err = launch_on(fb, txn.stream_handle, pointers);
+        if (err) { batch_api->abort(&txn); raise_driver_error(err, fb->name); goto done; }
+        if (batch_api->commit(access_set, &txn) < 0) goto done;
+        native_syncs++;
+        result = results_of(fb, self->args);
+        goto done;
+    }
+    if (begun < 0) goto done;
+    CudaAsyncSyncTxn sync;
+    begun = batch_api->sync_begin(access_set, fb->job, fb->name, &sync);
+    if (begun <= 0) goto done;
+    int handed = hand_over_holds(self, fb);
+    if (handed <= 0) { batch_api->sync_end(&sync, 0); goto done; }
+    self->done = 1;
+    int err = launch_on(fb, sync.stream_handle, pointers);
+    if (err) { raise_driver_error(err, fb->name); batch_api->sync_end(&sync, 0); goto done; }
+    Py_BEGIN_ALLOW_THREADS /* the holds keep other threads off the resources meanwhile */
+    err = cu_stream_synchronize((void *)(uintptr_t)sync.stream_handle);
+    Py_END_ALLOW_THREADS
+    if (err) {
+        PyObject *what = PyUnicode_FromFormat("waiting for the %U", fb->name);
+        if (what != NULL) { raise_driver_error(err, what); Py_DECREF(what); }
+    }
+    if (batch_api->sync_end(&sync, 1) < 0 || err) goto done;
+    native_syncs++;
+    result = results_of(fb, self->args);
+done:
+    Py_DECREF(access_set);
+    return result;
+}
+
+static PyObject *launch_sync(LaunchBase *self, PyObject *unused) {
+    FastBinding *fb = (FastBinding *)self->fast;
+    if (fb != NULL && fb->armed && configured && self->held && !self->done) {
+        Py_INCREF(fb);
+        PyObject *result = fast_sync(self, fb);
+        Py_DECREF(fb);
+        if (result != NULL || PyErr_Occurred()) return result;
+    }
+    return PyObject_CallMethodNoArgs((PyObject *)self, str_sync_slow);
+}
+
+/* Hands a native launch over to Python: (binding, args, held, done), or None. */
+static PyObject *launch_take_native(LaunchBase *self, PyObject *unused) {
+    if (self->fast == NULL) Py_RETURN_NONE;
+    PyObject *owner = ((FastBinding *)self->fast)->owner;
+    PyObject *state = Py_BuildValue("OOOO", owner, self->args, self->held ? Py_True : Py_False,
+                                    self->done ? Py_True : Py_False);
+    if (state == NULL) return NULL;
+    Py_CLEAR(self->fast);
+    Py_CLEAR(self->args);
+    self->held = 0;
+    return state;
+}
+
+/* Queues holds on cutile's `_dropped` (the next user of the holds gives them back,
+ * under the lock): a launch may be freed in the middle of any code. */
+static void drop_holds(PyObject *entries, PyObject *devices) {
+    if (dropped_holds == NULL) return; /* never configured: no launch ever held anything */
+    PyObject *pair = PyTuple_Pack(2, entries, devices);
+    PyObject *append = pair ? PyUnicode_InternFromString("append") : NULL;
+    PyObject *appended = append ? PyObject_CallMethodOneArg(dropped_holds, append, pair) : NULL;
+    Py_XDECREF(append);
+    if (appended == NULL) PyErr_WriteUnraisable(dropped_holds);
+    Py_XDECREF(appended);
+    Py_XDECREF(pair);
+}
+
+static void launch_dealloc(LaunchBase *self) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    if (self->fast != NULL && self->held) { /* a native launch dropped without running */
+        FastBinding *fb = (FastBinding *)self->fast;
+        PyObject *entries = PyList_New(fb->nholds), *devices = PyList_New(fb->nholds);
+        if (entries && devices) {
+            for (Py_ssize_t i = 0; i < fb->nholds; i++) {
+                PyList_SET_ITEM(entries, i, Py_NewRef(fb->hold_entries[i] ? fb->hold_entries[i] : Py_None));
+                PyList_SET_ITEM(devices, i, Py_NewRef(fb->hold_devices[i] ? fb->hold_devices[i] : Py_None));
+            }
+            drop_holds(entries, devices);
+        } else {
+            PyErr_WriteUnraisable((PyObject *)self);
+        }
+        Py_XDECREF(entries);
+        Py_XDECREF(devices);
+    } else if (self->holds != NULL && PyList_Check(self->holds) && PyList_GET_SIZE(self->holds) && self->binding) {
+        PyObject *devices = PyObject_GetAttrString(self->binding, "devices"); /* a Python launch's */
+        if (devices != NULL) drop_holds(self->holds, devices);
+        else PyErr_WriteUnraisable((PyObject *)self);
+        Py_XDECREF(devices);
+    }
+    PyErr_Restore(type, value, tb);
+    Py_CLEAR(self->kernel);
+    Py_CLEAR(self->fast);
+    Py_CLEAR(self->args);
+    Py_CLEAR(self->holds);
+    Py_CLEAR(self->binding);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef launch_methods[] = {
+    {"sync", (PyCFunction)launch_sync, METH_NOARGS,
+     "Runs the launch to completion and returns its tensor arguments (one as itself, several as a tuple)."},
+    {"_take_native", (PyCFunction)launch_take_native, METH_NOARGS, "(binding, args, held, done) or None."},
+    {NULL, NULL, 0, NULL}};
+static PyMemberDef launch_members[] = {
+    {"kernel", T_OBJECT_EX, offsetof(LaunchBase, kernel), 0, NULL},
+    {"_holds", T_OBJECT_EX, offsetof(LaunchBase, holds), 0, NULL},
+    {"_binding", T_OBJECT_EX, offsetof(LaunchBase, binding), 0, NULL},
+    {NULL}};
+
+/* -- module ------------------------------------------------------------------------------ */
+static PyTypeObject FastBindingType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "cutile._native_launch.FastBinding",
+    .tp_basicsize = sizeof(FastBinding), .tp_dealloc = (destructor)fast_dealloc, .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = fast_new, .tp_methods = fast_methods, .tp_weaklistoffset = offsetof(FastBinding, weakrefs), .tp_getset = fast_getset, .tp_members = fast_members};
+static PyTypeObject KernelBaseType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "cutile._native_launch.KernelBase",
+    .tp_basicsize = sizeof(KernelBase), .tp_dealloc = (destructor)kernel_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE, .tp_new = PyType_GenericNew,
+    .tp_call = (ternaryfunc)kernel_call, .tp_getset = kernel_getset};
+static PyTypeObject LaunchBaseType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "cutile._native_launch.LaunchBase",
+    .tp_basicsize = sizeof(LaunchBase), .tp_dealloc = (destructor)launch_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE, .tp_new = PyType_GenericNew,
+    .tp_methods = launch_methods, .tp_members = launch_members};
+
+/* configure_holds(dropped): cutile._tensor's queue of holds given back by freed launches. */
+static PyObject *configure_holds(PyObject *module, PyObject *dropped) {
+    Py_XSETREF(dropped_holds, Py_NewRef(dropped));
+    Py_RETURN_NONE;
+}
+
+/* configure(batch_capsule, launch_kernel, ctx_get_current, ctx_set_current, stream_synchronize,
+ *           holds_lock, binding_accesses_descriptor, raise_launch_error): after configure_holds. */
+static PyObject *configure(PyObject *module, PyObject *args) {
+    PyObject *capsule, *lock, *accesses, *raiser;
+    unsigned long long launch, get_current, set_current, synchronize;
+    if (!PyArg_ParseTuple(args, "OKKKKOOO", &capsule, &launch, &get_current, &set_current, &synchronize, &lock,
+                          &accesses, &raiser))
+        return NULL;
+    if (dropped_holds == NULL) return PyErr_Format(PyExc_RuntimeError, "configure: call configure_holds first");
+    const CudaAsyncBatchAPI *api = PyCapsule_GetPointer(capsule, CUDA_ASYNC_BATCH_API_CAPSULE);
+    if (api == NULL) return NULL;
+    if (api->version != CUDA_ASYNC_BATCH_API_VERSION)
+        return PyErr_Format(PyExc_RuntimeError, "cuda_async's batch API is version %d, expected %d", api->version,
+                            CUDA_ASYNC_BATCH_API_VERSION);
+    if (!launch || !get_current || !set_current || !synchronize) return PyErr_Format(PyExc_ValueError, "configure: null entry point");
+    if (Py_TYPE(accesses)->tp_descr_get == NULL) return PyErr_Format(PyExc_TypeError, "configure: not a descriptor");
+    if (!PyObject_TypeCheck(lock, api->lock_type))
+        return PyErr_Format(PyExc_TypeError, "configure: the holds lock must be cuda_async's native RLock");
+    batch_api = api;
+    Py_XSETREF(holds_lock, Py_NewRef(lock));
+    cu_launch_kernel = (launch_kernel_fn)(uintptr_t)launch;
+    cu_ctx_get_current = (ctx_get_fn)(uintptr_t)get_current;
+    cu_ctx_set_current = (ctx_set_fn)(uintptr_t)set_current;
+    cu_stream_synchronize = (stream_sync_fn)(uintptr_t)synchronize;
+    Py_XSETREF(binding_accesses, Py_NewRef(accesses));
+    Py_XSETREF(raise_launch_error, Py_NewRef(raiser));
+    configured = 1;
+    Py_RETURN_NONE;
+}
+
+/* Stand-ins for the driver that do nothing, for measuring the host path alone. */
+static int null_launch(void *f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e, unsigned g, unsigned h,
+                       void *s, void **p, void **x) { return 0; }
+static void *null_context;
+static int null_get_current(void **out) { *out = null_context; return 0; }
+static int null_set_current(void *context) { null_context = context; return 0; }
+static int null_synchronize(void *stream) { return 0; }
+
+static PyObject *null_entry_points(PyObject *module, PyObject *unused) {
+    return Py_BuildValue("KKKK", (unsigned long long)(uintptr_t)null_launch,
+                         (unsigned long long)(uintptr_t)null_get_current,
+                         (unsigned long long)(uintptr_t)null_set_current,
+                         (unsigned long long)(uintptr_t)null_synchronize);
+}
+
+static PyObject *stats(PyObject *module, PyObject *unused) {
+    return Py_BuildValue("KK", native_calls, native_syncs);
+}
+
+static PyMethodDef module_methods[] = {
+    {"stats", stats, METH_NOARGS, "(launches made, launches run) by the native path so far."},
+    {"configure_holds", configure_holds, METH_O, "Hands over cutile's holds of pending launches."},
+    {"configure", configure, METH_VARARGS, "Hands over the batch API and the driver's entry points."},
+    {"null_entry_points", null_entry_points, METH_NOARGS, "Driver stand-ins that do nothing (benchmarks)."},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "cutile._native_launch", NULL, -1, module_methods,
+                                        NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__native_launch(void) {
+    str_call = PyUnicode_InternFromString("_call");
+    str_sync_slow = PyUnicode_InternFromString("_sync_slow");
+    if (str_call == NULL || str_sync_slow == NULL) return NULL;
+    if (PyType_Ready(&FastBindingType) < 0 || PyType_Ready(&KernelBaseType) < 0 || PyType_Ready(&LaunchBaseType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module_def);
+    if (m == NULL) return NULL;
+    if (PyModule_AddObjectRef(m, "FastBinding", (PyObject *)&FastBindingType) < 0 ||
+        PyModule_AddObjectRef(m, "KernelBase", (PyObject *)&KernelBaseType) < 0 ||
+        PyModule_AddObjectRef(m, "LaunchBase", (PyObject *)&LaunchBaseType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
