@@ -598,3 +598,26 @@ def test_the_native_path_honours_the_policy_and_leaves_captures_to_python(native
         z, x, y = saxpy(z, x, y, 3.0).sync()  # recorded, by the Python path
     assert _stats()[1] == run + 8 and scope.graph.node_count == 1
     scope.graph.close()
+
+
+def test_a_binding_armed_under_another_driver_is_not_used(native_gpu: FakeDriver) -> None:
+    from cuda_core._native import EntryPoints
+
+    x = api.from_numpy(np.zeros(256, np.float32))
+    y = api.from_numpy(np.zeros(256, np.float32))
+    z = api.empty([256], dtype=f32).partition([128])
+    _register(native_gpu, saxpy(z, x, y, 1.0))
+    z, x, y = saxpy(z, x, y, 1.0).sync()
+    made = _stats()[0]
+    saxpy(z, x, y, 1.0).sync()
+    assert _stats()[0] == made + 1
+    # Another driver's entry points (as after swapping drivers): the module is
+    # configured anew when the next kernel is armed, and saxpy's binding, armed
+    # with the first driver's handles, must not launch through it.
+    native_gpu.native_entry_points = lambda: EntryPoints(*_native.module.null_entry_points())  # type: ignore[method-assign]
+    w = api.empty([256], dtype=f32).partition([128])
+    _register(native_gpu, shift(w, x, 1))
+    w, x = shift(w, x, 1).sync()
+    launches = len(native_gpu.launches)
+    z, x, y = saxpy(z, x, y, 2.0).sync()
+    assert _stats()[0] == made + 1 and len(native_gpu.launches) == launches + 1  # the Python path ran it

@@ -287,13 +287,25 @@ static int txn_commit(PyObject *access_set, CudaAsyncBatchTxn *txn) {
     return failed ? -1 : 0;
 }
 
+/* Whether the weak reference `ref` points to `target`. */
+static int refers_to(PyObject *ref, PyObject *target) {
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject *found = NULL;
+    if (PyWeakref_GetRef(ref, &found) <= 0) { PyErr_Clear(); return 0; }
+    Py_DECREF(found);
+    return found == target;
+#else
+    return PyWeakref_GetObject(ref) == target;
+#endif
+}
+
 /* -- synchronous runs ---------------------------------------------------------------- */
 /* The (handle, state) of a stream, through a small cache keyed by identity. */
 static int stream_facts(PyObject *stream, unsigned long long *handle, PyObject **state) {
     PyObject *key = PyLong_FromVoidPtr(stream);
     if (key == NULL) return -1;
     PyObject *cached = PyDict_GetItemWithError(stream_cache, key); /* borrowed */
-    if (cached != NULL && PyWeakref_GetObject(PyTuple_GET_ITEM(cached, 0)) == stream) {
+    if (cached != NULL && refers_to(PyTuple_GET_ITEM(cached, 0), stream)) {
         *handle = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(cached, 1));
         *state = Py_NewRef(PyTuple_GET_ITEM(cached, 2));
         Py_DECREF(key);

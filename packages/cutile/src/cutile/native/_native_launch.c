@@ -34,6 +34,7 @@ static PyObject *binding_accesses;  /* the Binding.accesses slot descriptor */
 static PyObject *raise_launch_error; /* Python: (code, what) -> raises cuda_core's error */
 static PyObject *str_call, *str_sync_slow;
 static int configured;
+static unsigned long generation; /* bumped by each configure: a binding armed under another driver misses */
 static unsigned long long native_calls, native_syncs; /* launches made and run here (tests) */
 
 enum { CHECK_TENSOR, CHECK_CONSTANT, CHECK_SCALAR };
@@ -68,6 +69,7 @@ typedef struct {
     Py_ssize_t nscalars;
     Py_ssize_t *scalar_checks;
     int armed;
+    unsigned long generation;
     PyObject *weakrefs;
 } FastBinding;
 
@@ -89,6 +91,18 @@ typedef struct {
 static PyTypeObject FastBindingType, KernelBaseType, LaunchBaseType;
 
 /* -- helpers ---------------------------------------------------------------------------- */
+/* The object a weak reference points to (borrowed; None once dead). */
+static inline PyObject *referent(PyObject *ref) {
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject *target = NULL;
+    if (PyWeakref_GetRef(ref, &target) <= 0) { PyErr_Clear(); return Py_None; }
+    Py_DECREF(target); /* the caller holds the argument that it is compared with */
+    return target;
+#else
+    return PyWeakref_GetObject(ref);
+#endif
+}
+
 static inline PyObject *descr_get(PyObject *descriptor, PyObject *obj) {
     return Py_TYPE(descriptor)->tp_descr_get(descriptor, obj, (PyObject *)Py_TYPE(obj));
 }
@@ -191,6 +205,7 @@ static PyObject *fast_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) 
                           &PyTuple_Type, &checks, &PyTuple_Type, &holds, &PyTuple_Type, &results, &function,
                           &context, &PyTuple_Type, &grid, &PyTuple_Type, &block, &shared_memory, &packed))
         return NULL;
+    if (!configured) return PyErr_Format(PyExc_RuntimeError, "FastBinding: configure the module first");
     if (!PyType_IsSubtype((PyTypeObject *)launch_type, &LaunchBaseType))
         return PyErr_Format(PyExc_TypeError, "FastBinding: the launch type must derive from LaunchBase");
     Py_ssize_t nbytes = PyBytes_GET_SIZE(packed);
@@ -268,6 +283,7 @@ static PyObject *fast_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) 
         }
     }
     self->armed = 1;
+    self->generation = generation;
     return (PyObject *)self;
 bad_check:
     if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "FastBinding: malformed argument check");
@@ -297,7 +313,7 @@ static int arguments_match(FastBinding *fb, PyObject *args) {
         Check *check = &fb->checks[i];
         PyObject *value = PyTuple_GET_ITEM(args, i);
         if (check->kind == CHECK_TENSOR) {
-            if (PyWeakref_GetObject(check->ref) != value) return 0; /* a dead reference gives None */
+            if (referent(check->ref) != value) return 0; /* a dead reference gives None */
             PyObject *consumer = descr_get(check->consumed, value);
             if (consumer == NULL) return -1;
             Py_DECREF(consumer);
@@ -371,7 +387,7 @@ static PyObject *fast_call(KernelBase *kernel, FastBinding *fb, PyObject *args) 
 
 static PyObject *kernel_call(KernelBase *self, PyObject *args, PyObject *kwargs) {
     FastBinding *fb = (FastBinding *)self->fast;
-    if (fb != NULL && fb->armed && configured && (kwargs == NULL || PyDict_GET_SIZE(kwargs) == 0)) {
+    if (fb != NULL && fb->armed && fb->generation == generation && (kwargs == NULL || PyDict_GET_SIZE(kwargs) == 0)) {
         Py_INCREF(fb); /* the call may drop the kernel's reference (a weakref callback) */
         PyObject *launch = fast_call(self, fb, args);
         Py_DECREF(fb);
@@ -498,7 +514,7 @@ done:
 
 static PyObject *launch_sync(LaunchBase *self, PyObject *unused) {
     FastBinding *fb = (FastBinding *)self->fast;
-    if (fb != NULL && fb->armed && configured && self->held && !self->done) {
+    if (fb != NULL && fb->armed && fb->generation == generation && self->held && !self->done) {
         Py_INCREF(fb);
         PyObject *result = fast_sync(self, fb);
         Py_DECREF(fb);
@@ -622,6 +638,7 @@ static PyObject *configure(PyObject *module, PyObject *args) {
     cu_ctx_get_current = (ctx_get_fn)(uintptr_t)get_current;
     cu_ctx_set_current = (ctx_set_fn)(uintptr_t)set_current;
     cu_stream_synchronize = (stream_sync_fn)(uintptr_t)synchronize;
+    generation++;
     Py_XSETREF(binding_accesses, Py_NewRef(accesses));
     Py_XSETREF(raise_launch_error, Py_NewRef(raiser));
     configured = 1;
