@@ -161,3 +161,21 @@ def test_numpy_arrays_of_non_buffer_dtypes_copy_through_the_array_interface(fake
         target = ArrayLike(bytearray(16))
         buffer.copy_to_host(target)
         assert bytes(target._data) == bytes(range(16))
+
+
+def test_memory_and_modules_dropped_during_a_capture_are_released_after_it(fake_driver: Any) -> None:
+    import gc
+
+    from cuda_core.testing import PTX
+
+    stream = cc.Stream.create()
+    buffer = cc.DeviceBuffer.allocate(256, stream=stream)
+    module = cc.Module.load(PTX.encode())
+    frees, unloads = fake_driver.calls["cuMemFreeAsync"], fake_driver.calls["cuModuleUnload"]
+    with cc.capture(stream):
+        # A capture forbids these calls on its thread; the garbage collector may
+        # drop objects anywhere, so their releases wait for the end of the capture.
+        del buffer, module
+        gc.collect()
+        assert fake_driver.calls["cuMemFreeAsync"] == frees and fake_driver.calls["cuModuleUnload"] == unloads
+    assert fake_driver.calls["cuMemFreeAsync"] == frees + 1 and fake_driver.calls["cuModuleUnload"] == unloads + 1

@@ -120,8 +120,46 @@ def release(driver: Any, function_name: str, *args: Any) -> None:
     one current when they run), and ignore the result: a failed release at
     collection time has no caller to report to.
     """
-    if not shutting_down:
+    if not shutting_down and not defer_while_capturing(release, driver, function_name, *args):
         getattr(driver, function_name)(*args)
+
+
+# A thread recording a CUDA graph must not make calls a capture forbids (freeing
+# memory, unloading a module...): a finalizer that runs on it then (the garbage
+# collector runs anywhere) would invalidate the capture. Such calls wait until the
+# thread's capture ends.
+_capture_state = threading.local()
+
+
+def capture_started() -> None:
+    """Notes that this thread has begun a stream capture."""
+    _capture_state.depth = getattr(_capture_state, "depth", 0) + 1
+
+
+def capture_ended() -> None:
+    """Notes that this thread's capture ended; runs the releases it deferred."""
+    depth = getattr(_capture_state, "depth", 0) - 1
+    _capture_state.depth = max(depth, 0)
+    if depth <= 0:
+        deferred: list[tuple[Callable[..., None], tuple[Any, ...]]] = getattr(_capture_state, "deferred", [])
+        _capture_state.deferred = []
+        for function, args in deferred:
+            try:
+                function(*args)
+            except Exception:  # a finalizer's failure has no caller to report to
+                pass
+
+
+def defer_while_capturing(function: Callable[..., None], *args: Any) -> bool:
+    """If this thread is capturing, queues ``function(*args)`` for the end of the
+    capture and returns True; otherwise returns False (the caller runs it)."""
+    if not getattr(_capture_state, "depth", 0):
+        return False
+    deferred = getattr(_capture_state, "deferred", None)
+    if deferred is None:
+        deferred = _capture_state.deferred = []
+    deferred.append((function, args))
+    return True
 
 
 def use_driver(module: Any) -> Any:

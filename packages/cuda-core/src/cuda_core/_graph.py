@@ -37,11 +37,15 @@ def begin_capture(stream: Stream, mode: CaptureMode = CaptureMode.THREAD_LOCAL) 
     stream.device.activate()
     api = _driver.api()
     _driver.call("cuStreamBeginCapture", stream.handle, getattr(api.CUstreamCaptureMode, mode.value))
+    _driver.capture_started()  # finalizers on this thread now wait for the end (see _driver.release)
 
 
 def end_capture(stream: Stream) -> Graph:
     """Stops the capture begun on ``stream`` and returns the recorded graph."""
-    return Graph(_driver.call("cuStreamEndCapture", stream.handle), stream.device)
+    try:
+        return Graph(_driver.call("cuStreamEndCapture", stream.handle), stream.device)
+    finally:
+        _driver.capture_ended()
 
 
 def is_capturing(stream: Stream) -> bool:

@@ -188,7 +188,7 @@ def _check_range(size: int, offset: int, nbytes: int, what: str) -> None:
 def _free_device(api: Any, ptr: int, stream: Stream | None, device: Device) -> None:
     # The finalizer holds the allocating stream, so it outlives the buffer
     # unless closed explicitly.
-    if _driver.shutting_down:
+    if _driver.shutting_down or _driver.defer_while_capturing(_free_device, api, ptr, stream, device):
         return
     device.activate()
     if stream is None:
