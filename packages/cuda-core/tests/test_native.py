@@ -81,3 +81,14 @@ def test_the_fake_drivers_entry_points_record_launches_from_c() -> None:
         assert set_current(0xC0) == 0
         out = ctypes.c_void_p()
         assert get_current(ctypes.addressof(out)) == 0 and out.value == 0xC0
+
+
+def test_the_readme_names_every_variable_cuda_core_reads() -> None:
+    import re
+
+    root = Path(__file__).resolve().parents[3]
+    source = "\n".join(p.read_text() for p in (root / "packages/cuda-core/src/cuda_core").glob("*.py"))
+    read = set(re.findall(r"""environ(?:\.get)?[\[(]["']([A-Z_]+)["']""", source))
+    assert {"CUDA_CORE_NATIVE", "CUDA_CORE_NATIVE_DIR", "CC"} <= read
+    readme = (root / "README.md").read_text()
+    assert not [name for name in read if f"`{name}`" not in readme]
