@@ -99,6 +99,13 @@ def test_a_repeat_is_refused_outside_the_steady_state(fake_driver: FakeDriver, n
         kernel(fake_driver, "other", writes=[w]).sync()  # the stream's unmarked interest is another op's
         assert repeat(accesses) is None
         kernel(fake_driver, "k", reads=[x], writes=[z]).sync()
+        from cuda_async import _capture
+
+        _capture._active.append(object())  # type: ignore[arg-type]  # a capture on some thread or task
+        try:
+            assert repeat(accesses) is None  # DeviceOp.sync would record it: the Python path's
+        finally:
+            _capture._active.pop()
         assert repeat(accesses) is not None
     with ca.batch(policy=ca.SingleStream()) as active:
         kernel(fake_driver, "k", reads=[x], writes=[z]).sync()

@@ -4,6 +4,8 @@ native launch paths call, on the fake driver."""
 from __future__ import annotations
 
 import ctypes
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -46,6 +48,22 @@ def test_an_extension_is_built_once_then_loaded_from_the_cache(cache: Path, tmp_
     assert _native.load_extension("cuda_core_test.first", source).answer() == 42
     assert built[0].stat().st_mtime_ns == stamp
     _native._loaded.pop("cuda_core_test.first")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(built[0].stat().st_mode) == 0o755 & ~umask  # loadable by others sharing the cache
+
+
+def test_a_damaged_cache_entry_is_built_again(cache: Path, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    source = _write(tmp_path, "fourth", 4)
+    build = f"from cuda_core import _native; from pathlib import Path; _native.load_extension('cuda_core_test.fourth', Path({str(source)!r}))"
+    subprocess.run([sys.executable, "-c", build], check=True, env=dict(os.environ), timeout=120)
+    (built,) = cache.rglob("fourth*.so")  # built by another process, never loaded in this one
+    built.write_bytes(b"not a shared object")
+    assert _native.load_extension("cuda_core_test.fourth", source).answer() == 4
+    _native._loaded.pop("cuda_core_test.fourth")
 
 
 def test_a_failing_build_says_why(cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -18,7 +18,7 @@ import cuda_async
 import cutile
 from cuda_core.testing import FakeDriver, use_fake_driver
 from cutile import _backend, _gpu, _native, api
-from cutile.core import Mut, Tensor, bid, f16, f32, i32, i64, load_tile_like
+from cutile.core import Mut, Tensor, bid, f16, f32, i8, i32, i64, load_tile_like
 
 pytestmark = pytest.mark.interpreter_only  # runs once, on its own fake GPU
 
@@ -300,6 +300,11 @@ def shift(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], n: i32):
     z.store(load_tile_like(x, z) + n.astype(f32))
 
 
+@cutile.entry
+def shift8(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], n: i8):
+    z.store(load_tile_like(x, z) + n.astype(f32))
+
+
 @pytest.fixture
 def native_gpu(fake_gpu: FakeDriver) -> Iterator[FakeDriver]:
     """The fake GPU, with the native launch path required: CI builds it (it has a C
@@ -314,6 +319,7 @@ def native_gpu(fake_gpu: FakeDriver) -> Iterator[FakeDriver]:
         yield fake_gpu
     finally:
         shift.clear_cache()
+        shift8.clear_cache()
 
 
 def _stats() -> tuple[int, int]:
@@ -621,3 +627,76 @@ def test_a_binding_armed_under_another_driver_is_not_used(native_gpu: FakeDriver
     launches = len(native_gpu.launches)
     z, x, y = saxpy(z, x, y, 2.0).sync()
     assert _stats()[0] == made + 1 and len(native_gpu.launches) == launches + 1  # the Python path ran it
+
+
+def test_grid_and_compile_options_of_a_native_launch_are_kept(native_gpu: FakeDriver) -> None:
+    x = api.from_numpy(np.zeros(256, np.float32))
+    y = api.from_numpy(np.zeros(256, np.float32))
+    z = api.empty([256], dtype=f32).partition([128])
+    _register(native_gpu, saxpy(z, x, y, 1.0))
+    z, x, y = saxpy(z, x, y, 1.0).sync()
+    with pytest.raises(cutile.LaunchError, match="explicit grid \\[9, 1, 1\\] disagrees"):
+        saxpy(z, x, y, 1.0).grid(9).sync()  # made in C, then changed: the Python path checks it
+    run = _stats()[1]
+    z, x, y = saxpy(z, x, y, 1.0).compile_options(opt_level=0).sync()
+    assert _stats()[1] == run  # not the armed binding's code: Python ran it
+    assert any(key[2].opt_level == 0 for key in saxpy._compiled.keys())
+    with cutile.batch():
+        z, x, y = saxpy(z, x, y, 1.0).sync()
+        z, x, y = saxpy(z, x, y, 1.0).grid(2, 1, 1).sync()
+    assert native_gpu.launches[-1]["grid"] == (2, 1, 1)
+
+
+def test_a_widened_small_scalar_is_checked_against_its_dtype(native_gpu: FakeDriver) -> None:
+    x = api.from_numpy(np.zeros(256, np.float32))
+    z = api.empty([256], dtype=f32).partition([128])
+    compiled = _register(native_gpu, shift8(z, x, 1))
+    layout = native_gpu.kernels[compiled.name]
+    offset = layout[-1][0]
+    layout[-1] = (-(-offset // 4) * 4, 4)  # the cubin declares the i8 scalar as 4 bytes
+    z, x = shift8(z, x, 1).sync()
+    made = _stats()[0]
+    with pytest.raises(cutile.LaunchError, match="'n' is a i8 scalar; 200 does not fit"):
+        shift8(z, x, 200)
+    z, x = shift8(z, x, -100).sync()
+    assert _stats()[0] == made + 1
+    assert struct.unpack("<i", native_gpu.launches[-1]["params"][-1])[0] == -100
+
+
+def test_a_sync_that_the_native_path_leaves_asks_the_policy_once(native_gpu: FakeDriver) -> None:
+    class Counting(cuda_async.SingleStream):
+        asked = 0
+
+        def next_stream(self) -> Any:
+            Counting.asked += 1
+            return super().next_stream()
+
+    x = api.from_numpy(np.zeros(256, np.float32))
+    y = api.from_numpy(np.zeros(256, np.float32))
+    z = api.empty([256], dtype=f32).partition([128])
+    w = api.empty([256], dtype=f32).partition([128])
+    _register(native_gpu, saxpy(z, x, y, 1.0))
+    _register(native_gpu, shift(w, x, 1))
+    z, x, y = saxpy(z, x, y, 1.0).sync()
+    with cuda_async.using_policy(Counting()):
+        z, x, y = saxpy(z, x, y, 1.0).sync()  # native
+        assert Counting.asked == 1
+        future = shift(w, x, 1).schedule()  # a pending job reads x: saxpy's resources are not idle
+        run = _stats()[1]
+        z, x, y = saxpy(z, x, y, 1.0).sync()
+        assert _stats()[1] == run and Counting.asked == 3  # the schedule's stream, then saxpy's, once
+        w, x = future.result()
+
+
+def test_a_driver_change_retires_the_native_bindings(native_gpu: FakeDriver) -> None:
+    from cuda_core import _driver
+
+    x = api.from_numpy(np.zeros(256, np.float32))
+    y = api.from_numpy(np.zeros(256, np.float32))
+    z = api.empty([256], dtype=f32).partition([128])
+    _register(native_gpu, saxpy(z, x, y, 1.0))
+    z, x, y = saxpy(z, x, y, 1.0).sync()
+    made = _stats()[0]
+    _driver.use_driver(_driver.api())  # as use_fake_driver does when it swaps drivers
+    z, x, y = saxpy(z, x, y, 1.0).sync()
+    assert _stats()[0] == made

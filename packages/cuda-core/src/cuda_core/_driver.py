@@ -172,7 +172,18 @@ def use_driver(module: Any) -> Any:
     _api = module
     _initialized = False
     _init_failure = None
+    for hook in _driver_change_hooks:
+        hook()
     return previous
+
+
+_driver_change_hooks: list[Callable[[], None]] = []
+
+
+def on_driver_change(hook: Callable[[], None]) -> None:
+    """Registers a hook run whenever `use_driver` swaps the driver (native launch
+    paths forget the handles they took from the previous one)."""
+    _driver_change_hooks.append(hook)
 
 
 def on_exit(hook: Callable[[], None]) -> None:

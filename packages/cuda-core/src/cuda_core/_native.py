@@ -92,34 +92,49 @@ def load_extension(name: str, source: Path, include_dirs: tuple[Path, ...] = ())
             raise NativeUnavailable(f"the Python headers are missing (no Python.h in {include}; install python3-dev)")
         compiler = _compiler()
         suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
-        key = hashlib.sha256(b"\0".join([text, sys.version.encode(), suffix.encode(),
-                                         " ".join(compiler).encode()])).hexdigest()[:20]
+        key = hashlib.sha256(b"\0".join([text, sys.version.encode(), suffix.encode(), " ".join(compiler).encode(),
+                                         " ".join(_FLAGS).encode()])).hexdigest()[:20]
         target = cache_dir() / key / f"{name.rpartition('.')[2]}{suffix}"
+        includes = [include, *map(str, include_dirs)]
         if not target.exists():
-            _build(compiler, source, [include, *map(str, include_dirs)], target)
-        spec = importlib.util.spec_from_file_location(name, target)
-        if spec is None or spec.loader is None:
-            raise NativeUnavailable(f"cannot load {target}")
-        module = importlib.util.module_from_spec(spec)
+            _build(compiler, source, includes, target)
         try:
-            spec.loader.exec_module(module)
-        except ImportError as exc:
-            raise NativeUnavailable(f"cannot load {target}: {exc}") from None
+            module = _import(name, target)
+        except NativeUnavailable:
+            _build(compiler, source, includes, target)  # a damaged cache entry: built again, once
+            module = _import(name, target)
         _loaded[name] = module
         return module
+
+
+def _import(name: str, target: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, target)
+    if spec is None or spec.loader is None:
+        raise NativeUnavailable(f"cannot load {target}")
+    try:
+        module = importlib.util.module_from_spec(spec)  # (an extension is loaded here)
+        spec.loader.exec_module(module)
+    except ImportError as exc:
+        raise NativeUnavailable(f"cannot load {target}: {exc}") from None
+    return module
+
+
+_FLAGS = ("-O2", "-shared", "-fPIC", "-fvisibility=hidden")
 
 
 def _build(compiler: list[str], source: Path, includes: list[str], target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(suffix=target.suffix, dir=target.parent)
     os.close(handle)
-    command = [*compiler, "-O2", "-shared", "-fPIC", "-fvisibility=hidden", *(f"-I{i}" for i in includes),
-               str(source), "-o", temporary]
+    command = [*compiler, *_FLAGS, *(f"-I{i}" for i in includes), str(source), "-o", temporary]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=_COMPILE_TIMEOUT_S)
         if done.returncode != 0:
             raise NativeUnavailable(
                 f"compiling {source.name} failed ({' '.join(command)}):\n{done.stderr.strip()[-2000:]}")
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o755 & ~umask)  # mkstemp made it private; a shared cache must be loadable
         os.replace(temporary, target)  # atomic: a concurrent build writes the same bytes
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise NativeUnavailable(f"compiling {source.name} failed: {exc}") from None

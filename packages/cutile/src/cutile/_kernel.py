@@ -304,8 +304,16 @@ class Launch(LaunchBase):
         self._tensor_names = [r[0] for r in ranges]
         return ranges
 
+    def _take_over(self) -> None:
+        """Adopts a launch made by the native path before changing what it runs
+        (after this, ``sync`` is the Python path's)."""
+        state = self._take_native()
+        if state is not None:
+            self._adopt(*state)
+
     def grid(self, x: int, y: int = 1, z: int = 1) -> Launch:
         """Sets the grid explicitly (checked against the Mut partitions, if any)."""
+        self._take_over()
         dims = (x, y, z)
         if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in dims):
             raise LaunchError(f"{self.kernel.name}: grid dims must be positive ints, got {list(dims)}")
@@ -317,6 +325,7 @@ class Launch(LaunchBase):
                         hints: Mapping[str, Any] | None = None) -> Launch:
         """tileiras options for this launch (part of the compile cache key); ``hints``
         as for `entry`, over the entry's own."""
+        self._take_over()
         try:
             parsed = KernelHints.parse(hints, f"{self.kernel.name}.compile_options: hints")
         except HintError as exc:

@@ -83,7 +83,8 @@ class _PythonLaunchBase:
         itself, several as a tuple)."""
         return self._sync_slow()  # type: ignore[attr-defined]
 
-    def _take_native(self) -> None:
+    def _take_native(self) -> tuple[Any, tuple[Any, ...], bool, bool] | None:
+        """(binding, args, held, done) of a launch made in C: never, here."""
         return None
 
     def __del__(self) -> None:
@@ -99,8 +100,11 @@ if TYPE_CHECKING:
     LaunchBase = _PythonLaunchBase
 elif module is not None:
     from cutile import _tensor
+    from cuda_core import _driver as _cuda_driver
 
     module.configure_holds(_tensor._dropped)
+    # A kernel armed under one driver (a test's fake, say) must not launch through another.
+    _cuda_driver.on_driver_change(module.invalidate)
     KernelBase = module.KernelBase
     LaunchBase = module.LaunchBase
 else:
@@ -164,10 +168,13 @@ def arm(kernel: Kernel, binding: Binding, loaded: _Loaded, context: int) -> None
             slot = slot_of.get(name)
             if slot is None or rest[0] not in (int, float):
                 return
-            code = _SCALAR_CODES.get(types[slot])
-            if code is None:
+            # Packed as the cubin declares it (small integers may be widened), checked
+            # against what its dtype holds.
+            packed_as = _SCALAR_CODES.get(types[slot])
+            accepts = _SCALAR_CODES.get(kernel._scalar_params[name].name)
+            if packed_as is None or accepts is None:
                 return
-            checks.append((_SCALAR, rest[0], code, slot))
+            checks.append((_SCALAR, rest[0], packed_as, slot, accepts))
     # One 8-byte slot per parameter, little-endian like the device.
     packed = b"".join(struct.pack(_STRUCT_FORMATS[t], v).ljust(8, b"\0") for t, v in zip(types, binding.packed))
     from cutile import _tensor

@@ -213,7 +213,9 @@ static int superseded(PyObject *pending, PyObject *interest) {
 
 static int txn_begin(PyObject *access_set, CudaAsyncBatchTxn *txn) {
     memset(txn, 0, sizeof *txn);
-    if (!configured) return 0;
+    /* A capture anywhere on this thread (an asyncio task may hold one across an
+     * await while another runs a batch): DeviceOp.sync records; the Python path. */
+    if (!configured || PyList_GET_SIZE(active_captures) != 0) return 0;
     PyObject *batch = NULL;
     if (PyContextVar_Get(active_batch, Py_None, &batch) < 0) return -1;
     if (batch == Py_None) { Py_DECREF(batch); return 0; }
@@ -299,6 +301,19 @@ static int refers_to(PyObject *ref, PyObject *target) {
 #endif
 }
 
+/* Whether the weak reference `ref` is dead. */
+static int ref_dead(PyObject *ref) {
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject *found = NULL;
+    int alive = PyWeakref_GetRef(ref, &found);
+    if (alive < 0) PyErr_Clear();
+    Py_XDECREF(found);
+    return alive <= 0;
+#else
+    return PyWeakref_GetObject(ref) == Py_None;
+#endif
+}
+
 /* -- synchronous runs ---------------------------------------------------------------- */
 /* The (handle, state) of a stream, through a small cache keyed by identity. */
 static int stream_facts(PyObject *stream, unsigned long long *handle, PyObject **state) {
@@ -322,6 +337,16 @@ static int stream_facts(PyObject *stream, unsigned long long *handle, PyObject *
         failed = PyErr_Occurred() != NULL;
     }
     if (!failed) {
+        /* Entries of dead streams go first (they keep the stream's state alive), then all. */
+        PyObject *dead = PyList_New(0);
+        Py_ssize_t position = 0;
+        PyObject *entry_key, *cached_entry;
+        while (dead && PyDict_Next(stream_cache, &position, &entry_key, &cached_entry))
+            if (ref_dead(PyTuple_GET_ITEM(cached_entry, 0)) && PyList_Append(dead, entry_key) < 0)
+                Py_CLEAR(dead);
+        for (Py_ssize_t i = 0; dead && i < PyList_GET_SIZE(dead); i++)
+            if (PyDict_DelItem(stream_cache, PyList_GET_ITEM(dead, i)) < 0) PyErr_Clear();
+        Py_XDECREF(dead);
         if (PyDict_GET_SIZE(stream_cache) >= STREAM_CACHE_SIZE) PyDict_Clear(stream_cache);
         PyObject *entry = PyTuple_Pack(3, ref, number, found);
         failed = entry == NULL || PyDict_SetItem(stream_cache, key, entry) < 0;
@@ -404,6 +429,15 @@ static int sync_begin(PyObject *access_set, PyObject *job, PyObject *name, CudaA
     if (PyContextVar_Get(active_batch, Py_None, &batch) < 0) return -1;
     Py_DECREF(batch);
     if (batch != Py_None) return 0;
+    /* Resources not idle: the Python path, without asking the policy for a stream
+     * twice (asked below; re-checked after, as the policy may run any code). */
+    PyObject *listed = get(D_ACCESSES, access_set);
+    if (listed == NULL) return -1;
+    if (!lock_try_acquire(ledger_lock)) { Py_DECREF(listed); return 0; }
+    int ready = idle(listed);
+    lock_release(ledger_lock);
+    Py_DECREF(listed);
+    if (ready <= 0) return ready;
     PyObject *stream = next_stream();
     if (stream == NULL) return -1;
     if (stream == Py_None) { Py_DECREF(stream); return 0; } /* host mode: the Python path */

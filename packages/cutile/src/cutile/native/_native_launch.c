@@ -47,7 +47,8 @@ typedef struct {
     PyObject *ref;          /* tensor: weakref; constant: value */
     PyTypeObject *type;     /* constant, scalar: the exact type */
     PyObject *consumed;     /* tensor: the _consumed_by slot descriptor of its class */
-    int code, slot;         /* scalar: C type, parameter index */
+    int code, slot;         /* scalar: the C type it is packed as, parameter index */
+    int range;              /* scalar: the C type of its dtype (the values it accepts) */
 } Check;
 
 typedef struct {
@@ -192,7 +193,8 @@ static int read_uints(PyObject *seq, unsigned *out, Py_ssize_t n, const char *wh
 
 /* FastBinding(owner, job, name, launch_type, checks, holds, results, function, context, grid, block,
  *             shared_memory, packed)
- *   checks:  per argument (0, weakref, consumed_descriptor) | (1, type, value) | (2, type, code, slot)
+ *   checks:  per argument (0, weakref, consumed_descriptor) | (1, type, value)
+ *            | (2, type, packed_as, slot, range): packed_as the cubin's C type, range the dtype's
  *   holds:   ((device, list, entry), ...): each hold (cutile._tensor.hold_entries) with its device
  *            and that device's list in cutile._tensor._holds
  *   results: argument indices of the tensors a run returns
@@ -226,10 +228,11 @@ static PyObject *fast_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) 
     if (self->packed == NULL) { PyErr_NoMemory(); goto fail; }
     memcpy(self->packed, PyBytes_AS_STRING(packed), nbytes);
 
-    self->nargs = PyTuple_GET_SIZE(checks);
-    self->checks = PyMem_Calloc(self->nargs ? self->nargs : 1, sizeof(Check));
-    self->scalar_checks = PyMem_Calloc(self->nargs ? self->nargs : 1, sizeof(Py_ssize_t));
+    Py_ssize_t nargs = PyTuple_GET_SIZE(checks);
+    self->checks = PyMem_Calloc(nargs ? nargs : 1, sizeof(Check));
+    self->scalar_checks = PyMem_Calloc(nargs ? nargs : 1, sizeof(Py_ssize_t));
     if (self->checks == NULL || self->scalar_checks == NULL) { PyErr_NoMemory(); goto fail; }
+    self->nargs = nargs; /* set once the arrays exist: the deallocator walks them */
     for (Py_ssize_t i = 0; i < self->nargs; i++) {
         PyObject *spec = PyTuple_GET_ITEM(checks, i);
         Check *check = &self->checks[i];
@@ -244,11 +247,13 @@ static PyObject *fast_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) 
             if (!PyType_Check(a)) goto bad_check;
             check->type = (PyTypeObject *)Py_NewRef(a);
             check->ref = Py_NewRef(b);
-        } else if (check->kind == CHECK_SCALAR && PyTuple_GET_SIZE(spec) == 4 && PyType_Check(a)) {
+        } else if (check->kind == CHECK_SCALAR && PyTuple_GET_SIZE(spec) == 5 && PyType_Check(a)) {
             check->type = (PyTypeObject *)Py_NewRef(a);
             check->code = (int)PyLong_AsLong(b);
             check->slot = (int)PyLong_AsLong(PyTuple_GET_ITEM(spec, 3));
-            if (check->code < P_I8 || check->code > P_F64 || check->slot < 0 || check->slot >= self->nparams)
+            check->range = (int)PyLong_AsLong(PyTuple_GET_ITEM(spec, 4));
+            if (check->code < P_I8 || check->code > P_F64 || check->range < P_I8 || check->range > P_F64 ||
+                check->slot < 0 || check->slot >= self->nparams)
                 goto bad_check;
             self->scalar_checks[self->nscalars++] = i;
         } else {
@@ -256,11 +261,12 @@ static PyObject *fast_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) 
         }
         if (PyErr_Occurred()) goto fail;
     }
-    self->nholds = PyTuple_GET_SIZE(holds);
-    self->hold_entries = PyMem_Calloc(self->nholds ? self->nholds : 1, sizeof(PyObject *));
-    self->hold_devices = PyMem_Calloc(self->nholds ? self->nholds : 1, sizeof(PyObject *));
-    self->hold_lists = PyMem_Calloc(self->nholds ? self->nholds : 1, sizeof(PyObject *));
+    Py_ssize_t nholds = PyTuple_GET_SIZE(holds);
+    self->hold_entries = PyMem_Calloc(nholds ? nholds : 1, sizeof(PyObject *));
+    self->hold_devices = PyMem_Calloc(nholds ? nholds : 1, sizeof(PyObject *));
+    self->hold_lists = PyMem_Calloc(nholds ? nholds : 1, sizeof(PyObject *));
     if (!self->hold_entries || !self->hold_devices || !self->hold_lists) { PyErr_NoMemory(); goto fail; }
+    self->nholds = nholds;
     for (Py_ssize_t i = 0; i < self->nholds; i++) {
         PyObject *triple = PyTuple_GET_ITEM(holds, i);
         if (!PyTuple_Check(triple) || PyTuple_GET_SIZE(triple) != 3 || !PyUnicode_Check(PyTuple_GET_ITEM(triple, 0))
@@ -325,8 +331,8 @@ static int arguments_match(FastBinding *fb, PyObject *args) {
             int equal = PyObject_RichCompareBool(value, check->ref, Py_EQ);
             if (equal <= 0) return equal;
         } else if (check->kind == CHECK_SCALAR) {
-            unsigned char scratch[SLOT]; /* a value that does not fit is the Python path's error */
-            int fits = pack_scalar(check->code, value, scratch);
+            unsigned char scratch[SLOT]; /* a value its dtype cannot hold is the Python path's error */
+            int fits = pack_scalar(check->range, value, scratch);
             if (fits <= 0) return fits;
         }
     }
@@ -443,13 +449,19 @@ static int hand_over_holds(LaunchBase *self, FastBinding *fb) {
     return 1;
 }
 
+/* The driver call, without the GIL: cuLaunchKernel blocks while the stream's queue
+ * is full, and other threads must run meanwhile (cuda_async's locks stay held:
+ * waiters wait for them without the GIL). */
 static int launch_on(FastBinding *fb, unsigned long long stream, void **pointers) {
+    int err;
+    Py_BEGIN_ALLOW_THREADS
     void *current = NULL;
-    int err = cu_ctx_get_current(&current);
+    err = cu_ctx_get_current(&current);
     if (!err && current != fb->context) err = cu_ctx_set_current(fb->context);
     if (!err)
         err = cu_launch_kernel(fb->function, fb->grid[0], fb->grid[1], fb->grid[2], fb->block[0], fb->block[1],
                                fb->block[2], fb->shared_memory, (void *)(uintptr_t)stream, pointers, NULL);
+    Py_END_ALLOW_THREADS
     return err;
 }
 
@@ -493,7 +505,10 @@ static PyObject *fast_sync(LaunchBase *self, FastBinding *fb) {
     begun = batch_api->sync_begin(access_set, fb->job, fb->name, &sync);
     if (begun <= 0) goto done;
     int handed = hand_over_holds(self, fb);
-    if (handed <= 0) { batch_api->sync_end(&sync, 0); goto done; }
+    if (handed <= 0) {
+        if (batch_api->sync_end(&sync, 0) < 0 && handed == 0) handed = -1; /* an error, not a miss */
+        goto done;
+    }
     self->done = 1;
     int err = launch_on(fb, sync.stream_handle, pointers);
     if (err) { raise_driver_error(err, fb->name); batch_api->sync_end(&sync, 0); goto done; }
@@ -572,12 +587,12 @@ static void launch_dealloc(LaunchBase *self) {
         else PyErr_WriteUnraisable((PyObject *)self);
         Py_XDECREF(devices);
     }
-    PyErr_Restore(type, value, tb);
     Py_CLEAR(self->kernel);
     Py_CLEAR(self->fast);
     Py_CLEAR(self->args);
     Py_CLEAR(self->holds);
     Py_CLEAR(self->binding);
+    PyErr_Restore(type, value, tb);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -660,11 +675,17 @@ static PyObject *null_entry_points(PyObject *module, PyObject *unused) {
                          (unsigned long long)(uintptr_t)null_synchronize);
 }
 
+static PyObject *invalidate(PyObject *module, PyObject *unused) {
+    generation++; /* every binding armed so far misses from now on */
+    Py_RETURN_NONE;
+}
+
 static PyObject *stats(PyObject *module, PyObject *unused) {
     return Py_BuildValue("KK", native_calls, native_syncs);
 }
 
 static PyMethodDef module_methods[] = {
+    {"invalidate", invalidate, METH_NOARGS, "Makes every binding armed so far miss (the driver changed)."},
     {"stats", stats, METH_NOARGS, "(launches made, launches run) by the native path so far."},
     {"configure_holds", configure_holds, METH_O, "Hands over cutile's holds of pending launches."},
     {"configure", configure, METH_VARARGS, "Hands over the batch API and the driver's entry points."},
