@@ -449,10 +449,12 @@ static int hand_over_holds(LaunchBase *self, FastBinding *fb) {
     return 1;
 }
 
-/* The driver call, without the GIL: cuLaunchKernel blocks while the stream's queue
- * is full, and other threads must run meanwhile (cuda_async's locks stay held:
- * waiters wait for them without the GIL). */
-static int launch_on(FastBinding *fb, unsigned long long stream, void **pointers) {
+/* The driver calls, without the GIL: cuLaunchKernel blocks while the stream's queue
+ * is full, and the wait lasts as long as the kernel; other threads run meanwhile
+ * (cuda_async's locks stay held: waiters wait for them without the GIL). With
+ * `wait`, the stream is synchronized after a successful launch (*waited says whether
+ * that happened: its error is then the wait's). */
+static int launch_on(FastBinding *fb, unsigned long long stream, void **pointers, int wait, int *waited) {
     int err;
     Py_BEGIN_ALLOW_THREADS
     void *current = NULL;
@@ -461,6 +463,10 @@ static int launch_on(FastBinding *fb, unsigned long long stream, void **pointers
     if (!err)
         err = cu_launch_kernel(fb->function, fb->grid[0], fb->grid[1], fb->grid[2], fb->block[0], fb->block[1],
                                fb->block[2], fb->shared_memory, (void *)(uintptr_t)stream, pointers, NULL);
+    if (!err && wait) {
+        *waited = 1;
+        err = cu_stream_synchronize((void *)(uintptr_t)stream);
+    }
     Py_END_ALLOW_THREADS
     return err;
 }
@@ -493,7 +499,8 @@ static PyObject *fast_sync(LaunchBase *self, FastBinding *fb) {
         int handed = hand_over_holds(self, fb);
         if (handed <= 0) { batch_api->abort(&txn); goto done; }
         self->done = 1; /* from here on the launch has run, whatever the driver says */
-        int err = launch_on(fb, txn.stream_handle, pointers);
+        int waited = 0;
+        int err = launch_on(fb, txn.stream_handle, pointers, 0, &waited);
         if (err) { batch_api->abort(&txn); raise_driver_error(err, fb->name); goto done; }
         if (batch_api->commit(access_set, &txn) < 0) goto done;
         native_syncs++;
@@ -510,11 +517,9 @@ static PyObject *fast_sync(LaunchBase *self, FastBinding *fb) {
         goto done;
     }
     self->done = 1;
-    int err = launch_on(fb, sync.stream_handle, pointers);
-    if (err) { raise_driver_error(err, fb->name); batch_api->sync_end(&sync, 0); goto done; }
-    Py_BEGIN_ALLOW_THREADS /* the holds keep other threads off the resources meanwhile */
-    err = cu_stream_synchronize((void *)(uintptr_t)sync.stream_handle);
-    Py_END_ALLOW_THREADS
+    int waited = 0; /* the holds keep other threads off the resources during the wait */
+    int err = launch_on(fb, sync.stream_handle, pointers, 1, &waited);
+    if (err && !waited) { raise_driver_error(err, fb->name); batch_api->sync_end(&sync, 0); goto done; }
     if (err) {
         PyObject *what = PyUnicode_FromFormat("waiting for the %U", fb->name);
         if (what != NULL) { raise_driver_error(err, what); Py_DECREF(what); }
