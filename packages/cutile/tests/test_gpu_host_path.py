@@ -700,3 +700,62 @@ def test_a_driver_change_retires_the_native_bindings(native_gpu: FakeDriver) -> 
     _driver.use_driver(_driver.api())  # as use_fake_driver does when it swaps drivers
     z, x, y = saxpy(z, x, y, 1.0).sync()
     assert _stats()[0] == made
+
+
+def test_threads_on_the_native_path_keep_their_arguments_and_the_ledger_consistent(native_gpu: FakeDriver) -> None:
+    import sys
+    import threading
+
+    x = api.from_numpy(np.zeros(256, np.float32))
+    y = api.from_numpy(np.zeros(256, np.float32))
+    z = api.empty([256], dtype=f32).partition([128])
+    w = api.empty([256], dtype=f32).partition([128])
+    saxpy_abi = _register(native_gpu, saxpy(z, x, y, 1.0))
+    _register(native_gpu, shift(w, x, 1))
+    z, x, y = saxpy(z, x, y, 1.0).sync()
+    w, x = shift(w, x, 1).sync()
+    made, run = _stats()
+    errors: list[BaseException] = []
+
+    def saxpys() -> None:
+        nonlocal z
+        try:
+            for i in range(300):
+                if i % 2:
+                    with cutile.batch():
+                        for _ in range(3):
+                            z, _, _ = saxpy(z, x, y, 2.0).sync()
+                else:
+                    z, _, _ = saxpy(z, x, y, 2.0).sync()
+        except BaseException as exc:
+            errors.append(exc)
+
+    def shifts() -> None:
+        nonlocal w
+        try:
+            for _ in range(300):
+                w, _ = shift(w, x, 3).sync()  # reads x too: the two threads share it
+        except BaseException as exc:
+            errors.append(exc)
+
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=saxpys), threading.Thread(target=shifts)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(previous)
+    assert not errors, errors
+    assert _stats()[0] > made and _stats()[1] > run  # the C path ran in both threads
+    for record in native_gpu.launches[-900:]:
+        params = dict(((p, k), v) for p, k, v in _unpack(saxpy_abi, record["params"])) if len(record["params"]) == len(saxpy_abi.abi) else None
+        if params is not None:
+            assert params[("a", "scalar")] == 2.0 and params[("z", "pointer")] == z._tensor._storage.base_address
+        else:
+            assert struct.unpack("<i", record["params"][-1][:4])[0] == 3
+    for tensor in (z._tensor, w._tensor, x, y):
+        resource = tensor._storage.resource
+        assert not resource.is_held and resource._last_write is None  # every job completed and released
