@@ -193,10 +193,24 @@ def test_memory_is_freed_when_the_last_reference_goes_without_the_garbage_collec
         gc.enable()
 
 
-def test_threads_launching_one_kernel_never_mix_their_arguments(fake_gpu: FakeDriver) -> None:
+def _run_racing(bodies: list[Callable[[], None]]) -> None:
+    """Runs each body on a thread of its own, switching threads as often as possible."""
     import sys
     import threading
 
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=body) for body in bodies]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(previous)
+
+
+def test_threads_launching_one_kernel_never_mix_their_arguments(fake_gpu: FakeDriver) -> None:
     x = api.from_numpy(np.zeros(256, np.float32))
     y = api.from_numpy(np.zeros(256, np.float32))
     outputs = [api.empty([256], dtype=f32).partition([128]) for _ in range(2)]
@@ -212,16 +226,7 @@ def test_threads_launching_one_kernel_never_mix_their_arguments(fake_gpu: FakeDr
         except BaseException as exc:  # reported by the main thread
             errors.append(exc)
 
-    previous = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # switch threads as often as possible
-    try:
-        threads = [threading.Thread(target=worker, args=(i,)) for i in range(2)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    finally:
-        sys.setswitchinterval(previous)
+    _run_racing([lambda: worker(0), lambda: worker(1)])
     assert not errors, errors
     assert len(fake_gpu.launches) == 2000
     for record in fake_gpu.launches:
@@ -322,6 +327,16 @@ def native_gpu(fake_gpu: FakeDriver) -> Iterator[FakeDriver]:
         shift8.clear_cache()
 
 
+def _armed_saxpy(fake: FakeDriver) -> tuple[Any, Any, Any]:
+    """z (partitioned), x, y of 256 floats, after one launch of saxpy over them: its
+    binding is armed, so the next call with these objects takes the native path."""
+    x = api.from_numpy(np.zeros(256, np.float32))
+    y = api.from_numpy(np.zeros(256, np.float32))
+    z = api.empty([256], dtype=f32).partition([128])
+    _register(fake, saxpy(z, x, y, 1.0))
+    return saxpy(z, x, y, 1.0).sync()
+
+
 def _stats() -> tuple[int, int]:
     made, run = _native.module.stats()
     return int(made), int(run)
@@ -382,11 +397,7 @@ def test_the_native_path_runs_a_batch_loop_as_the_python_path_does(native_gpu: F
 
 
 def test_a_native_launch_is_refused_what_a_python_launch_is(native_gpu: FakeDriver) -> None:
-    x = api.from_numpy(np.zeros(256, np.float32))
-    y = api.from_numpy(np.zeros(256, np.float32))
-    z = api.empty([256], dtype=f32).partition([128])
-    _register(native_gpu, saxpy(z, x, y, 1.0))
-    z, x, y = saxpy(z, x, y, 1.0).sync()
+    z, x, y = _armed_saxpy(native_gpu)
     made = _stats()[0]
     pending = saxpy(z, x, y, 2.0)  # made in C: it holds z
     assert _stats()[0] == made + 1
@@ -412,11 +423,7 @@ def test_a_native_launch_is_refused_what_a_python_launch_is(native_gpu: FakeDriv
 
 
 def test_a_native_launch_takes_every_python_method(native_gpu: FakeDriver) -> None:
-    x = api.from_numpy(np.zeros(256, np.float32))
-    y = api.from_numpy(np.zeros(256, np.float32))
-    z = api.empty([256], dtype=f32).partition([128])
-    _register(native_gpu, saxpy(z, x, y, 1.0))
-    z, x, y = saxpy(z, x, y, 1.0).sync()
+    z, x, y = _armed_saxpy(native_gpu)
     launch = saxpy(z, x, y, 2.0)
     assert launch.arguments["a"] == 2.0 and launch.plan().grid == (2, 1, 1)  # adopted by Python
     z, x, y = launch.grid(2).sync()
@@ -448,11 +455,7 @@ def test_a_driver_error_in_the_native_path_is_cudas_error(native_gpu: FakeDriver
     from cuda_core import CudaError
     from cuda_core.testing import R
 
-    x = api.from_numpy(np.zeros(256, np.float32))
-    y = api.from_numpy(np.zeros(256, np.float32))
-    z = api.empty([256], dtype=f32).partition([128])
-    _register(native_gpu, saxpy(z, x, y, 1.0))
-    z, x, y = saxpy(z, x, y, 1.0).sync()
+    z, x, y = _armed_saxpy(native_gpu)
     with pytest.raises(CudaError, match="launch of saxpy.*CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"):
         with cutile.batch():
             z, x, y = saxpy(z, x, y, 1.0).sync()
@@ -569,11 +572,7 @@ def test_a_failed_wait_in_the_native_path_is_cudas_error(native_gpu: FakeDriver)
     from cuda_core import CudaError
     from cuda_core.testing import R
 
-    x = api.from_numpy(np.zeros(256, np.float32))
-    y = api.from_numpy(np.zeros(256, np.float32))
-    z = api.empty([256], dtype=f32).partition([128])
-    _register(native_gpu, saxpy(z, x, y, 1.0))
-    z, x, y = saxpy(z, x, y, 1.0).sync()
+    z, x, y = _armed_saxpy(native_gpu)
     native_gpu.fail_next["cuStreamSynchronize"] = R.CUDA_ERROR_ILLEGAL_ADDRESS
     launch = saxpy(z, x, y, 1.0)
     with pytest.raises(CudaError, match="waiting for the launch of saxpy.*CUDA_ERROR_ILLEGAL_ADDRESS"):
@@ -584,11 +583,7 @@ def test_a_failed_wait_in_the_native_path_is_cudas_error(native_gpu: FakeDriver)
 def test_the_native_path_honours_the_policy_and_leaves_captures_to_python(native_gpu: FakeDriver) -> None:
     import cuda_core
 
-    x = api.from_numpy(np.zeros(256, np.float32))
-    y = api.from_numpy(np.zeros(256, np.float32))
-    z = api.empty([256], dtype=f32).partition([128])
-    _register(native_gpu, saxpy(z, x, y, 1.0))
-    z, x, y = saxpy(z, x, y, 1.0).sync()
+    z, x, y = _armed_saxpy(native_gpu)
     mine = cuda_core.Stream.create()
     run = _stats()[1]
     with cuda_async.using_policy(cuda_async.SingleStream(mine)):
@@ -609,11 +604,7 @@ def test_the_native_path_honours_the_policy_and_leaves_captures_to_python(native
 def test_a_binding_armed_under_another_driver_is_not_used(native_gpu: FakeDriver) -> None:
     from cuda_core._native import EntryPoints
 
-    x = api.from_numpy(np.zeros(256, np.float32))
-    y = api.from_numpy(np.zeros(256, np.float32))
-    z = api.empty([256], dtype=f32).partition([128])
-    _register(native_gpu, saxpy(z, x, y, 1.0))
-    z, x, y = saxpy(z, x, y, 1.0).sync()
+    z, x, y = _armed_saxpy(native_gpu)
     made = _stats()[0]
     saxpy(z, x, y, 1.0).sync()
     assert _stats()[0] == made + 1
@@ -630,11 +621,7 @@ def test_a_binding_armed_under_another_driver_is_not_used(native_gpu: FakeDriver
 
 
 def test_grid_and_compile_options_of_a_native_launch_are_kept(native_gpu: FakeDriver) -> None:
-    x = api.from_numpy(np.zeros(256, np.float32))
-    y = api.from_numpy(np.zeros(256, np.float32))
-    z = api.empty([256], dtype=f32).partition([128])
-    _register(native_gpu, saxpy(z, x, y, 1.0))
-    z, x, y = saxpy(z, x, y, 1.0).sync()
+    z, x, y = _armed_saxpy(native_gpu)
     with pytest.raises(cutile.LaunchError, match="explicit grid \\[9, 1, 1\\] disagrees"):
         saxpy(z, x, y, 1.0).grid(9).sync()  # made in C, then changed: the Python path checks it
     run = _stats()[1]
@@ -691,11 +678,7 @@ def test_a_sync_that_the_native_path_leaves_asks_the_policy_once(native_gpu: Fak
 def test_a_driver_change_retires_the_native_bindings(native_gpu: FakeDriver) -> None:
     from cuda_core import _driver
 
-    x = api.from_numpy(np.zeros(256, np.float32))
-    y = api.from_numpy(np.zeros(256, np.float32))
-    z = api.empty([256], dtype=f32).partition([128])
-    _register(native_gpu, saxpy(z, x, y, 1.0))
-    z, x, y = saxpy(z, x, y, 1.0).sync()
+    z, x, y = _armed_saxpy(native_gpu)
     made = _stats()[0]
     _driver.use_driver(_driver.api())  # as use_fake_driver does when it swaps drivers
     z, x, y = saxpy(z, x, y, 1.0).sync()
@@ -703,9 +686,6 @@ def test_a_driver_change_retires_the_native_bindings(native_gpu: FakeDriver) -> 
 
 
 def test_threads_on_the_native_path_keep_their_arguments_and_the_ledger_consistent(native_gpu: FakeDriver) -> None:
-    import sys
-    import threading
-
     x = api.from_numpy(np.zeros(256, np.float32))
     y = api.from_numpy(np.zeros(256, np.float32))
     z = api.empty([256], dtype=f32).partition([128])
@@ -738,16 +718,7 @@ def test_threads_on_the_native_path_keep_their_arguments_and_the_ledger_consiste
         except BaseException as exc:
             errors.append(exc)
 
-    previous = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        threads = [threading.Thread(target=saxpys), threading.Thread(target=shifts)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    finally:
-        sys.setswitchinterval(previous)
+    _run_racing([saxpys, shifts])
     assert not errors, errors
     assert _stats()[0] > made and _stats()[1] > run  # the C path ran in both threads
     for record in native_gpu.launches[-900:]:
