@@ -33,7 +33,7 @@ T = TypeVar("T")
 
 # Per thread and per asyncio task (a task started inside the block inherits it).
 _active: contextvars.ContextVar[Batch | None] = contextvars.ContextVar("cuda_async_batch", default=None)
-_UNSET: object = object()
+BATCH_STREAM: object = object()  # `Batch.enqueue`'s default: the batch's own stream
 
 
 class Batch:
@@ -63,7 +63,7 @@ class Batch:
     def __repr__(self) -> str:
         return f"<Batch {self.name!r}: {self.ops} op(s)>"
 
-    def enqueue(self, op: DeviceOp[T], stream: cuda_core.Stream | None | object = _UNSET) -> T:
+    def enqueue(self, op: DeviceOp[T], stream: cuda_core.Stream | None | object = BATCH_STREAM) -> T:
         """Enqueues ``op`` into the batch's job, on the batch's stream unless one is
         given (None: run on the host, as `DeviceOp.sync_on` does)."""
         if self.closed:
@@ -71,7 +71,7 @@ class Batch:
                 f"{op.name!r} was started in the batch {self.name!r} after the batch ended (an asyncio task "
                 "started inside the block runs in it): run it outside, or finish it inside the block")
         self.ops += 1
-        return op._enqueue(self.run, self.stream if stream is _UNSET else stream)  # type: ignore[arg-type]
+        return op._enqueue(self.run, self.stream if stream is BATCH_STREAM else stream)  # type: ignore[arg-type]
 
 
 def current() -> Batch | None:

@@ -11,7 +11,7 @@ capture runs the ops once and replay runs their leaves again.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any, Generic, TypeVar
 
 import cuda_core
@@ -200,30 +200,27 @@ def graph_scope(name: str = "graph", *, policy: SchedulingPolicy | None = None) 
     _capture.push(state)
     scope = GraphScope(state)
     try:
-        if stream is not None:
-            cuda_core.begin_capture(stream, cuda_core.CaptureMode.THREAD_LOCAL)
+        # cuda_core.capture ends the capture (and drops its graph) if the block raises.
+        recording = (cuda_core.capture(stream, cuda_core.CaptureMode.THREAD_LOCAL) if stream is not None
+                     else nullcontext(cuda_core.Capture()))
+        block_done = False
         try:
-            yield scope
-        except BaseException:
-            if stream is not None:
-                try:
-                    cuda_core.end_capture(stream).close()
-                except cuda_core.CudaError:
-                    pass  # the capture was already invalidated; the original error matters
-            raise
+            with recording as recorded:
+                yield scope
+                block_done = True  # from here, a failure is the end of the capture's
+        except cuda_core.CudaError as exc:
+            if not block_done:
+                raise
+            raise raised.graph_capture(
+                f"the capture of graph {name!r} failed: {exc} (something in the block waited for "
+                "the device, allocated synchronously, or used another stream outside the capture)"
+            ) from exc
         executable: cuda_core.GraphExec | None = None
         node_count = len(state.leaves)
-        if stream is not None:
-            try:
-                graph = cuda_core.end_capture(stream)
-            except cuda_core.CudaError as exc:
-                raise raised.graph_capture(
-                    f"the capture of graph {name!r} failed: {exc} (something in the block waited for "
-                    "the device, allocated synchronously, or used another stream outside the capture)"
-                ) from exc
-            node_count = graph.node_count
-            executable = graph.instantiate(upload_stream=stream)
-            graph.close()
+        if recorded.graph is not None:
+            node_count = recorded.graph.node_count
+            executable = recorded.graph.instantiate(upload_stream=stream)
+            recorded.graph.close()
     finally:
         _capture.pop()
     scope._graph = CudaGraph(name, list(state.results), state, executable, node_count)

@@ -124,14 +124,25 @@ class DeviceOp(Generic[T]):
         """
         from cuda_async._future import DeviceFuture, completion_events
 
-        state = _capture.current()
-        if state is not None:
-            return DeviceFuture.completed(record(state, self))
-        active = _batch.current()
-        if active is not None:
-            return DeviceFuture.completed(active.enqueue(self))
+        taken, result = self._taken_by_capture_or_batch()
+        if taken:
+            return DeviceFuture.completed(result)
         job, value = submit(self, policy if policy is not None else default_policy())
         return DeviceFuture(job, value, completion_events(job))
+
+    def _taken_by_capture_or_batch(
+        self, stream: cuda_core.Stream | None | object = _batch.BATCH_STREAM
+    ) -> tuple[bool, Any]:
+        """(True, result) when a capture active on this thread records the op or an
+        active batch enqueues it (on ``stream``, else on the batch's own); (False,
+        None) when the caller runs it as a job of its own."""
+        state = _capture.current()
+        if state is not None:
+            return True, record(state, self)
+        active = _batch.current()
+        if active is not None:
+            return True, active.enqueue(self, stream)
+        return False, None
 
     def sync(self, policy: SchedulingPolicy | None = None) -> T:
         """Runs the op and waits for it; returns its result.
@@ -139,22 +150,16 @@ class DeviceOp(Generic[T]):
         Inside a graph capture (`graph_scope`) the op is recorded instead, and the
         result is returned without waiting.
         """
-        state = _capture.current()
-        if state is not None:
-            return record(state, self)
-        active = _batch.current()
-        if active is not None:
-            return active.enqueue(self)
+        taken, result = self._taken_by_capture_or_batch()
+        if taken:
+            return cast(T, result)
         return run_to_completion(self, policy if policy is not None else default_policy())
 
     def sync_on(self, stream: cuda_core.Stream | None) -> T:
         """Runs the whole op on ``stream`` (None: on the host) and waits for it."""
-        state = _capture.current()
-        if state is not None:
-            return record(state, self)
-        active = _batch.current()
-        if active is not None:
-            return active.enqueue(self, stream)
+        taken, result = self._taken_by_capture_or_batch(stream)
+        if taken:
+            return cast(T, result)
         policy: SchedulingPolicy = HostPolicy() if stream is None else SingleStream(stream)
         return run_to_completion(self, policy)
 
@@ -231,7 +236,7 @@ class FnOp(DeviceOp[T]):
     def _enqueue(self, run: Run, stream: cuda_core.Stream | None) -> T:
         capture = run.capture
         if capture is not None:
-            run.holder.acquire(self.accesses, self.name, stream, take=False, order=False)
+            run.holder.check(self.accesses, self.name)
             capture.add_leaf(self)
             return self.fn(stream)
         if stream is None:

@@ -175,14 +175,20 @@ class Job:
     def __repr__(self) -> str:
         return f"<Job {self.name!r}{' released' if self.released else ''}>"
 
+    def check(self, accesses: tuple[tuple[Resource, Access], ...], op_name: str) -> None:
+        """Raises `OwnershipError` if any of ``op_name``'s accesses conflicts with
+        another pending job's hold (a graph capture checks, and takes nothing)."""
+        with _ledger_lock:
+            for resource, access in accesses:
+                for job, (mode, name) in resource._holders.items():
+                    if job is not self:
+                        _check_pair(resource, job, mode, name, self, access, op_name)
+
     def acquire(
         self,
         accesses: tuple[tuple[Resource, Access], ...],
         op_name: str,
         stream: cuda_core.Stream | None,
-        *,
-        take: bool = True,
-        order: bool = True,
     ) -> None:
         """Checks ``op_name``'s accesses against other pending jobs and takes the holds;
         on ``stream``, makes it wait (events) for earlier conflicting accesses on other streams.
@@ -190,19 +196,15 @@ class Job:
         Raises `OwnershipError` before taking anything if any access conflicts.
         """
         with _ledger_lock:
+            self.check(accesses, op_name)
+            held = self.held
             for resource, access in accesses:
-                for job, (mode, name) in resource._holders.items():
-                    if job is not self:
-                        _check_pair(resource, job, mode, name, self, access, op_name)
-            if take:
-                held = self.held
-                for resource, access in accesses:
-                    holders = resource._holders
-                    previous = holders.get(self)
-                    if previous is None or previous[0] < access:
-                        holders[self] = (access, op_name)
-                    held[resource] = None
-            if stream is None or not order:
+                holders = resource._holders
+                previous = holders.get(self)
+                if previous is None or previous[0] < access:
+                    holders[self] = (access, op_name)
+                held[resource] = None
+            if stream is None:
                 return
             for resource, access in accesses:
                 last = resource._last_write
