@@ -46,7 +46,7 @@ def main() -> int:
         compiled = cutile.compile(add, api.meta([n], dtype=f32).partition([tile]), api.meta([n]), api.meta([n]),
                                   arch=device.sm_name)
         (folder / "add.cubin").write_bytes(compiled.cubin)
-    function = cc.Module.load((folder / "add.cubin").read_bytes()).get_function("add")
+    function = cc.Module.load_file(folder / "add.cubin").get_function("add")
     buffers = {name: cc.DeviceBuffer.allocate(4 * n) for name in "zxy"}
     buffers["x"].copy_from_host(struct.pack(f"<{n}f", *range(n)))
     buffers["y"].copy_from_host(struct.pack(f"<{n}f", *[2.0] * n))

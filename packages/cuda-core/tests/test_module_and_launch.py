@@ -23,8 +23,10 @@ def test_module_stays_loaded_while_a_function_is_referenced(fake_driver: Any) ->
     assert fake_driver.live_handles["module"] == set()
 
 
-def test_module_image_kinds_and_errors(fake_driver: Any) -> None:
+def test_module_image_kinds_and_errors(fake_driver: Any, tmp_path: Any) -> None:
     assert cc.Module.load(b".version 8.0\n.target sm_90\n").kind == "ptx"
+    (tmp_path / "k.cubin").write_bytes(CUBIN)
+    assert cc.Module.load_file(tmp_path / "k.cubin").kind == "cubin"
     with pytest.raises(ValueError, match="neither a cubin"):
         cc.Module.load(b"\x00\x01garbage")
     with pytest.raises(ValueError, match="image is empty"):

@@ -70,6 +70,7 @@ def test_device_properties_through_the_driver(fake_driver: Any) -> None:
     assert device.compute_capability == (9, 0)
     assert device.sm_name == "sm_90"
     assert device.sm_count == 132
+    assert device.pci_bus_id == "0000:3B:00.0"
     assert device.attribute("max_threads_per_block") == 1024
     with pytest.raises(ValueError, match="did you mean"):
         device.attribute("MULTIPROCESOR_COUNT")

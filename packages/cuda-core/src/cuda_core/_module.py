@@ -6,6 +6,7 @@ loaded as long as any of its functions is reachable.
 
 from __future__ import annotations
 
+import os
 import weakref
 from typing import Any
 
@@ -62,7 +63,8 @@ class Module:
         return cls(handle, dev, kind)
 
     @classmethod
-    def load_file(cls, path: str, device: Device | int | None = None) -> Module:
+    def load_file(cls, path: str | os.PathLike[str], device: Device | int | None = None) -> Module:
+        """`load` of the image in the file ``path`` (a cubin, PTX or fatbin)."""
         with open(path, "rb") as file:
             return cls.load(file.read(), device)
 

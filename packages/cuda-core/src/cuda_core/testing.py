@@ -222,6 +222,9 @@ class FakeDriver:
     def cuDeviceGetName(self, length: int, dev: int) -> tuple[Any, bytes]:
         return (SUCCESS, b"Fake H200\0\0\0")
 
+    def cuDeviceGetPCIBusId(self, length: int, dev: int) -> tuple[Any, bytes]:
+        return (SUCCESS, f"0000:{0x3B + dev:02X}:00.0".encode().ljust(length, b"\0"))
+
     def cuDevicePrimaryCtxRetain(self, dev: int) -> tuple[Any, int]:
         self.calls["cuDevicePrimaryCtxRetain"] += 1
         return (SUCCESS, 0xC0 + dev)
