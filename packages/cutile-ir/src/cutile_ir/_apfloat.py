@@ -10,14 +10,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-from ._types import ScalarType
-
-#: (precision in bits incl. the hidden bit, minimum exponent) of each float format.
-FORMATS: dict[str, tuple[int, int]] = {
-    "f16": (11, -14), "bf16": (8, -126), "f32": (24, -126), "tf32": (11, -126), "f64": (53, -1022),
-    "f8E4M3FN": (4, -6), "f8E5M2": (3, -14), "f8E8M0FNU": (1, -127), "f4E2M1FN": (2, 0),
-    "f8E5M3FNU": (4, -14),
-}
+from ._types import FLOAT_FORMATS, ScalarType
 
 
 def _round_to_format(x: Fraction, p: int, emin: int) -> Fraction:
@@ -145,7 +138,8 @@ def mlir_float(value: float, t: ScalarType) -> str | None:
     MLIR prints it in hex (NaN, infinities, and values without a short decimal form)."""
     if math.isnan(value) or math.isinf(value):
         return None
-    p, emin = FORMATS[t.name]
+    fmt = FLOAT_FORMATS[t.name]
+    p, emin = fmt.precision, fmt.min_exponent
     if value == 0:
         return ("-" if math.copysign(1.0, value) < 0 else "") + "0.000000e+00"
     exact = Fraction(value)

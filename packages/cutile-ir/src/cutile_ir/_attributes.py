@@ -10,10 +10,11 @@ from fractions import Fraction
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence, Union
 
-from ._apfloat import FORMATS, _round_to_format
+from ._apfloat import _round_to_format
 from ._errors import IRTypeError
 from ._types import (
-    BF16, F16, F32, F64, TF32, I1, I32, PaddingValue, PointerType, ScalarType, TileType, Type,
+    BF16, F16, F32, F64, FLOAT_FORMATS, TF32, I1, I32, FloatFormat, PaddingValue, PointerType, ScalarType,
+    TileType, Type,
 )
 from ._versions import V13_1, V13_4, Version
 
@@ -157,8 +158,8 @@ def _bits_from_float(value: float, t: ScalarType) -> int:
         sign = (1 << (width - 1)) if math.copysign(1.0, value) < 0 else 0
         if math.isinf(value):
             return sign | (0x7F800000 >> shift)
-        p, emin = FORMATS[t.name]
-        r = float(_round_to_format(Fraction(value), p, emin))
+        fmt = FLOAT_FORMATS[t.name]
+        r = float(_round_to_format(Fraction(value), fmt.precision, fmt.min_exponent))
         if abs(r) >= 2.0 ** 128:
             return sign | (0x7F800000 >> shift)
         return (int.from_bytes(struct.pack("<f", r), "little") >> shift) | sign
@@ -167,18 +168,14 @@ def _bits_from_float(value: float, t: ScalarType) -> int:
     raise IRTypeError(f"cannot convert a Python float to {t}")
 
 
-#: (exponent bits, mantissa bits, bias, has infinities, signed) of the small float formats.
-_MINIFLOATS: dict[str, tuple[int, int, int, bool, bool]] = {
-    "f8E4M3FN": (4, 3, 7, False, True),
-    "f8E5M2": (5, 2, 15, True, True),
-    "f8E8M0FNU": (8, 0, 127, False, False),
-    "f4E2M1FN": (2, 1, 1, False, True),
-    "f8E5M3FNU": (5, 3, 15, False, False),
-}
+#: The small float formats (8 bits or fewer): converted from their bit fields and through
+#: a sorted table of all their values, where struct has no format for them.
+_MINIFLOATS: dict[str, FloatFormat] = {name: f for name, f in FLOAT_FORMATS.items() if f.width <= 8}
 
 
 def _minifloat(bits: int, t: ScalarType) -> float:
-    e_bits, m_bits, bias, has_inf, signed = _MINIFLOATS[t.name]
+    f = _MINIFLOATS[t.name]
+    e_bits, m_bits, bias, has_inf, signed = f.exponent_bits, f.mantissa_bits, f.bias, f.has_inf, f.signed
     sign = -1.0 if signed and (bits >> (e_bits + m_bits)) & 1 else 1.0
     e = (bits >> m_bits) & ((1 << e_bits) - 1)
     m = bits & ((1 << m_bits) - 1)
@@ -199,8 +196,9 @@ _MINI_TABLES: dict[str, list[tuple[float, int]]] = {}
 
 def _minifloat_bits(value: float, t: ScalarType) -> int:
     """Nearest finite value of a small float format (ties to the even bit pattern)."""
-    e_bits, m_bits, _, has_inf, signed = _MINIFLOATS[t.name]
-    nbits = e_bits + m_bits + (1 if signed else 0)
+    f = _MINIFLOATS[t.name]
+    e_bits, m_bits, has_inf, signed = f.exponent_bits, f.mantissa_bits, f.has_inf, f.signed
+    nbits = f.width
     table = _MINI_TABLES.get(t.name)
     if table is None:
         table = sorted((_minifloat(b, t), b) for b in range(1 << nbits) if math.isfinite(_minifloat(b, t)))

@@ -29,7 +29,7 @@ from ._ops import Arity, AttrDef, AttrKind, OpDef, bool_array, get_op
 from ._types import (
     I1, I32, FunctionType, PointerType, ScalarType, TileType, TiledView, TokenType, Type, scalar,
 )
-from ._verifier import check_op
+from ._verifier import check_op, reduce_body_arg_types, reduce_result_type
 
 _UNSET: Any = object()
 
@@ -359,20 +359,17 @@ class Builder:
                 t = v.type
                 if not isinstance(t, TileType) or not 0 <= dim < t.rank:
                     raise IRTypeError(f"dim {dim} out of range for operand of type {t}", op=name, loc=loc)
-                result_types.append(t if name == "scan" else TileType(t.shape[:dim] + t.shape[dim + 1:], t.element))
+                result_types.append(reduce_result_type(name, t, dim))
         return self.create(name, list(operands), result_types=list(result_types), loc=loc, dim=dim, identities=ids,
                            **extra)
 
 
 def _pair_args(operands: Sequence[Value]) -> list[Type]:
-    out: list[Type] = []
+    """The body's block arguments, by the verifier's rule; here every operand must be a tile."""
     for v in operands:
-        t = v.type
-        el = t.element if isinstance(t, TileType) else None
-        if el is None:
-            raise IRTypeError(f"reduce/scan operands must be tiles, found {t}")
-        out += [scalar(el), scalar(el)]
-    return out
+        if not isinstance(v.type, TileType):
+            raise IRTypeError(f"reduce/scan operands must be tiles, found {v.type}")
+    return reduce_body_arg_types([v.type for v in operands])
 
 
 class RegionOp:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 import struct
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from . import _encoding as E
 from ._attributes import (
@@ -27,6 +27,7 @@ from ._types import (
 from ._versions import V13_3, V13_4, Version
 
 _Enum = TypeVar("_Enum", bound=enum.IntEnum)
+_T = TypeVar("_T")
 
 
 class _Cursor:
@@ -79,12 +80,17 @@ class _Cursor:
     def svarint(self) -> int:
         return unzigzag(self.varint())
 
-    def enum(self, cls: type[_Enum]) -> _Enum:
+    def enum(self, cls: type[_Enum], attr: str | None = None) -> _Enum:
+        """An enum value, written as a varint (``attr``: the attribute it is, for the error)."""
         x = self.varint()
+        members = _ENUM_MEMBERS.get(cls)
+        if members is not None and x < len(members):
+            return cast("_Enum", members[x])
         try:
             return cls(x)
         except ValueError:
-            raise self.fail(f"bad {cls.__name__} value {x}") from None
+            where = "" if attr is None else f" for '{attr}'"
+            raise self.fail(f"bad {cls.__name__} value {x}{where}") from None
 
     def take(self, n: int) -> bytes:
         if self.pos + n > self.end:
@@ -125,6 +131,14 @@ def _offset_table(c: _Cursor, width: int) -> list[bytes]:
             raise c.fail(f"entry {i} has bad offsets {o}..{e}")
         out.append(bytes(data[o:e]))
     return out
+
+
+def _table_entry(c: _Cursor, table: list[_T], what: str) -> _T:
+    """The entry of ``table`` (the strings, types or constants) whose index is read at ``c``."""
+    i = c.varint()
+    if i >= len(table):
+        raise c.fail(f"{what} index {i} out of range ({len(table)} {what}s)")
+    return table[i]
 
 
 class _Reader:
@@ -187,22 +201,13 @@ class _Reader:
 
     # -- table references: an index read at ``c`` ------------------------------------
     def string(self, c: _Cursor) -> str:
-        i = c.varint()
-        if i >= len(self.strings):
-            raise c.fail(f"string index {i} out of range ({len(self.strings)} strings)")
-        return self.strings[i]
+        return _table_entry(c, self.strings, "string")
 
     def type(self, c: _Cursor) -> Type:
-        i = c.varint()
-        if i >= len(self.types):
-            raise c.fail(f"type index {i} out of range ({len(self.types)} types)")
-        return self.types[i]
+        return _table_entry(c, self.types, "type")
 
     def constant(self, c: _Cursor) -> bytes:
-        i = c.varint()
-        if i >= len(self.constants):
-            raise c.fail(f"constant index {i} out of range ({len(self.constants)} constants)")
-        return self.constants[i]
+        return _table_entry(c, self.constants, "constant")
 
     def _decode_type(self, i: int) -> Type:
         c = _Cursor(self.type_bytes[i], what=f"type {i}")
@@ -501,11 +506,7 @@ class _FunctionReader:
         for a, mode in lay.attrs:
             if mode == "required":
                 if a.kind is AttrKind.ENUM:
-                    x = varint()
-                    members = _ENUM_MEMBERS[a.enum]
-                    if x >= len(members):
-                        raise c.fail(f"bad {a.enum.__name__} value {x} for '{a.name}'")  # type: ignore[union-attr]
-                    attrs[a.name] = members[x]
+                    attrs[a.name] = c.enum(a.enum, a.name)  # type: ignore[arg-type]  # an ENUM attr has its enum
                     continue
                 attrs[a.name] = self.attr(a.kind, a.enum, result_types)
             elif mode == "unit":
@@ -609,6 +610,8 @@ class _FunctionReader:
         raise AssertionError(kind)
 
 
+#: The members of each attribute enum, indexed by value (each numbers them 0, 1, 2...):
+#: the fast path of ``_Cursor.enum``.
 _ENUM_MEMBERS: dict[Any, tuple[Any, ...]] = {}
 for _e in ENUM_TYPES:
     _ENUM_MEMBERS[_e] = tuple(sorted(_e, key=int))

@@ -29,16 +29,8 @@ class PaddingValue(enum.IntEnum):
 
     @property
     def text(self) -> str:
-        return _PADDING_TEXT[self]
-
-
-_PADDING_TEXT = {
-    PaddingValue.ZERO: "zero",
-    PaddingValue.NEG_ZERO: "neg_zero",
-    PaddingValue.NAN: "nan",
-    PaddingValue.POS_INF: "pos_inf",
-    PaddingValue.NEG_INF: "neg_inf",
-}
+        # the MLIR keyword is the lower-case name, the rule of the attribute enums (_attributes._TextEnum)
+        return self.name.lower()
 
 
 class Type:
@@ -112,6 +104,52 @@ SCALAR_TYPES: tuple[ScalarType, ...] = (
     F8E8M0FNU, F4E2M1FN, I4, F8E5M3FNU,
 )
 SCALAR_BY_TAG: dict[int, ScalarType] = {t.tag: t for t in SCALAR_TYPES}
+
+
+@dataclass(frozen=True, slots=True)
+class FloatFormat:
+    """The bit fields of a float element type. The one description of each format: the
+    decimal printer (``_apfloat``) reads its precision and minimum exponent, the element
+    codec (``_attributes``) the bit fields of the small formats."""
+
+    exponent_bits: int
+    mantissa_bits: int  # stored fraction bits, without the hidden bit
+    bias: int
+    has_inf: bool
+    signed: bool = True
+
+    @property
+    def width(self) -> int:
+        """Bits of one value (sign, exponent, mantissa): the ScalarType's bitwidth."""
+        return int(self.signed) + self.exponent_bits + self.mantissa_bits
+
+    @property
+    def precision(self) -> int:
+        """Significand bits including the hidden bit (APFloat's ``precision``)."""
+        return self.mantissa_bits + 1
+
+    @property
+    def min_exponent(self) -> int:
+        """Exponent of the smallest normal value (APFloat's ``minExponent``). Without
+        mantissa bits there are no subnormals, so exponent field 0 is itself a normal
+        value (f8E8M0FNU: 2**-127)."""
+        return -self.bias if self.mantissa_bits == 0 else 1 - self.bias
+
+
+#: The format of every float element type, by name.
+FLOAT_FORMATS: dict[str, FloatFormat] = {
+    "f16": FloatFormat(5, 10, 15, True),
+    "bf16": FloatFormat(8, 7, 127, True),
+    "f32": FloatFormat(8, 23, 127, True),
+    "tf32": FloatFormat(8, 10, 127, True),
+    "f64": FloatFormat(11, 52, 1023, True),
+    "f8E4M3FN": FloatFormat(4, 3, 7, False),
+    "f8E5M2": FloatFormat(5, 2, 15, True),
+    "f8E8M0FNU": FloatFormat(8, 0, 127, False, signed=False),
+    "f4E2M1FN": FloatFormat(2, 1, 1, False),
+    "f8E5M3FNU": FloatFormat(5, 3, 15, False, signed=False),
+}
+assert {t.name: t.bitwidth for t in SCALAR_TYPES if t.is_float} == {n: f.width for n, f in FLOAT_FORMATS.items()}
 
 
 #: The pointer attributes of bytecode 13.4 (``ptr<f32, <none>>``); tileiras 13.4 knows only "none".

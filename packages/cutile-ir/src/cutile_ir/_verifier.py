@@ -3,7 +3,7 @@ region and terminator structure, entry signatures and power-of-two tile dimensio
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
 from ._attributes import Bounded, DenseElements, DivBy, FloatAttr, IntegerAttr, SameElements
 from ._constraints import describe, satisfies
@@ -169,6 +169,28 @@ def _check_cat(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
     return []
 
 
+# -- reduce and scan: their typing rules, in one place. The builder infers result and body
+# types with these functions and the verifier checks ops against them, so the two agree.
+
+def reduce_result_type(op_name: str, operand: TileType, dim: int) -> TileType:
+    """The result of ``op_name`` ("reduce" or "scan") for one operand along ``dim``:
+    reduce drops dimension ``dim``, scan keeps the operand's type."""
+    if op_name == "scan":
+        return operand
+    return TileType(operand.shape[:dim] + operand.shape[dim + 1:], operand.element)
+
+
+def reduce_yield_types(operand_types: Sequence[Type]) -> list[Type]:
+    """What the body of reduce/scan yields: a rank-0 tile of each operand's element
+    (an operand that is not a tile is skipped; the op table's constraint reports it)."""
+    return [scalar(t.element) for t in operand_types if isinstance(t, TileType)]
+
+
+def reduce_body_arg_types(operand_types: Sequence[Type]) -> list[Type]:
+    """The body block's arguments: an (element, accumulator) pair of rank-0 tiles per operand."""
+    return [s for s in reduce_yield_types(operand_types) for _ in range(2)]
+
+
 def _check_reduce(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
     ins, outs = ty["operands"], ty["results"]
     d = op.attributes.get("dim", 0)
@@ -188,12 +210,10 @@ def _check_reduce(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
             ident = ids.values[i]
             if isinstance(ident, (IntegerAttr, FloatAttr)) and ident.type != t.element:
                 probs.append(f"identity {i} has type {ident.type}, operand element is {t.element}")
-        if op.name == "reduce" and i < len(outs):
-            want = TileType(t.shape[:d] + t.shape[d + 1:], t.element)
+        if i < len(outs):
+            want = reduce_result_type(op.name, t, d)
             if outs[i] != want:
                 probs.append(f"result {i} must be {want}, found {outs[i]}")
-        if op.name == "scan" and i < len(outs) and outs[i] != t:
-            probs.append(f"result {i} must be {t}, found {outs[i]}")
     return probs
 
 
@@ -572,12 +592,7 @@ class _Verifier:
         if op.name == "loop":
             return [v.type for v in op.group("initValues")]
         if op.name in ("reduce", "scan"):
-            out: list[Type] = []
-            for v in op.group("operands"):
-                el = v.type.element if isinstance(v.type, TileType) else None
-                if el is not None:
-                    out += [scalar(el), scalar(el)]
-            return out
+            return reduce_body_arg_types([v.type for v in op.group("operands")])
         if op.name == "if":
             return []
         return None
@@ -602,11 +617,7 @@ class _Verifier:
                 self.report(f"{last.name} yields {[str(t) for t in types]}, '{name}' results are "
                             f"{[str(t) for t in want]}", op=last)
         elif name in ("reduce", "scan"):
-            want = []
-            for v in op.group("operands"):
-                el = v.type.element if isinstance(v.type, TileType) else None
-                if el is not None:
-                    want.append(scalar(el))
+            want = reduce_yield_types([v.type for v in op.group("operands")])
             if types != want:
                 self.report(f"yield must give {[str(t) for t in want]}, found {[str(t) for t in types]}", op=last)
 
