@@ -58,6 +58,30 @@ def static_break_under_a_runtime_if(z: Mut[Tensor[i32, ["B"]]], n: i32):
     z.store(zeros((64,), i32))
 
 
+def retried_inner_loop_then_outer_break(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], n: i32):
+    total = load_tile_like(x, z) * 0.0
+    i = 0
+    while i < n:
+        acc = 0.0  # a constant the inner loop makes a tile: that loop is built again
+        for j in range(n):
+            if j >= 4:
+                break
+            acc = acc + load_tile_like(x, z)
+        total = total + acc
+        if i >= 2:
+            break  # the while loop's own break, after the inner loop was rebuilt
+        i = i + 1
+    z.store(total)
+
+
+def test_a_loop_built_again_leaves_no_stale_loop_behind() -> None:
+    # The abandoned first attempt at the inner loop left its loop context on the
+    # stack, so the outer break passed the inner loop's values ('acc').
+    kernel = build(retried_inner_loop_then_outer_break, z=TensorSpec(dt.f32, (256,), (64,)),
+                   x=TensorSpec(dt.f32, (-1,)), n=dt.i32)
+    assert [op.name for op in kernel.walk()].count("loop") == 2
+
+
 def test_break_and_continue_in_a_static_loop() -> None:
     kernel = build(static_break_and_continue, z=Z)
     assert not [op for op in kernel.walk() if op.name in ("loop", "for", "break", "continue")]

@@ -92,6 +92,12 @@ def _static_int(fe: FrontEnd, value: Any, node: ast.AST, what: str) -> int:
     return value
 
 
+def _static_bool(fe: FrontEnd, value: Any, node: ast.AST, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise fe.type_error(f"{what} must be True or False, got {fe.describe(value)}", node)
+    return value
+
+
 def _static_shape(fe: FrontEnd, value: Any, node: ast.AST, what: str = "shape", *, power_of_two: bool = True) -> tuple[int, ...]:
     items = value if isinstance(value, tuple) else (value,)
     shape = tuple(_static_int(fe, v, node, f"{what} dims") for v in items)
@@ -267,9 +273,7 @@ def _float_options(fe: FrontEnd, node: ast.AST, name: str, rounding: Any, flush_
             raise fe.type_error(f"{name}: rounding must be a string such as 'zero', got {fe.describe(rounding)}", node)
         attrs["rounding"] = rounding
     if flush_to_zero is not False:
-        if not isinstance(flush_to_zero, bool):
-            raise fe.type_error(f"{name}: flush_to_zero must be True or False, got {fe.describe(flush_to_zero)}", node)
-        attrs["ftz"] = flush_to_zero
+        attrs["ftz"] = _static_bool(fe, flush_to_zero, node, f"{name}: flush_to_zero")
     return attrs
 
 
@@ -666,9 +670,7 @@ def _hint_attrs(fe: FrontEnd, node: ast.AST, latency: Any, allow_tma: Any) -> di
             raise fe.type_error(f"latency must be from 1 to 10, got {value}", node)
         attrs["latency"] = value
     if allow_tma is not None:
-        if not isinstance(allow_tma, bool):
-            raise fe.type_error(f"allow_tma must be True or False, got {fe.describe(allow_tma)}", node)
-        attrs["allow_tma"] = allow_tma
+        attrs["allow_tma"] = _static_bool(fe, allow_tma, node, "allow_tma")
     return attrs
 
 

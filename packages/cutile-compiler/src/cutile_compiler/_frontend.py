@@ -633,10 +633,17 @@ class FrontEnd:
             self.loops.pop()
         return Flow.NORMAL
 
-    def loop_carried(self, node: ast.For | ast.While) -> list[str]:
+    def loop_inits(self, node: ast.For | ast.While) -> tuple[list[str], list[Value], list[KType]]:
+        """The names a loop carries (those its body reassigns that are defined before
+        it, but not a range loop's own index), their values on entry as tiles, and
+        their types."""
         assigned = _assigned_names(node.body)
+        if isinstance(node, ast.For) and isinstance(node.target, ast.Name):
+            assigned = assigned - {node.target.id}
         env = self.frame.env
-        return [n for n in sorted(assigned) if n in env and not isinstance(env[n], _Undefined)]
+        carried = [n for n in sorted(assigned) if n in env and not isinstance(env[n], _Undefined)]
+        inits = [self.to_tile(env[n], node, what=f"'{n}'") for n in carried]
+        return carried, inits, [v.type for v in inits]
 
     def range_loop(self, node: ast.For, bounds: list[Any]) -> str:
         if not isinstance(node.target, ast.Name):
@@ -657,14 +664,20 @@ class FrontEnd:
                 raise self.type_error(f"range() bounds must be ints, got {self.describe(b)}", node.iter)
             elif not dt.fits(b, dt.i32):
                 index_dtype = dt.i64
-        has_exit = _has_loop_exit(node.body)
+        build = self.range_as_loop if _has_loop_exit(node.body) else self.range_as_for
+        return self.settle_loop_types(node, lambda: build(node, start, stop, step, index_dtype))
+
+    def settle_loop_types(self, node: ast.For | ast.While, build: Callable[[], str]) -> str:
+        """Builds a loop with ``build``, again each time the body needs a carried name
+        that starts as a constant to be a tile (`_Retry`), with that constant
+        materialized before the loop."""
         for attempt in range(8):
             saved_env = dict(self.frame.env)
+            depth = len(self.loops)
             try:
-                if has_exit:
-                    return self.range_as_loop(node, start, stop, step, index_dtype)
-                return self.range_as_for(node, start, stop, step, index_dtype)
+                return build()
             except _Retry as retry:
+                del self.loops[depth:]  # the abandoned attempt's loop contexts (an enclosing break uses the stack)
                 self.frame.env = saved_env
                 self.frame.env[retry.name] = self.materialize(saved_env[retry.name], retry.needed, node)
         raise self.type_error("cannot settle the types of the loop's variables", node)
@@ -679,11 +692,41 @@ class FrontEnd:
             return self.cast(value, dtype, node)
         return self.constant(value, dtype, node=node)
 
-    def enter_body(self, names: list[str], inits: list[Value]) -> tuple[list[Value], dict[str, Any]]:
+    def enter_body(self, names: list[str], inits: list[Value], index: Value | None = None) -> Block:
+        """A loop's body block, whose arguments are a range loop's ``index`` (if any)
+        and the carried ``names``; the environment becomes the body's, in which those
+        names are bound to the arguments."""
         args = [Value(v.type, n) for n, v in zip(names, inits)]
         env = dict(self.frame.env)
         env.update(zip(names, args))
-        return args, env
+        if index is not None:
+            assert index.name is not None
+            env[index.name] = index
+            args.insert(0, index)
+        self.frame.env = env
+        return Block(args)
+
+    def loop_body(self, node: ast.For | ast.While, carried: list[str], types: list[KType],
+                  before: dict[str, Any]) -> None:
+        """Emits the body statements of a ``loop`` op; a body that runs to its end
+        continues with the next iteration."""
+        flow = self.visit_statements(node.body)
+        if flow == "return":
+            raise self.syntax_error("'return' inside a loop is not supported", node)
+        if flow == Flow.NORMAL:
+            self.finish_loop(carried, types, self.frame.env, before, node)
+            self.leave_loop("continue", node)
+
+    def break_if(self, condition: Value, when: bool, node: ast.AST) -> None:
+        """Emits ``if condition == when: break`` (out of the innermost ``loop`` op,
+        passing on its carried values) as an ``if`` op without results."""
+        exit_block, stay_block = Block(), Block()
+        with self.inserting(exit_block):
+            self.leave_loop("break", node)
+        with self.inserting(stay_block):
+            self.op("yield", [], node=node)
+        regions = [exit_block, stay_block] if when else [stay_block, exit_block]
+        self.op("if", [condition], {"result_types": ()}, regions, node=node)
 
     def finish_loop(self, names: list[str], types: list[KType], body_env: dict[str, Any],
                     before: dict[str, Any], node: ast.AST) -> None:
@@ -701,16 +744,9 @@ class FrontEnd:
     def range_as_for(self, node: ast.For, start: Any, stop: Any, step: Any, index_dtype: dt.DType) -> str:
         assert isinstance(node.target, ast.Name)
         before = self.frame.env
-        carried = [n for n in self.loop_carried(node) if n != node.target.id]
-        inits = [self.to_tile(before[n], node, what=f"'{n}'") for n in carried]
+        carried, inits, types = self.loop_inits(node)
         bounds = [self.bound(b, index_dtype, node.iter) for b in (start, stop, step)]
-        body = Block()
-        iv = Value(TileType(index_dtype), node.target.id)
-        args, env = self.enter_body(carried, inits)
-        body.args = [iv, *args]
-        env[node.target.id] = iv
-        types = [v.type for v in inits]
-        self.frame.env = env
+        body = self.enter_body(carried, inits, Value(TileType(index_dtype), node.target.id))
         with self.inserting(body):
             flow = self.visit_statements(node.body)
             if flow == "return":
@@ -738,32 +774,14 @@ class FrontEnd:
         """A range loop with break/continue: a ``loop`` op carrying the index."""
         assert isinstance(node.target, ast.Name)
         before = self.frame.env
-        carried = [n for n in self.loop_carried(node) if n != node.target.id]
-        inits = [self.to_tile(before[n], node, what=f"'{n}'") for n in carried]
+        carried, inits, types = self.loop_inits(node)
         start_v, stop_v, step_v = (self.bound(b, index_dtype, node.iter) for b in (start, stop, step))
-        types = [v.type for v in inits]
-        body = Block()
         iv = Value(TileType(index_dtype), node.target.id)
-        args, env = self.enter_body(carried, inits)
-        body.args = [iv, *args]
-        env[node.target.id] = iv
-        self.frame.env = env
-        context = _LoopContext(carried, types, (iv, step_v))
-        self.loops.append(context)
+        body = self.enter_body(carried, inits, iv)
+        self.loops.append(_LoopContext(carried, types, (iv, step_v)))
         with self.inserting(body):
-            done = self.op("ge", [iv, stop_v], node=node).result
-            exit_block, stay_block = Block(), Block()
-            with self.inserting(exit_block):
-                self.op("break", self.carried_values(carried, types, node), node=node)
-            with self.inserting(stay_block):
-                self.op("yield", [], node=node)
-            self.op("if", [done], {"result_types": ()}, [exit_block, stay_block], node=node)
-            flow = self.visit_statements(node.body)
-            if flow == "return":
-                raise self.syntax_error("'return' inside a loop is not supported", node)
-            if flow == Flow.NORMAL:
-                self.finish_loop(carried, types, self.frame.env, before, node)
-                self.leave_loop("continue", node)
+            self.break_if(self.op("ge", [iv, stop_v], node=node).result, True, node)
+            self.loop_body(node, carried, types, before)
         self.loops.pop()
         body_env = self.frame.env
         self.frame.env = before
@@ -774,49 +792,21 @@ class FrontEnd:
     def visit_while(self, node: ast.While) -> str:
         if node.orelse:
             raise self.syntax_error("while ... else is not supported inside a kernel", node)
-        for attempt in range(8):
-            saved_env = dict(self.frame.env)
-            try:
-                return self.while_loop(node)
-            except _Retry as retry:
-                self.frame.env = saved_env
-                self.frame.env[retry.name] = self.materialize(saved_env[retry.name], retry.needed, node)
-        raise self.type_error("cannot settle the types of the loop's variables", node)
+        return self.settle_loop_types(node, lambda: self.while_loop(node))
 
     def while_loop(self, node: ast.While) -> str:
         before = self.frame.env
-        carried = self.loop_carried(node)
-        inits = [self.to_tile(before[n], node, what=f"'{n}'") for n in carried]
-        types = [v.type for v in inits]
-        body = Block()
-        args, env = self.enter_body(carried, inits)
-        body.args = args
-        self.frame.env = env
-        context = _LoopContext(carried, types)
-        self.loops.append(context)
+        carried, inits, types = self.loop_inits(node)
+        body = self.enter_body(carried, inits)
+        self.loops.append(_LoopContext(carried, types))
         with self.inserting(body):
             test = self.condition(self.expr(node.test), node.test)
-            if isinstance(test, bool):
-                if not test:
-                    self.op("break", self.carried_values(carried, types, node), node=node)
-                    flow = "break"
-                else:
-                    flow = Flow.NORMAL
+            if test is False:  # known at compile time: the body never runs
+                self.leave_loop("break", node)
             else:
-                exit_block, stay_block = Block(), Block()
-                with self.inserting(exit_block):
-                    self.op("break", self.carried_values(carried, types, node), node=node)
-                with self.inserting(stay_block):
-                    self.op("yield", [], node=node)
-                self.op("if", [test], {"result_types": ()}, [stay_block, exit_block], node=node)
-                flow = Flow.NORMAL
-            if flow == Flow.NORMAL:
-                flow = self.visit_statements(node.body)
-                if flow == "return":
-                    raise self.syntax_error("'return' inside a loop is not supported", node)
-                if flow == Flow.NORMAL:
-                    self.finish_loop(carried, types, self.frame.env, before, node)
-                    self.leave_loop("continue", node)
+                if not isinstance(test, bool):
+                    self.break_if(test, False, node)
+                self.loop_body(node, carried, types, before)
         self.loops.pop()
         body_env = self.frame.env
         self.frame.env = before

@@ -103,6 +103,17 @@ class OpDef:
         return f"<OpDef {self.name}>"
 
 
+class MemoryAccess(OpDef):
+    """An op that reads or writes global memory through its first operand (a tensor
+    or a partition): it has effects, and on the GPU it is ordered by that operand's
+    token chain."""
+
+    has_effects = True
+
+    def ordered_resource(self, op: Operation) -> Any:
+        return op.operands[0]
+
+
 OPS: dict[str, OpDef] = {}
 
 _D = TypeVar("_D", bound=OpDef)

@@ -18,8 +18,8 @@ import cutile_ir as ir
 from cutile_compiler import _dtypes as dt
 from cutile_compiler._ir import Operation
 from cutile_compiler._lowering import PartitionInfo
-from cutile_compiler._opdefs._base import EvalContext, OpDef, RuleError, register
-from cutile_compiler._opdefs.pointer import check_atomic_dtype, rmw_update
+from cutile_compiler._opdefs._base import EvalContext, MemoryAccess, OpDef, RuleError, register
+from cutile_compiler._opdefs.pointer import check_atomic_dtype, check_writable, rmw_update, tile_ir_atomic_mode
 from cutile_compiler._types import KType, PartitionType, TensorType, TileType, is_power_of_two
 
 PADDINGS = ("zero", "neg_zero", "nan", "pos_inf", "neg_inf")
@@ -43,6 +43,16 @@ def _check_indices(types: Sequence[KType], rank: int, op: str) -> None:
     for position, index in enumerate(types):
         if not (isinstance(index, TileType) and index.is_scalar and index.dtype.is_integer):
             raise RuleError(f"{op}: index coordinate {position} must be an integer scalar, got {index}")
+
+
+def _check_index_and_tile(types: Sequence[KType], partition: PartitionType, op: str) -> None:
+    """Checks the operands after the partition of a tile write: (*index, value),
+    with one coordinate per axis and a value of the partition's tile type."""
+    rank = partition.tensor.rank
+    _check_indices(types[1:1 + rank], rank, op)
+    value = types[1 + rank] if len(types) == 2 + rank else None
+    if value != partition.tile:
+        raise RuleError(f"{op}: the value must be a {partition.tile}, got {value}")
 
 
 class TensorDim(OpDef):
@@ -120,11 +130,10 @@ class NumTiles(OpDef):
         return (shape[op.attrs["axis"]],)
 
 
-class TileLoad(OpDef):
+class TileLoad(MemoryAccess):
     """``tile_load(p, *index) {latency?, tma?}``: the tile at ``index`` of partition p."""
 
     name = "tile_load"
-    has_effects = True
 
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
         partition = _partition(operand_types, "load")
@@ -136,9 +145,6 @@ class TileLoad(OpDef):
         index = tuple(int(i) for i in args[1:])
         return (ctx.load(op, tensor, index, tile_shape, padding),)
 
-    def ordered_resource(self, op: Operation) -> Any:
-        return op.operands[0]
-
     def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         tile, token = ctx.builder.load_view_tko(args[0].view, list(args[1:]), ctx.token_in(op),
                                                  memory_ordering_semantics="weak", **ctx.hint_attrs(op))
@@ -146,21 +152,15 @@ class TileLoad(OpDef):
         return (tile,)
 
 
-class TileStore(OpDef):
+class TileStore(MemoryAccess):
     """``tile_store(p, *index, value)``: writes the in-bounds part of a tile."""
 
     name = "tile_store"
-    has_effects = True
 
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
         partition = _partition(operand_types, "store")
-        if not partition.tensor.mutable:
-            raise RuleError("store: the tensor is not declared Mut[...], so the kernel may not write it")
-        rank = partition.tensor.rank
-        _check_indices(operand_types[1 : 1 + rank], rank, "store")
-        value = operand_types[1 + rank] if len(operand_types) == 2 + rank else None
-        if value != partition.tile:
-            raise RuleError(f"store: the value must be a {partition.tile}, got {value}")
+        check_writable(partition.tensor, "store")
+        _check_index_and_tile(operand_types, partition, "store")
         return ()
 
     def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
@@ -169,9 +169,6 @@ class TileStore(OpDef):
         index = tuple(int(i) for i in args[1 : 1 + rank])
         ctx.store(op, tensor, index, tile_shape, args[1 + rank])
         return ()
-
-    def ordered_resource(self, op: Operation) -> Any:
-        return op.operands[0]
 
     def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         partition = args[0]
@@ -192,29 +189,23 @@ TILE_STORE = register(TileStore())
 TILE_ATOMIC_MODES = ("add", "max", "min", "and", "or", "xor")
 
 
-class TileAtomic(OpDef):
+class TileAtomic(MemoryAccess):
     """``tile_atomic(p, *index, value) {mode, scope}``: atomically combines a whole tile
     into the tile at ``index`` of partition p, element by element (in-bounds part
     only); returns nothing (Tile IR ``atomic_red_view_tko``, relaxed order)."""
 
     name = "tile_atomic"
-    has_effects = True
 
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
         partition = _partition(operand_types, "atomic")
         mode = attrs["mode"]
         if mode not in TILE_ATOMIC_MODES:
             raise RuleError(f"atomic: a tile reduction takes one of {', '.join(TILE_ATOMIC_MODES)}, got {mode!r}")
-        if not partition.tensor.mutable:
-            raise RuleError(f"atomic_{mode}: the tensor is not declared Mut[...], so the kernel may not write it")
+        check_writable(partition.tensor, f"atomic_{mode}")
         if attrs.get("scope", "device") not in ("tl_blk", "device"):
             raise RuleError(f"atomic_{mode}: a tile reduction's scope is tl_blk or device, got {attrs.get('scope')!r}")
         check_atomic_dtype(mode, partition.tensor.dtype)
-        rank = partition.tensor.rank
-        _check_indices(operand_types[1:1 + rank], rank, f"atomic_{mode}")
-        value = operand_types[1 + rank] if len(operand_types) == 2 + rank else None
-        if value != partition.tile:
-            raise RuleError(f"atomic_{mode}: the value must be a {partition.tile}, got {value}")
+        _check_index_and_tile(operand_types, partition, f"atomic_{mode}")
         return ()
 
     def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
@@ -238,20 +229,12 @@ class TileAtomic(OpDef):
         # atomic_red_view_tko takes no view with a padding value: a plain partition of the tensor
         plain = ctx.builder.make_partition_view(
             tensor.view, result_types=[ir.PartitionViewType(tile_shape, tensor.view_type)])
-        dtype = tensor.value.type.dtype
-        mode = op.attrs["mode"]
-        if mode == "add" and dtype.is_float:
-            mode = "addf"
-        elif mode in ("max", "min") and dtype.kind == "uint":
-            mode = "u" + mode
+        mode = tile_ir_atomic_mode(op.attrs["mode"], tensor.value.type.dtype)
         token = ctx.builder.atomic_red_view_tko(
             plain, list(args[1:1 + rank]), args[1 + rank], ctx.token_in(op),
             memory_ordering_semantics="relaxed", memory_scope=op.attrs.get("scope", "device"), mode=mode)
         ctx.token_out(op, token)
         return ()
-
-    def ordered_resource(self, op: Operation) -> Any:
-        return op.operands[0]
 
 
 TILE_ATOMIC = register(TileAtomic())

@@ -26,7 +26,7 @@ import cutile_ir as ir
 from cutile_compiler import _dtypes as dt
 from cutile_compiler._ir import Operation
 from cutile_compiler._lowering import element_type, tile_type
-from cutile_compiler._opdefs._base import EvalContext, OpDef, RuleError, register
+from cutile_compiler._opdefs._base import EvalContext, MemoryAccess, RuleError, register
 from cutile_compiler._opdefs.elementwise import numpy_dtype
 from cutile_compiler._types import KType, TensorType, TileType
 
@@ -112,6 +112,11 @@ def pointer_tile(ctx: Any, op: Operation, args: Sequence[Any]) -> Any:
     return b.offset(base, linear)
 
 
+def _pointers_and_mask(ctx: Any, op: Operation, args: Sequence[Any]) -> tuple[Any, Any]:
+    """An access op's pointer tile and its mask (None when it has none), lowered."""
+    return pointer_tile(ctx, op, args), (args[-1] if op.attrs.get("has_mask") else None)
+
+
 def _broadcast_scalar(b: Any, value: Any, shape: tuple[int, ...], element: Any) -> Any:
     if not shape:
         return value
@@ -119,12 +124,11 @@ def _broadcast_scalar(b: Any, value: Any, shape: tuple[int, ...], element: Any) 
     return b.broadcast(ones, result_types=[ir.tile(shape, element)])
 
 
-class Gather(OpDef):
+class Gather(MemoryAccess):
     """``gather(t, *indices, mask?) {has_mask, padding}``: t's elements at the indices;
     masked-off elements read as ``padding``."""
 
     name = "gather"
-    has_effects = True
 
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
         tensor, shape = _check_access(operand_types, 0, "gather", bool(attrs.get("has_mask")))
@@ -139,8 +143,7 @@ class Gather(OpDef):
 
     def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         b = ctx.builder
-        pointers = pointer_tile(ctx, op, args)
-        mask = args[-1] if op.attrs.get("has_mask") else None
+        pointers, mask = _pointers_and_mask(ctx, op, args)
         padding = ctx.constant(op.attrs.get("padding", 0), op.results[0].type) if mask is not None else None
         result, token = b.load_ptr_tko(pointers, mask, padding, ctx.token_in(op),
                                        memory_ordering_semantics="weak", **ctx.hint_attrs(op),
@@ -148,25 +151,17 @@ class Gather(OpDef):
         ctx.token_out(op, token)
         return (result,)
 
-    def ordered_resource(self, op: Operation) -> Any:
-        return op.operands[0]
 
-
-class Scatter(OpDef):
+class Scatter(MemoryAccess):
     """``scatter(t, *indices, value, mask?) {has_mask}``: writes value's elements at
     the indices (where the mask holds)."""
 
     name = "scatter"
-    has_effects = True
 
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
         tensor, _ = _check_access(operand_types, 1, "scatter", bool(attrs.get("has_mask")))
-        if not tensor.mutable:
-            raise RuleError("scatter: the tensor is not declared Mut[...], so the kernel may not write it")
-        value = operand_types[1 + tensor.rank]
-        assert isinstance(value, TileType)
-        if value.dtype is not tensor.dtype:
-            raise RuleError(f"scatter: the values must be {tensor.dtype}, got {value.dtype}")
+        check_writable(tensor, "scatter")
+        _check_value_dtypes(operand_types, tensor, 1, "scatter: the values")
         return ()
 
     def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
@@ -177,15 +172,11 @@ class Scatter(OpDef):
     def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         info = args[0]
         rank = len(info.dims)
-        pointers = pointer_tile(ctx, op, args)
-        mask = args[-1] if op.attrs.get("has_mask") else None
+        pointers, mask = _pointers_and_mask(ctx, op, args)
         token = ctx.builder.store_ptr_tko(pointers, args[1 + rank], mask, ctx.token_in(op),
                                           memory_ordering_semantics="weak", **ctx.hint_attrs(op))
         ctx.token_out(op, token)
         return ()
-
-    def ordered_resource(self, op: Operation) -> Any:
-        return op.operands[0]
 
 
 _RMW: dict[str, Callable[[Any, Any], Any]] = {
@@ -224,6 +215,22 @@ def check_atomic_dtype(mode: str, dtype: dt.DType) -> None:
         raise RuleError(f"atomic_{mode}: the GPU's atomics take {accepted}, not {dtype}")
 
 
+def check_writable(tensor: TensorType, op: str) -> None:
+    """Only tensors declared ``Mut[...]`` may be written (stores, scatters, atomics)."""
+    if not tensor.mutable:
+        raise RuleError(f"{op}: the tensor is not declared Mut[...], so the kernel may not write it")
+
+
+def tile_ir_atomic_mode(mode: str, dtype: dt.DType) -> str:
+    """Tile IR's name for atomic ``mode`` on ``dtype``: float add and unsigned
+    max/min are modes of their own there."""
+    if mode == "add" and dtype.is_float:
+        return "addf"
+    if mode in ("max", "min") and dtype.kind == "uint":
+        return "u" + mode
+    return mode
+
+
 def _check_order(attrs: dict[str, Any], op: str) -> None:
     if attrs.get("order", "relaxed") not in ORDERS:
         raise RuleError(f"{op}: order must be one of {', '.join(ORDERS)}, got {attrs.get('order')!r}")
@@ -231,26 +238,38 @@ def _check_order(attrs: dict[str, Any], op: str) -> None:
         raise RuleError(f"{op}: scope must be one of {', '.join(SCOPES)}, got {attrs.get('scope')!r}")
 
 
-class AtomicRmw(OpDef):
+def _check_atomic(types: Sequence[KType], attrs: dict[str, Any], extra: int,
+                  mode: str) -> tuple[TensorType, tuple[int, ...]]:
+    """Checks the operands and attributes of an element-wise atomic (``extra`` value
+    operands); returns the tensor and the shape, as `_check_access`."""
+    op = f"atomic_{mode}"
+    tensor, shape = _check_access(types, extra, op, bool(attrs.get("has_mask")))
+    check_writable(tensor, op)
+    check_atomic_dtype(mode, tensor.dtype)
+    _check_order(attrs, op)
+    return tensor, shape
+
+
+def _check_value_dtypes(types: Sequence[KType], tensor: TensorType, count: int, what: str) -> None:
+    """The ``count`` value operands after the indices must have the tensor's dtype."""
+    for value in types[1 + tensor.rank:1 + tensor.rank + count]:
+        assert isinstance(value, TileType)
+        if value.dtype is not tensor.dtype:
+            raise RuleError(f"{what} must be {tensor.dtype}, got {value.dtype}")
+
+
+class AtomicRmw(MemoryAccess):
     """``atomic_rmw(t, *indices, value, mask?) {mode, order, scope, has_mask}``: for
     each element in turn, ``old = t[i]; t[i] = mode(old, value)``; returns the old values."""
 
     name = "atomic_rmw"
-    has_effects = True
 
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
         mode = attrs["mode"]
         if mode not in RMW_MODES:
             raise RuleError(f"atomic: unknown mode {mode!r} (one of {', '.join(RMW_MODES)})")
-        tensor, shape = _check_access(operand_types, 1, f"atomic_{mode}", bool(attrs.get("has_mask")))
-        if not tensor.mutable:
-            raise RuleError(f"atomic_{mode}: the tensor is not declared Mut[...], so the kernel may not write it")
-        check_atomic_dtype(mode, tensor.dtype)
-        _check_order(attrs, f"atomic_{mode}")
-        value = operand_types[1 + tensor.rank]
-        assert isinstance(value, TileType)
-        if value.dtype is not tensor.dtype:
-            raise RuleError(f"atomic_{mode}: the value must be {tensor.dtype}, got {value.dtype}")
+        tensor, shape = _check_atomic(operand_types, attrs, 1, mode)
+        _check_value_dtypes(operand_types, tensor, 1, f"atomic_{mode}: the value")
         return (TileType(tensor.dtype, shape),)
 
     def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
@@ -264,14 +283,8 @@ class AtomicRmw(OpDef):
         rank = len(info.dims)
         tensor_type = op.operands[0].type
         assert isinstance(tensor_type, TensorType)
-        dtype = tensor_type.dtype
-        mode = op.attrs["mode"]
-        if mode == "add" and dtype.is_float:
-            mode = "addf"
-        elif mode in ("max", "min") and dtype.kind == "uint":
-            mode = "u" + mode
-        pointers = pointer_tile(ctx, op, args)
-        mask = args[-1] if op.attrs.get("has_mask") else None
+        mode = tile_ir_atomic_mode(op.attrs["mode"], tensor_type.dtype)
+        pointers, mask = _pointers_and_mask(ctx, op, args)
         result, token = ctx.builder.atomic_rmw_tko(
             pointers, args[1 + rank], mask, ctx.token_in(op), mode=mode,
             memory_ordering_semantics=op.attrs.get("order", "relaxed"),
@@ -280,28 +293,17 @@ class AtomicRmw(OpDef):
         ctx.token_out(op, token)
         return (result,)
 
-    def ordered_resource(self, op: Operation) -> Any:
-        return op.operands[0]
 
-
-class AtomicCas(OpDef):
+class AtomicCas(MemoryAccess):
     """``atomic_cas(t, *indices, expected, value, mask?) {order, scope, has_mask}``:
     for each element in turn, ``old = t[i]; if old == expected: t[i] = value``
     (floats compared bit for bit); returns the old values (``expected`` where masked)."""
 
     name = "atomic_cas"
-    has_effects = True
 
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
-        tensor, shape = _check_access(operand_types, 2, "atomic_cas", bool(attrs.get("has_mask")))
-        if not tensor.mutable:
-            raise RuleError("atomic_cas: the tensor is not declared Mut[...], so the kernel may not write it")
-        check_atomic_dtype("cas", tensor.dtype)
-        _check_order(attrs, "atomic_cas")
-        for value in operand_types[1 + tensor.rank:3 + tensor.rank]:
-            assert isinstance(value, TileType)
-            if value.dtype is not tensor.dtype:
-                raise RuleError(f"atomic_cas: expected and new values must be {tensor.dtype}, got {value.dtype}")
+        tensor, shape = _check_atomic(operand_types, attrs, 2, "cas")
+        _check_value_dtypes(operand_types, tensor, 2, "atomic_cas: expected and new values")
         return (TileType(tensor.dtype, shape),)
 
     def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
@@ -324,8 +326,7 @@ class AtomicCas(OpDef):
     def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         info = args[0]
         rank = len(info.dims)
-        pointers = pointer_tile(ctx, op, args)
-        mask = args[-1] if op.attrs.get("has_mask") else None
+        pointers, mask = _pointers_and_mask(ctx, op, args)
         result, token = ctx.builder.atomic_cas_tko(
             pointers, args[1 + rank], args[2 + rank], mask, ctx.token_in(op),
             memory_ordering_semantics=op.attrs.get("order", "relaxed"),
@@ -333,9 +334,6 @@ class AtomicCas(OpDef):
             result_types=[tile_type(op.results[0].type), ir.TOKEN])
         ctx.token_out(op, token)
         return (result,)
-
-    def ordered_resource(self, op: Operation) -> Any:
-        return op.operands[0]
 
 
 GATHER = register(Gather())
