@@ -21,8 +21,7 @@ from cutile._tensor import HostStorage, Tensor, numpy_dtype
 from cutile import _config
 from cutile_compiler import KernelIR, SourceLocation
 from cutile_compiler._ir import Block, Operation, Value
-from cutile_compiler._opdefs import Terminator
-from cutile_compiler._opdefs.control import _Escape
+from cutile_compiler._opdefs import Escape, Terminator
 from cutile_compiler._types import TileType
 
 _PADDING_VALUES = {"zero": 0.0, "neg_zero": -0.0, "nan": float("nan"), "pos_inf": float("inf"), "neg_inf": float("-inf")}
@@ -91,7 +90,7 @@ class Interpreter:
             self.env = dict(params)
             try:
                 self.run_block(self.kernel.body, [])
-            except _Escape as escape:
+            except Escape as escape:
                 if escape.terminator.kind != "return":
                     raise
             except (IndexError, ValueError, ZeroDivisionError) as exc:

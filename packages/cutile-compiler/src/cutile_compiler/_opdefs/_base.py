@@ -23,6 +23,16 @@ class Terminator:
     values: list[Any]
 
 
+class Escape(Exception):
+    """Raised by the numpy meaning of an ``if`` or ``for`` to carry a ``break``,
+    ``continue`` or ``return`` of a nested block outwards; the interpreter running a
+    kernel body catches the ``return`` that reaches it."""
+
+    def __init__(self, terminator: Terminator) -> None:
+        super().__init__(terminator.kind)
+        self.terminator = terminator
+
+
 class EvalContext(Protocol):
     """What an op's numpy meaning may ask of the interpreter running it."""
 

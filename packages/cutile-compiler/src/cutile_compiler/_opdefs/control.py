@@ -20,15 +20,8 @@ import cutile_ir as ir
 
 from cutile_compiler._ir import Operation
 from cutile_compiler._lowering import tile_type
-from cutile_compiler._opdefs._base import EvalContext, OpDef, RuleError, Terminator, register
+from cutile_compiler._opdefs._base import Escape, EvalContext, OpDef, RuleError, Terminator, register
 from cutile_compiler._types import KType, TileType
-
-
-class _Escape(Exception):
-    """Raised through nested ``if``s to carry a break/continue/return outwards."""
-
-    def __init__(self, terminator: Terminator) -> None:
-        self.terminator = terminator
 
 
 class For(OpDef):
@@ -52,7 +45,7 @@ class For(OpDef):
         for index in range(start, stop, step):
             ended = ctx.run_block(op.regions[0], [np.asarray(index, dtype=iv_dtype), *carried])
             if ended.kind == "return":
-                raise _Escape(ended)
+                raise Escape(ended)
             carried = ended.values
         return carried
 
@@ -73,7 +66,7 @@ class If(OpDef):
     def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         ended = ctx.run_block(op.regions[0 if bool(args[0]) else 1], [])
         if ended.kind != "yield":
-            raise _Escape(ended)
+            raise Escape(ended)
         return ended.values
 
     def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
@@ -92,14 +85,14 @@ class Loop(OpDef):
         while True:
             try:
                 ended = ctx.run_block(op.regions[0], carried)
-            except _Escape as escape:
+            except Escape as escape:
                 ended = escape.terminator
             if ended.kind == "continue":
                 carried = ended.values
             elif ended.kind == "break":
                 return ended.values
             else:
-                raise _Escape(ended)
+                raise Escape(ended)
 
     def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         return _lower_loop(self, ctx, op, args)
@@ -142,7 +135,7 @@ CONTINUE = register(Continue())
 BREAK = register(Break())
 RETURN = register(Return())
 
-__all__ = ["FOR", "IF", "LOOP", "YIELD", "CONTINUE", "BREAK", "RETURN", "RuleError", "_Escape"]
+__all__ = ["FOR", "IF", "LOOP", "YIELD", "CONTINUE", "BREAK", "RETURN", "RuleError"]
 
 
 # -- lowering to Tile IR -------------------------------------------------------------------
