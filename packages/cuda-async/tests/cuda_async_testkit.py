@@ -7,12 +7,37 @@ cutile's interpreter backend plugs into cuda_async.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 import cuda_core
 
 import cuda_async as ca
+
+
+T = TypeVar("T")
+
+
+async def while_ticking(awaitable: Awaitable[T]) -> tuple[T, int]:
+    """Awaits ``awaitable`` while another task counts event-loop turns (one per
+    millisecond): (its result, the turns), to show the loop was never blocked."""
+    stop = asyncio.Event()
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while not stop.is_set():
+            ticks += 1
+            await asyncio.sleep(0.001)
+
+    task = asyncio.create_task(ticker())
+    try:
+        result = await awaitable
+    finally:
+        stop.set()
+        await task
+    return result, ticks
 
 
 class HostTensor(ca.Resource):

@@ -21,6 +21,7 @@ import cuda_async as ca
 pytestmark = pytest.mark.gpu
 
 from cuda_core.testing import PTX  # noqa: E402  (the shared sample kernels)
+from cuda_async_testkit import while_ticking  # noqa: E402
 
 MS = 1_000_000  # nanoseconds
 
@@ -242,30 +243,18 @@ def test_allocation_and_synchronization_during_capture_are_refused(module: cc.Mo
 def test_many_concurrent_asyncio_tasks_no_lost_completion_no_deadlock(module: cc.Module) -> None:
     count = 256
     buffers = [Buffer(f"t{i}", 4) for i in range(count)]
-    ticks = 0
-
-    async def ticker(stop: asyncio.Event) -> None:
-        nonlocal ticks
-        while not stop.is_set():
-            ticks += 1
-            await asyncio.sleep(0.001)
 
     async def task(i: int) -> int:
         first = await sleep_op(module, buffers[i], i, (i % 7) * 200_000, name=f"t{i}")
         await asyncio.sleep(0)
         return first + await sleep_op(module, buffers[i], i + 1, 50_000, name=f"t{i} again")
 
-    async def main() -> list[int]:
-        stop = asyncio.Event()
-        tick = asyncio.create_task(ticker(stop))
-        try:
-            return list(await asyncio.wait_for(asyncio.gather(*(task(i) for i in range(count))), timeout=60))
-        finally:
-            stop.set()
-            await tick
+    async def main() -> tuple[list[int], int]:
+        return await while_ticking(asyncio.wait_for(asyncio.gather(*(task(i) for i in range(count))), timeout=60))
 
     with ca.using_policy(ca.RoundRobin(4)):
-        assert asyncio.run(main()) == [2 * i + 1 for i in range(count)]
+        results, ticks = asyncio.run(main())
+    assert results == [2 * i + 1 for i in range(count)]
     assert [b.u32() for b in buffers] == [i + 1 for i in range(count)]
     assert not any(b.is_held for b in buffers)
     assert ticks > 0

@@ -17,6 +17,7 @@ import time
 
 import pytest
 from cuda_core.testing import FakeDriver
+from cuda_async_testkit import while_ticking
 
 import cuda_async as ca
 
@@ -213,24 +214,13 @@ def test_schedule_records_completion_events_and_done_polls_them(fake_driver: Fak
 def test_await_completes_through_the_poller_without_blocking_the_loop(fake_driver: FakeDriver) -> None:
     fake_driver.hold_events = True
     x = ca.Resource("x")
-    ticks = 0
 
-    async def ticker(stop: asyncio.Event) -> None:
-        nonlocal ticks
-        while not stop.is_set():
-            ticks += 1
-            await asyncio.sleep(0.001)
-
-    async def main() -> str:
-        stop = asyncio.Event()
-        task = asyncio.create_task(ticker(stop))
+    async def main() -> tuple[str, int]:
         threading.Timer(0.05, fake_driver.finish_events).start()
-        result = await kernel(fake_driver, "slow", writes=[x]).schedule(ca.SingleStream())
-        stop.set()
-        await task
-        return result
+        return await while_ticking(kernel(fake_driver, "slow", writes=[x]).schedule(ca.SingleStream()))
 
-    assert asyncio.run(main()) == "slow"
+    result, ticks = asyncio.run(main())
+    assert result == "slow"
     assert ticks >= 10  # the loop kept running while the op was pending
     assert x.holders == []
 
