@@ -25,7 +25,7 @@ from cutile_compiler._ir import KernelIR, format_kernel
 from cutile_compiler._lowering import AbiArg, kernel_abi, lower_kernel
 from cutile_compiler._signature import KernelSignature, Specialization
 from cutile_compiler._source import capture
-from cutile_compiler._toolchain import CompileOptions, CompilerError, TileirasError, Toolchain, find_toolchain
+from cutile_compiler._toolchain import CompileOptions, CompilerError, Toolchain, find_toolchain
 
 
 @dataclass
@@ -121,12 +121,8 @@ def compile_kernel(
     start = time.perf_counter()
     try:
         cubin, hit = cached_compile(bytecode, arch, chain, options, locations=_excerpt, arch_checked=True)
-    except TileirasError as exc:
-        raise TileCompilerError(
-            f"tileiras could not compile kernel {name} for {arch}:\n{exc.diagnostics or exc.stderr}",
-            kernel_ir.location) from None
-    except CompilerError as exc:
-        raise TileCompilerError(str(exc), kernel_ir.location) from None
+    except CompilerError as exc:  # the toolchain's message: mapped diagnostics, hints, the command
+        raise TileCompilerError(f"kernel {name}: {exc}", kernel_ir.location) from None
     timings["tileiras"] = time.perf_counter() - start
     if _config.JIT_TIMING.get():
         source = "disk cache" if hit else "tileiras"
