@@ -197,6 +197,29 @@ def test_shared_op_consumers_on_other_streams_wait_for_it(fake_driver: FakeDrive
     first.result(), second.result()
 
 
+def test_a_driver_error_while_polling_reaches_result_and_await(fake_driver: FakeDriver) -> None:
+    from cuda_core.testing import R
+
+    fake_driver.hold_events = True
+    for take in ("result", "await"):
+        x = ca.Resource("x")
+        future = kernel(fake_driver, "failing", writes=[x]).schedule(ca.SingleStream())
+        fake_driver.fail_next["cuEventQuery"] = R.CUDA_ERROR_LAUNCH_FAILED
+        fake_driver.fail_next["cuEventSynchronize"] = R.CUDA_ERROR_LAUNCH_FAILED
+        with pytest.raises(cuda_core.CudaError, match="CUDA_ERROR_LAUNCH_FAILED"):
+            if take == "result":
+                assert future.done()  # the work is over...
+                assert x.is_held  # ...but nobody has seen how it ended yet
+                future.result()
+            else:
+                asyncio.run(_awaited(future))
+        assert x.holders == []  # observed: the holds are given back
+
+
+async def _awaited(future: ca.DeviceFuture[object]) -> object:
+    return await future
+
+
 def test_schedule_records_completion_events_and_done_polls_them(fake_driver: FakeDriver) -> None:
     fake_driver.hold_events = True
     x = ca.Resource("x")

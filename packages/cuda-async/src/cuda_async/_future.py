@@ -140,13 +140,19 @@ class _Poller:
 
 
 def _complete(events: list[cuda_core.Event]) -> bool:
+    """Whether every event has completed. A driver error counts as completion (the
+    work is over): whoever takes the result then waits on the events, which raises it."""
     try:
-        for event in events:
-            event.device.activate()
-            if not event.query():
-                return False
-    except Exception:  # a driver error is raised to whoever takes the result
+        return _all_recorded_work_done(events)
+    except cuda_core.CudaError:
         return True
+
+
+def _all_recorded_work_done(events: list[cuda_core.Event]) -> bool:
+    for event in events:
+        event.device.activate()
+        if not event.query():
+            return False
     return True
 
 
@@ -200,10 +206,13 @@ class DeviceFuture(Generic[T]):
         """Whether the work has completed (never blocks); True hands the resources back."""
         if self._observed:
             return True
-        if _complete(self._events):
-            self._finish()
-            return True
-        return False
+        try:
+            if not _all_recorded_work_done(self._events):
+                return False
+        except cuda_core.CudaError:
+            return True  # over, with an error that `result` (and `await`) raise: not observed yet
+        self._finish()
+        return True
 
     def result(self) -> T:
         """Blocks the calling thread until the work has completed; returns the result."""
@@ -226,7 +235,7 @@ class DeviceFuture(Generic[T]):
 
     def __await__(self) -> Generator[Any, None, T]:
         if self.done():
-            return self._value
+            return self.result()  # (returns at once, or raises the driver's error)
         # Small kernels finish within microseconds: a bounded check first saves the
         # two thread hand-offs of the poller path (the loop is held for at most
         # the spin budget, see `set_await_spin`).
@@ -234,7 +243,7 @@ class DeviceFuture(Generic[T]):
             deadline = time.perf_counter() + _await_spin_s
             while time.perf_counter() < deadline:
                 if self.done():
-                    return self._value
+                    return self.result()
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[None] = loop.create_future()
         self._watched = True

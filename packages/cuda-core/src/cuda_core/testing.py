@@ -429,11 +429,15 @@ class FakeDriver:
         return (SUCCESS,)
 
     def cuEventQuery(self, event: Any) -> tuple[Any]:
-        self._enter("cuEventQuery")
+        failure = self._enter("cuEventQuery")
+        if failure is not None:
+            return (failure,)
         return (SUCCESS if self.events[int(event)]["done"] else R.CUDA_ERROR_NOT_READY,)
 
     def cuEventSynchronize(self, event: Any) -> tuple[Any]:
-        self._enter("cuEventSynchronize")
+        failure = self._enter("cuEventSynchronize")
+        if failure is not None:
+            return (failure,)
         with self._lock:
             self.events[int(event)]["done"] = True
         return (SUCCESS,)
