@@ -29,6 +29,10 @@ def test_small_floats_encode_every_value_to_itself(t) -> None:  # type: ignore[n
         (F8E4M3FN, 448.0, 0x7E), (F8E4M3FN, -2.75, 0xC3), (F8E5M2, 2.75, 0x42),  # tie to even
         (F4E2M1FN, 6.0, 0x7), (F8E8M0FNU, 1.0, 0x7F), (BF16, 1.0 + 2 ** -8, 0x3F80),  # tie to even
         (BF16, 1.0 + 3 * 2 ** -8, 0x3F82), (TF32, 1.0, 0x1FC00), (F16, 65536.0, 0x7C00), (F32, 1e39, 0x7F800000),
+        # Above the largest finite value but rounding down to it, as IEEE rounds (f16: 65519 -> 65504).
+        (F8E5M2, 57345.0, 0x7B), (F8E5M2, 61439.0, 0x7B), (F8E5M2, 61440.0, 0x7C),  # the last rounds to 65536: inf
+        (F8E4M3FN, 449.0, 0x7E), (F8E4M3FN, -464.0, 0xFE), (F4E2M1FN, 6.9, 0x7),  # (464: a tie, to even 448)
+        (F8E4M3FN, 2.0 ** -10, 0x00), (F8E4M3FN, -(2.0 ** -10), 0x80),  # below half the smallest: signed zero
     ],
 )
 def test_rounding_of_floats(t, value: float, bits: int) -> None:  # type: ignore[no-untyped-def]
@@ -38,6 +42,10 @@ def test_rounding_of_floats(t, value: float, bits: int) -> None:  # type: ignore
 def test_out_of_range_small_float_is_an_error() -> None:
     with pytest.raises(IRTypeError, match="out of the range of f8E4M3FN"):
         _bits_from_float(1000.0, F8E4M3FN)
+    with pytest.raises(IRTypeError, match="out of the range of f8E4M3FN"):
+        _bits_from_float(465.0, F8E4M3FN)  # nearer 480 than 448: past the largest finite value
+    with pytest.raises(IRTypeError, match="out of the range of f8E8M0FNU"):
+        _bits_from_float(-1.0, F8E8M0FNU)
     with pytest.raises(IRTypeError, match="f4E2M1FN has no NaN"):
         _bits_from_float(float("nan"), F4E2M1FN)
 

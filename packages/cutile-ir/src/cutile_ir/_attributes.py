@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import enum
-import bisect
 import math
 import struct
 from fractions import Fraction
@@ -191,34 +190,38 @@ def _minifloat(bits: int, t: ScalarType) -> float:
     return sign * (1 + m / (1 << m_bits)) * 2.0 ** (e - bias)
 
 
-_MINI_TABLES: dict[str, list[tuple[float, int]]] = {}
+_MINI_TABLES: dict[str, dict[float, int]] = {}  # finite value -> bits (+0.0 for zero), per format
 
 
 def _minifloat_bits(value: float, t: ScalarType) -> int:
-    """Nearest finite value of a small float format (ties to the even bit pattern)."""
+    """``value`` rounded to a small float format as IEEE rounds (to nearest, ties to
+    even, with an unbounded exponent), then overflowing to inf, or refused where the
+    format has none."""
     f = _MINIFLOATS[t.name]
-    e_bits, m_bits, has_inf, signed = f.exponent_bits, f.mantissa_bits, f.has_inf, f.signed
     nbits = f.width
     table = _MINI_TABLES.get(t.name)
     if table is None:
-        table = sorted((_minifloat(b, t), b) for b in range(1 << nbits) if math.isfinite(_minifloat(b, t)))
+        table = {}
+        for b in range(1 << nbits):
+            if math.isfinite(_minifloat(b, t)):
+                table.setdefault(_minifloat(b, t), b)  # +0.0 (bits 0) before -0.0
         _MINI_TABLES[t.name] = table
     if math.isnan(value):
         nans = [b for b in range(1 << nbits) if math.isnan(_minifloat(b, t))]
         if not nans:
             raise IRTypeError(f"{t} has no NaN")
-        return max(b for b in nans if not b >> (nbits - 1)) if signed else nans[0]
-    lo, hi = table[0][0], table[-1][0]
-    if not lo <= value <= hi:
-        if has_inf and math.isinf(value) or has_inf and abs(value) > hi:
-            return ((1 << (nbits - 1)) if value < 0 else 0) | (((1 << e_bits) - 1) << m_bits)
+        return max(b for b in nans if not b >> (nbits - 1)) if f.signed else nans[0]
+    lo, hi = min(table), max(table)
+    if value < 0 and not f.signed:
         raise IRTypeError(f"{value!r} is out of the range of {t} ([{lo}, {hi}])")
-    if value == 0 and signed and math.copysign(1.0, value) < 0:
+    rounded = value if math.isinf(value) else float(_round_to_format(Fraction(value), f.precision, f.min_exponent))
+    if abs(rounded) > hi:
+        if f.has_inf:
+            return ((1 << (nbits - 1)) if value < 0 else 0) | (((1 << f.exponent_bits) - 1) << f.mantissa_bits)
+        raise IRTypeError(f"{value!r} is out of the range of {t} ([{lo}, {hi}])")
+    if rounded == 0 and f.signed and math.copysign(1.0, value) < 0:
         return 1 << (nbits - 1)
-    i = bisect.bisect_left(table, (value, -1))
-    near = table[max(0, i - 2):i + 2]
-    best = min(near, key=lambda vb: (abs(vb[0] - value), vb[1] & 1, vb[1]))
-    return best[1]
+    return table[rounded]
 
 
 def _float_from_bits(bits: int, t: ScalarType) -> float:

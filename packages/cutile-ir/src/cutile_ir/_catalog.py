@@ -437,3 +437,37 @@ def naming_module(version: Version) -> Module:
         b.make_tensor_view(q, [n, n], [n], result_types=[TensorViewType(F32, (None, None), (None, 1), "none")])
     b.return_()
     return m
+
+
+def large_module(n_ops: int) -> Module:
+    """One kernel of ``n_ops`` ops: constants, a long arithmetic chain with a few loops (the
+    module scripts/bench_ir.py times, and a test round-trips)."""
+    m = Module()
+    f = add_function(m, "bench", [scalar(ptr(F32)), scalar(I32)])
+    b = Builder(f)
+    t = tile(128, F32)
+    x = b.constant(1.0, t)
+    y = b.constant([float(i) for i in range(128)], t)
+    count = 2
+    acc = x
+    while count < n_ops - 8:
+        acc = b.addf(acc, y, rounding_mode="nearest_even")
+        acc = b.mulf(acc, x, rounding_mode="zero", flush_to_zero=True)
+        c = b.cmpf(acc, y, comparison_predicate="less_than", comparison_ordering="ordered")
+        acc = b.select(c, acc, y)
+        count += 4
+        if count % 400 == 0 and count < n_ops - 16:
+            zero = b.constant(0, scalar(I32))
+            one = b.constant(1, scalar(I32))
+            with b.for_(zero, f.args[1], one, inits=[acc]) as loop:
+                (_, a) = loop.args
+                b.continue_([b.negf(a)])
+            acc = loop.results[0]
+            count += 5
+    while count < n_ops - 1:
+        acc = b.absf(acc)
+        count += 1
+    b.return_()
+    count += 1
+    assert sum(1 for _ in m.walk()) == n_ops, sum(1 for _ in m.walk())
+    return m
