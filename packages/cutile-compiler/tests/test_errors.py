@@ -44,6 +44,18 @@ def recursive(x):
     return recursive(x)  # <- recursion
 
 
+@DeviceFunction
+def pick(t, n):
+    if n > 0:
+        return t  # <- return_in_runtime_if
+    else:
+        return t * 2.0
+
+
+def k_return_in_runtime_if(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], n: i32):
+    z.store(pick(load_tile_like(x, z), n))
+
+
 def k_store_readonly(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
     x.store(load_tile_like(x, z))  # <- store_readonly
 
@@ -488,6 +500,8 @@ CASES: list[tuple[Any, dict[str, Any], type[TileError], str, str]] = [
      "atomic_add: a tile reduction's scope is 'tl_blk' or 'device', got 'sys'"),
     (k_tile_atomic_readonly, {"z": P, "x": V}, TileTypeError, "tile_atomic_readonly",
      r"atomic_max: the tensor is not declared Mut\[...\], so the kernel may not write it"),
+    (k_return_in_runtime_if, {"z": P, "x": V, "n": dt.i32}, TileSyntaxError, "return_in_runtime_if",
+     "a device function may return inside an if only when the condition is known at compile time"),
     (k_lambda_defaults, {"z": P, "x": V}, TileSyntaxError, "lambda_defaults",
      "a lambda in a kernel takes plain positional parameters only"),
 ]

@@ -79,7 +79,14 @@ def test_a_loop_built_again_leaves_no_stale_loop_behind() -> None:
     # stack, so the outer break passed the inner loop's values ('acc').
     kernel = build(retried_inner_loop_then_outer_break, z=TensorSpec(dt.f32, (256,), (64,)),
                    x=TensorSpec(dt.f32, (-1,)), n=dt.i32)
-    assert [op.name for op in kernel.walk()].count("loop") == 2
+    ops = list(kernel.walk())
+    assert [op.name for op in ops].count("loop") == 2
+    # The outer break passes the while loop's own carried values (i, total), and the
+    # abandoned first attempt left no ops behind (every constant is used).
+    outer_breaks = [op for op in ops if op.name == "break" and len(op.operands) == 2]
+    assert outer_breaks and all(str(v.type) in ("i32", "tile<64xf32>") for v in outer_breaks[0].operands)
+    used = {id(v) for op in ops for v in op.operands}
+    assert not [op for op in ops if op.name == "constant" and id(op.result) not in used]
 
 
 def test_break_and_continue_in_a_static_loop() -> None:

@@ -30,6 +30,7 @@ def test_dumps_every_stage_and_reports_timings(real_toolchain: object, tmp_path:
     monkeypatch.setenv("CUTILE_JIT_TIMING", "1")
     monkeypatch.setenv("CUTILE_CACHE_DIR", str(tmp_path / "cache"))
     compiled = compiled_add(256)
+    assert set(compiled.timings) == {"frontend", "tileiras"} and all(t > 0 for t in compiled.timings.values())
     files = {p.suffixes[-1] if p.suffixes[-1] != ".txt" else p.suffixes[-2] for p in tmp_path.iterdir() if p.is_file()}
     assert files == {".ast", ".ir", ".mlir", ".tileirbc"}
     dumped_bytecode = next(tmp_path.glob("*.tileirbc")).read_bytes()

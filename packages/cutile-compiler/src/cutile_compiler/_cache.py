@@ -393,7 +393,6 @@ def cached_compile(
     timeout: float | None = None,
     locations: Locations | None = None,
     cache: DiskCache | None = None,
-    arch_checked: bool = False,
 ) -> tuple[bytes, bool]:
     """The cubin of `bytecode` for `arch`, from the disk cache or by running tileiras.
 
@@ -401,22 +400,20 @@ def cached_compile(
         bytecode, arch, options, timeout, locations: as for `Toolchain.compile`.
         toolchain: the tileiras to use; default `find_toolchain()`.
         cache: the disk cache; default `default_disk_cache()` (none when CUTILE_CACHE=0).
-        arch_checked: the caller has run ``toolchain.check_arch(arch)`` already.
 
     Returns:
         (cubin bytes, whether they came from the cache).
     """
     chain = find_toolchain() if toolchain is None else toolchain
     opts = CompileOptions() if options is None else options
-    if not arch_checked:
-        chain.check_arch(arch)  # the same error whether or not the cache holds an entry
+    chain.check_arch(arch)  # the same error whether or not the cache holds an entry
     store = default_disk_cache() if cache is None else cache
     if store is None:
-        return chain.run_tileiras(bytecode, arch, timeout=timeout, options=opts, locations=locations), False
+        return chain.compile(bytecode, arch, timeout=timeout, options=opts, locations=locations), False
     key = cache_key(bytecode, arch, chain.version_text, opts.args())
     cubin = store.get(key)
     if cubin is not None and cubin.startswith(b"\x7fELF"):
         return cubin, True
-    cubin = chain.run_tileiras(bytecode, arch, timeout=timeout, options=opts, locations=locations)
+    cubin = chain.compile(bytecode, arch, timeout=timeout, options=opts, locations=locations)
     store.put(key, cubin)
     return cubin, False

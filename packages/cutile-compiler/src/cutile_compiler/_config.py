@@ -20,11 +20,9 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 __all__ = [
-    "BACKEND",
     "CACHE",
     "CACHE_DIR",
     "CACHE_MAX_BYTES",
-    "CHECKED",
     "CUDA_TOOLKIT_PATH",
     "DUMP",
     "DUMP_DIR",

@@ -54,6 +54,11 @@ class DType:
         return self.kind == "int"
 
     @property
+    def signedness(self) -> str:
+        """How Tile IR's integer ops read this type: ``"signed"`` or ``"unsigned"``."""
+        return "signed" if self.is_signed else "unsigned"
+
+    @property
     def is_bool(self) -> bool:
         return self.kind == "bool"
 

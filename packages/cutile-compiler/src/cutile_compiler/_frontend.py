@@ -81,6 +81,7 @@ class _Frame:
     globals: dict[str, Any]
     closure: dict[str, Any]
     result: Any = None
+    block: Any = None  # the block an inlined device function is emitted into
 
 
 @dataclass
@@ -487,6 +488,12 @@ class FrontEnd:
     def visit_return(self, node: ast.Return) -> str:
         frame = self.frame
         if len(self.frames) > 1:  # an inlined device function
+            if self.block is not frame.block:
+                # Inside a region of a run-time if: its result would have to merge
+                # with the other branch's, which a return does not do.
+                raise self.syntax_error(
+                    "a device function may return inside an if only when the condition is known at "
+                    "compile time; assign the result in each branch and return it after the if", node)
             if node.value is not None:
                 frame.result = self.expr(node.value)
             return "return"
@@ -671,13 +678,17 @@ class FrontEnd:
         """Builds a loop with ``build``, again each time the body needs a carried name
         that starts as a constant to be a tile (`_Retry`), with that constant
         materialized before the loop."""
-        for attempt in range(8):
+        for _ in range(8):
             saved_env = dict(self.frame.env)
-            depth = len(self.loops)
+            depth, block, emitted, prologue = len(self.loops), self.block, len(self.block.ops), len(self.prologue)
             try:
                 return build()
             except _Retry as retry:
-                del self.loops[depth:]  # the abandoned attempt's loop contexts (an enclosing break uses the stack)
+                # Forget the abandoned attempt: its loop contexts (an enclosing break
+                # reads the stack) and the ops it emitted before the loop.
+                del self.loops[depth:]
+                del block.ops[emitted:]
+                del self.prologue[prologue:]
                 self.frame.env = saved_env
                 self.frame.env[retry.name] = self.materialize(saved_env[retry.name], retry.needed, node)
         raise self.type_error("cannot settle the types of the loop's variables", node)
@@ -1014,7 +1025,7 @@ class FrontEnd:
         except TypeError as exc:
             raise self.type_error(f"{function.__qualname__}(): {exc}", node) from None
         bound.apply_defaults()
-        frame = _Frame(source, dict(bound.arguments), function.__globals__, _closure_vars(function))
+        frame = _Frame(source, dict(bound.arguments), function.__globals__, _closure_vars(function), block=self.block)
         for statement in source.tree.body[:-1]:
             if _contains(statement, ast.Return):
                 raise TileSyntaxError("a device function may return only at its end (its last statement)",

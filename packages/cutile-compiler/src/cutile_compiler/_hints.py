@@ -25,6 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from cutile_compiler._types import is_power_of_two
+
 _NAMES = {"num_ctas": "num_cta_in_cga", "occupancy": "occupancy", "num_worker_warps": "num_worker_warps_per_cta"}
 _ARCH = re.compile(r"^sm_[0-9]+[a-z]?$")
 
@@ -43,7 +45,7 @@ def _check(name: str, value: Any, where: str) -> int:
                         "(per architecture: {'sm_90': {...}})")
     if isinstance(value, bool) or not isinstance(value, int):
         raise HintError(f"{where}: hint {name} must be an int, got {value!r}")
-    if name == "num_ctas" and not (1 <= value <= 16 and value & (value - 1) == 0):
+    if name == "num_ctas" and not (value <= 16 and is_power_of_two(value)):
         raise HintError(f"{where}: num_ctas must be a power of two from 1 to 16, got {value}")
     if name == "occupancy" and not 1 <= value <= 32:
         raise HintError(f"{where}: occupancy must be from 1 to 32, got {value}")

@@ -120,7 +120,8 @@ def format_kernel(kernel: KernelIR) -> str:
 
     def name(value: Value) -> str:
         if value.id not in names:
-            names[value.id] = f"%{value.name}" if value.name and value.name not in names.values() else f"%{len(names)}"
+            wanted = f"%{value.name}"
+            names[value.id] = wanted if value.name and wanted not in names.values() else f"%{len(names)}"
         return names[value.id]
 
     lines = [

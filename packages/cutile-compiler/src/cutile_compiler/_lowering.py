@@ -27,11 +27,7 @@ from cutile_compiler._hints import KernelHints
 from cutile_compiler._ir import Block, KernelIR, Operation, Value
 from cutile_compiler._types import KType, TensorType, TileType
 
-_ELEMENT: dict[str, ir.ScalarType] = {
-    "i1": ir.I1, "i8": ir.I8, "i16": ir.I16, "i32": ir.I32, "i64": ir.I64, "f16": ir.F16,
-    "bf16": ir.BF16, "f32": ir.F32, "f64": ir.F64, "tf32": ir.TF32, "f8E4M3FN": ir.F8E4M3FN,
-    "f8E5M2": ir.F8E5M2,
-}
+_ELEMENT: dict[str, ir.ScalarType] = {t.name: t for t in ir.SCALAR_TYPES}  # by DType.ir_name
 
 
 def element_type(dtype: dt.DType) -> ir.ScalarType:
@@ -317,7 +313,7 @@ def lower_kernel(kernel: KernelIR, version: ir.Version | str = "13.3", arch: str
     (when known, hints are emitted for it alone)."""
     from cutile_compiler import _opdefs  # noqa: F401  (registers every op's lowering)
 
-    parsed = version if isinstance(version, ir.Version) else ir.Version(*map(int, str(version).split(".")))
+    parsed = ir.Version.parse(version)
     return Lowering(kernel, parsed, arch, hints).run()
 
 

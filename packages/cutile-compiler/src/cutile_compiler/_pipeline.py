@@ -120,7 +120,7 @@ def compile_kernel(
         _dump(name, spec, "bytecode", "tileirbc", bytecode)
     start = time.perf_counter()
     try:
-        cubin, hit = cached_compile(bytecode, arch, chain, options, locations=_excerpt, arch_checked=True)
+        cubin, hit = cached_compile(bytecode, arch, chain, options, locations=_excerpt)
     except CompilerError as exc:  # the toolchain's message: mapped diagnostics, hints, the command
         raise TileCompilerError(f"kernel {name}: {exc}", kernel_ir.location) from None
     timings["tileiras"] = time.perf_counter() - start

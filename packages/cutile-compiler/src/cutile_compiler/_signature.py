@@ -21,6 +21,7 @@ from typing import Any
 
 from cutile_compiler._dtypes import DType
 from cutile_compiler._errors import CutileError
+from cutile_compiler._types import is_power_of_two
 
 Dim = int | str  # an int (static; -1 dynamic) or a constant's name
 
@@ -208,7 +209,7 @@ class TensorSpec:
     def __post_init__(self) -> None:
         facts = [self.base_divisibility, *self.shape_divisibility, *self.stride_divisibility]
         for fact in facts:
-            if isinstance(fact, bool) or not isinstance(fact, int) or fact < 1 or fact & (fact - 1) \
+            if isinstance(fact, bool) or not isinstance(fact, int) or not is_power_of_two(fact) \
                     or fact > MAX_DIVISIBILITY:
                 raise ValueError(f"TensorSpec: divisibility facts are powers of two up to {MAX_DIVISIBILITY}, "
                                  f"got {fact!r}")

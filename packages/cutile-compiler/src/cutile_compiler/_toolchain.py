@@ -36,6 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import cutile_ir as ir
 from cutile_compiler import _config
 from cutile_compiler._errors import CutileError
 from cutile_compiler._hints import KernelHints
@@ -59,7 +60,7 @@ __all__ = [
     "parse_arch",
 ]
 
-SUPPORTED_BYTECODE_VERSIONS: tuple[tuple[int, int], ...] = ((13, 1), (13, 2), (13, 3), (13, 4))
+SUPPORTED_BYTECODE_VERSIONS: tuple[tuple[int, int], ...] = tuple((v.major, v.minor) for v in ir.SUPPORTED_VERSIONS)
 """Tile IR bytecode versions cutile_ir can write, oldest first."""
 
 RECOMMENDED_RELEASE = "13.4"
@@ -426,18 +427,6 @@ class Toolchain:
             TileirasError: tileiras failed; carries its exit code, stderr and command.
         """
         self.check_arch(arch)
-        return self.run_tileiras(bytecode, arch, timeout=timeout, options=options, locations=locations)
-
-    def run_tileiras(
-        self,
-        bytecode: bytes,
-        arch: str,
-        *,
-        timeout: float | None = None,
-        options: CompileOptions | None = None,
-        locations: Locations | None = None,
-    ) -> bytes:
-        """`compile` for a caller that has already run `check_arch` for `arch`."""
         if not isinstance(bytecode, (bytes, bytearray, memoryview)):
             raise TypeError(f"bytecode must be bytes, got {type(bytecode).__name__}")
         opts = CompileOptions() if options is None else options

@@ -28,6 +28,7 @@ from cutile_compiler import _dtypes as dt
 from cutile_compiler import TensorSpec
 from cutile_compiler._opdefs.elementwise import numpy_dtype as numpy_dtype  # one definition, re-exported
 from cutile_compiler._signature import TensorAnnotation, make_tensor_annotation
+from cutile_compiler._types import is_power_of_two
 
 
 def dtype_of(value: Any) -> dt.DType:
@@ -449,7 +450,7 @@ class Tensor:
         if len(shape) != self.ndim:
             raise ValueError(f"partition: a rank-{self.ndim} tensor needs {self.ndim} tile dims, got {list(shape)}")
         for extent in shape:
-            if isinstance(extent, bool) or not isinstance(extent, int) or extent <= 0 or extent & (extent - 1):
+            if isinstance(extent, bool) or not isinstance(extent, int) or not is_power_of_two(extent):
                 raise ValueError(f"partition: tile dims must be positive powers of two, got {list(shape)}")
         if self.ndim > 3:
             raise ValueError("partition: at most 3 dims (one per grid axis)")

@@ -26,7 +26,7 @@ import cutile_ir as ir
 from cutile_compiler import _dtypes as dt
 from cutile_compiler._ir import Operation
 from cutile_compiler._opdefs._base import EvalContext, OpDef, RuleError, register
-from cutile_compiler._types import KType, TileType
+from cutile_compiler._types import KType, TileType, is_power_of_two
 
 #: The token chain that keeps a kernel's prints in program order.
 PRINT_RESOURCE = "print"
@@ -210,7 +210,7 @@ class Assume(OpDef):
         if not (isinstance(value, TileType) and value.dtype.is_integer):
             raise RuleError(f"assume: facts are stated about integer values, got {value}")
         divisor = attrs.get("div_by")
-        if divisor is not None and (divisor <= 0 or divisor & (divisor - 1)):
+        if divisor is not None and not is_power_of_two(divisor):
             raise RuleError(f"assume: div_by must be a positive power of two, got {divisor}")
         lower, upper = attrs.get("lower"), attrs.get("upper")
         if lower is not None and upper is not None and lower > upper:

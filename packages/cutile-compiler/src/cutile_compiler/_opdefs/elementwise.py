@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+import cutile_ir as ir
 from cutile_compiler import _dtypes as dt
 from cutile_compiler._ir import Operation
 from cutile_compiler._lowering import tile_type
@@ -315,10 +316,6 @@ _PREDICATES = {"eq": "equal", "ne": "not_equal", "lt": "less_than", "le": "less_
                "gt": "greater_than", "ge": "greater_than_or_equal"}
 
 
-def _signedness(dtype: dt.DType) -> str:
-    return "signed" if dtype.is_signed else "unsigned"
-
-
 def _lower_elementwise(self: Elementwise, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
     b = ctx.builder
     operand_type = op.operands[0].type
@@ -330,7 +327,7 @@ def _lower_elementwise(self: Elementwise, ctx: Any, op: Operation, args: Sequenc
             # Python's != is true for NaN: unordered; every other comparison ordered.
             ordering = "unordered" if name == "ne" else "ordered"
             return (b.cmpf(args[0], args[1], comparison_predicate=_PREDICATES[name], comparison_ordering=ordering),)
-        return (b.cmpi(args[0], args[1], comparison_predicate=_PREDICATES[name], signedness=_signedness(dtype)),)
+        return (b.cmpi(args[0], args[1], comparison_predicate=_PREDICATES[name], signedness=dtype.signedness),)
     if dtype.is_float:
         if name == "floordiv":
             quotient = b.divf(args[0], args[1], rounding_mode="nearest_even")
@@ -346,9 +343,9 @@ def _lower_elementwise(self: Elementwise, ctx: Any, op: Operation, args: Sequenc
         return (getattr(b, tile_op)(*args, **attrs),)
     if name == "floordiv":
         rounding = "negative_inf" if dtype.is_signed else "zero"
-        return (b.divi(args[0], args[1], signedness=_signedness(dtype), rounding=rounding),)
+        return (b.divi(args[0], args[1], signedness=dtype.signedness, rounding=rounding),)
     if name == "mod":
-        remainder = b.remi(args[0], args[1], signedness=_signedness(dtype))
+        remainder = b.remi(args[0], args[1], signedness=dtype.signedness)
         if not dtype.is_signed:
             return (remainder,)
         return (_python_remainder(ctx, op, remainder, args[1], operand_type),)
@@ -356,7 +353,7 @@ def _lower_elementwise(self: Elementwise, ctx: Any, op: Operation, args: Sequenc
         ones = ctx.constant(True if dtype.is_bool else -1 if dtype.is_signed else (1 << dtype.bits) - 1, operand_type)
         return (b.xori(args[0], ones),)
     tile_op, signed = _INT_OPS[name]
-    attrs = {"signedness": _signedness(dtype)} if signed else {}
+    attrs = {"signedness": dtype.signedness} if signed else {}
     return (getattr(b, tile_op)(*args, **attrs),)
 
 
@@ -406,15 +403,15 @@ def _lower_cast(self: Cast, ctx: Any, op: Operation, args: Sequence[Any]) -> Seq
         return (b.exti(value, signedness="unsigned", result_types=[result_type]),)
     if source.is_integer and target.is_integer:
         if target.bits > source.bits:
-            return (b.exti(value, signedness=_signedness(source), result_types=[result_type]),)
+            return (b.exti(value, signedness=source.signedness, result_types=[result_type]),)
         return (b.trunci(value, result_types=[result_type]),)
     rounding = op.attrs.get("rounding", "nearest_even")
     if source.is_float and target.is_float:
         return (b.ftof(value, rounding_mode=rounding, result_types=[result_type]),)
     if source.is_integer:
-        return (b.itof(value, signedness=_signedness(source), rounding_mode=rounding, result_types=[result_type]),)
-    attrs: dict[str, Any] = {"signedness": _signedness(target), "rounding_mode": "nearest_int_to_zero"}
-    if ctx.version >= ctx.version.__class__(13, 4):
+        return (b.itof(value, signedness=source.signedness, rounding_mode=rounding, result_types=[result_type]),)
+    attrs: dict[str, Any] = {"signedness": target.signedness, "rounding_mode": "nearest_int_to_zero"}
+    if ctx.version >= ir.V13_4:
         attrs["saturating"] = True  # out-of-range values clamp, as the interpreter's do
     return (b.ftoi(value, result_types=[result_type], **attrs),)
 

@@ -72,8 +72,8 @@ class Mma(OpDef):
         a_type = op.operands[0].type
         b_type = op.operands[1].type
         if a_type.dtype.is_integer:  # type: ignore[attr-defined]
-            lhs = "signed" if a_type.dtype.is_signed else "unsigned"  # type: ignore[attr-defined]
-            rhs = "signed" if b_type.dtype.is_signed else "unsigned"  # type: ignore[attr-defined]
+            lhs = a_type.dtype.signedness  # type: ignore[attr-defined]
+            rhs = b_type.dtype.signedness  # type: ignore[attr-defined]
             return (ctx.builder.mmai(*args, signedness_lhs=lhs, signedness_rhs=rhs),)
         return (ctx.builder.mmaf(*args),)
 

@@ -93,7 +93,7 @@ def pointer_tile(ctx: Any, op: Operation, args: Sequence[Any]) -> Any:
         index_type = index_types[axis]
         if index_type.dtype.bits != (64 if wide else 32):  # type: ignore[attr-defined]
             if index_type.dtype.bits < (64 if wide else 32):  # type: ignore[attr-defined]
-                sign = "signed" if index_type.dtype.is_signed else "unsigned"  # type: ignore[attr-defined]
+                sign = index_type.dtype.signedness  # type: ignore[attr-defined]
                 index = b.exti(index, signedness=sign, result_types=[ir.tile(shape, index_ir)])
             else:
                 index = b.trunci(index, result_types=[ir.tile(shape, index_ir)])

@@ -117,7 +117,7 @@ def _identity(kind: str, dtype: dt.DType) -> int | float:
 def combine(ctx: Any, kind: str, dtype: dt.DType, a: Any, b: Any) -> Any:
     """The Tile IR of one step of reduction or scan ``kind`` on scalars a and b."""
     builder = ctx.builder
-    sign = "signed" if dtype.is_signed else "unsigned"
+    sign = dtype.signedness
     if kind == "sum":
         return builder.addf(a, b, rounding_mode="nearest_even") if dtype.is_float else builder.addi(a, b)
     if kind == "prod":
@@ -166,7 +166,7 @@ def _lower_arg_reduce(ctx: Any, op: Operation, value: Any, source: TileType, kin
             strictly = builder.cmpf(v_new, v_acc, comparison_predicate=better, comparison_ordering="ordered")
             equal = builder.cmpf(v_new, v_acc, comparison_predicate="equal", comparison_ordering="ordered")
         else:
-            sign = "signed" if source.dtype.is_signed else "unsigned"
+            sign = source.dtype.signedness
             strictly = builder.cmpi(v_new, v_acc, comparison_predicate=better, signedness=sign)
             equal = builder.cmpi(v_new, v_acc, comparison_predicate="equal", signedness=sign)
         earlier = builder.cmpi(i_new, i_acc, comparison_predicate="less_than", signedness="signed")
