@@ -12,9 +12,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from cuda_core.testing import SUCCESS, FakeDriver, use_fake_driver
+from cuda_core.testing import FakeDriver, use_fake_driver
 
-__all__ = ["SUCCESS", "FakeDriver", "fake_driver"]
+__all__ = ["fake_driver"]
 
 
 @pytest.fixture

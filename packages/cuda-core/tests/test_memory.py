@@ -75,6 +75,10 @@ def test_device_to_device_copy_and_memset_widths(fake_driver: Any) -> None:
         a.memset(0x01020304, width=4)
         b.copy_from(a, 8, dst_offset=8)
         assert b.to_bytes()[8:] == bytes.fromhex("0403020104030201")
+        a.memset(0xBEEF, offset=2, nbytes=4, width=2)
+        assert a.to_bytes()[:8] == bytes.fromhex("0403efbeefbe0201")
+        a.memset(0x7F, offset=15, nbytes=1)
+        assert a.to_bytes()[15] == 0x7F
 
 
 @pytest.mark.parametrize(
@@ -140,9 +144,16 @@ def test_stream_ownership(fake_driver: Any) -> None:
     class TorchLikeStream:
         cuda_stream = 0xF00D
 
+    class Stream:  # CuPy's: the handle is .ptr
+        ptr = 0xCAFE
+
     assert int(cc.Stream.wrap(TorchLikeStream())) == 0xF00D
+    assert int(cc.Stream.wrap(Stream())) == 0xCAFE
+    assert int(cc.Stream.wrap(borrowed)) == 0xBEEF
     with pytest.raises(TypeError, match="cannot take a CUDA stream handle"):
         cc.Stream.wrap("stream")
+    with pytest.raises(TypeError, match="cannot take a CUDA stream handle from DeviceBuffer"):
+        cc.Stream.wrap(cc.DeviceBuffer.allocate(16))  # its .ptr is an address, not a stream
 
 
 def test_numpy_arrays_of_non_buffer_dtypes_copy_through_the_array_interface(fake_driver: Any) -> None:

@@ -80,6 +80,11 @@ def test_prepared_launch_checks_values(fake_driver: Any) -> None:
     prepared = cc.PreparedLaunch(function, cc.LaunchConfig(1, 32), ["ptr", "ptr", "f32", "i32"])
     with pytest.raises(TypeError, match="parameter 3 is i32: got float"):
         prepared[3] = 1.5
+    with pytest.raises(ValueError, match=r"parameter 3 is i32: 4294967301 does not fit \(from -2147483648"):
+        prepared[3] = 2**32 + 5  # ctypes would have packed 5
+    with pytest.raises(ValueError, match="parameter 0 is ptr: -1 does not fit"):
+        prepared[0] = -1
+    prepared[3] = -(2**31)
     with pytest.raises(ValueError, match="4 argument\\(s\\) expected, got 1"):
         prepared.launch(None, 1)
     with pytest.raises(ValueError, match="unknown type 'i128'"):

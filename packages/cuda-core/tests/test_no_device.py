@@ -40,8 +40,13 @@ def test_is_available_never_raises_for_a_missing_driver(fake_driver: Any) -> Non
 
 def test_unavailable_reason_says_why_in_plain_words(fake_driver: Any) -> None:
     assert cc.unavailable_reason() is None  # the fake has one GPU
-    fake_driver.devices = 0
-    assert cc.unavailable_reason() == "the NVIDIA driver sees no GPU"
+    from cuda_core.testing import FakeDriver, use_fake_driver
+
+    with use_fake_driver(FakeDriver(devices=0)):  # cuInit fails: CUDA_ERROR_NO_DEVICE
+        assert cc.unavailable_reason() == (
+            "the NVIDIA driver is installed but sees no GPU (is CUDA_VISIBLE_DEVICES empty, or the device busy "
+            "or absent?)")
+        assert cc.is_available() is False
 
 
 def test_unavailable_reason_without_a_driver_is_the_first_sentence(fake_driver: Any) -> None:

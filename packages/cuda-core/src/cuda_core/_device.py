@@ -7,7 +7,6 @@ contexts are the same primary contexts). Contexts are released at exit.
 
 from __future__ import annotations
 
-import difflib
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -21,13 +20,10 @@ _tls = threading.local()  # .context: the context handle (int) this module made 
 def device_count() -> int:
     """The number of CUDA devices visible to this process.
 
-    Raises `CudaNoDeviceError` with an explanation when no driver is installed;
-    returns 0 when the driver sees no device.
+    Raises `CudaNoDeviceError` with an explanation when no driver is installed or
+    the driver sees no device (``cuInit`` itself fails then).
     """
-    try:
-        return int(_driver.call("cuDeviceGetCount"))
-    except CudaInvalidValueError:
-        return 0
+    return int(_driver.call("cuDeviceGetCount"))
 
 
 def is_available() -> bool:
@@ -43,8 +39,8 @@ def is_available() -> bool:
 
 def unavailable_reason() -> str | None:
     """None when a GPU can be used, else why not, in plain words (e.g. "no NVIDIA
-    driver was found on this machine", "the NVIDIA driver sees no GPU"); never
-    raises for a driver error."""
+    driver was found on this machine", "the NVIDIA driver is installed but sees no
+    GPU (...)"); never raises for a driver error."""
     from cuda_core._errors import CudaError
 
     try:
@@ -153,20 +149,13 @@ class Device:
         Names may be given without the ``CU_DEVICE_ATTRIBUTE_`` prefix and in any
         case, e.g. ``device.attribute("max_threads_per_block")``.
         """
-        api = _driver.api()
         if isinstance(attribute, str):
             key = attribute.upper()
-            if not key.startswith("CU_DEVICE_ATTRIBUTE_"):
-                key = "CU_DEVICE_ATTRIBUTE_" + key
             cached = self._attribute_cache.get(key)
             if cached is not None:
                 return cached
-            enum = getattr(api.CUdevice_attribute, key, None)
-            if enum is None:
-                known = [n for n in dir(api.CUdevice_attribute) if n.startswith("CU_DEVICE_ATTRIBUTE_")]
-                close = difflib.get_close_matches(key, known, n=3)
-                hint = f"; did you mean {', '.join(close)}?" if close else ""
-                raise ValueError(f"Device.attribute: unknown attribute {attribute!r}{hint}")
+            enum = _driver.enum_member(_driver.api().CUdevice_attribute, "CU_DEVICE_ATTRIBUTE_", attribute,
+                                       "Device.attribute")
         else:
             enum, key = attribute, str(getattr(attribute, "name", attribute))
         value = int(_driver.call("cuDeviceGetAttribute", enum, self._handle))

@@ -32,6 +32,12 @@ PARAM_CTYPES: dict[str, type[Any]] = {
     "ptr": ctypes.c_uint64,
 }
 _FLOAT_TYPES = frozenset({"f32", "f64"})
+# The values each integer C type holds (ctypes would wrap the others silently).
+_INT_RANGES: dict[str, tuple[int, int]] = {
+    name: ((-(1 << (8 * ctypes.sizeof(c) - 1)), (1 << (8 * ctypes.sizeof(c) - 1)) - 1) if name.startswith("i")
+           else (0, (1 << (8 * ctypes.sizeof(c))) - 1))
+    for name, c in PARAM_CTYPES.items() if name not in _FLOAT_TYPES
+}
 
 
 @dataclass(frozen=True)
@@ -216,7 +222,11 @@ class PreparedLaunch:
         else:
             if isinstance(raw, float):
                 raise TypeError(f"parameter {index} is {kind}: got float {raw!r}")
-            slot.value = int(raw)
+            number = int(raw)
+            low, high = _INT_RANGES[kind]
+            if not low <= number <= high:
+                raise ValueError(f"parameter {index} is {kind}: {number} does not fit (from {low} to {high})")
+            slot.value = number
         self._last[index] = value
 
     def launch(self, stream: Stream | None = None, *args: ArgValue) -> None:

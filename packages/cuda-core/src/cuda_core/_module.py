@@ -124,14 +124,9 @@ class Function:
 
     def attribute(self, attribute: str | Any) -> int:
         """A ``CUfunction_attribute`` by enum or name (prefix optional)."""
-        api = _driver.api()
         if isinstance(attribute, str):
-            key = attribute.upper()
-            if not key.startswith("CU_FUNC_ATTRIBUTE_"):
-                key = "CU_FUNC_ATTRIBUTE_" + key
-            enum = getattr(api.CUfunction_attribute, key, None)
-            if enum is None:
-                raise ValueError(f"Function.attribute: unknown attribute {attribute!r}")
+            enum = _driver.enum_member(_driver.api().CUfunction_attribute, "CU_FUNC_ATTRIBUTE_", attribute,
+                                       "Function.attribute")
         else:
             enum = attribute
         return int(_driver.call("cuFuncGetAttribute", enum, self.handle))
@@ -220,9 +215,7 @@ class Function:
             count = self.param_count
             layout: list[tuple[int, int]] = []
             if count is not None:
-                for index in range(count):
-                    offset, size = _driver.call("cuFuncGetParamInfo", self.handle, index)
-                    layout.append((int(offset), int(size)))
+                layout = [self.param_info(index) for index in range(count)]
             else:  # older drivers: probe until the driver says there is no such parameter
                 while True:
                     err, offset, size = api.cuFuncGetParamInfo(self.handle, len(layout))

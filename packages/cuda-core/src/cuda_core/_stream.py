@@ -17,19 +17,22 @@ from cuda_core._device import Device, resolve_device
 def stream_handle_of(obj: Any) -> int:
     """The raw ``CUstream`` value of a foreign stream object or int.
 
-    Accepts an int, an object with ``__cuda_stream__()`` (returning
-    ``(version, handle)``), or one with a ``cuda_stream`` attribute (PyTorch,
-    CuPy's ``.ptr`` too).
+    Accepts an int, a cuda_core `Stream`, an object with ``__cuda_stream__()``
+    (returning ``(version, handle)``), one with a ``cuda_stream`` attribute
+    (PyTorch), or a CuPy stream (``.ptr``; not memory, whose ``.ptr`` is an address).
     """
     if isinstance(obj, int) and not isinstance(obj, bool):
         return obj
+    if isinstance(obj, Stream):
+        return int(obj.handle)
     protocol = getattr(obj, "__cuda_stream__", None)
     if callable(protocol):
         value = protocol()
         return int(value[1]) if isinstance(value, tuple) else int(value)
-    for attribute in ("cuda_stream", "ptr", "handle"):
-        if hasattr(obj, attribute):
-            return int(getattr(obj, attribute))
+    if hasattr(obj, "cuda_stream"):
+        return int(obj.cuda_stream)
+    if hasattr(obj, "ptr") and "stream" in type(obj).__name__.lower():
+        return int(obj.ptr)
     raise TypeError(
         f"cannot take a CUDA stream handle from {type(obj).__name__}: expected an int, "
         "an object with __cuda_stream__, or one with a .cuda_stream attribute"
@@ -181,7 +184,6 @@ class Event:
         *,
         timing: bool = True,
         blocking_sync: bool = False,
-        interprocess: bool = False,
     ) -> Event:
         """A new event.
 
@@ -189,19 +191,16 @@ class Event:
             timing: record timestamps (needed for `elapsed_ms`); timing-disabled
                 events are cheaper to record and wait on.
             blocking_sync: `synchronize` yields the CPU instead of spinning.
-            interprocess: usable from other processes (implies timing=False).
         """
         dev = resolve_device(device)
         flags_enum = _driver.api().CUevent_flags
         flags = 0
-        if not timing or interprocess:
+        if not timing:
             flags |= int(flags_enum.CU_EVENT_DISABLE_TIMING)
         if blocking_sync:
             flags |= int(flags_enum.CU_EVENT_BLOCKING_SYNC)
-        if interprocess:
-            flags |= int(flags_enum.CU_EVENT_INTERPROCESS)
         handle = _driver.call("cuEventCreate", flags)
-        return cls(handle, dev, timing=timing and not interprocess)
+        return cls(handle, dev, timing=timing)
 
     def __repr__(self) -> str:
         return f"<Event 0x{int(self.handle):x} on device {self.device.ordinal}>"

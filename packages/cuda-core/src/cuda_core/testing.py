@@ -315,6 +315,12 @@ class FakeDriver:
         block[offset : offset + count] = bytes([value]) * count
         return (SUCCESS,)
 
+    def cuMemsetD16(self, dst: int, value: int, count: int) -> tuple[Any]:
+        self._enter("cuMemsetD16")
+        block, offset = self._locate(dst, 2 * count)
+        block[offset : offset + 2 * count] = value.to_bytes(2, "little") * count
+        return (SUCCESS,)
+
     def cuMemsetD32(self, dst: int, value: int, count: int) -> tuple[Any]:
         self._enter("cuMemsetD32")
         block, offset = self._locate(dst, 4 * count)
