@@ -6,6 +6,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+import cutile
 from cutile import api
 from cutile.core import bf16, bool_, f16, f32, f64, i8, i32, i64, u8
 
@@ -55,14 +56,29 @@ def test_random_values_are_seeded_and_well_distributed() -> None:
 
 
 def test_like_copy_astype_linspace_eye() -> None:
+    values = np.arange(12, dtype=np.float32).reshape(3, 4)
     base = api.arange(12, dtype=f32).reshape(3, 4)
-    assert api.zeros_like(base).to_numpy().shape == (3, 4)
+    np.testing.assert_array_equal(api.zeros_like(base).to_numpy(), np.zeros((3, 4), np.float32))
+    np.testing.assert_array_equal(api.ones_like(base).to_numpy(), np.ones((3, 4), np.float32))
     np.testing.assert_array_equal(api.full_like(base, 3).to_numpy(), np.full((3, 4), 3, np.float32))
-    np.testing.assert_array_equal(api.copy(base).to_numpy(), np.arange(12, dtype=np.float32).reshape(3, 4))
-    assert api.astype(base, i32).to_numpy().dtype == np.int32
+    np.testing.assert_array_equal(api.copy(base).to_numpy(), values)
+    np.testing.assert_array_equal(api.clone(base).to_numpy(), values)
+    np.testing.assert_array_equal(api.rand_like(base, seed=5).to_numpy(), api.rand([3, 4], seed=5).to_numpy())
+    np.testing.assert_array_equal(api.randn_like(base, seed=5).to_numpy(), api.randn([3, 4], seed=5).to_numpy())
+    cast = api.astype(base, i32).to_numpy()
+    assert cast.dtype == np.int32
+    np.testing.assert_array_equal(cast, values.astype(np.int32))
     np.testing.assert_allclose(api.linspace(0, 1, 5).to_numpy(), np.linspace(0, 1, 5))
     np.testing.assert_array_equal(api.eye(3).to_numpy(), np.eye(3, dtype=np.float32))
-    assert api.empty([7], f32).to_numpy().shape == (7,)
+    empty = api.empty([7], f32)
+    assert empty.shape == (7,) and empty.dtype == f32
+
+
+def test_astype_refuses_a_consumed_tensor() -> None:
+    t = api.ones([256], dtype=f32)
+    t.partition([128])
+    with pytest.raises(cutile.OwnershipError, match="consumed by"):
+        api.astype(t, i32)
 
 
 @pytest.mark.parametrize("source, target", [(f32, i32), (f32, bf16), (i32, f64), (f16, f32), (i64, i8)])

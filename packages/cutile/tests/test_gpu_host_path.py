@@ -310,16 +310,21 @@ def shift8(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], n: i8):
     z.store(load_tile_like(x, z) + n.astype(f32))
 
 
-@pytest.fixture
-def native_gpu(fake_gpu: FakeDriver) -> Iterator[FakeDriver]:
-    """The fake GPU, with the native launch path required: CI builds it (it has a C
-    compiler and the Python headers); only CUDA_CORE_NATIVE=0 may turn it off."""
+def _require_native() -> None:
+    """CI builds the native launch path (it has a C compiler and the Python headers):
+    its absence fails a test; only CUDA_CORE_NATIVE=0 turns it off (a skip)."""
     from cuda_core._native import enabled
 
     if _native.module is None:
         if enabled():
             pytest.fail(f"the native launch path could not be built: {_native.unavailable_reason()}")
         pytest.skip("native code is turned off (CUDA_CORE_NATIVE=0)")
+
+
+@pytest.fixture
+def native_gpu(fake_gpu: FakeDriver) -> Iterator[FakeDriver]:
+    """The fake GPU, with the native launch path required (see `_require_native`)."""
+    _require_native()
     try:
         yield fake_gpu
     finally:
@@ -535,8 +540,7 @@ def test_the_native_path_runs_synchronous_launches_holding_their_tensors(make_fa
 
     driver = _WatchingSync()
     with make_fake_gpu(driver) as fake:
-        if _native.module is None:
-            pytest.skip("covered by test_the_native_path_runs_a_batch_loop_as_the_python_path_does")
+        _require_native()
         x = api.from_numpy(np.zeros(256, np.float32))
         y = api.from_numpy(np.zeros(256, np.float32))
         z = api.empty([256], dtype=f32).partition([128])

@@ -74,9 +74,9 @@ def reset_for_tests(value: str | None = None) -> None:
     """Forgets (or forces) the choice; for tests only."""
     global _chosen
     _chosen = value
-    import cuda_async
-
     if value == "interpreter":
-        cuda_async.set_default_policy(cuda_async.HostPolicy())
+        _use_host_policy()
     elif value == "gpu":
-        cuda_async.set_default_policy(None)
+        import cuda_async
+
+        cuda_async.set_default_policy(None)  # the default: streams where a GPU is

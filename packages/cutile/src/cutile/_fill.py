@@ -121,8 +121,7 @@ def cast(source: Tensor, target: Tensor) -> None:
 
     if source.size == 0:
         return
-    flat_in = Tensor(source._storage, source.dtype, (source.size,), (1,), source.offset)
-    flat_out = Tensor(target._storage, target.dtype, (target.size,), (1,), target.offset)
+    flat_in, flat_out = source.reshape(source.size), target.reshape(target.size)  # (views check they are live)
     made = cast_kernel(source.dtype, target.dtype)
     made(flat_out.partition([tile_size(_backend.current(), source.size)]), flat_in).sync()
 
@@ -143,7 +142,7 @@ def run(kind: str, tensor: Tensor, stream: Any = None, **arguments: Any) -> None
 
     if tensor.size == 0:
         return
-    flat = Tensor(tensor._storage, tensor.dtype, (tensor.size,), (1,), tensor.offset)
+    flat = tensor.reshape(tensor.size)
     made = kernel(kind, tensor.dtype)
     if kind in ("uniform", "normal"):
         arguments["NORMAL"] = kind == "normal"

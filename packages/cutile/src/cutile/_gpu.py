@@ -3,6 +3,7 @@ launched through cuda_core."""
 
 from __future__ import annotations
 
+import ctypes
 import math
 import threading
 from collections.abc import Sequence
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cuda_core import Device, DeviceBuffer, DeviceMemory, LaunchConfig, Module, PreparedLaunch, Stream
+from cuda_core._launch import PARAM_CTYPES
 from cuda_async import ensure_not_capturing, is_capturing
 from cutile import _native
 from cutile._errors import GraphCaptureError, LaunchError
@@ -106,8 +108,11 @@ _PARAM_TYPES = {
     "f16": "bytes2", "bf16": "bytes2", "f8e4m3fn": "bytes1", "f8e5m2": "bytes1",
 }
 # Size in bytes of each C type a parameter is packed as.
-_TYPE_SIZES = {"ptr": 8, "i8": 1, "u8": 1, "i16": 2, "u16": 2, "i32": 4, "u32": 4, "i64": 8, "u64": 8,
-               "f32": 4, "f64": 8, "bytes1": 1, "bytes2": 2}
+def _type_size(name: str) -> int:
+    """Bytes of a parameter packed as ``name`` (cuda_core's C types, or raw ``bytesN``)."""
+    return int(name[5:]) if name.startswith("bytes") else ctypes.sizeof(PARAM_CTYPES[name])
+
+
 _MAX_GRID = (1 << 24) - 1  # tileiras's block-id arithmetic is exact up to 2^24 - 1 per axis
 _I32_MAX = (1 << 31) - 1
 
@@ -127,7 +132,7 @@ def _param_type(arg: AbiArg, size: int, kernel: str) -> str:
             wanted = {1: "i8", 2: "i16", 4: "i32", 8: "i64"}.get(size, wanted)
             if not signed:
                 wanted = "u" + wanted[1:]
-    natural = _TYPE_SIZES[wanted]
+    natural = _type_size(wanted)
     if natural != size:
         raise LaunchError(f"{kernel}: parameter {arg.param} ({arg.kind}) is {size} bytes in the cubin, "
                           f"cutile packs {natural} (a cutile bug: please report it)")
@@ -143,12 +148,12 @@ def fake_param_layout(abi: Sequence[AbiArg]) -> list[tuple[int, int]]:
     offset = 0
     for arg in abi:
         if arg.kind == "pointer":
-            size = _TYPE_SIZES["ptr"]
+            size = _type_size("ptr")
         elif arg.kind in ("dim", "stride"):
-            size = _TYPE_SIZES["i32"]
+            size = _type_size("i32")
         else:
             assert arg.dtype is not None
-            size = _TYPE_SIZES[_PARAM_TYPES[arg.dtype.name]]
+            size = _type_size(_PARAM_TYPES[arg.dtype.name])
         offset = -(-offset // size) * size
         layout.append((offset, size))
         offset += size

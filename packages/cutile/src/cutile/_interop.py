@@ -326,9 +326,7 @@ _capsule_destructor = _CapsuleDestructor(_capsule_destructor_impl)
 
 def to_dlpack(tensor: Tensor, stream: int | None = None) -> Any:
     """A DLPack capsule sharing ``tensor``'s memory (``Tensor.__dlpack__``)."""
-    storage = tensor._live("__dlpack__")
-    start, end = tensor.byte_range()
-    storage.check_host_access(start, end, True, "__dlpack__ (sharing the tensor)")
+    storage = tensor._host_access(True, "__dlpack__ (sharing the tensor)")
     if isinstance(storage, HostStorage):
         return tensor._raw_host_view().__dlpack__()
     _wait_for_writers()
@@ -374,9 +372,7 @@ def cuda_array_interface(tensor: Tensor) -> dict[str, Any]:
     """``__cuda_array_interface__`` (version 3) of a GPU tensor."""
     if tensor.device == "cpu":
         raise AttributeError("__cuda_array_interface__: the tensor lives in host memory (interpreter backend)")
-    storage = tensor._live("__cuda_array_interface__")
-    start, end = tensor.byte_range()
-    storage.check_host_access(start, end, True, "__cuda_array_interface__ (sharing the tensor)")
+    tensor._host_access(True, "__cuda_array_interface__ (sharing the tensor)")
     _wait_for_writers()
     typestr = {dt.bool_: "|b1", dt.bf16: "<V2", dt.f8e4m3fn: "|V1", dt.f8e5m2: "|V1", dt.tf32: "<f4"}.get(
         tensor.dtype, numpy_dtype(tensor.dtype).str)

@@ -90,11 +90,9 @@ class Interpreter:
             self.env = dict(params)
             try:
                 self.run_block(self.kernel.body, [])
-            except Escape as escape:
+            except Escape as escape:  # (run_block reports a failing op at its own line)
                 if escape.terminator.kind != "return":
                     raise
-            except (IndexError, ValueError, ZeroDivisionError) as exc:
-                raise KernelRuntimeError(f"in block {self.block_id}: {exc}", self.kernel.location) from None
 
     # -- EvalContext -------------------------------------------------------------
     def run_block(self, block: Block, args: Sequence[Any]) -> Terminator:

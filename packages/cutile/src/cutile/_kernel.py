@@ -104,10 +104,7 @@ class Kernel(KernelBase):
         if not kwargs and len(args) == len(self._param_names) and self._plain_positional:
             binding = self._binding
             if binding is not None and binding.matches(args):
-                arguments = dict(zip(self._param_names, args))
-                for name, dtype in self._scalar_params.items():
-                    arguments[name] = _scalar_value(self.name, name, dtype, arguments[name])
-                return Launch(self, arguments, binding)
+                return Launch(self, self._positional_arguments(args), binding)
             arguments = dict(zip(self._param_names, args))
         else:
             try:
@@ -119,6 +116,14 @@ class Kernel(KernelBase):
             if name in arguments:
                 arguments[name] = _scalar_value(self.name, name, dtype, arguments[name])
         return Launch(self, arguments)
+
+    def _positional_arguments(self, args: tuple[Any, ...]) -> dict[str, Any]:
+        """Every argument by name, from a call that passed all of them by position,
+        its scalars checked and converted."""
+        arguments = dict(zip(self._param_names, args))
+        for name, dtype in self._scalar_params.items():
+            arguments[name] = _scalar_value(self.name, name, dtype, arguments[name])
+        return arguments
 
     def plan_for(self, arguments: dict[str, Any], explicit_grid: tuple[int, int, int] | None = None) -> CallPlan:
         """The plan of a call with these arguments (cached per call signature)."""
@@ -243,10 +248,7 @@ class Launch(LaunchBase):
         self._op = None
         self._tensor_names = binding.tensor_names
         self._plan = binding.plan
-        arguments = dict(zip(kernel._param_names, args))
-        for name, dtype in kernel._scalar_params.items():
-            arguments[name] = _scalar_value(kernel.name, name, dtype, arguments[name])
-        self.arguments = arguments
+        self.arguments = kernel._positional_arguments(args)
 
     @property
     def description(self) -> str:
@@ -544,7 +546,7 @@ class Binding:
         only as the same object: 0.0 and -0.0 are equal but compile differently)."""
         for check, value in zip(self.checks, args):
             kind = check[0]
-            if kind == 0:
+            if kind == 0:  # Binding._TENSOR (literals: this loop runs on every call)
                 target = check[1]()
                 if target is None or target is not value:  # a dead reference must not match None
                     return False

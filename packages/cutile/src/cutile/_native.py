@@ -15,12 +15,12 @@ batch's steady state); every other case, and every error, is the Python code's.
 
 from __future__ import annotations
 
-import struct
 import sys
 import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cuda_core._launch import PARAM_CTYPES
 from cuda_core._native import NativeUnavailable, enabled, entry_points, load_extension
 
 if TYPE_CHECKING:
@@ -31,16 +31,13 @@ _SOURCE = Path(__file__).parent / "native" / "_native_launch.c"
 
 # The C types parameters are packed as (cutile._gpu's names) -> the native codes.
 _SCALAR_CODES = {"i8": 1, "i16": 2, "i32": 3, "i64": 4, "u8": 5, "u16": 6, "u32": 7, "u64": 8, "f32": 9, "f64": 10}
-_STRUCT_FORMATS = {"ptr": "<Q", "i8": "<b", "i16": "<h", "i32": "<i", "i64": "<q", "u8": "<B", "u16": "<H",
-                   "u32": "<I", "u64": "<Q", "f32": "<f", "f64": "<d"}
-_TENSOR, _CONSTANT, _SCALAR = 0, 1, 2
 
 
 _reason: str | None = None
 try:
     from cuda_async._native import NATIVE_DIR as _BATCH_HEADERS, batch_api as _batch_api
 
-    _batch_module = _batch_api()
+    _batch_api()  # cutile's extension calls cuda_async's: without it, neither
     module: Any = load_extension("cutile._native_launch", _SOURCE, (_BATCH_HEADERS,))
 except (NativeUnavailable, OSError) as exc:
     module = None
@@ -112,12 +109,12 @@ else:
     LaunchBase = _PythonLaunchBase
 
 
-def _configure() -> bool:
+def _configure() -> None:
     """Points the module at the driver in use (the real one or a test driver)."""
     global _configured_for
     points = entry_points()
     if points is _configured_for:
-        return True
+        return
     from cuda_async._native import batch_api
 
     from cutile import _tensor
@@ -130,7 +127,6 @@ def _configure() -> bool:
     module.configure(batch_api().API, points.launch_kernel, points.ctx_get_current, points.ctx_set_current,
                      points.stream_synchronize, _tensor._holds_lock, vars(Binding)["accesses"], raise_launch_error)
     _configured_for = points
-    return True
 
 
 def arm(kernel: Kernel, binding: Binding, loaded: _Loaded, context: int) -> None:
@@ -144,26 +140,29 @@ def arm(kernel: Kernel, binding: Binding, loaded: _Loaded, context: int) -> None
     if config.extended or loaded.converts_scalars:
         return
     types = loaded._param_types
-    if any(t not in _STRUCT_FORMATS for t in types):
+    if any(t not in PARAM_CTYPES for t in types):  # (raw bytesN scalars: the Python path)
         return
     try:
         _configure()
     except NativeUnavailable:
         return
+    from cuda_async._resource import Job
+    from cutile import _gpu, _tensor
+    from cutile._kernel import Binding, Launch
     from cutile._tensor import Partition, Tensor
 
-    slot_of = {param: index for index, (param, code, _, _) in enumerate(loaded.recipe) if code == 3}
+    slot_of = {param: index for index, (param, code, _, _) in enumerate(loaded.recipe) if code == _gpu._SCALAR}
     checks: list[tuple[Any, ...]] = []
     for index, (kind, *rest) in enumerate(binding.checks):
         name = kernel._param_names[index]
-        if kind == _TENSOR:
+        if kind == Binding._TENSOR:
             target = rest[0]()
             if target is None:
                 return
             owner = Partition if type(target) is Partition else Tensor
-            checks.append((_TENSOR, rest[0], vars(owner)["_consumed_by"]))  # the slot's descriptor
-        elif kind == _CONSTANT:
-            checks.append((_CONSTANT, rest[0], rest[1]))
+            checks.append((kind, rest[0], vars(owner)["_consumed_by"]))  # the slot's descriptor
+        elif kind == Binding._CONSTANT:
+            checks.append((kind, rest[0], rest[1]))
         else:
             slot = slot_of.get(name)
             if slot is None or rest[0] not in (int, float):
@@ -174,16 +173,11 @@ def arm(kernel: Kernel, binding: Binding, loaded: _Loaded, context: int) -> None
             accepts = _SCALAR_CODES.get(kernel._scalar_params[name].name)
             if packed_as is None or accepts is None:
                 return
-            checks.append((_SCALAR, rest[0], packed_as, slot, accepts))
+            checks.append((kind, rest[0], packed_as, slot, accepts))
     # One 8-byte slot per parameter, little-endian like the device.
-    packed = b"".join(struct.pack(_STRUCT_FORMATS[t], v).ljust(8, b"\0") for t, v in zip(types, binding.packed))
-    from cutile import _tensor
-
+    packed = b"".join(bytes(PARAM_CTYPES[t](v)).ljust(8, b"\0") for t, v in zip(types, binding.packed))
     holds = tuple((device, _tensor._holds[device], entry) for device, entry in zip(binding.devices, binding.hold_entries))
     results = tuple(kernel._param_names.index(name) for name in binding.tensor_names)
-    from cuda_async._resource import Job
-    from cutile._kernel import Launch
-
     fast = module.FastBinding(
         binding, Job(kernel._launch_description), kernel._launch_description, Launch, tuple(checks), holds, results,
         int(prepared.function.handle), context, tuple(prepared._grid), tuple(config.block),

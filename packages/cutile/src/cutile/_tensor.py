@@ -317,12 +317,18 @@ class Tensor:
         return f"Tensor(shape={list(self.shape)}, dtype={self.dtype}, device={self.device}{state})"
 
     # -- data -------------------------------------------------------------------
+    def _host_access(self, writes: bool, user: str) -> Storage:
+        """This tensor's storage, after checking that the object is live and that no
+        pending launch or running op holds its memory against ``user``'s access."""
+        storage = self._live(user)
+        start, end = self.byte_range()
+        storage.check_host_access(start, end, writes, user)
+        return storage
+
     def host_view(self) -> np.ndarray[Any, Any]:
         """The numpy view of this tensor's host memory (interpreter storage only);
         refused while a pending launch or a running op holds the tensor for writing."""
-        storage = self._live("host_view()")
-        start, end = self.byte_range()
-        storage.check_host_access(start, end, True, "host_view()")
+        self._host_access(True, "host_view()")
         return self._raw_host_view()
 
     def _raw_host_view(self) -> np.ndarray[Any, Any]:
@@ -341,9 +347,7 @@ class Tensor:
 
     def to_numpy(self) -> np.ndarray[Any, Any]:
         """A copy of the tensor's values as a numpy array (bf16/fp8 as ml_dtypes)."""
-        storage = self._live("to_numpy()")
-        start, end = self.byte_range()
-        storage.check_host_access(start, end, False, "to_numpy()")
+        storage = self._host_access(False, "to_numpy()")
         if isinstance(storage, HostStorage):
             return np.array(self._raw_host_view(), copy=True)
         ensure_not_capturing("to_numpy() (reading a tensor back to the host)")

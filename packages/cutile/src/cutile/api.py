@@ -261,9 +261,8 @@ def copy(tensor: Tensor) -> Tensor:
     if _backend.current() == "gpu" and tensor.is_contiguous and tensor.size:
         from cutile._gpu import default_stream, device_memory
 
-        storage = tensor._live("copy()")
+        storage = tensor._host_access(False, "copy()")
         start, end = tensor.byte_range()
-        storage.check_host_access(start, end, False, "copy()")
         result = _allocate(tensor.shape, tensor.dtype)
         target = device_memory(result._storage)
         stream = default_stream()
