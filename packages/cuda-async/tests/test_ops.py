@@ -43,6 +43,12 @@ def test_from_fn_refuses_non_resources() -> None:
         ca.DeviceOp.from_fn(lambda s: None, reads=[[1.0]])  # type: ignore[list-item]
 
 
+def test_a_leaf_reports_its_accesses_with_write_winning() -> None:
+    x, y, z = ca.Resource("x"), ca.Resource("y"), ca.Resource("z")
+    op = ca.DeviceOp.from_fn(lambda s: None, reads=[x, y, z], writes=[z], name="k")
+    assert op.reads == (x, y) and op.writes == (z,)  # z is both read and written: a write
+
+
 def test_then_chains_and_passes_the_result() -> None:
     counter = Counter()
     z, x, y = tensors()

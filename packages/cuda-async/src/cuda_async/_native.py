@@ -54,10 +54,7 @@ def batch_api() -> ModuleType:
                                (AccessSet, ("accesses", "interest")))
             for name in names
         }
-        try:
-            _module.configure(_batch._active, _resource._ledger_lock, _streams._lock, descriptors, _capture._active,
-                              _policy, _policy._scoped, _policy.RoundRobin, _policy.SingleStream, _streams.state)
-        except TypeError as exc:  # e.g. a lock replaced by a test
-            raise NativeUnavailable(f"cuda_async's native extension cannot be configured: {exc}") from None
+        _module.configure(_batch._active, _resource._ledger_lock, _streams._lock, descriptors, _capture._active,
+                          _policy, _policy._scoped, _policy.RoundRobin, _policy.SingleStream, _streams.state)
         _configured = True
     return _module

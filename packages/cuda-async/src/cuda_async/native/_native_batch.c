@@ -289,38 +289,13 @@ static int txn_commit(PyObject *access_set, CudaAsyncBatchTxn *txn) {
     return failed ? -1 : 0;
 }
 
-/* Whether the weak reference `ref` points to `target`. */
-static int refers_to(PyObject *ref, PyObject *target) {
-#if PY_VERSION_HEX >= 0x030D0000
-    PyObject *found = NULL;
-    if (PyWeakref_GetRef(ref, &found) <= 0) { PyErr_Clear(); return 0; }
-    Py_DECREF(found);
-    return found == target;
-#else
-    return PyWeakref_GetObject(ref) == target;
-#endif
-}
-
-/* Whether the weak reference `ref` is dead. */
-static int ref_dead(PyObject *ref) {
-#if PY_VERSION_HEX >= 0x030D0000
-    PyObject *found = NULL;
-    int alive = PyWeakref_GetRef(ref, &found);
-    if (alive < 0) PyErr_Clear();
-    Py_XDECREF(found);
-    return alive <= 0;
-#else
-    return PyWeakref_GetObject(ref) == Py_None;
-#endif
-}
-
 /* -- synchronous runs ---------------------------------------------------------------- */
 /* The (handle, state) of a stream, through a small cache keyed by identity. */
 static int stream_facts(PyObject *stream, unsigned long long *handle, PyObject **state) {
     PyObject *key = PyLong_FromVoidPtr(stream);
     if (key == NULL) return -1;
     PyObject *cached = PyDict_GetItemWithError(stream_cache, key); /* borrowed */
-    if (cached != NULL && refers_to(PyTuple_GET_ITEM(cached, 0), stream)) {
+    if (cached != NULL && cuda_async_referent(PyTuple_GET_ITEM(cached, 0)) == stream) {
         *handle = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(cached, 1));
         *state = Py_NewRef(PyTuple_GET_ITEM(cached, 2));
         Py_DECREF(key);
@@ -342,7 +317,7 @@ static int stream_facts(PyObject *stream, unsigned long long *handle, PyObject *
         Py_ssize_t position = 0;
         PyObject *entry_key, *cached_entry;
         while (dead && PyDict_Next(stream_cache, &position, &entry_key, &cached_entry))
-            if (ref_dead(PyTuple_GET_ITEM(cached_entry, 0)) && PyList_Append(dead, entry_key) < 0)
+            if (cuda_async_referent(PyTuple_GET_ITEM(cached_entry, 0)) == Py_None && PyList_Append(dead, entry_key) < 0)
                 Py_CLEAR(dead);
         for (Py_ssize_t i = 0; dead && i < PyList_GET_SIZE(dead); i++)
             if (PyDict_DelItem(stream_cache, PyList_GET_ITEM(dead, i)) < 0) PyErr_Clear();

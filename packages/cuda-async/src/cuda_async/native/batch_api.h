@@ -54,4 +54,17 @@ typedef struct {
     int (*sync_end)(CudaAsyncSyncTxn *txn, int ran);
 } CudaAsyncBatchAPI;
 
+/* The object the weak reference `ref` points to, or None once it is dead: for
+ * comparisons only (borrowed; valid while the caller holds the object otherwise). */
+static inline PyObject *cuda_async_referent(PyObject *ref) {
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject *target = NULL;
+    if (PyWeakref_GetRef(ref, &target) <= 0) { PyErr_Clear(); return Py_None; }
+    Py_DECREF(target);
+    return target;
+#else
+    return PyWeakref_GetObject(ref);
+#endif
+}
+
 #endif

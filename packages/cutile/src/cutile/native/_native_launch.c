@@ -92,18 +92,6 @@ typedef struct {
 static PyTypeObject FastBindingType, KernelBaseType, LaunchBaseType;
 
 /* -- helpers ---------------------------------------------------------------------------- */
-/* The object a weak reference points to (borrowed; None once dead). */
-static inline PyObject *referent(PyObject *ref) {
-#if PY_VERSION_HEX >= 0x030D0000
-    PyObject *target = NULL;
-    if (PyWeakref_GetRef(ref, &target) <= 0) { PyErr_Clear(); return Py_None; }
-    Py_DECREF(target); /* the caller holds the argument that it is compared with */
-    return target;
-#else
-    return PyWeakref_GetObject(ref);
-#endif
-}
-
 static inline PyObject *descr_get(PyObject *descriptor, PyObject *obj) {
     return Py_TYPE(descriptor)->tp_descr_get(descriptor, obj, (PyObject *)Py_TYPE(obj));
 }
@@ -303,13 +291,9 @@ static PyObject *fast_disarm(FastBinding *self, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
-static PyObject *fast_get_armed(FastBinding *self, void *closure) { return PyBool_FromLong(self->armed); }
-
 static PyMethodDef fast_methods[] = {
     {"disarm", (PyCFunction)fast_disarm, METH_NOARGS, "Forgets the objects; later calls miss."},
     {NULL, NULL, 0, NULL}};
-static PyGetSetDef fast_getset[] = {{"armed", (getter)fast_get_armed, NULL, NULL, NULL}, {NULL}};
-static PyMemberDef fast_members[] = {{"owner", T_OBJECT, offsetof(FastBinding, owner), READONLY, NULL}, {NULL}};
 
 /* -- kernel(*args) ----------------------------------------------------------------------- */
 /* 1: the arguments are the binding's and none was consumed; 0: a miss; -1: error. */
@@ -319,7 +303,7 @@ static int arguments_match(FastBinding *fb, PyObject *args) {
         Check *check = &fb->checks[i];
         PyObject *value = PyTuple_GET_ITEM(args, i);
         if (check->kind == CHECK_TENSOR) {
-            if (referent(check->ref) != value) return 0; /* a dead reference gives None */
+            if (cuda_async_referent(check->ref) != value) return 0; /* a dead reference gives None */
             PyObject *consumer = descr_get(check->consumed, value);
             if (consumer == NULL) return -1;
             Py_DECREF(consumer);
@@ -367,6 +351,39 @@ static int release_holds_locked(FastBinding *fb) {
     return 0;
 }
 
+/* Queues holds on cutile's `_dropped` (the next user of the holds gives them back,
+ * under the lock): a launch may be freed in the middle of any code. */
+static void drop_holds(PyObject *entries, PyObject *devices) {
+    if (dropped_holds == NULL) return; /* never configured: no launch ever held anything */
+    PyObject *pair = PyTuple_Pack(2, entries, devices);
+    PyObject *append = pair ? PyUnicode_InternFromString("append") : NULL;
+    PyObject *appended = append ? PyObject_CallMethodOneArg(dropped_holds, append, pair) : NULL;
+    Py_XDECREF(append);
+    if (appended == NULL) PyErr_WriteUnraisable(dropped_holds);
+    Py_XDECREF(appended);
+    Py_XDECREF(pair);
+}
+
+/* Queues the holds a native launch took (take_holds) on `_dropped`; an exception
+ * being raised stays the one raised. */
+static void drop_fast_holds(FastBinding *fb) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *entries = PyList_New(fb->nholds), *devices = PyList_New(fb->nholds);
+    if (entries && devices) {
+        for (Py_ssize_t i = 0; i < fb->nholds; i++) {
+            PyList_SET_ITEM(entries, i, Py_NewRef(fb->hold_entries[i] ? fb->hold_entries[i] : Py_None));
+            PyList_SET_ITEM(devices, i, Py_NewRef(fb->hold_devices[i] ? fb->hold_devices[i] : Py_None));
+        }
+        drop_holds(entries, devices);
+    } else {
+        PyErr_WriteUnraisable(dropped_holds);
+    }
+    Py_XDECREF(entries);
+    Py_XDECREF(devices);
+    PyErr_Restore(type, value, tb);
+}
+
 static PyObject *fast_call(KernelBase *kernel, FastBinding *fb, PyObject *args) {
     int matched = arguments_match(fb, args);
     if (matched <= 0) return NULL;
@@ -374,13 +391,7 @@ static PyObject *fast_call(KernelBase *kernel, FastBinding *fb, PyObject *args) 
     if (taken <= 0) return NULL;
     LaunchBase *launch = (LaunchBase *)fb->launch_type->tp_alloc(fb->launch_type, 0);
     if (launch == NULL) {
-        PyObject *type, *value, *tb;
-        PyErr_Fetch(&type, &value, &tb);
-        if (batch_api->lock_try_acquire(holds_lock)) {
-            release_holds_locked(fb);
-            batch_api->lock_release(holds_lock);
-        }
-        PyErr_Restore(type, value, tb);
+        drop_fast_holds(fb); /* queued: the lock may be another thread's now */
         return NULL;
     }
     launch->kernel = Py_NewRef((PyObject *)kernel);
@@ -512,10 +523,7 @@ static PyObject *fast_sync(LaunchBase *self, FastBinding *fb) {
     begun = batch_api->sync_begin(access_set, fb->job, fb->name, &sync);
     if (begun <= 0) goto done;
     int handed = hand_over_holds(self, fb);
-    if (handed <= 0) {
-        if (batch_api->sync_end(&sync, 0) < 0 && handed == 0) handed = -1; /* an error, not a miss */
-        goto done;
-    }
+    if (handed <= 0) { batch_api->sync_end(&sync, 0); goto done; } /* an error it raises stays set */
     self->done = 1;
     int waited = 0; /* the holds keep other threads off the resources during the wait */
     int err = launch_on(fb, sync.stream_handle, pointers, 1, &waited);
@@ -556,36 +564,11 @@ static PyObject *launch_take_native(LaunchBase *self, PyObject *unused) {
     return state;
 }
 
-/* Queues holds on cutile's `_dropped` (the next user of the holds gives them back,
- * under the lock): a launch may be freed in the middle of any code. */
-static void drop_holds(PyObject *entries, PyObject *devices) {
-    if (dropped_holds == NULL) return; /* never configured: no launch ever held anything */
-    PyObject *pair = PyTuple_Pack(2, entries, devices);
-    PyObject *append = pair ? PyUnicode_InternFromString("append") : NULL;
-    PyObject *appended = append ? PyObject_CallMethodOneArg(dropped_holds, append, pair) : NULL;
-    Py_XDECREF(append);
-    if (appended == NULL) PyErr_WriteUnraisable(dropped_holds);
-    Py_XDECREF(appended);
-    Py_XDECREF(pair);
-}
-
 static void launch_dealloc(LaunchBase *self) {
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     if (self->fast != NULL && self->held) { /* a native launch dropped without running */
-        FastBinding *fb = (FastBinding *)self->fast;
-        PyObject *entries = PyList_New(fb->nholds), *devices = PyList_New(fb->nholds);
-        if (entries && devices) {
-            for (Py_ssize_t i = 0; i < fb->nholds; i++) {
-                PyList_SET_ITEM(entries, i, Py_NewRef(fb->hold_entries[i] ? fb->hold_entries[i] : Py_None));
-                PyList_SET_ITEM(devices, i, Py_NewRef(fb->hold_devices[i] ? fb->hold_devices[i] : Py_None));
-            }
-            drop_holds(entries, devices);
-        } else {
-            PyErr_WriteUnraisable((PyObject *)self);
-        }
-        Py_XDECREF(entries);
-        Py_XDECREF(devices);
+        drop_fast_holds((FastBinding *)self->fast);
     } else if (self->holds != NULL && PyList_Check(self->holds) && PyList_GET_SIZE(self->holds) && self->binding) {
         PyObject *devices = PyObject_GetAttrString(self->binding, "devices"); /* a Python launch's */
         if (devices != NULL) drop_holds(self->holds, devices);
@@ -616,7 +599,7 @@ static PyMemberDef launch_members[] = {
 static PyTypeObject FastBindingType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "cutile._native_launch.FastBinding",
     .tp_basicsize = sizeof(FastBinding), .tp_dealloc = (destructor)fast_dealloc, .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_new = fast_new, .tp_methods = fast_methods, .tp_weaklistoffset = offsetof(FastBinding, weakrefs), .tp_getset = fast_getset, .tp_members = fast_members};
+    .tp_new = fast_new, .tp_methods = fast_methods, .tp_weaklistoffset = offsetof(FastBinding, weakrefs)};
 static PyTypeObject KernelBaseType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "cutile._native_launch.KernelBase",
     .tp_basicsize = sizeof(KernelBase), .tp_dealloc = (destructor)kernel_dealloc,
