@@ -14,19 +14,7 @@ import numpy as np
 import cutile
 import cutile.core as ct
 from cutile import api
-from cutile.core import Constant, Mut, Tensor, f32, u32
-
-
-@cutile.function
-def uniform(index, seed):
-    """A uniform number in [0, 1) from the murmur3 finalizer of index ^ seed (u32)."""
-    h = index * 0x9E3779B1 ^ seed
-    h = h ^ (h >> 16)
-    h = h * 0x85EBCA6B
-    h = h ^ (h >> 13)
-    h = h * 0xC2B2AE35
-    h = h ^ (h >> 16)
-    return (h >> 8).astype(f32) * (1.0 / (1 << 24))
+from cutile.core import Constant, Mut, Tensor, f32, u32, uniform  # uniform: api.rand's random numbers
 
 
 @cutile.entry
@@ -38,6 +26,7 @@ def dropout(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], seed: u32, P: Cons
 
 
 def reference_uniform(index: np.ndarray, seed: int) -> np.ndarray:
+    """cutile.core.uniform written again in numpy: the independent check of the mask."""
     h = (index * np.uint32(0x9E3779B1)) ^ np.uint32(seed)
     h ^= h >> np.uint32(16)
     h *= np.uint32(0x85EBCA6B)

@@ -14,7 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 import cutile.core as ct
-from cutile._kernel import Kernel, entry, function
+from cutile._random import uniform
+from cutile._kernel import Kernel, entry
 from cutile._tensor import Tensor
 from cutile_compiler import _dtypes as dt
 from cutile_compiler._signature import Constant, Mut, make_tensor_annotation
@@ -25,23 +26,6 @@ GPU_TILE = 4096
 INTERPRETER_TILE = 1 << 16
 
 _kernels: dict[tuple[str, dt.DType], Kernel] = {}
-
-
-@function
-def _hash(index: Any, seed: Any) -> Any:
-    """The murmur3 finalizer of index * golden ^ seed, on u32 tiles."""
-    h = index * 0x9E3779B1 ^ seed
-    h = h ^ (h >> 16)
-    h = h * 0x85EBCA6B
-    h = h ^ (h >> 13)
-    h = h * 0xC2B2AE35
-    return h ^ (h >> 16)
-
-
-@function
-def _uniform(index: Any, seed: Any) -> Any:
-    """Uniform f32 values in [0, 1) with 24 random bits."""
-    return (_hash(index, seed) >> 8).astype(ct.f32) * (1.0 / (1 << 24))
 
 
 def _fill(z: Any, value: Any) -> None:
@@ -63,9 +47,9 @@ def _arange(z: Any, start: Any, step: Any, B: Any) -> None:  # noqa: N803
 def _random(z: Any, seed: Any, B: Any, NORMAL: Any) -> None:  # noqa: N803
     block, _, _ = ct.get_tile_block_id()
     index = ct.arange(B, ct.u32) + block.astype(ct.u32) * B
-    first = _uniform(index, seed)
+    first = uniform(index, seed)
     if NORMAL:
-        second = _uniform(index, seed ^ 0x5BD1E995)
+        second = uniform(index, seed ^ 0x5BD1E995)
         radius = ct.sqrt(-2.0 * ct.log(1.0 - first))  # 1 - u lies in (0, 1]: the log is finite
         z.store((radius * ct.cos(6.283185307179586 * second)).astype(OUT))
     else:

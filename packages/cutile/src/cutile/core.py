@@ -1,12 +1,14 @@
 """The kernel language, for ``from cutile.core import ...`` in kernel modules.
 
 ``Tensor`` here is cutile's runtime tensor class; subscripted (``Tensor[f32,
-[-1]]``) it is the parameter annotation. Everything else comes from
-``cutile_compiler.language``.
+[-1]]``) it is the parameter annotation; ``uniform`` is the device function of
+`api.rand`'s random numbers. Everything else comes from ``cutile_compiler.language``.
 """
 
 from cutile_compiler import language as _language
 from cutile_compiler.language import *  # noqa: F403  (the whole kernel language)
 from cutile._tensor import Tensor  # type: ignore[assignment]  # over the language's annotation-only Tensor
 
-__all__ = list(_language.__all__)  # it names "Tensor" too: here, the runtime class
+from cutile._random import uniform  # the counter-based random numbers of api.rand, for kernels
+
+__all__ = [*_language.__all__, "uniform"]  # ("Tensor" is the runtime class here)
