@@ -52,8 +52,8 @@ def main() -> int:
     buffers["y"].copy_from_host(struct.pack(f"<{n}f", *[2.0] * n))
     values = {"pointer": lambda a: buffers[a.param], "dim": lambda a: n, "stride": lambda a: 1}
     arguments = [values[a.kind](a) for a in compiled.abi]
-    types = ["ptr" if a.kind == "pointer" else "i32" for a in compiled.abi]
-    cc.PreparedLaunch(function, cc.LaunchConfig(grid=n // tile, block=1), types).launch(None, *arguments)
+    # cuda_core sizes each plain number by the parameter the cubin declares.
+    cc.launch(function, cc.LaunchConfig(grid=n // tile, block=1), *arguments)
     device.synchronize()
     got = struct.unpack(f"<{n}f", buffers["z"].to_bytes())
     ok &= got == tuple(float(i) + 2.0 for i in range(n))

@@ -250,6 +250,10 @@ def main() -> int:
     best = {w: max(g for ww, p, _, g in rows if ww == w and p.startswith('cutile')) for w, *_ in rows}
     for workload, gbs in best.items():
         print(f"best cutile {workload}: {gbs / copy_gbs:.1%} of copy (target 97%): {'met' if gbs >= 0.97 * copy_gbs else 'NOT met'}")
+    wrong = [f"{workload} {peer}" for workload, peer, text, _ in rows if text.endswith("WRONG")]
+    if wrong:  # a missed target is a report; a wrong result is a failure
+        print(f"WRONG results: {', '.join(wrong)}")
+        return 1
     return 0
 
 

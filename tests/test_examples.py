@@ -41,6 +41,8 @@ def test_every_example_is_listed() -> None:
 def test_example_runs_and_checks_its_answer(name: str, gpu_reason: str | None) -> None:
     result = run_example(name)
     assert result.returncode == 0, result.stdout + result.stderr
+    if name == "interop.py" and "nothing was run" in result.stdout:  # a GPU without PyTorch
+        pytest.skip("PyTorch is not installed here: the example exchanges GPU memory with it")
     assert "OK" in result.stdout and "WRONG" not in result.stdout
     assert "Traceback" not in result.stderr and "Exception ignored" not in result.stderr, result.stderr
     if gpu_reason is not None and name not in NO_BACKEND:
@@ -59,10 +61,10 @@ def test_axpy_ptx_runs_on_the_gpu_or_says_why_not(gpu_reason: str | None) -> Non
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", [e for e in EXAMPLES if e not in NO_BACKEND])
-def test_example_agrees_on_both_backends(name: str) -> None:
-    # Each run checks itself against numpy; both must pass, on the GPU and on the interpreter.
-    for backend in ("gpu", "interpreter"):
-        result = run_example(name, backend)
-        assert result.returncode == 0, f"{backend}: " + result.stdout + result.stderr
-        assert f"{backend} backend" in result.stdout and "OK" in result.stdout
-        assert "Traceback" not in result.stderr and "Exception ignored" not in result.stderr, result.stderr
+def test_example_also_runs_on_the_interpreter_where_a_gpu_is(name: str) -> None:
+    # Each run checks itself against numpy; the default run (above) was the GPU's,
+    # so this adds the interpreter's on the same machine.
+    result = run_example(name, "interpreter")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "interpreter backend" in result.stdout and "OK" in result.stdout
+    assert "Traceback" not in result.stderr and "Exception ignored" not in result.stderr, result.stderr

@@ -1,0 +1,27 @@
+"""The benchmark scripts that need no GPU run to completion (with small sizes): they
+reach into internals, which would otherwise break them unnoticed. Their figures are
+not checked here (timing is the scripts' job, not a test's)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("script, arguments, expected", [
+    ("bench_ir.py", ["--ops", "2000", "--repeat", "1"], "read_ms="),
+    ("bench_compile.py", ["--repeat", "1"], "gemm 128x128x64"),
+    ("bench_host_launch.py", ["--launches", "200", "--repeats", "1"], "inside cutile.batch()"),
+    ("bench_interpreter.py", [], "GEMM"),
+])
+def test_a_cpu_benchmark_runs(script: str, arguments: list[str], expected: str) -> None:
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / script), *arguments], capture_output=True,
+                          text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert expected in done.stdout, done.stdout
+    assert "Traceback" not in done.stderr, done.stderr
