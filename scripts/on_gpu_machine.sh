@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs a command on the GPU test machine (no package registry there): unpacks the
-# Tile IR toolchain packed by ../shared/gpu/pack-toolchain.sh from .devtools/,
+# Tile IR toolchain packed by ../shared/gpu/pack-toolchain.sh (the GPU machine's notes,
+# outside this repository) from .devtools/,
 # installs any benchmark-peer wheels carried in .whl/ (e.g. cuda-tile), puts the
 # packages' sources on PYTHONPATH, then runs the command.
 #   scripts/on_gpu_machine.sh bash scripts/run_all.sh --system

@@ -1,4 +1,5 @@
-"""The packages are strictly stacked (DESIGN.md section 1): no import points up.
+"""The packages are strictly stacked (the design contract, section 1; ARCHITECTURE.md's
+table of layers): no import points up.
 
 Every module of every package is parsed and each import is checked against the
 table below; the standard library is always allowed.
