@@ -22,7 +22,8 @@ import numpy as np
 from cutile_compiler import _dtypes as dt
 from cutile_compiler._errors import CutileError
 from cutile_compiler._ir import Value
-from cutile_compiler._opdefs.memory import PADDINGS
+from cutile_compiler._opdefs.memory import PADDINGS, TILE_ATOMIC_MODES
+from cutile_compiler._opdefs.pointer import RMW_MODES
 from cutile_compiler._types import PartitionType, TensorType, TileType, broadcast_shapes, is_power_of_two
 
 if TYPE_CHECKING:
@@ -652,16 +653,6 @@ def _access(fe: FrontEnd, node: ast.Call, name: str, tensor: Any, indices: Any, 
     return target, index_tiles, value_tiles, mask_tile
 
 
-def _order_attrs(fe: FrontEnd, node: ast.AST, name: str, order: Any, scope: Any) -> dict[str, Any]:
-    from cutile_compiler._opdefs.pointer import ORDERS, SCOPES
-
-    if order not in ORDERS:
-        raise fe.type_error(f"{name}: order must be one of {', '.join(repr(o) for o in ORDERS)}, got {order!r}", node)
-    if scope not in SCOPES:
-        raise fe.type_error(f"{name}: scope must be one of {', '.join(repr(s) for s in SCOPES)}, got {scope!r}", node)
-    return {"order": order, "scope": scope}
-
-
 def _hint_attrs(fe: FrontEnd, node: ast.AST, latency: Any, allow_tma: Any) -> dict[str, Any]:
     attrs: dict[str, Any] = {}
     if latency is not None:
@@ -709,7 +700,7 @@ def _atomic(mode: str) -> Builtin:
         name = f"atomic_{mode}"
         target, index_tiles, values, mask_tile = _access(fe, node, name, tensor, indices, [(value, "value")], mask,
                                                          writes=True)
-        attrs = {"mode": mode, "has_mask": mask_tile is not None, **_order_attrs(fe, node, name, order, scope)}
+        attrs = {"mode": mode, "has_mask": mask_tile is not None, "order": order, "scope": scope}
         operands = [target, *index_tiles, *values, *([mask_tile] if mask_tile is not None else [])]
         return fe.op("atomic_rmw", operands, attrs, node=node).result
 
@@ -737,7 +728,7 @@ def atomic_cas(fe: FrontEnd, node: ast.Call, tensor: Any, indices: Any, expected
     uses ``z.atomic_cas(expected, value)`` on its own tile."""
     target, index_tiles, values, mask_tile = _access(
         fe, node, "atomic_cas", tensor, indices, [(expected, "expected value"), (value, "value")], mask, writes=True)
-    attrs = {"has_mask": mask_tile is not None, **_order_attrs(fe, node, "atomic_cas", order, scope)}
+    attrs = {"has_mask": mask_tile is not None, "order": order, "scope": scope}
     operands = [target, *index_tiles, *values, *([mask_tile] if mask_tile is not None else [])]
     return fe.op("atomic_cas", operands, attrs, node=node).result
 
@@ -788,7 +779,7 @@ def _own_atomic(mode: str) -> Impl:
         name = f"atomic_{mode}"
         values = _own_values(fe, node, tensor, [(value, "value")], name)
         indices, inside = _own_tile_access(fe, node, tensor)
-        attrs = {"mode": mode, "has_mask": True, **_order_attrs(fe, node, name, order, scope)}
+        attrs = {"mode": mode, "has_mask": True, "order": order, "scope": scope}
         return fe.op("atomic_rmw", [tensor, *indices, *values, inside], attrs, node=node).result
     return impl
 
@@ -797,7 +788,7 @@ def _own_atomic_cas(fe: FrontEnd, node: ast.Call, tensor: Value, expected: Any, 
                     scope: Any = "device") -> Value:
     values = _own_values(fe, node, tensor, [(expected, "expected value"), (value, "value")], "atomic_cas")
     indices, inside = _own_tile_access(fe, node, tensor)
-    attrs = {"has_mask": True, **_order_attrs(fe, node, "atomic_cas", order, scope)}
+    attrs = {"has_mask": True, "order": order, "scope": scope}
     return fe.op("atomic_cas", [tensor, *indices, *values, inside], attrs, node=node).result
 
 
@@ -969,12 +960,12 @@ _TILE_METHODS: dict[str, Impl] = {
 }
 _TENSOR_METHODS: dict[str, Impl] = {
     "load": _tensor_load, "store": _tensor_store, "partition": _tensor_partition,
-    **{f"atomic_{mode}": _own_atomic(mode) for mode in ("add", "max", "min", "and", "or", "xor", "xchg")},
+    **{f"atomic_{mode}": _own_atomic(mode) for mode in RMW_MODES},
     "atomic_cas": _own_atomic_cas,
 }
 _PARTITION_METHODS: dict[str, Impl] = {
     "load": _partition_load, "store": _partition_store, "num_tiles": _bind_builtin(num_tiles),
-    **{f"atomic_{mode}": _partition_atomic(mode) for mode in ("add", "max", "min", "and", "or", "xor")},
+    **{f"atomic_{mode}": _partition_atomic(mode) for mode in TILE_ATOMIC_MODES},
 }
 
 

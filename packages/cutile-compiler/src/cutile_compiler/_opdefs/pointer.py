@@ -233,9 +233,9 @@ def tile_ir_atomic_mode(mode: str, dtype: dt.DType) -> str:
 
 def _check_order(attrs: dict[str, Any], op: str) -> None:
     if attrs.get("order", "relaxed") not in ORDERS:
-        raise RuleError(f"{op}: order must be one of {', '.join(ORDERS)}, got {attrs.get('order')!r}")
+        raise RuleError(f"{op}: order must be one of {', '.join(map(repr, ORDERS))}, got {attrs.get('order')!r}")
     if attrs.get("scope", "device") not in SCOPES:
-        raise RuleError(f"{op}: scope must be one of {', '.join(SCOPES)}, got {attrs.get('scope')!r}")
+        raise RuleError(f"{op}: scope must be one of {', '.join(map(repr, SCOPES))}, got {attrs.get('scope')!r}")
 
 
 def _check_atomic(types: Sequence[KType], attrs: dict[str, Any], extra: int,
