@@ -203,7 +203,7 @@ def test_random_modules_round_trip(m: Module) -> None:
         m2 = read_bytecode(data)
         assert differences(m, m2) == []
         assert write_bytecode(m2, v) == data
-    print_module(m)
+    assert print_module(m2) == print_module(m)  # the text of what was read back is the same
 
 
 @settings(max_examples=1, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])

@@ -480,7 +480,8 @@ assert len(OPS_BY_NAME) == len(OPS) and len(OPS_BY_OPCODE) == len(OPS), "duplica
 
 def register_op(op: OpDef) -> OpDef:
     """Add an op to the table at run time (a new opcode of a later version, or a test op):
-    builder, verifier, printer, writer and reader then handle it with no other code."""
+    builder, verifier, printer, writer and reader then handle it with no other code.
+    (`OPS` stays the built-in table; `OPS_BY_NAME` and `OPS_BY_OPCODE` hold every op.)"""
     if op.name in OPS_BY_NAME or op.opcode in OPS_BY_OPCODE:
         raise ValueError(f"op {op.name!r} or opcode {op.opcode:#x} is already in the table")
     OPS_BY_NAME[op.name] = op
