@@ -7,7 +7,8 @@
   there (exit 5) with a message carrying that location; it compiles for sm_90.
 - `real_toolchain`: the tileiras of this environment (the test is skipped without one).
 - `fake_toolkit`: builds a folder shaped like a CUDA toolkit whose tileiras is a shell
-  script answering --version/--list-versions/--help and "compiling" as told.
+  script answering --version/--list-versions/--help and "compiling" as told (by default
+  it writes `FAKE_CUBIN`, a minimal cubin made by `make_cubin` defining ``kernel``).
 
 The encoder follows the Tile IR bytecode layout (see shared/TILEIR.md): magic, version,
 then sections (id, length, alignment, payload) and an end byte.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import shutil
 import stat
+import struct
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -151,6 +153,52 @@ def f8_kernel() -> bytes:
     return f8_kernel_bytecode()
 
 
+# --- a minimal cubin ---------------------------------------------------------------
+
+
+def make_cubin(functions: Sequence[str] = ("kernel",), *, machine: int = 190, elf_class: int = 2) -> bytes:
+    """A minimal ELF64 file for `machine` (190 = EM_CUDA) whose symbol table defines
+    each of `functions` in a ``.text`` section: what the cubin check reads, no more."""
+    shstrtab = b"\0.shstrtab\0.strtab\0.symtab\0.text\0"
+    strtab = bytearray(b"\0")
+    symbols = bytearray(bytes(24))  # symbol 0 is the null symbol
+    for name in functions:
+        symbols += struct.pack("<IBBHQQ", len(strtab), 0x12, 0, 4, 0, 16)  # GLOBAL FUNC in section 4
+        strtab += name.encode() + b"\0"
+    text = bytes(16)
+    body = bytearray(64)
+    offsets = []
+    for blob in (shstrtab, bytes(strtab), bytes(symbols), text):
+        while len(body) % 8:
+            body.append(0)
+        offsets.append(len(body))
+        body += blob
+    while len(body) % 8:
+        body.append(0)
+    shoff = len(body)
+    sections = [
+        (0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+        (1, 3, 0, 0, offsets[0], len(shstrtab), 0, 0, 1, 0),  # .shstrtab
+        (11, 3, 0, 0, offsets[1], len(strtab), 0, 0, 1, 0),  # .strtab
+        (19, 2, 0, 0, offsets[2], len(symbols), 2, 1, 8, 24),  # .symtab, names in section 2
+        (27, 1, 6, 0, offsets[3], len(text), 0, 0, 128, 0),  # .text
+    ]
+    for section in sections:
+        body += struct.pack("<IIQQQQIIQQ", *section)
+    ident = b"\x7fELF" + bytes([elf_class, 1, 1, 0x41, 8]) + bytes(7)
+    body[:64] = struct.pack("<16sHHIQQQIHHHHHH", ident, 2, machine, 1, 0, 0, shoff, 0x5A00, 64, 0, 0, 64, len(sections), 1)
+    return bytes(body)
+
+
+FAKE_CUBIN = make_cubin()
+
+
+@pytest.fixture(name="make_cubin")
+def make_cubin_fixture() -> Callable[..., bytes]:
+    """`make_cubin`, for tests (conftest is not importable under --import-mode=importlib)."""
+    return make_cubin
+
+
 # --- environment ---------------------------------------------------------------------
 
 
@@ -182,7 +230,7 @@ TileIR Assembler Options:
   --lineinfo                     - Generate line-number information
 """
 
-WRITE_CUBIN = r"""printf '\177ELF fake cubin' > "$out" """
+WRITE_CUBIN = r"""cat "$here/../fake.cubin" > "$out" """
 RECORD_ENV = r"""export -p > "$here/../compile-env.txt"; printf '%s\n' "$@" > "$here/../compile-args.txt" """
 
 
@@ -238,6 +286,7 @@ SLEEP={sleep}
 {compile}
 """
         _write_script(root / "bin" / "tileiras", script)
+        (root / "fake.cubin").write_bytes(FAKE_CUBIN)
         if ptxas_version is not None:
             pv = version if ptxas_version == "same" else ptxas_version
             pmm = ".".join(pv.split(".")[:2])

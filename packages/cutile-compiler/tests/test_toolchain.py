@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -301,7 +303,7 @@ def test_cuda_home_is_the_toolchain_root(
     monkeypatch.setenv("CUDA_HOME", "/usr/local/cuda-12.4")  # an older toolkit in the caller's env
     monkeypatch.setenv("CUTILE_MARKER", "kept")
     cubin = _toolchain.find_toolchain().compile(empty_kernel, "sm_90", options=CompileOptions(opt_level=2, lineinfo=True))
-    assert cubin == b"\x7fELF fake cubin"
+    assert cubin == (root / "fake.cubin").read_bytes()
     env = (root / "compile-env.txt").read_text()
     assert f'CUDA_HOME="{root.resolve()}"' in env or f"CUDA_HOME='{root.resolve()}'" in env
     assert "cuda-12.4" not in env and "CUTILE_MARKER" in env  # the rest of the environment is passed on
@@ -331,6 +333,127 @@ def test_exit_0_without_cubin_is_an_error(fake_toolkit: FakeToolkit, monkeypatch
     monkeypatch.setenv("CUTILE_TILEIRAS", str(root / "bin" / "tileiras"))
     with pytest.raises(TileirasError, match="exited 0 but wrote no cubin"):
         _toolchain.find_toolchain().compile(empty_kernel, "sm_90")
+
+
+@pytest.mark.parametrize(
+    ("output", "fragment"),
+    [
+        (b"not an elf at all", "it is not an ELF file (it starts with b'not an elf at al')"),
+        (b"\x7fELF fake cubin", "it is 15 bytes long, shorter than an ELF header (64)"),  # the magic is not enough
+        (b"", "it is empty"),
+        ("machine 62", "for machine 62, not for CUDA (190)"),
+        ("32-bit", "not a little-endian 64-bit ELF"),
+        ("other kernel", "does not define the kernel kernel (the functions it defines: other)"),
+        ("truncated", "lie outside the file"),
+    ],
+)
+def test_exit_0_with_something_else_than_a_cubin_is_reported_as_such(
+    fake_toolkit: FakeToolkit,
+    monkeypatch: pytest.MonkeyPatch,
+    empty_kernel: bytes,
+    make_cubin: Callable[..., bytes],
+    output: bytes | str,
+    fragment: str,
+) -> None:
+    written = {
+        "machine 62": make_cubin(machine=62),
+        "32-bit": make_cubin(elf_class=1),
+        "other kernel": make_cubin(("other",)),
+        "truncated": make_cubin()[:200],
+    }.get(output, output) if isinstance(output, str) else output
+    root = fake_toolkit("tk")
+    (root / "fake.cubin").write_bytes(written)
+    monkeypatch.setenv("CUTILE_TILEIRAS", str(root / "bin" / "tileiras"))
+    with pytest.raises(TileirasError) as info:
+        _toolchain.find_toolchain().compile(empty_kernel, "sm_90")
+    message = str(info.value)
+    assert "exited 0 but what it wrote for sm_90 is not a usable cubin" in message and fragment in message
+    assert "wrote no cubin" not in message and info.value.returncode == 0
+
+
+def test_the_entries_to_check_can_be_given(
+    fake_toolkit: FakeToolkit, monkeypatch: pytest.MonkeyPatch, empty_kernel: bytes, make_cubin: Callable[..., bytes]
+) -> None:
+    root = fake_toolkit("tk")
+    (root / "fake.cubin").write_bytes(make_cubin(("kernel", "helper")))
+    monkeypatch.setenv("CUTILE_TILEIRAS", str(root / "bin" / "tileiras"))
+    chain = _toolchain.find_toolchain()
+    assert chain.compile(empty_kernel, "sm_90", entries=("kernel", "helper")).startswith(b"\x7fELF")
+    with pytest.raises(TileirasError, match="does not define the kernel absent"):
+        chain.compile(empty_kernel, "sm_90", entries=("absent",))
+
+
+def test_a_huge_stderr_keeps_its_head_and_tail_and_the_whole_in_a_file(
+    fake_toolkit: FakeToolkit, monkeypatch: pytest.MonkeyPatch, empty_kernel: bytes
+) -> None:
+    noise = 'echo "error: the first line" >&2; yes "error: noise noise noise" | head -c 20000000 >&2; '
+    root = fake_toolkit("tk", compile=noise + 'echo "error: the last line" >&2; exit 1')
+    monkeypatch.setenv("CUTILE_TILEIRAS", str(root / "bin" / "tileiras"))
+    with pytest.raises(TileirasError) as info:
+        _toolchain.find_toolchain().compile(empty_kernel, "sm_90")
+    message = str(info.value)
+    assert len(message) < 40_000 and len(info.value.stderr) < 40_000
+    assert "error: the first line" in message and "error: the last line" in message
+    match = re.search(r"bytes left out; all of it is in (\S+) \.\.\.\]", message)
+    assert match is not None, message[:2000]
+    whole = Path(match.group(1))
+    try:
+        text = whole.read_text()
+        assert text.startswith("error: the first line\n") and text.endswith("error: the last line\n")
+        assert len(text) > 20_000_000
+    finally:
+        whole.unlink()
+
+
+def test_a_short_stderr_is_kept_whole_and_no_file_is_left(
+    fake_toolkit: FakeToolkit, monkeypatch: pytest.MonkeyPatch, empty_kernel: bytes, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    tempfile.tempdir = None  # re-read TMPDIR
+    try:
+        root = fake_toolkit("tk", compile='echo "error: one line" >&2; exit 1')
+        monkeypatch.setenv("CUTILE_TILEIRAS", str(root / "bin" / "tileiras"))
+        with pytest.raises(TileirasError) as info:
+            _toolchain.find_toolchain().compile(empty_kernel, "sm_90")
+        assert info.value.stderr == "error: one line\n" and "left out" not in str(info.value)
+        assert list((tmp_path / "tmp").iterdir()) == []
+    finally:
+        tempfile.tempdir = None
+
+
+@pytest.mark.parametrize("flag", ["--version", "--help"])
+def test_a_hung_probe_obeys_the_timeout_knob(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, flag: str) -> None:
+    hung = tmp_path / "bin" / "tileiras"
+    hung.parent.mkdir()
+    version = "printf 'Cuda compilation tools, release 13.4, V13.4.92\\n'"
+    hung.write_text(
+        f'#!/bin/sh\ncase "$1" in {flag}) exec sleep 30;; --version) {version};; esac\nexit 0\n'
+    )
+    hung.chmod(0o755)
+    monkeypatch.setenv("CUTILE_TILEIRAS", str(hung))
+    monkeypatch.setenv("CUTILE_TILEIRAS_TIMEOUT", "0.5")
+    start = time.monotonic()
+    with pytest.raises(ToolchainError) as info:
+        _toolchain.find_toolchain()
+    assert time.monotonic() - start < 10
+    assert f"{flag} did not answer within 0.5 s" in str(info.value) and "CUTILE_TILEIRAS_TIMEOUT" in str(info.value)
+
+
+def test_identity_tells_binaries_apart(fake_toolkit: FakeToolkit, monkeypatch: pytest.MonkeyPatch) -> None:
+    first, second = fake_toolkit("one"), fake_toolkit("two")  # the same --version text
+    chains = []
+    for root in (first, second):
+        monkeypatch.setenv("CUTILE_TILEIRAS", str(root / "bin" / "tileiras"))
+        chains.append(_toolchain.find_toolchain())
+    assert chains[0].version_text == chains[1].version_text
+    assert chains[0].identity != chains[1].identity and len(chains[0].identity) == 64
+    assert _toolchain.find_toolchain() is chains[1]  # probed once while nothing changes
+    ptxas = second / "bin" / "ptxas"
+    stamp = ptxas.stat().st_mtime_ns + 5_000_000_000
+    os.utime(ptxas, ns=(stamp, stamp))  # its ptxas replaced: another identity
+    changed = _toolchain.find_toolchain()
+    assert changed.identity not in (chains[0].identity, chains[1].identity)
 
 
 @pytest.mark.parametrize("via", ["argument", "knob"])

@@ -16,14 +16,21 @@ It is found, in order, through:
 
 `find_toolchain()` returns a `Toolchain` (path, toolkit root, version, the bytecode
 versions it reads, the GPU names it knows, which rule found it); `Toolchain.compile`
-turns bytecode into cubin bytes, raising `TileirasError` with
-the exit code, stderr and command line when tileiras fails. `map_diagnostics`
+turns bytecode into cubin bytes, checked to be a CUDA ELF defining the kernels'
+entry symbols (`_cubin`), raising `TileirasError` with the exit code, stderr and
+command line when tileiras fails or writes something else. `map_diagnostics`
 rewrites the source locations in tileiras's messages into kernel source excerpts.
+
+Every run of tileiras (the probes of ``--version``/``--help`` included) is bounded by
+``CUTILE_TILEIRAS_TIMEOUT``, and its output by `_OUTPUT_HEAD` + `_OUTPUT_TAIL` bytes in
+memory: a longer stderr keeps its head and tail, and the whole of it stays in a file
+whose path the message gives.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.util
 import os
 import re
@@ -35,9 +42,11 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import cutile_ir as ir
 from cutile_compiler import _config
+from cutile_compiler._cubin import cubin_problem
 from cutile_compiler._errors import CutileError
 from cutile_compiler._hints import KernelHints
 
@@ -77,7 +86,8 @@ FOUND_BY_RULES = ("CUTILE_TILEIRAS", "CUDA_TOOLKIT_PATH", "pip", "PATH")
 
 _EXE = ".exe" if os.name == "nt" else ""
 _TILEIRAS, _PTXAS = "tileiras" + _EXE, "ptxas" + _EXE
-_PROBE_TIMEOUT_S = 60.0  # --version/--help answer in milliseconds; this only guards a hung binary
+_PROBE_TIMEOUT_S = 60.0  # --version/--help answer in milliseconds; at most this, or CUTILE_TILEIRAS_TIMEOUT if less
+_OUTPUT_HEAD = _OUTPUT_TAIL = 8 * 1024  # bytes of a run's stdout/stderr kept in memory (and in messages)
 _GENERIC_FAILURE = "failed to compile Tile IR program"
 
 
@@ -298,34 +308,81 @@ def map_diagnostics(stderr: str, locations: Locations) -> str:
 # --- running a process -------------------------------------------------------------
 
 
-def _run(
-    command: Sequence[str], *, env: Mapping[str, str], timeout: float, cwd: str | None = None
-) -> tuple[int, str, str]:
-    """Runs `command`; returns (exit code, stdout, stderr); raises TimeoutExpired after killing it.
+@dataclass(frozen=True)
+class _Completed:
+    """A finished run: its exit code and its output, each bounded (see `_bounded_text`)."""
 
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def _bounded_text(file: IO[bytes], whole: str | None) -> str:
+    """The text in `file`: all of it up to `_OUTPUT_HEAD` + `_OUTPUT_TAIL` bytes, else its
+    head and tail (cut at line ends) around a line saying how much was left out and, when
+    `whole` names it, which file holds everything."""
+    size = file.seek(0, os.SEEK_END)
+    file.seek(0)
+    if size <= _OUTPUT_HEAD + _OUTPUT_TAIL:
+        return file.read().decode(errors="replace")
+    head = file.read(_OUTPUT_HEAD)
+    head = head[: head.rfind(b"\n") + 1] or head
+    file.seek(size - _OUTPUT_TAIL)
+    tail = file.read(_OUTPUT_TAIL)
+    tail = tail[tail.find(b"\n") + 1 :] or tail
+    where = f"; all of it is in {whole}" if whole else ""
+    note = f"[... {size - len(head) - len(tail)} of {size} bytes left out{where} ...]\n"
+    return head.decode(errors="replace") + note + tail.decode(errors="replace")
+
+
+def _run(
+    command: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    timeout: float,
+    cwd: str | None = None,
+    keep_long_stderr: bool = False,
+) -> _Completed:
+    """Runs `command`; returns its exit code and bounded output; raises TimeoutExpired after killing it.
+
+    The output goes to files, not pipes, so that no amount of it fills this process's
+    memory. With `keep_long_stderr`, a stderr too long to keep whole is left in a file
+    in the temporary folder, whose path the kept text names.
     The process gets its own session so that a timeout kills the whole group: tileiras
-    starts ptxas, and a surviving child would hold the pipes open forever.
+    starts ptxas.
     """
-    proc = subprocess.Popen(
-        list(command),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=dict(env),
-        cwd=cwd,
-        start_new_session=True,
-    )
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired as exc:
+    with tempfile.TemporaryFile() as out, tempfile.NamedTemporaryFile(
+        prefix="cutile-tileiras-", suffix=".stderr.txt", delete=False
+    ) as err:
+        kept = False
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        stdout, stderr = proc.communicate()
-        exc.stdout, exc.stderr = stdout, stderr
-        raise
-    return proc.returncode, stdout.decode(errors="replace"), stderr.decode(errors="replace")
+            proc = subprocess.Popen(
+                list(command), stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                env=dict(env), cwd=cwd, start_new_session=True,
+            )
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired as exc:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait()
+                exc.stdout, exc.stderr = _bounded_text(out, None).encode(), _bounded_text(err, None).encode()
+                raise
+            kept = keep_long_stderr and os.fstat(err.fileno()).st_size > _OUTPUT_HEAD + _OUTPUT_TAIL
+            return _Completed(proc.returncode, _bounded_text(out, None), _bounded_text(err, err.name if kept else None))
+        finally:
+            if not kept:
+                err.close()
+                _remove(err.name)
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass  # a temporary file: the system cleans its folder
 
 
 def _decode(data: bytes | str | None) -> str:
@@ -346,7 +403,10 @@ class Toolchain:
             relative to its real location).
         root: the toolkit it belongs to, ``tileiras/../..``; ``CUDA_HOME`` is set to it.
         version: the release, e.g. ``(13, 4, 92)``.
-        version_text: what ``tileiras --version`` printed (part of the cache key).
+        version_text: what ``tileiras --version`` printed.
+        identity: a digest of `version_text` and the path, size and mtime of tileiras,
+            its ptxas and its libnvvm: the disk cache keys cubins by it, so that a
+            replaced or foreign binary answering ``--version`` alike shares no entry.
         bytecode_versions: the bytecode versions it reads, oldest first.
         gpu_names: the ``--gpu-name`` values its ``--help`` lists (empty if unknown).
         found_by: which rule found it: ``"CUTILE_TILEIRAS"``, ``"CUDA_TOOLKIT_PATH"``,
@@ -364,6 +424,7 @@ class Toolchain:
     found_by: str
     ptxas: Path
     libnvvm: Path
+    identity: str
 
     @property
     def release(self) -> str:
@@ -410,8 +471,12 @@ class Toolchain:
         timeout: float | None = None,
         options: CompileOptions | None = None,
         locations: Locations | None = None,
+        entries: Sequence[str] | None = None,
     ) -> bytes:
         """Compiles Tile IR bytecode to a cubin for `arch` (e.g. ``"sm_90"``) and returns it.
+
+        The cubin is checked before it is returned: a CUDA ELF file (`_cubin.cubin_problem`)
+        defining each kernel in `entries`.
 
         Args:
             bytecode: a complete Tile IR bytecode file.
@@ -420,11 +485,14 @@ class Toolchain:
             options: tileiras flags; default `CompileOptions()`.
             locations: turns (file, line, col) into a source excerpt for error messages;
                 see `map_diagnostics`.
+            entries: the kernels the cubin must define; default the entry functions of
+                the bytecode (none when cutile_ir cannot read it).
 
         Raises:
             ArchError, ToolchainError: before running, when `arch` is not usable.
             TileirasTimeoutError: tileiras ran past `timeout`.
-            TileirasError: tileiras failed; carries its exit code, stderr and command.
+            TileirasError: tileiras failed, or wrote no cubin, or not a cubin of these
+                kernels; carries its exit code, stderr and command.
         """
         self.check_arch(arch)
         if not isinstance(bytecode, (bytes, bytearray, memoryview)):
@@ -438,7 +506,7 @@ class Toolchain:
             source.write_bytes(bytecode)
             command = self.command(source, output, arch, opts)
             try:
-                code, stdout, stderr = _run(command, env=self.environment(), timeout=limit, cwd=tmp)
+                done = _run(command, env=self.environment(), timeout=limit, cwd=tmp, keep_long_stderr=True)
             except subprocess.TimeoutExpired as exc:
                 raise TileirasTimeoutError(
                     f"tileiras did not finish compiling for {arch} within {limit:g} s and was stopped. "
@@ -450,13 +518,17 @@ class Toolchain:
                 ) from None
             except OSError as exc:
                 raise ToolchainError(f"could not run {self.describe()}: {exc}") from exc
+            code, stdout, stderr = done.returncode, done.stdout, done.stderr
+            problem: str | None = None
             if code == 0 and output.is_file():
                 cubin = output.read_bytes()
-                if cubin.startswith(b"\x7fELF"):
+                names = _entry_names(bytecode) if entries is None else tuple(entries)
+                problem = cubin_problem(cubin, names)
+                if problem is None:
                     return cubin
         diagnostics = map_diagnostics(stderr, locations) if locations is not None else stderr
         raise TileirasError(
-            self._failure_message(code, arch, command, stdout, stderr, diagnostics),
+            self._failure_message(code, arch, command, stdout, stderr, diagnostics, problem),
             command=command,
             returncode=code,
             stderr=stderr,
@@ -464,9 +536,21 @@ class Toolchain:
         )
 
     def _failure_message(
-        self, code: int, arch: str, command: Sequence[str], stdout: str, stderr: str, diagnostics: str
+        self,
+        code: int,
+        arch: str,
+        command: Sequence[str],
+        stdout: str,
+        stderr: str,
+        diagnostics: str,
+        problem: str | None = None,
     ) -> str:
-        if code == 0:
+        if problem is not None:
+            head = (
+                f"tileiras exited 0 but what it wrote for {arch} is not a usable cubin: {problem}. "
+                f"Is {self.tileiras} NVIDIA's tileiras? Its output"
+            )
+        elif code == 0:
             head = f"tileiras exited 0 but wrote no cubin when compiling for {arch}"
         else:
             head = f"tileiras failed with exit code {code} compiling for {arch}"
@@ -493,6 +577,15 @@ class Toolchain:
             )
         parts.append(f"command (its temporary files are deleted): {shlex.join(command)}")
         return "\n".join(parts)
+
+
+def _entry_names(bytecode: bytes) -> tuple[str, ...]:
+    """The kernel entries of `bytecode`, which its cubin must define; () if unreadable."""
+    try:
+        module = ir.read_bytecode(bytecode)
+    except Exception:  # noqa: BLE001 - tileiras accepted it; the cubin is still checked as a CUDA ELF
+        return ()
+    return tuple(function.name for function in module.functions if function.entry)
 
 
 def choose_bytecode_version(toolchain: Toolchain) -> tuple[int, int]:
@@ -577,13 +670,17 @@ _GPU_NAME = re.compile(r"=(sm_\d+)\b")
 
 
 def _probe_output(tool: Path, flag: str, env: Mapping[str, str]) -> tuple[int, str]:
+    limit = min(_PROBE_TIMEOUT_S, _config.TILEIRAS_TIMEOUT.get())
     try:
-        code, stdout, stderr = _run([str(tool), flag], env=env, timeout=_PROBE_TIMEOUT_S)
+        done = _run([str(tool), flag], env=env, timeout=limit)
     except subprocess.TimeoutExpired:
-        raise ToolchainError(f"{tool} {flag} did not answer within {_PROBE_TIMEOUT_S:g} s") from None
+        raise ToolchainError(
+            f"{tool} {flag} did not answer within {limit:g} s and was stopped (it answers in "
+            f"milliseconds when it works; the limit is CUTILE_TILEIRAS_TIMEOUT, at most {_PROBE_TIMEOUT_S:g} s)"
+        ) from None
     except OSError as exc:
         raise ToolchainError(f"could not run {tool} {flag}: {exc}") from exc
-    return code, stdout + stderr
+    return done.returncode, done.stdout + done.stderr
 
 
 def _parse_version(text: str) -> tuple[int, int, int] | None:
@@ -609,6 +706,19 @@ def _find_libnvvm(root: Path) -> Path | None:
         if found:
             return found[0]
     return None
+
+
+def _identity(version_text: str, files: Sequence[Path]) -> str:
+    """The digest `Toolchain.identity` names: the version text and each file's path, size and mtime."""
+    digest = hashlib.sha256(version_text.encode())
+    for path in files:
+        try:
+            info = path.stat()
+            facts = f"{path}\0{info.st_size}\0{info.st_mtime_ns}"
+        except OSError as exc:  # gone: no identity matches the one probed
+            facts = f"{path}\0{exc.errno}"
+        digest.update(len(facts).to_bytes(8, "little") + facts.encode())
+    return digest.hexdigest()
 
 
 @functools.lru_cache(maxsize=16)
@@ -664,6 +774,7 @@ def _probe(tileiras: str, found_by: str, mtime_ns: int, size: int) -> Toolchain:
         found_by=found_by,
         ptxas=ptxas,
         libnvvm=libnvvm,
+        identity=_identity(text.strip(), (exe, ptxas, libnvvm)),
     )
 
 
@@ -680,7 +791,11 @@ def find_toolchain() -> Toolchain:
     located, found_by = _locate()
     real = located.resolve()  # tileiras looks for ptxas relative to its real path
     stat = real.stat()
-    return _probe(str(real), found_by, stat.st_mtime_ns, stat.st_size)
+    chain = _probe(str(real), found_by, stat.st_mtime_ns, stat.st_size)
+    if _identity(chain.version_text, (chain.tileiras, chain.ptxas, chain.libnvvm)) != chain.identity:
+        _probe.cache_clear()  # its ptxas or libnvvm changed since it was probed: probe it again
+        chain = _probe(str(real), found_by, stat.st_mtime_ns, stat.st_size)
+    return chain
 
 
 def clear_toolchain_cache() -> None:
