@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from cutile_compiler import _cache
+from cutile_compiler import _cache, _toolchain
 from cutile_compiler._cache import DiskCache, LRUCache, cache_key, cached_compile
 from cutile_compiler._toolchain import CompileOptions, Toolchain
 
 KEY_INPUTS = (b"bytecode", "sm_90", "tileiras 13.4.92", ("--opt-level=3",))
+HEADER = 80  # magic 8, key 32, sha256 32, length 8
 
 
 def key(n: int) -> str:
@@ -124,8 +125,9 @@ def test_disk_round_trip_and_layout(tmp_path: Path) -> None:
     assert cache.put(k, b"\x7fELF payload")
     assert cache.get(k) == b"\x7fELF payload"
     path = cache.path(k)
-    assert path == tmp_path / "cubin-v1" / k[:2] / f"{k}.cubin"
-    assert path.read_bytes().startswith(b"CUTILEc\x01") and path.stat().st_size == 48 + 12
+    assert path == tmp_path / "cubin-v2" / k[:2] / f"{k}.cubin"
+    data = path.read_bytes()
+    assert data.startswith(b"CUTILEc\x02" + bytes.fromhex(k)) and len(data) == HEADER + 12
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left
     stats = cache.stats.snapshot()
     assert (stats.hits, stats.misses, stats.writes, stats.corrupt) == (1, 1, 1, 0)
@@ -133,11 +135,13 @@ def test_disk_round_trip_and_layout(tmp_path: Path) -> None:
 
 DAMAGES: dict[str, Callable[[bytes], bytes]] = {
     "truncated to half": lambda data: data[: len(data) // 2],
-    "header only": lambda data: data[:48],
+    "header only": lambda data: data[:HEADER],
     "shorter than a header": lambda data: data[:10],
     "empty": lambda data: b"",
     "payload byte flipped": lambda data: data[:-3] + bytes([data[-3] ^ 0x40]) + data[-2:],
-    "checksum byte flipped": lambda data: data[:20] + bytes([data[20] ^ 1]) + data[21:],
+    "key byte flipped": lambda data: data[:20] + bytes([data[20] ^ 1]) + data[21:],
+    "checksum byte flipped": lambda data: data[:50] + bytes([data[50] ^ 1]) + data[51:],
+    "length field changed": lambda data: data[:72] + (len(data) - HEADER - 1).to_bytes(8, "little") + data[80:],
     "magic changed": lambda data: b"X" + data[1:],
     "bytes appended": lambda data: data + b"junk",
 }
@@ -176,7 +180,7 @@ def _age(cache: DiskCache, k: str, seconds_ago: float) -> None:
 
 
 def test_size_cap_evicts_least_recently_used(tmp_path: Path) -> None:
-    entry = 48 + 1000
+    entry = HEADER + 1000
     cache = DiskCache(tmp_path, 3 * entry)
     for n in range(3):
         assert cache.put(key(n), bytes([n]) * 1000)
@@ -198,12 +202,12 @@ def test_eviction_tolerates_files_vanishing(tmp_path: Path, monkeypatch: pytest.
     cache = DiskCache(tmp_path, 100_000)
     for n in range(5):
         cache.put(key(n), b"x" * 3000)
-    stale = [(tmp_path / "gone" / f"{n}.cubin", 3048, 0) for n in range(3)]  # removed by "another process"
+    stale = [(tmp_path / "gone" / f"{n}.cubin", HEADER + 3000, 0) for n in range(3)]  # removed by "another process"
     listed = stale + cache.entries()
     monkeypatch.setattr(cache, "entries", lambda: listed)
-    assert cache.evict(6100) == 3  # must not raise; the vanished files count as gone
+    assert cache.evict(2 * (HEADER + 3000) + 100) == 3  # must not raise; the vanished files count as gone
     monkeypatch.undo()
-    assert cache.size() == 2 * 3048 and cache.stats.evictions == 3
+    assert cache.size() == 2 * (HEADER + 3000) and cache.stats.evictions == 3
 
 
 def test_temporary_files_are_ignored_then_cleaned(tmp_path: Path) -> None:
@@ -344,3 +348,192 @@ def test_concurrent_cached_compiles(real_toolchain: Toolchain, empty_kernel: byt
     outputs = _run_together(COMPILE, [[str(tmp_path), empty_kernel.hex()] for _ in range(4)])
     assert all(out.startswith("ok") for out in outputs)
     assert len(DiskCache(tmp_path, 1 << 24).entries()) == 1
+
+
+# --- an entry answers for its own key only ----------------------------------------------
+
+
+def test_an_entry_copied_over_another_key_is_a_miss(tmp_path: Path) -> None:
+    cache = DiskCache(tmp_path, 1 << 20)
+    cache.put(key(1), b"payload of one")
+    cache.put(key(2), b"payload of two")
+    cache.path(key(2)).write_bytes(cache.path(key(1)).read_bytes())  # a whole, valid entry of key 1
+    assert cache.get(key(2)) is None and not cache.path(key(2)).exists()
+    assert cache.get(key(1)) == b"payload of one"
+    assert (cache.stats.corrupt, cache.stats.hits) == (1, 1)
+
+
+def test_cached_compile_never_serves_another_kernels_cubin(
+    real_toolchain: Toolchain, empty_kernel: bytes, f8_kernel: bytes, tmp_path: Path
+) -> None:
+    cache = DiskCache(tmp_path, 1 << 24)
+    empty_cubin, _ = cached_compile(empty_kernel, "sm_90", real_toolchain, cache=cache)
+    f8_cubin, _ = cached_compile(f8_kernel, "sm_90", real_toolchain, cache=cache)
+    assert empty_cubin != f8_cubin
+    f8_key = cache_key(f8_kernel, "sm_90", real_toolchain.identity, CompileOptions().args())
+    empty_key = cache_key(empty_kernel, "sm_90", real_toolchain.identity, CompileOptions().args())
+    cache.path(f8_key).write_bytes(cache.path(empty_key).read_bytes())
+    again, hit = cached_compile(f8_kernel, "sm_90", real_toolchain, cache=cache)
+    assert again == f8_cubin and not hit and cache.stats.corrupt == 1
+
+
+def test_a_whole_entry_that_is_no_cubin_of_the_kernel_is_recompiled(
+    real_toolchain: Toolchain, empty_kernel: bytes, tmp_path: Path
+) -> None:
+    cache = DiskCache(tmp_path, 1 << 24)
+    k = cache_key(empty_kernel, "sm_90", real_toolchain.identity, CompileOptions().args())
+    cache.put(k, b"\x7fELF stored by an older, unchecked writer")
+    cubin, hit = cached_compile(empty_kernel, "sm_90", real_toolchain, cache=cache)
+    assert not hit and cubin == real_toolchain.compile(empty_kernel, "sm_90") and cache.stats.corrupt == 1
+    assert cached_compile(empty_kernel, "sm_90", real_toolchain, cache=cache) == (cubin, True)
+
+
+# --- a foreign tileiras cannot poison the cache -----------------------------------------
+
+
+def _foreign_tileiras(real: Toolchain, root: Path, writes: bytes, monkeypatch: pytest.MonkeyPatch) -> Toolchain:
+    """A toolkit whose tileiras answers --version, --help... exactly as `real` does (it runs
+    it), uses its ptxas and libnvvm, and "compiles" by writing `writes`."""
+    (root / "bin").mkdir(parents=True)
+    (root / "lib").mkdir()
+    (root / "bin" / "ptxas").symlink_to(real.ptxas)
+    (root / "lib" / real.libnvvm.name).symlink_to(real.libnvvm)
+    (root / "output").write_bytes(writes)
+    script = root / "bin" / "tileiras"
+    script.write_text(
+        f'#!/bin/sh\ncase "$1" in --*) exec "{real.tileiras}" "$@";; esac\n'
+        'out=""; prev=""\nfor a in "$@"; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done\n'
+        f'cat "{root / "output"}" > "$out"\n'
+    )
+    script.chmod(0o755)
+    monkeypatch.setenv("CUTILE_TILEIRAS", str(script))
+    foreign = _toolchain.find_toolchain()
+    monkeypatch.delenv("CUTILE_TILEIRAS")
+    return foreign
+
+
+def test_a_foreign_tileiras_writing_garbage_caches_nothing(
+    real_toolchain: Toolchain, empty_kernel: bytes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cutile_compiler._toolchain import TileirasError
+
+    foreign = _foreign_tileiras(real_toolchain, tmp_path / "foreign", b"\x7fELF" + bytes(200), monkeypatch)
+    assert foreign.version_text == real_toolchain.version_text and foreign.identity != real_toolchain.identity
+    cache = DiskCache(tmp_path / "cache", 1 << 24)
+    with pytest.raises(TileirasError, match="not a usable cubin"):
+        cached_compile(empty_kernel, "sm_90", foreign, cache=cache)
+    assert cache.entries() == []
+    cubin, hit = cached_compile(empty_kernel, "sm_90", real_toolchain, cache=cache)
+    assert not hit and cubin == real_toolchain.compile(empty_kernel, "sm_90")
+
+
+def test_entries_of_a_foreign_tileiras_are_not_served_to_the_real_one(
+    real_toolchain: Toolchain,
+    empty_kernel: bytes,
+    tmp_path: Path,
+    make_cubin: Callable[..., bytes],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    plausible = make_cubin(("kernel",))  # passes every check: only the key can keep it apart
+    foreign = _foreign_tileiras(real_toolchain, tmp_path / "foreign", plausible, monkeypatch)
+    cache = DiskCache(tmp_path / "cache", 1 << 24)
+    assert cached_compile(empty_kernel, "sm_90", foreign, cache=cache) == (plausible, False)
+    assert cached_compile(empty_kernel, "sm_90", foreign, cache=cache) == (plausible, True)
+    cubin, hit = cached_compile(empty_kernel, "sm_90", real_toolchain, cache=cache)
+    assert not hit and cubin != plausible and cubin == real_toolchain.compile(empty_kernel, "sm_90")
+
+
+# --- entries that are not regular files ---------------------------------------------------
+
+
+def _get_within(cache: DiskCache, k: str, seconds: float = 10.0) -> bytes | None:
+    """cache.get(k), failing the test if it blocks (a FIFO read would block for ever)."""
+    result: list[bytes | None] = []
+    errors: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            result.append(cache.get(k))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"DiskCache.get blocked for {seconds} s"
+    assert not errors, errors
+    return result[0]
+
+
+def _replace_entry(cache: DiskCache, k: str, kind: str, tmp_path: Path) -> None:
+    path = cache.path(k)
+    path.unlink()
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "link to /dev/zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "link to a valid entry":  # the entry's own bytes, elsewhere: still not followed
+        elsewhere = tmp_path / "elsewhere.cubin"
+        cache.put(k, b"placeholder")
+        path.rename(elsewhere)
+        path.symlink_to(elsewhere)
+    elif kind == "sparse 64 GiB":
+        with open(path, "wb") as file:
+            file.truncate(64 << 30)
+    elif kind == "folder":
+        path.mkdir()
+    else:
+        raise AssertionError(kind)
+
+
+NOT_REGULAR = ["fifo", "link to /dev/zero", "link to a valid entry", "sparse 64 GiB", "folder"]
+
+
+@pytest.mark.parametrize("kind", NOT_REGULAR)
+def test_entries_that_are_not_regular_files_are_misses(tmp_path: Path, kind: str) -> None:
+    cache = DiskCache(tmp_path / "cache", 1 << 20)
+    k = key(7)
+    cache.put(k, b"payload")
+    _replace_entry(cache, k, kind, tmp_path)
+    assert _get_within(cache, k) is None
+    assert (cache.stats.corrupt, cache.stats.hits) == (1, 0)
+    path = cache.path(k)
+    if kind == "folder":
+        assert path.is_dir()  # a folder is left alone; writes fail quietly instead
+        with pytest.warns(RuntimeWarning, match="CUTILE_CACHE_DIR"):
+            assert not cache.put(k, b"payload")
+    else:
+        assert not os.path.lexists(path)  # the link itself removed, never its target
+        assert cache.put(k, b"payload") and cache.get(k) == b"payload"
+    assert Path("/dev/zero").exists()
+
+
+def test_a_link_counts_as_itself_in_the_cache_size(tmp_path: Path) -> None:
+    cache = DiskCache(tmp_path / "cache", 1 << 20)
+    cache.put(key(1), b"x" * 100)
+    big = tmp_path / "big"
+    with open(big, "wb") as file:
+        file.truncate(1 << 30)
+    cache.path(key(2)).parent.mkdir(parents=True, exist_ok=True)
+    cache.path(key(2)).symlink_to(big)
+    assert cache.size() < 1 << 20  # not the target's gigabyte, so nothing is evicted for it
+    assert cache.get(key(1)) == b"x" * 100
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link to /dev/zero", "sparse 64 GiB"])
+def test_cached_compile_gets_past_a_non_regular_entry(
+    real_toolchain: Toolchain, empty_kernel: bytes, tmp_path: Path, kind: str
+) -> None:
+    cache = DiskCache(tmp_path / "cache", 1 << 24)
+    cubin, _ = cached_compile(empty_kernel, "sm_90", real_toolchain, cache=cache)
+    k = cache_key(empty_kernel, "sm_90", real_toolchain.identity, CompileOptions().args())
+    _replace_entry(cache, k, kind, tmp_path)
+    result: list[tuple[bytes, bool]] = []
+    thread = threading.Thread(
+        target=lambda: result.append(cached_compile(empty_kernel, "sm_90", real_toolchain, cache=cache)), daemon=True
+    )
+    thread.start()
+    thread.join(60)
+    assert not thread.is_alive(), "cached_compile blocked"
+    assert result == [(cubin, False)]
+    assert cached_compile(empty_kernel, "sm_90", real_toolchain, cache=cache) == (cubin, True)

@@ -2,28 +2,37 @@
 loaded launchers in them) and an on-disk cubin store.
 
 The disk cache is content-addressed: an entry's name is the sha256 of everything the
-cubin depends on (the bytecode, the arch, ``tileiras --version``, the tileiras flags).
-It lives in a versioned folder under ``CUTILE_CACHE_DIR`` and is safe to share between
-processes without locks:
+cubin depends on (the bytecode, the arch, the tileiras flags, and the tools' identity,
+`Toolchain.identity`: their ``--version`` text and the path, size and mtime of
+tileiras, ptxas and libnvvm). It lives in a versioned folder under
+``CUTILE_CACHE_DIR`` (entries of another format are in another folder: they simply
+miss) and is safe to share between processes without locks:
 
 - a writer writes a temporary file in the entry's folder and renames it into place
   (``os.replace`` is atomic), so a reader sees a whole entry or none;
-- each entry starts with a header (magic, sha256 of the payload, its length) that a
-  reader verifies; a corrupt or truncated entry is deleted and counts as a miss, so
-  it is rebuilt, and never surfaces as an exception;
+- each entry starts with a header (magic, the entry's full key, sha256 of the
+  payload, its length) that a reader verifies: a read returns the payload stored
+  under that key or a miss, never another key's payload. A corrupt, truncated,
+  misplaced or oversized entry, or one that is not a regular file (a link, a FIFO, a
+  device), is deleted where it can be and counts as a miss, so it is rebuilt; entries
+  are opened without following links and read no further than the header says, and
+  a damaged entry never surfaces as an exception;
 - the folder is kept under ``CUTILE_CACHE_MAX_BYTES`` by deleting the least recently
   used entries (a hit refreshes an entry's mtime); files vanishing under an eviction,
   because another process evicted them first, are expected.
 
 ``CUTILE_CACHE=0`` turns the disk cache off. `cached_compile` puts it together with
-`Toolchain.compile`.
+`Toolchain.compile`, which checks a cubin (`_cubin.cubin_problem`) before it is stored;
+a hit is checked again before it is returned.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import re
+import stat
 import struct
 import tempfile
 import threading
@@ -36,7 +45,8 @@ from pathlib import Path
 from typing import Generic, TypeVar, overload
 
 from cutile_compiler import _config
-from cutile_compiler._toolchain import CompileOptions, Locations, Toolchain, find_toolchain
+from cutile_compiler._cubin import cubin_problem
+from cutile_compiler._toolchain import CompileOptions, Locations, Toolchain, _entry_names, find_toolchain
 
 __all__ = [
     "CacheStats",
@@ -166,38 +176,101 @@ class LRUCache(Generic[K, V]):
 
 # --- on disk -------------------------------------------------------------------------
 
-LAYOUT = "cubin-v1"
+LAYOUT = "cubin-v2"
 """The cache's subfolder; bump it whenever the entry format or key derivation changes."""
 
-_MAGIC = b"CUTILEc\x01"
-_HEADER = struct.Struct("<8s32sQ")  # magic, sha256 of the payload, payload length
+_MAGIC = b"CUTILEc\x02"
+_HEADER = struct.Struct("<8s32s32sQ")  # magic, the entry's key, sha256 of the payload, payload length
 _SUFFIX = ".cubin"
 _TEMP_PREFIX = ".tmp-"
 _STALE_TEMP_S = 3600.0  # a temporary file this old was left by a writer that died
 _KEY = re.compile(r"[0-9a-f]{64}")
 
 
-def cache_key(bytecode: bytes, arch: str, tileiras_version: str, options: Sequence[str]) -> str:
-    """The sha256 (hex) naming the cubin of `bytecode` for `arch` with these tools and flags."""
+def cache_key(bytecode: bytes, arch: str, toolchain_identity: str, options: Sequence[str]) -> str:
+    """The sha256 (hex) naming the cubin of `bytecode` for `arch` with these tools and flags.
+
+    `toolchain_identity` is `Toolchain.identity` (which binaries, not only which version).
+    """
     digest = hashlib.sha256(LAYOUT.encode() + b"\0")
-    for part in (bytes(bytecode), arch.encode(), tileiras_version.encode(), "\0".join(options).encode()):
+    for part in (bytes(bytecode), arch.encode(), toolchain_identity.encode(), "\0".join(options).encode()):
         digest.update(len(part).to_bytes(8, "little"))  # length-prefixed: no two inputs collide
         digest.update(part)
     return digest.hexdigest()
 
 
-def _wrap(payload: bytes) -> bytes:
-    return _HEADER.pack(_MAGIC, hashlib.sha256(payload).digest(), len(payload)) + payload
+def _wrap(key: str, payload: bytes) -> bytes:
+    return _HEADER.pack(_MAGIC, bytes.fromhex(key), hashlib.sha256(payload).digest(), len(payload)) + payload
 
 
-def _unwrap(data: bytes) -> bytes | None:
-    if len(data) < _HEADER.size:
-        return None
-    magic, digest, length = _HEADER.unpack_from(data)
-    payload = data[_HEADER.size :]
-    if magic != _MAGIC or length != len(payload) or hashlib.sha256(payload).digest() != digest:
-        return None
-    return payload
+_OPEN_FLAGS = (
+    os.O_RDONLY
+    | getattr(os, "O_NOFOLLOW", 0)  # a link in place of an entry is refused, not followed
+    | getattr(os, "O_NONBLOCK", 0)  # a FIFO in place of an entry opens at once (then is refused)
+    | getattr(os, "O_BINARY", 0)
+)
+
+
+class _Damaged(Exception):
+    """An entry that is not a whole, regular file of its own key (internal to `DiskCache.get`)."""
+
+
+def _read_exactly(fd: int, size: int, what: str) -> bytes:
+    """The next `size` bytes of `fd`; `_Damaged` if it ends before."""
+    chunks: list[bytes] = []
+    left = size
+    while left > 0:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            raise _Damaged(f"shorter than {what}")
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _read_entry(path: Path, key: str, max_payload: int, valid: Callable[[bytes], bool] | None) -> bytes:
+    """The payload of the entry at `path` if it is a whole regular file stored under `key`
+    (and `valid` accepts it).
+
+    Raises FileNotFoundError when there is none, `_Damaged` when it is not a whole entry
+    of `key`; reads at most its header and the payload length the header gives, which is
+    never above `max_payload`.
+    """
+    if not stat.S_ISREG(os.lstat(path).st_mode):
+        raise _Damaged("not a regular file")
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # became a link since the lstat
+            raise _Damaged("a symbolic link") from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):  # replaced between the lstat and the open
+            raise _Damaged("not a regular file")
+        if not _HEADER.size <= info.st_size <= _HEADER.size + max_payload:
+            raise _Damaged(f"{info.st_size} bytes long")
+        magic, stored_key, digest, length = _HEADER.unpack(_read_exactly(fd, _HEADER.size, "a header"))
+        if magic != _MAGIC:
+            raise _Damaged("bad magic")
+        if stored_key != bytes.fromhex(key):
+            raise _Damaged("stored under another key")
+        if info.st_size != _HEADER.size + length:
+            raise _Damaged(f"{info.st_size} bytes long, its header says {_HEADER.size + length}")
+        payload = _read_exactly(fd, length, "its header says")
+        if os.read(fd, 1):
+            raise _Damaged("longer than its header says")  # grew since the fstat
+        if hashlib.sha256(payload).digest() != digest:
+            raise _Damaged("checksum mismatch")
+        if valid is not None and not valid(payload):
+            raise _Damaged("whole, but refused by its reader")
+        try:
+            os.utime(fd if os.utime in os.supports_fd else path)  # a hit makes it the most recently used
+        except OSError:
+            pass  # evicted meanwhile, or a read-only cache: the hit is still good
+        return payload
+    finally:
+        os.close(fd)
 
 
 def _unlink_quietly(path: str | Path) -> bool:
@@ -243,30 +316,26 @@ class DiskCache:
             for name, delta in deltas.items():
                 setattr(self.stats, name, getattr(self.stats, name) + delta)
 
-    def get(self, key: str) -> bytes | None:
+    def get(self, key: str, valid: Callable[[bytes], bool] | None = None) -> bytes | None:
         """The payload stored under `key`, or None (missing, unreadable or corrupt).
 
-        A corrupt entry is deleted so that the next `put` rebuilds it; a hit refreshes
-        the entry's mtime, which is what eviction orders by.
+        A corrupt entry (or one whose payload `valid` refuses) is deleted so that the
+        next `put` rebuilds it; a hit refreshes the entry's mtime, which is what
+        eviction orders by.
         """
         path = self.path(key)
         try:
-            data = path.read_bytes()
+            payload = _read_entry(path, key, max(self.max_bytes - _HEADER.size, 0), valid)
         except FileNotFoundError:
             self._count(misses=1)
             return None
-        except OSError:
-            self._count(misses=1, errors=1)
-            return None
-        payload = _unwrap(data)
-        if payload is None:
-            _unlink_quietly(path)
+        except _Damaged:
+            _unlink_quietly(path)  # unlink removes a link itself, never its target; a folder stays
             self._count(misses=1, corrupt=1)
             return None
-        try:
-            os.utime(path)
-        except OSError:
-            pass  # evicted meanwhile, or a read-only cache: the hit is still good
+        except OSError:  # unreadable (permissions, I/O error): leave it, compile without it
+            self._count(misses=1, errors=1)
+            return None
         self._count(hits=1)
         return payload
 
@@ -277,7 +346,7 @@ class DiskCache:
         unwritable folder, a full disk) or is larger than the cap by itself.
         """
         path = self.path(key)
-        data = _wrap(bytes(payload))
+        data = _wrap(key, bytes(payload))
         if len(data) > self.max_bytes:
             return False
         temp: str | None = None
@@ -325,7 +394,7 @@ class DiskCache:
                 continue
             for item in items:
                 try:
-                    info = item.stat()
+                    info = item.stat(follow_symlinks=False)  # a link counts as itself, not as its target
                 except FileNotFoundError:
                     continue  # evicted or replaced by another process just now
                 if item.name.startswith(_TEMP_PREFIX):
@@ -393,11 +462,16 @@ def cached_compile(
     timeout: float | None = None,
     locations: Locations | None = None,
     cache: DiskCache | None = None,
+    entries: Sequence[str] | None = None,
 ) -> tuple[bytes, bool]:
     """The cubin of `bytecode` for `arch`, from the disk cache or by running tileiras.
 
+    Only a cubin that `Toolchain.compile` checked is stored, and a hit is checked again
+    (`_cubin.cubin_problem`): one that fails is discarded and compiled anew.
+
     Args:
         bytecode, arch, options, timeout, locations: as for `Toolchain.compile`.
+        entries: the kernels the cubin must define; default the bytecode's entries.
         toolchain: the tileiras to use; default `find_toolchain()`.
         cache: the disk cache; default `default_disk_cache()` (none when CUTILE_CACHE=0).
 
@@ -409,11 +483,12 @@ def cached_compile(
     chain.check_arch(arch)  # the same error whether or not the cache holds an entry
     store = default_disk_cache() if cache is None else cache
     if store is None:
-        return chain.compile(bytecode, arch, timeout=timeout, options=opts, locations=locations), False
-    key = cache_key(bytecode, arch, chain.version_text, opts.args())
-    cubin = store.get(key)
-    if cubin is not None and cubin.startswith(b"\x7fELF"):
+        return chain.compile(bytecode, arch, timeout=timeout, options=opts, locations=locations, entries=entries), False
+    names = _entry_names(bytes(bytecode)) if entries is None else tuple(entries)
+    key = cache_key(bytecode, arch, chain.identity, opts.args())
+    cubin = store.get(key, lambda payload: cubin_problem(payload, names) is None)
+    if cubin is not None:
         return cubin, True
-    cubin = chain.compile(bytecode, arch, timeout=timeout, options=opts, locations=locations)
+    cubin = chain.compile(bytecode, arch, timeout=timeout, options=opts, locations=locations, entries=names)
     store.put(key, cubin)
     return cubin, False

@@ -120,7 +120,8 @@ def compile_kernel(
         _dump(name, spec, "bytecode", "tileirbc", bytecode)
     start = time.perf_counter()
     try:
-        cubin, hit = cached_compile(bytecode, arch, chain, options, locations=_excerpt)
+        entries = tuple(function.name for function in module.functions if function.entry)
+        cubin, hit = cached_compile(bytecode, arch, chain, options, locations=_excerpt, entries=entries)
     except CompilerError as exc:  # the toolchain's message: mapped diagnostics, hints, the command
         raise TileCompilerError(f"kernel {name}: {exc}", kernel_ir.location) from None
     timings["tileiras"] = time.perf_counter() - start
