@@ -491,7 +491,7 @@ CASES: list[tuple[Any, dict[str, Any], type[TileError], str, str]] = [
     (k_reduce_arity, {"z": P, "x": V}, TileTypeError, "reduce_arity",
      r"reduce: combine_fn must return 2 value\(s\), like its accumulator, got f32"),
     (k_reduce_identity, {"z": TensorSpec(dt.i8, (256,), (64,)), "x": TensorSpec(dt.i8, (256,))}, TileTypeError,
-     "reduce_identity", "reduce: the identity 1000 does not fit in i8"),
+     "reduce_identity", "reduce's identity: the constant 1000 does not fit in i8 \\(-128 to 127\\)"),
     (k_reduce_result_type, {"z": TensorSpec(dt.i32, (256,), (64,)), "x": TensorSpec(dt.i32, (256,))}, TileTypeError,
      "reduce_result_type", "cannot use 0.5 as a i32 value"),
     (k_tile_atomic_safe, {"z": P, "x": V}, TileTypeError, "tile_atomic_safe",

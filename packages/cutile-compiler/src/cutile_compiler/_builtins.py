@@ -14,17 +14,18 @@ import ast
 import builtins
 import functools
 import inspect
+import operator
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from cutile_compiler import _dtypes as dt
-from cutile_compiler._errors import CutileError
+from cutile_compiler._errors import CutileError, bounded_repr
 from cutile_compiler._ir import Value
 from cutile_compiler._opdefs.memory import PADDINGS, TILE_ATOMIC_MODES
 from cutile_compiler._opdefs.pointer import RMW_MODES
-from cutile_compiler._types import PartitionType, TensorType, TileType, broadcast_shapes, is_power_of_two
+from cutile_compiler._types import PartitionType, TensorType, TileType, broadcast_shapes, tile_shape_problem
 
 if TYPE_CHECKING:
     from cutile_compiler._frontend import FrontEnd
@@ -88,8 +89,8 @@ def _tile(fe: FrontEnd, value: Any, node: ast.AST, what: str) -> Value:
 
 
 def _static_int(fe: FrontEnd, value: Any, node: ast.AST, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise fe.type_error(f"{what} must be a compile-time int, got {fe.describe(value)}", node)
+    if isinstance(value, bool) or not isinstance(value, int) or value.bit_length() > 63:
+        raise fe.type_error(f"{what} must be a compile-time int (of 64 bits), got {fe.describe(value)}", node)
     return value
 
 
@@ -104,8 +105,9 @@ def _static_shape(fe: FrontEnd, value: Any, node: ast.AST, what: str = "shape", 
     shape = tuple(_static_int(fe, v, node, f"{what} dims") for v in items)
     if any(d <= 0 for d in shape):
         raise fe.type_error(f"{what} dims must be positive, got {list(shape)}", node)
-    if power_of_two and not all(is_power_of_two(d) for d in shape):
-        raise fe.type_error(f"tile dimensions must be powers of two, got {list(shape)}", node)
+    problem = tile_shape_problem(shape) if power_of_two else None
+    if problem is not None:
+        raise fe.type_error(f"{what}: {problem}", node)
     return shape
 
 
@@ -148,7 +150,7 @@ def _partition(fe: FrontEnd, tensor: Value, shape: Any, padding: Any, node: ast.
         raise fe.type_error(
             f"a rank-{tensor.type.rank} tensor is partitioned with {tensor.type.rank} tile dims, got {list(tile_shape)}", node)
     if padding not in PADDINGS:
-        raise fe.type_error(f"padding must be one of {', '.join(PADDINGS)}, got {padding!r}", node)
+        raise fe.type_error(f"padding must be one of {', '.join(PADDINGS)}, got {bounded_repr(padding)}", node)
     return fe.op("make_partition", [tensor], {"tile_shape": tile_shape, "padding": padding}, node=node).result
 
 
@@ -291,14 +293,20 @@ _FOLDABLE = frozenset({"minimum", "maximum", "exp", "exp2", "log", "log2", "sqrt
                        "sinh", "cosh", "tanh", "floor", "ceil", "atan2"})
 
 
-def _fold(name: str, *values: bool | int | float) -> bool | int | float:
+def _fold(fe: FrontEnd, node: ast.AST, name: str, *values: bool | int | float) -> bool | int | float:
     """A DSL function applied to Python numbers, computed at compile time with the
     op's own numpy meaning (so a constant and a tile agree), as a Python number."""
     from cutile_compiler._opdefs.elementwise import ELEMENTWISE
 
-    result = ELEMENTWISE[name].function(*(np.asarray(v) for v in values))
-    folded: bool | int | float = np.asarray(result).item()
-    return folded
+    def compute(*numbers: bool | int | float) -> bool | int | float:
+        arrays = [np.asarray(v) for v in numbers]
+        if any(a.dtype == object for a in arrays):  # an int past 64 bits
+            raise OverflowError("an int of more than 64 bits has no numpy value")
+        with np.errstate(all="ignore"):  # inf and nan are the answers, as on a tile
+            folded: bool | int | float = np.asarray(ELEMENTWISE[name].function(*arrays)).item()
+        return folded
+
+    return fe.fold(compute, values, lambda: f"{name}({', '.join(bounded_repr(v) for v in values)})", node)  # type: ignore[no-any-return]
 
 
 def _elementwise(name: str, doc: str, arity: int, options: tuple[str, ...] = ()) -> Builtin:
@@ -306,14 +314,14 @@ def _elementwise(name: str, doc: str, arity: int, options: tuple[str, ...] = ())
     if arity == 1:
         def impl1(fe: FrontEnd, node: ast.Call, x: Any, **kwargs: Any) -> Any:
             if isinstance(x, _NUMBER) and not kwargs and name in _FOLDABLE:
-                return _fold(name, x)  # a constant stays a (weak) Python number
+                return _fold(fe, node, name, x)  # a constant stays a (weak) Python number
             value = _tile(fe, x, node, f"{name}'s argument")
             return fe.op(name, [value], _options(fe, node, name, options, kwargs), node=node).result
         return Builtin(name, impl1, doc)
 
     def impl2(fe: FrontEnd, node: ast.Call, x: Any, y: Any, **kwargs: Any) -> Any:
         if isinstance(x, _NUMBER) and isinstance(y, _NUMBER) and not kwargs and name in _FOLDABLE:
-            return _fold(name, x, y)
+            return _fold(fe, node, name, x, y)
         attrs = _options(fe, node, name, options, kwargs)
         a, b = fe.unify([x, y], node, f"{name}()")
         if name == "div" and not a.type.dtype.is_float:  # type: ignore[attr-defined]
@@ -358,7 +366,7 @@ div = _elementwise("div", "x / y for floats.", 2, ("rounding", "ftz"))
 @builtin
 def pow_(fe: FrontEnd, node: ast.Call, x: Any, y: Any) -> Any:
     """x ** y for floating-point tiles."""
-    return fe.binary("pow", x, y, node, lambda a, b: a**b)
+    return fe.binary("pow", x, y, node, operator.pow)
 
 
 @builtin
@@ -389,7 +397,7 @@ def ceil_div(fe: FrontEnd, node: ast.Call, a: Any, b: Any) -> Any:
     if isinstance(a, int) and isinstance(b, int):
         if b == 0:
             raise fe.type_error("ceil_div by zero", node)
-        return -(-a // b)
+        return fe.fold(lambda x, y: -(-x // y), (a, b), lambda: f"ceil_div({bounded_repr(a)}, {bounded_repr(b)})", node)
     return fe.binary("floordiv", fe.binary("sub", fe.binary("add", a, b, node), 1, node), b, node)
 
 
@@ -513,6 +521,8 @@ def _combining(fe: FrontEnd, node: ast.Call, kind: str, x: Any, axis: Any, combi
                attrs: dict[str, Any]) -> Any:
     """A reduce_fn/scan_fn op whose body is ``combine_fn(accumulator, element)`` inlined."""
     from cutile_compiler._ir import Block
+    from cutile_compiler._opdefs._base import RuleError
+    from cutile_compiler._opdefs.shape import constant_value
 
     is_tuple = isinstance(x, tuple)
     tiles = [_tile(fe, v, node, f"{kind}'s tile") for v in (x if is_tuple else (x,))]
@@ -534,9 +544,10 @@ def _combining(fe: FrontEnd, node: ast.Call, kind: str, x: Any, axis: Any, combi
         if not isinstance(ident, _NUMBER) or (dtype.is_integer and isinstance(ident, float)):
             raise fe.type_error(f"{kind}: the identity of a {dtype} tile must be a {dtype} number, got "
                                 f"{fe.describe(ident)}", node)
-        if dtype.is_integer and not dt.fits(int(ident), dtype):
-            raise fe.type_error(f"{kind}: the identity {ident} does not fit in {dtype}", node)
-        checked.append(int(ident) if dtype.is_integer else float(ident) if dtype.is_float else bool(ident))
+        try:
+            checked.append(constant_value(ident, dtype))
+        except RuleError as exc:
+            raise fe.type_error(f"{kind}'s identity: {exc}", node) from None
     body = Block()
     elements, accumulators = [], []
     for tile in tiles:
@@ -676,7 +687,7 @@ def gather(fe: FrontEnd, node: ast.Call, tensor: Any, indices: Any, mask: Any = 
         raise fe.type_error(f"gather's padding must be a number, got {fe.describe(padding)}", node)
     dtype = target.type.dtype  # type: ignore[attr-defined]
     if dtype.is_integer and isinstance(padding, float):
-        raise fe.type_error(f"gather's padding {padding!r} is not a {dtype} value", node)
+        raise fe.type_error(f"gather's padding {bounded_repr(padding)} is not a {dtype} value", node)
     attrs = {"has_mask": mask_tile is not None, "padding": padding, **_hint_attrs(fe, node, latency, None)}
     operands = [target, *index_tiles, *([mask_tile] if mask_tile is not None else [])]
     return fe.op("gather", operands, attrs, node=node).result
@@ -863,6 +874,28 @@ class _StaticRange:
 
 static_range = _StaticRange()
 
+#: The most items a compile-time range may have (each is a copy of a loop body, or
+#: of a tuple's item, made by the compiler).
+MAX_STATIC_ITEMS = 1 << 16
+
+
+def static_items(fe: FrontEnd, node: ast.AST, name: str, bounds: Sequence[Any]) -> tuple[int, ...]:
+    """The items of ``range(*bounds)`` at compile time (``name`` is the function the
+    kernel called): bounds that Python's range refuses (a zero step, floats...) and
+    ranges of more than `MAX_STATIC_ITEMS` are `TileTypeError`s at ``node``."""
+    def spelled() -> str:
+        return f"{name}({', '.join(bounded_repr(b) for b in bounds)})"
+
+    if not 1 <= len(bounds) <= 3:
+        raise fe.type_error(f"{name}() takes 1 to 3 arguments, got {len(bounds)}", node)
+    if not all(isinstance(b, int) and not isinstance(b, bool) for b in bounds):
+        raise fe.type_error(f"{spelled()}: {name}() needs compile-time int bounds", node)
+    items: range = fe.fold(range, bounds, spelled, node)
+    if len(items) > MAX_STATIC_ITEMS:
+        raise fe.type_error(f"{spelled()} has {len(items)} items; a compile-time range has at most "
+                            f"{MAX_STATIC_ITEMS} (use range(...) with a run-time loop)", node)
+    return tuple(items)
+
 
 # -- methods of values ----------------------------------------------------------------------------
 class BoundMethod:
@@ -934,7 +967,7 @@ def _partition_atomic(mode: str) -> Impl:
             raise fe.type_error(f"{name} into a partition's tile at an arbitrary index needs @cutile.entry(unsafe=True); "
                                 f"a safe kernel updates its own tile with z.{name}(value)", node)
         if scope not in ("tl_blk", "device"):
-            raise fe.type_error(f"{name}: a tile reduction's scope is 'tl_blk' or 'device', got {scope!r}", node)
+            raise fe.type_error(f"{name}: a tile reduction's scope is 'tl_blk' or 'device', got {bounded_repr(scope)}", node)
         tile = _convert_value(fe, value, ptype.tensor.dtype, node, f"{name}'s value")
         if tile.type.shape != ptype.tile_shape:  # type: ignore[attr-defined]
             tile = fe.broadcast_to(tile, ptype.tile_shape, node)
@@ -1019,7 +1052,8 @@ def _py_min_max(kind: str) -> Impl:
         if len(args) < 2:
             raise fe.type_error(f"{kind}() needs at least two values", node)
         if all(isinstance(a, _NUMBER) for a in args):
-            return (builtins.min if kind == "min" else builtins.max)(args)
+            return fe.fold(builtins.min if kind == "min" else builtins.max, (args,),
+                           lambda: f"{kind}{bounded_repr(tuple(args))}", node)
         result = args[0]
         for a in args[1:]:
             x, y = fe.unify([result, a], node, f"{kind}()")
@@ -1030,19 +1064,14 @@ def _py_min_max(kind: str) -> Impl:
 
 def _py_abs(fe: FrontEnd, node: ast.Call, x: Any) -> Any:
     if isinstance(x, _NUMBER):
-        return abs(x)
+        return fe.fold(abs, (x,), lambda: f"abs({bounded_repr(x)})", node)
     return fe.op("abs", [_tile(fe, x, node, "abs's argument")], node=node).result
 
 
 def _py_convert(kind: type, dtype: dt.DType) -> Impl:
     def impl(fe: FrontEnd, node: ast.Call, x: Any) -> Any:
-        if isinstance(x, _NUMBER):
-            return kind(x)
-        if kind is float and isinstance(x, str):  # float("inf"), float("nan")
-            try:
-                return float(x)
-            except ValueError:
-                raise fe.type_error(f"float() cannot convert {x!r}", node) from None
+        if isinstance(x, _NUMBER) or kind is float and isinstance(x, str):  # float("inf"), float("nan")
+            return fe.fold(kind, (x,), lambda: f"{kind.__name__}({bounded_repr(x)})", node)
         return fe.cast(_tile(fe, x, node, f"{kind.__name__}()'s argument"), dtype, node)
     return impl
 
@@ -1055,7 +1084,7 @@ def _py_len(fe: FrontEnd, node: ast.Call, x: Any) -> int:
 
 def _py_range(fe: FrontEnd, node: ast.Call, *args: Any) -> Any:
     if all(isinstance(a, int) for a in args):
-        return tuple(range(*args))
+        return static_items(fe, node, "range", args)
     raise fe.syntax_error("range() with run-time bounds is only allowed as the iterable of a for loop", node)
 
 

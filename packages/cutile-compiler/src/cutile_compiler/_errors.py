@@ -37,6 +37,23 @@ class SourceLocation:
         return f"{text}\n{' ' * self.column}{'^' * width}"
 
 
+def bounded_repr(value: object) -> str:
+    """``repr(value)`` for a message, short whatever the value: an int of more than
+    128 bits is written by its size (``repr`` of a huge int is slow, and fails past
+    Python's digit limit); tuples are written item by item; long texts are cut."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        digits = int(value.bit_length() * 0.30102999566398120) + 1  # log10(2); within one digit
+        return f"<{'negative ' if value < 0 else ''}int of about {digits} digits>"
+    if isinstance(value, tuple):
+        items = [bounded_repr(v) for v in value[:16]] + (["..."] if len(value) > 16 else [])
+        return "(" + ", ".join(items) + ("," if len(value) == 1 else "") + ")"
+    try:
+        text = repr(value)
+    except Exception:  # a user object whose repr fails must not hide the real error
+        return f"<{type(value).__name__}>"
+    return text if len(text) <= 200 else text[:100] + "..." + text[-50:]
+
+
 class CutileError(Exception):
     """Base class of every error cutile raises on purpose."""
 

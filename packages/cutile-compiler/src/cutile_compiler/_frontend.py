@@ -22,12 +22,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cutile_compiler import _dtypes as dt
-from cutile_compiler._errors import SourceLocation, TileSyntaxError, TileTypeError
+from cutile_compiler._errors import SourceLocation, TileSyntaxError, TileTypeError, bounded_repr
 from cutile_compiler._ir import Block, KernelIR, KernelParam, Operation, Value
 from cutile_compiler._opdefs import OPS, RuleError
+from cutile_compiler._opdefs.shape import constant_value
 from cutile_compiler._signature import KernelSignature, Specialization, TensorAnnotation
 from cutile_compiler._source import FunctionSource, capture
-from cutile_compiler._types import KType, TensorType, TileType, broadcast_shapes
+from cutile_compiler._types import KType, TensorType, TileType, broadcast_shapes, tile_shape_problem
 
 _NUMBER = (bool, int, float)
 
@@ -53,6 +54,11 @@ _COMPARE_OPS: dict[type[ast.cmpop], tuple[str, Callable[[Any, Any], Any]]] = {
     ast.Gt: ("gt", operator.gt),
     ast.GtE: ("ge", operator.ge),
 }
+_UNARY_FOLDS: dict[type[ast.unaryop], tuple[Callable[[Any], Any], str]] = {
+    ast.USub: (operator.neg, "-"), ast.UAdd: (operator.pos, "+"), ast.Invert: (operator.invert, "~")}
+#: The largest int constant folding builds (a tile holds at most 64-bit ints; Python
+#: would otherwise spend minutes and gigabytes on ``2 ** 10**10``).
+MAX_FOLDED_INT_BITS = 1 << 16
 _SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "mod": "%", "pow": "**",
             "and": "&", "or": "|", "xor": "^", "shl": "<<", "shr": ">>", "eq": "==", "ne": "!=",
             "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
@@ -142,6 +148,8 @@ class FrontEnd:
         self.grid_rank = 0
         self.node: ast.AST = self.source.tree
         self.inline_stack: list[Any] = []
+        #: the value of each splat constant made so far, by `Value.id`: what `OpDef.check_static` sees
+        self.static_values: dict[int, bool | int | float] = {}
 
     # -- locations and errors -----------------------------------------------------
     @property
@@ -165,11 +173,19 @@ class FrontEnd:
         opdef = OPS[name]
         attrs = attrs or {}
         try:
-            result_types = opdef.infer([v.type for v in operands], attrs)
+            operand_types = [v.type for v in operands]
+            result_types = opdef.infer(operand_types, attrs)
+            opdef.check_static(operand_types, [self.static_values.get(v.id) for v in operands], attrs)
         except RuleError as exc:
             raise self.type_error(str(exc), node) from None
+        for result_type in result_types:  # every tile any op makes obeys the tile-shape rule
+            problem = tile_shape_problem(result_type.shape) if isinstance(result_type, TileType) else None
+            if problem is not None:
+                raise self.type_error(f"{name}: the result {result_type} is not a valid tile: {problem}", node)
         operation = Operation(opdef, operands, result_types, attrs, regions, self.location(node))
         (self.prologue if prologue else self.block.ops).append(operation)
+        if name == "constant" and not isinstance(attrs["value"], tuple):
+            self.static_values[operation.result.id] = attrs["value"]
         return operation
 
     @contextmanager
@@ -193,20 +209,14 @@ class FrontEnd:
             return "an undefined name"
         name = getattr(value, "__name__", None)
         kind = type(value).__name__
-        return f"{kind} {name}" if name else f"{kind} {value!r}"
+        return f"{kind} {name}" if name else f"{kind} {bounded_repr(value)}"
 
     def constant(self, value: bool | int | float, dtype: dt.DType, shape: tuple[int, ...] = (),
                  node: ast.AST | None = None) -> Value:
-        if dtype.is_integer:
-            if isinstance(value, float):
-                raise self.type_error(f"the float {value!r} cannot become a {dtype} value; use an int or astype", node)
-            if not dt.fits(int(value), dtype):
-                raise self.type_error(f"the constant {value} does not fit in {dtype}", node)
-            value = int(value)
-        elif dtype.is_float:
-            value = float(value)
-        else:
-            value = bool(value)
+        try:
+            value = constant_value(value, dtype)
+        except RuleError as exc:
+            raise self.type_error(str(exc), node) from None
         return self.op("constant", [], {"value": value, "type": TileType(dtype, shape)}, node=node).result
 
     def to_tile(self, value: Any, node: ast.AST | None = None, *, like: dt.DType | None = None, what: str = "value") -> Value:
@@ -219,7 +229,7 @@ class FrontEnd:
         if isinstance(value, _NUMBER):
             dtype = like if like is not None else dt.default_scalar_dtype(value)
             if like is not None and dt.weak_scalar_dtype(value, like) is None:
-                raise self.type_error(f"cannot use {value!r} as a {like} value; convert the tile with astype first", node)
+                raise self.type_error(f"cannot use {bounded_repr(value)} as a {like} value; convert the tile with astype first", node)
             return self.constant(value, dtype, node=node)
         if isinstance(value, _Undefined):
             raise self.syntax_error(value.reason, node)
@@ -288,15 +298,36 @@ class FrontEnd:
         return result
 
     # -- arithmetic used by operators and DSL functions ---------------------------
+    def fold(self, function: Callable[..., Any], operands: Sequence[Any], spelled: Callable[[], str],
+             node: ast.AST | None) -> Any:
+        """``function(*operands)`` computed at compile time: a Python operator or
+        builtin on constants (weak numbers, strings, tuples). Whatever the Python
+        operation raises becomes a `TileTypeError` at ``node`` naming the expression
+        (``spelled()``); ints that would grow past `MAX_FOLDED_INT_BITS` are refused
+        before Python spends the time and memory to build them."""
+        if function in (operator.pow, operator.lshift) and len(operands) == 2 \
+                and all(isinstance(o, int) for o in operands):
+            base, exponent = operands
+            bits = abs(base).bit_length()
+            if function is operator.pow:  # |base| ** exponent has at least exponent * (bits - 1) bits
+                at_least = exponent * (bits - 1) if exponent > 0 else 0
+            else:
+                at_least = bits + exponent if base != 0 and exponent > 0 else 0
+            if at_least > MAX_FOLDED_INT_BITS:
+                raise self.type_error(f"the constant expression {spelled()} would be an int of more than "
+                                      f"{MAX_FOLDED_INT_BITS} bits", node)
+        try:
+            return function(*operands)
+        except Exception as exc:
+            raise self.type_error(f"the constant expression {spelled()} fails: {exc}", node) from None
+
     def binary(self, name: str, left: Any, right: Any, node: ast.AST | None,
                fold: Callable[[Any, Any], Any] | None = None) -> Any:
         constants = (*_NUMBER, str)  # strings fold too: modes, formats, names
         if isinstance(left, constants) and isinstance(right, constants) and fold is not None \
                 and (isinstance(left, _NUMBER) and isinstance(right, _NUMBER) or name in ("eq", "ne", "add")):
-            try:
-                return fold(left, right)
-            except (ZeroDivisionError, OverflowError, ValueError, TypeError) as exc:
-                raise self.type_error(f"constant expression {left!r} {_SYMBOLS.get(name, name)} {right!r} fails: {exc}", node) from None
+            return self.fold(fold, (left, right), lambda: f"{bounded_repr(left)} {_SYMBOLS.get(name, name)} "
+                             f"{bounded_repr(right)}", node)
         symbol = _SYMBOLS.get(name, name)
         a, b = self.unify([left, right], node, f"'{symbol}'")
         dtype: dt.DType = a.type.dtype  # type: ignore[attr-defined]
@@ -608,7 +639,7 @@ class FrontEnd:
                 return self.unrolled(node, list(iterable))
             raise self.syntax_error("a kernel loops over range(...), static_range(...) or a constant tuple", node.iter)
         callee = self.expr(node.iter.func)
-        from cutile_compiler._builtins import static_range
+        from cutile_compiler._builtins import static_items, static_range
 
         if callee is static_range or callee is builtins.range:
             if node.iter.keywords:
@@ -617,9 +648,7 @@ class FrontEnd:
             if not 1 <= len(bounds) <= 3:
                 raise self.syntax_error("range() takes 1 to 3 arguments", node.iter)
             if callee is static_range:
-                if not all(isinstance(b, int) for b in bounds):
-                    raise self.type_error("static_range() needs compile-time int bounds", node.iter)
-                return self.unrolled(node, list(range(*bounds)))
+                return self.unrolled(node, list(static_items(self, node.iter, "static_range", bounds)))
             return self.range_loop(node, bounds)
         iterable = self.call(callee, node.iter)
         if isinstance(iterable, tuple):
@@ -657,7 +686,7 @@ class FrontEnd:
             raise self.syntax_error("the loop variable of range() must be a single name", node.target)
         start, stop, step = (0, bounds[0], 1) if len(bounds) == 1 else (bounds[0], bounds[1], bounds[2] if len(bounds) == 3 else 1)
         if isinstance(step, int) and step <= 0:
-            raise self.type_error(f"range() step must be positive inside a kernel, got {step}", node.iter)
+            raise self.type_error(f"range() step must be positive inside a kernel, got {bounded_repr(step)}", node.iter)
         if all(isinstance(b, int) for b in (start, stop, step)) and len(range(start, stop, step)) == 0:
             return Flow.NORMAL
         index_dtype = dt.i32
@@ -852,9 +881,8 @@ class FrontEnd:
                     return not test
                 return self.op("xor", [test, self.constant(True, dt.bool_, node=node)], node=node).result
             if isinstance(operand, _NUMBER):
-                folds: dict[type[ast.unaryop], Callable[[Any], Any]] = {
-                    ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Invert: operator.invert}
-                return folds[type(node.op)](operand)
+                function, symbol = _UNARY_FOLDS[type(node.op)]
+                return self.fold(function, (operand,), lambda: f"{symbol}{bounded_repr(operand)}", node)
             if isinstance(node.op, ast.UAdd):
                 return self.to_tile(operand, node)
             return self.unary("neg" if isinstance(node.op, ast.USub) else "invert", operand, node)
@@ -960,19 +988,21 @@ class FrontEnd:
             raise self.syntax_error(f"{self.describe(value)} has no attribute '{attr}'", node) from None
 
     def subscript(self, value: Any, node: ast.Subscript) -> Any:
-        index = self.expr(node.slice)
-        if isinstance(value, tuple):
-            if isinstance(index, int) and not isinstance(index, bool):
-                if not -len(value) <= index < len(value):
-                    raise self.type_error(f"index {index} is out of range for a tuple of {len(value)}", node)
-                return value[index]
-            if isinstance(index, tuple) or isinstance(index, Value):
-                raise self.type_error("tuples are indexed with compile-time ints", node)
         if isinstance(node.slice, ast.Slice) and isinstance(value, tuple):
             lower = self.expr(node.slice.lower) if node.slice.lower else None
             upper = self.expr(node.slice.upper) if node.slice.upper else None
             step = self.expr(node.slice.step) if node.slice.step else None
-            return value[lower:upper:step]
+            return self.fold(lambda: value[lower:upper:step], (),
+                             lambda: f"{self.describe(value)}[{bounded_repr(lower)}:{bounded_repr(upper)}:{bounded_repr(step)}]",
+                             node)
+        index = self.expr(node.slice)
+        if isinstance(value, tuple):
+            if isinstance(index, int) and not isinstance(index, bool):
+                if not -len(value) <= index < len(value):
+                    raise self.type_error(f"index {bounded_repr(index)} is out of range for a tuple of {len(value)}", node)
+                return value[index]
+            if isinstance(index, tuple) or isinstance(index, Value):
+                raise self.type_error("tuples are indexed with compile-time ints", node)
         if isinstance(value, Value) and isinstance(value.type, TileType):
             raise self.syntax_error("tiles are not indexed element by element; use extract(), reshape() or a reduction", node)
         raise self.type_error(f"{self.describe(value)} cannot be subscripted", node)

@@ -99,3 +99,21 @@ def broadcast_shapes(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] 
 
 def is_power_of_two(value: int) -> bool:
     return value > 0 and value & (value - 1) == 0
+
+
+#: The most elements one tile may hold (tileiras refuses larger tiles).
+MAX_TILE_ELEMENTS = 1 << 24
+
+
+def tile_shape_problem(shape: tuple[int, ...]) -> str | None:
+    """What makes ``shape`` an invalid tile shape (None when it is valid): the rule of
+    every tile, partition tile and block tile. Dimensions are positive powers of two
+    and a tile holds at most `MAX_TILE_ELEMENTS` elements."""
+    if not all(is_power_of_two(d) for d in shape):
+        return f"tile dimensions must be powers of two, got {list(shape)}"
+    count = 1
+    for extent in shape:
+        count *= extent
+    if count > MAX_TILE_ELEMENTS:
+        return f"a tile holds at most 2**24 = {MAX_TILE_ELEMENTS} elements, {list(shape)} has {count}"
+    return None

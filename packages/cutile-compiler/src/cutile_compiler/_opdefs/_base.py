@@ -96,6 +96,12 @@ class OpDef:
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
         raise NotImplementedError(self.name)
 
+    def check_static(self, operand_types: Sequence[KType], static_values: Sequence[Any],
+                     attrs: dict[str, Any]) -> None:
+        """Checks the operands known at compile time (``static_values[i]`` is operand
+        i's value when it is a splat constant, else None); raises `RuleError`. Both
+        backends get the same verdict, as the front end asks before either runs."""
+
     def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         raise NotImplementedError(self.name)
 

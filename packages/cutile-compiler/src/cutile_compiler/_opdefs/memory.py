@@ -20,7 +20,7 @@ from cutile_compiler._ir import Operation
 from cutile_compiler._lowering import PartitionInfo
 from cutile_compiler._opdefs._base import EvalContext, MemoryAccess, OpDef, RuleError, register
 from cutile_compiler._opdefs.pointer import check_atomic_dtype, check_writable, rmw_update, tile_ir_atomic_mode
-from cutile_compiler._types import KType, PartitionType, TensorType, TileType, is_power_of_two
+from cutile_compiler._types import KType, PartitionType, TensorType, TileType, tile_shape_problem
 
 PADDINGS = ("zero", "neg_zero", "nan", "pos_inf", "neg_inf")
 
@@ -89,9 +89,9 @@ class MakePartition(OpDef):
                 f"partition: the tile shape {list(tile_shape)} has rank {len(tile_shape)}, "
                 f"the tensor rank {tensor.rank}"
             )
-        bad = [s for s in tile_shape if not is_power_of_two(s)]
-        if bad:
-            raise RuleError(f"partition: tile dimensions must be powers of two, got {list(tile_shape)}")
+        problem = tile_shape_problem(tile_shape)
+        if problem is not None:
+            raise RuleError(f"partition: {problem}")
         if attrs.get("padding", "zero") not in PADDINGS:
             raise RuleError(f"partition: padding must be one of {', '.join(PADDINGS)}, got {attrs['padding']!r}")
         return (PartitionType(tensor, tile_shape, attrs.get("padding", "zero")),)

@@ -9,11 +9,44 @@ from typing import Any
 
 import numpy as np
 
+from cutile_compiler._dtypes import DType, fits
+from cutile_compiler._errors import bounded_repr
 from cutile_compiler._ir import Operation
 from cutile_compiler._lowering import tile_type
 from cutile_compiler._opdefs._base import EvalContext, OpDef, RuleError, register
 from cutile_compiler._opdefs.elementwise import numpy_dtype, tile_operand
 from cutile_compiler._types import KType, TileType
+
+
+def constant_value(value: bool | int | float, dtype: DType) -> bool | int | float:
+    """``value`` as a constant of ``dtype`` (an int for integer dtypes, a float for
+    float ones), or `RuleError` when it has no such value: the one rule for every
+    constant of a kernel. An int is exact or refused; a finite number that would
+    round to an infinity (or, for f8e4m3fn, to NaN) is refused; inf and nan written
+    explicitly stay floats."""
+    if dtype.is_integer:
+        if isinstance(value, float):
+            raise RuleError(f"the float {bounded_repr(value)} cannot become a {dtype} value; use an int or astype")
+        if not fits(int(value), dtype):
+            low, high = (-(1 << (dtype.bits - 1)), (1 << (dtype.bits - 1)) - 1) if dtype.is_signed else (0, (1 << dtype.bits) - 1)
+            raise RuleError(f"the constant {bounded_repr(value)} does not fit in {dtype} ({low} to {high})")
+        return int(value)
+    if dtype.is_float:
+        if isinstance(value, float) and not math.isfinite(value):
+            return value  # inf and nan written as such
+        try:
+            number = float(value)
+        except OverflowError:  # an int past the f64 range
+            number = math.inf
+        if math.isfinite(number):
+            with np.errstate(over="ignore", invalid="ignore"):
+                stored = float(np.asarray(number, dtype=numpy_dtype(dtype)))
+            if math.isfinite(stored):
+                return number
+        largest = float(np.finfo(numpy_dtype(dtype)).max)
+        raise RuleError(f"the constant {bounded_repr(value)} does not fit in {dtype} (its largest finite value is "
+                        f"{largest:g})")
+    return bool(value)
 
 
 class Constant(OpDef):
@@ -27,6 +60,8 @@ class Constant(OpDef):
         value = attrs["value"]
         if isinstance(value, tuple) and len(value) != tile.size:
             raise RuleError(f"constant: {len(value)} values given for a tile of {tile.size}")
+        for item in value if isinstance(value, tuple) else (value,):
+            constant_value(item, tile.dtype)
         return (tile,)
 
     def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
@@ -53,6 +88,9 @@ class Iota(OpDef):
         tile: TileType = attrs["type"]
         if tile.rank != 1 or not tile.dtype.is_integer:
             raise RuleError(f"arange: the result must be a 1-D integer tile, got {tile}")
+        if not fits(tile.shape[0] - 1, tile.dtype):  # its last value would wrap
+            raise RuleError(f"arange({tile.shape[0]}, {tile.dtype}): its last value {tile.shape[0] - 1} does not fit "
+                            f"in {tile.dtype}; use a wider integer dtype")
         return (tile,)
 
     def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
@@ -164,6 +202,16 @@ class Extract(OpDef):
             if not (isinstance(index, TileType) and index.is_scalar and index.dtype.is_integer):
                 raise RuleError(f"extract: indices must be integer scalars, got {index}")
         return (tile.with_shape(shape),)
+
+    def check_static(self, operand_types: Sequence[KType], static_values: Sequence[Any],
+                     attrs: dict[str, Any]) -> None:
+        tile = operand_types[0]
+        assert isinstance(tile, TileType)
+        shape: tuple[int, ...] = attrs["shape"]
+        for axis, (index, size, extent) in enumerate(zip(static_values[1:], shape, tile.shape)):
+            if index is not None and not 0 <= index < extent // size:
+                raise RuleError(f"extract: index {index} is out of range along axis {axis}: {list(tile.shape)} holds "
+                                f"{extent // size} sub-tiles of {size} there (indices 0 to {extent // size - 1})")
 
     def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         shape: tuple[int, ...] = op.attrs["shape"]
