@@ -132,3 +132,71 @@ def test_a_plain_store_and_another_blocks_atomic_update_race() -> None:
     with pytest.raises(cutile.KernelRuntimeError,
                        match=r"race: blocks \(0, 0, 0\) and \(1, 0, 0\) both update atomically and write element \[0\]"):
         stores_and_counts(api.zeros([64]).partition([16]), api.ones([64])).sync()
+
+
+# -- integer division by zero ------------------------------------------------------------
+@cutile.entry
+def divides(q: Mut[Tensor[i32, ["B"]]], r: Mut[Tensor[i32, ["B"]]], x: Tensor[i32, [-1]], y: Tensor[i32, [-1]]):
+    a = load_tile_like(x, q)
+    b = load_tile_like(y, q)
+    q.store(a // b)
+    r.store(a % b)
+
+
+@cutile.entry
+def modulo_by(r: Mut[Tensor[i32, ["B"]]], x: Tensor[i32, [-1]], n: i32):
+    r.store(load_tile_like(x, r) % n)
+
+
+@cutile.entry
+def divides_floats(q: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], y: Tensor[f32, [-1]]):
+    q.store(load_tile_like(x, q) // load_tile_like(y, q) + load_tile_like(x, q) / load_tile_like(y, q))
+
+
+def _divide(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    n = x.size
+    q, r = divides(api.zeros([n], dtype=i32).partition([64]), api.zeros([n], dtype=i32).partition([64]),
+                   api.from_numpy(x), api.from_numpy(y)).sync()[:2]
+    return q.to_numpy(), r.to_numpy()
+
+
+def test_integer_division_with_padding_lanes_follows_python() -> None:
+    # 333 elements: the last tile's padding lanes divide by zero, which no store keeps.
+    rng = np.random.default_rng(7)
+    x = rng.integers(-1000, 1000, 333).astype(np.int32)
+    y = rng.integers(1, 50, 333).astype(np.int32) * rng.choice([-1, 1], 333).astype(np.int32)
+    q, r = _divide(x, y)
+    np.testing.assert_array_equal(q, np.floor(x.astype(np.float64) / y).astype(np.int32))
+    np.testing.assert_array_equal(r, x.astype(np.float64) - np.floor(x.astype(np.float64) / y) * y)
+
+
+@pytest.mark.parametrize("position", [0, 100, 332])
+def test_integer_division_by_zero_names_the_block_and_the_line(position: int) -> None:
+    rng = np.random.default_rng(position)
+    x = rng.integers(-1000, 1000, 333).astype(np.int32)
+    y = rng.integers(1, 50, 333).astype(np.int32)
+    y[position] = 0
+    with pytest.raises(cutile.KernelRuntimeError) as info:
+        _divide(x, y)
+    text = str(info.value)
+    block = position // 64
+    assert f"in block ({block}, 0, 0): integer division by zero in '//': the divisor is 0 at element " \
+           f"[{position % 64}] of the tile" in text
+    assert "q.store(a // b)" in text and "^" in text
+    assert info.value.location is not None and info.value.location.line > 0
+
+
+def test_integer_modulo_by_a_zero_scalar_is_reported() -> None:
+    x = api.from_numpy(np.arange(100, dtype=np.int32))
+    with pytest.raises(cutile.KernelRuntimeError, match=r"in block \(0, 0, 0\): integer division by zero in '%'"):
+        modulo_by(api.zeros([100], dtype=i32).partition([64]), x, 0).sync()
+    r, _ = modulo_by(api.zeros([100], dtype=i32).partition([64]), x, 7).sync()
+    np.testing.assert_array_equal(r.to_numpy(), np.arange(100) % 7)
+
+
+def test_float_division_by_zero_keeps_ieee_results() -> None:
+    x = np.array([1.0, -1.0, 0.0] * 30, dtype=np.float32)
+    q, _, _ = divides_floats(api.zeros([90]).partition([64]), api.from_numpy(x), api.zeros([90])).sync()
+    with np.errstate(all="ignore"):
+        expected = np.floor_divide(x.astype(np.float64), 0.0) + x.astype(np.float64) / 0.0
+    np.testing.assert_array_equal(q.to_numpy(), expected.astype(np.float32))

@@ -21,7 +21,8 @@ from cutile._tensor import HostStorage, Tensor, numpy_dtype
 from cutile import _config
 from cutile_compiler import KernelIR, SourceLocation
 from cutile_compiler._ir import Block, Operation, Value
-from cutile_compiler._opdefs import Escape, Terminator
+from cutile_compiler._opdefs import Escape, IntegerDivisionByZero, Terminator
+from cutile_compiler._opdefs.elementwise import Bitcast, Cast, Elementwise, Select
 from cutile_compiler._types import TileType
 
 _PADDING_VALUES = {"zero": 0.0, "neg_zero": -0.0, "nan": float("nan"), "pos_inf": float("inf"), "neg_inf": float("-inf")}
@@ -36,6 +37,10 @@ class KernelRuntimeError(CutileError, RuntimeError):
         excerpt = location.excerpt() if location else ""
         super().__init__(f"{where}{message}" + (f"\n{excerpt}" if excerpt else ""))
         self.location = location
+
+
+#: ops whose result lanes are computed from the same lanes of their operands
+_LANEWISE = (Elementwise, Select, Cast, Bitcast)
 
 
 class _TensorState:
@@ -73,6 +78,10 @@ class Interpreter:
         self.grid = grid
         self.block_id: tuple[int, int, int] = (0, 0, 0)
         self.env: dict[Value, Any] = {}
+        # Per value of the running block, its padding lanes (past a tensor's end or
+        # masked off) when it has any, followed through element-wise ops: a division
+        # by zero there is not the kernel's (no store keeps those lanes).
+        self.padding: dict[Value, np.ndarray[Any, Any]] = {}
 
     def run(self, arguments: dict[str, Any], mutable: AbstractSet[str]) -> None:
         checked = is_checked()
@@ -88,6 +97,7 @@ class Interpreter:
         for z, y, x in itertools.product(range(gz), range(gy), range(gx)):
             self.block_id = (x, y, z)
             self.env = dict(params)
+            self.padding = {}
             try:
                 self.run_block(self.kernel.body, [])
             except Escape as escape:  # (run_block reports a failing op at its own line)
@@ -97,20 +107,58 @@ class Interpreter:
     # -- EvalContext -------------------------------------------------------------
     def run_block(self, block: Block, args: Sequence[Any]) -> Terminator:
         env = self.env
+        padding = self.padding
         for value, arg in zip(block.args, args):
             env[value] = arg
+            if padding:
+                padding.pop(value, None)
         for op in block.ops:
             operands = [env[v] for v in op.operands]
             if op.opdef.is_terminator:
                 return Terminator(op.name, operands)
             try:
                 results = op.opdef.evaluate(self, op, operands)
+            except IntegerDivisionByZero as exc:
+                results = self._division_by_zero(op, exc)
             except (IndexError, ValueError, ZeroDivisionError) as exc:
                 # Reported at the op that failed, not at the kernel's definition.
                 raise KernelRuntimeError(f"in block {self.block_id}: {exc}", op.location) from None
             for result, value in zip(op.results, results):
                 env[result] = value
+            if padding and isinstance(op.opdef, _LANEWISE):
+                self._follow_padding(op)
         return Terminator("yield", [])
+
+    def _follow_padding(self, op: Operation) -> None:
+        """Marks the padding lanes of an element-wise op's result: those of its operands."""
+        result = op.results[0]
+        lanes = None
+        for operand in op.operands:
+            marked = self.padding.get(operand)
+            if marked is not None and marked.shape == np.shape(self.env[result]):
+                lanes = marked if lanes is None else lanes | marked
+        if lanes is None:
+            self.padding.pop(result, None)
+        else:
+            self.padding[result] = lanes
+
+    def _mark_padding(self, op: Operation, lanes: np.ndarray[Any, Any]) -> None:
+        if lanes.any():
+            self.padding[op.results[0]] = lanes
+        elif self.padding:
+            self.padding.pop(op.results[0], None)
+
+    def _division_by_zero(self, op: Operation, exc: IntegerDivisionByZero) -> Sequence[Any]:
+        """The result of an integer division with zero divisors, when they are all in
+        padding lanes; otherwise the kernel's error, naming the first element."""
+        divisor = op.operands[1]
+        marked = self.padding.get(divisor)
+        real = exc.lanes if marked is None or marked.shape != exc.lanes.shape else exc.lanes & ~marked
+        if real.any():
+            where = [int(i) for i in np.unravel_index(int(np.argmax(real)), real.shape)]
+            element = f" at element {where} of the tile" if where else ""
+            raise self.runtime_error(op, f"integer division by zero in '{exc.symbol}': the divisor is 0{element}")
+        return (exc.result,)
 
     def _slices(self, state: _TensorState, index: tuple[int, ...], tile_shape: tuple[int, ...]) -> tuple[tuple[slice, ...], tuple[slice, ...]]:
         """(slices into the tensor, slices into the tile) of the in-bounds part."""
@@ -143,6 +191,12 @@ class Interpreter:
                     f"block {self.block_id} reads element {list(missing)} of '{state.name}', which nothing has written "
                     "(checked mode)", op.location)
         tile[target] = state.view[source]
+        if tile[target].size != tile.size:  # part of the tile lies past the tensor's end
+            lanes = np.ones(tile_shape, dtype=bool)
+            lanes[target] = False
+            self._mark_padding(op, lanes)
+        elif self.padding:
+            self.padding.pop(op.results[0], None)
         return tile
 
     def store(self, op: Operation, tensor: Any, index: tuple[int, ...], tile_shape: tuple[int, ...], value: Any) -> None:
@@ -197,6 +251,7 @@ class Interpreter:
                 "(checked mode)", op.location)
         result = np.zeros(selected.shape, dtype=state.view.dtype)
         result[selected] = state.view[chosen]
+        self._mark_padding(op, ~selected)
         return result
 
     def _linear(self, block: tuple[int, int, int]) -> int:
