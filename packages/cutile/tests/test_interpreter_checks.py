@@ -130,5 +130,165 @@ def test_atomic_updates_from_several_blocks_do_not_race() -> None:
 
 def test_a_plain_store_and_another_blocks_atomic_update_race() -> None:
     with pytest.raises(cutile.KernelRuntimeError,
-                       match=r"race: blocks \(0, 0, 0\) and \(1, 0, 0\) both update atomically and write element \[0\]"):
+                       match=r"race: block \(0, 0, 0\) writes element \[0\] of 'z' and block \(1, 0, 0\) updates it atomically"):
         stores_and_counts(api.zeros([64]).partition([16]), api.ones([64])).sync()
+
+
+# -- integer division by zero ------------------------------------------------------------
+@cutile.entry
+def divides(q: Mut[Tensor[i32, ["B"]]], r: Mut[Tensor[i32, ["B"]]], x: Tensor[i32, [-1]], y: Tensor[i32, [-1]]):
+    a = load_tile_like(x, q)
+    b = load_tile_like(y, q)
+    q.store(a // b)
+    r.store(a % b)
+
+
+@cutile.entry
+def modulo_by(r: Mut[Tensor[i32, ["B"]]], x: Tensor[i32, [-1]], n: i32):
+    r.store(load_tile_like(x, r) % n)
+
+
+@cutile.entry
+def divides_floats(q: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], y: Tensor[f32, [-1]]):
+    q.store(load_tile_like(x, q) // load_tile_like(y, q) + load_tile_like(x, q) / load_tile_like(y, q))
+
+
+def _divide(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    n = x.size
+    q, r = divides(api.zeros([n], dtype=i32).partition([64]), api.zeros([n], dtype=i32).partition([64]),
+                   api.from_numpy(x), api.from_numpy(y)).sync()[:2]
+    return q.to_numpy(), r.to_numpy()
+
+
+def test_integer_division_with_padding_lanes_follows_python() -> None:
+    # 333 elements: the last tile's padding lanes divide by zero, which no store keeps.
+    rng = np.random.default_rng(7)
+    x = rng.integers(-1000, 1000, 333).astype(np.int32)
+    y = rng.integers(1, 50, 333).astype(np.int32) * rng.choice([-1, 1], 333).astype(np.int32)
+    q, r = _divide(x, y)
+    np.testing.assert_array_equal(q, np.floor(x.astype(np.float64) / y).astype(np.int32))
+    np.testing.assert_array_equal(r, x.astype(np.float64) - np.floor(x.astype(np.float64) / y) * y)
+
+
+@pytest.mark.parametrize("position", [0, 100, 332])
+def test_integer_division_by_zero_names_the_block_and_the_line(position: int) -> None:
+    rng = np.random.default_rng(position)
+    x = rng.integers(-1000, 1000, 333).astype(np.int32)
+    y = rng.integers(1, 50, 333).astype(np.int32)
+    y[position] = 0
+    with pytest.raises(cutile.KernelRuntimeError) as info:
+        _divide(x, y)
+    text = str(info.value)
+    block = position // 64
+    assert f"in block ({block}, 0, 0): integer division by zero in '//': the divisor is 0 at element " \
+           f"[{position % 64}] of the tile" in text
+    assert "q.store(a // b)" in text and "^" in text
+    assert info.value.location is not None and info.value.location.line > 0
+
+
+def test_integer_modulo_by_a_zero_scalar_is_reported() -> None:
+    x = api.from_numpy(np.arange(100, dtype=np.int32))
+    with pytest.raises(cutile.KernelRuntimeError, match=r"in block \(0, 0, 0\): integer division by zero in '%'"):
+        modulo_by(api.zeros([100], dtype=i32).partition([64]), x, 0).sync()
+    r, _ = modulo_by(api.zeros([100], dtype=i32).partition([64]), x, 7).sync()
+    np.testing.assert_array_equal(r.to_numpy(), np.arange(100) % 7)
+
+
+def test_float_division_by_zero_keeps_ieee_results() -> None:
+    x = np.array([1.0, -1.0, 0.0] * 30, dtype=np.float32)
+    q, _, _ = divides_floats(api.zeros([90]).partition([64]), api.from_numpy(x), api.zeros([90])).sync()
+    with np.errstate(all="ignore"):
+        expected = np.floor_divide(x.astype(np.float64), 0.0) + x.astype(np.float64) / 0.0
+    np.testing.assert_array_equal(q.to_numpy(), expected.astype(np.float32))
+
+
+# -- read/write races between blocks ----------------------------------------------------
+@cutile.entry(unsafe=True)
+def reads_the_next_tile(z: Mut[Tensor[f32, ["B"]]]):
+    b, _, _ = get_tile_block_id()
+    p = z.partition([64])
+    p.store(b, p.load(b + 1))        # block b reads the tile block b + 1 writes later
+
+
+@cutile.entry(unsafe=True)
+def reads_the_previous_tile(z: Mut[Tensor[f32, ["B"]]]):
+    b, _, _ = get_tile_block_id()
+    p = z.partition([64])
+    p.store(b, p.load(b - 1) + 1.0)  # block b reads what block b - 1 wrote
+
+
+@cutile.entry(unsafe=True)
+def gathers_another_blocks_tile(z: Mut[Tensor[f32, ["B"]]]):
+    b, _, _ = get_tile_block_id()
+    n, _, _ = get_num_tile_blocks()
+    i = ct.arange(64, i32) + ((b + 1) % n) * 64
+    got = ct.gather(z, i)
+    z.partition([64]).store(b, got)
+
+
+@cutile.entry(unsafe=True)
+def counts_then_reads_the_count(z: Mut[Tensor[f32, ["B"]]]):
+    b, _, _ = get_tile_block_id()
+    if b == 0:
+        ct.atomic_add(z, ct.zeros((16,), i32), 1.0)
+    else:
+        z.partition([16]).store(b, z.partition([16]).load(0))   # <- reads the counter
+
+
+@cutile.entry(unsafe=True)
+def every_block_reads_tile_zero(out: Mut[Tensor[f32, ["B"]]], table: Mut[Tensor[f32, ["B"]]]):
+    b, _, _ = get_tile_block_id()
+    out.partition([64]).store(b, table.partition([64]).load(0) * 2.0)
+
+
+@cutile.entry(unsafe=True)
+def rewrites_its_tile(z: Mut[Tensor[f32, ["B"]]]):
+    b, _, _ = get_tile_block_id()
+    p = z.partition([64])
+    p.store(b, p.load(b) * 2.0)
+    p.store(b, p.load(b) + 1.0)      # its own writes, read back: no race
+
+
+def test_a_write_after_another_blocks_read_is_a_race() -> None:
+    z = api.from_numpy(np.arange(256, dtype=np.float32)).partition([64])
+    with pytest.raises(cutile.KernelRuntimeError) as info:
+        reads_the_next_tile(z).sync()
+    text = str(info.value)
+    assert "race: block (0, 0, 0) reads element [64] of 'z' and block (1, 0, 0) writes it" in text
+    assert "p.store(b, p.load(b + 1))" in text
+
+
+def test_a_read_of_another_blocks_write_is_a_race() -> None:
+    # 200 elements: the last tile is partial, the race is found all the same.
+    z = api.from_numpy(np.arange(200, dtype=np.float32)).partition([64])
+    with pytest.raises(cutile.KernelRuntimeError) as info:
+        reads_the_previous_tile(z).sync()
+    text = str(info.value)
+    assert "race: block (0, 0, 0) writes element [0] of 'z' and block (1, 0, 0) reads it" in text
+    assert "p.store(b, p.load(b - 1) + 1.0)" in text
+
+
+def test_a_gather_of_another_blocks_tile_is_a_race() -> None:
+    z = api.from_numpy(np.arange(192, dtype=np.float32)).partition([64])
+    with pytest.raises(cutile.KernelRuntimeError,
+                       match=r"race: block \(0, 0, 0\) reads element \[64\] of 'z' and block \(1, 0, 0\) writes it"):
+        gathers_another_blocks_tile(z).sync()
+
+
+def test_a_plain_read_of_another_blocks_atomic_update_is_a_race() -> None:
+    with pytest.raises(cutile.KernelRuntimeError,
+                       match=r"race: block \(0, 0, 0\) updates element \[0\] of 'z' atomically and block \(1, 0, 0\) "
+                             r"reads it"):
+        counts_then_reads_the_count(api.zeros([64]).partition([16])).sync()
+
+
+def test_reads_by_several_blocks_and_a_blocks_own_accesses_are_free() -> None:
+    rng = np.random.default_rng(3)
+    table = rng.standard_normal(320).astype(np.float32)
+    out, kept = every_block_reads_tile_zero(api.zeros([320]).partition([64]),
+                                            api.from_numpy(table).partition([64])).sync()
+    np.testing.assert_array_equal(out.to_numpy(), np.tile(table[:64].astype(np.float64) * 2, 5).astype(np.float32))
+    np.testing.assert_array_equal(kept.to_numpy(), table)
+    xs = rng.standard_normal(333).astype(np.float32)
+    z = rewrites_its_tile(api.from_numpy(xs).partition([64])).sync()
+    np.testing.assert_array_equal(z.to_numpy(), (xs.astype(np.float64) * 2 + 1).astype(np.float32))

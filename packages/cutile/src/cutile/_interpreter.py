@@ -2,9 +2,10 @@
 
 It executes the compiler's IR (not the Python source), each op through its
 numpy meaning in ``cutile_compiler._opdefs``, whole tiles at a time. It checks
-what a GPU cannot: two blocks writing one element (possible only in unsafe
-kernels) and, in checked mode (``CUTILE_CHECKED=1``), reads of elements nothing
-ever wrote.
+what a GPU cannot: races between blocks (possible only in unsafe kernels: two
+blocks writing one element, or one reading what another writes), integer
+division by zero, and, in checked mode (``CUTILE_CHECKED=1``), reads of elements
+nothing ever wrote.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from cutile._tensor import HostStorage, Tensor, numpy_dtype
 from cutile import _config
 from cutile_compiler import KernelIR, SourceLocation
 from cutile_compiler._ir import Block, Operation, Value
-from cutile_compiler._opdefs import Escape, Terminator
+from cutile_compiler._opdefs import Escape, IntegerDivisionByZero, Terminator
+from cutile_compiler._opdefs.elementwise import Bitcast, Cast, Elementwise, Select
 from cutile_compiler._types import TileType
 
 _PADDING_VALUES = {"zero": 0.0, "neg_zero": -0.0, "nan": float("nan"), "pos_inf": float("inf"), "neg_inf": float("-inf")}
@@ -29,7 +31,7 @@ _PADDING_VALUES = {"zero": 0.0, "neg_zero": -0.0, "nan": float("nan"), "pos_inf"
 
 class KernelRuntimeError(CutileError, RuntimeError):
     """A kernel did something invalid while the interpreter ran it (a race between
-    blocks, a read of memory nothing wrote, a failed assert)."""
+    blocks, a read of memory nothing wrote, an integer division by zero, a failed assert)."""
 
     def __init__(self, message: str, location: SourceLocation | None) -> None:
         where = f"{location}: " if location else ""
@@ -38,10 +40,25 @@ class KernelRuntimeError(CutileError, RuntimeError):
         self.location = location
 
 
+#: Kinds of access to an element (bits of `_TensorState.accesses`, under the block).
+READ, WRITE, ATOMIC = 1, 2, 4
+_KIND_BITS, _KIND_MASK = 3, 7
+#: per kind of access, the kinds by another block it races with. Why keeping the first
+#: block suffices: if a later block B's access conflicts with an earlier block A's while
+#: the first block F (F < A) does not conflict with it, then A's access conflicted with
+#: F's (a write with anything; a read by A after F's atomic; an atomic by A after F's
+#: read) and was reported when A ran.
+_CONFLICTS = {READ: WRITE | ATOMIC, WRITE: READ | WRITE | ATOMIC, ATOMIC: READ | WRITE}
+_VERBS = {READ: "reads {}", WRITE: "writes {}", ATOMIC: "updates {} atomically"}
+
+#: ops whose result lanes are computed from the same lanes of their operands
+_LANEWISE = (Elementwise, Select, Cast, Bitcast)
+
+
 class _TensorState:
     """A tensor argument during one launch: its numpy view and the check maps."""
 
-    def __init__(self, name: str, tensor: Tensor, mutable: bool, checked: bool) -> None:
+    def __init__(self, name: str, tensor: Tensor, mutable: bool, checked: bool, blocks: int) -> None:
         self.name = name
         self.view = tensor._raw_host_view()
         storage = tensor._storage
@@ -54,11 +71,11 @@ class _TensorState:
             self.initialized = np.lib.stride_tricks.as_strided(
                 storage.initialized[tensor.offset:], tensor.shape,
                 tuple(s * storage.initialized.itemsize for s in tensor.strides))
-        # Per element, the block that wrote it plainly, and the first block that
-        # updated it atomically (-1: none). Atomic updates from several blocks are
-        # fine; a plain write and any other block's write or atomic update race.
-        self.writer: np.ndarray[Any, Any] | None = np.full(tensor.shape, -1, dtype=np.int64) if mutable else None
-        self.atomic_by: np.ndarray[Any, Any] | None = np.full(tensor.shape, -1, dtype=np.int64) if mutable else None
+        # Per element of a writable tensor, the first block that touched it and how
+        # that block has touched it since (`_record`); 0: untouched. np.zeros maps
+        # pages lazily, so a big tensor costs only what the kernel touches.
+        code = np.int32 if (blocks + 1) << _KIND_BITS <= np.iinfo(np.int32).max else np.int64
+        self.accesses: np.ndarray[Any, Any] | None = np.zeros(tensor.shape, dtype=code) if mutable else None
 
 
 def is_checked() -> bool:
@@ -73,6 +90,10 @@ class Interpreter:
         self.grid = grid
         self.block_id: tuple[int, int, int] = (0, 0, 0)
         self.env: dict[Value, Any] = {}
+        # Per value of the running block, its padding lanes (past a tensor's end or
+        # masked off) when it has any, followed through element-wise ops: a division
+        # by zero there is not the kernel's (no store keeps those lanes).
+        self.padding: dict[Value, np.ndarray[Any, Any]] = {}
 
     def run(self, arguments: dict[str, Any], mutable: AbstractSet[str]) -> None:
         checked = is_checked()
@@ -80,7 +101,8 @@ class Interpreter:
         for param in self.kernel.params:
             value = arguments[param.name]
             if param.kind == "tensor":
-                params[param.value] = _TensorState(param.name, value, param.name in mutable, checked)
+                params[param.value] = _TensorState(param.name, value, param.name in mutable, checked,
+                                                   self.grid[0] * self.grid[1] * self.grid[2])
             else:
                 assert isinstance(param.value.type, TileType)
                 params[param.value] = np.asarray(value, dtype=numpy_dtype(param.value.type.dtype))
@@ -88,6 +110,7 @@ class Interpreter:
         for z, y, x in itertools.product(range(gz), range(gy), range(gx)):
             self.block_id = (x, y, z)
             self.env = dict(params)
+            self.padding = {}
             try:
                 self.run_block(self.kernel.body, [])
             except Escape as escape:  # (run_block reports a failing op at its own line)
@@ -97,20 +120,58 @@ class Interpreter:
     # -- EvalContext -------------------------------------------------------------
     def run_block(self, block: Block, args: Sequence[Any]) -> Terminator:
         env = self.env
+        padding = self.padding
         for value, arg in zip(block.args, args):
             env[value] = arg
+            if padding:
+                padding.pop(value, None)
         for op in block.ops:
             operands = [env[v] for v in op.operands]
             if op.opdef.is_terminator:
                 return Terminator(op.name, operands)
             try:
                 results = op.opdef.evaluate(self, op, operands)
+            except IntegerDivisionByZero as exc:
+                results = self._division_by_zero(op, exc)
             except (IndexError, ValueError, ZeroDivisionError) as exc:
                 # Reported at the op that failed, not at the kernel's definition.
                 raise KernelRuntimeError(f"in block {self.block_id}: {exc}", op.location) from None
             for result, value in zip(op.results, results):
                 env[result] = value
+            if padding and isinstance(op.opdef, _LANEWISE):
+                self._follow_padding(op)
         return Terminator("yield", [])
+
+    def _follow_padding(self, op: Operation) -> None:
+        """Marks the padding lanes of an element-wise op's result: those of its operands."""
+        result = op.results[0]
+        lanes = None
+        for operand in op.operands:
+            marked = self.padding.get(operand)
+            if marked is not None and marked.shape == np.shape(self.env[result]):
+                lanes = marked if lanes is None else lanes | marked
+        if lanes is None:
+            self.padding.pop(result, None)
+        else:
+            self.padding[result] = lanes
+
+    def _mark_padding(self, op: Operation, lanes: np.ndarray[Any, Any]) -> None:
+        if lanes.any():
+            self.padding[op.results[0]] = lanes
+        elif self.padding:
+            self.padding.pop(op.results[0], None)
+
+    def _division_by_zero(self, op: Operation, exc: IntegerDivisionByZero) -> Sequence[Any]:
+        """The result of an integer division with zero divisors, when they are all in
+        padding lanes; otherwise the kernel's error, naming the first element."""
+        divisor = op.operands[1]
+        marked = self.padding.get(divisor)
+        real = exc.lanes if marked is None or marked.shape != exc.lanes.shape else exc.lanes & ~marked
+        if real.any():
+            where = [int(i) for i in np.unravel_index(int(np.argmax(real)), real.shape)]
+            element = f" at element {where} of the tile" if where else ""
+            raise self.runtime_error(op, f"integer division by zero in '{exc.symbol}': the divisor is 0{element}")
+        return (exc.result,)
 
     def _slices(self, state: _TensorState, index: tuple[int, ...], tile_shape: tuple[int, ...]) -> tuple[tuple[slice, ...], tuple[slice, ...]]:
         """(slices into the tensor, slices into the tile) of the in-bounds part."""
@@ -142,7 +203,14 @@ class Interpreter:
                 raise KernelRuntimeError(
                     f"block {self.block_id} reads element {list(missing)} of '{state.name}', which nothing has written "
                     "(checked mode)", op.location)
+        self._record(op, state, source, READ)
         tile[target] = state.view[source]
+        if tile[target].size != tile.size:  # part of the tile lies past the tensor's end
+            lanes = np.ones(tile_shape, dtype=bool)
+            lanes[target] = False
+            self._mark_padding(op, lanes)
+        elif self.padding:
+            self.padding.pop(op.results[0], None)
         return tile
 
     def store(self, op: Operation, tensor: Any, index: tuple[int, ...], tile_shape: tuple[int, ...], value: Any) -> None:
@@ -154,7 +222,7 @@ class Interpreter:
             raise KernelRuntimeError(
                 f"block {self.block_id} stores at tile index {list(index)} of '{state.name}', outside its "
                 f"{tiles} tiles", op.location)
-        self._record(op, state, target)
+        self._record(op, state, target, WRITE)
         state.view[target] = value[source]
         if state.initialized is not None:
             state.initialized[target] = True
@@ -195,8 +263,10 @@ class Interpreter:
             raise KernelRuntimeError(
                 f"block {self.block_id} reads element {missing} of '{state.name}', which nothing has written "
                 "(checked mode)", op.location)
+        self._record(op, state, chosen, READ)
         result = np.zeros(selected.shape, dtype=state.view.dtype)
         result[selected] = state.view[chosen]
+        self._mark_padding(op, ~selected)
         return result
 
     def _linear(self, block: tuple[int, int, int]) -> int:
@@ -206,39 +276,53 @@ class Interpreter:
         gx, gy = self.grid[0], self.grid[1]
         return (linear % gx, (linear // gx) % gy, linear // (gx * gy))
 
-    def _record(self, op: Operation, state: _TensorState, where: tuple[Any, ...], *, atomic: bool = False) -> None:
-        """Records this block's write (plain or atomic) of the elements ``where``
-        (slices or index arrays) and raises on a race with another block."""
-        if state.writer is None or state.atomic_by is None:
+    def _record(self, op: Operation, state: _TensorState, where: tuple[Any, ...], kind: int) -> None:
+        """Records this block's access (`READ`, `WRITE` or `ATOMIC`) of the elements
+        ``where`` (slices or index arrays) of a writable tensor and raises on a race
+        with another block: a write and any other access, or a plain read and an
+        atomic update. Accesses within one block, reads by several blocks and atomic
+        updates by several blocks are free.
+
+        Blocks run one after another, so per element it is enough to keep the first
+        block that touched it and the kinds of its accesses: any later block's access
+        that conflicts with an earlier block's either conflicts with the first one's or
+        was already reported (see the comment at `_CONFLICTS`)."""
+        accesses = state.accesses
+        if accesses is None:
             return
-        me = self._linear(self.block_id)
-        writers = state.writer[where]
-        others = np.where((writers != -1) & (writers != me), writers, -1)
-        if not atomic:
-            atomics = state.atomic_by[where]
-            others = np.where((others == -1) & (atomics != -1) & (atomics != me), atomics, others)
-        if (others != -1).any():
-            first = int(np.argmax((others != -1).ravel()))
+        me = self._linear(self.block_id) + 1
+        mine = (me << _KIND_BITS) | kind
+        codes = accesses[where]  # a view for slices, a copy for index arrays
+        # The first toucher is never a later block, so "another block" is 0 < first < me.
+        foreign = (codes != 0) & (codes < (me << _KIND_BITS))
+        if not foreign.any():  # the usual case: untouched, or this block's own
+            codes |= mine
+            accesses[where] = codes
+            return
+        clash = foreign & ((codes & _CONFLICTS[kind]) != 0)
+        if clash.any():
+            at = int(np.argmax(clash.ravel()))
             if all(isinstance(part, slice) for part in where):
-                local = np.unravel_index(first, others.shape)
+                local = np.unravel_index(at, clash.shape)
                 element = [int(part.start or 0) + int(i) for part, i in zip(where, local)]
             else:
-                element = [int(np.asarray(part).ravel()[first]) for part in where]
-            other = self._block(int(others.ravel()[first]))
-            kind = "update atomically and write" if atomic else "write"
-            raise KernelRuntimeError(
-                f"race: blocks {other} and {self.block_id} both {kind} element {element} of '{state.name}'",
-                op.location)
-        if atomic:
-            current = state.atomic_by[where]
-            state.atomic_by[where] = np.where(current == -1, me, current)
-        else:
-            state.writer[where] = me
+                element = [int(np.asarray(part).ravel()[at]) for part in where]
+            other = self._block(int(codes.ravel()[at] >> _KIND_BITS) - 1)
+            theirs = int(codes.ravel()[at]) & _CONFLICTS[kind]
+            their_kind = next(k for k in (WRITE, ATOMIC, READ) if theirs & k)
+            if kind == their_kind == WRITE:
+                what = f"blocks {other} and {self.block_id} both write element {element} of '{state.name}'"
+            else:
+                what = (f"block {other} " + _VERBS[their_kind].format(f"element {element} of '{state.name}'")
+                        + f" and block {self.block_id} " + _VERBS[kind].format("it"))
+            raise KernelRuntimeError(f"race: {what} (blocks run in no fixed order on a GPU)", op.location)
+        # Elements another block touched first stay its; the others become or stay this block's.
+        accesses[where] = np.where(foreign, codes, codes | mine)
 
     def scatter(self, op: Operation, tensor: Any, indices: Sequence[Any], value: Any, mask: Any) -> None:
         state: _TensorState = tensor
         chosen, selected = self._positions(op, state, indices, mask, "scatter")
-        self._record(op, state, chosen)
+        self._record(op, state, chosen, WRITE)
         state.view[chosen] = np.asarray(value)[selected]
         if state.initialized is not None:
             state.initialized[chosen] = True
@@ -246,7 +330,7 @@ class Interpreter:
     def atomic(self, op: Operation, tensor: Any, indices: Sequence[Any], mask: Any, update: Any) -> Any:
         state: _TensorState = tensor
         chosen, selected = self._positions(op, state, indices, mask, "atomic update")
-        self._record(op, state, chosen, atomic=True)
+        self._record(op, state, chosen, ATOMIC)
         old = np.zeros(selected.shape, dtype=state.view.dtype)
         flat_old = old.reshape(-1)
         positions = np.flatnonzero(selected)

@@ -12,8 +12,9 @@ Ops are registered by name in `OPS`; one module per family.
 
 from __future__ import annotations
 
-from cutile_compiler._opdefs._base import OPS, Escape, EvalContext, OpDef, RuleError, Terminator, register
+from cutile_compiler._opdefs._base import (
+    OPS, Escape, EvalContext, IntegerDivisionByZero, OpDef, RuleError, Terminator, register)
 from cutile_compiler._opdefs import control, debug, elementwise, grid, matmul, memory, pointer, reduction, shape
 
-__all__ = ["OPS", "Escape", "EvalContext", "OpDef", "RuleError", "Terminator", "register",
+__all__ = ["OPS", "Escape", "EvalContext", "IntegerDivisionByZero", "OpDef", "RuleError", "Terminator", "register",
            "control", "debug", "elementwise", "grid", "matmul", "memory", "pointer", "reduction", "shape"]

@@ -23,6 +23,20 @@ class Terminator:
     values: list[Any]
 
 
+class IntegerDivisionByZero(ZeroDivisionError):
+    """Raised by the numpy meaning of integer ``//`` or ``%`` when a divisor element
+    is zero (float division gives IEEE inf/nan instead). ``lanes`` says where (a
+    bool array of the result's shape); ``result`` holds what every lane computes,
+    zero where the divisor is. The interpreter reports it at the op, unless every
+    such lane is padding (past a tensor's end or masked off), which no store keeps."""
+
+    def __init__(self, symbol: str, lanes: Any, result: Any) -> None:
+        super().__init__(f"integer division by zero in '{symbol}'")
+        self.symbol = symbol
+        self.lanes = lanes
+        self.result = result
+
+
 class Escape(Exception):
     """Raised by the numpy meaning of an ``if`` or ``for`` to carry a ``break``,
     ``continue`` or ``return`` of a nested block outwards; the interpreter running a

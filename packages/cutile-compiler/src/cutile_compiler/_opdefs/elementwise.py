@@ -16,7 +16,7 @@ import cutile_ir as ir
 from cutile_compiler import _dtypes as dt
 from cutile_compiler._ir import Operation
 from cutile_compiler._lowering import tile_type
-from cutile_compiler._opdefs._base import EvalContext, OpDef, RuleError, register
+from cutile_compiler._opdefs._base import EvalContext, IntegerDivisionByZero, OpDef, RuleError, register
 from cutile_compiler._types import KType, TileType
 
 Kinds = frozenset[str]
@@ -96,6 +96,19 @@ class Elementwise(OpDef):
 
     def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         return _lower_elementwise(self, ctx, op, args)
+
+
+class IntegerDivision(Elementwise):
+    """``floordiv`` and ``mod``: on integers a zero divisor is an error of the kernel
+    (`IntegerDivisionByZero`), not the 0 numpy gives; floats keep IEEE inf/nan."""
+
+    def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        results = super().evaluate(ctx, op, args)
+        if results[0].dtype.kind in "iu":
+            zero = np.broadcast_to(np.asarray(args[1]) == 0, results[0].shape)
+            if zero.any():
+                raise IntegerDivisionByZero("//" if self.name == "floordiv" else "%", zero, results[0])
+        return results
 
 
 # -- rounding modes and flush-to-zero (Tile IR's options on float math) ------------------
@@ -211,7 +224,8 @@ _COMPARISONS: list[tuple[str, Callable[..., Any]]] = [
 
 ELEMENTWISE: dict[str, Elementwise] = {}
 for _name, _arity, _kinds, _function in _TABLE:
-    ELEMENTWISE[_name] = register(Elementwise(_name, _arity, _kinds, _function))
+    _class = IntegerDivision if _name in ("floordiv", "mod") else Elementwise
+    ELEMENTWISE[_name] = register(_class(_name, _arity, _kinds, _function))
 for _name, _function in _COMPARISONS:
     ELEMENTWISE[_name] = register(Elementwise(_name, 2, ANY, _function, compare=True))
 
