@@ -13,6 +13,7 @@ import dataclasses
 import contextlib
 import functools
 import inspect
+import math
 import operator
 import weakref
 from collections.abc import Callable, Generator, Iterator, Mapping
@@ -590,7 +591,12 @@ def _wrong_read_argument(kernel: Kernel, param: str, value: Any) -> None:
 
 
 def _scalar_value(kernel: str, param: str, dtype: DType, value: Any) -> bool | int | float:
-    """A scalar argument as a Python number, checked against its parameter's dtype."""
+    """A scalar argument as a Python number, checked against its parameter's dtype:
+    an integer out of its range, a bool other than 0/1, and a finite number that
+    would overflow a float dtype (to inf, or NaN where the format has no inf) are
+    refused; explicit inf and NaN pass, a finite value rounds to the nearest.
+    Every backend's scalars pass through here (the native path refuses in C what
+    this refuses, and leaves the error to this function)."""
     import numbers
 
     import numpy as np
@@ -603,12 +609,47 @@ def _scalar_value(kernel: str, param: str, dtype: DType, value: Any) -> bool | i
         if not isinstance(value, numbers.Integral):
             raise LaunchError(f"{kernel}: parameter '{param}' is a {dtype} scalar, got {value!r}")
         number = int(value)
-        if not dt.fits(number, dtype) and not dtype.is_bool:
+        if dtype.is_bool and number not in (0, 1):
+            raise LaunchError(f"{kernel}: parameter '{param}' is a bool scalar; {number} is neither 0 nor 1 "
+                              "(pass True or False)")
+        if not dtype.is_bool and not dt.fits(number, dtype):
             raise LaunchError(f"{kernel}: parameter '{param}' is a {dtype} scalar; {number} does not fit")
         return number
     if not isinstance(value, numbers.Real):
         raise LaunchError(f"{kernel}: parameter '{param}' is a {dtype} scalar, got {value!r}")
-    return float(value)
+    try:
+        real = float(value)
+    except OverflowError:  # an int beyond f64
+        real = math.inf
+        finite = True
+    else:
+        finite = math.isfinite(real) or (not isinstance(value, float) and bool(np.isfinite(value)))
+    if finite and not _fits_float(real, dtype):
+        import ml_dtypes
+
+        largest = float(ml_dtypes.finfo(_numpy_dtype(dtype)).max)
+        shown = repr(value) if len(repr(value)) <= 40 else f"{real:g}" if math.isfinite(real) else "an integer beyond f64"
+        raise LaunchError(f"{kernel}: parameter '{param}' is a {dtype} scalar; {shown} overflows it "
+                          f"(its largest finite value is {largest:g})")
+    return real
+
+
+def _fits_float(value: float, dtype: DType) -> bool:
+    """Whether the finite ``value`` stays finite converted to float ``dtype``."""
+    import numpy as np
+
+    if not math.isfinite(value):
+        return False
+    if dtype is dt.f64:
+        return True
+    with np.errstate(over="ignore", invalid="ignore"):
+        return bool(np.isfinite(np.asarray(value, dtype=np.float64).astype(_numpy_dtype(dtype))))
+
+
+def _numpy_dtype(dtype: DType) -> Any:
+    from cutile_compiler._opdefs.elementwise import numpy_dtype
+
+    return numpy_dtype(dtype)
 
 
 def _call_key(kernel: Kernel, arguments: dict[str, Any], grid: tuple[int, int, int] | None) -> tuple[Any, ...] | None:

