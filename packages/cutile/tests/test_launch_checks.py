@@ -46,3 +46,37 @@ def test_explicit_inf_nan_rounding_and_valid_bools_pass() -> None:
     np.testing.assert_array_equal(_run(a=0.0, h=65519.0), np.full(200, 65504.0, np.float32))  # rounds to f16's max
     for flag, expected in ((True, 1.0), (1, 1.0), (np.bool_(True), 1.0), (0, 0.0), (False, 0.0)):
         np.testing.assert_array_equal(_run(a=0.0, on=flag), np.full(200, expected, np.float32))
+
+
+@cutile.entry
+def add(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], y: Tensor[f32, [-1]]):
+    z.store(load_tile_like(x, z) + load_tile_like(y, z))
+
+
+@pytest.mark.parametrize(("tile", "message"), [
+    ([0], r"tile dims must be positive powers of two, got 0"),
+    ([-64], r"tile dims must be positive powers of two, got -64"),
+    ([48], r"tile dims must be positive powers of two, got 48"),
+    ([64.0], r"tile dims must be positive powers of two, got 64.0"),
+    ([True], r"tile dims must be positive powers of two, got True"),
+    ([64, 64], r"a rank-1 tensor \(shape \[100\]\) needs 1 tile dims, got 2"),
+    ([], r"a rank-1 tensor \(shape \[100\]\) needs 1 tile dims, got 0"),
+])
+def test_a_bad_partition_is_refused_where_it_is_made(tile: list[object], message: str) -> None:
+    """Both kinds of tensor check the tile shape in one place, naming the argument."""
+    with pytest.raises(cutile.LaunchError, match=r"partition\(tile_shape=\[.*\]\): " + message):
+        api.zeros([100]).partition(tile)
+    with pytest.raises(cutile.LaunchError, match=r"partition\(tile_shape=\[.*\]\): " + message):
+        api.meta([100]).partition(tile)
+
+
+def test_compiling_with_a_zero_tile_is_a_launch_error_not_a_crash() -> None:
+    with pytest.raises(cutile.LaunchError, match=r"got 0"):
+        cutile.compile(add, api.meta([64]).partition([0]), api.meta([64]), api.meta([64]))
+    with pytest.raises(cutile.LaunchError, match=r"at most 3 dims"):
+        api.meta([2, 2, 2, 2]).partition([1, 1, 1, 1])
+    z = api.zeros([100])
+    with pytest.raises(cutile.LaunchError):
+        z.partition([3])
+    part = z.partition([np.int64(32)])  # a refused partition consumed nothing
+    assert part.tile_shape == (32,) and part.grid == (4,)

@@ -23,7 +23,7 @@ import numpy as np
 
 from cuda_async import Access, Resource, ensure_not_capturing
 from cuda_async import _native as cuda_async_native
-from cutile._errors import OwnershipError
+from cutile._errors import LaunchError, OwnershipError
 from cutile_compiler import _dtypes as dt
 from cutile_compiler import TensorSpec
 from cutile_compiler._opdefs.elementwise import numpy_dtype as numpy_dtype  # one definition, re-exported
@@ -450,14 +450,7 @@ class Tensor:
         tensor back). Tile dims must be powers of two; the last tile along an axis
         may be partial (masked on store, padded on load).
         """
-        shape = tuple(tile_shape) if isinstance(tile_shape, (list, tuple)) else (tile_shape,)
-        if len(shape) != self.ndim:
-            raise ValueError(f"partition: a rank-{self.ndim} tensor needs {self.ndim} tile dims, got {list(shape)}")
-        for extent in shape:
-            if isinstance(extent, bool) or not isinstance(extent, int) or not is_power_of_two(extent):
-                raise ValueError(f"partition: tile dims must be positive powers of two, got {list(shape)}")
-        if self.ndim > 3:
-            raise ValueError("partition: at most 3 dims (one per grid axis)")
+        shape = checked_tile_shape(tile_shape, self.shape)
         self._consume("partition()")
         return Partition(Tensor(self._storage, self.dtype, self.shape, self.strides, self.offset), shape,
                          _from_tensor=True)
@@ -508,6 +501,28 @@ class Partition:
     def __repr__(self) -> str:
         t = self._tensor
         return f"Partition(shape={list(t.shape)}, tile={list(self.tile_shape)}, dtype={t.dtype}, device={t.device})"
+
+
+def checked_tile_shape(tile_shape: Any, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """``tile_shape`` as a partition of a tensor of ``shape`` takes it: one tile dim
+    per tensor dim (at most 3: one per grid axis), each a positive power of two
+    (the language's tile rule, `is_power_of_two`). `Tensor.partition` and
+    `api.meta(...).partition` both check here; a `LaunchError` names the argument."""
+    items = tuple(tile_shape) if isinstance(tile_shape, (list, tuple)) else (tile_shape,)
+    if len(items) != len(shape):
+        raise LaunchError(f"partition(tile_shape={list(items)}): a rank-{len(shape)} tensor (shape {list(shape)}) "
+                          f"needs {len(shape)} tile dims, got {len(items)}")
+    dims: list[int] = []
+    for extent in items:
+        if isinstance(extent, (bool, np.bool_)) or not isinstance(extent, (int, np.integer)) \
+                or not is_power_of_two(int(extent)):
+            raise LaunchError(f"partition(tile_shape={list(items)}): tile dims must be positive powers of two, "
+                              f"got {extent!r}")
+        dims.append(int(extent))
+    if len(shape) > 3:
+        raise LaunchError(f"partition(tile_shape={list(items)}): at most 3 dims (one per grid axis), "
+                          f"the tensor has {len(shape)}")
+    return tuple(dims)
 
 
 def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
