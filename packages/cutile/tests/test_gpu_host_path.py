@@ -776,3 +776,27 @@ def test_f16_and_bool_scalars_out_of_range_are_refused_on_the_gpu_path(fake_gpu:
         assert all(float(np.frombuffer(p[-2][:2], np.float16)[0]) == 65504.0 for p in params)
     finally:
         flag_scale.clear_cache()
+
+
+def test_a_device_graph_update_checks_the_layout_and_copies_the_memory(fake_gpu: FakeDriver) -> None:
+    """On the GPU path (a device graph, captured on the fake driver) an update is
+    checked like on the interpreter, and a fitting one is copied in before the replay."""
+    xs, ys = np.random.default_rng(0).standard_normal((2, 300)).astype(np.float32)
+    x, y = api.from_numpy(xs), api.from_numpy(ys)
+    z = api.empty([300], dtype=f32).partition([128])
+    _register(fake_gpu, saxpy(z, x, y, 2.0))
+    z, x, y = saxpy(z, x, y, 2.0).sync()  # warm-up: loaded outside the capture
+    graph = saxpy(z, x, y, 2.0).graph()
+    assert graph.node_count == 1
+    device = x.device
+    assert [(i.label, str(i.layout)) for i in graph.inputs] == [
+        ("parameter 'x' of launch of saxpy", f"f32[300] (strides [1]) on {device}"),
+        ("parameter 'y' of launch of saxpy", f"f32[300] (strides [1]) on {device}")]
+    with pytest.raises(cutile.GraphUpdateError, match=rf"input 0 \(parameter 'x' of launch of saxpy\) was captured as "
+                       rf"f32\[300\] \(strides \[1\]\) on {device}; the tensor given for it is f16\[600\]"):
+        graph.update(api.from_numpy(np.zeros(600, np.float16)))
+    new_xs = np.random.default_rng(1).standard_normal(300).astype(np.float32)
+    graph.update(api.from_numpy(new_xs))
+    graph.launch().sync()
+    np.testing.assert_array_equal(x.to_numpy(), new_xs)  # copied into the captured input
+    graph.close()

@@ -80,3 +80,76 @@ def test_compiling_with_a_zero_tile_is_a_launch_error_not_a_crash() -> None:
         z.partition([3])
     part = z.partition([np.int64(32)])  # a refused partition consumed nothing
     assert part.tile_shape == (32,) and part.grid == (4,)
+
+
+def _values(n: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(n).astype(np.float32)
+
+
+def test_graph_inputs_say_which_parameter_and_layout_in_update_order() -> None:
+    x, y = api.from_numpy(_values(1000, 1)), api.from_numpy(_values(1000, 2))
+    graph = add(api.zeros([1000]).partition([128]), x, y).graph()
+    assert [(i.label, str(i.layout)) for i in graph.inputs] == [
+        ("parameter 'x' of launch of add", "f32[1000] (strides [1]) on cpu"),
+        ("parameter 'y' of launch of add", "f32[1000] (strides [1]) on cpu")]
+    assert graph.inputs[0].layout == x.layout() and graph.inputs[1].resource is y._storage.resource
+
+
+@pytest.mark.parametrize(("make", "shown"), [
+    (lambda: api.zeros([1000], dtype=cutile.core.i32), r"i32\[1000\] \(strides \[1\]\) on cpu"),
+    (lambda: api.zeros([2000], dtype=f16), r"f16\[2000\] \(strides \[1\]\) on cpu"),
+    (lambda: api.zeros([10, 100]), r"f32\[10, 100\] \(strides \[100, 1\]\) on cpu"),
+    (lambda: api.zeros([2000])[::2], r"f32\[1000\] \(strides \[2\]\) on cpu"),
+    (lambda: api.zeros([1001])[1:], r"f32\[1000\] \(strides \[1\], offset 1\) on cpu"),
+    (lambda: api.zeros([100]), r"f32\[100\] \(strides \[1\]\) on cpu"),
+])
+def test_graph_update_refuses_a_tensor_of_another_layout(make: object, shown: str) -> None:
+    """Another dtype, shape, strides or offset than the captured input's would be
+    read as the captured one (garbage): refused, naming the parameter and both."""
+    xs, ys = _values(1000, 3), _values(1000, 4)
+    z = api.zeros([1000]).partition([128])
+    graph = add(z, api.from_numpy(xs), api.from_numpy(ys)).graph()
+    with pytest.raises(cutile.GraphUpdateError,
+                       match=r"graph 'launch of add': input 1 \(parameter 'y' of launch of add\) was captured as "
+                             r"f32\[1000\] \(strides \[1\]\) on cpu; the tensor given for it is " + shown):
+        graph.update(None, make())  # type: ignore[operator]
+    graph.launch().sync()  # nothing was staged
+    np.testing.assert_array_equal(z.to_numpy(), xs + ys)
+
+
+def test_graph_update_with_the_same_layout_replays_on_the_new_values() -> None:
+    xs, ys, xs2, ys2 = (_values(1000, s) for s in (5, 6, 7, 8))
+    z = api.zeros([1000]).partition([128])
+    x = api.from_numpy(xs)
+    graph = add(z, x, api.from_numpy(ys)).graph()
+    graph.update(api.from_numpy(xs2))
+    graph.launch().sync()
+    np.testing.assert_allclose(z.to_numpy(), xs2.astype(np.float64) + ys, rtol=1e-6)
+    graph.update(replace={x: api.from_numpy(ys2)})  # by tensor: x's memory is the input
+    graph.launch().sync()
+    np.testing.assert_allclose(z.to_numpy(), ys2.astype(np.float64) + ys, rtol=1e-6)
+    bigger = api.from_numpy(np.concatenate([xs, xs]))
+    with pytest.raises(cutile.GraphUpdateError, match=r"input 0 \(parameter 'x' of launch of add\): the tensor given "
+                       r"for it has the captured layout .*, but its memory \(8000 bytes on cpu\) differs from the "
+                       r"captured memory \(4000 bytes on cpu\)"):
+        graph.update(bigger[:1000])  # a view of a larger buffer: the whole buffer would be copied
+    with pytest.raises(cutile.GraphUpdateError, match=r"input 0 must be a tensor, got ndarray"):
+        graph.update(xs)
+    assert isinstance(cutile.GraphUpdateError("m"), cutile.CutileError)
+
+
+@pytest.mark.gpu
+def test_graph_update_on_a_gpu_checks_the_layout_and_replays_on_the_new_values() -> None:
+    xs, ys, xs2 = (_values(1000, s) for s in (9, 10, 11))
+    z = api.zeros([1000]).partition([128])
+    x = api.from_numpy(xs)
+    add(z, x, api.from_numpy(ys)).compile().sync()  # warm-up: loaded outside the capture
+    graph = add(z, x, api.from_numpy(ys)).graph()
+    for wrong in (api.zeros([1000], dtype=cutile.core.i32), api.zeros([10, 100]), api.zeros([2000], dtype=f16)):
+        with pytest.raises(cutile.GraphUpdateError, match=r"input 0 \(parameter 'x' of launch of add\) was captured "
+                                                          r"as f32\[1000\] \(strides \[1\]\) on "):
+            graph.update(wrong)
+    graph.update(api.from_numpy(xs2))
+    graph.launch().sync()
+    np.testing.assert_allclose(z.to_numpy(), xs2.astype(np.float64) + ys, rtol=1e-6)
+    graph.close()

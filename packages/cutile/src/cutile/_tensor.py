@@ -14,9 +14,10 @@ device memory for the GPU). Ownership is tracked at two levels:
 from __future__ import annotations
 
 import collections
+import dataclasses
 import math
 import weakref
-from typing import Any
+from typing import Any, NamedTuple
 
 import ml_dtypes  # noqa: F401  (registers bfloat16 and float8 with numpy)
 import numpy as np
@@ -183,6 +184,16 @@ def _release_locked(holds: list[_Hold], device_of: list[str]) -> None:
     holds.clear()
 
 
+class StorageLayout(NamedTuple):
+    """A storage as a CUDA graph copies it (whole): its size and device."""
+
+    nbytes: int
+    device: str
+
+    def __str__(self) -> str:
+        return f"{self.nbytes} bytes on {self.device}"
+
+
 class StorageResource(Resource):
     """A storage as a `cuda_async.Resource`: ops that read or write tensors hold it,
     and a CUDA graph's inputs are replaced by copying storages of the same layout.
@@ -197,7 +208,7 @@ class StorageResource(Resource):
 
     def __init__(self, storage: Storage) -> None:
         super().__init__(f"tensor memory on {storage.device}", memory=storage.device_memory(),
-                         layout=(storage.nbytes, storage.device))
+                         layout=StorageLayout(storage.nbytes, storage.device))
         self._storage = weakref.ref(storage)
         self._host: tuple[np.ndarray[Any, Any], np.ndarray[Any, Any] | None] | None = (
             (storage.array, storage.initialized) if isinstance(storage, HostStorage) else None)
@@ -231,6 +242,23 @@ class HostStorage(Storage):
         super().__init__(array.nbytes, "cpu", int(array.ctypes.data))
         self.array = array
         self.initialized: np.ndarray[Any, Any] | None = None if initialized else np.zeros(array.shape, dtype=bool)
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorLayout:
+    """What a kernel assumes of a tensor argument's memory: dtype, shape, strides and
+    offset (in elements) in its storage, and the device. A CUDA graph's input is
+    replaced only by a tensor of an equal layout (the graph reads the memory so)."""
+
+    dtype: dt.DType
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    offset: int
+    device: str
+
+    def __str__(self) -> str:
+        offset = f", offset {self.offset}" if self.offset else ""
+        return f"{self.dtype}{list(self.shape)} (strides {list(self.strides)}{offset}) on {self.device}"
 
 
 class Tensor:
@@ -306,6 +334,10 @@ class Tensor:
     def address(self) -> int:
         """The address of element 0 in bytes (device or host memory)."""
         return self._storage.base_address + self.offset * self.dtype.itemsize
+
+    def layout(self) -> TensorLayout:
+        """How this view lays its elements over its storage (see `TensorLayout`)."""
+        return TensorLayout(self.dtype, self.shape, self.strides, self.offset, self.device)
 
     def spec(self, tile_shape: tuple[int, ...] | None = None) -> TensorSpec:
         """What a compile needs to know of this tensor: dtype, shape, and the
