@@ -18,7 +18,7 @@ import cuda_async
 import cutile
 from cuda_core.testing import FakeDriver, use_fake_driver
 from cutile import _backend, _gpu, _native, api
-from cutile.core import Mut, Tensor, bid, f16, f32, i8, i32, i64, load_tile_like
+from cutile.core import Mut, Tensor, bid, bool_, f16, f32, i8, i32, i64, load_tile_like
 
 pytestmark = pytest.mark.interpreter_only  # runs once, on its own fake GPU
 
@@ -734,3 +734,69 @@ def test_threads_on_the_native_path_keep_their_arguments_and_the_ledger_consiste
     for tensor in (z._tensor, w._tensor, x, y):
         resource = tensor._storage.resource
         assert not resource.is_held and resource._last_write is None  # every job completed and released
+
+
+@cutile.entry
+def flag_scale(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], s: f16, on: bool_):
+    z.store(load_tile_like(x, z) * s.astype(f32) + on.astype(f32))
+
+
+def test_the_native_path_refuses_a_float_scalar_that_would_overflow(native_gpu: FakeDriver) -> None:
+    """A finite f32 argument beyond f32's range is refused (it became inf), in C
+    and in Python alike; an explicit inf or NaN passes."""
+    z, x, y = _armed_saxpy(native_gpu)
+    z, x, y = saxpy(z, x, y, 2.0).sync()
+    made = _stats()[0]
+    for value in (1e300, -3.5e38, np.float64(1e39)):
+        with pytest.raises(cutile.LaunchError, match=r"parameter 'a' is a f32 scalar; .* overflows it"):
+            saxpy(z, x, y, value)
+    assert _stats()[0] == made  # each left C for the Python path, which raised
+    for value in (float("inf"), float("-inf"), float("nan"), 3.4028234e38):
+        z, x, y = saxpy(z, x, y, value).sync()
+    assert _stats()[0] == made + 4
+    packed = [struct.unpack("<f", r["params"][-1][:4])[0] for r in native_gpu.launches[-4:]]
+    assert packed[:2] == [np.inf, -np.inf] and np.isnan(packed[2]) and packed[3] == np.float32(3.4028234e38)
+
+
+def test_f16_and_bool_scalars_out_of_range_are_refused_on_the_gpu_path(fake_gpu: FakeDriver) -> None:
+    x = api.from_numpy(np.zeros(256, np.float32))
+    z = api.empty([256], dtype=f32).partition([128])
+    _register(fake_gpu, flag_scale(z, x, 1.0, True))
+    z, x = flag_scale(z, x, 1.0, True).sync()
+    try:
+        with pytest.raises(cutile.LaunchError, match=r"parameter 's' is a f16 scalar; 1000000.0 overflows it"):
+            flag_scale(z, x, 1e6, True)
+        for flag in (5, -1, np.int64(2)):
+            with pytest.raises(cutile.LaunchError, match=r"parameter 'on' is a bool scalar; -?\d+ is neither 0 nor 1"):
+                flag_scale(z, x, 1.0, flag)
+        for flag in (0, 1, False, np.bool_(True)):
+            z, x = flag_scale(z, x, 65504.0, flag).sync()
+        params = [r["params"] for r in fake_gpu.launches[-4:]]
+        assert [p[-1][0] for p in params] == [0, 1, 0, 1]
+        assert all(float(np.frombuffer(p[-2][:2], np.float16)[0]) == 65504.0 for p in params)
+    finally:
+        flag_scale.clear_cache()
+
+
+def test_a_device_graph_update_checks_the_layout_and_copies_the_memory(fake_gpu: FakeDriver) -> None:
+    """On the GPU path (a device graph, captured on the fake driver) an update is
+    checked like on the interpreter, and a fitting one is copied in before the replay."""
+    xs, ys = np.random.default_rng(0).standard_normal((2, 300)).astype(np.float32)
+    x, y = api.from_numpy(xs), api.from_numpy(ys)
+    z = api.empty([300], dtype=f32).partition([128])
+    _register(fake_gpu, saxpy(z, x, y, 2.0))
+    z, x, y = saxpy(z, x, y, 2.0).sync()  # warm-up: loaded outside the capture
+    graph = saxpy(z, x, y, 2.0).graph()
+    assert graph.node_count == 1
+    device = x.device
+    assert [(i.label, str(i.layout)) for i in graph.inputs] == [
+        ("parameter 'x' of launch of saxpy", f"f32[300] (strides [1]) on {device}"),
+        ("parameter 'y' of launch of saxpy", f"f32[300] (strides [1]) on {device}")]
+    with pytest.raises(cutile.GraphUpdateError, match=rf"input 0 \(parameter 'x' of launch of saxpy\) was captured as "
+                       rf"f32\[300\] \(strides \[1\]\) on {device}; the tensor given for it is f16\[600\]"):
+        graph.update(api.from_numpy(np.zeros(600, np.float16)))
+    new_xs = np.random.default_rng(1).standard_normal(300).astype(np.float32)
+    graph.update(api.from_numpy(new_xs))
+    graph.launch().sync()
+    np.testing.assert_array_equal(x.to_numpy(), new_xs)  # copied into the captured input
+    graph.close()

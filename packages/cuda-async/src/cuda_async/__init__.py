@@ -30,7 +30,7 @@ Quick tour::
 
 from cuda_async._batch import Batch, batch
 from cuda_async._capture import ensure_not_capturing, is_capturing
-from cuda_async._errors import BatchError, GraphCaptureError, OwnershipError, use_error_classes
+from cuda_async._errors import BatchError, GraphCaptureError, GraphUpdateError, OwnershipError, use_error_classes
 from cuda_async._future import DeviceFuture, set_await_spin
 from cuda_async._graph import CudaGraph, GraphScope, graph_scope
 from cuda_async._op import DeviceOp, FnOp, SharedOp, all_of, value
@@ -44,7 +44,7 @@ from cuda_async._policy import (
     set_default_policy,
     using_policy,
 )
-from cuda_async._resource import Access, AccessSet, Resource
+from cuda_async._resource import Access, AccessSet, Resource, ResourceView
 
 __all__ = [
     "Access",
@@ -57,9 +57,11 @@ __all__ = [
     "FnOp",
     "GraphCaptureError",
     "GraphScope",
+    "GraphUpdateError",
     "HostPolicy",
     "OwnershipError",
     "Resource",
+    "ResourceView",
     "RoundRobin",
     "SchedulingPolicy",
     "SharedOp",

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import cuda_core
 
 from cuda_async._errors import raised
-from cuda_async._resource import Access, Resource
+from cuda_async._resource import Access, Resource, ResourceView
 
 if TYPE_CHECKING:
     from cuda_async._op import FnOp
@@ -21,13 +21,15 @@ _active: list[CaptureState] = []
 
 class CaptureState:
     """What a capture has recorded so far: its stream (None on the host), the leaf
-    ops in order (replayed on the host), the resources they touch, and the results."""
+    ops in order (replayed on the host), the resources they touch, how the first
+    op to use each one sees it (its `ResourceView`), and the results."""
 
     def __init__(self, name: str, stream: cuda_core.Stream | None) -> None:
         self.name = name
         self.stream = stream
         self.leaves: list[FnOp[Any]] = []
         self.accesses: dict[Resource, Access] = {}
+        self.views: dict[Resource, ResourceView] = {}
         self.results: list[Any] = []
 
     def add_leaf(self, leaf: FnOp[Any]) -> None:
@@ -38,6 +40,9 @@ class CaptureState:
                 "and capture only the ops that write into them"
             )
         self.leaves.append(leaf)
+        if leaf.views is not None:
+            for view in leaf.views():
+                self.views.setdefault(view.resource, view)
         for resource, access in leaf.accesses:
             previous = self.accesses.get(resource)
             if previous is None or previous < access:

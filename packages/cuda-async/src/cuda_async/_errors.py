@@ -33,6 +33,11 @@ class BatchError(RuntimeError):
     `GraphCaptureError`, like everything else a capture cannot hold.)"""
 
 
+class GraphUpdateError(ValueError):
+    """`CudaGraph.update` was given an input the captured work cannot take: of
+    another layout than the captured one, not a resource, or not used by the graph."""
+
+
 class _Raised:
     """The classes cuda_async raises: its own, or subclasses a layer above registered
     with `use_error_classes` (so that its users catch one family of errors)."""
@@ -40,6 +45,7 @@ class _Raised:
     ownership: type[OwnershipError] = OwnershipError
     graph_capture: type[GraphCaptureError] = GraphCaptureError
     batch: type[BatchError] = BatchError
+    graph_update: type[GraphUpdateError] = GraphUpdateError
 
 
 raised = _Raised()
@@ -50,11 +56,13 @@ def use_error_classes(
     ownership: type[OwnershipError] | None = None,
     graph_capture: type[GraphCaptureError] | None = None,
     batch: type[BatchError] | None = None,
+    graph_update: type[GraphUpdateError] | None = None,
 ) -> None:
     """Makes cuda_async raise these subclasses of its errors instead of its own
     classes (``except cuda_async.OwnershipError`` still catches them). A layer
     above calls it once, e.g. cutile so that its users see cutile's error family."""
-    for given, base in ((ownership, OwnershipError), (graph_capture, GraphCaptureError), (batch, BatchError)):
+    for given, base in ((ownership, OwnershipError), (graph_capture, GraphCaptureError), (batch, BatchError),
+                        (graph_update, GraphUpdateError)):
         if given is not None and not (isinstance(given, type) and issubclass(given, base)):
             raise TypeError(f"use_error_classes: expected a subclass of {base.__name__}, got {given!r}")
     if ownership is not None:
@@ -63,3 +71,5 @@ def use_error_classes(
         raised.graph_capture = graph_capture
     if batch is not None:
         raised.batch = batch
+    if graph_update is not None:
+        raised.graph_update = graph_update

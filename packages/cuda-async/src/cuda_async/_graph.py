@@ -21,7 +21,7 @@ from cuda_async._capture import CaptureState
 from cuda_async._errors import raised
 from cuda_async._op import DeviceOp, record
 from cuda_async._policy import SchedulingPolicy, default_policy
-from cuda_async._resource import Access, Resource
+from cuda_async._resource import Access, Resource, ResourceView
 
 T = TypeVar("T")
 
@@ -50,6 +50,7 @@ class CudaGraph(Generic[T]):
         self._executable = executable
         self._leaves = list(state.leaves)
         self._accesses = dict(state.accesses)
+        self._views = dict(state.views)
         self._node_count = node_count
         self._pending: dict[Resource, Resource] = {}
         self._closed = False
@@ -85,35 +86,65 @@ class CudaGraph(Generic[T]):
         """The resources the captured work writes, in order of first use."""
         return [r for r, access in self._accesses.items() if access is Access.WRITE]
 
-    def update(self, *new_inputs: Resource, replace: Mapping[Resource, Resource] | None = None) -> None:
+    @property
+    def input_views(self) -> list[ResourceView]:
+        """How the captured work uses each of `inputs` (same order): the
+        `ResourceView` of the first op that used it, with its layout and label."""
+        return [self.view_of(r) for r in self.inputs]
+
+    def view_of(self, resource: Resource) -> ResourceView:
+        """How the captured work uses ``resource`` (the first op's view of it, or the
+        resource's own layout when that op gave none)."""
+        return self._views.get(resource) or ResourceView.of(resource)
+
+    def update(self, *new_inputs: Resource | ResourceView | None,
+               replace: Mapping[Resource, Resource | ResourceView] | None = None) -> None:
         """Gives the next `launch` new inputs: their contents are copied into the
         captured resources, in stream order, just before the replay.
 
         Positional arguments replace `inputs` in order (None keeps one); ``replace``
-        maps any captured resource to its new contents. Each new resource must have
-        the same ``layout`` (shape and element type) as the one it replaces.
+        maps any captured resource to its new contents. A new input is a resource
+        or a `ResourceView` (a resource with the layout its contents have); its
+        layout must equal the captured one's (`view_of`), and its resource's the
+        captured resource's (the whole memory is copied). `GraphUpdateError`
+        otherwise, naming the captured input by its label and both layouts.
         """
-        if len(new_inputs) > len(self.inputs):
-            raise ValueError(
-                f"graph {self.name!r}: update takes at most {len(self.inputs)} input(s), got {len(new_inputs)}"
+        inputs = self.inputs
+        if len(new_inputs) > len(inputs):
+            raise raised.graph_update(
+                f"graph {self.name!r}: update takes at most {len(inputs)} input(s), got {len(new_inputs)}"
             )
-        pairs: list[tuple[Resource, Resource]] = [
-            (old, new) for old, new in zip(self.inputs, new_inputs) if new is not None
+        pairs: list[tuple[str, Resource, Resource | ResourceView]] = [
+            (f"input {index}", old, new) for index, (old, new) in enumerate(zip(inputs, new_inputs)) if new is not None
         ]
-        pairs.extend((replace or {}).items())
+        pairs.extend(("", old, new) for old, new in (replace or {}).items())
         staged: dict[Resource, Resource] = {}
-        for old, new in pairs:
-            if not isinstance(new, Resource):
-                raise TypeError(f"graph {self.name!r}: update takes Resource objects, got {type(new).__name__}")
+        for where, old, new in pairs:
+            if isinstance(new, ResourceView):
+                view = new
+            elif isinstance(new, Resource):
+                view = ResourceView.of(new)
+            else:
+                raise raised.graph_update(
+                    f"graph {self.name!r}: update takes Resource or ResourceView objects, got {type(new).__name__}")
             if old not in self._accesses:
-                raise ValueError(f"graph {self.name!r}: {old.name} is not used by the captured work")
-            if new.layout != old.layout:
-                raise ValueError(
-                    f"graph {self.name!r}: {new.name} has layout {new.layout!r} but the captured "
-                    f"{old.name} has {old.layout!r}; a graph is updated with inputs of the same shape and dtype"
+                raise raised.graph_update(
+                    f"graph {self.name!r}: {getattr(old, 'name', old)!s} is not used by the captured work")
+            captured = self.view_of(old)
+            subject = f"{where} ({captured.label})" if where else captured.label
+            if view.layout != captured.layout:
+                raise raised.graph_update(
+                    f"graph {self.name!r}: {subject} was captured as {captured.layout}; {view.label} is "
+                    f"{view.layout}: a graph input is replaced only by one of the same layout"
                 )
-            if new is not old:
-                staged[old] = new
+            if view.resource.layout != old.layout:
+                raise raised.graph_update(
+                    f"graph {self.name!r}: {subject}: {view.label} has the captured layout "
+                    f"{captured.layout}, but its memory ({view.resource.layout}) differs from the captured "
+                    f"memory ({old.layout}); an update copies the whole memory"
+                )
+            if view.resource is not old:
+                staged[old] = view.resource
         self._pending.update(staged)
 
     def launch(self) -> DeviceOp[T]:

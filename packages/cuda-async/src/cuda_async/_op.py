@@ -19,7 +19,7 @@ import cuda_core
 from cuda_async import _batch, _capture, _streams
 from cuda_async._errors import raised
 from cuda_async._policy import HostPolicy, SchedulingPolicy, SingleStream, default_policy
-from cuda_async._resource import Access, AccessSet, Job, Resource, is_live
+from cuda_async._resource import Access, AccessSet, Job, Resource, ResourceView, is_live
 
 if TYPE_CHECKING:
     from cuda_async._future import DeviceFuture
@@ -73,6 +73,7 @@ class DeviceOp(Generic[T]):
         writes: Iterable[Resource] = (),
         name: str | None = None,
         allocates: bool = False,
+        views: Callable[[], Iterable[ResourceView]] | None = None,
     ) -> FnOp[U]:
         """A leaf op: ``fn(stream)`` enqueues work on ``stream`` and returns the result.
 
@@ -83,8 +84,11 @@ class DeviceOp(Generic[T]):
             writes: resources the work writes (exclusive while pending).
             name: shown in errors, e.g. ``"launch of add"``.
             allocates: the op allocates memory, so it cannot be captured into a graph.
+            views: how the work uses its resources (`ResourceView`s), asked for
+                when the op is captured into a graph: what `CudaGraph.update`
+                compares a new input with, and names it by.
         """
-        return FnOp(fn, reads=tuple(reads), writes=tuple(writes), name=name, allocates=allocates)
+        return FnOp(fn, reads=tuple(reads), writes=tuple(writes), name=name, allocates=allocates, views=views)
 
     # -- combinators ---------------------------------------------------------
     def then(self, next_op: Callable[[T], DeviceOp[U]] | DeviceOp[U]) -> DeviceOp[U]:
@@ -188,7 +192,7 @@ class DeviceOp(Generic[T]):
 class FnOp(DeviceOp[T]):
     """A leaf op made by `DeviceOp.from_fn`."""
 
-    __slots__ = ("fn", "name", "allocates", "accesses", "interest")
+    __slots__ = ("fn", "name", "allocates", "accesses", "interest", "views")
 
     def __init__(
         self,
@@ -198,6 +202,7 @@ class FnOp(DeviceOp[T]):
         writes: tuple[Resource, ...],
         name: str | None,
         allocates: bool,
+        views: Callable[[], Iterable[ResourceView]] | None = None,
     ) -> None:
         try:
             merged = AccessSet(reads, writes)
@@ -208,10 +213,12 @@ class FnOp(DeviceOp[T]):
         self.allocates = allocates
         self.accesses = merged.accesses
         self.interest: dict[object, int] = merged.interest
+        self.views = views
 
     @classmethod
     def from_accesses(
-        cls, fn: Callable[[cuda_core.Stream | None], T], accesses: AccessSet, *, name: str, allocates: bool = False
+        cls, fn: Callable[[cuda_core.Stream | None], T], accesses: AccessSet, *, name: str, allocates: bool = False,
+        views: Callable[[], Iterable[ResourceView]] | None = None,
     ) -> FnOp[T]:
         """A leaf op like `DeviceOp.from_fn`, its resources given as an `AccessSet`
         made once: for a caller that makes many ops over the same resources."""
@@ -221,6 +228,7 @@ class FnOp(DeviceOp[T]):
         op.allocates = allocates
         op.accesses = accesses.accesses
         op.interest = accesses.interest
+        op.views = views
         return op
 
     @property

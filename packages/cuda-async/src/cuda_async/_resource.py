@@ -39,9 +39,10 @@ class Resource:
         name: shown in error messages (e.g. ``"tensor z"``).
         memory: the device memory behind it, if any (used by `copy_from`, e.g.
             when a CUDA graph's inputs are updated).
-        layout: any hashable description of shape and element type; two
-            resources may replace each other in a graph only if their layouts
-            are equal.
+        layout: any hashable description of the storage (its size and kind,
+            say); two resources may replace each other in a graph only if their
+            layouts are equal. How one op uses the storage (a tensor's dtype and
+            shape over it) is that op's `ResourceView`.
 
     Subclass it (or wrap storage in it) and override `copy_from` for storage
     that is not device memory, e.g. host arrays on the interpreter backend.
@@ -97,6 +98,35 @@ class Resource:
         with _ledger_lock:
             for job, (mode, name) in self._holders.items():
                 _check_pair(self, job, mode, name, None, access, by)
+
+
+class ResourceView:
+    """A resource as one op uses it, for a CUDA graph's inputs.
+
+    Args:
+        resource: the resource.
+        layout: what the op's work assumes of the memory, opaque to cuda_async:
+            compared with ``==`` and shown with ``str`` (a tensor's dtype, shape and
+            strides, say). A graph input is replaced only by one of an equal layout.
+        label: who uses it, for messages (e.g. ``"parameter 'x' of launch of add"``).
+    """
+
+    __slots__ = ("resource", "layout", "label")
+
+    def __init__(self, resource: Resource, layout: Hashable, label: str = "") -> None:
+        if not isinstance(resource, Resource):
+            raise TypeError(f"ResourceView: expected a Resource, got {type(resource).__name__}")
+        self.resource = resource
+        self.layout = layout
+        self.label = label or resource.name
+
+    @staticmethod
+    def of(resource: Resource) -> ResourceView:
+        """The view of an op that says nothing more: the resource's own layout."""
+        return ResourceView(resource, resource.layout, resource.name)
+
+    def __repr__(self) -> str:
+        return f"<ResourceView {self.label}: {self.layout}>"
 
 
 def _check_pair(

@@ -309,6 +309,9 @@ class FakeDriver:
         dblock[doff : doff + nbytes] = sblock[soff : soff + nbytes]
         return (SUCCESS,)
 
+    def cuMemcpyDtoDAsync(self, dst: int, src: int, nbytes: int, stream: Any) -> tuple[Any]:
+        return self.cuMemcpyDtoD(dst, src, nbytes)
+
     def cuMemsetD8(self, dst: int, value: int, count: int) -> tuple[Any]:
         self._enter("cuMemsetD8")
         block, offset = self._locate(dst, count)

@@ -22,6 +22,7 @@ from cutile._errors import (
     BatchError,
     CutileError,
     GraphCaptureError,
+    GraphUpdateError,
     LaunchError,
     OwnershipError,
     SignatureError,
@@ -38,7 +39,7 @@ from cuda_async import zip  # launches are ops: cuda_async's zip takes them as t
 from cutile._tensor import Partition, Tensor
 
 __all__ = [
-    "BackendError", "BatchError", "CompiledKernel", "CutileError", "GraphCaptureError", "Kernel", "KernelRuntimeError", "Launch", "LaunchError",
+    "BackendError", "BatchError", "CompiledKernel", "CutileError", "GraphCaptureError", "GraphUpdateError", "Kernel", "KernelRuntimeError", "Launch", "LaunchError",
     "OwnershipError", "Partition", "SignatureError", "SpecializationError", "Tensor",
     "TileCompilerError", "TileError", "TileSyntaxError", "TileTypeError", "api", "backend",
     "Graph", "GraphScope", "batch", "compile", "entry", "function", "graph_scope", "zip",

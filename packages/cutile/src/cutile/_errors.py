@@ -32,15 +32,22 @@ class BatchError(CutileError, cuda_async.BatchError):
     block ended (a `cuda_async.BatchError` too)."""
 
 
+class GraphUpdateError(CutileError, cuda_async.GraphUpdateError):
+    """`Graph.update` was given a tensor the captured graph cannot take: of another
+    layout (dtype, shape, strides, device) than the input it replaces, or not a
+    tensor; the message names the input's parameter and both layouts."""
+
+
 class LaunchError(CutileError, ValueError):
     """A launch's arguments or grid do not fit the kernel (checked before any GPU work)."""
 
 
 # cuda_async raises these (its errors' subclasses) from then on, whichever path an op
 # takes to the user: launches, zip/then/map, graphs, constructors as ops, batches.
-cuda_async.use_error_classes(ownership=OwnershipError, graph_capture=GraphCaptureError, batch=BatchError)
+cuda_async.use_error_classes(ownership=OwnershipError, graph_capture=GraphCaptureError, batch=BatchError,
+                             graph_update=GraphUpdateError)
 
 __all__ = [
-    "BatchError", "CutileError", "GraphCaptureError", "LaunchError", "OwnershipError", "SignatureError", "SpecializationError",
+    "BatchError", "CutileError", "GraphCaptureError", "GraphUpdateError", "LaunchError", "OwnershipError", "SignatureError", "SpecializationError",
     "TileCompilerError", "TileError", "TileSyntaxError", "TileTypeError",
 ]

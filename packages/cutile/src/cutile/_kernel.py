@@ -13,6 +13,7 @@ import dataclasses
 import contextlib
 import functools
 import inspect
+import math
 import operator
 import weakref
 from collections.abc import Callable, Generator, Iterator, Mapping
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 import cuda_async
 from cutile import _backend, _gpu
 from cutile._native import KernelBase, LaunchBase
-from cutile._errors import LaunchError, OwnershipError
+from cutile._errors import GraphUpdateError, LaunchError, OwnershipError
 from cutile._tensor import Partition, Storage, Tensor, hold_all, hold_entries, overlapping, overlaps_itself, release_all
 from cutile_compiler._builtins import DeviceFunction
 from cutile_compiler import _dtypes as dt
@@ -368,8 +369,20 @@ class Launch(LaunchBase):
         read-only tensors and writes those of the Mut ones, and returns the tensor
         arguments. Combine it with ``then``, ``map``, `cutile.zip`, ``shared``..."""
         if self._op is None:
-            self._op = cuda_async.FnOp.from_accesses(self._execute, self._binding.accesses, name=self.description)
+            self._op = cuda_async.FnOp.from_accesses(self._execute, self._binding.accesses, name=self.description,
+                                                     views=self._graph_views)
         return self._op
+
+    def _graph_views(self) -> list[cuda_async.ResourceView]:
+        """How this launch uses its tensors' memory, by parameter (asked when it is
+        captured into a graph: what `Graph.update` checks new inputs against)."""
+        views = []
+        for param, _ in self.kernel._tensor_params:
+            value = self.arguments[param]
+            tensor = value._tensor if type(value) is Partition else value
+            views.append(cuda_async.ResourceView(tensor._storage.resource, tensor.layout(),
+                                                 f"parameter '{param}' of {self.description}"))
+        return views
 
     def __device_op__(self) -> cuda_async.DeviceOp[Any]:
         """How cuda_async's combinators see a launch (e.g. returned from ``then``)."""
@@ -590,7 +603,12 @@ def _wrong_read_argument(kernel: Kernel, param: str, value: Any) -> None:
 
 
 def _scalar_value(kernel: str, param: str, dtype: DType, value: Any) -> bool | int | float:
-    """A scalar argument as a Python number, checked against its parameter's dtype."""
+    """A scalar argument as a Python number, checked against its parameter's dtype:
+    an integer out of its range, a bool other than 0/1, and a finite number that
+    would overflow a float dtype (to inf, or NaN where the format has no inf) are
+    refused; explicit inf and NaN pass, a finite value rounds to the nearest.
+    Every backend's scalars pass through here (the native path refuses in C what
+    this refuses, and leaves the error to this function)."""
     import numbers
 
     import numpy as np
@@ -603,12 +621,49 @@ def _scalar_value(kernel: str, param: str, dtype: DType, value: Any) -> bool | i
         if not isinstance(value, numbers.Integral):
             raise LaunchError(f"{kernel}: parameter '{param}' is a {dtype} scalar, got {value!r}")
         number = int(value)
-        if not dt.fits(number, dtype) and not dtype.is_bool:
+        if dtype.is_bool and number not in (0, 1):
+            raise LaunchError(f"{kernel}: parameter '{param}' is a bool scalar; {number} is neither 0 nor 1 "
+                              "(pass True or False)")
+        if not dtype.is_bool and not dt.fits(number, dtype):
             raise LaunchError(f"{kernel}: parameter '{param}' is a {dtype} scalar; {number} does not fit")
         return number
     if not isinstance(value, numbers.Real):
         raise LaunchError(f"{kernel}: parameter '{param}' is a {dtype} scalar, got {value!r}")
-    return float(value)
+    given: Any = value
+    try:
+        real = float(given)
+    except OverflowError:  # an int beyond f64
+        real = math.inf
+        finite = True
+    else:  # (a value wider than f64, np.longdouble say, may have become inf here)
+        finite = math.isfinite(real) or bool(np.isfinite(given))
+    if finite and not _fits_float(real, dtype):
+        import ml_dtypes
+
+        finfo: Any = ml_dtypes.finfo
+        largest = float(finfo(_numpy_dtype(dtype)).max)
+        shown = repr(value) if len(repr(value)) <= 40 else f"{real:g}" if math.isfinite(real) else "an integer beyond f64"
+        raise LaunchError(f"{kernel}: parameter '{param}' is a {dtype} scalar; {shown} overflows it "
+                          f"(its largest finite value is {largest:g})")
+    return real
+
+
+def _fits_float(value: float, dtype: DType) -> bool:
+    """Whether the finite ``value`` stays finite converted to float ``dtype``."""
+    import numpy as np
+
+    if not math.isfinite(value):
+        return False
+    if dtype is dt.f64:
+        return True
+    with np.errstate(over="ignore", invalid="ignore"):
+        return bool(np.isfinite(np.asarray(value, dtype=np.float64).astype(_numpy_dtype(dtype))))
+
+
+def _numpy_dtype(dtype: DType) -> Any:
+    from cutile_compiler._opdefs.elementwise import numpy_dtype
+
+    return numpy_dtype(dtype)
 
 
 def _call_key(kernel: Kernel, arguments: dict[str, Any], grid: tuple[int, int, int] | None) -> tuple[Any, ...] | None:
@@ -713,17 +768,20 @@ def compile(kernel: Kernel, *args: Any, arch: str = "sm_90", opt_level: int = 3,
     return kernel.compiled(spec, arch, CompileOptions(opt_level=opt_level))
 
 
-def _resource_of(tensor: Any) -> Any:
+def _graph_input(tensor: Any, what: str) -> cuda_async.ResourceView:
+    """A tensor (or partition) given to `Graph.update`, as cuda_async compares it:
+    its memory, with the layout the captured work would read it by."""
     if isinstance(tensor, Partition):
         tensor = tensor._tensor
     if not isinstance(tensor, Tensor):
-        raise TypeError(f"expected a tensor, got {type(tensor).__name__}")
-    return tensor._storage.resource
+        raise GraphUpdateError(f"Graph.update: {what} must be a tensor, got {type(tensor).__name__}")
+    return cuda_async.ResourceView(tensor._storage.resource, tensor.layout(), "the tensor given for it")
 
 
 class Graph:
     """A captured CUDA graph of launches: ``launch()`` replays it (an op to sync or
-    await); ``update(...)`` gives the next replay new input tensors of the same size."""
+    await); ``update(...)`` gives the next replay new input tensors of the same
+    layout; ``inputs`` lists what ``update`` takes, in order."""
 
     def __init__(self, graph: cuda_async.CudaGraph[Any]) -> None:
         self._graph = graph
@@ -736,16 +794,27 @@ class Graph:
     def node_count(self) -> int:
         return self._graph.node_count
 
+    @property
+    def inputs(self) -> list[cuda_async.ResourceView]:
+        """The graph's read-only inputs, in the order `update` takes them: each with
+        its ``label`` (the parameter and launch that first read it) and ``layout``
+        (a `TensorLayout`: dtype, shape, strides, device)."""
+        return self._graph.input_views
+
     def launch(self) -> cuda_async.DeviceOp[Any]:
         """An op replaying the graph (after copying in the inputs given to `update`)."""
         return self._graph.launch()
 
     def update(self, *new_inputs: Any, replace: dict[Any, Any] | None = None) -> None:
-        """New contents for the graph's read-only inputs, in order of first use
-        (None keeps one), or ``replace={old_tensor: new_tensor}``."""
-        self._graph.update(*(None if t is None else _resource_of(t) for t in new_inputs),  # type: ignore[arg-type]
-                           replace={_resource_of(a): _resource_of(b) for a, b in (replace or {}).items()})
-
+        """New contents for the graph's read-only inputs, in the order of `inputs`
+        (None keeps one), or ``replace={old_tensor: new_tensor}``. Each new tensor
+        must have the layout of the one it replaces (`GraphUpdateError` otherwise,
+        naming the parameter and both layouts); its values are copied in before
+        the next replay."""
+        given = [None if t is None else _graph_input(t, f"input {i}") for i, t in enumerate(new_inputs)]
+        replaced = {_graph_input(old, "a key of replace").resource: _graph_input(new, "a value of replace")
+                    for old, new in (replace or {}).items()}
+        self._graph.update(*given, replace=replaced)
 
     def close(self) -> None:
         self._graph.close()

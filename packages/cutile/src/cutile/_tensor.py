@@ -14,16 +14,17 @@ device memory for the GPU). Ownership is tracked at two levels:
 from __future__ import annotations
 
 import collections
+import dataclasses
 import math
 import weakref
-from typing import Any
+from typing import Any, NamedTuple
 
 import ml_dtypes  # noqa: F401  (registers bfloat16 and float8 with numpy)
 import numpy as np
 
 from cuda_async import Access, Resource, ensure_not_capturing
 from cuda_async import _native as cuda_async_native
-from cutile._errors import OwnershipError
+from cutile._errors import LaunchError, OwnershipError
 from cutile_compiler import _dtypes as dt
 from cutile_compiler import TensorSpec
 from cutile_compiler._opdefs.elementwise import numpy_dtype as numpy_dtype  # one definition, re-exported
@@ -183,6 +184,16 @@ def _release_locked(holds: list[_Hold], device_of: list[str]) -> None:
     holds.clear()
 
 
+class StorageLayout(NamedTuple):
+    """A storage as a CUDA graph copies it (whole): its size and device."""
+
+    nbytes: int
+    device: str
+
+    def __str__(self) -> str:
+        return f"{self.nbytes} bytes on {self.device}"
+
+
 class StorageResource(Resource):
     """A storage as a `cuda_async.Resource`: ops that read or write tensors hold it,
     and a CUDA graph's inputs are replaced by copying storages of the same layout.
@@ -197,7 +208,7 @@ class StorageResource(Resource):
 
     def __init__(self, storage: Storage) -> None:
         super().__init__(f"tensor memory on {storage.device}", memory=storage.device_memory(),
-                         layout=(storage.nbytes, storage.device))
+                         layout=StorageLayout(storage.nbytes, storage.device))
         self._storage = weakref.ref(storage)
         self._host: tuple[np.ndarray[Any, Any], np.ndarray[Any, Any] | None] | None = (
             (storage.array, storage.initialized) if isinstance(storage, HostStorage) else None)
@@ -231,6 +242,23 @@ class HostStorage(Storage):
         super().__init__(array.nbytes, "cpu", int(array.ctypes.data))
         self.array = array
         self.initialized: np.ndarray[Any, Any] | None = None if initialized else np.zeros(array.shape, dtype=bool)
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorLayout:
+    """What a kernel assumes of a tensor argument's memory: dtype, shape, strides and
+    offset (in elements) in its storage, and the device. A CUDA graph's input is
+    replaced only by a tensor of an equal layout (the graph reads the memory so)."""
+
+    dtype: dt.DType
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    offset: int
+    device: str
+
+    def __str__(self) -> str:
+        offset = f", offset {self.offset}" if self.offset else ""
+        return f"{self.dtype}{list(self.shape)} (strides {list(self.strides)}{offset}) on {self.device}"
 
 
 class Tensor:
@@ -306,6 +334,10 @@ class Tensor:
     def address(self) -> int:
         """The address of element 0 in bytes (device or host memory)."""
         return self._storage.base_address + self.offset * self.dtype.itemsize
+
+    def layout(self) -> TensorLayout:
+        """How this view lays its elements over its storage (see `TensorLayout`)."""
+        return TensorLayout(self.dtype, self.shape, self.strides, self.offset, self.device)
 
     def spec(self, tile_shape: tuple[int, ...] | None = None) -> TensorSpec:
         """What a compile needs to know of this tensor: dtype, shape, and the
@@ -450,14 +482,7 @@ class Tensor:
         tensor back). Tile dims must be powers of two; the last tile along an axis
         may be partial (masked on store, padded on load).
         """
-        shape = tuple(tile_shape) if isinstance(tile_shape, (list, tuple)) else (tile_shape,)
-        if len(shape) != self.ndim:
-            raise ValueError(f"partition: a rank-{self.ndim} tensor needs {self.ndim} tile dims, got {list(shape)}")
-        for extent in shape:
-            if isinstance(extent, bool) or not isinstance(extent, int) or not is_power_of_two(extent):
-                raise ValueError(f"partition: tile dims must be positive powers of two, got {list(shape)}")
-        if self.ndim > 3:
-            raise ValueError("partition: at most 3 dims (one per grid axis)")
+        shape = checked_tile_shape(tile_shape, self.shape)
         self._consume("partition()")
         return Partition(Tensor(self._storage, self.dtype, self.shape, self.strides, self.offset), shape,
                          _from_tensor=True)
@@ -508,6 +533,28 @@ class Partition:
     def __repr__(self) -> str:
         t = self._tensor
         return f"Partition(shape={list(t.shape)}, tile={list(self.tile_shape)}, dtype={t.dtype}, device={t.device})"
+
+
+def checked_tile_shape(tile_shape: Any, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """``tile_shape`` as a partition of a tensor of ``shape`` takes it: one tile dim
+    per tensor dim (at most 3: one per grid axis), each a positive power of two
+    (the language's tile rule, `is_power_of_two`). `Tensor.partition` and
+    `api.meta(...).partition` both check here; a `LaunchError` names the argument."""
+    items = tuple(tile_shape) if isinstance(tile_shape, (list, tuple)) else (tile_shape,)
+    if len(items) != len(shape):
+        raise LaunchError(f"partition(tile_shape={list(items)}): a rank-{len(shape)} tensor (shape {list(shape)}) "
+                          f"needs {len(shape)} tile dims, got {len(items)}")
+    dims: list[int] = []
+    for extent in items:
+        if isinstance(extent, (bool, np.bool_)) or not isinstance(extent, (int, np.integer)) \
+                or not is_power_of_two(int(extent)):
+            raise LaunchError(f"partition(tile_shape={list(items)}): tile dims must be positive powers of two, "
+                              f"got {extent!r}")
+        dims.append(int(extent))
+    if len(shape) > 3:
+        raise LaunchError(f"partition(tile_shape={list(items)}): at most 3 dims (one per grid axis), "
+                          f"the tensor has {len(shape)}")
+    return tuple(dims)
 
 
 def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -17,7 +17,7 @@ import numpy as np
 
 import cuda_async
 from cutile import _backend, _fill
-from cutile._tensor import HostStorage, Tensor, dtype_of, numpy_dtype
+from cutile._tensor import HostStorage, Tensor, checked_tile_shape, dtype_of, numpy_dtype
 from cutile_compiler import _dtypes as dt
 from cutile_compiler import TensorSpec
 
@@ -292,7 +292,7 @@ class MetaTensor:
         self.tile_shape = tile_shape
 
     def partition(self, tile_shape: ShapeLike) -> MetaTensor:
-        return MetaTensor(self.shape, self.dtype, _shape(tile_shape, "partition"))
+        return MetaTensor(self.shape, self.dtype, checked_tile_shape(tile_shape, self.shape))
 
     def spec(self) -> TensorSpec:
         return TensorSpec(self.dtype, self.shape, self.tile_shape)

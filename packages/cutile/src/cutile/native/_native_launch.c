@@ -15,6 +15,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <math.h>
 #include <string.h>
 #include "batch_api.h"
 
@@ -102,8 +103,16 @@ static int pack_scalar(int code, PyObject *value, unsigned char *slot) {
     memset(slot, 0, SLOT);
     if (code == P_F32 || code == P_F64) {
         double d = PyFloat_AsDouble(value);
-        if (d == -1.0 && PyErr_Occurred()) return -1;
-        if (code == P_F32) { float f = (float)d; memcpy(slot, &f, sizeof f); }
+        if (d == -1.0 && PyErr_Occurred()) {
+            if (!PyErr_ExceptionMatches(PyExc_OverflowError)) return -1;
+            PyErr_Clear(); /* an int beyond f64 */
+            return 0;
+        }
+        if (code == P_F32) {
+            float f = (float)d;
+            if (isinf(f) && isfinite(d)) return 0; /* a finite value f32 cannot hold (inf and NaN pass) */
+            memcpy(slot, &f, sizeof f);
+        }
         else memcpy(slot, &d, sizeof d);
         return 1;
     }
