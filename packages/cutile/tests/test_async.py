@@ -172,7 +172,8 @@ def test_every_path_raises_cutile_errors() -> None:
     for attempt in (lambda: cutile.zip(reader()).sync(),
                     lambda: api.ops.zeros([4]).then(lambda _: reader()).sync(),
                     lambda: reader().map(lambda r: r).sync()):
-        with pytest.raises(cutile.OwnershipError, match="written by the pending op 'launch of add'") as info:
+        with pytest.raises(cutile.OwnershipError, match=r"written by the pending op launch of add \(parameter 'z'\); "
+                                                        r"launch of scale \(parameter 'x'\) may not read it") as info:
             attempt()
         assert isinstance(info.value, cutile.CutileError)
     pending.result()

@@ -165,7 +165,7 @@ def test_a_batch_waits_once_and_holds_its_tensors(fake_gpu: FakeDriver) -> None:
         for _ in range(20):
             z, x, y = saxpy(z, x, y, 1.0).sync()
         assert fake_gpu.calls["cuStreamSynchronize"] == before  # nothing waited for yet
-        with pytest.raises(cutile.OwnershipError, match="written by the pending op 'launch of saxpy'"):
+        with pytest.raises(cutile.OwnershipError, match=r"written by the pending op launch of saxpy \(parameter 'z'\)"):
             z.to_numpy()
     assert len(fake_gpu.launches) == 20
     assert fake_gpu.calls["cuStreamSynchronize"] == before + 1
@@ -418,7 +418,7 @@ def test_a_native_launch_is_refused_what_a_python_launch_is(native_gpu: FakeDriv
         z, x, y = launch.sync()
         with pytest.raises(cutile.OwnershipError, match="has already run"):
             launch.sync()
-        with pytest.raises(cutile.OwnershipError, match="written by the pending op 'launch of saxpy'"):
+        with pytest.raises(cutile.OwnershipError, match=r"written by the pending op launch of saxpy \(parameter 'z'\)"):
             z._tensor.to_numpy()
     tensor = z.unpartition()  # consumes z
     with pytest.raises(cutile.OwnershipError, match="consumed by"):
@@ -563,8 +563,8 @@ def test_the_native_path_runs_synchronous_launches_holding_their_tensors(make_fa
         for i in range(5):
             z, x, y = saxpy(z, x, y, float(i)).sync()
         assert _stats()[1] == run + 5
-        assert seen[0] == [("launch of saxpy", cuda_async.Access.WRITE)]
-        assert "written by the pending op 'launch of saxpy'; 'another thread' may not read it" in seen[1]
+        assert seen[0] == [("launch of saxpy (parameter 'z')", cuda_async.Access.WRITE)]
+        assert "written by the pending op launch of saxpy (parameter 'z'); 'another thread' may not read it" in seen[1]
         assert not resource.is_held and resource._last_write is None and not resource._reads  # idle again
         assert _streams.current_epoch(stream) == epoch + 5
         assert [struct.unpack("<f", r["params"][-1])[0] for r in fake.launches[-5:]] == [0.0, 1.0, 2.0, 3.0, 4.0]
@@ -800,3 +800,20 @@ def test_a_device_graph_update_checks_the_layout_and_copies_the_memory(fake_gpu:
     graph.launch().sync()
     np.testing.assert_array_equal(x.to_numpy(), new_xs)  # copied into the captured input
     graph.close()
+
+
+def test_the_native_path_leaves_a_call_that_a_scheduled_launch_conflicts_with(native_gpu: FakeDriver) -> None:
+    """The same objects as the armed binding while a scheduled launch of them runs:
+    C makes no launch, the Python path refuses the call, naming both parameters."""
+    z, x, y = _armed_saxpy(native_gpu)
+    z, x, y = saxpy(z, x, y, 2.0).sync()  # (made in C)
+    made = _stats()[0]
+    pending = saxpy(z, x, y, 3.0).schedule()
+    with pytest.raises(cutile.OwnershipError, match=r"written by the pending op launch of saxpy \(parameter 'z'\); "
+                                                    r"launch of saxpy \(parameter 'z'\) may not write it"):
+        saxpy(z, x, y, 4.0)
+    assert _stats()[0] == made + 1  # only the scheduled launch was made in C
+    z, x, y = pending.result()
+    z, x, y = saxpy(z, x, y, 5.0).sync()
+    assert _stats()[0] == made + 2
+    assert [struct.unpack("<f", r["params"][-1])[0] for r in native_gpu.launches[-2:]] == [3.0, 5.0]

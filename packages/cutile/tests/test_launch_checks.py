@@ -153,3 +153,51 @@ def test_graph_update_on_a_gpu_checks_the_layout_and_replays_on_the_new_values()
     graph.launch().sync()
     np.testing.assert_allclose(z.to_numpy(), xs2.astype(np.float64) + ys, rtol=1e-6)
     graph.close()
+
+
+@cutile.entry
+def scale(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], a: f32):
+    z.store(a * load_tile_like(x, z))
+
+
+def test_a_conflict_with_a_scheduled_launch_is_refused_at_the_call_naming_both_parameters() -> None:
+    xs, ys = _values(300, 12), _values(300, 13)
+    x, y = api.from_numpy(xs), api.from_numpy(ys)
+    z = api.zeros([300]).partition([128])
+    pending = add(z, x, y).schedule()  # runs, and holds z (written) and x, y (read) until observed
+    with pytest.raises(cutile.OwnershipError, match=r"is written by the pending op launch of add \(parameter 'z'\); "
+                                                    r"launch of scale \(parameter 'x'\) may not read it"):
+        scale(api.zeros([300]).partition([128]), z._tensor, 2.0)  # the call itself is refused
+    with pytest.raises(cutile.OwnershipError, match=r"is read by the pending op launch of add \(parameter 'y'\); "
+                                                    r"launch of scale \(parameter 'z'\) may not write it"):
+        scale(y.partition([128]), api.zeros([300]), 2.0)
+    u, _ = scale(api.zeros([300]).partition([128]), x, 2.0).sync()  # reading what it reads is fine
+    np.testing.assert_allclose(u.to_numpy(), 2.0 * xs.astype(np.float64), rtol=1e-6)
+    z, _, _ = pending.result()
+    w, _ = scale(api.zeros([300]).partition([128]), z.unpartition(), 0.5).sync()  # observed: free again
+    np.testing.assert_allclose(w.to_numpy(), 0.5 * (xs.astype(np.float64) + ys), rtol=1e-6)
+
+
+def test_a_launch_made_inside_its_own_job_or_batch_is_no_conflict() -> None:
+    xs, ys = _values(256, 14), _values(256, 15)
+    x, y = api.from_numpy(xs), api.from_numpy(ys)
+    t = api.zeros([256]).partition([128])
+    chained = add(t, x, y).then(lambda r: scale(api.zeros([256]).partition([128]), r[0].unpartition(), 3.0))
+    u, _ = chained.sync()  # the second launch is made while the job holds t
+    np.testing.assert_allclose(u.to_numpy(), 3.0 * (xs.astype(np.float64) + ys), rtol=1e-5)
+    z = api.zeros([256]).partition([128])
+    with cutile.batch():
+        for _ in range(3):  # each launch is made while the batch holds z
+            z, x, y = add(z, x, y).sync()
+    np.testing.assert_allclose(z.to_numpy(), xs.astype(np.float64) + ys, rtol=1e-6)
+
+
+def test_a_scheduled_launch_conflict_inside_a_graph_replay_names_the_parameter() -> None:
+    x, y = api.ones([256]), api.ones([256])
+    z = api.zeros([256]).partition([128])
+    graph = add(z, x, y).graph()
+    replay = graph.launch().schedule()  # the replay holds x, y (read) and z (written)
+    with pytest.raises(cutile.OwnershipError, match=r"by the pending op 'replay of launch of add'; "
+                                                    r"launch of scale \(parameter 'z'\) may not write it"):
+        scale(x.partition([128]), api.ones([256]), 1.0)
+    replay.result()

@@ -33,7 +33,7 @@ from cuda_async._capture import ensure_not_capturing, is_capturing
 from cuda_async._errors import BatchError, GraphCaptureError, GraphUpdateError, OwnershipError, use_error_classes
 from cuda_async._future import DeviceFuture, set_await_spin
 from cuda_async._graph import CudaGraph, GraphScope, graph_scope
-from cuda_async._op import DeviceOp, FnOp, SharedOp, all_of, value
+from cuda_async._op import DeviceOp, FnOp, SharedOp, all_of, check_startable, value
 from cuda_async._op import zip_ops as zip
 from cuda_async._policy import (
     HostPolicy,
@@ -68,6 +68,7 @@ __all__ = [
     "SingleStream",
     "all_of",
     "batch",
+    "check_startable",
     "default_policy",
     "ensure_not_capturing",
     "graph_scope",

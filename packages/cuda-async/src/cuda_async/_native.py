@@ -51,7 +51,7 @@ def batch_api() -> ModuleType:
             f"{cls.__name__}.{name}": vars(cls)[name]
             for cls, names in ((Resource, ("_holders", "_last_write", "_reads")), (Job, ("streams",)),
                                (_streams.StreamState, ("epoch", "interest")), (_batch.Batch, ("ops", "_fast")),
-                               (AccessSet, ("accesses", "interest")))
+                               (AccessSet, ("accesses", "interest", "labels")))
             for name in names
         }
         _module.configure(_batch._active, _resource._ledger_lock, _streams._lock, descriptors, _capture._active,

@@ -19,7 +19,7 @@ import cuda_core
 from cuda_async import _batch, _capture, _streams
 from cuda_async._errors import raised
 from cuda_async._policy import HostPolicy, SchedulingPolicy, SingleStream, default_policy
-from cuda_async._resource import Access, AccessSet, Job, Resource, ResourceView, is_live
+from cuda_async._resource import Access, AccessSet, Job, Resource, ResourceView, _check_pair, _ledger_lock, is_live
 
 if TYPE_CHECKING:
     from cuda_async._future import DeviceFuture
@@ -192,7 +192,7 @@ class DeviceOp(Generic[T]):
 class FnOp(DeviceOp[T]):
     """A leaf op made by `DeviceOp.from_fn`."""
 
-    __slots__ = ("fn", "name", "allocates", "accesses", "interest", "views")
+    __slots__ = ("fn", "name", "allocates", "accesses", "interest", "views", "labels")
 
     def __init__(
         self,
@@ -214,6 +214,7 @@ class FnOp(DeviceOp[T]):
         self.accesses = merged.accesses
         self.interest: dict[object, int] = merged.interest
         self.views = views
+        self.labels: dict[Resource, str] | None = None
 
     @classmethod
     def from_accesses(
@@ -229,6 +230,7 @@ class FnOp(DeviceOp[T]):
         op.accesses = accesses.accesses
         op.interest = accesses.interest
         op.views = views
+        op.labels = accesses.labels
         return op
 
     @property
@@ -244,16 +246,16 @@ class FnOp(DeviceOp[T]):
     def _enqueue(self, run: Run, stream: cuda_core.Stream | None) -> T:
         capture = run.capture
         if capture is not None:
-            run.holder.check(self.accesses, self.name)
+            run.holder.check(self.accesses, self.name, self.labels)
             capture.add_leaf(self)
             return self.fn(stream)
         if stream is None:
-            run.holder.acquire(self.accesses, self.name, stream)
+            run.holder.acquire(self.accesses, self.name, stream, self.labels)
             return self.fn(stream)
         # Mark the stream's current point first if someone may need it, so that
         # neither this op's waits nor its work end up behind that event.
         _streams.before_enqueue(stream, self.interest, is_live)
-        run.holder.acquire(self.accesses, self.name, stream)
+        run.holder.acquire(self.accesses, self.name, stream, self.labels)
         run.job.streams[stream] = None
         result = self.fn(stream)
         run.points[stream] = run.holder.record(self.accesses, stream, self.interest)
@@ -447,11 +449,50 @@ def submit(op: DeviceOp[T], policy: SchedulingPolicy) -> tuple[Job, T]:
     """
     job = Job(op.name)
     run = Run(job, policy)
+    walking = _walking()
+    walking.append(job)
     try:
         return job, op._enqueue(run, policy.next_stream())
     except BaseException:
         job.finish(after_error=True)
         raise
+    finally:
+        walking.pop()
+
+
+_walks = threading.local()
+
+
+def _walking() -> list[Job]:
+    """The jobs this thread is enqueueing now (innermost last): ops that their
+    ``then`` functions make are started inside them."""
+    jobs: list[Job] | None = getattr(_walks, "jobs", None)
+    if jobs is None:
+        jobs = _walks.jobs = []
+    return jobs
+
+
+def check_startable(accesses: AccessSet, by: str) -> None:
+    """Raises `OwnershipError` now if an op with ``accesses``, started on this
+    thread, would conflict with a pending job: for a layer above that makes an op
+    some time before running it (cutile checks a launch at the call). The jobs
+    the op would join are no conflict: the active batch's, and those this thread
+    is enqueueing (whose ``then`` functions make ops). ``accesses.labels`` name
+    the op's uses; ``by`` names the rest."""
+    listed = accesses.accesses
+    if not any(resource._holders for resource, _ in listed):  # the usual case: nothing pending
+        return
+    joined = set(_walking())
+    active = _batch.current()
+    if active is not None:
+        joined.add(active.run.job)
+    labels = accesses.labels
+    with _ledger_lock:
+        for resource, access in listed:
+            for job, (mode, name) in list(resource._holders.items()):
+                if job not in joined and job.parent not in joined:
+                    _check_pair(resource, job, mode, name, None, access,
+                                labels.get(resource, by) if labels else by)
 
 
 def run_to_completion(op: DeviceOp[T], policy: SchedulingPolicy) -> T:

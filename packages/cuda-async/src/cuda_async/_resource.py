@@ -16,7 +16,7 @@ observed by the host.
 from __future__ import annotations
 
 import enum
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 import cuda_core
 
 from cuda_async import _native, _streams
@@ -129,6 +129,12 @@ class ResourceView:
         return f"<ResourceView {self.label}: {self.layout}>"
 
 
+def _shown(name: str) -> str:
+    """An op's name or a holder's label in a message: quoted, unless it quotes
+    what it names itself (a label such as "launch of add (parameter 'z')")."""
+    return name if "'" in name else repr(name)
+
+
 def _check_pair(
     resource: Resource, job: Job, mode: Access, name: str, requester: Job | None, access: Access, by: str
 ) -> None:
@@ -138,7 +144,7 @@ def _check_pair(
         held = "written" if mode is Access.WRITE else "read"
         wanted = "write" if access is Access.WRITE else "read"
         raise raised.ownership(
-            f"{resource.name} is {held} by the pending op {name!r}; {by!r} may not {wanted} it "
+            f"{resource.name} is {held} by the pending op {_shown(name)}; {_shown(by)} may not {wanted} it "
             "until that op completes (sync or await its future first)",
             resource=resource.name,
             holder=name,
@@ -159,16 +165,22 @@ def merge_accesses(
 class AccessSet:
     """The resources an op reads and writes, merged once (a resource both read and
     written counts as written): made once, shared by many ops over the same
-    resources (`FnOp.from_accesses`)."""
+    resources (`FnOp.from_accesses`).
 
-    __slots__ = ("accesses", "interest")
+    ``labels`` name who in the op uses a resource (``"launch of add (parameter
+    'z')"``): a hold the op takes on it, and a conflict it meets there, are named
+    so instead of by the op's name."""
 
-    def __init__(self, reads: tuple[Resource, ...] = (), writes: tuple[Resource, ...] = ()) -> None:
+    __slots__ = ("accesses", "interest", "labels")
+
+    def __init__(self, reads: tuple[Resource, ...] = (), writes: tuple[Resource, ...] = (),
+                 labels: Mapping[Resource, str] | None = None) -> None:
         for resource in reads + writes:
             if not isinstance(resource, Resource):
                 raise TypeError(f"reads and writes take Resource objects, got {type(resource).__name__}")
         self.accesses = merge_accesses(reads, writes)
         self.interest = interest_of(self.accesses)
+        self.labels: dict[Resource, str] | None = dict(labels) if labels else None
 
 
 def interest_of(accesses: tuple[tuple[Resource, Access], ...]) -> dict[object, int]:
@@ -205,34 +217,39 @@ class Job:
     def __repr__(self) -> str:
         return f"<Job {self.name!r}{' released' if self.released else ''}>"
 
-    def check(self, accesses: tuple[tuple[Resource, Access], ...], op_name: str) -> None:
+    def check(self, accesses: tuple[tuple[Resource, Access], ...], op_name: str,
+              labels: Mapping[Resource, str] | None = None) -> None:
         """Raises `OwnershipError` if any of ``op_name``'s accesses conflicts with
-        another pending job's hold (a graph capture checks, and takes nothing)."""
+        another pending job's hold (a graph capture checks, and takes nothing);
+        ``labels``: the op's names per resource (`AccessSet.labels`)."""
         with _ledger_lock:
             for resource, access in accesses:
                 for job, (mode, name) in resource._holders.items():
                     if job is not self:
-                        _check_pair(resource, job, mode, name, self, access, op_name)
+                        by = labels.get(resource, op_name) if labels else op_name
+                        _check_pair(resource, job, mode, name, self, access, by)
 
     def acquire(
         self,
         accesses: tuple[tuple[Resource, Access], ...],
         op_name: str,
         stream: cuda_core.Stream | None,
+        labels: Mapping[Resource, str] | None = None,
     ) -> None:
-        """Checks ``op_name``'s accesses against other pending jobs and takes the holds;
+        """Checks ``op_name``'s accesses against other pending jobs and takes the holds
+        (named by ``labels`` where it gives a resource one, else by ``op_name``);
         on ``stream``, makes it wait (events) for earlier conflicting accesses on other streams.
 
         Raises `OwnershipError` before taking anything if any access conflicts.
         """
         with _ledger_lock:
-            self.check(accesses, op_name)
+            self.check(accesses, op_name, labels)
             held = self.held
             for resource, access in accesses:
                 holders = resource._holders
                 previous = holders.get(self)
                 if previous is None or previous[0] < access:
-                    holders[self] = (access, op_name)
+                    holders[self] = (access, labels.get(resource, op_name) if labels else op_name)
                 held[resource] = None
             if stream is None:
                 return

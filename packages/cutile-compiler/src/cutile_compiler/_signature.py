@@ -143,17 +143,17 @@ def parse_signature(function: Any) -> KernelSignature:
     parameters: list[Parameter] = []
     for p in inspect.signature(function).parameters.values():
         if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
-            raise SignatureError(f"kernel {name}: parameter {p.name} must be a plain parameter (no *args/**kwargs)")
+            raise SignatureError(f"kernel {name}: parameter '{p.name}' must be a plain parameter (no *args/**kwargs)")
         annotation = hints.get(p.name)
         if annotation is None:
             raise SignatureError(
-                f"kernel {name}: parameter {p.name} needs an annotation: Tensor[...], Mut[Tensor[...]], "
+                f"kernel {name}: parameter '{p.name}' needs an annotation: Tensor[...], Mut[Tensor[...]], "
                 "Constant[int] or a dtype"
             )
         if annotation in (int, bool, float):
             annotation = ConstantAnnotation(annotation)
         if not isinstance(annotation, (TensorAnnotation, ConstantAnnotation, DType)):
-            raise SignatureError(f"kernel {name}: parameter {p.name} has an unsupported annotation {annotation!r}")
+            raise SignatureError(f"kernel {name}: parameter '{p.name}' has an unsupported annotation {annotation!r}")
         parameters.append(Parameter(p.name, annotation, p.default))
     signature = KernelSignature(tuple(parameters))
     mutable = signature.mutable
@@ -279,7 +279,7 @@ def specialize(
     def bind(name: str, value: Any, where: str) -> None:
         if name in constants and constants[name] != value:
             raise SpecializationError(
-                f"{kernel_name}: constant {name} is {constants[name]} from {sources[name]} but {value} from {where}"
+                f"{kernel_name}: constant '{name}' is {constants[name]} from {sources[name]} but {value} from {where}"
             )
         constants.setdefault(name, value)
         sources.setdefault(name, where)
@@ -292,9 +292,9 @@ def specialize(
                 value = float(value)
             if type(value) is not expected:
                 raise SpecializationError(
-                    f"{kernel_name}: parameter {p.name} is Constant[{expected.__name__}], got {type(value).__name__} {value!r}"
+                    f"{kernel_name}: parameter '{p.name}' is Constant[{expected.__name__}], got {type(value).__name__} {value!r}"
                 )
-            bind(p.name, value, f"argument {p.name}")
+            bind(p.name, value, f"argument '{p.name}'")
 
     tensors: dict[str, TensorSpec] = {}
     scalars: dict[str, DType] = {}
@@ -302,41 +302,41 @@ def specialize(
         annotation = p.annotation
         if isinstance(annotation, TensorAnnotation):
             if p.name not in args:
-                raise SpecializationError(f"{kernel_name}: missing tensor argument {p.name}")
+                raise SpecializationError(f"{kernel_name}: missing tensor argument '{p.name}'")
             spec = args[p.name]
             if not isinstance(spec, TensorSpec):
-                raise SpecializationError(f"{kernel_name}: parameter {p.name} expects a tensor, got {type(spec).__name__}")
+                raise SpecializationError(f"{kernel_name}: parameter '{p.name}' expects a tensor, got {type(spec).__name__}")
             if spec.dtype is not annotation.dtype:
-                raise SpecializationError(f"{kernel_name}: parameter {p.name} expects dtype {annotation.dtype}, got {spec.dtype}")
+                raise SpecializationError(f"{kernel_name}: parameter '{p.name}' expects dtype {annotation.dtype}, got {spec.dtype}")
             described = spec.tile_shape if annotation.mutable else spec.shape
             what = "tile shape" if annotation.mutable else "shape"
             if annotation.mutable and spec.tile_shape is None:
                 raise SpecializationError(
-                    f"{kernel_name}: parameter {p.name} is Mut[...]: pass it partitioned, e.g. "
+                    f"{kernel_name}: parameter '{p.name}' is Mut[...]: pass it partitioned, e.g. "
                     f"t.partition({[d if isinstance(d, int) and d > 0 else 128 for d in annotation.dims]})"
                 )
             if not annotation.mutable and spec.tile_shape is not None:
                 raise SpecializationError(
-                    f"{kernel_name}: parameter {p.name} is read-only: pass the tensor itself, not a partition of it "
+                    f"{kernel_name}: parameter '{p.name}' is read-only: pass the tensor itself, not a partition of it "
                     "(unpartition() gives it back)"
                 )
             assert described is not None
             if len(described) != len(annotation.dims):
                 raise SpecializationError(
-                    f"{kernel_name}: parameter {p.name} expects rank {len(annotation.dims)} ({what} {list(annotation.dims)}), "
+                    f"{kernel_name}: parameter '{p.name}' expects rank {len(annotation.dims)} ({what} {list(annotation.dims)}), "
                     f"got {what} {list(described)}"
                 )
             for axis, (dim, actual) in enumerate(zip(annotation.dims, described)):
                 if isinstance(dim, str):
-                    bind(dim, actual, f"{what} of {p.name} (axis {axis})")
+                    bind(dim, actual, f"{what} of '{p.name}' (axis {axis})")
                 elif dim != -1 and dim != actual:
                     raise SpecializationError(
-                        f"{kernel_name}: parameter {p.name} expects {what} {list(annotation.dims)}, got {list(described)}"
+                        f"{kernel_name}: parameter '{p.name}' expects {what} {list(annotation.dims)}, got {list(described)}"
                     )
             tensors[p.name] = spec
         elif isinstance(annotation, DType):
             if p.name not in args:
-                raise SpecializationError(f"{kernel_name}: missing scalar argument {p.name}")
+                raise SpecializationError(f"{kernel_name}: missing scalar argument '{p.name}'")
             scalars[p.name] = annotation
 
     for p in signature.parameters:
@@ -345,7 +345,7 @@ def specialize(
                 constants[p.name] = p.default
             else:
                 raise SpecializationError(
-                    f"{kernel_name}: constant {p.name} is not fixed by any shape; pass it by keyword ({p.name}=...)"
+                    f"{kernel_name}: constant '{p.name}' is not fixed by any shape; pass it by keyword ({p.name}=...)"
                 )
     # Names only used in shapes (not declared Constant) still constrain shapes and
     # key the specialization; the body can only see declared ones.

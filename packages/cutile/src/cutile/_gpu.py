@@ -134,7 +134,7 @@ def _param_type(arg: AbiArg, size: int, kernel: str) -> str:
                 wanted = "u" + wanted[1:]
     natural = _type_size(wanted)
     if natural != size:
-        raise LaunchError(f"{kernel}: parameter {arg.param} ({arg.kind}) is {size} bytes in the cubin, "
+        raise LaunchError(f"{kernel}: parameter '{arg.param}' ({arg.kind}) is {size} bytes in the cubin, "
                           f"cutile packs {natural} (a cutile bug: please report it)")
     return wanted
 

@@ -217,6 +217,9 @@ class Launch(LaunchBase):
             self._tensor_names = binding.tensor_names
             self._plan = binding.plan
         self._binding = binding
+        # A running op (a scheduled launch, a replay) that holds the memory refuses
+        # the launch now, at the call, naming both parameters (not only at its sync).
+        cuda_async.check_startable(binding.accesses, self.description)
         self._holds = hold_all(ranges, binding.hold_entries, kernel.name)
 
     def _release(self) -> None:
@@ -534,7 +537,14 @@ class Binding:
         self.hold_entries = hold_entries(ranges, kernel._launch_description)
         writes = [storage.resource for _, storage, _, _, mutable in ranges if mutable]
         reads = [storage.resource for _, storage, _, _, mutable in ranges if not mutable]
-        self.accesses = cuda_async.AccessSet(tuple(reads), tuple(writes))
+        # The op's holds and conflicts name the parameters, as the launch's own holds do.
+        params: dict[Any, list[str]] = {}
+        for param, storage, _, _, _ in ranges:
+            params.setdefault(storage.resource, []).append(f"'{param}'")
+        labels = {resource: f"{kernel._launch_description} (parameter {names[0]})" if len(names) == 1
+                  else f"{kernel._launch_description} (parameters {', '.join(names[:-1])} and {names[-1]})"
+                  for resource, names in params.items()}
+        self.accesses = cuda_async.AccessSet(tuple(reads), tuple(writes), labels)
         self.plan: CallPlan | None = None  # set by the first Launch.plan() without an explicit grid
         self.loaded: Any = None  # the GPU launcher, with ``packed`` its parameters
         self.packed: list[Any] = []

@@ -8,10 +8,11 @@
 #include "batch_api.h"
 
 enum { D_HOLDERS, D_LAST_WRITE, D_READS, D_JOB_STREAMS, D_STATE_EPOCH, D_STATE_INTEREST,
-       D_BATCH_OPS, D_BATCH_FAST, D_ACCESSES, D_INTEREST, D_COUNT };
+       D_BATCH_OPS, D_BATCH_FAST, D_ACCESSES, D_INTEREST, D_LABELS, D_COUNT };
 static const char *descriptor_names[D_COUNT] = {
     "Resource._holders", "Resource._last_write", "Resource._reads", "Job.streams", "StreamState.epoch",
-    "StreamState.interest", "Batch.ops", "Batch._fast", "AccessSet.accesses", "AccessSet.interest"};
+    "StreamState.interest", "Batch.ops", "Batch._fast", "AccessSet.accesses", "AccessSet.interest",
+    "AccessSet.labels"};
 
 static PyObject *descriptors[D_COUNT];
 static PyObject *active_batch;      /* the ContextVar of the batch active on this thread/task */
@@ -423,15 +424,18 @@ static int sync_begin(PyObject *access_set, PyObject *job, PyObject *name, CudaA
     if (!lock_try_acquire(streams_lock)) { lock_release(ledger_lock); clear_sync(txn); return 0; }
     int result = -1;
     PyObject *accesses = get(D_ACCESSES, access_set);
-    PyObject *pending = accesses ? get(D_STATE_INTEREST, txn->state) : NULL;
+    PyObject *labels = accesses ? get(D_LABELS, access_set) : NULL; /* a hold is named as Job.acquire names it */
+    PyObject *pending = labels ? get(D_STATE_INTEREST, txn->state) : NULL;
     if (pending != NULL) {
         /* Another op's access points not yet marked: the Python path decides about events. */
         result = (PyDict_Check(pending) && PyDict_GET_SIZE(pending) == 0) ? idle(accesses) : 0;
         Py_ssize_t n = PyTuple_GET_SIZE(accesses), i = 0;
         for (; result == 1 && i < n; i++) {
             PyObject *pair = PyTuple_GET_ITEM(accesses, i);
+            PyObject *label = PyDict_Check(labels) ? PyDict_GetItemWithError(labels, PyTuple_GET_ITEM(pair, 0)) : NULL;
+            if (label == NULL && PyErr_Occurred()) { result = -1; break; }
             PyObject *holders = get(D_HOLDERS, PyTuple_GET_ITEM(pair, 0));
-            PyObject *hold = holders ? PyTuple_Pack(2, PyTuple_GET_ITEM(pair, 1), name) : NULL;
+            PyObject *hold = holders ? PyTuple_Pack(2, PyTuple_GET_ITEM(pair, 1), label ? label : name) : NULL;
             if (hold == NULL || PyDict_SetItem(holders, job, hold) < 0) result = -1;
             Py_XDECREF(hold); Py_XDECREF(holders);
         }
@@ -446,7 +450,7 @@ static int sync_begin(PyObject *access_set, PyObject *job, PyObject *name, CudaA
             PyErr_Restore(type, value, tb);
         }
     }
-    Py_XDECREF(accesses); Py_XDECREF(pending);
+    Py_XDECREF(accesses); Py_XDECREF(labels); Py_XDECREF(pending);
     lock_release(streams_lock);
     lock_release(ledger_lock);
     if (result != 1) { clear_sync(txn); return result; }
@@ -484,8 +488,40 @@ static int sync_end(CudaAsyncSyncTxn *txn, int ran) {
     return failed ? -1 : 0;
 }
 
+/* What check_startable (_op.py) lets pass at once: no job holds any of the
+ * resources, or only the job of the batch open on this thread/task (an op started
+ * now joins it). 1: startable; 0: the Python path decides (and names a conflict). */
+static int startable(PyObject *access_set) {
+    if (!configured) return 0;
+    PyObject *accesses = get(D_ACCESSES, access_set);
+    if (accesses == NULL) return -1;
+    PyObject *batch_job = NULL; /* borrowed from the batch's _fast tuple, kept below */
+    PyObject *batch = NULL, *fast = NULL;
+    int result = 1;
+    if (!lock_try_acquire(ledger_lock)) { Py_DECREF(accesses); return 0; }
+    Py_ssize_t n = PyTuple_GET_SIZE(accesses);
+    for (Py_ssize_t i = 0; i < n && result == 1; i++) {
+        PyObject *holders = get(D_HOLDERS, PyTuple_GET_ITEM(PyTuple_GET_ITEM(accesses, i), 0));
+        if (holders == NULL) { result = -1; break; }
+        Py_ssize_t held = PyDict_Check(holders) ? PyDict_GET_SIZE(holders) : -1;
+        if (held != 0) {
+            if (held == 1 && batch == NULL) {
+                if (PyContextVar_Get(active_batch, Py_None, &batch) < 0) result = -1;
+                else if (batch != Py_None && (fast = get(D_BATCH_FAST, batch)) == NULL) result = -1;
+                else if (fast != NULL && PyTuple_Check(fast)) batch_job = PyTuple_GET_ITEM(fast, 0);
+            }
+            if (result == 1 && !(held == 1 && batch_job != NULL && PyDict_Contains(holders, batch_job) == 1))
+                result = PyErr_Occurred() ? -1 : 0;
+        }
+        Py_DECREF(holders);
+    }
+    lock_release(ledger_lock);
+    Py_XDECREF(fast); Py_XDECREF(batch); Py_DECREF(accesses);
+    return result;
+}
+
 static CudaAsyncBatchAPI api = {CUDA_ASYNC_BATCH_API_VERSION, txn_begin, txn_commit, txn_abort, lock_try_acquire,
-                                lock_release, &RLockType, sync_begin, sync_end};
+                                lock_release, &RLockType, sync_begin, sync_end, startable};
 
 static PyObject *configure(PyObject *self, PyObject *args) {
     PyObject *var, *ledger, *streams, *table, *captures, *policies, *scoped, *round_robin, *single_stream, *state;

@@ -17,7 +17,7 @@
 
 #include <Python.h>
 
-#define CUDA_ASYNC_BATCH_API_VERSION 1
+#define CUDA_ASYNC_BATCH_API_VERSION 2
 #define CUDA_ASYNC_BATCH_API_CAPSULE "cuda_async._native_batch.API"
 
 typedef struct {
@@ -52,6 +52,10 @@ typedef struct {
     /* Gives the holds back (waiting for the ledger lock without the GIL); `ran`: the
      * op was enqueued (the stream advances). 0, or -1 with an error set. */
     int (*sync_end)(CudaAsyncSyncTxn *txn, int ran);
+    /* Whether an op with these accesses may be made now without the Python path's
+     * check (`check_startable`): 1 when no pending job holds its resources but the
+     * batch open on this thread; 0: the caller's Python path checks; -1: error set. */
+    int (*startable)(PyObject *access_set);
 } CudaAsyncBatchAPI;
 
 /* The object the weak reference `ref` points to, or None once it is dead: for

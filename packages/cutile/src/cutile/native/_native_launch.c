@@ -396,6 +396,13 @@ static void drop_fast_holds(FastBinding *fb) {
 static PyObject *fast_call(KernelBase *kernel, FastBinding *fb, PyObject *args) {
     int matched = arguments_match(fb, args);
     if (matched <= 0) return NULL;
+    /* A running op holding the memory (a scheduled launch, a replay) but the batch's
+     * own: the Python path refuses the call, naming both parameters. */
+    PyObject *access_set = descr_get(binding_accesses, fb->owner);
+    if (access_set == NULL) return NULL;
+    int startable = batch_api->startable(access_set);
+    Py_DECREF(access_set);
+    if (startable <= 0) return NULL;
     int taken = take_holds(fb);
     if (taken <= 0) return NULL;
     LaunchBase *launch = (LaunchBase *)fb->launch_type->tp_alloc(fb->launch_type, 0);
