@@ -75,6 +75,8 @@ def test_compiling_with_a_zero_tile_is_a_launch_error_not_a_crash() -> None:
         cutile.compile(add, api.meta([64]).partition([0]), api.meta([64]), api.meta([64]))
     with pytest.raises(cutile.LaunchError, match=r"at most 3 dims"):
         api.meta([2, 2, 2, 2]).partition([1, 1, 1, 1])
+    with pytest.raises(cutile.LaunchError, match=r"at most 2\*\*24 = 16777216 elements, \[8192, 4096\] has"):
+        api.meta([8192, 8192]).partition([8192, 4096])  # the compiler's tile rule, before any allocation
     z = api.zeros([100])
     with pytest.raises(cutile.LaunchError):
         z.partition([3])

@@ -29,7 +29,7 @@ from cutile_compiler import _dtypes as dt
 from cutile_compiler import TensorSpec
 from cutile_compiler._opdefs.elementwise import numpy_dtype as numpy_dtype  # one definition, re-exported
 from cutile_compiler._signature import TensorAnnotation, make_tensor_annotation
-from cutile_compiler._types import is_power_of_two
+from cutile_compiler._types import is_power_of_two, tile_shape_problem
 
 
 def dtype_of(value: Any) -> dt.DType:
@@ -538,7 +538,7 @@ class Partition:
 def checked_tile_shape(tile_shape: Any, shape: tuple[int, ...]) -> tuple[int, ...]:
     """``tile_shape`` as a partition of a tensor of ``shape`` takes it: one tile dim
     per tensor dim (at most 3: one per grid axis), each a positive power of two
-    (the language's tile rule, `is_power_of_two`). `Tensor.partition` and
+    (the language's tile rule, `tile_shape_problem`: at most 2**24 elements too). `Tensor.partition` and
     `api.meta(...).partition` both check here; a `LaunchError` names the argument."""
     items = tuple(tile_shape) if isinstance(tile_shape, (list, tuple)) else (tile_shape,)
     if len(items) != len(shape):
@@ -551,6 +551,9 @@ def checked_tile_shape(tile_shape: Any, shape: tuple[int, ...]) -> tuple[int, ..
             raise LaunchError(f"partition(tile_shape={list(items)}): tile dims must be positive powers of two, "
                               f"got {extent!r}")
         dims.append(int(extent))
+    problem = tile_shape_problem(tuple(dims))
+    if problem is not None:
+        raise LaunchError(f"partition(tile_shape={list(items)}): {problem}")
     if len(shape) > 3:
         raise LaunchError(f"partition(tile_shape={list(items)}): at most 3 dims (one per grid axis), "
                           f"the tensor has {len(shape)}")
