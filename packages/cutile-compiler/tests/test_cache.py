@@ -482,11 +482,14 @@ def _replace_entry(cache: DiskCache, k: str, kind: str, tmp_path: Path) -> None:
             file.truncate(64 << 30)
     elif kind == "folder":
         path.mkdir()
+    elif kind == "folder with a file":
+        path.mkdir()
+        (path / "file").write_bytes(b"not ours to delete")
     else:
         raise AssertionError(kind)
 
 
-NOT_REGULAR = ["fifo", "link to /dev/zero", "link to a valid entry", "sparse 64 GiB", "folder"]
+NOT_REGULAR = ["fifo", "link to /dev/zero", "link to a valid entry", "sparse 64 GiB", "folder", "folder with a file"]
 
 
 @pytest.mark.parametrize("kind", NOT_REGULAR)
@@ -498,8 +501,8 @@ def test_entries_that_are_not_regular_files_are_misses(tmp_path: Path, kind: str
     assert _get_within(cache, k) is None
     assert (cache.stats.corrupt, cache.stats.hits) == (1, 0)
     path = cache.path(k)
-    if kind == "folder":
-        assert path.is_dir()  # a folder is left alone; writes fail quietly instead
+    if kind == "folder with a file":
+        assert (path / "file").exists()  # not emptied; writes fail with a warning instead
         with pytest.warns(RuntimeWarning, match="CUTILE_CACHE_DIR"):
             assert not cache.put(k, b"payload")
     else:

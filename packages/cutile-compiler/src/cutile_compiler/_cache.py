@@ -330,7 +330,11 @@ class DiskCache:
             self._count(misses=1)
             return None
         except _Damaged:
-            _unlink_quietly(path)  # unlink removes a link itself, never its target; a folder stays
+            if not _unlink_quietly(path):  # unlink removes a link itself, never its target
+                try:
+                    os.rmdir(path)  # an empty folder in its place; one with files in it stays
+                except OSError:
+                    pass
             self._count(misses=1, corrupt=1)
             return None
         except OSError:  # unreadable (permissions, I/O error): leave it, compile without it
