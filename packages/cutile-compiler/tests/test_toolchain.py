@@ -440,6 +440,13 @@ def test_a_hung_probe_obeys_the_timeout_knob(monkeypatch: pytest.MonkeyPatch, tm
     assert f"{flag} did not answer within 0.5 s" in str(info.value) and "CUTILE_TILEIRAS_TIMEOUT" in str(info.value)
 
 
+def test_a_long_help_is_read_whole(fake_toolkit: FakeToolkit, monkeypatch: pytest.MonkeyPatch) -> None:
+    names = tuple(f"sm_{n}" for n in range(80, 800))  # about 32 KiB of --help: more than a compile's output keeps
+    root = fake_toolkit("tk", gpu_names=names)
+    monkeypatch.setenv("CUTILE_TILEIRAS", str(root / "bin" / "tileiras"))
+    assert _toolchain.find_toolchain().gpu_names == names
+
+
 def test_identity_tells_binaries_apart(fake_toolkit: FakeToolkit, monkeypatch: pytest.MonkeyPatch) -> None:
     first, second = fake_toolkit("one"), fake_toolkit("two")  # the same --version text
     chains = []
