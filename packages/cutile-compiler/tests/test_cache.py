@@ -523,6 +523,17 @@ def test_a_link_counts_as_itself_in_the_cache_size(tmp_path: Path) -> None:
     assert cache.get(key(1)) == b"x" * 100
 
 
+def test_eviction_never_deletes_through_a_linked_folder(tmp_path: Path) -> None:
+    cache = DiskCache(tmp_path / "cache", 1 << 20)
+    cache.put(key(1), b"x" * 100)
+    elsewhere = tmp_path / "someone-elses"
+    elsewhere.mkdir()
+    (elsewhere / "their.cubin").write_bytes(b"theirs")
+    (cache.root / "zz").symlink_to(elsewhere, target_is_directory=True)
+    cache.clear()
+    assert (elsewhere / "their.cubin").read_bytes() == b"theirs" and cache.get(key(1)) is None
+
+
 @pytest.mark.parametrize("kind", ["fifo", "link to /dev/zero", "sparse 64 GiB"])
 def test_cached_compile_gets_past_a_non_regular_entry(
     real_toolchain: Toolchain, empty_kernel: bytes, tmp_path: Path, kind: str

@@ -388,7 +388,8 @@ class DiskCache:
         found: list[tuple[int, str, int]] = []
         now = time.time()
         try:
-            folders = [entry.path for entry in os.scandir(self.root) if entry.is_dir()]
+            # A linked folder is not ours: eviction must never delete files through it.
+            folders = [entry.path for entry in os.scandir(self.root) if entry.is_dir(follow_symlinks=False)]
         except FileNotFoundError:
             return []
         for folder in folders:

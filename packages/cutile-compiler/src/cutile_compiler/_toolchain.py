@@ -113,7 +113,8 @@ class TileirasError(CompilerError):
     Attributes:
         command: the command line that ran (its temporary files are gone by now).
         returncode: tileiras's exit status; None when it was stopped (timeout).
-        stderr: what tileiras printed on stderr, unchanged.
+        stderr: what tileiras printed on stderr, unchanged up to 16 KiB; beyond that its
+            head and tail around a line naming the file that holds all of it.
         diagnostics: stderr with source locations rewritten by `map_diagnostics`
             when the caller gave a locations function, else the same as `stderr`.
     """
