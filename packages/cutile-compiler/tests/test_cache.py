@@ -482,11 +482,14 @@ def _replace_entry(cache: DiskCache, k: str, kind: str, tmp_path: Path) -> None:
             file.truncate(64 << 30)
     elif kind == "folder":
         path.mkdir()
+    elif kind == "folder with a file":
+        path.mkdir()
+        (path / "file").write_bytes(b"not ours to delete")
     else:
         raise AssertionError(kind)
 
 
-NOT_REGULAR = ["fifo", "link to /dev/zero", "link to a valid entry", "sparse 64 GiB", "folder"]
+NOT_REGULAR = ["fifo", "link to /dev/zero", "link to a valid entry", "sparse 64 GiB", "folder", "folder with a file"]
 
 
 @pytest.mark.parametrize("kind", NOT_REGULAR)
@@ -498,8 +501,8 @@ def test_entries_that_are_not_regular_files_are_misses(tmp_path: Path, kind: str
     assert _get_within(cache, k) is None
     assert (cache.stats.corrupt, cache.stats.hits) == (1, 0)
     path = cache.path(k)
-    if kind == "folder":
-        assert path.is_dir()  # a folder is left alone; writes fail quietly instead
+    if kind == "folder with a file":
+        assert (path / "file").exists()  # not emptied; writes fail with a warning instead
         with pytest.warns(RuntimeWarning, match="CUTILE_CACHE_DIR"):
             assert not cache.put(k, b"payload")
     else:
@@ -518,6 +521,17 @@ def test_a_link_counts_as_itself_in_the_cache_size(tmp_path: Path) -> None:
     cache.path(key(2)).symlink_to(big)
     assert cache.size() < 1 << 20  # not the target's gigabyte, so nothing is evicted for it
     assert cache.get(key(1)) == b"x" * 100
+
+
+def test_eviction_never_deletes_through_a_linked_folder(tmp_path: Path) -> None:
+    cache = DiskCache(tmp_path / "cache", 1 << 20)
+    cache.put(key(1), b"x" * 100)
+    elsewhere = tmp_path / "someone-elses"
+    elsewhere.mkdir()
+    (elsewhere / "their.cubin").write_bytes(b"theirs")
+    (cache.root / "zz").symlink_to(elsewhere, target_is_directory=True)
+    cache.clear()
+    assert (elsewhere / "their.cubin").read_bytes() == b"theirs" and cache.get(key(1)) is None
 
 
 @pytest.mark.parametrize("kind", ["fifo", "link to /dev/zero", "sparse 64 GiB"])

@@ -10,8 +10,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from cutile_compiler import _toolchain
+from cutile_compiler._cubin import cubin_problem
 from cutile_compiler._toolchain import (
     ArchError,
     CompileOptions,
@@ -371,6 +374,24 @@ def test_exit_0_with_something_else_than_a_cubin_is_reported_as_such(
     assert "wrote no cubin" not in message and info.value.returncode == 0
 
 
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(edits=st.lists(st.tuples(st.integers(0, 1 << 16), st.integers(0, 255)), min_size=1, max_size=8), cut=st.integers(0, 1 << 16))
+def test_the_cubin_check_answers_any_bytes(
+    make_cubin: Callable[..., bytes], edits: list[tuple[int, int]], cut: int
+) -> None:
+    data = bytearray(make_cubin(("kernel", "other")))
+    for offset, value in edits:
+        data[offset % len(data)] = value
+    for candidate in (bytes(data), bytes(data[: cut % (len(data) + 1)])):
+        problem = cubin_problem(candidate, ("kernel",))
+        assert problem is None or isinstance(problem, str)
+
+
+def test_a_cubin_with_many_functions_lists_a_few(make_cubin: Callable[..., bytes]) -> None:
+    problem = cubin_problem(make_cubin(tuple(f"f{n:03}" for n in range(500))), ("kernel",))
+    assert problem is not None and "f000, f001" in problem and "and 490 more" in problem and len(problem) < 300
+
+
 def test_the_entries_to_check_can_be_given(
     fake_toolkit: FakeToolkit, monkeypatch: pytest.MonkeyPatch, empty_kernel: bytes, make_cubin: Callable[..., bytes]
 ) -> None:
@@ -438,6 +459,13 @@ def test_a_hung_probe_obeys_the_timeout_knob(monkeypatch: pytest.MonkeyPatch, tm
         _toolchain.find_toolchain()
     assert time.monotonic() - start < 10
     assert f"{flag} did not answer within 0.5 s" in str(info.value) and "CUTILE_TILEIRAS_TIMEOUT" in str(info.value)
+
+
+def test_a_long_help_is_read_whole(fake_toolkit: FakeToolkit, monkeypatch: pytest.MonkeyPatch) -> None:
+    names = tuple(f"sm_{n}" for n in range(80, 800))  # about 32 KiB of --help: more than a compile's output keeps
+    root = fake_toolkit("tk", gpu_names=names)
+    monkeypatch.setenv("CUTILE_TILEIRAS", str(root / "bin" / "tileiras"))
+    assert _toolchain.find_toolchain().gpu_names == names
 
 
 def test_identity_tells_binaries_apart(fake_toolkit: FakeToolkit, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -330,7 +330,11 @@ class DiskCache:
             self._count(misses=1)
             return None
         except _Damaged:
-            _unlink_quietly(path)  # unlink removes a link itself, never its target; a folder stays
+            if not _unlink_quietly(path):  # unlink removes a link itself, never its target
+                try:
+                    os.rmdir(path)  # an empty folder in its place; one with files in it stays
+                except OSError:
+                    pass
             self._count(misses=1, corrupt=1)
             return None
         except OSError:  # unreadable (permissions, I/O error): leave it, compile without it
@@ -384,7 +388,8 @@ class DiskCache:
         found: list[tuple[int, str, int]] = []
         now = time.time()
         try:
-            folders = [entry.path for entry in os.scandir(self.root) if entry.is_dir()]
+            # A linked folder is not ours: eviction must never delete files through it.
+            folders = [entry.path for entry in os.scandir(self.root) if entry.is_dir(follow_symlinks=False)]
         except FileNotFoundError:
             return []
         for folder in folders:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable
 
-__all__ = ["EM_CUDA", "cubin_problem", "function_symbols"]
+__all__ = ["EM_CUDA", "cubin_problem"]
 
 EM_CUDA = 190
 """The ELF machine number of NVIDIA CUDA code (``e_machine`` of every cubin)."""
@@ -91,14 +91,6 @@ def _function_symbols(data: bytes) -> set[str]:
     return functions
 
 
-def function_symbols(data: bytes) -> set[str] | None:
-    """The functions a cubin defines (its ``STT_FUNC`` symbols), or None if it is no cubin."""
-    try:
-        return _function_symbols(bytes(data))
-    except (_NotACubin, struct.error):
-        return None
-
-
 def cubin_problem(data: bytes, entries: Iterable[str] = ()) -> str | None:
     """Why `data` is not a CUDA cubin defining every kernel in `entries`, or None if it is.
 
@@ -114,6 +106,7 @@ def cubin_problem(data: bytes, entries: Iterable[str] = ()) -> str | None:
         return "it is a truncated or malformed ELF file"
     missing = [name for name in entries if name not in functions]
     if missing:
-        defined = ", ".join(sorted(functions)) or "none"
+        listed = sorted(functions)
+        defined = ", ".join(listed[:10]) + (f" and {len(listed) - 10} more" if len(listed) > 10 else "") or "none"
         return f"it does not define the kernel {', '.join(missing)} (the functions it defines: {defined})"
     return None

@@ -22,9 +22,9 @@ command line when tileiras fails or writes something else. `map_diagnostics`
 rewrites the source locations in tileiras's messages into kernel source excerpts.
 
 Every run of tileiras (the probes of ``--version``/``--help`` included) is bounded by
-``CUTILE_TILEIRAS_TIMEOUT``, and its output by `_OUTPUT_HEAD` + `_OUTPUT_TAIL` bytes in
-memory: a longer stderr keeps its head and tail, and the whole of it stays in a file
-whose path the message gives.
+``CUTILE_TILEIRAS_TIMEOUT``, and its output by `_OUTPUT_KEPT` bytes in memory (a
+compile's; a probe's by `_PROBE_OUTPUT_KEPT`): a longer stderr keeps its head and tail,
+and the whole of it stays in a file whose path the message gives.
 """
 
 from __future__ import annotations
@@ -87,7 +87,8 @@ FOUND_BY_RULES = ("CUTILE_TILEIRAS", "CUDA_TOOLKIT_PATH", "pip", "PATH")
 _EXE = ".exe" if os.name == "nt" else ""
 _TILEIRAS, _PTXAS = "tileiras" + _EXE, "ptxas" + _EXE
 _PROBE_TIMEOUT_S = 60.0  # --version/--help answer in milliseconds; at most this, or CUTILE_TILEIRAS_TIMEOUT if less
-_OUTPUT_HEAD = _OUTPUT_TAIL = 8 * 1024  # bytes of a run's stdout/stderr kept in memory (and in messages)
+_OUTPUT_KEPT = 16 * 1024  # bytes of a compile's stdout/stderr kept in memory and messages: half head, half tail
+_PROBE_OUTPUT_KEPT = 1 << 20  # --help is parsed whole: a few KiB, this bounds a foreign tool's
 _GENERIC_FAILURE = "failed to compile Tile IR program"
 
 
@@ -112,7 +113,8 @@ class TileirasError(CompilerError):
     Attributes:
         command: the command line that ran (its temporary files are gone by now).
         returncode: tileiras's exit status; None when it was stopped (timeout).
-        stderr: what tileiras printed on stderr, unchanged.
+        stderr: what tileiras printed on stderr, unchanged up to 16 KiB; beyond that its
+            head and tail around a line naming the file that holds all of it.
         diagnostics: stderr with source locations rewritten by `map_diagnostics`
             when the caller gave a locations function, else the same as `stderr`.
     """
@@ -317,18 +319,18 @@ class _Completed:
     stderr: str
 
 
-def _bounded_text(file: IO[bytes], whole: str | None) -> str:
-    """The text in `file`: all of it up to `_OUTPUT_HEAD` + `_OUTPUT_TAIL` bytes, else its
-    head and tail (cut at line ends) around a line saying how much was left out and, when
-    `whole` names it, which file holds everything."""
+def _bounded_text(file: IO[bytes], kept: int, whole: str | None) -> str:
+    """The text in `file`: all of it up to `kept` bytes, else its head and tail (cut at line
+    ends) around a line saying how much was left out and, when `whole` names it, which
+    file holds everything."""
     size = file.seek(0, os.SEEK_END)
     file.seek(0)
-    if size <= _OUTPUT_HEAD + _OUTPUT_TAIL:
+    if size <= kept:
         return file.read().decode(errors="replace")
-    head = file.read(_OUTPUT_HEAD)
+    head = file.read(kept // 2)
     head = head[: head.rfind(b"\n") + 1] or head
-    file.seek(size - _OUTPUT_TAIL)
-    tail = file.read(_OUTPUT_TAIL)
+    file.seek(size - kept // 2)
+    tail = file.read(kept // 2)
     tail = tail[tail.find(b"\n") + 1 :] or tail
     where = f"; all of it is in {whole}" if whole else ""
     note = f"[... {size - len(head) - len(tail)} of {size} bytes left out{where} ...]\n"
@@ -341,20 +343,21 @@ def _run(
     env: Mapping[str, str],
     timeout: float,
     cwd: str | None = None,
+    kept: int = _OUTPUT_KEPT,
     keep_long_stderr: bool = False,
 ) -> _Completed:
     """Runs `command`; returns its exit code and bounded output; raises TimeoutExpired after killing it.
 
     The output goes to files, not pipes, so that no amount of it fills this process's
-    memory. With `keep_long_stderr`, a stderr too long to keep whole is left in a file
-    in the temporary folder, whose path the kept text names.
-    The process gets its own session so that a timeout kills the whole group: tileiras
-    starts ptxas.
+    memory: `kept` bytes of each are read back (see `_bounded_text`). With
+    `keep_long_stderr`, a stderr longer than that is left in a file in the temporary
+    folder, whose path the kept text names. The process gets its own session so that a
+    timeout kills the whole group: tileiras starts ptxas.
     """
     with tempfile.TemporaryFile() as out, tempfile.NamedTemporaryFile(
         prefix="cutile-tileiras-", suffix=".stderr.txt", delete=False
     ) as err:
-        kept = False
+        left = False  # whether the stderr file is left for the user
         try:
             proc = subprocess.Popen(
                 list(command), stdin=subprocess.DEVNULL, stdout=out, stderr=err,
@@ -368,12 +371,14 @@ def _run(
                 except ProcessLookupError:
                     pass
                 proc.wait()
-                exc.stdout, exc.stderr = _bounded_text(out, None).encode(), _bounded_text(err, None).encode()
+                exc.stdout, exc.stderr = _bounded_text(out, kept, None).encode(), _bounded_text(err, kept, None).encode()
                 raise
-            kept = keep_long_stderr and os.fstat(err.fileno()).st_size > _OUTPUT_HEAD + _OUTPUT_TAIL
-            return _Completed(proc.returncode, _bounded_text(out, None), _bounded_text(err, err.name if kept else None))
+            left = keep_long_stderr and os.fstat(err.fileno()).st_size > kept
+            return _Completed(
+                proc.returncode, _bounded_text(out, kept, None), _bounded_text(err, kept, err.name if left else None)
+            )
         finally:
-            if not kept:
+            if not left:
                 err.close()
                 _remove(err.name)
 
@@ -672,7 +677,7 @@ _GPU_NAME = re.compile(r"=(sm_\d+)\b")
 def _probe_output(tool: Path, flag: str, env: Mapping[str, str]) -> tuple[int, str]:
     limit = min(_PROBE_TIMEOUT_S, _config.TILEIRAS_TIMEOUT.get())
     try:
-        done = _run([str(tool), flag], env=env, timeout=limit)
+        done = _run([str(tool), flag], env=env, timeout=limit, kept=_PROBE_OUTPUT_KEPT)
     except subprocess.TimeoutExpired:
         raise ToolchainError(
             f"{tool} {flag} did not answer within {limit:g} s and was stopped (it answers in "
