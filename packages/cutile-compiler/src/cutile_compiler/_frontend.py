@@ -25,6 +25,7 @@ from cutile_compiler import _dtypes as dt
 from cutile_compiler._errors import SourceLocation, TileSyntaxError, TileTypeError
 from cutile_compiler._ir import Block, KernelIR, KernelParam, Operation, Value
 from cutile_compiler._opdefs import OPS, RuleError
+from cutile_compiler._reads import ABSENT, ExternalReads
 from cutile_compiler._signature import KernelSignature, Specialization, TensorAnnotation
 from cutile_compiler._source import FunctionSource, capture
 from cutile_compiler._types import KType, TensorType, TileType, broadcast_shapes
@@ -79,7 +80,7 @@ class _Frame:
     source: FunctionSource
     env: dict[str, Any]
     globals: dict[str, Any]
-    closure: dict[str, Any]
+    closure: dict[str, Any]  # name -> its cell
     result: Any = None
     block: Any = None  # the block an inlined device function is emitted into
 
@@ -142,6 +143,10 @@ class FrontEnd:
         self.grid_rank = 0
         self.node: ast.AST = self.source.tree
         self.inline_stack: list[Any] = []
+        # Every global, closure variable and attribute of a host object the kernel
+        # and its device functions read, and the code inlined: the IR is stale once
+        # one of them changes.
+        self.reads = ExternalReads()
 
     # -- locations and errors -----------------------------------------------------
     @property
@@ -356,9 +361,10 @@ class FrontEnd:
     def build(self) -> KernelIR:
         tree = self.source.tree
         function = self.function
-        closure = _closure_vars(function)
+        closure = _closure_cells(function)
         env: dict[str, Any] = {}
         self.frames.append(_Frame(self.source, env, function.__globals__, closure))
+        self.reads.code(function)
         params: list[KernelParam] = []
         constants = dict(self.spec.constants)
         tensors = dict(self.spec.tensors)
@@ -397,7 +403,8 @@ class FrontEnd:
             raise self.syntax_error(f"'{flow}' outside a loop", tree)
         self.body.ops[:0] = self.prologue
         self.frames.pop()
-        return KernelIR(tree.name, params, self.body, self.grid_rank, self.source.location(tree), self.unsafe)
+        return KernelIR(tree.name, params, self.body, self.grid_rank, self.source.location(tree), self.unsafe,
+                        self.reads)
 
     # -- statements ----------------------------------------------------------------
     def visit_statements(self, statements: Sequence[ast.stmt]) -> str:
@@ -930,9 +937,12 @@ class FrontEnd:
                 raise self.syntax_error(value.reason, node)
             return value
         if name in frame.closure:
-            return frame.closure[name]
-        if name in frame.globals:
-            return frame.globals[name]
+            value = self.reads.cell(frame.closure[name], name)
+            if value is not ABSENT:  # (an empty cell: a name not bound yet)
+                return value
+        value = self.reads.global_name(frame.globals, name)
+        if value is not ABSENT:
+            return value
         if hasattr(builtins, name):
             return getattr(builtins, name)
         undeclared = [c for c, _ in self.spec.constants if c == name]
@@ -955,9 +965,11 @@ class FrontEnd:
         if isinstance(value, _NUMBER) or isinstance(value, (str, type(None))):
             raise self.syntax_error(f"{self.describe(value)} has no attribute '{attr}' usable in a kernel", node)
         try:
-            return getattr(value, attr)
+            found = getattr(value, attr)
         except AttributeError:
             raise self.syntax_error(f"{self.describe(value)} has no attribute '{attr}'", node) from None
+        self.reads.attribute(value, attr, found)  # (config.SCALE may be rebound later)
+        return found
 
     def subscript(self, value: Any, node: ast.Subscript) -> Any:
         index = self.expr(node.slice)
@@ -1025,7 +1037,8 @@ class FrontEnd:
         except TypeError as exc:
             raise self.type_error(f"{function.__qualname__}(): {exc}", node) from None
         bound.apply_defaults()
-        frame = _Frame(source, dict(bound.arguments), function.__globals__, _closure_vars(function), block=self.block)
+        frame = _Frame(source, dict(bound.arguments), function.__globals__, _closure_cells(function), block=self.block)
+        self.reads.code(function)
         for statement in source.tree.body[:-1]:
             if _contains(statement, ast.Return):
                 raise TileSyntaxError("a device function may return only at its end (its last statement)",
@@ -1051,16 +1064,10 @@ def _numbers_dtype(values: Sequence[Any]) -> dt.DType:
     return dtype
 
 
-def _closure_vars(function: Any) -> dict[str, Any]:
-    code = function.__code__
-    cells = function.__closure__ or ()
-    values: dict[str, Any] = {}
-    for name, cell in zip(code.co_freevars, cells):
-        try:
-            values[name] = cell.cell_contents
-        except ValueError:  # an empty cell: the name is not bound yet
-            continue
-    return values
+def _closure_cells(function: Any) -> dict[str, Any]:
+    """The cells of ``function``'s closure variables, by name (read through
+    `ExternalReads.cell`, which records what was read)."""
+    return dict(zip(function.__code__.co_freevars, function.__closure__ or ()))
 
 
 def _assigned_names(statements: Sequence[ast.stmt]) -> set[str]:

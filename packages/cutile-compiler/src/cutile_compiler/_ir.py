@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cutile_compiler._errors import SourceLocation
+from cutile_compiler._reads import ExternalReads
 from cutile_compiler._types import KType
 
 if TYPE_CHECKING:
@@ -109,6 +110,9 @@ class KernelIR:
     grid_rank: int  # how many grid axes the kernel's partitions use (0 to 3)
     location: SourceLocation | None = None
     unsafe: bool = False
+    #: the globals, closure variables and code it was compiled from: it is stale
+    #: once ``reads.changed()`` names one
+    reads: ExternalReads = field(default_factory=ExternalReads)
 
     def walk(self) -> Iterator[Operation]:
         return self.body.walk()
