@@ -83,6 +83,7 @@ class _Frame:
     closure: dict[str, Any]  # name -> its cell
     result: Any = None
     block: Any = None  # the block an inlined device function is emitted into
+    loop_depth: int = 0  # run-time loops of this function around the statement being visited
 
 
 @dataclass
@@ -494,6 +495,8 @@ class FrontEnd:
 
     def visit_return(self, node: ast.Return) -> str:
         frame = self.frame
+        if frame.loop_depth:  # (Tile IR returns only from the entry's top level or an if there)
+            raise self.syntax_error("'return' inside a loop is not supported", node)
         if len(self.frames) > 1:  # an inlined device function
             if self.block is not frame.block:
                 # Inside a region of a run-time if: its result would have to merge
@@ -728,12 +731,19 @@ class FrontEnd:
                   before: dict[str, Any]) -> None:
         """Emits the body statements of a ``loop`` op; a body that runs to its end
         continues with the next iteration."""
-        flow = self.visit_statements(node.body)
-        if flow == "return":
-            raise self.syntax_error("'return' inside a loop is not supported", node)
+        flow = self.loop_statements(node.body)
         if flow == Flow.NORMAL:
             self.finish_loop(carried, types, self.frame.env, before, node)
             self.leave_loop("continue", node)
+
+    def loop_statements(self, statements: Sequence[ast.stmt]) -> str:
+        """Visits the body of a run-time loop (where a return is refused)."""
+        frame = self.frame
+        frame.loop_depth += 1
+        try:
+            return self.visit_statements(statements)
+        finally:
+            frame.loop_depth -= 1
 
     def break_if(self, condition: Value, when: bool, node: ast.AST) -> None:
         """Emits ``if condition == when: break`` (out of the innermost ``loop`` op,
@@ -766,9 +776,7 @@ class FrontEnd:
         bounds = [self.bound(b, index_dtype, node.iter) for b in (start, stop, step)]
         body = self.enter_body(carried, inits, Value(TileType(index_dtype), node.target.id))
         with self.inserting(body):
-            flow = self.visit_statements(node.body)
-            if flow == "return":
-                raise self.syntax_error("'return' inside a loop is not supported", node)
+            self.loop_statements(node.body)
             self.finish_loop(carried, types, self.frame.env, before, node)
             self.op("yield", self.carried_values(carried, types, node), node=node)
         body_env = self.frame.env
@@ -1040,9 +1048,10 @@ class FrontEnd:
         frame = _Frame(source, dict(bound.arguments), function.__globals__, _closure_cells(function), block=self.block)
         self.reads.code(function)
         for statement in source.tree.body[:-1]:
-            if _contains(statement, ast.Return):
+            early = next((n for n in ast.walk(statement) if isinstance(n, ast.Return)), None)
+            if early is not None:
                 raise TileSyntaxError("a device function may return only at its end (its last statement)",
-                                      source.location(statement))
+                                      source.location(early))
         self.frames.append(frame)
         self.inline_stack.append(function)
         try:
@@ -1079,10 +1088,6 @@ def _assigned_names(statements: Sequence[ast.stmt]) -> set[str]:
             elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
                 names.add(node.target.id)
     return names
-
-
-def _contains(node: ast.AST, kind: type[ast.AST]) -> bool:
-    return any(isinstance(n, kind) for n in ast.walk(node))
 
 
 def _has_loop_exit(statements: Sequence[ast.stmt]) -> bool:
