@@ -371,7 +371,9 @@ class FrontEnd:
         tensors = dict(self.spec.tensors)
         scalars = dict(self.spec.scalars)
         mutable_ranks = set()
+        declared = {a.arg: a for a in (*tree.args.posonlyargs, *tree.args.args, *tree.args.kwonlyargs)}
         for p in self.signature.parameters:
+            where = self.source.location(declared[p.name]) if p.name in declared else None
             annotation = p.annotation
             if isinstance(annotation, TensorAnnotation):
                 spec = tensors[p.name]
@@ -387,14 +389,14 @@ class FrontEnd:
                     ttype = TensorType(spec.dtype, shape, False, None)
                 value = Value(ttype, p.name)
                 self.body.args.append(value)
-                params.append(KernelParam(p.name, value, "tensor", spec))
+                params.append(KernelParam(p.name, value, "tensor", spec, where))
                 env[p.name] = value
             elif p.is_constant:
                 env[p.name] = constants[p.name]
             else:
                 value = Value(TileType(scalars[p.name]), p.name)
                 self.body.args.append(value)
-                params.append(KernelParam(p.name, value, "scalar"))
+                params.append(KernelParam(p.name, value, "scalar", None, where))
                 env[p.name] = value
         self.grid_rank = max(mutable_ranks, default=0)
         flow = self.visit_statements(tree.body)

@@ -98,6 +98,7 @@ class KernelParam:
     value: Value  # an argument of the kernel's body block
     kind: str  # "tensor" or "scalar"
     spec: TensorSpec | None = None  # a tensor's facts (divisibility, contiguity)
+    location: SourceLocation | None = None  # the parameter in the def: where its entry ops point
 
 
 @dataclass
