@@ -196,6 +196,32 @@ class _Loads(FakeDriver):
         return super().cuModuleLoadData(image)
 
 
+SETTINGS = types.SimpleNamespace(bias=0.0)  # a host object whose attribute a kernel reads
+
+
+def _make_mixed() -> tuple[Any, Any]:
+    shift = 0.0
+
+    @cutile.entry
+    def mixed(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+        z.store(load_tile_like(x, z) * SCALE + SETTINGS.bias + shift)
+
+    def set_shift(value: float) -> None:
+        nonlocal shift
+        shift = value
+
+    return mixed, set_shift
+
+
+# A global, an attribute of a host object and a closure variable, each read again in C.
+mixed, set_shift = _make_mixed()
+CHANGES = {
+    "global": (lambda: _set("SCALE", 3.0), lambda: _set("SCALE", float("3.0"))),
+    "attribute": (lambda: setattr(SETTINGS, "bias", 1.0), lambda: setattr(SETTINGS, "bias", float("1.0"))),
+    "closure": (lambda: set_shift(-1.0), lambda: set_shift(float("-1.0"))),
+}
+
+
 @contextlib.contextmanager
 def _fake_gpu() -> Iterator[_Loads]:
     saved_streams = dict(_gpu._streams)
@@ -206,42 +232,46 @@ def _fake_gpu() -> Iterator[_Loads]:
             with cuda_async.using_policy(cuda_async.SingleStream()):
                 yield fake  # type: ignore[misc]
         finally:
-            scaled.clear_cache()  # its modules were loaded into the fake
+            mixed.clear_cache()  # its modules were loaded into the fake
             _gpu._streams.clear()
             _gpu._streams.update(saved_streams)
             _backend.reset_for_tests("interpreter")
+            SETTINGS.bias = 0.0
+            set_shift(0.0)
 
 
+@pytest.mark.parametrize("what", list(CHANGES))
 @pytest.mark.parametrize("native", [True, False], ids=["native path", "python path"])
-def test_the_gpu_path_loads_the_code_of_the_current_value(native: bool) -> None:
+def test_the_gpu_path_loads_the_code_of_the_current_value(native: bool, what: str) -> None:
     if native and _native.module is None:
         pytest.skip(f"the native launch path is unavailable: {_native.unavailable_reason()}")
+    change, change_to_equal = CHANGES[what]
 
     def loop(z: Any, x: Any, launches: int) -> tuple[Any, Any]:
         for _ in range(launches):
-            z, x = scaled(z, x).sync()
+            z, x = mixed(z, x).sync()
             if not native:
-                scaled._fast = None  # as without the native module
+                mixed._fast = None  # as without the native module
         return z, x
 
     with _fake_gpu() as fake:
         x = api.from_numpy(np.zeros(256, np.float32))
         z = api.empty([256], dtype=f32).partition([128])
-        spec = scaled(z, x).plan().spec
+        spec = mixed(z, x).plan().spec
 
         def cubin_now() -> bytes:  # compiled afresh, past every cache of the kernel
-            return compile_kernel(scaled.function, scaled.signature, spec, "sm_90").cubin
+            return compile_kernel(mixed.function, mixed.signature, spec, "sm_90").cubin
 
         old = cubin_now()
-        fake.kernels[scaled.compiled(spec, "sm_90").name] = _gpu.fake_param_layout(scaled.compiled(spec, "sm_90").abi)
+        fake.kernels[mixed.compiled(spec, "sm_90").name] = _gpu.fake_param_layout(mixed.compiled(spec, "sm_90").abi)
         z, x = loop(z, x, 3)  # the binding launches, is armed, then (native) runs in C
         assert fake.images == [old]
         made, run = _native.module.stats() if native else (0, 0)
 
-        _set("SCALE", 3.0)
+        change()
         new = cubin_now()
         assert new != old
-        pending = scaled(z, x)  # made before the change is seen: it runs with the value at its run
+        pending = mixed(z, x)  # made before the change is seen: it runs with the value at its run
         z, x = pending.sync()
         assert fake.images == [old, new] and len(fake.launches) == 4
         z, x = loop(z, x, 2)
@@ -250,7 +280,7 @@ def test_the_gpu_path_loads_the_code_of_the_current_value(native: bool) -> None:
             assert _native.module.stats()[1] == run + 2  # armed again, with the new code
 
         # Equal, another object: no new code; the Python path sees it once, then C again.
-        _set("SCALE", float("3.0"))
+        change_to_equal()
         z, x = loop(z, x, 3)
         assert fake.images == [old, new] and len(fake.launches) == 9
         if native:

@@ -474,10 +474,12 @@ static int reads_current(PyObject *reads) {
             if (PyCell_GET(where) != (kind == READ_CELL ? value : NULL)) return 0;
             break;
         case READ_ATTRIBUTE:
+            Py_INCREF(entry); /* a property runs Python code, which may refresh the list */
             current = PyObject_GetAttr(where, key);
-            if (current == NULL) { PyErr_Clear(); return 0; }
             same = current == value;
-            Py_DECREF(current);
+            Py_XDECREF(current);
+            Py_DECREF(entry);
+            if (current == NULL) PyErr_Clear();
             if (!same) return 0;
             break;
         case READ_CODE:
