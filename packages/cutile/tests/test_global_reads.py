@@ -286,3 +286,18 @@ def test_the_gpu_path_loads_the_code_of_the_current_value(native: bool, what: st
         if native:
             assert _native.module.stats()[1] == run + 4
         del z, x, pending  # their memory is freed while the fake driver is in place
+
+
+def test_a_change_seen_inside_a_graph_capture_is_refused_naming_it() -> None:
+    with _fake_gpu() as fake:
+        x = api.from_numpy(np.zeros(256, np.float32))
+        z = api.empty([256], dtype=f32).partition([128])
+        compiled = mixed.compiled(mixed(z, x).plan().spec, "sm_90")
+        fake.kernels[compiled.name] = _gpu.fake_param_layout(compiled.abi)
+        z, x = mixed(z, x).sync()  # warm: compiled and loaded
+        _set("SCALE", 5.0)
+        with pytest.raises(cutile.GraphCaptureError,
+                           match=r"mixed is launched inside a CUDA graph capture after global 'SCALE' changed"):
+            with cutile.graph_scope("after a change"):
+                z, x = mixed(z, x).sync()
+        del z, x

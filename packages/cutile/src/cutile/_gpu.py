@@ -231,12 +231,14 @@ def prepare(kernel: Kernel, plan: CallPlan, options: CompileOptions) -> _Loaded:
         return loaded
     key = (plan.spec, options)
     loaded = kernel._loaded.get(key)
-    if loaded is None or loaded.reads.changed() is not None:  # (a global it read was rebound: compile again)
+    changed = loaded.reads.changed() if loaded is not None else None  # (a global it read was rebound)
+    if loaded is None or changed is not None:
         if is_capturing():
+            when = ("before it was ever compiled and loaded for these argument shapes" if changed is None else
+                    f"after {changed} changed, which compiles and loads it again")
             raise GraphCaptureError(
-                f"{kernel.name} is launched inside a CUDA graph capture before it was ever compiled and "
-                "loaded for these argument shapes; loading a module cannot be captured. Warm it up first: "
-                "run it once, or call .compile() on the launch, before the graph scope")
+                f"{kernel.name} is launched inside a CUDA graph capture {when}; loading a module cannot be "
+                "captured. Warm it up first: run it once, or call .compile() on the launch, before the graph scope")
         device = Device(0)
         loaded = _Loaded(kernel.compiled(plan.spec, device.sm_name, options))
         kernel._loaded.put(key, loaded)
