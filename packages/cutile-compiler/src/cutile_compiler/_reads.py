@@ -115,6 +115,24 @@ class ExternalReads:
     def changed(self) -> str | None:
         """The first read that would now give another value ("global 'SCALE'"), or
         None when every one still gives what the compile saw."""
+        # The common case, on every launch: each read gives the very object it gave.
+        for kind, where, key, value in self.entries:
+            if kind == NAME:
+                if where.get(key, _ABSENT) is not value:
+                    return self._reread()
+            elif kind == NAME_ABSENT:
+                if key in where:
+                    return self._reread()
+            elif kind == CODE:
+                if where.__code__ is not value:
+                    return self._reread()
+            else:
+                return self._reread()  # (cells and attributes: rarer, read there)
+        return None
+
+    def _reread(self) -> str | None:
+        """`changed`, reading every kind of entry, and refreshing those rebound to an
+        equal constant."""
         entries = self.entries
         for index, (kind, where, key, value) in enumerate(entries):
             if kind == NAME:
