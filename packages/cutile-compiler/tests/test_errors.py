@@ -115,6 +115,55 @@ def k_return_value(z: Mut[Tensor[f32, ["B"]]]):
     return 1  # <- return_value
 
 
+def k_return_in_for(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], n: i32):
+    t = load_tile_like(x, z)
+    for i in range(n):
+        t = t + 1.0
+        return  # <- return_in_for
+    z.store(t)
+
+
+def k_return_in_if_in_for(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    t = load_tile_like(x, z)
+    for i in range(4):
+        if i == 2:
+            return  # <- return_in_if_in_for
+        t = t + 1.0
+    z.store(t)
+
+
+def k_return_in_while(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], n: i32):
+    while n > 0:
+        n = n - 1
+        if n == 3:
+            break
+        for i in static_range(2):
+            return  # <- return_in_while
+    z.store(load_tile_like(x, z))
+
+
+@DeviceFunction
+def first_positive(t, n):
+    for i in range(n):
+        return t  # <- device_early_return
+    return t * 2.0
+
+
+@DeviceFunction
+def last_loop(t):
+    for i in range(4):
+        if i == 1:
+            return t  # <- device_return_in_loop
+
+
+def k_device_early_return(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], n: i32):
+    z.store(first_positive(load_tile_like(x, z), n))
+
+
+def k_device_return_in_loop(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    z.store(last_loop(load_tile_like(x, z)))
+
+
 def k_subscript_assign(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
     t = load_tile_like(x, z)
     t[0] = 1.0  # <- subscript_assign
@@ -416,6 +465,16 @@ CASES: list[tuple[Any, dict[str, Any], type[TileError], str, str]] = [
     (k_plain_function, {"z": P, "x": V}, TileSyntaxError, "plain_function", "decorate it with @cutile.function"),
     (k_recursion, {"z": P, "x": V}, TileSyntaxError, "recursion", "recursive call of recursive"),
     (k_return_value, {"z": P}, TileSyntaxError, "return_value", "a kernel returns nothing"),
+    (k_return_in_for, {"z": P, "x": V, "n": dt.i32}, TileSyntaxError, "return_in_for",
+     "'return' inside a loop is not supported"),
+    (k_return_in_if_in_for, {"z": P, "x": V}, TileSyntaxError, "return_in_if_in_for",
+     "'return' inside a loop is not supported"),
+    (k_return_in_while, {"z": P, "x": V, "n": dt.i32}, TileSyntaxError, "return_in_while",
+     "'return' inside a loop is not supported"),
+    (k_device_early_return, {"z": P, "x": V, "n": dt.i32}, TileSyntaxError, "device_early_return",
+     r"a device function may return only at its end \(its last statement\)"),
+    (k_device_return_in_loop, {"z": P, "x": V}, TileSyntaxError, "device_return_in_loop",
+     "'return' inside a loop is not supported"),
     (k_subscript_assign, {"z": P, "x": V}, TileSyntaxError, "subscript_assign", "tiles are immutable values"),
     (k_float_into_int, {"z": TensorSpec(dt.i32, (256,), (64,)), "x": TensorSpec(dt.i32, (256,))}, TileTypeError,
      "float_into_int", "cannot use 1.5 as a i32 value"),

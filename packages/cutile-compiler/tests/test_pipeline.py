@@ -9,7 +9,8 @@ import cutile_ir as ir
 from cutile_compiler import TensorSpec, compile_kernel, parse_signature, specialize
 from cutile_compiler._errors import TileCompilerError
 from cutile_compiler import _dtypes as dt
-from cutile_compiler.language import Mut, Tensor, f32, load_tile_like
+from cutile_compiler._builtins import DeviceFunction
+from cutile_compiler.language import Mut, Tensor, f8e4m3fn, f32, i32, load_tile_like
 
 
 def add(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], y: Tensor[f32, [-1]]):
@@ -67,3 +68,106 @@ def test_a_failing_tileiras_is_reported_with_the_toolchains_explanation(
     with pytest.raises(TileCompilerError, match=r"(?s)kernel add: .*" + expected) as info:
         compiled_add()
     assert "command (its temporary files are deleted)" in str(info.value) or "timeout" in str(info.value).lower()
+
+
+# -- a tileiras rejection points at the op it names -------------------------------------------
+@DeviceFunction
+def squash(t):  # type: ignore[no-untyped-def]
+    narrow = t.astype(f8e4m3fn)  # <- squash
+    return narrow.astype(f32)
+
+
+def via_f8(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], n: i32):
+    t = load_tile_like(x, z) * 2.0
+    u = t.astype(f8e4m3fn)  # <- body op
+    t = u.astype(f32)
+    for i in range(n):
+        if i > 2:
+            t = squash(t)
+    z.store(t)
+
+
+def via_device_function(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], n: i32):
+    t = load_tile_like(x, z)
+    for i in range(n):
+        if i > 2:
+            t = squash(t)
+    z.store(t)
+
+
+def f8_output(x: Tensor[f32, [-1]],
+              z: Mut[Tensor[f8e4m3fn, ["B"]]]):  # <- parameter
+    z.store(load_tile_like(x, z).astype(f8e4m3fn))
+
+
+def _line(marker: str) -> int:
+    lines = Path(__file__).read_text().splitlines()
+    return next(number for number, text in enumerate(lines, start=1) if text.rstrip().endswith(f"# <- {marker}"))
+
+
+def _compile(function: Any, arch: str, z_dtype: dt.DType = dt.f32) -> Any:
+    signature = parse_signature(function)
+    arguments: dict[str, Any] = {"z": TensorSpec(z_dtype, (256,), (64,)), "x": TensorSpec(dt.f32, (256,))}
+    if "n" in [p.name for p in signature.parameters]:
+        arguments["n"] = dt.i32
+    return compile_kernel(function, signature, specialize(signature, function.__name__, arguments), arch)
+
+
+@pytest.mark.parametrize("function, z_dtype, marker, column, in_function", [
+    (via_f8, dt.f32, "body op", "t.astype(f8e4m3fn)", "via_f8"),
+    (via_device_function, dt.f32, "squash", "t.astype(f8e4m3fn)", "squash"),
+    (f8_output, dt.f8e4m3fn, "parameter", "z: Mut", "f8_output"),
+])
+def test_a_tileiras_rejection_points_at_the_op_it_names(real_toolchain: object, function: Any, z_dtype: dt.DType,
+                                                        marker: str, column: str, in_function: str) -> None:
+    # sm_80 has no f8 type: tileiras refuses the first op (or entry view) that makes one.
+    with pytest.raises(TileCompilerError) as info:
+        _compile(function, "sm_80", z_dtype)
+    error = info.value
+    line = _line(marker)
+    text = Path(__file__).read_text().splitlines()[line - 1]
+    assert error.location is not None
+    assert (error.location.line, error.location.column, error.location.function) == \
+        (line, text.index(column), in_function), str(error)
+    message = str(error)
+    assert message.startswith(f"{__file__}:{line}:{text.index(column) + 1}: kernel {function.__name__}: tileiras failed")
+    assert f"{__file__}:{line}:{text.index(column) + 1}: error: Incompatibility with architecture 'sm_80'" in message
+    assert message.splitlines()[-2] == text and message.splitlines()[-1].lstrip().startswith("^")
+    _compile(function, "sm_90", z_dtype)  # where f8 exists it compiles
+
+
+RECORDED = (  # what tileiras 13.4 prints for an op on sm_80, its file and place replaced
+    '#cuda_tile.di_loc<loc("{file}":{line}:{column}) in #cuda_tile.di_subprogram<file = <"{name}" in "{folder}">, '
+    'line = 1, name = "add", linkageName = "add", compileUnit = <file = <"{name}" in "{folder}">>, '
+    "scopeLine = 1>>: error: Incompatibility with architecture 'sm_80': unsupported type 'f8E4M3FN'\n"
+    "error: failed to compile Tile IR program\n"
+)
+
+
+@pytest.mark.parametrize("recorded, column, expected", [
+    (RECORDED, 5, "the store"),  # the store op's own location, with its extent
+    (RECORDED, 9, "as named"),  # no op there: the place tileiras names
+    ("note: n\n" + RECORDED.replace("error: Inc", "warning: Inc", 1), 5, "the def"),  # no located error
+    ("error: input does not correspond to Tile IR bytecode\n", 5, "the def"),
+])
+def test_a_recorded_diagnostic_is_mapped_to_its_op(fake_toolkit: Any, monkeypatch: pytest.MonkeyPatch,
+                                                   tmp_path: Path, recorded: str, column: int, expected: str) -> None:
+    store_line = next(i for i, text in enumerate(Path(__file__).read_text().splitlines(), start=1)
+                      if "z.store(load_tile_like(x, z) + load_tile_like(y, z))" in text)
+    stderr = tmp_path / "stderr.txt"
+    stderr.write_text(recorded.format(file=__file__, line=store_line, column=column, name=Path(__file__).name,
+                                      folder=Path(__file__).parent))
+    root = fake_toolkit("rejecting", compile=f"cat '{stderr}' >&2; exit 5")
+    monkeypatch.setenv("CUTILE_TILEIRAS", str(root / "bin" / "tileiras"))
+    monkeypatch.setenv("CUTILE_CACHE", "0")
+    with pytest.raises(TileCompilerError) as info:
+        compiled_add()
+    location = info.value.location
+    assert location is not None and location.function == "add"
+    if expected == "the store":
+        whole = Path(__file__).read_text().splitlines()[store_line - 1].rstrip()
+        assert (location.line, location.column, location.end_column) == (store_line, 4, len(whole))
+    elif expected == "as named":
+        assert (location.line, location.column, location.end_column) == (store_line, 8, None)
+    else:
+        assert (location.line, location.column) == (store_line - 1, 0)

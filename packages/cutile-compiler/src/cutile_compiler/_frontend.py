@@ -26,6 +26,7 @@ from cutile_compiler._errors import SourceLocation, TileSyntaxError, TileTypeErr
 from cutile_compiler._ir import Block, KernelIR, KernelParam, Operation, Value
 from cutile_compiler._opdefs import OPS, RuleError
 from cutile_compiler._opdefs.shape import constant_value
+from cutile_compiler._reads import ABSENT, ExternalReads
 from cutile_compiler._signature import KernelSignature, Specialization, TensorAnnotation
 from cutile_compiler._source import FunctionSource, capture
 from cutile_compiler._types import KType, TensorType, TileType, broadcast_shapes, tile_shape_problem
@@ -85,9 +86,10 @@ class _Frame:
     source: FunctionSource
     env: dict[str, Any]
     globals: dict[str, Any]
-    closure: dict[str, Any]
+    closure: dict[str, Any]  # name -> its cell
     result: Any = None
     block: Any = None  # the block an inlined device function is emitted into
+    loop_depth: int = 0  # run-time loops of this function around the statement being visited
 
 
 @dataclass
@@ -150,6 +152,10 @@ class FrontEnd:
         self.inline_stack: list[Any] = []
         #: the value of each splat constant made so far, by `Value.id`: what `OpDef.check_static` sees
         self.static_values: dict[int, bool | int | float] = {}
+        # Every global, closure variable and attribute of a host object the kernel
+        # and its device functions read, and the code inlined: the IR is stale once
+        # one of them changes.
+        self.reads = ExternalReads()
 
     # -- locations and errors -----------------------------------------------------
     @property
@@ -387,15 +393,18 @@ class FrontEnd:
     def build(self) -> KernelIR:
         tree = self.source.tree
         function = self.function
-        closure = _closure_vars(function)
+        closure = _closure_cells(function)
         env: dict[str, Any] = {}
         self.frames.append(_Frame(self.source, env, function.__globals__, closure))
+        self.reads.code(function)
         params: list[KernelParam] = []
         constants = dict(self.spec.constants)
         tensors = dict(self.spec.tensors)
         scalars = dict(self.spec.scalars)
         mutable_ranks = set()
+        declared = {a.arg: a for a in (*tree.args.posonlyargs, *tree.args.args, *tree.args.kwonlyargs)}
         for p in self.signature.parameters:
+            where = self.source.location(declared[p.name]) if p.name in declared else None
             annotation = p.annotation
             if isinstance(annotation, TensorAnnotation):
                 spec = tensors[p.name]
@@ -411,14 +420,14 @@ class FrontEnd:
                     ttype = TensorType(spec.dtype, shape, False, None)
                 value = Value(ttype, p.name)
                 self.body.args.append(value)
-                params.append(KernelParam(p.name, value, "tensor", spec))
+                params.append(KernelParam(p.name, value, "tensor", spec, where))
                 env[p.name] = value
             elif p.is_constant:
                 env[p.name] = constants[p.name]
             else:
                 value = Value(TileType(scalars[p.name]), p.name)
                 self.body.args.append(value)
-                params.append(KernelParam(p.name, value, "scalar"))
+                params.append(KernelParam(p.name, value, "scalar", None, where))
                 env[p.name] = value
         self.grid_rank = max(mutable_ranks, default=0)
         flow = self.visit_statements(tree.body)
@@ -428,7 +437,8 @@ class FrontEnd:
             raise self.syntax_error(f"'{flow}' outside a loop", tree)
         self.body.ops[:0] = self.prologue
         self.frames.pop()
-        return KernelIR(tree.name, params, self.body, self.grid_rank, self.source.location(tree), self.unsafe)
+        return KernelIR(tree.name, params, self.body, self.grid_rank, self.source.location(tree), self.unsafe,
+                        self.reads)
 
     # -- statements ----------------------------------------------------------------
     def visit_statements(self, statements: Sequence[ast.stmt]) -> str:
@@ -518,6 +528,8 @@ class FrontEnd:
 
     def visit_return(self, node: ast.Return) -> str:
         frame = self.frame
+        if frame.loop_depth:  # (Tile IR returns only from the entry's top level or an if there)
+            raise self.syntax_error("'return' inside a loop is not supported", node)
         if len(self.frames) > 1:  # an inlined device function
             if self.block is not frame.block:
                 # Inside a region of a run-time if: its result would have to merge
@@ -750,12 +762,19 @@ class FrontEnd:
                   before: dict[str, Any]) -> None:
         """Emits the body statements of a ``loop`` op; a body that runs to its end
         continues with the next iteration."""
-        flow = self.visit_statements(node.body)
-        if flow == "return":
-            raise self.syntax_error("'return' inside a loop is not supported", node)
+        flow = self.loop_statements(node.body)
         if flow == Flow.NORMAL:
             self.finish_loop(carried, types, self.frame.env, before, node)
             self.leave_loop("continue", node)
+
+    def loop_statements(self, statements: Sequence[ast.stmt]) -> str:
+        """Visits the body of a run-time loop (where a return is refused)."""
+        frame = self.frame
+        frame.loop_depth += 1
+        try:
+            return self.visit_statements(statements)
+        finally:
+            frame.loop_depth -= 1
 
     def break_if(self, condition: Value, when: bool, node: ast.AST) -> None:
         """Emits ``if condition == when: break`` (out of the innermost ``loop`` op,
@@ -788,9 +807,7 @@ class FrontEnd:
         bounds = [self.bound(b, index_dtype, node.iter) for b in (start, stop, step)]
         body = self.enter_body(carried, inits, Value(TileType(index_dtype), node.target.id))
         with self.inserting(body):
-            flow = self.visit_statements(node.body)
-            if flow == "return":
-                raise self.syntax_error("'return' inside a loop is not supported", node)
+            self.loop_statements(node.body)
             self.finish_loop(carried, types, self.frame.env, before, node)
             self.op("yield", self.carried_values(carried, types, node), node=node)
         body_env = self.frame.env
@@ -958,9 +975,12 @@ class FrontEnd:
                 raise self.syntax_error(value.reason, node)
             return value
         if name in frame.closure:
-            return frame.closure[name]
-        if name in frame.globals:
-            return frame.globals[name]
+            value = self.reads.cell(frame.closure[name], name)
+            if value is not ABSENT:  # (an empty cell: a name not bound yet)
+                return value
+        value = self.reads.global_name(frame.globals, name)
+        if value is not ABSENT:
+            return value
         if hasattr(builtins, name):
             return getattr(builtins, name)
         undeclared = [c for c, _ in self.spec.constants if c == name]
@@ -983,9 +1003,11 @@ class FrontEnd:
         if isinstance(value, _NUMBER) or isinstance(value, (str, type(None))):
             raise self.syntax_error(f"{self.describe(value)} has no attribute '{attr}' usable in a kernel", node)
         try:
-            return getattr(value, attr)
+            found = getattr(value, attr)
         except AttributeError:
             raise self.syntax_error(f"{self.describe(value)} has no attribute '{attr}'", node) from None
+        self.reads.attribute(value, attr, found)  # (config.SCALE may be rebound later)
+        return found
 
     def subscript(self, value: Any, node: ast.Subscript) -> Any:
         if isinstance(node.slice, ast.Slice) and isinstance(value, tuple):
@@ -1055,11 +1077,13 @@ class FrontEnd:
         except TypeError as exc:
             raise self.type_error(f"{function.__qualname__}(): {exc}", node) from None
         bound.apply_defaults()
-        frame = _Frame(source, dict(bound.arguments), function.__globals__, _closure_vars(function), block=self.block)
+        frame = _Frame(source, dict(bound.arguments), function.__globals__, _closure_cells(function), block=self.block)
+        self.reads.code(function)
         for statement in source.tree.body[:-1]:
-            if _contains(statement, ast.Return):
+            early = next((n for n in ast.walk(statement) if isinstance(n, ast.Return)), None)
+            if early is not None:
                 raise TileSyntaxError("a device function may return only at its end (its last statement)",
-                                      source.location(statement))
+                                      source.location(early))
         self.frames.append(frame)
         self.inline_stack.append(function)
         try:
@@ -1081,16 +1105,10 @@ def _numbers_dtype(values: Sequence[Any]) -> dt.DType:
     return dtype
 
 
-def _closure_vars(function: Any) -> dict[str, Any]:
-    code = function.__code__
-    cells = function.__closure__ or ()
-    values: dict[str, Any] = {}
-    for name, cell in zip(code.co_freevars, cells):
-        try:
-            values[name] = cell.cell_contents
-        except ValueError:  # an empty cell: the name is not bound yet
-            continue
-    return values
+def _closure_cells(function: Any) -> dict[str, Any]:
+    """The cells of ``function``'s closure variables, by name (read through
+    `ExternalReads.cell`, which records what was read)."""
+    return dict(zip(function.__code__.co_freevars, function.__closure__ or ()))
 
 
 def _assigned_names(statements: Sequence[ast.stmt]) -> set[str]:
@@ -1102,10 +1120,6 @@ def _assigned_names(statements: Sequence[ast.stmt]) -> set[str]:
             elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
                 names.add(node.target.id)
     return names
-
-
-def _contains(node: ast.AST, kind: type[ast.AST]) -> bool:
-    return any(isinstance(n, kind) for n in ast.walk(node))
 
 
 def _has_loop_exit(statements: Sequence[ast.stmt]) -> bool:

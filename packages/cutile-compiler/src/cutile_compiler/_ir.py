@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cutile_compiler._errors import SourceLocation
+from cutile_compiler._reads import ExternalReads
 from cutile_compiler._types import KType
 
 if TYPE_CHECKING:
@@ -97,6 +98,7 @@ class KernelParam:
     value: Value  # an argument of the kernel's body block
     kind: str  # "tensor" or "scalar"
     spec: TensorSpec | None = None  # a tensor's facts (divisibility, contiguity)
+    location: SourceLocation | None = None  # the parameter in the def: where its entry ops point
 
 
 @dataclass
@@ -109,6 +111,9 @@ class KernelIR:
     grid_rank: int  # how many grid axes the kernel's partitions use (0 to 3)
     location: SourceLocation | None = None
     unsafe: bool = False
+    #: the globals, closure variables and code it was compiled from: it is stale
+    #: once ``reads.changed()`` names one
+    reads: ExternalReads = field(default_factory=ExternalReads)
 
     def walk(self) -> Iterator[Operation]:
         return self.body.walk()

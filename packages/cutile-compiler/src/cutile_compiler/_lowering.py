@@ -152,6 +152,8 @@ class Lowering:
             by_param.setdefault(abi.param, []).append((abi, value))
         b = self.builder
         for param in self.kernel.params:
+            # Its view, facts and token point at the parameter (tileiras may refuse its dtype).
+            b.loc = self.ir_location(param.location or self.kernel.location)
             vtype = param.value.type
             parts = by_param[param.name]
             if isinstance(vtype, TensorType):
@@ -190,6 +192,7 @@ class Lowering:
                     self.tokens[param.value] = b.make_token()
             else:
                 self.values[param.value] = parts[0][1]
+        b.loc = self.ir_location(self.kernel.location)
 
     def assume_divisible(self, value: ir.Value, divisor: int) -> ir.Value:
         """``value`` with the fact that it is a multiple of ``divisor`` (when above 1)."""

@@ -25,7 +25,14 @@ from cutile_compiler._ir import KernelIR, format_kernel
 from cutile_compiler._lowering import AbiArg, kernel_abi, lower_kernel
 from cutile_compiler._signature import KernelSignature, Specialization
 from cutile_compiler._source import capture
-from cutile_compiler._toolchain import CompileOptions, CompilerError, Toolchain, find_toolchain
+from cutile_compiler._toolchain import (
+    CompileOptions,
+    CompilerError,
+    TileirasError,
+    Toolchain,
+    find_toolchain,
+    first_error_location,
+)
 
 
 @dataclass
@@ -61,6 +68,21 @@ class CompiledKernel:
 def _excerpt(filename: str, line: int, column: int) -> str | None:
     text = SourceLocation(filename, line, max(column - 1, 0)).excerpt()
     return text or None
+
+
+def _failure_location(exc: CompilerError, kernel_ir: KernelIR) -> SourceLocation | None:
+    """Where a failed compile points: the op (or parameter) tileiras's first located
+    error names, as the front end located it (the function it was inlined from, the
+    extent of the expression), else the kernel's definition."""
+    where = first_error_location(exc.stderr) if isinstance(exc, TileirasError) else None
+    if where is None:
+        return kernel_ir.location
+    filename, line, column = where
+    located = [*(p.location for p in kernel_ir.params), *(op.location for op in kernel_ir.walk())]
+    for location in located:
+        if location is not None and (location.filename, location.line, location.column + 1) == where:
+            return location
+    return SourceLocation(filename, line, max(column - 1, 0), None, kernel_ir.name)
 
 
 def _dump(kernel: str, spec: Specialization, stage: str, suffix: str, content: str | bytes) -> None:
@@ -123,7 +145,7 @@ def compile_kernel(
         entries = tuple(function.name for function in module.functions if function.entry)
         cubin, hit = cached_compile(bytecode, arch, chain, options, locations=_excerpt, entries=entries)
     except CompilerError as exc:  # the toolchain's message: mapped diagnostics, hints, the command
-        raise TileCompilerError(f"kernel {name}: {exc}", kernel_ir.location) from None
+        raise TileCompilerError(f"kernel {name}: {exc}", _failure_location(exc, kernel_ir)) from None
     timings["tileiras"] = time.perf_counter() - start
     if _config.JIT_TIMING.get():
         source = "disk cache" if hit else "tileiras"

@@ -307,6 +307,18 @@ def map_diagnostics(stderr: str, locations: Locations) -> str:
     return "\n".join(out) + ("\n" if stderr.endswith("\n") else "")
 
 
+def first_error_location(stderr: str) -> tuple[str, int, int] | None:
+    """The (file, line, column) of tileiras's first error that names a location (the
+    offending op's, from the debug section), or None when no error names one."""
+    for line in stderr.splitlines():
+        match = _DIAGNOSTIC.match(line)
+        if match is not None and match.group("severity") == "error":
+            where = _location_of(match.group("where"))
+            if where is not None:
+                return where
+    return None
+
+
 # --- running a process -------------------------------------------------------------
 
 

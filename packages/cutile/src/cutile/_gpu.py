@@ -169,6 +169,7 @@ class _Loaded:
 
     def __init__(self, compiled: CompiledKernel) -> None:
         self.compiled = compiled
+        self.reads = compiled.kernel_ir.reads  # what the code was compiled from
         self.function = Module.load(compiled.cubin).get_function(compiled.name)
         # Only the parameters cutile packs are asked about: probing past the last one
         # is a failing driver call (noise under compute-sanitizer, and it would
@@ -226,16 +227,18 @@ def prepare(kernel: Kernel, plan: CallPlan, options: CompileOptions) -> _Loaded:
     """The loaded kernel for ``plan``'s specialization: compiled (or found in a cache)
     and loaded once, then remembered by the plan."""
     loaded: _Loaded | None = plan.launchers.get(options)
-    if loaded is not None:
+    if loaded is not None and loaded.reads.changed() is None:
         return loaded
     key = (plan.spec, options)
     loaded = kernel._loaded.get(key)
-    if loaded is None:
+    changed = loaded.reads.changed() if loaded is not None else None  # (a global it read was rebound)
+    if loaded is None or changed is not None:
         if is_capturing():
+            when = ("before it was ever compiled and loaded for these argument shapes" if changed is None else
+                    f"after {changed} changed, which compiles and loads it again")
             raise GraphCaptureError(
-                f"{kernel.name} is launched inside a CUDA graph capture before it was ever compiled and "
-                "loaded for these argument shapes; loading a module cannot be captured. Warm it up first: "
-                "run it once, or call .compile() on the launch, before the graph scope")
+                f"{kernel.name} is launched inside a CUDA graph capture {when}; loading a module cannot be "
+                "captured. Warm it up first: run it once, or call .compile() on the launch, before the graph scope")
         device = Device(0)
         loaded = _Loaded(kernel.compiled(plan.spec, device.sm_name, options))
         kernel._loaded.put(key, loaded)
@@ -272,7 +275,7 @@ def enqueue_bound(kernel: Kernel, binding: Binding, arguments: dict[str, Any], s
     loaded = binding.loaded
     plan = binding.plan
     assert plan is not None
-    if loaded is None:
+    if loaded is None or loaded.reads.changed() is not None:
         _check_grid(kernel, plan.grid)
         loaded = prepare(kernel, plan, DEFAULT_OPTIONS)
         values = {n: (v._tensor if isinstance(v, Partition) else v) for n, v in arguments.items()}

@@ -15,6 +15,7 @@ import functools
 import inspect
 import math
 import operator
+import sys
 import weakref
 from collections.abc import Callable, Generator, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, overload
@@ -25,6 +26,7 @@ from cutile._native import KernelBase, LaunchBase
 from cutile._errors import GraphUpdateError, LaunchError, OwnershipError
 from cutile._tensor import Partition, Storage, Tensor, hold_all, hold_entries, overlapping, overlaps_itself, release_all
 from cutile_compiler._builtins import DeviceFunction
+from cutile_compiler import _config as _compiler_config
 from cutile_compiler import _dtypes as dt
 from cutile_compiler._dtypes import DType
 from cutile_compiler._hints import HintError, KernelHints
@@ -147,20 +149,35 @@ class Kernel(KernelBase):
         self._fast = None
 
     def kernel_ir(self, spec: Specialization) -> KernelIR:
-        """The typed IR for one specialization (built once, then cached)."""
-        return self._ir.get_or_create(
-            spec, lambda: build_kernel_ir(self.function, self.signature, spec, unsafe=self.unsafe))
+        """The typed IR for one specialization (built once, then cached while every
+        global, closure variable and device function it read is unchanged)."""
+        cached = self._ir.get(spec)
+        if cached is not None:
+            changed = cached.reads.changed()
+            if changed is None:
+                return cached
+            if _compiler_config.JIT_TIMING.get():
+                print(f"cutile: {self.name}: {changed} changed since it was compiled; compiling again",
+                      file=sys.stderr)
+        built = build_kernel_ir(self.function, self.signature, spec, unsafe=self.unsafe)
+        self._ir.put(spec, built)
+        return built
 
     def compiled(self, spec: Specialization, arch: str, options: CompileOptions | None = None) -> CompiledKernel:
-        """The cubin for one specialization and architecture (compiled once per process,
-        and cached on disk across processes)."""
+        """The cubin for one specialization and architecture (compiled once per process
+        while what it read is unchanged, see `kernel_ir`, and cached on disk across
+        processes)."""
         opts = options or CompileOptions()
         if self.hints:  # the entry's hints, under those of the launch
             opts = dataclasses.replace(opts, hints=self.hints.merged(opts.hints))
-        return self._compiled.get_or_create(
-            (spec, arch, opts),
-            lambda: compile_kernel(self.function, self.signature, spec, arch, unsafe=self.unsafe,
-                                   options=opts, kernel_ir=self.kernel_ir(spec)))
+        key = (spec, arch, opts)
+        cached = self._compiled.get(key)
+        if cached is not None and cached.kernel_ir.reads.changed() is None:
+            return cached
+        compiled = compile_kernel(self.function, self.signature, spec, arch, unsafe=self.unsafe,
+                                  options=opts, kernel_ir=self.kernel_ir(spec))
+        self._compiled.put(key, compiled)
+        return compiled
 
 
 @overload

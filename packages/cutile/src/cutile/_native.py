@@ -181,6 +181,6 @@ def arm(kernel: Kernel, binding: Binding, loaded: _Loaded, context: int) -> None
     fast = module.FastBinding(
         binding, Job(kernel._launch_description), kernel._launch_description, Launch, tuple(checks), holds, results,
         int(prepared.function.handle), context, tuple(prepared._grid), tuple(config.block),
-        config.shared_memory, packed)
+        config.shared_memory, packed, loaded.reads.entries)
     kernel._fast = fast
     binding.fast = weakref.ref(fast)

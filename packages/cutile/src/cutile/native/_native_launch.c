@@ -10,6 +10,9 @@
  *   launch.sync()  inside a cuda_async batch whose ledger is in its steady state
  *                  (cuda_async's native/batch_api.h), gives the holds back, packs
  *                  the scalars and calls cuLaunchKernel, then records the accesses.
+ * Both run only while every global, closure variable and attribute the kernel's
+ * compile read still holds the value it read (`reads_current`): otherwise the
+ * Python path compiles again.
  * Anything else misses and runs the Python code, which is the reference and
  * raises every error: this file never decides that something is wrong. */
 #define PY_SSIZE_T_CLEAN
@@ -70,6 +73,7 @@ typedef struct {
     unsigned char *packed;  /* nparams * SLOT bytes: the parameters, scalars refilled per call */
     Py_ssize_t nscalars;
     Py_ssize_t *scalar_checks;
+    PyObject *reads;        /* the compile's ExternalReads.entries (a list cutile_compiler may refresh) */
     int armed;
     unsigned long generation;
     PyObject *weakrefs;
@@ -165,6 +169,7 @@ static void fast_dealloc(FastBinding *self) {
     Py_XDECREF(self->job);
     Py_XDECREF(self->name);
     Py_XDECREF(self->launch_type);
+    Py_XDECREF(self->reads);
     PyMem_Free(self->checks);
     PyMem_Free(self->hold_entries);
     PyMem_Free(self->hold_devices);
@@ -197,12 +202,13 @@ static int read_uints(PyObject *seq, unsigned *out, Py_ssize_t n, const char *wh
  *   results: argument indices of the tensors a run returns
  *   packed:  bytes, 8 per parameter (scalars are refilled per call) */
 static PyObject *fast_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    PyObject *owner, *job, *name, *launch_type, *checks, *holds, *results, *grid, *block, *packed;
+    PyObject *owner, *job, *name, *launch_type, *checks, *holds, *results, *grid, *block, *packed, *reads;
     unsigned long long function, context;
     unsigned shared_memory;
-    if (!PyArg_ParseTuple(args, "OOUO!O!O!O!KKO!O!IS", &owner, &job, &name, &PyType_Type, &launch_type,
+    if (!PyArg_ParseTuple(args, "OOUO!O!O!O!KKO!O!ISO!", &owner, &job, &name, &PyType_Type, &launch_type,
                           &PyTuple_Type, &checks, &PyTuple_Type, &holds, &PyTuple_Type, &results, &function,
-                          &context, &PyTuple_Type, &grid, &PyTuple_Type, &block, &shared_memory, &packed))
+                          &context, &PyTuple_Type, &grid, &PyTuple_Type, &block, &shared_memory, &packed,
+                          &PyList_Type, &reads))
         return NULL;
     if (!configured) return PyErr_Format(PyExc_RuntimeError, "FastBinding: configure the module first");
     if (!PyType_IsSubtype((PyTypeObject *)launch_type, &LaunchBaseType))
@@ -216,6 +222,7 @@ static PyObject *fast_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) 
     self->job = Py_NewRef(job);
     self->name = Py_NewRef(name);
     self->launch_type = (PyTypeObject *)Py_NewRef(launch_type);
+    self->reads = Py_NewRef(reads);
     self->function = (void *)(uintptr_t)function;
     self->context = (void *)(uintptr_t)context;
     self->shared_memory = shared_memory;
@@ -454,6 +461,54 @@ static int kernel_set_fast(KernelBase *self, PyObject *value, void *closure) {
 static PyGetSetDef kernel_getset[] = {
     {"_fast", (getter)kernel_get_fast, (setter)kernel_set_fast, "the native binding, or None", NULL}, {NULL}};
 
+/* -- the compile's reads ----------------------------------------------------------------- */
+/* cutile_compiler._reads's kinds of entry (kind, where, key, value). */
+enum { READ_NAME, READ_NAME_ABSENT, READ_CELL, READ_CELL_EMPTY, READ_ATTRIBUTE, READ_CODE };
+
+/* 1: every entry still reads as the compile saw it (by identity); 0: one differs, or
+ * cannot be read here (the Python path looks again, refreshes equal constants, and
+ * compiles again if one changed). */
+static int reads_current(PyObject *reads) {
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(reads); i++) {
+        PyObject *entry = PyList_GET_ITEM(reads, i);
+        if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 4) return 0;
+        long kind = PyLong_AsLong(PyTuple_GET_ITEM(entry, 0));
+        PyObject *where = PyTuple_GET_ITEM(entry, 1), *key = PyTuple_GET_ITEM(entry, 2);
+        PyObject *value = PyTuple_GET_ITEM(entry, 3), *current;
+        int same;
+        switch (kind) {
+        case READ_NAME:
+        case READ_NAME_ABSENT:
+            if (!PyDict_Check(where)) return 0;
+            current = PyDict_GetItemWithError(where, key); /* borrowed */
+            if (current == NULL && PyErr_Occurred()) { PyErr_Clear(); return 0; }
+            if (current != (kind == READ_NAME ? value : NULL)) return 0;
+            break;
+        case READ_CELL:
+        case READ_CELL_EMPTY:
+            if (!PyCell_Check(where)) return 0;
+            if (PyCell_GET(where) != (kind == READ_CELL ? value : NULL)) return 0;
+            break;
+        case READ_ATTRIBUTE:
+            Py_INCREF(entry); /* a property runs Python code, which may refresh the list */
+            current = PyObject_GetAttr(where, key);
+            same = current == value;
+            Py_XDECREF(current);
+            Py_DECREF(entry);
+            if (current == NULL) PyErr_Clear();
+            if (!same) return 0;
+            break;
+        case READ_CODE:
+            if (!PyFunction_Check(where) || PyFunction_GET_CODE(where) != value) return 0;
+            break;
+        default:
+            PyErr_Clear();
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /* -- launch.sync() ----------------------------------------------------------------------- */
 static PyObject *results_of(FastBinding *fb, PyObject *args) {
     if (fb->nresults == 1) return Py_NewRef(PyTuple_GET_ITEM(args, fb->results[0]));
@@ -507,6 +562,7 @@ static void raise_driver_error(int err, PyObject *what) {
 /* The launch in a batch's steady state, or run synchronously on idle resources;
  * NULL without an error set: a miss (nothing changed). */
 static PyObject *fast_sync(LaunchBase *self, FastBinding *fb) {
+    if (!reads_current(fb->reads)) return NULL;
     unsigned char params[MAX_PARAMS * SLOT];
     void *pointers[MAX_PARAMS];
     memcpy(params, fb->packed, fb->nparams * SLOT);
