@@ -202,6 +202,42 @@ def test_float_division_by_zero_keeps_ieee_results() -> None:
     np.testing.assert_array_equal(q.to_numpy(), expected.astype(np.float32))
 
 
+@cutile.entry
+def divides_where_nonzero(q: Mut[Tensor[i32, ["B"]]], x: Tensor[i32, [-1]], y: Tensor[i32, [-1]]):
+    a = load_tile_like(x, q)
+    b = load_tile_like(y, q)
+    q.store(ct.where(b != 0, a // b + a % b, -1))   # the lanes dividing by zero are discarded
+
+
+@cutile.entry
+def sums_quotients(q: Mut[Tensor[i32, ["B"]]], x: Tensor[i32, [-1]], y: Tensor[i32, [-1]]):
+    ratio = load_tile_like(x, q) // load_tile_like(y, q)
+    q.store(ct.full((64,), 0, i32) + ct.sum(ratio * 2))  # the reduction uses every lane
+
+
+def test_a_select_may_discard_lanes_that_divide_by_zero() -> None:
+    rng = np.random.default_rng(11)
+    x = rng.integers(-500, 500, 333).astype(np.int32)
+    y = rng.integers(-3, 4, 333).astype(np.int32)  # many zeros
+    q, _, _ = divides_where_nonzero(api.zeros([333], dtype=i32).partition([64]), api.from_numpy(x),
+                                    api.from_numpy(y)).sync()
+    wide_x, safe_y = x.astype(np.float64), np.where(y == 0, 1, y).astype(np.float64)
+    quotient = np.floor(wide_x / safe_y)
+    expected = np.where(y != 0, quotient + (wide_x - quotient * safe_y), -1)
+    np.testing.assert_array_equal(q.to_numpy(), expected.astype(np.int32))
+
+
+def test_a_division_by_zero_used_beyond_element_wise_ops_is_reported_at_the_division() -> None:
+    x = np.arange(128, dtype=np.int32)
+    y = np.ones(128, dtype=np.int32)
+    y[70] = 0
+    with pytest.raises(cutile.KernelRuntimeError) as info:
+        sums_quotients(api.zeros([128], dtype=i32).partition([64]), api.from_numpy(x), api.from_numpy(y)).sync()
+    text = str(info.value)
+    assert "in block (1, 0, 0): integer division by zero in '//': the divisor is 0 at element [6] of the tile" in text
+    assert "ratio = load_tile_like(x, q) // load_tile_like(y, q)" in text
+
+
 # -- read/write races between blocks ----------------------------------------------------
 @cutile.entry(unsafe=True)
 def reads_the_next_tile(z: Mut[Tensor[f32, ["B"]]]):
