@@ -40,9 +40,9 @@ class KernelRuntimeError(CutileError, RuntimeError):
         self.location = location
 
 
-#: Kinds of access to an element (bits of `_TensorState.accesses`, under the block).
+#: Kinds of access to an element: bits of `_TensorState.accesses`, below the block that touched it first.
 READ, WRITE, ATOMIC = 1, 2, 4
-_KIND_BITS, _KIND_MASK = 3, 7
+_KIND_BITS = 3  # the block (linear id + 1; 0: untouched) sits above the kind bits
 #: per kind of access, the kinds by another block it races with. Why keeping the first
 #: block suffices: if a later block B's access conflicts with an earlier block A's while
 #: the first block F (F < A) does not conflict with it, then A's access conflicted with
