@@ -345,7 +345,7 @@ class Launch(LaunchBase):
         return self
 
     def compile(self) -> Launch:
-        """Compiles now (a warm-up); the launch stays pending."""
+        """Compiles now (a warm-up); the launch stays pending: run it, or `cancel` it."""
         spec, _ = self.specialization()
         try:
             if _backend.current() == "interpreter":
