@@ -45,6 +45,7 @@ def test_example_runs_and_checks_its_answer(name: str, gpu_reason: str | None) -
         pytest.skip("PyTorch is not installed here: the example exchanges GPU memory with it")
     assert "OK" in result.stdout and "WRONG" not in result.stdout
     assert "Traceback" not in result.stderr and "Exception ignored" not in result.stderr, result.stderr
+    assert "LaunchNeverRunWarning" not in result.stderr, result.stderr  # no launch is left unrun
     if gpu_reason is not None and name not in NO_BACKEND:
         assert "interpreter backend" in result.stdout
         assert "running kernels on the CPU interpreter" in result.stderr

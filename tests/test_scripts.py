@@ -25,3 +25,4 @@ def test_a_cpu_benchmark_runs(script: str, arguments: list[str], expected: str) 
     assert done.returncode == 0, done.stdout + done.stderr
     assert expected in done.stdout, done.stdout
     assert "Traceback" not in done.stderr, done.stderr
+    assert "LaunchNeverRunWarning" not in done.stderr, done.stderr

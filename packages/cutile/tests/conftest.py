@@ -1,14 +1,18 @@
 """cutile's tests run kernels on the CPU interpreter; a test module that sets
 ``BOTH_BACKENDS = True`` runs each of its tests on the GPU as well (those runs
 are marked ``gpu``, so they are skipped where no GPU is present). A test marked
-``gpu`` runs on the GPU only; one marked ``interpreter_only`` on the interpreter only."""
+``gpu`` runs on the GPU only; one marked ``interpreter_only`` on the interpreter only.
+A test that leaves a launch unrun (`cutile.LaunchNeverRunWarning`) fails, unless it
+expects the warning (``pytest.warns``) or cancels the launch."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 
 import pytest
 
+import cutile
 from cutile import _backend
 
 
@@ -36,3 +40,18 @@ def selected_backend(backend: str) -> Iterator[str]:
     _backend.reset_for_tests(backend)
     yield backend
     _backend.reset_for_tests(None)
+
+
+@pytest.fixture(autouse=True)
+def no_launch_left_unrun() -> Iterator[None]:
+    # Recorded here, not turned into errors: the warning comes from a finalizer,
+    # where an error would only be printed. Other warnings go on to pytest.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", cutile.LaunchNeverRunWarning)
+        yield
+    unrun = [w for w in caught if issubclass(w.category, cutile.LaunchNeverRunWarning)]
+    for w in caught:
+        if w not in unrun:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+    if unrun:
+        pytest.fail(f"a launch was left unrun: {unrun[0].filename}:{unrun[0].lineno}: {unrun[0].message}")

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import struct
+import sys
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -38,11 +40,14 @@ def no_mut():  # its grid is always explicit
     print("block %d", bid(0))
 
 
-def _register(fake: FakeDriver, launch: cutile.Launch) -> Any:
+def _register(fake: FakeDriver, launch: cutile.Launch, *, cancel: bool = True) -> Any:
     """Compiles ``launch`` for the fake sm_90 device and tells the fake driver the
-    kernel's parameter layout (as the cubin would)."""
+    kernel's parameter layout (as the cubin would); then cancels the launch, made
+    only for this, unless the caller runs it."""
     compiled = launch.kernel.compiled(launch.plan().spec, "sm_90")
     fake.kernels[compiled.name] = _gpu.fake_param_layout(compiled.abi)
+    if cancel:
+        launch.cancel()
     return compiled
 
 
@@ -101,7 +106,7 @@ def test_a_launch_passes_pointers_dims_and_scalars(fake_gpu: FakeDriver) -> None
     whole = api.empty([1024], dtype=f32)
     z = whole[24:].partition([128])  # a view 24 elements into its memory
     launch = saxpy(z, x, y, 2.5)
-    compiled = _register(fake_gpu, launch)
+    compiled = _register(fake_gpu, launch, cancel=False)
     z, x, y = launch.sync()
     (record,) = fake_gpu.launches
     assert record["grid"] == (8, 1, 1) and record["block"] == (1, 1, 1)
@@ -116,7 +121,7 @@ def test_repeated_launches_reuse_the_packing_and_refill_scalars(fake_gpu: FakeDr
     x = api.from_numpy(np.zeros(512, np.float32))
     y = api.from_numpy(np.zeros(512, np.float32))
     z = api.empty([512], dtype=f32).partition([128])
-    compiled = _register(fake_gpu, saxpy(z, x, y, 1.0))  # (this launch is dropped unrun)
+    compiled = _register(fake_gpu, saxpy(z, x, y, 1.0))
     for a in (1.0, -0.0, 3.5, 3.5):
         z, x, y = saxpy(z, x, y, a).sync()
     scalars = [_unpack(compiled, r["params"])[-1][2] for r in fake_gpu.launches]
@@ -135,7 +140,7 @@ def test_views_with_other_strides_pass_them(fake_gpu: FakeDriver) -> None:
     source = x[:, 16:80].T  # 64 x 64, strides (1, 96)
     z = api.empty([64, 64], dtype=f32).partition([32, 32])
     launch = scale2d(z, source, 0.5, 7)
-    compiled = _register(fake_gpu, launch)
+    compiled = _register(fake_gpu, launch, cancel=False)
     launch.sync()
     got = {(p, k): v for p, k, v in _unpack(compiled, fake_gpu.launches[-1]["params"])}
     assert got[("x", "stride0")] == 1 and got[("x", "stride1")] == 96
@@ -410,7 +415,9 @@ def test_a_native_launch_is_refused_what_a_python_launch_is(native_gpu: FakeDriv
         saxpy(z, x, y, 3.0)
     with pytest.raises(cutile.OwnershipError, match="held by the pending launch of saxpy"):
         z._tensor.to_numpy()
-    del pending  # dropped unrun: its holds are given back
+    saxpy._warned_never_run = False
+    with pytest.warns(cutile.LaunchNeverRunWarning, match="launch of saxpy was never run"):
+        del pending  # dropped unrun: its holds are given back, and it warns
     z, x, y = saxpy(z, x, y, 4.0).sync()
     with cutile.batch():
         z, x, y = saxpy(z, x, y, 5.0).sync()
@@ -425,6 +432,30 @@ def test_a_native_launch_is_refused_what_a_python_launch_is(native_gpu: FakeDriv
         saxpy(z, x, y, 1.0)
     z = tensor.partition([128])
     z, x, y = saxpy(z, x, y, 1.0).sync()
+
+
+def test_a_native_launch_left_unrun_warns_at_its_call_line(native_gpu: FakeDriver) -> None:
+    z, x, y = _armed_saxpy(native_gpu)
+    saxpy._warned_never_run = False
+    made, run = _stats()
+    with pytest.warns(cutile.LaunchNeverRunWarning) as caught:
+        line = sys._getframe().f_lineno + 1
+        saxpy(z, x, y, 2.0)  # made in C, freed at once
+    assert _stats() == (made + 1, run)
+    (warning,) = [w for w in caught if issubclass(w.category, cutile.LaunchNeverRunWarning)]
+    assert (warning.filename, warning.lineno) == (__file__, line)
+    assert f"launch of saxpy was never run: the call at {__file__}:{line} made it" in str(warning.message)
+    saxpy._warned_never_run = False
+    with warnings.catch_warnings(record=True) as quiet:
+        warnings.simplefilter("always")
+        z, x, y = saxpy(z, x, y, 3.0).sync()  # made and run in C
+        with cutile.batch():
+            for _ in range(3):
+                z, x, y = saxpy(z, x, y, 4.0).sync()
+        saxpy(z, x, y, 5.0).cancel()  # made in C, adopted, cancelled
+        z, x, y = saxpy(z, x, y, 6.0).op.sync()  # made in C, run as an op
+    assert _stats()[1] >= run + 2  # the synchronous run and the batch's steady state, in C
+    assert not [w for w in quiet if issubclass(w.category, cutile.LaunchNeverRunWarning)]
 
 
 def test_a_native_launch_takes_every_python_method(native_gpu: FakeDriver) -> None:

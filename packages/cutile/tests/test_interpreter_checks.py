@@ -202,6 +202,42 @@ def test_float_division_by_zero_keeps_ieee_results() -> None:
     np.testing.assert_array_equal(q.to_numpy(), expected.astype(np.float32))
 
 
+@cutile.entry
+def divides_where_nonzero(q: Mut[Tensor[i32, ["B"]]], x: Tensor[i32, [-1]], y: Tensor[i32, [-1]]):
+    a = load_tile_like(x, q)
+    b = load_tile_like(y, q)
+    q.store(ct.where(b != 0, a // b + a % b, -1))   # the lanes dividing by zero are discarded
+
+
+@cutile.entry
+def sums_quotients(q: Mut[Tensor[i32, ["B"]]], x: Tensor[i32, [-1]], y: Tensor[i32, [-1]]):
+    ratio = load_tile_like(x, q) // load_tile_like(y, q)
+    q.store(ct.full((64,), 0, i32) + ct.sum(ratio * 2))  # the reduction uses every lane
+
+
+def test_a_select_may_discard_lanes_that_divide_by_zero() -> None:
+    rng = np.random.default_rng(11)
+    x = rng.integers(-500, 500, 333).astype(np.int32)
+    y = rng.integers(-3, 4, 333).astype(np.int32)  # many zeros
+    q, _, _ = divides_where_nonzero(api.zeros([333], dtype=i32).partition([64]), api.from_numpy(x),
+                                    api.from_numpy(y)).sync()
+    wide_x, safe_y = x.astype(np.float64), np.where(y == 0, 1, y).astype(np.float64)
+    quotient = np.floor(wide_x / safe_y)
+    expected = np.where(y != 0, quotient + (wide_x - quotient * safe_y), -1)
+    np.testing.assert_array_equal(q.to_numpy(), expected.astype(np.int32))
+
+
+def test_a_division_by_zero_used_beyond_element_wise_ops_is_reported_at_the_division() -> None:
+    x = np.arange(128, dtype=np.int32)
+    y = np.ones(128, dtype=np.int32)
+    y[70] = 0
+    with pytest.raises(cutile.KernelRuntimeError) as info:
+        sums_quotients(api.zeros([128], dtype=i32).partition([64]), api.from_numpy(x), api.from_numpy(y)).sync()
+    text = str(info.value)
+    assert "in block (1, 0, 0): integer division by zero in '//': the divisor is 0 at element [6] of the tile" in text
+    assert "ratio = load_tile_like(x, q) // load_tile_like(y, q)" in text
+
+
 # -- read/write races between blocks ----------------------------------------------------
 @cutile.entry(unsafe=True)
 def reads_the_next_tile(z: Mut[Tensor[f32, ["B"]]]):
@@ -292,3 +328,64 @@ def test_reads_by_several_blocks_and_a_blocks_own_accesses_are_free() -> None:
     xs = rng.standard_normal(333).astype(np.float32)
     z = rewrites_its_tile(api.from_numpy(xs).partition([64])).sync()
     np.testing.assert_array_equal(z.to_numpy(), (xs.astype(np.float64) * 2 + 1).astype(np.float32))
+
+
+def test_the_race_check_agrees_with_every_pair_of_accesses() -> None:
+    # The check keeps one code per element (its first block and that block's kinds of
+    # access); compared here with the definition, pair by pair, on random programs.
+    import re
+    from types import SimpleNamespace
+
+    from cutile._interpreter import ATOMIC, READ, WRITE, Interpreter
+
+    conflicts = {(READ, WRITE), (WRITE, READ), (WRITE, WRITE), (READ, ATOMIC), (ATOMIC, READ),
+                 (WRITE, ATOMIC), (ATOMIC, WRITE)}
+    verbs = {"reads": READ, "writes": WRITE, "updates": ATOMIC}
+    rng = np.random.default_rng(2024)
+    kinds = np.array([READ, WRITE, ATOMIC])
+    for _ in range(400):
+        # Each element is read by all, updated atomically by all, owned by one block,
+        # or touched by anyone in any way (the only racy kind), so both outcomes occur.
+        blocks, elements = int(rng.integers(2, 6)), int(rng.integers(1, 8))
+        modes = rng.choice(["read", "atomic", "owned", "mixed"], elements, p=[0.25, 0.25, 0.25, 0.25])
+        owners = rng.integers(0, blocks, elements)
+        program: list[list[tuple[int, np.ndarray]]] = []
+        for block in range(blocks):
+            accesses = []
+            for e in rng.integers(0, elements, int(rng.integers(1, 5))):
+                mode = modes[e]
+                if mode == "owned" and owners[e] != block:
+                    continue
+                kind = {"read": READ, "atomic": ATOMIC}.get(str(mode), int(rng.choice(kinds)))
+                accesses.append((kind, np.array([e])))
+            program.append(accesses)
+        touched = [{(kind, int(e)) for kind, where in accesses for e in where} for accesses in program]
+        racy = any(e == f and (k, j) in conflicts
+                   for a in range(blocks) for b in range(a + 1, blocks)
+                   for k, e in touched[a] for j, f in touched[b])
+        interpreter = Interpreter(None, (blocks, 1, 1))  # type: ignore[arg-type]
+        state = SimpleNamespace(name="t", accesses=np.zeros(elements, np.int32))
+        op = SimpleNamespace(location=None)
+        try:
+            for block, accesses in enumerate(program):
+                interpreter.block_id = (block, 0, 0)
+                for kind, where in accesses:
+                    interpreter._record(op, state, (where,), kind)  # type: ignore[arg-type]
+        except cutile.KernelRuntimeError as exc:
+            assert racy, (program, str(exc))
+            text = str(exc)
+            found = re.search(r"block \((\d+), 0, 0\) (\w+) element \[(\d+)\] of 't'(?: atomically)? and block "
+                              r"\((\d+), 0, 0\) (\w+) it", text)
+            if found is None:  # "blocks A and B both write element [e]"
+                both = re.search(r"blocks \((\d+), 0, 0\) and \((\d+), 0, 0\) both write element \[(\d+)\]", text)
+                assert both is not None, text
+                a, b, e = (int(g) for g in both.groups())
+                first, second = (WRITE, e), (WRITE, e)
+            else:
+                a, verb_a, e, b, verb_b = found.groups()
+                a, b, e = int(a), int(b), int(e)
+                first, second = (verbs[verb_a], e), (verbs[verb_b], e)
+            assert a < b and first in touched[a] and second in touched[b]
+            assert (first[0], second[0]) in conflicts
+        else:
+            assert not racy, program

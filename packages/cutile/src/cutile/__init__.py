@@ -35,6 +35,7 @@ from cutile._errors import (
 from cutile._interpreter import KernelRuntimeError
 from cutile_compiler import CompiledKernel
 from cutile._kernel import Graph, GraphScope, Kernel, Launch, batch, compile, entry, function, graph_scope
+from cutile._kernel import LaunchNeverRunWarning
 from cuda_async import zip  # launches are ops: cuda_async's zip takes them as they are
 from cutile._tensor import Partition, Tensor
 
@@ -44,3 +45,4 @@ __all__ = [
     "TileCompilerError", "TileError", "TileSyntaxError", "TileTypeError", "api", "backend",
     "Graph", "GraphScope", "batch", "compile", "entry", "function", "graph_scope", "zip",
 ]
+__all__ += ["LaunchNeverRunWarning"]

@@ -40,9 +40,9 @@ class KernelRuntimeError(CutileError, RuntimeError):
         self.location = location
 
 
-#: Kinds of access to an element (bits of `_TensorState.accesses`, under the block).
+#: Kinds of access to an element: bits of `_TensorState.accesses`, below the block that touched it first.
 READ, WRITE, ATOMIC = 1, 2, 4
-_KIND_BITS, _KIND_MASK = 3, 7
+_KIND_BITS = 3  # the block (linear id + 1; 0: untouched) sits above the kind bits
 #: per kind of access, the kinds by another block it races with. Why keeping the first
 #: block suffices: if a later block B's access conflicts with an earlier block A's while
 #: the first block F (F < A) does not conflict with it, then A's access conflicted with
@@ -90,10 +90,15 @@ class Interpreter:
         self.grid = grid
         self.block_id: tuple[int, int, int] = (0, 0, 0)
         self.env: dict[Value, Any] = {}
-        # Per value of the running block, its padding lanes (past a tensor's end or
-        # masked off) when it has any, followed through element-wise ops: a division
-        # by zero there is not the kernel's (no store keeps those lanes).
+        # Lanes of the running block's values that hold no value of the kernel's,
+        # followed through element-wise ops (`_follow_lanes`). Padding lanes lie past
+        # a tensor's end or are masked off: a division by zero there is not the
+        # kernel's. Undefined lanes are results of an integer division by zero: free
+        # while element-wise ops carry them and a select may discard them
+        # (``where(b != 0, a // b, 0)``), the kernel's error once anything else uses
+        # them (a store, a reduction, a branch), reported at the division.
         self.padding: dict[Value, np.ndarray[Any, Any]] = {}
+        self.undefined: dict[Value, tuple[np.ndarray[Any, Any], Operation, str]] = {}
 
     def run(self, arguments: dict[str, Any], mutable: AbstractSet[str]) -> None:
         checked = is_checked()
@@ -111,6 +116,7 @@ class Interpreter:
             self.block_id = (x, y, z)
             self.env = dict(params)
             self.padding = {}
+            self.undefined = {}
             try:
                 self.run_block(self.kernel.body, [])
             except Escape as escape:  # (run_block reports a failing op at its own line)
@@ -120,40 +126,70 @@ class Interpreter:
     # -- EvalContext -------------------------------------------------------------
     def run_block(self, block: Block, args: Sequence[Any]) -> Terminator:
         env = self.env
-        padding = self.padding
+        padding, undefined = self.padding, self.undefined
         for value, arg in zip(block.args, args):
             env[value] = arg
-            if padding:
+            if padding or undefined:
                 padding.pop(value, None)
+                undefined.pop(value, None)
         for op in block.ops:
+            lanewise = isinstance(op.opdef, _LANEWISE)
+            if undefined and not lanewise:
+                for value in op.operands:
+                    if value in undefined:
+                        raise self._undefined_error(undefined[value])
             operands = [env[v] for v in op.operands]
             if op.opdef.is_terminator:
                 return Terminator(op.name, operands)
+            fresh = None
             try:
                 results = op.opdef.evaluate(self, op, operands)
             except IntegerDivisionByZero as exc:
-                results = self._division_by_zero(op, exc)
+                results, fresh = self._division_by_zero(op, exc)
             except (IndexError, ValueError, ZeroDivisionError) as exc:
                 # Reported at the op that failed, not at the kernel's definition.
                 raise KernelRuntimeError(f"in block {self.block_id}: {exc}", op.location) from None
             for result, value in zip(op.results, results):
                 env[result] = value
-            if padding and isinstance(op.opdef, _LANEWISE):
-                self._follow_padding(op)
+            if lanewise and (padding or undefined or fresh):
+                self._follow_lanes(op, fresh)
         return Terminator("yield", [])
 
-    def _follow_padding(self, op: Operation) -> None:
-        """Marks the padding lanes of an element-wise op's result: those of its operands."""
+    def _follow_lanes(self, op: Operation, fresh: tuple[np.ndarray[Any, Any], Operation, str] | None) -> None:
+        """The padding and undefined lanes of an element-wise op's result: those of its
+        operands (for a select, of the side each lane takes), and ``fresh`` ones of its own."""
         result = op.results[0]
+        shape = np.shape(self.env[result])
         lanes = None
         for operand in op.operands:
             marked = self.padding.get(operand)
-            if marked is not None and marked.shape == np.shape(self.env[result]):
+            if marked is not None and marked.shape == shape:
                 lanes = marked if lanes is None else lanes | marked
         if lanes is None:
             self.padding.pop(result, None)
         else:
             self.padding[result] = lanes
+        undefined, origin = (None, None) if fresh is None else (fresh[0], fresh)
+        takes_first = np.broadcast_to(np.asarray(self.env[op.operands[0]], dtype=bool), shape) \
+            if isinstance(op.opdef, Select) else None
+        for position, operand in enumerate(op.operands):
+            entry = self.undefined.get(operand)
+            if entry is None:
+                continue
+            if entry[0].shape != shape:
+                raise self._undefined_error(entry)
+            marked = entry[0]
+            if takes_first is not None and position:
+                marked = marked & (takes_first if position == 1 else ~takes_first)
+            undefined = marked if undefined is None else undefined | marked
+            origin = origin or entry
+        if undefined is not None and origin is not None and undefined.any():
+            self.undefined[result] = (undefined, origin[1], origin[2])
+        elif self.undefined:
+            self.undefined.pop(result, None)
+
+    def _undefined_error(self, entry: tuple[np.ndarray[Any, Any], Operation, str]) -> Exception:
+        return self.runtime_error(entry[1], entry[2])
 
     def _mark_padding(self, op: Operation, lanes: np.ndarray[Any, Any]) -> None:
         if lanes.any():
@@ -161,17 +197,17 @@ class Interpreter:
         elif self.padding:
             self.padding.pop(op.results[0], None)
 
-    def _division_by_zero(self, op: Operation, exc: IntegerDivisionByZero) -> Sequence[Any]:
-        """The result of an integer division with zero divisors, when they are all in
-        padding lanes; otherwise the kernel's error, naming the first element."""
-        divisor = op.operands[1]
-        marked = self.padding.get(divisor)
+    def _division_by_zero(self, op: Operation, exc: IntegerDivisionByZero
+                          ) -> tuple[Sequence[Any], tuple[np.ndarray[Any, Any], Operation, str] | None]:
+        """The result of an integer division with zero divisors, and its undefined
+        lanes (those outside the divisor's padding) with the error they make when used."""
+        marked = self.padding.get(op.operands[1])
         real = exc.lanes if marked is None or marked.shape != exc.lanes.shape else exc.lanes & ~marked
-        if real.any():
-            where = [int(i) for i in np.unravel_index(int(np.argmax(real)), real.shape)]
-            element = f" at element {where} of the tile" if where else ""
-            raise self.runtime_error(op, f"integer division by zero in '{exc.symbol}': the divisor is 0{element}")
-        return (exc.result,)
+        if not real.any():
+            return (exc.result,), None
+        where = [int(i) for i in np.unravel_index(int(np.argmax(real)), real.shape)]
+        element = f" at element {where} of the tile" if where else ""
+        return (exc.result,), (real, op, f"integer division by zero in '{exc.symbol}': the divisor is 0{element}")
 
     def _slices(self, state: _TensorState, index: tuple[int, ...], tile_shape: tuple[int, ...]) -> tuple[tuple[slice, ...], tuple[slice, ...]]:
         """(slices into the tensor, slices into the tile) of the in-bounds part."""

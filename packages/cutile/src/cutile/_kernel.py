@@ -16,14 +16,15 @@ import inspect
 import math
 import operator
 import sys
+import warnings
 import weakref
 from collections.abc import Callable, Generator, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import cuda_async
 from cutile import _backend, _gpu
-from cutile._native import KernelBase, LaunchBase
-from cutile._errors import GraphUpdateError, LaunchError, OwnershipError
+from cutile._native import KernelBase, LaunchBase, configure_never_run
+from cutile._errors import CutileError, GraphUpdateError, LaunchError, OwnershipError
 from cutile._tensor import Partition, Storage, Tensor, hold_all, hold_entries, overlapping, overlaps_itself, release_all
 from cutile_compiler._builtins import DeviceFunction
 from cutile_compiler import _config as _compiler_config
@@ -96,6 +97,7 @@ class Kernel(KernelBase):
         # Call signature (dtypes, shapes, constants; see _call_key) -> its plan: a
         # repeated call skips describing the arguments and finding the launcher again.
         self._calls: LRUCache[tuple[Any, ...], CallPlan] = LRUCache(4 * _CACHE_SIZE)
+        self._warned_never_run = False  # a launch freed unrun warns once per kernel
 
     def __repr__(self) -> str:
         return f"<cutile kernel {self.name}{' (unsafe)' if self.unsafe else ''}>"
@@ -238,6 +240,9 @@ class Launch(LaunchBase):
         # the launch now, at the call, naming both parameters (not only at its sync).
         cuda_async.check_startable(binding.accesses, self.description)
         self._holds = hold_all(ranges, binding.hold_entries, kernel.name)
+        # Until it runs, joins an op, or is cancelled; the kernel's call (the native
+        # base's or the Python one) records where it was made.
+        self._pending = True
 
     def _release(self) -> None:
         """Gives back the holds this launch took when it was made (once)."""
@@ -339,6 +344,7 @@ class Launch(LaunchBase):
         self._take_over()
         dims = (x, y, z)
         if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in dims):
+            self._pending = False  # the error is what the caller hears of this launch
             raise LaunchError(f"{self.kernel.name}: grid dims must be positive ints, got {list(dims)}")
         self._explicit_grid = dims
         self._plan = None
@@ -352,18 +358,23 @@ class Launch(LaunchBase):
         try:
             parsed = KernelHints.parse(hints, f"{self.kernel.name}.compile_options: hints")
         except HintError as exc:
+            self._pending = False
             raise LaunchError(str(exc)) from None
         self._options = CompileOptions(opt_level=opt_level, lineinfo=lineinfo, hints=parsed)
         self._plan = None
         return self
 
     def compile(self) -> Launch:
-        """Compiles now (a warm-up); the launch stays pending."""
+        """Compiles now (a warm-up); the launch stays pending: run it, or `cancel` it."""
         spec, _ = self.specialization()
-        if _backend.current() == "interpreter":
-            self.kernel.kernel_ir(spec)
-        else:
-            _gpu.prepare(self.kernel, self.plan(), self._options)
+        try:
+            if _backend.current() == "interpreter":
+                self.kernel.kernel_ir(spec)
+            else:
+                _gpu.prepare(self.kernel, self.plan(), self._options)
+        except CutileError:
+            self._pending = False
+            raise
         return self
 
     def specialization(self) -> tuple[Specialization, tuple[int, int, int]]:
@@ -376,7 +387,11 @@ class Launch(LaunchBase):
         loaded kernel: shared by every call with the same argument signature."""
         plan = self._plan
         if plan is None:
-            plan = self._plan = self.kernel.plan_for(self.arguments, self._explicit_grid)
+            try:
+                plan = self._plan = self.kernel.plan_for(self.arguments, self._explicit_grid)
+            except CutileError:
+                self._pending = False  # the error is what the caller hears of this launch
+                raise
             binding = self._binding
             if binding.plan is None and self._explicit_grid is None:
                 binding.plan = plan
@@ -388,6 +403,7 @@ class Launch(LaunchBase):
         """This launch as a `cuda_async.DeviceOp`: it reads the storages of the
         read-only tensors and writes those of the Mut ones, and returns the tensor
         arguments. Combine it with ``then``, ``map``, `cutile.zip`, ``shared``..."""
+        self._pending = False  # the op decides whether it runs
         if self._op is None:
             self._op = cuda_async.FnOp.from_accesses(self._execute, self._binding.accesses, name=self.description,
                                                      views=self._graph_views)
@@ -435,13 +451,29 @@ class Launch(LaunchBase):
             """
 
     def _sync_slow(self) -> Any:
+        self._pending = False
         if self._done:
+            if self.__dict__.get("_cancelled"):
+                raise OwnershipError(f"{self.description} was cancelled; it cannot run")
             raise OwnershipError(f"{self.description} has already run; its tensors were handed back")
         try:
             return self.op.sync()
         finally:
             self._done = True
             self._release()
+
+    def cancel(self) -> None:
+        """Drops the launch on purpose, without running it: its tensors' holds are
+        given back now and it can no longer run. (A launch freed without having run,
+        been scheduled or joined an op warns `LaunchNeverRunWarning`.)"""
+        self._take_over()
+        if self._done or self._op is not None:
+            raise OwnershipError(f"{self.description} has run or is part of an op; it cannot be cancelled")
+        self._pending = False
+        self._done = True
+        self._cancelled = True
+        self._release()
+        self._holds = []
 
     def sync_on(self, stream: Any) -> Any:
         """Runs the launch on ``stream`` (a `cuda_core.Stream`, or None for the host)
@@ -474,6 +506,38 @@ class Launch(LaunchBase):
 
     def __await__(self) -> Generator[Any, None, Any]:
         return self.op.__await__()
+
+
+class LaunchNeverRunWarning(RuntimeWarning):
+    """A launch was freed without having run (like a coroutine never awaited): its
+    outputs keep their old values. Run it (``.sync()``, ``.schedule()``, ``await``),
+    make it part of an op (``then``, `cutile.zip`, ...), or drop it on purpose with
+    ``.cancel()``. Warned once per kernel, at the line of the call that made it."""
+
+
+def _warn_never_run(kernel: Any, code: Any, lasti: int, _sys: Any = sys, _warnings: Any = warnings) -> None:
+    """Warns that a launch of ``kernel`` made at (``code``, ``lasti``) was freed while
+    pending. It runs in the launch's finalizer, wherever the launch is freed: it
+    touches nothing but its arguments (the modules it needs are bound as defaults,
+    as module globals may be gone at exit, when it says nothing)."""
+    if _sys.is_finalizing() or getattr(kernel, "_warned_never_run", True) is not False:
+        return
+    kernel._warned_never_run = True
+    filename, line = "<unknown>", 0
+    if code is not None:
+        filename, line = code.co_filename, code.co_firstlineno
+        for start, end, number in code.co_lines():
+            if start <= lasti < end and number is not None:
+                line = number
+                break
+    _warnings.warn_explicit(
+        f"launch of {kernel.name} was never run: the call at {filename}:{line} made it, but it was freed "
+        f"without .sync() (or .schedule(), await, joining an op), so its outputs keep their old values; "
+        f".cancel() drops a launch on purpose", LaunchNeverRunWarning, filename, line)
+
+
+configure_never_run(_warn_never_run)
+
 
 def run_plan(kernel: Kernel, plan: CallPlan, arguments: dict[str, Any], options: CompileOptions,
              stream: Any, binding: Binding | None = None) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import sys
 import weakref
 from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from cuda_core._launch import PARAM_CTYPES
@@ -44,6 +45,8 @@ except (NativeUnavailable, OSError) as exc:
     _reason = str(exc)
 
 _configured_for: Any = None  # the driver entry points the module was configured with
+#: called as hook(kernel, code, lasti) for a launch freed while pending (`configure_never_run`)
+_never_run_hook: Callable[[Any, Any, int], None] | None = None
 _told = False
 
 
@@ -68,12 +71,20 @@ class _PythonKernelBase:
     _fast: Any = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._call(*args, **kwargs)  # type: ignore[attr-defined]
+        launch = self._call(*args, **kwargs)  # type: ignore[attr-defined]
+        caller = sys._getframe(1)  # where the launch is made (for the warning if it never runs)
+        launch._site_code, launch._site_lasti = caller.f_code, caller.f_lasti
+        return launch
 
 
 class _PythonLaunchBase:
-    """`Launch`'s base without the native module: ``sync`` is ``_sync_slow``, and
-    a launch freed with its holds gives them back."""
+    """`Launch`'s base without the native module: ``sync`` is ``_sync_slow``, a
+    launch freed with its holds gives them back, and one freed while pending warns."""
+
+    # (the native base's C members: pending, and where the launch was made)
+    _pending = False
+    _site_code: Any = None
+    _site_lasti = -1
 
     def sync(self) -> Any:
         """Runs the launch to completion and returns its tensor arguments (one as
@@ -85,11 +96,24 @@ class _PythonLaunchBase:
         return None
 
     def __del__(self) -> None:
-        holds = self.__dict__.get("_holds")
+        state = self.__dict__
+        holds = state.get("_holds")
         if holds:
             from cutile._tensor import release_dropped
 
-            release_dropped(holds, self.__dict__["_binding"].devices)
+            release_dropped(holds, state["_binding"].devices)
+        if state.get("_pending") and _never_run_hook is not None:
+            _never_run_hook(state.get("kernel"), state.get("_site_code"), state.get("_site_lasti", -1))
+
+
+def configure_never_run(hook: Callable[[Any, Any, int], None]) -> None:
+    """Sets what a launch freed while pending calls, on either base: ``hook(kernel,
+    code, lasti)`` with the code object and instruction offset of the call that made
+    it (None, -1 when unknown)."""
+    global _never_run_hook
+    _never_run_hook = hook
+    if module is not None:
+        module.configure_never_run(hook)
 
 
 if TYPE_CHECKING:

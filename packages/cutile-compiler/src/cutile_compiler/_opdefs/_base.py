@@ -27,8 +27,9 @@ class IntegerDivisionByZero(ZeroDivisionError):
     """Raised by the numpy meaning of integer ``//`` or ``%`` when a divisor element
     is zero (float division gives IEEE inf/nan instead). ``lanes`` says where (a
     bool array of the result's shape); ``result`` holds what every lane computes,
-    zero where the divisor is. The interpreter reports it at the op, unless every
-    such lane is padding (past a tensor's end or masked off), which no store keeps."""
+    zero where the divisor is. The interpreter reports it at the op once such a lane
+    is used (a select may discard it first); lanes of padding (past a tensor's end
+    or masked off) do not count."""
 
     def __init__(self, symbol: str, lanes: Any, result: Any) -> None:
         super().__init__(f"integer division by zero in '{symbol}'")

@@ -13,6 +13,9 @@
  * Both run only while every global, closure variable and attribute the kernel's
  * compile read still holds the value it read (`reads_current`): otherwise the
  * Python path compiles again.
+ * A launch made here remembers where it was made (the caller's code object and
+ * instruction, no line lookup); freed while still pending, it hands that to
+ * cutile's never-run hook (`configure_never_run`), which warns.
  * Anything else misses and runs the Python code, which is the reference and
  * raises every error: this file never decides that something is wrong. */
 #define PY_SSIZE_T_CLEAN
@@ -36,6 +39,7 @@ static stream_sync_fn cu_stream_synchronize;
 static PyObject *dropped_holds, *holds_lock;
 static PyObject *binding_accesses;  /* the Binding.accesses slot descriptor */
 static PyObject *raise_launch_error; /* Python: (code, what) -> raises cuda_core's error */
+static PyObject *never_run_hook;     /* Python: (kernel, code, lasti) -> warns of a launch freed unrun */
 static PyObject *str_call, *str_sync_slow;
 static int configured;
 static unsigned long generation; /* bumped by each configure: a binding armed under another driver misses */
@@ -92,6 +96,9 @@ typedef struct {
     int held, done;
     PyObject *holds;        /* the Python path's `_holds` (a list) and `_binding`: */
     PyObject *binding;      /* C members, so that a dropped launch gives its holds back here */
+    char pending;           /* `_pending`: made, neither run nor handed to an op; freed so, it warns */
+    PyObject *site_code;    /* `_site_code`, `_site_lasti`: the caller's code and instruction */
+    int site_lasti;
 } LaunchBase;
 
 static PyTypeObject FastBindingType, KernelBaseType, LaunchBaseType;
@@ -400,6 +407,17 @@ static void drop_fast_holds(FastBinding *fb) {
     PyErr_Restore(type, value, tb);
 }
 
+/* Where the launch is made: the running Python frame's code and instruction (the
+ * kernel's caller, as kernel_call is C). A reference to the code, not the frame, so
+ * that no locals are kept; the line is looked up only if a warning needs it. */
+static void remember_site(LaunchBase *launch) {
+    if (launch->site_code != NULL) return;
+    PyFrameObject *caller = PyEval_GetFrame(); /* borrowed; NULL when called from C alone */
+    if (caller == NULL) return;
+    launch->site_code = (PyObject *)PyFrame_GetCode(caller);
+    launch->site_lasti = PyFrame_GetLasti(caller);
+}
+
 static PyObject *fast_call(KernelBase *kernel, FastBinding *fb, PyObject *args) {
     int matched = arguments_match(fb, args);
     if (matched <= 0) return NULL;
@@ -421,6 +439,8 @@ static PyObject *fast_call(KernelBase *kernel, FastBinding *fb, PyObject *args) 
     launch->fast = Py_NewRef((PyObject *)fb);
     launch->args = Py_NewRef(args);
     launch->held = 1;
+    launch->pending = 1;
+    remember_site(launch);
     native_calls++;
     return (PyObject *)launch;
 }
@@ -437,6 +457,7 @@ static PyObject *kernel_call(KernelBase *self, PyObject *args, PyObject *kwargs)
     if (slow == NULL) return NULL;
     PyObject *result = PyObject_Call(slow, args, kwargs);
     Py_DECREF(slow);
+    if (result != NULL && PyObject_TypeCheck(result, &LaunchBaseType)) remember_site((LaunchBase *)result);
     return result;
 }
 
@@ -582,6 +603,7 @@ static PyObject *fast_sync(LaunchBase *self, FastBinding *fb) {
         int handed = hand_over_holds(self, fb);
         if (handed <= 0) { batch_api->abort(&txn); goto done; }
         self->done = 1; /* from here on the launch has run, whatever the driver says */
+        self->pending = 0;
         int waited = 0;
         int err = launch_on(fb, txn.stream_handle, pointers, 0, &waited);
         if (err) { batch_api->abort(&txn); raise_driver_error(err, fb->name); goto done; }
@@ -597,6 +619,7 @@ static PyObject *fast_sync(LaunchBase *self, FastBinding *fb) {
     int handed = hand_over_holds(self, fb);
     if (handed <= 0) { batch_api->sync_end(&sync, 0); goto done; } /* an error it raises stays set */
     self->done = 1;
+    self->pending = 0;
     int waited = 0; /* the holds keep other threads off the resources during the wait */
     int err = launch_on(fb, sync.stream_handle, pointers, 1, &waited);
     if (err && !waited) { raise_driver_error(err, fb->name); batch_api->sync_end(&sync, 0); goto done; }
@@ -636,9 +659,20 @@ static PyObject *launch_take_native(LaunchBase *self, PyObject *unused) {
     return state;
 }
 
+/* A launch freed while pending: the hook warns (once per kernel). The launch itself is
+ * half torn down (a Python subclass's attributes are gone), so it gets the C members. */
+static void warn_never_run(LaunchBase *self) {
+    if (never_run_hook == NULL || self->kernel == NULL) return;
+    PyObject *warned = PyObject_CallFunction(never_run_hook, "OOi", self->kernel,
+                                             self->site_code ? self->site_code : Py_None, self->site_lasti);
+    if (warned == NULL) PyErr_WriteUnraisable(self->kernel); /* e.g. the warning filtered as an error */
+    Py_XDECREF(warned);
+}
+
 static void launch_dealloc(LaunchBase *self) {
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
+    if (self->pending) warn_never_run(self);
     if (self->fast != NULL && self->held) { /* a native launch dropped without running */
         drop_fast_holds((FastBinding *)self->fast);
     } else if (self->holds != NULL && PyList_Check(self->holds) && PyList_GET_SIZE(self->holds) && self->binding) {
@@ -652,6 +686,7 @@ static void launch_dealloc(LaunchBase *self) {
     Py_CLEAR(self->args);
     Py_CLEAR(self->holds);
     Py_CLEAR(self->binding);
+    Py_CLEAR(self->site_code);
     PyErr_Restore(type, value, tb);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -665,6 +700,9 @@ static PyMemberDef launch_members[] = {
     {"kernel", T_OBJECT_EX, offsetof(LaunchBase, kernel), 0, NULL},
     {"_holds", T_OBJECT_EX, offsetof(LaunchBase, holds), 0, NULL},
     {"_binding", T_OBJECT_EX, offsetof(LaunchBase, binding), 0, NULL},
+    {"_pending", T_BOOL, offsetof(LaunchBase, pending), 0, NULL},
+    {"_site_code", T_OBJECT, offsetof(LaunchBase, site_code), 0, NULL},
+    {"_site_lasti", T_INT, offsetof(LaunchBase, site_lasti), 0, NULL},
     {NULL}};
 
 /* -- module ------------------------------------------------------------------------------ */
@@ -686,6 +724,12 @@ static PyTypeObject LaunchBaseType = {
 /* configure_holds(dropped): cutile._tensor's queue of holds given back by freed launches. */
 static PyObject *configure_holds(PyObject *module, PyObject *dropped) {
     Py_XSETREF(dropped_holds, Py_NewRef(dropped));
+    Py_RETURN_NONE;
+}
+
+/* configure_never_run(hook): called as hook(kernel, code, lasti) for a launch freed while pending. */
+static PyObject *configure_never_run(PyObject *module, PyObject *hook) {
+    Py_XSETREF(never_run_hook, Py_NewRef(hook));
     Py_RETURN_NONE;
 }
 
@@ -748,6 +792,7 @@ static PyMethodDef module_methods[] = {
     {"invalidate", invalidate, METH_NOARGS, "Makes every binding armed so far miss (the driver changed)."},
     {"stats", stats, METH_NOARGS, "(launches made, launches run) by the native path so far."},
     {"configure_holds", configure_holds, METH_O, "Hands over cutile's holds of pending launches."},
+    {"configure_never_run", configure_never_run, METH_O, "Hands over the warning of launches freed unrun."},
     {"configure", configure, METH_VARARGS, "Hands over the batch API and the driver's entry points."},
     {"null_entry_points", null_entry_points, METH_NOARGS, "Driver stand-ins that do nothing (benchmarks)."},
     {NULL, NULL, 0, NULL}};
