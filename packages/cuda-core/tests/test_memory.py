@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import sys
 from typing import Any
 
 import pytest
@@ -190,3 +191,22 @@ def test_memory_and_modules_dropped_during_a_capture_are_released_after_it(fake_
         gc.collect()
         assert fake_driver.calls["cuMemFreeAsync"] == frees and fake_driver.calls["cuModuleUnload"] == unloads
     assert fake_driver.calls["cuMemFreeAsync"] == frees + 1 and fake_driver.calls["cuModuleUnload"] == unloads + 1
+
+
+def test_a_buffer_outliving_its_fake_driver_is_freed_through_it_without_initializing_another() -> None:
+    """Freed after the fake driver was swapped out (on a machine whose real driver
+    cannot initialize, as on CI): the finalizer frees through the fake and raises
+    nothing (it asked the real driver to initialize and raised CudaNoDeviceError)."""
+    from cuda_core.testing import use_fake_driver
+
+    unraisable: list[Any] = []
+    old_hook = sys.unraisablehook
+    sys.unraisablehook = unraisable.append
+    try:
+        with use_fake_driver() as fake:
+            buffer = cc.DeviceBuffer.allocate(64)
+        del buffer
+        gc.collect()
+    finally:
+        sys.unraisablehook = old_hook
+    assert unraisable == [] and fake.calls["cuMemFree"] == 1 and fake.memory == {}

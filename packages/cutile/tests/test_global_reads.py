@@ -257,7 +257,9 @@ def test_the_gpu_path_loads_the_code_of_the_current_value(native: bool, what: st
     with _fake_gpu() as fake:
         x = api.from_numpy(np.zeros(256, np.float32))
         z = api.empty([256], dtype=f32).partition([128])
-        spec = mixed(z, x).plan().spec
+        probe = mixed(z, x)
+        spec = probe.plan().spec
+        probe.cancel()  # made only to learn the specialization
 
         def cubin_now() -> bytes:  # compiled afresh, past every cache of the kernel
             return compile_kernel(mixed.function, mixed.signature, spec, "sm_90").cubin
@@ -292,7 +294,9 @@ def test_a_change_seen_inside_a_graph_capture_is_refused_naming_it() -> None:
     with _fake_gpu() as fake:
         x = api.from_numpy(np.zeros(256, np.float32))
         z = api.empty([256], dtype=f32).partition([128])
-        compiled = mixed.compiled(mixed(z, x).plan().spec, "sm_90")
+        probe = mixed(z, x)
+        compiled = mixed.compiled(probe.plan().spec, "sm_90")
+        probe.cancel()  # made only to learn the specialization
         fake.kernels[compiled.name] = _gpu.fake_param_layout(compiled.abi)
         z, x = mixed(z, x).sync()  # warm: compiled and loaded
         _set("SCALE", 5.0)

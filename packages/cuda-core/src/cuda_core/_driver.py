@@ -40,6 +40,12 @@ def api() -> Any:
     return _api
 
 
+def in_use() -> Any:
+    """The driver module in use, without initializing it (for finalizers, which
+    compare it with the module that made their handle)."""
+    return _api
+
+
 def _initialize() -> None:
     global _initialized, _init_failure
     with _init_lock:

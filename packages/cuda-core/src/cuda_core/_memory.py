@@ -190,7 +190,7 @@ def _free_device(api: Any, ptr: int, stream: Stream | None, device: Device) -> N
     # unless closed explicitly.
     if _driver.shutting_down or _driver.defer_while_capturing(_free_device, api, ptr, stream, device):
         return
-    if api is _driver.api():
+    if api is _driver.in_use():  # never initializes: a finalizer must not raise
         device.activate()
     # else: allocated under a driver since swapped out (tests): freed through that
     # driver, without making a context current through the one in use now.
