@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import builtins
 import operator
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -59,6 +60,12 @@ _UNARY_FOLDS: dict[type[ast.unaryop], tuple[Callable[[Any], Any], str]] = {
 #: The largest int constant folding builds (a tile holds at most 64-bit ints; Python
 #: would otherwise spend minutes and gigabytes on ``2 ** 10**10``).
 MAX_FOLDED_INT_BITS = 1 << 16
+#: How deeply a kernel may nest: expressions within expressions, if/for/while
+#: bodies within each other, device functions and lambdas called within calls (each
+#: counts one level; a chain ``a + b + c + ...`` is one level however long). Real
+#: kernels stay below 30; the limit keeps the front end's recursion well inside
+#: Python's default stack.
+MAX_NESTING = 128
 _SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "mod": "%", "pow": "**",
             "and": "&", "or": "|", "xor": "^", "shl": "<<", "shr": ">>", "eq": "==", "ne": "!=",
             "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
@@ -150,6 +157,7 @@ class FrontEnd:
         self.inline_stack: list[Any] = []
         #: the value of each splat constant made so far, by `Value.id`: what `OpDef.check_static` sees
         self.static_values: dict[int, bool | int | float] = {}
+        self.depth = 0  # the current nesting, counted as MAX_NESTING counts it
 
     # -- locations and errors -----------------------------------------------------
     @property
@@ -164,6 +172,24 @@ class FrontEnd:
 
     def syntax_error(self, message: str, node: ast.AST | None = None) -> TileSyntaxError:
         return TileSyntaxError(message, self.location(node))
+
+    def nesting_error(self, node: ast.AST) -> TileSyntaxError:
+        return self.syntax_error(
+            f"the kernel nests more than {MAX_NESTING} levels deep here (expressions within expressions, blocks "
+            "within blocks, device-function calls within calls), the front end's nesting limit; name intermediate "
+            "results or flatten the calls", node)
+
+    @contextmanager
+    def nested(self, node: ast.AST) -> Iterator[None]:
+        """One more level of nesting for the body of the ``with``; past `MAX_NESTING`
+        levels, a `TileSyntaxError` at ``node``."""
+        self.depth += 1
+        try:
+            if self.depth > MAX_NESTING:
+                raise self.nesting_error(node)
+            yield
+        finally:
+            self.depth -= 1
 
     # -- building ops -------------------------------------------------------------
     def op(self, name: str, operands: Sequence[Value], attrs: dict[str, Any] | None = None,
@@ -318,6 +344,8 @@ class FrontEnd:
                                       f"{MAX_FOLDED_INT_BITS} bits", node)
         try:
             return function(*operands)
+        except RecursionError:
+            raise  # the stack, not the operation: `build` reports it
         except Exception as exc:
             raise self.type_error(f"the constant expression {spelled()} fails: {exc}", node) from None
 
@@ -421,7 +449,13 @@ class FrontEnd:
                 params.append(KernelParam(p.name, value, "scalar"))
                 env[p.name] = value
         self.grid_rank = max(mutable_ranks, default=0)
-        flow = self.visit_statements(tree.body)
+        try:
+            flow = self.visit_statements(tree.body)
+        except RecursionError:
+            # Within MAX_NESTING this needs a caller already deep in Python's stack.
+            raise TileSyntaxError(
+                f"the kernel nests too deeply for Python's stack (recursion limit {sys.getrecursionlimit()}) "
+                f"under this statement; name intermediate results or flatten the calls", self.location()) from None
         if flow == "return" or flow == Flow.NORMAL:
             pass
         elif flow in ("break", "continue"):
@@ -462,11 +496,14 @@ class FrontEnd:
             self.assign(node.target, self.binary(name, current, self.expr(node.value), node, fold), node)
             return Flow.NORMAL
         if isinstance(node, ast.If):
-            return self.visit_if(node)
+            with self.nested(node):
+                return self.visit_if(node)
         if isinstance(node, ast.For):
-            return self.visit_for(node)
+            with self.nested(node):
+                return self.visit_for(node)
         if isinstance(node, ast.While):
-            return self.visit_while(node)
+            with self.nested(node):
+                return self.visit_while(node)
         if isinstance(node, ast.Break):
             return self.leave_loop("break", node)
         if isinstance(node, ast.Continue):
@@ -858,9 +895,13 @@ class FrontEnd:
     def expr(self, node: ast.expr) -> Any:
         saved = self.node
         self.node = node
+        self.depth += 1  # what `nested` does, spelled out on this hot path
         try:
+            if self.depth > MAX_NESTING:
+                raise self.nesting_error(node)
             return self._expr(node)
         finally:
+            self.depth -= 1
             self.node = saved
 
     def _expr(self, node: ast.expr) -> Any:
@@ -871,8 +912,16 @@ class FrontEnd:
         if isinstance(node, ast.Name):
             return self.lookup(node.id, node)
         if isinstance(node, ast.BinOp):
-            name, fold = self.binary_op(node.op, node)
-            return self.binary(name, self.expr(node.left), self.expr(node.right), node, fold)
+            # ``a + b + c + ...`` nests to the left: walked as a loop, so its length is free.
+            spine = [node]
+            while isinstance(spine[-1].left, ast.BinOp):
+                spine.append(spine[-1].left)
+            operators = [self.binary_op(step.op, step) for step in spine]
+            accumulated = self.expr(spine[-1].left)
+            for step, (name, fold) in zip(reversed(spine), reversed(operators)):
+                self.node = step
+                accumulated = self.binary(name, accumulated, self.expr(step.right), step, fold)
+            return accumulated
         if isinstance(node, ast.UnaryOp):
             operand = self.expr(node.operand)
             if isinstance(node.op, ast.Not):
@@ -1037,11 +1086,12 @@ class FrontEnd:
             raise self.type_error(f"the lambda takes {len(names)} argument(s), got {len(args)}", node)
         outer = function.frame
         frame = _Frame(outer.source, {**outer.env, **dict(zip(names, args))}, outer.globals, outer.closure)
-        self.frames.append(frame)
-        try:
-            return self.expr(function.node.body)
-        finally:
-            self.frames.pop()
+        with self.nested(node):
+            self.frames.append(frame)
+            try:
+                return self.expr(function.node.body)
+            finally:
+                self.frames.pop()
 
 
     def inline(self, function: Any, args: list[Any], kwargs: dict[str, Any], node: ast.Call) -> Any:
@@ -1060,15 +1110,16 @@ class FrontEnd:
             if _contains(statement, ast.Return):
                 raise TileSyntaxError("a device function may return only at its end (its last statement)",
                                       source.location(statement))
-        self.frames.append(frame)
-        self.inline_stack.append(function)
-        try:
-            flow = self.visit_statements(source.tree.body)
-            if flow in ("break", "continue"):
-                raise self.syntax_error(f"'{flow}' outside a loop", source.tree)
-        finally:
-            self.frames.pop()
-            self.inline_stack.pop()
+        with self.nested(node):
+            self.frames.append(frame)
+            self.inline_stack.append(function)
+            try:
+                flow = self.visit_statements(source.tree.body)
+                if flow in ("break", "continue"):
+                    raise self.syntax_error(f"'{flow}' outside a loop", source.tree)
+            finally:
+                self.frames.pop()
+                self.inline_stack.pop()
         return frame.result
 
 
@@ -1110,14 +1161,15 @@ def _contains(node: ast.AST, kind: type[ast.AST]) -> bool:
 
 def _has_loop_exit(statements: Sequence[ast.stmt]) -> bool:
     """Whether break/continue of *this* loop appear (not those of nested loops)."""
-    def visit(node: ast.AST) -> bool:
+    pending: list[ast.AST] = list(statements)
+    while pending:  # a loop, not a recursion: the statements may hold arbitrarily deep expressions
+        node = pending.pop()
         if isinstance(node, (ast.Break, ast.Continue)):
             return True
-        if isinstance(node, (ast.For, ast.While, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-            return False
-        return any(visit(child) for child in ast.iter_child_nodes(node))
-
-    return any(visit(s) for s in statements)
+        if isinstance(node, ast.stmt) and not isinstance(node, (ast.For, ast.While, ast.FunctionDef,
+                                                                ast.AsyncFunctionDef)):
+            pending.extend(child for child in ast.iter_child_nodes(node) if isinstance(child, ast.stmt))
+    return False
 
 
 def build_kernel_ir(function: Any, signature: KernelSignature, spec: Specialization, *, unsafe: bool = False) -> KernelIR:

@@ -35,15 +35,17 @@ _cache: dict[Any, FunctionSource] = {}
 
 
 def capture(function: Any) -> FunctionSource:
-    """The parsed source of ``function`` (cached per code object)."""
+    """The parsed source of ``function`` (cached per code object and file: code
+    objects compare equal across files when their code and first line agree)."""
     code = getattr(function, "__code__", None)
-    cached = _cache.get(code)
+    key = (code, getattr(code, "co_filename", None))
+    cached = _cache.get(key)
     if cached is not None:
         return cached
     name = getattr(function, "__qualname__", repr(function))
     if getattr(function, "__name__", "") == "<lambda>":
         source = _capture_lambda(function)
-        _cache[code] = source
+        _cache[key] = source
         return source
     try:
         lines, first_line = inspect.getsourcelines(function)
@@ -61,7 +63,7 @@ def capture(function: Any) -> FunctionSource:
         raise TileSyntaxError(f"{name} is not a plain function definition (async functions and lambdas are not kernels)")
     source = FunctionSource(function, definition, filename, first_line, indent)
     if code is not None:
-        _cache[code] = source
+        _cache[key] = source
     return source
 
 
