@@ -156,6 +156,24 @@ def test_float_constants_at_the_edge_of_their_dtype_are_accepted() -> None:
     np.testing.assert_array_equal(h.to_numpy(), np.full(64, 65504, np.float16))
 
 
+@cutile.entry(unsafe=True)
+def gathering(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], KIND: Constant[int]):
+    i = ct.arange(64)
+    if KIND == 0:
+        z.store(ct.gather(x, i, i < 32, padding=10**400))  # <- huge padding
+    else:
+        z.store(ct.gather(x, i, i < 32, padding=-2.5))
+
+
+def test_a_gather_padding_follows_the_constant_rule() -> None:
+    refused_on_both_paths(gathering, lambda: [api.zeros([64]).partition([64]), api.zeros([64])], "# <- huge padding",
+                          "gather's padding: the constant <int of about 401 digits> does not fit in f32", KIND=0)
+    x = np.random.default_rng(6).standard_normal(64).astype(np.float32)
+    cutile.compile(gathering, api.meta([64]).partition([64]), api.meta([64]), KIND=1, arch="sm_90")
+    z, _ = gathering(api.zeros([64]).partition([64]), api.from_numpy(x), KIND=1).sync()
+    np.testing.assert_array_equal(z.to_numpy(), np.where(np.arange(64) < 32, x, np.float32(-2.5)))
+
+
 # -- a constant index is checked where the op is made ------------------------------------------
 @cutile.entry
 def extracting(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], INDEX: Constant[int]):
@@ -216,6 +234,8 @@ def folding(z: Mut[Tensor[f32, ["B"]]], w: Mut[Tensor[i32, ["B"]]], KIND: Consta
             t = t + 1.0
     elif KIND == 14:
         a = (1, 2)[10**5000]  # <- a huge tuple index
+    elif KIND == 15:
+        ct.static_assert(False, 10**5000)  # <- a huge static_assert message
     else:
         # Folding that works: Python's meaning, at compile time.
         a = ~5 + int(2.7) + abs(-3) + int(float("1e3")) + ct.ceil_div(10, 4) + (2**62 >> 60)
@@ -244,6 +264,7 @@ FOLDING_ERRORS = [
     (12, "# <- slice step 0", "fails: slice step cannot be zero"),
     (13, "# <- a billion unrolled copies", "static_range(1000000000) has 1000000000 items; a compile-time range has at most 65536"),
     (14, "# <- a huge tuple index", "index <int of about 5001 digits> is out of range for a tuple of 2"),
+    (15, "# <- a huge static_assert message", "static_assert failed: <int of about 5001 digits>"),
 ]
 
 

@@ -540,7 +540,8 @@ class FrontEnd:
         message = self.expr(node.msg) if node.msg is not None else None
         if isinstance(test, (*_NUMBER, type(None), str, tuple)):
             if not test:
-                raise self.type_error(f"assertion failed at compile time{': ' + str(message) if message else ''}", node)
+                said = message if isinstance(message, str) else bounded_repr(message)
+                raise self.type_error(f"assertion failed at compile time{': ' + said if message else ''}", node)
             return Flow.NORMAL
         if message is not None and not isinstance(message, str):
             raise self.type_error(f"an assert's message must be a constant string, got {self.describe(message)}", node.msg)
