@@ -236,6 +236,8 @@ def folding(z: Mut[Tensor[f32, ["B"]]], w: Mut[Tensor[i32, ["B"]]], KIND: Consta
         a = (1, 2)[10**5000]  # <- a huge tuple index
     elif KIND == 15:
         ct.static_assert(False, 10**5000)  # <- a huge static_assert message
+    elif KIND == 16:
+        a = (-8) ** 0.5  # <- a complex result
     else:
         # Folding that works: Python's meaning, at compile time.
         a = ~5 + int(2.7) + abs(-3) + int(float("1e3")) + ct.ceil_div(10, 4) + (2**62 >> 60)
@@ -265,6 +267,7 @@ FOLDING_ERRORS = [
     (13, "# <- a billion unrolled copies", "static_range(1000000000) has 1000000000 items; a compile-time range has at most 65536"),
     (14, "# <- a huge tuple index", "index <int of about 5001 digits> is out of range for a tuple of 2"),
     (15, "# <- a huge static_assert message", "static_assert failed: <int of about 5001 digits>"),
+    (16, "# <- a complex result", "the constant expression (-8) ** 0.5 is a complex number, which kernels do not have"),
 ]
 
 

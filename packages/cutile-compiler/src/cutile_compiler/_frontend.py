@@ -343,19 +343,23 @@ class FrontEnd:
                 raise self.type_error(f"the constant expression {spelled()} would be an int of more than "
                                       f"{MAX_FOLDED_INT_BITS} bits", node)
         try:
-            return function(*operands)
+            result = function(*operands)
         except RecursionError:
             raise  # the stack, not the operation: `build` reports it
         except Exception as exc:
             raise self.type_error(f"the constant expression {spelled()} fails: {exc}", node) from None
+        if isinstance(result, complex):  # (-8) ** 0.5: no tile holds it
+            raise self.type_error(f"the constant expression {spelled()} is a complex number, which kernels do not have",
+                                  node)
+        return result
 
     def binary(self, name: str, left: Any, right: Any, node: ast.AST | None,
                fold: Callable[[Any, Any], Any] | None = None) -> Any:
         constants = (*_NUMBER, str)  # strings fold too: modes, formats, names
         if isinstance(left, constants) and isinstance(right, constants) and fold is not None \
                 and (isinstance(left, _NUMBER) and isinstance(right, _NUMBER) or name in ("eq", "ne", "add")):
-            return self.fold(fold, (left, right), lambda: f"{bounded_repr(left)} {_SYMBOLS.get(name, name)} "
-                             f"{bounded_repr(right)}", node)
+            return self.fold(fold, (left, right), lambda: f"{_operand_text(left)} {_SYMBOLS.get(name, name)} "
+                             f"{_operand_text(right)}", node)
         symbol = _SYMBOLS.get(name, name)
         a, b = self.unify([left, right], node, f"'{symbol}'")
         dtype: dt.DType = a.type.dtype  # type: ignore[attr-defined]
@@ -1122,6 +1126,13 @@ class FrontEnd:
                 self.frames.pop()
                 self.inline_stack.pop()
         return frame.result
+
+
+def _operand_text(value: Any) -> str:
+    """An operand of a folded operator as the message writes it: a negative number in
+    parentheses (``(-8) ** 0.5``, not ``-8 ** 0.5``)."""
+    text = bounded_repr(value)
+    return f"({text})" if text.startswith("-") else text
 
 
 def _numbers_dtype(values: Sequence[Any]) -> dt.DType:
