@@ -321,12 +321,21 @@ def one_expression(tmp_path: Path, name: str, expression: str) -> Any:
 
 def runs_on_both_paths(kernel: Any, expected: Callable[[np.ndarray], np.ndarray]) -> None:
     """``kernel`` compiles for sm_90 (lowered, printed, through tileiras) and gives
-    ``expected(x)`` on the interpreter."""
+    ``expected(x)`` on the interpreter (x and the expectation in f32, as the kernel
+    computes, so they agree exactly)."""
     compiled = cutile.compile(kernel, api.meta([64]).partition([64]), arch="sm_90")
     assert compiled.cubin and "return" in compiled.mlir and compiled.ir_text
     x = np.random.default_rng(4).uniform(-1, 1, 64).astype(np.float32)
     z = kernel(api.from_numpy(x).partition([64])).sync()
-    np.testing.assert_allclose(z.to_numpy(), expected(x.astype(np.float64)), rtol=1e-5)
+    np.testing.assert_array_equal(z.to_numpy(), expected(x))
+
+
+def repeated_sum(x: np.ndarray, terms: int) -> np.ndarray:
+    """x + x + ... + x (``terms`` of them), left to right in f32."""
+    total = x
+    for _ in range(terms - 1):
+        total = total + x
+    return total
 
 
 def refused_for_nesting(kernel: Any, filename: Path) -> TileSyntaxError:
@@ -349,7 +358,7 @@ def refused_for_nesting(kernel: Any, filename: Path) -> TileSyntaxError:
 def test_a_device_function_chain_below_the_nesting_limit_compiles(tmp_path: Path) -> None:
     # Each function is three levels: g(t) * 1.0, the call g(t), and g's body.
     depth = MAX_NESTING // 3 - 2
-    runs_on_both_paths(device_chain(tmp_path, depth), lambda x: x + 1.0)
+    runs_on_both_paths(device_chain(tmp_path, depth), lambda x: x + np.float32(1.0))
 
 
 def test_blocks_nested_up_to_the_limit_lower_print_and_interpret(tmp_path: Path) -> None:
@@ -382,7 +391,13 @@ def test_a_122_deep_device_function_chain_gets_the_nesting_error(tmp_path: Path)
 
 def test_a_long_sum_is_not_nesting(tmp_path: Path) -> None:
     # a + b + c + ... nests to the left in Python's AST; the front end walks it as a loop.
-    runs_on_both_paths(one_expression(tmp_path, "sum488", " + ".join(["t"] * 488)), lambda x: 488 * x)
+    runs_on_both_paths(one_expression(tmp_path, "sum488", " + ".join(["t"] * 488)), lambda x: repeated_sum(x, 488))
+
+
+def test_a_long_sum_in_a_lambda_is_not_nesting(tmp_path: Path) -> None:
+    kernel = kernel_from_source(tmp_path, "lambda_sum", "add_up = lambda t: " + " + ".join(["t"] * 1500) + "\n\n"
+                                "@cutile.entry\ndef k(z: Mut[Tensor[f32, ['B']]]):\n    z.store(add_up(z.load()))\n")
+    runs_on_both_paths(kernel, lambda x: repeated_sum(x, 1500))
 
 
 def test_an_expression_below_the_nesting_limit_compiles_and_one_above_is_refused(tmp_path: Path) -> None:

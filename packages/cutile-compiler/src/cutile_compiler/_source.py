@@ -103,6 +103,7 @@ def _capture_lambda(function: Any) -> FunctionSource:
     body = ast.Return(value=found.body)
     ast.copy_location(body, found.body)
     definition = ast.FunctionDef(name="<lambda>", args=found.args, body=[body], decorator_list=[], returns=None)
+    # Only the two new nodes need locations (ast.fix_missing_locations would recurse
+    # through the whole body: a RecursionError for a long sum in a lambda).
     ast.copy_location(definition, found)
-    ast.fix_missing_locations(definition)
     return FunctionSource(function, definition, filename, 1, 0)
