@@ -60,11 +60,11 @@ _UNARY_FOLDS: dict[type[ast.unaryop], tuple[Callable[[Any], Any], str]] = {
 #: The largest int constant folding builds (a tile holds at most 64-bit ints; Python
 #: would otherwise spend minutes and gigabytes on ``2 ** 10**10``).
 MAX_FOLDED_INT_BITS = 1 << 16
-#: How deeply a kernel may nest: expressions within expressions, if/for/while
-#: bodies within each other, device functions and lambdas called within calls (each
-#: counts one level; a chain ``a + b + c + ...`` is one level however long). Real
-#: kernels stay below 30; the limit keeps the front end's recursion well inside
-#: Python's default stack.
+#: How deeply a kernel may nest. Each expression within an expression is a level
+#: (a lambda's body too), and so is each block: the kernel's body, an if or loop
+#: body, the body of a device function where it is inlined. A chain ``a + b + c +
+#: ...`` is one level however long. Real kernels stay below 30; the limit keeps the
+#: front end's recursion well inside Python's default stack.
 MAX_NESTING = 128
 _SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "mod": "%", "pow": "**",
             "and": "&", "or": "|", "xor": "^", "shl": "<<", "shr": ">>", "eq": "==", "ne": "!=",
@@ -178,18 +178,6 @@ class FrontEnd:
             f"the kernel nests more than {MAX_NESTING} levels deep here (expressions within expressions, blocks "
             "within blocks, device-function calls within calls), the front end's nesting limit; name intermediate "
             "results or flatten the calls", node)
-
-    @contextmanager
-    def nested(self, node: ast.AST) -> Iterator[None]:
-        """One more level of nesting for the body of the ``with``; past `MAX_NESTING`
-        levels, a `TileSyntaxError` at ``node``."""
-        self.depth += 1
-        try:
-            if self.depth > MAX_NESTING:
-                raise self.nesting_error(node)
-            yield
-        finally:
-            self.depth -= 1
 
     # -- building ops -------------------------------------------------------------
     def op(self, name: str, operands: Sequence[Value], attrs: dict[str, Any] | None = None,
@@ -470,12 +458,19 @@ class FrontEnd:
 
     # -- statements ----------------------------------------------------------------
     def visit_statements(self, statements: Sequence[ast.stmt]) -> str:
-        for statement in statements:
-            self.node = statement
-            flow = self.visit_statement(statement)
-            if flow != Flow.NORMAL:
-                return flow
-        return Flow.NORMAL
+        """Visits a block: the kernel's body, an if or loop body, a device function's body."""
+        self.depth += 1  # a block is one level of nesting, as an expression is (see `expr`)
+        try:
+            if self.depth > MAX_NESTING:
+                raise self.nesting_error(statements[0] if statements else self.node)
+            for statement in statements:
+                self.node = statement
+                flow = self.visit_statement(statement)
+                if flow != Flow.NORMAL:
+                    return flow
+            return Flow.NORMAL
+        finally:
+            self.depth -= 1
 
     def visit_statement(self, node: ast.stmt) -> str:
         if isinstance(node, ast.Expr):
@@ -500,14 +495,11 @@ class FrontEnd:
             self.assign(node.target, self.binary(name, current, self.expr(node.value), node, fold), node)
             return Flow.NORMAL
         if isinstance(node, ast.If):
-            with self.nested(node):
-                return self.visit_if(node)
+            return self.visit_if(node)
         if isinstance(node, ast.For):
-            with self.nested(node):
-                return self.visit_for(node)
+            return self.visit_for(node)
         if isinstance(node, ast.While):
-            with self.nested(node):
-                return self.visit_while(node)
+            return self.visit_while(node)
         if isinstance(node, ast.Break):
             return self.leave_loop("break", node)
         if isinstance(node, ast.Continue):
@@ -900,7 +892,7 @@ class FrontEnd:
     def expr(self, node: ast.expr) -> Any:
         saved = self.node
         self.node = node
-        self.depth += 1  # what `nested` does, spelled out on this hot path
+        self.depth += 1  # an expression within an expression is one level of nesting
         try:
             if self.depth > MAX_NESTING:
                 raise self.nesting_error(node)
@@ -1091,12 +1083,11 @@ class FrontEnd:
             raise self.type_error(f"the lambda takes {len(names)} argument(s), got {len(args)}", node)
         outer = function.frame
         frame = _Frame(outer.source, {**outer.env, **dict(zip(names, args))}, outer.globals, outer.closure)
-        with self.nested(node):
-            self.frames.append(frame)
-            try:
-                return self.expr(function.node.body)
-            finally:
-                self.frames.pop()
+        self.frames.append(frame)
+        try:
+            return self.expr(function.node.body)
+        finally:
+            self.frames.pop()
 
 
     def inline(self, function: Any, args: list[Any], kwargs: dict[str, Any], node: ast.Call) -> Any:
@@ -1115,16 +1106,15 @@ class FrontEnd:
             if _contains(statement, ast.Return):
                 raise TileSyntaxError("a device function may return only at its end (its last statement)",
                                       source.location(statement))
-        with self.nested(node):
-            self.frames.append(frame)
-            self.inline_stack.append(function)
-            try:
-                flow = self.visit_statements(source.tree.body)
-                if flow in ("break", "continue"):
-                    raise self.syntax_error(f"'{flow}' outside a loop", source.tree)
-            finally:
-                self.frames.pop()
-                self.inline_stack.pop()
+        self.frames.append(frame)
+        self.inline_stack.append(function)
+        try:
+            flow = self.visit_statements(source.tree.body)
+            if flow in ("break", "continue"):
+                raise self.syntax_error(f"'{flow}' outside a loop", source.tree)
+        finally:
+            self.frames.pop()
+            self.inline_stack.pop()
         return frame.result
 
 
