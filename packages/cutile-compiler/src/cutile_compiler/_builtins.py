@@ -23,8 +23,10 @@ import numpy as np
 from cutile_compiler import _dtypes as dt
 from cutile_compiler._errors import CutileError, bounded_repr
 from cutile_compiler._ir import Value
+from cutile_compiler._opdefs._base import RuleError
 from cutile_compiler._opdefs.memory import PADDINGS, TILE_ATOMIC_MODES
 from cutile_compiler._opdefs.pointer import RMW_MODES
+from cutile_compiler._opdefs.shape import constant_value
 from cutile_compiler._types import PartitionType, TensorType, TileType, broadcast_shapes, tile_shape_problem
 
 if TYPE_CHECKING:
@@ -521,8 +523,6 @@ def _combining(fe: FrontEnd, node: ast.Call, kind: str, x: Any, axis: Any, combi
                attrs: dict[str, Any]) -> Any:
     """A reduce_fn/scan_fn op whose body is ``combine_fn(accumulator, element)`` inlined."""
     from cutile_compiler._ir import Block
-    from cutile_compiler._opdefs._base import RuleError
-    from cutile_compiler._opdefs.shape import constant_value
 
     is_tuple = isinstance(x, tuple)
     tiles = [_tile(fe, v, node, f"{kind}'s tile") for v in (x if is_tuple else (x,))]
@@ -685,9 +685,10 @@ def gather(fe: FrontEnd, node: ast.Call, tensor: Any, indices: Any, mask: Any = 
     target, index_tiles, _, mask_tile = _access(fe, node, "gather", tensor, indices, [], mask, writes=False)
     if not isinstance(padding, _NUMBER):
         raise fe.type_error(f"gather's padding must be a number, got {fe.describe(padding)}", node)
-    dtype = target.type.dtype  # type: ignore[attr-defined]
-    if dtype.is_integer and isinstance(padding, float):
-        raise fe.type_error(f"gather's padding {bounded_repr(padding)} is not a {dtype} value", node)
+    try:
+        padding = constant_value(padding, target.type.dtype)  # type: ignore[attr-defined]
+    except RuleError as exc:
+        raise fe.type_error(f"gather's padding: {exc}", node) from None
     attrs = {"has_mask": mask_tile is not None, "padding": padding, **_hint_attrs(fe, node, latency, None)}
     operands = [target, *index_tiles, *([mask_tile] if mask_tile is not None else [])]
     return fe.op("gather", operands, attrs, node=node).result
@@ -805,7 +806,6 @@ def _own_atomic_cas(fe: FrontEnd, node: ast.Call, tensor: Value, expected: Any, 
 
 # -- debugging ---------------------------------------------------------------------------------
 def _print(fe: FrontEnd, node: ast.Call, args: Sequence[Any], kwargs: dict[str, Any], end: str) -> None:
-    from cutile_compiler._opdefs._base import RuleError
     from cutile_compiler._opdefs.debug import parse_format
 
     unknown = sorted(set(kwargs) - {"end"})
@@ -856,7 +856,8 @@ def static_assert(fe: FrontEnd, node: ast.Call, condition: Any, message: Any = "
     if isinstance(condition, Value):
         raise fe.type_error("static_assert needs a compile-time condition (constants and shapes only)", node)
     if not condition:
-        raise fe.type_error(f"static_assert failed{': ' + str(message) if message else ''}", node)
+        said = message if isinstance(message, str) else bounded_repr(message)
+        raise fe.type_error(f"static_assert failed{': ' + said if message else ''}", node)
     return None
 
 

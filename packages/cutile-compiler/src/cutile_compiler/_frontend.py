@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import builtins
 import operator
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -60,6 +61,12 @@ _UNARY_FOLDS: dict[type[ast.unaryop], tuple[Callable[[Any], Any], str]] = {
 #: The largest int constant folding builds (a tile holds at most 64-bit ints; Python
 #: would otherwise spend minutes and gigabytes on ``2 ** 10**10``).
 MAX_FOLDED_INT_BITS = 1 << 16
+#: How deeply a kernel may nest. Each expression within an expression is a level
+#: (a lambda's body too), and so is each block: the kernel's body, an if or loop
+#: body, the body of a device function where it is inlined. A chain ``a + b + c +
+#: ...`` is one level however long. Real kernels stay below 30; the limit keeps the
+#: front end's recursion well inside Python's default stack.
+MAX_NESTING = 128
 _SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "mod": "%", "pow": "**",
             "and": "&", "or": "|", "xor": "^", "shl": "<<", "shr": ">>", "eq": "==", "ne": "!=",
             "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
@@ -156,6 +163,7 @@ class FrontEnd:
         # and its device functions read, and the code inlined: the IR is stale once
         # one of them changes.
         self.reads = ExternalReads()
+        self.depth = 0  # the current nesting, counted as MAX_NESTING counts it
 
     # -- locations and errors -----------------------------------------------------
     @property
@@ -170,6 +178,12 @@ class FrontEnd:
 
     def syntax_error(self, message: str, node: ast.AST | None = None) -> TileSyntaxError:
         return TileSyntaxError(message, self.location(node))
+
+    def nesting_error(self, node: ast.AST) -> TileSyntaxError:
+        return self.syntax_error(
+            f"the kernel nests more than {MAX_NESTING} levels deep here (expressions within expressions, blocks "
+            "within blocks, device-function calls within calls), the front end's nesting limit; name intermediate "
+            "results or flatten the calls", node)
 
     # -- building ops -------------------------------------------------------------
     def op(self, name: str, operands: Sequence[Value], attrs: dict[str, Any] | None = None,
@@ -323,17 +337,23 @@ class FrontEnd:
                 raise self.type_error(f"the constant expression {spelled()} would be an int of more than "
                                       f"{MAX_FOLDED_INT_BITS} bits", node)
         try:
-            return function(*operands)
+            result = function(*operands)
+        except RecursionError:
+            raise  # the stack, not the operation: `build` reports it
         except Exception as exc:
             raise self.type_error(f"the constant expression {spelled()} fails: {exc}", node) from None
+        if isinstance(result, complex):  # (-8) ** 0.5: no tile holds it
+            raise self.type_error(f"the constant expression {spelled()} is a complex number, which kernels do not have",
+                                  node)
+        return result
 
     def binary(self, name: str, left: Any, right: Any, node: ast.AST | None,
                fold: Callable[[Any, Any], Any] | None = None) -> Any:
         constants = (*_NUMBER, str)  # strings fold too: modes, formats, names
         if isinstance(left, constants) and isinstance(right, constants) and fold is not None \
                 and (isinstance(left, _NUMBER) and isinstance(right, _NUMBER) or name in ("eq", "ne", "add")):
-            return self.fold(fold, (left, right), lambda: f"{bounded_repr(left)} {_SYMBOLS.get(name, name)} "
-                             f"{bounded_repr(right)}", node)
+            return self.fold(fold, (left, right), lambda: f"{_operand_text(left)} {_SYMBOLS.get(name, name)} "
+                             f"{_operand_text(right)}", node)
         symbol = _SYMBOLS.get(name, name)
         a, b = self.unify([left, right], node, f"'{symbol}'")
         dtype: dt.DType = a.type.dtype  # type: ignore[attr-defined]
@@ -430,7 +450,13 @@ class FrontEnd:
                 params.append(KernelParam(p.name, value, "scalar", None, where))
                 env[p.name] = value
         self.grid_rank = max(mutable_ranks, default=0)
-        flow = self.visit_statements(tree.body)
+        try:
+            flow = self.visit_statements(tree.body)
+        except RecursionError:
+            # Within MAX_NESTING this needs a caller already deep in Python's stack.
+            raise TileSyntaxError(
+                f"the kernel nests too deeply for Python's stack (recursion limit {sys.getrecursionlimit()}) "
+                f"under this statement; name intermediate results or flatten the calls", self.location()) from None
         if flow == "return" or flow == Flow.NORMAL:
             pass
         elif flow in ("break", "continue"):
@@ -442,12 +468,19 @@ class FrontEnd:
 
     # -- statements ----------------------------------------------------------------
     def visit_statements(self, statements: Sequence[ast.stmt]) -> str:
-        for statement in statements:
-            self.node = statement
-            flow = self.visit_statement(statement)
-            if flow != Flow.NORMAL:
-                return flow
-        return Flow.NORMAL
+        """Visits a block: the kernel's body, an if or loop body, a device function's body."""
+        self.depth += 1  # a block is one level of nesting, as an expression is (see `expr`)
+        try:
+            if self.depth > MAX_NESTING:
+                raise self.nesting_error(statements[0] if statements else self.node)
+            for statement in statements:
+                self.node = statement
+                flow = self.visit_statement(statement)
+                if flow != Flow.NORMAL:
+                    return flow
+            return Flow.NORMAL
+        finally:
+            self.depth -= 1
 
     def visit_statement(self, node: ast.stmt) -> str:
         if isinstance(node, ast.Expr):
@@ -513,7 +546,8 @@ class FrontEnd:
         message = self.expr(node.msg) if node.msg is not None else None
         if isinstance(test, (*_NUMBER, type(None), str, tuple)):
             if not test:
-                raise self.type_error(f"assertion failed at compile time{': ' + str(message) if message else ''}", node)
+                said = message if isinstance(message, str) else bounded_repr(message)
+                raise self.type_error(f"assertion failed at compile time{': ' + said if message else ''}", node)
             return Flow.NORMAL
         if message is not None and not isinstance(message, str):
             raise self.type_error(f"an assert's message must be a constant string, got {self.describe(message)}", node.msg)
@@ -875,9 +909,13 @@ class FrontEnd:
     def expr(self, node: ast.expr) -> Any:
         saved = self.node
         self.node = node
+        self.depth += 1  # an expression within an expression is one level of nesting
         try:
+            if self.depth > MAX_NESTING:
+                raise self.nesting_error(node)
             return self._expr(node)
         finally:
+            self.depth -= 1
             self.node = saved
 
     def _expr(self, node: ast.expr) -> Any:
@@ -888,8 +926,16 @@ class FrontEnd:
         if isinstance(node, ast.Name):
             return self.lookup(node.id, node)
         if isinstance(node, ast.BinOp):
-            name, fold = self.binary_op(node.op, node)
-            return self.binary(name, self.expr(node.left), self.expr(node.right), node, fold)
+            # ``a + b + c + ...`` nests to the left: walked as a loop, so its length is free.
+            spine = [node]
+            while isinstance(spine[-1].left, ast.BinOp):
+                spine.append(spine[-1].left)
+            operators = [self.binary_op(step.op, step) for step in spine]
+            accumulated = self.expr(spine[-1].left)
+            for step, (name, fold) in zip(reversed(spine), reversed(operators)):
+                self.node = step
+                accumulated = self.binary(name, accumulated, self.expr(step.right), step, fold)
+            return accumulated
         if isinstance(node, ast.UnaryOp):
             operand = self.expr(node.operand)
             if isinstance(node.op, ast.Not):
@@ -1096,6 +1142,13 @@ class FrontEnd:
         return frame.result
 
 
+def _operand_text(value: Any) -> str:
+    """An operand of a folded operator as the message writes it: a negative number in
+    parentheses (``(-8) ** 0.5``, not ``-8 ** 0.5``)."""
+    text = bounded_repr(value)
+    return f"({text})" if text.startswith("-") else text
+
+
 def _numbers_dtype(values: Sequence[Any]) -> dt.DType:
     """The dtype plain numbers take together: their default dtypes promoted (f32 when
     no lossless promotion exists)."""
@@ -1124,14 +1177,15 @@ def _assigned_names(statements: Sequence[ast.stmt]) -> set[str]:
 
 def _has_loop_exit(statements: Sequence[ast.stmt]) -> bool:
     """Whether break/continue of *this* loop appear (not those of nested loops)."""
-    def visit(node: ast.AST) -> bool:
+    pending: list[ast.AST] = list(statements)
+    while pending:  # a loop, not a recursion: the statements may hold arbitrarily deep expressions
+        node = pending.pop()
         if isinstance(node, (ast.Break, ast.Continue)):
             return True
-        if isinstance(node, (ast.For, ast.While, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-            return False
-        return any(visit(child) for child in ast.iter_child_nodes(node))
-
-    return any(visit(s) for s in statements)
+        if isinstance(node, ast.stmt) and not isinstance(node, (ast.For, ast.While, ast.FunctionDef,
+                                                                ast.AsyncFunctionDef)):
+            pending.extend(child for child in ast.iter_child_nodes(node) if isinstance(child, ast.stmt))
+    return False
 
 
 def build_kernel_ir(function: Any, signature: KernelSignature, spec: Specialization, *, unsafe: bool = False) -> KernelIR:

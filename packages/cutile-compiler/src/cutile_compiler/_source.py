@@ -35,15 +35,17 @@ _cache: dict[Any, FunctionSource] = {}
 
 
 def capture(function: Any) -> FunctionSource:
-    """The parsed source of ``function`` (cached per code object)."""
+    """The parsed source of ``function`` (cached per code object and file: code
+    objects compare equal across files when their code and first line agree)."""
     code = getattr(function, "__code__", None)
-    cached = _cache.get(code)
+    key = (code, getattr(code, "co_filename", None))
+    cached = _cache.get(key)
     if cached is not None:
         return cached
     name = getattr(function, "__qualname__", repr(function))
     if getattr(function, "__name__", "") == "<lambda>":
         source = _capture_lambda(function)
-        _cache[code] = source
+        _cache[key] = source
         return source
     try:
         lines, first_line = inspect.getsourcelines(function)
@@ -61,7 +63,7 @@ def capture(function: Any) -> FunctionSource:
         raise TileSyntaxError(f"{name} is not a plain function definition (async functions and lambdas are not kernels)")
     source = FunctionSource(function, definition, filename, first_line, indent)
     if code is not None:
-        _cache[code] = source
+        _cache[key] = source
     return source
 
 
@@ -101,6 +103,7 @@ def _capture_lambda(function: Any) -> FunctionSource:
     body = ast.Return(value=found.body)
     ast.copy_location(body, found.body)
     definition = ast.FunctionDef(name="<lambda>", args=found.args, body=[body], decorator_list=[], returns=None)
+    # Only the two new nodes need locations (ast.fix_missing_locations would recurse
+    # through the whole body: a RecursionError for a long sum in a lambda).
     ast.copy_location(definition, found)
-    ast.fix_missing_locations(definition)
     return FunctionSource(function, definition, filename, 1, 0)
