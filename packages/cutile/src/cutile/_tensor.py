@@ -427,10 +427,36 @@ class Tensor:
         return self.permute(tuple(reversed(range(self.ndim))))
 
     # -- interop ----------------------------------------------------------------
-    def __dlpack__(self, stream: int | None = None, **kwargs: Any) -> Any:
+    def __dlpack__(self, stream: int | None = None, *, max_version: tuple[int, int] | None = None,
+                   dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:
+        """A DLPack capsule sharing this tensor's memory (versioned, with the read-only
+        flag, for consumers that pass ``max_version``); see `cutile._interop.to_dlpack`."""
         from cutile._interop import to_dlpack
 
-        return to_dlpack(self, stream)
+        return to_dlpack(self, stream, max_version=max_version, dl_device=dl_device, copy=copy)
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray[Any, Any]:
+        """``np.asarray(t)``: a host tensor's values (a copy; ``copy=False`` gives the
+        shared view, as `host_view` does). A GPU tensor is refused: `to_numpy` copies
+        it to the host explicitly."""
+        if not isinstance(self._storage, HostStorage):
+            self._live("np.asarray()")
+            from cutile._interop import InteropError
+
+            raise InteropError("np.asarray(): the tensor lives on a GPU; copy it to the host with to_numpy()")
+        if copy is False:
+            shared = self._host_access(not self._storage.readonly, "np.asarray(copy=False)")
+            view = self._raw_host_view()
+            if shared.readonly:
+                view.flags.writeable = False
+            if dtype is not None and np.dtype(dtype) != view.dtype:
+                from cutile._interop import InteropError
+
+                raise InteropError(f"np.asarray(copy=False): the tensor holds {view.dtype}, not {np.dtype(dtype)}; "
+                                   "converting needs a copy")
+            return view
+        values = self.to_numpy()
+        return values if dtype is None else values.astype(dtype, copy=False)
 
     def __dlpack_device__(self) -> tuple[int, int]:
         from cutile._interop import dlpack_device
