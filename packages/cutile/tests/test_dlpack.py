@@ -143,7 +143,7 @@ def test_a_read_only_source_stays_read_only_through_every_exchange() -> None:
     assert np.shares_memory(again.host_view(), values)
     back = np.from_dlpack(again)
     assert not back.flags.writeable and np.shares_memory(back, values)
-    with pytest.raises(cutile.CutileError, match="read-only.*legacy.*DLPack 1.x"):
+    with pytest.raises(cutile.InteropError, match="read-only.*legacy.*DLPack 1.x"):
         again.__dlpack__()  # a legacy capsule cannot say read-only: refused, not handed out writable
     z, _, _ = add(api.zeros([300]).partition([128]), again, api.ones([300])).sync()  # reading it is fine
     for source in (tensor, again, api.from_dlpack(back)):
@@ -158,9 +158,9 @@ def test_a_legacy_consumer_gets_a_legacy_capsule_of_a_writable_tensor() -> None:
     assert "dltensor" in repr(capsule) and "versioned" not in repr(capsule)
     versioned = tensor.__dlpack__(max_version=(1, 0))
     assert "dltensor_versioned" in repr(versioned)
-    with pytest.raises(cutile.CutileError, match="copy=True"):
+    with pytest.raises(cutile.InteropError, match="copy=True"):
         tensor.__dlpack__(max_version=(1, 0), copy=True)
-    with pytest.raises(cutile.CutileError, match=r"lives on DLPack device \(1, 0\)"):
+    with pytest.raises(cutile.InteropError, match=r"lives on DLPack device \(1, 0\)"):
         tensor.__dlpack__(max_version=(1, 0), dl_device=(2, 0))
 
 
@@ -177,7 +177,7 @@ def test_np_asarray_gives_a_host_tensors_values() -> None:
     frozen = values.copy()
     frozen.flags.writeable = False
     assert not np.asarray(api.from_dlpack(frozen), copy=False).flags.writeable
-    with pytest.raises(cutile.CutileError, match="needs a copy"):
+    with pytest.raises(cutile.InteropError, match="needs a copy"):
         np.asarray(tensor, dtype=np.float64, copy=False)
     z = tensor.partition([2, 2])
     with pytest.raises(cutile.OwnershipError, match="consumed by partition"):
@@ -222,7 +222,7 @@ def test_a_bf16_import_feeds_a_kernel() -> None:
 
 def test_import_failures_are_cutile_errors() -> None:
     producer = CpuProducer(np.zeros(4, np.uint32), 5, 64, versioned=True)  # complex64: no cutile dtype
-    with pytest.raises(cutile.CutileError, match="DLPack dtype code 5, 64 bits"):
+    with pytest.raises(cutile.InteropError, match="DLPack dtype code 5, 64 bits"):
         api.from_dlpack(producer)
 
     class Refusing:
@@ -232,7 +232,7 @@ def test_import_failures_are_cutile_errors() -> None:
         def __dlpack__(self, **_: Any) -> Any:
             raise BufferError("cannot export a read-only array to a legacy capsule")
 
-    with pytest.raises(cutile.CutileError, match="Refusing cannot share its memory through DLPack: cannot export"):
+    with pytest.raises(cutile.InteropError, match="Refusing cannot share its memory through DLPack: cannot export"):
         api.from_dlpack(Refusing())
 
 
@@ -280,9 +280,9 @@ def test_device_tensors_share_through_versioned_capsules_with_the_read_only_flag
         frozen = api.from_dlpack(Holder(again.__dlpack__(max_version=(1, 1)), again.__dlpack_device__()))
         assert frozen._storage.readonly and frozen.address() == tensor.address()
         assert frozen.__cuda_array_interface__["data"] == (tensor.address(), True)
-        with pytest.raises(cutile.CutileError, match="read-only.*legacy"):
+        with pytest.raises(cutile.InteropError, match="read-only.*legacy"):
             frozen.__dlpack__()
-        with pytest.raises(cutile.CutileError, match=r"lives on a GPU; copy it to the host with to_numpy\(\)"):
+        with pytest.raises(cutile.InteropError, match=r"lives on a GPU; copy it to the host with to_numpy\(\)"):
             np.asarray(tensor)
         del capsule, again, frozen, tensor
         gc.collect()

@@ -25,7 +25,7 @@ from cutile_compiler._ir import KernelIR, format_kernel
 from cutile_compiler._lowering import AbiArg, kernel_abi, lower_kernel
 from cutile_compiler._signature import KernelSignature, Specialization
 from cutile_compiler._source import capture
-from cutile_compiler._toolchain import CompileOptions, CompilerError, Toolchain, find_toolchain
+from cutile_compiler._toolchain import CompileOptions, Toolchain, find_toolchain
 
 
 @dataclass
@@ -76,12 +76,10 @@ def _dump(kernel: str, spec: Specialization, stage: str, suffix: str, content: s
 
 
 def toolchain_for(arch: str) -> Toolchain:
-    """The tileiras to use for ``arch``, checked; errors become `TileCompilerError`."""
-    try:
-        chain = find_toolchain()
-        chain.check_arch(arch)
-    except CompilerError as exc:
-        raise TileCompilerError(str(exc)) from None
+    """The tileiras to use for ``arch``, checked (a `ToolchainError` or `ArchError`, both
+    `TileCompilerError`s, when there is none)."""
+    chain = find_toolchain()
+    chain.check_arch(arch)
     return chain
 
 
@@ -121,8 +119,8 @@ def compile_kernel(
     start = time.perf_counter()
     try:
         cubin, hit = cached_compile(bytecode, arch, chain, options, locations=_excerpt)
-    except CompilerError as exc:  # the toolchain's message: mapped diagnostics, hints, the command
-        raise TileCompilerError(f"kernel {name}: {exc}", kernel_ir.location) from None
+    except TileCompilerError as exc:  # the toolchain's message: mapped diagnostics, hints, the command
+        raise exc.placed(f"kernel {name}", kernel_ir.location) from None
     timings["tileiras"] = time.perf_counter() - start
     if _config.JIT_TIMING.get():
         source = "disk cache" if hit else "tileiras"

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import cutile_ir as ir
 from cutile_compiler import _config
-from cutile_compiler._errors import CutileError
+from cutile_compiler._errors import TileCompilerError
 from cutile_compiler._hints import KernelHints
 
 __all__ = [
@@ -46,7 +46,6 @@ __all__ = [
     "SUPPORTED_BYTECODE_VERSIONS",
     "ArchError",
     "CompileOptions",
-    "CompilerError",
     "Locations",
     "TileirasError",
     "TileirasTimeoutError",
@@ -84,11 +83,11 @@ _GENERIC_FAILURE = "failed to compile Tile IR program"
 # --- errors ------------------------------------------------------------------------
 
 
-class CompilerError(CutileError):
-    """Base class of the toolchain's errors (a `CutileError`)."""
+CompilerError = TileCompilerError
+"""The base of the toolchain's errors: `TileCompilerError` itself (one class, two names)."""
 
 
-class ToolchainError(CompilerError):
+class ToolchainError(TileCompilerError):
     """tileiras cannot be found or run, or cannot compile for the requested target."""
 
 
@@ -96,7 +95,7 @@ class ArchError(ToolchainError, ValueError):
     """An arch string that tileiras would not accept (it takes plain ``"sm_90"``)."""
 
 
-class TileirasError(CompilerError):
+class TileirasError(TileCompilerError):
     """tileiras ran and failed.
 
     Attributes:

@@ -19,17 +19,28 @@ from cutile import api
 from cutile._backend import BackendError
 from cutile._backend import current as backend
 from cutile._errors import (
+    ArchError,
     BatchError,
+    ConfigError,
+    CudaError,
+    CudaLaunchError,
+    CudaOutOfMemoryError,
     CutileError,
     GraphCaptureError,
+    HintError,
+    HostCallError,
+    InteropError,
     LaunchError,
     OwnershipError,
     SignatureError,
     SpecializationError,
     TileCompilerError,
     TileError,
+    TileirasError,
+    TileirasTimeoutError,
     TileSyntaxError,
     TileTypeError,
+    ToolchainError,
 )
 from cutile._interpreter import KernelRuntimeError
 from cutile_compiler import CompiledKernel
@@ -42,4 +53,9 @@ __all__ = [
     "OwnershipError", "Partition", "SignatureError", "SpecializationError", "Tensor",
     "TileCompilerError", "TileError", "TileSyntaxError", "TileTypeError", "api", "backend",
     "Graph", "GraphScope", "batch", "compile", "entry", "function", "graph_scope", "zip",
+]
+# The rest of the error family (the README's table lists every class).
+__all__ += [
+    "ArchError", "ConfigError", "CudaError", "CudaLaunchError", "CudaOutOfMemoryError", "HintError", "HostCallError",
+    "InteropError", "TileirasError", "TileirasTimeoutError", "ToolchainError",
 ]

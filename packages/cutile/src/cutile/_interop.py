@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cutile import _backend
-from cutile._errors import CutileError
+from cutile._errors import InteropError
 from cutile._tensor import HostStorage, Storage, Tensor, _contiguous_strides, dtype_of, numpy_dtype
 from cutile_compiler import _dtypes as dt
 
@@ -25,10 +25,6 @@ if TYPE_CHECKING:
 
 KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_CUDA_MANAGED = 1, 2, 3, 13
 _DL_INT, _DL_UINT, _DL_FLOAT, _DL_BFLOAT, _DL_BOOL, _DL_FLOAT8_E4M3FN, _DL_FLOAT8_E5M2 = 0, 1, 2, 4, 6, 10, 12
-
-
-class InteropError(CutileError, TypeError):
-    """An array cannot be shared with cutile without a copy (or at all)."""
 
 
 class _DLDevice(ctypes.Structure):

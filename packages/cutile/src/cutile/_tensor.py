@@ -23,7 +23,7 @@ import numpy as np
 
 from cuda_async import Access, Resource, ensure_not_capturing
 from cuda_async import _native as cuda_async_native
-from cutile._errors import OwnershipError
+from cutile._errors import InteropError, OwnershipError
 from cutile_compiler import _dtypes as dt
 from cutile_compiler import TensorSpec
 from cutile_compiler._opdefs.elementwise import numpy_dtype as numpy_dtype  # one definition, re-exported
@@ -441,8 +441,6 @@ class Tensor:
         it to the host explicitly."""
         if not isinstance(self._storage, HostStorage):
             self._live("np.asarray()")
-            from cutile._interop import InteropError
-
             raise InteropError("np.asarray(): the tensor lives on a GPU; copy it to the host with to_numpy()")
         if copy is False:
             shared = self._host_access(not self._storage.readonly, "np.asarray(copy=False)")
@@ -450,8 +448,6 @@ class Tensor:
             if shared.readonly:
                 view.flags.writeable = False
             if dtype is not None and np.dtype(dtype) != view.dtype:
-                from cutile._interop import InteropError
-
                 raise InteropError(f"np.asarray(copy=False): the tensor holds {view.dtype}, not {np.dtype(dtype)}; "
                                    "converting needs a copy")
             return view
