@@ -182,7 +182,9 @@ def test_np_asarray_gives_a_host_tensors_values() -> None:
     z = tensor.partition([2, 2])
     with pytest.raises(cutile.OwnershipError, match="consumed by partition"):
         np.asarray(tensor)
-    del z
+    expected = values.copy()
+    expected[0, 0] = 42.0
+    np.testing.assert_array_equal(np.asarray(z), expected)  # a partition gives the whole tensor's values
 
 
 # -- imports: bf16 and float8 through ml_dtypes (PyTorch's CPU exports) ----------------------------

@@ -527,6 +527,10 @@ class Partition:
         """A copy of the whole tensor's values."""
         return self._live("to_numpy()").to_numpy()
 
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray[Any, Any]:
+        """``np.asarray(p)``: the whole tensor's values, as for `Tensor.__array__`."""
+        return self._live("np.asarray()").__array__(dtype, copy)
+
     def __repr__(self) -> str:
         t = self._tensor
         return f"Partition(shape={list(t.shape)}, tile={list(self.tile_shape)}, dtype={t.dtype}, device={t.device})"
