@@ -337,7 +337,7 @@ class Tensor:
         numpy's as_strided cannot build ml_dtypes' 1-byte floats."""
         storage = self._storage
         if not isinstance(storage, HostStorage):
-            raise TypeError("host_view(): the tensor lives on a GPU; use to_numpy()")
+            raise InteropError("host_view(): the tensor lives on a GPU; use to_numpy()")
         flat = storage.array[self.offset:]
         itemsize = flat.dtype.itemsize
         raw = np.lib.stride_tricks.as_strided(
