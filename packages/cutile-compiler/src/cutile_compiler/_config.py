@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from cutile_compiler._errors import CutileError
+
 __all__ = [
     "CACHE",
     "CACHE_DIR",
@@ -39,7 +41,7 @@ __all__ = [
 T = TypeVar("T")
 
 
-class ConfigError(ValueError):
+class ConfigError(CutileError, ValueError):
     """An environment variable holds a value cutile cannot use.
 
     Attributes:

@@ -4,13 +4,14 @@ Every error a user can see carries the location in their kernel
 (``file:line:col``), the offending source line and a caret under the column,
 formatted in one place (`SourceLocation.excerpt`). The `cutile` package
 re-exports these classes; `CutileError` is the base of every error cutile raises
-on purpose.
+on purpose (the table of them all is in the cutile package's README).
 """
 
 from __future__ import annotations
 
 import linecache
 from dataclasses import dataclass
+from typing import Self
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,16 @@ class TileError(CutileError):
         where = f" (in {self.location.function})" if self.location.function else ""
         return f"{head}{where}\n{excerpt}" if excerpt else head + where
 
+    def placed(self, context: str, location: SourceLocation | None) -> Self:
+        """This error with ``context`` (e.g. ``"kernel add"``) before its message, at
+        ``location`` unless it has one: how the layer that knows the kernel completes
+        an error raised below it, keeping its class and attributes."""
+        self.message = f"{context}: {self.message}"
+        if self.location is None:
+            self.location = location
+        self.args = (self._format(),)
+        return self
+
 
 class TileSyntaxError(TileError):
     """Python the kernel language does not support, or a misuse of its constructs."""
@@ -84,4 +95,7 @@ class TileTypeError(TileError):
 
 
 class TileCompilerError(TileError):
-    """The toolchain failed to compile a kernel that passed the front end."""
+    """A kernel the front end accepted could not be compiled: tileiras is missing or
+    cannot target the GPU, or it failed. The base of the toolchain's errors
+    (`cutile_compiler._toolchain`: `ToolchainError`, `ArchError`, `TileirasError`,
+    `TileirasTimeoutError`)."""

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from cutile_compiler._errors import CutileError
 from cutile_compiler._types import is_power_of_two
 
 _NAMES = {"num_ctas": "num_cta_in_cga", "occupancy": "occupancy", "num_worker_warps": "num_worker_warps_per_cta"}
@@ -35,8 +36,9 @@ _ARCH = re.compile(r"^sm_[0-9]+[a-z]?$")
 DEFAULT_ARCHS = ("sm_90", "sm_100")
 
 
-class HintError(ValueError):
-    """Malformed kernel hints (raised where they are given)."""
+class HintError(CutileError, ValueError):
+    """Malformed kernel hints (raised where they are given; cutile reports them as the
+    `SignatureError` of the entry or the `LaunchError` of the launch that gave them)."""
 
 
 def _check(name: str, value: Any, where: str) -> int:

@@ -27,7 +27,6 @@ from cutile_compiler._signature import KernelSignature, Specialization
 from cutile_compiler._source import capture
 from cutile_compiler._toolchain import (
     CompileOptions,
-    CompilerError,
     TileirasError,
     Toolchain,
     find_toolchain,
@@ -70,7 +69,7 @@ def _excerpt(filename: str, line: int, column: int) -> str | None:
     return text or None
 
 
-def _failure_location(exc: CompilerError, kernel_ir: KernelIR) -> SourceLocation | None:
+def _failure_location(exc: TileCompilerError, kernel_ir: KernelIR) -> SourceLocation | None:
     """Where a failed compile points: the op (or parameter) tileiras's first located
     error names, as the front end located it (the function it was inlined from, the
     extent of the expression), else the kernel's definition."""
@@ -98,12 +97,10 @@ def _dump(kernel: str, spec: Specialization, stage: str, suffix: str, content: s
 
 
 def toolchain_for(arch: str) -> Toolchain:
-    """The tileiras to use for ``arch``, checked; errors become `TileCompilerError`."""
-    try:
-        chain = find_toolchain()
-        chain.check_arch(arch)
-    except CompilerError as exc:
-        raise TileCompilerError(str(exc)) from None
+    """The tileiras to use for ``arch``, checked (a `ToolchainError` or `ArchError`, both
+    `TileCompilerError`s, when there is none)."""
+    chain = find_toolchain()
+    chain.check_arch(arch)
     return chain
 
 
@@ -144,8 +141,8 @@ def compile_kernel(
     try:
         entries = tuple(function.name for function in module.functions if function.entry)
         cubin, hit = cached_compile(bytecode, arch, chain, options, locations=_excerpt, entries=entries)
-    except CompilerError as exc:  # the toolchain's message: mapped diagnostics, hints, the command
-        raise TileCompilerError(f"kernel {name}: {exc}", _failure_location(exc, kernel_ir)) from None
+    except TileCompilerError as exc:  # the toolchain's message: mapped diagnostics, hints, the command
+        raise exc.placed(f"kernel {name}", _failure_location(exc, kernel_ir)) from None
     timings["tileiras"] = time.perf_counter() - start
     if _config.JIT_TIMING.get():
         source = "disk cache" if hit else "tileiras"

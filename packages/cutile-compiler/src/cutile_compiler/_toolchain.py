@@ -47,7 +47,7 @@ from typing import IO
 import cutile_ir as ir
 from cutile_compiler import _config
 from cutile_compiler._cubin import cubin_problem
-from cutile_compiler._errors import CutileError
+from cutile_compiler._errors import TileCompilerError
 from cutile_compiler._hints import KernelHints
 
 __all__ = [
@@ -55,7 +55,6 @@ __all__ = [
     "SUPPORTED_BYTECODE_VERSIONS",
     "ArchError",
     "CompileOptions",
-    "CompilerError",
     "Locations",
     "TileirasError",
     "TileirasTimeoutError",
@@ -95,11 +94,9 @@ _GENERIC_FAILURE = "failed to compile Tile IR program"
 # --- errors ------------------------------------------------------------------------
 
 
-class CompilerError(CutileError):
-    """Base class of the toolchain's errors (a `CutileError`)."""
 
 
-class ToolchainError(CompilerError):
+class ToolchainError(TileCompilerError):
     """tileiras cannot be found or run, or cannot compile for the requested target."""
 
 
@@ -107,7 +104,7 @@ class ArchError(ToolchainError, ValueError):
     """An arch string that tileiras would not accept (it takes plain ``"sm_90"``)."""
 
 
-class TileirasError(CompilerError):
+class TileirasError(TileCompilerError):
     """tileiras ran and failed.
 
     Attributes:

@@ -19,18 +19,29 @@ from cutile import api
 from cutile._backend import BackendError
 from cutile._backend import current as backend
 from cutile._errors import (
+    ArchError,
     BatchError,
+    ConfigError,
+    CudaError,
+    CudaLaunchError,
+    CudaOutOfMemoryError,
     CutileError,
     GraphCaptureError,
     GraphUpdateError,
+    HintError,
+    HostCallError,
+    InteropError,
     LaunchError,
     OwnershipError,
     SignatureError,
     SpecializationError,
     TileCompilerError,
     TileError,
+    TileirasError,
+    TileirasTimeoutError,
     TileSyntaxError,
     TileTypeError,
+    ToolchainError,
 )
 from cutile._interpreter import KernelRuntimeError
 from cutile_compiler import CompiledKernel
@@ -45,4 +56,7 @@ __all__ = [
     "TileCompilerError", "TileError", "TileSyntaxError", "TileTypeError", "api", "backend",
     "Graph", "GraphScope", "batch", "compile", "entry", "function", "graph_scope", "zip",
 ]
-__all__ += ["LaunchNeverRunWarning"]
+__all__ += [
+    "ArchError", "ConfigError", "CudaError", "CudaLaunchError", "CudaOutOfMemoryError", "GraphUpdateError", "HintError",
+    "HostCallError", "InteropError", "LaunchNeverRunWarning", "TileirasError", "TileirasTimeoutError", "ToolchainError",
+]

@@ -1,8 +1,20 @@
-"""The errors a cutile user may catch; `CutileError` is the base of them all."""
+"""The errors a cutile user may catch; `CutileError` is the base of them all.
+
+Every error cutile or its compiler raises on purpose is a `CutileError` and is
+re-exported by `cutile` (the table is in the package README). The layers below
+surface this way: cuda_async's ownership, capture and batch errors are raised as
+the subclasses here (`use_error_classes`); cutile_ir's `IRError` never reaches a
+user (the compiler turns it into a `TileCompilerError` naming the kernel); a failing
+CUDA driver call is cuda_core's `CudaError` (re-exported by `cutile`): the driver's
+report of a fault, not a refusal of cutile's.
+"""
 
 from __future__ import annotations
 
 import cuda_async
+from cuda_core import CudaError, CudaLaunchError, CudaOutOfMemoryError
+from cutile_compiler._builtins import HostCallError
+from cutile_compiler._config import ConfigError
 from cutile_compiler._errors import (
     CutileError,
     TileCompilerError,
@@ -10,7 +22,9 @@ from cutile_compiler._errors import (
     TileSyntaxError,
     TileTypeError,
 )
+from cutile_compiler._hints import HintError
 from cutile_compiler._signature import SignatureError, SpecializationError
+from cutile_compiler._toolchain import ArchError, TileirasError, TileirasTimeoutError, ToolchainError
 
 
 class OwnershipError(CutileError, cuda_async.OwnershipError):
@@ -42,12 +56,19 @@ class LaunchError(CutileError, ValueError):
     """A launch's arguments or grid do not fit the kernel (checked before any GPU work)."""
 
 
+class InteropError(CutileError, TypeError):
+    """An array cannot be shared with cutile without a copy (or at all): DLPack, the
+    CUDA Array Interface, ``np.asarray``."""
+
+
 # cuda_async raises these (its errors' subclasses) from then on, whichever path an op
 # takes to the user: launches, zip/then/map, graphs, constructors as ops, batches.
 cuda_async.use_error_classes(ownership=OwnershipError, graph_capture=GraphCaptureError, batch=BatchError,
                              graph_update=GraphUpdateError)
 
 __all__ = [
-    "BatchError", "CutileError", "GraphCaptureError", "GraphUpdateError", "LaunchError", "OwnershipError", "SignatureError", "SpecializationError",
-    "TileCompilerError", "TileError", "TileSyntaxError", "TileTypeError",
+    "ArchError", "BatchError", "ConfigError", "CudaError", "CudaLaunchError", "CudaOutOfMemoryError", "CutileError",
+    "GraphCaptureError", "GraphUpdateError", "HintError", "HostCallError", "InteropError", "LaunchError", "OwnershipError",
+    "SignatureError", "SpecializationError", "TileCompilerError", "TileError", "TileSyntaxError", "TileTypeError",
+    "TileirasError", "TileirasTimeoutError", "ToolchainError",
 ]

@@ -16,19 +16,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cutile import _backend
-from cutile._errors import CutileError
+from cutile._errors import InteropError
 from cutile._tensor import HostStorage, Storage, Tensor, _contiguous_strides, dtype_of, numpy_dtype
 from cutile_compiler import _dtypes as dt
 
 if TYPE_CHECKING:
     from cuda_core import Stream
 
-KDL_CPU, KDL_CUDA, KDL_CUDA_MANAGED = 1, 2, 13
+KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_CUDA_MANAGED = 1, 2, 3, 13
 _DL_INT, _DL_UINT, _DL_FLOAT, _DL_BFLOAT, _DL_BOOL, _DL_FLOAT8_E4M3FN, _DL_FLOAT8_E5M2 = 0, 1, 2, 4, 6, 10, 12
-
-
-class InteropError(CutileError, TypeError):
-    """An array cannot be shared with cutile without a copy (or at all)."""
 
 
 class _DLDevice(ctypes.Structure):
@@ -52,11 +48,34 @@ class _DLTensor(ctypes.Structure):
 
 
 class _DLManagedTensor(ctypes.Structure):
-    pass
+    """DLPack's legacy (pre-1.0) capsule payload, named "dltensor"."""
 
 
 _Deleter = ctypes.CFUNCTYPE(None, ctypes.POINTER(_DLManagedTensor))
 _DLManagedTensor._fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", _Deleter)]
+
+
+class _DLPackVersion(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
+
+
+class _DLManagedTensorVersioned(ctypes.Structure):
+    """DLPack 1.x's capsule payload, named "dltensor_versioned": it carries a version
+    and flags (read-only, is-copied) the legacy one cannot express."""
+
+
+_VersionedDeleter = ctypes.CFUNCTYPE(None, ctypes.POINTER(_DLManagedTensorVersioned))
+_DLManagedTensorVersioned._fields_ = [
+    ("version", _DLPackVersion),
+    ("manager_ctx", ctypes.c_void_p),
+    ("deleter", _VersionedDeleter),
+    ("flags", ctypes.c_uint64),
+    ("dl_tensor", _DLTensor),
+]
+
+_DLPACK_VERSION = (1, 1)  # the newest this module reads and writes (1.1 numbers the float8 dtypes)
+_FLAG_READ_ONLY = 1 << 0
+_LEGACY, _VERSIONED = b"dltensor", b"dltensor_versioned"
 
 _pythonapi = ctypes.pythonapi
 _pythonapi.PyCapsule_GetPointer.restype = ctypes.c_void_p
@@ -130,10 +149,8 @@ def _device_tensor(pointer: int, device: int, dtype: dt.DType, shape: tuple[int,
 
 
 def _host_tensor(array: np.ndarray[Any, Any], dtype: dt.DType) -> Tensor:
-    if _backend.current() != "interpreter":
-        raise InteropError(
-            "the array lives in host memory but cutile runs kernels on the GPU here; "
-            "use api.from_numpy(array) to copy it to the device")
+    """A tensor over a numpy array's memory (read-only when the array is)."""
+    _check_host_backend()
     itemsize = array.itemsize
     strides = _strides_in_elements(array.strides, itemsize, "from_dlpack")
     start, end = _byte_span(dtype, tuple(array.shape), strides)
@@ -149,39 +166,76 @@ def _host_tensor(array: np.ndarray[Any, Any], dtype: dt.DType) -> Tensor:
     return Tensor(storage, dtype, tuple(array.shape), strides, 0)
 
 
+def _host_memory_tensor(pointer: int, dtype: dt.DType, shape: tuple[int, ...], strides: tuple[int, ...],
+                        owner: Any, readonly: bool) -> Tensor:
+    """A tensor over host memory another library owns (a DLPack import): a numpy
+    array of ``dtype`` (ml_dtypes for bf16 and float8) spanning it keeps ``owner`` alive."""
+    _check_host_backend()
+    start, end = _byte_span(dtype, shape, strides)
+    if start:
+        raise InteropError("from_dlpack: arrays with negative strides are not supported")
+    element = numpy_dtype(dtype)
+    if end:
+        memory = (ctypes.c_char * end).from_address(pointer)
+        memory.owner = owner  # type: ignore[attr-defined]  # the array's base holds the producer
+        flat = np.frombuffer(memoryview(memory), np.uint8).view(element)
+    else:
+        flat = np.empty(0, element)
+    if readonly:
+        flat.flags.writeable = False
+    storage = HostStorage(flat)
+    storage.readonly = readonly
+    return Tensor(storage, dtype, shape, strides, 0)
+
+
+def _check_host_backend() -> None:
+    if _backend.current() != "interpreter":
+        raise InteropError(
+            "the array lives in host memory but cutile runs kernels on the GPU here; "
+            "use api.from_numpy(array) to copy it to the device")
+
+
 def from_dlpack(obj: Any) -> Tensor:
     """A cutile tensor sharing the memory of a PyTorch, CuPy, JAX or numpy array.
 
     No copy is made; the producer stays alive as long as the tensor (or any view or
     partition of it) does. The array must live where cutile runs kernels: on the
-    GPU for the GPU backend, in host memory for the interpreter.
+    GPU for the GPU backend, in host memory for the interpreter. Read-only memory
+    (a read-only numpy array, a DLPack 1.x capsule flagged read-only, a JAX array)
+    comes in as a tensor kernels may read but never write.
     """
+    if isinstance(obj, np.ndarray):  # its own memory, read-only flag and ml_dtypes dtypes as they are
+        return _host_tensor(obj, _dtype_of_array(obj))
     # DLPack first: it names dtypes exactly (the CUDA Array Interface spells
     # bfloat16 as an anonymous 2-byte type) and orders streams on request.
     if hasattr(obj, "__dlpack__"):
-        device_type, device_id = obj.__dlpack_device__() if hasattr(obj, "__dlpack_device__") else (KDL_CPU, 0)
-        if device_type == KDL_CPU:
-            array = np.from_dlpack(obj)
-            host = _host_tensor(array, _dtype_of_array(array))
-            if _immutable_producer(obj):  # older numpy may not honour the producer's read-only flag
-                host._storage.readonly = True
-            return host
-        stream = _consumer_stream_handle()
-        try:
-            capsule = obj.__dlpack__(stream=stream)
-        except TypeError:
-            capsule = obj.__dlpack__()
-        tensor = _from_capsule(capsule, obj)
-        if _immutable_producer(obj):
+        device_type, _ = obj.__dlpack_device__() if hasattr(obj, "__dlpack_device__") else (KDL_CPU, 0)
+        stream = _consumer_stream_handle() if device_type in (KDL_CUDA, KDL_CUDA_MANAGED) else None
+        tensor = _from_capsule(_request_capsule(obj, stream), obj)
+        if _immutable_producer(obj):  # JAX may not flag its exports read-only
             tensor._storage.readonly = True
         return tensor
     interface = getattr(obj, "__cuda_array_interface__", None)
     if isinstance(interface, dict):
         return _from_cuda_array_interface(obj, interface)
-    if isinstance(obj, np.ndarray):
-        return _host_tensor(obj, _dtype_of_array(obj))
     raise InteropError(
         f"from_dlpack: {type(obj).__name__} supports neither __dlpack__ nor __cuda_array_interface__")
+
+
+def _request_capsule(obj: Any, stream: int | None) -> Any:
+    """``obj``'s DLPack capsule: a versioned one where the producer speaks DLPack 1.x
+    (it can say the memory is read-only), else a legacy one."""
+    what = type(obj).__name__
+    try:
+        try:
+            return obj.__dlpack__(stream=stream, max_version=_DLPACK_VERSION)
+        except TypeError:  # a producer older than DLPack 1.0 takes no max_version
+            try:
+                return obj.__dlpack__(stream=stream)
+            except TypeError:
+                return obj.__dlpack__()
+    except BufferError as exc:  # the protocol's "cannot export": e.g. read-only memory to a legacy capsule
+        raise InteropError(f"from_dlpack: the {what} cannot share its memory through DLPack: {exc}") from None
 
 
 def _immutable_producer(obj: Any) -> bool:
@@ -248,23 +302,39 @@ def _current_device_ordinal() -> int:
 
 
 def _from_capsule(capsule: Any, producer: Any) -> Tensor:
-    if not _pythonapi.PyCapsule_IsValid(capsule, b"dltensor"):
-        raise InteropError("from_dlpack: the DLPack capsule was already consumed")
-    address = _pythonapi.PyCapsule_GetPointer(capsule, b"dltensor")
-    managed = ctypes.cast(address, ctypes.POINTER(_DLManagedTensor))
-    tensor = managed.contents.dl_tensor
-    if tensor.device.device_type not in (KDL_CUDA, KDL_CUDA_MANAGED):
-        raise InteropError(f"from_dlpack: unsupported DLPack device type {tensor.device.device_type}")
+    """A tensor over the memory a DLPack capsule (legacy or versioned) describes;
+    the capsule is marked used and its deleter runs when cutile is done with it."""
+    if _pythonapi.PyCapsule_IsValid(capsule, _VERSIONED):
+        versioned = ctypes.cast(_pythonapi.PyCapsule_GetPointer(capsule, _VERSIONED),
+                                ctypes.POINTER(_DLManagedTensorVersioned))
+        _pythonapi.PyCapsule_SetName(capsule, b"used_dltensor_versioned")
+        owner = _ManagedOwner(versioned, producer)
+        version = versioned.contents.version
+        if version.major != _DLPACK_VERSION[0]:  # a layout this code cannot read (the owner releases it)
+            raise InteropError(f"from_dlpack: DLPack version {version.major}.{version.minor} is not supported; "
+                               f"cutile reads {_DLPACK_VERSION[0]}.x")
+        tensor, readonly = versioned.contents.dl_tensor, bool(versioned.contents.flags & _FLAG_READ_ONLY)
+    elif _pythonapi.PyCapsule_IsValid(capsule, _LEGACY):
+        legacy = ctypes.cast(_pythonapi.PyCapsule_GetPointer(capsule, _LEGACY), ctypes.POINTER(_DLManagedTensor))
+        _pythonapi.PyCapsule_SetName(capsule, b"used_dltensor")
+        owner = _ManagedOwner(legacy, producer)
+        tensor, readonly = legacy.contents.dl_tensor, False
+    else:
+        raise InteropError("from_dlpack: __dlpack__ returned no unused DLPack capsule (was it already consumed?)")
     key = (tensor.dtype.code, tensor.dtype.bits)
     dtype = _DL_CODES.get(key)
     if dtype is None or tensor.dtype.lanes != 1:
-        raise InteropError(f"from_dlpack: DLPack dtype code {key[0]}, {key[1]} bits has no cutile dtype")
+        raise InteropError(f"from_dlpack: DLPack dtype code {key[0]}, {key[1]} bits, {tensor.dtype.lanes} lane(s) "
+                           "has no cutile dtype")
     shape = tuple(tensor.shape[i] for i in range(tensor.ndim))
     strides = _contiguous_strides(shape) if not tensor.strides else tuple(tensor.strides[i] for i in range(tensor.ndim))
     pointer = (tensor.data or 0) + tensor.byte_offset
-    _pythonapi.PyCapsule_SetName(capsule, b"used_dltensor")
-    owner = _ManagedOwner(managed, producer)
-    return _device_tensor(pointer, tensor.device.device_id, dtype, shape, strides, owner)
+    device_type = tensor.device.device_type
+    if device_type in (KDL_CPU, KDL_CUDA_HOST):
+        return _host_memory_tensor(pointer, dtype, shape, strides, owner, readonly)
+    if device_type in (KDL_CUDA, KDL_CUDA_MANAGED):
+        return _device_tensor(pointer, tensor.device.device_id, dtype, shape, strides, owner, readonly)
+    raise InteropError(f"from_dlpack: unsupported DLPack device type {device_type}")
 
 
 class _ManagedOwner:
@@ -281,21 +351,28 @@ class _ManagedOwner:
 
 
 # -- export -------------------------------------------------------------------------------------
-_exports_lock = threading.Lock()
+# What an exported capsule refers to (the managed struct first), by the struct's address,
+# alive until the consumer calls its deleter (or the capsule dies unconsumed).
+# Reentrant: the garbage collector may run a deleter (of an import whose memory an export
+# kept) in the middle of any code, this module's included.
+_exports_lock = threading.RLock()
 _exports: dict[int, tuple[Any, ...]] = {}
 
 
 def _release_export_impl(managed: Any) -> None:
     with _exports_lock:
-        _exports.pop(ctypes.addressof(managed.contents), None)
+        kept = _exports.pop(ctypes.addressof(managed.contents), None)
+    del kept  # outside the lock: it may be the last reference to an import, whose deleter takes it
 
 
 _release_export = _Deleter(_release_export_impl)
+_release_versioned_export = _VersionedDeleter(_release_export_impl)
 
 
 # A C function with no effect, callable at any time (even after Python has shut
 # down): Py_IsInitialized takes no arguments, and C ignores the extra one.
 _NATIVE_NO_OP = ctypes.cast(ctypes.pythonapi.Py_IsInitialized, _Deleter)
+_NATIVE_VERSIONED_NO_OP = ctypes.cast(ctypes.pythonapi.Py_IsInitialized, _VersionedDeleter)
 
 
 @atexit.register
@@ -306,7 +383,8 @@ def _detach_exports() -> None:
     # ending, so the memory needs no release: point the deleters at a native no-op.
     with _exports_lock:
         for kept in _exports.values():
-            kept[0].deleter = _NATIVE_NO_OP
+            versioned = isinstance(kept[0], _DLManagedTensorVersioned)
+            kept[0].deleter = _NATIVE_VERSIONED_NO_OP if versioned else _NATIVE_NO_OP
             for part in kept:  # never freed: the consumer may read them after Python is gone
                 ctypes.pythonapi.Py_IncRef(ctypes.py_object(part))
 
@@ -315,42 +393,69 @@ _CapsuleDestructor = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
 
 def _capsule_destructor_impl(capsule_address: int) -> None:
-    if _capsule_is_valid_raw(capsule_address, b"dltensor"):  # never consumed: release it ourselves
-        managed = _capsule_pointer_raw(capsule_address, b"dltensor")
-        with _exports_lock:
-            _exports.pop(managed, None)
+    for name in (_VERSIONED, _LEGACY):
+        if _capsule_is_valid_raw(capsule_address, name):  # never consumed: release it ourselves
+            managed = _capsule_pointer_raw(capsule_address, name)
+            with _exports_lock:
+                kept = _exports.pop(managed, None)
+            del kept
 
 
 _capsule_destructor = _CapsuleDestructor(_capsule_destructor_impl)
 
 
-def to_dlpack(tensor: Tensor, stream: int | None = None) -> Any:
-    """A DLPack capsule sharing ``tensor``'s memory (``Tensor.__dlpack__``)."""
-    storage = tensor._host_access(True, "__dlpack__ (sharing the tensor)")
-    if isinstance(storage, HostStorage):
-        return tensor._raw_host_view().__dlpack__()
-    _wait_for_writers()
-    if stream not in (None, -1):
-        # The consumer will use its stream (1 and 2 are the legacy and per-thread
-        # default streams, handles the driver takes as they are): make it wait for cutile's work.
-        from cuda_core import Stream
+def to_dlpack(tensor: Tensor, stream: int | None = None, *, max_version: tuple[int, int] | None = None,
+              dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:
+    """A DLPack capsule sharing ``tensor``'s memory (``Tensor.__dlpack__``), host or device.
 
-        from cutile._gpu import default_stream
+    A consumer that passes ``max_version`` (1, x) gets a versioned capsule, flagged
+    read-only when the tensor's memory is; one that does not gets a legacy capsule,
+    which cannot say read-only, so read-only tensors are refused to it.
+    """
+    readonly = tensor._storage.readonly
+    storage = tensor._host_access(not readonly, "__dlpack__ (sharing the tensor)")
+    device_type, device_id = dlpack_device(tensor)
+    if copy:
+        raise InteropError("__dlpack__: copy=True asks for a copy, but cutile shares its memory; "
+                           "copy first (api.copy(t), or to_numpy() for a numpy array)")
+    if dl_device is not None and tuple(dl_device) != (device_type, device_id):
+        raise InteropError(f"__dlpack__: the tensor lives on DLPack device {(device_type, device_id)}, "
+                           f"not {tuple(dl_device)}; cutile exports memory where it is")
+    versioned = max_version is not None and max_version[0] >= _DLPACK_VERSION[0]
+    if readonly and not versioned:
+        raise InteropError("__dlpack__: the tensor's memory is read-only and the consumer asked for a legacy "
+                           "(pre-1.0) DLPack capsule, which cannot say so; use a consumer that speaks "
+                           "DLPack 1.x (numpy >= 2.1) or to_numpy() for a copy")
+    if not isinstance(storage, HostStorage):
+        _wait_for_writers()
+        if stream not in (None, -1):
+            # The consumer will use its stream (1 and 2 are the legacy and per-thread
+            # default streams, handles the driver takes as they are): make it wait for cutile's work.
+            from cuda_core import Stream
 
-        _order_after(default_stream(), Stream.wrap(stream))
+            from cutile._gpu import default_stream
+
+            _order_after(default_stream(), Stream.wrap(stream))
     shape = (ctypes.c_int64 * max(tensor.ndim, 1))(*tensor.shape)
     strides = (ctypes.c_int64 * max(tensor.ndim, 1))(*tensor.strides)
-    managed = _DLManagedTensor()
     code, bits = _DL_OF[tensor.dtype]
-    device = int(tensor.device.split(":")[1]) if ":" in tensor.device else 0
-    managed.dl_tensor = _DLTensor(tensor.address(), _DLDevice(KDL_CUDA, device), tensor.ndim,
-                                  _DLDataType(code, bits, 1), shape, strides, 0)
-    managed.manager_ctx = None
-    managed.deleter = _release_export
+    described = _DLTensor(tensor.address(), _DLDevice(device_type, device_id), tensor.ndim,
+                          _DLDataType(code, bits, 1), shape, strides, 0)
+    managed: _DLManagedTensor | _DLManagedTensorVersioned
+    if versioned:
+        assert max_version is not None
+        minor = _DLPACK_VERSION[1] if max_version[0] > _DLPACK_VERSION[0] else min(max_version[1], _DLPACK_VERSION[1])
+        managed = _DLManagedTensorVersioned(_DLPackVersion(_DLPACK_VERSION[0], minor), None,
+                                            _release_versioned_export, _FLAG_READ_ONLY if readonly else 0, described)
+        name = _VERSIONED
+    else:
+        managed = _DLManagedTensor(described, None, _release_export)
+        name = _LEGACY
     address = ctypes.addressof(managed)
+    kept = (managed, shape, strides, tensor)
     with _exports_lock:
-        _exports[address] = (managed, shape, strides, tensor)  # alive until the consumer's deleter
-    return _pythonapi.PyCapsule_New(address, b"dltensor", ctypes.cast(_capsule_destructor, ctypes.c_void_p))
+        _exports[address] = kept  # alive until the consumer's deleter
+    return _pythonapi.PyCapsule_New(address, name, ctypes.cast(_capsule_destructor, ctypes.c_void_p))
 
 
 def _wait_for_writers() -> None:
@@ -372,7 +477,8 @@ def cuda_array_interface(tensor: Tensor) -> dict[str, Any]:
     """``__cuda_array_interface__`` (version 3) of a GPU tensor."""
     if tensor.device == "cpu":
         raise AttributeError("__cuda_array_interface__: the tensor lives in host memory (interpreter backend)")
-    tensor._host_access(True, "__cuda_array_interface__ (sharing the tensor)")
+    readonly = tensor._storage.readonly
+    tensor._host_access(not readonly, "__cuda_array_interface__ (sharing the tensor)")
     _wait_for_writers()
     typestr = {dt.bool_: "|b1", dt.bf16: "<V2", dt.f8e4m3fn: "|V1", dt.f8e5m2: "|V1", dt.tf32: "<f4"}.get(
         tensor.dtype, numpy_dtype(tensor.dtype).str)
@@ -381,7 +487,7 @@ def cuda_array_interface(tensor: Tensor) -> dict[str, Any]:
     return {
         "shape": tuple(tensor.shape),
         "typestr": typestr,
-        "data": (tensor.address(), False),
+        "data": (tensor.address(), readonly),
         "strides": None if contiguous else tuple(s * itemsize for s in tensor.strides),
         "version": 3,
         "stream": None,  # the device was synchronized above: no work on the memory is pending

@@ -24,7 +24,7 @@ import numpy as np
 
 from cuda_async import Access, Resource, ensure_not_capturing
 from cuda_async import _native as cuda_async_native
-from cutile._errors import LaunchError, OwnershipError
+from cutile._errors import InteropError, LaunchError, OwnershipError
 from cutile_compiler import _dtypes as dt
 from cutile_compiler import TensorSpec
 from cutile_compiler._opdefs.elementwise import numpy_dtype as numpy_dtype  # one definition, re-exported
@@ -369,7 +369,7 @@ class Tensor:
         numpy's as_strided cannot build ml_dtypes' 1-byte floats."""
         storage = self._storage
         if not isinstance(storage, HostStorage):
-            raise TypeError("host_view(): the tensor lives on a GPU; use to_numpy()")
+            raise InteropError("host_view(): the tensor lives on a GPU; use to_numpy()")
         flat = storage.array[self.offset:]
         itemsize = flat.dtype.itemsize
         raw = np.lib.stride_tricks.as_strided(
@@ -459,10 +459,32 @@ class Tensor:
         return self.permute(tuple(reversed(range(self.ndim))))
 
     # -- interop ----------------------------------------------------------------
-    def __dlpack__(self, stream: int | None = None, **kwargs: Any) -> Any:
+    def __dlpack__(self, stream: int | None = None, *, max_version: tuple[int, int] | None = None,
+                   dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:
+        """A DLPack capsule sharing this tensor's memory (versioned, with the read-only
+        flag, for consumers that pass ``max_version``); see `cutile._interop.to_dlpack`."""
         from cutile._interop import to_dlpack
 
-        return to_dlpack(self, stream)
+        return to_dlpack(self, stream, max_version=max_version, dl_device=dl_device, copy=copy)
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray[Any, Any]:
+        """``np.asarray(t)``: a host tensor's values (a copy; ``copy=False`` gives the
+        shared view, as `host_view` does). A GPU tensor is refused: `to_numpy` copies
+        it to the host explicitly."""
+        if not isinstance(self._storage, HostStorage):
+            self._live("np.asarray()")
+            raise InteropError("np.asarray(): the tensor lives on a GPU; copy it to the host with to_numpy()")
+        if copy is False:
+            shared = self._host_access(not self._storage.readonly, "np.asarray(copy=False)")
+            view = self._raw_host_view()
+            if shared.readonly:
+                view.flags.writeable = False
+            if dtype is not None and np.dtype(dtype) != view.dtype:
+                raise InteropError(f"np.asarray(copy=False): the tensor holds {view.dtype}, not {np.dtype(dtype)}; "
+                                   "converting needs a copy")
+            return view
+        values = self.to_numpy()
+        return values if dtype is None else values.astype(dtype, copy=False)
 
     def __dlpack_device__(self) -> tuple[int, int]:
         from cutile._interop import dlpack_device
@@ -529,6 +551,10 @@ class Partition:
     def to_numpy(self) -> np.ndarray[Any, Any]:
         """A copy of the whole tensor's values."""
         return self._live("to_numpy()").to_numpy()
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray[Any, Any]:
+        """``np.asarray(p)``: the whole tensor's values, as for `Tensor.__array__`."""
+        return self._live("np.asarray()").__array__(dtype, copy)
 
     def __repr__(self) -> str:
         t = self._tensor

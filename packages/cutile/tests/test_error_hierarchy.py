@@ -1,0 +1,122 @@
+"""One family of errors: every exception class cutile and its compiler define is a
+`CutileError` exported by `cutile` (but for the few that never leave the package),
+and the README's table lists exactly the exported classes."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import re
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pytest
+
+import cuda_async
+import cuda_core
+import cutile
+import cutile_compiler
+from cutile import api
+from cutile.core import Mut, Tensor, f32, load_tile_like
+
+README = Path(cutile.__file__).resolve().parents[2] / "README.md"
+
+# Classes that never reach a user of either package, with where they end.
+INTERNAL = {
+    "cutile_compiler._opdefs._base.RuleError": "an op's typing rule; the front end raises it as a TileTypeError",
+    "cutile_compiler._opdefs._base.Escape": "carries break/continue/return out of a nested block (control flow)",
+    "cutile_compiler._config._Invalid": "a parser's complaint; Knob.get raises it as a ConfigError",
+    "cutile_compiler._frontend._Retry": "the front end's retry of a loop (control flow)",
+}
+
+
+def _modules(package: ModuleType) -> list[ModuleType]:
+    found = [package]
+    for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+        found.append(importlib.import_module(info.name))
+    return found
+
+
+def _defined_exceptions() -> dict[str, type[BaseException]]:
+    classes: dict[str, type[BaseException]] = {}
+    for package in (cutile, cutile_compiler):
+        for module in _modules(package):
+            for value in vars(module).values():
+                if (isinstance(value, type) and issubclass(value, BaseException) and not issubclass(value, Warning)
+                        and value.__module__ == module.__name__):
+                    classes[f"{value.__module__}.{value.__qualname__}"] = value
+    return classes
+
+
+def _exported_exceptions() -> set[str]:
+    return {name for name in cutile.__all__
+            if isinstance(getattr(cutile, name), type) and issubclass(getattr(cutile, name), BaseException)
+            and not issubclass(getattr(cutile, name), Warning)}
+
+
+def test_every_error_class_is_a_cutile_error_exported_by_cutile() -> None:
+    classes = _defined_exceptions()
+    assert "cutile_compiler._toolchain.TileirasError" in classes and "cutile._errors.LaunchError" in classes
+    assert set(INTERNAL) <= set(classes), "an internal class is gone: update INTERNAL"
+    for qualified, cls in classes.items():
+        if qualified in INTERNAL:
+            continue
+        assert issubclass(cls, cutile.CutileError), f"{qualified} is not a CutileError"
+        assert getattr(cutile, cls.__name__, None) is cls and cls.__name__ in cutile.__all__, \
+            f"{qualified} is not exported by cutile"
+
+
+def test_one_compiler_error_base_and_the_builtins_still_catch() -> None:
+    from cutile_compiler import _toolchain
+
+    assert _toolchain.CompilerError is cutile.TileCompilerError  # one class, however it is named
+    for cls in (cutile.ToolchainError, cutile.ArchError, cutile.TileirasError, cutile.TileirasTimeoutError):
+        assert issubclass(cls, cutile.TileCompilerError) and issubclass(cls, cutile.TileError)
+    for cls, builtin in [(cutile.ConfigError, ValueError), (cutile.HintError, ValueError),
+                         (cutile.ArchError, ValueError), (cutile.LaunchError, ValueError),
+                         (cutile.InteropError, TypeError), (cutile.SignatureError, TypeError),
+                         (cutile.OwnershipError, cuda_async.OwnershipError),
+                         (cutile.GraphCaptureError, cuda_async.GraphCaptureError),
+                         (cutile.BatchError, cuda_async.BatchError)]:
+        assert issubclass(cls, cutile.CutileError) and issubclass(cls, builtin), cls
+    # The driver's errors are cuda_core's own family, exported by cutile as they are.
+    assert cutile.CudaError is cuda_core.CudaError and not issubclass(cutile.CudaError, cutile.CutileError)
+    assert issubclass(cutile.CudaOutOfMemoryError, MemoryError)
+
+
+def _readme_table() -> list[str]:
+    text = README.read_text()
+    section = text[text.index("## Errors"):]
+    section = section[:section.index("\n## ")] if "\n## " in section[3:] else section
+    return re.findall(r"^\| `(\w+)` \|", section, re.MULTILINE)
+
+
+def test_the_readme_table_lists_exactly_the_exported_classes() -> None:
+    rows = _readme_table()
+    assert len(rows) == len(set(rows)), "a class has two rows"
+    assert set(rows) == _exported_exceptions()
+
+
+def test_errors_of_the_environment_and_hints_are_cutile_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cutile_compiler import _config
+    from cutile_compiler._hints import KernelHints
+
+    monkeypatch.setenv("CUTILE_CACHE_MAX_BYTES", "lots")
+    with pytest.raises(cutile.ConfigError, match="CUTILE_CACHE_MAX_BYTES='lots'") as info:
+        _config.CACHE_MAX_BYTES.get()
+    assert isinstance(info.value, cutile.CutileError) and isinstance(info.value, ValueError)
+    with pytest.raises(cutile.CutileError, match="unknown hint 'warps'"):
+        KernelHints.parse({"warps": 4}, "test")
+
+
+@cutile.entry
+def double(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    z.store(load_tile_like(x, z) * 2)
+
+
+def test_the_toolchain_error_reaches_the_user_with_its_class() -> None:
+    x = api.from_numpy(np.zeros(256, np.float32))
+    with pytest.raises(cutile.ArchError, match="arch 'hopper' is not a GPU name tileiras accepts") as info:
+        cutile.compile(double, api.meta([256]).partition([128]), x, arch="hopper")
+    assert isinstance(info.value, cutile.TileCompilerError) and isinstance(info.value, ValueError)
