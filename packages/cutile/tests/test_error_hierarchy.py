@@ -123,3 +123,44 @@ def test_the_toolchain_error_reaches_the_user_with_its_class() -> None:
     with pytest.raises(cutile.ArchError, match="arch 'hopper' is not a GPU name tileiras accepts") as info:
         cutile.compile(double, api.meta([256]).partition([128]), x, arch="hopper")
     assert isinstance(info.value, cutile.TileCompilerError) and isinstance(info.value, ValueError)
+
+
+def _bad_calls() -> list[tuple[str, object, type[BaseException], type[BaseException]]]:
+    from cutile_compiler import TensorSpec
+    from cutile_compiler._cache import DiskCache, LRUCache
+    from cutile_compiler._toolchain import CompileOptions
+    from cutile.core import bool_, f16
+
+    t = api.arange(12, dtype=f32)
+    return [
+        ("a negative shape", lambda: api.zeros([-1]), cutile.ArgumentError, ValueError),
+        ("an arange step of 0", lambda: api.arange(0, 4, 0), cutile.ArgumentError, ValueError),
+        ("a fill value overflowing f16", lambda: api.full([4], 1e6, f16), cutile.LaunchError, ValueError),
+        ("a bool fill value of 5", lambda: api.full([4], 5, bool_), cutile.LaunchError, ValueError),
+        ("randn of an int dtype", lambda: api.randn([4], dtype=np.int32), cutile.ArgumentTypeError, TypeError),
+        ("a seed of another kind", lambda: api.rand([4], seed="s"), cutile.ArgumentTypeError, TypeError),
+        ("an unknown dtype", lambda: api.zeros([4], dtype=object), cutile.ArgumentTypeError, TypeError),
+        ("a reshape of the wrong size", lambda: t.reshape(5), cutile.ArgumentError, ValueError),
+        ("two -1 in a reshape", lambda: t.reshape(-1, -1), cutile.ArgumentError, ValueError),
+        ("a permute that is no permutation", lambda: t.reshape(3, 4).permute(0, 0), cutile.ArgumentError, ValueError),
+        ("an index out of bounds", lambda: t[12], cutile.TensorIndexError, IndexError),
+        ("too many indices", lambda: t[1, 2], cutile.TensorIndexError, IndexError),
+        ("an index of another kind", lambda: t["a"], cutile.TensorIndexError, IndexError),
+        ("a partition tile not a power of two", lambda: api.zeros([12]).partition([3]), cutile.LaunchError, ValueError),
+        ("compile of a plain function", lambda: cutile.compile(print), cutile.ArgumentTypeError, TypeError),
+        ("an opt_level of 7", lambda: CompileOptions(opt_level=7), cutile.ArgumentError, ValueError),
+        ("a bad TensorSpec fact", lambda: TensorSpec(f32, (4,), base_divisibility=3), cutile.ArgumentError, ValueError),
+        ("an LRU cache of size 0", lambda: LRUCache(0), cutile.ArgumentError, ValueError),
+        ("a disk-cache key that is no key", lambda: DiskCache("/nonexistent", 10).path("k"), cutile.ArgumentError,
+         ValueError),
+    ]
+
+
+@pytest.mark.parametrize("what, call, cls, builtin", _bad_calls(), ids=[c[0] for c in _bad_calls()])
+def test_a_bad_argument_outside_kernels_is_a_cutile_error(what: str, call: object, cls: type[BaseException],
+                                                          builtin: type[BaseException]) -> None:
+    """Each is the family's class and still the builtin callers caught before."""
+    assert callable(call)
+    with pytest.raises(cls) as info:
+        call()
+    assert isinstance(info.value, cutile.CutileError) and isinstance(info.value, builtin)

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Generic, TypeVar, overload
 
 from cutile_compiler import _config
+from cutile_compiler._errors import ArgumentError
 from cutile_compiler._cubin import cubin_problem
 from cutile_compiler._toolchain import CompileOptions, Locations, Toolchain, _entry_names, find_toolchain
 
@@ -99,7 +100,7 @@ class LRUCache(Generic[K, V]):
 
     def __init__(self, maxsize: int = 1024) -> None:
         if isinstance(maxsize, bool) or not isinstance(maxsize, int) or maxsize < 1:
-            raise ValueError(f"LRUCache maxsize must be a positive int, got {maxsize!r}")
+            raise ArgumentError(f"LRUCache maxsize must be a positive int, got {maxsize!r}")
         self.maxsize = maxsize
         self.stats = CacheStats()
         self._data: OrderedDict[K, V] = OrderedDict()
@@ -294,7 +295,7 @@ class DiskCache:
 
     def __init__(self, directory: Path, max_bytes: int) -> None:
         if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
-            raise ValueError(f"DiskCache max_bytes must be a non-negative int, got {max_bytes!r}")
+            raise ArgumentError(f"DiskCache max_bytes must be a non-negative int, got {max_bytes!r}")
         self.directory = Path(directory)
         self.root = self.directory / LAYOUT
         self.max_bytes = max_bytes
@@ -308,7 +309,7 @@ class DiskCache:
     def path(self, key: str) -> Path:
         """Where the entry of `key` lives."""
         if not isinstance(key, str) or not _KEY.fullmatch(key):
-            raise ValueError(f"a disk cache key is 64 lowercase hex digits (see cache_key), got {key!r}")
+            raise ArgumentError(f"a disk cache key is 64 lowercase hex digits (see cache_key), got {key!r}")
         return self.root / key[:2] / (key + _SUFFIX)
 
     def _count(self, **deltas: int) -> None:

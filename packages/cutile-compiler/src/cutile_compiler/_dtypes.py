@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from cutile_compiler._errors import ArgumentError
+
 Kind = Literal["bool", "int", "uint", "float"]
 
 
@@ -99,7 +101,7 @@ def lookup(name: str) -> DType:
     try:
         return BY_NAME[name]
     except KeyError:
-        raise ValueError(
+        raise ArgumentError(
             f"unknown dtype {name!r}; expected one of {', '.join(d.name for d in ALL_DTYPES)}"
         ) from None
 

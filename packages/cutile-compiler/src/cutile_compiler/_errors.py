@@ -59,6 +59,20 @@ class CutileError(Exception):
     """Base class of every error cutile raises on purpose."""
 
 
+class ArgumentError(CutileError, ValueError):
+    """An argument of a cutile function or method (outside kernel code) has a value
+    it cannot take: a shape, a step, an option, a cache size. The message names it."""
+
+
+class ArgumentTypeError(CutileError, TypeError):
+    """An argument of a cutile function or method (outside kernel code) is of a kind
+    it cannot take: a dtype, a seed, a kernel. The message names it."""
+
+
+class TensorIndexError(CutileError, IndexError):
+    """A host-side index of a tensor (``t[...]``) is malformed or out of bounds."""
+
+
 class TileError(CutileError):
     """An error in a kernel, pointing at its source."""
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cutile_compiler._dtypes import DType
-from cutile_compiler._errors import CutileError
+from cutile_compiler._errors import ArgumentError, CutileError
 from cutile_compiler._types import is_power_of_two
 
 Dim = int | str  # an int (static; -1 dynamic) or a constant's name
@@ -211,12 +211,12 @@ class TensorSpec:
         for fact in facts:
             if isinstance(fact, bool) or not isinstance(fact, int) or not is_power_of_two(fact) \
                     or fact > MAX_DIVISIBILITY:
-                raise ValueError(f"TensorSpec: divisibility facts are powers of two up to {MAX_DIVISIBILITY}, "
-                                 f"got {fact!r}")
+                raise ArgumentError(f"TensorSpec: divisibility facts are powers of two up to {MAX_DIVISIBILITY}, "
+                                    f"got {fact!r}")
         for name, facts_of in (("shape_divisibility", self.shape_divisibility),
                                ("stride_divisibility", self.stride_divisibility)):
             if facts_of and len(facts_of) != len(self.shape):
-                raise ValueError(f"TensorSpec: {name} has {len(facts_of)} entries for a rank-{len(self.shape)} tensor")
+                raise ArgumentError(f"TensorSpec: {name} has {len(facts_of)} entries for a rank-{len(self.shape)} tensor")
 
     @staticmethod
     def describe(dtype: DType, shape: Sequence[int], strides: Sequence[int], address: int,

@@ -47,7 +47,7 @@ from typing import IO
 import cutile_ir as ir
 from cutile_compiler import _config
 from cutile_compiler._cubin import cubin_problem
-from cutile_compiler._errors import TileCompilerError
+from cutile_compiler._errors import ArgumentError, ArgumentTypeError, TileCompilerError
 from cutile_compiler._hints import KernelHints
 
 __all__ = [
@@ -219,18 +219,18 @@ class CompileOptions:
         if not isinstance(given, KernelHints):
             object.__setattr__(self, "hints", KernelHints.parse(given, "CompileOptions.hints"))  # type: ignore[arg-type]
         if isinstance(self.opt_level, bool) or not isinstance(self.opt_level, int) or not 0 <= self.opt_level <= 3:
-            raise ValueError(f"CompileOptions.opt_level must be an int from 0 to 3, got {self.opt_level!r}")
+            raise ArgumentError(f"CompileOptions.opt_level must be an int from 0 to 3, got {self.opt_level!r}")
         if self.device_debug and self.opt_level != 0:
-            raise ValueError(
+            raise ArgumentError(
                 "CompileOptions.device_debug=True needs opt_level=0: tileiras does not support "
                 "optimized debugging (use lineinfo=True for line tables with optimization)"
             )
         extra: object = self.extra_args  # checked as an object: callers may pass anything
         if not isinstance(extra, tuple) or not all(isinstance(a, str) for a in extra):
-            raise ValueError(f"CompileOptions.extra_args must be a tuple of strings, got {self.extra_args!r}")
+            raise ArgumentError(f"CompileOptions.extra_args must be a tuple of strings, got {self.extra_args!r}")
         for arg in self.extra_args:
             if arg.split("=", 1)[0] in _OWNED_FLAGS:
-                raise ValueError(
+                raise ArgumentError(
                     f"CompileOptions.extra_args may not contain {arg!r}: cutile sets the output file "
                     "and the GPU name itself (pass the arch to compile instead)"
                 )
@@ -510,11 +510,11 @@ class Toolchain:
         """
         self.check_arch(arch)
         if not isinstance(bytecode, (bytes, bytearray, memoryview)):
-            raise TypeError(f"bytecode must be bytes, got {type(bytecode).__name__}")
+            raise ArgumentTypeError(f"bytecode must be bytes, got {type(bytecode).__name__}")
         opts = CompileOptions() if options is None else options
         limit = _config.TILEIRAS_TIMEOUT.get() if timeout is None else timeout
         if not limit > 0:
-            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+            raise ArgumentError(f"timeout must be a positive number of seconds, got {timeout!r}")
         with tempfile.TemporaryDirectory(prefix="cutile-tileiras-") as tmp:
             source, output = Path(tmp, "kernel.tileirbc"), Path(tmp, "kernel.cubin")
             source.write_bytes(bytecode)

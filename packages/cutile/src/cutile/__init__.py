@@ -20,6 +20,8 @@ from cutile._backend import BackendError
 from cutile._backend import current as backend
 from cutile._errors import (
     ArchError,
+    ArgumentError,
+    ArgumentTypeError,
     BatchError,
     ConfigError,
     CudaError,
@@ -35,6 +37,7 @@ from cutile._errors import (
     OwnershipError,
     SignatureError,
     SpecializationError,
+    TensorIndexError,
     TileCompilerError,
     TileError,
     TileirasError,
@@ -57,6 +60,7 @@ __all__ = [
     "Graph", "GraphScope", "batch", "compile", "entry", "function", "graph_scope", "zip",
 ]
 __all__ += [
+    "ArgumentError", "ArgumentTypeError", "TensorIndexError",
     "ArchError", "ConfigError", "CudaError", "CudaLaunchError", "CudaOutOfMemoryError", "GraphUpdateError", "HintError",
     "HostCallError", "InteropError", "LaunchNeverRunWarning", "TileirasError", "TileirasTimeoutError", "ToolchainError",
 ]

@@ -16,7 +16,10 @@ from cuda_core import CudaError, CudaLaunchError, CudaOutOfMemoryError
 from cutile_compiler._builtins import HostCallError
 from cutile_compiler._config import ConfigError
 from cutile_compiler._errors import (
+    ArgumentError,
+    ArgumentTypeError,
     CutileError,
+    TensorIndexError,
     TileCompilerError,
     TileError,
     TileSyntaxError,
@@ -67,6 +70,7 @@ cuda_async.use_error_classes(ownership=OwnershipError, graph_capture=GraphCaptur
                              graph_update=GraphUpdateError)
 
 __all__ = [
+    "ArgumentError", "ArgumentTypeError", "TensorIndexError",
     "ArchError", "BatchError", "ConfigError", "CudaError", "CudaLaunchError", "CudaOutOfMemoryError", "CutileError",
     "GraphCaptureError", "GraphUpdateError", "HintError", "HostCallError", "InteropError", "LaunchError", "OwnershipError",
     "SignatureError", "SpecializationError", "TileCompilerError", "TileError", "TileSyntaxError", "TileTypeError",

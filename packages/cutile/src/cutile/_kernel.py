@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 import cuda_async
 from cutile import _backend, _gpu
 from cutile._native import KernelBase, LaunchBase, configure_never_run
-from cutile._errors import CutileError, GraphUpdateError, LaunchError, OwnershipError
+from cutile._errors import ArgumentTypeError, CutileError, GraphUpdateError, LaunchError, OwnershipError
 from cutile._tensor import Partition, Storage, Tensor, hold_all, hold_entries, overlapping, overlaps_itself, release_all
 from cutile_compiler._builtins import DeviceFunction
 from cutile_compiler import _config as _compiler_config
@@ -848,7 +848,7 @@ def compile(kernel: Kernel, *args: Any, arch: str = "sm_90", opt_level: int = 3,
     ``.bytecode``, ``.mlir`` and ``.cubin``.
     """
     if not isinstance(kernel, Kernel):
-        raise TypeError(f"cutile.compile: expected a @cutile.entry kernel, got {type(kernel).__name__}")
+        raise ArgumentTypeError(f"cutile.compile: expected a @cutile.entry kernel, got {type(kernel).__name__}")
     try:
         bound = kernel._python_signature.bind_partial(*args, **kwargs)
     except TypeError as exc:

@@ -24,7 +24,7 @@ import numpy as np
 
 from cuda_async import Access, Resource, ensure_not_capturing
 from cuda_async import _native as cuda_async_native
-from cutile._errors import InteropError, LaunchError, OwnershipError
+from cutile._errors import ArgumentError, ArgumentTypeError, InteropError, LaunchError, OwnershipError, TensorIndexError
 from cutile_compiler import _dtypes as dt
 from cutile_compiler import TensorSpec
 from cutile_compiler._opdefs.elementwise import numpy_dtype as numpy_dtype  # one definition, re-exported
@@ -41,10 +41,10 @@ def dtype_of(value: Any) -> dt.DType:
     try:
         name = np.dtype(value).name
     except TypeError:
-        raise TypeError(f"dtype: expected a cutile dtype (f32, bf16, ...) or a numpy dtype, got {value!r}") from None
+        raise ArgumentTypeError(f"dtype: expected a cutile dtype (f32, bf16, ...) or a numpy dtype, got {value!r}") from None
     found = dt.BY_NUMPY_NAME.get(name)
     if found is None:
-        raise TypeError(f"dtype: numpy dtype {name} has no cutile equivalent")
+        raise ArgumentTypeError(f"dtype: numpy dtype {name} has no cutile equivalent")
     return found
 
 
@@ -217,12 +217,12 @@ class StorageResource(Resource):
     def storage(self) -> Storage:
         storage = self._storage()
         if storage is None:
-            raise RuntimeError(f"{self.name}: the tensor memory is gone")
+            raise OwnershipError(f"{self.name}: the tensor memory is gone")
         return storage
 
     def copy_from(self, source: Resource, stream: Any) -> None:
         if not isinstance(source, StorageResource):
-            raise TypeError(f"cannot copy {source.name} into {self.name}")
+            raise ArgumentTypeError(f"cannot copy {source.name} into {self.name}")
         if self.memory is not None and source.memory is not None:
             self.memory.copy_from(source.memory, stream=stream)
         elif self._host is not None and source._host is not None and self._host[0].nbytes == source._host[0].nbytes:
@@ -231,7 +231,7 @@ class StorageResource(Resource):
             if initialized is not None:
                 initialized[...] = True
         else:
-            raise TypeError(f"cannot copy {source.name} into {self.name} (different kinds or sizes of memory)")
+            raise ArgumentTypeError(f"cannot copy {source.name} into {self.name} (different kinds or sizes of memory)")
 
 
 class HostStorage(Storage):
@@ -396,13 +396,13 @@ class Tensor:
         """A view by basic indexing: ints, slices (any step) and ``...``; no copy."""
         items = key if isinstance(key, tuple) else (key,)
         if sum(item is Ellipsis for item in items) > 1:
-            raise IndexError("an index can only have a single ellipsis ('...')")
+            raise TensorIndexError("an index can only have a single ellipsis ('...')")
         if Ellipsis in items:
             at = items.index(Ellipsis)
             fill = self.ndim - (len(items) - 1)
             items = items[:at] + (slice(None),) * fill + items[at + 1:]
         if len(items) > self.ndim:
-            raise IndexError(f"too many indices: {len(items)} for a rank-{self.ndim} tensor")
+            raise TensorIndexError(f"too many indices: {len(items)} for a rank-{self.ndim} tensor")
         items = items + (slice(None),) * (self.ndim - len(items))
         shape: list[int] = []
         strides: list[int] = []
@@ -417,26 +417,26 @@ class Tensor:
             elif isinstance(item, (int, np.integer)) and not isinstance(item, bool):
                 index = int(item)
                 if not -extent <= index < extent:
-                    raise IndexError(f"index {index} is out of bounds for axis {axis} with size {extent}")
+                    raise TensorIndexError(f"index {index} is out of bounds for axis {axis} with size {extent}")
                 offset += (index % extent) * stride
             else:
-                raise TypeError(f"tensors are indexed with ints, slices and '...', got {type(item).__name__}")
+                raise TensorIndexError(f"tensors are indexed with ints, slices and '...', got {type(item).__name__}")
         return self._view(tuple(shape), tuple(strides), offset)
 
     def reshape(self, *shape: Any) -> Tensor:
         """A view with another shape (the tensor must be contiguous; one dim may be -1)."""
         dims = list(shape[0] if len(shape) == 1 and isinstance(shape[0], (list, tuple)) else shape)
         if dims.count(-1) > 1:
-            raise ValueError("reshape: only one dimension can be -1")
+            raise ArgumentError("reshape: only one dimension can be -1")
         known = math.prod(d for d in dims if d != -1)
         if -1 in dims:
             if known == 0 or self.size % known:
-                raise ValueError(f"reshape: cannot reshape {list(self.shape)} into {dims}")
+                raise ArgumentError(f"reshape: cannot reshape {list(self.shape)} into {dims}")
             dims[dims.index(-1)] = self.size // known
         if math.prod(dims) != self.size:
-            raise ValueError(f"reshape: cannot reshape {list(self.shape)} ({self.size} elements) into {dims}")
+            raise ArgumentError(f"reshape: cannot reshape {list(self.shape)} ({self.size} elements) into {dims}")
         if not self.is_contiguous:
-            raise ValueError("reshape: the tensor is not contiguous; copy it first (api.copy(t))")
+            raise ArgumentError("reshape: the tensor is not contiguous; copy it first (api.copy(t))")
         new_shape = tuple(int(d) for d in dims)
         return self._view(new_shape, _contiguous_strides(new_shape), self.offset)
 
@@ -444,7 +444,7 @@ class Tensor:
         """A view with the dimensions reordered: result dim i is this tensor's dim axes[i]."""
         order = tuple(axes[0] if len(axes) == 1 and isinstance(axes[0], (list, tuple)) else axes)
         if sorted(order) != list(range(self.ndim)):
-            raise ValueError(f"permute: {list(order)} is not a permutation of {self.ndim} dims")
+            raise ArgumentError(f"permute: {list(order)} is not a permutation of {self.ndim} dims")
         return self._view(tuple(self.shape[a] for a in order), tuple(self.strides[a] for a in order), self.offset)
 
     def transpose(self, a: int = 0, b: int = 1) -> Tensor:
@@ -517,7 +517,7 @@ class Partition:
 
     def __init__(self, tensor: Tensor, tile_shape: tuple[int, ...], *, _from_tensor: bool = False) -> None:
         if not _from_tensor:
-            raise TypeError("partitions are made by Tensor.partition(tile_shape), which consumes the tensor")
+            raise ArgumentTypeError("partitions are made by Tensor.partition(tile_shape), which consumes the tensor")
         self._tensor = tensor
         self.tile_shape = tile_shape
         self._consumed_by: str | None = None

@@ -17,6 +17,7 @@ import numpy as np
 
 import cuda_async
 from cutile import _backend, _fill
+from cutile._errors import ArgumentError, ArgumentTypeError
 from cutile._tensor import HostStorage, Tensor, checked_tile_shape, dtype_of, numpy_dtype
 from cutile_compiler import _dtypes as dt
 from cutile_compiler import TensorSpec
@@ -32,7 +33,7 @@ def _shape(shape: ShapeLike, what: str) -> tuple[int, ...]:
     dims = (shape,) if isinstance(shape, int) else tuple(shape)
     for d in dims:
         if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0:
-            raise ValueError(f"{what}: shape must be non-negative ints, got {list(dims)}")
+            raise ArgumentError(f"{what}: shape must be non-negative ints, got {list(dims)}")
     return tuple(int(d) for d in dims)
 
 
@@ -82,14 +83,17 @@ def full(shape: ShapeLike, value: bool | int | float, dtype: Any = dt.f32) -> Te
 def _full_target(shape: ShapeLike, value: bool | int | float, dtype: Any) -> tuple[Tensor, bool | int | float | None]:
     """What `full` and `ops.full` fill: (allocated tensor, value to fill it with), or
     (finished host-made tensor, None) for dtypes a kernel does not make."""
+    from cutile._kernel import _scalar_value
+
     kind = dtype_of(dtype)
     dims = _shape(shape, "full")
-    if not _made_by_kernel(kind):
-        return _from_host(np.full(dims, value, dtype=numpy_dtype(kind)), kind), None
     if kind.is_integer and isinstance(value, float):
         if not value.is_integer():
-            raise ValueError(f"full: {value!r} is not a {kind} value")
+            raise ArgumentError(f"full: {value!r} is not a {kind} value")
         value = int(value)
+    value = _scalar_value("full", "value", kind, value)  # the launch's rule: no overflow to inf, bools 0/1
+    if not _made_by_kernel(kind):
+        return _from_host(np.full(dims, value, dtype=numpy_dtype(kind)), kind), None
     return _allocate(dims, kind), value
 
 
@@ -97,7 +101,7 @@ def _random_target(shape: ShapeLike, dtype: Any, seed: int | None, what: str) ->
     """What `rand`/`randn` and their op forms fill: (allocated tensor, 32-bit seed)."""
     element = dtype_of(dtype)
     if not element.is_float:
-        raise TypeError(f"{what}: random values need a floating-point dtype, got {element}")
+        raise ArgumentTypeError(f"{what}: random values need a floating-point dtype, got {element}")
     return _allocate(_shape(shape, what), element), _seed(seed)
 
 
@@ -173,7 +177,7 @@ def arange(start: int | float, stop: int | float | None = None, step: int | floa
     if stop is None:
         start, stop = 0, start
     if step == 0:
-        raise ValueError("arange: step must not be zero")
+        raise ArgumentError("arange: step must not be zero")
     count = max(0, math.ceil((stop - start) / step))
     floats = any(isinstance(v, float) for v in (start, stop, step))
     kind = dtype_of(dtype) if dtype is not None else (dt.f32 if floats else dt.i32)
@@ -202,7 +206,7 @@ def _seed(seed: int | None) -> int:
         with _seed_lock:
             return (_DEFAULT_SEED + 0x9E3779B9 * next(_stream_counter)) & 0xFFFFFFFF
     if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+        raise ArgumentTypeError(f"seed must be an int, got {type(seed).__name__}")
     return seed & 0xFFFFFFFF
 
 
