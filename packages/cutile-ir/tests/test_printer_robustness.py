@@ -209,6 +209,15 @@ def test_printing_unverified_custom_formats_raises_verification_errors() -> None
     with pytest.raises(VerificationError, match="'for': cannot print: the body must take the induction variable"):
         print_module(m)
 
+    m, b, args = _kernel()
+    with b.loop([args[1]]) as lp:
+        b.break_([lp.args[0]])
+    b.return_()
+    lp.op.regions[0].blocks.clear()  # no body, but iter values
+    assert problems(m)
+    with pytest.raises(VerificationError, match="'loop': cannot print: the body must take the 1 iter values"):
+        print_module(m)
+
 
 def test_reduce_identities_must_be_numbers() -> None:
     m, b, args = _kernel()

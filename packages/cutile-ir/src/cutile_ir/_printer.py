@@ -519,7 +519,8 @@ class Printer:
         blk = op.regions[0].blocks[0] if op.regions[0].blocks else None
         s = f"{self.results_prefix(op)}loop"
         if inits:
-            assert blk is not None
+            if blk is None or len(blk.args) != len(inits):
+                raise _unprintable(op, f"the body must take the {len(inits)} iter values")
             s += " iter_values(" + ", ".join(f"{n(a)} = {n(v)}" for a, v in zip(blk.args, inits)) + ")"
             s += " : " + ", ".join(str(v.type) for v in inits)
             if op.results:

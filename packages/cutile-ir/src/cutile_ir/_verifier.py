@@ -553,8 +553,17 @@ class _Verifier:
             self.report(f"return types {[str(v.type) for v in last.operands]} do not match the signature "
                         f"results {[str(t) for t in f.type.results]}", op=last)
 
-    def block(self, b: Block, visible: set[int], parent: str, f: Function) -> None:
-        scope = set(visible)
+    def block(self, b: Block, scope: set[int], parent: str, f: Function) -> None:
+        """Check ``b``, whose uses may see the values in ``scope``; the values it defines are
+        added to ``scope`` while it is checked and removed after (one set for the whole
+        function, so checking costs no copy per block)."""
+        defined: list[int] = []
+        try:
+            self._block(b, scope, defined, parent, f)
+        finally:
+            scope.difference_update(defined)
+
+    def _block(self, b: Block, scope: set[int], defined: list[int], parent: str, f: Function) -> None:
         for i, op in enumerate(b.ops):
             for n, v in enumerate(op.operands):
                 if id(v) not in scope:
@@ -586,11 +595,14 @@ class _Verifier:
             if op.name == "get_global" and op.attributes.get("name") not in self.globals:
                 self.report(f"refers to unknown global @{op.attributes.get('name')}", op=op)
             self.regions(op, scope, f)
-            scope.update(id(r) for r in op.results)
+            for r in op.results:
+                if id(r) not in scope:
+                    scope.add(id(r))
+                    defined.append(id(r))
 
     def regions(self, op: Operation, scope: set[int], f: Function) -> None:
         d = op.opdef
-        if not d.regions or len(op.regions) != len(d.regions):  # a region count check_op reported
+        if not d.regions or structure_problems(op):  # a shape check_op reported: regions are read through it
             return
         if self.depth >= MAX_REGION_DEPTH:
             self.report(f"regions nested more than {MAX_REGION_DEPTH} deep", op=op)
@@ -616,13 +628,15 @@ class _Verifier:
             if want is not None and got != want:
                 self.report(f"region {ri} block arguments must be {[str(t) for t in want]}, found "
                             f"{[str(t) for t in got]}", op=op)
-            inner = scope | {id(a) for a in blk.args}
+            args = [id(a) for a in blk.args if id(a) not in scope]
+            scope.update(args)
             is_loop = op.name in ("for", "loop")
             if is_loop:
                 self.loops.append(op)
-            self.block(blk, inner, op.name, f)
+            self.block(blk, scope, op.name, f)
             if is_loop:
                 self.loops.pop()
+            scope.difference_update(args)
             self.terminator(op, ri, blk)
 
     def early_exit(self, op: Operation) -> None:
