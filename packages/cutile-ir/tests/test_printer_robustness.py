@@ -228,3 +228,13 @@ def test_reduce_identities_must_be_numbers() -> None:
     b.return_()
     red.op.attributes["identities"] = type(red.op.attributes["identities"])((DenseElements.splat(tile(1, F32), 0.0),))
     assert any("identity 0 must be an integer or float attribute" in p for p in problems(m))
+
+
+def test_a_cycle_of_call_site_records_is_refused() -> None:
+    from cutile_ir import _encoding as E
+    from cutile_ir._bytecode_reader import _Reader
+
+    r = _Reader(write_bytecode(_constant_module(tile(4, F32), b"\x00\x00\x80\x3f"), V13_3))
+    r.debug_records = [bytes([E.D_CALLSITE, 2]), bytes([E.D_CALLSITE, 1])]  # 1 -> 2 -> 1 -> ...
+    with pytest.raises(BytecodeError, match="call-site records form a cycle"):
+        r.di_loc(1)

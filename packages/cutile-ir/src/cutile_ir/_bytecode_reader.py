@@ -27,10 +27,10 @@ from ._types import (
 from ._versions import V13_3, V13_4, Version
 
 _Enum = TypeVar("_Enum", bound=enum.IntEnum)
+_T = TypeVar("_T")
 
 #: How deep arrays and dictionaries of attributes may nest (Tile IR's nest two deep: hints).
 MAX_ATTRIBUTE_DEPTH = 16
-_T = TypeVar("_T")
 
 
 class _Cursor:
@@ -384,23 +384,24 @@ class _Reader:
         self.debug_records = _offset_table(c2, 4)
 
     def di_loc(self, i: int) -> Location | None:
-        if i == 0:
-            return None
-        if i > len(self.debug_records):
-            raise BytecodeError(f"debug section: record {i} out of range ({len(self.debug_records)} records)")
-        c = _Cursor(self.debug_records[i - 1], what=f"debug record {i}")
-        tag = c.byte()
-        if tag == E.D_LOC:
-            scope = c.varint()
-            file = self.string(c)
-            line, col = c.varint(), c.varint()
-            if line == 0 and col == 0:
+        for _ in range(len(self.debug_records) + 1):  # a chain of call sites visits each record once
+            if i == 0:
                 return None
-            return Location(file, line, col, self.di_scope_name(scope))
-        if tag == E.D_CALLSITE:
-            callee = c.varint()
-            return self.di_loc(callee)
-        return None
+            if i > len(self.debug_records):
+                raise BytecodeError(f"debug section: record {i} out of range ({len(self.debug_records)} records)")
+            c = _Cursor(self.debug_records[i - 1], what=f"debug record {i}")
+            tag = c.byte()
+            if tag == E.D_LOC:
+                scope = c.varint()
+                file = self.string(c)
+                line, col = c.varint(), c.varint()
+                if line == 0 and col == 0:
+                    return None
+                return Location(file, line, col, self.di_scope_name(scope))
+            if tag != E.D_CALLSITE:
+                return None
+            i = c.varint()  # the callee's location
+        raise BytecodeError("debug section: call-site records form a cycle")
 
     def di_scope_name(self, i: int) -> str | None:
         if not 0 < i <= len(self.debug_records):
