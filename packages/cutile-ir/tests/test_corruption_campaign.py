@@ -31,9 +31,11 @@ _random_modules = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_random_modules)
 random_modules: Callable[..., st.SearchStrategy[Module]] = _random_modules.modules
 
-#: The catalog written at every version: the inputs the corruptions start from.
+#: The catalog written at every version (once with locations, for the debug section): the
+#: inputs the corruptions start from.
 CATALOG = [write_bytecode(make(v), v) for v in SUPPORTED_VERSIONS
            for make in (every_op_module, edge_cases_module, naming_module)]
+CATALOG += [write_bytecode(every_op_module(v, with_locations=True), v) for v in SUPPORTED_VERSIONS]
 
 #: Seconds one input may take to read, verify and print (the uncorrupted every-op module
 #: takes about 10 ms; before the reader bounded its counts some inputs took 5-21 s).

@@ -238,3 +238,11 @@ def test_a_cycle_of_call_site_records_is_refused() -> None:
     r.debug_records = [bytes([E.D_CALLSITE, 2]), bytes([E.D_CALLSITE, 1])]  # 1 -> 2 -> 1 -> ...
     with pytest.raises(BytecodeError, match="call-site records form a cycle"):
         r.di_loc(1)
+
+
+def test_a_dictionary_with_a_repeated_key_prints() -> None:
+    from cutile_ir import DictAttr, OptimizationHints, StringAttr
+    from cutile_ir._printer import attr_text
+
+    hints = OptimizationHints((("sm_90", DictAttr((("latency", IntegerAttr(I32, 2)), ("latency", StringAttr("x"))))),))
+    assert attr_text(hints) == '<sm_90 = {latency = 2, latency = "x"}>'  # sorted by key alone

@@ -200,7 +200,7 @@ def attr_text(a: Any) -> str:
     if isinstance(a, ArrayAttr):
         return "[" + ", ".join(attr_text(x) for x in a.values) + "]"
     if isinstance(a, DictAttr):
-        return "{" + ", ".join(f"{k} = {attr_text(v)}" for k, v in sorted(a.items)) + "}"
+        return "{" + ", ".join(f"{k} = {attr_text(v)}" for k, v in sorted(a.items, key=lambda kv: kv[0])) + "}"
     if isinstance(a, OptimizationHints):
         return "<" + ", ".join(f"{k} = {attr_text(v)}" for k, v in sorted(a.per_arch, key=lambda kv: kv[0])) + ">"
     if isinstance(a, DivBy):
