@@ -16,8 +16,9 @@ import importlib.util
 import random
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -30,6 +31,31 @@ assert _spec is not None and _spec.loader is not None
 _random_modules = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_random_modules)
 random_modules: Callable[..., st.SearchStrategy[Module]] = _random_modules.modules
+
+@pytest.fixture(autouse=True)
+def _bounded_memory() -> Iterator[None]:
+    """A regression that sizes an allocation by a corrupted count fails here with a
+    MemoryError instead of exhausting the machine: the address space is capped at 2 GiB
+    over what the process has mapped, while these tests run (Linux)."""
+    try:
+        import resource
+        with open("/proc/self/statm") as fh:
+            mapped = int(fh.read().split()[0]) * resource.getpagesize()
+    except (ImportError, OSError):
+        yield
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    cap = mapped + (2 << 30)
+    if hard != resource.RLIM_INFINITY:
+        cap = min(cap, hard)
+    if soft != resource.RLIM_INFINITY:
+        cap = min(cap, soft)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
 
 #: The catalog written at every version (once with locations, for the debug section): the
 #: inputs the corruptions start from.
