@@ -173,7 +173,7 @@ def _check(data: bytes) -> None:
     if m is not None:
         verified = problems(m) == []
         try:
-            print_module(m)
+            print_module(m, locations=True)  # the full text: every op with its location
         except IRError:
             assert not verified, "print_module raised on a module that verifies"
     elapsed = time.perf_counter() - start
