@@ -64,8 +64,7 @@ CATALOG = [write_bytecode(make(v), v) for v in SUPPORTED_VERSIONS
 CATALOG += [write_bytecode(every_op_module(v, with_locations=True), v) for v in SUPPORTED_VERSIONS]
 
 #: Seconds one input may take to read, verify and print (the uncorrupted every-op module
-#: takes about 10 ms, the slowest corrupted ones about 0.2 s on a busy 2-core machine;
-#: before the printer stopped expanding splats some took 5-21 s).
+#: takes about 10 ms, the slowest corrupted ones about 0.2 s on a busy 2-core machine).
 TIME_BOUND = 2.0
 
 EDIT_KINDS = ["flip", "set", "truncate", "insert", "delete", "varint", "section_length"]
