@@ -333,7 +333,7 @@ class DenseElements:
             if len(self.data) != _i1_packed_size(numel):
                 return True
             all_ones = (1 << numel) - 1
-            return int.from_bytes(self.data, "little") & all_ones in (0, all_ones)
+            return (int.from_bytes(self.data, "little") & all_ones) in (0, all_ones)
         n = el.nbytes
         return self.data == self.data[:n] * (len(self.data) // n)
 
