@@ -225,6 +225,9 @@ def _minifloat_bits(value: float, t: ScalarType) -> int:
 
 
 def _float_from_bits(bits: int, t: ScalarType) -> float:
+    """The value of any bit pattern of ``t``; bits above its width (a tf32 stored in three
+    bytes, a f4 in one) are ignored, as MLIR ignores them."""
+    bits &= (1 << t.bitwidth) - 1
     if t.name in _MINIFLOATS:
         return _minifloat(bits, t)
     if t is TF32:
@@ -256,19 +259,28 @@ def encode_element(value: int | float | bool, t: ScalarType) -> bytes:
 
 
 def decode_element(data: bytes, t: ScalarType) -> int | float:
-    """Inverse of :func:`encode_element` (signed view for integers)."""
-    bits = int.from_bytes(data, "little")
+    """Inverse of :func:`encode_element` (signed view for integers). Any bytes decode: the
+    bits above the type's width are ignored (an i1 is its bit 0)."""
+    w = t.bitwidth
+    bits = int.from_bytes(data, "little") & ((1 << w) - 1)
     if t.is_float:
         return _float_from_bits(bits, t)
     if t is I1:
-        return 1 if bits else 0
-    w = 8 * len(data)
+        return bits
     return bits - (1 << w) if bits >> (w - 1) else bits
+
+
+def _i1_packed_size(numel: int) -> int:
+    """Bytes of an i1 constant stored one bit per element (element i is bit i % 8 of byte i // 8)."""
+    return (numel + 7) // 8
 
 
 @dataclass(frozen=True, slots=True)
 class DenseElements:
-    """A dense constant of a tile type: raw little-endian element bytes; one element = splat."""
+    """A dense constant of a tile type: raw little-endian element bytes, either one element
+    (a splat) or every element in row-major order. i1 elements are packed one bit each
+    (``(numel + 7) // 8`` bytes); a single byte for more than 8 elements is a splat of its
+    bit 0. This is how Tile IR bytecode stores them and how ``tileirdisasm`` reads them."""
 
     type: TileType
     data: bytes
@@ -277,7 +289,7 @@ class DenseElements:
         if not isinstance(self.type, TileType) or not isinstance(self.type.element, ScalarType):
             raise IRTypeError(f"dense constants need a tile of numbers, found {self.type}")
         n = self.type.element.nbytes
-        full = (self.type.numel + 7) // 8 if self.type.element == I1 else n * self.type.numel
+        full = _i1_packed_size(self.type.numel) if self.type.element == I1 else n * self.type.numel
         if len(self.data) not in (n, full):
             raise IRTypeError(
                 f"dense constant of {self.type} needs {n} (splat) or {full} bytes, found {len(self.data)}"
@@ -312,20 +324,47 @@ class DenseElements:
 
     @property
     def is_splat(self) -> bool:
+        """Every element holds the same bytes (the data may still list them all). This is
+        MLIR's notion of a splat: such a constant prints as one value."""
+        el = self.type.element
+        assert isinstance(el, ScalarType)
+        numel = self.type.numel
+        if el == I1:
+            if len(self.data) != _i1_packed_size(numel):
+                return True
+            all_ones = (1 << numel) - 1
+            return (int.from_bytes(self.data, "little") & all_ones) in (0, all_ones)
+        n = el.nbytes
+        return self.data == self.data[:n] * (len(self.data) // n)
+
+    def element_bytes(self, i: int) -> bytes:
+        """The stored bytes of element ``i`` (row-major); an i1 element is one byte, 0 or 1."""
         el = self.type.element
         assert isinstance(el, ScalarType)
         if el == I1:
-            return self.data in (b"\x00", b"\xff")
-        return len(self.data) == el.nbytes
+            if len(self.data) != _i1_packed_size(self.type.numel):
+                return bytes([self.data[0] & 1])
+            return bytes([(self.data[i // 8] >> (i % 8)) & 1])
+        n = el.nbytes
+        if len(self.data) == n:
+            return self.data
+        return self.data[i * n:(i + 1) * n]
 
-    def values(self) -> list[int | float]:
-        """Element values in row-major order (a splat expands)."""
+    @property
+    def stored_elements(self) -> int:
+        """How many elements the data lists: 1 for a one-element splat, else ``numel``
+        (bounded by the data's size, never by the type's)."""
         el = self.type.element
         assert isinstance(el, ScalarType)
-        if el == I1 and not self.is_splat:
-            return [(self.data[i // 8] >> (i % 8)) & 1 for i in range(self.type.numel)]
-        n = el.nbytes
-        vals = [decode_element(self.data[i:i + n], el) for i in range(0, len(self.data), n)]
+        if el == I1:
+            return self.type.numel if len(self.data) == _i1_packed_size(self.type.numel) else 1
+        return len(self.data) // el.nbytes
+
+    def values(self) -> list[int | float]:
+        """Element values in row-major order (a splat expands to ``numel`` values)."""
+        el = self.type.element
+        assert isinstance(el, ScalarType)
+        vals = [decode_element(self.element_bytes(i), el) for i in range(self.stored_elements)]
         if len(vals) == 1:
             return vals * self.type.numel
         return vals
@@ -343,6 +382,8 @@ class IntegerAttr:
     value: int
 
     def __post_init__(self) -> None:
+        if not isinstance(self.type, ScalarType) or self.type.is_float:
+            raise IRTypeError(f"an integer attribute needs an integer type, found {self.type}")
         w = self.type.bitwidth
         v = int(self.value) & ((1 << w) - 1)
         if w > 1 and v >> (w - 1):
@@ -356,6 +397,10 @@ class FloatAttr:
 
     type: ScalarType
     bits: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.type, ScalarType) or not self.type.is_float:
+            raise IRTypeError(f"a float attribute needs a float type, found {self.type}")
 
     @staticmethod
     def of(t: ScalarType, value: float) -> FloatAttr:

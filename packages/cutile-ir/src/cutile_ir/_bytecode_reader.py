@@ -18,7 +18,7 @@ from ._attributes import (
 from ._encoding import unzigzag
 from ._builder import _infer
 from ._errors import BytecodeError, IRTypeError, VersionError
-from ._ir import Block, Function, Global, Module, Operation, Region, Value
+from ._ir import MAX_REGION_DEPTH, Block, Function, Global, Module, Operation, Region, Value
 from ._ops import OPS_BY_OPCODE, Arity, AttrKind, OpDef, bool_array, layout
 from ._types import (
     PTR_ATTRS, SCALAR_BY_TAG, FunctionType, GatherScatterViewType, PaddingValue, PartitionViewType, PointerType,
@@ -28,6 +28,9 @@ from ._versions import V13_3, V13_4, Version
 
 _Enum = TypeVar("_Enum", bound=enum.IntEnum)
 _T = TypeVar("_T")
+
+#: How deep arrays and dictionaries of attributes may nest (Tile IR's nest two deep: hints).
+MAX_ATTRIBUTE_DEPTH = 16
 
 
 class _Cursor:
@@ -77,6 +80,15 @@ class _Cursor:
                 self.pos = pos
                 raise self.fail("varint longer than 64 bits")
 
+    def count(self, what: str, min_size: int = 1) -> int:
+        """A varint count of things of at least ``min_size`` bytes each, refused at once when
+        the bytes left cannot hold that many (so no count from the input sizes a loop or an
+        allocation beyond the input)."""
+        n = self.varint()
+        if n * min_size > self.end - self.pos:
+            raise self.fail(f"{n} {what} declared, only {self.end - self.pos} bytes left")
+        return n
+
     def svarint(self) -> int:
         return unzigzag(self.varint())
 
@@ -105,11 +117,11 @@ class _Cursor:
                 raise self.fail("bad padding byte")
 
     def i32_list(self) -> tuple[int, ...]:
-        n = self.varint()
+        n = self.count("i32 values", 4)
         return struct.unpack(f"<{n}i", self.take(4 * n))
 
     def i64_list(self) -> tuple[int, ...]:
-        n = self.varint()
+        n = self.count("i64 values", 8)
         return struct.unpack(f"<{n}q", self.take(8 * n))
 
     @property
@@ -119,7 +131,7 @@ class _Cursor:
 
 def _offset_table(c: _Cursor, width: int) -> list[bytes]:
     base = c.pos
-    n = c.varint()
+    n = c.count("table entries", width)
     c.align(width, base)
     fmt = "<I" if width == 4 else "<Q"
     offs = [struct.unpack(fmt, c.take(width))[0] for _ in range(n)]
@@ -287,22 +299,24 @@ class _Reader:
                 else:
                     t = PartitionViewType(tile_shape, tv, dim_map, pad)
         elif tag == E.T_FUNCTION:
-            ins = tuple(ref() for _ in range(c.varint()))
-            outs = tuple(ref() for _ in range(c.varint()))
+            ins = tuple(ref() for _ in range(c.count("function inputs")))
+            outs = tuple(ref() for _ in range(c.count("function results")))
             t = FunctionType(ins, outs)
         else:
             raise c.fail(f"unknown type tag {tag}")
         return t
 
     # -- attributes -------------------------------------------------------------------
-    def tagged(self, c: _Cursor) -> Any:
-        """A self-describing (tagged) attribute at ``c``."""
+    def tagged(self, c: _Cursor, depth: int = 0) -> Any:
+        """A self-describing (tagged) attribute at ``c``, ``depth`` arrays or dictionaries deep."""
+        if depth > MAX_ATTRIBUTE_DEPTH:
+            raise c.fail(f"attributes nested more than {MAX_ATTRIBUTE_DEPTH} deep")
         try:
-            return self._tagged(c)
+            return self._tagged(c, depth)
         except IRTypeError as e:  # a value the model rejects (a DivBy by 3, an unknown hint, ...)
             raise c.fail(e.message) from None
 
-    def _tagged(self, c: _Cursor) -> Any:
+    def _tagged(self, c: _Cursor, depth: int) -> Any:
         tag = c.byte()
         if tag in (E.A_INTEGER, E.A_FLOAT):
             t = self.type(c)
@@ -319,7 +333,7 @@ class _Reader:
         if tag == E.A_STRING:
             return StringAttr(self.string(c))
         if tag == E.A_ARRAY:
-            return ArrayAttr(tuple(self.tagged(c) for _ in range(c.varint())))
+            return ArrayAttr(tuple(self.tagged(c, depth + 1) for _ in range(c.count("array elements"))))
         if tag == E.A_DENSE:
             t = self.type(c)
             if not isinstance(t, TileType):
@@ -334,9 +348,9 @@ class _Reader:
         if tag == E.A_SAME_ELEMENTS:
             return SameElements(c.i64_list())
         if tag == E.A_DICT:
-            return DictAttr(self.dict_body(c))
+            return DictAttr(self.dict_body(c, depth + 1))
         if tag == E.A_HINTS:
-            return OptimizationHints(self.dict_body(c))
+            return OptimizationHints(self.dict_body(c, depth + 1))
         if tag == E.A_BOUNDED:
             fl = c.byte()
             lb = c.svarint() if fl & 1 else None
@@ -350,17 +364,17 @@ class _Reader:
         except IRTypeError as e:
             raise c.fail(e.message) from None
 
-    def dict_body(self, c: _Cursor) -> tuple[tuple[str, Any], ...]:
-        return tuple((self.string(c), self.tagged(c)) for _ in range(c.varint()))
+    def dict_body(self, c: _Cursor, depth: int = 0) -> tuple[tuple[str, Any], ...]:
+        return tuple((self.string(c), self.tagged(c, depth)) for _ in range(c.count("dictionary entries", 2)))
 
     # -- debug info -----------------------------------------------------------------
     def _read_debug(self) -> None:
         c = self.cursor(E.SEC_DEBUG)
         base = c.pos
-        nfun = c.varint()
+        nfun = c.count("function debug entries", 4)
         c.align(4, base)
         offs = [struct.unpack("<I", c.take(4))[0] for _ in range(nfun)]
-        total = c.varint()
+        total = c.count("op debug entries", 8)
         c.align(8, base)
         idx = [struct.unpack("<Q", c.take(8))[0] for _ in range(total)]
         for i, o in enumerate(offs):
@@ -370,23 +384,24 @@ class _Reader:
         self.debug_records = _offset_table(c2, 4)
 
     def di_loc(self, i: int) -> Location | None:
-        if i == 0:
-            return None
-        if i > len(self.debug_records):
-            raise BytecodeError(f"debug section: record {i} out of range ({len(self.debug_records)} records)")
-        c = _Cursor(self.debug_records[i - 1], what=f"debug record {i}")
-        tag = c.byte()
-        if tag == E.D_LOC:
-            scope = c.varint()
-            file = self.string(c)
-            line, col = c.varint(), c.varint()
-            if line == 0 and col == 0:
+        for _ in range(len(self.debug_records) + 1):  # a chain of call sites visits each record once
+            if i == 0:
                 return None
-            return Location(file, line, col, self.di_scope_name(scope))
-        if tag == E.D_CALLSITE:
-            callee = c.varint()
-            return self.di_loc(callee)
-        return None
+            if i > len(self.debug_records):
+                raise BytecodeError(f"debug section: record {i} out of range ({len(self.debug_records)} records)")
+            c = _Cursor(self.debug_records[i - 1], what=f"debug record {i}")
+            tag = c.byte()
+            if tag == E.D_LOC:
+                scope = c.varint()
+                file = self.string(c)
+                line, col = c.varint(), c.varint()
+                if line == 0 and col == 0:
+                    return None
+                return Location(file, line, col, self.di_scope_name(scope))
+            if tag != E.D_CALLSITE:
+                return None
+            i = c.varint()  # the callee's location
+        raise BytecodeError("debug section: call-site records form a cycle")
 
     def di_scope_name(self, i: int) -> str | None:
         if not 0 < i <= len(self.debug_records):
@@ -407,7 +422,7 @@ class _Reader:
             m.producer = self.string(self.cursor(E.SEC_PRODUCER))
         if E.SEC_GLOBAL in self.sections:
             c = self.cursor(E.SEC_GLOBAL)
-            for _ in range(c.varint()):
+            for _ in range(c.count("globals", 4)):
                 name = self.string(c)
                 t = self.type(c)
                 data = self.constant(c)
@@ -419,7 +434,7 @@ class _Reader:
                     raise c.fail(f"global @{name} of non-tile type {t}")
                 m.globals.append(Global(name, self.dense(c, t, data), align, bool(const), vis))
         c = self.cursor(E.SEC_FUNC)
-        for _ in range(c.varint()):
+        for _ in range(c.count("functions", 5)):
             name = self.string(c)
             ftype = self.type(c)
             if not isinstance(ftype, FunctionType):
@@ -452,6 +467,7 @@ class _FunctionReader:
         self.values: list[Value] = []
         self.dbg = dbg
         self.dbg_pos = 1
+        self.depth = 0  # regions entered
 
     def run(self) -> None:
         self.values.extend(self.f.body.args)
@@ -461,10 +477,9 @@ class _FunctionReader:
     def block(self, region_block: Block) -> None:
         c = self.c
         saved = len(self.values)
-        n = c.varint()
-        for _ in range(n):
+        for _ in range(c.count("block arguments")):
             self.values.append(region_block.add_arg(self.r.type(c)))
-        for _ in range(c.varint()):
+        for _ in range(c.count("ops")):
             region_block.append(self.op())
         del self.values[saved:]
 
@@ -488,7 +503,7 @@ class _FunctionReader:
         types = r.types
         try:
             if lay.variadic:
-                result_types = [types[varint()] for _ in range(varint())]
+                result_types = [types[varint()] for _ in range(c.count("results"))]
             else:
                 result_types = [types[varint()] for w in lay.result_written if w]
         except IndexError:
@@ -527,13 +542,13 @@ class _FunctionReader:
                 if od.arity is Arity.OPTIONAL:
                     k = 1 if od.name in present else 0
                 elif od.arity is Arity.VARIADIC:
-                    k = varint()
+                    k = c.count("operands")
                 else:
                     k = 1
                 segments.append(k)
                 ids += [varint() for _ in range(k)]
         else:
-            total = varint() if lay.count_all else lay.n_fixed
+            total = c.count("operands") if lay.count_all else lay.n_fixed
             rest = total - lay.n_fixed
             if rest < 0:
                 raise c.fail(f"'{d.name}' has {total} operands, needs at least {lay.n_fixed}")
@@ -556,11 +571,15 @@ class _FunctionReader:
             n = varint()
             if n != len(d.regions):
                 raise c.fail(f"'{d.name}' has {n} regions, expects {len(d.regions)}")
+            if self.depth >= MAX_REGION_DEPTH:
+                raise c.fail(f"regions nested more than {MAX_REGION_DEPTH} deep")
+            self.depth += 1
             for _ in range(n):
                 region = Region(op)
                 op.regions.append(region)
-                for _ in range(varint()):
+                for _ in range(c.count("blocks", 2)):
                     self.block(region.add_block())
+            self.depth -= 1
         values.extend(op.results[:n_written])
         return op
 
@@ -592,7 +611,7 @@ class _FunctionReader:
         if kind is AttrKind.I32_ARRAY:
             return c.i32_list()
         if kind is AttrKind.BOOL_ARRAY:
-            return bool_array(c.take(c.varint()))
+            return bool_array(c.take(c.count("bools")))
         if kind is AttrKind.DENSE:  # typed by the op's result (constant)
             t = result_types[0] if result_types else None
             if not isinstance(t, TileType):
@@ -606,7 +625,7 @@ class _FunctionReader:
         if kind is AttrKind.PREDICATE:
             return r.tagged(c)
         if kind is AttrKind.ATTR_ARRAY:
-            return ArrayAttr(tuple(r.tagged(c) for _ in range(c.varint())))
+            return ArrayAttr(tuple(r.tagged(c, 1) for _ in range(c.count("attributes"))))
         raise AssertionError(kind)
 
 

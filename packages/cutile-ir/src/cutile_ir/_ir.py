@@ -11,6 +11,12 @@ from ._ops import Arity, OpDef
 from ._types import FunctionType, Type
 
 
+#: How deep regions may nest (an op in the body of an op in the body of ...). The verifier
+#: reports deeper nesting and the reader refuses it, so that the verifier, printer and
+#: writer, which recurse once per level, stay far from Python's recursion limit.
+MAX_REGION_DEPTH = 64
+
+
 class Value:
     """An SSA value: a block argument or an op result."""
 

@@ -16,9 +16,11 @@ from ._attributes import (
     _float_from_bits, decode_element,
 )
 from ._apfloat import mlir_float
-from ._ir import Block, Function, Global, Module, Operation, Value
+from ._errors import VerificationError
+from ._ir import MAX_REGION_DEPTH, Block, Function, Global, Module, Operation, Value
 from ._ops import AttrKind
-from ._types import I1, ScalarType, TileType
+from ._types import I1, ScalarType, TensorViewType, TileType
+from ._verifier import structure_problems
 
 # -- value naming --------------------------------------------------------------------
 
@@ -42,31 +44,32 @@ def asm_name(op: Operation, index: int) -> str | None:
     return None
 
 
-def format_float(data: bytes, t: ScalarType) -> str:
-    bits = int.from_bytes(data, "little")
+def format_float(bits: int, t: ScalarType) -> str:
+    """A float element as MLIR prints it: decimal, or hex of its ``t.bitwidth`` bits (NaN,
+    infinities, values without a short decimal form); bits above the width are ignored."""
+    bits &= (1 << t.bitwidth) - 1
     s = mlir_float(_float_from_bits(bits, t), t)
     if s is None:
-        return "0x" + format(bits, "0%dX" % (2 * len(data)))
+        return "0x" + format(bits, "0%dX" % ((t.bitwidth + 3) // 4))
     return s
 
 
 def format_element(data: bytes, t: ScalarType) -> str:
     if t == I1:
-        return "true" if data[0] else "false"
+        return "true" if decode_element(data, t) else "false"
     if t.is_float:
-        return format_float(data, t)
+        return format_float(int.from_bytes(data, "little"), t)
     return str(decode_element(data, t))
 
 
 def _const_name(d: DenseElements) -> str:
     el = d.type.element
     assert isinstance(el, ScalarType)
+    if not d.is_splat:
+        return "cst_i1" if el == I1 else f"cst_{el}"
+    v = decode_element(d.element_bytes(0), el)
     if el == I1:
-        vals = d.values()
-        return "true" if all(vals) else "false" if not any(vals) else "cst_i1"
-    if not d.is_splat and d.type.numel != 1:
-        return f"cst_{el}"
-    v = d.values()[0]
+        return "true" if v else "false"
     if el.is_float:
         if math.isnan(v):
             return f"cst_NaN_{el}"
@@ -74,6 +77,10 @@ def _const_name(d: DenseElements) -> str:
             return f"cst_{int(v)}_{el}"
         return f"cst_{el}"
     return f"cst_{v}_{el}"
+
+
+def _unprintable(op: Operation | None, problem: str) -> VerificationError:
+    return VerificationError(f"cannot print: {problem}", op=op.name if op else None, loc=op.loc if op else None)
 
 
 class _Names:
@@ -103,9 +110,11 @@ class _Names:
         return n
 
     def function(self, f: Function) -> None:
-        self.region([f.body], None)
+        self.region([f.body], None, 0)
 
-    def region(self, blocks: list[Block], owner: Operation | None) -> None:
+    def region(self, blocks: list[Block], owner: Operation | None, depth: int) -> None:
+        if depth > MAX_REGION_DEPTH:
+            raise _unprintable(owner, f"regions nested more than {MAX_REGION_DEPTH} deep")
         for b in blocks:
             self.block_args(b, owner)
             for op in b.ops:
@@ -116,7 +125,7 @@ class _Names:
                 for r in op.regions:
                     self.next_value, self.next_arg, self.next_conflict = saved
                     self.scopes.append(set())
-                    self.region(r.blocks, op)
+                    self.region(r.blocks, op, depth + 1)
                     self.scopes.pop()
 
     def block_args(self, b: Block, owner: Operation | None) -> None:
@@ -181,7 +190,7 @@ def attr_text(a: Any) -> str:
     if isinstance(a, IntegerAttr):
         return str(a.value) if a.type != I1 else ("true" if a.value else "false")
     if isinstance(a, FloatAttr):
-        return format_float(a.bits.to_bytes(a.type.nbytes, "little"), a.type)
+        return format_float(a.bits, a.type)
     if isinstance(a, BoolAttr):
         return "true" if a.value else "false"
     if isinstance(a, StringAttr):
@@ -191,7 +200,7 @@ def attr_text(a: Any) -> str:
     if isinstance(a, ArrayAttr):
         return "[" + ", ".join(attr_text(x) for x in a.values) + "]"
     if isinstance(a, DictAttr):
-        return "{" + ", ".join(f"{k} = {attr_text(v)}" for k, v in sorted(a.items)) + "}"
+        return "{" + ", ".join(f"{k} = {attr_text(v)}" for k, v in sorted(a.items, key=lambda kv: kv[0])) + "}"
     if isinstance(a, OptimizationHints):
         return "<" + ", ".join(f"{k} = {attr_text(v)}" for k, v in sorted(a.per_arch, key=lambda kv: kv[0])) + ">"
     if isinstance(a, DivBy):
@@ -220,16 +229,13 @@ def typed_attr_text(a: Any) -> str:
 
 
 def dense_text(d: DenseElements) -> str:
+    """``<f32: 1.0>`` for a splat, else every element nested by the shape; it reads only
+    the stored elements, so a splat of a huge tile costs nothing."""
     el = d.type.element
     assert isinstance(el, ScalarType)
     if d.is_splat:
-        data = d.data if el != I1 else d.data[:1]
-        return f"<{el}: {format_element(data, el)}>"
-    n = el.nbytes
-    if el == I1:
-        items = ["true" if v else "false" for v in d.values()]
-    else:
-        items = [format_element(d.data[i:i + n], el) for i in range(0, len(d.data), n)]
+        return f"<{el}: {format_element(d.element_bytes(0), el)}>"
+    items = [format_element(d.element_bytes(i), el) for i in range(d.stored_elements)]
 
     def nest(xs: list[str], shape: tuple[int, ...]) -> str:
         if len(shape) <= 1:
@@ -329,6 +335,8 @@ class Printer:
         vis = "private " if int(g.visibility) else ""
         const = "constant " if g.constant else ""
         align = f" alignment = {g.alignment}" if g.alignment else ""
+        if not isinstance(g.value, DenseElements):
+            raise VerificationError(f"cannot print global @{g.name}: its value is not DenseElements, found {g.value!r}")
         self.emit(0, f"global {vis} {const}@{g.name}{align} {dense_text(g.value)} : {g.value.type}")
 
     def function(self, f: Function) -> None:
@@ -364,6 +372,11 @@ class Printer:
         return ", ".join(parts) + " = "
 
     def op(self, op: Operation, indent: int) -> None:
+        # The text is read through the op's shape (its groups, results, attributes, regions):
+        # an op whose shape is broken is reported, whatever else about it is wrong is printed.
+        shape = structure_problems(op)
+        if shape:
+            raise _unprintable(op, shape[0])
         self._op(op, indent)
         if self.locations and op.loc is not None:
             self.lines[-1] += " " + loc_text(op.loc)
@@ -447,7 +460,7 @@ class Printer:
         if fn == "int_rounding":
             return "" if v is None or v == RoundingMode.NEAREST_INT_TO_ZERO else f"rounding<{v.text}>"
         if fn == "signedness":
-            return str(v.text)
+            return "" if v is None else str(v.text)
         raise AssertionError(fn)
 
     def attr_value(self, op: Operation, name: str) -> str:
@@ -490,11 +503,12 @@ class Printer:
         lb, ub, step = op.operands[:3]
         inits = op.group("initValues")
         blk = op.regions[0].blocks[0] if op.regions[0].blocks else None
-        iv = n(blk.args[0]) if blk else "%?"
+        if blk is None or len(blk.args) != 1 + len(inits):
+            raise _unprintable(op, f"the body must take the induction variable and {len(inits)} iter values")
+        iv = n(blk.args[0])
         uns = "unsigned " if "unsignedCmp" in op.attributes else ""
         s = f"{self.results_prefix(op)}for {uns}{iv} in ({n(lb)} to {n(ub)}, step {n(step)}) : {lb.type}"
         if inits:
-            assert blk is not None
             pairs = ", ".join(f"{n(a)} = {n(v)}" for a, v in zip(blk.args[1:], inits))
             s += f" iter_values({pairs}) -> (" + ", ".join(str(r.type) for r in op.results) + ")"
         self.region(op, 0, indent, s)
@@ -505,7 +519,8 @@ class Printer:
         blk = op.regions[0].blocks[0] if op.regions[0].blocks else None
         s = f"{self.results_prefix(op)}loop"
         if inits:
-            assert blk is not None
+            if blk is None or len(blk.args) != len(inits):
+                raise _unprintable(op, f"the body must take the {len(inits)} iter values")
             s += " iter_values(" + ", ".join(f"{n(a)} = {n(v)}" for a, v in zip(blk.args, inits)) + ")"
             s += " : " + ", ".join(str(v.type) for v in inits)
             if op.results:
@@ -561,6 +576,9 @@ class Printer:
         t = op.results[0].type
         dyn_shape = iter(op.group("dynamicShape"))
         dyn_strides = iter(op.group("dynamicStrides"))
+        if not isinstance(t, TensorViewType) or (t.num_dynamic_shape, t.num_dynamic_strides) != (
+                len(op.group("dynamicShape")), len(op.group("dynamicStrides"))):
+            raise _unprintable(op, f"the dynamic shape and strides do not fit the result {t}")
         shape = [n(next(dyn_shape)) if d is None else str(d) for d in getattr(t, "shape", ())]
         strides = [n(next(dyn_strides)) if d is None else str(d) for d in getattr(t, "strides", ())]
         dyn = op.group("dynamicShape") + op.group("dynamicStrides")

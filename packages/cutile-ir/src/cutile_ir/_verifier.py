@@ -3,13 +3,13 @@ region and terminator structure, entry signatures and power-of-two tile dimensio
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
-from ._attributes import Bounded, DenseElements, DivBy, FloatAttr, IntegerAttr, SameElements
+from ._attributes import ArrayAttr, Bounded, DenseElements, DivBy, FloatAttr, IntegerAttr, OptimizationHints, SameElements
 from ._constraints import describe, satisfies
 from ._errors import VerificationError
-from ._ir import Block, Function, Module, Operation
-from ._ops import Arity
+from ._ir import MAX_REGION_DEPTH, Block, Function, Module, Operation
+from ._ops import Arity, AttrDef, AttrKind
 from ._types import (
     GatherScatterViewType, PartitionViewType, PointerType, ScalarType, StridedViewType,
     TensorViewType, TiledView, TileType, Type, is_pow2, scalar,
@@ -208,7 +208,9 @@ def _check_reduce(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
             continue
         if ids is not None and i < len(ids.values):
             ident = ids.values[i]
-            if isinstance(ident, (IntegerAttr, FloatAttr)) and ident.type != t.element:
+            if not isinstance(ident, (IntegerAttr, FloatAttr)):
+                probs.append(f"identity {i} must be an integer or float attribute, found {ident!r}")
+            elif ident.type != t.element:
                 probs.append(f"identity {i} has type {ident.type}, operand element is {t.element}")
         if i < len(outs):
             want = reduce_result_type(op.name, t, d)
@@ -378,33 +380,75 @@ EXTRA_CHECKS: dict[str, Checker] = {
 }
 
 
-def check_op(op: Operation) -> list[str]:
-    """Problems with one op's own operands, attributes and results (no context needed)."""
+#: What each kind of attribute holds in ``Operation.attributes`` (as the builder and the
+#: reader make them); the printer relies on it.
+_ATTR_VALUE_TYPES: dict[AttrKind, tuple[type, ...]] = {
+    AttrKind.INT: (int,), AttrKind.BOOL: (bool,), AttrKind.UNIT: (bool,), AttrKind.STR: (str,),
+    AttrKind.SYMREF: (str,), AttrKind.I32_ARRAY: (tuple, list), AttrKind.BOOL_ARRAY: (tuple, list),
+    AttrKind.DENSE: (DenseElements,), AttrKind.HINTS: (OptimizationHints,),
+    AttrKind.PREDICATE: (DivBy, SameElements, Bounded), AttrKind.ATTR_ARRAY: (ArrayAttr,),
+}
+
+
+def _attr_value_problem(a: AttrDef, v: Any) -> str | None:
+    want = (a.enum,) if a.kind is AttrKind.ENUM and a.enum is not None else _ATTR_VALUE_TYPES.get(a.kind, ())
+    if want and not isinstance(v, want):
+        return f"attribute '{a.name}' must be {' or '.join(t.__name__ for t in want)}, found {v!r}"
+    if a.kind is AttrKind.I32_ARRAY and not all(isinstance(x, int) for x in v):
+        return f"attribute '{a.name}' must hold ints, found {v!r}"
+    return None
+
+
+def _segments_fit(op: Operation) -> bool:
+    return len(op.segments) == len(op.opdef.operands) and sum(op.segments) == len(op.operands)
+
+
+def structure_problems(op: Operation) -> list[str]:
+    """Problems with the shape of one op: its operand groups, result count, attributes (each
+    present and of its kind) and region count. Everything else about an op (the verifier's
+    types, the printer's text) is read through this shape, so both check it first."""
     d = op.opdef
-    probs: list[str] = []
-    if len(op.segments) != len(d.operands) or sum(op.segments) != len(op.operands):
+    if not _segments_fit(op):
         return [f"operand segments {list(op.segments)} do not fit groups {[o.name for o in d.operands]}"]
+    probs: list[str] = []
     for od, (name, vals) in zip(d.operands, op.groups()):
         if od.arity is Arity.ONE and len(vals) != 1:
             probs.append(f"operand '{name}' needs exactly one value, found {len(vals)}")
         if od.arity is Arity.OPTIONAL and len(vals) > 1:
             probs.append(f"optional operand '{name}' takes at most one value, found {len(vals)}")
-        for v in vals:
-            if not satisfies(od.constraint, v.type):
-                probs.append(f"operand '{name}' must be {describe(od.constraint)}, found {v.type}")
     fixed = [r for r in d.results if not r.variadic]
     if d.results and d.results[-1].variadic:
         if len(op.results) < len(fixed):
             probs.append(f"expects at least {len(fixed)} results, found {len(op.results)}")
     elif len(op.results) != len(d.results):
         probs.append(f"expects {len(d.results)} results, found {len(op.results)}")
+    for a in d.attrs:
+        if a.name not in op.attributes:
+            if not a.in_flags:
+                probs.append(f"missing attribute '{a.name}'")
+            continue
+        bad = _attr_value_problem(a, op.attributes[a.name])
+        if bad:
+            probs.append(bad)
+    if len(op.regions) != len(d.regions):
+        probs.append(f"has {len(op.regions)} regions, expects {len(d.regions)}")
+    return probs
+
+
+def check_op(op: Operation) -> list[str]:
+    """Problems with one op's own operands, attributes and results (no context needed)."""
+    d = op.opdef
+    probs = structure_problems(op)
+    if not _segments_fit(op):
+        return probs
+    for od, (name, vals) in zip(d.operands, op.groups()):
+        for v in vals:
+            if not satisfies(od.constraint, v.type):
+                probs.append(f"operand '{name}' must be {describe(od.constraint)}, found {v.type}")
     for i, v in enumerate(op.results):
         rd = d.results[min(i, len(d.results) - 1)] if d.results else None
         if rd is not None and not satisfies(rd.constraint, v.type):
             probs.append(f"result '{rd.name}' must be {describe(rd.constraint)}, found {v.type}")
-    for a in d.attrs:
-        if a.name not in op.attributes and not a.in_flags:
-            probs.append(f"missing attribute '{a.name}'")
     if probs:
         return probs
     ty = _named_types(op)
@@ -461,6 +505,7 @@ class _Verifier:
         self.globals = {g.name for g in module.globals}
         self.sm = _sm(arch) if arch is not None else None
         self.loops: list[Operation] = []
+        self.depth = 0  # regions entered: bounded so that no walk of a verified module recurses too deep
 
     def report(self, msg: str, op: Operation | None = None, fn: Function | None = None) -> None:
         loc = op.loc if op is not None else fn.loc if fn is not None else None
@@ -508,8 +553,17 @@ class _Verifier:
             self.report(f"return types {[str(v.type) for v in last.operands]} do not match the signature "
                         f"results {[str(t) for t in f.type.results]}", op=last)
 
-    def block(self, b: Block, visible: set[int], parent: str, f: Function) -> None:
-        scope = set(visible)
+    def block(self, b: Block, scope: set[int], parent: str, f: Function) -> None:
+        """Check ``b``, whose uses may see the values in ``scope``; the values it defines are
+        added to ``scope`` while it is checked and removed after (one set for the whole
+        function, so checking costs no copy per block)."""
+        defined: list[int] = []
+        try:
+            self._block(b, scope, defined, parent, f)
+        finally:
+            scope.difference_update(defined)
+
+    def _block(self, b: Block, scope: set[int], defined: list[int], parent: str, f: Function) -> None:
         for i, op in enumerate(b.ops):
             for n, v in enumerate(op.operands):
                 if id(v) not in scope:
@@ -541,12 +595,26 @@ class _Verifier:
             if op.name == "get_global" and op.attributes.get("name") not in self.globals:
                 self.report(f"refers to unknown global @{op.attributes.get('name')}", op=op)
             self.regions(op, scope, f)
-            scope.update(id(r) for r in op.results)
+            for r in op.results:
+                if id(r) not in scope:
+                    scope.add(id(r))
+                    defined.append(id(r))
 
     def regions(self, op: Operation, scope: set[int], f: Function) -> None:
         d = op.opdef
-        if not d.regions:
+        if not d.regions or structure_problems(op):  # a shape check_op reported: regions are read through it
             return
+        if self.depth >= MAX_REGION_DEPTH:
+            self.report(f"regions nested more than {MAX_REGION_DEPTH} deep", op=op)
+            return
+        self.depth += 1
+        try:
+            self._regions(op, scope, f)
+        finally:
+            self.depth -= 1
+
+    def _regions(self, op: Operation, scope: set[int], f: Function) -> None:
+        d = op.opdef
         for ri, region in enumerate(op.regions):
             if len(region.blocks) > 1:
                 self.report(f"region {ri} has {len(region.blocks)} blocks; Tile IR regions have one", op=op)
@@ -560,13 +628,15 @@ class _Verifier:
             if want is not None and got != want:
                 self.report(f"region {ri} block arguments must be {[str(t) for t in want]}, found "
                             f"{[str(t) for t in got]}", op=op)
-            inner = scope | {id(a) for a in blk.args}
+            args = [id(a) for a in blk.args if id(a) not in scope]
+            scope.update(args)
             is_loop = op.name in ("for", "loop")
             if is_loop:
                 self.loops.append(op)
-            self.block(blk, inner, op.name, f)
+            self.block(blk, scope, op.name, f)
             if is_loop:
                 self.loops.pop()
+            scope.difference_update(args)
             self.terminator(op, ri, blk)
 
     def early_exit(self, op: Operation) -> None:
