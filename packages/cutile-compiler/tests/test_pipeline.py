@@ -1,5 +1,6 @@
 """The whole compile of one specialization: dumps, timings, the in-memory result."""
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ def compiled_add(block: int = 128):
 
 
 def test_dumps_every_stage_and_reports_timings(real_toolchain: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+                                               caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setenv("CUTILE_DUMP", "all")
     monkeypatch.setenv("CUTILE_DUMP_DIR", str(tmp_path))
     monkeypatch.setenv("CUTILE_JIT_TIMING", "1")
@@ -38,10 +39,36 @@ def test_dumps_every_stage_and_reports_timings(real_toolchain: object, tmp_path:
     assert dumped_bytecode == compiled.bytecode
     assert "tile_store" in next(tmp_path.glob("*.ir.txt")).read_text()
     assert "entry @add" in next(tmp_path.glob("*.mlir")).read_text()
-    err = capsys.readouterr().err
-    assert "cutile: add for sm_90: front end" in err and "tileiras" in err
+    # requested notes are warnings of the cutile.compiler logger (on stderr by default)
+    notes = [(r.name, r.levelno, r.getMessage()) for r in caplog.records]
+    assert {(name, level) for name, level, _ in notes} == {("cutile.compiler", logging.WARNING)}
+    assert sum(text.startswith("cutile: dumped ") for _, _, text in notes) == 4
+    timing = [text for _, _, text in notes if text.startswith("cutile: add for sm_90: front end")]
+    assert len(timing) == 1 and " ms, tileiras " in timing[0]
+    caplog.clear()
     compiled_add(256)  # the second compile of the same bytecode comes from the disk cache
-    assert "disk cache" in capsys.readouterr().err
+    assert any(" ms, disk cache " in r.getMessage() for r in caplog.records)
+
+
+def test_compile_timings_are_debug_records_unless_asked_for(real_toolchain: object, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch,
+                                                            caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setenv("CUTILE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("CUTILE_JIT_TIMING", raising=False)
+    compiled_add(512)
+    assert not [r for r in caplog.records if r.name.startswith("cutile")]  # nothing at the default level
+    with caplog.at_level(logging.DEBUG, logger="cutile"):
+        compiled_add(512)
+    timing = [r for r in caplog.records if r.getMessage().startswith("cutile: add for sm_90: front end")]
+    assert len(timing) == 1 and timing[0].levelno == logging.DEBUG
+    caplog.clear()
+    monkeypatch.setenv("CUTILE_JIT_TIMING", "1")
+    logging.getLogger("cutile").setLevel(logging.ERROR)  # the application's opt-out silences asked-for notes too
+    try:
+        compiled_add(512)
+    finally:
+        logging.getLogger("cutile").setLevel(logging.NOTSET)
+    assert not [r for r in caplog.records if r.name.startswith("cutile")]
 
 
 def test_the_result_reads_back_and_names_its_entry_parameters(real_toolchain: object) -> None:

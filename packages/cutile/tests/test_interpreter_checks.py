@@ -3,6 +3,8 @@ kernels, and (checked mode) reads of memory nothing wrote."""
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
 
@@ -69,7 +71,7 @@ def test_unchecked_mode_reads_the_poison_of_empty() -> None:
     assert np.isnan(z.to_numpy()).all()
 
 
-def test_interpreter_is_announced_once(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_interpreter_is_announced_once(caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     from cutile import _backend
 
     _backend.reset_for_tests(None)
@@ -77,9 +79,9 @@ def test_interpreter_is_announced_once(capsys: pytest.CaptureFixture[str], monke
     monkeypatch.setattr(_backend, "gpu_unavailable_reason", lambda: "no NVIDIA driver was found")
     assert _backend.current() == "interpreter"
     assert _backend.current() == "interpreter"
-    err = capsys.readouterr().err
-    assert err.count("running kernels on the CPU interpreter") == 1
-    assert "no NVIDIA driver was found" in err
+    notes = [r for r in caplog.records if "running kernels on the CPU interpreter" in r.getMessage()]
+    assert len(notes) == 1 and notes[0].name == "cutile.backend" and notes[0].levelno == logging.WARNING
+    assert "no NVIDIA driver was found" in notes[0].getMessage()
 
 
 def test_forcing_the_gpu_without_one_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:

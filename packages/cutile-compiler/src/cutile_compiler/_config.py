@@ -230,7 +230,7 @@ DUMP_DIR: Knob[Path] = Knob(
 )
 JIT_TIMING: Knob[bool] = Knob(
     "CUTILE_JIT_TIMING", "bool", parse_bool, const(False), "0",
-    "1 prints, per compiled kernel, the front-end time (through bytecode) and the tileiras time, or the disk-cache time on a hit; and what changed (a global, a device function) when a kernel is compiled again.",
+    "1 logs, per compiled kernel, the front-end time (through bytecode) and the tileiras time, or the disk-cache time on a hit; and what changed (a global, a device function) when a kernel is compiled again (warnings of the cutile.compiler logger, see Notes on stderr).",
 )
 KNOBS: tuple[Knob[Any], ...] = (
     TILEIRAS,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import sys
+import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +32,9 @@ from cutile_compiler._toolchain import (
     find_toolchain,
     first_error_location,
 )
+
+# Under the "cutile" logger, so that one setting silences every note of the stack.
+_log = logging.getLogger("cutile.compiler")
 
 
 @dataclass
@@ -93,7 +96,7 @@ def _dump(kernel: str, spec: Specialization, stage: str, suffix: str, content: s
         path.write_bytes(content)
     else:
         path.write_text(content)
-    print(f"cutile: dumped {stage} of {kernel} to {path}", file=sys.stderr)
+    _log.warning("cutile: dumped %s of %s to %s", stage, kernel, path)
 
 
 def toolchain_for(arch: str) -> Toolchain:
@@ -144,8 +147,9 @@ def compile_kernel(
     except TileCompilerError as exc:  # the toolchain's message: mapped diagnostics, hints, the command
         raise exc.placed(f"kernel {name}", _failure_location(exc, kernel_ir)) from None
     timings["tileiras"] = time.perf_counter() - start
-    if _config.JIT_TIMING.get():
-        source = "disk cache" if hit else "tileiras"
-        print(f"cutile: {name} for {arch}: front end {timings['frontend'] * 1e3:.1f} ms, "
-              f"{source} {timings['tileiras'] * 1e3:.1f} ms", file=sys.stderr)
+    # a warning when CUTILE_JIT_TIMING asks for it, else a debug record (as JAX's jax_log_compiles)
+    level = logging.WARNING if _config.JIT_TIMING.get() else logging.DEBUG
+    if _log.isEnabledFor(level):
+        _log.log(level, "cutile: %s for %s: front end %.1f ms, %s %.1f ms", name, arch, timings["frontend"] * 1e3,
+                 "disk cache" if hit else "tileiras", timings["tileiras"] * 1e3)
     return CompiledKernel(name, arch, kernel_abi(kernel_ir), kernel_ir, module, bytecode, version, cubin, hit, timings)

@@ -12,7 +12,8 @@
     z, x, y = add(z, api.ones([1024]), api.ones([1024])).sync()
 
 Kernels run on the GPU where one is present, else on the CPU interpreter (which
-says so once on stderr); ``CUTILE_BACKEND=interpreter`` forces the interpreter.
+says so once on stderr, as a warning of the ``cutile`` logger); ``CUTILE_BACKEND=interpreter``
+forces the interpreter.
 """
 
 from cutile import api

@@ -1,18 +1,20 @@
 """Which backend runs kernels: the GPU, or the CPU interpreter.
 
 ``CUTILE_BACKEND`` = ``gpu`` | ``interpreter`` | ``auto`` (default). ``auto`` uses
-the GPU where cuda_core finds one, else the interpreter, and says so once on
-stderr; nothing falls back silently.
+the GPU where cuda_core finds one, else the interpreter, and says so once, as a
+warning of the ``cutile.backend`` logger (on stderr unless the application
+configures logging); nothing falls back silently.
 """
 
 from __future__ import annotations
 
-import sys
+import logging
 import threading
 
 from cutile._errors import CutileError
 from cutile import _config
 
+_log = logging.getLogger("cutile.backend")
 _lock = threading.Lock()
 _chosen: str | None = None
 
@@ -56,8 +58,7 @@ def current() -> str:
             elif requested == "gpu":
                 raise BackendError(f"CUTILE_BACKEND=gpu but no GPU can be used: {reason}")
             else:
-                print(f"cutile: no GPU available ({reason}); running kernels on the CPU interpreter",
-                      file=sys.stderr)
+                _log.warning("cutile: no GPU available (%s); running kernels on the CPU interpreter", reason)
                 _chosen = "interpreter"
                 _use_host_policy()
         return _chosen

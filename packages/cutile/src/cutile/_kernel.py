@@ -13,6 +13,7 @@ import dataclasses
 import contextlib
 import functools
 import inspect
+import logging
 import math
 import operator
 import sys
@@ -54,6 +55,7 @@ from cutile_compiler._signature import (
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 _CACHE_SIZE = 256  # specializations kept per kernel
+_compile_log = logging.getLogger("cutile.compiler")
 
 
 class Kernel(KernelBase):
@@ -158,9 +160,9 @@ class Kernel(KernelBase):
             changed = cached.reads.changed()
             if changed is None:
                 return cached
-            if _compiler_config.JIT_TIMING.get():
-                print(f"cutile: {self.name}: {changed} changed since it was compiled; compiling again",
-                      file=sys.stderr)
+            # a warning when CUTILE_JIT_TIMING asks for the compile notes (as JAX's jax_log_compiles)
+            level = logging.WARNING if _compiler_config.JIT_TIMING.get() else logging.DEBUG
+            _compile_log.log(level, "cutile: %s: %s changed since it was compiled; compiling again", self.name, changed)
         built = build_kernel_ir(self.function, self.signature, spec, unsafe=self.unsafe)
         self._ir.put(spec, built)
         return built

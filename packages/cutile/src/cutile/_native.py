@@ -6,7 +6,8 @@ The module is built on first import (`cuda_core._native.load_extension`, with
 cuda_async's batch API header) and provides the C bases of `cutile.Kernel` and
 `cutile.Launch`. When it cannot be built (no C compiler, no Python headers,
 ``CUDA_CORE_NATIVE=0``), `KernelBase` and `LaunchBase` are plain classes, every
-launch takes the Python path, and the GPU backend says so once on stderr.
+launch takes the Python path, and the GPU backend says so once (a warning of the
+``cutile.backend`` logger).
 
 What the C code does is a subset of the Python path's work, for one state
 (the same objects as the kernel's last call, nothing else pending, inside a
@@ -15,6 +16,7 @@ batch's steady state); every other case, and every error, is the Python code's.
 
 from __future__ import annotations
 
+import logging
 import sys
 import weakref
 from pathlib import Path
@@ -48,6 +50,7 @@ _configured_for: Any = None  # the driver entry points the module was configured
 #: called as hook(kernel, code, lasti) for a launch freed while pending (`configure_never_run`)
 _never_run_hook: Callable[[Any, Any, int], None] | None = None
 _told = False
+_log = logging.getLogger("cutile.backend")
 
 
 def unavailable_reason() -> str | None:
@@ -56,13 +59,13 @@ def unavailable_reason() -> str | None:
 
 
 def note_if_unavailable() -> None:
-    """Says once on stderr that the GPU backend launches through Python (unless the
-    user turned native code off)."""
+    """Warns once (``cutile.backend`` logger) that the GPU backend launches through
+    Python, unless the user turned native code off."""
     global _told
     if module is None and not _told and enabled():
         _told = True
-        print(f"cutile: the native launch path is unavailable ({_reason}); launches take the Python path, "
-              "which costs more host time per launch", file=sys.stderr)
+        _log.warning("cutile: the native launch path is unavailable (%s); launches take the Python path, "
+                     "which costs more host time per launch", _reason)
 
 
 class _PythonKernelBase:
