@@ -107,7 +107,7 @@ def private_uses(path: Path, package: str, packages: Mapping[str, Path]) -> list
                 current = f"{current}.{attr}"
                 if not _is_module(current, packages):
                     break
-    return sorted(set(found))
+    return sorted(set(found), key=lambda use: (int(use.split(":")[0].split()[1]), use))
 
 
 def imported_top_levels(path: Path) -> set[str]:
@@ -167,7 +167,7 @@ def test_privacy_checker_sees_every_form(tmp_path: Path) -> None:
     )
     uses = private_uses(module, "cutile", _package_folders())
     assert [use.split(":")[0] for use in uses] == [
-        "line 10", "line 11", "line 13", "line 14", "line 5", "line 6", "line 7", "line 8", "line 9"]
+        "line 5", "line 6", "line 7", "line 8", "line 9", "line 10", "line 11", "line 13", "line 14"]
     assert "line 9: attribute cutile_compiler._dtypes" in uses
 
 
