@@ -132,7 +132,7 @@ def test_a_closure_variable_assigned_later_is_used_at_the_next_launch() -> None:
 def test_an_equal_value_rebound_compiles_nothing_again() -> None:
     x = np.ones(64, np.float32)
     _run(scaled, x)
-    (spec,) = [key for key, _ in scaled._ir._data.items()]
+    (spec,) = [key for key, _ in scaled._compiler._ir._data.items()]
     before = scaled.kernel_ir(spec)
     _set("SCALE", float("2.0"))  # another float object, equal to the one compiled in
     np.testing.assert_allclose(_run(scaled, x), 2.0)

@@ -662,7 +662,7 @@ def test_grid_and_compile_options_of_a_native_launch_are_kept(native_gpu: FakeDr
     run = _stats()[1]
     z, x, y = saxpy(z, x, y, 1.0).compile_options(opt_level=0).sync()
     assert _stats()[1] == run  # not the armed binding's code: Python ran it
-    assert any(key[2].opt_level == 0 for key in saxpy._compiled.keys())
+    assert any(key[2].opt_level == 0 for key in saxpy._compiler._compiled.keys())
     with cutile.batch():
         z, x, y = saxpy(z, x, y, 1.0).sync()
         z, x, y = saxpy(z, x, y, 1.0).grid(2, 1, 1).sync()

@@ -26,6 +26,12 @@ Quick tour::
     result = await op                           # inside asyncio
     a, b = ca.zip(op_a, op_b).sync()            # may overlap on two streams
     graph = op.graph(); graph.launch().sync()   # capture once, replay
+
+For the native (C) launch paths of the layers above: `native_batch_api` gives
+the configured extension whose ``API`` capsule is the C interface of
+``native/batch_api.h`` (in `NATIVE_INCLUDE_DIR`, for the caller's build),
+`native_rlock` the reentrant lock C code takes without a Python call, and `Job`
+is the holds and streams of one submission.
 """
 
 from cuda_async._batch import Batch, batch
@@ -33,6 +39,9 @@ from cuda_async._capture import ensure_not_capturing, is_capturing
 from cuda_async._errors import BatchError, GraphCaptureError, GraphUpdateError, OwnershipError, use_error_classes
 from cuda_async._future import DeviceFuture, set_await_spin
 from cuda_async._graph import CudaGraph, GraphScope, graph_scope
+from cuda_async._native import NATIVE_DIR as NATIVE_INCLUDE_DIR
+from cuda_async._native import batch_api as native_batch_api
+from cuda_async._native import rlock as native_rlock
 from cuda_async._op import DeviceOp, FnOp, SharedOp, all_of, check_startable, value
 from cuda_async._op import zip_ops as zip
 from cuda_async._policy import (
@@ -44,7 +53,7 @@ from cuda_async._policy import (
     set_default_policy,
     using_policy,
 )
-from cuda_async._resource import Access, AccessSet, Resource, ResourceView
+from cuda_async._resource import Access, AccessSet, Job, Resource, ResourceView
 
 __all__ = [
     "Access",
@@ -59,6 +68,8 @@ __all__ = [
     "GraphScope",
     "GraphUpdateError",
     "HostPolicy",
+    "Job",
+    "NATIVE_INCLUDE_DIR",
     "OwnershipError",
     "Resource",
     "ResourceView",
@@ -73,6 +84,8 @@ __all__ = [
     "ensure_not_capturing",
     "graph_scope",
     "is_capturing",
+    "native_batch_api",
+    "native_rlock",
     "set_await_spin",
     "set_default_policy",
     "use_error_classes",

@@ -3,7 +3,7 @@
 and `rlock`, the reentrant lock cuda_async's bookkeeping is guarded by, which
 C code takes without a Python call.
 
-The extension is built on first import (`cuda_core._native.load_extension`).
+The extension is built on first import (`cuda_core.native.load_extension`).
 Without it (no C compiler or Python headers, ``CUDA_CORE_NATIVE=0``) the locks
 are `threading.RLock` and `batch_api` raises: callers take their Python paths.
 The Python path stays the reference: every state but the steady one is its.
@@ -16,7 +16,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from cuda_core._native import NativeUnavailable, load_extension
+from cuda_core.native import NativeUnavailable, load_extension
 
 NATIVE_DIR = Path(__file__).parent / "native"  # the C source and batch_api.h (for callers' builds)
 
@@ -38,7 +38,7 @@ def rlock() -> Any:
 
 def batch_api() -> ModuleType:
     """The configured extension; its ``API`` capsule is a ``CudaAsyncBatchAPI``.
-    Raises `cuda_core._native.NativeUnavailable` with the reason."""
+    Raises `cuda_core.native.NativeUnavailable` with the reason."""
     global _configured
     if _module is None:
         raise NativeUnavailable(_reason or "cuda_async's native extension is unavailable")

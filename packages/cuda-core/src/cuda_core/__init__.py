@@ -17,6 +17,10 @@ Quick tour::
     launch = cc.PreparedLaunch(fn, cc.LaunchConfig(grid=8, block=128), ["ptr", "i32"])
     launch(stream, buf, 1024)
     stream.synchronize()
+
+Native launch paths of the layers above build their C extensions and find the
+driver's entry points through `cuda_core.native`; `cuda_core.testing` provides a
+fake driver for host-path tests.
 """
 
 from cuda_core._device import Device, MemoryInfo, current_device, device_count, is_available, unavailable_reason
@@ -38,7 +42,7 @@ from cuda_core._graph import (
     end_capture,
     is_capturing,
 )
-from cuda_core._launch import KernelArg, LaunchConfig, PreparedLaunch, infer_param_types, launch
+from cuda_core._launch import PARAM_CTYPES, KernelArg, LaunchConfig, PreparedLaunch, infer_param_types, launch
 from cuda_core._memory import DeviceBuffer, DeviceMemory, DeviceView, MemoryPool, PinnedBuffer
 from cuda_core._module import Function, Module
 from cuda_core._stream import Event, Stream, stream_handle_of
@@ -65,6 +69,7 @@ __all__ = [
     "MemoryInfo",
     "MemoryPool",
     "Module",
+    "PARAM_CTYPES",
     "PinnedBuffer",
     "PreparedLaunch",
     "Stream",

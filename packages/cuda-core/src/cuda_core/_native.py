@@ -47,6 +47,8 @@ def enabled() -> bool:
 
 
 def cache_dir() -> Path:
+    """Where built extensions are cached: ``CUDA_CORE_NATIVE_DIR``, else
+    ``$XDG_CACHE_HOME/cuda_core/native``."""
     configured = os.environ.get("CUDA_CORE_NATIVE_DIR")
     if configured:
         return Path(configured)

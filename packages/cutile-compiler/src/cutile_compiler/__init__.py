@@ -5,34 +5,98 @@ lowers it to `cutile_ir` (`lower_kernel`), writes bytecode and runs NVIDIA's
 tileiras for an arch string such as ``"sm_90"`` (`compile_kernel`), through an
 on-disk cache. It knows no driver: loading and launching belong to `cutile`.
 
+This module is the compiler's public surface, the one the layers above use (the
+``_``-prefixed modules are its implementation; ``tests/test_layering.py`` checks
+that no other package imports them). Its groups:
+
+- compiling: `KernelCompiler` (one kernel's compiler: ``compile(spec, arch,
+  options)`` returns a `CompiledKernel`, and it owns the in-process caches over
+  the disk cache), `compile_kernel`, `CompileOptions`, `DEFAULT_OPTIONS`,
+  `KernelHints`, `Toolchain`, `find_toolchain`, and the stages `build_kernel_ir`,
+  `lower_kernel`, `kernel_abi` (`AbiArg`), `format_kernel`;
+- signatures: `parse_signature` (`KernelSignature`), `specialize`
+  (`Specialization`, `TensorSpec`), the annotations `TensorAnnotation`,
+  `ConstantAnnotation` and `make_tensor_annotation`, `constant_key`,
+  `MAX_DIVISIBILITY`, `DeviceFunction` (``@cutile.function``);
+- dtypes: `DType`, `numpy_dtype`, and the whole table in `cutile_compiler.dtypes`;
+  the tile-shape rules `is_power_of_two` and `tile_shape_problem`;
+- the typed kernel IR, for the interpreter and other tools that walk it:
+  `KernelIR`, `Block`, `Operation`, `Value`, `TileType`, `OpDef` (an op's
+  ``lanewise`` flag), `Select`, and what an op's numpy meaning raises or returns
+  (`Terminator`, `Escape`, `IntegerDivisionByZero`);
+- errors: `CutileError` and every subclass the compiler raises;
+- utilities: `LRUCache` (bounded, thread-safe; the runtime's launch caches use it).
+
 The kernel language itself is `cutile_compiler.language` (re-exported by
-``cutile.core``); every environment variable it reads is declared in `_config`.
+``cutile.core``); every environment variable the compiler reads is a `Knob` of
+`cutile_compiler.config`.
 """
 
+from cutile_compiler._builtins import DeviceFunction, HostCallError
+from cutile_compiler._cache import LRUCache
+from cutile_compiler._config import ConfigError
 from cutile_compiler._errors import (
+    ArgumentError,
+    ArgumentTypeError,
     CutileError,
     SourceLocation,
+    TensorIndexError,
     TileCompilerError,
     TileError,
     TileSyntaxError,
     TileTypeError,
 )
 from cutile_compiler._frontend import build_kernel_ir
-from cutile_compiler._ir import KernelIR, format_kernel
+from cutile_compiler._hints import HintError, KernelHints
+from cutile_compiler._ir import Block, KernelIR, Operation, Value, format_kernel
 from cutile_compiler._lowering import AbiArg, kernel_abi, lower_kernel
-from cutile_compiler._pipeline import CompiledKernel, compile_kernel
+from cutile_compiler._opdefs import Escape, IntegerDivisionByZero, OpDef, Terminator
+from cutile_compiler._opdefs.elementwise import Select, numpy_dtype
+from cutile_compiler._pipeline import CompiledKernel, KernelCompiler, compile_kernel
 from cutile_compiler._signature import (
+    MAX_DIVISIBILITY,
+    ConstantAnnotation,
     KernelSignature,
+    SignatureError,
     Specialization,
+    SpecializationError,
+    TensorAnnotation,
     TensorSpec,
+    constant_key,
+    make_tensor_annotation,
     parse_signature,
     specialize,
 )
-from cutile_compiler._toolchain import CompileOptions, Toolchain, find_toolchain
+from cutile_compiler._toolchain import (
+    DEFAULT_OPTIONS,
+    ArchError,
+    CompileOptions,
+    TileirasError,
+    TileirasTimeoutError,
+    Toolchain,
+    ToolchainError,
+    find_toolchain,
+)
+from cutile_compiler._dtypes import DType
+from cutile_compiler._types import TileType, is_power_of_two, tile_shape_problem
+from cutile_compiler import config, dtypes
 
 __all__ = [
-    "AbiArg", "CompileOptions", "CompiledKernel", "CutileError", "KernelIR", "KernelSignature",
-    "SourceLocation", "Specialization", "TensorSpec", "TileCompilerError", "TileError", "TileSyntaxError",
-    "TileTypeError", "Toolchain", "build_kernel_ir", "compile_kernel", "find_toolchain", "format_kernel",
-    "kernel_abi", "lower_kernel", "parse_signature", "specialize",
+    # compiling
+    "AbiArg", "CompileOptions", "CompiledKernel", "DEFAULT_OPTIONS", "KernelCompiler", "KernelHints", "Toolchain",
+    "build_kernel_ir", "compile_kernel", "find_toolchain", "format_kernel", "kernel_abi", "lower_kernel",
+    # signatures and specializations
+    "ConstantAnnotation", "DeviceFunction", "KernelSignature", "MAX_DIVISIBILITY", "Specialization",
+    "TensorAnnotation", "TensorSpec", "constant_key", "make_tensor_annotation", "parse_signature", "specialize",
+    # dtypes and tile shapes
+    "DType", "dtypes", "is_power_of_two", "numpy_dtype", "tile_shape_problem",
+    # the typed kernel IR
+    "Block", "Escape", "IntegerDivisionByZero", "KernelIR", "OpDef", "Operation", "Select", "Terminator",
+    "TileType", "Value",
+    # errors
+    "ArchError", "ArgumentError", "ArgumentTypeError", "ConfigError", "CutileError", "HintError", "HostCallError",
+    "SignatureError", "SourceLocation", "SpecializationError", "TensorIndexError", "TileCompilerError", "TileError",
+    "TileSyntaxError", "TileTypeError", "TileirasError", "TileirasTimeoutError", "ToolchainError",
+    # configuration and utilities
+    "LRUCache", "config",
 ]

@@ -105,6 +105,7 @@ _FALSE = frozenset({"0", "false", "no", "off"})
 
 
 def parse_bool(text: str) -> bool:
+    """A boolean knob's parser: 1/true/yes/on or 0/false/no/off, any case."""
     low = text.lower()
     if low in _TRUE:
         return True
@@ -155,6 +156,7 @@ def _parse_seconds(text: str) -> float:
 
 
 def choice(*choices: str) -> Callable[[str], str]:
+    """A parser accepting one of ``choices`` (any case; given back in lower case)."""
     def parse(text: str) -> str:
         low = text.lower()
         if low not in choices:
@@ -191,6 +193,7 @@ def _default_cache_dir() -> Path:
 
 
 def const(value: T) -> Callable[[], T]:
+    """A knob's default that is always ``value``."""
     return lambda: value
 
 

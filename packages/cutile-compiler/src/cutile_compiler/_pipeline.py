@@ -1,13 +1,19 @@
 """The whole compile of one specialization: front end, lowering, bytecode,
 tileiras (through the disk cache), with dumps and timings on request.
 
-    compiled = compile_kernel(function, signature, spec, "sm_90")
+    compiler = KernelCompiler(function, parse_signature(function))
+    compiled = compiler.compile(spec, "sm_90", CompileOptions(opt_level=2))
     compiled.cubin, compiled.bytecode, compiled.mlir, compiled.abi
+
+`KernelCompiler` is the entry a runtime uses: it keeps a kernel's typed IR and
+compiled kernels in process (bounded, checked against what each compile read)
+over the disk cache. `compile_kernel` is one uncached compile (disk cache aside).
 """
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import hashlib
 import logging
 import time
@@ -18,14 +24,16 @@ from typing import Any
 import cutile_ir as ir
 
 from cutile_compiler import _config
-from cutile_compiler._cache import cached_compile
+from cutile_compiler._cache import LRUCache, cached_compile
 from cutile_compiler._errors import SourceLocation, TileCompilerError
+from cutile_compiler._hints import KernelHints
 from cutile_compiler._frontend import build_kernel_ir
 from cutile_compiler._ir import KernelIR, format_kernel
 from cutile_compiler._lowering import AbiArg, kernel_abi, lower_kernel
 from cutile_compiler._signature import KernelSignature, Specialization
 from cutile_compiler._source import capture
 from cutile_compiler._toolchain import (
+    DEFAULT_OPTIONS,
     CompileOptions,
     TileirasError,
     Toolchain,
@@ -153,3 +161,71 @@ def compile_kernel(
         _log.log(level, "cutile: %s for %s: front end %.1f ms, %s %.1f ms", name, arch, timings["frontend"] * 1e3,
                  "disk cache" if hit else "tileiras", timings["tileiras"] * 1e3)
     return CompiledKernel(name, arch, kernel_abi(kernel_ir), kernel_ir, module, bytecode, version, cubin, hit, timings)
+
+
+class KernelCompiler:
+    """The compiler of one kernel: `compile` takes a specialization, an arch and
+    compile options and returns its `CompiledKernel`.
+
+    It owns the kernel's caches: in process, the typed IR per specialization and
+    the compiled kernel per (specialization, arch, options), each kept while every
+    global, closure variable and device function the compile read is unchanged
+    (``ExternalReads.changed``) and bounded to ``cache_size`` entries, the least
+    recently used going first; across processes, the disk cache (`compile_kernel`).
+
+    Args:
+        function: the kernel's Python function.
+        signature: its `parse_signature`.
+        unsafe: the kernel was declared ``unsafe`` (`build_kernel_ir`).
+        hints: the kernel's own tileiras hints; a compile's options' hints take
+            precedence over them, key by key.
+        cache_size: specializations kept in each in-process cache.
+    """
+
+    def __init__(self, function: Any, signature: KernelSignature, *, unsafe: bool = False,
+                 hints: KernelHints | None = None, cache_size: int = 256) -> None:
+        self.function = function
+        self.signature = signature
+        self.unsafe = unsafe
+        self.hints = hints if hints is not None else KernelHints()
+        self.cache_size = cache_size
+        self._ir: LRUCache[Specialization, KernelIR] = LRUCache(cache_size)
+        self._compiled: LRUCache[tuple[Specialization, str, CompileOptions], CompiledKernel] = LRUCache(cache_size)
+
+    def kernel_ir(self, spec: Specialization) -> KernelIR:
+        """The typed IR of one specialization (built once, then kept while what it
+        read is unchanged)."""
+        cached = self._ir.get(spec)
+        if cached is not None:
+            changed = cached.reads.changed()
+            if changed is None:
+                return cached
+            # a warning when CUTILE_JIT_TIMING asks for the compile notes (as JAX's jax_log_compiles)
+            level = logging.WARNING if _config.JIT_TIMING.get() else logging.DEBUG
+            _log.log(level, "cutile: %s: %s changed since it was compiled; compiling again",
+                     self.function.__name__, changed)
+        built = build_kernel_ir(self.function, self.signature, spec, unsafe=self.unsafe)
+        self._ir.put(spec, built)
+        return built
+
+    def compile(self, spec: Specialization, arch: str, options: CompileOptions | None = None) -> CompiledKernel:
+        """The kernel compiled for one specialization and ``arch`` (e.g. ``"sm_90"``)
+        with ``options`` (default: `DEFAULT_OPTIONS`), under the kernel's hints:
+        from the in-process cache, else through `compile_kernel` and the disk cache."""
+        opts = options or DEFAULT_OPTIONS
+        if self.hints:
+            opts = dataclasses.replace(opts, hints=self.hints.merged(opts.hints))
+        key = (spec, arch, opts)
+        cached = self._compiled.get(key)
+        if cached is not None and cached.kernel_ir.reads.changed() is None:
+            return cached
+        compiled = compile_kernel(self.function, self.signature, spec, arch, unsafe=self.unsafe,
+                                  options=opts, kernel_ir=self.kernel_ir(spec))
+        self._compiled.put(key, compiled)
+        return compiled
+
+    def clear(self) -> None:
+        """Forgets every typed IR and compiled kernel kept in process (the disk
+        cache stays)."""
+        self._ir = LRUCache(self.cache_size)
+        self._compiled = LRUCache(self.cache_size)

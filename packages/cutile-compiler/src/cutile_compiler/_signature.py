@@ -68,6 +68,8 @@ class _TensorAnnotationFactory:
 
 
 def make_tensor_annotation(item: Any) -> TensorAnnotation:
+    """The annotation ``Tensor[dtype, dims]`` makes, from ``(dtype, dims)``; raises
+    `SignatureError` naming the mistake."""
     if not (isinstance(item, tuple) and len(item) == 2):
         raise SignatureError("Tensor[...] takes a dtype and a list of dims, e.g. Tensor[f32, [-1, 'K']]")
     dtype, dims = item
@@ -123,6 +125,8 @@ class Parameter:
 
 @dataclass(frozen=True)
 class KernelSignature:
+    """A kernel's parameters as its annotations declare them (`parse_signature`)."""
+
     parameters: tuple[Parameter, ...]
 
     @property

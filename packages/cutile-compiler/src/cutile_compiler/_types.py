@@ -23,6 +23,8 @@ class KType:
 
 @dataclass(frozen=True)
 class TileType(KType):
+    """The type of a tile: its dtype and static shape (``()``: a scalar)."""
+
     dtype: DType
     shape: tuple[int, ...] = ()
 
@@ -98,6 +100,7 @@ def broadcast_shapes(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] 
 
 
 def is_power_of_two(value: int) -> bool:
+    """Whether ``value`` is 1, 2, 4, 8...: the sizes a tile dimension may have."""
     return value > 0 and value & (value - 1) == 0
 
 

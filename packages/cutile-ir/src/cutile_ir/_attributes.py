@@ -413,21 +413,29 @@ class FloatAttr:
 
 @dataclass(frozen=True, slots=True)
 class BoolAttr:
+    """A boolean attribute (``true``/``false``)."""
+
     value: bool
 
 
 @dataclass(frozen=True, slots=True)
 class StringAttr:
+    """A string attribute."""
+
     value: str
 
 
 @dataclass(frozen=True, slots=True)
 class TypeAttr:
+    """An attribute holding a type."""
+
     value: Type
 
 
 @dataclass(frozen=True, slots=True)
 class ArrayAttr:
+    """An array of attributes, printed ``[a, b]``."""
+
     values: tuple[Attribute, ...]
 
 

@@ -25,6 +25,8 @@ from ._versions import V13_1, V13_2, V13_3, V13_4, Version
 
 
 class Arity(enum.Enum):
+    """How many values an operand group takes: exactly one, zero or one, or any number."""
+
     ONE = "one"
     OPTIONAL = "optional"
     VARIADIC = "variadic"
@@ -41,6 +43,8 @@ class OperandDef:
 
 
 class AttrKind(enum.Enum):
+    """How an attribute is encoded in bytecode (and printed)."""
+
     ENUM = "enum"            # varint enum value
     INT = "int"              # varint integer
     BOOL = "bool"            # one byte

@@ -1,5 +1,5 @@
 """The environment variables the runtime reads, declared like the compiler's
-(`cutile_compiler._config`): one typed `Knob` each, read at call time, errors that
+(`cutile_compiler.config`): one typed `Knob` each, read at call time, errors that
 name the variable. `KNOBS` is every variable of cutile, the compiler's first, in
 the order the README lists them; `knobs_markdown()` renders that table."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from cutile_compiler._config import KNOBS as COMPILER_KNOBS
-from cutile_compiler._config import ConfigError, Knob, choice, const, parse_bool
-from cutile_compiler._config import knobs_markdown as _render
+from cutile_compiler.config import KNOBS as COMPILER_KNOBS
+from cutile_compiler.config import ConfigError, Knob, choice, const, parse_bool
+from cutile_compiler.config import knobs_markdown as _render
 
 __all__ = ["BACKEND", "CHECKED", "KNOBS", "ConfigError", "knobs_markdown"]
 

@@ -13,21 +13,25 @@ from __future__ import annotations
 
 import cuda_async
 from cuda_core import CudaError, CudaLaunchError, CudaOutOfMemoryError
-from cutile_compiler._builtins import HostCallError
-from cutile_compiler._config import ConfigError
-from cutile_compiler._errors import (
+from cutile_compiler import (
+    ArchError,
     ArgumentError,
     ArgumentTypeError,
+    ConfigError,
     CutileError,
+    HintError,
+    HostCallError,
+    SignatureError,
+    SpecializationError,
     TensorIndexError,
     TileCompilerError,
     TileError,
+    TileirasError,
+    TileirasTimeoutError,
     TileSyntaxError,
     TileTypeError,
+    ToolchainError,
 )
-from cutile_compiler._hints import HintError
-from cutile_compiler._signature import SignatureError, SpecializationError
-from cutile_compiler._toolchain import ArchError, TileirasError, TileirasTimeoutError, ToolchainError
 
 
 class OwnershipError(CutileError, cuda_async.OwnershipError):

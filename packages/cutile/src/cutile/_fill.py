@@ -17,8 +17,9 @@ import cutile.core as ct
 from cutile._random import uniform
 from cutile._kernel import Kernel, entry
 from cutile._tensor import Tensor
-from cutile_compiler import _dtypes as dt
-from cutile_compiler._signature import Constant, Mut, make_tensor_annotation
+from cutile_compiler import dtypes as dt
+from cutile_compiler import make_tensor_annotation
+from cutile_compiler.language import Constant, Mut
 
 # Elements per block: big tiles keep the interpreter's per-op cost low; on the GPU
 # a 4096-element tile streams at full bandwidth.
@@ -122,7 +123,7 @@ def run(kind: str, tensor: Tensor, stream: Any = None, **arguments: Any) -> None
     and waited for)."""
     from cutile import _backend
     from cutile._kernel import run_plan
-    from cutile_compiler._toolchain import DEFAULT_OPTIONS
+    from cutile_compiler import DEFAULT_OPTIONS
 
     if tensor.size == 0:
         return

@@ -11,15 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from cuda_core import Device, DeviceBuffer, DeviceMemory, LaunchConfig, Module, PreparedLaunch, Stream
-from cuda_core._launch import PARAM_CTYPES
+from cuda_core import PARAM_CTYPES, Device, DeviceBuffer, DeviceMemory, LaunchConfig, Module, PreparedLaunch, Stream
 from cuda_async import ensure_not_capturing, is_capturing
 from cutile import _native
 from cutile._errors import GraphCaptureError, LaunchError
 from cutile._tensor import Partition, Storage, Tensor, numpy_dtype
-from cutile_compiler import AbiArg, CompiledKernel, CompileOptions
-from cutile_compiler import _dtypes as dt
-from cutile_compiler._toolchain import DEFAULT_OPTIONS
+from cutile_compiler import DEFAULT_OPTIONS, AbiArg, CompiledKernel, CompileOptions
+from cutile_compiler import dtypes as dt
 
 if TYPE_CHECKING:
     from cutile._kernel import Binding, CallPlan, Kernel

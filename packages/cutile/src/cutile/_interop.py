@@ -18,7 +18,7 @@ import numpy as np
 from cutile import _backend
 from cutile._errors import InteropError
 from cutile._tensor import HostStorage, Storage, Tensor, _contiguous_strides, dtype_of, numpy_dtype
-from cutile_compiler import _dtypes as dt
+from cutile_compiler import dtypes as dt
 
 if TYPE_CHECKING:
     from cuda_core import Stream

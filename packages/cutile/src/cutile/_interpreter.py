@@ -1,7 +1,7 @@
 """The CPU interpreter: runs a kernel's typed IR on numpy, block by block.
 
 It executes the compiler's IR (not the Python source), each op through its
-numpy meaning in ``cutile_compiler._opdefs``, whole tiles at a time. It checks
+numpy meaning (its `OpDef`'s ``evaluate``), whole tiles at a time. It checks
 what a GPU cannot: races between blocks (possible only in unsafe kernels: two
 blocks writing one element, or one reading what another writes), integer
 division by zero, and, in checked mode (``CUTILE_CHECKED=1``), reads of elements
@@ -20,11 +20,18 @@ import numpy as np
 from cutile._errors import CutileError
 from cutile._tensor import HostStorage, Tensor, numpy_dtype
 from cutile import _config
-from cutile_compiler import KernelIR, SourceLocation
-from cutile_compiler._ir import Block, Operation, Value
-from cutile_compiler._opdefs import Escape, IntegerDivisionByZero, Terminator
-from cutile_compiler._opdefs.elementwise import Bitcast, Cast, Elementwise, Select
-from cutile_compiler._types import TileType
+from cutile_compiler import (
+    Block,
+    Escape,
+    IntegerDivisionByZero,
+    KernelIR,
+    Operation,
+    Select,
+    SourceLocation,
+    Terminator,
+    TileType,
+    Value,
+)
 
 _PADDING_VALUES = {"zero": 0.0, "neg_zero": -0.0, "nan": float("nan"), "pos_inf": float("inf"), "neg_inf": float("-inf")}
 
@@ -50,10 +57,6 @@ _KIND_BITS = 3  # the block (linear id + 1; 0: untouched) sits above the kind bi
 #: read) and was reported when A ran.
 _CONFLICTS = {READ: WRITE | ATOMIC, WRITE: READ | WRITE | ATOMIC, ATOMIC: READ | WRITE}
 _VERBS = {READ: "reads {}", WRITE: "writes {}", ATOMIC: "updates {} atomically"}
-
-#: ops whose result lanes are computed from the same lanes of their operands
-_LANEWISE = (Elementwise, Select, Cast, Bitcast)
-
 
 class _TensorState:
     """A tensor argument during one launch: its numpy view and the check maps."""
@@ -133,7 +136,7 @@ class Interpreter:
                 padding.pop(value, None)
                 undefined.pop(value, None)
         for op in block.ops:
-            lanewise = isinstance(op.opdef, _LANEWISE)
+            lanewise = op.opdef.lanewise
             if undefined and not lanewise:
                 for value in op.operands:
                     if value in undefined:

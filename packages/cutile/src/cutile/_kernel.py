@@ -9,11 +9,9 @@ the grid (inferred from the Mut partitions, which must agree).
 
 from __future__ import annotations
 
-import dataclasses
 import contextlib
 import functools
 import inspect
-import logging
 import math
 import operator
 import sys
@@ -27,35 +25,33 @@ from cutile import _backend, _gpu
 from cutile._native import KernelBase, LaunchBase, configure_never_run
 from cutile._errors import ArgumentTypeError, CutileError, GraphUpdateError, LaunchError, OwnershipError
 from cutile._tensor import Partition, Storage, Tensor, hold_all, hold_entries, overlapping, overlaps_itself, release_all
-from cutile_compiler._builtins import DeviceFunction
-from cutile_compiler import _config as _compiler_config
-from cutile_compiler import _dtypes as dt
-from cutile_compiler._dtypes import DType
-from cutile_compiler._hints import HintError, KernelHints
-from cutile_compiler._cache import LRUCache
-from cutile_compiler._toolchain import DEFAULT_OPTIONS, CompileOptions
+from cutile_compiler import dtypes as dt
 from cutile_compiler import (
+    DEFAULT_OPTIONS,
+    MAX_DIVISIBILITY,
     CompiledKernel,
+    CompileOptions,
+    ConstantAnnotation,
+    DeviceFunction,
+    DType,
+    HintError,
+    KernelCompiler,
+    KernelHints,
     KernelIR,
     KernelSignature,
-    Specialization,
-    build_kernel_ir,
-    compile_kernel,
-    parse_signature,
-    specialize,
-)
-from cutile_compiler._signature import (
-    MAX_DIVISIBILITY,
-    ConstantAnnotation,
+    LRUCache,
     SignatureError,
+    Specialization,
     SpecializationError,
     TensorAnnotation,
     constant_key,
+    numpy_dtype,
+    parse_signature,
+    specialize,
 )
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 _CACHE_SIZE = 256  # specializations kept per kernel
-_compile_log = logging.getLogger("cutile.compiler")
 
 
 class Kernel(KernelBase):
@@ -89,9 +85,10 @@ class Kernel(KernelBase):
                                if isinstance(p.annotation, DType)}
         self._constant_params = frozenset(p.name for p in self.signature.parameters if p.is_constant)
         # Per-kernel caches, bounded: a long-running program that meets many shapes
-        # keeps the most recent specializations.
-        self._ir: LRUCache[Specialization, KernelIR] = LRUCache(_CACHE_SIZE)
-        self._compiled: LRUCache[tuple[Specialization, str, CompileOptions], CompiledKernel] = LRUCache(_CACHE_SIZE)
+        # keeps the most recent specializations. The compiler keeps the typed IR and
+        # the compiled kernels; the runtime what it loaded and planned.
+        self._compiler = KernelCompiler(function, self.signature, unsafe=unsafe, hints=self.hints,
+                                        cache_size=_CACHE_SIZE)
         self._loaded: LRUCache[tuple[Specialization, CompileOptions], Any] = LRUCache(_CACHE_SIZE)  # GPU launchers
         # The last call's binding: a loop that passes the same objects again skips
         # every check and computation that depends only on them.
@@ -145,43 +142,23 @@ class Kernel(KernelBase):
     def clear_cache(self) -> None:
         """Forgets this kernel's compiled and loaded code and its call plans in this
         process (the disk cache stays); the next launch compiles or loads again."""
-        self._ir = LRUCache(_CACHE_SIZE)
-        self._compiled = LRUCache(_CACHE_SIZE)
+        self._compiler.clear()
         self._loaded = LRUCache(_CACHE_SIZE)
         self._calls = LRUCache(4 * _CACHE_SIZE)
         self._binding = None
         self._fast = None
 
     def kernel_ir(self, spec: Specialization) -> KernelIR:
-        """The typed IR for one specialization (built once, then cached while every
-        global, closure variable and device function it read is unchanged)."""
-        cached = self._ir.get(spec)
-        if cached is not None:
-            changed = cached.reads.changed()
-            if changed is None:
-                return cached
-            # a warning when CUTILE_JIT_TIMING asks for the compile notes (as JAX's jax_log_compiles)
-            level = logging.WARNING if _compiler_config.JIT_TIMING.get() else logging.DEBUG
-            _compile_log.log(level, "cutile: %s: %s changed since it was compiled; compiling again", self.name, changed)
-        built = build_kernel_ir(self.function, self.signature, spec, unsafe=self.unsafe)
-        self._ir.put(spec, built)
-        return built
+        """The typed IR for one specialization (built once, then cached by the
+        compiler while every global, closure variable and device function it read is
+        unchanged)."""
+        return self._compiler.kernel_ir(spec)
 
     def compiled(self, spec: Specialization, arch: str, options: CompileOptions | None = None) -> CompiledKernel:
-        """The cubin for one specialization and architecture (compiled once per process
-        while what it read is unchanged, see `kernel_ir`, and cached on disk across
-        processes)."""
-        opts = options or CompileOptions()
-        if self.hints:  # the entry's hints, under those of the launch
-            opts = dataclasses.replace(opts, hints=self.hints.merged(opts.hints))
-        key = (spec, arch, opts)
-        cached = self._compiled.get(key)
-        if cached is not None and cached.kernel_ir.reads.changed() is None:
-            return cached
-        compiled = compile_kernel(self.function, self.signature, spec, arch, unsafe=self.unsafe,
-                                  options=opts, kernel_ir=self.kernel_ir(spec))
-        self._compiled.put(key, compiled)
-        return compiled
+        """The cubin for one specialization and architecture, under the entry's hints
+        (compiled once per process while what it read is unchanged, see `kernel_ir`,
+        and cached on disk across processes)."""
+        return self._compiler.compile(spec, arch, options)
 
 
 @overload
@@ -734,7 +711,7 @@ def _scalar_value(kernel: str, param: str, dtype: DType, value: Any) -> bool | i
         import ml_dtypes
 
         finfo: Any = ml_dtypes.finfo
-        largest = float(finfo(_numpy_dtype(dtype)).max)
+        largest = float(finfo(numpy_dtype(dtype)).max)
         shown = repr(value) if len(repr(value)) <= 40 else f"{real:g}" if math.isfinite(real) else "an integer beyond f64"
         raise LaunchError(f"{kernel}: parameter '{param}' is a {dtype} scalar; {shown} overflows it "
                           f"(its largest finite value is {largest:g})")
@@ -750,13 +727,7 @@ def _fits_float(value: float, dtype: DType) -> bool:
     if dtype is dt.f64:
         return True
     with np.errstate(over="ignore", invalid="ignore"):
-        return bool(np.isfinite(np.asarray(value, dtype=np.float64).astype(_numpy_dtype(dtype))))
-
-
-def _numpy_dtype(dtype: DType) -> Any:
-    from cutile_compiler._opdefs.elementwise import numpy_dtype
-
-    return numpy_dtype(dtype)
+        return bool(np.isfinite(np.asarray(value, dtype=np.float64).astype(numpy_dtype(dtype))))
 
 
 def _call_key(kernel: Kernel, arguments: dict[str, Any], grid: tuple[int, int, int] | None) -> tuple[Any, ...] | None:

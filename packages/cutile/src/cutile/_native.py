@@ -2,8 +2,8 @@
 ``kernel(*args).sync()`` in C, so that a loop of launches costs little more than
 the driver call.
 
-The module is built on first import (`cuda_core._native.load_extension`, with
-cuda_async's batch API header) and provides the C bases of `cutile.Kernel` and
+The module is built on first import (`cuda_core.native.load_extension`, with
+cuda_async's batch API header, `cuda_async.NATIVE_INCLUDE_DIR`) and provides the C bases of `cutile.Kernel` and
 `cutile.Launch`. When it cannot be built (no C compiler, no Python headers,
 ``CUDA_CORE_NATIVE=0``), `KernelBase` and `LaunchBase` are plain classes, every
 launch takes the Python path, and the GPU backend says so once (a warning of the
@@ -23,8 +23,8 @@ from pathlib import Path
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from cuda_core._launch import PARAM_CTYPES
-from cuda_core._native import NativeUnavailable, enabled, entry_points, load_extension
+from cuda_core import PARAM_CTYPES
+from cuda_core.native import NativeUnavailable, enabled, entry_points, load_extension, on_driver_change
 
 if TYPE_CHECKING:
     from cutile._gpu import _Loaded
@@ -38,7 +38,8 @@ _SCALAR_CODES = {"i8": 1, "i16": 2, "i32": 3, "i64": 4, "u8": 5, "u16": 6, "u32"
 
 _reason: str | None = None
 try:
-    from cuda_async._native import NATIVE_DIR as _BATCH_HEADERS, batch_api as _batch_api
+    from cuda_async import NATIVE_INCLUDE_DIR as _BATCH_HEADERS
+    from cuda_async import native_batch_api as _batch_api
 
     _batch_api()  # cutile's extension calls cuda_async's: without it, neither
     module: Any = load_extension("cutile._native_launch", _SOURCE, (_BATCH_HEADERS,))
@@ -124,11 +125,10 @@ if TYPE_CHECKING:
     LaunchBase = _PythonLaunchBase
 elif module is not None:
     from cutile import _tensor
-    from cuda_core import _driver as _cuda_driver
 
     module.configure_holds(_tensor._dropped)
     # A kernel armed under one driver (a test's fake, say) must not launch through another.
-    _cuda_driver.on_driver_change(module.invalidate)
+    on_driver_change(module.invalidate)
     KernelBase = module.KernelBase
     LaunchBase = module.LaunchBase
 else:
@@ -142,17 +142,14 @@ def _configure() -> None:
     points = entry_points()
     if points is _configured_for:
         return
-    from cuda_async._native import batch_api
+    from cuda_async import native_batch_api
+    from cuda_core.native import raise_driver_error
 
     from cutile import _tensor
     from cutile._kernel import Binding
-    from cuda_core import _driver
 
-    def raise_launch_error(code: int, what: str) -> None:
-        _driver.raise_error(_driver.api().CUresult(code), what)
-
-    module.configure(batch_api().API, points.launch_kernel, points.ctx_get_current, points.ctx_set_current,
-                     points.stream_synchronize, _tensor._holds_lock, vars(Binding)["accesses"], raise_launch_error)
+    module.configure(native_batch_api().API, points.launch_kernel, points.ctx_get_current, points.ctx_set_current,
+                     points.stream_synchronize, _tensor._holds_lock, vars(Binding)["accesses"], raise_driver_error)
     _configured_for = points
 
 
@@ -173,7 +170,7 @@ def arm(kernel: Kernel, binding: Binding, loaded: _Loaded, context: int) -> None
         _configure()
     except NativeUnavailable:
         return
-    from cuda_async._resource import Job
+    from cuda_async import Job
     from cutile import _gpu, _tensor
     from cutile._kernel import Binding, Launch
     from cutile._tensor import Partition, Tensor
@@ -207,7 +204,7 @@ def arm(kernel: Kernel, binding: Binding, loaded: _Loaded, context: int) -> None
     results = tuple(kernel._param_names.index(name) for name in binding.tensor_names)
     fast = module.FastBinding(
         binding, Job(kernel._launch_description), kernel._launch_description, Launch, tuple(checks), holds, results,
-        int(prepared.function.handle), context, tuple(prepared._grid), tuple(config.block),
+        int(prepared.function.handle), context, tuple(config.grid), tuple(config.block),
         config.shared_memory, packed, loaded.reads.entries)
     kernel._fast = fast
     binding.fast = weakref.ref(fast)

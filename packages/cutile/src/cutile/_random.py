@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cutile_compiler._builtins import DeviceFunction
+from cutile_compiler import DeviceFunction
 from cutile_compiler.language import f32
 
 

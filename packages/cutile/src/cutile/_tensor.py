@@ -22,14 +22,11 @@ from typing import Any, NamedTuple
 import ml_dtypes  # noqa: F401  (registers bfloat16 and float8 with numpy)
 import numpy as np
 
-from cuda_async import Access, Resource, ensure_not_capturing
-from cuda_async import _native as cuda_async_native
+from cuda_async import Access, Resource, ensure_not_capturing, native_rlock
 from cutile._errors import ArgumentError, ArgumentTypeError, InteropError, LaunchError, OwnershipError, TensorIndexError
-from cutile_compiler import _dtypes as dt
-from cutile_compiler import TensorSpec
-from cutile_compiler._opdefs.elementwise import numpy_dtype as numpy_dtype  # one definition, re-exported
-from cutile_compiler._signature import TensorAnnotation, make_tensor_annotation
-from cutile_compiler._types import is_power_of_two, tile_shape_problem
+from cutile_compiler import dtypes as dt
+from cutile_compiler import TensorAnnotation, TensorSpec, is_power_of_two, make_tensor_annotation, tile_shape_problem
+from cutile_compiler import numpy_dtype as numpy_dtype  # one definition, re-exported
 
 
 def dtype_of(value: Any) -> dt.DType:
@@ -60,7 +57,7 @@ def _holder(hold: _Hold) -> str:
 
 # Holds of pending launches, per device, by absolute address: two storages over the
 # same memory (e.g. one array imported twice through DLPack) see each other's holds.
-_holds_lock = cuda_async_native.rlock()  # hold_all checks while holding it (native: C takes it too)
+_holds_lock = native_rlock()  # hold_all checks while holding it (native: C takes it too)
 _holds: dict[str, list[_Hold]] = {}  # a device's list is never replaced: the native path keeps it
 # Holds of launches dropped without running, given back by the garbage collector: it
 # may run in the middle of any code, so they are queued here (no lock) and removed

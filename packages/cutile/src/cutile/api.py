@@ -19,7 +19,7 @@ import cuda_async
 from cutile import _backend, _fill
 from cutile._errors import ArgumentError, ArgumentTypeError
 from cutile._tensor import HostStorage, Tensor, checked_tile_shape, dtype_of, numpy_dtype
-from cutile_compiler import _dtypes as dt
+from cutile_compiler import dtypes as dt
 from cutile_compiler import TensorSpec
 
 ShapeLike = int | Sequence[int]

@@ -107,6 +107,9 @@ class OpDef:
     has_effects: bool = False
     #: ops ending a block (yield, break, continue, return)
     is_terminator: bool = False
+    #: ops whose result lanes are computed from the same lanes of their operands
+    #: (elementwise arithmetic, select, casts): the interpreter follows padding through them
+    lanewise: bool = False
 
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
         raise NotImplementedError(self.name)

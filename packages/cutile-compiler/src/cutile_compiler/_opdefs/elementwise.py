@@ -71,6 +71,8 @@ def _quiet(function: Callable[..., Any]) -> Callable[..., Any]:
 
 
 class Elementwise(OpDef):
+    lanewise = True
+
     def __init__(self, name: str, arity: int, kinds: Kinds, function: Callable[..., Any], *, compare: bool = False) -> None:
         self.name = name
         self.arity = arity
@@ -234,6 +236,7 @@ class Select(OpDef):
     """``select(cond, a, b)``: a where cond is true, else b (numpy ``where``)."""
 
     name = "select"
+    lanewise = True
 
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
         cond = tile_operand(operand_types, 0, "where")
@@ -256,6 +259,7 @@ class Cast(OpDef):
     int to float rounds to nearest, float narrowing rounds to nearest even)."""
 
     name = "cast"
+    lanewise = True
 
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
         tile = tile_operand(operand_types, 0, "astype")
@@ -290,6 +294,7 @@ class Bitcast(OpDef):
     """``bitcast(x) {dtype}``: the same bits read as another dtype of equal width."""
 
     name = "bitcast"
+    lanewise = True
 
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
         tile = tile_operand(operand_types, 0, "bitcast")
