@@ -217,6 +217,14 @@ def test_atomic_element_types_by_mode() -> None:
     assert accepted_element_types("atomic_rmw_tko", "addf") == {F16, BF16, F32, F64}
     assert accepted_element_types("atomic_rmw_tko", "umax") == {I32, I64}
     assert accepted_element_types("atomic_red_view_tko", "xchg") == frozenset()
+    m, f, b = _kernel([scalar(ptr(BF16))])
+    one = b.reshape(f.args[0], result_types=[tile(1, ptr(BF16))])
+    p = b.broadcast(one, result_types=[tile(16, ptr(BF16))])
+    b.atomic_rmw_tko(p, b.constant(1.0, tile(16, BF16)), mode="addf", **order)
+    b.return_()
+    assert problems(m, "sm_90") == []
+    assert [x for x in problems(m, "sm_80") if "needs sm_" in x] == [
+        "'atomic_rmw_tko': 'addf' on bf16 needs sm_90 or newer, target is sm_80"]
 
     m, f, b = _kernel([scalar(ptr(I64))])
     tv = TensorViewType(I64, (64,), (1,))

@@ -135,6 +135,15 @@ class ElementRule:
     by_attr: str | None
     #: (attribute value, or None, -> the element types it accepts), one pair per value.
     accepts: tuple[tuple[Any, "frozenset[ScalarType]"], ...]
+    #: (attribute value, element type, the first sm_XY that has it) for pairs newer than the op.
+    min_sm: tuple[tuple[Any, "ScalarType", int], ...] = ()
+
+    def min_sm_of(self, value: Any, element: Any) -> int | None:
+        """The first sm_XY with ``element`` in mode ``value`` (None: wherever the op is)."""
+        for v, el, sm in self.min_sm:
+            if v == value and el == element:
+                return sm
+        return None
 
     def elements(self, value: Any = None) -> "frozenset[ScalarType] | None":
         """The element types accepted for attribute value ``value`` (None: not listed)."""

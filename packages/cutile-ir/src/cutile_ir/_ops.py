@@ -102,6 +102,8 @@ _REDUCTION_ELEMENTS: tuple[tuple[Any, frozenset[ScalarType]], ...] = (
     *((m, _WIDE_INTS) for m in _INTEGER_MODES), (AtomicRMWMode.ADDF, _ATOMIC_FLOATS),
     (AtomicRMWMode.XCHG, frozenset()))
 _CAS_ELEMENTS = _WORDS
+#: Float add of bf16 needs sm_90 (tileiras: "atomicRMW ADDF with bf16 is not supported" on sm_80).
+_ATOMIC_MIN_SM: tuple[tuple[Any, ScalarType, int], ...] = ((AtomicRMWMode.ADDF, BF16, 90),)
 
 
 OPS: tuple[OpDef, ...] = (
@@ -306,7 +308,7 @@ OPS: tuple[OpDef, ...] = (
           (_ORDERING, A("memory_scope", K.ENUM, MemoryScope), A("mode", K.ENUM, AtomicRMWMode)),
           (R("result_token", "token", infer="token"),), segmented=True, fmt=Printer.op_atomic_red_view,
           check=V.all_of(V.check_index_count("view", "index"), V.check_unpadded_view),
-          elements=ElementRule("value", "mode", _REDUCTION_ELEMENTS)),
+          elements=ElementRule("value", "mode", _REDUCTION_ELEMENTS, _ATOMIC_MIN_SM)),
     OpDef("atomic_rmw_tko", 0x08, V13_1,
           (O("pointers", "ptr_tile"), O("arg"), O("mask", "i1_tile", OPT), O("token", "token", OPT)),
           (_ORDERING, A("memory_scope", K.ENUM, MemoryScope), A("mode", K.ENUM, AtomicRMWMode)),
@@ -315,7 +317,7 @@ OPS: tuple[OpDef, ...] = (
           fmt="$memory_ordering_semantics $memory_scope $pointers `,` $mode `,` $arg (`,` $mask^)? "
               "(`token` `` `=` `` $token^)? attr-dict `:` type($pointers) `,` type($arg) (`,` type($mask)^)? "
               "`->` type($result) `,` type($result_token)",
-          check=V.check_ptr_access("pointers", "arg"), elements=ElementRule("arg", "mode", _RMW_ELEMENTS)),
+          check=V.check_ptr_access("pointers", "arg"), elements=ElementRule("arg", "mode", _RMW_ELEMENTS, _ATOMIC_MIN_SM)),
     OpDef("get_global", 0x2C, V13_1, (), (A("name", K.SYMREF),), (R("result", "scalar_ptr"),), pure=True,
           fmt="$name attr-dict `:` type($result)"),
     OpDef("global", 0x31, V13_1, (),

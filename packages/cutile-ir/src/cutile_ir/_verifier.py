@@ -478,6 +478,20 @@ def _sm(arch: str) -> int:
 ELEMENT_MIN_SM = {"f8E4M3FN": 89, "f8E5M2": 89, "f8E8M0FNU": 100, "f4E2M1FN": 100, "f8E5M3FNU": 100}
 
 
+def _element_arch_problem(op: Operation, sm: int) -> str | None:
+    """An element type the op takes in this mode only on newer targets (bf16 atomic addf)."""
+    rule = op.opdef.elements
+    assert rule is not None
+    vals = op.group(rule.operand) if _segments_fit(op) else []
+    value = op.attributes.get(rule.by_attr) if rule.by_attr is not None else None
+    el = _el(vals[0].type) if vals else None
+    need = rule.min_sm_of(value, el)
+    if need is not None and sm < need:
+        mode = f"'{getattr(value, 'text', value)}' " if rule.by_attr is not None else ""
+        return f"{mode}on {el} needs sm_{need} or newer, target is sm_{sm}"
+    return None
+
+
 def _arch_problem(t: Type, sm: int) -> str | None:
     el = t.element if isinstance(t, TileType) else getattr(t, "element", None)
     if isinstance(el, PointerType):
@@ -575,6 +589,10 @@ class _Verifier:
                         self.report(bad, op=op)
             if self.sm is not None and d.min_sm is not None and self.sm < d.min_sm:
                 self.report(f"needs sm_{d.min_sm} or newer, target is sm_{self.sm}", op=op)
+            if self.sm is not None and d.elements is not None and d.elements.min_sm:
+                bad = _element_arch_problem(op, self.sm)
+                if bad:
+                    self.report(bad, op=op)
             if d.terminator:
                 if i != len(b.ops) - 1:
                     self.report("a terminator must be the last op of its block", op=op)
