@@ -34,6 +34,7 @@ CustomPrinter = Callable[["Printer", "Operation", int], None]
 #: How an op names result ``index`` in MLIR text (see ``OpDef.asm_name``).
 AsmNamer = Callable[["Operation", int], Union[str, None]]
 
+
 class Arity(enum.Enum):
     ONE = "one"
     OPTIONAL = "optional"

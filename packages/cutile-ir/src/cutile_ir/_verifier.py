@@ -3,7 +3,7 @@ region and terminator structure, entry signatures and power-of-two tile dimensio
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from ._attributes import ArrayAttr, Bounded, DenseElements, DivBy, FloatAttr, IntegerAttr, OptimizationHints, SameElements
 from ._constraints import describe, satisfies
