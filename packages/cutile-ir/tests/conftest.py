@@ -37,7 +37,7 @@ class Toolchain:
                               capture_output=True, text=True, timeout=timeout, env=self.env())
 
 
-def _find() -> Toolchain | None:
+def _find(disassembler: bool = True) -> Toolchain | None:
     env = os.environ.get("CUTILE_TILEIRAS")
     candidates: list[Path] = []
     if env:
@@ -51,7 +51,7 @@ def _find() -> Toolchain | None:
         candidates.append(Path(which).parent)
     for d in candidates:
         ras, dis = d / "tileiras", d / "tileirdisasm"
-        if ras.exists() and dis.exists():
+        if ras.exists() and (dis.exists() or not disassembler):
             return Toolchain(ras, dis)
     return None
 
@@ -61,4 +61,13 @@ def toolchain() -> Toolchain:
     tc = _find()
     if tc is None:
         pytest.skip("NVIDIA tileiras/tileirdisasm not found (set CUTILE_TILEIRAS or install nvidia-cuda-tileiras)")
+    return tc
+
+
+@pytest.fixture(scope="session")
+def compiler() -> Toolchain:
+    """tileiras alone (its ``tileirdisasm`` may be missing): for tests that only compile."""
+    tc = _find(disassembler=False)
+    if tc is None:
+        pytest.skip("NVIDIA tileiras not found (set CUTILE_TILEIRAS or install nvidia-cuda-tileiras)")
     return tc

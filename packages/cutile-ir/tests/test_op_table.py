@@ -90,3 +90,71 @@ def test_reregistering_an_opcode_uses_the_new_record() -> None:
         assert m2.functions[0].body.ops[1].attributes == {"factor": 5}
     finally:
         unregister_op("test_second")
+
+
+def test_one_entry_carries_an_ops_rules_region_and_printer() -> None:
+    """What is particular to an op (its extra rule, minimum SM, element types, region rules,
+    result naming, custom printer) is in its record: the generic verifier and printer follow
+    a registered region op and its terminator with no other code."""
+    from cutile_ir import I32, I64, ElementRule, RegionRule, make_op, problems, scalar
+    from cutile_ir._printer import Printer
+
+    def body_args(op, index):  # type: ignore[no-untyped-def]
+        return [v.type for v in op.group("inits")]
+
+    def end_problem(op, last):  # type: ignore[no-untyped-def]
+        got, want = [v.type for v in last.operands], [r.type for r in op.results]
+        return None if got == want else f"test_done gives {len(got)} values, test_repeat has {len(want)} results"
+
+    def print_repeat(printer: Printer, op, indent: int) -> None:  # type: ignore[no-untyped-def]
+        inits = ", ".join(printer.names(v) for v in op.group("inits"))
+        printer.region(op, 0, indent, f"{printer.results_prefix(op)}test_repeat {op.attributes['times']}x ({inits})")
+
+    def times_positive(op, ty):  # type: ignore[no-untyped-def]
+        return [] if op.attributes["times"] > 0 else [f"times must be positive, found {op.attributes['times']}"]
+
+    repeat = OpDef("test_repeat", 0x7F0, V13_4, (O("inits", "any", Arity.VARIADIC),), (A("times", AttrKind.INT),),
+                   (R("results", "any", variadic=True),), regions=("body",), fmt=print_repeat,
+                   asm_name=lambda op, index: f"rep{op.attributes['times']}" if index == 0 else "",
+                   check=times_positive, min_sm=120,
+                   elements=ElementRule("inits", None, ((None, frozenset({I32})),)),
+                   region_rule=RegionRule(body_args, "test_done", end_problem, pure_body=True,
+                                          arg_names=lambda n: [f"it{i}" for i in range(n)]))
+    done = OpDef("test_done", 0x7F1, V13_4, (O("operands", "any", Arity.VARIADIC),), terminator=True,
+                 parents=("test_repeat",), pure=True, elided_when_empty=True,
+                 fmt="attr-dict ($operands^ `:` type($operands))?")
+    register_op(repeat)
+    register_op(done)
+    try:
+        def build(times: int, *, element=I32, impure: bool = False, give: int = 1) -> Module:  # type: ignore[no-untyped-def]
+            m = Module()
+            b = Builder(m.add_entry("k", []))
+            x = b.constant(1, scalar(element))
+            op = make_op("test_repeat", [[x]], {"times": times}, [scalar(element)], check=False)
+            b.block.append(op)
+            with b.region(op, 0, [scalar(element)]) as (arg,):
+                y = b.addi(arg, arg)
+                if impure:
+                    b.divi(y, y, signedness="signed")
+                b.create("test_done", [y] * give)
+            b.return_()
+            return m
+
+        m = build(3)
+        assert problems(m) == []
+        text = print_module(m)
+        assert "%rep3 = test_repeat 3x (%cst_1_i32) {" in text, text
+        assert "%0 = addi %it0, %it0 : tile<i32>" in text, text
+        assert "test_done %0 : tile<i32>" in text, text
+        assert differences(m, read_bytecode(write_bytecode(m, V13_4))) == []
+        assert any("'test_repeat': needs sm_120 or newer, target is sm_100" in p for p in problems(m, "sm_100"))
+        assert any("times must be positive, found 0" in p for p in problems(build(0)))
+        assert any("'test_repeat': 'inits' works only with integers i32, found tile<i64>" in p
+                   for p in problems(build(2, element=I64)))
+        assert any("'divi': only pure ops may appear in the body of 'test_repeat'" in p
+                   for p in problems(build(2, impure=True)))
+        assert any("'test_done': test_done gives 2 values, test_repeat has 1 results" in p
+                   for p in problems(build(2, give=2)))
+    finally:
+        unregister_op("test_done")
+        unregister_op("test_repeat")

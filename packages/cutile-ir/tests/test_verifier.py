@@ -189,6 +189,50 @@ def test_pointer_access_rules() -> None:
                          memory_scope="device", mode="add")
 
 
+
+def test_atomic_element_types_by_mode() -> None:
+    """Each atomic takes the element types its record lists for its mode (tileiras's rule):
+    exchange and compare-and-swap take 32/64-bit words, float add f16/bf16/f32/f64, a view
+    reduction no exchange."""
+    from cutile_ir import BF16, F16, F64, I64, TF32, PartitionViewType, TensorViewType, accepted_element_types
+
+    def pointers(element):  # type: ignore[no-untyped-def]
+        m, f, b = _kernel([scalar(ptr(element))])
+        one = b.reshape(f.args[0], result_types=[tile(1, ptr(element))])
+        return b, b.broadcast(one, result_types=[tile(16, ptr(element))])
+
+    order = {"memory_ordering_semantics": "relaxed", "memory_scope": "device"}
+    b, p = pointers(F32)
+    b.atomic_rmw_tko(p, b.constant(1.0, tile(16, F32)), mode="xchg", **order)
+    b.atomic_cas_tko(p, b.constant(1.0, tile(16, F32)), b.constant(2.0, tile(16, F32)), **order)
+    b, p = pointers(F16)
+    with pytest.raises(IRTypeError, match=r"'atomic_rmw_tko': 'xchg' works only with i32, i64, f32 and f64, "
+                                          r"found tile<16xf16>"):
+        b.atomic_rmw_tko(p, b.constant(1.0, tile(16, F16)), mode="xchg", **order)
+    with pytest.raises(IRTypeError, match=r"'atomic_cas_tko': 'val' works only with i32, i64, f32 and f64"):
+        b.atomic_cas_tko(p, b.constant(1.0, tile(16, F16)), b.constant(2.0, tile(16, F16)), **order)
+    b, p = pointers(TF32)
+    with pytest.raises(IRTypeError, match=r"'addf' works only with floats f16, bf16, f32 and f64, found tile<16xtf32>"):
+        b.atomic_rmw_tko(p, b.constant(1.0, tile(16, TF32)), mode="addf", **order)
+    assert accepted_element_types("atomic_rmw_tko", "addf") == {F16, BF16, F32, F64}
+    assert accepted_element_types("atomic_rmw_tko", "umax") == {I32, I64}
+    assert accepted_element_types("atomic_red_view_tko", "xchg") == frozenset()
+    m, f, b = _kernel([scalar(ptr(BF16))])
+    one = b.reshape(f.args[0], result_types=[tile(1, ptr(BF16))])
+    p = b.broadcast(one, result_types=[tile(16, ptr(BF16))])
+    b.atomic_rmw_tko(p, b.constant(1.0, tile(16, BF16)), mode="addf", **order)
+    b.return_()
+    assert problems(m, "sm_90") == []
+    assert [x for x in problems(m, "sm_80") if "needs sm_" in x] == [
+        "'atomic_rmw_tko': 'addf' on bf16 needs sm_90 or newer, target is sm_80"]
+
+    m, f, b = _kernel([scalar(ptr(I64))])
+    tv = TensorViewType(I64, (64,), (1,))
+    view = b.make_partition_view(b.make_tensor_view(f.args[0], result_types=[tv]),
+                                 result_types=[PartitionViewType((16,), tv)])
+    with pytest.raises(IRTypeError, match=r"'atomic_red_view_tko': takes no 'xchg'"):
+        b.atomic_red_view_tko(view, [b.constant(0, scalar(I32))], b.constant(1, tile(16, I64)), mode="xchg", **order)
+
 def test_view_type_rules() -> None:
     from cutile_ir import PartitionViewType, TensorViewType
 

@@ -20,7 +20,10 @@ from ._bytecode_writer import write_bytecode
 from ._printer import print_function, print_module
 from ._errors import BytecodeError, IRError, IRTypeError, VerificationError, VersionError
 from ._ir import Block, Function, Global, Module, Operation, Region, Value, differences
-from ._ops import OPS, Arity, AttrDef, AttrKind, OpDef, OperandDef, ResultDef, get_op, ops_in, register_op
+from ._ops import (
+    OPS, Arity, AttrDef, AttrKind, ElementRule, OpDef, OperandDef, RegionRule, ResultDef, accepted_element_types,
+    get_op, ops_in, register_op,
+)
 from ._types import (
     BF16, DYNAMIC, F16, F32, F4E2M1FN, F64, F8E4M3FN, F8E5M2, F8E5M3FNU, F8E8M0FNU, I1, I4, I8, I16,
     I32, I64, SCALAR_TYPES, TF32, TOKEN, FunctionType, GatherScatterViewType, PaddingValue,
@@ -33,15 +36,15 @@ from ._versions import DEFAULT_VERSION, SUPPORTED_VERSIONS, V13_1, V13_2, V13_3,
 __all__ = [
     "ArrayAttr", "Arity", "AtomicRMWMode", "AttrDef", "AttrKind", "BF16", "Block", "BoolAttr",
     "Bounded", "Builder", "BytecodeError", "ComparisonOrdering", "ComparisonPredicate",
-    "DEFAULT_VERSION", "DYNAMIC", "DenseElements", "DictAttr", "DivBy", "F16", "F32", "F4E2M1FN",
+    "DEFAULT_VERSION", "DYNAMIC", "DenseElements", "DictAttr", "DivBy", "ElementRule", "F16", "F32", "F4E2M1FN",
     "F64", "F8E4M3FN", "F8E5M2", "F8E5M3FNU", "F8E8M0FNU", "FloatAttr", "Function", "FunctionType",
     "GatherScatterViewType", "Global", "I1", "I16", "I32", "I4", "I64", "I8", "IRError",
     "IRTypeError", "IfOp", "IntegerAttr", "IntegerOverflow", "Location", "MemoryOrdering",
     "MemoryScope", "Module", "OPS", "OpDef", "Operation", "OperandDef", "OptimizationHints",
-    "PaddingValue", "PartitionViewType", "PointerType", "Region", "RegionOp", "ResultDef",
+    "PaddingValue", "PartitionViewType", "PointerType", "Region", "RegionOp", "RegionRule", "ResultDef",
     "RoundingMode", "SCALAR_TYPES", "SUPPORTED_VERSIONS", "SameElements", "ScalarType",
     "Signedness", "StridedViewType", "StringAttr", "SymbolVisibility", "TF32", "TOKEN",
     "TensorViewType", "TileType", "TokenType", "Type", "TypeAttr", "V13_1", "V13_2", "V13_3",
-    "V13_4", "Value", "bytecode_version", "differences", "read_bytecode", "VerificationError", "Version", "VersionError", "add_function", "get_op",
+    "V13_4", "Value", "accepted_element_types", "bytecode_version", "differences", "read_bytecode", "VerificationError", "Version", "VersionError", "add_function", "get_op",
     "make_op", "ops_in", "print_function", "print_module", "problems", "register_op", "ptr", "scalar", "tile", "verify", "write_bytecode",
 ]

@@ -7,7 +7,7 @@ from typing import Any, Iterator, Sequence
 
 from ._attributes import DenseElements, Location, OptimizationHints, SymbolVisibility
 from ._errors import IRError
-from ._ops import Arity, OpDef
+from ._opdef import Arity, OpDef
 from ._types import FunctionType, Type
 
 

@@ -2,180 +2,34 @@
 
 Builder, verifier, printer, bytecode writer and reader all walk these records; adding an
 op is adding one entry to :data:`OPS`. Facts (opcodes, operand/attribute order, the
-version each field appeared in) follow NVIDIA's cuda-tile ODS definitions.
-
-Printing formats use a small MLIR-like syntax: ```lit``` a literal, ``$x`` an operand or
-attribute, ``type($x)`` its type(s), ``(...)?`` a group printed only when its anchor
-(marked ``^``) is present, ``%name($x)`` a custom directive of the printer, ``attr-dict``
-nothing (all attributes have a place). ``custom:name`` hands the op to a custom printer.
+version each field appeared in) follow NVIDIA's cuda-tile ODS definitions. The record
+(:class:`OpDef`, in :mod:`._opdef`) also carries what is particular to an op in the
+verifier and printer: its extra rule, minimum SM, accepted element types, region rules,
+result naming and custom printer, each a function of the verifier or printer it names.
 """
 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
+from . import _printer as P
+from . import _verifier as V
 from ._attributes import (
     AtomicRMWMode, ComparisonOrdering, ComparisonPredicate, IntegerOverflow, MemoryOrdering,
     MemoryScope, RoundingMode, Signedness, SymbolVisibility,
 )
 from ._errors import IRError
+from ._opdef import (
+    Arity, AttrDef, AttrKind, Checker, ElementRule, OpDef, OperandDef, RegionRule, ResultDef, A, O, R,
+)
+from ._printer import Printer
+from ._types import BF16, F16, F32, F64, I32, I64, ScalarType
 from ._versions import V13_1, V13_2, V13_3, V13_4, Version
-
-
-class Arity(enum.Enum):
-    """How many values an operand group takes: exactly one, zero or one, or any number."""
-
-    ONE = "one"
-    OPTIONAL = "optional"
-    VARIADIC = "variadic"
-
-
-@dataclass(frozen=True)
-class OperandDef:
-    """An operand group: its name, type constraint, arity and first version."""
-
-    name: str
-    constraint: str
-    arity: Arity = Arity.ONE
-    since: Version = V13_1
-
-
-class AttrKind(enum.Enum):
-    """How an attribute is encoded in bytecode (and printed)."""
-
-    ENUM = "enum"            # varint enum value
-    INT = "int"              # varint integer
-    BOOL = "bool"            # one byte
-    UNIT = "unit"            # presence only (a flag bit)
-    STR = "str"              # string-table index
-    SYMREF = "symref"        # string-table index, printed @name
-    I32_ARRAY = "i32array"   # varint count + i32 LE each
-    BOOL_ARRAY = "boolarray" # varint count + one byte each
-    DENSE = "dense"          # constant-table index
-    HINTS = "hints"          # untagged dictionary arch -> dictionary
-    PREDICATE = "predicate"  # self-contained (tagged) assume predicate
-    ATTR_ARRAY = "attrarray" # varint count + self-contained attributes
-
-
-@dataclass(frozen=True)
-class AttrDef:
-    """An attribute: kind, enum class, optional (a flag bit), default, first version."""
-
-    name: str
-    kind: AttrKind
-    enum: type[enum.IntEnum] | None = None
-    optional: bool = False
-    default: Any = None
-    since: Version = V13_1
-    #: BOOL_ARRAY only: the operand group it has one entry per (bytecode spells the default
-    #: ``()``, no entry set, as one False per value of that group).
-    per_operand: str | None = None
-
-    @property
-    def in_flags(self) -> bool:
-        return self.optional or self.kind is AttrKind.UNIT
-
-
-@dataclass(frozen=True)
-class ResultDef:
-    """A result group; ``infer`` says how the builder derives its type when not given."""
-
-    name: str
-    constraint: str
-    variadic: bool = False
-    since: Version = V13_1
-    infer: str | None = None
-
-
-@dataclass(frozen=True)
-class OpDef:
-    """One Tile IR operation."""
-
-    name: str
-    opcode: int
-    since: Version
-    operands: tuple[OperandDef, ...] = ()
-    attrs: tuple[AttrDef, ...] = ()
-    results: tuple[ResultDef, ...] = ()
-    regions: tuple[str, ...] = ()
-    segmented: bool = False
-    terminator: bool = False
-    parents: tuple[str, ...] = ()
-    same: tuple[tuple[str, ...], ...] = ()
-    pure: bool = False  # ODS "Pure": free of memory effects and speculatable (allowed in reduce/scan)
-    structural: bool = False
-    fmt: str = ""
-    #: The name the op gives its first result in MLIR text (cuda-tile's getAsmResultNames);
-    #: "" when the op has the interface but names nothing.
-    asm_name: str | None = None
-
-    def __post_init__(self) -> None:
-        # a field is never older than its op: lift every "since" to at least the op's
-        v = self.since
-        object.__setattr__(self, "operands", tuple(o if o.since >= v else replace(o, since=v) for o in self.operands))
-        object.__setattr__(self, "attrs", tuple(a if a.since >= v else replace(a, since=v) for a in self.attrs))
-        object.__setattr__(self, "results", tuple(r if r.since >= v else replace(r, since=v) for r in self.results))
-
-    # -- derived facts -------------------------------------------------------------
-    @property
-    def variadic(self) -> bool:
-        """Bytecode writes a result count when any operand or result group is variadic."""
-        return any(o.arity is Arity.VARIADIC for o in self.operands) or any(r.variadic for r in self.results)
-
-    def flag_fields(self) -> list[tuple[str, Version, bool]]:
-        """(name, since, is_attr) of flag-carried fields in bit order (version, attrs first)."""
-        items: list[tuple[Version, int, int, str]] = []
-        for i, a in enumerate(self.attrs):
-            if a.in_flags:
-                items.append((a.since, 0, i, a.name))
-        if self.segmented:
-            for i, o in enumerate(self.operands):
-                if o.arity is Arity.OPTIONAL:
-                    items.append((o.since, 1, i, o.name))
-        items.sort()
-        return [(n, v, k == 0) for v, k, _, n in items]
-
-    def has_flags(self, version: Version) -> bool:
-        f = self.flag_fields()
-        return bool(f) and version >= min(v for _, v, _ in f)
-
-    def operand(self, name: str) -> OperandDef:
-        for o in self.operands:
-            if o.name == name:
-                return o
-        raise KeyError(name)
-
-    def attr(self, name: str) -> AttrDef | None:
-        for a in self.attrs:
-            if a.name == name:
-                return a
-        return None
-
-    @property
-    def count_all_operands(self) -> bool:
-        """Non-segmented ops with an optional or variadic group write one total count."""
-        return not self.segmented and any(o.arity is not Arity.ONE for o in self.operands)
-
 
 ONE, OPT, VAR = Arity.ONE, Arity.OPTIONAL, Arity.VARIADIC
 K = AttrKind
-
-
-def O(name: str, c: str = "tile", arity: Arity = ONE, since: Version = V13_1) -> OperandDef:
-    return OperandDef(name, c, arity, since)
-
-
-def A(name: str, kind: AttrKind, enum_: type[enum.IntEnum] | None = None, *, optional: bool = False,
-      default: Any = None, since: Version = V13_1, per_operand: str | None = None) -> AttrDef:
-    return AttrDef(name, kind, enum_, optional, default, since, per_operand)
-
-
-def R(name: str, c: str = "tile", *, variadic: bool = False, since: Version = V13_1,
-      infer: str | None = None) -> ResultDef:
-    return ResultDef(name, c, variadic, since, infer)
-
 
 _TY = "attr-dict `:` type($result)"
 _CAST = "attr-dict `:` type($source) `->` type($result)"
@@ -212,18 +66,45 @@ def _binary_i(name: str, opcode: int, *attrs: AttrDef, fmt_mid: str = "", a: str
                  pure=pure, fmt=f"${a} `,` ${b} {fmt_mid} {_TY}")
 
 
-def _cast(name: str, opcode: int, src: str, dst: str, since: Version = V13_1, asm_name: str | None = None) -> OpDef:
+def _cast(name: str, opcode: int, src: str, dst: str, since: Version = V13_1, asm_name: str | None = None,
+          check: Checker | None = None) -> OpDef:
     return OpDef(name, opcode, since, (O("source", src),), (), (R("result", dst),),
-                 pure=True, fmt=f"$source {_CAST}", asm_name=asm_name)
+                 pure=True, fmt=f"$source {_CAST}", asm_name=asm_name, check=check)
 
 
-def _terminator(name: str, opcode: int, parents: tuple[str, ...]) -> OpDef:
+def _terminator(name: str, opcode: int, parents: tuple[str, ...], *, pure: bool = False,
+                elided_when_empty: bool = False) -> OpDef:
     return OpDef(name, opcode, V13_1, (O("operands", "any", VAR),), terminator=True, parents=parents,
-                 pure=name == "yield",
+                 pure=pure, elided_when_empty=elided_when_empty,
                  fmt="attr-dict ($operands^ `:` type($operands))?")
 
 
-_FOR_LIKE = ("for", "loop", "if", "reduce", "scan")
+# -- regions: what each region op's body takes and ends with ----------------------------
+_FOR_REGION = RegionRule(V.for_block_args, "continue", V.for_end, loop_exits=(("continue", V.iter_value_types),),
+                         arg_names=P.for_arg_names)
+_LOOP_REGION = RegionRule(V.loop_block_args, "continue or break", V.loop_end,
+                          loop_exits=(("continue", V.iter_value_types), ("break", V.result_types)))
+_IF_REGION = RegionRule(V.no_block_args, "yield (or continue/break in a loop)", V.if_end,
+                        passes_to_loop=("break", "continue"), may_be_empty=V.else_may_be_empty)
+_REDUCE_REGION = RegionRule(V.reduce_block_args, "yield", V.reduce_end, pure_body=True, arg_names=P.reduce_arg_names)
+_SCAN_REGION = RegionRule(V.reduce_block_args, "yield", V.reduce_end, pure_body=True)
+
+# -- atomics: the element types each mode takes, as Tile IR (tileiras 13.x) verifies them --
+_WIDE_INTS: frozenset[ScalarType] = frozenset({I32, I64})
+_ATOMIC_FLOATS: frozenset[ScalarType] = frozenset({F16, BF16, F32, F64})
+_WORDS: frozenset[ScalarType] = frozenset({I32, I64, F32, F64})  # what exchange and compare-and-swap take
+_INTEGER_MODES = (AtomicRMWMode.AND, AtomicRMWMode.OR, AtomicRMWMode.XOR, AtomicRMWMode.ADD, AtomicRMWMode.MAX,
+                  AtomicRMWMode.MIN, AtomicRMWMode.UMAX, AtomicRMWMode.UMIN)
+_RMW_ELEMENTS: tuple[tuple[Any, frozenset[ScalarType]], ...] = (
+    *((m, _WIDE_INTS) for m in _INTEGER_MODES), (AtomicRMWMode.ADDF, _ATOMIC_FLOATS), (AtomicRMWMode.XCHG, _WORDS))
+#: A reduction into a view has no exchange.
+_REDUCTION_ELEMENTS: tuple[tuple[Any, frozenset[ScalarType]], ...] = (
+    *((m, _WIDE_INTS) for m in _INTEGER_MODES), (AtomicRMWMode.ADDF, _ATOMIC_FLOATS),
+    (AtomicRMWMode.XCHG, frozenset()))
+_CAS_ELEMENTS = _WORDS
+#: Float add of bf16 needs sm_90 (tileiras: "atomicRMW ADDF with bf16 is not supported" on sm_80).
+_ATOMIC_MIN_SM: tuple[tuple[Any, ScalarType, int], ...] = ((AtomicRMWMode.ADDF, BF16, 90),)
+
 
 OPS: tuple[OpDef, ...] = (
     # ---- floating-point math -------------------------------------------------------
@@ -262,7 +143,8 @@ OPS: tuple[OpDef, ...] = (
              fmt_mid="%rounding_unless_full($rounding_mode)"),
     OpDef("fpowi", 0x79, V13_4, (O("source", "base_float_tile"), O("exponent", "int_tile")), (),
           (R("result", "base_float_tile", infer="same:source"),), same=(("source", "result"),), pure=True,
-          fmt="$source `,` $exponent attr-dict `:` type($source) `,` type($exponent)"),
+          fmt="$source `,` $exponent attr-dict `:` type($source) `,` type($exponent)",
+          check=V.same_shape("source", "exponent")),
     # ---- integer math and bits -----------------------------------------------------
     OpDef("absi", 0x01, V13_1, (O("source", "int_tile"),), (), (R("result", "int_tile", infer="same:source"),),
           same=(("source", "result"),), pure=True, fmt=f"$source {_TY}"),
@@ -296,82 +178,92 @@ OPS: tuple[OpDef, ...] = (
           fmt="$comparison_predicate $lhs `,` $rhs `,` %signedness($signedness) attr-dict `:` type($lhs) `->` type($result)"),
     OpDef("select", 0x5F, V13_1, (O("cond", "i1_tile"), O("val_if_true"), O("val_if_false")), (),
           (R("result", infer="same:val_if_true"),), same=(("val_if_true", "val_if_false", "result"),), pure=True,
-          fmt="$cond `,` $val_if_true `,` $val_if_false attr-dict `:` type($cond) `,` type($result)"),
+          fmt="$cond `,` $val_if_true `,` $val_if_false attr-dict `:` type($cond) `,` type($result)",
+          check=V.same_shape("cond", "val_if_true")),
     # ---- conversions ---------------------------------------------------------------
-    _cast("bitcast", 0x09, "number_tile", "number_tile"),
+    _cast("bitcast", 0x09, "number_tile", "number_tile", check=V.check_bitcast),
     OpDef("exti", 0x25, V13_1, (O("from", "int4_tile"),), (_SIGN,), (R("to", "int4_tile"),), pure=True,
-          fmt=f"$from %signedness($signedness) {_CONV}"),
+          fmt=f"$from %signedness($signedness) {_CONV}", check=V.check_exti),
     OpDef("ftof", 0x2A, V13_1, (O("from", "float_tile"),),
           (A("rounding_mode", K.ENUM, RoundingMode, default=RoundingMode.NEAREST_EVEN),),
-          (R("to", "float_tile"),), pure=True, fmt=f"$from %rounding($rounding_mode) {_CONV}"),
+          (R("to", "float_tile"),), pure=True, fmt=f"$from %rounding($rounding_mode) {_CONV}",
+          check=V.same_shape("from", "to")),
     OpDef("ftoi", 0x2B, V13_1, (O("from", "float_tile"),),
           (_SIGN, _ROUND, A("saturating", K.UNIT, since=V13_4)), (R("to", "int_tile"),), pure=True,
-          fmt=f"$from %signedness($signedness) %int_rounding($rounding_mode) (`saturating` $saturating^)? {_CONV}"),
-    _cast("int_to_ptr", 0x33, "i64_tile", "ptr_tile"),
+          fmt=f"$from %signedness($signedness) %int_rounding($rounding_mode) (`saturating` $saturating^)? {_CONV}",
+          check=V.same_shape("from", "to")),
+    _cast("int_to_ptr", 0x33, "i64_tile", "ptr_tile", check=V.same_shape("source", "result")),
     OpDef("itof", 0x3B, V13_1, (O("from", "int_tile"),), (_SIGN, _ROUND), (R("to", "float_tile"),), pure=True,
-          fmt=f"$from %signedness($signedness) %rounding($rounding_mode) {_CONV}"),
-    _cast("pack", 0x6F, "number4_tile", "i8_tile", since=V13_3),
-    _cast("ptr_to_int", 0x56, "ptr_tile", "i64_tile"),
-    _cast("ptr_to_ptr", 0x57, "ptr_tile", "ptr_tile"),
+          fmt=f"$from %signedness($signedness) %rounding($rounding_mode) {_CONV}", check=V.same_shape("from", "to")),
+    _cast("pack", 0x6F, "number4_tile", "i8_tile", since=V13_3, check=V.check_pack),
+    _cast("ptr_to_int", 0x56, "ptr_tile", "i64_tile", check=V.same_shape("source", "result")),
+    _cast("ptr_to_ptr", 0x57, "ptr_tile", "ptr_tile", check=V.same_shape("source", "result")),
     OpDef("trunci", 0x6B, V13_1, (O("from", "int4_tile"),), (_OVERFLOW,), (R("to", "int4_tile"),), pure=True,
-          fmt=f"$from {_OVF} {_CONV}"),
-    _cast("unpack", 0x70, "i8_tile", "number4_tile", since=V13_3),
+          fmt=f"$from {_OVF} {_CONV}", check=V.check_trunci),
+    _cast("unpack", 0x70, "i8_tile", "number4_tile", since=V13_3, check=V.check_pack),
     # ---- shapes and constants --------------------------------------------------------
-    _cast("broadcast", 0x0B, "tile", "tile", asm_name="bcast"),
+    _cast("broadcast", 0x0B, "tile", "tile", asm_name="bcast", check=V.check_broadcast),
     OpDef("cat", 0x0C, V13_1, (O("lhs"), O("rhs")), (A("dim", K.INT),), (R("result"),), pure=True,
-          fmt="$lhs `,` $rhs `dim` `=` $dim attr-dict `:` type($lhs) `,` type($rhs) `->` type($result)"),
+          fmt="$lhs `,` $rhs `dim` `=` $dim attr-dict `:` type($lhs) `,` type($rhs) `->` type($result)",
+          check=V.check_cat),
     OpDef("constant", 0x10, V13_1, (), (A("value", K.DENSE),), (R("result", "number_tile", infer="value"),),
-          pure=True, fmt="custom:constant"),
+          pure=True, fmt=Printer.op_constant, check=V.check_constant, asm_name=P.constant_name),
     OpDef("extract", 0x26, V13_1, (O("source"), O("indices", "scalar_i32", VAR)), (), (R("result"),), pure=True,
-          fmt="$source `[` $indices `]` attr-dict `:` type($source) `->` type($result)"),
+          fmt="$source `[` $indices `]` attr-dict `:` type($source) `->` type($result)",
+          check=V.check_index_count("source", "indices")),
     OpDef("insert", 0x76, V13_4, (O("source"), O("destination"), O("indices", "scalar_i32", VAR)), (),
           (R("result", infer="same:destination"),), same=(("destination", "result"),), pure=True,
-          fmt="$source `,` $destination `[` $indices `]` attr-dict `:` type($source) `,` type($destination)"),
-    OpDef("iota", 0x3A, V13_1, (), (), (R("result", "int_tile"),), pure=True, fmt=_TY),
+          fmt="$source `,` $destination `[` $indices `]` attr-dict `:` type($source) `,` type($destination)",
+          check=V.check_index_count("destination", "indices")),
+    OpDef("iota", 0x3A, V13_1, (), (), (R("result", "int_tile"),), pure=True, fmt=_TY, check=V.check_iota),
     OpDef("offset", 0x51, V13_1, (O("ptr", "ptr_tile"), O("offset", "int_tile")), (),
           (R("result", "ptr_tile", infer="same:ptr"),), same=(("ptr", "result"),), pure=True,
-          fmt="$ptr `,` $offset attr-dict `:` type($ptr) `,` type($offset) `->` type($result)"),
+          fmt="$ptr `,` $offset attr-dict `:` type($ptr) `,` type($offset) `->` type($result)",
+          check=V.same_shape("ptr", "offset")),
     OpDef("permute", 0x53, V13_1, (O("source"),), (A("permutation", K.I32_ARRAY),), (R("result"),), pure=True,
-          fmt=f"$source $permutation {_CAST}"),
-    _cast("reshape", 0x5B, "tile", "tile", asm_name="reshape"),
+          fmt=f"$source $permutation {_CAST}", check=V.check_permute),
+    _cast("reshape", 0x5B, "tile", "tile", asm_name="reshape", check=V.check_reshape),
     # ---- compute ---------------------------------------------------------------------
     OpDef("mmaf", 0x49, V13_1, (O("lhs", "mma_operand"), O("rhs", "mma_operand"), O("acc", "mma_result")),
           (A("fast_acc", K.UNIT, since=V13_3),), (R("result", "mma_result", infer="same:acc"),),
           same=(("acc", "result"),), pure=True,
-          fmt="$lhs `,` $rhs `,` $acc (`fast_acc` $fast_acc^)? attr-dict `:` type($lhs) `,` type($rhs) `,` type($acc)"),
+          fmt="$lhs `,` $rhs `,` $acc (`fast_acc` $fast_acc^)? attr-dict `:` type($lhs) `,` type($rhs) `,` type($acc)",
+          check=V.check_mma(same_elements=True)),
     OpDef("mmaf_scaled", 0x72, V13_3,
           (O("lhs", "mma_scaled_operand"), O("rhs", "mma_scaled_operand"), O("acc", "f32_tile"),
            O("lhs_scale", "mma_scale"), O("rhs_scale", "mma_scale")), (), (R("result", "f32_tile", infer="same:acc"),),
           same=(("acc", "result"),), pure=True,
           fmt="$lhs `,` $rhs `,` $acc `,` $lhs_scale `,` $rhs_scale attr-dict `:` type($lhs) `,` type($rhs) `,` "
-              "type($acc) `,` type($lhs_scale) `,` type($rhs_scale)"),
+              "type($acc) `,` type($lhs_scale) `,` type($rhs_scale)", min_sm=100),
     OpDef("mmai", 0x4A, V13_1, (O("lhs", "i8_tile"), O("rhs", "i8_tile"), O("acc", "i32_tile")),
           (A("signedness_lhs", K.ENUM, Signedness), A("signedness_rhs", K.ENUM, Signedness)),
           (R("result", "i32_tile", infer="same:acc"),), same=(("acc", "result"),), pure=True,
           fmt="$lhs `,` $rhs `,` $acc %signedness($signedness_lhs) %signedness($signedness_rhs) attr-dict `:` "
-              "type($lhs) `,` type($rhs) `,` type($acc)"),
+              "type($lhs) `,` type($rhs) `,` type($acc)", check=V.check_mma(same_elements=False)),
     OpDef("reduce", 0x58, V13_1, (O("operands", "tile", VAR),),
           (A("dim", K.INT), A("identities", K.ATTR_ARRAY)), (R("results", "tile", variadic=True),),
-          regions=("body",), fmt="custom:reduce", asm_name="reduce"),
+          regions=("body",), fmt=Printer.op_reduce, asm_name="reduce",
+          check=V.check_reduce, region_rule=_REDUCE_REGION),
     OpDef("scan", 0x5E, V13_1, (O("operands", "tile", VAR),),
           (A("dim", K.INT), A("reverse", K.BOOL), A("identities", K.ATTR_ARRAY)),
-          (R("results", "tile", variadic=True),), regions=("body",), fmt="custom:scan", asm_name=""),
+          (R("results", "tile", variadic=True),), regions=("body",), fmt=Printer.op_scan, asm_name="",
+          check=V.check_reduce, region_rule=_SCAN_REGION),
     # ---- control flow ----------------------------------------------------------------
     OpDef("assert", 0x05, V13_1, (O("condition", "i1_tile"),), (A("message", K.STR),),
           fmt="$condition `,` $message attr-dict `:` type($condition)"),
     _terminator("break", 0x0A, ("if", "loop")),
-    _terminator("continue", 0x11, ("for", "if", "loop")),
+    _terminator("continue", 0x11, ("for", "if", "loop"), elided_when_empty=True),
     OpDef("for", 0x29, V13_1,
           (O("lowerBound", "scalar_int"), O("upperBound", "scalar_int"), O("step", "scalar_int"),
            O("initValues", "any", VAR)), (A("unsignedCmp", K.UNIT, since=V13_2),),
           (R("resultValues", "any", variadic=True),), regions=("region",),
-          same=(("lowerBound", "upperBound", "step"),), fmt="custom:for", asm_name="for"),
+          same=(("lowerBound", "upperBound", "step"),), fmt=Printer.op_for, asm_name="for", region_rule=_FOR_REGION),
     OpDef("if", 0x32, V13_1, (O("condition", "scalar_i1"),), (), (R("results", "any", variadic=True),),
-          regions=("thenRegion", "elseRegion"), fmt="custom:if", asm_name=""),
+          regions=("thenRegion", "elseRegion"), fmt=Printer.op_if, asm_name="", region_rule=_IF_REGION),
     OpDef("loop", 0x41, V13_1, (O("initValues", "any", VAR),), (), (R("resultValues", "any", variadic=True),),
-          regions=("region",), fmt="custom:loop", asm_name=""),
+          regions=("region",), fmt=Printer.op_loop, asm_name="", region_rule=_LOOP_REGION),
     _terminator("return", 0x5C, ("entry",)),
-    _terminator("yield", 0x6D, ("if", "reduce", "scan")),
+    _terminator("yield", 0x6D, ("if", "reduce", "scan"), pure=True, elided_when_empty=True),
     # ---- grid ------------------------------------------------------------------------
     OpDef("get_num_tile_blocks", 0x2E, V13_1, (), (),
           tuple(R(f"gridSize_{c}", "scalar_i32", infer="scalar_i32") for c in "xyz"), pure=True,
@@ -381,23 +273,27 @@ OPS: tuple[OpDef, ...] = (
           fmt="attr-dict `:` type($blockId_x)"),
     # ---- views -----------------------------------------------------------------------
     OpDef("get_index_space_shape", 0x2D, V13_1, (O("src", "view"),), (),
-          (R("result", "scalar_int", variadic=True),), fmt="custom:shape_query"),
+          (R("result", "scalar_int", variadic=True),), fmt=Printer.op_shape_query, check=V.check_shape_query),
     OpDef("get_tensor_shape", 0x2F, V13_1, (O("src", "tensor_view"),), (),
-          (R("result", "scalar_int", variadic=True),), fmt="custom:shape_query"),
+          (R("result", "scalar_int", variadic=True),), fmt=Printer.op_shape_query, check=V.check_shape_query),
     OpDef("make_gather_scatter_view", 0x73, V13_3, (O("tensor_view", "tensor_view"),), (),
-          (R("result", "gather_view"),), pure=True, fmt="custom:make_view", asm_name="gsview"),
+          (R("result", "gather_view"),), pure=True, fmt=Printer.op_make_view, asm_name="gsview",
+          check=V.check_make_view),
     OpDef("make_partition_view", 0x42, V13_1, (O("tensor_view", "tensor_view"),), (),
-          (R("result", "partition_view"),), pure=True, fmt="custom:make_view", asm_name="pview"),
+          (R("result", "partition_view"),), pure=True, fmt=Printer.op_make_view, asm_name="pview",
+          check=V.check_make_view),
     OpDef("make_strided_view", 0x74, V13_3, (O("tensor_view", "tensor_view"),), (),
-          (R("result", "strided_view"),), pure=True, fmt="custom:make_view", asm_name="sview"),
+          (R("result", "strided_view"),), pure=True, fmt=Printer.op_make_view, asm_name="sview",
+          check=V.check_make_view),
     OpDef("make_tensor_view", 0x43, V13_1,
           (O("base", "scalar_ptr"), O("dynamicShape", "scalar_int", VAR), O("dynamicStrides", "scalar_int", VAR)),
-          (), (R("result", "tensor_view"),), segmented=True, fmt="custom:make_tensor_view",
-          asm_name="tview"),
+          (), (R("result", "tensor_view"),), segmented=True, fmt=Printer.op_make_tensor_view,
+          asm_name="tview", check=V.check_make_tensor_view),
     # ---- memory ----------------------------------------------------------------------
     OpDef("alloca", 0x71, V13_3, (), (A("num_elem", K.INT), A("alignment", K.INT), A("global", K.UNIT, since=V13_3)),
           (R("result", "scalar_ptr"),),
-          fmt="`num_elem` `=` $num_elem `,` `alignment` `=` $alignment (`global` $global^)? attr-dict `:` type($result)"),
+          fmt="`num_elem` `=` $num_elem `,` `alignment` `=` $alignment (`global` $global^)? attr-dict `:` type($result)",
+          check=V.check_alloca),
     OpDef("atomic_cas_tko", 0x07, V13_1,
           (O("pointers", "ptr_tile"), O("cmp"), O("val"), O("mask", "i1_tile", OPT), O("token", "token", OPT)),
           (_ORDERING, A("memory_scope", K.ENUM, MemoryScope)),
@@ -405,11 +301,14 @@ OPS: tuple[OpDef, ...] = (
           segmented=True, same=(("cmp", "val", "result"),),
           fmt="$memory_ordering_semantics $memory_scope $pointers `,` $cmp `,` $val (`,` $mask^)? "
               "(`token` `` `=` `` $token^)? attr-dict `:` type($pointers) `,` type($val) (`,` type($mask)^)? "
-              "`->` type($result) `,` type($result_token)"),
+              "`->` type($result) `,` type($result_token)",
+          check=V.check_ptr_access("pointers", "val"), elements=ElementRule("val", None, ((None, _CAS_ELEMENTS),))),
     OpDef("atomic_red_view_tko", 0x75, V13_3,
           (O("view", "view"), O("index", "scalar_int", VAR), O("value"), O("token", "token", OPT)),
           (_ORDERING, A("memory_scope", K.ENUM, MemoryScope), A("mode", K.ENUM, AtomicRMWMode)),
-          (R("result_token", "token", infer="token"),), segmented=True, fmt="custom:atomic_red_view"),
+          (R("result_token", "token", infer="token"),), segmented=True, fmt=Printer.op_atomic_red_view,
+          check=V.all_of(V.check_index_count("view", "index"), V.check_unpadded_view),
+          elements=ElementRule("value", "mode", _REDUCTION_ELEMENTS, _ATOMIC_MIN_SM)),
     OpDef("atomic_rmw_tko", 0x08, V13_1,
           (O("pointers", "ptr_tile"), O("arg"), O("mask", "i1_tile", OPT), O("token", "token", OPT)),
           (_ORDERING, A("memory_scope", K.ENUM, MemoryScope), A("mode", K.ENUM, AtomicRMWMode)),
@@ -417,14 +316,15 @@ OPS: tuple[OpDef, ...] = (
           segmented=True, same=(("arg", "result"),),
           fmt="$memory_ordering_semantics $memory_scope $pointers `,` $mode `,` $arg (`,` $mask^)? "
               "(`token` `` `=` `` $token^)? attr-dict `:` type($pointers) `,` type($arg) (`,` type($mask)^)? "
-              "`->` type($result) `,` type($result_token)"),
+              "`->` type($result) `,` type($result_token)",
+          check=V.check_ptr_access("pointers", "arg"), elements=ElementRule("arg", "mode", _RMW_ELEMENTS, _ATOMIC_MIN_SM)),
     OpDef("get_global", 0x2C, V13_1, (), (A("name", K.SYMREF),), (R("result", "scalar_ptr"),), pure=True,
           fmt="$name attr-dict `:` type($result)"),
     OpDef("global", 0x31, V13_1, (),
           (A("sym_name", K.STR), A("value", K.DENSE), A("alignment", K.INT, default=0),
            A("constant", K.UNIT, since=V13_3),
            A("symbol_visibility", K.ENUM, SymbolVisibility, default=SymbolVisibility.PUBLIC, since=V13_3)),
-          structural=True, fmt="custom:global"),
+          structural=True, fmt=Printer.op_structural),
     OpDef("join_tokens", 0x3C, V13_1, (O("tokens", "token", VAR),), (), (R("result", "token", infer="token"),),
           pure=True, fmt="$tokens attr-dict `:` type($result)"),
     OpDef("load_ptr_tko", 0x3D, V13_1,
@@ -435,12 +335,12 @@ OPS: tuple[OpDef, ...] = (
           fmt="$memory_ordering_semantics ($memory_scope^)? $source (`,` $mask^)? (`,` $paddingValue^)? "
               "(`token` `` `=` `` $token^)? (`optimization_hints` `=` $optimization_hints^)? attr-dict `:` "
               "type($source) (`,` type($mask)^)? (`,` type($paddingValue)^)? `->` type($result) `,` "
-              "type($result_token)"),
+              "type($result_token)", check=V.check_ptr_access("source", "result")),
     OpDef("load_view_tko", 0x3E, V13_1,
           (O("view", "view"), O("index", "scalar_int", VAR), O("token", "token", OPT)),
           (_ORDERING, _SCOPE_OPT, _HINTS, _INBOUNDS),
           (R("tile", infer="view_tile:view"), R("result_token", "token", infer="token")), segmented=True,
-          fmt="custom:load_view"),
+          fmt=Printer.op_load_view, check=V.check_view_tile("tile")),
     OpDef("make_token", 0x44, V13_1, (), (), (R("result", "token", infer="token"),), pure=True,
           fmt="attr-dict `:` type($result)"),
     OpDef("memory_fence_alias_tko", 0x7A, V13_4, (O("token", "token"),), (),
@@ -456,15 +356,16 @@ OPS: tuple[OpDef, ...] = (
           (_ORDERING, _SCOPE_OPT, _HINTS), (R("result_token", "token", infer="token"),), segmented=True,
           fmt="$memory_ordering_semantics ($memory_scope^)? $destination `,` $value (`,` $mask^)? "
               "(`token` `` `=` `` $token^)? (`optimization_hints` `=` $optimization_hints^)? attr-dict `:` "
-              "type($destination) `,` type($value) (`,` type($mask)^)? `->` type($result_token)"),
+              "type($destination) `,` type($value) (`,` type($mask)^)? `->` type($result_token)",
+          check=V.check_ptr_access("destination", "value")),
     OpDef("store_view_tko", 0x66, V13_1,
           (O("tile"), O("view", "view"), O("index", "scalar_int", VAR), O("token", "token", OPT)),
           (_ORDERING, _SCOPE_OPT, _HINTS, _INBOUNDS), (R("result_token", "token", infer="token"),),
-          segmented=True, fmt="custom:store_view"),
+          segmented=True, fmt=Printer.op_store_view, check=V.check_view_tile("tile")),
     # ---- misc ------------------------------------------------------------------------
     OpDef("assume", 0x06, V13_1, (O("value", "any"),), (A("predicate", K.PREDICATE),),
           (R("result", "any", infer="same:value"),), same=(("value", "result"),),
-          fmt="$predicate `,` $value attr-dict `:` type($value)"),
+          fmt="$predicate `,` $value attr-dict `:` type($value)", check=V.check_assume, asm_name=P.assume_name),
     OpDef("print_tko", 0x55, V13_1, (O("args", "tile", VAR), O("token", "token", OPT, since=V13_2)),
           (A("str", K.STR),), (R("result_token", "token", since=V13_2, infer="token"),), segmented=True,
           fmt="$str (`,` $args^)? (`token` `` `=` `` $token^)? attr-dict (`:` type($args)^)? `->` "
@@ -472,9 +373,9 @@ OPS: tuple[OpDef, ...] = (
     # ---- structure ---------------------------------------------------------------------
     OpDef("entry", 0x16, V13_1, (), (A("sym_name", K.STR), A("function_type", K.STR),
                                     A("optimization_hints", K.HINTS, optional=True)),
-          regions=("body",), structural=True, fmt="custom:entry"),
+          regions=("body",), structural=True, fmt=Printer.op_structural),
     OpDef("module", 0x4B, V13_1, (), (A("sym_name", K.STR), A("producer", K.STR, optional=True, since=V13_3)),
-          regions=("body",), structural=True, fmt="custom:module"),
+          regions=("body",), structural=True, fmt=Printer.op_structural),
 )
 
 OPS_BY_NAME: dict[str, OpDef] = {op.name: op for op in OPS}
@@ -528,7 +429,31 @@ def get_op(name: str) -> OpDef:
         raise IRError(f"unknown Tile IR op {name!r}{hint}") from None
 
 
-__all__ = ["OPS", "OpDef", "OperandDef", "AttrDef", "ResultDef", "Arity", "AttrKind", "get_op", "ops_in"]
+def accepted_element_types(op: str, mode: Any = None) -> frozenset[ScalarType]:
+    """The element types op ``op`` accepts, from its record's :class:`ElementRule`: for an
+    op whose types depend on an attribute (an atomic's ``mode``), those of ``mode`` (a
+    member of the attribute's enum or its MLIR spelling, ``"addf"``); empty when that
+    value takes none (a view reduction's ``"xchg"``). Raises :class:`IRError` for an op
+    without an element rule and for a mode the op does not have."""
+    d = get_op(op)
+    rule = d.elements
+    if rule is None:
+        raise IRError(f"'{d.name}' has no element-type rule (its operand constraints say what it takes)")
+    if rule.by_attr is None:
+        if mode is not None:
+            raise IRError(f"'{d.name}' takes one set of element types, not one per mode; found mode {mode!r}")
+        return rule.elements() or frozenset()
+    attr = d.attr(rule.by_attr)
+    enum_ = attr.enum if attr is not None else None
+    value = next((m for m in enum_ or () if m is mode or getattr(m, "text", None) == mode), None)
+    if value is None:
+        choices = ", ".join(str(getattr(m, "text", m.name)) for m in enum_ or ())
+        raise IRError(f"'{d.name}': {rule.by_attr} must be one of {choices}, found {mode!r}")
+    return rule.elements(value) or frozenset()
+
+
+__all__ = ["OPS", "OpDef", "OperandDef", "AttrDef", "ResultDef", "Arity", "AttrKind", "RegionRule", "ElementRule",
+           "accepted_element_types", "get_op", "ops_in"]
 
 
 @dataclass(frozen=True)

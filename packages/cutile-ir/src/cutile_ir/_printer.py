@@ -18,7 +18,7 @@ from ._attributes import (
 from ._apfloat import mlir_float
 from ._errors import VerificationError
 from ._ir import MAX_REGION_DEPTH, Block, Function, Global, Module, Operation, Value
-from ._ops import AttrKind
+from ._opdef import AttrKind
 from ._types import I1, ScalarType, TensorViewType, TileType
 from ._verifier import structure_problems
 
@@ -28,20 +28,41 @@ def asm_name(op: Operation, index: int) -> str | None:
     """The name ``op`` gives its result ``index`` (None: the op names nothing; "": it has the
     interface but no name for this result)."""
     d = op.opdef
-    if op.name == "constant":
-        return _const_name(op.attributes["value"]) if index == 0 else ""
-    if op.name == "assume":
-        src = op.operands[0]
-        if isinstance(src.owner, Operation):
-            inner = asm_name(src.owner, src.index)
-            if inner is not None:
-                return "assume_" + inner
-        return "assume"
+    if callable(d.asm_name):
+        return d.asm_name(op, index)
     if d.asm_name is not None:
         return d.asm_name if index == 0 else ""
     if len(d.results) > 1 and not any(r.variadic for r in d.results):
         return d.results[index].name if index < len(d.results) else ""
     return None
+
+
+def constant_name(op: Operation, index: int) -> str:
+    """A constant is named for its value (``%cst_1_f32``, ``%true``)."""
+    return _const_name(op.attributes["value"]) if index == 0 else ""
+
+
+def assume_name(op: Operation, index: int) -> str:
+    """An assume is named for the value it qualifies (``%assume_pview``)."""
+    src = op.operands[0]
+    if isinstance(src.owner, Operation):
+        inner = asm_name(src.owner, src.index)
+        if inner is not None:
+            return "assume_" + inner
+    return "assume"
+
+
+def for_arg_names(count: int) -> list[str | None]:
+    """A ``for`` body's arguments: the induction variable, then the iter values."""
+    return ["loopIdx", *(f"iterArg{i}" for i in range(count - 1))] if count else []
+
+
+def reduce_arg_names(count: int) -> list[str | None]:
+    """A ``reduce`` body's (element, accumulator) pairs."""
+    half = count // 2
+    if half == 1:
+        return ["reduce_lhs", "reduce_rhs"]
+    return [*(f"reduce_{s}{i}" for i in range(half) for s in ("lhs", "rhs"))]
 
 
 def format_float(bits: int, t: ScalarType) -> str:
@@ -130,14 +151,9 @@ class _Names:
 
     def block_args(self, b: Block, owner: Operation | None) -> None:
         names: list[str | None] = [None] * len(b.args)
-        if owner is not None and owner.name == "for" and b.args:
-            names = ["loopIdx", *(f"iterArg{i}" for i in range(len(b.args) - 1))]
-        elif owner is not None and owner.name == "reduce":
-            half = len(b.args) // 2
-            if half == 1:
-                names = ["reduce_lhs", "reduce_rhs"]
-            else:
-                names = [*(f"reduce_{s}{i}" for i in range(half) for s in ("lhs", "rhs"))]
+        rule = owner.opdef.region_rule if owner is not None else None
+        if rule is not None and rule.arg_names is not None:
+            names = rule.arg_names(len(b.args))
         for a, name in zip(b.args, names):
             if name is None:
                 self.names[id(a)] = f"arg{self.next_arg}"
@@ -354,8 +370,8 @@ class Printer:
 
     def block_ops(self, b: Block, indent: int, elide_empty_terminator: bool = True) -> None:
         for i, op in enumerate(b.ops):
-            if (elide_empty_terminator and i == len(b.ops) - 1 and op.opdef.terminator and not op.operands
-                    and op.name in ("continue", "yield")):
+            if (elide_empty_terminator and i == len(b.ops) - 1 and op.opdef.elided_when_empty
+                    and not op.operands):
                 continue
             self.op(op, indent)
 
@@ -383,8 +399,8 @@ class Printer:
 
     def _op(self, op: Operation, indent: int) -> None:
         fmt = op.opdef.fmt
-        if fmt.startswith("custom:"):
-            getattr(self, "op_" + fmt[7:])(op, indent)
+        if not isinstance(fmt, str):  # a custom printer
+            fmt(self, op, indent)
             return
         line = _Line()
         self.run(op, self.parsed(fmt), line)
@@ -486,7 +502,11 @@ class Printer:
             return "[" + ", ".join("true" if x else "false" for x in v) + "]"
         return attr_text(v)
 
-    # -- custom formats -----------------------------------------------------------------
+    # -- custom formats (the table's records name these methods as their printers) -------
+    def op_structural(self, op: Operation, indent: int) -> None:
+        """Globals, entries and the module print as the module's parts, never as ops."""
+        raise _unprintable(op, "a structural op is not an op of a function body")
+
     def op_constant(self, op: Operation, indent: int) -> None:
         d = op.attributes["value"]
         self.emit(indent, f"{self.results_prefix(op)}constant {dense_text(d)} : {op.results[0].type}")

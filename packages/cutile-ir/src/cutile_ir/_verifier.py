@@ -3,15 +3,15 @@ region and terminator structure, entry signatures and power-of-two tile dimensio
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from ._attributes import ArrayAttr, Bounded, DenseElements, DivBy, FloatAttr, IntegerAttr, OptimizationHints, SameElements
 from ._constraints import describe, satisfies
 from ._errors import VerificationError
 from ._ir import MAX_REGION_DEPTH, Block, Function, Module, Operation
-from ._ops import Arity, AttrDef, AttrKind
+from ._opdef import Arity, AttrDef, AttrKind, Checker, RegionRule
 from ._types import (
-    GatherScatterViewType, PartitionViewType, PointerType, ScalarType, StridedViewType,
+    SCALAR_TYPES, GatherScatterViewType, PartitionViewType, PointerType, ScalarType, StridedViewType,
     TensorViewType, TiledView, TileType, Type, is_pow2, scalar,
 )
 
@@ -36,11 +36,11 @@ def _el(t: Type) -> object:
     return t.element if isinstance(t, TileType) else None
 
 
-# Extra per-op rules beyond the table's constraints: name -> checker returning problems.
-Checker = Callable[[Operation, dict[str, list[Type]]], list[str]]
+# -- extra per-op rules beyond the table's constraints: each record of the op table names
+# its rule (``OpDef.check``), which returns the problems it finds.
 
 
-def _same_shape(*names: str) -> Checker:
+def same_shape(*names: str) -> Checker:
     def check(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
         shapes = [(n, _shape(ty[n][0])) for n in names if ty.get(n)]
         if len({s for _, s in shapes}) > 1:
@@ -52,7 +52,7 @@ def _same_shape(*names: str) -> Checker:
 def _check_cast_width(op: Operation, ty: dict[str, list[Type]], widen: bool) -> list[str]:
     a, b = ty["from"][0], ty["to"][0]
     ea, eb = _el(a), _el(b)
-    probs = _same_shape("from", "to")(op, ty)
+    probs = same_shape("from", "to")(op, ty)
     if isinstance(ea, ScalarType) and isinstance(eb, ScalarType):
         if widen and not eb.bitwidth > ea.bitwidth:
             probs.append(f"result element {eb} must be wider than operand element {ea}")
@@ -61,7 +61,7 @@ def _check_cast_width(op: Operation, ty: dict[str, list[Type]], widen: bool) -> 
     return probs
 
 
-def _check_reshape(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
+def check_reshape(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
     a, b = ty["source"][0], ty["result"][0]
     if isinstance(a, TileType) and isinstance(b, TileType):
         if a.element != b.element:
@@ -71,7 +71,7 @@ def _check_reshape(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
     return []
 
 
-def _check_broadcast(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
+def check_broadcast(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
     a, b = ty["source"][0], ty["result"][0]
     if isinstance(a, TileType) and isinstance(b, TileType):
         if a.element != b.element or a.rank != b.rank:
@@ -82,7 +82,7 @@ def _check_broadcast(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
     return []
 
 
-def _check_permute(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
+def check_permute(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
     a, b = ty["source"][0], ty["result"][0]
     perm = op.attributes.get("permutation", ())
     if not isinstance(a, TileType) or not isinstance(b, TileType):
@@ -93,7 +93,7 @@ def _check_permute(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
     return [] if want == b else [f"result type must be {want}, found {b}"]
 
 
-def _check_index_count(src: str, idx: str) -> Checker:
+def check_index_count(src: str, idx: str) -> Checker:
     def check(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
         t = ty[src][0]
         n = len(ty.get(idx, []))
@@ -102,10 +102,10 @@ def _check_index_count(src: str, idx: str) -> Checker:
     return check
 
 
-def _check_view_tile(tile_name: str) -> Checker:
+def check_view_tile(tile_name: str) -> Checker:
     def check(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
         v = ty["view"][0]
-        probs = _check_index_count("view", "index")(op, ty)
+        probs = check_index_count("view", "index")(op, ty)
         if isinstance(v, TiledView) and ty.get(tile_name):
             want = v.tile_type
             got = ty[tile_name][0]
@@ -115,7 +115,7 @@ def _check_view_tile(tile_name: str) -> Checker:
     return check
 
 
-def _check_make_tensor_view(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
+def check_make_tensor_view(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
     t = ty["result"][0]
     base = ty["base"][0]
     probs = []
@@ -130,14 +130,21 @@ def _check_make_tensor_view(op: Operation, ty: dict[str, list[Type]]) -> list[st
     return probs
 
 
-def _check_make_view(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
+def check_make_view(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
     t, src = ty["result"][0], ty["tensor_view"][0]
     if isinstance(t, TiledView) and t.tensor_view != src:
         return [f"result view is over {t.tensor_view}, but the operand is {src}"]
     return []
 
 
-def _check_mma(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
+def check_mma(same_elements: bool) -> Checker:
+    """(MxK)·(KxN)+(MxN) shapes; ``same_elements``: lhs and rhs have one element type."""
+    def check(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
+        return _mma_problems(op, ty, same_elements)
+    return check
+
+
+def _mma_problems(op: Operation, ty: dict[str, list[Type]], same_elements: bool) -> list[str]:
     a, b, c = ty["lhs"][0], ty["rhs"][0], ty["acc"][0]
     if not all(isinstance(x, TileType) for x in (a, b, c)):
         return []
@@ -148,12 +155,12 @@ def _check_mma(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
     k2, n = b.shape[-2:]
     if k != k2 or c.shape[-2:] != (m, n) or a.shape[:-2] != b.shape[:-2] or a.shape[:-2] != c.shape[:-2]:
         return [f"shapes do not form (MxK)·(KxN)+(MxN): {a}, {b}, {c}"]
-    if op.name == "mmaf" and a.element != b.element:
+    if same_elements and a.element != b.element:
         return [f"lhs and rhs element types differ: {a.element} vs {b.element}"]
     return []
 
 
-def _check_cat(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
+def check_cat(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
     a, b, r = ty["lhs"][0], ty["rhs"][0], ty["result"][0]
     d = op.attributes.get("dim", 0)
     if all(isinstance(x, TileType) for x in (a, b, r)):
@@ -191,7 +198,7 @@ def reduce_body_arg_types(operand_types: Sequence[Type]) -> list[Type]:
     return [s for s in reduce_yield_types(operand_types) for _ in range(2)]
 
 
-def _check_reduce(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
+def check_reduce(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
     ins, outs = ty["operands"], ty["results"]
     d = op.attributes.get("dim", 0)
     ids = op.attributes.get("identities")
@@ -219,22 +226,22 @@ def _check_reduce(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
     return probs
 
 
-def _check_constant(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
+def check_constant(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
     v = op.attributes.get("value")
     if isinstance(v, DenseElements) and v.type != ty["result"][0]:
         return [f"value has type {v.type}, result is {ty['result'][0]}"]
     return []
 
 
-def _check_bitcast(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
+def check_bitcast(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
     a, b = _el(ty["source"][0]), _el(ty["result"][0])
-    probs = _same_shape("source", "result")(op, ty)
+    probs = same_shape("source", "result")(op, ty)
     if isinstance(a, ScalarType) and isinstance(b, ScalarType) and a.bitwidth != b.bitwidth:
         probs.append(f"bitcast needs equal widths, found {a} and {b}")
     return probs
 
 
-def _check_pack(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
+def check_pack(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
     a, b = ty["source"][0], ty["result"][0]
     ea, eb = _el(a), _el(b)
     if isinstance(a, TileType) and isinstance(b, TileType) and isinstance(ea, ScalarType) and isinstance(eb, ScalarType):
@@ -245,7 +252,7 @@ def _check_pack(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
     return []
 
 
-def _check_ptr_access(ptrs: str, data: str) -> Checker:
+def check_ptr_access(ptrs: str, data: str) -> Checker:
     """Loads, stores and atomics through a tile of pointers: shapes match, data is the pointee."""
     def check(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
         p = ty[ptrs][0]
@@ -266,7 +273,7 @@ def _check_ptr_access(ptrs: str, data: str) -> Checker:
     return check
 
 
-def _check_shape_query(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
+def check_shape_query(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
     src = ty["src"][0]
     n = src.rank if isinstance(src, TensorViewType) else src.index_rank if isinstance(src, TiledView) else 0
     res = ty.get("result", [])
@@ -276,7 +283,7 @@ def _check_shape_query(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
     return probs
 
 
-def _check_alloca(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
+def check_alloca(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
     a = op.attributes.get("alignment", 0)
     return [] if a == 0 or is_pow2(a) else [f"alignment must be a power of two, found {a}"]
 
@@ -297,23 +304,7 @@ def _view_type_problem(t: Type) -> str | None:
     return None
 
 
-_INT_MODES = {"and", "or", "xor", "add", "max", "min", "umax", "umin"}
-
-
-def _check_atomic_mode(value: str) -> Checker:
-    def check(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
-        mode = op.attributes.get("mode")
-        el = _el(ty[value][0])
-        text = getattr(mode, "text", "")
-        if text in _INT_MODES and not (isinstance(el, ScalarType) and el.is_int and el.bitwidth in (32, 64)):
-            return [f"'{text}' works only with integers i32 and i64, found {ty[value][0]}"]
-        if text == "addf" and not (isinstance(el, ScalarType) and el.is_float):
-            return [f"'addf' works only with floats, found {ty[value][0]}"]
-        return []
-    return check
-
-
-def _check_assume(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
+def check_assume(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
     pred = op.attributes.get("predicate")
     t = ty["value"][0]
     el = _el(t)
@@ -328,56 +319,54 @@ def _check_assume(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
     return []
 
 
-def _check_iota(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
+def check_iota(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
     t = ty["result"][0]
     return [] if isinstance(t, TileType) and t.rank == 1 else [f"result must be a 1-d tile, found {t}"]
 
 
-EXTRA_CHECKS: dict[str, Checker] = {
-    "load_ptr_tko": _check_ptr_access("source", "result"),
-    "store_ptr_tko": _check_ptr_access("destination", "value"),
-    "atomic_cas_tko": _check_ptr_access("pointers", "val"),
-    "get_tensor_shape": _check_shape_query,
-    "get_index_space_shape": _check_shape_query,
-    "alloca": _check_alloca,
-    "pack": _check_pack,
-    "unpack": _check_pack,
-    "iota": _check_iota,
-    "assume": _check_assume,
-    "exti": lambda op, ty: _check_cast_width(op, ty, True),
-    "trunci": lambda op, ty: _check_cast_width(op, ty, False),
-    "ftof": _same_shape("from", "to"),
-    "ftoi": _same_shape("from", "to"),
-    "itof": _same_shape("from", "to"),
-    "bitcast": _check_bitcast,
-    "int_to_ptr": _same_shape("source", "result"),
-    "ptr_to_int": _same_shape("source", "result"),
-    "ptr_to_ptr": _same_shape("source", "result"),
-    "reshape": _check_reshape,
-    "broadcast": _check_broadcast,
-    "permute": _check_permute,
-    "cat": _check_cat,
-    "extract": _check_index_count("source", "indices"),
-    "insert": _check_index_count("destination", "indices"),
-    "load_view_tko": _check_view_tile("tile"),
-    "store_view_tko": _check_view_tile("tile"),
-    "atomic_rmw_tko": lambda op, ty: _check_atomic_mode("arg")(op, ty) + _check_ptr_access("pointers", "arg")(op, ty),
-    "atomic_red_view_tko": lambda op, ty: _check_index_count("view", "index")(op, ty) + _check_atomic_mode("value")(op, ty) + (
-        ["views with a padding value cannot take atomic reductions"]
-        if getattr(ty["view"][0], "padding", None) is not None else []),
-    "make_tensor_view": _check_make_tensor_view,
-    "make_partition_view": _check_make_view,
-    "make_strided_view": _check_make_view,
-    "make_gather_scatter_view": _check_make_view,
-    "mmaf": _check_mma,
-    "mmai": _check_mma,
-    "reduce": _check_reduce,
-    "scan": _check_reduce,
-    "constant": _check_constant,
-    "select": _same_shape("cond", "val_if_true"),
-    "fpowi": _same_shape("source", "exponent"),
-    "offset": _same_shape("ptr", "offset"),
-}
+def check_exti(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
+    return _check_cast_width(op, ty, True)
+
+
+def check_trunci(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
+    return _check_cast_width(op, ty, False)
+
+
+def all_of(*checks: Checker) -> Checker:
+    """One rule that reports the problems of each of ``checks``."""
+    def check(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
+        return [p for c in checks for p in c(op, ty)]
+    return check
+
+
+def check_unpadded_view(op: Operation, ty: dict[str, list[Type]]) -> list[str]:
+    if getattr(ty["view"][0], "padding", None) is not None:
+        return ["views with a padding value cannot take atomic reductions"]
+    return []
+
+
+def describe_elements(elements: frozenset[ScalarType]) -> str:
+    """``integers i32 and i64``, ``floats f16, bf16, f32 and f64``, ``i32, i64, f32 and f64``."""
+    ints = sorted((e for e in elements if e.is_int), key=lambda e: e.bitwidth)
+    floats = sorted((e for e in elements if not e.is_int), key=lambda e: (e.bitwidth, SCALAR_TYPES.index(e)))
+    names = [str(e) for e in ints + floats]
+    listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    return ("integers " if not floats else "floats " if not ints else "") + listed
+
+
+def _element_problem(op: Operation, ty: dict[str, list[Type]]) -> str | None:
+    rule = op.opdef.elements
+    if rule is None or not ty.get(rule.operand):
+        return None
+    t = ty[rule.operand][0]
+    value = op.attributes.get(rule.by_attr) if rule.by_attr is not None else None
+    accepted = rule.elements(value)
+    what = f"'{getattr(value, 'text', value)}'" if rule.by_attr is not None else f"'{rule.operand}'"
+    if accepted is None or not accepted:
+        return f"takes no {what}" if rule.by_attr is not None else None
+    if _el(t) not in accepted:
+        return f"{what} works only with {describe_elements(accepted)}, found {t}"
+    return None
 
 
 #: What each kind of attribute holds in ``Operation.attributes`` (as the builder and the
@@ -456,9 +445,13 @@ def check_op(op: Operation) -> list[str]:
         ts = [(n, ty[n][0]) for n in group if ty.get(n)]
         if len({t for _, t in ts}) > 1:
             probs.append("types must match: " + ", ".join(f"{n} is {t}" for n, t in ts))
-    extra = EXTRA_CHECKS.get(d.name)
-    if extra is not None and not probs:
-        probs += extra(op, ty)
+    if probs:
+        return probs
+    bad = _element_problem(op, ty)
+    if bad:
+        probs.append(bad)
+    if d.check is not None:
+        probs += d.check(op, ty)
     return probs
 
 
@@ -483,8 +476,20 @@ def _sm(arch: str) -> int:
 
 #: The first sm_XY that supports each element type (types absent here work everywhere).
 ELEMENT_MIN_SM = {"f8E4M3FN": 89, "f8E5M2": 89, "f8E8M0FNU": 100, "f4E2M1FN": 100, "f8E5M3FNU": 100}
-#: The first sm_XY that supports each op (ops absent here work everywhere).
-OP_MIN_SM = {"mmaf_scaled": 100}
+
+
+def _element_arch_problem(op: Operation, sm: int) -> str | None:
+    """An element type the op takes in this mode only on newer targets (bf16 atomic addf)."""
+    rule = op.opdef.elements
+    assert rule is not None
+    vals = op.group(rule.operand) if _segments_fit(op) else []
+    value = op.attributes.get(rule.by_attr) if rule.by_attr is not None else None
+    el = _el(vals[0].type) if vals else None
+    need = rule.min_sm_of(value, el)
+    if need is not None and sm < need:
+        mode = f"'{getattr(value, 'text', value)}' " if rule.by_attr is not None else ""
+        return f"{mode}on {el} needs sm_{need} or newer, target is sm_{sm}"
+    return None
 
 
 def _arch_problem(t: Type, sm: int) -> str | None:
@@ -553,18 +558,21 @@ class _Verifier:
             self.report(f"return types {[str(v.type) for v in last.operands]} do not match the signature "
                         f"results {[str(t) for t in f.type.results]}", op=last)
 
-    def block(self, b: Block, scope: set[int], parent: str, f: Function) -> None:
-        """Check ``b``, whose uses may see the values in ``scope``; the values it defines are
-        added to ``scope`` while it is checked and removed after (one set for the whole
-        function, so checking costs no copy per block)."""
+    def block(self, b: Block, scope: set[int], parent: str, f: Function, rule: RegionRule | None = None) -> None:
+        """Check ``b``, a region of op ``parent`` (whose region rule is ``rule``), whose uses
+        may see the values in ``scope``; the values it defines are added to ``scope`` while
+        it is checked and removed after (one set for the whole function, so checking costs
+        no copy per block)."""
         defined: list[int] = []
         try:
-            self._block(b, scope, defined, parent, f)
+            self._block(b, scope, defined, parent, rule, f)
         finally:
             scope.difference_update(defined)
 
-    def _block(self, b: Block, scope: set[int], defined: list[int], parent: str, f: Function) -> None:
+    def _block(self, b: Block, scope: set[int], defined: list[int], parent: str, rule: RegionRule | None,
+               f: Function) -> None:
         for i, op in enumerate(b.ops):
+            d = op.opdef
             for n, v in enumerate(op.operands):
                 if id(v) not in scope:
                     self.report(f"operand {n} does not dominate this use (defined later, elsewhere, "
@@ -579,21 +587,25 @@ class _Verifier:
                     bad = _arch_problem(r.type, self.sm)
                     if bad:
                         self.report(bad, op=op)
-            need = OP_MIN_SM.get(op.name)
-            if self.sm is not None and need is not None and self.sm < need:
-                self.report(f"needs sm_{need} or newer, target is sm_{self.sm}", op=op)
-            if op.opdef.terminator:
+            if self.sm is not None and d.min_sm is not None and self.sm < d.min_sm:
+                self.report(f"needs sm_{d.min_sm} or newer, target is sm_{self.sm}", op=op)
+            if self.sm is not None and d.elements is not None and d.elements.min_sm:
+                bad = _element_arch_problem(op, self.sm)
+                if bad:
+                    self.report(bad, op=op)
+            if d.terminator:
                 if i != len(b.ops) - 1:
                     self.report("a terminator must be the last op of its block", op=op)
-                if parent not in op.opdef.parents:
+                if parent not in d.parents:
                     self.report(f"may not terminate the body of '{parent}' (allowed in: "
-                                f"{', '.join(op.opdef.parents)})", op=op)
-                elif parent == "if" and op.name in ("break", "continue"):
-                    self.early_exit(op)
-            if parent in ("reduce", "scan") and not op.opdef.pure and not op.opdef.terminator:
+                                f"{', '.join(d.parents)})", op=op)
+                elif rule is not None and op.name in rule.passes_to_loop:
+                    self.early_exit(op, parent)
+            if rule is not None and rule.pure_body and not d.pure and not d.terminator:
                 self.report(f"only pure ops may appear in the body of '{parent}'", op=op)
-            if op.name == "get_global" and op.attributes.get("name") not in self.globals:
-                self.report(f"refers to unknown global @{op.attributes.get('name')}", op=op)
+            for a in d.attrs:
+                if a.kind is AttrKind.SYMREF and op.attributes.get(a.name) not in self.globals:
+                    self.report(f"refers to unknown global @{op.attributes.get(a.name)}", op=op)
             self.regions(op, scope, f)
             for r in op.results:
                 if id(r) not in scope:
@@ -615,78 +627,131 @@ class _Verifier:
 
     def _regions(self, op: Operation, scope: set[int], f: Function) -> None:
         d = op.opdef
+        rule = d.region_rule
         for ri, region in enumerate(op.regions):
             if len(region.blocks) > 1:
                 self.report(f"region {ri} has {len(region.blocks)} blocks; Tile IR regions have one", op=op)
             if not region.blocks:
-                if not (op.name == "if" and ri == 1 and not op.results):
+                if not (rule is not None and rule.may_be_empty is not None and rule.may_be_empty(op, ri)):
                     self.report(f"region {ri} ('{d.regions[ri]}') is empty", op=op)
                 continue
             blk = region.blocks[0]
-            want = self.block_arg_types(op, ri)
+            want = rule.block_args(op, ri) if rule is not None else None
             got = [a.type for a in blk.args]
             if want is not None and got != want:
                 self.report(f"region {ri} block arguments must be {[str(t) for t in want]}, found "
                             f"{[str(t) for t in got]}", op=op)
             args = [id(a) for a in blk.args if id(a) not in scope]
             scope.update(args)
-            is_loop = op.name in ("for", "loop")
+            is_loop = rule is not None and bool(rule.loop_exits)
             if is_loop:
                 self.loops.append(op)
-            self.block(blk, scope, op.name, f)
+            self.block(blk, scope, op.name, f, rule)
             if is_loop:
                 self.loops.pop()
             scope.difference_update(args)
             self.terminator(op, ri, blk)
 
-    def early_exit(self, op: Operation) -> None:
-        """break/continue ending an ``if`` act on the innermost enclosing loop."""
+    def early_exit(self, op: Operation, parent: str) -> None:
+        """A terminator ending a region that passes it on (break/continue ending an ``if``)
+        acts on the innermost enclosing loop."""
         loop = self.loops[-1] if self.loops else None
-        if loop is None or (op.name == "break" and loop.name != "loop"):
-            want_loop = "'loop'" if op.name == "break" else "'for' or 'loop'"
-            self.report(f"inside 'if' needs an enclosing {want_loop}", op=op)
+        rule = loop.opdef.region_rule if loop is not None else None
+        carried = rule.exit_types(op.name) if rule is not None else None
+        if loop is None or carried is None:
+            want_loop = " or ".join(f"'{p}'" for p in op.opdef.parents if p != parent)
+            self.report(f"inside '{parent}' needs an enclosing {want_loop}", op=op)
             return
         types = [v.type for v in op.operands]
-        want = [v.type for v in loop.group("initValues")] if op.name == "continue" else [r.type for r in loop.results]
+        want = carried(loop)
         if types != want:
             self.report(f"{op.name} carries {[str(t) for t in types]}, the enclosing '{loop.name}' expects "
                         f"{[str(t) for t in want]}", op=op)
 
-    def block_arg_types(self, op: Operation, ri: int) -> list[Type] | None:
-        if op.name == "for":
-            lb = op.operands[0].type
-            return [lb] + [v.type for v in op.group("initValues")]
-        if op.name == "loop":
-            return [v.type for v in op.group("initValues")]
-        if op.name in ("reduce", "scan"):
-            return reduce_body_arg_types([v.type for v in op.group("operands")])
-        if op.name == "if":
-            return []
-        return None
-
     def terminator(self, op: Operation, ri: int, blk: Block) -> None:
         last = blk.ops[-1] if blk.ops else None
-        name = op.name
+        rule = op.opdef.region_rule
         if last is None or not last.opdef.terminator:
-            expected = {"for": "continue", "loop": "continue or break", "if": "yield (or continue/break in a loop)",
-                        "reduce": "yield", "scan": "yield"}.get(name, "a terminator")
-            self.report(f"region {ri} must end with {expected}", op=op)
+            self.report(f"region {ri} must end with {rule.ends_with if rule is not None else 'a terminator'}", op=op)
             return
-        types = [v.type for v in last.operands]
-        if name == "for" or (name == "loop" and last.name == "continue"):
-            want = [v.type for v in op.group("initValues")]
-            if types != want:
-                self.report(f"continue carries {[str(t) for t in types]}, the loop carries {[str(t) for t in want]}",
-                            op=last)
-        elif name == "loop" and last.name == "break" or name == "if" and last.name == "yield":
-            want = [r.type for r in op.results]
-            if types != want:
-                self.report(f"{last.name} yields {[str(t) for t in types]}, '{name}' results are "
-                            f"{[str(t) for t in want]}", op=last)
-        elif name in ("reduce", "scan"):
-            want = reduce_yield_types([v.type for v in op.group("operands")])
-            if types != want:
-                self.report(f"yield must give {[str(t) for t in want]}, found {[str(t) for t in types]}", op=last)
+        bad = rule.end_problem(op, last) if rule is not None else None
+        if bad:
+            self.report(bad, op=last)
+
+
+# -- region rules of the ops with regions (each record's RegionRule names these) -------
+
+def iter_value_types(op: Operation) -> list[Type]:
+    """What a loop carries from one iteration to the next: its initial values' types."""
+    return [v.type for v in op.group("initValues")]
+
+
+def result_types(op: Operation) -> list[Type]:
+    return [r.type for r in op.results]
+
+
+def for_block_args(op: Operation, index: int) -> list[Type]:
+    """The induction variable (the bounds' type), then the iter values."""
+    return [op.operands[0].type] + iter_value_types(op)
+
+
+def loop_block_args(op: Operation, index: int) -> list[Type]:
+    return iter_value_types(op)
+
+
+def no_block_args(op: Operation, index: int) -> list[Type]:
+    return []
+
+
+def reduce_block_args(op: Operation, index: int) -> list[Type]:
+    return reduce_body_arg_types([v.type for v in op.group("operands")])
+
+
+def else_may_be_empty(op: Operation, index: int) -> bool:
+    """An ``if`` without results may leave its else region without a block."""
+    return index == 1 and not op.results
+
+
+def _continue_problem(op: Operation, last: Operation) -> str | None:
+    types, want = [v.type for v in last.operands], iter_value_types(op)
+    if types != want:
+        return f"continue carries {[str(t) for t in types]}, the loop carries {[str(t) for t in want]}"
+    return None
+
+
+def _results_problem(op: Operation, last: Operation) -> str | None:
+    types, want = [v.type for v in last.operands], result_types(op)
+    if types != want:
+        return f"{last.name} yields {[str(t) for t in types]}, '{op.name}' results are {[str(t) for t in want]}"
+    return None
+
+
+def for_end(op: Operation, last: Operation) -> str | None:
+    """A ``for`` body's terminator carries the iter values to the next iteration."""
+    return _continue_problem(op, last)
+
+
+def loop_end(op: Operation, last: Operation) -> str | None:
+    """A ``loop`` body ends with continue (the iter values) or break (the results)."""
+    if last.name == "continue":
+        return _continue_problem(op, last)
+    if last.name == "break":
+        return _results_problem(op, last)
+    return None
+
+
+def if_end(op: Operation, last: Operation) -> str | None:
+    """A branch's yield gives the ``if``'s results (break/continue act on the loop around)."""
+    return _results_problem(op, last) if last.name == "yield" else None
+
+
+def reduce_end(op: Operation, last: Operation) -> str | None:
+    """The body of reduce/scan yields one rank-0 tile per operand."""
+    types = [v.type for v in last.operands]
+    want = reduce_yield_types([v.type for v in op.group("operands")])
+    if types != want:
+        return f"yield must give {[str(t) for t in want]}, found {[str(t) for t in types]}"
+    return None
 
 
 def verify(module: Module, arch: str | None = None) -> None:

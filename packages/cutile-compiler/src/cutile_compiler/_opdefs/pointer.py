@@ -9,9 +9,10 @@ front end allows gather/scatter only in ``unsafe=True`` kernels, and atomics
 outside a block's own tile too. The interpreter checks every unmasked index and
 fails with the block and the source line.
 
-Atomic modes follow Tile IR: ``add`` on 32/64-bit integers and on f16, bf16,
-f32, f64; ``max``/``min``/``and``/``or``/``xor`` on 32/64-bit integers; ``xchg``
-and ``cas`` on 32/64-bit integers and f32/f64.
+Atomic modes take the element types Tile IR's op table gives them
+(``cutile_ir.accepted_element_types``): ``add`` on 32/64-bit integers and on f16,
+bf16, f32, f64; ``max``/``min``/``and``/``or``/``xor`` on 32/64-bit integers;
+``xchg`` and ``cas`` on 32/64-bit integers and f32/f64.
 """
 
 from __future__ import annotations
@@ -200,19 +201,35 @@ def rmw_update(mode: str, value: Any) -> Callable[[Any, int], Any]:
     return update
 
 
+def _tile_ir_atomic(mode: str, dtype: dt.DType) -> tuple[str, str | None]:
+    """The Tile IR op and mode atomic ``mode`` on ``dtype`` lowers to."""
+    if mode == "cas":
+        return "atomic_cas_tko", None
+    return "atomic_rmw_tko", tile_ir_atomic_mode(mode, dtype)
+
+
+def atomic_dtypes(mode: str) -> tuple[dt.DType, ...]:
+    """The dtypes atomic ``mode`` (``"add"``, ..., ``"xchg"``, ``"cas"``) takes: those whose
+    element type the Tile IR op it lowers to accepts, by cutile_ir's op table (the one
+    definition, which the IR verifier checks)."""
+    return tuple(d for d in dt.ALL_DTYPES
+                 if element_type(d) in ir.accepted_element_types(*_tile_ir_atomic(mode, d)))
+
+
+def _describe_dtypes(dtypes: Sequence[dt.DType]) -> str:
+    """``32/64-bit integers, f16, bf16, f32 or f64``."""
+    widths = sorted({d.bits for d in dtypes if d.is_integer})
+    parts = ["/".join(map(str, widths)) + "-bit integers"] if widths else []
+    parts += [d.name for d in dtypes if not d.is_integer]
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " or " + parts[-1]
+
+
 def check_atomic_dtype(mode: str, dtype: dt.DType) -> None:
-    wide_int = dtype.is_integer and dtype.bits in (32, 64)
-    if mode == "add":
-        ok = wide_int or (dtype.is_float and dtype.name in ("f16", "bf16", "f32", "f64"))
-        accepted = "32/64-bit integers, f16, bf16, f32 or f64"
-    elif mode in ("xchg", "cas"):
-        ok = wide_int or dtype.name in ("f32", "f64")
-        accepted = "32/64-bit integers, f32 or f64"
-    else:
-        ok = wide_int
-        accepted = "32/64-bit integers"
-    if not ok:
-        raise RuleError(f"atomic_{mode}: the GPU's atomics take {accepted}, not {dtype}")
+    """Refuses an atomic on a dtype the GPU's atomic for ``mode`` does not take."""
+    accepted = atomic_dtypes(mode)
+    if dtype not in accepted:
+        what = _describe_dtypes(accepted) if accepted else "no dtype"
+        raise RuleError(f"atomic_{mode}: the GPU's atomics take {what}, not {dtype}")
 
 
 def check_writable(tensor: TensorType, op: str) -> None:
