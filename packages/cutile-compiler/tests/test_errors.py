@@ -246,6 +246,44 @@ def k_int_pow(z: Mut[Tensor[i32, ["B"]]], x: Tensor[i32, [-1]]):
     z.store(load_tile_like(x, z) ** 2)  # <- int_pow
 
 
+def k_int_pow_call(z: Mut[Tensor[i32, ["B"]]], x: Tensor[i32, [-1]]):
+    z.store(pow(load_tile_like(x, z), 2))  # <- int_pow_call
+
+
+def k_int_div_call(z: Mut[Tensor[i32, ["B"]]], x: Tensor[i32, [-1]]):
+    z.store(div(load_tile_like(x, z), 2))  # <- int_div_call
+
+
+def k_rounding_refused(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    z.store(exp(load_tile_like(x, z), rounding="zero"))  # <- rounding_refused
+
+
+def k_ftz_refused(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    z.store(log(load_tile_like(x, z), flush_to_zero=True))  # <- ftz_refused
+
+
+def k_rounding_mode_of_another_op(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    t = load_tile_like(x, z)
+    z.store(add(t, t, rounding="approx"))  # <- rounding_mode_of_another_op
+
+
+def k_rounding_f32_only(z: Mut[Tensor[f16, ["B"]]], x: Tensor[f16, [-1]]):
+    t = load_tile_like(x, z)
+    z.store(div(t, t, rounding="full"))  # <- rounding_f32_only
+
+
+def k_ftz_f16(z: Mut[Tensor[f16, ["B"]]], x: Tensor[f16, [-1]]):
+    z.store(sqrt(load_tile_like(x, z), flush_to_zero=True))  # <- ftz_f16
+
+
+def k_astype_rounding(z: Mut[Tensor[f16, ["B"]]], x: Tensor[f32, [-1]]):
+    z.store(load_tile_like(x, z).astype(f16, rounding="positive_inf"))  # <- astype_rounding
+
+
+def k_unknown_keyword(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    z.store(sqrt(load_tile_like(x, z), fast=True))  # <- unknown_keyword
+
+
 def k_fstring(z: Mut[Tensor[f32, ["B"]]]):
     s = f"{z}"  # <- fstring
 
@@ -495,7 +533,24 @@ CASES: list[tuple[Any, dict[str, Any], type[TileError], str, str]] = [
     (k_astype_not_dtype, {"z": P, "x": V}, TileTypeError, "astype_not_dtype", "expected a dtype such as f32, got int 3"),
     (k_store_shape, {"z": P, "x": V}, TileTypeError, "store_shape", r"store: this block's tile has shape \[64\], the value \[32\]"),
     (k_int_pow, {"z": TensorSpec(dt.i32, (256,), (64,)), "x": TensorSpec(dt.i32, (256,))}, TileTypeError, "int_pow",
-     "'\\*\\*' needs floating-point operands, got i32"),
+     r"pow \('\*\*'\) needs floating-point operands, got i32; convert with .astype\(f32\)"),
+    (k_int_pow_call, {"z": TensorSpec(dt.i32, (256,), (64,)), "x": TensorSpec(dt.i32, (256,))}, TileTypeError,
+     "int_pow_call", r"pow \('\*\*'\) needs floating-point operands, got i32; convert with .astype\(f32\)"),
+    (k_int_div_call, {"z": TensorSpec(dt.i32, (256,), (64,)), "x": TensorSpec(dt.i32, (256,))}, TileTypeError, "int_div_call",
+     "div needs floating-point operands, got i32; use / or // on integers"),
+    (k_rounding_refused, {"z": P, "x": V}, TileTypeError, "rounding_refused",
+     "exp takes no rounding mode, got rounding='zero'"),
+    (k_ftz_refused, {"z": P, "x": V}, TileTypeError, "ftz_refused", "log takes no flush_to_zero"),
+    (k_rounding_mode_of_another_op, {"z": P, "x": V}, TileTypeError, "rounding_mode_of_another_op",
+     "add: rounding must be one of nearest_even, zero, negative_inf, positive_inf, got 'approx'"),
+    (k_rounding_f32_only, {"z": TensorSpec(dt.f16, (256,), (64,)), "x": TensorSpec(dt.f16, (256,))}, TileTypeError,
+     "rounding_f32_only", "div: rounding='full' is for f32 only, got f16"),
+    (k_ftz_f16, {"z": TensorSpec(dt.f16, (256,), (64,)), "x": TensorSpec(dt.f16, (256,))}, TileTypeError,
+     "ftz_f16", "sqrt: flush_to_zero is for f32 only, got f16"),
+    (k_astype_rounding, {"z": TensorSpec(dt.f16, (256,), (64,)), "x": V}, TileTypeError, "astype_rounding",
+     "astype: rounding must be one of nearest_even, zero, got 'positive_inf'"),
+    (k_unknown_keyword, {"z": P, "x": V}, TileTypeError, "unknown_keyword",
+     r"sqrt\(\) takes only rounding, flush_to_zero, got fast"),
     (k_fstring, {"z": P}, TileSyntaxError, "fstring", "f-strings are not supported in kernels"),
     (k_is, {"z": P, "x": V}, TileSyntaxError, "is", "'is' compares only with None"),
     (k_tuple_index, {"z": P}, TileTypeError, "tuple_index", "index 3 is out of range for a tuple of 3"),

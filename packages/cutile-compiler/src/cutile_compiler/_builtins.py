@@ -23,7 +23,8 @@ import numpy as np
 from cutile_compiler import _dtypes as dt
 from cutile_compiler._errors import CutileError, bounded_repr
 from cutile_compiler._ir import Value
-from cutile_compiler._opdefs._base import RuleError
+from cutile_compiler._opdefs._base import OPS, OpDef, RuleError
+from cutile_compiler._opdefs.elementwise import F32_ONLY_ROUNDINGS
 from cutile_compiler._opdefs.memory import PADDINGS, TILE_ATOMIC_MODES
 from cutile_compiler._opdefs.pointer import RMW_MODES
 from cutile_compiler._opdefs.shape import constant_value
@@ -282,11 +283,18 @@ def _float_options(fe: FrontEnd, node: ast.AST, name: str, rounding: Any, flush_
     return attrs
 
 
-_OPTIONS_DOC = {
-    "rounding": " ``rounding``: nearest_even (default), zero, negative_inf or positive_inf"
-                " (f32 and f16; f32 div also takes the faster approx and full, f32 sqrt approx).",
-    "ftz": " ``flush_to_zero=True`` (f32) treats subnormal inputs and results as zero.",
-}
+def _options_doc(opdef: OpDef) -> str:
+    """The documentation of the float options ``opdef`` takes."""
+    doc = ""
+    if opdef.rounding_modes:
+        directed = [m for m in opdef.rounding_modes if m not in F32_ONLY_ROUNDINGS]
+        fast = [m for m in opdef.rounding_modes if m in F32_ONLY_ROUNDINGS]
+        faster = f", or for f32 the faster {' or '.join(fast)}" if fast else ""
+        doc += (f" ``rounding``: {', '.join(directed[:-1])} or {directed[-1]} (f32 and f16; nearest_even is the"
+                f" default){faster}.")
+    if opdef.flush_to_zero:
+        doc += " ``flush_to_zero=True`` (f32) treats subnormal inputs and results as zero."
+    return doc
 
 
 # Element-wise DSL functions whose plain-number calls fold (all of them but fma,
@@ -311,43 +319,48 @@ def _fold(fe: FrontEnd, node: ast.AST, name: str, *values: bool | int | float) -
     return fe.fold(compute, values, lambda: f"{name}({', '.join(bounded_repr(v) for v in values)})", node)  # type: ignore[no-any-return]
 
 
-def _elementwise(name: str, doc: str, arity: int, options: tuple[str, ...] = ()) -> Builtin:
-    doc += "".join(_OPTIONS_DOC[o] for o in options)
+def _elementwise(name: str, doc: str, arity: int) -> Builtin:
+    """The DSL function of element-wise op ``name``; it takes the float options the op
+    takes (`OpDef.rounding_modes`, `OpDef.flush_to_zero`), which the op checks."""
+    doc += _options_doc(OPS[name])
     if arity == 1:
         def impl1(fe: FrontEnd, node: ast.Call, x: Any, **kwargs: Any) -> Any:
             if isinstance(x, _NUMBER) and not kwargs and name in _FOLDABLE:
                 return _fold(fe, node, name, x)  # a constant stays a (weak) Python number
             value = _tile(fe, x, node, f"{name}'s argument")
-            return fe.op(name, [value], _options(fe, node, name, options, kwargs), node=node).result
+            return fe.op(name, [value], _options(fe, node, name, kwargs), node=node).result
         return Builtin(name, impl1, doc)
 
     def impl2(fe: FrontEnd, node: ast.Call, x: Any, y: Any, **kwargs: Any) -> Any:
         if isinstance(x, _NUMBER) and isinstance(y, _NUMBER) and not kwargs and name in _FOLDABLE:
             return _fold(fe, node, name, x, y)
-        attrs = _options(fe, node, name, options, kwargs)
+        attrs = _options(fe, node, name, kwargs)
         a, b = fe.unify([x, y], node, f"{name}()")
-        if name == "div" and not a.type.dtype.is_float:  # type: ignore[attr-defined]
-            raise fe.type_error(f"div() takes floating-point values, got {a.type}; use / or // on integers", node)
         return fe.op(name, [a, b], attrs, node=node).result
     return Builtin(name, impl2, doc)
 
 
-def _options(fe: FrontEnd, node: ast.AST, name: str, allowed: tuple[str, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-    names = {"rounding": "rounding", "ftz": "flush_to_zero"}
-    accepted = {names[o] for o in allowed}
-    unknown = sorted(set(kwargs) - accepted)
+_FLOAT_OPTIONS = ("rounding", "flush_to_zero")
+
+
+def _options(fe: FrontEnd, node: ast.AST, name: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The attributes of an element-wise call's keywords. rounding= and flush_to_zero=
+    pass to the op, whose typing rule says whether it takes them; others are refused."""
+    unknown = sorted(set(kwargs) - set(_FLOAT_OPTIONS))
     if unknown:
-        takes = f"takes only {', '.join(sorted(accepted))}" if accepted else "takes no keyword arguments"
+        opdef = OPS[name]
+        accepted = ["rounding"] * bool(opdef.rounding_modes) + ["flush_to_zero"] * opdef.flush_to_zero
+        takes = f"takes only {', '.join(accepted)}" if accepted else "takes no keyword arguments"
         raise fe.type_error(f"{name}() {takes}, got {', '.join(unknown)}", node)
     return _float_options(fe, node, name, kwargs.get("rounding"), kwargs.get("flush_to_zero", False))
 
 
 exp = _elementwise("exp", "e ** x", 1)
-exp2 = _elementwise("exp2", "2 ** x.", 1, ("ftz",))
+exp2 = _elementwise("exp2", "2 ** x.", 1)
 log = _elementwise("log", "The natural logarithm.", 1)
 log2 = _elementwise("log2", "The base-2 logarithm.", 1)
-sqrt = _elementwise("sqrt", "The square root.", 1, ("rounding", "ftz"))
-rsqrt = _elementwise("rsqrt", "1 / sqrt(x).", 1, ("ftz",))
+sqrt = _elementwise("sqrt", "The square root.", 1)
+rsqrt = _elementwise("rsqrt", "1 / sqrt(x).", 1)
 sin = _elementwise("sin", "The sine (radians).", 1)
 cos = _elementwise("cos", "The cosine (radians).", 1)
 tan = _elementwise("tan", "The tangent (radians).", 1)
@@ -357,12 +370,12 @@ tanh = _elementwise("tanh", "The hyperbolic tangent.", 1)
 floor = _elementwise("floor", "Rounds down to an integral value (floats).", 1)
 ceil = _elementwise("ceil", "Rounds up to an integral value (floats).", 1)
 atan2 = _elementwise("atan2", "The angle of (x, y) = atan(y / x) in the right quadrant; atan2(y, x).", 2)
-minimum = _elementwise("minimum", "The element-wise minimum.", 2, ("ftz",))
-maximum = _elementwise("maximum", "The element-wise maximum.", 2, ("ftz",))
-add = _elementwise("add", "x + y.", 2, ("rounding", "ftz"))
-sub = _elementwise("sub", "x - y.", 2, ("rounding", "ftz"))
-mul = _elementwise("mul", "x * y.", 2, ("rounding", "ftz"))
-div = _elementwise("div", "x / y for floats.", 2, ("rounding", "ftz"))
+minimum = _elementwise("minimum", "The element-wise minimum.", 2)
+maximum = _elementwise("maximum", "The element-wise maximum.", 2)
+add = _elementwise("add", "x + y.", 2)
+sub = _elementwise("sub", "x - y.", 2)
+mul = _elementwise("mul", "x * y.", 2)
+div = _elementwise("div", "x / y for floats.", 2)
 
 
 @builtin
@@ -373,10 +386,13 @@ def pow_(fe: FrontEnd, node: ast.Call, x: Any, y: Any) -> Any:
 
 @builtin
 def fma(fe: FrontEnd, node: ast.Call, a: Any, b: Any, c: Any, rounding: Any = None, flush_to_zero: Any = False) -> Value:
-    """a * b + c with one rounding (floats); ``rounding`` and ``flush_to_zero`` as for `add`."""
+    """a * b + c with one rounding (floats)."""
     attrs = _float_options(fe, node, "fma", rounding, flush_to_zero)
     x, y, z = fe.unify([a, b, c], node, "fma()")
     return fe.op("fma", [x, y, z], attrs, node=node).result
+
+
+fma.__doc__ = (fma.__doc__ or "") + _options_doc(OPS["fma"])
 
 
 @builtin

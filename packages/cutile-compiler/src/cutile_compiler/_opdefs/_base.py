@@ -107,6 +107,13 @@ class OpDef:
     has_effects: bool = False
     #: ops ending a block (yield, break, continue, return)
     is_terminator: bool = False
+    #: how messages name the op when its DSL spelling differs from ``name`` ("astype")
+    spelled: str = ""
+    #: the ``rounding=`` modes the op accepts (nearest_even, the default, among them);
+    #: empty: it takes no rounding mode
+    rounding_modes: tuple[str, ...] = ()
+    #: whether the op accepts ``flush_to_zero=`` (f32 subnormals as zero)
+    flush_to_zero: bool = False
 
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
         raise NotImplementedError(self.name)

@@ -1,0 +1,162 @@
+"""Rules each op states once, in its definition: the kinds of operands it takes (pow
+and div need floats, whether written as an operator or a DSL function) and the float
+options (rounding=, flush_to_zero=) it accepts, which the DSL functions, the typing
+rule and the lowering all read from the op."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import cutile_ir as ir
+import pytest
+
+from cutile_compiler import _dtypes as dt
+from cutile_compiler import language
+from cutile_compiler._builtins import Builtin
+from cutile_compiler._errors import TileTypeError
+from cutile_compiler._frontend import build_kernel_ir
+from cutile_compiler._lowering import lower_kernel
+from cutile_compiler._opdefs import OPS
+from cutile_compiler._opdefs.elementwise import ELEMENTWISE, Elementwise
+from cutile_compiler._signature import TensorSpec, parse_signature, specialize
+from cutile_compiler.language import Mut, Tensor, f32, i32, load_tile_like
+
+I = TensorSpec(dt.i32, (256,), (64,))
+F = TensorSpec(dt.f32, (256,), (64,))
+IX = TensorSpec(dt.i32, (256,))
+FX = TensorSpec(dt.f32, (256,))
+
+
+def build(function: Any, **specs: TensorSpec) -> Any:
+    signature = parse_signature(function)
+    return build_kernel_ir(function, signature, specialize(signature, function.__name__, specs))
+
+
+def power_operator(z: Mut[Tensor[i32, ["B"]]], x: Tensor[i32, [-1]]):
+    t = load_tile_like(x, z)
+    z.store(t ** t)
+
+
+def power_function(z: Mut[Tensor[i32, ["B"]]], x: Tensor[i32, [-1]]):
+    t = load_tile_like(x, z)
+    z.store(language.pow(t, t))
+
+
+def test_both_spellings_of_pow_give_the_ops_one_located_error() -> None:
+    errors = []
+    for kernel in (power_operator, power_function):
+        with pytest.raises(TileTypeError) as info:
+            build(kernel, z=I, x=IX)
+        errors.append(info.value)
+    operator_error, function_error = errors
+    assert operator_error.message == function_error.message == \
+        "pow ('**') needs floating-point operands, got i32; convert with .astype(f32)"
+    for error, kernel in zip(errors, (power_operator, power_function)):
+        assert error.location is not None and error.location.function == kernel.__name__
+        assert "z.store(" in str(error).splitlines()[1]  # the line of the call, with a caret under it
+
+
+def test_pow_of_floats_still_builds() -> None:
+    def float_power(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+        t = load_tile_like(x, z)
+        z.store(language.pow(t, 2.0) + t ** 0.5)
+
+    assert [op.name for op in build(float_power, z=F, x=FX).body.ops].count("pow") == 2
+
+
+def _elementwise_functions() -> list[tuple[str, Elementwise]]:
+    """The DSL functions that are one element-wise op, with that op."""
+    found = []
+    for name in language.__all__:
+        value = getattr(language, name)
+        if isinstance(value, Builtin) and value.__name__ in ELEMENTWISE and value.__name__ != "pow":
+            found.append((value.__name__, ELEMENTWISE[value.__name__]))
+    return found
+
+
+def test_the_elementwise_functions_are_found() -> None:
+    names = {name for name, _ in _elementwise_functions()}
+    assert {"add", "div", "sqrt", "exp", "exp2", "minimum", "atan2"} <= names
+
+
+FUNCTION: Any = None  # the DSL function the kernels below call, set by the test
+
+
+def unary_rounding(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    t = load_tile_like(x, z)
+    z.store(FUNCTION(t, rounding="zero"))
+
+
+def unary_ftz(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    t = load_tile_like(x, z)
+    z.store(FUNCTION(t, flush_to_zero=True))
+
+
+def binary_rounding(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    t = load_tile_like(x, z)
+    z.store(FUNCTION(t, t, rounding="zero"))
+
+
+def binary_ftz(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    t = load_tile_like(x, z)
+    z.store(FUNCTION(t, t, flush_to_zero=True))
+
+
+def ternary_rounding(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    t = load_tile_like(x, z)
+    z.store(FUNCTION(t, t, t, rounding="zero"))
+
+
+def ternary_ftz(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    t = load_tile_like(x, z)
+    z.store(FUNCTION(t, t, t, flush_to_zero=True))
+
+
+KERNELS = {1: (unary_rounding, unary_ftz), 2: (binary_rounding, binary_ftz), 3: (ternary_rounding, ternary_ftz)}
+
+
+@pytest.mark.parametrize("name, opdef", _elementwise_functions(), ids=[n for n, _ in _elementwise_functions()])
+def test_each_function_takes_the_float_options_its_op_declares(name: str, opdef: Elementwise,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(globals(), "FUNCTION", getattr(language, name))
+
+    def refusal(kernel: Any) -> str | None:
+        try:
+            build(kernel, z=F, x=FX)
+        except TileTypeError as exc:
+            return exc.message
+        return None
+
+    with_rounding, with_ftz = KERNELS[opdef.arity]
+    spelled = opdef.spelled
+    assert refusal(with_rounding) == (None if opdef.rounding_modes else
+                                      f"{spelled} takes no rounding mode, got rounding='zero'")
+    assert refusal(with_ftz) == (None if opdef.flush_to_zero else f"{spelled} takes no flush_to_zero")
+    doc = getattr(language, name).__doc__
+    assert ("``rounding``" in doc) == bool(opdef.rounding_modes)
+    assert all(mode in doc for mode in opdef.rounding_modes)
+    assert ("flush_to_zero" in doc) == opdef.flush_to_zero
+
+
+def test_ops_declare_their_options() -> None:
+    takes_rounding = {name for name, op in OPS.items() if op.rounding_modes}
+    takes_ftz = {name for name, op in OPS.items() if op.flush_to_zero}
+    assert takes_rounding == {"add", "sub", "mul", "div", "fma", "sqrt", "cast"}
+    assert takes_ftz == {"add", "sub", "mul", "div", "fma", "sqrt", "rsqrt", "exp2", "minimum", "maximum"}
+    assert OPS["cast"].rounding_modes == ("nearest_even", "zero")
+
+
+def rounded(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    t = load_tile_like(x, z)
+    z.store(language.add(t, t, rounding="zero", flush_to_zero=True) * t + language.exp2(t, flush_to_zero=True))
+
+
+def test_the_lowering_reads_the_options_from_the_op() -> None:
+    text = ir.print_module(lower_kernel(build(rounded, z=F, x=FX), "13.3", "sm_90"))
+    lines = text.splitlines()
+    add = next(line for line in lines if " addf " in line)
+    mul = next(line for line in lines if " mulf " in line)
+    exp2 = next(line for line in lines if " exp2 " in line)
+    assert "rounding<zero>" in add and "flush_to_zero" in add
+    assert "flush_to_zero" not in mul  # a rounded op without options: nearest_even, the default
+    assert "flush_to_zero" in exp2 and "rounding" not in exp2
