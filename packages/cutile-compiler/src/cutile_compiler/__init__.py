@@ -2,8 +2,8 @@
 
 It captures a kernel's Python source, resolves and types it (`build_kernel_ir`),
 lowers it to `cutile_ir` (`lower_kernel`), writes bytecode and runs NVIDIA's
-tileiras for an arch string such as ``"sm_90"`` (`compile_kernel`), through an
-on-disk cache. It knows no driver: loading and launching belong to `cutile`.
+tileiras for an arch string such as ``"sm_90"`` (`compile_kernel`; `parse_arch`
+reads one), through an on-disk cache. It knows no driver: loading and launching belong to `cutile`.
 
 The kernel language itself is `cutile_compiler.language` (re-exported by
 ``cutile.core``); every environment variable it reads is declared in `_config`.
@@ -28,11 +28,12 @@ from cutile_compiler._signature import (
     parse_signature,
     specialize,
 )
-from cutile_compiler._toolchain import CompileOptions, Toolchain, find_toolchain
+from cutile_compiler._toolchain import ArchError, CompileOptions, Toolchain, find_toolchain, parse_arch
+from cutile_ir import Arch
 
 __all__ = [
-    "AbiArg", "CompileOptions", "CompiledKernel", "CutileError", "KernelIR", "KernelSignature",
+    "AbiArg", "Arch", "ArchError", "CompileOptions", "CompiledKernel", "CutileError", "KernelIR", "KernelSignature",
     "SourceLocation", "Specialization", "TensorSpec", "TileCompilerError", "TileError", "TileSyntaxError",
     "TileTypeError", "Toolchain", "build_kernel_ir", "compile_kernel", "find_toolchain", "format_kernel",
-    "kernel_abi", "lower_kernel", "parse_signature", "specialize",
+    "kernel_abi", "lower_kernel", "parse_arch", "parse_signature", "specialize",
 ]

@@ -31,6 +31,7 @@ from cutile_compiler._toolchain import (
     Toolchain,
     find_toolchain,
     first_error_location,
+    parse_arch,
 )
 
 
@@ -98,7 +99,9 @@ def _dump(kernel: str, spec: Specialization, stage: str, suffix: str, content: s
 
 def toolchain_for(arch: str) -> Toolchain:
     """The tileiras to use for ``arch``, checked (a `ToolchainError` or `ArchError`, both
-    `TileCompilerError`s, when there is none)."""
+    `TileCompilerError`s, when there is none). A malformed arch is refused before
+    tileiras is looked for, so the error is the same on every machine."""
+    parse_arch(arch)
     chain = find_toolchain()
     chain.check_arch(arch)
     return chain

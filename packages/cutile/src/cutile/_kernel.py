@@ -40,6 +40,7 @@ from cutile_compiler import (
     Specialization,
     build_kernel_ir,
     compile_kernel,
+    parse_arch,
     parse_signature,
     specialize,
 )
@@ -849,6 +850,7 @@ def compile(kernel: Kernel, *args: Any, arch: str = "sm_90", opt_level: int = 3,
     """
     if not isinstance(kernel, Kernel):
         raise ArgumentTypeError(f"cutile.compile: expected a @cutile.entry kernel, got {type(kernel).__name__}")
+    parse_arch(arch)  # before the arguments are looked at, with or without a toolchain
     try:
         bound = kernel._python_signature.bind_partial(*args, **kwargs)
     except TypeError as exc:
