@@ -27,9 +27,9 @@ IX = TensorSpec(dt.i32, (256,))
 FX = TensorSpec(dt.f32, (256,))
 
 
-def build(function: Any, **specs: TensorSpec) -> Any:
+def build(function: Any, unsafe: bool = False, **specs: TensorSpec) -> Any:
     signature = parse_signature(function)
-    return build_kernel_ir(function, signature, specialize(signature, function.__name__, specs))
+    return build_kernel_ir(function, signature, specialize(signature, function.__name__, specs), unsafe=unsafe)
 
 
 def power_operator(z: Mut[Tensor[i32, ["B"]]], x: Tensor[i32, [-1]]):
@@ -160,3 +160,63 @@ def test_the_lowering_reads_the_options_from_the_op() -> None:
     assert "rounding<zero>" in add and "flush_to_zero" in add
     assert "flush_to_zero" not in mul  # a rounded op without options: nearest_even, the default
     assert "flush_to_zero" in exp2 and "rounding" not in exp2
+
+
+# -- rules of memory, stated once ---------------------------------------------------------
+def view_by_partition(z: Mut[Tensor[f32, ["B"]]]):
+    z.store(z.partition((64,)).load((0,)))
+
+
+def view_by_load(z: Mut[Tensor[f32, ["B"]]]):
+    z.store(language.load(z, (0,), (64,)))
+
+
+def test_both_views_of_a_mut_tensor_get_one_refusal() -> None:
+    messages = set()
+    for kernel in (view_by_partition, view_by_load):
+        with pytest.raises(TileTypeError) as info:
+            build(kernel, z=F)
+        messages.add(info.value.message)
+    assert len(messages) == 1 and "a Mut tensor is already partitioned among the blocks" in messages.pop()
+
+
+def store_read_only(z: Mut[Tensor[i32, ["B"]]], x: Tensor[i32, [-1]]):
+    x.store(load_tile_like(x, z))
+
+
+def own_atomic_read_only(z: Mut[Tensor[i32, ["B"]]], x: Tensor[i32, [-1]]):
+    x.atomic_add(1)
+
+
+def tile_atomic_read_only(z: Mut[Tensor[i32, ["B"]]], x: Tensor[i32, [-1]]):
+    x.partition((64,)).atomic_add(0, 1)
+
+
+def scatter_read_only(z: Mut[Tensor[i32, ["B"]]], x: Tensor[i32, [-1]]):
+    language.scatter(x, language.arange(64), 1)
+
+
+def test_every_write_of_a_read_only_tensor_gets_the_ops_rule() -> None:
+    messages = []
+    for kernel in (store_read_only, own_atomic_read_only, tile_atomic_read_only, scatter_read_only):
+        with pytest.raises(TileTypeError) as info:
+            build(kernel, unsafe=True, z=I, x=IX)
+        messages.append(info.value.message.split(": ", 1))
+    assert all(len(parts) == 2 for parts in messages), messages
+    assert {text for _, text in messages} == {"the tensor is not declared Mut[...], so the kernel may not write it"}
+    assert [name for name, _ in messages] == ["store", "atomic_add", "atomic_add", "scatter"]
+
+
+def test_partition_rank_and_padding_are_the_ops_rules() -> None:
+    def wrong_rank(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+        z.store(x.partition((8, 8)).load((0, 0)).reshape((64,)))
+
+    def wrong_padding(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+        z.store(x.partition((64,), padding=0).load((0,)))
+
+    with pytest.raises(TileTypeError) as info:
+        build(wrong_rank, z=F, x=FX)
+    assert info.value.message == "partition: a rank-1 tensor is partitioned with 1 tile dims, got [8, 8]"
+    with pytest.raises(TileTypeError) as info:
+        build(wrong_padding, z=F, x=FX)
+    assert info.value.message == "partition: padding must be one of zero, neg_zero, nan, pos_inf, neg_inf, got 0"

@@ -25,8 +25,8 @@ from cutile_compiler._errors import CutileError, bounded_repr
 from cutile_compiler._ir import Value
 from cutile_compiler._opdefs._base import OPS, OpDef, RuleError
 from cutile_compiler._opdefs.elementwise import F32_ONLY_ROUNDINGS
-from cutile_compiler._opdefs.memory import PADDINGS, TILE_ATOMIC_MODES
-from cutile_compiler._opdefs.pointer import RMW_MODES
+from cutile_compiler._opdefs.memory import TILE_ATOMIC_MODES
+from cutile_compiler._opdefs.pointer import RMW_MODES, check_writable
 from cutile_compiler._opdefs.shape import constant_value
 from cutile_compiler._types import PartitionType, TensorType, TileType, broadcast_shapes, tile_shape_problem
 
@@ -146,15 +146,21 @@ def _partition(fe: FrontEnd, tensor: Value, shape: Any, padding: Any, node: ast.
         # Any other view of a tensor the blocks write would let a block read tiles
         # that other blocks are writing: a race.
         raise fe.type_error(
-            "a Mut tensor is written by the blocks tile by tile; a safe kernel reads it only through its own "
-            "tile (.load() without an index). Other tiles need @cutile.entry(unsafe=True)", node)
+            "a Mut tensor is already partitioned among the blocks, which write it tile by tile; a safe kernel "
+            "reads it only through its own tile (.load() without an index) and writes it with .store(). Other "
+            "tiles need @cutile.entry(unsafe=True)", node)
     tile_shape = _static_shape(fe, shape, node, "partition shape")
-    if len(tile_shape) != tensor.type.rank:
-        raise fe.type_error(
-            f"a rank-{tensor.type.rank} tensor is partitioned with {tensor.type.rank} tile dims, got {list(tile_shape)}", node)
-    if padding not in PADDINGS:
-        raise fe.type_error(f"padding must be one of {', '.join(PADDINGS)}, got {bounded_repr(padding)}", node)
+    # the tile shape's rank and the padding are the op's rules (`MakePartition`)
     return fe.op("make_partition", [tensor], {"tile_shape": tile_shape, "padding": padding}, node=node).result
+
+
+def _writable(fe: FrontEnd, tensor: TensorType, name: str, node: ast.AST) -> None:
+    """The ops' one rule of which tensors a kernel may write (`check_writable`), checked
+    at ``node`` before the other operands are looked at."""
+    try:
+        check_writable(tensor, name)
+    except RuleError as exc:
+        raise fe.type_error(str(exc), node) from None
 
 
 def _tensor_arg(fe: FrontEnd, value: Any, node: ast.AST, what: str) -> Value:
@@ -654,8 +660,8 @@ def _access(fe: FrontEnd, node: ast.Call, name: str, tensor: Any, indices: Any, 
             f"{name} at arbitrary indices needs @cutile.entry(unsafe=True): nothing checks its indices on the GPU"
             + ("; a safe kernel may update its own tile atomically with the Mut tensor's methods "
                f"(z.{name}(value))" if name.startswith("atomic") else ""), node)
-    if writes and not ttype.mutable:
-        raise fe.type_error(f"{name}: this tensor is read-only; declare the parameter Mut[Tensor[...]] to write it", node)
+    if writes:
+        _writable(fe, ttype, name, node)
     items = indices if isinstance(indices, tuple) else (indices,)
     if len(items) != ttype.rank:
         raise fe.type_error(f"{name}: a rank-{ttype.rank} tensor needs {ttype.rank} index tile(s), got {len(items)}", node)
@@ -786,9 +792,8 @@ def _own_tile_access(fe: FrontEnd, node: ast.Call, tensor: Value) -> tuple[list[
 def _own_values(fe: FrontEnd, node: ast.Call, tensor: Value, values: Sequence[tuple[Any, str]], name: str) -> list[Value]:
     ttype = tensor.type
     assert isinstance(ttype, TensorType)
-    if not ttype.mutable or ttype.tile_shape is None:
-        raise fe.type_error(f"{name}: this tensor is read-only; declare the parameter Mut[Tensor[...]] to update "
-                            "its tile", node)
+    _writable(fe, ttype, name, node)
+    assert ttype.tile_shape is not None  # every Mut tensor has a tile of its own (the signature sees to it)
     result = []
     for value, what in values:
         tile = _convert_value(fe, value, ttype.dtype, node, f"{name}'s {what}")
@@ -947,13 +952,7 @@ def _tensor_store(fe: FrontEnd, node: ast.Call, tensor: Value, value: Any) -> No
 
 
 def _tensor_partition(fe: FrontEnd, node: ast.Call, tensor: Value, shape: Any, padding: Any = "zero") -> Value:
-    ttype = tensor.type
-    assert isinstance(ttype, TensorType)
-    if ttype.mutable and not fe.unsafe:
-        raise fe.type_error(
-            "a Mut tensor is already partitioned among the blocks; read or write this block's tile with "
-            ".load() / .store() (other partitions need @cutile.entry(unsafe=True))", node)
-    return _partition(fe, tensor, shape, padding, node)
+    return _partition(fe, tensor, shape, padding, node)  # which refuses a Mut tensor's in a safe kernel
 
 
 def _partition_load(fe: FrontEnd, node: ast.Call, partition: Value, index: Any, latency: Any = None,

@@ -16,6 +16,7 @@ import numpy as np
 import cutile_ir as ir
 
 from cutile_compiler import _dtypes as dt
+from cutile_compiler._errors import bounded_repr
 from cutile_compiler._ir import Operation
 from cutile_compiler._lowering import PartitionInfo
 from cutile_compiler._opdefs._base import EvalContext, MemoryAccess, OpDef, RuleError, register
@@ -85,15 +86,14 @@ class MakePartition(OpDef):
         tensor = _tensor(operand_types, "partition")
         tile_shape: tuple[int, ...] = attrs["tile_shape"]
         if len(tile_shape) != tensor.rank:
-            raise RuleError(
-                f"partition: the tile shape {list(tile_shape)} has rank {len(tile_shape)}, "
-                f"the tensor rank {tensor.rank}"
-            )
+            raise RuleError(f"partition: a rank-{tensor.rank} tensor is partitioned with {tensor.rank} tile dims, "
+                            f"got {list(tile_shape)}")
         problem = tile_shape_problem(tile_shape)
         if problem is not None:
             raise RuleError(f"partition: {problem}")
-        if attrs.get("padding", "zero") not in PADDINGS:
-            raise RuleError(f"partition: padding must be one of {', '.join(PADDINGS)}, got {attrs['padding']!r}")
+        padding = attrs.get("padding", "zero")
+        if not (isinstance(padding, str) and padding in PADDINGS):
+            raise RuleError(f"partition: padding must be one of {', '.join(PADDINGS)}, got {bounded_repr(padding)}")
         return (PartitionType(tensor, tile_shape, attrs.get("padding", "zero")),)
 
     def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
