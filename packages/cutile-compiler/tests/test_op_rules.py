@@ -220,3 +220,36 @@ def test_partition_rank_and_padding_are_the_ops_rules() -> None:
     with pytest.raises(TileTypeError) as info:
         build(wrong_padding, z=F, x=FX)
     assert info.value.message == "partition: padding must be one of zero, neg_zero, nan, pos_inf, neg_inf, got 0"
+
+
+def load_two_coordinates(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    z.store(x.partition((64,)).load((0, 1)))
+
+
+def store_two_coordinates(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    z.partition((64,)).store((0, 1), load_tile_like(x, z))
+
+
+def extract_two_coordinates(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    z.store(language.extract(load_tile_like(x, z), (0, 1), (32,)).reshape((32,)).cat(load_tile_like(x, z).extract((1,), (32,)), 0))
+
+
+def load_float_coordinate(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    z.store(x.partition((64,)).load((1.5,)))
+
+
+def atomic_scope(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    z.partition((64,)).atomic_add(0, load_tile_like(x, z), scope="sys")
+
+
+@pytest.mark.parametrize("kernel, message", [
+    (load_two_coordinates, "load: the index needs 1 coordinate(s), got 2"),
+    (store_two_coordinates, "store: the index needs 1 coordinate(s), got 2"),
+    (extract_two_coordinates, "extract: the index needs 1 coordinate(s), got 2"),
+    (load_float_coordinate, "load: index coordinate 0 must be an integer scalar, got f32"),
+    (atomic_scope, "atomic_add: a tile reduction's scope is 'tl_blk' or 'device', got 'sys'"),
+], ids=lambda v: getattr(v, "__name__", ""))
+def test_a_tile_index_is_the_ops_rule_naming_the_op(kernel: Any, message: str) -> None:
+    with pytest.raises(TileTypeError) as info:
+        build(kernel, unsafe=True, z=F, x=FX)
+    assert info.value.message == message

@@ -127,17 +127,11 @@ def _axis(fe: FrontEnd, axis: Any, rank: int, node: ast.AST) -> int:
     return value % rank
 
 
-def _index(fe: FrontEnd, index: Any, rank: int, node: ast.AST) -> list[Value]:
+def _index(fe: FrontEnd, index: Any, node: ast.AST) -> list[Value]:
+    """A tile index's coordinates as values; their count and kinds are the op's rule
+    (`check_index`)."""
     items = index if isinstance(index, tuple) else (index,)
-    if len(items) != rank:
-        raise fe.type_error(f"the index needs {rank} coordinate(s), got {len(items)}", node)
-    result = []
-    for item in items:
-        value = fe.to_tile(item, node, what="an index coordinate")
-        if not (value.type.is_scalar and value.type.dtype.is_integer):  # type: ignore[attr-defined]
-            raise fe.type_error(f"index coordinates must be integer scalars, got {value.type}", node)
-        result.append(value)
-    return result
+    return [fe.to_tile(item, node, what="an index coordinate") for item in items]
 
 
 def _partition(fe: FrontEnd, tensor: Value, shape: Any, padding: Any, node: ast.AST) -> Value:
@@ -227,7 +221,7 @@ def load(fe: FrontEnd, node: ast.Call, tensor: Any, index: Any, shape: Any, padd
     ``latency`` (1 to 10) and ``allow_tma`` are hints to tileiras."""
     source = _tensor_arg(fe, tensor, node, "load's tensor")
     partition = _partition(fe, source, shape, padding, node)
-    return fe.op("tile_load", [partition, *_index(fe, index, source.type.rank, node)],  # type: ignore[attr-defined]
+    return fe.op("tile_load", [partition, *_index(fe, index, node)],
                  _hint_attrs(fe, node, latency, allow_tma), node=node).result
 
 
@@ -490,7 +484,7 @@ def extract(fe: FrontEnd, node: ast.Call, x: Any, index: Any, shape: Any) -> Val
     """The sub-tile of ``shape`` at tile coordinates ``index`` of x."""
     value = _tile(fe, x, node, "extract's argument")
     sub = _static_shape(fe, shape, node)
-    return fe.op("extract", [value, *_index(fe, index, value.type.rank, node)], {"shape": sub}, node=node).result  # type: ignore[attr-defined]
+    return fe.op("extract", [value, *_index(fe, index, node)], {"shape": sub}, node=node).result
 
 
 # -- reductions and scans --------------------------------------------------------------------
@@ -959,7 +953,7 @@ def _partition_load(fe: FrontEnd, node: ast.Call, partition: Value, index: Any, 
                     allow_tma: Any = None) -> Value:
     ptype = partition.type
     assert isinstance(ptype, PartitionType)
-    return fe.op("tile_load", [partition, *_index(fe, index, ptype.tensor.rank, node)],
+    return fe.op("tile_load", [partition, *_index(fe, index, node)],
                  _hint_attrs(fe, node, latency, allow_tma), node=node).result
 
 
@@ -970,7 +964,7 @@ def _partition_store(fe: FrontEnd, node: ast.Call, partition: Value, index: Any,
         raise fe.type_error("storing at an arbitrary tile index needs @cutile.entry(unsafe=True); a safe kernel "
                             "writes only its own tile, with .store() on the Mut tensor", node)
     tile = _convert_value(fe, value, ptype.tensor.dtype, node, "store's value")
-    fe.op("tile_store", [partition, *_index(fe, index, ptype.tensor.rank, node), tile], node=node)
+    fe.op("tile_store", [partition, *_index(fe, index, node), tile], node=node)
     return None
 
 
@@ -982,12 +976,10 @@ def _partition_atomic(mode: str) -> Impl:
         if not fe.unsafe:
             raise fe.type_error(f"{name} into a partition's tile at an arbitrary index needs @cutile.entry(unsafe=True); "
                                 f"a safe kernel updates its own tile with z.{name}(value)", node)
-        if scope not in ("tl_blk", "device"):
-            raise fe.type_error(f"{name}: a tile reduction's scope is 'tl_blk' or 'device', got {bounded_repr(scope)}", node)
         tile = _convert_value(fe, value, ptype.tensor.dtype, node, f"{name}'s value")
         if tile.type.shape != ptype.tile_shape:  # type: ignore[attr-defined]
             tile = fe.broadcast_to(tile, ptype.tile_shape, node)
-        fe.op("tile_atomic", [partition, *_index(fe, index, ptype.tensor.rank, node), tile],
+        fe.op("tile_atomic", [partition, *_index(fe, index, node), tile],
               {"mode": mode, "scope": scope}, node=node)
         return None
     return impl
