@@ -253,3 +253,32 @@ def test_a_tile_index_is_the_ops_rule_naming_the_op(kernel: Any, message: str) -
     with pytest.raises(TileTypeError) as info:
         build(kernel, unsafe=True, z=F, x=FX)
     assert info.value.message == message
+
+
+def sum_of_scalar(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    z.store(load_tile_like(x, z) + language.sum(load_tile_like(x, z).sum()))
+
+
+def cumsum_of_scalar(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    z.store(load_tile_like(x, z) + language.cumsum(load_tile_like(x, z).sum()))
+
+
+def reduce_fn_of_scalar(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    z.store(load_tile_like(x, z) + language.reduce(load_tile_like(x, z).sum(), 0, lambda a, b: a + b, 0.0))
+
+
+def where_of_floats(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    t = load_tile_like(x, z)
+    z.store(language.where(t, t, 0.0))
+
+
+@pytest.mark.parametrize("kernel, message", [
+    (sum_of_scalar, "sum needs a tile of rank 1 or more, got a scalar"),
+    (cumsum_of_scalar, "cumsum needs a tile of rank 1 or more, got a scalar"),
+    (reduce_fn_of_scalar, "reduce needs a tile of rank 1 or more, got a scalar"),
+    (where_of_floats, "where's condition must be a bool tile (a comparison), got tile<64xf32>"),
+], ids=lambda v: getattr(v, "__name__", ""))
+def test_reductions_of_scalars_and_where_conditions_have_one_rule(kernel: Any, message: str) -> None:
+    with pytest.raises(TileTypeError) as info:
+        build(kernel, z=F, x=FX)
+    assert info.value.message == message

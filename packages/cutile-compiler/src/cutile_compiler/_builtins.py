@@ -400,9 +400,7 @@ def where(fe: FrontEnd, node: ast.Call, condition: Any, x: Any, y: Any) -> Any:
     """x where ``condition`` (a bool tile) holds, else y; shapes broadcast."""
     if isinstance(condition, bool) and isinstance(x, _NUMBER) and isinstance(y, _NUMBER):
         return x if condition else y  # decided at compile time
-    cond = _tile(fe, condition, node, "where's condition")
-    if cond.type.dtype is not dt.bool_:  # type: ignore[attr-defined]
-        raise fe.type_error(f"where's condition must be a bool tile (a comparison), got {cond.type}", node)
+    cond = _tile(fe, condition, node, "where's condition")  # its dtype is the op's rule (`Select`)
     a, b = fe.unify([x, y], node, "where()")
     shape = fe.common_shape([cond, a], node, "where(): shapes")
     return fe.op("select", [fe.broadcast_to(cond, shape, node), fe.broadcast_to(a, shape, node),
@@ -488,11 +486,18 @@ def extract(fe: FrontEnd, node: ast.Call, x: Any, index: Any, shape: Any) -> Val
 
 
 # -- reductions and scans --------------------------------------------------------------------
-def _reduce(fe: FrontEnd, node: ast.Call, kind: str, x: Any, axis: Any, keepdims: Any) -> Value:
-    value = _tile(fe, x, node, f"{kind}'s argument")
-    rank = value.type.rank  # type: ignore[attr-defined]
+def _reducible_rank(fe: FrontEnd, value: Value, kind: str, node: ast.AST) -> int:
+    """The rank of a tile to reduce or scan (checked before its axis is read: a
+    scalar has none)."""
+    rank: int = value.type.rank  # type: ignore[attr-defined]
     if rank == 0:
         raise fe.type_error(f"{kind} needs a tile of rank 1 or more, got a scalar", node)
+    return rank
+
+
+def _reduce(fe: FrontEnd, node: ast.Call, kind: str, x: Any, axis: Any, keepdims: Any) -> Value:
+    value = _tile(fe, x, node, f"{kind}'s argument")
+    rank = _reducible_rank(fe, value, kind, node)
     if axis is None:
         if kind in ("argmax", "argmin") and rank != 1:
             raise fe.type_error(f"{kind} over all axes needs a 1-D tile; pass axis=", node)
@@ -525,7 +530,7 @@ argmin = _reduction("argmin", "The i32 position of the minimum along ``axis`` (f
 def _scan(kind: str, doc: str) -> Builtin:
     def impl(fe: FrontEnd, node: ast.Call, x: Any, axis: Any = 0, reverse: Any = False) -> Value:
         value = _tile(fe, x, node, f"cum{kind}'s argument")
-        rank = value.type.rank  # type: ignore[attr-defined]
+        rank = _reducible_rank(fe, value, f"cum{kind}", node)
         return fe.op("scan", [value], {"kind": kind, "axis": _axis(fe, axis, rank, node),
                                        "reverse": bool(reverse)}, node=node).result
     return Builtin("cum" + kind, impl, doc)
@@ -551,9 +556,7 @@ def _combining(fe: FrontEnd, node: ast.Call, kind: str, x: Any, axis: Any, combi
     if not (isinstance(combine_fn, (DeviceFunction, KernelLambda)) or inspect.isfunction(combine_fn)):
         raise fe.type_error(f"{kind}'s combine_fn must be a @cutile.function or a lambda of (accumulator, element), "
                             f"got {fe.describe(combine_fn)}", node)
-    rank = tiles[0].type.rank  # type: ignore[attr-defined]
-    if rank == 0:
-        raise fe.type_error(f"{kind}: cannot reduce a scalar", node)
+    rank = _reducible_rank(fe, tiles[0], kind, node)
     checked: list[int | float | bool] = []
     for tile, ident in zip(tiles, identities):
         dtype: dt.DType = tile.type.dtype  # type: ignore[attr-defined]

@@ -251,7 +251,7 @@ class Select(OpDef):
         cond = tile_operand(operand_types, 0, "where")
         value = same_types(operand_types[1:], "where")
         if cond.dtype is not dt.bool_:
-            raise RuleError(f"where: the condition must be a bool tile, got {cond}")
+            raise RuleError(f"where's condition must be a bool tile (a comparison), got {cond}")
         if cond.shape != value.shape:
             raise RuleError(f"where: condition shape {list(cond.shape)} differs from value shape {list(value.shape)}")
         return (value,)
