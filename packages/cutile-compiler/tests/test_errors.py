@@ -246,6 +246,53 @@ def k_int_pow(z: Mut[Tensor[i32, ["B"]]], x: Tensor[i32, [-1]]):
     z.store(load_tile_like(x, z) ** 2)  # <- int_pow
 
 
+def k_int_pow_call(z: Mut[Tensor[i32, ["B"]]], x: Tensor[i32, [-1]]):
+    z.store(pow(load_tile_like(x, z), 2))  # <- int_pow_call
+
+
+def k_int_div_call(z: Mut[Tensor[i32, ["B"]]], x: Tensor[i32, [-1]]):
+    z.store(div(load_tile_like(x, z), 2))  # <- int_div_call
+
+
+def k_rounding_refused(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    z.store(exp(load_tile_like(x, z), rounding="zero"))  # <- rounding_refused
+
+
+def k_ftz_refused(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    z.store(log(load_tile_like(x, z), flush_to_zero=True))  # <- ftz_refused
+
+
+def k_rounding_mode_of_another_op(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    t = load_tile_like(x, z)
+    z.store(add(t, t, rounding="approx"))  # <- rounding_mode_of_another_op
+
+
+def k_rounding_f32_only(z: Mut[Tensor[f16, ["B"]]], x: Tensor[f16, [-1]]):
+    t = load_tile_like(x, z)
+    z.store(div(t, t, rounding="full"))  # <- rounding_f32_only
+
+
+def k_ftz_f16(z: Mut[Tensor[f16, ["B"]]], x: Tensor[f16, [-1]]):
+    z.store(sqrt(load_tile_like(x, z), flush_to_zero=True))  # <- ftz_f16
+
+
+def k_astype_rounding(z: Mut[Tensor[f16, ["B"]]], x: Tensor[f32, [-1]]):
+    z.store(load_tile_like(x, z).astype(f16, rounding="positive_inf"))  # <- astype_rounding
+
+
+def k_unknown_keyword(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    z.store(sqrt(load_tile_like(x, z), fast=True))  # <- unknown_keyword
+
+
+def k_partition_rank(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    p = x.partition((64, 64))  # <- partition_rank
+    z.store(p.load((0, 0)).reshape((64 * 64,)).extract((0,), (64,)))
+
+
+def k_partition_padding(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    z.store(x.load(index=(0,), shape=(64,), padding="inf"))  # <- partition_padding
+
+
 def k_fstring(z: Mut[Tensor[f32, ["B"]]]):
     s = f"{z}"  # <- fstring
 
@@ -451,7 +498,7 @@ CASES: list[tuple[Any, dict[str, Any], type[TileError], str, str]] = [
      "a safe kernel reads it only through its own tile"),
     (k_read_mut_in_other_tiles, {"z": P, "w": TensorSpec(dt.f32, (256,), (32,))}, TileTypeError,
      "read_mut_in_other_tiles", r"would read other blocks' tiles while they write them \(a race\)"),
-    (k_store_readonly, {"z": P, "x": V}, TileTypeError, "store_readonly", "this tensor is read-only; declare the parameter Mut"),
+    (k_store_readonly, {"z": P, "x": V}, TileTypeError, "store_readonly", r"store: the tensor is not declared Mut\[...\], so the kernel may not write it"),
     (k_partition_mut, {"z": P}, TileTypeError, "partition_mut", "a Mut tensor is already partitioned among the blocks"),
     (k_partition_store, {"z": P, "x": V}, TileTypeError, "partition_store", r"needs @cutile.entry\(unsafe=True\)"),
     (k_unknown_name, {"z": P}, TileSyntaxError, "unknown_name", "name 'undefined_thing' is not defined"),
@@ -495,7 +542,28 @@ CASES: list[tuple[Any, dict[str, Any], type[TileError], str, str]] = [
     (k_astype_not_dtype, {"z": P, "x": V}, TileTypeError, "astype_not_dtype", "expected a dtype such as f32, got int 3"),
     (k_store_shape, {"z": P, "x": V}, TileTypeError, "store_shape", r"store: this block's tile has shape \[64\], the value \[32\]"),
     (k_int_pow, {"z": TensorSpec(dt.i32, (256,), (64,)), "x": TensorSpec(dt.i32, (256,))}, TileTypeError, "int_pow",
-     "'\\*\\*' needs floating-point operands, got i32"),
+     r"pow \('\*\*'\) needs floating-point operands, got i32; convert with .astype\(f32\)"),
+    (k_int_pow_call, {"z": TensorSpec(dt.i32, (256,), (64,)), "x": TensorSpec(dt.i32, (256,))}, TileTypeError,
+     "int_pow_call", r"pow \('\*\*'\) needs floating-point operands, got i32; convert with .astype\(f32\)"),
+    (k_int_div_call, {"z": TensorSpec(dt.i32, (256,), (64,)), "x": TensorSpec(dt.i32, (256,))}, TileTypeError, "int_div_call",
+     "div needs floating-point operands, got i32; use / or // on integers"),
+    (k_rounding_refused, {"z": P, "x": V}, TileTypeError, "rounding_refused",
+     "exp takes no rounding mode, got rounding='zero'"),
+    (k_ftz_refused, {"z": P, "x": V}, TileTypeError, "ftz_refused", "log takes no flush_to_zero"),
+    (k_rounding_mode_of_another_op, {"z": P, "x": V}, TileTypeError, "rounding_mode_of_another_op",
+     "add: rounding must be one of nearest_even, zero, negative_inf, positive_inf, got 'approx'"),
+    (k_rounding_f32_only, {"z": TensorSpec(dt.f16, (256,), (64,)), "x": TensorSpec(dt.f16, (256,))}, TileTypeError,
+     "rounding_f32_only", "div: rounding='full' is for f32 only, got f16"),
+    (k_ftz_f16, {"z": TensorSpec(dt.f16, (256,), (64,)), "x": TensorSpec(dt.f16, (256,))}, TileTypeError,
+     "ftz_f16", "sqrt: flush_to_zero is for f32 only, got f16"),
+    (k_astype_rounding, {"z": TensorSpec(dt.f16, (256,), (64,)), "x": V}, TileTypeError, "astype_rounding",
+     "astype: rounding must be one of nearest_even, zero, got 'positive_inf'"),
+    (k_unknown_keyword, {"z": P, "x": V}, TileTypeError, "unknown_keyword",
+     r"sqrt\(\) takes only rounding, flush_to_zero, got fast"),
+    (k_partition_rank, {"z": P, "x": V}, TileTypeError, "partition_rank",
+     r"partition: a rank-1 tensor is partitioned with 1 tile dims, got \[64, 64\]"),
+    (k_partition_padding, {"z": P, "x": V}, TileTypeError, "partition_padding",
+     "partition: padding must be one of zero, neg_zero, nan, pos_inf, neg_inf, got 'inf'"),
     (k_fstring, {"z": P}, TileSyntaxError, "fstring", "f-strings are not supported in kernels"),
     (k_is, {"z": P, "x": V}, TileSyntaxError, "is", "'is' compares only with None"),
     (k_tuple_index, {"z": P}, TileTypeError, "tuple_index", "index 3 is out of range for a tuple of 3"),
@@ -511,7 +579,7 @@ CASES: list[tuple[Any, dict[str, Any], type[TileError], str, str]] = [
      r"gather at arbitrary indices needs @cutile.entry\(unsafe=True\)"),
     (k_atomic_safe, {"z": P, "x": V}, TileTypeError, "atomic_safe",
      r"atomic_add at arbitrary indices needs @cutile.entry\(unsafe=True\).*own tile atomically"),
-    (k_scatter_readonly, {"z": P, "x": V}, TileTypeError, "scatter_readonly", "scatter: this tensor is read-only"),
+    (k_scatter_readonly, {"z": P, "x": V}, TileTypeError, "scatter_readonly", r"scatter: the tensor is not declared Mut\[...\], so the kernel may not write it"),
     (k_gather_shapes, {"z": P, "x": TensorSpec(dt.f32, (64, 64))}, TileTypeError, "gather_shapes",
      r"gather: the shapes of indices, values and mask \[64\], \[32\] do not broadcast"),
     (k_gather_rank, {"z": P, "x": TensorSpec(dt.f32, (64, 64))}, TileTypeError, "gather_rank",
@@ -523,7 +591,7 @@ CASES: list[tuple[Any, dict[str, Any], type[TileError], str, str]] = [
     (k_atomic_order, {"z": TensorSpec(dt.i32, (256,), (64,))}, TileTypeError, "atomic_order",
      "atomic_add: order must be one of 'relaxed', 'acquire', 'release', 'acq_rel', got 'weak'"),
     (k_own_atomic_readonly, {"z": TensorSpec(dt.i32, (256,), (64,)), "x": TensorSpec(dt.i32, (256,))}, TileTypeError,
-     "own_atomic_readonly", r"atomic_add: this tensor is read-only; declare the parameter Mut\[Tensor\[...\]\]"),
+     "own_atomic_readonly", r"atomic_add: the tensor is not declared Mut\[...\], so the kernel may not write it"),
     (k_own_atomic_shape, {"z": TensorSpec(dt.i32, (256,), (64,))}, TileTypeError, "own_atomic_shape",
      r"atomic_add: this block's tile has shape \[64\], the value \[32\]"),
     (k_own_atomic_i8, {"z": TensorSpec(dt.i8, (256,), (64,))}, TileTypeError, "own_atomic_i8",

@@ -30,9 +30,12 @@ FIXTURES = Path(__file__).parent
 # --- arch strings --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("arch", "capability"), [("sm_80", 80), ("sm_86", 86), ("sm_90", 90), ("sm_100", 100), ("sm_120", 120)])
-def test_plain_arch_strings_parse(arch: str, capability: int) -> None:
-    assert _toolchain.parse_arch(arch) == capability
+@pytest.mark.parametrize(("arch", "capability", "major", "minor"),
+                         [("sm_80", 80, 8, 0), ("sm_86", 86, 8, 6), ("sm_90", 90, 9, 0), ("sm_100", 100, 10, 0),
+                          ("sm_120", 120, 12, 0), ("sm_103", 103, 10, 3)])
+def test_plain_arch_strings_parse(arch: str, capability: int, major: int, minor: int) -> None:
+    parsed = _toolchain.parse_arch(arch)
+    assert (parsed.sm, parsed.major, parsed.minor, str(parsed)) == (capability, major, minor, arch)
 
 
 @pytest.mark.parametrize(

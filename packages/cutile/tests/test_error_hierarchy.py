@@ -125,6 +125,23 @@ def test_the_toolchain_error_reaches_the_user_with_its_class() -> None:
     assert isinstance(info.value, cutile.TileCompilerError) and isinstance(info.value, ValueError)
 
 
+@pytest.mark.parametrize("arch", ["sm90", "sm_", "hopper", "sm_9x"])
+def test_a_malformed_arch_gets_the_compilers_one_message_in_cutile(arch: str) -> None:
+    expected = str(pytest.raises(cutile.ArchError, cutile_compiler.parse_arch, arch).value)
+    x = api.from_numpy(np.zeros(256, np.float32))
+    with pytest.raises(cutile.ArchError) as compiled:
+        cutile.compile(double, api.meta([256]).partition([128]), x, arch=arch)
+    assert str(compiled.value) == expected
+    keyed = expected.replace("arch ", "hints key ", 1)
+    with pytest.raises(cutile.SignatureError) as entry:
+        cutile.entry(hints={arch: {"occupancy": 2}})(double.function)
+    assert str(entry.value) == f"@cutile.entry of double: {keyed}"
+    z = api.from_numpy(np.zeros(256, np.float32)).partition([128])
+    with pytest.raises(cutile.LaunchError) as launch:
+        double(z, x).compile_options(hints={arch: {"occupancy": 2}})
+    assert str(launch.value) == f"double.compile_options: {keyed}"
+
+
 def _bad_calls() -> list[tuple[str, object, type[BaseException], type[BaseException]]]:
     from cutile_compiler import TensorSpec
     from cutile_compiler._cache import DiskCache, LRUCache

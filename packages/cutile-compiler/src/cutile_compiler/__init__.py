@@ -2,8 +2,8 @@
 
 It captures a kernel's Python source, resolves and types it (`build_kernel_ir`),
 lowers it to `cutile_ir` (`lower_kernel`), writes bytecode and runs NVIDIA's
-tileiras for an arch string such as ``"sm_90"`` (`compile_kernel`), through an
-on-disk cache. It knows no driver: loading and launching belong to `cutile`.
+tileiras for an arch string such as ``"sm_90"`` (`compile_kernel`; `parse_arch`
+reads one), through an on-disk cache. It knows no driver: loading and launching belong to `cutile`.
 
 This module is the compiler's public surface, the one the layers above use (the
 ``_``-prefixed modules are its implementation; ``tests/test_layering.py`` checks
@@ -76,15 +76,17 @@ from cutile_compiler._toolchain import (
     Toolchain,
     ToolchainError,
     find_toolchain,
+    parse_arch,
 )
+from cutile_ir import Arch
 from cutile_compiler._dtypes import DType
 from cutile_compiler._types import TileType, is_power_of_two, tile_shape_problem
 from cutile_compiler import config, dtypes
 
 __all__ = [
     # compiling
-    "AbiArg", "CompileOptions", "CompiledKernel", "DEFAULT_OPTIONS", "KernelCompiler", "KernelHints", "Toolchain",
-    "build_kernel_ir", "compile_kernel", "find_toolchain", "format_kernel", "kernel_abi", "lower_kernel",
+    "AbiArg", "Arch", "CompileOptions", "CompiledKernel", "DEFAULT_OPTIONS", "KernelCompiler", "KernelHints", "Toolchain",
+    "build_kernel_ir", "compile_kernel", "find_toolchain", "format_kernel", "kernel_abi", "lower_kernel", "parse_arch",
     # signatures and specializations
     "ConstantAnnotation", "DeviceFunction", "KernelSignature", "MAX_DIVISIBILITY", "Specialization",
     "TensorAnnotation", "TensorSpec", "constant_key", "make_tensor_annotation", "parse_signature", "specialize",

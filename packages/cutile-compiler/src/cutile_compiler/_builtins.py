@@ -23,9 +23,10 @@ import numpy as np
 from cutile_compiler import _dtypes as dt
 from cutile_compiler._errors import CutileError, bounded_repr
 from cutile_compiler._ir import Value
-from cutile_compiler._opdefs._base import RuleError
-from cutile_compiler._opdefs.memory import PADDINGS, TILE_ATOMIC_MODES
-from cutile_compiler._opdefs.pointer import RMW_MODES
+from cutile_compiler._opdefs._base import OPS, OpDef, RuleError
+from cutile_compiler._opdefs.elementwise import F32_ONLY_ROUNDINGS
+from cutile_compiler._opdefs.memory import TILE_ATOMIC_MODES
+from cutile_compiler._opdefs.pointer import RMW_MODES, check_writable
 from cutile_compiler._opdefs.shape import constant_value
 from cutile_compiler._types import PartitionType, TensorType, TileType, broadcast_shapes, tile_shape_problem
 
@@ -126,17 +127,11 @@ def _axis(fe: FrontEnd, axis: Any, rank: int, node: ast.AST) -> int:
     return value % rank
 
 
-def _index(fe: FrontEnd, index: Any, rank: int, node: ast.AST) -> list[Value]:
+def _index(fe: FrontEnd, index: Any, node: ast.AST) -> list[Value]:
+    """A tile index's coordinates as values; their count and kinds are the op's rule
+    (`check_index`)."""
     items = index if isinstance(index, tuple) else (index,)
-    if len(items) != rank:
-        raise fe.type_error(f"the index needs {rank} coordinate(s), got {len(items)}", node)
-    result = []
-    for item in items:
-        value = fe.to_tile(item, node, what="an index coordinate")
-        if not (value.type.is_scalar and value.type.dtype.is_integer):  # type: ignore[attr-defined]
-            raise fe.type_error(f"index coordinates must be integer scalars, got {value.type}", node)
-        result.append(value)
-    return result
+    return [fe.to_tile(item, node, what="an index coordinate") for item in items]
 
 
 def _partition(fe: FrontEnd, tensor: Value, shape: Any, padding: Any, node: ast.AST) -> Value:
@@ -145,15 +140,21 @@ def _partition(fe: FrontEnd, tensor: Value, shape: Any, padding: Any, node: ast.
         # Any other view of a tensor the blocks write would let a block read tiles
         # that other blocks are writing: a race.
         raise fe.type_error(
-            "a Mut tensor is written by the blocks tile by tile; a safe kernel reads it only through its own "
-            "tile (.load() without an index). Other tiles need @cutile.entry(unsafe=True)", node)
+            "a Mut tensor is already partitioned among the blocks, which write it tile by tile; a safe kernel "
+            "reads it only through its own tile (.load() without an index) and writes it with .store(). Other "
+            "tiles need @cutile.entry(unsafe=True)", node)
     tile_shape = _static_shape(fe, shape, node, "partition shape")
-    if len(tile_shape) != tensor.type.rank:
-        raise fe.type_error(
-            f"a rank-{tensor.type.rank} tensor is partitioned with {tensor.type.rank} tile dims, got {list(tile_shape)}", node)
-    if padding not in PADDINGS:
-        raise fe.type_error(f"padding must be one of {', '.join(PADDINGS)}, got {bounded_repr(padding)}", node)
+    # the tile shape's rank and the padding are the op's rules (`MakePartition`)
     return fe.op("make_partition", [tensor], {"tile_shape": tile_shape, "padding": padding}, node=node).result
+
+
+def _writable(fe: FrontEnd, tensor: TensorType, name: str, node: ast.AST) -> None:
+    """The ops' one rule of which tensors a kernel may write (`check_writable`), checked
+    at ``node`` before the other operands are looked at."""
+    try:
+        check_writable(tensor, name)
+    except RuleError as exc:
+        raise fe.type_error(str(exc), node) from None
 
 
 def _tensor_arg(fe: FrontEnd, value: Any, node: ast.AST, what: str) -> Value:
@@ -220,7 +221,7 @@ def load(fe: FrontEnd, node: ast.Call, tensor: Any, index: Any, shape: Any, padd
     ``latency`` (1 to 10) and ``allow_tma`` are hints to tileiras."""
     source = _tensor_arg(fe, tensor, node, "load's tensor")
     partition = _partition(fe, source, shape, padding, node)
-    return fe.op("tile_load", [partition, *_index(fe, index, source.type.rank, node)],  # type: ignore[attr-defined]
+    return fe.op("tile_load", [partition, *_index(fe, index, node)],
                  _hint_attrs(fe, node, latency, allow_tma), node=node).result
 
 
@@ -282,11 +283,18 @@ def _float_options(fe: FrontEnd, node: ast.AST, name: str, rounding: Any, flush_
     return attrs
 
 
-_OPTIONS_DOC = {
-    "rounding": " ``rounding``: nearest_even (default), zero, negative_inf or positive_inf"
-                " (f32 and f16; f32 div also takes the faster approx and full, f32 sqrt approx).",
-    "ftz": " ``flush_to_zero=True`` (f32) treats subnormal inputs and results as zero.",
-}
+def _options_doc(opdef: OpDef) -> str:
+    """The documentation of the float options ``opdef`` takes."""
+    doc = ""
+    if opdef.rounding_modes:
+        directed = [m for m in opdef.rounding_modes if m not in F32_ONLY_ROUNDINGS]
+        fast = [m for m in opdef.rounding_modes if m in F32_ONLY_ROUNDINGS]
+        faster = f", or for f32 the faster {' or '.join(fast)}" if fast else ""
+        doc += (f" ``rounding``: {', '.join(directed[:-1])} or {directed[-1]} (f32 and f16; nearest_even is the"
+                f" default){faster}.")
+    if opdef.flush_to_zero:
+        doc += " ``flush_to_zero=True`` (f32) treats subnormal inputs and results as zero."
+    return doc
 
 
 # Element-wise DSL functions whose plain-number calls fold (all of them but fma,
@@ -311,43 +319,48 @@ def _fold(fe: FrontEnd, node: ast.AST, name: str, *values: bool | int | float) -
     return fe.fold(compute, values, lambda: f"{name}({', '.join(bounded_repr(v) for v in values)})", node)  # type: ignore[no-any-return]
 
 
-def _elementwise(name: str, doc: str, arity: int, options: tuple[str, ...] = ()) -> Builtin:
-    doc += "".join(_OPTIONS_DOC[o] for o in options)
+def _elementwise(name: str, doc: str, arity: int) -> Builtin:
+    """The DSL function of element-wise op ``name``; it takes the float options the op
+    takes (`OpDef.rounding_modes`, `OpDef.flush_to_zero`), which the op checks."""
+    doc += _options_doc(OPS[name])
     if arity == 1:
         def impl1(fe: FrontEnd, node: ast.Call, x: Any, **kwargs: Any) -> Any:
             if isinstance(x, _NUMBER) and not kwargs and name in _FOLDABLE:
                 return _fold(fe, node, name, x)  # a constant stays a (weak) Python number
             value = _tile(fe, x, node, f"{name}'s argument")
-            return fe.op(name, [value], _options(fe, node, name, options, kwargs), node=node).result
+            return fe.op(name, [value], _options(fe, node, name, kwargs), node=node).result
         return Builtin(name, impl1, doc)
 
     def impl2(fe: FrontEnd, node: ast.Call, x: Any, y: Any, **kwargs: Any) -> Any:
         if isinstance(x, _NUMBER) and isinstance(y, _NUMBER) and not kwargs and name in _FOLDABLE:
             return _fold(fe, node, name, x, y)
-        attrs = _options(fe, node, name, options, kwargs)
+        attrs = _options(fe, node, name, kwargs)
         a, b = fe.unify([x, y], node, f"{name}()")
-        if name == "div" and not a.type.dtype.is_float:  # type: ignore[attr-defined]
-            raise fe.type_error(f"div() takes floating-point values, got {a.type}; use / or // on integers", node)
         return fe.op(name, [a, b], attrs, node=node).result
     return Builtin(name, impl2, doc)
 
 
-def _options(fe: FrontEnd, node: ast.AST, name: str, allowed: tuple[str, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-    names = {"rounding": "rounding", "ftz": "flush_to_zero"}
-    accepted = {names[o] for o in allowed}
-    unknown = sorted(set(kwargs) - accepted)
+_FLOAT_OPTIONS = ("rounding", "flush_to_zero")
+
+
+def _options(fe: FrontEnd, node: ast.AST, name: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The attributes of an element-wise call's keywords. rounding= and flush_to_zero=
+    pass to the op, whose typing rule says whether it takes them; others are refused."""
+    unknown = sorted(set(kwargs) - set(_FLOAT_OPTIONS))
     if unknown:
-        takes = f"takes only {', '.join(sorted(accepted))}" if accepted else "takes no keyword arguments"
+        opdef = OPS[name]
+        accepted = ["rounding"] * bool(opdef.rounding_modes) + ["flush_to_zero"] * opdef.flush_to_zero
+        takes = f"takes only {', '.join(accepted)}" if accepted else "takes no keyword arguments"
         raise fe.type_error(f"{name}() {takes}, got {', '.join(unknown)}", node)
     return _float_options(fe, node, name, kwargs.get("rounding"), kwargs.get("flush_to_zero", False))
 
 
 exp = _elementwise("exp", "e ** x", 1)
-exp2 = _elementwise("exp2", "2 ** x.", 1, ("ftz",))
+exp2 = _elementwise("exp2", "2 ** x.", 1)
 log = _elementwise("log", "The natural logarithm.", 1)
 log2 = _elementwise("log2", "The base-2 logarithm.", 1)
-sqrt = _elementwise("sqrt", "The square root.", 1, ("rounding", "ftz"))
-rsqrt = _elementwise("rsqrt", "1 / sqrt(x).", 1, ("ftz",))
+sqrt = _elementwise("sqrt", "The square root.", 1)
+rsqrt = _elementwise("rsqrt", "1 / sqrt(x).", 1)
 sin = _elementwise("sin", "The sine (radians).", 1)
 cos = _elementwise("cos", "The cosine (radians).", 1)
 tan = _elementwise("tan", "The tangent (radians).", 1)
@@ -357,12 +370,12 @@ tanh = _elementwise("tanh", "The hyperbolic tangent.", 1)
 floor = _elementwise("floor", "Rounds down to an integral value (floats).", 1)
 ceil = _elementwise("ceil", "Rounds up to an integral value (floats).", 1)
 atan2 = _elementwise("atan2", "The angle of (x, y) = atan(y / x) in the right quadrant; atan2(y, x).", 2)
-minimum = _elementwise("minimum", "The element-wise minimum.", 2, ("ftz",))
-maximum = _elementwise("maximum", "The element-wise maximum.", 2, ("ftz",))
-add = _elementwise("add", "x + y.", 2, ("rounding", "ftz"))
-sub = _elementwise("sub", "x - y.", 2, ("rounding", "ftz"))
-mul = _elementwise("mul", "x * y.", 2, ("rounding", "ftz"))
-div = _elementwise("div", "x / y for floats.", 2, ("rounding", "ftz"))
+minimum = _elementwise("minimum", "The element-wise minimum.", 2)
+maximum = _elementwise("maximum", "The element-wise maximum.", 2)
+add = _elementwise("add", "x + y.", 2)
+sub = _elementwise("sub", "x - y.", 2)
+mul = _elementwise("mul", "x * y.", 2)
+div = _elementwise("div", "x / y for floats.", 2)
 
 
 @builtin
@@ -373,10 +386,13 @@ def pow_(fe: FrontEnd, node: ast.Call, x: Any, y: Any) -> Any:
 
 @builtin
 def fma(fe: FrontEnd, node: ast.Call, a: Any, b: Any, c: Any, rounding: Any = None, flush_to_zero: Any = False) -> Value:
-    """a * b + c with one rounding (floats); ``rounding`` and ``flush_to_zero`` as for `add`."""
+    """a * b + c with one rounding (floats)."""
     attrs = _float_options(fe, node, "fma", rounding, flush_to_zero)
     x, y, z = fe.unify([a, b, c], node, "fma()")
     return fe.op("fma", [x, y, z], attrs, node=node).result
+
+
+fma.__doc__ = (fma.__doc__ or "") + _options_doc(OPS["fma"])
 
 
 @builtin
@@ -384,9 +400,7 @@ def where(fe: FrontEnd, node: ast.Call, condition: Any, x: Any, y: Any) -> Any:
     """x where ``condition`` (a bool tile) holds, else y; shapes broadcast."""
     if isinstance(condition, bool) and isinstance(x, _NUMBER) and isinstance(y, _NUMBER):
         return x if condition else y  # decided at compile time
-    cond = _tile(fe, condition, node, "where's condition")
-    if cond.type.dtype is not dt.bool_:  # type: ignore[attr-defined]
-        raise fe.type_error(f"where's condition must be a bool tile (a comparison), got {cond.type}", node)
+    cond = _tile(fe, condition, node, "where's condition")  # its dtype is the op's rule (`Select`)
     a, b = fe.unify([x, y], node, "where()")
     shape = fe.common_shape([cond, a], node, "where(): shapes")
     return fe.op("select", [fe.broadcast_to(cond, shape, node), fe.broadcast_to(a, shape, node),
@@ -468,15 +482,22 @@ def extract(fe: FrontEnd, node: ast.Call, x: Any, index: Any, shape: Any) -> Val
     """The sub-tile of ``shape`` at tile coordinates ``index`` of x."""
     value = _tile(fe, x, node, "extract's argument")
     sub = _static_shape(fe, shape, node)
-    return fe.op("extract", [value, *_index(fe, index, value.type.rank, node)], {"shape": sub}, node=node).result  # type: ignore[attr-defined]
+    return fe.op("extract", [value, *_index(fe, index, node)], {"shape": sub}, node=node).result
 
 
 # -- reductions and scans --------------------------------------------------------------------
-def _reduce(fe: FrontEnd, node: ast.Call, kind: str, x: Any, axis: Any, keepdims: Any) -> Value:
-    value = _tile(fe, x, node, f"{kind}'s argument")
-    rank = value.type.rank  # type: ignore[attr-defined]
+def _reducible_rank(fe: FrontEnd, value: Value, kind: str, node: ast.AST) -> int:
+    """The rank of a tile to reduce or scan (checked before its axis is read: a
+    scalar has none)."""
+    rank: int = value.type.rank  # type: ignore[attr-defined]
     if rank == 0:
         raise fe.type_error(f"{kind} needs a tile of rank 1 or more, got a scalar", node)
+    return rank
+
+
+def _reduce(fe: FrontEnd, node: ast.Call, kind: str, x: Any, axis: Any, keepdims: Any) -> Value:
+    value = _tile(fe, x, node, f"{kind}'s argument")
+    rank = _reducible_rank(fe, value, kind, node)
     if axis is None:
         if kind in ("argmax", "argmin") and rank != 1:
             raise fe.type_error(f"{kind} over all axes needs a 1-D tile; pass axis=", node)
@@ -509,7 +530,7 @@ argmin = _reduction("argmin", "The i32 position of the minimum along ``axis`` (f
 def _scan(kind: str, doc: str) -> Builtin:
     def impl(fe: FrontEnd, node: ast.Call, x: Any, axis: Any = 0, reverse: Any = False) -> Value:
         value = _tile(fe, x, node, f"cum{kind}'s argument")
-        rank = value.type.rank  # type: ignore[attr-defined]
+        rank = _reducible_rank(fe, value, f"cum{kind}", node)
         return fe.op("scan", [value], {"kind": kind, "axis": _axis(fe, axis, rank, node),
                                        "reverse": bool(reverse)}, node=node).result
     return Builtin("cum" + kind, impl, doc)
@@ -535,9 +556,7 @@ def _combining(fe: FrontEnd, node: ast.Call, kind: str, x: Any, axis: Any, combi
     if not (isinstance(combine_fn, (DeviceFunction, KernelLambda)) or inspect.isfunction(combine_fn)):
         raise fe.type_error(f"{kind}'s combine_fn must be a @cutile.function or a lambda of (accumulator, element), "
                             f"got {fe.describe(combine_fn)}", node)
-    rank = tiles[0].type.rank  # type: ignore[attr-defined]
-    if rank == 0:
-        raise fe.type_error(f"{kind}: cannot reduce a scalar", node)
+    rank = _reducible_rank(fe, tiles[0], kind, node)
     checked: list[int | float | bool] = []
     for tile, ident in zip(tiles, identities):
         dtype: dt.DType = tile.type.dtype  # type: ignore[attr-defined]
@@ -638,8 +657,8 @@ def _access(fe: FrontEnd, node: ast.Call, name: str, tensor: Any, indices: Any, 
             f"{name} at arbitrary indices needs @cutile.entry(unsafe=True): nothing checks its indices on the GPU"
             + ("; a safe kernel may update its own tile atomically with the Mut tensor's methods "
                f"(z.{name}(value))" if name.startswith("atomic") else ""), node)
-    if writes and not ttype.mutable:
-        raise fe.type_error(f"{name}: this tensor is read-only; declare the parameter Mut[Tensor[...]] to write it", node)
+    if writes:
+        _writable(fe, ttype, name, node)
     items = indices if isinstance(indices, tuple) else (indices,)
     if len(items) != ttype.rank:
         raise fe.type_error(f"{name}: a rank-{ttype.rank} tensor needs {ttype.rank} index tile(s), got {len(items)}", node)
@@ -770,9 +789,8 @@ def _own_tile_access(fe: FrontEnd, node: ast.Call, tensor: Value) -> tuple[list[
 def _own_values(fe: FrontEnd, node: ast.Call, tensor: Value, values: Sequence[tuple[Any, str]], name: str) -> list[Value]:
     ttype = tensor.type
     assert isinstance(ttype, TensorType)
-    if not ttype.mutable or ttype.tile_shape is None:
-        raise fe.type_error(f"{name}: this tensor is read-only; declare the parameter Mut[Tensor[...]] to update "
-                            "its tile", node)
+    _writable(fe, ttype, name, node)
+    assert ttype.tile_shape is not None  # every Mut tensor has a tile of its own (the signature sees to it)
     result = []
     for value, what in values:
         tile = _convert_value(fe, value, ttype.dtype, node, f"{name}'s {what}")
@@ -931,20 +949,14 @@ def _tensor_store(fe: FrontEnd, node: ast.Call, tensor: Value, value: Any) -> No
 
 
 def _tensor_partition(fe: FrontEnd, node: ast.Call, tensor: Value, shape: Any, padding: Any = "zero") -> Value:
-    ttype = tensor.type
-    assert isinstance(ttype, TensorType)
-    if ttype.mutable and not fe.unsafe:
-        raise fe.type_error(
-            "a Mut tensor is already partitioned among the blocks; read or write this block's tile with "
-            ".load() / .store() (other partitions need @cutile.entry(unsafe=True))", node)
-    return _partition(fe, tensor, shape, padding, node)
+    return _partition(fe, tensor, shape, padding, node)  # which refuses a Mut tensor's in a safe kernel
 
 
 def _partition_load(fe: FrontEnd, node: ast.Call, partition: Value, index: Any, latency: Any = None,
                     allow_tma: Any = None) -> Value:
     ptype = partition.type
     assert isinstance(ptype, PartitionType)
-    return fe.op("tile_load", [partition, *_index(fe, index, ptype.tensor.rank, node)],
+    return fe.op("tile_load", [partition, *_index(fe, index, node)],
                  _hint_attrs(fe, node, latency, allow_tma), node=node).result
 
 
@@ -955,7 +967,7 @@ def _partition_store(fe: FrontEnd, node: ast.Call, partition: Value, index: Any,
         raise fe.type_error("storing at an arbitrary tile index needs @cutile.entry(unsafe=True); a safe kernel "
                             "writes only its own tile, with .store() on the Mut tensor", node)
     tile = _convert_value(fe, value, ptype.tensor.dtype, node, "store's value")
-    fe.op("tile_store", [partition, *_index(fe, index, ptype.tensor.rank, node), tile], node=node)
+    fe.op("tile_store", [partition, *_index(fe, index, node), tile], node=node)
     return None
 
 
@@ -967,12 +979,10 @@ def _partition_atomic(mode: str) -> Impl:
         if not fe.unsafe:
             raise fe.type_error(f"{name} into a partition's tile at an arbitrary index needs @cutile.entry(unsafe=True); "
                                 f"a safe kernel updates its own tile with z.{name}(value)", node)
-        if scope not in ("tl_blk", "device"):
-            raise fe.type_error(f"{name}: a tile reduction's scope is 'tl_blk' or 'device', got {bounded_repr(scope)}", node)
         tile = _convert_value(fe, value, ptype.tensor.dtype, node, f"{name}'s value")
         if tile.type.shape != ptype.tile_shape:  # type: ignore[attr-defined]
             tile = fe.broadcast_to(tile, ptype.tile_shape, node)
-        fe.op("tile_atomic", [partition, *_index(fe, index, ptype.tensor.rank, node), tile],
+        fe.op("tile_atomic", [partition, *_index(fe, index, node), tile],
               {"mode": mode, "scope": scope}, node=node)
         return None
     return impl

@@ -360,8 +360,6 @@ class FrontEnd:
         if name == "div" and not dtype.is_float:
             target = dt.f64 if dtype.bits == 64 else dt.f32
             a, b = self.cast(a, target, node), self.cast(b, target, node)
-        if name == "pow" and not dtype.is_float:
-            raise self.type_error(f"'**' needs floating-point operands, got {dtype}; convert with .astype(f32)", node)
         return self.op(name, [a, b], node=node).result
 
     def binary_op(self, op: ast.operator, node: ast.AST) -> tuple[str, Callable[[Any, Any], Any]]:

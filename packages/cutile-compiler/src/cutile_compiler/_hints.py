@@ -5,9 +5,10 @@ A user writes them on the entry or per launch::
     @cutile.entry(hints={"sm_90": {"num_worker_warps": 8}, "occupancy": 1})
     gemm(z, x, y).compile_options(hints={"sm_100": {"num_ctas": 2}})
 
-Top-level keys that are hint names apply to every architecture; keys that look
-like ``sm_XY`` hold hints for that architecture alone (they win over the
-general ones). The names, and what Tile IR calls them:
+Top-level keys that are hint names apply to every architecture; a key holding a
+dict names an architecture (``sm_XY``, read by `cutile_ir.parse_arch`, so a
+malformed one is refused as everywhere else an arch is given) and holds hints for
+it alone (they win over the general ones). The names, and what Tile IR calls them:
 
 - ``num_ctas`` (``num_cta_in_cga``): CTAs per cluster, a power of two from 1 to 16;
 - ``occupancy``: CTAs per SM the compiler should aim for, 1 to 32;
@@ -20,16 +21,15 @@ interpreter ignores them. They are part of the bytecode, hence of the cache key.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import cutile_ir as ir
 from cutile_compiler._errors import CutileError
 from cutile_compiler._types import is_power_of_two
 
 _NAMES = {"num_ctas": "num_cta_in_cga", "occupancy": "occupancy", "num_worker_warps": "num_worker_warps_per_cta"}
-_ARCH = re.compile(r"^sm_[0-9]+[a-z]?$")
 
 #: The architectures a module lowered for no particular arch carries hints for
 #: (besides those the hints name): the targets cutile tests and ships for.
@@ -56,6 +56,14 @@ def _check(name: str, value: Any, where: str) -> int:
     return value
 
 
+def _is_arch(key: object) -> bool:
+    try:
+        ir.parse_arch(key)
+    except ir.ArchError:
+        return False
+    return True
+
+
 @dataclass(frozen=True)
 class KernelHints:
     """Hints as (arch or "", ((name, value), ...)) pairs; "" applies to every arch."""
@@ -73,12 +81,16 @@ class KernelHints:
         general: dict[str, int] = {}
         per_arch: dict[str, dict[str, int]] = {}
         for key, value in hints.items():
-            if isinstance(key, str) and _ARCH.match(key):
-                if not isinstance(value, Mapping):
-                    raise HintError(f"{where}: the hints for {key} must be a dict, got {value!r}")
-                per_arch[key] = {n: _check(n, v, f"{where}[{key!r}]") for n, v in value.items()}
-            else:
+            if key in _NAMES or not (isinstance(value, Mapping) or _is_arch(key)):
                 general[key] = _check(key, value, where)
+                continue
+            try:
+                arch = str(ir.parse_arch(key, f"{where} key"))
+            except ir.ArchError as exc:
+                raise HintError(exc.message) from None
+            if not isinstance(value, Mapping):
+                raise HintError(f"{where}: the hints for {key} must be a dict, got {value!r}")
+            per_arch[arch] = {n: _check(n, v, f"{where}[{key!r}]") for n, v in value.items()}
         entries = [("", tuple(sorted(general.items())))] if general else []
         entries += [(arch, tuple(sorted(values.items()))) for arch, values in sorted(per_arch.items()) if values]
         return KernelHints(tuple(entries))

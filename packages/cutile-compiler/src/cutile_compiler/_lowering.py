@@ -25,6 +25,7 @@ from cutile_compiler import _dtypes as dt
 from cutile_compiler._errors import SourceLocation, TileCompilerError
 from cutile_compiler._hints import KernelHints
 from cutile_compiler._ir import Block, KernelIR, Operation, Value
+from cutile_compiler._toolchain import parse_arch
 from cutile_compiler._types import KType, TensorType, TileType
 
 _ELEMENT: dict[str, ir.ScalarType] = {t.name: t for t in ir.SCALAR_TYPES}  # by DType.ir_name
@@ -313,9 +314,11 @@ class Lowering:
 def lower_kernel(kernel: KernelIR, version: ir.Version | str = "13.3", arch: str | None = None,
                  hints: KernelHints | None = None) -> ir.Module:
     """The Tile IR module of ``kernel``, for bytecode ``version`` and GPU ``arch``
-    (when known, hints are emitted for it alone)."""
+    (when known, hints are emitted for it alone; a malformed one is an `ArchError`)."""
     from cutile_compiler import _opdefs  # noqa: F401  (registers every op's lowering)
 
+    if arch is not None:
+        parse_arch(arch)
     parsed = ir.Version.parse(version)
     return Lowering(kernel, parsed, arch, hints).run()
 

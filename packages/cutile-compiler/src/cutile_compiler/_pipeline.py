@@ -39,6 +39,7 @@ from cutile_compiler._toolchain import (
     Toolchain,
     find_toolchain,
     first_error_location,
+    parse_arch,
 )
 
 # Under the "cutile" logger, so that one setting silences every note of the stack.
@@ -109,7 +110,9 @@ def _dump(kernel: str, spec: Specialization, stage: str, suffix: str, content: s
 
 def toolchain_for(arch: str) -> Toolchain:
     """The tileiras to use for ``arch``, checked (a `ToolchainError` or `ArchError`, both
-    `TileCompilerError`s, when there is none)."""
+    `TileCompilerError`s, when there is none). A malformed arch is refused before
+    tileiras is looked for, so the error is the same on every machine."""
+    parse_arch(arch)
     chain = find_toolchain()
     chain.check_arch(arch)
     return chain

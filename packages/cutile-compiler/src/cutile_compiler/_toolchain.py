@@ -146,31 +146,20 @@ class TileirasTimeoutError(TileirasError):
 
 # --- arch strings ------------------------------------------------------------------
 
-_ARCH = re.compile(r"sm_(\d{2,3})")
-_ARCH_LOOSE = re.compile(r"(?:sm_?|compute_?)?(\d)\.?(\d{1,2})[af]?", re.IGNORECASE)
 
+def parse_arch(arch: object, what: str = "arch") -> ir.Arch:
+    """The `cutile_ir.Arch` an arch string names (``"sm_90"`` -> ``Arch(sm=90)``).
 
-def parse_arch(arch: str) -> int:
-    """The compute capability of an arch string as an int (``"sm_90"`` -> 90).
-
-    tileiras's ``--gpu-name`` takes the plain form only: ``"sm_90a"``, ``"90"``,
-    ``"compute_90"`` or ``"9.0"`` raise `ArchError` naming the spelling to use.
-    Tile IR targets sm_80 and newer.
+    The one parser of arch strings (`cutile_ir.parse_arch`), raising its refusal as
+    this package's `ArchError`: tileiras's ``--gpu-name`` takes the plain form only,
+    so ``"sm_90a"``, ``"90"``, ``"compute_90"`` or ``"9.0"`` are refused naming the
+    spelling to use, and archs before sm_80, which Tile IR does not target. ``what``
+    names the parameter in the message.
     """
-    if not isinstance(arch, str):
-        raise ArchError(f"arch must be a string such as 'sm_90', got {arch!r} ({type(arch).__name__})")
-    match = _ARCH.fullmatch(arch)
-    if match is None:
-        loose = _ARCH_LOOSE.fullmatch(arch.strip())
-        hint = f"write {'sm_' + loose.group(1) + loose.group(2)!r}" if loose else "write e.g. 'sm_80', 'sm_90' or 'sm_100'"
-        raise ArchError(
-            f"arch {arch!r} is not a GPU name tileiras accepts: it takes the plain form 'sm_XY' "
-            f"(not 'sm_90a', '90' or 'compute_90'); {hint}"
-        )
-    capability = int(match.group(1))
-    if capability < 80:
-        raise ArchError(f"arch {arch!r} is too old for Tile IR: tileiras targets sm_80 (Ampere) and newer")
-    return capability
+    try:
+        return ir.parse_arch(arch, what)
+    except ir.ArchError as exc:
+        raise ArchError(exc.message) from None
 
 
 def min_tileiras_version(arch: str) -> tuple[int, int]:
@@ -179,7 +168,7 @@ def min_tileiras_version(arch: str) -> tuple[int, int]:
     Hopper (sm_90) needs 13.3, Ampere and Ada (sm_8x) 13.2, Blackwell and newer
     (sm_100+) 13.1.
     """
-    capability = parse_arch(arch)
+    capability = parse_arch(arch).sm
     if capability >= 100:
         return (13, 1)
     if capability >= 90:

@@ -14,11 +14,12 @@ from ._attributes import (
     MemoryOrdering, MemoryScope, OptimizationHints, RoundingMode, SameElements, Signedness,
     StringAttr, SymbolVisibility, TypeAttr,
 )
+from ._arch import Arch, parse_arch
 from ._builder import Builder, IfOp, RegionOp, add_function, make_op
 from ._bytecode_reader import bytecode_version, read_bytecode
 from ._bytecode_writer import write_bytecode
 from ._printer import print_function, print_module
-from ._errors import BytecodeError, IRError, IRTypeError, VerificationError, VersionError
+from ._errors import ArchError, BytecodeError, IRError, IRTypeError, VerificationError, VersionError
 from ._ir import Block, Function, Global, Module, Operation, Region, Value, differences
 from ._ops import (
     OPS, Arity, AttrDef, AttrKind, ElementRule, OpDef, OperandDef, RegionRule, ResultDef, accepted_element_types,
@@ -34,6 +35,7 @@ from ._verifier import problems, verify
 from ._versions import DEFAULT_VERSION, SUPPORTED_VERSIONS, V13_1, V13_2, V13_3, V13_4, Version
 
 __all__ = [
+    "Arch", "ArchError", "parse_arch",
     "ArrayAttr", "Arity", "AtomicRMWMode", "AttrDef", "AttrKind", "BF16", "Block", "BoolAttr",
     "Bounded", "Builder", "BytecodeError", "ComparisonOrdering", "ComparisonPredicate",
     "DEFAULT_VERSION", "DYNAMIC", "DenseElements", "DictAttr", "DivBy", "ElementRule", "F16", "F32", "F4E2M1FN",

@@ -41,3 +41,8 @@ class VersionError(IRError):
 
 class BytecodeError(IRError):
     """Malformed or unreadable bytecode."""
+
+
+class ArchError(IRError, ValueError):
+    """A GPU architecture name that is not the plain ``sm_XY`` form, or one Tile IR
+    does not target (`parse_arch`)."""

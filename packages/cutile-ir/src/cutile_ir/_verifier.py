@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from ._arch import parse_arch
 from ._attributes import ArrayAttr, Bounded, DenseElements, DivBy, FloatAttr, IntegerAttr, OptimizationHints, SameElements
 from ._constraints import describe, satisfies
 from ._errors import VerificationError
@@ -467,13 +468,6 @@ def _tile_dims_problem(t: Type) -> str | None:
     return None
 
 
-def _sm(arch: str) -> int:
-    digits = "".join(ch for ch in arch.removeprefix("sm_") if ch.isdigit())
-    if not arch.startswith("sm_") or not digits:
-        raise ValueError(f"arch must look like 'sm_90', found {arch!r}")
-    return int(digits)
-
-
 #: The first sm_XY that supports each element type (types absent here work everywhere).
 ELEMENT_MIN_SM = {"f8E4M3FN": 89, "f8E5M2": 89, "f8E8M0FNU": 100, "f4E2M1FN": 100, "f8E5M3FNU": 100}
 
@@ -508,7 +502,7 @@ class _Verifier:
         self.module = module
         self.problems: list[str] = []
         self.globals = {g.name for g in module.globals}
-        self.sm = _sm(arch) if arch is not None else None
+        self.sm = parse_arch(arch).sm if arch is not None else None
         self.loops: list[Operation] = []
         self.depth = 0  # regions entered: bounded so that no walk of a verified module recurses too deep
 

@@ -40,6 +40,7 @@ from cutile_compiler import (
     KernelIR,
     KernelSignature,
     LRUCache,
+    parse_arch,
     SignatureError,
     Specialization,
     SpecializationError,
@@ -822,6 +823,7 @@ def compile(kernel: Kernel, *args: Any, arch: str = "sm_90", opt_level: int = 3,
     """
     if not isinstance(kernel, Kernel):
         raise ArgumentTypeError(f"cutile.compile: expected a @cutile.entry kernel, got {type(kernel).__name__}")
+    parse_arch(arch)  # before the arguments are looked at, with or without a toolchain
     try:
         bound = kernel._python_signature.bind_partial(*args, **kwargs)
     except TypeError as exc:

@@ -7,11 +7,21 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from cutile_compiler._ir import Block, Operation
-from cutile_compiler._types import KType
+from cutile_compiler._types import KType, TileType
 
 
 class RuleError(Exception):
     """A typing rule was broken; the message is for the user."""
+
+
+def check_index(types: Sequence[KType], rank: int, op: str) -> None:
+    """The rule of a tile index (loads, stores and tile atomics of a partition,
+    ``extract``): one integer scalar per axis of the rank-``rank`` grid of tiles."""
+    if len(types) != rank:
+        raise RuleError(f"{op}: the index needs {rank} coordinate(s), got {len(types)}")
+    for position, index in enumerate(types):
+        if not (isinstance(index, TileType) and index.is_scalar and index.dtype.is_integer):
+            raise RuleError(f"{op}: index coordinate {position} must be an integer scalar, got {index}")
 
 
 @dataclass
@@ -110,6 +120,13 @@ class OpDef:
     #: ops whose result lanes are computed from the same lanes of their operands
     #: (elementwise arithmetic, select, casts): the interpreter follows padding through them
     lanewise: bool = False
+    #: how messages name the op when its DSL spelling differs from ``name`` ("astype")
+    spelled: str = ""
+    #: the ``rounding=`` modes the op accepts (nearest_even, the default, among them);
+    #: empty: it takes no rounding mode
+    rounding_modes: tuple[str, ...] = ()
+    #: whether the op accepts ``flush_to_zero=`` (f32 subnormals as zero)
+    flush_to_zero: bool = False
 
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
         raise NotImplementedError(self.name)

@@ -46,9 +46,10 @@ def tile_operand(types: Sequence[KType], index: int, op: str) -> TileType:
     return found
 
 
-def check_kind(tile: TileType, kinds: Kinds, op: str) -> None:
+def check_kind(tile: TileType, kinds: Kinds, op: str, hint: str = "") -> None:
+    """Refuses a dtype of another kind; ``hint`` (e.g. "; convert with ...") ends the message."""
     if tile.dtype.kind not in kinds:
-        raise RuleError(f"{op} needs {_KIND_WORDS.get(kinds, '/'.join(sorted(kinds)))} operands, got {tile.dtype}")
+        raise RuleError(f"{op} needs {_KIND_WORDS.get(kinds, '/'.join(sorted(kinds)))} operands, got {tile.dtype}{hint}")
 
 
 def same_types(types: Sequence[KType], op: str) -> TileType:
@@ -71,21 +72,33 @@ def _quiet(function: Callable[..., Any]) -> Callable[..., Any]:
 
 
 class Elementwise(OpDef):
+    """An element-wise op of ``arity`` operands of one of ``kinds``, meaning ``function``
+    (numpy). ``rounding`` lists the rounding modes it takes and ``flush_to_zero``
+    says whether it takes that option (see `check_float_options`); ``spelled`` is
+    how messages name it (the operator too, e.g. "pow ('**')") and ``kind_hint``
+    ends the message refusing an operand of another kind."""
+
     lanewise = True
 
-    def __init__(self, name: str, arity: int, kinds: Kinds, function: Callable[..., Any], *, compare: bool = False) -> None:
+    def __init__(self, name: str, arity: int, kinds: Kinds, function: Callable[..., Any], *, compare: bool = False,
+                 rounding: tuple[str, ...] = (), flush_to_zero: bool = False, spelled: str | None = None,
+                 kind_hint: str = "") -> None:
         self.name = name
         self.arity = arity
         self.kinds = kinds
         self.function = _quiet(function)
         self.compare = compare
+        self.rounding_modes = rounding
+        self.flush_to_zero = flush_to_zero
+        self.spelled = spelled or name
+        self.kind_hint = kind_hint
 
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
         if len(operand_types) != self.arity:
-            raise RuleError(f"{self.name} takes {self.arity} operand(s), got {len(operand_types)}")
-        tile = same_types(operand_types, self.name)
-        check_kind(tile, self.kinds, self.name)
-        check_float_options(self.name, tile.dtype, attrs)
+            raise RuleError(f"{self.spelled} takes {self.arity} operand(s), got {len(operand_types)}")
+        tile = same_types(operand_types, self.spelled)
+        check_kind(tile, self.kinds, self.spelled, self.kind_hint)
+        check_float_options(self, tile.dtype, attrs)
         return (tile.with_dtype(dt.bool_) if self.compare else tile,)
 
     def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
@@ -114,33 +127,33 @@ class IntegerDivision(Elementwise):
 
 
 # -- rounding modes and flush-to-zero (Tile IR's options on float math) ------------------
-#: ops taking a rounding mode; the fast approximations "approx" (f32 div and sqrt)
-#: and "full" (f32 div) too
-ROUNDED_OPS = frozenset({"add", "sub", "mul", "div", "fma", "sqrt"})
-#: ops taking flush_to_zero (f32 only)
-FTZ_OPS = ROUNDED_OPS | {"rsqrt", "exp2", "minimum", "maximum"}
+# Each op says which it takes (`OpDef.rounding_modes`, `OpDef.flush_to_zero`); the
+# DSL functions offer the keywords their op takes, and this one rule checks them.
+#: the IEEE rounding modes of Tile IR's float arithmetic (nearest_even is the default)
 DIRECTED = ("nearest_even", "zero", "negative_inf", "positive_inf")
+#: the fast approximations some f32 ops offer as a rounding mode: "approx" (div,
+#: sqrt) and "full" (div)
+F32_ONLY_ROUNDINGS = frozenset({"approx", "full"})
 _F32_TINY = float(np.finfo(np.float32).tiny)
 
 
-def check_float_options(op: str, dtype: dt.DType, attrs: dict[str, Any]) -> None:
-    """Checks ``rounding`` and ``ftz`` attributes against what Tile IR (and the
-    interpreter's emulation) support."""
+def check_float_options(opdef: OpDef, dtype: dt.DType, attrs: dict[str, Any]) -> None:
+    """Checks the ``rounding`` and ``ftz`` attributes of an op of ``dtype`` results
+    against what the op takes (its `OpDef.rounding_modes` and `OpDef.flush_to_zero`)
+    and what Tile IR and the interpreter's emulation support."""
+    op = opdef.spelled or opdef.name
     rounding = attrs.get("rounding")
     if rounding is not None and rounding != "nearest_even":
-        if op not in ROUNDED_OPS and op != "cast":
-            raise RuleError(f"{op} takes no rounding mode")
-        fast = {"div": ("approx", "full"), "sqrt": ("approx",)}.get(op, ())
-        if rounding not in DIRECTED and rounding not in fast:
-            raise RuleError(f"{op}: rounding must be one of {', '.join(DIRECTED + fast)}, got {rounding!r}")
-        if op == "cast" and rounding not in ("nearest_even", "zero"):
-            raise RuleError(f"astype: conversions round to nearest_even or zero only, got {rounding!r}")
-        if rounding in fast and dtype is not dt.f32:
+        if not opdef.rounding_modes:
+            raise RuleError(f"{op} takes no rounding mode, got rounding={rounding!r}")
+        if rounding not in opdef.rounding_modes:
+            raise RuleError(f"{op}: rounding must be one of {', '.join(opdef.rounding_modes)}, got {rounding!r}")
+        if rounding in F32_ONLY_ROUNDINGS and dtype is not dt.f32:
             raise RuleError(f"{op}: rounding={rounding!r} is for f32 only, got {dtype}")
         if dtype not in (dt.f32, dt.f16):
             raise RuleError(f"{op}: rounding={rounding!r} is supported for f32 and f16 results, got {dtype}")
     if attrs.get("ftz"):
-        if op not in FTZ_OPS:
+        if not opdef.flush_to_zero:
             raise RuleError(f"{op} takes no flush_to_zero")
         if dtype is not dt.f32:
             raise RuleError(f"{op}: flush_to_zero is for f32 only, got {dtype}")
@@ -183,53 +196,52 @@ def _rsqrt(a: Any) -> Any:
     return (1.0 / np.sqrt(a.astype(np.float64))).astype(a.dtype)
 
 
-# name, arity, kinds, numpy function
-_TABLE: list[tuple[str, int, Kinds, Callable[..., Any]]] = [
-    ("add", 2, NUMBER, np.add),
-    ("sub", 2, NUMBER, np.subtract),
-    ("mul", 2, NUMBER, np.multiply),
-    ("div", 2, FLOAT, np.true_divide),
-    ("floordiv", 2, NUMBER, np.floor_divide),
-    ("mod", 2, NUMBER, np.remainder),
-    ("pow", 2, FLOAT, np.power),
-    ("minimum", 2, NUMBER, np.minimum),
-    ("maximum", 2, NUMBER, np.maximum),
-    ("atan2", 2, FLOAT, np.arctan2),
-    ("and", 2, BITS, np.bitwise_and),
-    ("or", 2, BITS, np.bitwise_or),
-    ("xor", 2, BITS, np.bitwise_xor),
-    ("shl", 2, INT, np.left_shift),
-    ("shr", 2, INT, np.right_shift),
-    ("neg", 1, NUMBER, np.negative),
-    ("abs", 1, NUMBER, np.abs),
-    ("invert", 1, BITS, np.invert),
-    ("exp", 1, FLOAT, np.exp),
-    ("exp2", 1, FLOAT, np.exp2),
-    ("log", 1, FLOAT, np.log),
-    ("log2", 1, FLOAT, np.log2),
-    ("sqrt", 1, FLOAT, np.sqrt),
-    ("rsqrt", 1, FLOAT, _rsqrt),
-    ("sin", 1, FLOAT, np.sin),
-    ("cos", 1, FLOAT, np.cos),
-    ("tan", 1, FLOAT, np.tan),
-    ("sinh", 1, FLOAT, np.sinh),
-    ("cosh", 1, FLOAT, np.cosh),
-    ("tanh", 1, FLOAT, np.tanh),
-    ("floor", 1, FLOAT, np.floor),
-    ("ceil", 1, FLOAT, np.ceil),
-    ("fma", 3, FLOAT, lambda a, b, c: a * b + c),
-]
-_COMPARISONS: list[tuple[str, Callable[..., Any]]] = [
-    ("eq", np.equal), ("ne", np.not_equal), ("lt", np.less),
-    ("le", np.less_equal), ("gt", np.greater), ("ge", np.greater_equal),
-]
-
 ELEMENTWISE: dict[str, Elementwise] = {}
-for _name, _arity, _kinds, _function in _TABLE:
-    _class = IntegerDivision if _name in ("floordiv", "mod") else Elementwise
-    ELEMENTWISE[_name] = register(_class(_name, _arity, _kinds, _function))
-for _name, _function in _COMPARISONS:
-    ELEMENTWISE[_name] = register(Elementwise(_name, 2, ANY, _function, compare=True))
+
+
+def _define(name: str, arity: int, kinds: Kinds, function: Callable[..., Any], **options: Any) -> None:
+    kind = IntegerDivision if name in ("floordiv", "mod") else Elementwise
+    ELEMENTWISE[name] = register(kind(name, arity, kinds, function, **options))
+
+
+_ROUNDED: dict[str, Any] = {"rounding": DIRECTED, "flush_to_zero": True}
+_define("add", 2, NUMBER, np.add, **_ROUNDED)
+_define("sub", 2, NUMBER, np.subtract, **_ROUNDED)
+_define("mul", 2, NUMBER, np.multiply, **_ROUNDED)
+_define("div", 2, FLOAT, np.true_divide, rounding=DIRECTED + ("approx", "full"), flush_to_zero=True,
+        kind_hint="; use / or // on integers")
+_define("floordiv", 2, NUMBER, np.floor_divide)
+_define("mod", 2, NUMBER, np.remainder)
+_define("pow", 2, FLOAT, np.power, spelled="pow ('**')", kind_hint="; convert with .astype(f32)")
+_define("minimum", 2, NUMBER, np.minimum, flush_to_zero=True)
+_define("maximum", 2, NUMBER, np.maximum, flush_to_zero=True)
+_define("atan2", 2, FLOAT, np.arctan2)
+_define("and", 2, BITS, np.bitwise_and)
+_define("or", 2, BITS, np.bitwise_or)
+_define("xor", 2, BITS, np.bitwise_xor)
+_define("shl", 2, INT, np.left_shift)
+_define("shr", 2, INT, np.right_shift)
+_define("neg", 1, NUMBER, np.negative)
+_define("abs", 1, NUMBER, np.abs)
+_define("invert", 1, BITS, np.invert)
+_define("exp", 1, FLOAT, np.exp)
+_define("exp2", 1, FLOAT, np.exp2, flush_to_zero=True)
+_define("log", 1, FLOAT, np.log)
+_define("log2", 1, FLOAT, np.log2)
+_define("sqrt", 1, FLOAT, np.sqrt, rounding=DIRECTED + ("approx",), flush_to_zero=True)
+_define("rsqrt", 1, FLOAT, _rsqrt, flush_to_zero=True)
+_define("sin", 1, FLOAT, np.sin)
+_define("cos", 1, FLOAT, np.cos)
+_define("tan", 1, FLOAT, np.tan)
+_define("sinh", 1, FLOAT, np.sinh)
+_define("cosh", 1, FLOAT, np.cosh)
+_define("tanh", 1, FLOAT, np.tanh)
+_define("floor", 1, FLOAT, np.floor)
+_define("ceil", 1, FLOAT, np.ceil)
+_define("fma", 3, FLOAT, lambda a, b, c: a * b + c, **_ROUNDED)
+for _name, _function in [("eq", np.equal), ("ne", np.not_equal), ("lt", np.less),
+                         ("le", np.less_equal), ("gt", np.greater), ("ge", np.greater_equal)]:
+    _define(_name, 2, ANY, _function, compare=True)
 
 
 class Select(OpDef):
@@ -242,7 +254,7 @@ class Select(OpDef):
         cond = tile_operand(operand_types, 0, "where")
         value = same_types(operand_types[1:], "where")
         if cond.dtype is not dt.bool_:
-            raise RuleError(f"where: the condition must be a bool tile, got {cond}")
+            raise RuleError(f"where's condition must be a bool tile (a comparison), got {cond}")
         if cond.shape != value.shape:
             raise RuleError(f"where: condition shape {list(cond.shape)} differs from value shape {list(value.shape)}")
         return (value,)
@@ -260,6 +272,8 @@ class Cast(OpDef):
 
     name = "cast"
     lanewise = True
+    spelled = "astype"
+    rounding_modes = ("nearest_even", "zero")
 
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
         tile = tile_operand(operand_types, 0, "astype")
@@ -267,7 +281,7 @@ class Cast(OpDef):
         if attrs.get("rounding", "nearest_even") != "nearest_even":
             if not (target.is_float and (tile.dtype.is_float or tile.dtype.is_integer)):
                 raise RuleError(f"astype: a rounding mode applies to conversions to floats, not {tile.dtype} to {target}")
-            check_float_options("cast", target, attrs)
+        check_float_options(self, target, attrs)
         return (tile.with_dtype(target),)
 
     def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
@@ -316,15 +330,12 @@ BITCAST = register(Bitcast())
 
 
 # -- lowering to Tile IR ---------------------------------------------------------------------
-_FLOAT_OPS: dict[str, tuple[str, dict[str, Any]]] = {
-    "add": ("addf", {"rounding_mode": "nearest_even"}), "sub": ("subf", {"rounding_mode": "nearest_even"}),
-    "mul": ("mulf", {"rounding_mode": "nearest_even"}), "div": ("divf", {"rounding_mode": "nearest_even"}),
-    "pow": ("pow", {}), "minimum": ("minf", {}), "maximum": ("maxf", {}), "atan2": ("atan2", {}),
-    "neg": ("negf", {}), "abs": ("absf", {}), "exp": ("exp", {}), "exp2": ("exp2", {}), "log": ("log", {}),
-    "log2": ("log2", {}), "sqrt": ("sqrt", {"rounding_mode": "nearest_even"}), "rsqrt": ("rsqrt", {}),
-    "sin": ("sin", {}), "cos": ("cos", {}), "tan": ("tan", {}), "sinh": ("sinh", {}), "cosh": ("cosh", {}),
-    "tanh": ("tanh", {}), "floor": ("floor", {}), "ceil": ("ceil", {}),
-    "fma": ("fma", {"rounding_mode": "nearest_even"}),
+#: name -> Tile IR op; those of ops with `rounding_modes` take (and need) a rounding_mode
+_FLOAT_OPS: dict[str, str] = {
+    "add": "addf", "sub": "subf", "mul": "mulf", "div": "divf", "pow": "pow", "minimum": "minf", "maximum": "maxf",
+    "atan2": "atan2", "neg": "negf", "abs": "absf", "exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2",
+    "sqrt": "sqrt", "rsqrt": "rsqrt", "sin": "sin", "cos": "cos", "tan": "tan", "sinh": "sinh", "cosh": "cosh",
+    "tanh": "tanh", "floor": "floor", "ceil": "ceil", "fma": "fma",
 }
 _INT_OPS: dict[str, tuple[str, bool]] = {  # name -> (Tile IR op, takes signedness)
     "add": ("addi", False), "sub": ("subi", False), "mul": ("muli", False), "minimum": ("mini", True),
@@ -353,13 +364,12 @@ def _lower_elementwise(self: Elementwise, ctx: Any, op: Operation, args: Sequenc
             return (b.floor(quotient),)
         if name == "mod":
             return (_python_remainder(ctx, op, b.remf(args[0], args[1]), args[1], operand_type),)
-        tile_op, attrs = _FLOAT_OPS[name]
-        attrs = dict(attrs)
-        if "rounding" in op.attrs:
-            attrs["rounding_mode"] = op.attrs["rounding"]
+        attrs: dict[str, Any] = {}
+        if self.rounding_modes:
+            attrs["rounding_mode"] = op.attrs.get("rounding", "nearest_even")
         if op.attrs.get("ftz"):
             attrs["flush_to_zero"] = True
-        return (getattr(b, tile_op)(*args, **attrs),)
+        return (getattr(b, _FLOAT_OPS[name])(*args, **attrs),)
     if name == "floordiv":
         rounding = "negative_inf" if dtype.is_signed else "zero"
         return (b.divi(args[0], args[1], signedness=dtype.signedness, rounding=rounding),)

@@ -16,9 +16,10 @@ import numpy as np
 import cutile_ir as ir
 
 from cutile_compiler import _dtypes as dt
+from cutile_compiler._errors import bounded_repr
 from cutile_compiler._ir import Operation
 from cutile_compiler._lowering import PartitionInfo
-from cutile_compiler._opdefs._base import EvalContext, MemoryAccess, OpDef, RuleError, register
+from cutile_compiler._opdefs._base import EvalContext, MemoryAccess, OpDef, RuleError, check_index, register
 from cutile_compiler._opdefs.pointer import check_atomic_dtype, check_writable, rmw_update, tile_ir_atomic_mode
 from cutile_compiler._types import KType, PartitionType, TensorType, TileType, tile_shape_problem
 
@@ -37,20 +38,12 @@ def _partition(types: Sequence[KType], op: str) -> PartitionType:
     return types[0]
 
 
-def _check_indices(types: Sequence[KType], rank: int, op: str) -> None:
-    if len(types) != rank:
-        raise RuleError(f"{op}: the index needs {rank} coordinate(s), got {len(types)}")
-    for position, index in enumerate(types):
-        if not (isinstance(index, TileType) and index.is_scalar and index.dtype.is_integer):
-            raise RuleError(f"{op}: index coordinate {position} must be an integer scalar, got {index}")
-
-
 def _check_index_and_tile(types: Sequence[KType], partition: PartitionType, op: str) -> None:
     """Checks the operands after the partition of a tile write: (*index, value),
     with one coordinate per axis and a value of the partition's tile type."""
     rank = partition.tensor.rank
-    _check_indices(types[1:1 + rank], rank, op)
-    value = types[1 + rank] if len(types) == 2 + rank else None
+    check_index(types[1:-1], rank, op)
+    value = types[-1] if len(types) >= 2 else None
     if value != partition.tile:
         raise RuleError(f"{op}: the value must be a {partition.tile}, got {value}")
 
@@ -85,15 +78,14 @@ class MakePartition(OpDef):
         tensor = _tensor(operand_types, "partition")
         tile_shape: tuple[int, ...] = attrs["tile_shape"]
         if len(tile_shape) != tensor.rank:
-            raise RuleError(
-                f"partition: the tile shape {list(tile_shape)} has rank {len(tile_shape)}, "
-                f"the tensor rank {tensor.rank}"
-            )
+            raise RuleError(f"partition: a rank-{tensor.rank} tensor is partitioned with {tensor.rank} tile dims, "
+                            f"got {list(tile_shape)}")
         problem = tile_shape_problem(tile_shape)
         if problem is not None:
             raise RuleError(f"partition: {problem}")
-        if attrs.get("padding", "zero") not in PADDINGS:
-            raise RuleError(f"partition: padding must be one of {', '.join(PADDINGS)}, got {attrs['padding']!r}")
+        padding = attrs.get("padding", "zero")
+        if not (isinstance(padding, str) and padding in PADDINGS):
+            raise RuleError(f"partition: padding must be one of {', '.join(PADDINGS)}, got {bounded_repr(padding)}")
         return (PartitionType(tensor, tile_shape, attrs.get("padding", "zero")),)
 
     def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
@@ -137,7 +129,7 @@ class TileLoad(MemoryAccess):
 
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
         partition = _partition(operand_types, "load")
-        _check_indices(operand_types[1:], partition.tensor.rank, "load")
+        check_index(operand_types[1:], partition.tensor.rank, "load")
         return (partition.tile,)
 
     def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
@@ -203,7 +195,8 @@ class TileAtomic(MemoryAccess):
             raise RuleError(f"atomic: a tile reduction takes one of {', '.join(TILE_ATOMIC_MODES)}, got {mode!r}")
         check_writable(partition.tensor, f"atomic_{mode}")
         if attrs.get("scope", "device") not in ("tl_blk", "device"):
-            raise RuleError(f"atomic_{mode}: a tile reduction's scope is tl_blk or device, got {attrs.get('scope')!r}")
+            raise RuleError(f"atomic_{mode}: a tile reduction's scope is 'tl_blk' or 'device', got "
+                            f"{bounded_repr(attrs.get('scope'))}")
         check_atomic_dtype(mode, partition.tensor.dtype)
         _check_index_and_tile(operand_types, partition, f"atomic_{mode}")
         return ()

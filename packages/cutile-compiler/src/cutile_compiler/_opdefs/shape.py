@@ -13,7 +13,7 @@ from cutile_compiler._dtypes import DType, fits
 from cutile_compiler._errors import bounded_repr
 from cutile_compiler._ir import Operation
 from cutile_compiler._lowering import tile_type
-from cutile_compiler._opdefs._base import EvalContext, OpDef, RuleError, register
+from cutile_compiler._opdefs._base import EvalContext, OpDef, RuleError, check_index, register
 from cutile_compiler._opdefs.elementwise import numpy_dtype, tile_operand
 from cutile_compiler._types import KType, TileType
 
@@ -194,13 +194,11 @@ class Extract(OpDef):
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
         tile = tile_operand(operand_types, 0, "extract")
         shape: tuple[int, ...] = attrs["shape"]
-        if len(shape) != tile.rank or len(operand_types) != 1 + tile.rank:
-            raise RuleError(f"extract: need a shape and an index of rank {tile.rank}")
+        if len(shape) != tile.rank:
+            raise RuleError(f"extract: the shape {list(shape)} has rank {len(shape)}, the tile rank {tile.rank}")
+        check_index(operand_types[1:], tile.rank, "extract")
         if any(d % s for d, s in zip(tile.shape, shape)):
             raise RuleError(f"extract: shape {list(shape)} does not divide the tile's {list(tile.shape)}")
-        for index in operand_types[1:]:
-            if not (isinstance(index, TileType) and index.is_scalar and index.dtype.is_integer):
-                raise RuleError(f"extract: indices must be integer scalars, got {index}")
         return (tile.with_shape(shape),)
 
     def check_static(self, operand_types: Sequence[KType], static_values: Sequence[Any],
