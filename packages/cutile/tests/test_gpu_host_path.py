@@ -20,7 +20,7 @@ import cuda_async
 import cutile
 from cuda_core.testing import FakeDriver, use_fake_driver
 from cutile import _backend, _gpu, _native, api
-from cutile.core import Mut, Tensor, bid, bool_, f16, f32, i8, i32, i64, load_tile_like
+from cutile.core import Mut, Tensor, bid, bool_, f16, f32, i8, i32, i64, load_tile_like, tf32
 
 pytestmark = pytest.mark.interpreter_only  # runs once, on its own fake GPU
 
@@ -765,6 +765,30 @@ def test_threads_on_the_native_path_keep_their_arguments_and_the_ledger_consiste
     for tensor in (z._tensor, w._tensor, x, y):
         resource = tensor._storage.resource
         assert not resource.is_held and resource._last_write is None  # every job completed and released
+
+
+@cutile.entry
+def scale_tf32(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], s: tf32):
+    z.store(load_tile_like(x, z) * s.astype(f32))
+
+
+def test_a_tf32_scalar_takes_the_native_path_packed_and_checked_as_f32(native_gpu: FakeDriver) -> None:
+    """tf32 is stored as f32: its scalars are packed as C floats and refused where f32
+    would overflow, in C as in Python."""
+    x = api.from_numpy(np.zeros(256, np.float32))
+    z = api.empty([256], dtype=f32).partition([128])
+    _register(native_gpu, scale_tf32(z, x, 1.0))
+    z, x = scale_tf32(z, x, 1.0).sync()
+    made = _stats()[0]
+    with pytest.raises(cutile.LaunchError, match=r"parameter 's' is a tf32 scalar; 1e\+39 overflows it"):
+        scale_tf32(z, x, 1e39)
+    assert _stats()[0] == made  # left C for the Python path, which raised
+    values = (0.1, -3.0e38, float("inf"))
+    for value in values:
+        z, x = scale_tf32(z, x, value).sync()
+    assert _stats()[0] == made + len(values)  # made in C
+    packed = [struct.unpack("<f", r["params"][-1][:4])[0] for r in native_gpu.launches[-len(values):]]
+    assert packed == [float(np.float32(v)) for v in values]
 
 
 @cutile.entry

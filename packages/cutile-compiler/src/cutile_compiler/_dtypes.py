@@ -5,6 +5,13 @@ A `DType` is the object users write in annotations and constructors (``f32``,
 signless: signedness picks the op flavour (``divi`` signed or unsigned, ``exti``
 sign- or zero-extend...) at lowering time.
 
+The records below are the one table of per-dtype facts: each names its kind, its
+Tile IR element type (whose width and float format `cutile_ir` owns and the
+record reads), its numpy / ml_dtypes name and its DLPack type code; everything
+else (bits, bytes per element, significand and exponent bits, the numpy dtype,
+the C type a launch packs a scalar as, the DLPack and array-interface type
+descriptions) is derived from them where it is used.
+
 Promotion (documented in ARCHITECTURE.md): two tiles of different dtypes
 combine only when one converts to the other without loss; Python numbers are
 "weak" and take the tile's dtype (an int into an int or float tile, a float
@@ -13,35 +20,82 @@ into a float tile; a float into an int tile is an error).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Literal
+import enum
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import cutile_ir as ir
 
 from cutile_compiler._errors import ArgumentError
 
 Kind = Literal["bool", "int", "uint", "float"]
 
 
-@dataclass(frozen=True, eq=False)
+class DLPackCode(enum.IntEnum):
+    """DLPack's ``DLDataTypeCode`` (dlpack.h, 1.1) for the dtypes cutile exchanges."""
+
+    INT = 0
+    UINT = 1
+    FLOAT = 2
+    BFLOAT = 4
+    BOOL = 6
+    FLOAT8_E4M3FN = 10
+    FLOAT8_E5M2 = 12
+
+
+@dataclass(frozen=True, eq=False, init=False)
 class DType:
     """An element type. Compared by identity: there is one object per dtype."""
 
     name: str
-    bits: int
     kind: Kind
-    numpy_name: str  # numpy / ml_dtypes name, e.g. "bfloat16"
-    ir_name: str  # Tile IR element type, e.g. "bf16", "i32"
-    mantissa_bits: int = 0  # significand bits incl. the implicit one (floats)
-    exponent_bits: int = 0
+    #: the Tile IR element type (integers are signless: u8 and i8 are both ``i8``)
+    ir_type: ir.ScalarType
+    #: numpy / ml_dtypes name, e.g. "bfloat16"
+    numpy_name: str
+    #: DLPack's type code (DLPack's bits are ``8 * itemsize``)
+    dlpack_code: DLPackCode
+    #: the dtype whose memory layout this one uses (tf32: f32), None for itself; in
+    #: memory, on the host and in a launch's parameters the two are one type
+    stored_as: DType | None
+    #: bits of one value in memory (bool: 1, though stored in a byte; tf32: f32's 32)
+    bits: int
     #: bytes per element in memory (bool is stored as one byte); a field, as launches read it often
-    itemsize: int = field(init=False, repr=False)
+    itemsize: int
+    #: the float format (cutile_ir's), None for integers and bool
+    float_format: ir.FloatFormat | None
+    #: significand bits incl. the implicit one (floats; 0 otherwise)
+    mantissa_bits: int
+    #: exponent bits (floats; 0 otherwise)
+    exponent_bits: int
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "itemsize", max(1, self.bits // 8))
+    def __init__(self, name: str, kind: Kind, ir_type: ir.ScalarType, numpy_name: str | None = None,
+                 dlpack_code: DLPackCode | None = None, *, stored_as: DType | None = None) -> None:
+        # (the table below is the only caller: a record that breaks these is a cutile bug)
+        assert (kind == "float") == ir_type.is_float, f"dtype {name}: kind {kind} but Tile IR type {ir_type}"
+        if stored_as is not None:  # the storage facts are the storing dtype's
+            numpy_name, dlpack_code = stored_as.numpy_name, stored_as.dlpack_code
+        assert numpy_name is not None and dlpack_code is not None, f"dtype {name}: its storage facts, or stored_as"
+        float_format = ir.FLOAT_FORMATS[ir_type.name] if ir_type.is_float else None
+        bits = stored_as.bits if stored_as is not None else ir_type.bitwidth
+        facts: dict[str, Any] = {
+            "name": name, "kind": kind, "ir_type": ir_type, "numpy_name": numpy_name, "dlpack_code": dlpack_code,
+            "stored_as": stored_as, "bits": bits, "itemsize": max(1, bits // 8), "float_format": float_format,
+            "mantissa_bits": float_format.precision if float_format is not None else 0,
+            "exponent_bits": float_format.exponent_bits if float_format is not None else 0,
+        }
+        for key, value in facts.items():
+            object.__setattr__(self, key, value)
 
     def __repr__(self) -> str:
         return self.name
 
     __str__ = __repr__
+
+    @property
+    def ir_name(self) -> str:
+        """The Tile IR element type's name, e.g. ``"bf16"``, ``"i32"``."""
+        return self.ir_type.name
 
     @property
     def is_float(self) -> bool:
@@ -64,27 +118,29 @@ class DType:
     def is_bool(self) -> bool:
         return self.kind == "bool"
 
-    def __reduce__(self) -> str:
-        return self.name  # pickles as the module-level singleton
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        return (lookup, (self.name,))  # unpickles as the one object of its name
 
 
-bool_ = DType("bool", 1, "bool", "bool", "i1")
-i8 = DType("i8", 8, "int", "int8", "i8")
-i16 = DType("i16", 16, "int", "int16", "i16")
-i32 = DType("i32", 32, "int", "int32", "i32")
-i64 = DType("i64", 64, "int", "int64", "i64")
-u8 = DType("u8", 8, "uint", "uint8", "i8")
-u16 = DType("u16", 16, "uint", "uint16", "i16")
-u32 = DType("u32", 32, "uint", "uint32", "i32")
-u64 = DType("u64", 64, "uint", "uint64", "i64")
-f16 = DType("f16", 16, "float", "float16", "f16", 11, 5)
-bf16 = DType("bf16", 16, "float", "bfloat16", "bf16", 8, 8)
-f32 = DType("f32", 32, "float", "float32", "f32", 24, 8)
-f64 = DType("f64", 64, "float", "float64", "f64", 53, 11)
+_D = DLPackCode
+bool_ = DType("bool", "bool", ir.I1, "bool", _D.BOOL)
+i8 = DType("i8", "int", ir.I8, "int8", _D.INT)
+i16 = DType("i16", "int", ir.I16, "int16", _D.INT)
+i32 = DType("i32", "int", ir.I32, "int32", _D.INT)
+i64 = DType("i64", "int", ir.I64, "int64", _D.INT)
+u8 = DType("u8", "uint", ir.I8, "uint8", _D.UINT)
+u16 = DType("u16", "uint", ir.I16, "uint16", _D.UINT)
+u32 = DType("u32", "uint", ir.I32, "uint32", _D.UINT)
+u64 = DType("u64", "uint", ir.I64, "uint64", _D.UINT)
+f16 = DType("f16", "float", ir.F16, "float16", _D.FLOAT)
+bf16 = DType("bf16", "float", ir.BF16, "bfloat16", _D.BFLOAT)
+f32 = DType("f32", "float", ir.F32, "float32", _D.FLOAT)
+f64 = DType("f64", "float", ir.F64, "float64", _D.FLOAT)
 # tf32 is stored as f32 and selects the tensor cores' reduced-precision mode in mma.
-tf32 = DType("tf32", 32, "float", "float32", "tf32", 11, 8)
-f8e4m3fn = DType("f8e4m3fn", 8, "float", "float8_e4m3fn", "f8E4M3FN", 4, 4)
-f8e5m2 = DType("f8e5m2", 8, "float", "float8_e5m2", "f8E5M2", 3, 5)
+tf32 = DType("tf32", "float", ir.TF32, stored_as=f32)
+f8e4m3fn = DType("f8e4m3fn", "float", ir.F8E4M3FN, "float8_e4m3fn", _D.FLOAT8_E4M3FN)
+f8e5m2 = DType("f8e5m2", "float", ir.F8E5M2, "float8_e5m2", _D.FLOAT8_E5M2)
+del _D
 
 ALL_DTYPES: tuple[DType, ...] = (
     bool_, i8, i16, i32, i64, u8, u16, u32, u64, f16, bf16, f32, f64, tf32, f8e4m3fn, f8e5m2,
@@ -93,7 +149,8 @@ BY_NAME: dict[str, DType] = {d.name: d for d in ALL_DTYPES}
 BY_NAME.update({"bool_": bool_, "float16": f16, "bfloat16": bf16, "float32": f32, "float64": f64,
                 "int8": i8, "int16": i16, "int32": i32, "int64": i64,
                 "uint8": u8, "uint16": u16, "uint32": u32, "uint64": u64})
-BY_NUMPY_NAME: dict[str, DType] = {d.numpy_name: d for d in ALL_DTYPES if d is not tf32}
+# A stored-as dtype shares its storage's names and codes, which name the storage.
+BY_NUMPY_NAME: dict[str, DType] = {d.numpy_name: d for d in ALL_DTYPES if d.stored_as is None}
 
 
 def lookup(name: str) -> DType:

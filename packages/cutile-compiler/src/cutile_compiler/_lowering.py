@@ -28,11 +28,8 @@ from cutile_compiler._ir import Block, KernelIR, Operation, Value
 from cutile_compiler._toolchain import parse_arch
 from cutile_compiler._types import KType, TensorType, TileType
 
-_ELEMENT: dict[str, ir.ScalarType] = {t.name: t for t in ir.SCALAR_TYPES}  # by DType.ir_name
-
-
 def element_type(dtype: dt.DType) -> ir.ScalarType:
-    return _ELEMENT[dtype.ir_name]
+    return dtype.ir_type
 
 
 def tile_type(ktype: KType) -> ir.TileType:

@@ -26,8 +26,8 @@ from ._ops import (
     get_op, ops_in, register_op,
 )
 from ._types import (
-    BF16, DYNAMIC, F16, F32, F4E2M1FN, F64, F8E4M3FN, F8E5M2, F8E5M3FNU, F8E8M0FNU, I1, I4, I8, I16,
-    I32, I64, SCALAR_TYPES, TF32, TOKEN, FunctionType, GatherScatterViewType, PaddingValue,
+    BF16, DYNAMIC, F16, F32, F4E2M1FN, F64, F8E4M3FN, F8E5M2, F8E5M3FNU, F8E8M0FNU, FLOAT_FORMATS, I1, I4, I8, I16,
+    I32, I64, SCALAR_TYPES, TF32, TOKEN, FloatFormat, FunctionType, GatherScatterViewType, PaddingValue,
     PartitionViewType, PointerType, ScalarType, StridedViewType, TensorViewType, TileType,
     TokenType, Type, ptr, scalar, tile,
 )
@@ -40,7 +40,7 @@ __all__ = [
     "Bounded", "Builder", "BytecodeError", "ComparisonOrdering", "ComparisonPredicate",
     "DEFAULT_VERSION", "DYNAMIC", "DenseElements", "DictAttr", "DivBy", "ElementRule", "F16", "F32", "F4E2M1FN",
     "F64", "F8E4M3FN", "F8E5M2", "F8E5M3FNU", "F8E8M0FNU", "FloatAttr", "Function", "FunctionType",
-    "GatherScatterViewType", "Global", "I1", "I16", "I32", "I4", "I64", "I8", "IRError",
+    "FLOAT_FORMATS", "FloatFormat", "GatherScatterViewType", "Global", "I1", "I16", "I32", "I4", "I64", "I8", "IRError",
     "IRTypeError", "IfOp", "IntegerAttr", "IntegerOverflow", "Location", "MemoryOrdering",
     "MemoryScope", "Module", "OPS", "OpDef", "Operation", "OperandDef", "OptimizationHints",
     "PaddingValue", "PartitionViewType", "PointerType", "Region", "RegionOp", "RegionRule", "ResultDef",

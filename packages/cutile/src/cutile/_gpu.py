@@ -99,13 +99,33 @@ def device_to_numpy(tensor: Tensor) -> np.ndarray[Any, Any]:
     return np.array(view, copy=True)
 
 
-# C type of each kernel parameter, by cutile dtype (16-bit floats travel as raw bytes).
-_PARAM_TYPES = {
-    "bool": "u8", "i8": "i8", "i16": "i16", "i32": "i32", "i64": "i64", "u8": "u8", "u16": "u16",
-    "u32": "u32", "u64": "u64", "f32": "f32", "f64": "f64", "tf32": "f32",
-    "f16": "bytes2", "bf16": "bytes2", "f8e4m3fn": "bytes1", "f8e5m2": "bytes1",
-}
-# Size in bytes of each C type a parameter is packed as.
+def _int_param_type(size: int, signed: bool) -> str:
+    """cuda_core's C integer type of ``size`` bytes (``"i32"``, ``"u8"``...)."""
+    return f"{'i' if signed else 'u'}{8 * size}"
+
+
+# The float dtypes C has a type for (float, double).
+_C_FLOATS = {dt.f32: "f32", dt.f64: "f64"}
+
+
+def _natural_param_type(dtype: dt.DType) -> str:
+    """The C type (cuda_core's name, or raw ``bytesN``) a scalar of ``dtype`` is packed
+    as: bool and integers as the C integer of their size and signedness, f32 and f64
+    (and tf32, stored as f32) as C's float and double, the other floats (f16, bf16,
+    the fp8 types) as their raw bytes."""
+    storage = dtype.stored_as or dtype
+    if not storage.is_float:
+        return _int_param_type(storage.itemsize, storage.is_signed)
+    return _C_FLOATS.get(storage, f"bytes{storage.itemsize}")
+
+
+# The one map from cutile dtypes to the C types of cuda_core's launches (and the
+# native path's codes for them, `_native._SCALAR_CODES`).
+_PARAM_TYPES: dict[dt.DType, str] = {d: _natural_param_type(d) for d in dt.ALL_DTYPES}
+# Dtypes whose scalars are packed as their raw bytes (converted through numpy per call).
+_RAW_SCALARS = frozenset(d for d, name in _PARAM_TYPES.items() if name.startswith("bytes"))
+
+
 def _type_size(name: str) -> int:
     """Bytes of a parameter packed as ``name`` (cuda_core's C types, or raw ``bytesN``)."""
     return int(name[5:]) if name.startswith("bytes") else ctypes.sizeof(PARAM_CTYPES[name])
@@ -124,12 +144,10 @@ def _param_type(arg: AbiArg, size: int, kernel: str) -> str:
         wanted = "i32"
     else:
         assert arg.dtype is not None
-        wanted = _PARAM_TYPES[arg.dtype.name]
-        if arg.dtype.is_integer or arg.dtype is dt.bool_:
-            signed = arg.dtype.is_signed
-            wanted = {1: "i8", 2: "i16", 4: "i32", 8: "i64"}.get(size, wanted)
-            if not signed:
-                wanted = "u" + wanted[1:]
+        wanted = _PARAM_TYPES[arg.dtype]
+        widened = _int_param_type(size, arg.dtype.is_signed)
+        if not arg.dtype.is_float and widened in PARAM_CTYPES:  # bool and integers
+            wanted = widened
     natural = _type_size(wanted)
     if natural != size:
         raise LaunchError(f"{kernel}: parameter '{arg.param}' ({arg.kind}) is {size} bytes in the cubin, "
@@ -151,7 +169,7 @@ def fake_param_layout(abi: Sequence[AbiArg]) -> list[tuple[int, int]]:
             size = _type_size("i32")
         else:
             assert arg.dtype is not None
-            size = _type_size(_PARAM_TYPES[arg.dtype.name])
+            size = _type_size(_PARAM_TYPES[arg.dtype])
         offset = -(-offset // size) * size
         layout.append((offset, size))
         offset += size
@@ -187,7 +205,7 @@ class _Loaded:
             code = {"pointer": _POINTER, "dim": _DIM, "stride": _STRIDE}.get(arg.kind, _SCALAR)
             self.recipe.append((arg.param, code, arg.axis if code in (_DIM, _STRIDE) else 0, arg.dtype))
         self.converts_scalars = any(
-            code == _SCALAR and dtype is not None and (dtype.name in _RAW_SCALARS or dtype is dt.bool_)
+            code == _SCALAR and dtype is not None and (dtype in _RAW_SCALARS or dtype.is_bool)
             for _, code, _, dtype in self.recipe)
 
     @property
@@ -244,13 +262,10 @@ def prepare(kernel: Kernel, plan: CallPlan, options: CompileOptions) -> _Loaded:
     return loaded
 
 
-_RAW_SCALARS = ("f16", "bf16", "f8e4m3fn", "f8e5m2")
-
-
 def _scalar_argument(value: Any, dtype: dt.DType) -> Any:
-    if dtype.name in _RAW_SCALARS:
+    if dtype in _RAW_SCALARS:
         return np.asarray(value, dtype=numpy_dtype(dtype)).tobytes()
-    if dtype is dt.bool_:
+    if dtype.is_bool:
         return int(bool(value))
     return value
 

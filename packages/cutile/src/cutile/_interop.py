@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from cuda_core import Stream
 
 KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_CUDA_MANAGED = 1, 2, 3, 13
-_DL_INT, _DL_UINT, _DL_FLOAT, _DL_BFLOAT, _DL_BOOL, _DL_FLOAT8_E4M3FN, _DL_FLOAT8_E5M2 = 0, 1, 2, 4, 6, 10, 12
 
 
 class _DLDevice(ctypes.Structure):
@@ -93,16 +92,25 @@ _capsule_is_valid_raw = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.
 _capsule_pointer_raw = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)(
     ("PyCapsule_GetPointer", ctypes.pythonapi))
 
-_DL_CODES: dict[tuple[int, int], dt.DType] = {
-    (_DL_INT, 8): dt.i8, (_DL_INT, 16): dt.i16, (_DL_INT, 32): dt.i32, (_DL_INT, 64): dt.i64,
-    (_DL_UINT, 8): dt.u8, (_DL_UINT, 16): dt.u16, (_DL_UINT, 32): dt.u32, (_DL_UINT, 64): dt.u64,
-    (_DL_FLOAT, 16): dt.f16, (_DL_FLOAT, 32): dt.f32, (_DL_FLOAT, 64): dt.f64, (_DL_BFLOAT, 16): dt.bf16,
-    (_DL_BOOL, 8): dt.bool_, (_DL_FLOAT8_E4M3FN, 8): dt.f8e4m3fn, (_DL_FLOAT8_E5M2, 8): dt.f8e5m2,
-}
-_DL_OF: dict[dt.DType, tuple[int, int]] = {v: k for k, v in _DL_CODES.items()}
-_DL_OF[dt.tf32] = (_DL_FLOAT, 32)
-_TYPESTR = {"b1": dt.bool_, "i1": dt.i8, "i2": dt.i16, "i4": dt.i32, "i8": dt.i64, "u1": dt.u8, "u2": dt.u16,
-            "u4": dt.u32, "u8": dt.u64, "f2": dt.f16, "f4": dt.f32, "f8": dt.f64}
+# The DLPack (code, bits) of each dtype, from its record; a stored-as dtype (tf32)
+# goes out as its storage and comes back as it.
+_DL_OF: dict[dt.DType, tuple[int, int]] = {d: (int(d.dlpack_code), 8 * d.itemsize) for d in dt.ALL_DTYPES}
+_DL_CODES: dict[tuple[int, int], dt.DType] = {_DL_OF[d]: d for d in dt.ALL_DTYPES if d.stored_as is None}
+
+
+def _typestr(dtype: dt.DType) -> str:
+    """``__cuda_array_interface__``'s typestr: numpy's for the types numpy has (tf32: f32's),
+    raw bytes (``V``) for bf16 and the fp8 types, which the interface has no letter for."""
+    numpy_type = numpy_dtype(dtype)
+    if numpy_type.type.__module__ == "numpy":
+        return numpy_type.str
+    return f"{'|' if dtype.itemsize == 1 else '<'}V{dtype.itemsize}"
+
+
+_TYPESTR_OF: dict[dt.DType, str] = {d: _typestr(d) for d in dt.ALL_DTYPES}
+# Imported by typestr without its byte order; raw bytes name no dtype.
+_TYPESTR: dict[str, dt.DType] = {
+    _TYPESTR_OF[d][1:]: d for d in dt.ALL_DTYPES if d.stored_as is None and "V" not in _TYPESTR_OF[d]}
 
 
 class ForeignDeviceStorage(Storage):
@@ -480,8 +488,7 @@ def cuda_array_interface(tensor: Tensor) -> dict[str, Any]:
     readonly = tensor._storage.readonly
     tensor._host_access(not readonly, "__cuda_array_interface__ (sharing the tensor)")
     _wait_for_writers()
-    typestr = {dt.bool_: "|b1", dt.bf16: "<V2", dt.f8e4m3fn: "|V1", dt.f8e5m2: "|V1", dt.tf32: "<f4"}.get(
-        tensor.dtype, numpy_dtype(tensor.dtype).str)
+    typestr = _TYPESTR_OF[tensor.dtype]
     itemsize = tensor.dtype.itemsize
     contiguous = tensor.is_contiguous
     return {

@@ -32,7 +32,9 @@ if TYPE_CHECKING:
 
 _SOURCE = Path(__file__).parent / "native" / "_native_launch.c"
 
-# The C types parameters are packed as (cutile._gpu's names) -> the native codes.
+# The C types scalar parameters are packed as (cuda_core's names, as cutile._gpu
+# packs them) -> the codes of native/_native_launch.c's `enum { P_I8 = 1, ... }`,
+# which names each P_ + the C type (test_native_codes.py checks the two agree).
 _SCALAR_CODES = {"i8": 1, "i16": 2, "i32": 3, "i64": 4, "u8": 5, "u16": 6, "u32": 7, "u64": 8, "f32": 9, "f64": 10}
 
 
@@ -194,7 +196,7 @@ def arm(kernel: Kernel, binding: Binding, loaded: _Loaded, context: int) -> None
             # Packed as the cubin declares it (small integers may be widened), checked
             # against what its dtype holds.
             packed_as = _SCALAR_CODES.get(types[slot])
-            accepts = _SCALAR_CODES.get(kernel._scalar_params[name].name)
+            accepts = _SCALAR_CODES.get(_gpu._PARAM_TYPES[kernel._scalar_params[name]])
             if packed_as is None or accepts is None:
                 return
             checks.append((kind, rest[0], packed_as, slot, accepts))
