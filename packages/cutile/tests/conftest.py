@@ -2,18 +2,22 @@
 ``BOTH_BACKENDS = True`` runs each of its tests on the GPU as well (those runs
 are marked ``gpu``, so they are skipped where no GPU is present). A test marked
 ``gpu`` runs on the GPU only; one marked ``interpreter_only`` on the interpreter only.
-A test that leaves a launch unrun (`cutile.LaunchNeverRunWarning`) fails, unless it
+`make_fake_gpu` runs the GPU backend on cuda_core's fake driver. A test that leaves a launch unrun (`cutile.LaunchNeverRunWarning`) fails, unless it
 expects the warning (``pytest.warns``) or cancels the launch."""
 
 from __future__ import annotations
 
+import contextlib
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import pytest
 
+import cuda_async
 import cutile
-from cutile import _backend
+from cuda_core.testing import FakeDriver, use_fake_driver
+from cutile import _backend, _gpu
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -55,3 +59,33 @@ def no_launch_left_unrun() -> Iterator[None]:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
     if unrun:
         pytest.fail(f"a launch was left unrun: {unrun[0].filename}:{unrun[0].lineno}: {unrun[0].message}")
+
+
+FakeGpu = Callable[..., contextlib.AbstractContextManager[Any]]
+
+
+@pytest.fixture
+def make_fake_gpu() -> FakeGpu:
+    """A factory of fake GPUs: ``with make_fake_gpu(driver, policy, kernels=...) as fake:``
+    runs cutile's GPU backend on ``driver`` (a new `FakeDriver` by default) under the
+    scheduling ``policy`` (one stream by default), and puts everything back after,
+    clearing the caches of ``kernels`` (their modules were loaded into the fake)."""
+
+    @contextlib.contextmanager
+    def fake_gpu(driver: FakeDriver | None = None, policy: cuda_async.SchedulingPolicy | None = None, *,
+                 kernels: Iterable[cutile.Kernel] = ()) -> Iterator[Any]:
+        saved_streams = dict(_gpu._streams)
+        with use_fake_driver(driver) as fake:
+            _gpu._streams.clear()
+            _backend.reset_for_tests("gpu")
+            try:
+                with cuda_async.using_policy(policy or cuda_async.SingleStream()):
+                    yield fake
+            finally:
+                for kernel in kernels:
+                    kernel.clear_cache()
+                _gpu._streams.clear()
+                _gpu._streams.update(saved_streams)
+                _backend.reset_for_tests("interpreter")
+
+    return fake_gpu

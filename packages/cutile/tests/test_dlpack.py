@@ -7,20 +7,16 @@ values, as PyTorch does for a CPU bfloat16 or float8 tensor, so no framework is 
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import gc
-from collections.abc import Iterator
 from typing import Any
 
 import ml_dtypes
 import numpy as np
 import pytest
 
-import cuda_async
 import cutile
-from cuda_core.testing import use_fake_driver
-from cutile import _backend, _gpu, api
+from cutile import api
 from cutile.core import Mut, Tensor, bf16, f32, f8e4m3fn, f8e5m2, load_tile_like
 
 pytestmark = pytest.mark.interpreter_only  # host memory; the GPU side runs on a fake driver
@@ -245,23 +241,8 @@ def test_numpy_arrays_of_ml_dtypes_come_in_directly() -> None:
 
 
 # -- the GPU backend's side, on a fake driver ------------------------------------------------------
-@contextlib.contextmanager
-def _fake_gpu() -> Iterator[None]:
-    saved_streams = dict(_gpu._streams)
-    with use_fake_driver():
-        _gpu._streams.clear()
-        _backend.reset_for_tests("gpu")
-        try:
-            with cuda_async.using_policy(cuda_async.SingleStream()):
-                yield
-        finally:
-            _gpu._streams.clear()
-            _gpu._streams.update(saved_streams)
-            _backend.reset_for_tests("interpreter")
-
-
-def test_device_tensors_share_through_versioned_capsules_with_the_read_only_flag() -> None:
-    with _fake_gpu():
+def test_device_tensors_share_through_versioned_capsules_with_the_read_only_flag(make_fake_gpu: Any) -> None:
+    with make_fake_gpu():
         tensor = api.from_numpy(_random((40,), 9).astype(np.float32))
         capsule = tensor.__dlpack__(max_version=(1, 1))
         assert "dltensor_versioned" in repr(capsule)

@@ -3,16 +3,12 @@ derived from the dtype table, checked against numpy and against each other."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
 
-import cuda_async
-from cuda_core.testing import use_fake_driver
-from cutile import _backend, _gpu, api
+from cutile import api
 from cutile._tensor import numpy_dtype
 from cutile_compiler import _dtypes as dt
 
@@ -64,24 +60,9 @@ class _Interface:
         self.__cuda_array_interface__ = interface
 
 
-@contextlib.contextmanager
-def _fake_gpu() -> Iterator[None]:
-    saved_streams = dict(_gpu._streams)
-    with use_fake_driver():
-        _gpu._streams.clear()
-        _backend.reset_for_tests("gpu")
-        try:
-            with cuda_async.using_policy(cuda_async.SingleStream()):
-                yield
-        finally:
-            _gpu._streams.clear()
-            _gpu._streams.update(saved_streams)
-            _backend.reset_for_tests("interpreter")
-
-
 @pytest.mark.parametrize("dtype", dt.ALL_DTYPES, ids=str)
-def test_every_dtype_has_an_array_interface_typestr(dtype: dt.DType) -> None:
-    with _fake_gpu():
+def test_every_dtype_has_an_array_interface_typestr(dtype: dt.DType, make_fake_gpu: Any) -> None:
+    with make_fake_gpu():
         tensor = api.from_numpy(_values(dtype, 5), dtype)
         interface = tensor.__cuda_array_interface__
         typestr = interface["typestr"]

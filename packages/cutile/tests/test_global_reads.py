@@ -6,7 +6,6 @@ on the GPU backend's Python and native launch paths, checked here on a fake driv
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import sys
 import types
@@ -17,10 +16,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-import cuda_async
 import cutile
-from cuda_core.testing import FakeDriver, use_fake_driver
-from cutile import _backend, _gpu, _native, api
+from cuda_core.testing import FakeDriver
+from cutile import _gpu, _native, api
 from cutile.core import Mut, Tensor, f32, load_tile_like
 from cutile_compiler import compile_kernel
 
@@ -222,27 +220,21 @@ CHANGES = {
 }
 
 
-@contextlib.contextmanager
-def _fake_gpu() -> Iterator[_Loads]:
-    saved_streams = dict(_gpu._streams)
-    with use_fake_driver(_Loads()) as fake:
-        _gpu._streams.clear()
-        _backend.reset_for_tests("gpu")
-        try:
-            with cuda_async.using_policy(cuda_async.SingleStream()):
-                yield fake  # type: ignore[misc]
-        finally:
-            mixed.clear_cache()  # its modules were loaded into the fake
-            _gpu._streams.clear()
-            _gpu._streams.update(saved_streams)
-            _backend.reset_for_tests("interpreter")
-            SETTINGS.bias = 0.0
-            set_shift(0.0)
+@pytest.fixture
+def fake_gpu(make_fake_gpu: Any) -> Iterator[_Loads]:
+    """The GPU backend on a driver that keeps every image loaded; the globals the
+    tests change are put back after."""
+    try:
+        with make_fake_gpu(_Loads(), kernels=(mixed,)) as fake:
+            yield fake
+    finally:
+        SETTINGS.bias = 0.0
+        set_shift(0.0)
 
 
 @pytest.mark.parametrize("what", list(CHANGES))
 @pytest.mark.parametrize("native", [True, False], ids=["native path", "python path"])
-def test_the_gpu_path_loads_the_code_of_the_current_value(native: bool, what: str) -> None:
+def test_the_gpu_path_loads_the_code_of_the_current_value(native: bool, what: str, fake_gpu: _Loads) -> None:
     if native and _native.module is None:
         pytest.skip(f"the native launch path is unavailable: {_native.unavailable_reason()}")
     change, change_to_equal = CHANGES[what]
@@ -254,54 +246,51 @@ def test_the_gpu_path_loads_the_code_of_the_current_value(native: bool, what: st
                 mixed._fast = None  # as without the native module
         return z, x
 
-    with _fake_gpu() as fake:
-        x = api.from_numpy(np.zeros(256, np.float32))
-        z = api.empty([256], dtype=f32).partition([128])
-        probe = mixed(z, x)
-        spec = probe.plan().spec
-        probe.cancel()  # made only to learn the specialization
+    x = api.from_numpy(np.zeros(256, np.float32))
+    z = api.empty([256], dtype=f32).partition([128])
+    probe = mixed(z, x)
+    spec = probe.plan().spec
+    probe.cancel()  # made only to learn the specialization
 
-        def cubin_now() -> bytes:  # compiled afresh, past every cache of the kernel
-            return compile_kernel(mixed.function, mixed.signature, spec, "sm_90").cubin
+    def cubin_now() -> bytes:  # compiled afresh, past every cache of the kernel
+        return compile_kernel(mixed.function, mixed.signature, spec, "sm_90").cubin
 
-        old = cubin_now()
-        fake.kernels[mixed.compiled(spec, "sm_90").name] = _gpu.fake_param_layout(mixed.compiled(spec, "sm_90").abi)
-        z, x = loop(z, x, 3)  # the binding launches, is armed, then (native) runs in C
-        assert fake.images == [old]
-        made, run = _native.module.stats() if native else (0, 0)
+    old = cubin_now()
+    fake_gpu.kernels[mixed.compiled(spec, "sm_90").name] = _gpu.fake_param_layout(mixed.compiled(spec, "sm_90").abi)
+    z, x = loop(z, x, 3)  # the binding launches, is armed, then (native) runs in C
+    assert fake_gpu.images == [old]
+    made, run = _native.module.stats() if native else (0, 0)
 
-        change()
-        new = cubin_now()
-        assert new != old
-        pending = mixed(z, x)  # made before the change is seen: it runs with the value at its run
-        z, x = pending.sync()
-        assert fake.images == [old, new] and len(fake.launches) == 4
-        z, x = loop(z, x, 2)
-        assert fake.images == [old, new] and len(fake.launches) == 6
-        if native:
-            assert _native.module.stats()[1] == run + 2  # armed again, with the new code
+    change()
+    new = cubin_now()
+    assert new != old
+    pending = mixed(z, x)  # made before the change is seen: it runs with the value at its run
+    z, x = pending.sync()
+    assert fake_gpu.images == [old, new] and len(fake_gpu.launches) == 4
+    z, x = loop(z, x, 2)
+    assert fake_gpu.images == [old, new] and len(fake_gpu.launches) == 6
+    if native:
+        assert _native.module.stats()[1] == run + 2  # armed again, with the new code
 
-        # Equal, another object: no new code; the Python path sees it once, then C again.
-        change_to_equal()
-        z, x = loop(z, x, 3)
-        assert fake.images == [old, new] and len(fake.launches) == 9
-        if native:
-            assert _native.module.stats()[1] == run + 4
-        del z, x, pending  # their memory is freed while the fake driver is in place
+    # Equal, another object: no new code; the Python path sees it once, then C again.
+    change_to_equal()
+    z, x = loop(z, x, 3)
+    assert fake_gpu.images == [old, new] and len(fake_gpu.launches) == 9
+    if native:
+        assert _native.module.stats()[1] == run + 4
 
 
-def test_a_change_seen_inside_a_graph_capture_is_refused_naming_it() -> None:
-    with _fake_gpu() as fake:
-        x = api.from_numpy(np.zeros(256, np.float32))
-        z = api.empty([256], dtype=f32).partition([128])
-        probe = mixed(z, x)
-        compiled = mixed.compiled(probe.plan().spec, "sm_90")
-        probe.cancel()  # made only to learn the specialization
-        fake.kernels[compiled.name] = _gpu.fake_param_layout(compiled.abi)
-        z, x = mixed(z, x).sync()  # warm: compiled and loaded
-        _set("SCALE", 5.0)
-        with pytest.raises(cutile.GraphCaptureError,
-                           match=r"mixed is launched inside a CUDA graph capture after global 'SCALE' changed"):
-            with cutile.graph_scope("after a change"):
-                z, x = mixed(z, x).sync()
-        del z, x
+def test_a_change_seen_inside_a_graph_capture_is_refused_naming_it(fake_gpu: _Loads) -> None:
+    x = api.from_numpy(np.zeros(256, np.float32))
+    z = api.empty([256], dtype=f32).partition([128])
+    probe = mixed(z, x)
+    compiled = mixed.compiled(probe.plan().spec, "sm_90")
+    probe.cancel()  # made only to learn the specialization
+    fake_gpu.kernels[compiled.name] = _gpu.fake_param_layout(compiled.abi)
+    z, x = mixed(z, x).sync()  # warm: compiled and loaded
+    _set("SCALE", 5.0)
+    with pytest.raises(cutile.GraphCaptureError,
+                       match=r"mixed is launched inside a CUDA graph capture after global 'SCALE' changed"):
+        with cutile.graph_scope("after a change"):
+            z, x = mixed(z, x).sync()
+    del z, x

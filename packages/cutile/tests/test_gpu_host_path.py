@@ -68,35 +68,14 @@ def _unpack(compiled: Any, params: list[bytes]) -> list[tuple[str, str, Any]]:
 FakeGpu = Callable[..., contextlib.AbstractContextManager[FakeDriver]]
 
 
-@pytest.fixture
-def make_fake_gpu() -> FakeGpu:
-    """A factory of fake GPUs: ``with make_fake_gpu(driver, policy) as fake:`` runs
-    cutile's GPU backend on ``driver`` (a new `FakeDriver` by default) under the
-    scheduling ``policy`` (one stream by default), and puts everything back after."""
-
-    @contextlib.contextmanager
-    def fake_gpu(driver: FakeDriver | None = None,
-                 policy: cuda_async.SchedulingPolicy | None = None) -> Iterator[FakeDriver]:
-        saved_streams = dict(_gpu._streams)
-        with use_fake_driver(driver) as fake:
-            _gpu._streams.clear()
-            _backend.reset_for_tests("gpu")
-            try:
-                with cuda_async.using_policy(policy or cuda_async.SingleStream()):
-                    yield fake
-            finally:
-                for kernel in (saxpy, scale2d, no_mut):
-                    kernel.clear_cache()  # its modules were loaded into the fake
-                _gpu._streams.clear()
-                _gpu._streams.update(saved_streams)
-                _backend.reset_for_tests("interpreter")
-
-    return fake_gpu
+_KERNELS = (saxpy, scale2d, no_mut)
 
 
 @pytest.fixture
 def fake_gpu(make_fake_gpu: FakeGpu) -> Iterator[FakeDriver]:
-    with make_fake_gpu() as fake:
+    """The GPU backend on a fake driver (conftest's `make_fake_gpu`), forgetting the
+    modules this file's kernels loaded into it."""
+    with make_fake_gpu(kernels=_KERNELS) as fake:
         yield fake
 
 
@@ -259,7 +238,7 @@ def test_memory_of_a_shared_op_lives_until_its_work_is_observed_done(make_fake_g
     import gc
 
     log = _FreeLog()
-    with make_fake_gpu(log, cuda_async.RoundRobin(2)):
+    with make_fake_gpu(log, cuda_async.RoundRobin(2), kernels=_KERNELS):
         try:
             x = api.from_numpy(np.zeros(256, np.float32))
             y = api.from_numpy(np.zeros(256, np.float32))
@@ -570,7 +549,7 @@ def test_the_native_path_runs_synchronous_launches_holding_their_tensors(make_fa
     from cuda_async import _streams
 
     driver = _WatchingSync()
-    with make_fake_gpu(driver) as fake:
+    with make_fake_gpu(driver, kernels=_KERNELS) as fake:
         _require_native()
         x = api.from_numpy(np.zeros(256, np.float32))
         y = api.from_numpy(np.zeros(256, np.float32))
