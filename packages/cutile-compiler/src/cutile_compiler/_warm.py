@@ -31,8 +31,8 @@ data that is checked, so a wrong one costs a compile, never a wrong kernel.
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
+import linecache
 import os
 import sys
 import threading
@@ -95,26 +95,41 @@ def compiler_fingerprint() -> str:
         return _compiler_fingerprint
 
 
+def _last_line(code: types.CodeType) -> int:
+    """The last source line any expression of ``code`` (or of code nested in it) spans."""
+    last = code.co_firstlineno
+    for _, end, _, _ in code.co_positions():
+        if end is not None and end > last:
+            last = end
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            last = max(last, _last_line(const))
+    return last
+
+
 def _source_facts(function: types.FunctionType) -> list[Any]:
     """What a function's source contributes to a compile: its module, qualified name,
-    file, first line and a digest of its text (a new process reads them again)."""
-    lines, first_line = inspect.getsourcelines(function)
-    filename = inspect.getsourcefile(function) or "<unknown>"
-    text = "".join(lines)
-    if function.__name__ == "<lambda>":  # compiled from its whole line: see _source._capture_lambda
-        first_line = function.__code__.co_firstlineno
-    return [function.__module__, function.__qualname__, filename, first_line,
-            hashlib.sha256(text.encode()).hexdigest()]
+    file, first line and a digest of its lines (from its first decorator to the last
+    line its code spans: the lines the front end parses), read as the front end reads
+    them (`linecache`, checked against the file)."""
+    code = function.__code__
+    filename = code.co_filename
+    linecache.checkcache(filename)
+    lines = linecache.getlines(filename, function.__globals__)
+    first, last = code.co_firstlineno, _last_line(code)
+    if not lines or last > len(lines):
+        raise NotWarmCacheable(f"no source for {function.__qualname__}")
+    text = "".join(lines[first - 1:last])
+    return [function.__module__, function.__qualname__, filename, first, hashlib.sha256(text.encode()).hexdigest()]
 
 
 def manifest_key(function: Any, signature: KernelSignature, spec: Specialization, arch: str,
                  options: CompileOptions, toolchain: Toolchain, unsafe: bool) -> str:
     """The sha256 (hex) naming the manifest of one compile; raises `NotWarmCacheable`
     for a kernel whose inputs a new process could not tell apart."""
-    try:
-        facts = _source_facts(function)
-    except (OSError, TypeError) as exc:
-        raise NotWarmCacheable(f"no source ({exc})") from None
+    if not isinstance(function, types.FunctionType):
+        raise NotWarmCacheable("a kernel that is not a Python function")
+    facts = _source_facts(function)
     defaults = [_serialize(function.__defaults__), _serialize(function.__kwdefaults__ and
                                                               tuple(sorted(function.__kwdefaults__.items())))]
     parts = [MANIFEST_LAYOUT, compiler_fingerprint(), json.dumps([facts, defaults]), repr(signature),
@@ -170,10 +185,7 @@ def _function_facts(function: types.FunctionType) -> list[Any]:
     module = sys.modules.get(module_name) if isinstance(module_name, str) else None
     if module is None or vars(module) is not function.__globals__:
         raise NotWarmCacheable(f"{function.__qualname__} has globals that are no module's")
-    try:
-        facts = _source_facts(function)
-    except (OSError, TypeError) as exc:
-        raise NotWarmCacheable(f"no source for {function.__qualname__} ({exc})") from None
+    facts = _source_facts(function)
     kwdefaults = function.__kwdefaults__
     return [*facts, function.__globals__["__name__"], _serialize(function.__defaults__),
             _serialize(tuple(sorted(kwdefaults.items())) if kwdefaults else None)]
