@@ -882,7 +882,10 @@ def clear_toolchain_cache() -> None:
     """Forgets what was learnt about tileiras binaries, in process and in the disk
     cache (for tests, or after an upgrade)."""
     _probe.cache_clear()
-    records = _probe_record_cache()
+    try:
+        records = _probe_record_cache()
+    except _config.ConfigError:  # a malformed CUTILE_CACHE*: there is no cache to clear
+        return
     if records is not None:
         records.clear()
 
