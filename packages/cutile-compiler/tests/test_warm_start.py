@@ -211,3 +211,62 @@ def test_the_manifest_records_reads_checkably(real_toolchain: object) -> None:
     assert _warm._serialize(language.load_tile_like)[0] == "language"
     assert _warm._matches(language.load_tile_like, _warm._serialize(language.load_tile_like))
     assert not _warm._matches(language.arange, _warm._serialize(language.load_tile_like))
+
+
+# --- in process: a new KernelCompiler has nothing in memory, so it reads the manifest ---
+
+from cutile_compiler import DeviceFunction  # noqa: E402
+from cutile_compiler.language import Mut, Tensor, f32, load_tile_like  # noqa: E402
+
+
+class Cfg:
+    SCALE = 2.0
+
+
+def _shifted(t, by=1.0):
+    return t + by
+
+
+shifted = DeviceFunction(_shifted)
+
+
+def by_class_attribute(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    z.store(shifted(load_tile_like(x, z)) * Cfg.SCALE)
+
+
+def make_closure_kernel(factor: float) -> Any:
+    def by_closure(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+        z.store(load_tile_like(x, z) * factor)
+    return by_closure
+
+
+def compile_fresh(function: Any) -> Any:
+    import cutile_compiler as cc
+    from cutile_compiler import dtypes as dt
+
+    signature = cc.parse_signature(function)
+    spec = cc.specialize(signature, function.__name__, {"z": cc.TensorSpec(dt.f32, (1000,), (128,)),
+                                                        "x": cc.TensorSpec(dt.f32, (1000,))})
+    return cc.KernelCompiler(function, signature).compile(spec, "sm_90")
+
+
+def test_attributes_of_a_class_and_device_function_defaults_are_checked(real_toolchain: object,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    cold = compile_fresh(by_class_attribute)
+    warm = compile_fresh(by_class_attribute)
+    assert not cold.warm and warm.warm and warm.cubin == cold.cubin
+    monkeypatch.setattr(Cfg, "SCALE", 3.0)
+    changed = compile_fresh(by_class_attribute)
+    assert not changed.warm and "3.0" in changed.ir_text
+    monkeypatch.setattr(_shifted, "__defaults__", (5.0,))
+    defaults = compile_fresh(by_class_attribute)
+    assert not defaults.warm and "5.0" in defaults.ir_text
+
+
+def test_closure_variables_are_checked(real_toolchain: object) -> None:
+    cold = compile_fresh(make_closure_kernel(2.0))
+    warm = compile_fresh(make_closure_kernel(2.0))  # another function object, the same source and closure value
+    assert not cold.warm and warm.warm and warm.cubin == cold.cubin
+    assert warm.reads.changed() is None
+    other = compile_fresh(make_closure_kernel(4.0))
+    assert not other.warm and "4.0" in other.ir_text
