@@ -21,6 +21,10 @@ miss) and is safe to share between processes without locks:
   used entries (a hit refreshes an entry's mtime); files vanishing under an eviction,
   because another process evicted them first, are expected.
 
+`DiskCache` stores other kinds of entry with the same guarantees in their own
+subfolders (``layout``): the warm-start manifests of `_warm` and tileiras's recorded
+probe answers (`_toolchain`).
+
 ``CUTILE_CACHE=0`` turns the disk cache off. `cached_compile` puts it together with
 `Toolchain.compile`, which checks a cubin (`_cubin.cubin_problem`) before it is stored;
 a hit is checked again before it is returned.
