@@ -156,7 +156,7 @@ def _language_name(value: Any) -> tuple[str, str] | None:
     if _language_names is None or (id(value) not in _language_names and len(sys.modules) != _language_modules_seen):
         found: dict[int, tuple[str, str]] = {}
         for module_name, module in sorted(sys.modules.items()):
-            if module is None or module_name.split(".", 1)[0] not in _LANGUAGE_PACKAGES:
+            if not isinstance(module, types.ModuleType) or module_name.split(".", 1)[0] not in _LANGUAGE_PACKAGES:
                 continue
             for name, item in list(vars(module).items()):
                 # (constants and modules serialize by value; mutable state is never the language)
@@ -164,7 +164,8 @@ def _language_name(value: Any) -> tuple[str, str] | None:
                     found.setdefault(id(item), (module_name, name))
         _language_names, _language_modules_seen = found, len(sys.modules)
     where = _language_names.get(id(value))
-    if where is not None and vars(sys.modules[where[0]]).get(where[1]) is value:
+    binder = sys.modules.get(where[0]) if where is not None else None
+    if where is not None and isinstance(binder, types.ModuleType) and vars(binder).get(where[1]) is value:
         return where
     return None
 
@@ -252,7 +253,7 @@ def _matches(value: Any, recorded: Any) -> bool:
 def _module_of(namespace: Any) -> str:
     name = namespace.get("__name__") if isinstance(namespace, dict) else None
     module = sys.modules.get(name) if isinstance(name, str) else None
-    if module is None or vars(module) is not namespace:
+    if not isinstance(module, types.ModuleType) or vars(module) is not namespace:
         raise NotWarmCacheable("a namespace that is not a module's")
     return name  # type: ignore[return-value]
 
