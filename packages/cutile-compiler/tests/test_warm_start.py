@@ -270,3 +270,13 @@ def test_closure_variables_are_checked(real_toolchain: object) -> None:
     assert warm.reads.changed() is None
     other = compile_fresh(make_closure_kernel(4.0))
     assert not other.warm and "4.0" in other.ir_text
+
+
+def test_dumps_come_from_a_real_compile(real_toolchain: object, tmp_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    compile_fresh(by_class_attribute)
+    assert compile_fresh(by_class_attribute).warm
+    monkeypatch.setenv("CUTILE_DUMP", "ir")
+    monkeypatch.setenv("CUTILE_DUMP_DIR", str(tmp_path / "dumps"))
+    dumped = compile_fresh(by_class_attribute)
+    assert not dumped.warm and list((tmp_path / "dumps").glob("by_class_attribute-*.ir.txt"))

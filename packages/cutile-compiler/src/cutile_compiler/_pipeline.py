@@ -275,7 +275,7 @@ class KernelCompiler:
         if compiled is None:
             compiled = compile_kernel(self.function, self.signature, spec, arch, unsafe=self.unsafe,
                                       options=opts, kernel_ir=self.kernel_ir(spec))
-            if manifest is not None and default_disk_cache() is not None:
+            if manifest is not None:
                 entries = tuple(function.name for function in compiled.module.functions if function.entry)
                 _warm.store(manifest, self.function, compiled, chain, opts, entries)
         self._compiled.put(key, compiled)
@@ -283,9 +283,9 @@ class KernelCompiler:
 
     def _manifest_key(self, spec: Specialization, arch: str, options: CompileOptions, chain: Toolchain) -> str | None:
         """The key of this compile's warm-start manifest, or None when it has none:
-        dumps asked for (they come from the stages a warm start skips), or a kernel
-        whose inputs a new process could not tell apart."""
-        if _config.DUMP.get():
+        no disk cache, dumps asked for (they come from the stages a warm start
+        skips), or a kernel whose inputs a new process could not tell apart."""
+        if _config.DUMP.get() or default_disk_cache() is None:
             return None
         try:
             return _warm.manifest_key(self.function, self.signature, spec, arch, options, chain, self.unsafe)
