@@ -268,10 +268,18 @@ def _function_ref(target: Any, root: Any, values: list[Any]) -> int:
     raise NotWarmCacheable("a function reached other than through a recorded read")
 
 
-def _function_at(ref: int, root: Any, values: list[Any]) -> Any:
-    if ref == -1:
+def _earlier(ref: Any, values: list[Any]) -> Any:
+    """The value of earlier read number ``ref`` (an `IndexError` for any other ``ref``:
+    a manifest that makes no sense is a miss)."""
+    if type(ref) is not int or not 0 <= ref < len(values):
+        raise IndexError(f"no earlier read {ref!r}")
+    return values[ref]
+
+
+def _function_at(ref: Any, root: Any, values: list[Any]) -> Any:
+    if ref == -1 and type(ref) is int:
         return root
-    value = values[ref]
+    value = _earlier(ref, values)
     return value.python_function if isinstance(value, DeviceFunction) else value
 
 
@@ -283,9 +291,9 @@ def _encode_reads(function: Any, reads: ExternalReads) -> list[Any]:
         if kind == NAME or kind == NAME_ABSENT:
             place: Any = _module_of(where)
         elif kind == CELL or kind == CELL_EMPTY:
-            owner = next((f for f in (function, *(_function_at(i, function, values) for i in range(len(values))))
-                          if isinstance(f, types.FunctionType) and any(cell is where for cell in f.__closure__ or ()))
-                         , None)
+            functions = [function, *(_function_at(i, function, values) for i in range(len(values)))]
+            owner = next((f for f in functions if isinstance(f, types.FunctionType)
+                          and any(cell is where for cell in f.__closure__ or ())), None)
             if owner is None:
                 raise NotWarmCacheable(f"closure variable '{key}' of an unknown function")
             place = _function_ref(owner, function, values)
@@ -343,7 +351,7 @@ def _decode_reads(function: Any, records: Any) -> ExternalReads | None:
                 return None
             value = where.__code__  # its source was checked with the read that gave the function
         elif kind == ATTRIBUTE:
-            where = values[place]
+            where = _earlier(place, values)
             value = getattr(where, key, ABSENT)
             if value is ABSENT or not _matches(value, recorded):
                 return None
