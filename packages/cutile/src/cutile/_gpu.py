@@ -185,7 +185,7 @@ class _Loaded:
 
     def __init__(self, compiled: CompiledKernel) -> None:
         self.compiled = compiled
-        self.reads = compiled.kernel_ir.reads  # what the code was compiled from
+        self.reads = compiled.reads  # what the code was compiled from
         self.function = Module.load(compiled.cubin).get_function(compiled.name)
         # Only the parameters cutile packs are asked about: probing past the last one
         # is a failing driver call (noise under compute-sanitizer, and it would
