@@ -154,7 +154,7 @@ static int pack_scalar(int code, PyObject *value, unsigned char *slot) {
     return 1;
 }
 
-/* -- NativeObjectBinding ------------------------------------------------------------------------ */
+/* -- NativeObjectBinding ---------------------------------------------------------------- */
 static void fast_clear_contents(NativeObjectBinding *self) {
     for (Py_ssize_t i = 0; i < self->nargs; i++) {
         Py_CLEAR(self->checks[i].ref);
