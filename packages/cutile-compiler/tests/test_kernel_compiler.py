@@ -77,3 +77,32 @@ def test_the_in_process_cache_is_bounded(real_toolchain: object, cache_dir: Path
         compiler.compile(spec, "sm_90", cc.CompileOptions(opt_level=level % 4, hints=cc.KernelHints.parse(
             {"occupancy": level + 1})))
     assert compiler.compile(spec, "sm_90") is not first  # evicted: compiled again (from the disk cache)
+
+
+def _combining(op: object) -> object:
+    def combined(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+        tile = load_tile_like(x, z)
+        z.store(op(tile, tile * SCALE))  # type: ignore[operator]
+    return combined
+
+
+def test_functions_written_on_one_line_are_told_apart_on_disk(real_toolchain: object, cache_dir: Path) -> None:
+    """Two lambdas on one line share their source lines, qualified name and first
+    line; a kernel reading one must not be served the other's cubin from the disk
+    (the add kernel's cubin ran for sub, div and mod on the GPU)."""
+    ops = [lambda a, b: a + b, lambda a, b: a - b]
+    compiled = []
+    for op in ops:
+        kernel = _combining(op)
+        signature = cc.parse_signature(kernel)
+        spec = cc.specialize(signature, "combined", {"z": cc.TensorSpec(dt.f32, (1000,), (128,)),
+                                                     "x": cc.TensorSpec(dt.f32, (1000,))})
+        compiled.append(cc.KernelCompiler(kernel, signature).compile(spec, "sm_90"))
+    assert not compiled[1].warm and compiled[1].cubin != compiled[0].cubin
+    assert "addf" in compiled[0].mlir and "subf" in compiled[1].mlir
+    again = _combining(ops[1])  # the same function again, from a new compiler: a warm start
+    signature = cc.parse_signature(again)
+    spec = cc.specialize(signature, "combined", {"z": cc.TensorSpec(dt.f32, (1000,), (128,)),
+                                                 "x": cc.TensorSpec(dt.f32, (1000,))})
+    warm = cc.KernelCompiler(again, signature).compile(spec, "sm_90")
+    assert warm.warm and warm.cubin == compiled[1].cubin

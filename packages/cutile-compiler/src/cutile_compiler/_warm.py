@@ -107,11 +107,34 @@ def _last_line(code: types.CodeType) -> int:
     return last
 
 
+def _code_digest(code: types.CodeType) -> str:
+    """A digest of what a code object computes and where it stands: its bytecode,
+    names, constants (nested code objects by their own digest) and source positions.
+    Source lines alone do not tell functions apart: two lambdas on one line share
+    every line, qualified name and first line (``lambda a, b: a + b`` beside
+    ``lambda a, b: a - b``), and a kernel of one served the other's cubin."""
+    digest = hashlib.sha256()
+    for part in (code.co_code, code.co_names, code.co_varnames, code.co_freevars, code.co_cellvars,
+                 (code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount, code.co_flags),
+                 tuple(code.co_positions())):
+        digest.update(repr(part).encode() + b"\0")
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            text = _code_digest(const)
+        elif isinstance(const, frozenset):  # its repr's order follows string hashing, which varies by process
+            text = "frozenset:" + repr(sorted(map(repr, const)))
+        else:
+            text = f"{type(const).__name__}:{const!r}"
+        digest.update(text.encode() + b"\0")
+    return digest.hexdigest()
+
+
 def _source_facts(function: types.FunctionType) -> list[Any]:
     """What a function's source contributes to a compile: its module, qualified name,
-    file, first line and a digest of its lines (from its first decorator to the last
+    file, first line, a digest of its lines (from its first decorator to the last
     line its code spans: the lines the front end parses), read as the front end reads
-    them (`linecache`, checked against the file)."""
+    them (`linecache`, checked against the file), and a digest of its code objects
+    (`_code_digest`: which of the functions on those lines it is)."""
     code = function.__code__
     filename = code.co_filename
     linecache.checkcache(filename)
@@ -120,7 +143,8 @@ def _source_facts(function: types.FunctionType) -> list[Any]:
     if not lines or last > len(lines):
         raise NotWarmCacheable(f"no source for {function.__qualname__}")
     text = "".join(lines[first - 1:last])
-    return [function.__module__, function.__qualname__, filename, first, hashlib.sha256(text.encode()).hexdigest()]
+    return [function.__module__, function.__qualname__, filename, first, hashlib.sha256(text.encode()).hexdigest(),
+            _code_digest(code)]
 
 
 def manifest_key(function: Any, signature: KernelSignature, spec: Specialization, arch: str,
