@@ -41,28 +41,76 @@ class HostCallError(CutileError, RuntimeError):
     """A DSL function or device function was called outside a kernel."""
 
 
+def user_signature(impl: Impl, hidden: int = 2) -> inspect.Signature:
+    """The signature a kernel author calls: ``impl``'s without its first ``hidden``
+    parameters (the front end, the call's node, a method's receiver), and without the
+    ``Any`` hints that only say the front end checks the value itself."""
+    signature = inspect.signature(impl)
+    params = [p.replace(annotation=inspect.Parameter.empty) if p.annotation in ("Any", Any) else p
+              for p in list(signature.parameters.values())[hidden:]]
+    returns = signature.return_annotation
+    if returns not in ("None", None):  # what a DSL function returns is a tile (or tuple); said in its doc
+        returns = inspect.Signature.empty
+    return signature.replace(parameters=params, return_annotation=returns)
+
+
+def _spelled(name: str, signature: inspect.Signature) -> str:
+    """``name(parameters)`` without type hints, as an error message shows the call's shape."""
+    params = [p.replace(annotation=inspect.Parameter.empty) for p in signature.parameters.values()]
+    return f"{name}{signature.replace(parameters=params, return_annotation=inspect.Signature.empty)}"
+
+
+def bind_call(fe: FrontEnd, node: ast.Call, name: str, signature: inspect.Signature, args: Sequence[Any],
+              kwargs: dict[str, Any]) -> None:
+    """Checks a kernel's call of DSL function (or method) ``name`` against its one
+    signature: a wrong count of arguments or an unknown keyword is a `TileTypeError`
+    at ``node`` naming the function and the parameter."""
+    params = list(signature.parameters.values())
+    keywords = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    unknown = [k for k in kwargs if k not in keywords and not any(p.kind is p.VAR_KEYWORD for p in params)]
+    if unknown:
+        takes = f"takes only {', '.join(keywords)}" if keywords else "takes no keyword arguments"
+        raise fe.type_error(f"{name}() {takes}, got {', '.join(unknown)}", node)
+    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(args) > len(positional) and not any(p.kind is p.VAR_POSITIONAL for p in params):
+        counted = f"{len(positional)} positional argument{'s' * (len(positional) != 1)}"
+        listed = f" ({', '.join(positional)})" if positional else ""
+        raise fe.type_error(f"{_spelled(name, signature)} takes {counted}{listed}, got {len(args)}", node)
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as exc:  # a missing argument, or one given twice: Python's words name the parameter
+        raise fe.type_error(f"{_spelled(name, signature)}: {exc}", node) from None
+
+
+#: The DSL functions by the name kernels call them, in the order they are declared:
+#: what `cutile_compiler.language` exports (with its dtypes, annotations and classes).
+DSL_FUNCTIONS: dict[str, Builtin | _StaticRange] = {}
+
+
 class Builtin:
-    """A DSL function. ``impl(fe, node, *args, **kwargs)`` emits it in a kernel."""
+    """A DSL function. ``impl(fe, node, *args, **kwargs)`` emits it in a kernel; on the
+    host it presents ``impl``'s parameters after those two (`inspect.signature`) and
+    its documentation, and calling it raises `HostCallError`."""
 
     def __init__(self, name: str, impl: Impl, doc: str) -> None:
+        if name in DSL_FUNCTIONS:
+            raise ValueError(f"the DSL function {name} is declared twice")  # pragma: no cover - a compiler bug
         self.__name__ = name
         self.__qualname__ = name
+        self.__module__ = "cutile_compiler.language"
         self.__doc__ = doc
         self.impl = impl
-        self.signature = inspect.signature(impl)
+        self.__signature__ = user_signature(impl)
+        DSL_FUNCTIONS[name] = self
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise HostCallError(f"{self.__name__}() can only be called inside a cutile kernel")
 
     def __repr__(self) -> str:
-        return f"<cutile builtin {self.__name__}>"
+        return f"<cutile builtin {self.__name__}{self.__signature__}>"
 
     def emit(self, fe: FrontEnd, node: ast.Call, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
-        try:
-            self.signature.bind(fe, node, *args, **kwargs)
-        except TypeError as exc:
-            params = [p for p in list(self.signature.parameters)[2:]]
-            raise fe.type_error(f"{self.__name__}({', '.join(params)}): {exc}", node) from None
+        bind_call(fe, node, self.__name__, self.__signature__, args, kwargs)
         return self.impl(fe, node, *args, **kwargs)
 
 
@@ -322,40 +370,29 @@ def _fold(fe: FrontEnd, node: ast.AST, name: str, *values: bool | int | float) -
 def _elementwise(name: str, doc: str, arity: int) -> Builtin:
     """The DSL function of element-wise op ``name``; it takes the float options the op
     takes (`OpDef.rounding_modes`, `OpDef.flush_to_zero`), which the op checks."""
-    doc += _options_doc(OPS[name])
+    doc += (" Element-wise." if arity == 1 else " Element-wise; shapes broadcast and dtypes "
+            "promote.") + _options_doc(OPS[name])
     if arity == 1:
-        def impl1(fe: FrontEnd, node: ast.Call, x: Any, **kwargs: Any) -> Any:
-            if isinstance(x, _NUMBER) and not kwargs and name in _FOLDABLE:
+        def impl1(fe: FrontEnd, node: ast.Call, x: Any, /, *, rounding: str | None = None,
+                  flush_to_zero: bool = False) -> Any:
+            if isinstance(x, _NUMBER) and rounding is None and flush_to_zero is False and name in _FOLDABLE:
                 return _fold(fe, node, name, x)  # a constant stays a (weak) Python number
             value = _tile(fe, x, node, f"{name}'s argument")
-            return fe.op(name, [value], _options(fe, node, name, kwargs), node=node).result
+            return fe.op(name, [value], _float_options(fe, node, name, rounding, flush_to_zero), node=node).result
         return Builtin(name, impl1, doc)
 
-    def impl2(fe: FrontEnd, node: ast.Call, x: Any, y: Any, **kwargs: Any) -> Any:
-        if isinstance(x, _NUMBER) and isinstance(y, _NUMBER) and not kwargs and name in _FOLDABLE:
+    def impl2(fe: FrontEnd, node: ast.Call, x: Any, y: Any, /, *, rounding: str | None = None,
+              flush_to_zero: bool = False) -> Any:
+        if (isinstance(x, _NUMBER) and isinstance(y, _NUMBER) and rounding is None and flush_to_zero is False
+                and name in _FOLDABLE):
             return _fold(fe, node, name, x, y)
-        attrs = _options(fe, node, name, kwargs)
+        attrs = _float_options(fe, node, name, rounding, flush_to_zero)
         a, b = fe.unify([x, y], node, f"{name}()")
         return fe.op(name, [a, b], attrs, node=node).result
     return Builtin(name, impl2, doc)
 
 
-_FLOAT_OPTIONS = ("rounding", "flush_to_zero")
-
-
-def _options(fe: FrontEnd, node: ast.AST, name: str, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The attributes of an element-wise call's keywords. rounding= and flush_to_zero=
-    pass to the op, whose typing rule says whether it takes them; others are refused."""
-    unknown = sorted(set(kwargs) - set(_FLOAT_OPTIONS))
-    if unknown:
-        opdef = OPS[name]
-        accepted = ["rounding"] * bool(opdef.rounding_modes) + ["flush_to_zero"] * opdef.flush_to_zero
-        takes = f"takes only {', '.join(accepted)}" if accepted else "takes no keyword arguments"
-        raise fe.type_error(f"{name}() {takes}, got {', '.join(unknown)}", node)
-    return _float_options(fe, node, name, kwargs.get("rounding"), kwargs.get("flush_to_zero", False))
-
-
-exp = _elementwise("exp", "e ** x", 1)
+exp = _elementwise("exp", "e ** x.", 1)
 exp2 = _elementwise("exp2", "2 ** x.", 1)
 log = _elementwise("log", "The natural logarithm.", 1)
 log2 = _elementwise("log2", "The base-2 logarithm.", 1)
@@ -385,7 +422,8 @@ def pow_(fe: FrontEnd, node: ast.Call, x: Any, y: Any) -> Any:
 
 
 @builtin
-def fma(fe: FrontEnd, node: ast.Call, a: Any, b: Any, c: Any, rounding: Any = None, flush_to_zero: Any = False) -> Value:
+def fma(fe: FrontEnd, node: ast.Call, a: Any, b: Any, c: Any, /, *, rounding: str | None = None,
+        flush_to_zero: bool = False) -> Value:
     """a * b + c with one rounding (floats)."""
     attrs = _float_options(fe, node, "fma", rounding, flush_to_zero)
     x, y, z = fe.unify([a, b, c], node, "fma()")
@@ -417,8 +455,11 @@ def ceil_div(fe: FrontEnd, node: ast.Call, a: Any, b: Any) -> Any:
     return fe.binary("floordiv", fe.binary("sub", fe.binary("add", a, b, node), 1, node), b, node)
 
 
+cdiv = DSL_FUNCTIONS["cdiv"] = ceil_div  # cuTile's name for it
+
+
 @builtin
-def astype(fe: FrontEnd, node: ast.Call, x: Any, dtype: Any, rounding: Any = None) -> Value:
+def astype(fe: FrontEnd, node: ast.Call, x: Any, dtype: dt.DType, rounding: str | None = None) -> Value:
     """x converted to ``dtype`` (floats to ints truncate toward zero). Conversions to
     floats round to nearest even, or toward zero with ``rounding="zero"`` (to f32
     or f16)."""
@@ -880,12 +921,18 @@ def static_assert(fe: FrontEnd, node: ast.Call, condition: Any, message: Any = "
 
 
 class _StaticRange:
-    """``for i in static_range(n)``: the loop is unrolled at compile time."""
+    """``for i in static_range(stop)`` or ``static_range(start, stop[, step])``: a loop
+    over compile-time int bounds, unrolled at compile time (each iteration is a copy
+    of the body, so ``i`` is a compile-time int)."""
 
-    __name__ = "static_range"
+    __name__ = __qualname__ = "static_range"
+    __module__ = "cutile_compiler.language"
 
-    def __call__(self, *args: Any) -> range:
-        return range(*args)
+    def __init__(self) -> None:
+        DSL_FUNCTIONS[self.__name__] = self
+
+    def __call__(self, *bounds: int) -> range:
+        return range(*bounds)
 
     def __repr__(self) -> str:
         return "<cutile static_range>"
@@ -924,6 +971,12 @@ class BoundMethod:
         self.__name__ = name
         self.receiver = receiver
         self.impl = impl
+
+    def emit(self, fe: FrontEnd, node: ast.Call, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+        if isinstance(self.impl, _BuiltinMethod):
+            return self.impl.builtin.emit(fe, node, [self.receiver, *args], kwargs)
+        bind_call(fe, node, f".{self.__name__}", _method_signature(self.impl), args, kwargs)
+        return self.impl(fe, node, self.receiver, *args, **kwargs)
 
 
 def _tensor_load(fe: FrontEnd, node: ast.Call, tensor: Value, index: Any = None, shape: Any = None, padding: Any = "zero",
@@ -988,10 +1041,25 @@ def _partition_atomic(mode: str) -> Impl:
     return impl
 
 
+@functools.cache
+def _method_signature(impl: Impl) -> inspect.Signature:
+    """A method's signature after its receiver."""
+    return user_signature(impl, 3)
+
+
+class _BuiltinMethod:
+    """A method that is a DSL function of its receiver (``t.sum(axis)`` is ``sum(t, axis)``),
+    checked against that function's signature."""
+
+    def __init__(self, builtin: Builtin) -> None:
+        self.builtin = builtin
+
+    def __call__(self, fe: FrontEnd, node: ast.Call, receiver: Value, *args: Any, **kwargs: Any) -> Any:
+        return self.builtin.emit(fe, node, [receiver, *args], kwargs)
+
+
 def _bind_builtin(b: Builtin) -> Impl:
-    def impl(fe: FrontEnd, node: ast.Call, receiver: Value, *args: Any, **kwargs: Any) -> Any:
-        return b.emit(fe, node, [receiver, *args], kwargs)
-    return impl
+    return _BuiltinMethod(b)
 
 
 _TILE_METHODS: dict[str, Impl] = {
@@ -1113,11 +1181,7 @@ def call_object(fe: FrontEnd, callee: Any, args: list[Any], kwargs: dict[str, An
     if isinstance(callee, Builtin):
         return callee.emit(fe, node, args, kwargs)
     if isinstance(callee, BoundMethod):
-        try:
-            inspect.signature(callee.impl).bind(fe, node, callee.receiver, *args, **kwargs)
-        except TypeError as exc:
-            raise fe.type_error(f".{callee.__name__}(): {exc}", node) from None
-        return callee.impl(fe, node, callee.receiver, *args, **kwargs)
+        return callee.emit(fe, node, args, kwargs)
     if isinstance(callee, DeviceFunction):
         return fe.inline(callee.python_function, args, kwargs, node)
     if isinstance(callee, KernelLambda):
