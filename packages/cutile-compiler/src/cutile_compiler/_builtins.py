@@ -16,7 +16,7 @@ import functools
 import inspect
 import operator
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec
 
 import numpy as np
 
@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 
 _NUMBER = (bool, int, float)
 Impl = Callable[..., Any]
+#: A DSL function's parameters as the kernel author writes them (static tools show them)
+Params = ParamSpec("Params")
 
 
 class HostCallError(CutileError, RuntimeError):
@@ -84,15 +86,16 @@ def bind_call(fe: FrontEnd, node: ast.Call, name: str, signature: inspect.Signat
 
 #: The DSL functions by the name kernels call them, in the order they are declared:
 #: what `cutile_compiler.language` exports (with its dtypes, annotations and classes).
-DSL_FUNCTIONS: dict[str, Builtin | _StaticRange] = {}
+DSL_FUNCTIONS: dict[str, Builtin[...] | _StaticRange] = {}
 
 
-class Builtin:
+class Builtin(Generic[Params]):
     """A DSL function. ``impl(fe, node, *args, **kwargs)`` emits it in a kernel; on the
     host it presents ``impl``'s parameters after those two (`inspect.signature`) and
-    its documentation, and calling it raises `HostCallError`."""
+    its documentation, and calling it raises `HostCallError`. Its type parameter is
+    those parameters, so that type checkers and IDEs show them too."""
 
-    def __init__(self, name: str, impl: Impl, doc: str) -> None:
+    def __init__(self, name: str, impl: Callable[Concatenate[FrontEnd, ast.Call, Params], Any], doc: str) -> None:
         if name in DSL_FUNCTIONS:
             raise ValueError(f"the DSL function {name} is declared twice")  # pragma: no cover - a compiler bug
         self.__name__ = name
@@ -103,7 +106,7 @@ class Builtin:
         self.__signature__ = user_signature(impl)
         DSL_FUNCTIONS[name] = self
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: Params.args, **kwargs: Params.kwargs) -> Any:
         raise HostCallError(f"{self.__name__}() can only be called inside a cutile kernel")
 
     def __repr__(self) -> str:
@@ -114,7 +117,7 @@ class Builtin:
         return self.impl(fe, node, *args, **kwargs)
 
 
-def builtin(impl: Impl) -> Builtin:
+def builtin(impl: Callable[Concatenate[FrontEnd, ast.Call, Params], Any]) -> Builtin[Params]:
     """Declares a DSL function; its docstring is the user's documentation."""
     name = impl.__name__.rstrip("_")
     return Builtin(name, impl, inspect.getdoc(impl) or "")
@@ -367,7 +370,7 @@ def _fold(fe: FrontEnd, node: ast.AST, name: str, *values: bool | int | float) -
     return fe.fold(compute, values, lambda: f"{name}({', '.join(bounded_repr(v) for v in values)})", node)  # type: ignore[no-any-return]
 
 
-def _elementwise(name: str, doc: str, arity: int) -> Builtin:
+def _elementwise(name: str, doc: str, arity: int) -> Builtin[...]:
     """The DSL function of element-wise op ``name``; it takes the float options the op
     takes (`OpDef.rounding_modes`, `OpDef.flush_to_zero`), which the op checks."""
     doc += (" Element-wise." if arity == 1 else " Element-wise; shapes broadcast and dtypes "
@@ -554,7 +557,7 @@ def _reduce(fe: FrontEnd, node: ast.Call, kind: str, x: Any, axis: Any, keepdims
     return result
 
 
-def _reduction(kind: str, doc: str) -> Builtin:
+def _reduction(kind: str, doc: str) -> Builtin[...]:
     def impl(fe: FrontEnd, node: ast.Call, x: Any, axis: Any = None, keepdims: Any = False) -> Value:
         return _reduce(fe, node, kind, x, axis, keepdims)
     return Builtin(kind, impl, doc)
@@ -568,7 +571,7 @@ argmax = _reduction("argmax", "The i32 position of the maximum along ``axis`` (f
 argmin = _reduction("argmin", "The i32 position of the minimum along ``axis`` (first on ties).")
 
 
-def _scan(kind: str, doc: str) -> Builtin:
+def _scan(kind: str, doc: str) -> Builtin[...]:
     def impl(fe: FrontEnd, node: ast.Call, x: Any, axis: Any = 0, reverse: Any = False) -> Value:
         value = _tile(fe, x, node, f"cum{kind}'s argument")
         rank = _reducible_rank(fe, value, f"cum{kind}", node)
@@ -766,7 +769,7 @@ def scatter(fe: FrontEnd, node: ast.Call, tensor: Any, indices: Any, value: Any,
     return None
 
 
-def _atomic(mode: str) -> Builtin:
+def _atomic(mode: str) -> Builtin[...]:
     def impl(fe: FrontEnd, node: ast.Call, tensor: Any, indices: Any, value: Any, mask: Any = None,
              order: Any = "relaxed", scope: Any = "device") -> Value:
         name = f"atomic_{mode}"
@@ -1051,14 +1054,14 @@ class _BuiltinMethod:
     """A method that is a DSL function of its receiver (``t.sum(axis)`` is ``sum(t, axis)``),
     checked against that function's signature."""
 
-    def __init__(self, builtin: Builtin) -> None:
+    def __init__(self, builtin: Builtin[...]) -> None:
         self.builtin = builtin
 
     def __call__(self, fe: FrontEnd, node: ast.Call, receiver: Value, *args: Any, **kwargs: Any) -> Any:
         return self.builtin.emit(fe, node, [receiver, *args], kwargs)
 
 
-def _bind_builtin(b: Builtin) -> Impl:
+def _bind_builtin(b: Builtin[...]) -> Impl:
     return _BuiltinMethod(b)
 
 
@@ -1092,7 +1095,7 @@ def value_attribute(fe: FrontEnd, value: Value, attr: str, node: ast.Attribute) 
         if attr == "ndim":
             return vtype.rank
         if attr == "T":
-            return transpose.impl(fe, node, value)
+            return transpose.impl(fe, node, value)  # type: ignore[arg-type]  # (the node only locates errors)
         methods = _TILE_METHODS
     elif isinstance(vtype, TensorType):
         if attr == "shape":
