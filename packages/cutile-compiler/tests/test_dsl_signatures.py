@@ -160,3 +160,22 @@ def test_a_good_call_with_keywords_still_compiles() -> None:
 
     signature = parse_signature(kernel)
     build_kernel_ir(kernel, signature, specialize(signature, "kernel", {"z": P, "x": V}), unsafe=False)
+
+
+def test_type_checkers_see_the_same_parameters(tmp_path: Any) -> None:
+    """What IDEs read: each DSL function's static type carries its parameters
+    (`Builtin` is generic in them), matching `inspect.signature`."""
+    import mypy.api
+
+    names = sorted(n for n in DSL_FUNCTIONS if n != "static_range")  # (a plain class: `*bounds: int`)
+    snippet = tmp_path / "snippet.py"
+    snippet.write_text("import cutile_compiler.language as L\n" + "".join(f"reveal_type(L.{n})\n" for n in names))
+    stdout, stderr, _ = mypy.api.run(["--strict", "--no-incremental", "--cache-dir", str(tmp_path / "cache"),
+                                      str(snippet)])
+    revealed = re.findall(r'Revealed type is "(.*)"', stdout)
+    assert len(revealed) == len(names), stdout + stderr
+    for name, shown in zip(names, revealed):
+        assert shown.startswith("cutile_compiler._builtins.Builtin[[") and "*Any, **Any" not in shown, (name, shown)
+        for param in inspect.signature(DSL_FUNCTIONS[name]).parameters.values():
+            if param.kind is not param.POSITIONAL_ONLY:
+                assert f"{'*' * (param.kind is param.VAR_POSITIONAL)}{param.name}:" in shown, (name, shown)

@@ -123,6 +123,19 @@ def builtin(impl: Callable[Concatenate[FrontEnd, ast.Call, Params], Any]) -> Bui
     return Builtin(name, impl, inspect.getdoc(impl) or "")
 
 
+def family_member(template: Callable[Concatenate[str, FrontEnd, ast.Call, Params], Any], which: str, name: str,
+                  doc: str) -> Builtin[Params]:
+    """The DSL function ``name`` of a family declared once: ``template(which, fe, node, ...)``
+    (``which`` picks the member, e.g. the op of an element-wise function), with the
+    template's parameters after those three."""
+    def impl(fe: FrontEnd, node: ast.Call, /, *args: Params.args, **kwargs: Params.kwargs) -> Any:
+        return template(which, fe, node, *args, **kwargs)
+
+    shown = inspect.signature(template)
+    impl.__signature__ = shown.replace(parameters=list(shown.parameters.values())[1:])  # type: ignore[attr-defined]
+    return Builtin(name, impl, doc)
+
+
 class DeviceFunction:
     """A Python function called from kernels, inlined at each call (``@cutile.function``)."""
 
@@ -370,52 +383,56 @@ def _fold(fe: FrontEnd, node: ast.AST, name: str, *values: bool | int | float) -
     return fe.fold(compute, values, lambda: f"{name}({', '.join(bounded_repr(v) for v in values)})", node)  # type: ignore[no-any-return]
 
 
-def _elementwise(name: str, doc: str, arity: int) -> Builtin[...]:
-    """The DSL function of element-wise op ``name``; it takes the float options the op
-    takes (`OpDef.rounding_modes`, `OpDef.flush_to_zero`), which the op checks."""
-    doc += (" Element-wise." if arity == 1 else " Element-wise; shapes broadcast and dtypes "
-            "promote.") + _options_doc(OPS[name])
-    if arity == 1:
-        def impl1(fe: FrontEnd, node: ast.Call, x: Any, /, *, rounding: str | None = None,
-                  flush_to_zero: bool = False) -> Any:
-            if isinstance(x, _NUMBER) and rounding is None and flush_to_zero is False and name in _FOLDABLE:
-                return _fold(fe, node, name, x)  # a constant stays a (weak) Python number
-            value = _tile(fe, x, node, f"{name}'s argument")
-            return fe.op(name, [value], _float_options(fe, node, name, rounding, flush_to_zero), node=node).result
-        return Builtin(name, impl1, doc)
-
-    def impl2(fe: FrontEnd, node: ast.Call, x: Any, y: Any, /, *, rounding: str | None = None,
-              flush_to_zero: bool = False) -> Any:
-        if (isinstance(x, _NUMBER) and isinstance(y, _NUMBER) and rounding is None and flush_to_zero is False
-                and name in _FOLDABLE):
-            return _fold(fe, node, name, x, y)
-        attrs = _float_options(fe, node, name, rounding, flush_to_zero)
-        a, b = fe.unify([x, y], node, f"{name}()")
-        return fe.op(name, [a, b], attrs, node=node).result
-    return Builtin(name, impl2, doc)
+def _unary(name: str, fe: FrontEnd, node: ast.Call, x: Any, /, *, rounding: str | None = None,
+           flush_to_zero: bool = False) -> Any:
+    """An element-wise op of one operand; it takes the float options the op takes
+    (`OpDef.rounding_modes`, `OpDef.flush_to_zero`), which the op checks."""
+    if isinstance(x, _NUMBER) and rounding is None and flush_to_zero is False and name in _FOLDABLE:
+        return _fold(fe, node, name, x)  # a constant stays a (weak) Python number
+    value = _tile(fe, x, node, f"{name}'s argument")
+    return fe.op(name, [value], _float_options(fe, node, name, rounding, flush_to_zero), node=node).result
 
 
-exp = _elementwise("exp", "e ** x.", 1)
-exp2 = _elementwise("exp2", "2 ** x.", 1)
-log = _elementwise("log", "The natural logarithm.", 1)
-log2 = _elementwise("log2", "The base-2 logarithm.", 1)
-sqrt = _elementwise("sqrt", "The square root.", 1)
-rsqrt = _elementwise("rsqrt", "1 / sqrt(x).", 1)
-sin = _elementwise("sin", "The sine (radians).", 1)
-cos = _elementwise("cos", "The cosine (radians).", 1)
-tan = _elementwise("tan", "The tangent (radians).", 1)
-sinh = _elementwise("sinh", "The hyperbolic sine.", 1)
-cosh = _elementwise("cosh", "The hyperbolic cosine.", 1)
-tanh = _elementwise("tanh", "The hyperbolic tangent.", 1)
-floor = _elementwise("floor", "Rounds down to an integral value (floats).", 1)
-ceil = _elementwise("ceil", "Rounds up to an integral value (floats).", 1)
-atan2 = _elementwise("atan2", "The angle of (x, y) = atan(y / x) in the right quadrant; atan2(y, x).", 2)
-minimum = _elementwise("minimum", "The element-wise minimum.", 2)
-maximum = _elementwise("maximum", "The element-wise maximum.", 2)
-add = _elementwise("add", "x + y.", 2)
-sub = _elementwise("sub", "x - y.", 2)
-mul = _elementwise("mul", "x * y.", 2)
-div = _elementwise("div", "x / y for floats.", 2)
+def _binary(name: str, fe: FrontEnd, node: ast.Call, x: Any, y: Any, /, *, rounding: str | None = None,
+            flush_to_zero: bool = False) -> Any:
+    """An element-wise op of two operands (promoted and broadcast together)."""
+    if (isinstance(x, _NUMBER) and isinstance(y, _NUMBER) and rounding is None and flush_to_zero is False
+            and name in _FOLDABLE):
+        return _fold(fe, node, name, x, y)
+    attrs = _float_options(fe, node, name, rounding, flush_to_zero)
+    a, b = fe.unify([x, y], node, f"{name}()")
+    return fe.op(name, [a, b], attrs, node=node).result
+
+
+def _elementwise(template: Callable[Concatenate[str, FrontEnd, ast.Call, Params], Any], name: str,
+                 doc: str) -> Builtin[Params]:
+    """Element-wise DSL function ``name`` (`_unary` or `_binary`), documented with the
+    float options its op takes."""
+    how = " Element-wise." if template is _unary else " Element-wise; shapes broadcast and dtypes promote."
+    return family_member(template, name, name, doc + how + _options_doc(OPS[name]))
+
+
+exp = _elementwise(_unary, "exp", "e ** x.")
+exp2 = _elementwise(_unary, "exp2", "2 ** x.")
+log = _elementwise(_unary, "log", "The natural logarithm.")
+log2 = _elementwise(_unary, "log2", "The base-2 logarithm.")
+sqrt = _elementwise(_unary, "sqrt", "The square root.")
+rsqrt = _elementwise(_unary, "rsqrt", "1 / sqrt(x).")
+sin = _elementwise(_unary, "sin", "The sine (radians).")
+cos = _elementwise(_unary, "cos", "The cosine (radians).")
+tan = _elementwise(_unary, "tan", "The tangent (radians).")
+sinh = _elementwise(_unary, "sinh", "The hyperbolic sine.")
+cosh = _elementwise(_unary, "cosh", "The hyperbolic cosine.")
+tanh = _elementwise(_unary, "tanh", "The hyperbolic tangent.")
+floor = _elementwise(_unary, "floor", "Rounds down to an integral value (floats).")
+ceil = _elementwise(_unary, "ceil", "Rounds up to an integral value (floats).")
+atan2 = _elementwise(_binary, "atan2", "The angle of (x, y) = atan(y / x) in the right quadrant; atan2(y, x).")
+minimum = _elementwise(_binary, "minimum", "The element-wise minimum.")
+maximum = _elementwise(_binary, "maximum", "The element-wise maximum.")
+add = _elementwise(_binary, "add", "x + y.")
+sub = _elementwise(_binary, "sub", "x - y.")
+mul = _elementwise(_binary, "mul", "x * y.")
+div = _elementwise(_binary, "div", "x / y for floats.")
 
 
 @builtin
@@ -557,31 +574,29 @@ def _reduce(fe: FrontEnd, node: ast.Call, kind: str, x: Any, axis: Any, keepdims
     return result
 
 
-def _reduction(kind: str, doc: str) -> Builtin[...]:
-    def impl(fe: FrontEnd, node: ast.Call, x: Any, axis: Any = None, keepdims: Any = False) -> Value:
-        return _reduce(fe, node, kind, x, axis, keepdims)
-    return Builtin(kind, impl, doc)
+def _reduction(kind: str, fe: FrontEnd, node: ast.Call, x: Any, axis: Any = None, keepdims: Any = False) -> Value:
+    return _reduce(fe, node, kind, x, axis, keepdims)
 
 
-sum_ = _reduction("sum", "The sum along ``axis`` (all axes by default).")
-prod = _reduction("prod", "The product along ``axis`` (all axes by default).")
-max_ = _reduction("max", "The maximum along ``axis`` (all axes by default).")
-min_ = _reduction("min", "The minimum along ``axis`` (all axes by default).")
-argmax = _reduction("argmax", "The i32 position of the maximum along ``axis`` (first on ties).")
-argmin = _reduction("argmin", "The i32 position of the minimum along ``axis`` (first on ties).")
+sum_ = family_member(_reduction, "sum", "sum", "The sum along ``axis`` (all axes by default).")
+prod = family_member(_reduction, "prod", "prod", "The product along ``axis`` (all axes by default).")
+max_ = family_member(_reduction, "max", "max", "The maximum along ``axis`` (all axes by default).")
+min_ = family_member(_reduction, "min", "min", "The minimum along ``axis`` (all axes by default).")
+argmax = family_member(_reduction, "argmax", "argmax",
+                       "The i32 position of the maximum along ``axis`` (first on ties).")
+argmin = family_member(_reduction, "argmin", "argmin",
+                       "The i32 position of the minimum along ``axis`` (first on ties).")
 
 
-def _scan(kind: str, doc: str) -> Builtin[...]:
-    def impl(fe: FrontEnd, node: ast.Call, x: Any, axis: Any = 0, reverse: Any = False) -> Value:
-        value = _tile(fe, x, node, f"cum{kind}'s argument")
-        rank = _reducible_rank(fe, value, f"cum{kind}", node)
-        return fe.op("scan", [value], {"kind": kind, "axis": _axis(fe, axis, rank, node),
-                                       "reverse": bool(reverse)}, node=node).result
-    return Builtin("cum" + kind, impl, doc)
+def _scan(kind: str, fe: FrontEnd, node: ast.Call, x: Any, axis: Any = 0, reverse: Any = False) -> Value:
+    value = _tile(fe, x, node, f"cum{kind}'s argument")
+    rank = _reducible_rank(fe, value, f"cum{kind}", node)
+    return fe.op("scan", [value], {"kind": kind, "axis": _axis(fe, axis, rank, node),
+                                   "reverse": bool(reverse)}, node=node).result
 
 
-cumsum = _scan("sum", "Inclusive prefix sums along ``axis``.")
-cumprod = _scan("prod", "Inclusive prefix products along ``axis``.")
+cumsum = family_member(_scan, "sum", "cumsum", "Inclusive prefix sums along ``axis``.")
+cumprod = family_member(_scan, "prod", "cumprod", "Inclusive prefix products along ``axis``.")
 
 
 def _combining(fe: FrontEnd, node: ast.Call, kind: str, x: Any, axis: Any, combine_fn: Any, identity: Any,
@@ -769,30 +784,30 @@ def scatter(fe: FrontEnd, node: ast.Call, tensor: Any, indices: Any, value: Any,
     return None
 
 
-def _atomic(mode: str) -> Builtin[...]:
-    def impl(fe: FrontEnd, node: ast.Call, tensor: Any, indices: Any, value: Any, mask: Any = None,
-             order: Any = "relaxed", scope: Any = "device") -> Value:
-        name = f"atomic_{mode}"
-        target, index_tiles, values, mask_tile = _access(fe, node, name, tensor, indices, [(value, "value")], mask,
-                                                         writes=True)
-        attrs = {"mode": mode, "has_mask": mask_tile is not None, "order": order, "scope": scope}
-        operands = [target, *index_tiles, *values, *([mask_tile] if mask_tile is not None else [])]
-        return fe.op("atomic_rmw", operands, attrs, node=node).result
+def _atomic(mode: str, fe: FrontEnd, node: ast.Call, tensor: Any, indices: Any, value: Any, mask: Any = None,
+            order: Any = "relaxed", scope: Any = "device") -> Value:
+    name = f"atomic_{mode}"
+    target, index_tiles, values, mask_tile = _access(fe, node, name, tensor, indices, [(value, "value")], mask,
+                                                     writes=True)
+    attrs = {"mode": mode, "has_mask": mask_tile is not None, "order": order, "scope": scope}
+    operands = [target, *index_tiles, *values, *([mask_tile] if mask_tile is not None else [])]
+    return fe.op("atomic_rmw", operands, attrs, node=node).result
 
-    doc = (f"Atomically, element by element: ``old = tensor[i]; tensor[i] = {mode}(old, value)`` at "
+
+def _atomic_doc(mode: str) -> str:
+    return (f"Atomically, element by element: ``old = tensor[i]; tensor[i] = {mode}(old, value)`` at "
            "``indices`` (one integer tile per dimension) where ``mask`` holds; returns the old values. "
            "``order``: relaxed, acquire, release or acq_rel; ``scope``: tl_blk, device or sys. "
            "Only in unsafe kernels; a safe kernel updates its own tile with ``z." + f"atomic_{mode}(value)``.")
-    return Builtin(f"atomic_{mode}", impl, doc)
 
 
-atomic_add = _atomic("add")
-atomic_max = _atomic("max")
-atomic_min = _atomic("min")
-atomic_and = _atomic("and")
-atomic_or = _atomic("or")
-atomic_xor = _atomic("xor")
-atomic_xchg = _atomic("xchg")
+atomic_add = family_member(_atomic, "add", "atomic_add", _atomic_doc("add"))
+atomic_max = family_member(_atomic, "max", "atomic_max", _atomic_doc("max"))
+atomic_min = family_member(_atomic, "min", "atomic_min", _atomic_doc("min"))
+atomic_and = family_member(_atomic, "and", "atomic_and", _atomic_doc("and"))
+atomic_or = family_member(_atomic, "or", "atomic_or", _atomic_doc("or"))
+atomic_xor = family_member(_atomic, "xor", "atomic_xor", _atomic_doc("xor"))
+atomic_xchg = family_member(_atomic, "xchg", "atomic_xchg", _atomic_doc("xchg"))
 
 
 @builtin
