@@ -58,14 +58,16 @@ def test_signatures_name_the_real_parameters() -> None:
     def shown(function: Any) -> str:
         return str(inspect.signature(function))
 
-    assert shown(load_tile_like) == "(tensor, like, latency=None, allow_tma=None)"
-    assert shown(L.load) == "(tensor, index, shape, padding='zero', latency=None, allow_tma=None)"
+    assert shown(load_tile_like) == "(tensor, like, latency: 'int | None' = None, allow_tma: 'bool | None' = None)"
+    assert shown(L.load) == ("(tensor, index, shape, padding='zero', latency: 'int | None' = None, "
+                             "allow_tma: 'bool | None' = None)")
     assert shown(sqrt) == "(x, /, *, rounding: 'str | None' = None, flush_to_zero: 'bool' = False)"
     assert shown(add) == "(x, y, /, *, rounding: 'str | None' = None, flush_to_zero: 'bool' = False)"
-    assert shown(sum) == "(x, axis=None, keepdims=False)"
+    assert shown(sum) == "(x, axis: 'int | tuple[int, ...] | None' = None, keepdims: 'bool' = False)"
+    assert shown(L.zeros) == "(shape, dtype: 'DType')"
     assert shown(L.printf) == "(format, *values) -> 'None'"
     assert shown(L.get_tile_block_id) == "()"
-    assert shown(L.cat) == "(a, b, axis=0)"
+    assert shown(L.cat) == "(a, b, axis: 'int' = 0)"
     assert "rounding" in (inspect.getdoc(sqrt) or "") and "flush_to_zero" in (inspect.getdoc(sqrt) or "")
     assert "load_tile_like(tensor, like" in repr(load_tile_like)
 

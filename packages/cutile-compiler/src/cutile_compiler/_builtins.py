@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec
 import numpy as np
 
 from cutile_compiler import _dtypes as dt
+from cutile_compiler._dtypes import DType
 from cutile_compiler._errors import CutileError, bounded_repr
 from cutile_compiler._ir import Value
 from cutile_compiler._opdefs._base import OPS, OpDef, RuleError
@@ -241,21 +242,21 @@ def get_num_tile_blocks(fe: FrontEnd, node: ast.Call) -> tuple[Value, Value, Val
 
 
 @builtin
-def bid(fe: FrontEnd, node: ast.Call, axis: Any) -> Value:
+def bid(fe: FrontEnd, node: ast.Call, axis: int) -> Value:
     """This block's coordinate along ``axis`` (0, 1 or 2)."""
     return fe.block_id(_static_int(fe, axis, node, "axis"))
 
 
 @builtin
-def num_blocks(fe: FrontEnd, node: ast.Call, axis: Any) -> Value:
+def num_blocks(fe: FrontEnd, node: ast.Call, axis: int) -> Value:
     """The grid's extent along ``axis``."""
     return fe.op("num_blocks", [], {"axis": _static_int(fe, axis, node, "axis")}, node=node).result
 
 
 # -- memory --------------------------------------------------------------------------------
 @builtin
-def load_tile_like(fe: FrontEnd, node: ast.Call, tensor: Any, like: Any, latency: Any = None,
-                   allow_tma: Any = None) -> Value:
+def load_tile_like(fe: FrontEnd, node: ast.Call, tensor: Any, like: Any, latency: int | None = None,
+                   allow_tma: bool | None = None) -> Value:
     """The tile of ``tensor`` at the position and shape of this block's tile of ``like``
     (a Mut tensor). Elements past the end of ``tensor`` read as zero."""
     source = _tensor_arg(fe, tensor, node, "load_tile_like's first argument")
@@ -279,7 +280,7 @@ def load_tile_like(fe: FrontEnd, node: ast.Call, tensor: Any, like: Any, latency
 
 @builtin
 def load(fe: FrontEnd, node: ast.Call, tensor: Any, index: Any, shape: Any, padding: Any = "zero",
-         latency: Any = None, allow_tma: Any = None) -> Value:
+         latency: int | None = None, allow_tma: bool | None = None) -> Value:
     """The tile of ``shape`` at tile coordinates ``index`` of ``tensor`` (elements past
     the end read as ``padding``: zero, neg_zero, nan, pos_inf or neg_inf).
     ``latency`` (1 to 10) and ``allow_tma`` are hints to tileiras."""
@@ -290,7 +291,7 @@ def load(fe: FrontEnd, node: ast.Call, tensor: Any, index: Any, shape: Any, padd
 
 
 @builtin
-def num_tiles(fe: FrontEnd, node: ast.Call, partition: Any, axis: Any) -> Value:
+def num_tiles(fe: FrontEnd, node: ast.Call, partition: Any, axis: int) -> Value:
     """How many tiles a partition has along ``axis`` (a partial last tile counts)."""
     if not (isinstance(partition, Value) and isinstance(partition.type, PartitionType)):
         raise fe.type_error(f"num_tiles takes a partition, got {fe.describe(partition)}", node)
@@ -299,7 +300,7 @@ def num_tiles(fe: FrontEnd, node: ast.Call, partition: Any, axis: Any) -> Value:
 
 # -- creation ------------------------------------------------------------------------------
 @builtin
-def full(fe: FrontEnd, node: ast.Call, shape: Any, value: Any, dtype: Any) -> Value:
+def full(fe: FrontEnd, node: ast.Call, shape: Any, value: Any, dtype: DType) -> Value:
     """A tile of ``shape`` filled with ``value`` (a number, or a scalar tile)."""
     tile_shape = _static_shape(fe, shape, node) if shape != () else ()
     kind = _dtype(fe, dtype, node)
@@ -312,19 +313,19 @@ def full(fe: FrontEnd, node: ast.Call, shape: Any, value: Any, dtype: Any) -> Va
 
 
 @builtin
-def zeros(fe: FrontEnd, node: ast.Call, shape: Any, dtype: Any) -> Value:
+def zeros(fe: FrontEnd, node: ast.Call, shape: Any, dtype: DType) -> Value:
     """A tile of zeros."""
     return fe.constant(0, _dtype(fe, dtype, node), _static_shape(fe, shape, node), node)
 
 
 @builtin
-def ones(fe: FrontEnd, node: ast.Call, shape: Any, dtype: Any) -> Value:
+def ones(fe: FrontEnd, node: ast.Call, shape: Any, dtype: DType) -> Value:
     """A tile of ones."""
     return fe.constant(1, _dtype(fe, dtype, node), _static_shape(fe, shape, node), node)
 
 
 @builtin
-def arange(fe: FrontEnd, node: ast.Call, size: Any, dtype: Any = dt.i32) -> Value:
+def arange(fe: FrontEnd, node: ast.Call, size: Any, dtype: DType = dt.i32) -> Value:
     """0, 1, ..., size-1 as a 1-D integer tile (size a power of two)."""
     (extent,) = _static_shape(fe, size, node, "arange's size")
     kind = _dtype(fe, dtype, node)
@@ -479,7 +480,7 @@ cdiv = DSL_FUNCTIONS["cdiv"] = ceil_div  # cuTile's name for it
 
 
 @builtin
-def astype(fe: FrontEnd, node: ast.Call, x: Any, dtype: dt.DType, rounding: str | None = None) -> Value:
+def astype(fe: FrontEnd, node: ast.Call, x: Any, dtype: DType, rounding: str | None = None) -> Value:
     """x converted to ``dtype`` (floats to ints truncate toward zero). Conversions to
     floats round to nearest even, or toward zero with ``rounding="zero"`` (to f32
     or f16)."""
@@ -492,7 +493,7 @@ def astype(fe: FrontEnd, node: ast.Call, x: Any, dtype: dt.DType, rounding: str 
 
 
 @builtin
-def bitcast(fe: FrontEnd, node: ast.Call, x: Any, dtype: Any) -> Value:
+def bitcast(fe: FrontEnd, node: ast.Call, x: Any, dtype: DType) -> Value:
     """x's bits read as ``dtype`` of the same width."""
     return fe.op("bitcast", [_tile(fe, x, node, "bitcast's argument")], {"dtype": _dtype(fe, dtype, node)}, node=node).result
 
@@ -532,7 +533,7 @@ def transpose(fe: FrontEnd, node: ast.Call, x: Any) -> Value:
 
 
 @builtin
-def cat(fe: FrontEnd, node: ast.Call, a: Any, b: Any, axis: Any = 0) -> Value:
+def cat(fe: FrontEnd, node: ast.Call, a: Any, b: Any, axis: int = 0) -> Value:
     """a and b joined along ``axis``."""
     x, y = _tile(fe, a, node, "cat's first tile"), _tile(fe, b, node, "cat's second tile")
     return fe.op("cat", [x, y], {"axis": _axis(fe, axis, x.type.rank, node)}, node=node).result  # type: ignore[attr-defined]
@@ -574,7 +575,8 @@ def _reduce(fe: FrontEnd, node: ast.Call, kind: str, x: Any, axis: Any, keepdims
     return result
 
 
-def _reduction(kind: str, fe: FrontEnd, node: ast.Call, x: Any, axis: Any = None, keepdims: Any = False) -> Value:
+def _reduction(kind: str, fe: FrontEnd, node: ast.Call, x: Any, axis: int | tuple[int, ...] | None = None,
+               keepdims: bool = False) -> Value:
     return _reduce(fe, node, kind, x, axis, keepdims)
 
 
@@ -588,7 +590,7 @@ argmin = family_member(_reduction, "argmin", "argmin",
                        "The i32 position of the minimum along ``axis`` (first on ties).")
 
 
-def _scan(kind: str, fe: FrontEnd, node: ast.Call, x: Any, axis: Any = 0, reverse: Any = False) -> Value:
+def _scan(kind: str, fe: FrontEnd, node: ast.Call, x: Any, axis: int = 0, reverse: bool = False) -> Value:
     value = _tile(fe, x, node, f"cum{kind}'s argument")
     rank = _reducible_rank(fe, value, f"cum{kind}", node)
     return fe.op("scan", [value], {"kind": kind, "axis": _axis(fe, axis, rank, node),
@@ -660,7 +662,7 @@ def _combining(fe: FrontEnd, node: ast.Call, kind: str, x: Any, axis: Any, combi
 
 
 @builtin
-def reduce(fe: FrontEnd, node: ast.Call, x: Any, axis: Any, combine_fn: Any, identity: Any) -> Any:
+def reduce(fe: FrontEnd, node: ast.Call, x: Any, axis: int, combine_fn: Any, identity: Any) -> Any:
     """x reduced along ``axis`` by ``combine_fn(accumulator, element)`` (a device
     function or lambda on scalars; associative and commutative), starting from
     ``identity``. ``x`` may be a tuple of tiles of one shape, with a tuple of
@@ -669,7 +671,7 @@ def reduce(fe: FrontEnd, node: ast.Call, x: Any, axis: Any, combine_fn: Any, ide
 
 
 @builtin
-def scan(fe: FrontEnd, node: ast.Call, x: Any, axis: Any, combine_fn: Any, identity: Any, reverse: Any = False) -> Any:
+def scan(fe: FrontEnd, node: ast.Call, x: Any, axis: int, combine_fn: Any, identity: Any, reverse: bool = False) -> Any:
     """Inclusive scan of x along ``axis`` by ``combine_fn(accumulator, element)``, as
     for `reduce` (``reverse=True`` scans from the end)."""
     return _combining(fe, node, "scan", x, axis, combine_fn, identity, {"reverse": bool(reverse)})
@@ -756,7 +758,7 @@ def _hint_attrs(fe: FrontEnd, node: ast.AST, latency: Any, allow_tma: Any) -> di
 
 @builtin
 def gather(fe: FrontEnd, node: ast.Call, tensor: Any, indices: Any, mask: Any = None, padding: Any = 0,
-           latency: Any = None) -> Value:
+           latency: int | None = None) -> Value:
     """The elements of ``tensor`` at ``indices`` (one integer tile per dimension;
     shapes broadcast), where ``mask`` holds; masked-off elements read ``padding``.
     Only in ``@cutile.entry(unsafe=True)`` kernels (the interpreter checks bounds)."""
@@ -774,7 +776,7 @@ def gather(fe: FrontEnd, node: ast.Call, tensor: Any, indices: Any, mask: Any = 
 
 @builtin
 def scatter(fe: FrontEnd, node: ast.Call, tensor: Any, indices: Any, value: Any, mask: Any = None,
-            latency: Any = None) -> None:
+            latency: int | None = None) -> None:
     """Writes ``value`` into the Mut ``tensor`` at ``indices`` where ``mask`` holds.
     Only in ``@cutile.entry(unsafe=True)`` kernels (the interpreter checks bounds and races)."""
     target, index_tiles, values, mask_tile = _access(fe, node, "scatter", tensor, indices, [(value, "value")], mask,
@@ -785,7 +787,7 @@ def scatter(fe: FrontEnd, node: ast.Call, tensor: Any, indices: Any, value: Any,
 
 
 def _atomic(mode: str, fe: FrontEnd, node: ast.Call, tensor: Any, indices: Any, value: Any, mask: Any = None,
-            order: Any = "relaxed", scope: Any = "device") -> Value:
+            order: str = "relaxed", scope: str = "device") -> Value:
     name = f"atomic_{mode}"
     target, index_tiles, values, mask_tile = _access(fe, node, name, tensor, indices, [(value, "value")], mask,
                                                      writes=True)
@@ -812,7 +814,7 @@ atomic_xchg = family_member(_atomic, "xchg", "atomic_xchg", _atomic_doc("xchg"))
 
 @builtin
 def atomic_cas(fe: FrontEnd, node: ast.Call, tensor: Any, indices: Any, expected: Any, value: Any, mask: Any = None,
-               order: Any = "relaxed", scope: Any = "device") -> Value:
+               order: str = "relaxed", scope: str = "device") -> Value:
     """Atomically, element by element: where ``tensor[i] == expected`` (bit for bit),
     writes ``value``; returns the old values. Only in unsafe kernels; a safe kernel
     uses ``z.atomic_cas(expected, value)`` on its own tile."""
