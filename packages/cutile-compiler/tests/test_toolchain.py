@@ -517,6 +517,32 @@ def test_probe_is_cached_until_the_binary_changes(fake_toolkit: FakeToolkit, mon
     assert _toolchain.find_toolchain().version == (13, 4, 7)
 
 
+def test_a_new_process_reads_the_probe_recorded_on_disk(fake_toolkit: FakeToolkit,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    root = fake_toolkit("tk", "13.3.1")
+    monkeypatch.setenv("CUTILE_TILEIRAS", str(root / "bin" / "tileiras"))
+    first = _toolchain.find_toolchain()
+    probes: list[str] = []
+    real_probe = _toolchain._run_probe
+    monkeypatch.setattr(_toolchain, "_run_probe", lambda *a: probes.append(a[0]) or real_probe(*a))
+    _toolchain._probe.cache_clear()  # what a new process knows: only the disk
+    again = _toolchain.find_toolchain()
+    assert again == first and again is not first and probes == []
+    ptxas = root / "bin" / "ptxas"
+    stamp = ptxas.stat().st_mtime_ns + 5_000_000_000
+    os.utime(ptxas, ns=(stamp, stamp))  # its ptxas replaced: the record no longer describes it
+    _toolchain._probe.cache_clear()
+    replaced = _toolchain.find_toolchain()
+    assert len(probes) == 1 and replaced.identity != first.identity
+    for path in (Path(os.environ["CUTILE_CACHE_DIR"]) / "toolchain-v1").rglob("*.probe"):
+        path.write_bytes(path.read_bytes()[:-5])  # damaged: probed again, never an exception
+    _toolchain._probe.cache_clear()
+    assert _toolchain.find_toolchain() == replaced and len(probes) == 2
+    monkeypatch.setenv("CUTILE_CACHE", "0")  # no disk cache: every new process probes
+    _toolchain._probe.cache_clear()
+    assert _toolchain.find_toolchain() == replaced and len(probes) == 3
+
+
 # --- the real tileiras ---------------------------------------------------------------
 
 

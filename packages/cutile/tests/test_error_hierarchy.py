@@ -29,6 +29,7 @@ INTERNAL = {
     "cutile_compiler._config._Invalid": "a parser's complaint; Knob.get raises it as a ConfigError",
     "cutile_compiler._frontend._Retry": "the front end's retry of a loop (control flow)",
     "cutile_compiler._cache._Damaged": "a damaged disk-cache entry; DiskCache.get counts it as a miss",
+    "cutile_compiler._warm.NotWarmCacheable": "a read a new process could not check; KernelCompiler writes no manifest",
     "cutile_compiler._cubin._NotACubin": "what cubin_problem finds; it returns it as text (a TileirasError's reason)",
     "cutile_compiler._opdefs._base.IntegerDivisionByZero": "an op's numpy meaning; the interpreter raises it as a KernelRuntimeError",
 }

@@ -243,7 +243,7 @@ def test_the_gpu_path_loads_the_code_of_the_current_value(native: bool, what: st
         for _ in range(launches):
             z, x = mixed(z, x).sync()
             if not native:
-                mixed._fast = None  # as without the native module
+                mixed._native_binding = None  # as without the native module
         return z, x
 
     x = api.from_numpy(np.zeros(256, np.float32))

@@ -136,7 +136,7 @@ def test_each_launch_gets_its_own_grid(fake_gpu: FakeDriver) -> None:
     for blocks in (4, 2, 2, 4):
         no_mut().grid(blocks).sync()
     assert [r["grid"] for r in fake_gpu.launches] == [(4, 1, 1), (2, 1, 1), (2, 1, 1), (4, 1, 1)]
-    assert len(no_mut._loaded) == 1
+    assert len(no_mut._loaded_kernels) == 1
 
 
 def test_a_batch_waits_once_and_holds_its_tensors(fake_gpu: FakeDriver) -> None:
@@ -358,7 +358,7 @@ def _batch_of_saxpy(fake: FakeDriver, *, native: bool) -> tuple[list[Any], list[
     with cutile.batch() as active:
         for i in range(40):
             if not native:
-                saxpy._fast = None  # the Python path, as without the native module
+                saxpy._native_binding = None  # the Python path, as without the native module
             z, x, y = saxpy(z, x, y, float(i)).sync()
         resources = [t._storage.resource for t in (z._tensor, x, y)]
         ledger = _ledger(resources, active.stream)
@@ -377,7 +377,7 @@ def test_the_native_path_runs_a_batch_loop_as_the_python_path_does(native_gpu: F
     python_params, python_ledger, python_ops, (made, run) = _batch_of_saxpy(native_gpu, native=False)
     assert made == 0 and run == 0
     # Same parameters (pointers differ between the two runs' tensors: compare all but them)...
-    compiled_abi = [arg.kind for arg in saxpy.compiled(saxpy._binding.plan.spec, "sm_90").abi]
+    compiled_abi = [arg.kind for arg in saxpy.compiled(saxpy._object_binding.plan.spec, "sm_90").abi]
     strip = lambda params: [[p for p, kind in zip(ps, compiled_abi) if kind != "pointer"] for ps in params]  # noqa: E731
     assert strip(native_params) == strip(python_params)
     assert [struct.unpack("<f", ps[-1])[0] for ps in native_params] == [float(i) for i in range(40)]

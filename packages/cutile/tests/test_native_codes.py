@@ -2,7 +2,7 @@
 
 `cutile._native` hands the C code (native/_native_launch.c) small integers: the C
 type each scalar parameter is packed as (`_SCALAR_CODES`, C's ``P_`` enum) and the
-kind of each argument check (`Binding._TENSOR`..., C's ``CHECK_`` enum). The C
+kind of each argument check (`ObjectBinding._TENSOR`..., C's ``CHECK_`` enum). The C
 source is parsed here, so changing either side alone fails.
 """
 
@@ -14,7 +14,7 @@ import pytest
 
 from cuda_core import _launch
 from cutile import _gpu, _native
-from cutile._kernel import Binding
+from cutile._binding import ObjectBinding
 from cutile_compiler import _dtypes as dt
 
 _ENUM = re.compile(r"\benum\s*\{([^}]*)\}\s*;")
@@ -65,4 +65,4 @@ def test_each_dtype_packed_as_a_c_scalar_has_a_native_code(dtype: dt.DType) -> N
 
 def test_the_c_check_kinds_are_the_bindings() -> None:
     assert enum_with_prefix("CHECK_") == {
-        "CHECK_TENSOR": Binding._TENSOR, "CHECK_CONSTANT": Binding._CONSTANT, "CHECK_SCALAR": Binding._SCALAR}
+        "CHECK_TENSOR": ObjectBinding._TENSOR, "CHECK_CONSTANT": ObjectBinding._CONSTANT, "CHECK_SCALAR": ObjectBinding._SCALAR}

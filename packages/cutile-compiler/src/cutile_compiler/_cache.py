@@ -21,6 +21,10 @@ miss) and is safe to share between processes without locks:
   used entries (a hit refreshes an entry's mtime); files vanishing under an eviction,
   because another process evicted them first, are expected.
 
+`DiskCache` stores other kinds of entry with the same guarantees in their own
+subfolders (``layout``): the warm-start manifests of `_warm` and tileiras's recorded
+probe answers (`_toolchain`).
+
 ``CUTILE_CACHE=0`` turns the disk cache off. `cached_compile` puts it together with
 `Toolchain.compile`, which checks a cubin (`_cubin.cubin_problem`) before it is stored;
 a hit is checked again before it is returned.
@@ -289,16 +293,22 @@ class DiskCache:
 
     Args:
         directory: the cache folder (``CUTILE_CACHE_DIR``); entries go in its
-            ``cubin-v1`` subfolder, fanned out by the key's first two characters.
+            `LAYOUT` subfolder, fanned out by the key's first two characters.
         max_bytes: the cap on the entries' total size (``CUTILE_CACHE_MAX_BYTES``).
+        layout, suffix: the subfolder and the entries' file suffix (another kind of
+            entry, such as the warm-start manifests of `_warm`, has its own).
+        max_entry_bytes: the largest payload a read accepts (default: the cap).
     """
 
-    def __init__(self, directory: Path, max_bytes: int) -> None:
+    def __init__(self, directory: Path, max_bytes: int, *, layout: str = LAYOUT, suffix: str = _SUFFIX,
+                 max_entry_bytes: int | None = None) -> None:
         if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
             raise ArgumentError(f"DiskCache max_bytes must be a non-negative int, got {max_bytes!r}")
         self.directory = Path(directory)
-        self.root = self.directory / LAYOUT
+        self.root = self.directory / layout
+        self.suffix = suffix
         self.max_bytes = max_bytes
+        self.max_entry_bytes = max_bytes if max_entry_bytes is None else min(max_entry_bytes, max_bytes)
         self.stats = CacheStats()
         self._lock = threading.Lock()
         self._warned = False
@@ -310,7 +320,7 @@ class DiskCache:
         """Where the entry of `key` lives."""
         if not isinstance(key, str) or not _KEY.fullmatch(key):
             raise ArgumentError(f"a disk cache key is 64 lowercase hex digits (see cache_key), got {key!r}")
-        return self.root / key[:2] / (key + _SUFFIX)
+        return self.root / key[:2] / (key + self.suffix)
 
     def _count(self, **deltas: int) -> None:
         with self._lock:
@@ -326,7 +336,7 @@ class DiskCache:
         """
         path = self.path(key)
         try:
-            payload = _read_entry(path, key, max(self.max_bytes - _HEADER.size, 0), valid)
+            payload = _read_entry(path, key, max(min(self.max_bytes - _HEADER.size, self.max_entry_bytes), 0), valid)
         except FileNotFoundError:
             self._count(misses=1)
             return None
@@ -352,7 +362,7 @@ class DiskCache:
         """
         path = self.path(key)
         data = _wrap(key, bytes(payload))
-        if len(data) > self.max_bytes:
+        if len(data) > self.max_bytes or len(payload) > self.max_entry_bytes:
             return False
         temp: str | None = None
         try:
@@ -406,7 +416,7 @@ class DiskCache:
                 if item.name.startswith(_TEMP_PREFIX):
                     if now - info.st_mtime > _STALE_TEMP_S:
                         _unlink_quietly(item.path)
-                elif item.name.endswith(_SUFFIX):
+                elif item.name.endswith(self.suffix):
                     found.append((info.st_mtime_ns, item.path, info.st_size))
         found.sort()
         return [(Path(path), size, mtime) for mtime, path, size in found]

@@ -213,7 +213,7 @@ TILEIRAS_TIMEOUT: Knob[float] = Knob(
 )
 CACHE: Knob[bool] = Knob(
     "CUTILE_CACHE", "bool", parse_bool, const(True), "1",
-    "0 turns the on-disk cubin cache off (every compile runs tileiras).",
+    "0 turns the on-disk caches off (cubins and warm-start manifests: every new process compiles and runs tileiras).",
 )
 CACHE_DIR: Knob[Path] = Knob(
     "CUTILE_CACHE_DIR", "path", _parse_path, _default_cache_dir, "~/.cache/cutile",

@@ -16,19 +16,21 @@ import ast
 import dataclasses
 import hashlib
 import logging
+import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import cutile_ir as ir
 
-from cutile_compiler import _config
-from cutile_compiler._cache import LRUCache, cached_compile
+from cutile_compiler import _config, _warm
+from cutile_compiler._cache import LRUCache, cached_compile, default_disk_cache
 from cutile_compiler._errors import SourceLocation, TileCompilerError
 from cutile_compiler._hints import KernelHints
 from cutile_compiler._frontend import build_kernel_ir
 from cutile_compiler._ir import KernelIR, format_kernel
+from cutile_compiler._reads import ExternalReads
 from cutile_compiler._lowering import AbiArg, kernel_abi, lower_kernel
 from cutile_compiler._signature import KernelSignature, Specialization
 from cutile_compiler._source import capture
@@ -46,20 +48,56 @@ from cutile_compiler._toolchain import (
 _log = logging.getLogger("cutile.compiler")
 
 
-@dataclass
 class CompiledKernel:
-    """One kernel compiled for one specialization and GPU architecture."""
+    """One kernel compiled for one specialization and GPU architecture.
 
-    name: str
-    arch: str
-    abi: tuple[AbiArg, ...]
-    kernel_ir: KernelIR
-    module: ir.Module
-    bytecode: bytes
-    bytecode_version: str
-    cubin: bytes
-    cache_hit: bool
-    timings: dict[str, float] = field(default_factory=dict)
+    What a launch needs is always here: ``name`` (the entry), ``arch``, ``abi``,
+    ``cubin`` and ``reads`` (what the compile read from outside its arguments, still
+    holding while ``reads.changed()`` is None). One found by a warm start
+    (``warm``: from its disk manifest, see `_warm`) builds its ``kernel_ir``,
+    ``module`` and ``bytecode`` again only when they are asked for.
+    """
+
+    def __init__(self, name: str, arch: str, abi: tuple[AbiArg, ...], cubin: bytes, bytecode_version: str,
+                 cache_hit: bool, reads: ExternalReads, timings: dict[str, float] | None = None, *,
+                 kernel_ir: KernelIR | None = None, module: ir.Module | None = None, bytecode: bytes | None = None,
+                 rebuild: Callable[[], tuple[KernelIR, ir.Module, bytes]] | None = None,
+                 warm: bool = False) -> None:
+        self.name = name
+        self.arch = arch
+        self.abi = abi
+        self.cubin = cubin
+        self.bytecode_version = bytecode_version
+        self.cache_hit = cache_hit
+        self.reads = reads
+        self.timings = timings if timings is not None else {}
+        self.warm = warm
+        self._built = (kernel_ir, module, bytecode) if kernel_ir is not None and module is not None \
+            and bytecode is not None else None
+        self._rebuild = rebuild
+        self._lock = threading.Lock()
+
+    def _stages(self) -> tuple[KernelIR, ir.Module, bytes]:
+        with self._lock:
+            if self._built is None:
+                assert self._rebuild is not None, "a CompiledKernel has its IR or a way to build it"
+                self._built = self._rebuild()
+            return self._built
+
+    @property
+    def kernel_ir(self) -> KernelIR:
+        """The typed kernel IR (built again on first use for a warm-started kernel)."""
+        return self._stages()[0]
+
+    @property
+    def module(self) -> ir.Module:
+        """The Tile IR module (`cutile_ir`)."""
+        return self._stages()[1]
+
+    @property
+    def bytecode(self) -> bytes:
+        """The Tile IR bytecode given to tileiras."""
+        return self._stages()[2]
 
     @property
     def mlir(self) -> str:
@@ -72,8 +110,8 @@ class CompiledKernel:
         return format_kernel(self.kernel_ir)
 
     def __repr__(self) -> str:
-        return (f"<CompiledKernel {self.name} for {self.arch}: {len(self.bytecode)} bytes of bytecode "
-                f"{self.bytecode_version}, {len(self.cubin)} bytes of cubin>")
+        return (f"<CompiledKernel {self.name} for {self.arch}: bytecode {self.bytecode_version}, "
+                f"{len(self.cubin)} bytes of cubin{' (warm start)' if self.warm else ''}>")
 
 
 def _excerpt(filename: str, line: int, column: int) -> str | None:
@@ -118,6 +156,17 @@ def toolchain_for(arch: str) -> Toolchain:
     return chain
 
 
+def _lower(kernel_ir: KernelIR, version: str, arch: str, options: CompileOptions | None) -> tuple[ir.Module, bytes]:
+    """The Tile IR module of ``kernel_ir`` and its bytecode."""
+    module = lower_kernel(kernel_ir, version, arch, options.hints if options is not None else None)
+    try:
+        bytecode = ir.write_bytecode(module, version)
+    except ir.IRError as exc:
+        raise TileCompilerError(f"internal error writing the bytecode of {kernel_ir.name}: {exc}",
+                                kernel_ir.location) from exc
+    return module, bytecode
+
+
 def compile_kernel(
     function: Any,
     signature: KernelSignature,
@@ -141,11 +190,7 @@ def compile_kernel(
         _dump(name, spec, "ast", "ast.txt", ast.dump(capture(function).tree, indent=2, include_attributes=True))
     if "ir" in dump:
         _dump(name, spec, "ir", "ir.txt", format_kernel(kernel_ir))
-    module = lower_kernel(kernel_ir, version, arch, options.hints if options is not None else None)
-    try:
-        bytecode = ir.write_bytecode(module, version)
-    except ir.IRError as exc:
-        raise TileCompilerError(f"internal error writing the bytecode of {name}: {exc}", kernel_ir.location) from exc
+    module, bytecode = _lower(kernel_ir, version, arch, options)
     timings["frontend"] = time.perf_counter() - start
     if "mlir" in dump:
         _dump(name, spec, "mlir", "mlir", ir.print_module(module))
@@ -163,7 +208,8 @@ def compile_kernel(
     if _log.isEnabledFor(level):
         _log.log(level, "cutile: %s for %s: front end %.1f ms, %s %.1f ms", name, arch, timings["frontend"] * 1e3,
                  "disk cache" if hit else "tileiras", timings["tileiras"] * 1e3)
-    return CompiledKernel(name, arch, kernel_abi(kernel_ir), kernel_ir, module, bytecode, version, cubin, hit, timings)
+    return CompiledKernel(name, arch, kernel_abi(kernel_ir), cubin, version, hit, kernel_ir.reads, timings,
+                          kernel_ir=kernel_ir, module=module, bytecode=bytecode)
 
 
 class KernelCompiler:
@@ -174,7 +220,11 @@ class KernelCompiler:
     the compiled kernel per (specialization, arch, options), each kept while every
     global, closure variable and device function the compile read is unchanged
     (``ExternalReads.changed``) and bounded to ``cache_size`` entries, the least
-    recently used going first; across processes, the disk cache (`compile_kernel`).
+    recently used going first; across processes, the disk cache: a compile's
+    manifest (`_warm`), keyed by the kernel's source, specialization, arch,
+    options and toolchain, lets a new process whose reads give the same values
+    take the cubin without the front end or lowering; else `compile_kernel`, whose
+    cubins are keyed by bytecode.
 
     Args:
         function: the kernel's Python function.
@@ -220,12 +270,49 @@ class KernelCompiler:
             opts = dataclasses.replace(opts, hints=self.hints.merged(opts.hints))
         key = (spec, arch, opts)
         cached = self._compiled.get(key)
-        if cached is not None and cached.kernel_ir.reads.changed() is None:
+        if cached is not None and cached.reads.changed() is None:
             return cached
-        compiled = compile_kernel(self.function, self.signature, spec, arch, unsafe=self.unsafe,
-                                  options=opts, kernel_ir=self.kernel_ir(spec))
+        chain = toolchain_for(arch)
+        manifest = self._manifest_key(spec, arch, opts, chain)
+        compiled = self._warm_start(manifest, spec, arch, opts, chain) if manifest is not None else None
+        if compiled is None:
+            compiled = compile_kernel(self.function, self.signature, spec, arch, unsafe=self.unsafe,
+                                      options=opts, kernel_ir=self.kernel_ir(spec))
+            if manifest is not None:
+                entries = tuple(function.name for function in compiled.module.functions if function.entry)
+                _warm.store(manifest, self.function, compiled, chain, opts, entries)
         self._compiled.put(key, compiled)
         return compiled
+
+    def _manifest_key(self, spec: Specialization, arch: str, options: CompileOptions, chain: Toolchain) -> str | None:
+        """The key of this compile's warm-start manifest, or None when it has none:
+        no disk cache, dumps asked for (they come from the stages a warm start
+        skips), or a kernel whose inputs a new process could not tell apart."""
+        if _config.DUMP.get() or default_disk_cache() is None:
+            return None
+        try:
+            return _warm.manifest_key(self.function, self.signature, spec, arch, options, chain, self.unsafe)
+        except _warm.NotWarmCacheable:
+            return None
+
+    def _warm_start(self, manifest: str, spec: Specialization, arch: str, options: CompileOptions,
+                    chain: Toolchain) -> CompiledKernel | None:
+        """The compiled kernel its manifest describes, if every read it records still
+        holds in this process (no front end, no lowering); None: compile."""
+        start = time.perf_counter()
+
+        def rebuild() -> tuple[KernelIR, ir.Module, bytes]:
+            kernel_ir = self.kernel_ir(spec)
+            return (kernel_ir, *_lower(kernel_ir, "%d.%d" % chain.bytecode_version, arch, options))
+
+        found = _warm.lookup(manifest, self.function, arch, default_disk_cache(), rebuild)
+        if found is not None:
+            found.timings["warm start"] = time.perf_counter() - start
+            level = logging.WARNING if _config.JIT_TIMING.get() else logging.DEBUG
+            if _log.isEnabledFor(level):
+                _log.log(level, "cutile: %s for %s: warm start from the disk manifest, %.1f ms", found.name, arch,
+                         found.timings["warm start"] * 1e3)
+        return found
 
     def clear(self) -> None:
         """Forgets every typed IR and compiled kernel kept in process (the disk

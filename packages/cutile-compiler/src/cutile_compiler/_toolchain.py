@@ -32,6 +32,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.util
+import json
 import os
 import re
 import shlex
@@ -42,13 +43,16 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 import cutile_ir as ir
 from cutile_compiler import _config
 from cutile_compiler._cubin import cubin_problem
 from cutile_compiler._errors import ArgumentError, ArgumentTypeError, TileCompilerError
 from cutile_compiler._hints import KernelHints
+
+if TYPE_CHECKING:
+    from cutile_compiler._cache import DiskCache
 
 __all__ = [
     "RECOMMENDED_RELEASE",
@@ -724,9 +728,71 @@ def _identity(version_text: str, files: Sequence[Path]) -> str:
     return digest.hexdigest()
 
 
+_PROBE_LAYOUT = "toolchain-v1"
+
+
+def _probe_record_cache() -> DiskCache | None:
+    """Where probes are recorded for later processes: beside the cubins."""
+    from cutile_compiler._cache import DiskCache  # (the cache module builds on this one)
+
+    if not _config.CACHE.get():
+        return None
+    return DiskCache(_config.CACHE_DIR.get(), _config.CACHE_MAX_BYTES.get(), layout=_PROBE_LAYOUT,
+                     suffix=".probe", max_entry_bytes=1 << 16)
+
+
+def _probe_key(tileiras: str, found_by: str, mtime_ns: int, size: int) -> str:
+    return hashlib.sha256(f"{_PROBE_LAYOUT}\0{tileiras}\0{found_by}\0{mtime_ns}\0{size}".encode()).hexdigest()
+
+
+def _remembered_probe(key: str) -> Toolchain | None:
+    """The probe of this binary recorded on disk by an earlier process, if its ptxas and
+    libnvvm are still the files it probed (`_identity`); None otherwise."""
+    records = _probe_record_cache()
+    payload = records.get(key) if records is not None else None
+    if payload is None:
+        return None
+    try:
+        facts = json.loads(payload)
+        chain = Toolchain(
+            tileiras=Path(facts["tileiras"]), root=Path(facts["root"]), version=tuple(facts["version"]),
+            version_text=str(facts["version_text"]),
+            bytecode_versions=tuple((int(a), int(b)) for a, b in facts["bytecode_versions"]),
+            gpu_names=tuple(str(n) for n in facts["gpu_names"]), found_by=str(facts["found_by"]),
+            ptxas=Path(facts["ptxas"]), libnvvm=Path(facts["libnvvm"]), identity=str(facts["identity"]))
+    except (ValueError, TypeError, KeyError):
+        return None
+    if len(chain.version) != 3 or _identity(chain.version_text, (chain.tileiras, chain.ptxas, chain.libnvvm)) \
+            != chain.identity:
+        return None
+    return chain
+
+
+def _remember_probe(key: str, chain: Toolchain) -> None:
+    records = _probe_record_cache()
+    if records is not None:
+        records.put(key, json.dumps({
+            "tileiras": str(chain.tileiras), "root": str(chain.root), "version": list(chain.version),
+            "version_text": chain.version_text, "bytecode_versions": [list(v) for v in chain.bytecode_versions],
+            "gpu_names": list(chain.gpu_names), "found_by": chain.found_by, "ptxas": str(chain.ptxas),
+            "libnvvm": str(chain.libnvvm), "identity": chain.identity}).encode())
+
+
 @functools.lru_cache(maxsize=16)
 def _probe(tileiras: str, found_by: str, mtime_ns: int, size: int) -> Toolchain:
-    """Asks tileiras what it is and checks its companions; cached per binary (path, mtime, size)."""
+    """What tileiras is and its checked companions; cached per binary (path, mtime,
+    size) in process and on disk (a new process runs none of the probes, which take
+    tens of milliseconds, while the binaries are the ones probed)."""
+    key = _probe_key(tileiras, found_by, mtime_ns, size)
+    chain = _remembered_probe(key)
+    if chain is None:
+        chain = _run_probe(tileiras, found_by)
+        _remember_probe(key, chain)
+    return chain
+
+
+def _run_probe(tileiras: str, found_by: str) -> Toolchain:
+    """Asks tileiras what it is and checks its companions."""
     exe = Path(tileiras)
     root = exe.parent.parent
     env = dict(os.environ)
@@ -802,6 +868,13 @@ def find_toolchain() -> Toolchain:
 
 
 def clear_toolchain_cache() -> None:
-    """Forgets what was learnt about tileiras binaries (for tests, or after an upgrade)."""
+    """Forgets what was learnt about tileiras binaries, in process and in the disk
+    cache (for tests, or after an upgrade)."""
     _probe.cache_clear()
+    try:
+        records = _probe_record_cache()
+    except _config.ConfigError:  # a malformed CUTILE_CACHE*: there is no cache to clear
+        return
+    if records is not None:
+        records.clear()
 

@@ -49,8 +49,9 @@ from cutile._errors import (
 )
 from cutile._interpreter import KernelRuntimeError
 from cutile_compiler import CompiledKernel
-from cutile._kernel import Graph, GraphScope, Kernel, Launch, batch, compile, entry, function, graph_scope
-from cutile._kernel import LaunchNeverRunWarning
+from cutile._entry import Kernel, compile, entry, function
+from cutile._graphs import Graph, GraphScope, batch, graph_scope
+from cutile._launch import Launch, LaunchNeverRunWarning
 from cuda_async import zip  # launches are ops: cuda_async's zip takes them as they are
 from cutile._tensor import Partition, Tensor
 

@@ -15,7 +15,8 @@ from typing import Any
 
 import cutile.core as ct
 from cutile._random import uniform
-from cutile._kernel import Kernel, entry
+from cutile._entry import Kernel, entry
+from cutile._launch import run_plan
 from cutile._tensor import Tensor
 from cutile_compiler import dtypes as dt
 from cutile_compiler import make_tensor_annotation
@@ -122,7 +123,6 @@ def run(kind: str, tensor: Tensor, stream: Any = None, **arguments: Any) -> None
     interpreter at once; on the GPU queued on ``stream`` (None: on cutile's stream,
     and waited for)."""
     from cutile import _backend
-    from cutile._kernel import run_plan
     from cutile_compiler import DEFAULT_OPTIONS
 
     if tensor.size == 0:

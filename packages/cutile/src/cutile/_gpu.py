@@ -20,7 +20,8 @@ from cutile_compiler import DEFAULT_OPTIONS, AbiArg, CompiledKernel, CompileOpti
 from cutile_compiler import dtypes as dt
 
 if TYPE_CHECKING:
-    from cutile._kernel import Binding, CallPlan, Kernel
+    from cutile._binding import ObjectBinding, SignaturePlan
+    from cutile._entry import Kernel
 
 
 class DeviceStorage(Storage):
@@ -179,13 +180,13 @@ def fake_param_layout(abi: Sequence[AbiArg]) -> list[tuple[int, int]]:
 _POINTER, _DIM, _STRIDE, _SCALAR = range(4)
 
 
-class _Loaded:
+class LoadedKernel:
     """A compiled kernel loaded on the device, with its prepared launch and the
     recipe that turns a call's arguments into the entry's parameters."""
 
     def __init__(self, compiled: CompiledKernel) -> None:
         self.compiled = compiled
-        self.reads = compiled.kernel_ir.reads  # what the code was compiled from
+        self.reads = compiled.reads  # what the code was compiled from
         self.function = Module.load(compiled.cubin).get_function(compiled.name)
         # Only the parameters cutile packs are asked about: probing past the last one
         # is a failing driver call (noise under compute-sanitizer, and it would
@@ -239,14 +240,14 @@ class _Loaded:
         return values
 
 
-def prepare(kernel: Kernel, plan: CallPlan, options: CompileOptions) -> _Loaded:
+def prepare(kernel: Kernel, plan: SignaturePlan, options: CompileOptions) -> LoadedKernel:
     """The loaded kernel for ``plan``'s specialization: compiled (or found in a cache)
     and loaded once, then remembered by the plan."""
-    loaded: _Loaded | None = plan.launchers.get(options)
+    loaded: LoadedKernel | None = plan.loaded_by_options.get(options)
     if loaded is not None and loaded.reads.changed() is None:
         return loaded
     key = (plan.spec, options)
-    loaded = kernel._loaded.get(key)
+    loaded = kernel._loaded_kernels.get(key)
     changed = loaded.reads.changed() if loaded is not None else None  # (a global it read was rebound)
     if loaded is None or changed is not None:
         if is_capturing():
@@ -256,9 +257,9 @@ def prepare(kernel: Kernel, plan: CallPlan, options: CompileOptions) -> _Loaded:
                 f"{kernel.name} is launched inside a CUDA graph capture {when}; loading a module cannot be "
                 "captured. Warm it up first: run it once, or call .compile() on the launch, before the graph scope")
         device = Device(0)
-        loaded = _Loaded(kernel.compiled(plan.spec, device.sm_name, options))
-        kernel._loaded.put(key, loaded)
-    plan.launchers[options] = loaded
+        loaded = LoadedKernel(kernel.compiled(plan.spec, device.sm_name, options))
+        kernel._loaded_kernels.put(key, loaded)
+    plan.loaded_by_options[options] = loaded
     return loaded
 
 
@@ -275,14 +276,14 @@ def _check_grid(kernel: Kernel, grid: tuple[int, int, int]) -> None:
         raise LaunchError(f"{kernel.name}: grid {list(grid)} exceeds {_MAX_GRID} blocks along an axis")
 
 
-def _launch(loaded: _Loaded, grid: tuple[int, int, int], stream: Stream, values: list[Any]) -> None:
+def _launch(loaded: LoadedKernel, grid: tuple[int, int, int], stream: Stream, values: list[Any]) -> None:
     """Launches on this thread's prepared launch (`set_grid` is free when the grid is unchanged)."""
     prepared = loaded.prepared
     prepared.set_grid(grid)
     prepared.launch(stream, *values)
 
 
-def enqueue_bound(kernel: Kernel, binding: Binding, arguments: dict[str, Any], stream: Stream) -> None:
+def enqueue_bound(kernel: Kernel, binding: ObjectBinding, arguments: dict[str, Any], stream: Stream) -> None:
     """`enqueue` for a call whose tensors are its binding's (default options, no
     explicit grid): the parameters are packed once; only scalars are refilled."""
     loaded = binding.loaded
@@ -309,7 +310,7 @@ def enqueue_bound(kernel: Kernel, binding: Binding, arguments: dict[str, Any], s
         _native.arm(kernel, binding, loaded, loaded.function.device.context_handle)
 
 
-def enqueue(kernel: Kernel, plan: CallPlan, arguments: dict[str, Any], options: CompileOptions,
+def enqueue(kernel: Kernel, plan: SignaturePlan, arguments: dict[str, Any], options: CompileOptions,
             stream: Stream) -> None:
     """Queues the launch on ``stream`` without waiting (ownership is the caller's job)."""
     _check_grid(kernel, plan.grid)

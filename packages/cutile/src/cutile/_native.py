@@ -27,8 +27,9 @@ from cuda_core import PARAM_CTYPES
 from cuda_core.native import NativeUnavailable, enabled, entry_points, load_extension, on_driver_change
 
 if TYPE_CHECKING:
-    from cutile._gpu import _Loaded
-    from cutile._kernel import Binding, Kernel
+    from cutile._gpu import LoadedKernel
+    from cutile._binding import ObjectBinding
+    from cutile._entry import Kernel
 
 _SOURCE = Path(__file__).parent / "native" / "_native_launch.c"
 
@@ -148,14 +149,14 @@ def _configure() -> None:
     from cuda_core.native import raise_driver_error
 
     from cutile import _tensor
-    from cutile._kernel import Binding
+    from cutile._binding import ObjectBinding
 
     module.configure(native_batch_api().API, points.launch_kernel, points.ctx_get_current, points.ctx_set_current,
-                     points.stream_synchronize, _tensor._holds_lock, vars(Binding)["accesses"], raise_driver_error)
+                     points.stream_synchronize, _tensor._holds_lock, vars(ObjectBinding)["accesses"], raise_driver_error)
     _configured_for = points
 
 
-def arm(kernel: Kernel, binding: Binding, loaded: _Loaded, context: int) -> None:
+def arm(kernel: Kernel, binding: ObjectBinding, loaded: LoadedKernel, context: int) -> None:
     """Gives ``kernel`` a native binding for ``binding`` (which has just launched
     ``loaded`` with default options), when every parameter is of a kind the C path
     packs; otherwise the kernel keeps the Python path."""
@@ -174,20 +175,21 @@ def arm(kernel: Kernel, binding: Binding, loaded: _Loaded, context: int) -> None
         return
     from cuda_async import Job
     from cutile import _gpu, _tensor
-    from cutile._kernel import Binding, Launch
+    from cutile._binding import ObjectBinding
+    from cutile._launch import Launch  # (it imports this module, for LaunchBase)
     from cutile._tensor import Partition, Tensor
 
     slot_of = {param: index for index, (param, code, _, _) in enumerate(loaded.recipe) if code == _gpu._SCALAR}
     checks: list[tuple[Any, ...]] = []
     for index, (kind, *rest) in enumerate(binding.checks):
         name = kernel._param_names[index]
-        if kind == Binding._TENSOR:
+        if kind == ObjectBinding._TENSOR:
             target = rest[0]()
             if target is None:
                 return
             owner = Partition if type(target) is Partition else Tensor
             checks.append((kind, rest[0], vars(owner)["_consumed_by"]))  # the slot's descriptor
-        elif kind == Binding._CONSTANT:
+        elif kind == ObjectBinding._CONSTANT:
             checks.append((kind, rest[0], rest[1]))
         else:
             slot = slot_of.get(name)
@@ -204,9 +206,9 @@ def arm(kernel: Kernel, binding: Binding, loaded: _Loaded, context: int) -> None
     packed = b"".join(bytes(PARAM_CTYPES[t](v)).ljust(8, b"\0") for t, v in zip(types, binding.packed))
     holds = tuple((device, _tensor._holds[device], entry) for device, entry in zip(binding.devices, binding.hold_entries))
     results = tuple(kernel._param_names.index(name) for name in binding.tensor_names)
-    fast = module.FastBinding(
+    fast = module.NativeObjectBinding(
         binding, Job(kernel._launch_description), kernel._launch_description, Launch, tuple(checks), holds, results,
         int(prepared.function.handle), context, tuple(config.grid), tuple(config.block),
         config.shared_memory, packed, loaded.reads.entries)
-    kernel._fast = fast
+    kernel._native_binding = fast
     binding.fast = weakref.ref(fast)

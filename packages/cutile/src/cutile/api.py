@@ -83,7 +83,7 @@ def full(shape: ShapeLike, value: bool | int | float, dtype: Any = dt.f32) -> Te
 def _full_target(shape: ShapeLike, value: bool | int | float, dtype: Any) -> tuple[Tensor, bool | int | float | None]:
     """What `full` and `ops.full` fill: (allocated tensor, value to fill it with), or
     (finished host-made tensor, None) for dtypes a kernel does not make."""
-    from cutile._kernel import _scalar_value
+    from cutile._binding import scalar_value
 
     kind = dtype_of(dtype)
     dims = _shape(shape, "full")
@@ -91,7 +91,7 @@ def _full_target(shape: ShapeLike, value: bool | int | float, dtype: Any) -> tup
         if not value.is_integer():
             raise ArgumentError(f"full: {value!r} is not a {kind} value")
         value = int(value)
-    value = _scalar_value("full", "value", kind, value)  # the launch's rule: no overflow to inf, bools 0/1
+    value = scalar_value("full", "value", kind, value)  # the launch's rule: no overflow to inf, bools 0/1
     if not _made_by_kernel(kind):
         return _from_host(np.full(dims, value, dtype=numpy_dtype(kind)), kind), None
     return _allocate(dims, kind), value

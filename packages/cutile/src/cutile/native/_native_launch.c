@@ -2,8 +2,8 @@
  *
  * A kernel whose last call's objects are passed again (the same tensors and
  * partitions, equal constants, scalars of the same types) skips everything that
- * depends only on them; cutile.Kernel keeps that knowledge in a Python `Binding`,
- * and, once the binding has launched on the GPU, in a FastBinding here. Then:
+ * depends only on them; cutile.Kernel keeps that knowledge in a Python `ObjectBinding`,
+ * and, once the binding has launched on the GPU, in a NativeObjectBinding here. Then:
  *   kernel(*args)  matches the arguments, checks none was consumed, takes the
  *                  launch's holds (when no other launch is pending on the device)
  *                  and makes the Launch;
@@ -37,7 +37,7 @@ static ctx_get_fn cu_ctx_get_current;
 static ctx_set_fn cu_ctx_set_current;
 static stream_sync_fn cu_stream_synchronize;
 static PyObject *dropped_holds, *holds_lock;
-static PyObject *binding_accesses;  /* the Binding.accesses slot descriptor */
+static PyObject *binding_accesses;  /* the ObjectBinding.accesses slot descriptor */
 static PyObject *raise_launch_error; /* Python: (code, what) -> raises cuda_core's error */
 static PyObject *never_run_hook;     /* Python: (kernel, code, lasti) -> warns of a launch freed unrun */
 static PyObject *str_call, *str_sync_slow;
@@ -61,7 +61,7 @@ typedef struct {
 
 typedef struct {
     PyObject_HEAD
-    PyObject *owner;        /* the Python Binding */
+    PyObject *owner;        /* the Python ObjectBinding */
     PyObject *job;          /* the cuda_async Job that holds the resources of a synchronous run */
     PyObject *name;         /* "launch of NAME", for driver errors */
     PyTypeObject *launch_type;
@@ -81,17 +81,17 @@ typedef struct {
     int armed;
     unsigned long generation;
     PyObject *weakrefs;
-} FastBinding;
+} NativeObjectBinding;
 
 typedef struct {
     PyObject_HEAD
-    PyObject *fast;         /* FastBinding or NULL */
+    PyObject *fast;         /* NativeObjectBinding or NULL */
 } KernelBase;
 
 typedef struct {
     PyObject_HEAD
     PyObject *kernel;
-    PyObject *fast;         /* FastBinding while the launch is native; NULL once adopted by Python */
+    PyObject *fast;         /* NativeObjectBinding while the launch is native; NULL once adopted by Python */
     PyObject *args;
     int held, done;
     PyObject *holds;        /* the Python path's `_holds` (a list) and `_binding`: */
@@ -154,8 +154,8 @@ static int pack_scalar(int code, PyObject *value, unsigned char *slot) {
     return 1;
 }
 
-/* -- FastBinding ------------------------------------------------------------------------ */
-static void fast_clear_contents(FastBinding *self) {
+/* -- NativeObjectBinding ---------------------------------------------------------------- */
+static void fast_clear_contents(NativeObjectBinding *self) {
     for (Py_ssize_t i = 0; i < self->nargs; i++) {
         Py_CLEAR(self->checks[i].ref);
         Py_CLEAR(self->checks[i].type);
@@ -169,7 +169,7 @@ static void fast_clear_contents(FastBinding *self) {
     self->armed = 0;
 }
 
-static void fast_dealloc(FastBinding *self) {
+static void fast_dealloc(NativeObjectBinding *self) {
     if (self->weakrefs != NULL) PyObject_ClearWeakRefs((PyObject *)self);
     fast_clear_contents(self);
     Py_XDECREF(self->owner);
@@ -189,7 +189,7 @@ static void fast_dealloc(FastBinding *self) {
 
 static int read_uints(PyObject *seq, unsigned *out, Py_ssize_t n, const char *what) {
     if (!PyTuple_Check(seq) || PyTuple_GET_SIZE(seq) != n) {
-        PyErr_Format(PyExc_TypeError, "FastBinding: %s must be a tuple of %zd ints", what, n);
+        PyErr_Format(PyExc_TypeError, "NativeObjectBinding: %s must be a tuple of %zd ints", what, n);
         return -1;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -200,7 +200,7 @@ static int read_uints(PyObject *seq, unsigned *out, Py_ssize_t n, const char *wh
     return 0;
 }
 
-/* FastBinding(owner, job, name, launch_type, checks, holds, results, function, context, grid, block,
+/* NativeObjectBinding(owner, job, name, launch_type, checks, holds, results, function, context, grid, block,
  *             shared_memory, packed)
  *   checks:  per argument (0, weakref, consumed_descriptor) | (1, type, value)
  *            | (2, type, packed_as, slot, range): packed_as the cubin's C type, range the dtype's
@@ -217,13 +217,13 @@ static PyObject *fast_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) 
                           &context, &PyTuple_Type, &grid, &PyTuple_Type, &block, &shared_memory, &packed,
                           &PyList_Type, &reads))
         return NULL;
-    if (!configured) return PyErr_Format(PyExc_RuntimeError, "FastBinding: configure the module first");
+    if (!configured) return PyErr_Format(PyExc_RuntimeError, "NativeObjectBinding: configure the module first");
     if (!PyType_IsSubtype((PyTypeObject *)launch_type, &LaunchBaseType))
-        return PyErr_Format(PyExc_TypeError, "FastBinding: the launch type must derive from LaunchBase");
+        return PyErr_Format(PyExc_TypeError, "NativeObjectBinding: the launch type must derive from LaunchBase");
     Py_ssize_t nbytes = PyBytes_GET_SIZE(packed);
     if (nbytes % SLOT || nbytes / SLOT > MAX_PARAMS)
-        return PyErr_Format(PyExc_ValueError, "FastBinding: packed parameters must be 8 bytes each, at most %d", MAX_PARAMS);
-    FastBinding *self = (FastBinding *)type->tp_alloc(type, 0);
+        return PyErr_Format(PyExc_ValueError, "NativeObjectBinding: packed parameters must be 8 bytes each, at most %d", MAX_PARAMS);
+    NativeObjectBinding *self = (NativeObjectBinding *)type->tp_alloc(type, 0);
     if (self == NULL) return NULL;
     self->owner = Py_NewRef(owner);
     self->job = Py_NewRef(job);
@@ -282,7 +282,7 @@ static PyObject *fast_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) 
         PyObject *triple = PyTuple_GET_ITEM(holds, i);
         if (!PyTuple_Check(triple) || PyTuple_GET_SIZE(triple) != 3 || !PyUnicode_Check(PyTuple_GET_ITEM(triple, 0))
             || !PyList_CheckExact(PyTuple_GET_ITEM(triple, 1))) {
-            PyErr_SetString(PyExc_TypeError, "FastBinding: holds must be (device, list, entry) triples");
+            PyErr_SetString(PyExc_TypeError, "NativeObjectBinding: holds must be (device, list, entry) triples");
             goto fail;
         }
         self->hold_devices[i] = Py_NewRef(PyTuple_GET_ITEM(triple, 0));
@@ -295,7 +295,7 @@ static PyObject *fast_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) 
     for (Py_ssize_t i = 0; i < self->nresults; i++) {
         self->results[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(results, i));
         if (self->results[i] < 0 || self->results[i] >= self->nargs) {
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "FastBinding: result index out of range");
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "NativeObjectBinding: result index out of range");
             goto fail;
         }
     }
@@ -303,13 +303,13 @@ static PyObject *fast_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) 
     self->generation = generation;
     return (PyObject *)self;
 bad_check:
-    if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "FastBinding: malformed argument check");
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "NativeObjectBinding: malformed argument check");
 fail:
     Py_DECREF(self);
     return NULL;
 }
 
-static PyObject *fast_disarm(FastBinding *self, PyObject *unused) {
+static PyObject *fast_disarm(NativeObjectBinding *self, PyObject *unused) {
     fast_clear_contents(self);
     Py_RETURN_NONE;
 }
@@ -320,7 +320,7 @@ static PyMethodDef fast_methods[] = {
 
 /* -- kernel(*args) ----------------------------------------------------------------------- */
 /* 1: the arguments are the binding's and none was consumed; 0: a miss; -1: error. */
-static int arguments_match(FastBinding *fb, PyObject *args) {
+static int arguments_match(NativeObjectBinding *fb, PyObject *args) {
     if (PyTuple_GET_SIZE(args) != fb->nargs) return 0;
     for (Py_ssize_t i = 0; i < fb->nargs; i++) {
         Check *check = &fb->checks[i];
@@ -348,7 +348,7 @@ static int arguments_match(FastBinding *fb, PyObject *args) {
 
 /* Takes the launch's holds when nothing else is held on their devices (else the
  * Python path checks for conflicts). 1 taken, 0 miss, -1 error. */
-static int take_holds(FastBinding *fb) {
+static int take_holds(NativeObjectBinding *fb) {
     if (!batch_api->lock_try_acquire(holds_lock)) return 0;
     int result = PyObject_Length(dropped_holds) == 0;
     for (Py_ssize_t i = 0; i < fb->nholds && result; i++)
@@ -361,7 +361,7 @@ static int take_holds(FastBinding *fb) {
 }
 
 /* Gives back holds taken by take_holds (the latest entry equal by identity). */
-static int release_holds_locked(FastBinding *fb) {
+static int release_holds_locked(NativeObjectBinding *fb) {
     for (Py_ssize_t i = fb->nholds - 1; i >= 0; i--) {
         PyObject *held = fb->hold_lists[i];
         for (Py_ssize_t j = PyList_GET_SIZE(held) - 1; j >= 0; j--) {
@@ -389,7 +389,7 @@ static void drop_holds(PyObject *entries, PyObject *devices) {
 
 /* Queues the holds a native launch took (take_holds) on `_dropped`; an exception
  * being raised stays the one raised. */
-static void drop_fast_holds(FastBinding *fb) {
+static void drop_fast_holds(NativeObjectBinding *fb) {
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     PyObject *entries = PyList_New(fb->nholds), *devices = PyList_New(fb->nholds);
@@ -418,7 +418,7 @@ static void remember_site(LaunchBase *launch) {
     launch->site_lasti = PyFrame_GetLasti(caller);
 }
 
-static PyObject *fast_call(KernelBase *kernel, FastBinding *fb, PyObject *args) {
+static PyObject *fast_call(KernelBase *kernel, NativeObjectBinding *fb, PyObject *args) {
     int matched = arguments_match(fb, args);
     if (matched <= 0) return NULL;
     /* A running op holding the memory (a scheduled launch, a replay) but the batch's
@@ -446,7 +446,7 @@ static PyObject *fast_call(KernelBase *kernel, FastBinding *fb, PyObject *args) 
 }
 
 static PyObject *kernel_call(KernelBase *self, PyObject *args, PyObject *kwargs) {
-    FastBinding *fb = (FastBinding *)self->fast;
+    NativeObjectBinding *fb = (NativeObjectBinding *)self->fast;
     if (fb != NULL && fb->armed && fb->generation == generation && (kwargs == NULL || PyDict_GET_SIZE(kwargs) == 0)) {
         Py_INCREF(fb); /* the call may drop the kernel's reference (a weakref callback) */
         PyObject *launch = fast_call(self, fb, args);
@@ -472,7 +472,7 @@ static PyObject *kernel_get_fast(KernelBase *self, void *closure) {
 
 static int kernel_set_fast(KernelBase *self, PyObject *value, void *closure) {
     if (value != NULL && value != Py_None && !PyObject_TypeCheck(value, &FastBindingType)) {
-        PyErr_SetString(PyExc_TypeError, "_fast takes a FastBinding or None");
+        PyErr_SetString(PyExc_TypeError, "_fast takes a NativeObjectBinding or None");
         return -1;
     }
     Py_XSETREF(self->fast, (value == NULL || value == Py_None) ? NULL : Py_NewRef(value));
@@ -480,7 +480,7 @@ static int kernel_set_fast(KernelBase *self, PyObject *value, void *closure) {
 }
 
 static PyGetSetDef kernel_getset[] = {
-    {"_fast", (getter)kernel_get_fast, (setter)kernel_set_fast, "the native binding, or None", NULL}, {NULL}};
+    {"_native_binding", (getter)kernel_get_fast, (setter)kernel_set_fast, "the native binding, or None", NULL}, {NULL}};
 
 /* -- the compile's reads ----------------------------------------------------------------- */
 /* cutile_compiler._reads's kinds of entry (kind, where, key, value). */
@@ -531,7 +531,7 @@ static int reads_current(PyObject *reads) {
 }
 
 /* -- launch.sync() ----------------------------------------------------------------------- */
-static PyObject *results_of(FastBinding *fb, PyObject *args) {
+static PyObject *results_of(NativeObjectBinding *fb, PyObject *args) {
     if (fb->nresults == 1) return Py_NewRef(PyTuple_GET_ITEM(args, fb->results[0]));
     PyObject *tuple = PyTuple_New(fb->nresults);
     if (tuple == NULL) return NULL;
@@ -542,7 +542,7 @@ static PyObject *results_of(FastBinding *fb, PyObject *args) {
 
 /* Gives the launch's cutile holds back: the running op's holds take over (as
  * Launch._execute does). 1 done, 0 a miss (nothing changed), -1 error. */
-static int hand_over_holds(LaunchBase *self, FastBinding *fb) {
+static int hand_over_holds(LaunchBase *self, NativeObjectBinding *fb) {
     if (!batch_api->lock_try_acquire(holds_lock)) return 0;
     if (PyObject_Length(dropped_holds) != 0) { batch_api->lock_release(holds_lock); return 0; }
     int released = release_holds_locked(fb);
@@ -557,7 +557,7 @@ static int hand_over_holds(LaunchBase *self, FastBinding *fb) {
  * (cuda_async's locks stay held: waiters wait for them without the GIL). With
  * `wait`, the stream is synchronized after a successful launch (*waited says whether
  * that happened: its error is then the wait's). */
-static int launch_on(FastBinding *fb, unsigned long long stream, void **pointers, int wait, int *waited) {
+static int launch_on(NativeObjectBinding *fb, unsigned long long stream, void **pointers, int wait, int *waited) {
     int err;
     Py_BEGIN_ALLOW_THREADS
     void *current = NULL;
@@ -582,7 +582,7 @@ static void raise_driver_error(int err, PyObject *what) {
 
 /* The launch in a batch's steady state, or run synchronously on idle resources;
  * NULL without an error set: a miss (nothing changed). */
-static PyObject *fast_sync(LaunchBase *self, FastBinding *fb) {
+static PyObject *fast_sync(LaunchBase *self, NativeObjectBinding *fb) {
     if (!reads_current(fb->reads)) return NULL;
     unsigned char params[MAX_PARAMS * SLOT];
     void *pointers[MAX_PARAMS];
@@ -636,7 +636,7 @@ done:
 }
 
 static PyObject *launch_sync(LaunchBase *self, PyObject *unused) {
-    FastBinding *fb = (FastBinding *)self->fast;
+    NativeObjectBinding *fb = (NativeObjectBinding *)self->fast;
     if (fb != NULL && fb->armed && fb->generation == generation && self->held && !self->done) {
         Py_INCREF(fb);
         PyObject *result = fast_sync(self, fb);
@@ -649,7 +649,7 @@ static PyObject *launch_sync(LaunchBase *self, PyObject *unused) {
 /* Hands a native launch over to Python: (binding, args, held, done), or None. */
 static PyObject *launch_take_native(LaunchBase *self, PyObject *unused) {
     if (self->fast == NULL) Py_RETURN_NONE;
-    PyObject *owner = ((FastBinding *)self->fast)->owner;
+    PyObject *owner = ((NativeObjectBinding *)self->fast)->owner;
     PyObject *state = Py_BuildValue("OOOO", owner, self->args, self->held ? Py_True : Py_False,
                                     self->done ? Py_True : Py_False);
     if (state == NULL) return NULL;
@@ -674,7 +674,7 @@ static void launch_dealloc(LaunchBase *self) {
     PyErr_Fetch(&type, &value, &tb);
     if (self->pending) warn_never_run(self);
     if (self->fast != NULL && self->held) { /* a native launch dropped without running */
-        drop_fast_holds((FastBinding *)self->fast);
+        drop_fast_holds((NativeObjectBinding *)self->fast);
     } else if (self->holds != NULL && PyList_Check(self->holds) && PyList_GET_SIZE(self->holds) && self->binding) {
         PyObject *devices = PyObject_GetAttrString(self->binding, "devices"); /* a Python launch's */
         if (devices != NULL) drop_holds(self->holds, devices);
@@ -707,9 +707,9 @@ static PyMemberDef launch_members[] = {
 
 /* -- module ------------------------------------------------------------------------------ */
 static PyTypeObject FastBindingType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "cutile._native_launch.FastBinding",
-    .tp_basicsize = sizeof(FastBinding), .tp_dealloc = (destructor)fast_dealloc, .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_new = fast_new, .tp_methods = fast_methods, .tp_weaklistoffset = offsetof(FastBinding, weakrefs)};
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "cutile._native_launch.NativeObjectBinding",
+    .tp_basicsize = sizeof(NativeObjectBinding), .tp_dealloc = (destructor)fast_dealloc, .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = fast_new, .tp_methods = fast_methods, .tp_weaklistoffset = offsetof(NativeObjectBinding, weakrefs)};
 static PyTypeObject KernelBaseType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "cutile._native_launch.KernelBase",
     .tp_basicsize = sizeof(KernelBase), .tp_dealloc = (destructor)kernel_dealloc,
@@ -808,7 +808,7 @@ PyMODINIT_FUNC PyInit__native_launch(void) {
         return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL) return NULL;
-    if (PyModule_AddObjectRef(m, "FastBinding", (PyObject *)&FastBindingType) < 0 ||
+    if (PyModule_AddObjectRef(m, "NativeObjectBinding", (PyObject *)&FastBindingType) < 0 ||
         PyModule_AddObjectRef(m, "KernelBase", (PyObject *)&KernelBaseType) < 0 ||
         PyModule_AddObjectRef(m, "LaunchBase", (PyObject *)&LaunchBaseType) < 0) {
         Py_DECREF(m);

@@ -1,0 +1,312 @@
+"""Call binding: what a call's arguments select and what a repeated call reuses.
+
+`describe_call` turns arguments into a specialization and a grid (errors name the
+parameter); `call_key` is what those depend on, cheaply, the key of a kernel's
+`SignaturePlan`s; `ObjectBinding` is what the very objects of the kernel's last
+call imply (checked ranges, holds, accesses, packed GPU parameters), reused while
+a loop passes them again. The argument checks shared by the launch live here too.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import operator
+import weakref
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import cuda_async
+from cutile._errors import LaunchError
+from cutile._tensor import Partition, Storage, Tensor, hold_entries
+from cutile_compiler import dtypes as dt
+from cutile_compiler import (
+    MAX_DIVISIBILITY,
+    CompileOptions,
+    ConstantAnnotation,
+    DType,
+    Specialization,
+    SpecializationError,
+    TensorAnnotation,
+    constant_key,
+    numpy_dtype,
+    specialize,
+)
+
+if TYPE_CHECKING:
+    from cutile._entry import Kernel
+    from cutile._gpu import LoadedKernel
+
+
+class SignaturePlan:
+    """What every call with one call key (`call_key`: dtypes, shapes, strides,
+    alignment, constants) shares: the specialization, the grid, and the loaded
+    kernel per compile options (filled by `cutile._gpu.prepare`, a shortcut past
+    the kernel's ``_loaded_kernels``)."""
+
+    __slots__ = ("spec", "grid", "loaded_by_options")
+
+    def __init__(self, spec: Specialization, grid: tuple[int, int, int]) -> None:
+        self.spec = spec
+        self.grid = grid
+        self.loaded_by_options: dict[CompileOptions, LoadedKernel] = {}
+
+
+MISSING = object()  # an argument not given (the launch and the binding tell it apart from None)
+
+
+class ObjectBinding:
+    """What one call's tensor objects imply, computed once and reused while a loop
+    passes the very same objects (and constants): their checked byte ranges, the
+    resources the op reads and writes, the plan, and the packed GPU parameters.
+
+    Objects are remembered by weak reference: a binding never keeps a tensor alive.
+    What can change between calls (an object consumed, a pending launch holding the
+    memory, ops in flight) is still checked on every call.
+    """
+
+    __slots__ = ("checks", "tensor_names", "ranges", "devices", "hold_entries", "accesses", "plan", "loaded",
+                 "packed", "scalar_slots", "results", "fast")
+
+    _TENSOR, _CONSTANT, _SCALAR = range(3)
+    _NO_ACCESSES = cuda_async.AccessSet()
+
+    def __init__(self, kernel: Kernel, arguments: dict[str, Any],
+                 ranges: list[tuple[str, Storage, int, int, bool]], tensor_names: list[str]) -> None:
+        checks: list[tuple[Any, ...]] = []
+        tensors = set(tensor_names)
+        for name in kernel._param_names:
+            value = arguments.get(name, MISSING)
+            if name in tensors:
+                checks.append((ObjectBinding._TENSOR, weakref.ref(value, self._forget)))
+            elif name in kernel._constant_params:
+                checks.append((ObjectBinding._CONSTANT, type(value), value))
+            else:  # a run-time scalar: its type may select the code, its value never
+                checks.append((ObjectBinding._SCALAR, type(value)))
+        self.checks = tuple(checks)
+        self.tensor_names = tensor_names
+        # What a run returns: the tensor arguments, one as itself, several as a tuple.
+        self.results: Callable[[dict[str, Any]], Any] = (
+            operator.itemgetter(*tensor_names) if tensor_names else (lambda arguments: ()))
+        self.ranges = ranges
+        self.devices = [r[1].device for r in ranges]
+        # The holds a launch of these objects takes (the native path appends these
+        # very tuples too; holds are released by identity).
+        self.hold_entries = hold_entries(ranges, kernel._launch_description)
+        writes = [storage.resource for _, storage, _, _, mutable in ranges if mutable]
+        reads = [storage.resource for _, storage, _, _, mutable in ranges if not mutable]
+        # The op's holds and conflicts name the parameters, as the launch's own holds do.
+        params: dict[Any, list[str]] = {}
+        for param, storage, _, _, _ in ranges:
+            params.setdefault(storage.resource, []).append(f"'{param}'")
+        labels = {resource: f"{kernel._launch_description} (parameter {names[0]})" if len(names) == 1
+                  else f"{kernel._launch_description} (parameters {', '.join(names[:-1])} and {names[-1]})"
+                  for resource, names in params.items()}
+        self.accesses = cuda_async.AccessSet(tuple(reads), tuple(writes), labels)
+        self.plan: SignaturePlan | None = None  # set by the first Launch.plan() without an explicit grid
+        self.loaded: LoadedKernel | None = None  # the loaded kernel ``packed`` was packed for
+        self.packed: list[Any] = []
+        self.scalar_slots: list[tuple[int, str, DType]] = []  # refilled on every call
+        self.fast: weakref.ref[Any] | None = None  # the kernel's native binding made from this one
+
+    def _forget(self, _dead: Any) -> None:
+        # One of the objects is gone, so the binding can never match again: drop what
+        # refers to memory (storages, resources) so that the memory can be freed.
+        # (It may run while the interpreter shuts down, when module globals are gone:
+        # it uses only what the class holds.)
+        self.ranges = []
+        self.accesses = self._NO_ACCESSES
+        self.loaded = None
+        self.packed = []
+        fast = self.fast() if self.fast is not None else None
+        if fast is not None:
+            fast.disarm()
+
+    def matches(self, args: tuple[Any, ...]) -> bool:
+        """Whether ``args`` are this binding's tensor objects and constants (floats
+        only as the same object: 0.0 and -0.0 are equal but compile differently)."""
+        for check, value in zip(self.checks, args):
+            kind = check[0]
+            if kind == 0:  # ObjectBinding._TENSOR (literals: this loop runs on every call)
+                target = check[1]()
+                if target is None or target is not value:  # a dead reference must not match None
+                    return False
+            elif type(value) is not check[1]:
+                return False
+            elif kind == 1 and value is not check[2] and (type(value) is float or value != check[2]):
+                return False
+        return True
+
+
+def check_strides(kernel: str, param: str, tensor: Tensor) -> None:
+    # Tile IR's tensor views address memory upward from their base: a reversed view
+    # would read outside it. Both backends refuse alike.
+    for extent, stride in zip(tensor.shape, tensor.strides):
+        if stride < 0 and extent > 1:
+            raise LaunchError(
+                f"{kernel}: parameter '{param}' has a negative stride {list(tensor.strides)}; kernels take views "
+                "whose strides are not negative (pass a copy: api.copy)")
+
+
+def wrong_mut_argument(kernel: Kernel, param: str, value: Any) -> None:
+    name = kernel.name
+    if value is MISSING:
+        raise LaunchError(f"{name}: missing tensor argument '{param}'")
+    if isinstance(value, Tensor):
+        dims = next(p.annotation.dims for p in kernel.signature.parameters if p.name == param)  # type: ignore[union-attr]
+        raise LaunchError(
+            f"{name}: parameter '{param}' is Mut[...]: pass it partitioned, e.g. "
+            f"{param}.partition({[d if isinstance(d, int) and d > 0 else 128 for d in dims]})")
+    raise LaunchError(f"{name}: parameter '{param}' expects a partitioned tensor, got {type(value).__name__}")
+
+
+def wrong_read_argument(kernel: Kernel, param: str, value: Any) -> None:
+    name = kernel.name
+    if value is MISSING:
+        raise LaunchError(f"{name}: missing tensor argument '{param}'")
+    if isinstance(value, Partition):
+        raise LaunchError(
+            f"{name}: parameter '{param}' is read-only: pass the tensor, not a partition (unpartition() gives it back)")
+    raise LaunchError(f"{name}: parameter '{param}' expects a tensor, got {type(value).__name__}")
+
+
+def scalar_value(kernel: str, param: str, dtype: DType, value: Any) -> bool | int | float:
+    """A scalar argument as a Python number, checked against its parameter's dtype:
+    an integer out of its range, a bool other than 0/1, and a finite number that
+    would overflow a float dtype (to inf, or NaN where the format has no inf) are
+    refused; explicit inf and NaN pass, a finite value rounds to the nearest.
+    Every backend's scalars pass through here (the native path refuses in C what
+    this refuses, and leaves the error to this function)."""
+    import numbers
+
+    import numpy as np
+
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, bool):
+        return value
+    if dtype.is_integer or dtype.is_bool:
+        if not isinstance(value, numbers.Integral):
+            raise LaunchError(f"{kernel}: parameter '{param}' is a {dtype} scalar, got {value!r}")
+        number = int(value)
+        if dtype.is_bool and number not in (0, 1):
+            raise LaunchError(f"{kernel}: parameter '{param}' is a bool scalar; {number} is neither 0 nor 1 "
+                              "(pass True or False)")
+        if not dtype.is_bool and not dt.fits(number, dtype):
+            raise LaunchError(f"{kernel}: parameter '{param}' is a {dtype} scalar; {number} does not fit")
+        return number
+    if not isinstance(value, numbers.Real):
+        raise LaunchError(f"{kernel}: parameter '{param}' is a {dtype} scalar, got {value!r}")
+    given: Any = value
+    try:
+        real = float(given)
+    except OverflowError:  # an int beyond f64
+        real = math.inf
+        finite = True
+    else:  # (a value wider than f64, np.longdouble say, may have become inf here)
+        finite = math.isfinite(real) or bool(np.isfinite(given))
+    if finite and not _fits_float(real, dtype):
+        import ml_dtypes
+
+        finfo: Any = ml_dtypes.finfo
+        largest = float(finfo(numpy_dtype(dtype)).max)
+        shown = repr(value) if len(repr(value)) <= 40 else f"{real:g}" if math.isfinite(real) else "an integer beyond f64"
+        raise LaunchError(f"{kernel}: parameter '{param}' is a {dtype} scalar; {shown} overflows it "
+                          f"(its largest finite value is {largest:g})")
+    return real
+
+
+def _fits_float(value: float, dtype: DType) -> bool:
+    """Whether the finite ``value`` stays finite converted to float ``dtype``."""
+    import numpy as np
+
+    if not math.isfinite(value):
+        return False
+    if dtype is dt.f64:
+        return True
+    with np.errstate(over="ignore", invalid="ignore"):
+        return bool(np.isfinite(np.asarray(value, dtype=np.float64).astype(numpy_dtype(dtype))))
+
+
+def call_key(kernel: Kernel, arguments: dict[str, Any], grid: tuple[int, int, int] | None) -> tuple[Any, ...] | None:
+    """What the specialization and grid of a call depend on, cheaply; None when an
+    argument is of a kind the full check must see (errors are reported there)."""
+    key: list[Any] = [grid]
+    for name, value in arguments.items():
+        kind = type(value)
+        if kind is Partition:
+            tensor = value._tensor
+            key.append((name, tensor.dtype, tensor.shape, tensor.strides, tensor.address() % MAX_DIVISIBILITY,
+                        value.tile_shape))
+        elif kind is Tensor:
+            key.append((name, value.dtype, value.shape, value.strides, value.address() % MAX_DIVISIBILITY))
+        elif kind in (int, float, bool):
+            # Constants select the code; run-time scalars only their type does.
+            key.append((name, kind, constant_key(value)) if name in kernel._constant_params else (name, kind))
+        else:
+            return None
+    return tuple(key)
+
+
+def describe_call(kernel: Kernel, arguments: dict[str, Any],
+                  explicit_grid: tuple[int, int, int] | None = None) -> tuple[Specialization, tuple[int, int, int]]:
+    """The specialization a call's arguments select, and its grid (inferred from the
+    Mut partitions, or explicit). Tensors, partitions and `api.meta` placeholders
+    are all accepted; errors name the parameter."""
+    from cutile.api import MetaTensor  # (cutile.api imports this module through _fill and _entry)
+
+    name = kernel.name
+    described: dict[str, Any] = {}
+    partitions: list[tuple[str, tuple[int, ...]]] = []
+    for p in kernel.signature.parameters:
+        value = arguments.get(p.name, inspect.Parameter.empty)
+        if isinstance(p.annotation, TensorAnnotation):
+            if isinstance(value, (Partition, Tensor)):
+                tensor = value._tensor if isinstance(value, Partition) else value
+                check_strides(name, p.name, tensor)
+                if isinstance(value, Partition):
+                    described[p.name] = tensor.spec(value.tile_shape)
+                    partitions.append((p.name, value.grid))
+                else:
+                    described[p.name] = tensor.spec()
+            elif isinstance(value, MetaTensor):
+                described[p.name] = value.spec()
+                if value.tile_shape is not None:
+                    partitions.append((p.name, tuple(-(-s // t) for s, t in zip(value.shape, value.tile_shape))))
+            elif value is inspect.Parameter.empty:
+                raise LaunchError(f"{name}: missing tensor argument '{p.name}'")
+            else:
+                raise LaunchError(f"{name}: parameter '{p.name}' expects a tensor, got {type(value).__name__}")
+        elif isinstance(p.annotation, ConstantAnnotation):
+            if value is not inspect.Parameter.empty:
+                described[p.name] = value
+        elif isinstance(p.annotation, DType):
+            if value is inspect.Parameter.empty:
+                raise LaunchError(f"{name}: missing scalar argument '{p.name}'")
+            described[p.name] = scalar_value(name, p.name, p.annotation, value)
+    try:
+        spec = specialize(kernel.signature, name, described)
+    except SpecializationError as exc:
+        raise LaunchError(str(exc)) from None
+    grid: tuple[int, ...] | None = None
+    for param, tiles in partitions:
+        if grid is None:
+            grid = tiles
+        elif grid != tiles:
+            raise LaunchError(
+                f"{name}: the Mut partitions disagree on the grid: '{partitions[0][0]}' has "
+                f"{list(partitions[0][1])} tiles, '{param}' {list(tiles)}")
+    padded = None if grid is None else (tuple(grid) + (1, 1, 1))[:3]
+    if explicit_grid is not None:
+        # An unsafe kernel may run on another grid than its partitions' (a persistent
+        # kernel loops over the tiles itself); the interpreter still checks its stores.
+        if padded is not None and padded != explicit_grid and not kernel.unsafe:
+            raise LaunchError(
+                f"{name}: the explicit grid {list(explicit_grid)} disagrees with the grid "
+                f"{list(padded)} of the Mut partitions")
+        padded = explicit_grid
+    if padded is None:
+        raise LaunchError(f"{name}: no Mut tensor decides the grid; set it with .grid(x, y, z)")
+    return spec, (padded[0], padded[1], padded[2])
+
+

@@ -1,0 +1,197 @@
+"""Entries: ``@cutile.entry`` (`Kernel`, whose call makes a `cutile.Launch`),
+``@cutile.function``, and `compile` (ahead of time, without a launch).
+
+A kernel holds its per-kernel caches: the compiler's (typed IR, compiled
+kernels), the loaded kernels by specialization, the signature plans by call key,
+and the last call's `ObjectBinding` (ARCHITECTURE.md names each layer).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar, overload
+
+from cutile._binding import ObjectBinding, SignaturePlan, call_key, describe_call, scalar_value
+from cutile._errors import ArgumentTypeError, LaunchError
+from cutile._launch import Launch
+from cutile._native import KernelBase
+from cutile_compiler import (
+    CompiledKernel,
+    CompileOptions,
+    DeviceFunction,
+    DType,
+    HintError,
+    KernelCompiler,
+    KernelHints,
+    KernelIR,
+    KernelSignature,
+    LRUCache,
+    parse_arch,
+    SignatureError,
+    Specialization,
+    TensorAnnotation,
+    parse_signature,
+)
+
+if TYPE_CHECKING:
+    from cutile._gpu import LoadedKernel
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+_CACHE_SIZE = 256  # specializations kept per kernel
+
+
+class Kernel(KernelBase):
+    """A ``@cutile.entry`` function. Calling it returns a lazy `Launch`.
+
+    Its base is the native launch path's (`cutile._native`): a call with the
+    last call's objects is answered in C; any other goes to ``_call``.
+    """
+
+    def __init__(self, function: Callable[..., Any], *, unsafe: bool = False,
+                 hints: Mapping[str, Any] | None = None) -> None:
+        functools.update_wrapper(self, function)
+        self.function = function
+        self.unsafe = unsafe
+        try:
+            self.hints = KernelHints.parse(hints, f"@cutile.entry of {function.__name__}: hints")
+        except HintError as exc:
+            raise SignatureError(str(exc)) from None
+        self.name = function.__name__
+        self._launch_description = f"launch of {self.name}"
+        self.signature: KernelSignature = parse_signature(function)
+        self._python_signature = inspect.signature(function)
+        self._param_names = tuple(self._python_signature.parameters)
+        # A call with every argument positional maps them without inspect's binding.
+        self._plain_positional = all(p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+                                     for p in self._python_signature.parameters.values())
+        self._tensor_params = tuple((p.name, p.annotation.mutable) for p in self.signature.parameters
+                                    if isinstance(p.annotation, TensorAnnotation))
+        self._mutable_names = frozenset(name for name, mutable in self._tensor_params if mutable)
+        self._scalar_params = {p.name: p.annotation for p in self.signature.parameters
+                               if isinstance(p.annotation, DType)}
+        self._constant_params = frozenset(p.name for p in self.signature.parameters if p.is_constant)
+        # Per-kernel caches, bounded: a long-running program that meets many shapes
+        # keeps the most recent specializations (ARCHITECTURE.md lists the layers).
+        # The compiler: (spec) -> typed IR, (spec, arch, options) -> compiled kernel.
+        self._compiler = KernelCompiler(function, self.signature, unsafe=unsafe, hints=self.hints,
+                                        cache_size=_CACHE_SIZE)
+        # (spec, options) -> the compiled kernel loaded on the GPU (`_gpu.LoadedKernel`).
+        self._loaded_kernels: LRUCache[tuple[Specialization, CompileOptions], LoadedKernel] = LRUCache(_CACHE_SIZE)
+        # Call key (dtypes, shapes, strides, alignment, constants; see `call_key`) ->
+        # its plan (spec, grid, loaded kernel): a call with another key's arguments
+        # skips describing them and finding the loaded kernel again.
+        self._plans: LRUCache[tuple[Any, ...], SignaturePlan] = LRUCache(4 * _CACHE_SIZE)
+        # The last call's objects and what they imply: a loop that passes the same
+        # objects again skips every check and computation that depends only on them.
+        # (Its C copy, once it has launched on the GPU, is the base's ``_native_binding``.)
+        self._object_binding: ObjectBinding | None = None
+        self._warned_never_run = False  # a launch freed unrun warns once per kernel
+
+    def __repr__(self) -> str:
+        return f"<cutile kernel {self.name}{' (unsafe)' if self.unsafe else ''}>"
+
+    if TYPE_CHECKING:
+        def __call__(self, *args: Any, **kwargs: Any) -> Launch: ...
+
+    def _call(self, *args: Any, **kwargs: Any) -> Launch:
+        if not kwargs and len(args) == len(self._param_names) and self._plain_positional:
+            binding = self._object_binding
+            if binding is not None and binding.matches(args):
+                return Launch(self, self._positional_arguments(args), binding)
+            arguments = dict(zip(self._param_names, args))
+        else:
+            try:
+                bound = self._python_signature.bind_partial(*args, **kwargs)
+            except TypeError as exc:
+                raise LaunchError(f"{self.name}: {exc}") from None
+            arguments = dict(bound.arguments)
+        for name, dtype in self._scalar_params.items():
+            if name in arguments:
+                arguments[name] = scalar_value(self.name, name, dtype, arguments[name])
+        return Launch(self, arguments)
+
+    def _positional_arguments(self, args: tuple[Any, ...]) -> dict[str, Any]:
+        """Every argument by name, from a call that passed all of them by position,
+        its scalars checked and converted."""
+        arguments = dict(zip(self._param_names, args))
+        for name, dtype in self._scalar_params.items():
+            arguments[name] = scalar_value(self.name, name, dtype, arguments[name])
+        return arguments
+
+    def plan_for(self, arguments: dict[str, Any], explicit_grid: tuple[int, int, int] | None = None) -> SignaturePlan:
+        """The plan of a call with these arguments (cached per call signature)."""
+        key = call_key(self, arguments, explicit_grid)
+        plan = self._plans.get(key) if key is not None else None
+        if plan is None:
+            plan = SignaturePlan(*describe_call(self, arguments, explicit_grid))
+            if key is not None:
+                self._plans.put(key, plan)
+        return plan
+
+    def clear_cache(self) -> None:
+        """Forgets this kernel's compiled and loaded code, its signature plans and bindings in this
+        process (the disk cache stays); the next launch compiles or loads again."""
+        self._compiler.clear()
+        self._loaded_kernels = LRUCache(_CACHE_SIZE)
+        self._plans = LRUCache(4 * _CACHE_SIZE)
+        self._object_binding = None
+        self._native_binding = None
+
+    def kernel_ir(self, spec: Specialization) -> KernelIR:
+        """The typed IR for one specialization (built once, then cached by the
+        compiler while every global, closure variable and device function it read is
+        unchanged)."""
+        return self._compiler.kernel_ir(spec)
+
+    def compiled(self, spec: Specialization, arch: str, options: CompileOptions | None = None) -> CompiledKernel:
+        """The cubin for one specialization and architecture, under the entry's hints
+        (compiled once per process while what it read is unchanged, see `kernel_ir`,
+        and cached on disk across processes)."""
+        return self._compiler.compile(spec, arch, options)
+
+
+@overload
+def entry(function: _F, /) -> Kernel: ...
+@overload
+def entry(*, unsafe: bool = False, hints: Mapping[str, Any] | None = None) -> Callable[[Callable[..., Any]], Kernel]: ...
+
+
+def entry(function: Callable[..., Any] | None = None, /, *, unsafe: bool = False,
+          hints: Mapping[str, Any] | None = None) -> Any:
+    """Declares a kernel. ``@cutile.entry(unsafe=True)`` unlocks stores outside a
+    block's own tiles, gathers, scatters and atomics at arbitrary indices (and the
+    interpreter then checks them for bounds and races). ``hints`` are tileiras's
+    optimization hints, general or per arch: ``{"sm_90": {"num_worker_warps": 8},
+    "occupancy": 1}`` (names: num_ctas, occupancy, num_worker_warps)."""
+    if function is None:
+        return lambda f: Kernel(f, unsafe=unsafe, hints=hints)
+    return Kernel(function, unsafe=unsafe, hints=hints)
+
+
+def function(python_function: Callable[..., Any]) -> DeviceFunction:
+    """Declares a device function: callable from kernels, inlined at each call."""
+    return DeviceFunction(python_function)
+
+def compile(kernel: Kernel, *args: Any, arch: str = "sm_90", opt_level: int = 3, **kwargs: Any) -> CompiledKernel:
+    """Compiles ``kernel`` for ``arch`` without running it (ahead of time).
+
+    Arguments are as for a launch: real tensors and partitions, or `api.meta`
+    placeholders (``api.meta([1024], dtype=f32).partition([128])``), plus
+    constants by keyword. Needs tileiras, not a GPU. The result has
+    ``.bytecode``, ``.mlir`` and ``.cubin``.
+    """
+    if not isinstance(kernel, Kernel):
+        raise ArgumentTypeError(f"cutile.compile: expected a @cutile.entry kernel, got {type(kernel).__name__}")
+    parse_arch(arch)  # before the arguments are looked at, with or without a toolchain
+    try:
+        bound = kernel._python_signature.bind_partial(*args, **kwargs)
+    except TypeError as exc:
+        raise LaunchError(f"{kernel.name}: {exc}") from None
+    # The grid does not enter a compile; a kernel without Mut tensors needs none here.
+    grid = None if kernel.signature.mutable else (1, 1, 1)
+    spec, _ = describe_call(kernel, dict(bound.arguments), grid)
+    return kernel.compiled(spec, arch, CompileOptions(opt_level=opt_level))
+

@@ -1,0 +1,110 @@
+"""CUDA graphs and batches of launches: `Graph`, `GraphScope`, `graph_scope`,
+`batch` (cuda_async's, seen through cutile's tensors)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import cuda_async
+from cutile import _backend
+from cutile._errors import GraphUpdateError
+from cutile._tensor import Partition, Tensor
+
+
+def _graph_input(tensor: Any, what: str) -> cuda_async.ResourceView:
+    """A tensor (or partition) given to `Graph.update`, as cuda_async compares it:
+    its memory, with the layout the captured work would read it by."""
+    if isinstance(tensor, Partition):
+        tensor = tensor._tensor
+    if not isinstance(tensor, Tensor):
+        raise GraphUpdateError(f"Graph.update: {what} must be a tensor, got {type(tensor).__name__}")
+    return cuda_async.ResourceView(tensor._storage.resource, tensor.layout(), "the tensor given for it")
+
+
+class Graph:
+    """A captured CUDA graph of launches: ``launch()`` replays it (an op to sync or
+    await); ``update(...)`` gives the next replay new input tensors of the same
+    layout; ``inputs`` lists what ``update`` takes, in order."""
+
+    def __init__(self, graph: cuda_async.CudaGraph[Any]) -> None:
+        self._graph = graph
+
+    @property
+    def result(self) -> Any:
+        return self._graph.result
+
+    @property
+    def node_count(self) -> int:
+        return self._graph.node_count
+
+    @property
+    def inputs(self) -> list[cuda_async.ResourceView]:
+        """The graph's read-only inputs, in the order `update` takes them: each with
+        its ``label`` (the parameter and launch that first read it) and ``layout``
+        (a `TensorLayout`: dtype, shape, strides, device)."""
+        return self._graph.input_views
+
+    def launch(self) -> cuda_async.DeviceOp[Any]:
+        """An op replaying the graph (after copying in the inputs given to `update`)."""
+        return self._graph.launch()
+
+    def update(self, *new_inputs: Any, replace: dict[Any, Any] | None = None) -> None:
+        """New contents for the graph's read-only inputs, in the order of `inputs`
+        (None keeps one), or ``replace={old_tensor: new_tensor}``. Each new tensor
+        must have the layout of the one it replaces (`GraphUpdateError` otherwise,
+        naming the parameter and both layouts); its values are copied in before
+        the next replay."""
+        given = [None if t is None else _graph_input(t, f"input {i}") for i, t in enumerate(new_inputs)]
+        replaced = {_graph_input(old, "a key of replace").resource: _graph_input(new, "a value of replace")
+                    for old, new in (replace or {}).items()}
+        self._graph.update(*given, replace=replaced)
+
+    def close(self) -> None:
+        self._graph.close()
+
+
+class GraphScope:
+    """The recorder of `graph_scope`; ``graph`` is set when the block exits."""
+
+    def __init__(self, scope: cuda_async.GraphScope) -> None:
+        self._scope = scope
+
+    @property
+    def graph(self) -> Graph:
+        return Graph(self._scope.graph)
+
+
+@contextlib.contextmanager
+def graph_scope(name: str = "graph") -> Iterator[GraphScope]:
+    """Records the launches synced on this thread inside the block into one graph.
+
+    >>> with cutile.graph_scope("step") as scope:
+    ...     y = rms_norm(y, x, w).sync()     # recorded, returns without waiting
+    >>> scope.graph.launch().sync()
+    """
+    with cuda_async.graph_scope(name) as scope:
+        yield GraphScope(scope)
+
+
+@contextlib.contextmanager
+def batch(name: str = "batch", *, wait: bool = True) -> Iterator[cuda_async.Batch]:
+    """Launches synced on this thread inside the block are enqueued in order on one
+    stream, as one job, and return at once; the block's end waits for all of them.
+
+    >>> with cutile.batch():
+    ...     for _ in range(1000):
+    ...         z, x, y = add(z, x, y).sync()   # no host wait per launch
+    >>> z.to_numpy()                            # every launch has completed
+
+    The stream orders the launches, so an output may feed the next launch at once.
+    Until the block ends the batch holds every tensor it used: the host may not
+    read what it writes (`OwnershipError`). With ``wait=False`` the end does not
+    wait; ``batch.future`` completes (and frees the tensors) when the work is done.
+    On the interpreter every launch runs at once, as always.
+    """
+    _backend.current()  # the backend's policy decides the batch's stream
+    with cuda_async.batch(name, wait=wait) as active:
+        yield active
+

@@ -1,0 +1,386 @@
+"""Launches: the lazy `Launch` a kernel's call returns, `LaunchNeverRunWarning`,
+and `run_plan`, which runs a call on the interpreter or queues it on the GPU.
+
+A launch checks everything before any work: argument kinds, dtypes, ranks and
+static dims (naming the parameter), ownership (nothing consumed, nothing held by
+another pending launch, no memory passed twice where one copy is written), and
+the grid (inferred from the Mut partitions, which must agree).
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from collections.abc import Callable, Generator, Mapping
+from typing import TYPE_CHECKING, Any
+
+import cuda_async
+from cutile import _backend, _gpu
+from cutile._binding import MISSING, ObjectBinding, SignaturePlan, check_strides, wrong_mut_argument, wrong_read_argument
+from cutile._errors import CutileError, LaunchError, OwnershipError
+from cutile._graphs import Graph
+from cutile._native import LaunchBase, configure_never_run
+from cutile._tensor import Partition, Storage, Tensor, hold_all, overlapping, overlaps_itself, release_all
+from cutile_compiler import DEFAULT_OPTIONS, CompileOptions, HintError, KernelHints, Specialization
+
+if TYPE_CHECKING:
+    from cutile._entry import Kernel
+
+
+class Launch(LaunchBase):
+    """One pending launch of a kernel; it holds its tensor arguments until it runs.
+
+    ``.sync()`` runs it and returns the tensor arguments (in signature order);
+    ``.grid(x, y, z)`` sets the grid when no Mut tensor decides it.
+    """
+
+    def __init__(self, kernel: Kernel, arguments: dict[str, Any], binding: ObjectBinding | None = None) -> None:
+        self.kernel = kernel
+        self.arguments = arguments
+        self._explicit_grid: tuple[int, int, int] | None = None
+        self._options = DEFAULT_OPTIONS
+        self._op: cuda_async.DeviceOp[Any] | None = None
+        self._done = False
+        if binding is None:
+            self._tensor_names: list[str] = []
+            ranges = self._checked_ranges()
+            self._plan: SignaturePlan | None = None
+            binding = ObjectBinding(kernel, arguments, ranges, self._tensor_names)
+            kernel._object_binding = binding
+            kernel._native_binding = None  # the native path's binding was the previous one's
+        else:
+            # The same objects as the binding's: only what can change since is checked.
+            for param in binding.tensor_names:
+                value = arguments[param]
+                if value._consumed_by is not None:
+                    value._live(f"{kernel.name}: parameter '{param}'")  # raises, naming the consumer
+            ranges = binding.ranges
+            self._tensor_names = binding.tensor_names
+            self._plan = binding.plan
+        self._binding = binding
+        # A running op (a scheduled launch, a replay) that holds the memory refuses
+        # the launch now, at the call, naming both parameters (not only at its sync).
+        cuda_async.check_startable(binding.accesses, self.description)
+        self._holds = hold_all(ranges, binding.hold_entries, kernel.name)
+        # Until it runs, joins an op, or is cancelled; the kernel's call (the native
+        # base's or the Python one) records where it was made.
+        self._pending = True
+
+    def _release(self) -> None:
+        """Gives back the holds this launch took when it was made (once)."""
+        if self._holds:
+            release_all(self._holds, self._binding.devices)
+
+    # A launch dropped without running holds nothing: its base gives the holds back
+    # (`release_dropped`) when it is freed.
+
+    if not TYPE_CHECKING:
+        def __getattr__(self, name: str) -> Any:
+            # Only a launch made by the native path lacks its attributes: the Python
+            # code adopts it on first use, then carries on as for any launch.
+            state = self._take_native()
+            if state is None:
+                raise AttributeError(f"'Launch' object has no attribute {name!r}")
+            self._adopt(*state)
+            return object.__getattribute__(self, name)
+
+    def _adopt(self, binding: ObjectBinding, args: tuple[Any, ...], held: bool, done: bool) -> None:
+        """Takes over a launch made by the native path (``kernel(*args)`` matched
+        ``binding``): what `__init__` would have set."""
+        kernel = self.kernel
+        self._binding = binding
+        self._holds = list(binding.hold_entries) if held else []
+        self._done = done
+        self._explicit_grid = None
+        self._options = DEFAULT_OPTIONS
+        self._op = None
+        self._tensor_names = binding.tensor_names
+        self._plan = binding.plan
+        self.arguments = kernel._positional_arguments(args)
+
+    @property
+    def description(self) -> str:
+        return self.kernel._launch_description
+
+    def _checked_ranges(self) -> list[tuple[str, Storage, int, int, bool]]:
+        """The tensor arguments' byte ranges, checked for kinds and for memory passed
+        twice where one copy is written."""
+        name = self.kernel.name
+        ranges = self._argument_ranges()
+        for i, (a, storage_a, start_a, end_a, writes_a) in enumerate(ranges):
+            for b, storage_b, start_b, end_b, writes_b in ranges[i + 1:]:
+                # By absolute address: two storages may wrap the same memory
+                # (an array imported twice through DLPack, say).
+                if (writes_a or writes_b) and overlapping(
+                        storage_a.device, storage_a.base_address + start_a, storage_a.base_address + end_a,
+                        storage_b.device, storage_b.base_address + start_b, storage_b.base_address + end_b):
+                    written = a if writes_a else b
+                    raise LaunchError(
+                        f"{name}: parameters '{a}' and '{b}' share memory and '{written}' is written; "
+                        "pass distinct tensors")
+        return ranges
+
+    def _argument_ranges(self, *, live: bool = True) -> list[tuple[str, Storage, int, int, bool]]:
+        """(parameter, storage, byte range, written) of each tensor argument, after
+        checking its kind and (with ``live``) that the objects are not consumed."""
+        name = self.kernel.name
+        arguments = self.arguments
+        ranges: list[tuple[str, Storage, int, int, bool]] = []
+        for param, mutable in self.kernel._tensor_params:
+            value = arguments.get(param, MISSING)
+            kind = type(value)
+            if mutable:
+                if kind is not Partition:
+                    wrong_mut_argument(self.kernel, param, value)
+                if live and value._consumed_by is not None:
+                    value._live(f"{name}: parameter '{param}'")  # raises, naming the consumer
+                tensor = value._tensor
+                if tensor._storage.readonly:
+                    raise LaunchError(f"{name}: parameter '{param}' is Mut[...] but its memory is read-only")
+                if len(tensor.shape) > 1 or (tensor.shape and tensor.shape[0] > 1 and tensor.strides[0] == 0):
+                    if overlaps_itself(tensor.shape, tensor.strides):
+                        raise LaunchError(
+                            f"{name}: parameter '{param}' is Mut[...] but its strides {list(tensor.strides)} make "
+                            "elements share memory (blocks would race); pass a copy (api.copy)")
+            else:
+                if kind is not Tensor:
+                    wrong_read_argument(self.kernel, param, value)
+                if live and value._consumed_by is not None:
+                    value._live(f"{name}: parameter '{param}'")
+                tensor = value
+            check_strides(name, param, tensor)
+            start, end = tensor.byte_range()
+            ranges.append((param, tensor._storage, start, end, mutable))
+        self._tensor_names = [r[0] for r in ranges]
+        return ranges
+
+    def _take_over(self) -> None:
+        """Adopts a launch made by the native path before changing what it runs
+        (after this, ``sync`` is the Python path's)."""
+        state = self._take_native()
+        if state is not None:
+            self._adopt(*state)
+
+    def grid(self, x: int, y: int = 1, z: int = 1) -> Launch:
+        """Sets the grid explicitly (checked against the Mut partitions, if any)."""
+        self._take_over()
+        dims = (x, y, z)
+        if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in dims):
+            self._pending = False  # the error is what the caller hears of this launch
+            raise LaunchError(f"{self.kernel.name}: grid dims must be positive ints, got {list(dims)}")
+        self._explicit_grid = dims
+        self._plan = None
+        return self
+
+    def compile_options(self, *, opt_level: int = 3, lineinfo: bool = False,
+                        hints: Mapping[str, Any] | None = None) -> Launch:
+        """tileiras options for this launch (part of the compile cache key); ``hints``
+        as for `entry`, over the entry's own."""
+        self._take_over()
+        try:
+            parsed = KernelHints.parse(hints, f"{self.kernel.name}.compile_options: hints")
+        except HintError as exc:
+            self._pending = False
+            raise LaunchError(str(exc)) from None
+        self._options = CompileOptions(opt_level=opt_level, lineinfo=lineinfo, hints=parsed)
+        self._plan = None
+        return self
+
+    def compile(self) -> Launch:
+        """Compiles now (a warm-up); the launch stays pending: run it, or `cancel` it."""
+        spec, _ = self.specialization()
+        try:
+            if _backend.current() == "interpreter":
+                self.kernel.kernel_ir(spec)
+            else:
+                _gpu.prepare(self.kernel, self.plan(), self._options)
+        except CutileError:
+            self._pending = False
+            raise
+        return self
+
+    def specialization(self) -> tuple[Specialization, tuple[int, int, int]]:
+        """The compile-time view of the arguments, and the launch grid."""
+        plan = self.plan()
+        return plan.spec, plan.grid
+
+    def plan(self) -> SignaturePlan:
+        """The specialization and grid of this call, and (once run on the GPU) its
+        loaded kernel: shared by every call with the same argument signature."""
+        plan = self._plan
+        if plan is None:
+            try:
+                plan = self._plan = self.kernel.plan_for(self.arguments, self._explicit_grid)
+            except CutileError:
+                self._pending = False  # the error is what the caller hears of this launch
+                raise
+            binding = self._binding
+            if binding.plan is None and self._explicit_grid is None:
+                binding.plan = plan
+        return plan
+
+    # -- running: a Launch is a cuda_async DeviceOp ----------------------------------
+    @property
+    def op(self) -> cuda_async.DeviceOp[Any]:
+        """This launch as a `cuda_async.DeviceOp`: it reads the storages of the
+        read-only tensors and writes those of the Mut ones, and returns the tensor
+        arguments. Combine it with ``then``, ``map``, `cutile.zip`, ``shared``..."""
+        self._pending = False  # the op decides whether it runs
+        if self._op is None:
+            self._op = cuda_async.FnOp.from_accesses(self._execute, self._binding.accesses, name=self.description,
+                                                     views=self._graph_views)
+        return self._op
+
+    def _graph_views(self) -> list[cuda_async.ResourceView]:
+        """How this launch uses its tensors' memory, by parameter (asked when it is
+        captured into a graph: what `Graph.update` checks new inputs against)."""
+        views = []
+        for param, _ in self.kernel._tensor_params:
+            value = self.arguments[param]
+            tensor = value._tensor if type(value) is Partition else value
+            views.append(cuda_async.ResourceView(tensor._storage.resource, tensor.layout(),
+                                                 f"parameter '{param}' of {self.description}"))
+        return views
+
+    def __device_op__(self) -> cuda_async.DeviceOp[Any]:
+        """How cuda_async's combinators see a launch (e.g. returned from ``then``)."""
+        return self.op
+
+    def _execute(self, stream: Any) -> Any:
+        """Runs the launch: eagerly on the interpreter (``stream`` is then ignored),
+        queued on ``stream`` on the GPU (None: on cutile's stream, waited for)."""
+        if self._done:
+            # A run after the first (a replayed host graph, an op run again): the
+            # memory must still be free of conflicting pending launches. (The objects
+            # may have been consumed since, e.g. unpartitioned: the memory is the same.)
+            for param, storage, start, end, writes in self._argument_ranges(live=False):
+                storage.check_available(start, end, writes, f"{self.kernel.name}: parameter '{param}'")
+        plan = self.plan()
+        arguments = self.arguments
+        self._done = True
+        self._release()  # the running op's own holds (cuda_async) take over from here
+        self._op = None  # the op refers back to this launch: leave no cycle behind
+        run_plan(self.kernel, plan, arguments, self._options, stream, self._binding)
+        return self._binding.results(arguments)
+
+    if TYPE_CHECKING:
+        def sync(self) -> Any:
+            """Runs the launch to completion and returns its tensor arguments.
+
+            One tensor argument is returned as itself; several as a tuple.
+            (The native base's ``sync`` runs a launch in a batch's steady state
+            and hands every other case to `_sync_slow`.)
+            """
+
+    def _sync_slow(self) -> Any:
+        self._pending = False
+        if self._done:
+            if self.__dict__.get("_cancelled"):
+                raise OwnershipError(f"{self.description} was cancelled; it cannot run")
+            raise OwnershipError(f"{self.description} has already run; its tensors were handed back")
+        try:
+            return self.op.sync()
+        finally:
+            self._done = True
+            self._release()
+
+    def cancel(self) -> None:
+        """Drops the launch on purpose, without running it: its tensors' holds are
+        given back now and it can no longer run. (A launch freed without having run,
+        been scheduled or joined an op warns `LaunchNeverRunWarning`.)"""
+        self._take_over()
+        if self._done or self._op is not None:
+            raise OwnershipError(f"{self.description} has run or is part of an op; it cannot be cancelled")
+        self._pending = False
+        self._done = True
+        self._cancelled = True
+        self._release()
+        self._holds = []
+
+    def sync_on(self, stream: Any) -> Any:
+        """Runs the launch on ``stream`` (a `cuda_core.Stream`, or None for the host)
+        and waits for it."""
+        return self.op.sync_on(stream)
+
+    def schedule(self, policy: Any = None) -> cuda_async.DeviceFuture[Any]:
+        """Queues the launch without waiting; the future's ``result()`` (or ``await``)
+        gives the tensors back."""
+        return self.op.schedule(policy)
+
+    def then(self, next_op: Any) -> cuda_async.DeviceOp[Any]:
+        """The launch, then ``next_op`` (an op, a launch, or a function of the result
+        that returns one), on the same stream."""
+        return self.op.then(next_op)
+
+    def map(self, function: Callable[[Any], Any]) -> cuda_async.DeviceOp[Any]:
+        """The launch with a host function applied to its result."""
+        return self.op.map(function)
+
+    def shared(self) -> cuda_async.DeviceOp[Any]:
+        """The launch as an op that runs once however many ops consume it."""
+        return self.op.shared()
+
+    def graph(self, name: str | None = None) -> Graph:
+        """This launch captured into a CUDA graph (recorded, not run); the kernel is
+        compiled and loaded first, outside the capture."""
+        self.compile()
+        return Graph(self.op.graph(name=name or self.description))
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return self.op.__await__()
+
+
+class LaunchNeverRunWarning(RuntimeWarning):
+    """A launch was freed without having run (like a coroutine never awaited): its
+    outputs keep their old values. Run it (``.sync()``, ``.schedule()``, ``await``),
+    make it part of an op (``then``, `cutile.zip`, ...), or drop it on purpose with
+    ``.cancel()``. Warned once per kernel, at the line of the call that made it."""
+
+
+def _warn_never_run(kernel: Any, code: Any, lasti: int, _sys: Any = sys, _warnings: Any = warnings) -> None:
+    """Warns that a launch of ``kernel`` made at (``code``, ``lasti``) was freed while
+    pending. It runs in the launch's finalizer, wherever the launch is freed: it
+    touches nothing but its arguments (the modules it needs are bound as defaults,
+    as module globals may be gone at exit, when it says nothing)."""
+    if _sys.is_finalizing() or getattr(kernel, "_warned_never_run", True) is not False:
+        return
+    kernel._warned_never_run = True
+    filename, line = "<unknown>", 0
+    if code is not None:
+        filename, line = code.co_filename, code.co_firstlineno
+        for start, end, number in code.co_lines():
+            if start <= lasti < end and number is not None:
+                line = number
+                break
+    _warnings.warn_explicit(
+        f"launch of {kernel.name} was never run: the call at {filename}:{line} made it, but it was freed "
+        f"without .sync() (or .schedule(), await, joining an op), so its outputs keep their old values; "
+        f".cancel() drops a launch on purpose", LaunchNeverRunWarning, filename, line)
+
+
+configure_never_run(_warn_never_run)
+
+
+def run_plan(kernel: Kernel, plan: SignaturePlan, arguments: dict[str, Any], options: CompileOptions,
+             stream: Any, binding: ObjectBinding | None = None) -> None:
+    """Runs ``kernel`` as ``plan`` says over ``arguments`` (partitions or tensors):
+    at once on the interpreter (``stream`` is then ignored), queued on ``stream`` on
+    the GPU (None: on cutile's stream, waited for). ``binding``: the arguments'
+    binding, whose packed parameters a GPU launch with default options reuses."""
+    if 0 in plan.grid:
+        return  # nothing to compute
+    if _backend.current() == "interpreter":
+        from cutile._interpreter import Interpreter
+
+        values = {n: (v._tensor if type(v) is Partition else v) for n, v in arguments.items()}
+        Interpreter(kernel.kernel_ir(plan.spec), plan.grid).run(values, kernel._mutable_names)
+        return
+    target = _gpu.default_stream() if stream is None else stream
+    if binding is not None and plan is binding.plan and options is DEFAULT_OPTIONS:
+        _gpu.enqueue_bound(kernel, binding, arguments, target)
+    else:
+        values = {n: (v._tensor if type(v) is Partition else v) for n, v in arguments.items()}
+        _gpu.enqueue(kernel, plan, values, options, target)
+    if stream is None:
+        target.synchronize()
+
