@@ -16,11 +16,12 @@ import functools
 import inspect
 import operator
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec
 
 import numpy as np
 
 from cutile_compiler import _dtypes as dt
+from cutile_compiler._dtypes import DType
 from cutile_compiler._errors import CutileError, bounded_repr
 from cutile_compiler._ir import Value
 from cutile_compiler._opdefs._base import OPS, OpDef, RuleError
@@ -35,41 +36,105 @@ if TYPE_CHECKING:
 
 _NUMBER = (bool, int, float)
 Impl = Callable[..., Any]
+#: A DSL function's parameters as the kernel author writes them (static tools show them)
+Params = ParamSpec("Params")
 
 
 class HostCallError(CutileError, RuntimeError):
     """A DSL function or device function was called outside a kernel."""
 
 
-class Builtin:
-    """A DSL function. ``impl(fe, node, *args, **kwargs)`` emits it in a kernel."""
+def user_signature(impl: Impl, hidden: int = 2) -> inspect.Signature:
+    """The signature a kernel author calls: ``impl``'s without its first ``hidden``
+    parameters (the front end, the call's node, a method's receiver), and without the
+    ``Any`` hints that only say the front end checks the value itself."""
+    signature = inspect.signature(impl)
+    params = [p.replace(annotation=inspect.Parameter.empty) if p.annotation in ("Any", Any) else p
+              for p in list(signature.parameters.values())[hidden:]]
+    returns = signature.return_annotation
+    if returns not in ("None", None):  # what a DSL function returns is a tile (or tuple); said in its doc
+        returns = inspect.Signature.empty
+    return signature.replace(parameters=params, return_annotation=returns)
 
-    def __init__(self, name: str, impl: Impl, doc: str) -> None:
+
+def _spelled(name: str, signature: inspect.Signature) -> str:
+    """``name(parameters)`` without type hints, as an error message shows the call's shape."""
+    params = [p.replace(annotation=inspect.Parameter.empty) for p in signature.parameters.values()]
+    return f"{name}{signature.replace(parameters=params, return_annotation=inspect.Signature.empty)}"
+
+
+def bind_call(fe: FrontEnd, node: ast.Call, name: str, signature: inspect.Signature, args: Sequence[Any],
+              kwargs: dict[str, Any]) -> None:
+    """Checks a kernel's call of DSL function (or method) ``name`` against its one
+    signature: a wrong count of arguments or an unknown keyword is a `TileTypeError`
+    at ``node`` naming the function and the parameter."""
+    params = list(signature.parameters.values())
+    keywords = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    unknown = [k for k in kwargs if k not in keywords and not any(p.kind is p.VAR_KEYWORD for p in params)]
+    if unknown:
+        takes = f"takes only {', '.join(keywords)}" if keywords else "takes no keyword arguments"
+        raise fe.type_error(f"{name}() {takes}, got {', '.join(unknown)}", node)
+    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(args) > len(positional) and not any(p.kind is p.VAR_POSITIONAL for p in params):
+        counted = f"{len(positional)} positional argument{'s' * (len(positional) != 1)}"
+        listed = f" ({', '.join(positional)})" if positional else ""
+        raise fe.type_error(f"{_spelled(name, signature)} takes {counted}{listed}, got {len(args)}", node)
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as exc:  # a missing argument, or one given twice: Python's words name the parameter
+        raise fe.type_error(f"{_spelled(name, signature)}: {exc}", node) from None
+
+
+#: The DSL functions by the name kernels call them, in the order they are declared:
+#: what `cutile_compiler.language` exports (with its dtypes, annotations and classes).
+DSL_FUNCTIONS: dict[str, Builtin[...] | _StaticRange] = {}
+
+
+class Builtin(Generic[Params]):
+    """A DSL function. ``impl(fe, node, *args, **kwargs)`` emits it in a kernel; on the
+    host it presents ``impl``'s parameters after those two (`inspect.signature`) and
+    its documentation, and calling it raises `HostCallError`. Its type parameter is
+    those parameters, so that type checkers and IDEs show them too."""
+
+    def __init__(self, name: str, impl: Callable[Concatenate[FrontEnd, ast.Call, Params], Any], doc: str) -> None:
+        if name in DSL_FUNCTIONS:
+            raise ValueError(f"the DSL function {name} is declared twice")  # pragma: no cover - a compiler bug
         self.__name__ = name
         self.__qualname__ = name
+        self.__module__ = "cutile_compiler.language"
         self.__doc__ = doc
         self.impl = impl
-        self.signature = inspect.signature(impl)
+        self.__signature__ = user_signature(impl)
+        DSL_FUNCTIONS[name] = self
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: Params.args, **kwargs: Params.kwargs) -> Any:
         raise HostCallError(f"{self.__name__}() can only be called inside a cutile kernel")
 
     def __repr__(self) -> str:
-        return f"<cutile builtin {self.__name__}>"
+        return f"<cutile builtin {self.__name__}{self.__signature__}>"
 
     def emit(self, fe: FrontEnd, node: ast.Call, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
-        try:
-            self.signature.bind(fe, node, *args, **kwargs)
-        except TypeError as exc:
-            params = [p for p in list(self.signature.parameters)[2:]]
-            raise fe.type_error(f"{self.__name__}({', '.join(params)}): {exc}", node) from None
+        bind_call(fe, node, self.__name__, self.__signature__, args, kwargs)
         return self.impl(fe, node, *args, **kwargs)
 
 
-def builtin(impl: Impl) -> Builtin:
+def builtin(impl: Callable[Concatenate[FrontEnd, ast.Call, Params], Any]) -> Builtin[Params]:
     """Declares a DSL function; its docstring is the user's documentation."""
     name = impl.__name__.rstrip("_")
     return Builtin(name, impl, inspect.getdoc(impl) or "")
+
+
+def family_member(template: Callable[Concatenate[str, FrontEnd, ast.Call, Params], Any], which: str, name: str,
+                  doc: str) -> Builtin[Params]:
+    """The DSL function ``name`` of a family declared once: ``template(which, fe, node, ...)``
+    (``which`` picks the member, e.g. the op of an element-wise function), with the
+    template's parameters after those three."""
+    def impl(fe: FrontEnd, node: ast.Call, /, *args: Params.args, **kwargs: Params.kwargs) -> Any:
+        return template(which, fe, node, *args, **kwargs)
+
+    shown = inspect.signature(template)
+    impl.__signature__ = shown.replace(parameters=list(shown.parameters.values())[1:])  # type: ignore[attr-defined]
+    return Builtin(name, impl, doc)
 
 
 class DeviceFunction:
@@ -177,21 +242,21 @@ def get_num_tile_blocks(fe: FrontEnd, node: ast.Call) -> tuple[Value, Value, Val
 
 
 @builtin
-def bid(fe: FrontEnd, node: ast.Call, axis: Any) -> Value:
+def bid(fe: FrontEnd, node: ast.Call, axis: int) -> Value:
     """This block's coordinate along ``axis`` (0, 1 or 2)."""
     return fe.block_id(_static_int(fe, axis, node, "axis"))
 
 
 @builtin
-def num_blocks(fe: FrontEnd, node: ast.Call, axis: Any) -> Value:
+def num_blocks(fe: FrontEnd, node: ast.Call, axis: int) -> Value:
     """The grid's extent along ``axis``."""
     return fe.op("num_blocks", [], {"axis": _static_int(fe, axis, node, "axis")}, node=node).result
 
 
 # -- memory --------------------------------------------------------------------------------
 @builtin
-def load_tile_like(fe: FrontEnd, node: ast.Call, tensor: Any, like: Any, latency: Any = None,
-                   allow_tma: Any = None) -> Value:
+def load_tile_like(fe: FrontEnd, node: ast.Call, tensor: Any, like: Any, latency: int | None = None,
+                   allow_tma: bool | None = None) -> Value:
     """The tile of ``tensor`` at the position and shape of this block's tile of ``like``
     (a Mut tensor). Elements past the end of ``tensor`` read as zero."""
     source = _tensor_arg(fe, tensor, node, "load_tile_like's first argument")
@@ -215,7 +280,7 @@ def load_tile_like(fe: FrontEnd, node: ast.Call, tensor: Any, like: Any, latency
 
 @builtin
 def load(fe: FrontEnd, node: ast.Call, tensor: Any, index: Any, shape: Any, padding: Any = "zero",
-         latency: Any = None, allow_tma: Any = None) -> Value:
+         latency: int | None = None, allow_tma: bool | None = None) -> Value:
     """The tile of ``shape`` at tile coordinates ``index`` of ``tensor`` (elements past
     the end read as ``padding``: zero, neg_zero, nan, pos_inf or neg_inf).
     ``latency`` (1 to 10) and ``allow_tma`` are hints to tileiras."""
@@ -226,7 +291,7 @@ def load(fe: FrontEnd, node: ast.Call, tensor: Any, index: Any, shape: Any, padd
 
 
 @builtin
-def num_tiles(fe: FrontEnd, node: ast.Call, partition: Any, axis: Any) -> Value:
+def num_tiles(fe: FrontEnd, node: ast.Call, partition: Any, axis: int) -> Value:
     """How many tiles a partition has along ``axis`` (a partial last tile counts)."""
     if not (isinstance(partition, Value) and isinstance(partition.type, PartitionType)):
         raise fe.type_error(f"num_tiles takes a partition, got {fe.describe(partition)}", node)
@@ -235,7 +300,7 @@ def num_tiles(fe: FrontEnd, node: ast.Call, partition: Any, axis: Any) -> Value:
 
 # -- creation ------------------------------------------------------------------------------
 @builtin
-def full(fe: FrontEnd, node: ast.Call, shape: Any, value: Any, dtype: Any) -> Value:
+def full(fe: FrontEnd, node: ast.Call, shape: Any, value: Any, dtype: DType) -> Value:
     """A tile of ``shape`` filled with ``value`` (a number, or a scalar tile)."""
     tile_shape = _static_shape(fe, shape, node) if shape != () else ()
     kind = _dtype(fe, dtype, node)
@@ -248,19 +313,19 @@ def full(fe: FrontEnd, node: ast.Call, shape: Any, value: Any, dtype: Any) -> Va
 
 
 @builtin
-def zeros(fe: FrontEnd, node: ast.Call, shape: Any, dtype: Any) -> Value:
+def zeros(fe: FrontEnd, node: ast.Call, shape: Any, dtype: DType) -> Value:
     """A tile of zeros."""
     return fe.constant(0, _dtype(fe, dtype, node), _static_shape(fe, shape, node), node)
 
 
 @builtin
-def ones(fe: FrontEnd, node: ast.Call, shape: Any, dtype: Any) -> Value:
+def ones(fe: FrontEnd, node: ast.Call, shape: Any, dtype: DType) -> Value:
     """A tile of ones."""
     return fe.constant(1, _dtype(fe, dtype, node), _static_shape(fe, shape, node), node)
 
 
 @builtin
-def arange(fe: FrontEnd, node: ast.Call, size: Any, dtype: Any = dt.i32) -> Value:
+def arange(fe: FrontEnd, node: ast.Call, size: Any, dtype: DType = dt.i32) -> Value:
     """0, 1, ..., size-1 as a 1-D integer tile (size a power of two)."""
     (extent,) = _static_shape(fe, size, node, "arange's size")
     kind = _dtype(fe, dtype, node)
@@ -319,63 +384,56 @@ def _fold(fe: FrontEnd, node: ast.AST, name: str, *values: bool | int | float) -
     return fe.fold(compute, values, lambda: f"{name}({', '.join(bounded_repr(v) for v in values)})", node)  # type: ignore[no-any-return]
 
 
-def _elementwise(name: str, doc: str, arity: int) -> Builtin:
-    """The DSL function of element-wise op ``name``; it takes the float options the op
-    takes (`OpDef.rounding_modes`, `OpDef.flush_to_zero`), which the op checks."""
-    doc += _options_doc(OPS[name])
-    if arity == 1:
-        def impl1(fe: FrontEnd, node: ast.Call, x: Any, **kwargs: Any) -> Any:
-            if isinstance(x, _NUMBER) and not kwargs and name in _FOLDABLE:
-                return _fold(fe, node, name, x)  # a constant stays a (weak) Python number
-            value = _tile(fe, x, node, f"{name}'s argument")
-            return fe.op(name, [value], _options(fe, node, name, kwargs), node=node).result
-        return Builtin(name, impl1, doc)
-
-    def impl2(fe: FrontEnd, node: ast.Call, x: Any, y: Any, **kwargs: Any) -> Any:
-        if isinstance(x, _NUMBER) and isinstance(y, _NUMBER) and not kwargs and name in _FOLDABLE:
-            return _fold(fe, node, name, x, y)
-        attrs = _options(fe, node, name, kwargs)
-        a, b = fe.unify([x, y], node, f"{name}()")
-        return fe.op(name, [a, b], attrs, node=node).result
-    return Builtin(name, impl2, doc)
+def _unary(name: str, fe: FrontEnd, node: ast.Call, x: Any, /, *, rounding: str | None = None,
+           flush_to_zero: bool = False) -> Any:
+    """An element-wise op of one operand; it takes the float options the op takes
+    (`OpDef.rounding_modes`, `OpDef.flush_to_zero`), which the op checks."""
+    if isinstance(x, _NUMBER) and rounding is None and flush_to_zero is False and name in _FOLDABLE:
+        return _fold(fe, node, name, x)  # a constant stays a (weak) Python number
+    value = _tile(fe, x, node, f"{name}'s argument")
+    return fe.op(name, [value], _float_options(fe, node, name, rounding, flush_to_zero), node=node).result
 
 
-_FLOAT_OPTIONS = ("rounding", "flush_to_zero")
+def _binary(name: str, fe: FrontEnd, node: ast.Call, x: Any, y: Any, /, *, rounding: str | None = None,
+            flush_to_zero: bool = False) -> Any:
+    """An element-wise op of two operands (promoted and broadcast together)."""
+    if (isinstance(x, _NUMBER) and isinstance(y, _NUMBER) and rounding is None and flush_to_zero is False
+            and name in _FOLDABLE):
+        return _fold(fe, node, name, x, y)
+    attrs = _float_options(fe, node, name, rounding, flush_to_zero)
+    a, b = fe.unify([x, y], node, f"{name}()")
+    return fe.op(name, [a, b], attrs, node=node).result
 
 
-def _options(fe: FrontEnd, node: ast.AST, name: str, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The attributes of an element-wise call's keywords. rounding= and flush_to_zero=
-    pass to the op, whose typing rule says whether it takes them; others are refused."""
-    unknown = sorted(set(kwargs) - set(_FLOAT_OPTIONS))
-    if unknown:
-        opdef = OPS[name]
-        accepted = ["rounding"] * bool(opdef.rounding_modes) + ["flush_to_zero"] * opdef.flush_to_zero
-        takes = f"takes only {', '.join(accepted)}" if accepted else "takes no keyword arguments"
-        raise fe.type_error(f"{name}() {takes}, got {', '.join(unknown)}", node)
-    return _float_options(fe, node, name, kwargs.get("rounding"), kwargs.get("flush_to_zero", False))
+def _elementwise(template: Callable[Concatenate[str, FrontEnd, ast.Call, Params], Any], name: str,
+                 doc: str) -> Builtin[Params]:
+    """Element-wise DSL function ``name`` (`_unary` or `_binary`), documented with the
+    float options its op takes."""
+    how = " Element-wise." if template is _unary else " Element-wise; shapes broadcast and dtypes promote."
+    return family_member(template, name, name, doc + how + _options_doc(OPS[name]))
 
 
-exp = _elementwise("exp", "e ** x", 1)
-exp2 = _elementwise("exp2", "2 ** x.", 1)
-log = _elementwise("log", "The natural logarithm.", 1)
-log2 = _elementwise("log2", "The base-2 logarithm.", 1)
-sqrt = _elementwise("sqrt", "The square root.", 1)
-rsqrt = _elementwise("rsqrt", "1 / sqrt(x).", 1)
-sin = _elementwise("sin", "The sine (radians).", 1)
-cos = _elementwise("cos", "The cosine (radians).", 1)
-tan = _elementwise("tan", "The tangent (radians).", 1)
-sinh = _elementwise("sinh", "The hyperbolic sine.", 1)
-cosh = _elementwise("cosh", "The hyperbolic cosine.", 1)
-tanh = _elementwise("tanh", "The hyperbolic tangent.", 1)
-floor = _elementwise("floor", "Rounds down to an integral value (floats).", 1)
-ceil = _elementwise("ceil", "Rounds up to an integral value (floats).", 1)
-atan2 = _elementwise("atan2", "The angle of (x, y) = atan(y / x) in the right quadrant; atan2(y, x).", 2)
-minimum = _elementwise("minimum", "The element-wise minimum.", 2)
-maximum = _elementwise("maximum", "The element-wise maximum.", 2)
-add = _elementwise("add", "x + y.", 2)
-sub = _elementwise("sub", "x - y.", 2)
-mul = _elementwise("mul", "x * y.", 2)
-div = _elementwise("div", "x / y for floats.", 2)
+exp = _elementwise(_unary, "exp", "e ** x.")
+exp2 = _elementwise(_unary, "exp2", "2 ** x.")
+log = _elementwise(_unary, "log", "The natural logarithm.")
+log2 = _elementwise(_unary, "log2", "The base-2 logarithm.")
+sqrt = _elementwise(_unary, "sqrt", "The square root.")
+rsqrt = _elementwise(_unary, "rsqrt", "1 / sqrt(x).")
+sin = _elementwise(_unary, "sin", "The sine (radians).")
+cos = _elementwise(_unary, "cos", "The cosine (radians).")
+tan = _elementwise(_unary, "tan", "The tangent (radians).")
+sinh = _elementwise(_unary, "sinh", "The hyperbolic sine.")
+cosh = _elementwise(_unary, "cosh", "The hyperbolic cosine.")
+tanh = _elementwise(_unary, "tanh", "The hyperbolic tangent.")
+floor = _elementwise(_unary, "floor", "Rounds down to an integral value (floats).")
+ceil = _elementwise(_unary, "ceil", "Rounds up to an integral value (floats).")
+atan2 = _elementwise(_binary, "atan2", "The angle of (x, y) = atan(y / x) in the right quadrant; atan2(y, x).")
+minimum = _elementwise(_binary, "minimum", "The element-wise minimum.")
+maximum = _elementwise(_binary, "maximum", "The element-wise maximum.")
+add = _elementwise(_binary, "add", "x + y.")
+sub = _elementwise(_binary, "sub", "x - y.")
+mul = _elementwise(_binary, "mul", "x * y.")
+div = _elementwise(_binary, "div", "x / y for floats.")
 
 
 @builtin
@@ -385,7 +443,8 @@ def pow_(fe: FrontEnd, node: ast.Call, x: Any, y: Any) -> Any:
 
 
 @builtin
-def fma(fe: FrontEnd, node: ast.Call, a: Any, b: Any, c: Any, rounding: Any = None, flush_to_zero: Any = False) -> Value:
+def fma(fe: FrontEnd, node: ast.Call, a: Any, b: Any, c: Any, /, *, rounding: str | None = None,
+        flush_to_zero: bool = False) -> Value:
     """a * b + c with one rounding (floats)."""
     attrs = _float_options(fe, node, "fma", rounding, flush_to_zero)
     x, y, z = fe.unify([a, b, c], node, "fma()")
@@ -417,8 +476,11 @@ def ceil_div(fe: FrontEnd, node: ast.Call, a: Any, b: Any) -> Any:
     return fe.binary("floordiv", fe.binary("sub", fe.binary("add", a, b, node), 1, node), b, node)
 
 
+cdiv = DSL_FUNCTIONS["cdiv"] = ceil_div  # cuTile's name for it
+
+
 @builtin
-def astype(fe: FrontEnd, node: ast.Call, x: Any, dtype: Any, rounding: Any = None) -> Value:
+def astype(fe: FrontEnd, node: ast.Call, x: Any, dtype: DType, rounding: str | None = None) -> Value:
     """x converted to ``dtype`` (floats to ints truncate toward zero). Conversions to
     floats round to nearest even, or toward zero with ``rounding="zero"`` (to f32
     or f16)."""
@@ -431,7 +493,7 @@ def astype(fe: FrontEnd, node: ast.Call, x: Any, dtype: Any, rounding: Any = Non
 
 
 @builtin
-def bitcast(fe: FrontEnd, node: ast.Call, x: Any, dtype: Any) -> Value:
+def bitcast(fe: FrontEnd, node: ast.Call, x: Any, dtype: DType) -> Value:
     """x's bits read as ``dtype`` of the same width."""
     return fe.op("bitcast", [_tile(fe, x, node, "bitcast's argument")], {"dtype": _dtype(fe, dtype, node)}, node=node).result
 
@@ -471,7 +533,7 @@ def transpose(fe: FrontEnd, node: ast.Call, x: Any) -> Value:
 
 
 @builtin
-def cat(fe: FrontEnd, node: ast.Call, a: Any, b: Any, axis: Any = 0) -> Value:
+def cat(fe: FrontEnd, node: ast.Call, a: Any, b: Any, axis: int = 0) -> Value:
     """a and b joined along ``axis``."""
     x, y = _tile(fe, a, node, "cat's first tile"), _tile(fe, b, node, "cat's second tile")
     return fe.op("cat", [x, y], {"axis": _axis(fe, axis, x.type.rank, node)}, node=node).result  # type: ignore[attr-defined]
@@ -513,31 +575,30 @@ def _reduce(fe: FrontEnd, node: ast.Call, kind: str, x: Any, axis: Any, keepdims
     return result
 
 
-def _reduction(kind: str, doc: str) -> Builtin:
-    def impl(fe: FrontEnd, node: ast.Call, x: Any, axis: Any = None, keepdims: Any = False) -> Value:
-        return _reduce(fe, node, kind, x, axis, keepdims)
-    return Builtin(kind, impl, doc)
+def _reduction(kind: str, fe: FrontEnd, node: ast.Call, x: Any, axis: int | tuple[int, ...] | None = None,
+               keepdims: bool = False) -> Value:
+    return _reduce(fe, node, kind, x, axis, keepdims)
 
 
-sum_ = _reduction("sum", "The sum along ``axis`` (all axes by default).")
-prod = _reduction("prod", "The product along ``axis`` (all axes by default).")
-max_ = _reduction("max", "The maximum along ``axis`` (all axes by default).")
-min_ = _reduction("min", "The minimum along ``axis`` (all axes by default).")
-argmax = _reduction("argmax", "The i32 position of the maximum along ``axis`` (first on ties).")
-argmin = _reduction("argmin", "The i32 position of the minimum along ``axis`` (first on ties).")
+sum_ = family_member(_reduction, "sum", "sum", "The sum along ``axis`` (all axes by default).")
+prod = family_member(_reduction, "prod", "prod", "The product along ``axis`` (all axes by default).")
+max_ = family_member(_reduction, "max", "max", "The maximum along ``axis`` (all axes by default).")
+min_ = family_member(_reduction, "min", "min", "The minimum along ``axis`` (all axes by default).")
+argmax = family_member(_reduction, "argmax", "argmax",
+                       "The i32 position of the maximum along ``axis`` (first on ties).")
+argmin = family_member(_reduction, "argmin", "argmin",
+                       "The i32 position of the minimum along ``axis`` (first on ties).")
 
 
-def _scan(kind: str, doc: str) -> Builtin:
-    def impl(fe: FrontEnd, node: ast.Call, x: Any, axis: Any = 0, reverse: Any = False) -> Value:
-        value = _tile(fe, x, node, f"cum{kind}'s argument")
-        rank = _reducible_rank(fe, value, f"cum{kind}", node)
-        return fe.op("scan", [value], {"kind": kind, "axis": _axis(fe, axis, rank, node),
-                                       "reverse": bool(reverse)}, node=node).result
-    return Builtin("cum" + kind, impl, doc)
+def _scan(kind: str, fe: FrontEnd, node: ast.Call, x: Any, axis: int = 0, reverse: bool = False) -> Value:
+    value = _tile(fe, x, node, f"cum{kind}'s argument")
+    rank = _reducible_rank(fe, value, f"cum{kind}", node)
+    return fe.op("scan", [value], {"kind": kind, "axis": _axis(fe, axis, rank, node),
+                                   "reverse": bool(reverse)}, node=node).result
 
 
-cumsum = _scan("sum", "Inclusive prefix sums along ``axis``.")
-cumprod = _scan("prod", "Inclusive prefix products along ``axis``.")
+cumsum = family_member(_scan, "sum", "cumsum", "Inclusive prefix sums along ``axis``.")
+cumprod = family_member(_scan, "prod", "cumprod", "Inclusive prefix products along ``axis``.")
 
 
 def _combining(fe: FrontEnd, node: ast.Call, kind: str, x: Any, axis: Any, combine_fn: Any, identity: Any,
@@ -601,7 +662,7 @@ def _combining(fe: FrontEnd, node: ast.Call, kind: str, x: Any, axis: Any, combi
 
 
 @builtin
-def reduce(fe: FrontEnd, node: ast.Call, x: Any, axis: Any, combine_fn: Any, identity: Any) -> Any:
+def reduce(fe: FrontEnd, node: ast.Call, x: Any, axis: int, combine_fn: Any, identity: Any) -> Any:
     """x reduced along ``axis`` by ``combine_fn(accumulator, element)`` (a device
     function or lambda on scalars; associative and commutative), starting from
     ``identity``. ``x`` may be a tuple of tiles of one shape, with a tuple of
@@ -610,7 +671,7 @@ def reduce(fe: FrontEnd, node: ast.Call, x: Any, axis: Any, combine_fn: Any, ide
 
 
 @builtin
-def scan(fe: FrontEnd, node: ast.Call, x: Any, axis: Any, combine_fn: Any, identity: Any, reverse: Any = False) -> Any:
+def scan(fe: FrontEnd, node: ast.Call, x: Any, axis: int, combine_fn: Any, identity: Any, reverse: bool = False) -> Any:
     """Inclusive scan of x along ``axis`` by ``combine_fn(accumulator, element)``, as
     for `reduce` (``reverse=True`` scans from the end)."""
     return _combining(fe, node, "scan", x, axis, combine_fn, identity, {"reverse": bool(reverse)})
@@ -697,7 +758,7 @@ def _hint_attrs(fe: FrontEnd, node: ast.AST, latency: Any, allow_tma: Any) -> di
 
 @builtin
 def gather(fe: FrontEnd, node: ast.Call, tensor: Any, indices: Any, mask: Any = None, padding: Any = 0,
-           latency: Any = None) -> Value:
+           latency: int | None = None) -> Value:
     """The elements of ``tensor`` at ``indices`` (one integer tile per dimension;
     shapes broadcast), where ``mask`` holds; masked-off elements read ``padding``.
     Only in ``@cutile.entry(unsafe=True)`` kernels (the interpreter checks bounds)."""
@@ -715,7 +776,7 @@ def gather(fe: FrontEnd, node: ast.Call, tensor: Any, indices: Any, mask: Any = 
 
 @builtin
 def scatter(fe: FrontEnd, node: ast.Call, tensor: Any, indices: Any, value: Any, mask: Any = None,
-            latency: Any = None) -> None:
+            latency: int | None = None) -> None:
     """Writes ``value`` into the Mut ``tensor`` at ``indices`` where ``mask`` holds.
     Only in ``@cutile.entry(unsafe=True)`` kernels (the interpreter checks bounds and races)."""
     target, index_tiles, values, mask_tile = _access(fe, node, "scatter", tensor, indices, [(value, "value")], mask,
@@ -725,35 +786,35 @@ def scatter(fe: FrontEnd, node: ast.Call, tensor: Any, indices: Any, value: Any,
     return None
 
 
-def _atomic(mode: str) -> Builtin:
-    def impl(fe: FrontEnd, node: ast.Call, tensor: Any, indices: Any, value: Any, mask: Any = None,
-             order: Any = "relaxed", scope: Any = "device") -> Value:
-        name = f"atomic_{mode}"
-        target, index_tiles, values, mask_tile = _access(fe, node, name, tensor, indices, [(value, "value")], mask,
-                                                         writes=True)
-        attrs = {"mode": mode, "has_mask": mask_tile is not None, "order": order, "scope": scope}
-        operands = [target, *index_tiles, *values, *([mask_tile] if mask_tile is not None else [])]
-        return fe.op("atomic_rmw", operands, attrs, node=node).result
+def _atomic(mode: str, fe: FrontEnd, node: ast.Call, tensor: Any, indices: Any, value: Any, mask: Any = None,
+            order: str = "relaxed", scope: str = "device") -> Value:
+    name = f"atomic_{mode}"
+    target, index_tiles, values, mask_tile = _access(fe, node, name, tensor, indices, [(value, "value")], mask,
+                                                     writes=True)
+    attrs = {"mode": mode, "has_mask": mask_tile is not None, "order": order, "scope": scope}
+    operands = [target, *index_tiles, *values, *([mask_tile] if mask_tile is not None else [])]
+    return fe.op("atomic_rmw", operands, attrs, node=node).result
 
-    doc = (f"Atomically, element by element: ``old = tensor[i]; tensor[i] = {mode}(old, value)`` at "
+
+def _atomic_doc(mode: str) -> str:
+    return (f"Atomically, element by element: ``old = tensor[i]; tensor[i] = {mode}(old, value)`` at "
            "``indices`` (one integer tile per dimension) where ``mask`` holds; returns the old values. "
            "``order``: relaxed, acquire, release or acq_rel; ``scope``: tl_blk, device or sys. "
            "Only in unsafe kernels; a safe kernel updates its own tile with ``z." + f"atomic_{mode}(value)``.")
-    return Builtin(f"atomic_{mode}", impl, doc)
 
 
-atomic_add = _atomic("add")
-atomic_max = _atomic("max")
-atomic_min = _atomic("min")
-atomic_and = _atomic("and")
-atomic_or = _atomic("or")
-atomic_xor = _atomic("xor")
-atomic_xchg = _atomic("xchg")
+atomic_add = family_member(_atomic, "add", "atomic_add", _atomic_doc("add"))
+atomic_max = family_member(_atomic, "max", "atomic_max", _atomic_doc("max"))
+atomic_min = family_member(_atomic, "min", "atomic_min", _atomic_doc("min"))
+atomic_and = family_member(_atomic, "and", "atomic_and", _atomic_doc("and"))
+atomic_or = family_member(_atomic, "or", "atomic_or", _atomic_doc("or"))
+atomic_xor = family_member(_atomic, "xor", "atomic_xor", _atomic_doc("xor"))
+atomic_xchg = family_member(_atomic, "xchg", "atomic_xchg", _atomic_doc("xchg"))
 
 
 @builtin
 def atomic_cas(fe: FrontEnd, node: ast.Call, tensor: Any, indices: Any, expected: Any, value: Any, mask: Any = None,
-               order: Any = "relaxed", scope: Any = "device") -> Value:
+               order: str = "relaxed", scope: str = "device") -> Value:
     """Atomically, element by element: where ``tensor[i] == expected`` (bit for bit),
     writes ``value``; returns the old values. Only in unsafe kernels; a safe kernel
     uses ``z.atomic_cas(expected, value)`` on its own tile."""
@@ -880,12 +941,18 @@ def static_assert(fe: FrontEnd, node: ast.Call, condition: Any, message: Any = "
 
 
 class _StaticRange:
-    """``for i in static_range(n)``: the loop is unrolled at compile time."""
+    """``for i in static_range(stop)`` or ``static_range(start, stop[, step])``: a loop
+    over compile-time int bounds, unrolled at compile time (each iteration is a copy
+    of the body, so ``i`` is a compile-time int)."""
 
-    __name__ = "static_range"
+    __name__ = __qualname__ = "static_range"
+    __module__ = "cutile_compiler.language"
 
-    def __call__(self, *args: Any) -> range:
-        return range(*args)
+    def __init__(self) -> None:
+        DSL_FUNCTIONS[self.__name__] = self
+
+    def __call__(self, *bounds: int) -> range:
+        return range(*bounds)
 
     def __repr__(self) -> str:
         return "<cutile static_range>"
@@ -924,6 +991,12 @@ class BoundMethod:
         self.__name__ = name
         self.receiver = receiver
         self.impl = impl
+
+    def emit(self, fe: FrontEnd, node: ast.Call, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+        if isinstance(self.impl, _BuiltinMethod):
+            return self.impl.builtin.emit(fe, node, [self.receiver, *args], kwargs)
+        bind_call(fe, node, f".{self.__name__}", _method_signature(self.impl), args, kwargs)
+        return self.impl(fe, node, self.receiver, *args, **kwargs)
 
 
 def _tensor_load(fe: FrontEnd, node: ast.Call, tensor: Value, index: Any = None, shape: Any = None, padding: Any = "zero",
@@ -988,10 +1061,25 @@ def _partition_atomic(mode: str) -> Impl:
     return impl
 
 
-def _bind_builtin(b: Builtin) -> Impl:
-    def impl(fe: FrontEnd, node: ast.Call, receiver: Value, *args: Any, **kwargs: Any) -> Any:
-        return b.emit(fe, node, [receiver, *args], kwargs)
-    return impl
+@functools.cache
+def _method_signature(impl: Impl) -> inspect.Signature:
+    """A method's signature after its receiver."""
+    return user_signature(impl, 3)
+
+
+class _BuiltinMethod:
+    """A method that is a DSL function of its receiver (``t.sum(axis)`` is ``sum(t, axis)``),
+    checked against that function's signature."""
+
+    def __init__(self, builtin: Builtin[...]) -> None:
+        self.builtin = builtin
+
+    def __call__(self, fe: FrontEnd, node: ast.Call, receiver: Value, *args: Any, **kwargs: Any) -> Any:
+        return self.builtin.emit(fe, node, [receiver, *args], kwargs)
+
+
+def _bind_builtin(b: Builtin[...]) -> Impl:
+    return _BuiltinMethod(b)
 
 
 _TILE_METHODS: dict[str, Impl] = {
@@ -1024,7 +1112,7 @@ def value_attribute(fe: FrontEnd, value: Value, attr: str, node: ast.Attribute) 
         if attr == "ndim":
             return vtype.rank
         if attr == "T":
-            return transpose.impl(fe, node, value)
+            return transpose.impl(fe, node, value)  # type: ignore[arg-type]  # (the node only locates errors)
         methods = _TILE_METHODS
     elif isinstance(vtype, TensorType):
         if attr == "shape":
@@ -1113,11 +1201,7 @@ def call_object(fe: FrontEnd, callee: Any, args: list[Any], kwargs: dict[str, An
     if isinstance(callee, Builtin):
         return callee.emit(fe, node, args, kwargs)
     if isinstance(callee, BoundMethod):
-        try:
-            inspect.signature(callee.impl).bind(fe, node, callee.receiver, *args, **kwargs)
-        except TypeError as exc:
-            raise fe.type_error(f".{callee.__name__}(): {exc}", node) from None
-        return callee.impl(fe, node, callee.receiver, *args, **kwargs)
+        return callee.emit(fe, node, args, kwargs)
     if isinstance(callee, DeviceFunction):
         return fe.inline(callee.python_function, args, kwargs, node)
     if isinstance(callee, KernelLambda):

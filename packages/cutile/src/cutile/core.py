@@ -11,4 +11,6 @@ from cutile._tensor import Tensor  # type: ignore[assignment]  # over the langua
 
 from cutile._random import uniform  # the counter-based random numbers of api.rand, for kernels
 
-__all__ = [*_language.__all__, "uniform"]  # ("Tensor" is the runtime class here)
+# the language's __all__ is computed from the compiler's registry at run time (static tools
+# read its ``as`` imports), hence getattr
+__all__ = [*getattr(_language, "__all__"), "uniform"]  # ("Tensor" is the runtime class here)
