@@ -38,6 +38,10 @@ def tile_type(ktype: KType) -> ir.TileType:
     return ir.tile(ktype.shape, element_type(ktype.dtype))
 
 
+# A token chain: a writable tensor parameter's `Value`, or the name of another chain (prints).
+TokenChain = Value | str
+
+
 @dataclass(frozen=True)
 class AbiArg:
     """One scalar the kernel entry takes: a tensor's base pointer, one of its
@@ -101,10 +105,10 @@ class Lowering:
         self.module = ir.Module()
         self.values: dict[Value, Any] = {}
         self.tensors: dict[Value, TensorInfo] = {}
-        self.tokens: dict[Any, ir.Value] = {}  # token chains: writable tensors and named chains
+        self.tokens: dict[TokenChain, ir.Value] = {}  # token chains: writable tensors and named chains
         self.producers: dict[Value, Operation] = {op_result: op for op in kernel.walk() for op_result in op.results}
-        self.regions: list[tuple[str, list[Value]]] = []  # enclosing (kind, threaded tensors)
-        self.touched_cache: dict[int, list[Value]] = {}
+        self.regions: list[tuple[str, list[TokenChain]]] = []  # enclosing (kind, threaded chains)
+        self.touched_cache: dict[int, list[TokenChain]] = {}
         self.abi = kernel_abi(kernel)
         self.block_ids: tuple[ir.Value, ...] | None = None
         self.builder: ir.Builder
@@ -215,24 +219,24 @@ class Lowering:
             self.values[value] = result
 
     # -- tokens ---------------------------------------------------------------------------
-    def touched(self, op: Operation) -> list[Any]:
+    def touched(self, op: Operation) -> list[TokenChain]:
         """The token chains (writable tensors in parameter order, then other chains
         such as prints) used inside ``op``'s regions: they are threaded through ``op``."""
         cached = self.touched_cache.get(id(op))
         if cached is not None:
             return cached
-        found: set[Any] = set()
+        found: set[TokenChain] = set()
         for region in op.regions:
             for inner in region.walk():
                 chain = self.chain_of(inner)
                 if chain is not None:
                     found.add(chain)
-        ordered: list[Any] = [t for t in self.tensors if t in found]
+        ordered: list[TokenChain] = [t for t in self.tensors if t in found]
         ordered += sorted(c for c in found if isinstance(c, str))
         self.touched_cache[id(op)] = ordered
         return ordered
 
-    def chain_of(self, op: Operation) -> Any:
+    def chain_of(self, op: Operation) -> TokenChain | None:
         """The token chain ``op`` takes part in: a writable tensor's `Value`, a named
         chain, or None (reads of read-only tensors need no ordering)."""
         resource = op.opdef.ordered_resource(op)
@@ -263,10 +267,10 @@ class Lowering:
             value = producer.operands[0]
         return value
 
-    def token_values(self, tensors: Sequence[Any]) -> list[ir.Value]:
+    def token_values(self, tensors: Sequence[TokenChain]) -> list[ir.Value]:
         return [self.tokens[t] for t in tensors]
 
-    def set_tokens(self, tensors: Sequence[Any], values: Sequence[ir.Value]) -> None:
+    def set_tokens(self, tensors: Sequence[TokenChain], values: Sequence[ir.Value]) -> None:
         for tensor, value in zip(tensors, values):
             self.tokens[tensor] = value
 
@@ -292,7 +296,8 @@ class Lowering:
             return None
         return ir.OptimizationHints.of({arch: values for arch in self.hints.target_archs(self.arch)})
 
-    def constant(self, value: int | float | bool, ktype: TileType) -> ir.Value:
+    def constant(self, value: int | float | bool, ktype: KType) -> ir.Value:
+        """A constant tile of ``ktype`` (ops pass their result's `KType`; `tile_type` checks it is a tile)."""
         return self.builder.constant(value, tile_type(ktype))
 
     def index_i32(self, value: ir.Value, ktype: KType) -> ir.Value:
@@ -320,5 +325,5 @@ def lower_kernel(kernel: KernelIR, version: ir.Version | str = "13.3", arch: str
     return Lowering(kernel, parsed, arch, hints).run()
 
 
-__all__ = ["AbiArg", "Lowering", "PartitionInfo", "TensorInfo", "element_type", "kernel_abi", "lower_kernel",
-           "tile_type"]
+__all__ = ["AbiArg", "Lowering", "PartitionInfo", "TensorInfo", "TokenChain", "element_type", "kernel_abi",
+           "lower_kernel", "tile_type"]

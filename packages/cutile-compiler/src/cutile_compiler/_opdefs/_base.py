@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from cutile_compiler._ir import Block, Operation
 from cutile_compiler._types import KType, TileType
+
+if TYPE_CHECKING:
+    from cutile_compiler._lowering import Lowering
 
 
 class RuleError(Exception):
@@ -145,8 +148,8 @@ class OpDef:
         tensor or partition `Value`, a string naming another chain (prints), or None."""
         return None
 
-    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
-        """Emits the op's Tile IR through ``ctx`` (a `_lowering.Lowering`); returns
+    def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        """Emits the op's Tile IR through the lowering context ``ctx``; returns
         the Tile IR values of its results."""
         raise ctx.error(op, f"{self.name} cannot be compiled for the GPU yet")
 

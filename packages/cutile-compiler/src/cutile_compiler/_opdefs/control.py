@@ -12,16 +12,19 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 import cutile_ir as ir
 
-from cutile_compiler._ir import Operation
+from cutile_compiler._ir import Block, Operation
 from cutile_compiler._lowering import tile_type
 from cutile_compiler._opdefs._base import Escape, EvalContext, OpDef, RuleError, Terminator, register
 from cutile_compiler._types import KType, TileType
+
+if TYPE_CHECKING:
+    from cutile_compiler._lowering import Lowering, TokenChain
 
 
 class For(OpDef):
@@ -49,7 +52,7 @@ class For(OpDef):
             carried = ended.values
         return carried
 
-    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+    def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         return _lower_for(self, ctx, op, args)
 
 
@@ -69,7 +72,7 @@ class If(OpDef):
             raise Escape(ended)
         return ended.values
 
-    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+    def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         return _lower_if(self, ctx, op, args)
 
 
@@ -94,7 +97,7 @@ class Loop(OpDef):
             else:
                 raise Escape(ended)
 
-    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+    def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         return _lower_loop(self, ctx, op, args)
 
 
@@ -107,7 +110,7 @@ class _Terminator(OpDef):
     def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         raise AssertionError(f"{self.name} is handled by the interpreter's block runner")
 
-    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+    def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         return _lower_terminator(self, ctx, op, args)
 
 
@@ -139,7 +142,7 @@ __all__ = ["FOR", "IF", "LOOP", "YIELD", "CONTINUE", "BREAK", "RETURN", "RuleErr
 
 
 # -- lowering to Tile IR -------------------------------------------------------------------
-def _bind_region(ctx: Any, block: Any, values: Sequence[Any], touched: Sequence[Any]) -> None:
+def _bind_region(ctx: Lowering, block: Block, values: Sequence[Any], touched: Sequence[TokenChain]) -> None:
     """Binds a region's arguments: the IR block's, then the threaded tokens."""
     count = len(block.args)
     for ours, theirs in zip(block.args, values[:count]):
@@ -147,7 +150,8 @@ def _bind_region(ctx: Any, block: Any, values: Sequence[Any], touched: Sequence[
     ctx.set_tokens(touched, values[count:])
 
 
-def _lower_region(ctx: Any, kind: str, block: Any, ir_args: Sequence[Any], touched: Sequence[Any]) -> None:
+def _lower_region(ctx: Lowering, kind: str, block: Block, ir_args: Sequence[Any],
+                  touched: Sequence[TokenChain]) -> None:
     with ctx.region_tokens():
         _bind_region(ctx, block, ir_args, touched)
         ctx.regions.append((kind, list(touched)))
@@ -157,17 +161,17 @@ def _lower_region(ctx: Any, kind: str, block: Any, ir_args: Sequence[Any], touch
             ctx.regions.pop()
 
 
-def _result_types(ctx: Any, op: Operation, touched: Sequence[Any]) -> list[Any]:
+def _result_types(ctx: Lowering, op: Operation, touched: Sequence[TokenChain]) -> list[Any]:
     return [tile_type(r.type) for r in op.results] + [ir.TOKEN] * len(touched)
 
 
-def _finish(ctx: Any, op: Operation, results: Sequence[Any], touched: Sequence[Any]) -> Sequence[Any]:
+def _finish(ctx: Lowering, op: Operation, results: Sequence[Any], touched: Sequence[TokenChain]) -> Sequence[Any]:
     count = len(op.results)
     ctx.set_tokens(touched, results[count:])
     return list(results[:count])
 
 
-def _lower_for(self: For, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+def _lower_for(self: For, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
     touched = ctx.touched(op)
     inits = list(args[3:]) + ctx.token_values(touched)
     with ctx.builder.for_(args[0], args[1], args[2], inits) as loop:
@@ -175,7 +179,7 @@ def _lower_for(self: For, ctx: Any, op: Operation, args: Sequence[Any]) -> Seque
     return _finish(ctx, op, loop.results, touched)
 
 
-def _lower_if(self: If, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+def _lower_if(self: If, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
     touched = ctx.touched(op)
     with ctx.builder.if_(args[0], _result_types(ctx, op, touched)) as branches:
         with branches.then():
@@ -185,7 +189,7 @@ def _lower_if(self: If, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequenc
     return _finish(ctx, op, branches.results, touched)
 
 
-def _lower_loop(self: Loop, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+def _lower_loop(self: Loop, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
     touched = ctx.touched(op)
     inits = list(args) + ctx.token_values(touched)
     with ctx.builder.loop(inits, _result_types(ctx, op, touched)) as loop:
@@ -193,14 +197,14 @@ def _lower_loop(self: Loop, ctx: Any, op: Operation, args: Sequence[Any]) -> Seq
     return _finish(ctx, op, loop.results, touched)
 
 
-def _enclosing(ctx: Any, kinds: tuple[str, ...]) -> tuple[str, list[Any]]:
+def _enclosing(ctx: Lowering, kinds: tuple[str, ...]) -> tuple[str, list[TokenChain]]:
     for kind, touched in reversed(ctx.regions):
         if kind in kinds:
             return kind, touched
     raise AssertionError(f"no enclosing {kinds}")
 
 
-def _lower_terminator(self: OpDef, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+def _lower_terminator(self: OpDef, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
     builder = ctx.builder
     if self.name == "return":
         builder.return_()

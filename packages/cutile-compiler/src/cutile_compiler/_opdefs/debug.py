@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,6 +27,9 @@ from cutile_compiler import _dtypes as dt
 from cutile_compiler._ir import Operation
 from cutile_compiler._opdefs._base import EvalContext, OpDef, RuleError, register
 from cutile_compiler._types import KType, TileType, is_power_of_two
+
+if TYPE_CHECKING:
+    from cutile_compiler._lowering import Lowering
 
 #: The token chain that keeps a kernel's prints in program order.
 PRINT_RESOURCE = "print"
@@ -145,7 +148,7 @@ class Print(OpDef):
         ctx.emit_print(op, "".join(pieces))
         return ()
 
-    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+    def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         text = c_format(op)
         ctx.token_out(op, ctx.builder.print_tko(list(args), ctx.token_in(op), str=text))
         return ()
@@ -191,7 +194,7 @@ class Assert(OpDef):
             raise ctx.runtime_error(op, f"assert failed: {message}{where}")
         return ()
 
-    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+    def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         ctx.builder.assert_(args[0], message=op.attrs.get("message") or "assertion failed")
         return ()
 
@@ -234,7 +237,7 @@ class Assume(OpDef):
             raise ctx.runtime_error(op, f"assume does not hold: {broken} (got {value.tolist()})")
         return (args[0],)
 
-    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+    def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         value = args[0]
         divisor, lower, upper = op.attrs.get("div_by"), op.attrs.get("lower"), op.attrs.get("upper")
         if divisor is not None:

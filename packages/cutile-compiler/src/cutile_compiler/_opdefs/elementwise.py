@@ -8,7 +8,7 @@ casts and broadcasts first, as Tile IR requires). Integer ``floordiv`` and
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -18,6 +18,9 @@ from cutile_compiler._ir import Operation
 from cutile_compiler._lowering import tile_type
 from cutile_compiler._opdefs._base import EvalContext, IntegerDivisionByZero, OpDef, RuleError, register
 from cutile_compiler._types import KType, TileType
+
+if TYPE_CHECKING:
+    from cutile_compiler._lowering import Lowering
 
 Kinds = frozenset[str]
 FLOAT: Kinds = frozenset({"float"})
@@ -109,7 +112,7 @@ class Elementwise(OpDef):
         out = self.function(*args)
         return (np.asarray(out, dtype=numpy_dtype(result_type.dtype)),)
 
-    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+    def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         return _lower_elementwise(self, ctx, op, args)
 
 
@@ -262,7 +265,7 @@ class Select(OpDef):
     def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         return (np.where(args[0], args[1], args[2]).astype(args[1].dtype),)
 
-    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+    def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         return _lower_select(self, ctx, op, args)
 
 
@@ -300,7 +303,7 @@ class Cast(OpDef):
         with np.errstate(all="ignore"):
             return (np.asarray(value).astype(numpy_dtype(target)),)
 
-    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+    def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         return _lower_cast(self, ctx, op, args)
 
 
@@ -320,7 +323,7 @@ class Bitcast(OpDef):
     def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         return (np.ascontiguousarray(args[0]).view(numpy_dtype(op.attrs["dtype"])),)
 
-    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+    def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         return _lower_bitcast(self, ctx, op, args)
 
 
@@ -346,7 +349,7 @@ _PREDICATES = {"eq": "equal", "ne": "not_equal", "lt": "less_than", "le": "less_
                "gt": "greater_than", "ge": "greater_than_or_equal"}
 
 
-def _lower_elementwise(self: Elementwise, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+def _lower_elementwise(self: Elementwise, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
     b = ctx.builder
     operand_type = op.operands[0].type
     assert isinstance(operand_type, TileType)
@@ -386,7 +389,7 @@ def _lower_elementwise(self: Elementwise, ctx: Any, op: Operation, args: Sequenc
     return (getattr(b, tile_op)(*args, **attrs),)
 
 
-def _python_remainder(ctx: Any, op: Operation, remainder: Any, divisor: Any, tile: TileType) -> Any:
+def _python_remainder(ctx: Lowering, op: Operation, remainder: Any, divisor: Any, tile: TileType) -> Any:
     """C's remainder (sign of the dividend) to Python's (sign of the divisor)."""
     b = ctx.builder
     zero = ctx.constant(0, tile)
@@ -406,11 +409,11 @@ def _python_remainder(ctx: Any, op: Operation, remainder: Any, divisor: Any, til
 
 
 
-def _lower_select(self: Select, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+def _lower_select(self: Select, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
     return (ctx.builder.select(*args),)
 
 
-def _lower_cast(self: Cast, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+def _lower_cast(self: Cast, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
     b = ctx.builder
     source_type = op.operands[0].type
     assert isinstance(source_type, TileType)
@@ -445,7 +448,7 @@ def _lower_cast(self: Cast, ctx: Any, op: Operation, args: Sequence[Any]) -> Seq
     return (b.ftoi(value, result_types=[result_type], **attrs),)
 
 
-def _lower_bitcast(self: Bitcast, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+def _lower_bitcast(self: Bitcast, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
     return (ctx.builder.bitcast(args[0], result_types=[tile_type(op.results[0].type)]),)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -11,6 +11,9 @@ from cutile_compiler import _dtypes as dt
 from cutile_compiler._ir import Operation
 from cutile_compiler._opdefs._base import EvalContext, OpDef, RuleError, register
 from cutile_compiler._types import KType, TileType
+
+if TYPE_CHECKING:
+    from cutile_compiler._lowering import Lowering
 
 
 class _GridQuery(OpDef):
@@ -28,7 +31,7 @@ class BlockId(_GridQuery):
     def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         return (np.asarray(ctx.block_id[op.attrs["axis"]], dtype=np.int32),)
 
-    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+    def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         if ctx.block_ids is None:  # block ids are made at the top of the kernel: one query serves all
             ctx.block_ids = ctx.builder.get_tile_block_id()
         return (ctx.block_ids[op.attrs["axis"]],)
@@ -40,7 +43,7 @@ class NumBlocks(_GridQuery):
     def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         return (np.asarray(ctx.grid[op.attrs["axis"]], dtype=np.int32),)
 
-    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+    def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         return (ctx.builder.get_num_tile_blocks()[op.attrs["axis"]],)
 
 

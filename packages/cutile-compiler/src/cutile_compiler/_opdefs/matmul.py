@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -12,6 +12,9 @@ from cutile_compiler._ir import Operation
 from cutile_compiler._opdefs._base import EvalContext, OpDef, RuleError, register
 from cutile_compiler._opdefs.elementwise import numpy_dtype, tile_operand
 from cutile_compiler._types import KType
+
+if TYPE_CHECKING:
+    from cutile_compiler._lowering import Lowering
 
 # (input dtype, accumulator dtype) pairs the tensor cores take.
 MMA_TYPES: frozenset[tuple[dt.DType, dt.DType]] = frozenset({
@@ -68,7 +71,7 @@ class Mma(OpDef):
         with np.errstate(all="ignore"):
             return (product.astype(numpy_dtype(acc_type.dtype)),)  # type: ignore[attr-defined]
 
-    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+    def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         a_type = op.operands[0].type
         b_type = op.operands[1].type
         if a_type.dtype.is_integer:  # type: ignore[attr-defined]

@@ -9,7 +9,7 @@ bounds. Which stores a safe kernel may make is decided by the front end.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,6 +22,9 @@ from cutile_compiler._lowering import PartitionInfo
 from cutile_compiler._opdefs._base import EvalContext, MemoryAccess, OpDef, RuleError, check_index, register
 from cutile_compiler._opdefs.pointer import check_atomic_dtype, check_writable, rmw_update, tile_ir_atomic_mode
 from cutile_compiler._types import KType, PartitionType, TensorType, TileType, tile_shape_problem
+
+if TYPE_CHECKING:
+    from cutile_compiler._lowering import Lowering
 
 PADDINGS = ("zero", "neg_zero", "nan", "pos_inf", "neg_inf")
 
@@ -62,7 +65,7 @@ class TensorDim(OpDef):
     def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         return (np.asarray(ctx.tensor_shape(args[0])[op.attrs["axis"]], dtype=np.int32),)
 
-    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+    def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         dim = args[0].dims[op.attrs["axis"]]
         if isinstance(dim, int):
             return (ctx.constant(dim, TileType(dt.i32)),)
@@ -91,7 +94,7 @@ class MakePartition(OpDef):
     def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         return ((args[0], op.attrs["tile_shape"], op.attrs.get("padding", "zero")),)
 
-    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+    def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         tensor = args[0]
         padding = ir.PaddingValue[op.attrs.get("padding", "zero").upper()]
         view_type = ir.PartitionViewType(op.attrs["tile_shape"], tensor.view_type, (), padding)
@@ -116,7 +119,7 @@ class NumTiles(OpDef):
         extent = ctx.tensor_shape(tensor)[axis]
         return (np.asarray(-(-extent // tile_shape[axis]), dtype=np.int32),)
 
-    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+    def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         rank = len(args[0].tensor.dims)
         shape = ctx.builder.get_index_space_shape(args[0].view, result_types=[ir.scalar(ir.I32)] * rank)
         return (shape[op.attrs["axis"]],)
@@ -137,7 +140,7 @@ class TileLoad(MemoryAccess):
         index = tuple(int(i) for i in args[1:])
         return (ctx.load(op, tensor, index, tile_shape, padding),)
 
-    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+    def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         tile, token = ctx.builder.load_view_tko(args[0].view, list(args[1:]), ctx.token_in(op),
                                                  memory_ordering_semantics="weak", **ctx.hint_attrs(op))
         ctx.token_out(op, token)
@@ -162,7 +165,7 @@ class TileStore(MemoryAccess):
         ctx.store(op, tensor, index, tile_shape, args[1 + rank])
         return ()
 
-    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+    def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         partition = args[0]
         rank = len(partition.tensor.dims)
         token = ctx.builder.store_view_tko(args[1 + rank], partition.view, list(args[1:1 + rank]), ctx.token_in(op),
@@ -214,7 +217,7 @@ class TileAtomic(MemoryAccess):
         ctx.atomic(op, tensor, grids, inside, rmw_update(op.attrs["mode"], value))
         return ()
 
-    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+    def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         partition = args[0]
         tensor = partition.tensor
         rank = len(tensor.dims)

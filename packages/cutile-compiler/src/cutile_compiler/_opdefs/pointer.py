@@ -18,7 +18,7 @@ bf16, f32, f64; ``max``/``min``/``and``/``or``/``xor`` on 32/64-bit integers;
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -30,6 +30,9 @@ from cutile_compiler._lowering import element_type, tile_type
 from cutile_compiler._opdefs._base import EvalContext, MemoryAccess, RuleError, register
 from cutile_compiler._opdefs.elementwise import numpy_dtype
 from cutile_compiler._types import KType, TensorType, TileType
+
+if TYPE_CHECKING:
+    from cutile_compiler._lowering import Lowering
 
 ORDERS = ("relaxed", "acquire", "release", "acq_rel")
 SCOPES = ("tl_blk", "device", "sys")
@@ -77,7 +80,7 @@ def _split(op: Operation, args: Sequence[Any], extra: int) -> tuple[Any, list[An
 
 
 # -- lowering helpers ---------------------------------------------------------------------
-def pointer_tile(ctx: Any, op: Operation, args: Sequence[Any]) -> Any:
+def pointer_tile(ctx: Lowering, op: Operation, args: Sequence[Any]) -> Any:
     """The tile of pointers ``base + sum(index_k * stride_k)`` of an access op."""
     b = ctx.builder
     info = args[0]
@@ -113,7 +116,7 @@ def pointer_tile(ctx: Any, op: Operation, args: Sequence[Any]) -> Any:
     return b.offset(base, linear)
 
 
-def _pointers_and_mask(ctx: Any, op: Operation, args: Sequence[Any]) -> tuple[Any, Any]:
+def _pointers_and_mask(ctx: Lowering, op: Operation, args: Sequence[Any]) -> tuple[Any, Any]:
     """An access op's pointer tile and its mask (None when it has none), lowered."""
     return pointer_tile(ctx, op, args), (args[-1] if op.attrs.get("has_mask") else None)
 
@@ -142,7 +145,7 @@ class Gather(MemoryAccess):
             result = np.where(mask, result, np.asarray(op.attrs.get("padding", 0)).astype(result.dtype))
         return (result,)
 
-    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+    def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         b = ctx.builder
         pointers, mask = _pointers_and_mask(ctx, op, args)
         padding = ctx.constant(op.attrs.get("padding", 0), op.results[0].type) if mask is not None else None
@@ -170,7 +173,7 @@ class Scatter(MemoryAccess):
         ctx.scatter(op, tensor, indices, values[0], mask)
         return ()
 
-    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+    def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         info = args[0]
         rank = len(info.dims)
         pointers, mask = _pointers_and_mask(ctx, op, args)
@@ -295,7 +298,7 @@ class AtomicRmw(MemoryAccess):
         update = rmw_update(op.attrs["mode"], value)
         return (np.asarray(ctx.atomic(op, tensor, indices, mask, update)).astype(value.dtype),)
 
-    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+    def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         info = args[0]
         rank = len(info.dims)
         tensor_type = op.operands[0].type
@@ -340,7 +343,7 @@ class AtomicCas(MemoryAccess):
             old = np.where(mask, old, expected)
         return (old,)
 
-    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+    def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         info = args[0]
         rank = len(info.dims)
         pointers, mask = _pointers_and_mask(ctx, op, args)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -15,6 +15,9 @@ from cutile_compiler._lowering import tile_type
 from cutile_compiler._opdefs._base import EvalContext, OpDef, RuleError, register
 from cutile_compiler._opdefs.elementwise import numpy_dtype, tile_operand
 from cutile_compiler._types import KType, TileType
+
+if TYPE_CHECKING:
+    from cutile_compiler._lowering import Lowering
 
 _REDUCERS: dict[str, Callable[..., Any]] = {
     "sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min,
@@ -62,7 +65,7 @@ class Reduce(OpDef):
             out = _REDUCERS[kind](value, axis=axis)
         return (np.asarray(out).astype(numpy_dtype(result_type.dtype)),)
 
-    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+    def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         return _lower_reduce(ctx, op, args)
 
 
@@ -89,7 +92,7 @@ class Scan(OpDef):
             out = np.flip(out, axis)
         return (np.ascontiguousarray(out),)
 
-    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+    def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         return _lower_scan(ctx, op, args)
 
 
@@ -114,7 +117,7 @@ def _identity(kind: str, dtype: dt.DType) -> int | float:
     return smallest if kind in ("max", "argmax") else largest
 
 
-def combine(ctx: Any, kind: str, dtype: dt.DType, a: Any, b: Any) -> Any:
+def combine(ctx: Lowering, kind: str, dtype: dt.DType, a: Any, b: Any) -> Any:
     """The Tile IR of one step of reduction or scan ``kind`` on scalars a and b."""
     builder = ctx.builder
     sign = dtype.signedness
@@ -132,7 +135,7 @@ def _widened(dtype: dt.DType, kind: str) -> dt.DType:
     return dt.f32 if kind in ("sum", "prod") and dtype.is_float and dtype.bits < 32 else dtype
 
 
-def _lower_reduce(ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+def _lower_reduce(ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
     builder = ctx.builder
     kind, axis = op.attrs["kind"], op.attrs["axis"]
     source = op.operands[0].type
@@ -152,7 +155,7 @@ def _lower_reduce(ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]
     return (result,)
 
 
-def _lower_arg_reduce(ctx: Any, op: Operation, value: Any, source: TileType, kind: str, axis: int) -> Any:
+def _lower_arg_reduce(ctx: Lowering, op: Operation, value: Any, source: TileType, kind: str, axis: int) -> Any:
     """argmax/argmin: a two-operand reduce of (value, position); ties keep the first."""
     builder = ctx.builder
     positions_1d = builder.iota(result_types=[ir.tile((source.shape[axis],), ir.I32)])
@@ -175,7 +178,7 @@ def _lower_arg_reduce(ctx: Any, op: Operation, value: Any, source: TileType, kin
     return body.results[1]
 
 
-def _lower_scan(ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+def _lower_scan(ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
     builder = ctx.builder
     kind, axis = op.attrs["kind"], op.attrs["axis"]
     source = op.operands[0].type
@@ -234,7 +237,7 @@ class ReduceWith(OpDef):
                 accumulators = [np.broadcast_to(n, a.shape).astype(a.dtype) for n, a in zip(new, accumulators)]
         return [np.ascontiguousarray(a) for a in accumulators]
 
-    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+    def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         with ctx.builder.reduce(list(args), op.attrs["axis"], list(op.attrs["identities"])) as body:
             _lower_combine(ctx, op, body.args)
         return list(body.results)
@@ -265,14 +268,14 @@ class ScanWith(OpDef):
                     out[position] = accumulator
         return [np.ascontiguousarray(np.moveaxis(out, 0, axis)) for out in outputs]
 
-    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+    def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         with ctx.builder.scan(list(args), op.attrs["axis"], list(op.attrs["identities"]),
                               reverse=bool(op.attrs.get("reverse"))) as body:
             _lower_combine(ctx, op, body.args)
         return list(body.results)
 
 
-def _lower_combine(ctx: Any, op: Operation, ir_args: Sequence[Any]) -> None:
+def _lower_combine(ctx: Lowering, op: Operation, ir_args: Sequence[Any]) -> None:
     region = op.regions[0]
     for ours, theirs in zip(region.args, ir_args):
         ctx.values[ours] = theirs

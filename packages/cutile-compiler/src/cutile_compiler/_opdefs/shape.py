@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -16,6 +16,9 @@ from cutile_compiler._lowering import tile_type
 from cutile_compiler._opdefs._base import EvalContext, OpDef, RuleError, check_index, register
 from cutile_compiler._opdefs.elementwise import numpy_dtype, tile_operand
 from cutile_compiler._types import KType, TileType
+
+if TYPE_CHECKING:
+    from cutile_compiler._lowering import Lowering
 
 
 def constant_value(value: bool | int | float, dtype: DType) -> bool | int | float:
@@ -72,7 +75,7 @@ class Constant(OpDef):
             return (np.array(value, dtype=np_type).reshape(tile.shape),)
         return (np.full(tile.shape, value, dtype=np_type),)
 
-    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+    def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         tile: TileType = op.attrs["type"]
         value = op.attrs["value"]
         values = list(value) if isinstance(value, tuple) else value
@@ -97,7 +100,7 @@ class Iota(OpDef):
         tile: TileType = op.attrs["type"]
         return (np.arange(tile.shape[0], dtype=numpy_dtype(tile.dtype)),)
 
-    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+    def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         return (ctx.builder.iota(result_types=[tile_type(op.attrs["type"])]),)
 
 
@@ -116,7 +119,7 @@ class Broadcast(OpDef):
     def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         return (np.broadcast_to(args[0], op.attrs["shape"]).copy(),)
 
-    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+    def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         return (ctx.builder.broadcast(args[0], result_types=[tile_type(op.results[0].type)]),)
 
 
@@ -135,7 +138,7 @@ class Reshape(OpDef):
     def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         return (np.reshape(args[0], op.attrs["shape"]),)
 
-    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+    def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         return (ctx.builder.reshape(args[0], result_types=[tile_type(op.results[0].type)]),)
 
 
@@ -154,7 +157,7 @@ class Permute(OpDef):
     def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         return (np.transpose(args[0], op.attrs["perm"]).copy(),)
 
-    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+    def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         return (ctx.builder.permute(args[0], permutation=list(op.attrs["perm"]),
                                     result_types=[tile_type(op.results[0].type)]),)
 
@@ -181,7 +184,7 @@ class Cat(OpDef):
     def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         return (np.concatenate([args[0], args[1]], axis=op.attrs["axis"]),)
 
-    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+    def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         return (ctx.builder.cat(args[0], args[1], dim=op.attrs["axis"], result_types=[tile_type(op.results[0].type)]),)
 
 
@@ -222,7 +225,7 @@ class Extract(OpDef):
             slices.append(slice(start, start + size))
         return (value[tuple(slices)].copy(),)
 
-    def lower(self, ctx: Any, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+    def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         indices = [ctx.index_i32(a, v.type) for a, v in zip(args[1:], op.operands[1:])]
         return (ctx.builder.extract(args[0], indices, result_types=[tile_type(op.results[0].type)]),)
 
