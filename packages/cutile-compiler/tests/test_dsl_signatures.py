@@ -178,7 +178,7 @@ def test_type_checkers_see_the_same_parameters(tmp_path: Any) -> None:
     revealed = re.findall(r'Revealed type is "(.*)"', stdout)
     assert len(revealed) == len(names), stdout + stderr
     for name, shown in zip(names, revealed):
-        assert shown.startswith("cutile_compiler._builtins.Builtin[[") and "*Any, **Any" not in shown, (name, shown)
+        assert shown.startswith("cutile_compiler._builtins._base.Builtin[[") and "*Any, **Any" not in shown, (name, shown)
         for param in inspect.signature(DSL_FUNCTIONS[name]).parameters.values():
             if param.kind is not param.POSITIONAL_ONLY:
                 assert f"{'*' * (param.kind is param.VAR_POSITIONAL)}{param.name}:" in shown, (name, shown)

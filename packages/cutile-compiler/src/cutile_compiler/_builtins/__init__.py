@@ -1,0 +1,104 @@
+"""The DSL functions: every public function a kernel calls is a `Builtin`, declared
+once in the module of its family (as the ops are in `_opdefs`): `grid`, `memory`,
+`shape`, `elementwise`, `reduction`, `matmul`, `pointer` (gather, scatter, atomics),
+`debug`, `control` (compile time). `_base` holds what they share: the registry
+(`DSL_FUNCTIONS`), the check of a call against a function's signature and the
+argument helpers. `methods` gives values their attributes and methods, and `calls`
+emits a kernel's calls. Calling a DSL function on the host raises (it only means
+something inside a kernel); inside a kernel the front end calls its implementation
+with itself, the call's AST node and the evaluated arguments. The typing of each
+primitive lives with its op in `_opdefs`; functions here normalize arguments
+(numbers to tiles, dtype promotion, broadcasting, axis handling) and pick the ops.
+
+Importing this package imports every family, which fills the registry (in the order
+of the imports below: the order of `DSL_FUNCTIONS` and of the language's `__all__`).
+"""
+
+from cutile_compiler._builtins._base import (
+    DSL_FUNCTIONS as DSL_FUNCTIONS,
+    Builtin as Builtin,
+    DeviceFunction as DeviceFunction,
+    HostCallError as HostCallError,
+)
+from cutile_compiler._builtins.grid import (
+    bid as bid,
+    get_num_tile_blocks as get_num_tile_blocks,
+    get_tile_block_id as get_tile_block_id,
+    num_blocks as num_blocks,
+)
+from cutile_compiler._builtins.memory import load as load, load_tile_like as load_tile_like, num_tiles as num_tiles
+from cutile_compiler._builtins.shape import (
+    arange as arange,
+    broadcast_to as broadcast_to,
+    cat as cat,
+    extract as extract,
+    full as full,
+    ones as ones,
+    permute as permute,
+    reshape as reshape,
+    transpose as transpose,
+    zeros as zeros,
+)
+from cutile_compiler._builtins.elementwise import (
+    add as add,
+    astype as astype,
+    atan2 as atan2,
+    bitcast as bitcast,
+    cdiv as cdiv,
+    ceil as ceil,
+    ceil_div as ceil_div,
+    cos as cos,
+    cosh as cosh,
+    div as div,
+    exp as exp,
+    exp2 as exp2,
+    floor as floor,
+    fma as fma,
+    log as log,
+    log2 as log2,
+    maximum as maximum,
+    minimum as minimum,
+    mul as mul,
+    pow_ as pow_,
+    rsqrt as rsqrt,
+    sin as sin,
+    sinh as sinh,
+    sqrt as sqrt,
+    sub as sub,
+    tan as tan,
+    tanh as tanh,
+    where as where,
+)
+from cutile_compiler._builtins.reduction import (
+    argmax as argmax,
+    argmin as argmin,
+    cumprod as cumprod,
+    cumsum as cumsum,
+    max_ as max_,
+    min_ as min_,
+    prod as prod,
+    reduce as reduce,
+    scan as scan,
+    sum_ as sum_,
+)
+from cutile_compiler._builtins.matmul import matmul as matmul, mma as mma
+from cutile_compiler._builtins.pointer import (
+    atomic_add as atomic_add,
+    atomic_and as atomic_and,
+    atomic_cas as atomic_cas,
+    atomic_max as atomic_max,
+    atomic_min as atomic_min,
+    atomic_or as atomic_or,
+    atomic_xchg as atomic_xchg,
+    atomic_xor as atomic_xor,
+    gather as gather,
+    scatter as scatter,
+)
+from cutile_compiler._builtins.debug import assume as assume, printf as printf
+from cutile_compiler._builtins.control import (
+    static_assert as static_assert,
+    static_items as static_items,
+    static_range as static_range,
+)
+from cutile_compiler._builtins.methods import value_attribute as value_attribute
+from cutile_compiler._builtins.calls import call_object as call_object
