@@ -217,11 +217,11 @@ CACHE: Knob[bool] = Knob(
 )
 CACHE_DIR: Knob[Path] = Knob(
     "CUTILE_CACHE_DIR", "path", _parse_path, _default_cache_dir, "~/.cache/cutile",
-    "Folder of the on-disk cubin cache ($XDG_CACHE_HOME/cutile when that is set).",
+    "Folder of the on-disk caches: cubins, warm-start manifests, toolchain probes ($XDG_CACHE_HOME/cutile when that is set).",
 )
 CACHE_MAX_BYTES: Knob[int] = Knob(
     "CUTILE_CACHE_MAX_BYTES", "size", _parse_size, const(1024**3), "1GiB",
-    "Size cap of the on-disk cache; least recently used entries go first (e.g. 512MiB).",
+    "Size cap of each on-disk cache folder (cubins, manifests, probes); least recently used entries go first (e.g. 512MiB).",
 )
 DUMP: Knob[frozenset[str]] = Knob(
     "CUTILE_DUMP", "list", _parse_dump, const(frozenset()), "unset",

@@ -63,6 +63,6 @@ __all__ = [
 ]
 __all__ += [
     "ArgumentError", "ArgumentTypeError", "TensorIndexError",
-    "ArchError", "ConfigError", "CudaError", "CudaLaunchError", "CudaOutOfMemoryError", "GraphUpdateError", "HintError",
+    "ArchError", "ConfigError", "CudaError", "CudaLaunchError", "CudaOutOfMemoryError", "HintError",
     "HostCallError", "InteropError", "LaunchNeverRunWarning", "TileirasError", "TileirasTimeoutError", "ToolchainError",
 ]
