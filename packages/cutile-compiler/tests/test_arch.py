@@ -86,6 +86,10 @@ def test_the_hint_for_a_near_miss_is_an_arch_that_parses() -> None:
     assert "write 'sm_100'" in _refusal(lambda: ir.parse_arch("sm_100a"), ir.ArchError)
     # "sm_090" is near "sm_90" but its digits do not spell a plain arch: the general hint
     assert "write e.g. 'sm_80'" in _refusal(lambda: ir.parse_arch("sm_090"), ir.ArchError)
+    # a near miss older than Tile IR's targets gets no hint that would be refused in turn
+    for text in ("75", "sm_75a", "compute_70"):
+        message = _refusal(lambda: ir.parse_arch(text), ir.ArchError)
+        assert "write e.g. 'sm_80'" in message and "sm_7" not in message.split(";")[-1]
 
 
 def test_per_arch_hints_keep_their_meaning() -> None:

@@ -64,6 +64,19 @@ def test_compiler_and_verifier_agree_on_every_dtype(mode: str) -> None:
     assert compiler  # every mode takes some dtype
 
 
+_INTEGERS = ["i32", "i64", "u32", "u64"]
+# What tileiras 13.4 accepts (test_op_table compiles every case): the spec both sides meet.
+ACCEPTED = {"add": [*_INTEGERS, "f16", "bf16", "f32", "f64"], "max": _INTEGERS, "min": _INTEGERS,
+            "and": _INTEGERS, "or": _INTEGERS, "xor": _INTEGERS, "xchg": [*_INTEGERS, "f32", "f64"],
+            "cas": [*_INTEGERS, "f32", "f64"]}
+
+
+@pytest.mark.parametrize("mode", [*RMW_MODES, "cas"])
+def test_each_mode_accepts_exactly_its_dtypes(mode: str) -> None:
+    """The agreement above holds by construction (one table); this pins the table."""
+    assert [d.name for d in dt.ALL_DTYPES if _compiler_accepts(mode, d)] == ACCEPTED[mode]
+
+
 @pytest.mark.parametrize("mode", TILE_ATOMIC_MODES)
 def test_tile_atomics_agree_with_the_view_reduction(mode: str) -> None:
     compiler = [d.name for d in dt.ALL_DTYPES if _compiler_accepts(mode, d)]

@@ -4,6 +4,7 @@ and float formats, with numpy / ml_dtypes, and with DLPack as numpy speaks it.""
 from __future__ import annotations
 
 import pickle
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -84,3 +85,49 @@ def test_dlpack_codes_name_one_dtype_each() -> None:
 @pytest.mark.parametrize("dtype", dt.ALL_DTYPES, ids=str)
 def test_every_dtype_pickles_as_itself(dtype: dt.DType) -> None:
     assert pickle.loads(pickle.dumps(dtype)) is dtype
+
+
+def test_a_bf16_constant_compiles_in_a_process_that_never_imported_ml_dtypes(tmp_path: Any) -> None:
+    """The front end checks a constant's range through cutile_ir's element codec, not
+    numpy's view of bf16 (which needs ml_dtypes: the compiler alone raised a raw
+    RuntimeError there)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "import cutile_compiler as cc\n"
+        "from cutile_compiler import dtypes as dt\n"
+        "import cutile_compiler.language as L\n"
+        "from cutile_compiler.language import Mut, Tensor, bf16\n"
+        "assert 'ml_dtypes' not in sys.modules\n"
+        "def k(z: Mut[Tensor[bf16, ['B']]]):\n"
+        "    z.store(L.full((64,), 1.5, bf16))\n"
+        "sig = cc.parse_signature(k)\n"
+        "spec = cc.specialize(sig, 'k', {'z': cc.TensorSpec(dt.bf16, (64,), (64,))})\n"
+        "cc.build_kernel_ir(k, sig, spec)\n"
+        "assert 'ml_dtypes' not in sys.modules\n"
+        "print('compiled')\n"
+    )
+    (tmp_path / "kernel.py").write_text(script)  # (the front end reads the kernel's source from its file)
+    done = subprocess.run([sys.executable, str(tmp_path / "kernel.py")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "compiled", done.stderr
+
+
+@pytest.mark.parametrize("dtype", [d for d in dt.ALL_DTYPES if d.is_float], ids=str)
+def test_the_constant_range_check_agrees_with_numpy(dtype: dt.DType) -> None:
+    """cutile_ir's codec and the bit fields give what ml_dtypes' numpy types give."""
+    from cutile_compiler._opdefs.shape import largest_finite, stored_float
+
+    if dtype is dt.tf32:
+        assert largest_finite(dtype) == (2 - 2.0 ** -10) * 2.0 ** 127
+        return
+    kind = np.dtype(dtype.numpy_name)
+    assert largest_finite(dtype) == float(ml_dtypes.finfo(kind).max)
+    rng = np.random.default_rng(5)
+    top = largest_finite(dtype)
+    for value in [*(float(u) * top * 1.1 if abs(u) < 0.9 else float(u) * top for u in rng.uniform(-1, 1, 50)), top]:
+        with np.errstate(over="ignore", invalid="ignore"):
+            expected = float(np.asarray(value, dtype=kind))
+        got = stored_float(float(value), dtype)
+        assert got == expected or (not np.isfinite(got) and not np.isfinite(expected)), (value, got, expected)

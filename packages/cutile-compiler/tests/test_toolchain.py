@@ -383,6 +383,7 @@ def test_the_cubin_check_answers_any_bytes(
     make_cubin: Callable[..., bytes], edits: list[tuple[int, int]], cut: int
 ) -> None:
     data = bytearray(make_cubin(("kernel", "other")))
+    assert cubin_problem(bytes(data), ("kernel",)) is None  # (so the property can tell a checker that refuses all)
     for offset, value in edits:
         data[offset % len(data)] = value
     for candidate in (bytes(data), bytes(data[: cut % (len(data) + 1)])):

@@ -193,7 +193,7 @@ def test_no_manifest_without_the_disk_cache(folder: Path, monkeypatch: pytest.Mo
     assert manifests(Path(os.environ["CUTILE_CACHE_DIR"])) == []
 
 
-def test_the_manifest_records_reads_checkably(real_toolchain: object) -> None:
+def test_the_manifest_records_reads_checkably() -> None:
     """In process: what a manifest records of each kind of read, and that a live
     re-read of a changed value disagrees with it."""
     from cutile_compiler import _warm
@@ -280,3 +280,29 @@ def test_dumps_come_from_a_real_compile(real_toolchain: object, tmp_path: Path,
     monkeypatch.setenv("CUTILE_DUMP_DIR", str(tmp_path / "dumps"))
     dumped = compile_fresh(by_class_attribute)
     assert not dumped.warm and list((tmp_path / "dumps").glob("by_class_attribute-*.ir.txt"))
+
+
+def test_the_fingerprint_covers_every_language_package_even_unimported(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """An edit of a language package's file (cutile's device functions are read by name)
+    changes the fingerprint, and a package is found without being imported (cutile was
+    left out, and a package imported after the first compile was never covered)."""
+    from cutile_compiler import _warm
+
+    package = tmp_path / "fingerprint_probe"
+    package.mkdir()
+    (package / "__init__.py").write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(_warm, "_LANGUAGE_PACKAGES", ("fingerprint_probe",))
+    monkeypatch.setattr(_warm, "_compiler_fingerprint", None)
+    before = _warm.compiler_fingerprint()
+    assert "fingerprint_probe" not in sys.modules
+    (package / "__init__.py").write_text("X = 22\n")
+    monkeypatch.setattr(_warm, "_compiler_fingerprint", None)
+    assert _warm.compiler_fingerprint() != before
+
+
+def test_cutile_is_fingerprinted() -> None:
+    from cutile_compiler import _warm
+
+    assert set(_warm._LANGUAGE_PACKAGES) >= {"cutile", "cutile_compiler", "cutile_ir"}

@@ -304,13 +304,17 @@ class FakeDriver:
 
     def cuMemcpyDtoD(self, dst: int, src: int, nbytes: int) -> tuple[Any]:
         self._enter("cuMemcpyDtoD")
+        return self._copy_device(dst, src, nbytes)
+
+    def cuMemcpyDtoDAsync(self, dst: int, src: int, nbytes: int, stream: Any) -> tuple[Any]:
+        failure = self._enter("cuMemcpyDtoDAsync")  # counted, and failed on request, under its own name
+        return (failure,) if failure is not None else self._copy_device(dst, src, nbytes)
+
+    def _copy_device(self, dst: int, src: int, nbytes: int) -> tuple[Any]:
         sblock, soff = self._locate(src, nbytes)
         dblock, doff = self._locate(dst, nbytes)
         dblock[doff : doff + nbytes] = sblock[soff : soff + nbytes]
         return (SUCCESS,)
-
-    def cuMemcpyDtoDAsync(self, dst: int, src: int, nbytes: int, stream: Any) -> tuple[Any]:
-        return self.cuMemcpyDtoD(dst, src, nbytes)
 
     def cuMemsetD8(self, dst: int, value: int, count: int) -> tuple[Any]:
         self._enter("cuMemsetD8")

@@ -31,6 +31,7 @@ data that is checked, so a wrong one costs a compile, never a wrong kernel.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import linecache
 import os
@@ -61,8 +62,9 @@ MANIFEST_LAYOUT = "manifest-v1"
 
 _SUFFIX = ".manifest"
 _MAX_MANIFEST_BYTES = 1 << 20  # a manifest is a few KiB; anything larger is not one of ours
+# The language's packages: their objects a kernel reads are recorded by name, so an edit
+# of any of them (cutile's device functions too) must change the fingerprint.
 _LANGUAGE_PACKAGES = ("cutile", "cutile_compiler", "cutile_ir")
-_FINGERPRINTED_PACKAGES = ("cutile_compiler", "cutile_ir")
 
 
 class NotWarmCacheable(Exception):
@@ -76,16 +78,17 @@ _fingerprint_lock = threading.Lock()
 
 
 def compiler_fingerprint() -> str:
-    """A digest of the compiler's own files (path, size, mtime), so that an edited or
-    upgraded compiler never reuses manifests of another (computed once per process)."""
+    """A digest of the language's files (path, size, mtime: the compiler's, cutile_ir's
+    and cutile's, found without importing them), so that an edited or upgraded package
+    never reuses manifests of another (computed once per process)."""
     global _compiler_fingerprint
     with _fingerprint_lock:
         if _compiler_fingerprint is None:
             digest = hashlib.sha256(f"{sys.implementation.cache_tag}\0{sys.version}".encode())
-            for package in _FINGERPRINTED_PACKAGES:
-                module = sys.modules.get(package)
-                folder = Path(getattr(module, "__file__", "") or "").parent
-                for path in sorted(folder.rglob("*.py")) if module is not None else ():
+            for package in _LANGUAGE_PACKAGES:
+                spec = importlib.util.find_spec(package)
+                origin = spec.origin if spec is not None else None
+                for path in sorted(Path(origin).parent.rglob("*.py")) if origin else ():
                     try:
                         info = path.stat()
                     except OSError:

@@ -12,7 +12,7 @@ from ._attributes import (
     ArrayAttr, AtomicRMWMode, BoolAttr, Bounded, ComparisonOrdering, ComparisonPredicate,
     DenseElements, DictAttr, DivBy, FloatAttr, IntegerAttr, IntegerOverflow, Location,
     MemoryOrdering, MemoryScope, OptimizationHints, RoundingMode, SameElements, Signedness,
-    StringAttr, SymbolVisibility, TypeAttr,
+    StringAttr, SymbolVisibility, TypeAttr, decode_element, encode_element,
 )
 from ._arch import Arch, parse_arch
 from ._builder import Builder, IfOp, RegionOp, add_function, make_op
@@ -47,6 +47,6 @@ __all__ = [
     "RoundingMode", "SCALAR_TYPES", "SUPPORTED_VERSIONS", "SameElements", "ScalarType",
     "Signedness", "StridedViewType", "StringAttr", "SymbolVisibility", "TF32", "TOKEN",
     "TensorViewType", "TileType", "TokenType", "Type", "TypeAttr", "V13_1", "V13_2", "V13_3",
-    "V13_4", "Value", "accepted_element_types", "bytecode_version", "differences", "read_bytecode", "VerificationError", "Version", "VersionError", "add_function", "get_op",
+    "V13_4", "Value", "accepted_element_types", "bytecode_version", "decode_element", "encode_element", "differences", "read_bytecode", "VerificationError", "Version", "VersionError", "add_function", "get_op",
     "make_op", "ops_in", "print_function", "print_module", "problems", "register_op", "ptr", "scalar", "tile", "verify", "write_bytecode",
 ]

@@ -54,7 +54,9 @@ def parse_arch(text: object, what: str = "arch") -> Arch:
     if match is None:
         loose = _LOOSE.fullmatch(text.strip())
         guess = f"sm_{loose.group(1)}{loose.group(2)}" if loose else None
-        hint = f"write {guess!r}" if guess and _PLAIN.fullmatch(guess) else "write e.g. 'sm_80', 'sm_90' or 'sm_100'"
+        plain = _PLAIN.fullmatch(guess) if guess else None
+        # (a guess older than Tile IR's targets would be refused in turn: suggest none)
+        hint = f"write {guess!r}" if plain and int(plain.group(1)) >= MIN_SM else "write e.g. 'sm_80', 'sm_90' or 'sm_100'"
         raise ArchError(
             f"{what} {text!r} is not a GPU name tileiras accepts: it takes the plain form 'sm_XY' "
             f"(not 'sm_90a', '90' or 'compute_90'); {hint}"

@@ -75,7 +75,7 @@ def note_if_unavailable() -> None:
 class _PythonKernelBase:
     """`Kernel`'s base without the native module: calls go to ``_call``."""
 
-    _fast: Any = None
+    _native_binding: Any = None  # (the C base's member: always None here)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         launch = self._call(*args, **kwargs)  # type: ignore[attr-defined]

@@ -17,7 +17,7 @@ import numpy as np
 
 import cuda_async
 from cutile import _backend, _fill
-from cutile._errors import ArgumentError, ArgumentTypeError
+from cutile._errors import ArgumentError, ArgumentTypeError, LaunchError
 from cutile._tensor import HostStorage, Tensor, checked_tile_shape, dtype_of, numpy_dtype
 from cutile_compiler import dtypes as dt
 from cutile_compiler import TensorSpec
@@ -91,7 +91,10 @@ def _full_target(shape: ShapeLike, value: bool | int | float, dtype: Any) -> tup
         if not value.is_integer():
             raise ArgumentError(f"full: {value!r} is not a {kind} value")
         value = int(value)
-    value = scalar_value("full", "value", kind, value)  # the launch's rule: no overflow to inf, bools 0/1
+    try:  # the launch's rule: no overflow to inf, bools 0/1; refused as an argument, not a launch
+        value = scalar_value("full", "value", kind, value)
+    except LaunchError as exc:
+        raise ArgumentError(str(exc)) from None
     if not _made_by_kernel(kind):
         return _from_host(np.full(dims, value, dtype=numpy_dtype(kind)), kind), None
     return _allocate(dims, kind), value

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+import cutile_ir as ir
+from cutile_compiler import _dtypes as dt
 from cutile_compiler._dtypes import DType, fits
 from cutile_compiler._errors import bounded_repr
 from cutile_compiler._ir import Operation
@@ -19,6 +21,26 @@ from cutile_compiler._types import KType, TileType
 
 if TYPE_CHECKING:
     from cutile_compiler._lowering import Lowering
+
+
+def stored_float(number: float, dtype: dt.DType) -> float:
+    """``number`` as ``dtype`` stores it (rounded to nearest even; inf where it
+    overflows, or where the format has no inf), by cutile_ir's element codec: no
+    numpy view of bf16 or fp8 needed."""
+    try:
+        return float(ir.decode_element(ir.encode_element(float(number), dtype.ir_type), dtype.ir_type))
+    except ir.IRTypeError:  # out of the range of a format without inf
+        return math.inf
+
+
+def largest_finite(dtype: dt.DType) -> float:
+    """The largest finite value of a float ``dtype``, from its bit fields."""
+    fmt = dtype.float_format
+    assert fmt is not None, dtype
+    if fmt.has_inf:  # IEEE-like: the largest exponent below inf's, every mantissa bit set
+        return float((2 - 2.0 ** -fmt.mantissa_bits) * 2.0 ** ((1 << fmt.exponent_bits) - 2 - fmt.bias))
+    values = (float(ir.decode_element(bits.to_bytes(1, "little"), dtype.ir_type)) for bits in range(1 << fmt.width))
+    return max(v for v in values if math.isfinite(v))  # (formats without inf are 8 bits or fewer)
 
 
 def constant_value(value: bool | int | float, dtype: DType) -> bool | int | float:
@@ -41,12 +63,9 @@ def constant_value(value: bool | int | float, dtype: DType) -> bool | int | floa
             number = float(value)
         except OverflowError:  # an int past the f64 range
             number = math.inf
-        if math.isfinite(number):
-            with np.errstate(over="ignore", invalid="ignore"):
-                stored = float(np.asarray(number, dtype=numpy_dtype(dtype)))
-            if math.isfinite(stored):
-                return number
-        largest = float(np.finfo(numpy_dtype(dtype)).max)
+        if math.isfinite(number) and math.isfinite(stored_float(number, dtype)):
+            return number
+        largest = largest_finite(dtype)
         raise RuleError(f"the constant {bounded_repr(value)} does not fit in {dtype} (its largest finite value is "
                         f"{largest:g})")
     return bool(value)

@@ -10,9 +10,9 @@
  *   launch.sync()  inside a cuda_async batch whose ledger is in its steady state
  *                  (cuda_async's native/batch_api.h), gives the holds back, packs
  *                  the scalars and calls cuLaunchKernel, then records the accesses.
- * Both run only while every global, closure variable and attribute the kernel's
- * compile read still holds the value it read (`reads_current`): otherwise the
- * Python path compiles again.
+ * launch.sync() runs here only while every global, closure variable and attribute
+ * the kernel's compile read still holds the value it read (`reads_current`):
+ * otherwise the Python path compiles again (at the run, as the Python path checks).
  * A launch made here remembers where it was made (the caller's code object and
  * instruction, no line lookup); freed while still pending, it hands that to
  * cutile's never-run hook (`configure_never_run`), which warns.
@@ -472,7 +472,7 @@ static PyObject *kernel_get_fast(KernelBase *self, void *closure) {
 
 static int kernel_set_fast(KernelBase *self, PyObject *value, void *closure) {
     if (value != NULL && value != Py_None && !PyObject_TypeCheck(value, &FastBindingType)) {
-        PyErr_SetString(PyExc_TypeError, "_fast takes a NativeObjectBinding or None");
+        PyErr_SetString(PyExc_TypeError, "_native_binding takes a NativeObjectBinding or None");
         return -1;
     }
     Py_XSETREF(self->fast, (value == NULL || value == Py_None) ? NULL : Py_NewRef(value));
@@ -641,7 +641,11 @@ static PyObject *launch_sync(LaunchBase *self, PyObject *unused) {
         Py_INCREF(fb);
         PyObject *result = fast_sync(self, fb);
         Py_DECREF(fb);
-        if (result != NULL || PyErr_Occurred()) return result;
+        if (result != NULL) return result;
+        if (PyErr_Occurred()) {
+            self->pending = 0; /* refused by an error, as the Python path's: no never-run warning later */
+            return NULL;
+        }
     }
     return PyObject_CallMethodNoArgs((PyObject *)self, str_sync_slow);
 }
