@@ -333,14 +333,16 @@ def _stats() -> tuple[int, int]:
 
 def _ledger(resources: list[Any], stream: Any) -> list[Any]:
     """What cuda_async's ledger says about ``resources`` (epochs relative to the stream's)."""
-    from cuda_async import _streams
+    from cuda_async import _ledger, _streams
 
     now = _streams.current_epoch(stream)
     state = []
     for resource in resources:
         last = resource._last_write
+        domain, start, end = resource.span
+        holds = [hold for hold in _ledger.holds.get(domain, ()) if hold[0] < end and start < hold[1]]
         state.append((
-            sorted((job.name, int(mode), name) for job, (mode, name) in resource._holders.items()),
+            sorted((None if owner is None else owner.name, writes, label) for _, _, writes, label, owner, _ in holds),
             None if last is None else (last[0] is stream, now - last[1], last[2].name),
             sorted((s is stream, now - epoch, job.name) for s, (epoch, job) in resource._reads.items()),
         ))

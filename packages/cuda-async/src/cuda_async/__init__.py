@@ -42,7 +42,9 @@ from cuda_async._graph import CudaGraph, GraphScope, graph_scope
 from cuda_async._native import NATIVE_DIR as NATIVE_INCLUDE_DIR
 from cuda_async._native import batch_api as native_batch_api
 from cuda_async._native import rlock as native_rlock
-from cuda_async._op import DeviceOp, FnOp, SharedOp, all_of, check_startable, value
+from cuda_async._ledger import ClaimPlan
+from cuda_async._ledger import check as check_access
+from cuda_async._op import DeviceOp, FnOp, SharedOp, all_of, claim, value
 from cuda_async._op import zip_ops as zip
 from cuda_async._policy import (
     HostPolicy,
@@ -58,6 +60,7 @@ from cuda_async._resource import Access, AccessSet, Job, Resource, ResourceView
 __all__ = [
     "Access",
     "AccessSet",
+    "ClaimPlan",
     "Batch",
     "BatchError",
     "CudaGraph",
@@ -79,7 +82,8 @@ __all__ = [
     "SingleStream",
     "all_of",
     "batch",
-    "check_startable",
+    "check_access",
+    "claim",
     "default_policy",
     "ensure_not_capturing",
     "graph_scope",

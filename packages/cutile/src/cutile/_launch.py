@@ -20,7 +20,7 @@ from cutile._binding import MISSING, ObjectBinding, SignaturePlan, check_strides
 from cutile._errors import CutileError, LaunchError, OwnershipError
 from cutile._graphs import Graph
 from cutile._native import LaunchBase, configure_never_run
-from cutile._tensor import Partition, Storage, Tensor, hold_all, overlapping, overlaps_itself, release_all
+from cutile._tensor import Partition, Storage, Tensor, overlapping, overlaps_itself
 from cutile_compiler import DEFAULT_OPTIONS, CompileOptions, HintError, KernelHints, Specialization
 
 if TYPE_CHECKING:
@@ -58,21 +58,31 @@ class Launch(LaunchBase):
             self._tensor_names = binding.tensor_names
             self._plan = binding.plan
         self._binding = binding
-        # A running op (a scheduled launch, a replay) that holds the memory refuses
-        # the launch now, at the call, naming both parameters (not only at its sync).
-        cuda_async.check_startable(binding.accesses, self.description)
-        self._holds = hold_all(ranges, binding.hold_entries, kernel.name)
+        # The tensors' bytes are held from here (a conflict with another launch, or
+        # with a running op such as a scheduled launch or a replay, refuses the call
+        # now, naming both parameters) until the launch's op takes them over.
+        plan = binding.claim_plan
+        cuda_async.claim(plan)
+        self._claim: cuda_async.ClaimPlan | None = plan
         # Until it runs, joins an op, or is cancelled; the kernel's call (the native
         # base's or the Python one) records where it was made.
         self._pending = True
 
-    def _release(self) -> None:
-        """Gives back the holds this launch took when it was made (once)."""
-        if self._holds:
-            release_all(self._holds, self._binding.devices)
+    def _hand_over_claim(self) -> cuda_async.ClaimPlan | None:
+        """The launch's pending holds, for its op's job to take over (once)."""
+        claim, self._claim = self._claim, None
+        return claim
 
-    # A launch dropped without running holds nothing: its base gives the holds back
-    # (`release_dropped`) when it is freed.
+    def _release(self) -> None:
+        """Gives back the holds this launch took when it was made, if its op has not
+        taken them over."""
+        claim = self._claim
+        if claim is not None:
+            self._claim = None
+            claim.release()
+
+    # A launch dropped without running holds nothing: its base gives the claim back
+    # (`ClaimPlan.drop`) when it is freed.
 
     if not TYPE_CHECKING:
         def __getattr__(self, name: str) -> Any:
@@ -89,7 +99,7 @@ class Launch(LaunchBase):
         ``binding``): what `__init__` would have set."""
         kernel = self.kernel
         self._binding = binding
-        self._holds = list(binding.hold_entries) if held else []
+        self._claim = binding.claim_plan if held else None
         self._done = done
         self._explicit_grid = None
         self._options = DEFAULT_OPTIONS
@@ -228,7 +238,7 @@ class Launch(LaunchBase):
         self._pending = False  # the op decides whether it runs
         if self._op is None:
             self._op = cuda_async.FnOp.from_accesses(self._execute, self._binding.accesses, name=self.description,
-                                                     views=self._graph_views)
+                                                     views=self._graph_views, claim_from=self._hand_over_claim)
         return self._op
 
     def _graph_views(self) -> list[cuda_async.ResourceView]:
@@ -249,16 +259,9 @@ class Launch(LaunchBase):
     def _execute(self, stream: Any) -> Any:
         """Runs the launch: eagerly on the interpreter (``stream`` is then ignored),
         queued on ``stream`` on the GPU (None: on cutile's stream, waited for)."""
-        if self._done:
-            # A run after the first (a replayed host graph, an op run again): the
-            # memory must still be free of conflicting pending launches. (The objects
-            # may have been consumed since, e.g. unpartitioned: the memory is the same.)
-            for param, storage, start, end, writes in self._argument_ranges(live=False):
-                storage.check_available(start, end, writes, f"{self.kernel.name}: parameter '{param}'")
         plan = self.plan()
         arguments = self.arguments
         self._done = True
-        self._release()  # the running op's own holds (cuda_async) take over from here
         self._op = None  # the op refers back to this launch: leave no cycle behind
         run_plan(self.kernel, plan, arguments, self._options, stream, self._binding)
         return self._binding.results(arguments)
@@ -295,7 +298,6 @@ class Launch(LaunchBase):
         self._done = True
         self._cancelled = True
         self._release()
-        self._holds = []
 
     def sync_on(self, stream: Any) -> Any:
         """Runs the launch on ``stream`` (a `cuda_core.Stream`, or None for the host)

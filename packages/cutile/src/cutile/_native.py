@@ -86,7 +86,7 @@ class _PythonKernelBase:
 
 class _PythonLaunchBase:
     """`Launch`'s base without the native module: ``sync`` is ``_sync_slow``, a
-    launch freed with its holds gives them back, and one freed while pending warns."""
+    launch freed with its claim gives it back, and one freed while pending warns."""
 
     # (the native base's C members: pending, and where the launch was made)
     _pending = False
@@ -104,11 +104,9 @@ class _PythonLaunchBase:
 
     def __del__(self) -> None:
         state = self.__dict__
-        holds = state.get("_holds")
-        if holds:
-            from cutile._tensor import release_dropped
-
-            release_dropped(holds, state["_binding"].devices)
+        claim = state.get("_claim")
+        if claim is not None:
+            claim.drop()
         if state.get("_pending") and _never_run_hook is not None:
             _never_run_hook(state.get("kernel"), state.get("_site_code"), state.get("_site_lasti", -1))
 
@@ -127,9 +125,7 @@ if TYPE_CHECKING:
     KernelBase = _PythonKernelBase
     LaunchBase = _PythonLaunchBase
 elif module is not None:
-    from cutile import _tensor
-
-    module.configure_holds(_tensor._dropped)
+    module.use_api(_batch_api().API)
     # A kernel armed under one driver (a test's fake, say) must not launch through another.
     on_driver_change(module.invalidate)
     KernelBase = module.KernelBase
@@ -145,14 +141,10 @@ def _configure() -> None:
     points = entry_points()
     if points is _configured_for:
         return
-    from cuda_async import native_batch_api
     from cuda_core.native import raise_driver_error
 
-    from cutile import _tensor
-    from cutile._binding import ObjectBinding
-
-    module.configure(native_batch_api().API, points.launch_kernel, points.ctx_get_current, points.ctx_set_current,
-                     points.stream_synchronize, _tensor._holds_lock, vars(ObjectBinding)["accesses"], raise_driver_error)
+    module.configure(points.launch_kernel, points.ctx_get_current, points.ctx_set_current,
+                     points.stream_synchronize, raise_driver_error)
     _configured_for = points
 
 
@@ -173,8 +165,8 @@ def arm(kernel: Kernel, binding: ObjectBinding, loaded: LoadedKernel, context: i
         _configure()
     except NativeUnavailable:
         return
-    from cuda_async import Job
-    from cutile import _gpu, _tensor
+    from cuda_async import ClaimPlan, Job
+    from cutile import _gpu
     from cutile._binding import ObjectBinding
     from cutile._launch import Launch  # (it imports this module, for LaunchBase)
     from cutile._tensor import Partition, Tensor
@@ -204,10 +196,11 @@ def arm(kernel: Kernel, binding: ObjectBinding, loaded: LoadedKernel, context: i
             checks.append((kind, rest[0], packed_as, slot, accepts))
     # One 8-byte slot per parameter, little-endian like the device.
     packed = b"".join(bytes(PARAM_CTYPES[t](v)).ljust(8, b"\0") for t, v in zip(types, binding.packed))
-    holds = tuple((device, _tensor._holds[device], entry) for device, entry in zip(binding.devices, binding.hold_entries))
+    # A synchronous run's holds: the binding's spans, running, owned by a job kept for it.
+    run = ClaimPlan(binding.run_spans(), owner=Job(kernel._launch_description))
     results = tuple(kernel._param_names.index(name) for name in binding.tensor_names)
     fast = module.NativeObjectBinding(
-        binding, Job(kernel._launch_description), kernel._launch_description, Launch, tuple(checks), holds, results,
+        binding, binding.accesses, binding.claim_plan, run, kernel._launch_description, Launch, tuple(checks), results,
         int(prepared.function.handle), context, tuple(config.grid), tuple(config.block),
         config.shared_memory, packed, loaded.reads.entries)
     kernel._native_binding = fast
