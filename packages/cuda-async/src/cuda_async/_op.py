@@ -254,11 +254,9 @@ class FnOp(DeviceOp[T]):
         claim = self.claim_from() if self.claim_from is not None else None
         capture = run.capture
         if capture is not None:
-            try:
-                run.holder.check(self.access_set, self.name, claim)
-            finally:
-                if claim is not None:
-                    claim.release()  # a recorded op holds nothing: its replays take holds
+            if claim is not None:
+                claim.release()  # a recorded op holds nothing: its replays take holds
+            run.holder.check(self.access_set, self.name)
             capture.add_leaf(self)
             return self.fn(stream)
         if stream is None:

@@ -210,24 +210,23 @@ class Job:
     def __repr__(self) -> str:
         return f"<Job {self.name!r}{' released' if self.released else ''}>"
 
-    def check(self, access_set: AccessSet, op_name: str, claim: _ledger.ClaimPlan | None = None) -> None:
+    def check(self, access_set: AccessSet, op_name: str) -> None:
         """Raises `OwnershipError` if any hold of ``access_set`` conflicts with another
-        job's or a pending op's (a graph capture checks, and takes nothing); the
-        holds of ``claim`` (the op's own, pending) are no conflict."""
-        own = claim.entries if claim is not None else ()
+        job's or a pending op's (a graph capture checks, and takes nothing)."""
         with _ledger_lock:
             _ledger.drain_dropped()
-            holds = _ledger.holds
-            for _, domain, start, end, writes, label in access_set.spans:
-                for hold in holds.get(domain, ()):
-                    if hold[0] < end and start < hold[1] and (writes or hold[2]):
-                        owner = hold[4]
-                        if owner is None:
-                            if any(hold is mine for mine in own):
-                                continue
-                        elif owner is self or owner is self.parent or owner.released:
-                            continue
-                        raise refusal(hold, writes, label or op_name)
+            self._check_locked(access_set.spans, op_name)
+
+    def _check_locked(self, spans: tuple[Span, ...], op_name: str) -> None:
+        holds = _ledger.holds
+        parent = self.parent
+        for _, domain, start, end, writes, label in spans:
+            for hold in holds.get(domain, ()):
+                if hold[0] < end and start < hold[1] and (writes or hold[2]):
+                    owner = hold[4]
+                    if owner is not None and (owner is self or owner is parent or owner.released):
+                        continue
+                    raise refusal(hold, writes, label or op_name)
 
     def acquire(
         self,
@@ -239,23 +238,26 @@ class Job:
         """Checks the op's holds against other jobs' and pending ops', and takes them
         (named by the access set's labels where it gives one, else by ``op_name``);
         the pending holds of ``claim`` (the op's own, taken when it was made) become
-        the job's in the same step. On ``stream``, makes it wait (events) for earlier
+        the job's in the same step (given back, also when the check fails: the op
+        did not start). On ``stream``, makes it wait (events) for earlier
         conflicting accesses on other streams.
 
         Raises `OwnershipError` before taking anything if any hold conflicts.
         """
         with _ledger_lock:
+            if claim is not None:
+                _ledger._release_locked(claim)
+            if _ledger.dropped:
+                _ledger.drain_dropped()
             held = self.held
             holds = self.holds
             spans = access_set.spans
             # The usual case in a loop: the job holds all of them already, as strongly.
-            for resource, domain, start, end, writes, _ in spans:
+            for _, domain, start, end, writes, _ in spans:
                 mine = holds.get((domain, start, end))
                 if mine is None or (writes and not mine[1][2]):
-                    self.check(access_set, op_name, claim)
+                    self._check_locked(spans, op_name)
                     break
-            else:
-                mine = None
             for resource, domain, start, end, writes, label in spans:
                 key = (domain, start, end)
                 previous = holds.get(key)
@@ -267,8 +269,6 @@ class Job:
                         _ledger.remove(listed, previous[1])
                     holds[key] = (listed, hold)
                 held[resource] = None
-            if claim is not None:
-                _ledger._release_locked(claim)
             if stream is None:
                 return
             for resource, access in access_set.accesses:

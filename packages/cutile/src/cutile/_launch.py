@@ -32,19 +32,25 @@ class Launch(LaunchBase):
 
     ``.sync()`` runs it and returns the tensor arguments (in signature order);
     ``.grid(x, y, z)`` sets the grid when no Mut tensor decides it.
+
+    The native path makes launches too (its base's C members: the kernel, the
+    binding, the claim, the positional arguments, done and pending); what it
+    does not set has a class default here, so such a launch is complete as made.
     """
+
+    _explicit_grid: tuple[int, int, int] | None = None
+    _options: CompileOptions = DEFAULT_OPTIONS
+    _op: cuda_async.DeviceOp[Any] | None = None
+    _plan: SignaturePlan | None = None  # None: the binding's, unless the grid is explicit
+    _cancelled = False
 
     def __init__(self, kernel: Kernel, arguments: dict[str, Any], binding: ObjectBinding | None = None) -> None:
         self.kernel = kernel
-        self.arguments = arguments
-        self._explicit_grid: tuple[int, int, int] | None = None
-        self._options = DEFAULT_OPTIONS
-        self._op: cuda_async.DeviceOp[Any] | None = None
+        self._arguments = arguments
         self._done = False
         if binding is None:
             self._tensor_names: list[str] = []
             ranges = self._checked_ranges()
-            self._plan: SignaturePlan | None = None
             binding = ObjectBinding(kernel, arguments, ranges, self._tensor_names)
             kernel._object_binding = binding
             kernel._native_binding = None  # the native path's binding was the previous one's
@@ -54,9 +60,6 @@ class Launch(LaunchBase):
                 value = arguments[param]
                 if value._consumed_by is not None:
                     value._live(f"{kernel.name}: parameter '{param}'")  # raises, naming the consumer
-            ranges = binding.ranges
-            self._tensor_names = binding.tensor_names
-            self._plan = binding.plan
         self._binding = binding
         # The tensors' bytes are held from here (a conflict with another launch, or
         # with a running op such as a scheduled launch or a replay, refuses the call
@@ -84,29 +87,13 @@ class Launch(LaunchBase):
     # A launch dropped without running holds nothing: its base gives the claim back
     # (`ClaimPlan.drop`) when it is freed.
 
-    if not TYPE_CHECKING:
-        def __getattr__(self, name: str) -> Any:
-            # Only a launch made by the native path lacks its attributes: the Python
-            # code adopts it on first use, then carries on as for any launch.
-            state = self._take_native()
-            if state is None:
-                raise AttributeError(f"'Launch' object has no attribute {name!r}")
-            self._adopt(*state)
-            return object.__getattribute__(self, name)
-
-    def _adopt(self, binding: ObjectBinding, args: tuple[Any, ...], held: bool, done: bool) -> None:
-        """Takes over a launch made by the native path (``kernel(*args)`` matched
-        ``binding``): what `__init__` would have set."""
-        kernel = self.kernel
-        self._binding = binding
-        self._claim = binding.claim_plan if held else None
-        self._done = done
-        self._explicit_grid = None
-        self._options = DEFAULT_OPTIONS
-        self._op = None
-        self._tensor_names = binding.tensor_names
-        self._plan = binding.plan
-        self.arguments = kernel._positional_arguments(args)
+    @property
+    def arguments(self) -> dict[str, Any]:
+        """The call's arguments by parameter name."""
+        found: dict[str, Any] | None = self.__dict__.get("_arguments")
+        if found is None:  # a launch the native path made keeps its positional arguments
+            found = self._arguments = self.kernel._positional_arguments(self._args)
+        return found
 
     @property
     def description(self) -> str:
@@ -164,16 +151,9 @@ class Launch(LaunchBase):
         self._tensor_names = [r[0] for r in ranges]
         return ranges
 
-    def _take_over(self) -> None:
-        """Adopts a launch made by the native path before changing what it runs
-        (after this, ``sync`` is the Python path's)."""
-        state = self._take_native()
-        if state is not None:
-            self._adopt(*state)
-
     def grid(self, x: int, y: int = 1, z: int = 1) -> Launch:
         """Sets the grid explicitly (checked against the Mut partitions, if any)."""
-        self._take_over()
+        self._detach()  # what it runs changes: the Python path runs it
         dims = (x, y, z)
         if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in dims):
             self._pending = False  # the error is what the caller hears of this launch
@@ -186,7 +166,7 @@ class Launch(LaunchBase):
                         hints: Mapping[str, Any] | None = None) -> Launch:
         """tileiras options for this launch (part of the compile cache key); ``hints``
         as for `entry`, over the entry's own."""
-        self._take_over()
+        self._detach()  # what it runs changes: the Python path runs it
         try:
             parsed = KernelHints.parse(hints, f"{self.kernel.name}.compile_options: hints")
         except HintError as exc:
@@ -218,6 +198,8 @@ class Launch(LaunchBase):
         """The specialization and grid of this call, and (once run on the GPU) its
         loaded kernel: shared by every call with the same argument signature."""
         plan = self._plan
+        if plan is None and self._explicit_grid is None:
+            plan = self._binding.plan
         if plan is None:
             try:
                 plan = self._plan = self.kernel.plan_for(self.arguments, self._explicit_grid)
@@ -291,7 +273,7 @@ class Launch(LaunchBase):
         """Drops the launch on purpose, without running it: its tensors' holds are
         given back now and it can no longer run. (A launch freed without having run,
         been scheduled or joined an op warns `LaunchNeverRunWarning`.)"""
-        self._take_over()
+        self._detach()
         if self._done or self._op is not None:
             raise OwnershipError(f"{self.description} has run or is part of an op; it cannot be cancelled")
         self._pending = False

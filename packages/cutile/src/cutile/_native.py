@@ -88,7 +88,11 @@ class _PythonLaunchBase:
     """`Launch`'s base without the native module: ``sync`` is ``_sync_slow``, a
     launch freed with its claim gives it back, and one freed while pending warns."""
 
-    # (the native base's C members: pending, and where the launch was made)
+    # (the native base's C members: the claim, the positional arguments of a launch
+    # made in C, done, pending, and where the launch was made)
+    _claim: Any = None
+    _args: Any = None
+    _done = False
     _pending = False
     _site_code: Any = None
     _site_lasti = -1
@@ -98,9 +102,8 @@ class _PythonLaunchBase:
         itself, several as a tuple)."""
         return self._sync_slow()  # type: ignore[attr-defined]
 
-    def _take_native(self) -> tuple[Any, tuple[Any, ...], bool, bool] | None:
-        """(binding, args, held, done) of a launch made in C: never, here."""
-        return None
+    def _detach(self) -> None:
+        """Leaves the launch to the Python path (the native base's; nothing here)."""
 
     def __del__(self) -> None:
         state = self.__dict__

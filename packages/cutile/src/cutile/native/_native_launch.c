@@ -90,9 +90,9 @@ typedef struct {
 typedef struct {
     PyObject_HEAD
     PyObject *kernel;
-    PyObject *fast;         /* NativeObjectBinding while the launch is native; NULL once adopted by Python */
-    PyObject *args;
-    int done;
+    PyObject *fast;         /* NativeObjectBinding while the native sync may run it (`_detach` ends it) */
+    PyObject *args;         /* `_args`: the call's positional arguments (a launch made here) */
+    char done;              /* `_done`: run (or cancelled) */
     PyObject *claim;        /* `_claim`: the ClaimPlan of its pending holds, until its op takes them */
     PyObject *binding;      /* `_binding` */
     char pending;           /* `_pending`: made, neither run nor handed to an op; freed so, it warns */
@@ -542,17 +542,11 @@ static PyObject *launch_sync(LaunchBase *self, PyObject *unused) {
     return PyObject_CallMethodNoArgs((PyObject *)self, str_sync_slow);
 }
 
-/* Hands a native launch over to Python: (binding, args, held, done), or None. */
-static PyObject *launch_take_native(LaunchBase *self, PyObject *unused) {
-    if (self->fast == NULL) Py_RETURN_NONE;
-    PyObject *owner = ((NativeObjectBinding *)self->fast)->owner;
-    int held = self->claim != NULL && self->claim != Py_None;
-    PyObject *state = Py_BuildValue("OOOO", owner, self->args, held ? Py_True : Py_False,
-                                    self->done ? Py_True : Py_False);
-    if (state == NULL) return NULL;
+/* The Python code changes what the launch runs (grid, options) or runs it itself:
+ * the native sync no longer may. */
+static PyObject *launch_detach(LaunchBase *self, PyObject *unused) {
     Py_CLEAR(self->fast);
-    Py_CLEAR(self->args);
-    return state;
+    Py_RETURN_NONE;
 }
 
 /* A launch freed while pending: the hook warns (once per kernel). The launch itself is
@@ -584,11 +578,13 @@ static void launch_dealloc(LaunchBase *self) {
 static PyMethodDef launch_methods[] = {
     {"sync", (PyCFunction)launch_sync, METH_NOARGS,
      "Runs the launch to completion and returns its tensor arguments (one as itself, several as a tuple)."},
-    {"_take_native", (PyCFunction)launch_take_native, METH_NOARGS, "(binding, args, held, done) or None."},
+    {"_detach", (PyCFunction)launch_detach, METH_NOARGS, "Leaves the launch to the Python path."},
     {NULL, NULL, 0, NULL}};
 static PyMemberDef launch_members[] = {
     {"kernel", T_OBJECT_EX, offsetof(LaunchBase, kernel), 0, NULL},
     {"_claim", T_OBJECT, offsetof(LaunchBase, claim), 0, NULL},
+    {"_args", T_OBJECT, offsetof(LaunchBase, args), READONLY, NULL},
+    {"_done", T_BOOL, offsetof(LaunchBase, done), 0, NULL},
     {"_binding", T_OBJECT_EX, offsetof(LaunchBase, binding), 0, NULL},
     {"_pending", T_BOOL, offsetof(LaunchBase, pending), 0, NULL},
     {"_site_code", T_OBJECT, offsetof(LaunchBase, site_code), 0, NULL},
