@@ -19,7 +19,7 @@ from cutile import _backend, _gpu
 from cutile._binding import MISSING, ObjectBinding, SignaturePlan, check_strides, wrong_mut_argument, wrong_read_argument
 from cutile._errors import CutileError, LaunchError, OwnershipError
 from cutile._graphs import Graph
-from cutile._native import LaunchBase, configure_never_run
+from cutile._native import LaunchBase
 from cutile._tensor import Partition, Storage, Tensor, overlapping, overlaps_itself
 from cutile_compiler import DEFAULT_OPTIONS, CompileOptions, HintError, KernelHints, Specialization
 
@@ -321,7 +321,7 @@ class LaunchNeverRunWarning(RuntimeWarning):
     ``.cancel()``. Warned once per kernel, at the line of the call that made it."""
 
 
-def _warn_never_run(kernel: Any, code: Any, lasti: int, _sys: Any = sys, _warnings: Any = warnings) -> None:
+def warn_never_run(kernel: Any, code: Any, lasti: int, _sys: Any = sys, _warnings: Any = warnings) -> None:
     """Warns that a launch of ``kernel`` made at (``code``, ``lasti``) was freed while
     pending. It runs in the launch's finalizer, wherever the launch is freed: it
     touches nothing but its arguments (the modules it needs are bound as defaults,
@@ -342,7 +342,6 @@ def _warn_never_run(kernel: Any, code: Any, lasti: int, _sys: Any = sys, _warnin
         f".cancel() drops a launch on purpose", LaunchNeverRunWarning, filename, line)
 
 
-configure_never_run(_warn_never_run)
 
 
 def run_plan(kernel: Kernel, plan: SignaturePlan, arguments: dict[str, Any], options: CompileOptions,

@@ -51,7 +51,7 @@ except (NativeUnavailable, OSError) as exc:
     _reason = str(exc)
 
 _configured_for: Any = None  # the driver entry points the module was configured with
-#: called as hook(kernel, code, lasti) for a launch freed while pending (`configure_never_run`)
+#: called as hook(kernel, code, lasti) for a launch freed while pending (`configure_python`)
 _never_run_hook: Callable[[Any, Any, int], None] | None = None
 _told = False
 _log = logging.getLogger("cutile.backend")
@@ -84,6 +84,13 @@ class _PythonKernelBase:
         return launch
 
 
+class _PythonOwned:
+    """The base of `Tensor` and `Partition` without the native module (the C one
+    keeps ``_consumed_by`` where the native path reads it)."""
+
+    __slots__ = ("_consumed_by",)
+
+
 class _PythonLaunchBase:
     """`Launch`'s base without the native module: ``sync`` is ``_sync_slow``, a
     launch freed with its claim gives it back, and one freed while pending warns."""
@@ -114,28 +121,34 @@ class _PythonLaunchBase:
             _never_run_hook(state.get("kernel"), state.get("_site_code"), state.get("_site_lasti", -1))
 
 
-def configure_never_run(hook: Callable[[Any, Any, int], None]) -> None:
-    """Sets what a launch freed while pending calls, on either base: ``hook(kernel,
-    code, lasti)`` with the code object and instruction offset of the call that made
-    it (None, -1 when unknown)."""
+def configure_python(call: Callable[..., Any], sync: Callable[[Any], Any],
+                     never_run: Callable[[Any, Any, int], None]) -> None:
+    """Hands the native bases what they call: ``call(kernel, *args, **kwargs)``, the
+    Python path of a call; ``sync(launch)``, that of a sync; and ``never_run(kernel,
+    code, lasti)`` for a launch freed while pending, with the code object and
+    instruction offset of the call that made it (None, -1 when unknown). The Python
+    bases call the same methods by name."""
     global _never_run_hook
-    _never_run_hook = hook
+    _never_run_hook = never_run
     if module is not None:
-        module.configure_never_run(hook)
+        module.configure_python(call, sync, never_run)
 
 
 if TYPE_CHECKING:
     KernelBase = _PythonKernelBase
     LaunchBase = _PythonLaunchBase
+    Owned = _PythonOwned
 elif module is not None:
     module.use_api(_batch_api().API)
     # A kernel armed under one driver (a test's fake, say) must not launch through another.
     on_driver_change(module.invalidate)
     KernelBase = module.KernelBase
     LaunchBase = module.LaunchBase
+    Owned = module.Owned
 else:
     KernelBase = _PythonKernelBase
     LaunchBase = _PythonLaunchBase
+    Owned = _PythonOwned
 
 
 def _configure() -> None:
@@ -172,7 +185,6 @@ def arm(kernel: Kernel, binding: ObjectBinding, loaded: LoadedKernel, context: i
     from cutile import _gpu
     from cutile._binding import ObjectBinding
     from cutile._launch import Launch  # (it imports this module, for LaunchBase)
-    from cutile._tensor import Partition, Tensor
 
     slot_of = {param: index for index, (param, code, _, _) in enumerate(loaded.recipe) if code == _gpu._SCALAR}
     checks: list[tuple[Any, ...]] = []
@@ -182,8 +194,7 @@ def arm(kernel: Kernel, binding: ObjectBinding, loaded: LoadedKernel, context: i
             target = rest[0]()
             if target is None:
                 return
-            owner = Partition if type(target) is Partition else Tensor
-            checks.append((kind, rest[0], vars(owner)["_consumed_by"]))  # the slot's descriptor
+            checks.append((kind, rest[0], None))
         elif kind == ObjectBinding._CONSTANT:
             checks.append((kind, rest[0], rest[1]))
         else:

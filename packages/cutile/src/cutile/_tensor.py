@@ -23,6 +23,7 @@ import ml_dtypes  # noqa: F401  (registers bfloat16 and float8 with numpy)
 import numpy as np
 
 from cuda_async import Resource, check_access, ensure_not_capturing
+from cutile._native import Owned
 from cutile._errors import ArgumentError, ArgumentTypeError, InteropError, LaunchError, OwnershipError, TensorIndexError
 from cutile_compiler import dtypes as dt
 from cutile_compiler import TensorAnnotation, TensorSpec, is_power_of_two, make_tensor_annotation, tile_shape_problem
@@ -178,13 +179,13 @@ class TensorLayout:
         return f"{self.dtype}{list(self.shape)} (strides {list(self.strides)}{offset}) on {self.device}"
 
 
-class Tensor:
+class Tensor(Owned):
     """An n-dimensional array on the interpreter's host memory or a GPU.
 
     As an annotation, ``Tensor[f32, [-1, "K"]]`` describes a kernel parameter.
     """
 
-    __slots__ = ("_storage", "dtype", "shape", "strides", "offset", "_consumed_by", "_byte_range", "__weakref__")
+    __slots__ = ("_storage", "dtype", "shape", "strides", "offset", "_byte_range", "__weakref__")
 
     def __init__(self, storage: Storage, dtype: dt.DType, shape: tuple[int, ...],
                  strides: tuple[int, ...] | None = None, offset: int = 0) -> None:
@@ -427,10 +428,10 @@ class Tensor:
                          _from_tensor=True)
 
 
-class Partition:
+class Partition(Owned):
     """A tensor split into equal tiles, each owned by one block of a launch."""
 
-    __slots__ = ("_tensor", "tile_shape", "_consumed_by", "__weakref__")
+    __slots__ = ("_tensor", "tile_shape", "__weakref__")
 
     def __init__(self, tensor: Tensor, tile_shape: tuple[int, ...], *, _from_tensor: bool = False) -> None:
         if not _from_tensor:

@@ -16,7 +16,7 @@
  * otherwise the Python path compiles again (at the run, as the Python path checks).
  * A launch made here remembers where it was made (the caller's code object and
  * instruction, no line lookup); freed while still pending, it hands that to
- * cutile's never-run hook (`configure_never_run`), which warns.
+ * cutile's never-run hook (`configure_python`), which warns.
  * Anything else misses and runs the Python code, which is the reference and
  * raises every error: this file never decides that something is wrong. */
 #define PY_SSIZE_T_CLEAN
@@ -39,7 +39,8 @@ static ctx_set_fn cu_ctx_set_current;
 static stream_sync_fn cu_stream_synchronize;
 static PyObject *raise_launch_error; /* Python: (code, what) -> raises cuda_core's error */
 static PyObject *never_run_hook;     /* Python: (kernel, code, lasti) -> warns of a launch freed unrun */
-static PyObject *str_call, *str_sync_slow;
+static PyObject *python_call;        /* Python: Kernel._call(kernel, *args, **kwargs), every other call */
+static PyObject *python_sync;        /* Python: Launch._sync_slow(launch), every other sync */
 static int configured;
 static unsigned long generation; /* bumped by each configure: a binding armed under another driver misses */
 static unsigned long long native_calls, native_syncs; /* launches made and run here (tests) */
@@ -53,7 +54,6 @@ typedef struct {
     int kind;
     PyObject *ref;          /* tensor: weakref; constant: value */
     PyTypeObject *type;     /* constant, scalar: the exact type */
-    PyObject *consumed;     /* tensor: the _consumed_by slot descriptor of its class */
     int code, slot;         /* scalar: the C type it is packed as, parameter index */
     int range;              /* scalar: the C type of its dtype (the values it accepts) */
 } Check;
@@ -100,12 +100,16 @@ typedef struct {
     int site_lasti;
 } LaunchBase;
 
-static PyTypeObject FastBindingType, KernelBaseType, LaunchBaseType;
+/* The base of cutile's Tensor and Partition: `_consumed_by` (None while the object
+ * may be used; else who consumed it), read here without a Python call. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *consumed_by;
+} Owned;
+
+static PyTypeObject FastBindingType, KernelBaseType, LaunchBaseType, OwnedType;
 
 /* -- helpers ---------------------------------------------------------------------------- */
-static inline PyObject *descr_get(PyObject *descriptor, PyObject *obj) {
-    return Py_TYPE(descriptor)->tp_descr_get(descriptor, obj, (PyObject *)Py_TYPE(obj));
-}
 
 /* A scalar argument written into an 8-byte slot; 0 when it does not fit (the Python
  * path then raises the error), -1 on an error. */
@@ -158,7 +162,6 @@ static void fast_clear_contents(NativeObjectBinding *self) {
     for (Py_ssize_t i = 0; i < self->nargs; i++) {
         Py_CLEAR(self->checks[i].ref);
         Py_CLEAR(self->checks[i].type);
-        Py_CLEAR(self->checks[i].consumed);
     }
     Py_CLEAR(self->access_set); /* it refers to the memory */
     self->armed = 0;
@@ -195,7 +198,7 @@ static int read_uints(PyObject *seq, unsigned *out, Py_ssize_t n, const char *wh
 
 /* NativeObjectBinding(owner, access_set, claim, run, name, launch_type, checks, results, function, context,
  *             grid, block, shared_memory, packed, reads)
- *   checks:  per argument (0, weakref, consumed_descriptor) | (1, type, value)
+ *   checks:  per argument (0, weakref, None) | (1, type, value)
  *            | (2, type, packed_as, slot, range): packed_as the cubin's C type, range the dtype's
  *   claim, run: cuda_async.ClaimPlan objects (pending holds; a synchronous run's)
  *   results: argument indices of the tensors a run returns
@@ -245,9 +248,8 @@ static PyObject *fast_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) 
         check->kind = (int)PyLong_AsLong(PyTuple_GET_ITEM(spec, 0));
         PyObject *a = PyTuple_GET_ITEM(spec, 1), *b = PyTuple_GET_ITEM(spec, 2);
         if (check->kind == CHECK_TENSOR) {
-            if (!PyWeakref_CheckRef(a) || Py_TYPE(b)->tp_descr_get == NULL) goto bad_check;
+            if (!PyWeakref_CheckRef(a)) goto bad_check;
             check->ref = Py_NewRef(a);
-            check->consumed = Py_NewRef(b);
         } else if (check->kind == CHECK_CONSTANT) {
             if (!PyType_Check(a)) goto bad_check;
             check->type = (PyTypeObject *)Py_NewRef(a);
@@ -304,10 +306,8 @@ static int arguments_match(NativeObjectBinding *fb, PyObject *args) {
         PyObject *value = PyTuple_GET_ITEM(args, i);
         if (check->kind == CHECK_TENSOR) {
             if (cuda_async_referent(check->ref) != value) return 0; /* a dead reference gives None */
-            PyObject *consumer = descr_get(check->consumed, value);
-            if (consumer == NULL) return -1;
-            Py_DECREF(consumer);
-            if (consumer != Py_None) return 0;
+            /* (a tensor or partition: an Owned, whose consumer is this file's member) */
+            if (!PyObject_TypeCheck(value, &OwnedType) || ((Owned *)value)->consumed_by != NULL) return 0;
         } else if (Py_TYPE(value) != check->type) {
             return 0;
         } else if (check->kind == CHECK_CONSTANT && value != check->ref) {
@@ -365,10 +365,14 @@ static PyObject *kernel_call(KernelBase *self, PyObject *args, PyObject *kwargs)
         Py_DECREF(fb);
         if (launch != NULL || PyErr_Occurred()) return launch;
     }
-    PyObject *slow = PyObject_GetAttr((PyObject *)self, str_call);
-    if (slow == NULL) return NULL;
-    PyObject *result = PyObject_Call(slow, args, kwargs);
-    Py_DECREF(slow);
+    if (python_call == NULL) return PyErr_Format(PyExc_RuntimeError, "cutile._native_launch: configure_python first");
+    Py_ssize_t n = PyTuple_GET_SIZE(args);
+    PyObject *small[16], **stack = n < 16 ? small : PyMem_Malloc((n + 1) * sizeof(PyObject *));
+    if (stack == NULL) return PyErr_NoMemory();
+    stack[0] = (PyObject *)self;
+    for (Py_ssize_t i = 0; i < n; i++) stack[i + 1] = PyTuple_GET_ITEM(args, i);
+    PyObject *result = PyObject_VectorcallDict(python_call, stack, n + 1, kwargs);
+    if (stack != small) PyMem_Free(stack);
     if (result != NULL && PyObject_TypeCheck(result, &LaunchBaseType)) remember_site((LaunchBase *)result);
     return result;
 }
@@ -539,7 +543,8 @@ static PyObject *launch_sync(LaunchBase *self, PyObject *unused) {
             return NULL;
         }
     }
-    return PyObject_CallMethodNoArgs((PyObject *)self, str_sync_slow);
+    if (python_sync == NULL) return PyErr_Format(PyExc_RuntimeError, "cutile._native_launch: configure_python first");
+    return PyObject_CallOneArg(python_sync, (PyObject *)self);
 }
 
 /* The Python code changes what the launch runs (grid, options) or runs it itself:
@@ -591,6 +596,28 @@ static PyMemberDef launch_members[] = {
     {"_site_lasti", T_INT, offsetof(LaunchBase, site_lasti), 0, NULL},
     {NULL}};
 
+/* -- Owned ------------------------------------------------------------------------------- */
+static int owned_set_consumed(Owned *self, PyObject *value, void *closure) {
+    /* None (or deleting it) makes the object usable; anything else is who consumed it. */
+    Py_XSETREF(self->consumed_by, (value == NULL || value == Py_None) ? NULL : Py_NewRef(value));
+    return 0;
+}
+
+static PyObject *owned_get_consumed(Owned *self, void *closure) {
+    return Py_NewRef(self->consumed_by ? self->consumed_by : Py_None);
+}
+
+static void owned_dealloc(Owned *self) {
+    /* (Its consumer is a string: no cycle to collect. A subclass's dealloc has
+     * untracked the object and drops the reference to its heap type.) */
+    Py_CLEAR(self->consumed_by);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyGetSetDef owned_getset[] = {
+    {"_consumed_by", (getter)owned_get_consumed, (setter)owned_set_consumed, "who consumed the object, or None", NULL},
+    {NULL}};
+
 /* -- module ------------------------------------------------------------------------------ */
 static PyTypeObject FastBindingType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "cutile._native_launch.NativeObjectBinding",
@@ -601,14 +628,24 @@ static PyTypeObject KernelBaseType = {
     .tp_basicsize = sizeof(KernelBase), .tp_dealloc = (destructor)kernel_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE, .tp_new = PyType_GenericNew,
     .tp_call = (ternaryfunc)kernel_call, .tp_getset = kernel_getset};
+static PyTypeObject OwnedType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "cutile._native_launch.Owned",
+    .tp_basicsize = sizeof(Owned), .tp_dealloc = (destructor)owned_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE, .tp_new = PyType_GenericNew, .tp_getset = owned_getset};
 static PyTypeObject LaunchBaseType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "cutile._native_launch.LaunchBase",
     .tp_basicsize = sizeof(LaunchBase), .tp_dealloc = (destructor)launch_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE, .tp_new = PyType_GenericNew,
     .tp_methods = launch_methods, .tp_members = launch_members};
 
-/* configure_never_run(hook): called as hook(kernel, code, lasti) for a launch freed while pending. */
-static PyObject *configure_never_run(PyObject *module, PyObject *hook) {
+/* configure_python(call, sync, never_run): the Python path of a call (call(kernel, *args,
+ * **kwargs)) and of a sync (sync(launch)), and the hook called as never_run(kernel, code,
+ * lasti) for a launch freed while pending. */
+static PyObject *configure_python(PyObject *module, PyObject *args) {
+    PyObject *call, *sync, *hook;
+    if (!PyArg_ParseTuple(args, "OOO", &call, &sync, &hook)) return NULL;
+    Py_XSETREF(python_call, Py_NewRef(call));
+    Py_XSETREF(python_sync, Py_NewRef(sync));
     Py_XSETREF(never_run_hook, Py_NewRef(hook));
     Py_RETURN_NONE;
 }
@@ -669,7 +706,7 @@ static PyObject *stats(PyObject *module, PyObject *unused) {
 static PyMethodDef module_methods[] = {
     {"invalidate", invalidate, METH_NOARGS, "Makes every binding armed so far miss (the driver changed)."},
     {"stats", stats, METH_NOARGS, "(launches made, launches run) by the native path so far."},
-    {"configure_never_run", configure_never_run, METH_O, "Hands over the warning of launches freed unrun."},
+    {"configure_python", configure_python, METH_VARARGS, "Hands over the Python paths and the never-run warning."},
     {"use_api", use_api, METH_O, "Hands over cuda_async's C API (its capsule)."},
     {"configure", configure, METH_VARARGS, "Hands over the driver's entry points."},
     {"null_entry_points", null_entry_points, METH_NOARGS, "Driver stand-ins that do nothing (benchmarks)."},
@@ -679,16 +716,15 @@ static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "cutile._native_l
                                         NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__native_launch(void) {
-    str_call = PyUnicode_InternFromString("_call");
-    str_sync_slow = PyUnicode_InternFromString("_sync_slow");
-    if (str_call == NULL || str_sync_slow == NULL) return NULL;
-    if (PyType_Ready(&FastBindingType) < 0 || PyType_Ready(&KernelBaseType) < 0 || PyType_Ready(&LaunchBaseType) < 0)
+    if (PyType_Ready(&FastBindingType) < 0 || PyType_Ready(&KernelBaseType) < 0 || PyType_Ready(&LaunchBaseType) < 0 ||
+        PyType_Ready(&OwnedType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL) return NULL;
     if (PyModule_AddObjectRef(m, "NativeObjectBinding", (PyObject *)&FastBindingType) < 0 ||
         PyModule_AddObjectRef(m, "KernelBase", (PyObject *)&KernelBaseType) < 0 ||
-        PyModule_AddObjectRef(m, "LaunchBase", (PyObject *)&LaunchBaseType) < 0) {
+        PyModule_AddObjectRef(m, "LaunchBase", (PyObject *)&LaunchBaseType) < 0 ||
+        PyModule_AddObjectRef(m, "Owned", (PyObject *)&OwnedType) < 0) {
         Py_DECREF(m);
         return NULL;
     }
