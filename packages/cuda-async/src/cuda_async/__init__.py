@@ -27,10 +27,13 @@ Quick tour::
     a, b = ca.zip(op_a, op_b).sync()            # may overlap on two streams
     graph = op.graph(); graph.launch().sync()   # capture once, replay
 
+The ownership ledger holds, by domain and byte range, the pending holds of ops
+made to run later (`ClaimPlan`, `claim`) and the running holds of jobs; a layer
+above asks it before the host touches memory (`check_access`).
+
 For the native (C) launch paths of the layers above: `native_batch_api` gives
 the configured extension whose ``API`` capsule is the C interface of
-``native/batch_api.h`` (in `NATIVE_INCLUDE_DIR`, for the caller's build),
-`native_rlock` the reentrant lock C code takes without a Python call, and `Job`
+``native/batch_api.h`` (in `NATIVE_INCLUDE_DIR`, for the caller's build), and `Job`
 is the holds and streams of one submission.
 """
 
@@ -41,7 +44,6 @@ from cuda_async._future import DeviceFuture, set_await_spin
 from cuda_async._graph import CudaGraph, GraphScope, graph_scope
 from cuda_async._native import NATIVE_DIR as NATIVE_INCLUDE_DIR
 from cuda_async._native import batch_api as native_batch_api
-from cuda_async._native import rlock as native_rlock
 from cuda_async._ledger import ClaimPlan
 from cuda_async._ledger import check as check_access
 from cuda_async._op import DeviceOp, FnOp, SharedOp, all_of, claim, value
@@ -89,7 +91,6 @@ __all__ = [
     "graph_scope",
     "is_capturing",
     "native_batch_api",
-    "native_rlock",
     "set_await_spin",
     "set_default_policy",
     "use_error_classes",
