@@ -58,12 +58,22 @@ def test_the_native_lock_is_reentrant_and_excludes_other_threads(native: object)
     assert order == ["main", "waiter"]
 
 
+def _plan(accesses: ca.AccessSet) -> ca.ClaimPlan:
+    """The claim of an op over ``accesses``'s spans (what a pending op would hold)."""
+    return ca.ClaimPlan((domain, start, end, writes, "k", "k", r.name)
+                        for r, domain, start, end, writes, _ in accesses.spans)
+
+
 def _state(resources: list[ca.Resource], stream: object) -> list[object]:
+    from cuda_async import _ledger
+
     now = _streams.current_epoch(stream)  # type: ignore[arg-type]
     out: list[object] = []
     for r in resources:
         last = r._last_write
-        out.append((sorted((j.name, int(m), n) for j, (m, n) in r._holders.items()),
+        domain, start, end = r.span
+        holds = [h for h in _ledger.holds.get(domain, ()) if h[0] < end and start < h[1]]
+        out.append((sorted((h[4].name if h[4] is not None else None, h[2], h[3]) for h in holds),
                     None if last is None else (last[0] is stream, now - last[1]),
                     sorted((s is stream, now - e) for s, (e, _) in r._reads.items())))
     return out
@@ -79,7 +89,7 @@ def test_a_repeat_in_a_batch_records_what_the_python_path_records(fake_driver: F
             op.sync()  # the first takes the holds (Python)
             for _ in range(5):
                 if use_native:
-                    assert _native.batch_api().repeat(accesses) == int(active.stream.handle)
+                    assert _native.batch_api().repeat(accesses, _plan(accesses)) == int(active.stream.handle)
                 else:
                     ca.FnOp.from_accesses(lambda s: None, accesses, name="k").sync()
             outcomes.append((_state([x, z], active.stream), active.ops))
@@ -87,7 +97,8 @@ def test_a_repeat_in_a_batch_records_what_the_python_path_records(fake_driver: F
 
 
 def test_a_repeat_is_refused_outside_the_steady_state(fake_driver: FakeDriver, native: object) -> None:
-    repeat = _native.batch_api().repeat
+    native_repeat = _native.batch_api().repeat
+    repeat = lambda accesses: native_repeat(accesses, _plan(accesses))  # noqa: E731
     x, z, w = ca.Resource("x"), ca.Resource("z"), ca.Resource("w")
     accesses = ca.AccessSet((x,), (z,))
     assert repeat(accesses) is None  # no batch

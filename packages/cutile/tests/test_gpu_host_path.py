@@ -333,14 +333,16 @@ def _stats() -> tuple[int, int]:
 
 def _ledger(resources: list[Any], stream: Any) -> list[Any]:
     """What cuda_async's ledger says about ``resources`` (epochs relative to the stream's)."""
-    from cuda_async import _streams
+    from cuda_async import _ledger, _streams
 
     now = _streams.current_epoch(stream)
     state = []
     for resource in resources:
         last = resource._last_write
+        domain, start, end = resource.span
+        holds = [hold for hold in _ledger.holds.get(domain, ()) if hold[0] < end and start < hold[1]]
         state.append((
-            sorted((job.name, int(mode), name) for job, (mode, name) in resource._holders.items()),
+            sorted((None if owner is None else owner.name, writes, label) for _, _, writes, label, owner, _ in holds),
             None if last is None else (last[0] is stream, now - last[1], last[2].name),
             sorted((s is stream, now - epoch, job.name) for s, (epoch, job) in resource._reads.items()),
         ))
@@ -411,6 +413,43 @@ def test_a_native_launch_is_refused_what_a_python_launch_is(native_gpu: FakeDriv
         saxpy(z, x, y, 1.0)
     z = tensor.partition([128])
     z, x, y = saxpy(z, x, y, 1.0).sync()
+
+
+def test_a_native_launch_is_a_complete_object(native_gpu: FakeDriver) -> None:
+    from cutile._launch import Launch
+
+    assert "__getattr__" not in vars(Launch)  # nothing is adopted on attribute access
+    z, x, y = _armed_saxpy(native_gpu)
+    made = _stats()[0]
+    launch = saxpy(z, x, y, 2.0)
+    assert _stats()[0] == made + 1 and vars(launch) == {}  # made in C: only its C members are set
+    assert launch.kernel is saxpy and launch._binding is saxpy._object_binding
+    assert launch.arguments == {"z": z, "x": x, "y": y, "a": 2.0}
+    assert launch.plan() is saxpy._object_binding.plan and launch.description == "launch of saxpy"
+    assert launch._claim is saxpy._object_binding.claim_plan and not launch._done
+    run = _stats()[1]
+    z, x, y = launch.grid(2).sync()  # the grid changes what it runs: the Python path runs it
+    assert _stats()[1] == run and launch._done and launch._claim is None
+    launch = saxpy(z, x, y, 3.0)
+    assert vars(launch) == {}
+    z, x, y = launch.sync()  # run in C, and complete afterwards too
+    assert _stats()[1] == run + 1 and launch._done and launch._claim is None
+    with pytest.raises(cutile.OwnershipError, match="has already run"):
+        launch.sync()
+
+
+def test_the_native_launch_code_reads_no_python_attribute_of_cutile_or_cuda_async() -> None:
+    # cutile's C reaches cuda_async only through its C API (batch_api.h), and cutile's
+    # objects only through its own C types' members: no attribute lookup by name, no
+    # slot descriptor (the one attribute read is of a user's module, a compile's read).
+    import re
+    from pathlib import Path
+
+    source = (Path(_native.__file__).parent / "native" / "_native_launch.c").read_text()
+    assert "tp_descr_get" not in source and "GetAttrString" not in source
+    assert re.findall(r"PyObject_GetAttr\((\w+)", source) == ["where"]
+    assert "CallMethod" not in source and "InternFromString" not in source  # no method looked up by name
+    assert re.findall(r'#include "(\w+\.h)"', source) == ["batch_api.h"]
 
 
 def test_a_native_launch_left_unrun_warns_at_its_call_line(native_gpu: FakeDriver) -> None:

@@ -27,10 +27,13 @@ Quick tour::
     a, b = ca.zip(op_a, op_b).sync()            # may overlap on two streams
     graph = op.graph(); graph.launch().sync()   # capture once, replay
 
+The ownership ledger holds, by domain and byte range, the pending holds of ops
+made to run later (`ClaimPlan`, `claim`) and the running holds of jobs; a layer
+above asks it before the host touches memory (`check_access`).
+
 For the native (C) launch paths of the layers above: `native_batch_api` gives
 the configured extension whose ``API`` capsule is the C interface of
-``native/batch_api.h`` (in `NATIVE_INCLUDE_DIR`, for the caller's build),
-`native_rlock` the reentrant lock C code takes without a Python call, and `Job`
+``native/batch_api.h`` (in `NATIVE_INCLUDE_DIR`, for the caller's build), and `Job`
 is the holds and streams of one submission.
 """
 
@@ -41,8 +44,9 @@ from cuda_async._future import DeviceFuture, set_await_spin
 from cuda_async._graph import CudaGraph, GraphScope, graph_scope
 from cuda_async._native import NATIVE_DIR as NATIVE_INCLUDE_DIR
 from cuda_async._native import batch_api as native_batch_api
-from cuda_async._native import rlock as native_rlock
-from cuda_async._op import DeviceOp, FnOp, SharedOp, all_of, check_startable, value
+from cuda_async._ledger import ClaimPlan
+from cuda_async._ledger import check as check_access
+from cuda_async._op import DeviceOp, FnOp, SharedOp, all_of, claim, value
 from cuda_async._op import zip_ops as zip
 from cuda_async._policy import (
     HostPolicy,
@@ -58,6 +62,7 @@ from cuda_async._resource import Access, AccessSet, Job, Resource, ResourceView
 __all__ = [
     "Access",
     "AccessSet",
+    "ClaimPlan",
     "Batch",
     "BatchError",
     "CudaGraph",
@@ -79,13 +84,13 @@ __all__ = [
     "SingleStream",
     "all_of",
     "batch",
-    "check_startable",
+    "check_access",
+    "claim",
     "default_policy",
     "ensure_not_capturing",
     "graph_scope",
     "is_capturing",
     "native_batch_api",
-    "native_rlock",
     "set_await_spin",
     "set_default_policy",
     "use_error_classes",

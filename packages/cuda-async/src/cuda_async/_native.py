@@ -43,18 +43,20 @@ def batch_api() -> ModuleType:
     if _module is None:
         raise NativeUnavailable(_reason or "cuda_async's native extension is unavailable")
     if not _configured:
-        from cuda_async import _batch, _capture, _policy, _resource, _streams
+        from cuda_async import _batch, _capture, _ledger, _policy, _streams
+        from cuda_async._ledger import ClaimPlan
         from cuda_async._resource import AccessSet, Job, Resource
 
-        # The slot descriptors of the state the C code reads and writes.
+        # The slot descriptors of cuda_async's own state that its C API reads and writes.
         descriptors = {
             f"{cls.__name__}.{name}": vars(cls)[name]
-            for cls, names in ((Resource, ("_holders", "_last_write", "_reads")), (Job, ("streams",)),
+            for cls, names in ((Resource, ("_last_write", "_reads")), (Job, ("streams",)),
                                (_streams.StreamState, ("epoch", "interest")), (_batch.Batch, ("ops", "_fast")),
-                               (AccessSet, ("accesses", "interest", "labels")))
+                               (AccessSet, ("accesses", "interest")), (ClaimPlan, ("lists", "entries")))
             for name in names
         }
-        _module.configure(_batch._active, _resource._ledger_lock, _streams._lock, descriptors, _capture._active,
-                          _policy, _policy._scoped, _policy.RoundRobin, _policy.SingleStream, _streams.state)
+        _module.configure(_batch._active, _ledger.lock, _streams._lock, descriptors, _capture._active,
+                          _policy, _policy._scoped, _policy.RoundRobin, _policy.SingleStream, _streams.state,
+                          _ledger.dropped)
         _configured = True
     return _module

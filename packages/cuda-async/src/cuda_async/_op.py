@@ -19,7 +19,8 @@ import cuda_core
 from cuda_async import _batch, _capture, _streams
 from cuda_async._errors import raised
 from cuda_async._policy import HostPolicy, SchedulingPolicy, SingleStream, default_policy
-from cuda_async._resource import Access, AccessSet, Job, Resource, ResourceView, _check_pair, _ledger_lock, is_live
+from cuda_async._ledger import ClaimPlan
+from cuda_async._resource import Access, AccessSet, Job, Resource, ResourceView, is_live
 
 if TYPE_CHECKING:
     from cuda_async._future import DeviceFuture
@@ -192,7 +193,7 @@ class DeviceOp(Generic[T]):
 class FnOp(DeviceOp[T]):
     """A leaf op made by `DeviceOp.from_fn`."""
 
-    __slots__ = ("fn", "name", "allocates", "accesses", "interest", "views", "labels")
+    __slots__ = ("fn", "name", "allocates", "access_set", "accesses", "interest", "views", "claim_from")
 
     def __init__(
         self,
@@ -211,26 +212,32 @@ class FnOp(DeviceOp[T]):
         self.fn = fn
         self.name = name or str(getattr(fn, "__name__", "op"))
         self.allocates = allocates
+        self.access_set = merged
         self.accesses = merged.accesses
         self.interest: dict[object, int] = merged.interest
         self.views = views
-        self.labels: dict[Resource, str] | None = None
+        self.claim_from: Callable[[], ClaimPlan | None] | None = None
 
     @classmethod
     def from_accesses(
         cls, fn: Callable[[cuda_core.Stream | None], T], accesses: AccessSet, *, name: str, allocates: bool = False,
         views: Callable[[], Iterable[ResourceView]] | None = None,
+        claim_from: Callable[[], ClaimPlan | None] | None = None,
     ) -> FnOp[T]:
         """A leaf op like `DeviceOp.from_fn`, its resources given as an `AccessSet`
-        made once: for a caller that makes many ops over the same resources."""
+        made once: for a caller that makes many ops over the same resources.
+        ``claim_from``: called once when the op starts, it hands over the pending
+        holds the op's maker claimed for it (`claim`; None: none, or handed over
+        already), which its job takes over."""
         op: FnOp[T] = cls.__new__(cls)
         op.fn = fn
         op.name = name
         op.allocates = allocates
+        op.access_set = accesses
         op.accesses = accesses.accesses
         op.interest = accesses.interest
         op.views = views
-        op.labels = accesses.labels
+        op.claim_from = claim_from
         return op
 
     @property
@@ -244,18 +251,21 @@ class FnOp(DeviceOp[T]):
         return tuple(r for r, a in self.accesses if a is Access.WRITE)
 
     def _enqueue(self, run: Run, stream: cuda_core.Stream | None) -> T:
+        claim = self.claim_from() if self.claim_from is not None else None
         capture = run.capture
         if capture is not None:
-            run.holder.check(self.accesses, self.name, self.labels)
+            if claim is not None:
+                claim.release()  # a recorded op holds nothing: its replays take holds
+            run.holder.check(self.access_set, self.name)
             capture.add_leaf(self)
             return self.fn(stream)
         if stream is None:
-            run.holder.acquire(self.accesses, self.name, stream, self.labels)
+            run.holder.acquire(self.access_set, self.name, stream, claim)
             return self.fn(stream)
         # Mark the stream's current point first if someone may need it, so that
         # neither this op's waits nor its work end up behind that event.
         _streams.before_enqueue(stream, self.interest, is_live)
-        run.holder.acquire(self.accesses, self.name, stream, self.labels)
+        run.holder.acquire(self.access_set, self.name, stream, claim)
         run.job.streams[stream] = None
         result = self.fn(stream)
         run.points[stream] = run.holder.record(self.accesses, stream, self.interest)
@@ -472,27 +482,23 @@ def _walking() -> list[Job]:
     return jobs
 
 
-def check_startable(accesses: AccessSet, by: str) -> None:
-    """Raises `OwnershipError` now if an op with ``accesses``, started on this
-    thread, would conflict with a pending job: for a layer above that makes an op
-    some time before running it (cutile checks a launch at the call). The jobs
-    the op would join are no conflict: the active batch's, and those this thread
-    is enqueueing (whose ``then`` functions make ops). ``accesses.labels`` name
-    the op's uses; ``by`` names the rest."""
-    listed = accesses.accesses
-    if not any(resource._holders for resource, _ in listed):  # the usual case: nothing pending
-        return
-    joined = set(_walking())
+def claim(plan: ClaimPlan) -> None:
+    """Takes ``plan``'s pending holds for an op made now on this thread, to run
+    later (cutile claims a launch's tensors at the call): raises `OwnershipError`
+    now if any conflicts with another hold, but the running holds of the jobs the
+    op would join (the active batch's, and those this thread is enqueueing, whose
+    ``then`` functions make ops). The op's start hands the holds over to its job
+    (`FnOp.from_accesses`'s ``claim_from``); `ClaimPlan.release` gives them back
+    if it never starts."""
+    walking = _walking()
     active = _batch.current()
+    if not walking and active is None:
+        plan.claim()
+        return
+    joined = set(walking)
     if active is not None:
         joined.add(active.run.job)
-    labels = accesses.labels
-    with _ledger_lock:
-        for resource, access in listed:
-            for job, (mode, name) in list(resource._holders.items()):
-                if job not in joined and job.parent not in joined:
-                    _check_pair(resource, job, mode, name, None, access,
-                                labels.get(resource, by) if labels else by)
+    plan.claim(lambda job: job in joined or job.parent in joined)
 
 
 def run_to_completion(op: DeviceOp[T], policy: SchedulingPolicy) -> T:

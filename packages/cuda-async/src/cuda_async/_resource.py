@@ -1,12 +1,10 @@
 """Resources, and the ownership ledger of ops in flight.
 
 A `Resource` stands for a piece of storage that ops read or write (cutile's
-tensors wrap their storage in one). cuda_async keeps, per resource:
-
-- its *holders*: the pending jobs that read or write it, with the name of the op
-  that took the hold; a writer excludes everyone else, readers exclude writers;
-- its *access points*: the (stream, epoch) of its last writer and of the readers
-  since, from which cross-stream dependencies are derived (event waits).
+tensors wrap their storage in one). Who holds it is the ledger's (`_ledger`:
+holds by domain and byte range, pending or running); a resource keeps its
+*access points*: the (stream, epoch) of its last writer and of the readers
+since, from which cross-stream dependencies are derived (event waits).
 
 A *job* is one submission (`DeviceOp.sync`, `schedule`, `await`): it takes holds
 as its leaf ops are enqueued and gives them all back when its completion is
@@ -17,12 +15,13 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Hashable, Mapping
+from typing import Any
 import cuda_core
 
-from cuda_async import _native, _streams
-from cuda_async._errors import raised
+from cuda_async import _ledger, _streams
+from cuda_async._ledger import refusal
 
-_ledger_lock = _native.rlock()  # (native: cuda_async._native_batch takes it from C)
+_ledger_lock = _ledger.lock
 
 
 class Access(enum.IntEnum):
@@ -44,11 +43,16 @@ class Resource:
             layouts are equal. How one op uses the storage (a tensor's dtype and
             shape over it) is that op's `ResourceView`.
 
+    Where its holds live in the ledger is ``span``: (domain, start, end); by
+    default a domain of its own. A subclass for memory that other resources may
+    share (views of one allocation, an array imported twice) gives the address
+    space and byte range instead, so that overlapping holds see each other.
+
     Subclass it (or wrap storage in it) and override `copy_from` for storage
     that is not device memory, e.g. host arrays on the interpreter backend.
     """
 
-    __slots__ = ("name", "memory", "layout", "_holders", "_last_write", "_reads", "__weakref__")
+    __slots__ = ("name", "memory", "layout", "span", "_last_write", "_reads", "__weakref__")
 
     def __init__(
         self,
@@ -56,16 +60,18 @@ class Resource:
         *,
         memory: cuda_core.DeviceMemory | None = None,
         layout: Hashable = None,
+        span: tuple[Hashable, int, int] | None = None,
     ) -> None:
         self.name = name or f"resource@{id(self):x}"
         self.memory = memory
         self.layout = layout
-        self._holders: dict[Job, tuple[Access, str]] = {}
+        # (A domain of its own: its id, unique while a hold keeps the resource alive.)
+        self.span: tuple[Hashable, int, int] = span if span is not None else (("resource", id(self)), 0, 1)
         self._last_write: tuple[cuda_core.Stream, int, Job] | None = None
         self._reads: dict[cuda_core.Stream, tuple[int, Job]] = {}
 
     def __repr__(self) -> str:
-        return f"<Resource {self.name!r}{' (held)' if self._holders else ''}>"
+        return f"<Resource {self.name!r}{' (held)' if self.is_held else ''}>"
 
     def copy_from(self, source: Resource, stream: cuda_core.Stream | None) -> None:
         """Copies ``source``'s contents into this resource, queued on ``stream``
@@ -84,20 +90,18 @@ class Resource:
     @property
     def holders(self) -> list[tuple[str, Access]]:
         """(op name, access) of every pending job that holds this resource."""
-        with _ledger_lock:
-            return [(name, mode) for mode, name in self._holders.values()]
+        return [(label, Access.WRITE if writes else Access.READ)
+                for label, writes in _ledger.running_holders(*self.span)]
 
     @property
     def is_held(self) -> bool:
         """Whether any pending op holds this resource."""
-        return bool(self._holders)
+        return bool(_ledger.running_holders(*self.span))
 
     def check_available(self, access: Access = Access.WRITE, *, by: str = "the host") -> None:
         """Raises `OwnershipError` if ``by`` may not use this resource with ``access``
         now (e.g. cutile calls it before reading a tensor back to the host)."""
-        with _ledger_lock:
-            for job, (mode, name) in self._holders.items():
-                _check_pair(self, job, mode, name, None, access, by)
+        _ledger.check(*self.span, access is Access.WRITE, by)
 
 
 class ResourceView:
@@ -129,29 +133,6 @@ class ResourceView:
         return f"<ResourceView {self.label}: {self.layout}>"
 
 
-def _shown(name: str) -> str:
-    """An op's name or a holder's label in a message: quoted, unless it quotes
-    what it names itself (a label such as "launch of add (parameter 'z')")."""
-    return name if "'" in name else repr(name)
-
-
-def _check_pair(
-    resource: Resource, job: Job, mode: Access, name: str, requester: Job | None, access: Access, by: str
-) -> None:
-    if job is requester or job.released or (requester is not None and job is requester.parent):
-        return
-    if mode is Access.WRITE or access is Access.WRITE:
-        held = "written" if mode is Access.WRITE else "read"
-        wanted = "write" if access is Access.WRITE else "read"
-        raise raised.ownership(
-            f"{resource.name} is {held} by the pending op {_shown(name)}; {_shown(by)} may not {wanted} it "
-            "until that op completes (sync or await its future first)",
-            resource=resource.name,
-            holder=name,
-            requester=by,
-        )
-
-
 def merge_accesses(
     reads: tuple[Resource, ...], writes: tuple[Resource, ...]
 ) -> tuple[tuple[Resource, Access], ...]:
@@ -162,25 +143,35 @@ def merge_accesses(
     return tuple(merged.items())
 
 
+# A hold an op takes: (resource, domain, start, end, writes, label or None: the op's name)
+Span = tuple[Resource, Hashable, int, int, bool, "str | None"]
+
+
 class AccessSet:
     """The resources an op reads and writes, merged once (a resource both read and
-    written counts as written): made once, shared by many ops over the same
-    resources (`FnOp.from_accesses`).
+    written counts as written), and the holds it takes in the ledger: made once,
+    shared by many ops over the same resources (`FnOp.from_accesses`).
 
     ``labels`` name who in the op uses a resource (``"launch of add (parameter
     'z')"``): a hold the op takes on it, and a conflict it meets there, are named
-    so instead of by the op's name."""
+    so instead of by the op's name. ``spans``: the holds, when they are narrower
+    than the resources' own spans (cutile holds each tensor argument's bytes):
+    (resource, domain, start, end, writes, label) each."""
 
-    __slots__ = ("accesses", "interest", "labels")
+    __slots__ = ("accesses", "interest", "labels", "spans")
 
     def __init__(self, reads: tuple[Resource, ...] = (), writes: tuple[Resource, ...] = (),
-                 labels: Mapping[Resource, str] | None = None) -> None:
+                 labels: Mapping[Resource, str] | None = None, spans: tuple[Span, ...] | None = None) -> None:
         for resource in reads + writes:
             if not isinstance(resource, Resource):
                 raise TypeError(f"reads and writes take Resource objects, got {type(resource).__name__}")
         self.accesses = merge_accesses(reads, writes)
         self.interest = interest_of(self.accesses)
         self.labels: dict[Resource, str] | None = dict(labels) if labels else None
+        if spans is None:
+            named = self.labels or {}
+            spans = tuple((r, *r.span, a is Access.WRITE, named.get(r)) for r, a in self.accesses)
+        self.spans: tuple[Span, ...] = spans
 
 
 def interest_of(accesses: tuple[tuple[Resource, Access], ...]) -> dict[object, int]:
@@ -202,13 +193,15 @@ def is_live(resource: object, access: int, stream: cuda_core.Stream, epoch: int)
 class Job:
     """One submission: the holds it took, the streams it used, its completion."""
 
-    __slots__ = ("name", "parent", "streams", "held", "retained", "released", "__weakref__")
+    __slots__ = ("name", "parent", "streams", "held", "holds", "retained", "released", "__weakref__")
 
     def __init__(self, name: str, *, parent: Job | None = None) -> None:
         self.name = name
         self.parent = parent
         self.streams: dict[cuda_core.Stream, None] = {}
         self.held: dict[Resource, None] = {}
+        # Its holds in the ledger, by (domain, start, end): (the domain's list, the hold).
+        self.holds: dict[tuple[Hashable, int, int], tuple[list[_ledger.Hold], _ledger.Hold]] = {}
         # Resources the job's work uses but no longer holds (a shared op's, handed on
         # to its consumers): kept alive, so their memory stays valid, until release.
         self.retained: list[Resource] = []
@@ -217,43 +210,68 @@ class Job:
     def __repr__(self) -> str:
         return f"<Job {self.name!r}{' released' if self.released else ''}>"
 
-    def check(self, accesses: tuple[tuple[Resource, Access], ...], op_name: str,
-              labels: Mapping[Resource, str] | None = None) -> None:
-        """Raises `OwnershipError` if any of ``op_name``'s accesses conflicts with
-        another pending job's hold (a graph capture checks, and takes nothing);
-        ``labels``: the op's names per resource (`AccessSet.labels`)."""
+    def check(self, access_set: AccessSet, op_name: str) -> None:
+        """Raises `OwnershipError` if any hold of ``access_set`` conflicts with another
+        job's or a pending op's (a graph capture checks, and takes nothing)."""
         with _ledger_lock:
-            for resource, access in accesses:
-                for job, (mode, name) in resource._holders.items():
-                    if job is not self:
-                        by = labels.get(resource, op_name) if labels else op_name
-                        _check_pair(resource, job, mode, name, self, access, by)
+            _ledger.drain_dropped()
+            self._check_locked(access_set.spans, op_name)
+
+    def _check_locked(self, spans: tuple[Span, ...], op_name: str) -> None:
+        holds = _ledger.holds
+        parent = self.parent
+        for _, domain, start, end, writes, label in spans:
+            for hold in holds.get(domain, ()):
+                if hold[0] < end and start < hold[1] and (writes or hold[2]):
+                    owner = hold[4]
+                    if owner is not None and (owner is self or owner is parent or owner.released):
+                        continue
+                    raise refusal(hold, writes, label or op_name)
 
     def acquire(
         self,
-        accesses: tuple[tuple[Resource, Access], ...],
+        access_set: AccessSet,
         op_name: str,
         stream: cuda_core.Stream | None,
-        labels: Mapping[Resource, str] | None = None,
+        claim: _ledger.ClaimPlan | None = None,
     ) -> None:
-        """Checks ``op_name``'s accesses against other pending jobs and takes the holds
-        (named by ``labels`` where it gives a resource one, else by ``op_name``);
-        on ``stream``, makes it wait (events) for earlier conflicting accesses on other streams.
+        """Checks the op's holds against other jobs' and pending ops', and takes them
+        (named by the access set's labels where it gives one, else by ``op_name``);
+        the pending holds of ``claim`` (the op's own, taken when it was made) become
+        the job's in the same step (given back, also when the check fails: the op
+        did not start). On ``stream``, makes it wait (events) for earlier
+        conflicting accesses on other streams.
 
-        Raises `OwnershipError` before taking anything if any access conflicts.
+        Raises `OwnershipError` before taking anything if any hold conflicts.
         """
         with _ledger_lock:
-            self.check(accesses, op_name, labels)
+            if claim is not None:
+                _ledger._release_locked(claim)
+            if _ledger.dropped:
+                _ledger.drain_dropped()
             held = self.held
-            for resource, access in accesses:
-                holders = resource._holders
-                previous = holders.get(self)
-                if previous is None or previous[0] < access:
-                    holders[self] = (access, labels.get(resource, op_name) if labels else op_name)
+            holds = self.holds
+            spans = access_set.spans
+            # The usual case in a loop: the job holds all of them already, as strongly.
+            for _, domain, start, end, writes, _ in spans:
+                mine = holds.get((domain, start, end))
+                if mine is None or (writes and not mine[1][2]):
+                    self._check_locked(spans, op_name)
+                    break
+            for resource, domain, start, end, writes, label in spans:
+                key = (domain, start, end)
+                previous = holds.get(key)
+                if previous is None or (writes and not previous[1][2]):
+                    listed = _ledger.domain_list(domain)
+                    hold = (start, end, writes, label or op_name, self, resource.name)
+                    listed.append(hold)
+                    if previous is not None:
+                        _ledger.remove(listed, previous[1])
+                    holds[key] = (listed, hold)
                 held[resource] = None
             if stream is None:
                 return
-            for resource, access in accesses:
+            for resource, access in access_set.accesses:
                 last = resource._last_write
                 if last is not None and last[0] is not stream:
                     _streams.wait_point(stream, last[0], last[1])
@@ -303,9 +321,13 @@ class Job:
             if completed and self.streams:
                 used = self.held if not self.retained else {**self.held, **dict.fromkeys(self.retained)}
                 _streams.forget(self.streams, used)
-            for resource in self.held:
-                resource._holders.pop(self, None)
-                if completed:
+            for (domain, _, _), (listed, hold) in self.holds.items():
+                _ledger.remove(listed, hold)
+                if not listed and type(domain) is tuple and domain not in _ledger.pinned:  # a resource's own: not kept
+                    _ledger.holds.pop(domain, None)
+            self.holds.clear()
+            if completed:
+                for resource in self.held:
                     last = resource._last_write
                     if last is not None and last[2] is self:
                         resource._last_write = None

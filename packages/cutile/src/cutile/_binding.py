@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import cuda_async
 from cutile._errors import LaunchError
-from cutile._tensor import Partition, Storage, Tensor, hold_entries
+from cutile._tensor import Partition, Storage, Tensor
 from cutile_compiler import dtypes as dt
 from cutile_compiler import (
     MAX_DIVISIBILITY,
@@ -58,14 +58,15 @@ MISSING = object()  # an argument not given (the launch and the binding tell it 
 class ObjectBinding:
     """What one call's tensor objects imply, computed once and reused while a loop
     passes the very same objects (and constants): their checked byte ranges, the
-    resources the op reads and writes, the plan, and the packed GPU parameters.
+    resources the op reads and writes and the holds it takes (`cuda_async.ClaimPlan`),
+    the plan, and the packed GPU parameters.
 
     Objects are remembered by weak reference: a binding never keeps a tensor alive.
     What can change between calls (an object consumed, a pending launch holding the
     memory, ops in flight) is still checked on every call.
     """
 
-    __slots__ = ("checks", "tensor_names", "ranges", "devices", "hold_entries", "accesses", "plan", "loaded",
+    __slots__ = ("checks", "tensor_names", "ranges", "claim_plan", "_spans", "accesses", "plan", "loaded",
                  "packed", "scalar_slots", "results", "fast")
 
     _TENSOR, _CONSTANT, _SCALAR = range(3)
@@ -89,25 +90,29 @@ class ObjectBinding:
         self.results: Callable[[dict[str, Any]], Any] = (
             operator.itemgetter(*tensor_names) if tensor_names else (lambda arguments: ()))
         self.ranges = ranges
-        self.devices = [r[1].device for r in ranges]
-        # The holds a launch of these objects takes (the native path appends these
-        # very tuples too; holds are released by identity).
-        self.hold_entries = hold_entries(ranges, kernel._launch_description)
+        # The holds of the tensor arguments' bytes in cuda_async's ledger: pending from
+        # the call (the claim, the native path's too), then the running op's.
+        description = kernel._launch_description
+        spans = []
+        for param, storage, start, end, mutable in ranges:
+            low, high = storage.base_address + start, storage.base_address + end
+            resource = storage.resource
+            spans.append((resource, storage.device, low, high, mutable, f"{description} (parameter '{param}')",
+                          f"{kernel.name}: parameter '{param}'", resource.name))
+        self.claim_plan = cuda_async.ClaimPlan(span[1:] for span in spans)
+        self._spans = [span[1:] for span in spans]
         writes = [storage.resource for _, storage, _, _, mutable in ranges if mutable]
         reads = [storage.resource for _, storage, _, _, mutable in ranges if not mutable]
-        # The op's holds and conflicts name the parameters, as the launch's own holds do.
-        params: dict[Any, list[str]] = {}
-        for param, storage, _, _, _ in ranges:
-            params.setdefault(storage.resource, []).append(f"'{param}'")
-        labels = {resource: f"{kernel._launch_description} (parameter {names[0]})" if len(names) == 1
-                  else f"{kernel._launch_description} (parameters {', '.join(names[:-1])} and {names[-1]})"
-                  for resource, names in params.items()}
-        self.accesses = cuda_async.AccessSet(tuple(reads), tuple(writes), labels)
+        self.accesses = cuda_async.AccessSet(tuple(reads), tuple(writes), spans=tuple(span[:6] for span in spans))
         self.plan: SignaturePlan | None = None  # set by the first Launch.plan() without an explicit grid
         self.loaded: LoadedKernel | None = None  # the loaded kernel ``packed`` was packed for
         self.packed: list[Any] = []
         self.scalar_slots: list[tuple[int, str, DType]] = []  # refilled on every call
         self.fast: weakref.ref[Any] | None = None  # the kernel's native binding made from this one
+
+    def run_spans(self) -> list[tuple[str, int, int, bool, str, str, str]]:
+        """The holds of the tensor arguments, as `cuda_async.ClaimPlan` takes them."""
+        return list(self._spans)
 
     def _forget(self, _dead: Any) -> None:
         # One of the objects is gone, so the binding can never match again: drop what

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from cutile._binding import ObjectBinding, SignaturePlan, call_key, describe_call, scalar_value
 from cutile._errors import ArgumentTypeError, LaunchError
-from cutile._launch import Launch
-from cutile._native import KernelBase
+from cutile._launch import Launch, warn_never_run
+from cutile._native import KernelBase, configure_python
 from cutile_compiler import (
     CompiledKernel,
     CompileOptions,
@@ -151,6 +151,10 @@ class Kernel(KernelBase):
         (compiled once per process while what it read is unchanged, see `kernel_ir`,
         and cached on disk across processes)."""
         return self._compiler.compile(spec, arch, options)
+
+
+# The native base calls these for every call and sync its C code does not run.
+configure_python(Kernel._call, Launch._sync_slow, warn_never_run)
 
 
 @overload

@@ -19,8 +19,8 @@ from cutile import _backend, _gpu
 from cutile._binding import MISSING, ObjectBinding, SignaturePlan, check_strides, wrong_mut_argument, wrong_read_argument
 from cutile._errors import CutileError, LaunchError, OwnershipError
 from cutile._graphs import Graph
-from cutile._native import LaunchBase, configure_never_run
-from cutile._tensor import Partition, Storage, Tensor, hold_all, overlapping, overlaps_itself, release_all
+from cutile._native import LaunchBase
+from cutile._tensor import Partition, Storage, Tensor, overlapping, overlaps_itself
 from cutile_compiler import DEFAULT_OPTIONS, CompileOptions, HintError, KernelHints, Specialization
 
 if TYPE_CHECKING:
@@ -32,19 +32,25 @@ class Launch(LaunchBase):
 
     ``.sync()`` runs it and returns the tensor arguments (in signature order);
     ``.grid(x, y, z)`` sets the grid when no Mut tensor decides it.
+
+    The native path makes launches too (its base's C members: the kernel, the
+    binding, the claim, the positional arguments, done and pending); what it
+    does not set has a class default here, so such a launch is complete as made.
     """
+
+    _explicit_grid: tuple[int, int, int] | None = None
+    _options: CompileOptions = DEFAULT_OPTIONS
+    _op: cuda_async.DeviceOp[Any] | None = None
+    _plan: SignaturePlan | None = None  # None: the binding's, unless the grid is explicit
+    _cancelled = False
 
     def __init__(self, kernel: Kernel, arguments: dict[str, Any], binding: ObjectBinding | None = None) -> None:
         self.kernel = kernel
-        self.arguments = arguments
-        self._explicit_grid: tuple[int, int, int] | None = None
-        self._options = DEFAULT_OPTIONS
-        self._op: cuda_async.DeviceOp[Any] | None = None
+        self._arguments = arguments
         self._done = False
         if binding is None:
             self._tensor_names: list[str] = []
             ranges = self._checked_ranges()
-            self._plan: SignaturePlan | None = None
             binding = ObjectBinding(kernel, arguments, ranges, self._tensor_names)
             kernel._object_binding = binding
             kernel._native_binding = None  # the native path's binding was the previous one's
@@ -54,49 +60,40 @@ class Launch(LaunchBase):
                 value = arguments[param]
                 if value._consumed_by is not None:
                     value._live(f"{kernel.name}: parameter '{param}'")  # raises, naming the consumer
-            ranges = binding.ranges
-            self._tensor_names = binding.tensor_names
-            self._plan = binding.plan
         self._binding = binding
-        # A running op (a scheduled launch, a replay) that holds the memory refuses
-        # the launch now, at the call, naming both parameters (not only at its sync).
-        cuda_async.check_startable(binding.accesses, self.description)
-        self._holds = hold_all(ranges, binding.hold_entries, kernel.name)
+        # The tensors' bytes are held from here (a conflict with another launch, or
+        # with a running op such as a scheduled launch or a replay, refuses the call
+        # now, naming both parameters) until the launch's op takes them over.
+        plan = binding.claim_plan
+        cuda_async.claim(plan)
+        self._claim: cuda_async.ClaimPlan | None = plan
         # Until it runs, joins an op, or is cancelled; the kernel's call (the native
         # base's or the Python one) records where it was made.
         self._pending = True
 
+    def _hand_over_claim(self) -> cuda_async.ClaimPlan | None:
+        """The launch's pending holds, for its op's job to take over (once)."""
+        claim, self._claim = self._claim, None
+        return claim
+
     def _release(self) -> None:
-        """Gives back the holds this launch took when it was made (once)."""
-        if self._holds:
-            release_all(self._holds, self._binding.devices)
+        """Gives back the holds this launch took when it was made, if its op has not
+        taken them over."""
+        claim = self._claim
+        if claim is not None:
+            self._claim = None
+            claim.release()
 
-    # A launch dropped without running holds nothing: its base gives the holds back
-    # (`release_dropped`) when it is freed.
+    # A launch dropped without running holds nothing: its base gives the claim back
+    # (`ClaimPlan.drop`) when it is freed.
 
-    if not TYPE_CHECKING:
-        def __getattr__(self, name: str) -> Any:
-            # Only a launch made by the native path lacks its attributes: the Python
-            # code adopts it on first use, then carries on as for any launch.
-            state = self._take_native()
-            if state is None:
-                raise AttributeError(f"'Launch' object has no attribute {name!r}")
-            self._adopt(*state)
-            return object.__getattribute__(self, name)
-
-    def _adopt(self, binding: ObjectBinding, args: tuple[Any, ...], held: bool, done: bool) -> None:
-        """Takes over a launch made by the native path (``kernel(*args)`` matched
-        ``binding``): what `__init__` would have set."""
-        kernel = self.kernel
-        self._binding = binding
-        self._holds = list(binding.hold_entries) if held else []
-        self._done = done
-        self._explicit_grid = None
-        self._options = DEFAULT_OPTIONS
-        self._op = None
-        self._tensor_names = binding.tensor_names
-        self._plan = binding.plan
-        self.arguments = kernel._positional_arguments(args)
+    @property
+    def arguments(self) -> dict[str, Any]:
+        """The call's arguments by parameter name."""
+        found: dict[str, Any] | None = self.__dict__.get("_arguments")
+        if found is None:  # a launch the native path made keeps its positional arguments
+            found = self._arguments = self.kernel._positional_arguments(self._args)
+        return found
 
     @property
     def description(self) -> str:
@@ -154,16 +151,9 @@ class Launch(LaunchBase):
         self._tensor_names = [r[0] for r in ranges]
         return ranges
 
-    def _take_over(self) -> None:
-        """Adopts a launch made by the native path before changing what it runs
-        (after this, ``sync`` is the Python path's)."""
-        state = self._take_native()
-        if state is not None:
-            self._adopt(*state)
-
     def grid(self, x: int, y: int = 1, z: int = 1) -> Launch:
         """Sets the grid explicitly (checked against the Mut partitions, if any)."""
-        self._take_over()
+        self._detach()  # what it runs changes: the Python path runs it
         dims = (x, y, z)
         if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in dims):
             self._pending = False  # the error is what the caller hears of this launch
@@ -176,7 +166,7 @@ class Launch(LaunchBase):
                         hints: Mapping[str, Any] | None = None) -> Launch:
         """tileiras options for this launch (part of the compile cache key); ``hints``
         as for `entry`, over the entry's own."""
-        self._take_over()
+        self._detach()  # what it runs changes: the Python path runs it
         try:
             parsed = KernelHints.parse(hints, f"{self.kernel.name}.compile_options: hints")
         except HintError as exc:
@@ -208,6 +198,8 @@ class Launch(LaunchBase):
         """The specialization and grid of this call, and (once run on the GPU) its
         loaded kernel: shared by every call with the same argument signature."""
         plan = self._plan
+        if plan is None and self._explicit_grid is None:
+            plan = self._binding.plan
         if plan is None:
             try:
                 plan = self._plan = self.kernel.plan_for(self.arguments, self._explicit_grid)
@@ -228,7 +220,7 @@ class Launch(LaunchBase):
         self._pending = False  # the op decides whether it runs
         if self._op is None:
             self._op = cuda_async.FnOp.from_accesses(self._execute, self._binding.accesses, name=self.description,
-                                                     views=self._graph_views)
+                                                     views=self._graph_views, claim_from=self._hand_over_claim)
         return self._op
 
     def _graph_views(self) -> list[cuda_async.ResourceView]:
@@ -249,16 +241,9 @@ class Launch(LaunchBase):
     def _execute(self, stream: Any) -> Any:
         """Runs the launch: eagerly on the interpreter (``stream`` is then ignored),
         queued on ``stream`` on the GPU (None: on cutile's stream, waited for)."""
-        if self._done:
-            # A run after the first (a replayed host graph, an op run again): the
-            # memory must still be free of conflicting pending launches. (The objects
-            # may have been consumed since, e.g. unpartitioned: the memory is the same.)
-            for param, storage, start, end, writes in self._argument_ranges(live=False):
-                storage.check_available(start, end, writes, f"{self.kernel.name}: parameter '{param}'")
         plan = self.plan()
         arguments = self.arguments
         self._done = True
-        self._release()  # the running op's own holds (cuda_async) take over from here
         self._op = None  # the op refers back to this launch: leave no cycle behind
         run_plan(self.kernel, plan, arguments, self._options, stream, self._binding)
         return self._binding.results(arguments)
@@ -288,14 +273,13 @@ class Launch(LaunchBase):
         """Drops the launch on purpose, without running it: its tensors' holds are
         given back now and it can no longer run. (A launch freed without having run,
         been scheduled or joined an op warns `LaunchNeverRunWarning`.)"""
-        self._take_over()
+        self._detach()
         if self._done or self._op is not None:
             raise OwnershipError(f"{self.description} has run or is part of an op; it cannot be cancelled")
         self._pending = False
         self._done = True
         self._cancelled = True
         self._release()
-        self._holds = []
 
     def sync_on(self, stream: Any) -> Any:
         """Runs the launch on ``stream`` (a `cuda_core.Stream`, or None for the host)
@@ -337,7 +321,7 @@ class LaunchNeverRunWarning(RuntimeWarning):
     ``.cancel()``. Warned once per kernel, at the line of the call that made it."""
 
 
-def _warn_never_run(kernel: Any, code: Any, lasti: int, _sys: Any = sys, _warnings: Any = warnings) -> None:
+def warn_never_run(kernel: Any, code: Any, lasti: int, _sys: Any = sys, _warnings: Any = warnings) -> None:
     """Warns that a launch of ``kernel`` made at (``code``, ``lasti``) was freed while
     pending. It runs in the launch's finalizer, wherever the launch is freed: it
     touches nothing but its arguments (the modules it needs are bound as defaults,
@@ -358,7 +342,6 @@ def _warn_never_run(kernel: Any, code: Any, lasti: int, _sys: Any = sys, _warnin
         f".cancel() drops a launch on purpose", LaunchNeverRunWarning, filename, line)
 
 
-configure_never_run(_warn_never_run)
 
 
 def run_plan(kernel: Kernel, plan: SignaturePlan, arguments: dict[str, Any], options: CompileOptions,

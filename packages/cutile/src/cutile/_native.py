@@ -51,7 +51,7 @@ except (NativeUnavailable, OSError) as exc:
     _reason = str(exc)
 
 _configured_for: Any = None  # the driver entry points the module was configured with
-#: called as hook(kernel, code, lasti) for a launch freed while pending (`configure_never_run`)
+#: called as hook(kernel, code, lasti) for a launch freed while pending (`configure_python`)
 _never_run_hook: Callable[[Any, Any, int], None] | None = None
 _told = False
 _log = logging.getLogger("cutile.backend")
@@ -84,11 +84,22 @@ class _PythonKernelBase:
         return launch
 
 
+class _PythonOwned:
+    """The base of `Tensor` and `Partition` without the native module (the C one
+    keeps ``_consumed_by`` where the native path reads it)."""
+
+    __slots__ = ("_consumed_by",)
+
+
 class _PythonLaunchBase:
     """`Launch`'s base without the native module: ``sync`` is ``_sync_slow``, a
-    launch freed with its holds gives them back, and one freed while pending warns."""
+    launch freed with its claim gives it back, and one freed while pending warns."""
 
-    # (the native base's C members: pending, and where the launch was made)
+    # (the native base's C members: the claim, the positional arguments of a launch
+    # made in C, done, pending, and where the launch was made)
+    _claim: Any = None
+    _args: Any = None
+    _done = False
     _pending = False
     _site_code: Any = None
     _site_lasti = -1
@@ -98,45 +109,46 @@ class _PythonLaunchBase:
         itself, several as a tuple)."""
         return self._sync_slow()  # type: ignore[attr-defined]
 
-    def _take_native(self) -> tuple[Any, tuple[Any, ...], bool, bool] | None:
-        """(binding, args, held, done) of a launch made in C: never, here."""
-        return None
+    def _detach(self) -> None:
+        """Leaves the launch to the Python path (the native base's; nothing here)."""
 
     def __del__(self) -> None:
         state = self.__dict__
-        holds = state.get("_holds")
-        if holds:
-            from cutile._tensor import release_dropped
-
-            release_dropped(holds, state["_binding"].devices)
+        claim = state.get("_claim")
+        if claim is not None:
+            claim.drop()
         if state.get("_pending") and _never_run_hook is not None:
             _never_run_hook(state.get("kernel"), state.get("_site_code"), state.get("_site_lasti", -1))
 
 
-def configure_never_run(hook: Callable[[Any, Any, int], None]) -> None:
-    """Sets what a launch freed while pending calls, on either base: ``hook(kernel,
-    code, lasti)`` with the code object and instruction offset of the call that made
-    it (None, -1 when unknown)."""
+def configure_python(call: Callable[..., Any], sync: Callable[[Any], Any],
+                     never_run: Callable[[Any, Any, int], None]) -> None:
+    """Hands the native bases what they call: ``call(kernel, *args, **kwargs)``, the
+    Python path of a call; ``sync(launch)``, that of a sync; and ``never_run(kernel,
+    code, lasti)`` for a launch freed while pending, with the code object and
+    instruction offset of the call that made it (None, -1 when unknown). The Python
+    bases call the same methods by name."""
     global _never_run_hook
-    _never_run_hook = hook
+    _never_run_hook = never_run
     if module is not None:
-        module.configure_never_run(hook)
+        module.configure_python(call, sync, never_run)
 
 
 if TYPE_CHECKING:
     KernelBase = _PythonKernelBase
     LaunchBase = _PythonLaunchBase
+    Owned = _PythonOwned
 elif module is not None:
-    from cutile import _tensor
-
-    module.configure_holds(_tensor._dropped)
+    module.use_api(_batch_api().API)
     # A kernel armed under one driver (a test's fake, say) must not launch through another.
     on_driver_change(module.invalidate)
     KernelBase = module.KernelBase
     LaunchBase = module.LaunchBase
+    Owned = module.Owned
 else:
     KernelBase = _PythonKernelBase
     LaunchBase = _PythonLaunchBase
+    Owned = _PythonOwned
 
 
 def _configure() -> None:
@@ -145,14 +157,10 @@ def _configure() -> None:
     points = entry_points()
     if points is _configured_for:
         return
-    from cuda_async import native_batch_api
     from cuda_core.native import raise_driver_error
 
-    from cutile import _tensor
-    from cutile._binding import ObjectBinding
-
-    module.configure(native_batch_api().API, points.launch_kernel, points.ctx_get_current, points.ctx_set_current,
-                     points.stream_synchronize, _tensor._holds_lock, vars(ObjectBinding)["accesses"], raise_driver_error)
+    module.configure(points.launch_kernel, points.ctx_get_current, points.ctx_set_current,
+                     points.stream_synchronize, raise_driver_error)
     _configured_for = points
 
 
@@ -173,11 +181,10 @@ def arm(kernel: Kernel, binding: ObjectBinding, loaded: LoadedKernel, context: i
         _configure()
     except NativeUnavailable:
         return
-    from cuda_async import Job
-    from cutile import _gpu, _tensor
+    from cuda_async import ClaimPlan, Job
+    from cutile import _gpu
     from cutile._binding import ObjectBinding
     from cutile._launch import Launch  # (it imports this module, for LaunchBase)
-    from cutile._tensor import Partition, Tensor
 
     slot_of = {param: index for index, (param, code, _, _) in enumerate(loaded.recipe) if code == _gpu._SCALAR}
     checks: list[tuple[Any, ...]] = []
@@ -187,8 +194,7 @@ def arm(kernel: Kernel, binding: ObjectBinding, loaded: LoadedKernel, context: i
             target = rest[0]()
             if target is None:
                 return
-            owner = Partition if type(target) is Partition else Tensor
-            checks.append((kind, rest[0], vars(owner)["_consumed_by"]))  # the slot's descriptor
+            checks.append((kind, rest[0], None))
         elif kind == ObjectBinding._CONSTANT:
             checks.append((kind, rest[0], rest[1]))
         else:
@@ -204,10 +210,11 @@ def arm(kernel: Kernel, binding: ObjectBinding, loaded: LoadedKernel, context: i
             checks.append((kind, rest[0], packed_as, slot, accepts))
     # One 8-byte slot per parameter, little-endian like the device.
     packed = b"".join(bytes(PARAM_CTYPES[t](v)).ljust(8, b"\0") for t, v in zip(types, binding.packed))
-    holds = tuple((device, _tensor._holds[device], entry) for device, entry in zip(binding.devices, binding.hold_entries))
+    # A synchronous run's holds: the binding's spans, running, owned by a job kept for it.
+    run = ClaimPlan(binding.run_spans(), owner=Job(kernel._launch_description))
     results = tuple(kernel._param_names.index(name) for name in binding.tensor_names)
     fast = module.NativeObjectBinding(
-        binding, Job(kernel._launch_description), kernel._launch_description, Launch, tuple(checks), holds, results,
+        binding, binding.accesses, binding.claim_plan, run, kernel._launch_description, Launch, tuple(checks), results,
         int(prepared.function.handle), context, tuple(config.grid), tuple(config.block),
         config.shared_memory, packed, loaded.reads.entries)
     kernel._native_binding = fast

@@ -6,14 +6,14 @@ device memory for the GPU). Ownership is tracked at two levels:
 - per object: ``t.partition(shape)`` consumes ``t`` (every later use of that
   object raises `OwnershipError`) and returns a `Partition`; ``p.unpartition()``
   consumes the partition and returns a new tensor;
-- per storage: a pending launch *holds* the byte ranges of its arguments, for
-  writing (Mut parameters) or reading; a held range cannot be written by
-  anything else, and a range held for writing cannot be read by anything else.
+- per memory: a launch *holds* the byte ranges of its arguments in cuda_async's
+  ledger, for writing (Mut parameters) or reading, from the call until its work
+  completes (pending, then running); a held range cannot be written by anything
+  else, and a range held for writing cannot be read by anything else.
 """
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import math
 import weakref
@@ -22,7 +22,8 @@ from typing import Any, NamedTuple
 import ml_dtypes  # noqa: F401  (registers bfloat16 and float8 with numpy)
 import numpy as np
 
-from cuda_async import Access, Resource, ensure_not_capturing, native_rlock
+from cuda_async import Resource, check_access, ensure_not_capturing
+from cutile._native import Owned
 from cutile._errors import ArgumentError, ArgumentTypeError, InteropError, LaunchError, OwnershipError, TensorIndexError
 from cutile_compiler import dtypes as dt
 from cutile_compiler import TensorAnnotation, TensorSpec, is_power_of_two, make_tensor_annotation, tile_shape_problem
@@ -45,40 +46,6 @@ def dtype_of(value: Any) -> dt.DType:
     return found
 
 
-# One hold of a pending launch: (start, end) absolute byte addresses, whether it
-# writes, the launch ("launch of add") and the parameter. A plain tuple, cheap to
-# make; released by identity.
-_Hold = tuple[int, int, bool, str, str]
-
-
-def _holder(hold: _Hold) -> str:
-    return f"{hold[3]} (parameter '{hold[4]}')" if hold[4] else hold[3]
-
-
-# Holds of pending launches, per device, by absolute address: two storages over the
-# same memory (e.g. one array imported twice through DLPack) see each other's holds.
-_holds_lock = native_rlock()  # hold_all checks while holding it (native: C takes it too)
-_holds: dict[str, list[_Hold]] = {}  # a device's list is never replaced: the native path keeps it
-# Holds of launches dropped without running, given back by the garbage collector: it
-# may run in the middle of any code, so they are queued here (no lock) and removed
-# by the next user of the holds, under the lock.
-_dropped: collections.deque[tuple[list[_Hold], list[str]]] = collections.deque()
-
-
-def release_dropped(holds: list[_Hold], device_of: list[str]) -> None:
-    """Gives back the holds of a launch being garbage-collected (safe from ``__del__``)."""
-    _dropped.append((holds, device_of))
-
-
-def _drain_dropped() -> None:
-    while _dropped:  # the caller holds _holds_lock
-        try:
-            holds, device_of = _dropped.popleft()
-        except IndexError:
-            return
-        _release_locked(holds, device_of)
-
-
 def overlaps_itself(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
     """Whether two different indices of a strided view reach the same element."""
     dims = sorted((abs(stride), extent) for extent, stride in zip(shape, strides) if extent > 1)
@@ -95,8 +62,10 @@ def overlapping(a_device: str, a_start: int, a_end: int, b_device: str, b_start:
 
 
 class Storage:
-    """Memory behind tensors: the holds of launches not yet run (byte ranges),
-    and the `cuda_async.Resource` through which running ops own it."""
+    """Memory behind tensors, and the `cuda_async.Resource` through which ops own
+    it. Who holds which bytes (pending launches, running ops) is cuda_async's
+    ledger's: by device and absolute address, so that two storages over the same
+    memory (one array imported twice through DLPack, say) see each other's holds."""
 
     def __init__(self, nbytes: int, device: str, base_address: int = 0) -> None:
         self.nbytes = nbytes
@@ -118,67 +87,18 @@ class Storage:
 
     def check_host_access(self, start: int, end: int, writes: bool, user: str) -> None:
         """Raises `OwnershipError` if the host may not touch ``[start, end)`` now:
-        a pending launch holds it, or a running op does."""
-        self.check_available(start, end, writes, user)
-        if self._resource is not None:
-            self._resource.check_available(Access.WRITE if writes else Access.READ, by=user)
+        a pending launch or a running op holds it."""
+        check_access(self.device, self.base_address + start, self.base_address + end, writes, user)
 
-    def check_available(self, start: int, end: int, writes: bool, user: str) -> None:
-        """Raises `OwnershipError` if a pending launch holds memory overlapping
-        ``[start, end)`` of this storage in a conflicting way."""
-        low, high = self.base_address + start, self.base_address + end
-        with _holds_lock:
-            _drain_dropped()
-            for hold in _holds.get(self.device, ()):
-                if hold[0] < high and low < hold[1] and (writes or hold[2]):
-                    action = "writes" if hold[2] else "reads"
-                    raise OwnershipError(
-                        f"{user}: the tensor is held by the pending {_holder(hold)}, which {action} it; "
-                        "run that operation (.sync()) first")
+    def check_not_pending(self, start: int, end: int, writes: bool, user: str) -> None:
+        """Raises `OwnershipError` if a pending launch (one made, not yet run) holds
+        ``[start, end)`` in a conflicting way; running ops are no conflict here."""
+        check_access(self.device, self.base_address + start, self.base_address + end, writes, user,
+                     _running_is_no_conflict)
 
 
-def hold_entries(ranges: list[tuple[str, Storage, int, int, bool]], owner: str) -> tuple[_Hold, ...]:
-    """The holds ``owner`` takes on ``ranges`` (parameter, storage, byte range,
-    written): made once per binding of a kernel's arguments, taken by every launch."""
-    return tuple((storage.base_address + start, storage.base_address + end, writes, owner, param)
-                 for param, storage, start, end, writes in ranges)
-
-
-def hold_all(ranges: list[tuple[str, Storage, int, int, bool]], entries: tuple[_Hold, ...], kernel: str) -> list[_Hold]:
-    """Checks that no pending launch holds any of ``ranges`` in a conflicting way,
-    then takes ``entries`` (their `hold_entries`)."""
-    with _holds_lock:
-        _drain_dropped()
-        for param, storage, start, end, writes in ranges:
-            if _holds.get(storage.device):
-                storage.check_available(start, end, writes, f"{kernel}: parameter '{param}'")
-        for (_, storage, _, _, _), entry in zip(ranges, entries):
-            held = _holds.get(storage.device)
-            if held is None:
-                held = _holds[storage.device] = []
-            held.append(entry)
-    return list(entries)
-
-
-def release_all(holds: list[_Hold], device_of: list[str]) -> None:
-    """Gives back holds taken by `hold_all` (``device_of``: each hold's device)."""
-    with _holds_lock:
-        _drain_dropped()
-        _release_locked(holds, device_of)
-
-
-def _release_locked(holds: list[_Hold], device_of: list[str]) -> None:
-    for entry, device in zip(reversed(holds), reversed(device_of)):
-        held = _holds.get(device)
-        if held:
-            if held[-1] is entry:  # the usual case: the latest holds go first
-                held.pop()
-                continue
-            for index in range(len(held) - 1, -1, -1):
-                if held[index] is entry:
-                    del held[index]
-                    break
-    holds.clear()
+def _running_is_no_conflict(job: Any) -> bool:
+    return True
 
 
 class StorageLayout(NamedTuple):
@@ -205,7 +125,8 @@ class StorageResource(Resource):
 
     def __init__(self, storage: Storage) -> None:
         super().__init__(f"tensor memory on {storage.device}", memory=storage.device_memory(),
-                         layout=StorageLayout(storage.nbytes, storage.device))
+                         layout=StorageLayout(storage.nbytes, storage.device),
+                         span=(storage.device, storage.base_address, storage.base_address + storage.nbytes))
         self._storage = weakref.ref(storage)
         self._host: tuple[np.ndarray[Any, Any], np.ndarray[Any, Any] | None] | None = (
             (storage.array, storage.initialized) if isinstance(storage, HostStorage) else None)
@@ -258,13 +179,13 @@ class TensorLayout:
         return f"{self.dtype}{list(self.shape)} (strides {list(self.strides)}{offset}) on {self.device}"
 
 
-class Tensor:
+class Tensor(Owned):
     """An n-dimensional array on the interpreter's host memory or a GPU.
 
     As an annotation, ``Tensor[f32, [-1, "K"]]`` describes a kernel parameter.
     """
 
-    __slots__ = ("_storage", "dtype", "shape", "strides", "offset", "_consumed_by", "_byte_range", "__weakref__")
+    __slots__ = ("_storage", "dtype", "shape", "strides", "offset", "_byte_range", "__weakref__")
 
     def __init__(self, storage: Storage, dtype: dt.DType, shape: tuple[int, ...],
                  strides: tuple[int, ...] | None = None, offset: int = 0) -> None:
@@ -507,10 +428,10 @@ class Tensor:
                          _from_tensor=True)
 
 
-class Partition:
+class Partition(Owned):
     """A tensor split into equal tiles, each owned by one block of a launch."""
 
-    __slots__ = ("_tensor", "tile_shape", "_consumed_by", "__weakref__")
+    __slots__ = ("_tensor", "tile_shape", "__weakref__")
 
     def __init__(self, tensor: Tensor, tile_shape: tuple[int, ...], *, _from_tensor: bool = False) -> None:
         if not _from_tensor:
@@ -541,7 +462,7 @@ class Partition:
         """The whole tensor back (consumes this partition)."""
         tensor = self._live("unpartition()")
         start, end = tensor.byte_range()
-        tensor._storage.check_available(start, end, True, "unpartition()")
+        tensor._storage.check_not_pending(start, end, True, "unpartition()")
         self._consumed_by = "unpartition()"
         return Tensor(tensor._storage, tensor.dtype, tensor.shape, tensor.strides, tensor.offset)
 

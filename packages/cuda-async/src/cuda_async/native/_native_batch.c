@@ -1,22 +1,26 @@
-/* cuda_async._native_batch: the steady state of a leaf op repeated in a batch
- * (see batch_api.h). It mirrors, for that one state, what FnOp._enqueue does in
- * Python: before_enqueue (nothing to mark), Job.acquire (no conflict, no new
- * hold, no wait), Job.record. The Python objects it reads are handed over by
- * cuda_async._native.configure: the slot descriptors of the classes involved. */
+/* cuda_async._native_batch: the C API of cuda_async's ledger (see batch_api.h) for
+ * the native launch paths: claims of pending ops, the steady state of a leaf op
+ * repeated in a batch and a synchronous run on idle memory. It mirrors, for those
+ * states, what ClaimPlan.claim and FnOp._enqueue do in Python: before_enqueue
+ * (nothing to mark), Job.acquire (no conflict, no new hold, no wait), Job.record.
+ * It works on the ledger's own lists (`_ledger.holds`) and on the state of
+ * cuda_async's classes, handed over by cuda_async._native.configure as the slot
+ * descriptors of those classes; its callers see none of it. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include "batch_api.h"
 
-enum { D_HOLDERS, D_LAST_WRITE, D_READS, D_JOB_STREAMS, D_STATE_EPOCH, D_STATE_INTEREST,
-       D_BATCH_OPS, D_BATCH_FAST, D_ACCESSES, D_INTEREST, D_LABELS, D_COUNT };
+enum { D_LAST_WRITE, D_READS, D_JOB_STREAMS, D_STATE_EPOCH, D_STATE_INTEREST,
+       D_BATCH_OPS, D_BATCH_FAST, D_ACCESSES, D_INTEREST, D_LISTS, D_ENTRIES, D_COUNT };
 static const char *descriptor_names[D_COUNT] = {
-    "Resource._holders", "Resource._last_write", "Resource._reads", "Job.streams", "StreamState.epoch",
+    "Resource._last_write", "Resource._reads", "Job.streams", "StreamState.epoch",
     "StreamState.interest", "Batch.ops", "Batch._fast", "AccessSet.accesses", "AccessSet.interest",
-    "AccessSet.labels"};
+    "ClaimPlan.lists", "ClaimPlan.entries"};
 
 static PyObject *descriptors[D_COUNT];
 static PyObject *active_batch;      /* the ContextVar of the batch active on this thread/task */
 static PyObject *ledger_lock, *streams_lock;
+static PyObject *dropped_claims;    /* cuda_async._ledger.dropped: claims given back by finalizers */
 static PyObject *active_captures;   /* cuda_async._capture._active: every thread's capture */
 static PyObject *policy_module;     /* cuda_async._policy: its _scoped ContextVar, _default, default_policy */
 static PyObject *scoped_policy;     /* cuda_async._policy._scoped */
@@ -155,28 +159,124 @@ static void txn_abort(CudaAsyncBatchTxn *txn) {
     clear_txn(txn);
 }
 
-/* Whether every (resource, access) of `accesses` is already held by `job` at least
- * as strongly, by nobody else, with no wait needed on `stream`. -1: error. */
-static int steady(PyObject *accesses, PyObject *job, PyObject *stream) {
+/* -- the ledger's holds: tuples (start, end, writes, label, owner, what) in one list per domain -- */
+typedef struct { unsigned long long start, end; int writes; } Span;
+
+static int span_of(PyObject *hold, Span *span) {
+    span->start = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(hold, 0));
+    span->end = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(hold, 1));
+    span->writes = PyTuple_GET_ITEM(hold, 2) == Py_True;
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+/* The first hold of `list` overlapping `span` in a conflicting way (writes on
+ * either side) but the running holds of the job `own` (NULL: none), or NULL; 1 in
+ * *failed on an error. `running_only`: pending holds do not count. */
+static PyObject *overlapping(PyObject *list, const Span *span, PyObject *own, int running_only, int *failed) {
+    for (Py_ssize_t j = 0; j < PyList_GET_SIZE(list); j++) {
+        PyObject *hold = PyList_GET_ITEM(list, j);
+        Span other;
+        if (span_of(hold, &other) < 0) { *failed = 1; return NULL; }
+        PyObject *owner = PyTuple_GET_ITEM(hold, 4);
+        if (other.start < span->end && span->start < other.end && (span->writes || other.writes) &&
+            !(own != NULL && owner == own) && !(running_only && owner == Py_None))
+            return hold;
+    }
+    return NULL;
+}
+
+static int remove_hold(PyObject *list, PyObject *hold) {
+    for (Py_ssize_t j = PyList_GET_SIZE(list) - 1; j >= 0; j--)
+        if (PyList_GET_ITEM(list, j) == hold) return PyList_SetSlice(list, j, j + 1, NULL);
+    return 0;
+}
+
+/* Gives back (remove) or takes (append) every hold of `plan`. 0, or -1 on an error. */
+static int plan_apply(PyObject *plan, int append) {
+    PyObject *lists = get(D_LISTS, plan), *entries = lists ? get(D_ENTRIES, plan) : NULL;
+    int failed = entries == NULL;
+    for (Py_ssize_t i = 0; !failed && i < PyTuple_GET_SIZE(entries); i++) {
+        PyObject *list = PyTuple_GET_ITEM(lists, i), *hold = PyTuple_GET_ITEM(entries, i);
+        failed = (append ? PyList_Append(list, hold) : remove_hold(list, hold)) < 0;
+    }
+    Py_XDECREF(lists); Py_XDECREF(entries);
+    return failed ? -1 : 0;
+}
+
+/* The job of the batch open on this thread/task (a new reference), or None. */
+static PyObject *batch_job(void) {
+    PyObject *batch = NULL, *fast = NULL, *job = Py_None;
+    if (PyContextVar_Get(active_batch, Py_None, &batch) < 0) return NULL;
+    if (batch != Py_None && (fast = get(D_BATCH_FAST, batch)) == NULL) { Py_DECREF(batch); return NULL; }
+    if (fast != NULL && PyTuple_Check(fast)) job = PyTuple_GET_ITEM(fast, 0);
+    Py_INCREF(job);
+    Py_XDECREF(fast); Py_DECREF(batch);
+    return job;
+}
+
+/* Takes `plan`'s pending holds when none conflicts with a hold but the running ones
+ * of the batch open on this thread (the op joins it). 1 taken, 0 not the simple
+ * case (nothing taken: the Python path decides, and names a conflict), -1 error. */
+static int claim(PyObject *plan) {
+    if (!configured) return 0;
+    PyObject *joined = batch_job();
+    if (joined == NULL) return -1;
+    if (!lock_try_acquire(ledger_lock)) { Py_DECREF(joined); return 0; }
+    int result = PyObject_Length(dropped_claims) == 0; /* the Python path gives those back first */
+    PyObject *lists = result ? get(D_LISTS, plan) : NULL, *entries = lists ? get(D_ENTRIES, plan) : NULL;
+    if (result && entries == NULL) result = -1;
+    for (Py_ssize_t i = 0; result == 1 && i < PyTuple_GET_SIZE(entries); i++) {
+        PyObject *list = PyTuple_GET_ITEM(lists, i);
+        Span span;
+        int failed = 0;
+        if (span_of(PyTuple_GET_ITEM(entries, i), &span) < 0) { result = -1; break; }
+        PyObject *hold = overlapping(list, &span, joined == Py_None ? NULL : joined, 0, &failed);
+        if (failed) result = -1;
+        else if (hold != NULL) result = 0;
+    }
+    if (result == 1 && plan_apply(plan, 1) < 0) result = -1; /* appended after every check */
+    lock_release(ledger_lock);
+    Py_XDECREF(lists); Py_XDECREF(entries); Py_DECREF(joined);
+    return result;
+}
+
+/* Queues `plan`'s holds to be given back by the next user of the ledger (safe in a
+ * finalizer); an exception being raised stays the one raised. */
+static void drop(PyObject *plan) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    if (dropped_claims == NULL) { PyErr_Restore(type, value, tb); return; } /* never configured: nothing held */
+    PyObject *appended = PyObject_CallMethod(dropped_claims, "append", "O", plan);
+    if (appended == NULL) PyErr_WriteUnraisable(dropped_claims);
+    Py_XDECREF(appended);
+    PyErr_Restore(type, value, tb);
+}
+
+/* Whether `job` holds every span of `plan` as strongly (running), and every access
+ * of `accesses` has its last points on `stream` (no wait needed). -1: error. */
+static int steady(PyObject *accesses, PyObject *plan, PyObject *job, PyObject *stream) {
+    PyObject *lists = get(D_LISTS, plan), *entries = lists ? get(D_ENTRIES, plan) : NULL;
+    int ok = entries != NULL ? 1 : -1;
+    for (Py_ssize_t i = 0; ok == 1 && i < PyTuple_GET_SIZE(entries); i++) {
+        PyObject *list = PyTuple_GET_ITEM(lists, i);
+        Span span, other;
+        if (span_of(PyTuple_GET_ITEM(entries, i), &span) < 0) { ok = -1; break; }
+        ok = 0;
+        for (Py_ssize_t j = 0; !ok && j < PyList_GET_SIZE(list); j++) {
+            PyObject *hold = PyList_GET_ITEM(list, j);
+            if (PyTuple_GET_ITEM(hold, 4) != job) continue;
+            if (span_of(hold, &other) < 0) { ok = -1; break; }
+            ok = other.start == span.start && other.end == span.end && (other.writes || !span.writes);
+        }
+    }
+    Py_XDECREF(lists); Py_XDECREF(entries);
+    if (ok != 1) return ok;
     Py_ssize_t n = PyTuple_GET_SIZE(accesses);
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *pair = PyTuple_GET_ITEM(accesses, i);
         PyObject *resource = PyTuple_GET_ITEM(pair, 0);
         long access = PyLong_AsLong(PyTuple_GET_ITEM(pair, 1));
         if (access == -1 && PyErr_Occurred()) return -1;
-        PyObject *holders = get(D_HOLDERS, resource);
-        if (holders == NULL) return -1;
-        int ok = PyDict_Check(holders) && PyDict_GET_SIZE(holders) == 1;
-        if (ok) {
-            PyObject *held = PyDict_GetItemWithError(holders, job); /* (Access, op name) */
-            if (held == NULL) ok = 0;
-            else {
-                long mode = PyLong_AsLong(PyTuple_GET_ITEM(held, 0));
-                ok = mode >= access;
-            }
-        }
-        Py_DECREF(holders);
-        if (!ok) return PyErr_Occurred() ? -1 : 0;
         PyObject *last = get(D_LAST_WRITE, resource);
         if (last == NULL) return -1;
         ok = last == Py_None || (PyTuple_Check(last) && PyTuple_GET_ITEM(last, 0) == stream);
@@ -212,7 +312,7 @@ static int superseded(PyObject *pending, PyObject *interest) {
     return 1;
 }
 
-static int txn_begin(PyObject *access_set, CudaAsyncBatchTxn *txn) {
+static int txn_begin(PyObject *access_set, PyObject *plan, CudaAsyncBatchTxn *txn) {
     memset(txn, 0, sizeof *txn);
     /* A capture anywhere on this thread (an asyncio task may hold one across an
      * await while another runs a batch): DeviceOp.sync records; the Python path. */
@@ -244,8 +344,9 @@ static int txn_begin(PyObject *access_set, CudaAsyncBatchTxn *txn) {
     PyObject *streams = pending ? get(D_JOB_STREAMS, txn->job) : NULL;
     if (streams == NULL) result = -1;
     else if (superseded(pending, interest) == 1 && PyDict_Contains(streams, txn->stream) == 1)
-        result = steady(accesses, txn->job, txn->stream);
+        result = steady(accesses, plan, txn->job, txn->stream);
     if (result == 0 && PyErr_Occurred()) result = -1;
+    if (result == 1 && plan_apply(plan, 0) < 0) result = -1; /* the batch job's holds cover the claim's */
     Py_XDECREF(interest); Py_XDECREF(accesses); Py_XDECREF(pending); Py_XDECREF(streams);
     if (result != 1) txn_abort(txn);
     return result;
@@ -334,20 +435,29 @@ static int stream_facts(PyObject *stream, unsigned long long *handle, PyObject *
     return 0;
 }
 
-/* Whether every resource is idle: no holder, no recorded access. */
-static int idle(PyObject *accesses) {
-    Py_ssize_t n = PyTuple_GET_SIZE(accesses);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *resource = PyTuple_GET_ITEM(PyTuple_GET_ITEM(accesses, i), 0);
-        PyObject *holders = get(D_HOLDERS, resource);
-        PyObject *last = holders ? get(D_LAST_WRITE, resource) : NULL;
-        PyObject *reads = last ? get(D_READS, resource) : NULL;
-        int ok = reads != NULL && PyDict_GET_SIZE(holders) == 0 && last == Py_None && PyDict_GET_SIZE(reads) == 0;
-        Py_XDECREF(holders); Py_XDECREF(last); Py_XDECREF(reads);
-        if (PyErr_Occurred()) return -1;
-        if (!ok) return 0;
+/* Whether the memory is idle: no running hold on any span of `plan`, no recorded
+ * access of `accesses`. */
+static int idle(PyObject *accesses, PyObject *plan) {
+    PyObject *lists = get(D_LISTS, plan), *entries = lists ? get(D_ENTRIES, plan) : NULL;
+    int ok = entries != NULL ? 1 : -1;
+    for (Py_ssize_t i = 0; ok == 1 && i < PyTuple_GET_SIZE(entries); i++) {
+        Span span;
+        int failed = 0;
+        if (span_of(PyTuple_GET_ITEM(entries, i), &span) < 0) { ok = -1; break; }
+        span.writes = 1; /* any running hold at all */
+        if (overlapping(PyTuple_GET_ITEM(lists, i), &span, NULL, 1, &failed) != NULL) ok = 0;
+        if (failed) ok = -1;
     }
-    return 1;
+    Py_XDECREF(lists); Py_XDECREF(entries);
+    Py_ssize_t n = PyTuple_GET_SIZE(accesses);
+    for (Py_ssize_t i = 0; ok == 1 && i < n; i++) {
+        PyObject *resource = PyTuple_GET_ITEM(PyTuple_GET_ITEM(accesses, i), 0);
+        PyObject *last = get(D_LAST_WRITE, resource);
+        PyObject *reads = last ? get(D_READS, resource) : NULL;
+        ok = reads == NULL ? -1 : last == Py_None && PyDict_GET_SIZE(reads) == 0;
+        Py_XDECREF(last); Py_XDECREF(reads);
+    }
+    return ok;
 }
 
 /* The default policy's next stream: `default_policy().next_stream()`, with the
@@ -395,22 +505,22 @@ static PyObject *next_stream(void) {
 }
 
 static void clear_sync(CudaAsyncSyncTxn *txn) {
-    Py_CLEAR(txn->access_set); Py_CLEAR(txn->job); Py_CLEAR(txn->state);
+    Py_CLEAR(txn->access_set); Py_CLEAR(txn->run); Py_CLEAR(txn->state);
 }
 
-static int sync_begin(PyObject *access_set, PyObject *job, PyObject *name, CudaAsyncSyncTxn *txn) {
+static int sync_begin(PyObject *access_set, PyObject *claimed, PyObject *run, CudaAsyncSyncTxn *txn) {
     memset(txn, 0, sizeof *txn);
     if (!configured || PyList_GET_SIZE(active_captures) != 0) return 0;
     PyObject *batch = NULL;
     if (PyContextVar_Get(active_batch, Py_None, &batch) < 0) return -1;
     Py_DECREF(batch);
     if (batch != Py_None) return 0;
-    /* Resources not idle: the Python path, without asking the policy for a stream
+    /* Memory not idle: the Python path, without asking the policy for a stream
      * twice (asked below; re-checked after, as the policy may run any code). */
     PyObject *listed = get(D_ACCESSES, access_set);
     if (listed == NULL) return -1;
     if (!lock_try_acquire(ledger_lock)) { Py_DECREF(listed); return 0; }
-    int ready = idle(listed);
+    int ready = idle(listed, claimed);
     lock_release(ledger_lock);
     Py_DECREF(listed);
     if (ready <= 0) return ready;
@@ -424,38 +534,19 @@ static int sync_begin(PyObject *access_set, PyObject *job, PyObject *name, CudaA
     if (!lock_try_acquire(streams_lock)) { lock_release(ledger_lock); clear_sync(txn); return 0; }
     int result = -1;
     PyObject *accesses = get(D_ACCESSES, access_set);
-    PyObject *labels = accesses ? get(D_LABELS, access_set) : NULL; /* a hold is named as Job.acquire names it */
-    PyObject *pending = labels ? get(D_STATE_INTEREST, txn->state) : NULL;
+    PyObject *pending = accesses ? get(D_STATE_INTEREST, txn->state) : NULL;
     if (pending != NULL) {
         /* Another op's access points not yet marked: the Python path decides about events. */
-        result = (PyDict_Check(pending) && PyDict_GET_SIZE(pending) == 0) ? idle(accesses) : 0;
-        Py_ssize_t n = PyTuple_GET_SIZE(accesses), i = 0;
-        for (; result == 1 && i < n; i++) {
-            PyObject *pair = PyTuple_GET_ITEM(accesses, i);
-            PyObject *label = PyDict_Check(labels) ? PyDict_GetItemWithError(labels, PyTuple_GET_ITEM(pair, 0)) : NULL;
-            if (label == NULL && PyErr_Occurred()) { result = -1; break; }
-            PyObject *holders = get(D_HOLDERS, PyTuple_GET_ITEM(pair, 0));
-            PyObject *hold = holders ? PyTuple_Pack(2, PyTuple_GET_ITEM(pair, 1), label ? label : name) : NULL;
-            if (hold == NULL || PyDict_SetItem(holders, job, hold) < 0) result = -1;
-            Py_XDECREF(hold); Py_XDECREF(holders);
-        }
-        if (result == -1) { /* undo the holds taken so far */
-            PyObject *type, *value, *tb;
-            PyErr_Fetch(&type, &value, &tb);
-            for (Py_ssize_t j = 0; j < i; j++) {
-                PyObject *holders = get(D_HOLDERS, PyTuple_GET_ITEM(PyTuple_GET_ITEM(accesses, j), 0));
-                if (holders && PyDict_DelItem(holders, job) < 0) PyErr_Clear();
-                Py_XDECREF(holders);
-            }
-            PyErr_Restore(type, value, tb);
-        }
+        result = (PyDict_Check(pending) && PyDict_GET_SIZE(pending) == 0) ? idle(accesses, claimed) : 0;
+        /* The claim's pending holds become the run's (the job's running ones). */
+        if (result == 1 && (plan_apply(run, 1) < 0 || plan_apply(claimed, 0) < 0)) result = -1;
     }
-    Py_XDECREF(accesses); Py_XDECREF(labels); Py_XDECREF(pending);
+    Py_XDECREF(accesses); Py_XDECREF(pending);
     lock_release(streams_lock);
     lock_release(ledger_lock);
     if (result != 1) { clear_sync(txn); return result; }
     txn->access_set = Py_NewRef(access_set);
-    txn->job = Py_NewRef(job);
+    txn->run = Py_NewRef(run);
     return 1;
 }
 
@@ -464,17 +555,8 @@ static int sync_end(CudaAsyncSyncTxn *txn, int ran) {
     PyErr_Fetch(&type, &value, &tb); /* a launch or wait error being raised stays the error */
     lock_wait((RLockObject *)ledger_lock, 0); /* not interruptible: the holds must go back */
     lock_wait((RLockObject *)streams_lock, 0);
-    int failed = 0;
-    PyObject *accesses = get(D_ACCESSES, txn->access_set);
-    if (accesses == NULL) failed = 1;
-    else {
-        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(accesses); i++) {
-            PyObject *holders = get(D_HOLDERS, PyTuple_GET_ITEM(PyTuple_GET_ITEM(accesses, i), 0));
-            if (holders == NULL || (PyDict_DelItem(holders, txn->job) < 0 && (PyErr_Clear(), 0))) failed = 1;
-            Py_XDECREF(holders);
-        }
-        Py_DECREF(accesses);
-    }
+    int failed = plan_apply(txn->run, 0) < 0;
+    if (failed) PyErr_Clear();
     if (ran && !failed) { /* the stream advanced by one op, as Job.record counts */
         PyObject *epoch = get(D_STATE_EPOCH, txn->state);
         PyObject *next = epoch ? PyNumber_Add(epoch, one) : NULL;
@@ -488,46 +570,14 @@ static int sync_end(CudaAsyncSyncTxn *txn, int ran) {
     return failed ? -1 : 0;
 }
 
-/* What check_startable (_op.py) lets pass at once: no job holds any of the
- * resources, or only the job of the batch open on this thread/task (an op started
- * now joins it). 1: startable; 0: the Python path decides (and names a conflict). */
-static int startable(PyObject *access_set) {
-    if (!configured) return 0;
-    PyObject *accesses = get(D_ACCESSES, access_set);
-    if (accesses == NULL) return -1;
-    PyObject *batch_job = NULL; /* borrowed from the batch's _fast tuple, kept below */
-    PyObject *batch = NULL, *fast = NULL;
-    int result = 1;
-    if (!lock_try_acquire(ledger_lock)) { Py_DECREF(accesses); return 0; }
-    Py_ssize_t n = PyTuple_GET_SIZE(accesses);
-    for (Py_ssize_t i = 0; i < n && result == 1; i++) {
-        PyObject *holders = get(D_HOLDERS, PyTuple_GET_ITEM(PyTuple_GET_ITEM(accesses, i), 0));
-        if (holders == NULL) { result = -1; break; }
-        Py_ssize_t held = PyDict_Check(holders) ? PyDict_GET_SIZE(holders) : -1;
-        if (held != 0) {
-            if (held == 1 && batch == NULL) {
-                if (PyContextVar_Get(active_batch, Py_None, &batch) < 0) result = -1;
-                else if (batch != Py_None && (fast = get(D_BATCH_FAST, batch)) == NULL) result = -1;
-                else if (fast != NULL && PyTuple_Check(fast)) batch_job = PyTuple_GET_ITEM(fast, 0);
-            }
-            if (result == 1 && !(held == 1 && batch_job != NULL && PyDict_Contains(holders, batch_job) == 1))
-                result = PyErr_Occurred() ? -1 : 0;
-        }
-        Py_DECREF(holders);
-    }
-    lock_release(ledger_lock);
-    Py_XDECREF(fast); Py_XDECREF(batch); Py_DECREF(accesses);
-    return result;
-}
-
-static CudaAsyncBatchAPI api = {CUDA_ASYNC_BATCH_API_VERSION, txn_begin, txn_commit, txn_abort, lock_try_acquire,
-                                lock_release, &RLockType, sync_begin, sync_end, startable};
+static CudaAsyncBatchAPI api = {CUDA_ASYNC_BATCH_API_VERSION, claim, drop, txn_begin, txn_commit, txn_abort,
+                                lock_try_acquire, lock_release, &RLockType, sync_begin, sync_end};
 
 static PyObject *configure(PyObject *self, PyObject *args) {
-    PyObject *var, *ledger, *streams, *table, *captures, *policies, *scoped, *round_robin, *single_stream, *state;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!O!OO!O!O!O", &PyContextVar_Type, &var, &RLockType, &ledger, &RLockType,
+    PyObject *var, *ledger, *streams, *table, *captures, *policies, *scoped, *round_robin, *single_stream, *state, *dropped;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!OO!O!O!OO", &PyContextVar_Type, &var, &RLockType, &ledger, &RLockType,
                           &streams, &PyDict_Type, &table, &PyList_Type, &captures, &policies, &PyContextVar_Type,
-                          &scoped, &PyType_Type, &round_robin, &PyType_Type, &single_stream, &state))
+                          &scoped, &PyType_Type, &round_robin, &PyType_Type, &single_stream, &state, &dropped))
         return NULL;
     for (int i = 0; i < D_COUNT; i++) {
         PyObject *d = PyDict_GetItemString(table, descriptor_names[i]);
@@ -545,15 +595,18 @@ static PyObject *configure(PyObject *self, PyObject *args) {
     if (stream_cache == NULL && (stream_cache = PyDict_New()) == NULL) return NULL;
     Py_XSETREF(ledger_lock, Py_NewRef(ledger));
     Py_XSETREF(streams_lock, Py_NewRef(streams));
+    Py_XSETREF(dropped_claims, Py_NewRef(dropped));
     configured = 1;
     Py_RETURN_NONE;
 }
 
-/* For tests: run begin/commit from Python. Returns the stream handle, or None
- * when the state is not the steady one. */
-static PyObject *repeat(PyObject *self, PyObject *access_set) {
+/* For tests: run begin/commit from Python (an AccessSet and the ClaimPlan of its
+ * spans). Returns the stream handle, or None when the state is not the steady one. */
+static PyObject *repeat(PyObject *self, PyObject *args) {
+    PyObject *access_set, *plan;
+    if (!PyArg_ParseTuple(args, "OO", &access_set, &plan)) return NULL;
     CudaAsyncBatchTxn txn;
-    int begun = txn_begin(access_set, &txn);
+    int begun = txn_begin(access_set, plan, &txn);
     if (begun < 0) return NULL;
     if (begun == 0) Py_RETURN_NONE;
     unsigned long long handle = txn.stream_handle;
@@ -563,7 +616,7 @@ static PyObject *repeat(PyObject *self, PyObject *access_set) {
 
 static PyMethodDef methods[] = {
     {"configure", configure, METH_VARARGS, "Hands over the ContextVar, the locks and the slot descriptors."},
-    {"repeat", repeat, METH_O, "begin + commit for an AccessSet (tests): the stream handle, or None."},
+    {"repeat", repeat, METH_VARARGS, "begin + commit for an AccessSet and its ClaimPlan (tests): the stream handle, or None."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "cuda_async._native_batch", NULL, -1, methods};

@@ -1,44 +1,57 @@
-/* cuda_async's C interface for native launch paths (used by cutile's).
+/* cuda_async's C interface for native launch paths (used by cutile's): the ledger's
+ * claims and the two states of a leaf op that C may run alone.
  *
- * Locks: cuda_async's ledger and stream bookkeeping, and the callers' own state,
- * are guarded by `cuda_async._native.rlock()` locks, reentrant locks that C code
- * takes without a Python call (`lock_try_acquire` / `lock_release`).
+ * Objects: a ClaimPlan (cuda_async.ClaimPlan) is the holds an op takes on its
+ * memory, made once by the caller; an AccessSet is the op's resources, whose spans
+ * are the plan's. The caller holds them; this API reads and changes the ledger
+ * and cuda_async's bookkeeping, which nothing else in C touches.
  *
- * A leaf op repeated inside an active `batch` usually finds the ledger exactly as
- * its previous run left it: the batch's job already holds its resources, their
- * last accesses are on the batch's stream, nothing else was enqueued in between.
- * `begin` checks that state for an AccessSet and, when it holds, keeps the ledger
- * locked; the caller enqueues its work on txn->stream_handle, then calls `commit`
- * (which records the accesses as `Job.record` does) or `abort`. Any other state
- * answers 0: the caller takes the Python path, which handles every case.
+ * Locks: the ledger and the stream bookkeeping are guarded by
+ * `cuda_async._native.rlock()` locks, reentrant locks that C code takes without a
+ * Python call (`lock_try_acquire` / `lock_release`).
+ *
+ * Every function answers 0 for a state it does not handle (nothing changed): the
+ * caller takes its Python path, which handles every case and raises every error.
  */
 #ifndef CUDA_ASYNC_BATCH_API_H
 #define CUDA_ASYNC_BATCH_API_H
 
 #include <Python.h>
 
-#define CUDA_ASYNC_BATCH_API_VERSION 2
+#define CUDA_ASYNC_BATCH_API_VERSION 3
 #define CUDA_ASYNC_BATCH_API_CAPSULE "cuda_async._native_batch.API"
 
+/* A leaf op repeated inside an active `batch` usually finds the ledger as its
+ * previous run left it: the batch's job holds the plan's spans, the last accesses
+ * are on the batch's stream, nothing else was enqueued in between. `begin` checks
+ * that state, gives the claim's pending holds back (the job's cover them) and keeps
+ * the ledger locked; the caller enqueues on txn->stream_handle, then `commit`s
+ * (records the accesses as `Job.record` does) or `abort`s. */
 typedef struct {
     PyObject *batch, *job, *points, *stream, *state; /* strong references while begun */
     unsigned long long stream_handle;
 } CudaAsyncBatchTxn;
 
-/* A synchronous run outside any batch and capture: `sync_begin` finds the resources
- * idle (no holder, no pending access), takes their holds for `job` (a Job the
- * caller keeps for this purpose) on the default policy's next stream and returns
- * with the ledger unlocked; the caller launches, waits for the stream (without the
- * GIL: the holds keep other threads out), and calls `sync_end`. */
+/* A synchronous run outside any batch and capture: `sync_begin` finds the memory
+ * idle (no running hold, no pending access), turns the claim's pending holds into
+ * the holds of `run` (a ClaimPlan whose owner is a Job the caller keeps for this
+ * purpose) on the default policy's next stream and returns with the ledger
+ * unlocked; the caller launches, waits for the stream (without the GIL: the holds
+ * keep other threads out), and calls `sync_end`, which gives them back. */
 typedef struct {
-    PyObject *access_set, *job, *state; /* strong references while begun */
+    PyObject *access_set, *run, *state; /* strong references while begun */
     unsigned long long stream_handle;
 } CudaAsyncSyncTxn;
 
 typedef struct {
     int version;
-    /* 1: begun (ledger locked); 0: not the steady state (nothing held); -1: error set. */
-    int (*begin)(PyObject *access_set, CudaAsyncBatchTxn *txn);
+    /* Takes the plan's pending holds (an op made now, run later). 1 taken; 0 another
+     * hold may conflict (the Python path decides and names it); -1 error set. */
+    int (*claim)(PyObject *plan);
+    /* Gives a claim back from a finalizer (queued: safe anywhere, errors unraisable). */
+    void (*drop)(PyObject *plan);
+    /* 1: begun (ledger locked, the claim given back); 0: not the steady state; -1: error set. */
+    int (*begin)(PyObject *access_set, PyObject *claimed, CudaAsyncBatchTxn *txn);
     /* Records the accesses at the stream's next epoch, unlocks. 0 or -1 (error set). */
     int (*commit)(PyObject *access_set, CudaAsyncBatchTxn *txn);
     /* Unlocks without recording. */
@@ -47,15 +60,11 @@ typedef struct {
     int (*lock_try_acquire)(PyObject *lock);
     void (*lock_release)(PyObject *lock);
     PyTypeObject *lock_type;
-    /* 1: begun (holds taken); 0: not the steady state (nothing taken); -1: error set. */
-    int (*sync_begin)(PyObject *access_set, PyObject *job, PyObject *name, CudaAsyncSyncTxn *txn);
-    /* Gives the holds back (waiting for the ledger lock without the GIL); `ran`: the
-     * op was enqueued (the stream advances). 0, or -1 with an error set. */
+    /* 1: begun (the run's holds taken, the claim's given back); 0: not idle; -1: error set. */
+    int (*sync_begin)(PyObject *access_set, PyObject *claimed, PyObject *run, CudaAsyncSyncTxn *txn);
+    /* Gives the run's holds back (waiting for the ledger lock without the GIL); `ran`:
+     * the op was enqueued (the stream advances). 0, or -1 with an error set. */
     int (*sync_end)(CudaAsyncSyncTxn *txn, int ran);
-    /* Whether an op with these accesses may be made now without the Python path's
-     * check (`check_startable`): 1 when no pending job holds its resources but the
-     * batch open on this thread; 0: the caller's Python path checks; -1: error set. */
-    int (*startable)(PyObject *access_set);
 } CudaAsyncBatchAPI;
 
 /* The object the weak reference `ref` points to, or None once it is dead: for

@@ -4,18 +4,19 @@
  * partitions, equal constants, scalars of the same types) skips everything that
  * depends only on them; cutile.Kernel keeps that knowledge in a Python `ObjectBinding`,
  * and, once the binding has launched on the GPU, in a NativeObjectBinding here. Then:
- *   kernel(*args)  matches the arguments, checks none was consumed, takes the
- *                  launch's holds (when no other launch is pending on the device)
- *                  and makes the Launch;
- *   launch.sync()  inside a cuda_async batch whose ledger is in its steady state
- *                  (cuda_async's native/batch_api.h), gives the holds back, packs
- *                  the scalars and calls cuLaunchKernel, then records the accesses.
+ *   kernel(*args)  matches the arguments, checks none was consumed, claims the
+ *                  launch's holds in cuda_async's ledger (its C API, batch_api.h:
+ *                  when nothing else may conflict) and makes the Launch;
+ *   launch.sync()  inside a cuda_async batch whose ledger is in its steady state,
+ *                  or on idle memory outside any batch, hands the claim over to
+ *                  the running op (the same API), packs the scalars and calls
+ *                  cuLaunchKernel, then records the accesses.
  * launch.sync() runs here only while every global, closure variable and attribute
  * the kernel's compile read still holds the value it read (`reads_current`):
  * otherwise the Python path compiles again (at the run, as the Python path checks).
  * A launch made here remembers where it was made (the caller's code object and
  * instruction, no line lookup); freed while still pending, it hands that to
- * cutile's never-run hook (`configure_never_run`), which warns.
+ * cutile's never-run hook (`configure_python`), which warns.
  * Anything else misses and runs the Python code, which is the reference and
  * raises every error: this file never decides that something is wrong. */
 #define PY_SSIZE_T_CLEAN
@@ -36,11 +37,10 @@ static launch_kernel_fn cu_launch_kernel;
 static ctx_get_fn cu_ctx_get_current;
 static ctx_set_fn cu_ctx_set_current;
 static stream_sync_fn cu_stream_synchronize;
-static PyObject *dropped_holds, *holds_lock;
-static PyObject *binding_accesses;  /* the ObjectBinding.accesses slot descriptor */
 static PyObject *raise_launch_error; /* Python: (code, what) -> raises cuda_core's error */
 static PyObject *never_run_hook;     /* Python: (kernel, code, lasti) -> warns of a launch freed unrun */
-static PyObject *str_call, *str_sync_slow;
+static PyObject *python_call;        /* Python: Kernel._call(kernel, *args, **kwargs), every other call */
+static PyObject *python_sync;        /* Python: Launch._sync_slow(launch), every other sync */
 static int configured;
 static unsigned long generation; /* bumped by each configure: a binding armed under another driver misses */
 static unsigned long long native_calls, native_syncs; /* launches made and run here (tests) */
@@ -54,7 +54,6 @@ typedef struct {
     int kind;
     PyObject *ref;          /* tensor: weakref; constant: value */
     PyTypeObject *type;     /* constant, scalar: the exact type */
-    PyObject *consumed;     /* tensor: the _consumed_by slot descriptor of its class */
     int code, slot;         /* scalar: the C type it is packed as, parameter index */
     int range;              /* scalar: the C type of its dtype (the values it accepts) */
 } Check;
@@ -62,13 +61,13 @@ typedef struct {
 typedef struct {
     PyObject_HEAD
     PyObject *owner;        /* the Python ObjectBinding */
-    PyObject *job;          /* the cuda_async Job that holds the resources of a synchronous run */
+    PyObject *access_set;   /* its cuda_async.AccessSet, */
+    PyObject *claim;        /* the ClaimPlan of a launch's pending holds, */
+    PyObject *run;          /* and the ClaimPlan of a synchronous run's (owned by a Job kept for it) */
     PyObject *name;         /* "launch of NAME", for driver errors */
     PyTypeObject *launch_type;
     Py_ssize_t nargs;
     Check *checks;
-    Py_ssize_t nholds;
-    PyObject **hold_entries, **hold_devices, **hold_lists; /* per hold: entry, device, the device's list */
     Py_ssize_t nresults;
     Py_ssize_t *results;    /* argument indices of the tensors a run returns */
     void *function, *context;
@@ -91,22 +90,26 @@ typedef struct {
 typedef struct {
     PyObject_HEAD
     PyObject *kernel;
-    PyObject *fast;         /* NativeObjectBinding while the launch is native; NULL once adopted by Python */
-    PyObject *args;
-    int held, done;
-    PyObject *holds;        /* the Python path's `_holds` (a list) and `_binding`: */
-    PyObject *binding;      /* C members, so that a dropped launch gives its holds back here */
+    PyObject *fast;         /* NativeObjectBinding while the native sync may run it (`_detach` ends it) */
+    PyObject *args;         /* `_args`: the call's positional arguments (a launch made here) */
+    char done;              /* `_done`: run (or cancelled) */
+    PyObject *claim;        /* `_claim`: the ClaimPlan of its pending holds, until its op takes them */
+    PyObject *binding;      /* `_binding` */
     char pending;           /* `_pending`: made, neither run nor handed to an op; freed so, it warns */
     PyObject *site_code;    /* `_site_code`, `_site_lasti`: the caller's code and instruction */
     int site_lasti;
 } LaunchBase;
 
-static PyTypeObject FastBindingType, KernelBaseType, LaunchBaseType;
+/* The base of cutile's Tensor and Partition: `_consumed_by` (None while the object
+ * may be used; else who consumed it), read here without a Python call. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *consumed_by;
+} Owned;
+
+static PyTypeObject FastBindingType, KernelBaseType, LaunchBaseType, OwnedType;
 
 /* -- helpers ---------------------------------------------------------------------------- */
-static inline PyObject *descr_get(PyObject *descriptor, PyObject *obj) {
-    return Py_TYPE(descriptor)->tp_descr_get(descriptor, obj, (PyObject *)Py_TYPE(obj));
-}
 
 /* A scalar argument written into an 8-byte slot; 0 when it does not fit (the Python
  * path then raises the error), -1 on an error. */
@@ -159,13 +162,8 @@ static void fast_clear_contents(NativeObjectBinding *self) {
     for (Py_ssize_t i = 0; i < self->nargs; i++) {
         Py_CLEAR(self->checks[i].ref);
         Py_CLEAR(self->checks[i].type);
-        Py_CLEAR(self->checks[i].consumed);
     }
-    for (Py_ssize_t i = 0; i < self->nholds; i++) {
-        Py_CLEAR(self->hold_entries[i]);
-        Py_CLEAR(self->hold_devices[i]);
-        Py_CLEAR(self->hold_lists[i]);
-    }
+    Py_CLEAR(self->access_set); /* it refers to the memory */
     self->armed = 0;
 }
 
@@ -173,14 +171,12 @@ static void fast_dealloc(NativeObjectBinding *self) {
     if (self->weakrefs != NULL) PyObject_ClearWeakRefs((PyObject *)self);
     fast_clear_contents(self);
     Py_XDECREF(self->owner);
-    Py_XDECREF(self->job);
+    Py_XDECREF(self->claim);
+    Py_XDECREF(self->run);
     Py_XDECREF(self->name);
     Py_XDECREF(self->launch_type);
     Py_XDECREF(self->reads);
     PyMem_Free(self->checks);
-    PyMem_Free(self->hold_entries);
-    PyMem_Free(self->hold_devices);
-    PyMem_Free(self->hold_lists);
     PyMem_Free(self->results);
     PyMem_Free(self->packed);
     PyMem_Free(self->scalar_checks);
@@ -200,20 +196,19 @@ static int read_uints(PyObject *seq, unsigned *out, Py_ssize_t n, const char *wh
     return 0;
 }
 
-/* NativeObjectBinding(owner, job, name, launch_type, checks, holds, results, function, context, grid, block,
- *             shared_memory, packed)
- *   checks:  per argument (0, weakref, consumed_descriptor) | (1, type, value)
+/* NativeObjectBinding(owner, access_set, claim, run, name, launch_type, checks, results, function, context,
+ *             grid, block, shared_memory, packed, reads)
+ *   checks:  per argument (0, weakref, None) | (1, type, value)
  *            | (2, type, packed_as, slot, range): packed_as the cubin's C type, range the dtype's
- *   holds:   ((device, list, entry), ...): each hold (cutile._tensor.hold_entries) with its device
- *            and that device's list in cutile._tensor._holds
+ *   claim, run: cuda_async.ClaimPlan objects (pending holds; a synchronous run's)
  *   results: argument indices of the tensors a run returns
  *   packed:  bytes, 8 per parameter (scalars are refilled per call) */
 static PyObject *fast_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    PyObject *owner, *job, *name, *launch_type, *checks, *holds, *results, *grid, *block, *packed, *reads;
+    PyObject *owner, *access_set, *claim, *run, *name, *launch_type, *checks, *results, *grid, *block, *packed, *reads;
     unsigned long long function, context;
     unsigned shared_memory;
-    if (!PyArg_ParseTuple(args, "OOUO!O!O!O!KKO!O!ISO!", &owner, &job, &name, &PyType_Type, &launch_type,
-                          &PyTuple_Type, &checks, &PyTuple_Type, &holds, &PyTuple_Type, &results, &function,
+    if (!PyArg_ParseTuple(args, "OOOOUO!O!O!KKO!O!ISO!", &owner, &access_set, &claim, &run, &name, &PyType_Type,
+                          &launch_type, &PyTuple_Type, &checks, &PyTuple_Type, &results, &function,
                           &context, &PyTuple_Type, &grid, &PyTuple_Type, &block, &shared_memory, &packed,
                           &PyList_Type, &reads))
         return NULL;
@@ -226,7 +221,9 @@ static PyObject *fast_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) 
     NativeObjectBinding *self = (NativeObjectBinding *)type->tp_alloc(type, 0);
     if (self == NULL) return NULL;
     self->owner = Py_NewRef(owner);
-    self->job = Py_NewRef(job);
+    self->access_set = Py_NewRef(access_set);
+    self->claim = Py_NewRef(claim);
+    self->run = Py_NewRef(run);
     self->name = Py_NewRef(name);
     self->launch_type = (PyTypeObject *)Py_NewRef(launch_type);
     self->reads = Py_NewRef(reads);
@@ -251,9 +248,8 @@ static PyObject *fast_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) 
         check->kind = (int)PyLong_AsLong(PyTuple_GET_ITEM(spec, 0));
         PyObject *a = PyTuple_GET_ITEM(spec, 1), *b = PyTuple_GET_ITEM(spec, 2);
         if (check->kind == CHECK_TENSOR) {
-            if (!PyWeakref_CheckRef(a) || Py_TYPE(b)->tp_descr_get == NULL) goto bad_check;
+            if (!PyWeakref_CheckRef(a)) goto bad_check;
             check->ref = Py_NewRef(a);
-            check->consumed = Py_NewRef(b);
         } else if (check->kind == CHECK_CONSTANT) {
             if (!PyType_Check(a)) goto bad_check;
             check->type = (PyTypeObject *)Py_NewRef(a);
@@ -271,23 +267,6 @@ static PyObject *fast_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) 
             goto bad_check;
         }
         if (PyErr_Occurred()) goto fail;
-    }
-    Py_ssize_t nholds = PyTuple_GET_SIZE(holds);
-    self->hold_entries = PyMem_Calloc(nholds ? nholds : 1, sizeof(PyObject *));
-    self->hold_devices = PyMem_Calloc(nholds ? nholds : 1, sizeof(PyObject *));
-    self->hold_lists = PyMem_Calloc(nholds ? nholds : 1, sizeof(PyObject *));
-    if (!self->hold_entries || !self->hold_devices || !self->hold_lists) { PyErr_NoMemory(); goto fail; }
-    self->nholds = nholds;
-    for (Py_ssize_t i = 0; i < self->nholds; i++) {
-        PyObject *triple = PyTuple_GET_ITEM(holds, i);
-        if (!PyTuple_Check(triple) || PyTuple_GET_SIZE(triple) != 3 || !PyUnicode_Check(PyTuple_GET_ITEM(triple, 0))
-            || !PyList_CheckExact(PyTuple_GET_ITEM(triple, 1))) {
-            PyErr_SetString(PyExc_TypeError, "NativeObjectBinding: holds must be (device, list, entry) triples");
-            goto fail;
-        }
-        self->hold_devices[i] = Py_NewRef(PyTuple_GET_ITEM(triple, 0));
-        self->hold_lists[i] = Py_NewRef(PyTuple_GET_ITEM(triple, 1));
-        self->hold_entries[i] = Py_NewRef(PyTuple_GET_ITEM(triple, 2));
     }
     self->nresults = PyTuple_GET_SIZE(results);
     self->results = PyMem_Calloc(self->nresults ? self->nresults : 1, sizeof(Py_ssize_t));
@@ -327,10 +306,8 @@ static int arguments_match(NativeObjectBinding *fb, PyObject *args) {
         PyObject *value = PyTuple_GET_ITEM(args, i);
         if (check->kind == CHECK_TENSOR) {
             if (cuda_async_referent(check->ref) != value) return 0; /* a dead reference gives None */
-            PyObject *consumer = descr_get(check->consumed, value);
-            if (consumer == NULL) return -1;
-            Py_DECREF(consumer);
-            if (consumer != Py_None) return 0;
+            /* (a tensor or partition: an Owned, whose consumer is this file's member) */
+            if (!PyObject_TypeCheck(value, &OwnedType) || ((Owned *)value)->consumed_by != NULL) return 0;
         } else if (Py_TYPE(value) != check->type) {
             return 0;
         } else if (check->kind == CHECK_CONSTANT && value != check->ref) {
@@ -344,67 +321,6 @@ static int arguments_match(NativeObjectBinding *fb, PyObject *args) {
         }
     }
     return 1;
-}
-
-/* Takes the launch's holds when nothing else is held on their devices (else the
- * Python path checks for conflicts). 1 taken, 0 miss, -1 error. */
-static int take_holds(NativeObjectBinding *fb) {
-    if (!batch_api->lock_try_acquire(holds_lock)) return 0;
-    int result = PyObject_Length(dropped_holds) == 0;
-    for (Py_ssize_t i = 0; i < fb->nholds && result; i++)
-        if (PyList_GET_SIZE(fb->hold_lists[i]) != 0) result = 0;
-    /* Appended after every check: two ranges on one device share a list. */
-    for (Py_ssize_t i = 0; i < fb->nholds && result == 1; i++)
-        if (PyList_Append(fb->hold_lists[i], fb->hold_entries[i]) < 0) result = -1;
-    batch_api->lock_release(holds_lock);
-    return result;
-}
-
-/* Gives back holds taken by take_holds (the latest entry equal by identity). */
-static int release_holds_locked(NativeObjectBinding *fb) {
-    for (Py_ssize_t i = fb->nholds - 1; i >= 0; i--) {
-        PyObject *held = fb->hold_lists[i];
-        for (Py_ssize_t j = PyList_GET_SIZE(held) - 1; j >= 0; j--) {
-            if (PyList_GET_ITEM(held, j) == fb->hold_entries[i]) {
-                if (PyList_SetSlice(held, j, j + 1, NULL) < 0) return -1;
-                break;
-            }
-        }
-    }
-    return 0;
-}
-
-/* Queues holds on cutile's `_dropped` (the next user of the holds gives them back,
- * under the lock): a launch may be freed in the middle of any code. */
-static void drop_holds(PyObject *entries, PyObject *devices) {
-    if (dropped_holds == NULL) return; /* never configured: no launch ever held anything */
-    PyObject *pair = PyTuple_Pack(2, entries, devices);
-    PyObject *append = pair ? PyUnicode_InternFromString("append") : NULL;
-    PyObject *appended = append ? PyObject_CallMethodOneArg(dropped_holds, append, pair) : NULL;
-    Py_XDECREF(append);
-    if (appended == NULL) PyErr_WriteUnraisable(dropped_holds);
-    Py_XDECREF(appended);
-    Py_XDECREF(pair);
-}
-
-/* Queues the holds a native launch took (take_holds) on `_dropped`; an exception
- * being raised stays the one raised. */
-static void drop_fast_holds(NativeObjectBinding *fb) {
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    PyObject *entries = PyList_New(fb->nholds), *devices = PyList_New(fb->nholds);
-    if (entries && devices) {
-        for (Py_ssize_t i = 0; i < fb->nholds; i++) {
-            PyList_SET_ITEM(entries, i, Py_NewRef(fb->hold_entries[i] ? fb->hold_entries[i] : Py_None));
-            PyList_SET_ITEM(devices, i, Py_NewRef(fb->hold_devices[i] ? fb->hold_devices[i] : Py_None));
-        }
-        drop_holds(entries, devices);
-    } else {
-        PyErr_WriteUnraisable(dropped_holds);
-    }
-    Py_XDECREF(entries);
-    Py_XDECREF(devices);
-    PyErr_Restore(type, value, tb);
 }
 
 /* Where the launch is made: the running Python frame's code and instruction (the
@@ -421,24 +337,20 @@ static void remember_site(LaunchBase *launch) {
 static PyObject *fast_call(KernelBase *kernel, NativeObjectBinding *fb, PyObject *args) {
     int matched = arguments_match(fb, args);
     if (matched <= 0) return NULL;
-    /* A running op holding the memory (a scheduled launch, a replay) but the batch's
-     * own: the Python path refuses the call, naming both parameters. */
-    PyObject *access_set = descr_get(binding_accesses, fb->owner);
-    if (access_set == NULL) return NULL;
-    int startable = batch_api->startable(access_set);
-    Py_DECREF(access_set);
-    if (startable <= 0) return NULL;
-    int taken = take_holds(fb);
+    /* Another hold that may conflict (a pending launch, a running op but the batch's
+     * own): the Python path refuses the call, naming both parameters. */
+    int taken = batch_api->claim(fb->claim);
     if (taken <= 0) return NULL;
     LaunchBase *launch = (LaunchBase *)fb->launch_type->tp_alloc(fb->launch_type, 0);
     if (launch == NULL) {
-        drop_fast_holds(fb); /* queued: the lock may be another thread's now */
+        batch_api->drop(fb->claim); /* queued: the lock may be another thread's now */
         return NULL;
     }
     launch->kernel = Py_NewRef((PyObject *)kernel);
     launch->fast = Py_NewRef((PyObject *)fb);
     launch->args = Py_NewRef(args);
-    launch->held = 1;
+    launch->claim = Py_NewRef(fb->claim);
+    launch->binding = Py_NewRef(fb->owner);
     launch->pending = 1;
     remember_site(launch);
     native_calls++;
@@ -453,10 +365,14 @@ static PyObject *kernel_call(KernelBase *self, PyObject *args, PyObject *kwargs)
         Py_DECREF(fb);
         if (launch != NULL || PyErr_Occurred()) return launch;
     }
-    PyObject *slow = PyObject_GetAttr((PyObject *)self, str_call);
-    if (slow == NULL) return NULL;
-    PyObject *result = PyObject_Call(slow, args, kwargs);
-    Py_DECREF(slow);
+    if (python_call == NULL) return PyErr_Format(PyExc_RuntimeError, "cutile._native_launch: configure_python first");
+    Py_ssize_t n = PyTuple_GET_SIZE(args);
+    PyObject *small[16], **stack = n < 16 ? small : PyMem_Malloc((n + 1) * sizeof(PyObject *));
+    if (stack == NULL) return PyErr_NoMemory();
+    stack[0] = (PyObject *)self;
+    for (Py_ssize_t i = 0; i < n; i++) stack[i + 1] = PyTuple_GET_ITEM(args, i);
+    PyObject *result = PyObject_VectorcallDict(python_call, stack, n + 1, kwargs);
+    if (stack != small) PyMem_Free(stack);
     if (result != NULL && PyObject_TypeCheck(result, &LaunchBaseType)) remember_site((LaunchBase *)result);
     return result;
 }
@@ -540,18 +456,6 @@ static PyObject *results_of(NativeObjectBinding *fb, PyObject *args) {
     return tuple;
 }
 
-/* Gives the launch's cutile holds back: the running op's holds take over (as
- * Launch._execute does). 1 done, 0 a miss (nothing changed), -1 error. */
-static int hand_over_holds(LaunchBase *self, NativeObjectBinding *fb) {
-    if (!batch_api->lock_try_acquire(holds_lock)) return 0;
-    if (PyObject_Length(dropped_holds) != 0) { batch_api->lock_release(holds_lock); return 0; }
-    int released = release_holds_locked(fb);
-    batch_api->lock_release(holds_lock);
-    if (released < 0) return -1;
-    self->held = 0;
-    return 1;
-}
-
 /* The driver calls, without the GIL: cuLaunchKernel blocks while the stream's queue
  * is full, and the wait lasts as long as the kernel; other threads run meanwhile
  * (cuda_async's locks stay held: waiters wait for them without the GIL). With
@@ -594,50 +498,42 @@ static PyObject *fast_sync(LaunchBase *self, NativeObjectBinding *fb) {
                                  params + (Py_ssize_t)check->slot * SLOT);
         if (packed <= 0) return NULL;
     }
-    PyObject *access_set = descr_get(binding_accesses, fb->owner);
-    if (access_set == NULL) return NULL;
-    PyObject *result = NULL;
+    PyObject *access_set = fb->access_set, *result = NULL;
     CudaAsyncBatchTxn txn;
-    int begun = batch_api->begin(access_set, &txn);
+    int begun = batch_api->begin(access_set, self->claim, &txn);
     if (begun == 1) {
-        int handed = hand_over_holds(self, fb);
-        if (handed <= 0) { batch_api->abort(&txn); goto done; }
+        Py_CLEAR(self->claim); /* the batch job's holds cover it now */
         self->done = 1; /* from here on the launch has run, whatever the driver says */
         self->pending = 0;
         int waited = 0;
         int err = launch_on(fb, txn.stream_handle, pointers, 0, &waited);
-        if (err) { batch_api->abort(&txn); raise_driver_error(err, fb->name); goto done; }
-        if (batch_api->commit(access_set, &txn) < 0) goto done;
+        if (err) { batch_api->abort(&txn); raise_driver_error(err, fb->name); return NULL; }
+        if (batch_api->commit(access_set, &txn) < 0) return NULL;
         native_syncs++;
-        result = results_of(fb, self->args);
-        goto done;
+        return results_of(fb, self->args);
     }
-    if (begun < 0) goto done;
+    if (begun < 0) return NULL;
     CudaAsyncSyncTxn sync;
-    begun = batch_api->sync_begin(access_set, fb->job, fb->name, &sync);
-    if (begun <= 0) goto done;
-    int handed = hand_over_holds(self, fb);
-    if (handed <= 0) { batch_api->sync_end(&sync, 0); goto done; } /* an error it raises stays set */
+    begun = batch_api->sync_begin(access_set, self->claim, fb->run, &sync);
+    if (begun <= 0) return NULL;
+    Py_CLEAR(self->claim); /* the run's holds replace it */
     self->done = 1;
     self->pending = 0;
     int waited = 0; /* the holds keep other threads off the resources during the wait */
     int err = launch_on(fb, sync.stream_handle, pointers, 1, &waited);
-    if (err && !waited) { raise_driver_error(err, fb->name); batch_api->sync_end(&sync, 0); goto done; }
+    if (err && !waited) { raise_driver_error(err, fb->name); batch_api->sync_end(&sync, 0); return NULL; }
     if (err) {
         PyObject *what = PyUnicode_FromFormat("waiting for the %U", fb->name);
         if (what != NULL) { raise_driver_error(err, what); Py_DECREF(what); }
     }
-    if (batch_api->sync_end(&sync, 1) < 0 || err) goto done;
+    if (batch_api->sync_end(&sync, 1) < 0 || err) return NULL;
     native_syncs++;
-    result = results_of(fb, self->args);
-done:
-    Py_DECREF(access_set);
-    return result;
+    return results_of(fb, self->args);
 }
 
 static PyObject *launch_sync(LaunchBase *self, PyObject *unused) {
     NativeObjectBinding *fb = (NativeObjectBinding *)self->fast;
-    if (fb != NULL && fb->armed && fb->generation == generation && self->held && !self->done) {
+    if (fb != NULL && fb->armed && fb->generation == generation && self->claim == fb->claim && !self->done) {
         Py_INCREF(fb);
         PyObject *result = fast_sync(self, fb);
         Py_DECREF(fb);
@@ -647,20 +543,15 @@ static PyObject *launch_sync(LaunchBase *self, PyObject *unused) {
             return NULL;
         }
     }
-    return PyObject_CallMethodNoArgs((PyObject *)self, str_sync_slow);
+    if (python_sync == NULL) return PyErr_Format(PyExc_RuntimeError, "cutile._native_launch: configure_python first");
+    return PyObject_CallOneArg(python_sync, (PyObject *)self);
 }
 
-/* Hands a native launch over to Python: (binding, args, held, done), or None. */
-static PyObject *launch_take_native(LaunchBase *self, PyObject *unused) {
-    if (self->fast == NULL) Py_RETURN_NONE;
-    PyObject *owner = ((NativeObjectBinding *)self->fast)->owner;
-    PyObject *state = Py_BuildValue("OOOO", owner, self->args, self->held ? Py_True : Py_False,
-                                    self->done ? Py_True : Py_False);
-    if (state == NULL) return NULL;
+/* The Python code changes what the launch runs (grid, options) or runs it itself:
+ * the native sync no longer may. */
+static PyObject *launch_detach(LaunchBase *self, PyObject *unused) {
     Py_CLEAR(self->fast);
-    Py_CLEAR(self->args);
-    self->held = 0;
-    return state;
+    Py_RETURN_NONE;
 }
 
 /* A launch freed while pending: the hook warns (once per kernel). The launch itself is
@@ -677,18 +568,12 @@ static void launch_dealloc(LaunchBase *self) {
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     if (self->pending) warn_never_run(self);
-    if (self->fast != NULL && self->held) { /* a native launch dropped without running */
-        drop_fast_holds((NativeObjectBinding *)self->fast);
-    } else if (self->holds != NULL && PyList_Check(self->holds) && PyList_GET_SIZE(self->holds) && self->binding) {
-        PyObject *devices = PyObject_GetAttrString(self->binding, "devices"); /* a Python launch's */
-        if (devices != NULL) drop_holds(self->holds, devices);
-        else PyErr_WriteUnraisable((PyObject *)self);
-        Py_XDECREF(devices);
-    }
+    if (self->claim != NULL && self->claim != Py_None && batch_api != NULL)
+        batch_api->drop(self->claim); /* dropped with its holds: given back (queued) */
     Py_CLEAR(self->kernel);
     Py_CLEAR(self->fast);
     Py_CLEAR(self->args);
-    Py_CLEAR(self->holds);
+    Py_CLEAR(self->claim);
     Py_CLEAR(self->binding);
     Py_CLEAR(self->site_code);
     PyErr_Restore(type, value, tb);
@@ -698,15 +583,39 @@ static void launch_dealloc(LaunchBase *self) {
 static PyMethodDef launch_methods[] = {
     {"sync", (PyCFunction)launch_sync, METH_NOARGS,
      "Runs the launch to completion and returns its tensor arguments (one as itself, several as a tuple)."},
-    {"_take_native", (PyCFunction)launch_take_native, METH_NOARGS, "(binding, args, held, done) or None."},
+    {"_detach", (PyCFunction)launch_detach, METH_NOARGS, "Leaves the launch to the Python path."},
     {NULL, NULL, 0, NULL}};
 static PyMemberDef launch_members[] = {
     {"kernel", T_OBJECT_EX, offsetof(LaunchBase, kernel), 0, NULL},
-    {"_holds", T_OBJECT_EX, offsetof(LaunchBase, holds), 0, NULL},
+    {"_claim", T_OBJECT, offsetof(LaunchBase, claim), 0, NULL},
+    {"_args", T_OBJECT, offsetof(LaunchBase, args), READONLY, NULL},
+    {"_done", T_BOOL, offsetof(LaunchBase, done), 0, NULL},
     {"_binding", T_OBJECT_EX, offsetof(LaunchBase, binding), 0, NULL},
     {"_pending", T_BOOL, offsetof(LaunchBase, pending), 0, NULL},
     {"_site_code", T_OBJECT, offsetof(LaunchBase, site_code), 0, NULL},
     {"_site_lasti", T_INT, offsetof(LaunchBase, site_lasti), 0, NULL},
+    {NULL}};
+
+/* -- Owned ------------------------------------------------------------------------------- */
+static int owned_set_consumed(Owned *self, PyObject *value, void *closure) {
+    /* None (or deleting it) makes the object usable; anything else is who consumed it. */
+    Py_XSETREF(self->consumed_by, (value == NULL || value == Py_None) ? NULL : Py_NewRef(value));
+    return 0;
+}
+
+static PyObject *owned_get_consumed(Owned *self, void *closure) {
+    return Py_NewRef(self->consumed_by ? self->consumed_by : Py_None);
+}
+
+static void owned_dealloc(Owned *self) {
+    /* (Its consumer is a string: no cycle to collect. A subclass's dealloc has
+     * untracked the object and drops the reference to its heap type.) */
+    Py_CLEAR(self->consumed_by);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyGetSetDef owned_getset[] = {
+    {"_consumed_by", (getter)owned_get_consumed, (setter)owned_set_consumed, "who consumed the object, or None", NULL},
     {NULL}};
 
 /* -- module ------------------------------------------------------------------------------ */
@@ -719,50 +628,52 @@ static PyTypeObject KernelBaseType = {
     .tp_basicsize = sizeof(KernelBase), .tp_dealloc = (destructor)kernel_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE, .tp_new = PyType_GenericNew,
     .tp_call = (ternaryfunc)kernel_call, .tp_getset = kernel_getset};
+static PyTypeObject OwnedType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "cutile._native_launch.Owned",
+    .tp_basicsize = sizeof(Owned), .tp_dealloc = (destructor)owned_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE, .tp_new = PyType_GenericNew, .tp_getset = owned_getset};
 static PyTypeObject LaunchBaseType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "cutile._native_launch.LaunchBase",
     .tp_basicsize = sizeof(LaunchBase), .tp_dealloc = (destructor)launch_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE, .tp_new = PyType_GenericNew,
     .tp_methods = launch_methods, .tp_members = launch_members};
 
-/* configure_holds(dropped): cutile._tensor's queue of holds given back by freed launches. */
-static PyObject *configure_holds(PyObject *module, PyObject *dropped) {
-    Py_XSETREF(dropped_holds, Py_NewRef(dropped));
-    Py_RETURN_NONE;
-}
-
-/* configure_never_run(hook): called as hook(kernel, code, lasti) for a launch freed while pending. */
-static PyObject *configure_never_run(PyObject *module, PyObject *hook) {
+/* configure_python(call, sync, never_run): the Python path of a call (call(kernel, *args,
+ * **kwargs)) and of a sync (sync(launch)), and the hook called as never_run(kernel, code,
+ * lasti) for a launch freed while pending. */
+static PyObject *configure_python(PyObject *module, PyObject *args) {
+    PyObject *call, *sync, *hook;
+    if (!PyArg_ParseTuple(args, "OOO", &call, &sync, &hook)) return NULL;
+    Py_XSETREF(python_call, Py_NewRef(call));
+    Py_XSETREF(python_sync, Py_NewRef(sync));
     Py_XSETREF(never_run_hook, Py_NewRef(hook));
     Py_RETURN_NONE;
 }
 
-/* configure(batch_capsule, launch_kernel, ctx_get_current, ctx_set_current, stream_synchronize,
- *           holds_lock, binding_accesses_descriptor, raise_launch_error): after configure_holds. */
-static PyObject *configure(PyObject *module, PyObject *args) {
-    PyObject *capsule, *lock, *accesses, *raiser;
-    unsigned long long launch, get_current, set_current, synchronize;
-    if (!PyArg_ParseTuple(args, "OKKKKOOO", &capsule, &launch, &get_current, &set_current, &synchronize, &lock,
-                          &accesses, &raiser))
-        return NULL;
-    if (dropped_holds == NULL) return PyErr_Format(PyExc_RuntimeError, "configure: call configure_holds first");
+/* use_api(capsule): cuda_async's C API (batch_api.h), before any launch. */
+static PyObject *use_api(PyObject *module, PyObject *capsule) {
     const CudaAsyncBatchAPI *api = PyCapsule_GetPointer(capsule, CUDA_ASYNC_BATCH_API_CAPSULE);
     if (api == NULL) return NULL;
     if (api->version != CUDA_ASYNC_BATCH_API_VERSION)
         return PyErr_Format(PyExc_RuntimeError, "cuda_async's batch API is version %d, expected %d", api->version,
                             CUDA_ASYNC_BATCH_API_VERSION);
-    if (!launch || !get_current || !set_current || !synchronize) return PyErr_Format(PyExc_ValueError, "configure: null entry point");
-    if (Py_TYPE(accesses)->tp_descr_get == NULL) return PyErr_Format(PyExc_TypeError, "configure: not a descriptor");
-    if (!PyObject_TypeCheck(lock, api->lock_type))
-        return PyErr_Format(PyExc_TypeError, "configure: the holds lock must be cuda_async's native RLock");
     batch_api = api;
-    Py_XSETREF(holds_lock, Py_NewRef(lock));
+    Py_RETURN_NONE;
+}
+
+/* configure(launch_kernel, ctx_get_current, ctx_set_current, stream_synchronize, raise_launch_error) */
+static PyObject *configure(PyObject *module, PyObject *args) {
+    PyObject *raiser;
+    unsigned long long launch, get_current, set_current, synchronize;
+    if (!PyArg_ParseTuple(args, "KKKKO", &launch, &get_current, &set_current, &synchronize, &raiser))
+        return NULL;
+    if (batch_api == NULL) return PyErr_Format(PyExc_RuntimeError, "configure: call use_api first");
+    if (!launch || !get_current || !set_current || !synchronize) return PyErr_Format(PyExc_ValueError, "configure: null entry point");
     cu_launch_kernel = (launch_kernel_fn)(uintptr_t)launch;
     cu_ctx_get_current = (ctx_get_fn)(uintptr_t)get_current;
     cu_ctx_set_current = (ctx_set_fn)(uintptr_t)set_current;
     cu_stream_synchronize = (stream_sync_fn)(uintptr_t)synchronize;
     generation++;
-    Py_XSETREF(binding_accesses, Py_NewRef(accesses));
     Py_XSETREF(raise_launch_error, Py_NewRef(raiser));
     configured = 1;
     Py_RETURN_NONE;
@@ -795,9 +706,9 @@ static PyObject *stats(PyObject *module, PyObject *unused) {
 static PyMethodDef module_methods[] = {
     {"invalidate", invalidate, METH_NOARGS, "Makes every binding armed so far miss (the driver changed)."},
     {"stats", stats, METH_NOARGS, "(launches made, launches run) by the native path so far."},
-    {"configure_holds", configure_holds, METH_O, "Hands over cutile's holds of pending launches."},
-    {"configure_never_run", configure_never_run, METH_O, "Hands over the warning of launches freed unrun."},
-    {"configure", configure, METH_VARARGS, "Hands over the batch API and the driver's entry points."},
+    {"configure_python", configure_python, METH_VARARGS, "Hands over the Python paths and the never-run warning."},
+    {"use_api", use_api, METH_O, "Hands over cuda_async's C API (its capsule)."},
+    {"configure", configure, METH_VARARGS, "Hands over the driver's entry points."},
     {"null_entry_points", null_entry_points, METH_NOARGS, "Driver stand-ins that do nothing (benchmarks)."},
     {NULL, NULL, 0, NULL}};
 
@@ -805,16 +716,15 @@ static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "cutile._native_l
                                         NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__native_launch(void) {
-    str_call = PyUnicode_InternFromString("_call");
-    str_sync_slow = PyUnicode_InternFromString("_sync_slow");
-    if (str_call == NULL || str_sync_slow == NULL) return NULL;
-    if (PyType_Ready(&FastBindingType) < 0 || PyType_Ready(&KernelBaseType) < 0 || PyType_Ready(&LaunchBaseType) < 0)
+    if (PyType_Ready(&FastBindingType) < 0 || PyType_Ready(&KernelBaseType) < 0 || PyType_Ready(&LaunchBaseType) < 0 ||
+        PyType_Ready(&OwnedType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL) return NULL;
     if (PyModule_AddObjectRef(m, "NativeObjectBinding", (PyObject *)&FastBindingType) < 0 ||
         PyModule_AddObjectRef(m, "KernelBase", (PyObject *)&KernelBaseType) < 0 ||
-        PyModule_AddObjectRef(m, "LaunchBase", (PyObject *)&LaunchBaseType) < 0) {
+        PyModule_AddObjectRef(m, "LaunchBase", (PyObject *)&LaunchBaseType) < 0 ||
+        PyModule_AddObjectRef(m, "Owned", (PyObject *)&OwnedType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

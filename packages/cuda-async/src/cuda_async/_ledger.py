@@ -1,0 +1,180 @@
+"""The ownership ledger: every hold on memory, in one place, pending or running.
+
+A hold is a byte range of a *domain* (a device's address space, or the private
+space of one `Resource`) with an access, a label for messages and an owner:
+
+- *pending* (owner None): taken when a layer above makes an op that runs later,
+  through a `ClaimPlan` (cutile claims each tensor argument at ``kernel(...)``);
+- *running* (owner: a `Job`): taken as the job's ops are enqueued, given back
+  when the job's completion is observed. A job starting the op of a claim takes
+  the claim's holds over in the same step (`Job.acquire`'s ``claim``).
+
+A write excludes every other overlapping hold; reads exclude writes. Holds are
+tuples ``(start, end, writes, label, owner, what)`` (``what``: the resource's name,
+for messages) in one list per domain, released by identity; a domain's list is
+never replaced, so a plan may keep it. cuda_async's C API (native/batch_api.h)
+takes and gives back holds on these lists for the native launch paths, under
+the same lock; nothing else touches them.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable, Hashable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from cuda_async import _native
+from cuda_async._errors import raised
+
+if TYPE_CHECKING:
+    from cuda_async._resource import Job
+
+# (start, end, writes, label, owner: Job | None while pending, what)
+Hold = tuple[int, int, bool, str, Any, str]
+
+lock = _native.rlock()  # (native: cuda_async._native_batch takes it from C)
+holds: dict[Hashable, list[Hold]] = {}
+# Domains whose list a plan keeps: never removed when empty (device domains never are).
+pinned: set[Hashable] = set()
+# Claims given back by the garbage collector (a launch freed unrun): it may run in
+# the middle of any code, so they are queued here (no lock) and given back by the
+# next user of the ledger, under the lock.
+dropped: collections.deque[ClaimPlan] = collections.deque()
+
+
+def domain_list(domain: Hashable) -> list[Hold]:
+    """The holds of ``domain`` (the caller holds `lock`)."""
+    found = holds.get(domain)
+    if found is None:
+        found = holds[domain] = []
+    return found
+
+
+def drain_dropped() -> None:
+    """Gives back the claims the garbage collector dropped (the caller holds `lock`)."""
+    while dropped:
+        try:
+            plan = dropped.popleft()
+        except IndexError:
+            return
+        _release_locked(plan)
+
+
+def conflict(held: list[Hold], start: int, end: int, writes: bool,
+             exempt: Callable[[Any], bool] | None = None) -> Hold | None:
+    """The first hold of ``held`` that a ``writes`` access to ``[start, end)``
+    conflicts with, skipping running holds whose owner ``exempt`` accepts."""
+    for hold in held:
+        if hold[0] < end and start < hold[1] and (writes or hold[2]):
+            owner = hold[4]
+            if owner is not None and (owner.released or (exempt is not None and exempt(owner))):
+                continue
+            return hold
+    return None
+
+
+def shown(name: str) -> str:
+    """An op's name or a holder's label in a message: quoted, unless it quotes what
+    it names itself (a label such as "launch of add (parameter 'z')")."""
+    return name if "'" in name else repr(name)
+
+
+def refusal(hold: Hold, writes: bool, by: str, pending_by: str | None = None) -> Exception:
+    """The error for ``by`` meeting ``hold``; ``pending_by`` names the requester when
+    the hold is a pending one (the caller's own words: "add: parameter 'z'")."""
+    if hold[4] is None:
+        action = "writes" if hold[2] else "reads"
+        return raised.ownership(
+            f"{pending_by or by}: the tensor is held by the pending {hold[3]}, which {action} it; "
+            "run that operation (.sync()) first", resource=hold[5], holder=hold[3], requester=pending_by or by)
+    held = "written" if hold[2] else "read"
+    wanted = "write" if writes else "read"
+    return raised.ownership(
+        f"{hold[5]} is {held} by the pending op {shown(hold[3])}; {shown(by)} may not {wanted} it "
+        "until that op completes (sync or await its future first)",
+        resource=hold[5], holder=hold[3], requester=by)
+
+
+def check(domain: Hashable, start: int, end: int, writes: bool, by: str,
+          exempt: Callable[[Any], bool] | None = None) -> None:
+    """Raises `OwnershipError` if any hold conflicts with ``by`` accessing ``[start,
+    end)`` of ``domain`` (the host reading a tensor back, say)."""
+    # (cuda_async.check_access is this function)
+    with lock:
+        drain_dropped()
+        held = holds.get(domain)
+        if held:
+            hold = conflict(held, start, end, writes, exempt)
+            if hold is not None:
+                raise refusal(hold, writes, by)
+
+
+class ClaimPlan:
+    """The pending holds an op takes each time it is made over the same memory:
+    made once (cutile: per binding of a kernel's arguments), claimed by every op.
+
+    ``spans``: (domain, start, end, writes, label, by, what) per hold, where
+    ``label`` names the holder in others' messages ("launch of add (parameter
+    'z')"), ``by`` the requester in its own ("add: parameter 'z'") and ``what`` the
+    memory ("tensor memory on cuda:0"). A hold the plan takes is the very tuple it
+    made (``entries``): given back by identity. With ``owner`` (a job), the holds
+    are that job's running ones (the native path's synchronous runs take them)."""
+
+    __slots__ = ("lists", "entries", "labels", "requesters", "__weakref__")
+
+    def __init__(self, spans: Iterable[tuple[Hashable, int, int, bool, str, str, str]], *,
+                 owner: Job | None = None) -> None:
+        listed = list(spans)
+        with lock:
+            self.lists = tuple(domain_list(span[0]) for span in listed)
+            pinned.update(span[0] for span in listed)
+        self.entries: tuple[Hold, ...] = tuple((s, e, w, label, owner, what) for _, s, e, w, label, _, what in listed)
+        self.labels = tuple(span[4] for span in listed)
+        self.requesters = tuple(span[5] for span in listed)
+
+    def claim(self, joined: Callable[[Any], bool] | None = None) -> None:
+        """Takes the holds, after checking that none conflicts with another hold
+        (but running holds of the jobs ``joined`` accepts: those the op will run in).
+        Raises `OwnershipError` before taking anything."""
+        with lock:
+            drain_dropped()
+            for held, entry, label, by in zip(self.lists, self.entries, self.labels, self.requesters):
+                if held:
+                    hold = conflict(held, entry[0], entry[1], entry[2], joined)
+                    if hold is not None:
+                        raise refusal(hold, entry[2], label, by)
+            for held, entry in zip(self.lists, self.entries):  # appended after every check
+                held.append(entry)
+
+    def release(self) -> None:
+        """Gives back the holds `claim` took (once per claim)."""
+        with lock:
+            drain_dropped()
+            _release_locked(self)
+
+    def drop(self) -> None:
+        """Gives the holds back from a finalizer (queued; safe anywhere)."""
+        dropped.append(self)
+
+
+def remove(held: list[Hold], hold: Hold) -> None:
+    """Removes ``hold`` from ``held`` by identity (the latest such entry)."""
+    if held and held[-1] is hold:  # the usual case: the latest holds go first
+        held.pop()
+        return
+    for index in range(len(held) - 1, -1, -1):
+        if held[index] is hold:
+            del held[index]
+            return
+
+
+def _release_locked(plan: ClaimPlan) -> None:
+    for held, entry in zip(reversed(plan.lists), reversed(plan.entries)):
+        remove(held, entry)
+
+
+def running_holders(domain: Hashable, start: int, end: int) -> list[tuple[str, bool]]:
+    """(label, writes) of the running holds overlapping ``[start, end)`` of ``domain``."""
+    with lock:
+        return [(hold[3], hold[2]) for hold in holds.get(domain, ())
+                if hold[4] is not None and hold[0] < end and start < hold[1] and not hold[4].released]
