@@ -12,7 +12,7 @@ import cutile_ir as ir
 from cutile_compiler import _dtypes as dt
 from cutile_compiler._ir import Operation
 from cutile_compiler._lowering import tile_type
-from cutile_compiler._opdefs._base import EvalContext, OpDef, RuleError, register
+from cutile_compiler._opdefs._base import EvalContext, Op, OpDef, RuleError, register
 from cutile_compiler._opdefs.elementwise import numpy_dtype, tile_operand
 from cutile_compiler._types import KType, TileType
 
@@ -39,8 +39,6 @@ class Reduce(OpDef):
     ``argmax``/``argmin`` give i32 positions (the first one on ties); integer
     sums wrap like the GPU's, float sums of f16/bf16 are accumulated in f32.
     """
-
-    name = "reduce"
 
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
         tile = tile_operand(operand_types, 0, attrs.get("kind", "reduce"))
@@ -72,8 +70,6 @@ class Reduce(OpDef):
 class Scan(OpDef):
     """``scan(x) {kind, axis, reverse}``: inclusive prefix sums or products."""
 
-    name = "scan"
-
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
         tile = tile_operand(operand_types, 0, "scan")
         if attrs["kind"] not in _SCANS:
@@ -96,8 +92,6 @@ class Scan(OpDef):
         return _lower_scan(ctx, op, args)
 
 
-REDUCE = register(Reduce())
-SCAN = register(Scan())
 
 
 # -- lowering to Tile IR -------------------------------------------------------------------
@@ -219,8 +213,6 @@ class ReduceWith(OpDef):
     accumulators. The body must be associative and commutative (the GPU combines
     in a tree); the interpreter folds in index order, all other positions at once."""
 
-    name = "reduce_fn"
-
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
         tiles = _fn_types(operand_types, attrs, "reduce")
         axis = attrs["axis"]
@@ -246,8 +238,6 @@ class ReduceWith(OpDef):
 class ScanWith(OpDef):
     """``scan_fn(*xs) {axis, identities, reverse} [body]``: inclusive scans of xs along
     ``axis`` combined by the body (as for ``reduce_fn``)."""
-
-    name = "scan_fn"
 
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
         return tuple(_fn_types(operand_types, attrs, "scan"))
@@ -287,5 +277,13 @@ def _lower_combine(ctx: Lowering, op: Operation, ir_args: Sequence[Any]) -> None
         ctx.regions.pop()
 
 
-REDUCE_FN = register(ReduceWith())
-SCAN_FN = register(ScanWith())
+class ReductionOp(Op):
+    """Reductions and scans along an axis, by a named combiner or a kernel's function."""
+
+    REDUCE = Reduce()
+    SCAN = Scan()
+    REDUCE_FN = ReduceWith()
+    SCAN_FN = ScanWith()
+
+
+register(ReductionOp)
