@@ -1,4 +1,4 @@
-"""The benchmark scripts that need no GPU run to completion (with small sizes): they
+"""The scripts that need no GPU (benchmarks, the bytecode digests) run to completion (with small sizes): they
 reach into internals, which would otherwise break them unnoticed. Their figures are
 not checked here (timing is the scripts' job, not a test's)."""
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cutile_compiler import _dtypes as dt
-from cutile_compiler._errors import SourceLocation, TileSyntaxError, TileTypeError, bounded_repr
+from cutile_compiler._errors import ArgumentTypeError, SourceLocation, TileSyntaxError, TileTypeError, bounded_repr
 from cutile_compiler._ir import Block, KernelIR, KernelParam, Operation, Value
 from cutile_compiler._opdefs import OPS, ControlOp, DebugOp, ElementwiseOp, GridOp, MemoryOp, Op, RuleError, ShapeOp
 from cutile_compiler._opdefs.elementwise import Elementwise
@@ -190,7 +190,11 @@ class FrontEnd:
            regions: Sequence[Block] = (), node: ast.AST | None = None, *, prologue: bool = False) -> Operation:
         """Creates the op ``key`` at the insertion point; a broken typing rule becomes a
         `TileTypeError` at the current source line."""
-        opdef = OPS[key]
+        try:
+            opdef = OPS[key]
+        except KeyError:  # a compiler bug: ops are created by their registered keys, never by name
+            raise ArgumentTypeError(f"FrontEnd.op: key must be a registered Op member (e.g. MemoryOp.TILE_LOAD), "
+                                    f"got {key!r}") from None
         attrs = attrs or {}
         try:
             operand_types = [v.type for v in operands]

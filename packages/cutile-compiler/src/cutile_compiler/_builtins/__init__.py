@@ -8,7 +8,9 @@ emits a kernel's calls. Calling a DSL function on the host raises (it only means
 something inside a kernel); inside a kernel the front end calls its implementation
 with itself, the call's AST node and the evaluated arguments. The typing of each
 primitive lives with its op in `_opdefs`; functions here normalize arguments
-(numbers to tiles, dtype promotion, broadcasting, axis handling) and pick the ops.
+(numbers to tiles, dtype promotion, broadcasting, axis handling) and create the ops
+by their keys (``fe.op(MemoryOp.TILE_LOAD, ...)``). The functions of the element-wise
+ops are made from the ops' declarations (`elementwise.define_functions`).
 
 Importing this package imports every family, which fills the registry (in the order
 of the imports below: the order of `DSL_FUNCTIONS` and of the language's `__all__`).

@@ -17,7 +17,7 @@ from cutile_compiler._builtins._base import (
 from cutile_compiler._dtypes import DType
 from cutile_compiler._errors import bounded_repr
 from cutile_compiler._ir import Value
-from cutile_compiler._opdefs._base import Op, OpDef, register, unregister
+from cutile_compiler._opdefs._base import Op, OpDef, registered
 from cutile_compiler._opdefs.elementwise import F32_ONLY_ROUNDINGS, Elementwise, ElementwiseOp
 
 if TYPE_CHECKING:
@@ -132,13 +132,12 @@ def remove_functions(family: type[Op]) -> None:
 def declared(family: type[Op]) -> Iterator[dict[Op, Builtin[...]]]:
     """Inside the block, the ops of ``family`` (declared outside the compiler, e.g. by a
     test) are registered and have their DSL functions; yields those functions by key."""
-    register(family)
-    try:
+    with registered(family):
         define_functions(family)
-        yield {key: FUNCTIONS[key] for key in family if key in FUNCTIONS}
-    finally:
-        remove_functions(family)
-        unregister(family)
+        try:
+            yield {key: FUNCTIONS[key] for key in family if key in FUNCTIONS}
+        finally:
+            remove_functions(family)
 
 
 def _function(template: Callable[Concatenate[Elementwise, FrontEnd, ast.Call, Params], Any],

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from cutile_compiler._errors import ArgumentError, ArgumentTypeError
 from cutile_compiler._ir import Block, Operation
 from cutile_compiler._types import KType, TileType
 
@@ -214,14 +215,18 @@ _NAMES: dict[str, Op] = {}
 def register(family: type[Op]) -> None:
     """Adds the ops of ``family`` to `OPS`, giving each definition its key and name
     (the member's name in lower case, unique among all ops: the IR listing shows it)."""
+    if not (isinstance(family, type) and issubclass(family, Op)):  # an OpDef alone has no key
+        raise ArgumentTypeError(f"register: family must be a subclass of Op whose members are OpDefs, got "
+                                f"{family!r}")
+    taken = [key.name.lower() for key in family
+             if key in OPS or key.name.lower() in _NAMES or getattr(key.definition, "key", None) is not None]
+    if taken:  # checked before any is added, so that a refused family leaves nothing behind
+        raise ArgumentError(f"register: {family.__name__}: ops {', '.join(taken)} are defined already")
     for key in family:
         opdef = key.definition
-        name = key.name.lower()
-        if key in OPS or name in _NAMES or getattr(opdef, "key", None) is not None:
-            raise ValueError(f"op {name!r} is defined twice")  # pragma: no cover - a compiler bug
-        opdef.key, opdef.name = key, name
+        opdef.key, opdef.name = key, key.name.lower()
         OPS[key] = opdef
-        _NAMES[name] = key
+        _NAMES[opdef.name] = key
 
 
 def unregister(family: type[Op]) -> None:

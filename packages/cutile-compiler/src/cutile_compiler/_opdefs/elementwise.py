@@ -278,7 +278,6 @@ def _rsqrt(a: Any) -> Any:
 class Select(OpDef):
     """``select(cond, a, b)``: a where cond is true, else b (numpy ``where``)."""
 
-    name = "select"
     lanewise = True
 
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
@@ -301,7 +300,6 @@ class Cast(OpDef):
     """``cast(x) {dtype}``: value conversion (float to int truncates toward zero,
     int to float rounds to nearest, float narrowing rounds to nearest even)."""
 
-    name = "cast"
     lanewise = True
     _spelled = "astype"
     rounding_modes = ("nearest_even", "zero")
@@ -338,7 +336,6 @@ class Cast(OpDef):
 class Bitcast(OpDef):
     """``bitcast(x) {dtype}``: the same bits read as another dtype of equal width."""
 
-    name = "bitcast"
     lanewise = True
 
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
@@ -358,7 +355,7 @@ class Bitcast(OpDef):
 # -- lowering to Tile IR: the ops whose declaration names no single Tile IR op -------------------
 def _lower_floordiv(self: Elementwise, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
     b = ctx.builder
-    dtype = tile_type_of(op.operands[0]).dtype
+    dtype = _tile_of(op.operands[0]).dtype
     if dtype.is_float:
         quotient = b.divf(args[0], args[1], rounding_mode="nearest_even")
         return (b.floor(quotient),)
@@ -368,7 +365,7 @@ def _lower_floordiv(self: Elementwise, ctx: Lowering, op: Operation, args: Seque
 
 def _lower_mod(self: Elementwise, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
     b = ctx.builder
-    operand_type = tile_type_of(op.operands[0])
+    operand_type = _tile_of(op.operands[0])
     dtype = operand_type.dtype
     if dtype.is_float:
         return (_python_remainder(ctx, op, b.remf(args[0], args[1]), args[1], operand_type),)
@@ -379,13 +376,13 @@ def _lower_mod(self: Elementwise, ctx: Lowering, op: Operation, args: Sequence[A
 
 
 def _lower_invert(self: Elementwise, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
-    operand_type = tile_type_of(op.operands[0])
+    operand_type = _tile_of(op.operands[0])
     dtype = operand_type.dtype
     ones = ctx.constant(True if dtype.is_bool else -1 if dtype.is_signed else (1 << dtype.bits) - 1, operand_type)
     return (ctx.builder.xori(args[0], ones),)
 
 
-def tile_type_of(value: Any) -> TileType:
+def _tile_of(value: Any) -> TileType:
     found = value.type
     assert isinstance(found, TileType)
     return found
