@@ -84,17 +84,17 @@ def _apply(opdef: Elementwise, fe: FrontEnd, node: ast.Call, operands: tuple[Any
     return fe.op(opdef.key, tiles, attrs, node=node).result
 
 
-def _unary(opdef: Elementwise, fe: FrontEnd, node: ast.Call, x: Any, /, *, rounding: str | None = None,
+def unary(opdef: Elementwise, fe: FrontEnd, node: ast.Call, x: Any, /, *, rounding: str | None = None,
            flush_to_zero: bool = False) -> Any:
     return _apply(opdef, fe, node, (x,), rounding, flush_to_zero)
 
 
-def _binary(opdef: Elementwise, fe: FrontEnd, node: ast.Call, x: Any, y: Any, /, *, rounding: str | None = None,
+def binary(opdef: Elementwise, fe: FrontEnd, node: ast.Call, x: Any, y: Any, /, *, rounding: str | None = None,
             flush_to_zero: bool = False) -> Any:
     return _apply(opdef, fe, node, (x, y), rounding, flush_to_zero)
 
 
-def _ternary(opdef: Elementwise, fe: FrontEnd, node: ast.Call, a: Any, b: Any, c: Any, /, *,
+def ternary(opdef: Elementwise, fe: FrontEnd, node: ast.Call, a: Any, b: Any, c: Any, /, *,
              rounding: str | None = None, flush_to_zero: bool = False) -> Any:
     return _apply(opdef, fe, node, (a, b, c), rounding, flush_to_zero)
 
@@ -102,9 +102,9 @@ def _ternary(opdef: Elementwise, fe: FrontEnd, node: ast.Call, a: Any, b: Any, c
 #: The parameters of an element-wise op's DSL function, by the op's arity, and what its
 #: documentation adds to the op's
 _TEMPLATES: dict[int, tuple[Callable[..., Any], str]] = {
-    1: (_unary, " Element-wise."),
-    2: (_binary, " Element-wise; shapes broadcast and dtypes promote."),
-    3: (_ternary, ""),
+    1: (unary, " Element-wise."),
+    2: (binary, " Element-wise; shapes broadcast and dtypes promote."),
+    3: (ternary, ""),
 }
 #: The DSL function of each registered element-wise op that declares one (`Elementwise.doc`)
 FUNCTIONS: dict[Op, Builtin[...]] = {}
@@ -140,39 +140,16 @@ def declared(family: type[Op]) -> Iterator[dict[Op, Builtin[...]]]:
             remove_functions(family)
 
 
-def _function(template: Callable[Concatenate[Elementwise, FrontEnd, ast.Call, Params], Any],
-              key: Op) -> Builtin[Params]:
-    """The DSL function of ``key``, typed with the parameters of ``template`` (its arity's)
-    for static tools."""
+def function_of(template: Callable[Concatenate[Elementwise, FrontEnd, ast.Call, Params], Any],
+                key: Op) -> Builtin[Params]:
+    """The DSL function of element-wise op ``key``, typed with the parameters of
+    ``template`` (`unary`, `binary` or `ternary`: its arity's) for static tools."""
     opdef = key.definition
     assert isinstance(opdef, Elementwise) and _TEMPLATES[opdef.arity][0] is template, key
     return cast("Builtin[Params]", FUNCTIONS[key])
 
 
 define_functions(ElementwiseOp)
-# The functions by name, for the language's imports (static tools read their parameters here).
-exp = _function(_unary, ElementwiseOp.EXP)
-exp2 = _function(_unary, ElementwiseOp.EXP2)
-log = _function(_unary, ElementwiseOp.LOG)
-log2 = _function(_unary, ElementwiseOp.LOG2)
-sqrt = _function(_unary, ElementwiseOp.SQRT)
-rsqrt = _function(_unary, ElementwiseOp.RSQRT)
-sin = _function(_unary, ElementwiseOp.SIN)
-cos = _function(_unary, ElementwiseOp.COS)
-tan = _function(_unary, ElementwiseOp.TAN)
-sinh = _function(_unary, ElementwiseOp.SINH)
-cosh = _function(_unary, ElementwiseOp.COSH)
-tanh = _function(_unary, ElementwiseOp.TANH)
-floor = _function(_unary, ElementwiseOp.FLOOR)
-ceil = _function(_unary, ElementwiseOp.CEIL)
-atan2 = _function(_binary, ElementwiseOp.ATAN2)
-minimum = _function(_binary, ElementwiseOp.MINIMUM)
-maximum = _function(_binary, ElementwiseOp.MAXIMUM)
-add = _function(_binary, ElementwiseOp.ADD)
-sub = _function(_binary, ElementwiseOp.SUB)
-mul = _function(_binary, ElementwiseOp.MUL)
-div = _function(_binary, ElementwiseOp.DIV)
-fma = _function(_ternary, ElementwiseOp.FMA)
 
 
 @builtin
