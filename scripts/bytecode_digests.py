@@ -4,8 +4,8 @@ before and after and compare the outputs (``diff``).
 
 The kernels: every kernel of the compiler's suite (``packages/cutile-compiler/tests/
 suite_kernels.py``) for sm_90 and sm_100, every element-wise operator and DSL
-function on every dtype it takes (with and without the float options), casts and
-bitcasts between dtypes, and, with ``--examples``, the kernels the examples launch
+function on every dtype it takes (with and without the float options), the named
+reductions and scans, casts and bitcasts between dtypes, and, with ``--examples``, the kernels the examples launch
 (run on the fake driver, so through the GPU backend's compile; needs tileiras).
 No GPU is used.
 
@@ -135,6 +135,16 @@ def k_not(z: Mut[Tensor[DT, ["B"]]], x: Tensor[DT, [-1]]):
         z.store(t)
 
 
+def k_reduce(z: Mut[Tensor[DT, ["B"]]], x: Tensor[DT, [-1]]):
+    t = load_tile_like(x, z)
+    z.store(L.broadcast_to(L.reshape(FUNCTION(t), (1,)), (64,)).astype(z.dtype))
+
+
+def k_scan(z: Mut[Tensor[DT, ["B"]]], x: Tensor[DT, [-1]]):
+    t = load_tile_like(x, z)
+    z.store(FUNCTION(t, 0).astype(z.dtype))
+
+
 def k_cast(z: Mut[Tensor[DT, ["B"]]], x: Tensor[DT, [-1]]):
     t = load_tile_like(x, z)
     z.store(L.astype(t, FUNCTION, rounding=ROUNDING).astype(z.dtype))
@@ -193,6 +203,10 @@ def op_digests() -> Iterator[tuple[str, str]]:
                                    getattr(L, name), options)
         for options in OPTION_SETS:
             yield from attempt(f"fma {options} {dtype}", k_ternary, two, L.fma, options)
+        for name in ("sum", "prod", "max", "min", "argmax", "argmin"):
+            yield from attempt(f"reduce {name} {dtype}", k_reduce, one, getattr(L, name), {})
+        for name in ("cumsum", "cumprod"):
+            yield from attempt(f"scan {name} {dtype}", k_scan, one, getattr(L, name), {})
         for target in DTYPES:
             for options in ({}, {"rounding": "zero"}):
                 yield from attempt(f"cast {dtype}->{target} {options}", k_cast, one, target, options)

@@ -154,18 +154,23 @@ class Elementwise(OpDef):
             return self.lowerer(self, ctx, op, args)
         operand_type = op.operands[0].type
         assert isinstance(operand_type, TileType)
-        dtype = operand_type.dtype
+        return (self.emit(ctx, operand_type.dtype, args, op.attrs),)
+
+    def emit(self, ctx: Lowering, dtype: dt.DType, args: Sequence[Any], attrs: dict[str, Any] | None = None) -> Any:
+        """The op's one Tile IR op on ``args`` of ``dtype`` (with the float options of
+        ``attrs``): what it lowers to, and what a reduction combining by it emits."""
+        attrs = attrs or {}
         if dtype.is_float:
             assert self.float_op is not None, self.name
-            attrs: dict[str, Any] = {}
+            options: dict[str, Any] = {}
             if self.rounding_modes:  # an op taking rounding modes needs one in Tile IR
-                attrs["rounding_mode"] = op.attrs.get("rounding", "nearest_even")
-            if op.attrs.get("ftz"):
-                attrs["flush_to_zero"] = True
-            return (getattr(ctx.builder, self.float_op)(*args, **attrs),)
+                options["rounding_mode"] = attrs.get("rounding", "nearest_even")
+            if attrs.get("ftz"):
+                options["flush_to_zero"] = True
+            return getattr(ctx.builder, self.float_op)(*args, **options)
         assert self.int_op is not None, self.name
-        attrs = {"signedness": dtype.signedness} if self.signed else {}
-        return (getattr(ctx.builder, self.int_op)(*args, **attrs),)
+        options = {"signedness": dtype.signedness} if self.signed else {}
+        return getattr(ctx.builder, self.int_op)(*args, **options)
 
 
 class Comparison(Elementwise):

@@ -13,7 +13,7 @@ from cutile_compiler import _dtypes as dt
 from cutile_compiler._ir import Operation
 from cutile_compiler._lowering import tile_type
 from cutile_compiler._opdefs._base import EvalContext, Op, OpDef, RuleError, register
-from cutile_compiler._opdefs.elementwise import numpy_dtype, tile_operand
+from cutile_compiler._opdefs.elementwise import Elementwise, ElementwiseOp, numpy_dtype, tile_operand
 from cutile_compiler._types import KType, TileType
 
 if TYPE_CHECKING:
@@ -111,17 +111,17 @@ def _identity(kind: str, dtype: dt.DType) -> int | float:
     return smallest if kind in ("max", "argmax") else largest
 
 
+#: The element-wise op each named reduction and scan combines by
+_COMBINERS: dict[str, Op] = {"sum": ElementwiseOp.ADD, "prod": ElementwiseOp.MUL, "max": ElementwiseOp.MAXIMUM,
+                             "min": ElementwiseOp.MINIMUM}
+
+
 def combine(ctx: Lowering, kind: str, dtype: dt.DType, a: Any, b: Any) -> Any:
-    """The Tile IR of one step of reduction or scan ``kind`` on scalars a and b."""
-    builder = ctx.builder
-    sign = dtype.signedness
-    if kind == "sum":
-        return builder.addf(a, b, rounding_mode="nearest_even") if dtype.is_float else builder.addi(a, b)
-    if kind == "prod":
-        return builder.mulf(a, b, rounding_mode="nearest_even") if dtype.is_float else builder.muli(a, b)
-    if kind == "max":
-        return builder.maxf(a, b) if dtype.is_float else builder.maxi(a, b, signedness=sign)
-    return builder.minf(a, b) if dtype.is_float else builder.mini(a, b, signedness=sign)
+    """The Tile IR of one step of reduction or scan ``kind`` on scalars a and b: its
+    element-wise op's."""
+    combiner = _COMBINERS[kind].definition
+    assert isinstance(combiner, Elementwise)
+    return combiner.emit(ctx, dtype, [a, b])
 
 
 def _widened(dtype: dt.DType, kind: str) -> dt.DType:
