@@ -85,17 +85,17 @@ def _apply(opdef: Elementwise, fe: FrontEnd, node: ast.Call, operands: tuple[Any
 
 
 def unary(opdef: Elementwise, fe: FrontEnd, node: ast.Call, x: Any, /, *, rounding: str | None = None,
-           flush_to_zero: bool = False) -> Any:
+          flush_to_zero: bool = False) -> Any:
     return _apply(opdef, fe, node, (x,), rounding, flush_to_zero)
 
 
 def binary(opdef: Elementwise, fe: FrontEnd, node: ast.Call, x: Any, y: Any, /, *, rounding: str | None = None,
-            flush_to_zero: bool = False) -> Any:
+           flush_to_zero: bool = False) -> Any:
     return _apply(opdef, fe, node, (x, y), rounding, flush_to_zero)
 
 
 def ternary(opdef: Elementwise, fe: FrontEnd, node: ast.Call, a: Any, b: Any, c: Any, /, *,
-             rounding: str | None = None, flush_to_zero: bool = False) -> Any:
+            rounding: str | None = None, flush_to_zero: bool = False) -> Any:
     return _apply(opdef, fe, node, (a, b, c), rounding, flush_to_zero)
 
 
@@ -122,6 +122,7 @@ def define_functions(family: type[Op]) -> None:
 
 
 def remove_functions(family: type[Op]) -> None:
+    """Takes the DSL functions of ``family``'s ops out of `DSL_FUNCTIONS` again."""
     for key in family:
         function = FUNCTIONS.pop(key, None)
         if function is not None:
@@ -133,8 +134,8 @@ def declared(family: type[Op]) -> Iterator[dict[Op, Builtin[...]]]:
     """Inside the block, the ops of ``family`` (declared outside the compiler, e.g. by a
     test) are registered and have their DSL functions; yields those functions by key."""
     with registered(family):
-        define_functions(family)
         try:
+            define_functions(family)
             yield {key: FUNCTIONS[key] for key in family if key in FUNCTIONS}
         finally:
             remove_functions(family)
