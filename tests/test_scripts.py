@@ -1,4 +1,4 @@
-"""The benchmark scripts that need no GPU run to completion (with small sizes): they
+"""The scripts that need no GPU (benchmarks, the bytecode digests) run to completion (with small sizes): they
 reach into internals, which would otherwise break them unnoticed. Their figures are
 not checked here (timing is the scripts' job, not a test's)."""
 
@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
     ("bench_compile.py", ["--repeat", "1"], "gemm 128x128x64"),
     ("bench_host_launch.py", ["--launches", "200", "--repeats", "1"], "inside cutile.batch()"),
     ("bench_interpreter.py", [], "GEMM"),
+    ("bytecode_digests.py", [], "suite add sm_90 13.3: "),
 ])
 def test_a_cpu_benchmark_runs(script: str, arguments: list[str], expected: str) -> None:
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / script), *arguments], capture_output=True,

@@ -17,7 +17,7 @@ from cutile_compiler._errors import TileTypeError
 from cutile_compiler._frontend import build_kernel_ir
 from cutile_compiler._lowering import lower_kernel
 from cutile_compiler._opdefs import OPS
-from cutile_compiler._opdefs.elementwise import ELEMENTWISE, Elementwise
+from cutile_compiler._opdefs.elementwise import Elementwise, ElementwiseOp
 from cutile_compiler._signature import TensorSpec, parse_signature, specialize
 from cutile_compiler.language import Mut, Tensor, f32, i32, load_tile_like
 
@@ -66,11 +66,12 @@ def test_pow_of_floats_still_builds() -> None:
 
 def _elementwise_functions() -> list[tuple[str, Elementwise]]:
     """The DSL functions that are one element-wise op, with that op."""
+    ops = {key.definition.name: key.definition for key in ElementwiseOp if isinstance(key.definition, Elementwise)}
     found = []
     for name in language.__all__:
         value = getattr(language, name)
-        if isinstance(value, Builtin) and value.__name__ in ELEMENTWISE and value.__name__ != "pow":
-            found.append((value.__name__, ELEMENTWISE[value.__name__]))
+        if isinstance(value, Builtin) and value.__name__ in ops and value.__name__ != "pow":
+            found.append((value.__name__, ops[value.__name__]))
     return found
 
 
@@ -139,11 +140,11 @@ def test_each_function_takes_the_float_options_its_op_declares(name: str, opdef:
 
 
 def test_ops_declare_their_options() -> None:
-    takes_rounding = {name for name, op in OPS.items() if op.rounding_modes}
-    takes_ftz = {name for name, op in OPS.items() if op.flush_to_zero}
+    takes_rounding = {op.name for op in OPS.values() if op.rounding_modes}
+    takes_ftz = {op.name for op in OPS.values() if op.flush_to_zero}
     assert takes_rounding == {"add", "sub", "mul", "div", "fma", "sqrt", "cast"}
     assert takes_ftz == {"add", "sub", "mul", "div", "fma", "sqrt", "rsqrt", "exp2", "minimum", "maximum"}
-    assert OPS["cast"].rounding_modes == ("nearest_even", "zero")
+    assert OPS[ElementwiseOp.CAST].rounding_modes == ("nearest_even", "zero")
 
 
 def rounded(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):

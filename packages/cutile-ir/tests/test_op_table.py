@@ -158,3 +158,28 @@ def test_one_entry_carries_an_ops_rules_region_and_printer() -> None:
     finally:
         unregister_op("test_done")
         unregister_op("test_repeat")
+
+
+def test_the_first_sm_of_each_element_type_is_read_from_the_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`ELEMENT_MIN_SM` (in the op table's module, keyed by element type) is what the
+    verifier checks every result type against: an entry changed there changes its verdict."""
+    from cutile_ir import F8E4M3FN, F16, SCALAR_TYPES, problems, scalar
+    from cutile_ir import _opdef
+
+    assert set(_opdef.ELEMENT_MIN_SM) <= set(SCALAR_TYPES)
+    assert _opdef.ELEMENT_MIN_SM[F8E4M3FN] == 89
+
+    def constant_of(element) -> Module:  # type: ignore[no-untyped-def]
+        m = Module()
+        b = Builder(m.add_entry("k", []))
+        b.constant(1.0, scalar(element))
+        b.return_()
+        return m
+
+    f8 = constant_of(F8E4M3FN)
+    assert any("element type f8E4M3FN needs sm_89 or newer, target is sm_80" in p for p in problems(f8, "sm_80"))
+    assert problems(f8, "sm_89") == []
+    half = constant_of(F16)
+    assert problems(half, "sm_100") == []
+    monkeypatch.setitem(_opdef.ELEMENT_MIN_SM, F16, 120)
+    assert any("element type f16 needs sm_120 or newer, target is sm_100" in p for p in problems(half, "sm_100"))

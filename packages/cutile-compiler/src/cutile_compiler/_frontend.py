@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cutile_compiler import _dtypes as dt
-from cutile_compiler._errors import SourceLocation, TileSyntaxError, TileTypeError, bounded_repr
+from cutile_compiler._errors import ArgumentTypeError, SourceLocation, TileSyntaxError, TileTypeError, bounded_repr
 from cutile_compiler._ir import Block, KernelIR, KernelParam, Operation, Value
-from cutile_compiler._opdefs import OPS, RuleError
+from cutile_compiler._opdefs import OPS, ControlOp, DebugOp, ElementwiseOp, GridOp, MemoryOp, Op, RuleError, ShapeOp
+from cutile_compiler._opdefs.elementwise import Elementwise
 from cutile_compiler._opdefs.shape import constant_value
 from cutile_compiler._reads import ABSENT, ExternalReads
 from cutile_compiler._signature import KernelSignature, Specialization, TensorAnnotation
@@ -34,27 +35,29 @@ from cutile_compiler._types import KType, TensorType, TileType, broadcast_shapes
 
 _NUMBER = (bool, int, float)
 
-_BINARY_OPS: dict[type[ast.operator], tuple[str, Callable[[Any, Any], Any]]] = {
-    ast.Add: ("add", operator.add),
-    ast.Sub: ("sub", operator.sub),
-    ast.Mult: ("mul", operator.mul),
-    ast.Div: ("div", operator.truediv),
-    ast.FloorDiv: ("floordiv", operator.floordiv),
-    ast.Mod: ("mod", operator.mod),
-    ast.Pow: ("pow", operator.pow),
-    ast.BitAnd: ("and", operator.and_),
-    ast.BitOr: ("or", operator.or_),
-    ast.BitXor: ("xor", operator.xor),
-    ast.LShift: ("shl", operator.lshift),
-    ast.RShift: ("shr", operator.rshift),
+_E = ElementwiseOp
+#: Python's operators: the op each means on tiles and its fold on constants
+_BINARY_OPS: dict[type[ast.operator], tuple[Op, Callable[[Any, Any], Any]]] = {
+    ast.Add: (_E.ADD, operator.add),
+    ast.Sub: (_E.SUB, operator.sub),
+    ast.Mult: (_E.MUL, operator.mul),
+    ast.Div: (_E.DIV, operator.truediv),
+    ast.FloorDiv: (_E.FLOORDIV, operator.floordiv),
+    ast.Mod: (_E.MOD, operator.mod),
+    ast.Pow: (_E.POW, operator.pow),
+    ast.BitAnd: (_E.AND, operator.and_),
+    ast.BitOr: (_E.OR, operator.or_),
+    ast.BitXor: (_E.XOR, operator.xor),
+    ast.LShift: (_E.SHL, operator.lshift),
+    ast.RShift: (_E.SHR, operator.rshift),
 }
-_COMPARE_OPS: dict[type[ast.cmpop], tuple[str, Callable[[Any, Any], Any]]] = {
-    ast.Eq: ("eq", operator.eq),
-    ast.NotEq: ("ne", operator.ne),
-    ast.Lt: ("lt", operator.lt),
-    ast.LtE: ("le", operator.le),
-    ast.Gt: ("gt", operator.gt),
-    ast.GtE: ("ge", operator.ge),
+_COMPARE_OPS: dict[type[ast.cmpop], tuple[Op, Callable[[Any, Any], Any]]] = {
+    ast.Eq: (_E.EQ, operator.eq),
+    ast.NotEq: (_E.NE, operator.ne),
+    ast.Lt: (_E.LT, operator.lt),
+    ast.LtE: (_E.LE, operator.le),
+    ast.Gt: (_E.GT, operator.gt),
+    ast.GtE: (_E.GE, operator.ge),
 }
 _UNARY_FOLDS: dict[type[ast.unaryop], tuple[Callable[[Any], Any], str]] = {
     ast.USub: (operator.neg, "-"), ast.UAdd: (operator.pos, "+"), ast.Invert: (operator.invert, "~")}
@@ -67,9 +70,6 @@ MAX_FOLDED_INT_BITS = 1 << 16
 #: ...`` is one level however long. Real kernels stay below 30; the limit keeps the
 #: front end's recursion well inside Python's default stack.
 MAX_NESTING = 128
-_SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "mod": "%", "pow": "**",
-            "and": "&", "or": "|", "xor": "^", "shl": "<<", "shr": ">>", "eq": "==", "ne": "!=",
-            "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 _UNSUPPORTED_STATEMENTS = {
     ast.Try: "try/except", ast.With: "with", ast.AsyncWith: "async with", ast.Raise: "raise",
     ast.FunctionDef: "nested function definitions", ast.AsyncFunctionDef: "nested function definitions",
@@ -186,11 +186,15 @@ class FrontEnd:
             "results or flatten the calls", node)
 
     # -- building ops -------------------------------------------------------------
-    def op(self, name: str, operands: Sequence[Value], attrs: dict[str, Any] | None = None,
+    def op(self, key: Op, operands: Sequence[Value], attrs: dict[str, Any] | None = None,
            regions: Sequence[Block] = (), node: ast.AST | None = None, *, prologue: bool = False) -> Operation:
-        """Creates op ``name`` at the insertion point; a broken typing rule becomes a
+        """Creates the op ``key`` at the insertion point; a broken typing rule becomes a
         `TileTypeError` at the current source line."""
-        opdef = OPS[name]
+        try:
+            opdef = OPS[key]
+        except KeyError:  # a compiler bug: ops are created by their registered keys, never by name
+            raise ArgumentTypeError(f"FrontEnd.op: key must be a registered Op member (e.g. MemoryOp.TILE_LOAD), "
+                                    f"got {key!r}") from None
         attrs = attrs or {}
         try:
             operand_types = [v.type for v in operands]
@@ -201,11 +205,12 @@ class FrontEnd:
         for result_type in result_types:  # every tile any op makes obeys the tile-shape rule
             problem = tile_shape_problem(result_type.shape) if isinstance(result_type, TileType) else None
             if problem is not None:
-                raise self.type_error(f"{name}: the result {result_type} is not a valid tile: {problem}", node)
+                raise self.type_error(f"{opdef.name}: the result {result_type} is not a valid tile: {problem}", node)
         operation = Operation(opdef, operands, result_types, attrs, regions, self.location(node))
         (self.prologue if prologue else self.block.ops).append(operation)
-        if name == "constant" and not isinstance(attrs["value"], tuple):
-            self.static_values[operation.result.id] = attrs["value"]
+        static = opdef.static_value(attrs)
+        if static is not None:
+            self.static_values[operation.result.id] = static
         return operation
 
     @contextmanager
@@ -237,7 +242,7 @@ class FrontEnd:
             value = constant_value(value, dtype)
         except RuleError as exc:
             raise self.type_error(str(exc), node) from None
-        return self.op("constant", [], {"value": value, "type": TileType(dtype, shape)}, node=node).result
+        return self.op(ShapeOp.CONSTANT, [], {"value": value, "type": TileType(dtype, shape)}, node=node).result
 
     def to_tile(self, value: Any, node: ast.AST | None = None, *, like: dt.DType | None = None, what: str = "value") -> Value:
         """A tile `Value` for ``value``: tiles as they are, numbers as constants
@@ -259,7 +264,7 @@ class FrontEnd:
         assert isinstance(value.type, TileType)
         if value.type.dtype is dtype:
             return value
-        return self.op("cast", [value], {"dtype": dtype}, node=node).result
+        return self.op(_E.CAST, [value], {"dtype": dtype}, node=node).result
 
     def broadcast_to(self, value: Value, shape: tuple[int, ...], node: ast.AST | None = None) -> Value:
         tile = value.type
@@ -270,8 +275,8 @@ class FrontEnd:
             raise self.type_error(f"a tile of shape {list(tile.shape)} cannot broadcast to {list(shape)}", node)
         if tile.rank < len(shape):
             padded = (1,) * (len(shape) - tile.rank) + tile.shape
-            value = self.op("reshape", [value], {"shape": padded}, node=node).result
-        return self.op("broadcast", [value], {"shape": shape}, node=node).result
+            value = self.op(ShapeOp.RESHAPE, [value], {"shape": padded}, node=node).result
+        return self.op(ShapeOp.BROADCAST, [value], {"shape": shape}, node=node).result
 
     def common_shape(self, tiles: Sequence[Value], node: ast.AST | None, what: str) -> tuple[int, ...]:
         """The shape ``tiles`` broadcast to; else an error "{what} [..], [..] do not
@@ -347,30 +352,34 @@ class FrontEnd:
                                   node)
         return result
 
-    def binary(self, name: str, left: Any, right: Any, node: ast.AST | None,
+    def binary(self, key: Op, left: Any, right: Any, node: ast.AST | None,
                fold: Callable[[Any, Any], Any] | None = None) -> Any:
+        """The element-wise op ``key`` of two operands, written as its Python operator:
+        on constants, ``fold`` computes it (strings too where the op says so)."""
+        opdef = OPS[key]
+        assert isinstance(opdef, Elementwise)
+        symbol = opdef.symbol or opdef.name
         constants = (*_NUMBER, str)  # strings fold too: modes, formats, names
         if isinstance(left, constants) and isinstance(right, constants) and fold is not None \
-                and (isinstance(left, _NUMBER) and isinstance(right, _NUMBER) or name in ("eq", "ne", "add")):
-            return self.fold(fold, (left, right), lambda: f"{_operand_text(left)} {_SYMBOLS.get(name, name)} "
+                and (isinstance(left, _NUMBER) and isinstance(right, _NUMBER) or opdef.folds_strings):
+            return self.fold(fold, (left, right), lambda: f"{_operand_text(left)} {symbol} "
                              f"{_operand_text(right)}", node)
-        symbol = _SYMBOLS.get(name, name)
         a, b = self.unify([left, right], node, f"'{symbol}'")
         dtype: dt.DType = a.type.dtype  # type: ignore[attr-defined]
-        if name == "div" and not dtype.is_float:
+        if opdef.true_division and not dtype.is_float:
             target = dt.f64 if dtype.bits == 64 else dt.f32
             a, b = self.cast(a, target, node), self.cast(b, target, node)
-        return self.op(name, [a, b], node=node).result
+        return self.op(key, [a, b], node=node).result
 
-    def binary_op(self, op: ast.operator, node: ast.AST) -> tuple[str, Callable[[Any, Any], Any]]:
-        """The op name and constant fold of a Python binary operator."""
+    def binary_op(self, op: ast.operator, node: ast.AST) -> tuple[Op, Callable[[Any, Any], Any]]:
+        """The op and constant fold of a Python binary operator."""
         if isinstance(op, ast.MatMult):
             raise self.syntax_error("use mma(a, b, acc) or matmul(a, b) for matrix products", node)
         return _BINARY_OPS[type(op)]
 
-    def unary(self, name: str, operand: Any, node: ast.AST | None) -> Value:
-        value = self.to_tile(operand, node, what=name)
-        return self.op(name, [value], node=node).result
+    def unary(self, key: Op, operand: Any, node: ast.AST | None) -> Value:
+        value = self.to_tile(operand, node, what=OPS[key].name)
+        return self.op(key, [value], node=node).result
 
     def condition(self, value: Any, node: ast.AST) -> Value | bool:
         """A Python truth value (constant) or a bool scalar `Value`."""
@@ -382,13 +391,13 @@ class FrontEnd:
             if value.type.dtype is dt.bool_:
                 return value
             zero = self.constant(0, value.type.dtype, node=node)
-            return self.op("ne", [value, zero], node=node).result
+            return self.op(_E.NE, [value, zero], node=node).result
         raise self.type_error(f"cannot use {self.describe(value)} as a condition", node)
 
     # -- grid and own tiles ----------------------------------------------------------
     def block_id(self, axis: int) -> Value:
         if axis not in self.block_ids:
-            self.block_ids[axis] = self.op("block_id", [], {"axis": axis}, prologue=True).result
+            self.block_ids[axis] = self.op(GridOp.BLOCK_ID, [], {"axis": axis}, prologue=True).result
         return self.block_ids[axis]
 
     def own_index(self, tensor: Value) -> list[Value]:
@@ -402,7 +411,7 @@ class FrontEnd:
         if existing is None:
             tile_shape = tensor.type.tile_shape
             assert tile_shape is not None
-            existing = self.op("make_partition", [tensor], {"tile_shape": tile_shape, "padding": "zero"},
+            existing = self.op(MemoryOp.MAKE_PARTITION, [tensor], {"tile_shape": tile_shape, "padding": "zero"},
                                node=node, prologue=True).result
             self.own_partitions[tensor.id] = existing
         return existing
@@ -555,7 +564,7 @@ class FrontEnd:
             scalar = self.condition(test, node.test)
             assert isinstance(scalar, Value)
             condition = scalar
-        self.op("assert", [condition], {"message": message or ""}, node=node)
+        self.op(DebugOp.ASSERT, [condition], {"message": message or ""}, node=node)
         return Flow.NORMAL
 
     def visit_return(self, node: ast.Return) -> str:
@@ -575,7 +584,7 @@ class FrontEnd:
         if node.value is not None:
             raise self.syntax_error("a kernel returns nothing: write its results to Mut tensors with .store()", node)
         if self.block is not self.body:
-            self.op("return", [], node=node)
+            self.op(ControlOp.RETURN, [], node=node)
         return "return"
 
     def leave_loop(self, kind: str, node: ast.AST) -> str:
@@ -591,8 +600,8 @@ class FrontEnd:
         values = self.carried_values(context.carried, context.carried_types, node)
         if kind == "continue" and context.induction is not None:
             index, step = context.induction
-            values = [self.op("add", [index, step], node=node).result, *values]
-        self.op(kind, values, node=node)
+            values = [self.op(_E.ADD, [index, step], node=node).result, *values]
+        self.op(ControlOp.CONTINUE if kind == "continue" else ControlOp.BREAK, values, node=node)
         return kind
 
     # -- if -----------------------------------------------------------------------------
@@ -636,8 +645,8 @@ class FrontEnd:
                 saved, self.frame.env = self.frame.env, env
                 yielded = self.carried_values(merged_names, merged_types, node)
                 self.frame.env = saved
-                self.op("yield", yielded, node=node)
-        if_op = self.op("if", [test], {"result_types": tuple(merged_types)}, [then_block, else_block], node=node)
+                self.op(ControlOp.YIELD, yielded, node=node)
+        if_op = self.op(ControlOp.IF, [test], {"result_types": tuple(merged_types)}, [then_block, else_block], node=node)
         for name, result in zip(merged_names, if_op.results):
             self.frame.env[name] = result
         if then_flow != Flow.NORMAL and else_flow != Flow.NORMAL:
@@ -815,9 +824,9 @@ class FrontEnd:
         with self.inserting(exit_block):
             self.leave_loop("break", node)
         with self.inserting(stay_block):
-            self.op("yield", [], node=node)
+            self.op(ControlOp.YIELD, [], node=node)
         regions = [exit_block, stay_block] if when else [stay_block, exit_block]
-        self.op("if", [condition], {"result_types": ()}, regions, node=node)
+        self.op(ControlOp.IF, [condition], {"result_types": ()}, regions, node=node)
 
     def finish_loop(self, names: list[str], types: list[KType], body_env: dict[str, Any],
                     before: dict[str, Any], node: ast.AST) -> None:
@@ -841,10 +850,10 @@ class FrontEnd:
         with self.inserting(body):
             self.loop_statements(node.body)
             self.finish_loop(carried, types, self.frame.env, before, node)
-            self.op("yield", self.carried_values(carried, types, node), node=node)
+            self.op(ControlOp.YIELD, self.carried_values(carried, types, node), node=node)
         body_env = self.frame.env
         self.frame.env = before
-        for_op = self.op("for", [*bounds, *inits], regions=[body], node=node)
+        for_op = self.op(ControlOp.FOR, [*bounds, *inits], regions=[body], node=node)
         self.after_loop(carried, for_op.results, body_env, before, node)
         return Flow.NORMAL
 
@@ -869,12 +878,12 @@ class FrontEnd:
         body = self.enter_body(carried, inits, iv)
         self.loops.append(_LoopContext(carried, types, (iv, step_v)))
         with self.inserting(body):
-            self.break_if(self.op("ge", [iv, stop_v], node=node).result, True, node)
+            self.break_if(self.op(_E.GE, [iv, stop_v], node=node).result, True, node)
             self.loop_body(node, carried, types, before)
         self.loops.pop()
         body_env = self.frame.env
         self.frame.env = before
-        loop_op = self.op("loop", [start_v, *inits], {"result_types": tuple(types)}, [body], node=node)
+        loop_op = self.op(ControlOp.LOOP, [start_v, *inits], {"result_types": tuple(types)}, [body], node=node)
         self.after_loop(carried, loop_op.results, body_env, before, node)
         return Flow.NORMAL
 
@@ -899,7 +908,7 @@ class FrontEnd:
         self.loops.pop()
         body_env = self.frame.env
         self.frame.env = before
-        loop_op = self.op("loop", inits, {"result_types": tuple(types)}, [body], node=node)
+        loop_op = self.op(ControlOp.LOOP, inits, {"result_types": tuple(types)}, [body], node=node)
         self.after_loop(carried, loop_op.results, body_env, before, node)
         return Flow.NORMAL
 
@@ -940,13 +949,13 @@ class FrontEnd:
                 test = self.condition(operand, node)
                 if isinstance(test, bool):
                     return not test
-                return self.op("xor", [test, self.constant(True, dt.bool_, node=node)], node=node).result
+                return self.op(_E.XOR, [test, self.constant(True, dt.bool_, node=node)], node=node).result
             if isinstance(operand, _NUMBER):
                 function, symbol = _UNARY_FOLDS[type(node.op)]
                 return self.fold(function, (operand,), lambda: f"{symbol}{bounded_repr(operand)}", node)
             if isinstance(node.op, ast.UAdd):
                 return self.to_tile(operand, node)
-            return self.unary("neg" if isinstance(node.op, ast.USub) else "invert", operand, node)
+            return self.unary(_E.NEG if isinstance(node.op, ast.USub) else _E.INVERT, operand, node)
         if isinstance(node, ast.Compare):
             result: Any = True
             left = self.expr(node.left)
@@ -984,7 +993,7 @@ class FrontEnd:
                 return self.expr(node.body if test else node.orelse)
             a, b = self.unify([self.expr(node.body), self.expr(node.orelse)], node, "conditional expression")
             test_value = self.broadcast_to(test, a.type.shape, node)  # type: ignore[attr-defined]
-            return self.op("select", [test_value, a, b], node=node).result
+            return self.op(_E.SELECT, [test_value, a, b], node=node).result
         if isinstance(node, (ast.Tuple, ast.List)):
             return tuple(self.expr(e) for e in node.elts)
         if isinstance(node, ast.Attribute):
@@ -1009,7 +1018,7 @@ class FrontEnd:
             return (a and b) if kind == "and" else (a or b)
         a_v = a if isinstance(a, Value) else self.constant(a, dt.bool_, node=node)
         b_v = b if isinstance(b, Value) else self.constant(b, dt.bool_, node=node)
-        return self.op(kind, [a_v, b_v], node=node).result
+        return self.op(_E.AND if kind == "and" else _E.OR, [a_v, b_v], node=node).result
 
     def lookup(self, name: str, node: ast.AST) -> Any:
         frame = self.frame

@@ -4,8 +4,9 @@ Annotations (``Tensor``, ``Mut``, ``Constant``), dtypes, and the DSL functions
 that kernels call. Calling a DSL function outside a kernel raises
 `HostCallError`; on the host each shows its parameters (`inspect.signature`) and
 documentation. The DSL functions exported are those of the registry,
-`_builtins.DSL_FUNCTIONS`; they are imported by name below so that static tools
-see them (a test checks the two agree).
+`_builtins.DSL_FUNCTIONS`; they are imported or bound by name below so that static
+tools see them (a test checks the two agree): those of the element-wise ops from the
+ops' declarations, one line each.
 """
 
 from typing import TYPE_CHECKING
@@ -14,7 +15,6 @@ from cutile_compiler._builtins import (
     DSL_FUNCTIONS,
     DeviceFunction as DeviceFunction,
     HostCallError as HostCallError,
-    add as add,
     arange as arange,
     argmax as argmax,
     argmin as argmin,
@@ -28,39 +28,25 @@ from cutile_compiler._builtins import (
     atomic_or as atomic_or,
     atomic_xchg as atomic_xchg,
     atomic_xor as atomic_xor,
-    atan2 as atan2,
     bid as bid,
     bitcast as bitcast,
     broadcast_to as broadcast_to,
     cat as cat,
-    ceil as ceil,
     cdiv as cdiv,
     ceil_div as ceil_div,
-    cos as cos,
-    cosh as cosh,
     cumprod as cumprod,
     cumsum as cumsum,
-    div as div,
-    exp as exp,
-    exp2 as exp2,
     extract as extract,
-    floor as floor,
-    fma as fma,
     full as full,
     gather as gather,
     get_num_tile_blocks as get_num_tile_blocks,
     get_tile_block_id as get_tile_block_id,
     load as load,
     load_tile_like as load_tile_like,
-    log as log,
-    log2 as log2,
     matmul as matmul,
     max_,
-    maximum as maximum,
     min_,
-    minimum as minimum,
     mma as mma,
-    mul as mul,
     num_blocks as num_blocks,
     num_tiles as num_tiles,
     ones as ones,
@@ -70,18 +56,11 @@ from cutile_compiler._builtins import (
     prod as prod,
     reduce as reduce,
     reshape as reshape,
-    rsqrt as rsqrt,
     scan as scan,
     scatter as scatter,
-    sin as sin,
-    sinh as sinh,
-    sqrt as sqrt,
     static_assert as static_assert,
     static_range as static_range,
-    sub as sub,
     sum_,
-    tan as tan,
-    tanh as tanh,
     transpose as transpose,
     where as where,
     zeros as zeros,
@@ -105,15 +84,43 @@ from cutile_compiler._dtypes import (
     u32 as u32,
     u64 as u64,
 )
+from cutile_compiler._builtins.elementwise import binary as _binary, function_of as _function_of, ternary as _ternary
+from cutile_compiler._builtins.elementwise import unary as _unary
 from cutile_compiler._dtypes import ALL_DTYPES
+from cutile_compiler._opdefs.elementwise import ElementwiseOp as _Op
 from cutile_compiler._signature import Constant as Constant, Mut as Mut, Tensor as Tensor
+
+# The element-wise ops' DSL functions, made from the ops' declarations (`ElementwiseOp`),
+# bound with the parameters of their arity for static tools.
+exp = _function_of(_unary, _Op.EXP)
+exp2 = _function_of(_unary, _Op.EXP2)
+log = _function_of(_unary, _Op.LOG)
+log2 = _function_of(_unary, _Op.LOG2)
+sqrt = _function_of(_unary, _Op.SQRT)
+rsqrt = _function_of(_unary, _Op.RSQRT)
+sin = _function_of(_unary, _Op.SIN)
+cos = _function_of(_unary, _Op.COS)
+tan = _function_of(_unary, _Op.TAN)
+sinh = _function_of(_unary, _Op.SINH)
+cosh = _function_of(_unary, _Op.COSH)
+tanh = _function_of(_unary, _Op.TANH)
+floor = _function_of(_unary, _Op.FLOOR)
+ceil = _function_of(_unary, _Op.CEIL)
+atan2 = _function_of(_binary, _Op.ATAN2)
+minimum = _function_of(_binary, _Op.MINIMUM)
+maximum = _function_of(_binary, _Op.MAXIMUM)
+add = _function_of(_binary, _Op.ADD)
+sub = _function_of(_binary, _Op.SUB)
+mul = _function_of(_binary, _Op.MUL)
+div = _function_of(_binary, _Op.DIV)
+fma = _function_of(_ternary, _Op.FMA)
 
 sum = sum_  # noqa: A001 - the DSL's names shadow Python's inside kernels on purpose
 max = max_  # noqa: A001
 min = min_  # noqa: A001
 pow = pow_  # noqa: A001
 
-if not TYPE_CHECKING:  # (static tools read the exports off the ``as`` imports above)
+if not TYPE_CHECKING:  # (static tools read the exports off the ``as`` imports and the bindings above)
     __all__ = [
         "Constant", "DType", "DeviceFunction", "HostCallError", "Mut", "Tensor",
         *(d.name if d.name != "bool" else "bool_" for d in ALL_DTYPES),

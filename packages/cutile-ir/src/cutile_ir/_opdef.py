@@ -3,7 +3,8 @@
 The table of records is :mod:`._ops`; builder, verifier, printer, bytecode writer and
 reader walk the records, so everything that is particular to one op is a field here:
 operand groups, attributes, results, type constraints, printed syntax, an extra
-verification rule, the minimum SM, the element types it accepts and its region rules.
+verification rule, the minimum SM, the element types it accepts and its region rules;
+the first SM of each element type (`ELEMENT_MIN_SM`) is here too.
 The fields that are functions point at code in the verifier or the printer.
 
 Printing formats use a small MLIR-like syntax: ```lit``` a literal, ``$x`` an operand or
@@ -19,6 +20,7 @@ import enum
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Union
 
+from ._types import F4E2M1FN, F8E4M3FN, F8E5M2, F8E5M3FNU, F8E8M0FNU
 from ._versions import V13_1, Version
 
 if TYPE_CHECKING:
@@ -129,6 +131,12 @@ class RegionRule:
             if name == terminator:
                 return types
         return None
+
+
+#: The first sm_XY that has each element type, in whatever op's operands or results
+#: (types absent here work on every target); an op's `ElementRule.min_sm` adds the
+#: pairs of its own that are newer still (bf16 atomic addf).
+ELEMENT_MIN_SM: dict["ScalarType", int] = {F8E4M3FN: 89, F8E5M2: 89, F8E8M0FNU: 100, F4E2M1FN: 100, F8E5M3FNU: 100}
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from ._attributes import ArrayAttr, Bounded, DenseElements, DivBy, FloatAttr, In
 from ._constraints import describe, satisfies
 from ._errors import VerificationError
 from ._ir import MAX_REGION_DEPTH, Block, Function, Module, Operation
-from ._opdef import Arity, AttrDef, AttrKind, Checker, RegionRule
+from ._opdef import ELEMENT_MIN_SM, Arity, AttrDef, AttrKind, Checker, RegionRule
 from ._types import (
     SCALAR_TYPES, GatherScatterViewType, PartitionViewType, PointerType, ScalarType, StridedViewType,
     TensorViewType, TiledView, TileType, Type, is_pow2, scalar,
@@ -468,10 +468,6 @@ def _tile_dims_problem(t: Type) -> str | None:
     return None
 
 
-#: The first sm_XY that supports each element type (types absent here work everywhere).
-ELEMENT_MIN_SM = {"f8E4M3FN": 89, "f8E5M2": 89, "f8E8M0FNU": 100, "f4E2M1FN": 100, "f8E5M3FNU": 100}
-
-
 def _element_arch_problem(op: Operation, sm: int) -> str | None:
     """An element type the op takes in this mode only on newer targets (bf16 atomic addf)."""
     rule = op.opdef.elements
@@ -491,7 +487,7 @@ def _arch_problem(t: Type, sm: int) -> str | None:
     if isinstance(el, PointerType):
         el = el.pointee
     if isinstance(el, ScalarType):
-        need = ELEMENT_MIN_SM.get(el.name)
+        need = ELEMENT_MIN_SM.get(el)
         if need is not None and sm < need:
             return f"element type {el} needs sm_{need} or newer, target is sm_{sm}"
     return None

@@ -8,7 +8,9 @@ emits a kernel's calls. Calling a DSL function on the host raises (it only means
 something inside a kernel); inside a kernel the front end calls its implementation
 with itself, the call's AST node and the evaluated arguments. The typing of each
 primitive lives with its op in `_opdefs`; functions here normalize arguments
-(numbers to tiles, dtype promotion, broadcasting, axis handling) and pick the ops.
+(numbers to tiles, dtype promotion, broadcasting, axis handling) and create the ops
+by their keys (``fe.op(MemoryOp.TILE_LOAD, ...)``). The functions of the element-wise
+ops are made from the ops' declarations (`elementwise.define_functions`).
 
 Importing this package imports every family, which fills the registry (in the order
 of the imports below: the order of `DSL_FUNCTIONS` and of the language's `__all__`).
@@ -40,33 +42,11 @@ from cutile_compiler._builtins.shape import (
     zeros as zeros,
 )
 from cutile_compiler._builtins.elementwise import (
-    add as add,
     astype as astype,
-    atan2 as atan2,
     bitcast as bitcast,
     cdiv as cdiv,
-    ceil as ceil,
     ceil_div as ceil_div,
-    cos as cos,
-    cosh as cosh,
-    div as div,
-    exp as exp,
-    exp2 as exp2,
-    floor as floor,
-    fma as fma,
-    log as log,
-    log2 as log2,
-    maximum as maximum,
-    minimum as minimum,
-    mul as mul,
     pow_ as pow_,
-    rsqrt as rsqrt,
-    sin as sin,
-    sinh as sinh,
-    sqrt as sqrt,
-    sub as sub,
-    tan as tan,
-    tanh as tanh,
     where as where,
 )
 from cutile_compiler._builtins.reduction import (

@@ -9,11 +9,12 @@ import ast
 import functools
 import inspect
 from collections.abc import Callable, Sequence
-from typing import Any, Concatenate, Generic, ParamSpec, TYPE_CHECKING
+from typing import Any, Concatenate, Generic, ParamSpec, TYPE_CHECKING, TypeVar
 
 from cutile_compiler import _dtypes as dt
 from cutile_compiler._errors import CutileError
 from cutile_compiler._ir import Value
+from cutile_compiler._opdefs import MemoryOp
 from cutile_compiler._opdefs._base import RuleError
 from cutile_compiler._opdefs.pointer import check_writable
 from cutile_compiler._types import TensorType, tile_shape_problem
@@ -27,6 +28,8 @@ _NUMBER = (bool, int, float)
 Impl = Callable[..., Any]
 #: A DSL function's parameters as the kernel author writes them (static tools show them)
 Params = ParamSpec("Params")
+#: What picks a member of a family of DSL functions (a reduction's kind, an op's definition)
+Which = TypeVar("Which")
 
 
 class HostCallError(CutileError, RuntimeError):
@@ -113,7 +116,7 @@ def builtin(impl: Callable[Concatenate[FrontEnd, ast.Call, Params], Any]) -> Bui
     return Builtin(name, impl, inspect.getdoc(impl) or "")
 
 
-def family_member(template: Callable[Concatenate[str, FrontEnd, ast.Call, Params], Any], which: str, name: str,
+def family_member(template: Callable[Concatenate[Which, FrontEnd, ast.Call, Params], Any], which: Which, name: str,
                   doc: str) -> Builtin[Params]:
     """The DSL function ``name`` of a family declared once: ``template(which, fe, node, ...)``
     (``which`` picks the member, e.g. the op of an element-wise function), with the
@@ -199,7 +202,7 @@ def _partition(fe: FrontEnd, tensor: Value, shape: Any, padding: Any, node: ast.
             "tiles need @cutile.entry(unsafe=True)", node)
     tile_shape = _static_shape(fe, shape, node, "partition shape")
     # the tile shape's rank and the padding are the op's rules (`MakePartition`)
-    return fe.op("make_partition", [tensor], {"tile_shape": tile_shape, "padding": padding}, node=node).result
+    return fe.op(MemoryOp.MAKE_PARTITION, [tensor], {"tile_shape": tile_shape, "padding": padding}, node=node).result
 
 
 def _writable(fe: FrontEnd, tensor: TensorType, name: str, node: ast.AST) -> None:

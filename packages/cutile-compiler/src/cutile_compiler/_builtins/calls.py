@@ -15,6 +15,7 @@ from cutile_compiler._builtins.debug import _print
 from cutile_compiler._builtins.methods import BoundMethod
 from cutile_compiler._builtins.reduction import _reduce
 from cutile_compiler._errors import bounded_repr
+from cutile_compiler._opdefs import ElementwiseOp
 
 if TYPE_CHECKING:
     from cutile_compiler._frontend import FrontEnd
@@ -36,7 +37,7 @@ def _py_min_max(kind: str) -> Impl:
         result = args[0]
         for a in args[1:]:
             x, y = fe.unify([result, a], node, f"{kind}()")
-            result = fe.op("minimum" if kind == "min" else "maximum", [x, y], node=node).result
+            result = fe.op(ElementwiseOp.MINIMUM if kind == "min" else ElementwiseOp.MAXIMUM, [x, y], node=node).result
         return result
     return impl
 
@@ -44,7 +45,7 @@ def _py_min_max(kind: str) -> Impl:
 def _py_abs(fe: FrontEnd, node: ast.Call, x: Any) -> Any:
     if isinstance(x, _NUMBER):
         return fe.fold(abs, (x,), lambda: f"abs({bounded_repr(x)})", node)
-    return fe.op("abs", [_tile(fe, x, node, "abs's argument")], node=node).result
+    return fe.op(ElementwiseOp.ABS, [_tile(fe, x, node, "abs's argument")], node=node).result
 
 
 def _py_convert(kind: type, dtype: dt.DType) -> Impl:

@@ -8,6 +8,7 @@ from typing import Any, TYPE_CHECKING
 
 from cutile_compiler._builtins._base import _static_int, _tile, builtin
 from cutile_compiler._ir import Value
+from cutile_compiler._opdefs import DebugOp
 from cutile_compiler._opdefs._base import RuleError
 
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ def _print(fe: FrontEnd, node: ast.Call, args: Sequence[Any], kwargs: dict[str, 
     except RuleError as exc:
         raise fe.type_error(str(exc), node) from None
     values = [fe.to_tile(v, node, what=f"print's value {i + 1}") for i, v in enumerate(args[1:])]
-    fe.op("print", values, {"parts": tuple(parts)}, node=node)
+    fe.op(DebugOp.PRINT, values, {"parts": tuple(parts)}, node=node)
     return None
 
 
@@ -55,4 +56,4 @@ def assume(fe: FrontEnd, node: ast.Call, x: Any, div_by: Any = None, lower: Any 
     for name, fact in (("div_by", div_by), ("lower", lower), ("upper", upper)):
         if fact is not None:
             attrs[name] = _static_int(fe, fact, node, f"assume's {name}")
-    return fe.op("assume", [value], attrs, node=node).result
+    return fe.op(DebugOp.ASSUME, [value], attrs, node=node).result

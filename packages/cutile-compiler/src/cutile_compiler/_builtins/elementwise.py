@@ -1,22 +1,24 @@
-"""The element-wise DSL functions: math with rounding and flush-to-zero options,
-constant folding of Python numbers, where, ceil_div, astype and bitcast."""
+"""The element-wise DSL functions: those made from the declarations of the element-wise
+ops (`ElementwiseOp`: math with rounding and flush-to-zero options, folding Python
+numbers where the op says so), and pow, where, ceil_div, astype and bitcast."""
 
 from __future__ import annotations
 
 import ast
-import numpy as np
 import operator
-from collections.abc import Callable
-from typing import Any, Concatenate, TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, Concatenate, TYPE_CHECKING, cast
 
 import numpy as np
 
-from cutile_compiler._builtins._base import DSL_FUNCTIONS, _dtype, _NUMBER, _static_bool, _tile, Builtin, builtin, family_member, Params
+from cutile_compiler._builtins._base import (
+    DSL_FUNCTIONS, _dtype, _NUMBER, _static_bool, _tile, Builtin, builtin, family_member, Params)
 from cutile_compiler._dtypes import DType
 from cutile_compiler._errors import bounded_repr
 from cutile_compiler._ir import Value
-from cutile_compiler._opdefs._base import OpDef, OPS
-from cutile_compiler._opdefs.elementwise import F32_ONLY_ROUNDINGS
+from cutile_compiler._opdefs._base import Op, OpDef, registered
+from cutile_compiler._opdefs.elementwise import F32_ONLY_ROUNDINGS, Elementwise, ElementwiseOp
 
 if TYPE_CHECKING:
     from cutile_compiler._frontend import FrontEnd
@@ -48,96 +50,113 @@ def _options_doc(opdef: OpDef) -> str:
     return doc
 
 
-# Element-wise DSL functions whose plain-number calls fold (all of them but fma,
-# which has three operands and keeps its single rounding on the device).
-_FOLDABLE = frozenset({"minimum", "maximum", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tan",
-                       "sinh", "cosh", "tanh", "floor", "ceil", "atan2"})
-
-
-def _fold(fe: FrontEnd, node: ast.AST, name: str, *values: bool | int | float) -> bool | int | float:
+def _fold(fe: FrontEnd, node: ast.AST, opdef: Elementwise, *values: bool | int | float) -> bool | int | float:
     """A DSL function applied to Python numbers, computed at compile time with the
     op's own numpy meaning (so a constant and a tile agree), as a Python number."""
-    from cutile_compiler._opdefs.elementwise import ELEMENTWISE
 
     def compute(*numbers: bool | int | float) -> bool | int | float:
         arrays = [np.asarray(v) for v in numbers]
         if any(a.dtype == object for a in arrays):  # an int past 64 bits
             raise OverflowError("an int of more than 64 bits has no numpy value")
         with np.errstate(all="ignore"):  # inf and nan are the answers, as on a tile
-            folded: bool | int | float = np.asarray(ELEMENTWISE[name].function(*arrays)).item()
+            folded: bool | int | float = np.asarray(opdef.function(*arrays)).item()
         return folded
 
-    return fe.fold(compute, values, lambda: f"{name}({', '.join(bounded_repr(v) for v in values)})", node)  # type: ignore[no-any-return]
+    return fe.fold(compute, values, lambda: f"{opdef.name}({', '.join(bounded_repr(v) for v in values)})", node)  # type: ignore[no-any-return]
 
 
-def _unary(name: str, fe: FrontEnd, node: ast.Call, x: Any, /, *, rounding: str | None = None,
+def _apply(opdef: Elementwise, fe: FrontEnd, node: ast.Call, operands: tuple[Any, ...], rounding: Any,
+           flush_to_zero: Any) -> Any:
+    """An element-wise op's DSL function on ``operands`` (tiles or numbers, promoted and
+    broadcast together); it takes the float options the op takes (`OpDef.rounding_modes`,
+    `OpDef.flush_to_zero`), which the op checks. Python numbers alone fold where the op
+    is `Elementwise.foldable`: a constant stays a (weak) Python number."""
+    name = opdef.name
+    if (opdef.foldable and all(isinstance(x, _NUMBER) for x in operands) and rounding is None
+            and flush_to_zero is False):
+        return _fold(fe, node, opdef, *operands)
+    if len(operands) == 1:
+        tiles = [_tile(fe, operands[0], node, f"{name}'s argument")]
+        attrs = _float_options(fe, node, name, rounding, flush_to_zero)
+    else:
+        attrs = _float_options(fe, node, name, rounding, flush_to_zero)
+        tiles = fe.unify(operands, node, f"{name}()")
+    return fe.op(opdef.key, tiles, attrs, node=node).result
+
+
+def unary(opdef: Elementwise, fe: FrontEnd, node: ast.Call, x: Any, /, *, rounding: str | None = None,
+          flush_to_zero: bool = False) -> Any:
+    return _apply(opdef, fe, node, (x,), rounding, flush_to_zero)
+
+
+def binary(opdef: Elementwise, fe: FrontEnd, node: ast.Call, x: Any, y: Any, /, *, rounding: str | None = None,
            flush_to_zero: bool = False) -> Any:
-    """An element-wise op of one operand; it takes the float options the op takes
-    (`OpDef.rounding_modes`, `OpDef.flush_to_zero`), which the op checks."""
-    if isinstance(x, _NUMBER) and rounding is None and flush_to_zero is False and name in _FOLDABLE:
-        return _fold(fe, node, name, x)  # a constant stays a (weak) Python number
-    value = _tile(fe, x, node, f"{name}'s argument")
-    return fe.op(name, [value], _float_options(fe, node, name, rounding, flush_to_zero), node=node).result
+    return _apply(opdef, fe, node, (x, y), rounding, flush_to_zero)
 
 
-def _binary(name: str, fe: FrontEnd, node: ast.Call, x: Any, y: Any, /, *, rounding: str | None = None,
-            flush_to_zero: bool = False) -> Any:
-    """An element-wise op of two operands (promoted and broadcast together)."""
-    if (isinstance(x, _NUMBER) and isinstance(y, _NUMBER) and rounding is None and flush_to_zero is False
-            and name in _FOLDABLE):
-        return _fold(fe, node, name, x, y)
-    attrs = _float_options(fe, node, name, rounding, flush_to_zero)
-    a, b = fe.unify([x, y], node, f"{name}()")
-    return fe.op(name, [a, b], attrs, node=node).result
+def ternary(opdef: Elementwise, fe: FrontEnd, node: ast.Call, a: Any, b: Any, c: Any, /, *,
+            rounding: str | None = None, flush_to_zero: bool = False) -> Any:
+    return _apply(opdef, fe, node, (a, b, c), rounding, flush_to_zero)
 
 
-def _elementwise(template: Callable[Concatenate[str, FrontEnd, ast.Call, Params], Any], name: str,
-                 doc: str) -> Builtin[Params]:
-    """Element-wise DSL function ``name`` (`_unary` or `_binary`), documented with the
-    float options its op takes."""
-    how = " Element-wise." if template is _unary else " Element-wise; shapes broadcast and dtypes promote."
-    return family_member(template, name, name, doc + how + _options_doc(OPS[name]))
+#: The parameters of an element-wise op's DSL function, by the op's arity, and what its
+#: documentation adds to the op's
+_TEMPLATES: dict[int, tuple[Callable[..., Any], str]] = {
+    1: (unary, " Element-wise."),
+    2: (binary, " Element-wise; shapes broadcast and dtypes promote."),
+    3: (ternary, ""),
+}
+#: The DSL function of each registered element-wise op that declares one (`Elementwise.doc`)
+FUNCTIONS: dict[Op, Builtin[...]] = {}
 
 
-exp = _elementwise(_unary, "exp", "e ** x.")
-exp2 = _elementwise(_unary, "exp2", "2 ** x.")
-log = _elementwise(_unary, "log", "The natural logarithm.")
-log2 = _elementwise(_unary, "log2", "The base-2 logarithm.")
-sqrt = _elementwise(_unary, "sqrt", "The square root.")
-rsqrt = _elementwise(_unary, "rsqrt", "1 / sqrt(x).")
-sin = _elementwise(_unary, "sin", "The sine (radians).")
-cos = _elementwise(_unary, "cos", "The cosine (radians).")
-tan = _elementwise(_unary, "tan", "The tangent (radians).")
-sinh = _elementwise(_unary, "sinh", "The hyperbolic sine.")
-cosh = _elementwise(_unary, "cosh", "The hyperbolic cosine.")
-tanh = _elementwise(_unary, "tanh", "The hyperbolic tangent.")
-floor = _elementwise(_unary, "floor", "Rounds down to an integral value (floats).")
-ceil = _elementwise(_unary, "ceil", "Rounds up to an integral value (floats).")
-atan2 = _elementwise(_binary, "atan2", "The angle of (x, y) = atan(y / x) in the right quadrant; atan2(y, x).")
-minimum = _elementwise(_binary, "minimum", "The element-wise minimum.")
-maximum = _elementwise(_binary, "maximum", "The element-wise maximum.")
-add = _elementwise(_binary, "add", "x + y.")
-sub = _elementwise(_binary, "sub", "x - y.")
-mul = _elementwise(_binary, "mul", "x * y.")
-div = _elementwise(_binary, "div", "x / y for floats.")
+def define_functions(family: type[Op]) -> None:
+    """Makes the DSL function of each op of ``family`` that declares one: named as the
+    op, with the parameters of its arity's template and the op's documentation,
+    followed by that of the float options it takes. They join `DSL_FUNCTIONS`."""
+    for key in family:
+        opdef = key.definition
+        if isinstance(opdef, Elementwise) and opdef.doc is not None:
+            template, how = _TEMPLATES[opdef.arity]
+            FUNCTIONS[key] = family_member(template, opdef, opdef.name, opdef.doc + how + _options_doc(opdef))
+
+
+def remove_functions(family: type[Op]) -> None:
+    """Takes the DSL functions of ``family``'s ops out of `DSL_FUNCTIONS` again."""
+    for key in family:
+        function = FUNCTIONS.pop(key, None)
+        if function is not None:
+            del DSL_FUNCTIONS[function.__name__]
+
+
+@contextmanager
+def declared(family: type[Op]) -> Iterator[dict[Op, Builtin[...]]]:
+    """Inside the block, the ops of ``family`` (declared outside the compiler, e.g. by a
+    test) are registered and have their DSL functions; yields those functions by key."""
+    with registered(family):
+        try:
+            define_functions(family)
+            yield {key: FUNCTIONS[key] for key in family if key in FUNCTIONS}
+        finally:
+            remove_functions(family)
+
+
+def function_of(template: Callable[Concatenate[Elementwise, FrontEnd, ast.Call, Params], Any],
+                key: Op) -> Builtin[Params]:
+    """The DSL function of element-wise op ``key``, typed with the parameters of
+    ``template`` (`unary`, `binary` or `ternary`: its arity's) for static tools."""
+    opdef = key.definition
+    assert isinstance(opdef, Elementwise) and _TEMPLATES[opdef.arity][0] is template, key
+    return cast("Builtin[Params]", FUNCTIONS[key])
+
+
+define_functions(ElementwiseOp)
 
 
 @builtin
 def pow_(fe: FrontEnd, node: ast.Call, x: Any, y: Any) -> Any:
     """x ** y for floating-point tiles."""
-    return fe.binary("pow", x, y, node, operator.pow)
-
-
-@builtin
-def fma(fe: FrontEnd, node: ast.Call, a: Any, b: Any, c: Any, /, *, rounding: str | None = None,
-        flush_to_zero: bool = False) -> Value:
-    """a * b + c with one rounding (floats)."""
-    attrs = _float_options(fe, node, "fma", rounding, flush_to_zero)
-    x, y, z = fe.unify([a, b, c], node, "fma()")
-    return fe.op("fma", [x, y, z], attrs, node=node).result
-
-
-fma.__doc__ = (fma.__doc__ or "") + _options_doc(OPS["fma"])
+    return fe.binary(ElementwiseOp.POW, x, y, node, operator.pow)
 
 
 @builtin
@@ -148,8 +167,8 @@ def where(fe: FrontEnd, node: ast.Call, condition: Any, x: Any, y: Any) -> Any:
     cond = _tile(fe, condition, node, "where's condition")  # its dtype is the op's rule (`Select`)
     a, b = fe.unify([x, y], node, "where()")
     shape = fe.common_shape([cond, a], node, "where(): shapes")
-    return fe.op("select", [fe.broadcast_to(cond, shape, node), fe.broadcast_to(a, shape, node),
-                            fe.broadcast_to(b, shape, node)], node=node).result
+    return fe.op(ElementwiseOp.SELECT, [fe.broadcast_to(cond, shape, node), fe.broadcast_to(a, shape, node),
+                                        fe.broadcast_to(b, shape, node)], node=node).result
 
 
 @builtin
@@ -159,7 +178,8 @@ def ceil_div(fe: FrontEnd, node: ast.Call, a: Any, b: Any) -> Any:
         if b == 0:
             raise fe.type_error("ceil_div by zero", node)
         return fe.fold(lambda x, y: -(-x // y), (a, b), lambda: f"ceil_div({bounded_repr(a)}, {bounded_repr(b)})", node)
-    return fe.binary("floordiv", fe.binary("sub", fe.binary("add", a, b, node), 1, node), b, node)
+    return fe.binary(ElementwiseOp.FLOORDIV, fe.binary(ElementwiseOp.SUB, fe.binary(ElementwiseOp.ADD, a, b, node), 1, node),
+                     b, node)
 
 
 cdiv = DSL_FUNCTIONS["cdiv"] = ceil_div  # cuTile's name for it
@@ -175,10 +195,11 @@ def astype(fe: FrontEnd, node: ast.Call, x: Any, dtype: DType, rounding: str | N
     attrs = _float_options(fe, node, "astype", rounding, False)
     if not attrs or value.type.dtype is target:  # type: ignore[attr-defined]
         return fe.cast(value, target, node)
-    return fe.op("cast", [value], {"dtype": target, **attrs}, node=node).result
+    return fe.op(ElementwiseOp.CAST, [value], {"dtype": target, **attrs}, node=node).result
 
 
 @builtin
 def bitcast(fe: FrontEnd, node: ast.Call, x: Any, dtype: DType) -> Value:
     """x's bits read as ``dtype`` of the same width."""
-    return fe.op("bitcast", [_tile(fe, x, node, "bitcast's argument")], {"dtype": _dtype(fe, dtype, node)}, node=node).result
+    return fe.op(ElementwiseOp.BITCAST, [_tile(fe, x, node, "bitcast's argument")], {"dtype": _dtype(fe, dtype, node)},
+                 node=node).result

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from cutile_compiler._builtins._base import _static_int, builtin
 from cutile_compiler._ir import Value
+from cutile_compiler._opdefs import GridOp
 
 if TYPE_CHECKING:
     from cutile_compiler._frontend import FrontEnd
@@ -21,7 +22,7 @@ def get_tile_block_id(fe: FrontEnd, node: ast.Call) -> tuple[Value, Value, Value
 @builtin
 def get_num_tile_blocks(fe: FrontEnd, node: ast.Call) -> tuple[Value, Value, Value]:
     """The grid's extent along each axis, as three i32 scalars."""
-    return tuple(fe.op("num_blocks", [], {"axis": a}, node=node).result for a in range(3))  # type: ignore[return-value]
+    return tuple(fe.op(GridOp.NUM_BLOCKS, [], {"axis": a}, node=node).result for a in range(3))  # type: ignore[return-value]
 
 
 @builtin
@@ -33,4 +34,4 @@ def bid(fe: FrontEnd, node: ast.Call, axis: int) -> Value:
 @builtin
 def num_blocks(fe: FrontEnd, node: ast.Call, axis: int) -> Value:
     """The grid's extent along ``axis``."""
-    return fe.op("num_blocks", [], {"axis": _static_int(fe, axis, node, "axis")}, node=node).result
+    return fe.op(GridOp.NUM_BLOCKS, [], {"axis": _static_int(fe, axis, node, "axis")}, node=node).result

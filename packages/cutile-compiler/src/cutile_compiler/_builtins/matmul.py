@@ -8,6 +8,7 @@ from typing import Any, TYPE_CHECKING
 from cutile_compiler import _dtypes as dt
 from cutile_compiler._builtins._base import _tile, builtin
 from cutile_compiler._ir import Value
+from cutile_compiler._opdefs import MatmulOp
 
 if TYPE_CHECKING:
     from cutile_compiler._frontend import FrontEnd
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
 def mma(fe: FrontEnd, node: ast.Call, a: Any, b: Any, acc: Any) -> Value:
     """acc + a @ b on the tensor cores: (M, K) x (K, N) + (M, N), or batches of them."""
     x, y, z = (_tile(fe, v, node, f"mma's {n}") for v, n in ((a, "a"), (b, "b"), (acc, "acc")))
-    return fe.op("mma", [x, y, z], node=node).result
+    return fe.op(MatmulOp.MMA, [x, y, z], node=node).result
 
 
 @builtin
@@ -28,4 +29,4 @@ def matmul(fe: FrontEnd, node: ast.Call, a: Any, b: Any) -> Value:
     acc_dtype = dt.f64 if in_type is dt.f64 else dt.i32 if in_type.is_integer else dt.f32
     shape = x.type.shape[:-1] + y.type.shape[-1:]  # type: ignore[attr-defined]
     zero = fe.constant(0, acc_dtype, shape, node)
-    return fe.op("mma", [x, y, zero], node=node).result
+    return fe.op(MatmulOp.MMA, [x, y, zero], node=node).result

@@ -7,6 +7,7 @@ from typing import Any, TYPE_CHECKING
 
 from cutile_compiler._builtins._base import _hint_attrs, _index, _partition, _static_int, _tensor_arg, builtin
 from cutile_compiler._ir import Value
+from cutile_compiler._opdefs import MemoryOp
 from cutile_compiler._types import PartitionType
 
 if TYPE_CHECKING:
@@ -32,8 +33,8 @@ def load_tile_like(fe: FrontEnd, node: ast.Call, tensor: Any, like: Any, latency
     if source.type.rank != len(tile_shape):  # type: ignore[attr-defined]
         raise fe.type_error(
             f"load_tile_like: {source.type} has rank {source.type.rank}, the tile of {target.type} rank {len(tile_shape)}", node)  # type: ignore[attr-defined]
-    partition = fe.op("make_partition", [source], {"tile_shape": tile_shape, "padding": "zero"}, node=node).result
-    return fe.op("tile_load", [partition, *fe.own_index(target)], _hint_attrs(fe, node, latency, allow_tma),
+    partition = fe.op(MemoryOp.MAKE_PARTITION, [source], {"tile_shape": tile_shape, "padding": "zero"}, node=node).result
+    return fe.op(MemoryOp.TILE_LOAD, [partition, *fe.own_index(target)], _hint_attrs(fe, node, latency, allow_tma),
                  node=node).result
 
 
@@ -45,7 +46,7 @@ def load(fe: FrontEnd, node: ast.Call, tensor: Any, index: Any, shape: Any, padd
     ``latency`` (1 to 10) and ``allow_tma`` are hints to tileiras."""
     source = _tensor_arg(fe, tensor, node, "load's tensor")
     partition = _partition(fe, source, shape, padding, node)
-    return fe.op("tile_load", [partition, *_index(fe, index, node)],
+    return fe.op(MemoryOp.TILE_LOAD, [partition, *_index(fe, index, node)],
                  _hint_attrs(fe, node, latency, allow_tma), node=node).result
 
 
@@ -54,4 +55,4 @@ def num_tiles(fe: FrontEnd, node: ast.Call, partition: Any, axis: int) -> Value:
     """How many tiles a partition has along ``axis`` (a partial last tile counts)."""
     if not (isinstance(partition, Value) and isinstance(partition.type, PartitionType)):
         raise fe.type_error(f"num_tiles takes a partition, got {fe.describe(partition)}", node)
-    return fe.op("num_tiles", [partition], {"axis": _static_int(fe, axis, node, "axis")}, node=node).result
+    return fe.op(MemoryOp.NUM_TILES, [partition], {"axis": _static_int(fe, axis, node, "axis")}, node=node).result

@@ -16,6 +16,7 @@ from cutile_compiler._builtins.pointer import _own_atomic, _own_atomic_cas, _own
 from cutile_compiler._builtins.reduction import argmax, argmin, cumprod, cumsum, max_, min_, prod, sum_
 from cutile_compiler._builtins.shape import broadcast_to, extract, permute, reshape, transpose
 from cutile_compiler._ir import Value
+from cutile_compiler._opdefs import MemoryOp
 from cutile_compiler._opdefs.memory import TILE_ATOMIC_MODES
 from cutile_compiler._opdefs.pointer import RMW_MODES
 from cutile_compiler._types import PartitionType, TensorType, TileType
@@ -47,7 +48,7 @@ def _tensor_load(fe: FrontEnd, node: ast.Call, tensor: Value, index: Any = None,
         if ttype.tile_shape is None:
             raise fe.type_error("load() without an index loads a Mut tensor's own tile; this tensor is read-only: "
                                 "use load(index=..., shape=...) or .partition(...)", node)
-        return fe.op("tile_load", [fe.own_partition(tensor, node), *fe.own_index(tensor)],
+        return fe.op(MemoryOp.TILE_LOAD, [fe.own_partition(tensor, node), *fe.own_index(tensor)],
                      _hint_attrs(fe, node, latency, allow_tma), node=node).result
     if index is None or shape is None:
         raise fe.type_error("load() takes both index= and shape= (or neither, for a Mut tensor's own tile)", node)
@@ -57,7 +58,7 @@ def _tensor_load(fe: FrontEnd, node: ast.Call, tensor: Value, index: Any = None,
 
 def _tensor_store(fe: FrontEnd, node: ast.Call, tensor: Value, value: Any) -> None:
     (tile,) = _own_values(fe, node, tensor, [(value, "value")], "store")
-    fe.op("tile_store", [fe.own_partition(tensor, node), *fe.own_index(tensor), tile], node=node)
+    fe.op(MemoryOp.TILE_STORE, [fe.own_partition(tensor, node), *fe.own_index(tensor), tile], node=node)
     return None
 
 
@@ -69,7 +70,7 @@ def _partition_load(fe: FrontEnd, node: ast.Call, partition: Value, index: Any, 
                     allow_tma: Any = None) -> Value:
     ptype = partition.type
     assert isinstance(ptype, PartitionType)
-    return fe.op("tile_load", [partition, *_index(fe, index, node)],
+    return fe.op(MemoryOp.TILE_LOAD, [partition, *_index(fe, index, node)],
                  _hint_attrs(fe, node, latency, allow_tma), node=node).result
 
 
@@ -80,7 +81,7 @@ def _partition_store(fe: FrontEnd, node: ast.Call, partition: Value, index: Any,
         raise fe.type_error("storing at an arbitrary tile index needs @cutile.entry(unsafe=True); a safe kernel "
                             "writes only its own tile, with .store() on the Mut tensor", node)
     tile = _convert_value(fe, value, ptype.tensor.dtype, node, "store's value")
-    fe.op("tile_store", [partition, *_index(fe, index, node), tile], node=node)
+    fe.op(MemoryOp.TILE_STORE, [partition, *_index(fe, index, node), tile], node=node)
     return None
 
 
@@ -95,7 +96,7 @@ def _partition_atomic(mode: str) -> Impl:
         tile = _convert_value(fe, value, ptype.tensor.dtype, node, f"{name}'s value")
         if tile.type.shape != ptype.tile_shape:  # type: ignore[attr-defined]
             tile = fe.broadcast_to(tile, ptype.tile_shape, node)
-        fe.op("tile_atomic", [partition, *_index(fe, index, node), tile],
+        fe.op(MemoryOp.TILE_ATOMIC, [partition, *_index(fe, index, node), tile],
               {"mode": mode, "scope": scope}, node=node)
         return None
     return impl
@@ -157,7 +158,7 @@ def value_attribute(fe: FrontEnd, value: Value, attr: str, node: ast.Attribute) 
     elif isinstance(vtype, TensorType):
         if attr == "shape":
             return tuple(
-                d if d is not None else fe.op("tensor_dim", [value], {"axis": i}, node=node).result
+                d if d is not None else fe.op(MemoryOp.TENSOR_DIM, [value], {"axis": i}, node=node).result
                 for i, d in enumerate(vtype.shape))
         if attr == "dtype":
             return vtype.dtype

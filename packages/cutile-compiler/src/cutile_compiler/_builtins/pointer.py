@@ -10,6 +10,7 @@ from typing import Any, TYPE_CHECKING
 from cutile_compiler import _dtypes as dt
 from cutile_compiler._builtins._base import _convert_value, _hint_attrs, _NUMBER, _tensor_arg, _writable, builtin, family_member, Impl
 from cutile_compiler._ir import Value
+from cutile_compiler._opdefs import ElementwiseOp, MemoryOp, PointerOp, ShapeOp
 from cutile_compiler._opdefs._base import RuleError
 from cutile_compiler._opdefs.shape import constant_value
 from cutile_compiler._types import broadcast_shapes, TensorType, TileType
@@ -70,7 +71,7 @@ def gather(fe: FrontEnd, node: ast.Call, tensor: Any, indices: Any, mask: Any = 
         raise fe.type_error(f"gather's padding: {exc}", node) from None
     attrs = {"has_mask": mask_tile is not None, "padding": padding, **_hint_attrs(fe, node, latency, None)}
     operands = [target, *index_tiles, *([mask_tile] if mask_tile is not None else [])]
-    return fe.op("gather", operands, attrs, node=node).result
+    return fe.op(PointerOp.GATHER, operands, attrs, node=node).result
 
 
 @builtin
@@ -81,7 +82,7 @@ def scatter(fe: FrontEnd, node: ast.Call, tensor: Any, indices: Any, value: Any,
     target, index_tiles, values, mask_tile = _access(fe, node, "scatter", tensor, indices, [(value, "value")], mask,
                                                      writes=True)
     attrs = {"has_mask": mask_tile is not None, **_hint_attrs(fe, node, latency, None)}
-    fe.op("scatter", [target, *index_tiles, *values, *([mask_tile] if mask_tile is not None else [])], attrs, node=node)
+    fe.op(PointerOp.SCATTER, [target, *index_tiles, *values, *([mask_tile] if mask_tile is not None else [])], attrs, node=node)
     return None
 
 
@@ -92,7 +93,7 @@ def _atomic(mode: str, fe: FrontEnd, node: ast.Call, tensor: Any, indices: Any, 
                                                      writes=True)
     attrs = {"mode": mode, "has_mask": mask_tile is not None, "order": order, "scope": scope}
     operands = [target, *index_tiles, *values, *([mask_tile] if mask_tile is not None else [])]
-    return fe.op("atomic_rmw", operands, attrs, node=node).result
+    return fe.op(PointerOp.ATOMIC_RMW, operands, attrs, node=node).result
 
 
 def _atomic_doc(mode: str) -> str:
@@ -121,7 +122,7 @@ def atomic_cas(fe: FrontEnd, node: ast.Call, tensor: Any, indices: Any, expected
         fe, node, "atomic_cas", tensor, indices, [(expected, "expected value"), (value, "value")], mask, writes=True)
     attrs = {"has_mask": mask_tile is not None, "order": order, "scope": scope}
     operands = [target, *index_tiles, *values, *([mask_tile] if mask_tile is not None else [])]
-    return fe.op("atomic_cas", operands, attrs, node=node).result
+    return fe.op(PointerOp.ATOMIC_CAS, operands, attrs, node=node).result
 
 
 def _own_tile_access(fe: FrontEnd, node: ast.Call, tensor: Value) -> tuple[list[Value], Value]:
@@ -133,14 +134,14 @@ def _own_tile_access(fe: FrontEnd, node: ast.Call, tensor: Value) -> tuple[list[
     indices: list[Value] = []
     inside: Value | None = None
     for axis, extent in enumerate(shape):
-        iota = fe.op("iota", [], {"type": TileType(dt.i32, (extent,))}, node=node).result
-        start = fe.op("mul", [fe.block_id(axis), fe.constant(extent, dt.i32, node=node)], node=node).result
-        line = fe.op("add", [iota, fe.broadcast_to(start, (extent,), node)], node=node).result
+        iota = fe.op(ShapeOp.IOTA, [], {"type": TileType(dt.i32, (extent,))}, node=node).result
+        start = fe.op(ElementwiseOp.MUL, [fe.block_id(axis), fe.constant(extent, dt.i32, node=node)], node=node).result
+        line = fe.op(ElementwiseOp.ADD, [iota, fe.broadcast_to(start, (extent,), node)], node=node).result
         along = tuple(extent if k == axis else 1 for k in range(len(shape)))
-        index = fe.broadcast_to(fe.op("reshape", [line], {"shape": along}, node=node).result, shape, node)
-        dim = fe.op("tensor_dim", [tensor], {"axis": axis}, node=node).result
-        below = fe.op("lt", [index, fe.broadcast_to(dim, shape, node)], node=node).result
-        inside = below if inside is None else fe.op("and", [inside, below], node=node).result
+        index = fe.broadcast_to(fe.op(ShapeOp.RESHAPE, [line], {"shape": along}, node=node).result, shape, node)
+        dim = fe.op(MemoryOp.TENSOR_DIM, [tensor], {"axis": axis}, node=node).result
+        below = fe.op(ElementwiseOp.LT, [index, fe.broadcast_to(dim, shape, node)], node=node).result
+        inside = below if inside is None else fe.op(ElementwiseOp.AND, [inside, below], node=node).result
         indices.append(index)
     assert inside is not None
     return indices, inside
@@ -170,7 +171,7 @@ def _own_atomic(mode: str) -> Impl:
         values = _own_values(fe, node, tensor, [(value, "value")], name)
         indices, inside = _own_tile_access(fe, node, tensor)
         attrs = {"mode": mode, "has_mask": True, "order": order, "scope": scope}
-        return fe.op("atomic_rmw", [tensor, *indices, *values, inside], attrs, node=node).result
+        return fe.op(PointerOp.ATOMIC_RMW, [tensor, *indices, *values, inside], attrs, node=node).result
     return impl
 
 
@@ -179,4 +180,4 @@ def _own_atomic_cas(fe: FrontEnd, node: ast.Call, tensor: Value, expected: Any, 
     values = _own_values(fe, node, tensor, [(expected, "expected value"), (value, "value")], "atomic_cas")
     indices, inside = _own_tile_access(fe, node, tensor)
     attrs = {"has_mask": True, "order": order, "scope": scope}
-    return fe.op("atomic_cas", [tensor, *indices, *values, inside], attrs, node=node).result
+    return fe.op(PointerOp.ATOMIC_CAS, [tensor, *indices, *values, inside], attrs, node=node).result

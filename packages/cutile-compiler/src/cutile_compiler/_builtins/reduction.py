@@ -10,6 +10,7 @@ from typing import Any, TYPE_CHECKING
 from cutile_compiler import _dtypes as dt
 from cutile_compiler._builtins._base import _axis, _NUMBER, _tile, builtin, DeviceFunction, family_member
 from cutile_compiler._ir import Value
+from cutile_compiler._opdefs import ControlOp, ReductionOp, ShapeOp
 from cutile_compiler._opdefs._base import RuleError
 from cutile_compiler._opdefs.shape import constant_value
 from cutile_compiler._types import TileType
@@ -38,10 +39,10 @@ def _reduce(fe: FrontEnd, node: ast.Call, kind: str, x: Any, axis: Any, keepdims
         axes = [_axis(fe, a, rank, node) for a in (axis if isinstance(axis, tuple) else (axis,))]
     result = value
     for a in sorted(set(axes), reverse=True):
-        result = fe.op("reduce", [result], {"kind": kind, "axis": a}, node=node).result
+        result = fe.op(ReductionOp.REDUCE, [result], {"kind": kind, "axis": a}, node=node).result
     if keepdims:
         shape = tuple(1 if i in axes else d for i, d in enumerate(value.type.shape))  # type: ignore[attr-defined]
-        result = fe.op("reshape", [result], {"shape": shape}, node=node).result
+        result = fe.op(ShapeOp.RESHAPE, [result], {"shape": shape}, node=node).result
     return result
 
 
@@ -63,7 +64,7 @@ argmin = family_member(_reduction, "argmin", "argmin",
 def _scan(kind: str, fe: FrontEnd, node: ast.Call, x: Any, axis: int = 0, reverse: bool = False) -> Value:
     value = _tile(fe, x, node, f"cum{kind}'s argument")
     rank = _reducible_rank(fe, value, f"cum{kind}", node)
-    return fe.op("scan", [value], {"kind": kind, "axis": _axis(fe, axis, rank, node),
+    return fe.op(ReductionOp.SCAN, [value], {"kind": kind, "axis": _axis(fe, axis, rank, node),
                                    "reverse": bool(reverse)}, node=node).result
 
 
@@ -125,9 +126,9 @@ def _combining(fe: FrontEnd, node: ast.Call, kind: str, x: Any, axis: Any, combi
                 else:
                     raise fe.type_error(f"{kind}: combine_fn must return {wanted} values, got {tile.type}", node)
             yielded.append(tile)
-        fe.op("yield", yielded, node=node)
-    name = "reduce_fn" if kind == "reduce" else "scan_fn"
-    op = fe.op(name, tiles, {"axis": _axis(fe, axis, rank, node), "identities": tuple(checked), **attrs}, [body],
+        fe.op(ControlOp.YIELD, yielded, node=node)
+    key = ReductionOp.REDUCE_FN if kind == "reduce" else ReductionOp.SCAN_FN
+    op = fe.op(key, tiles, {"axis": _axis(fe, axis, rank, node), "identities": tuple(checked), **attrs}, [body],
                node=node)
     return tuple(op.results) if is_tuple else op.results[0]
 

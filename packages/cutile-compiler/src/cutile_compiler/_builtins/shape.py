@@ -11,6 +11,7 @@ from cutile_compiler._builtins._base import _axis, _dtype, _index, _NUMBER, _sta
 from cutile_compiler._dtypes import DType
 from cutile_compiler._ir import Value
 from cutile_compiler._types import TileType
+from cutile_compiler._opdefs import ShapeOp
 
 if TYPE_CHECKING:
     from cutile_compiler._frontend import FrontEnd
@@ -48,9 +49,9 @@ def arange(fe: FrontEnd, node: ast.Call, size: Any, dtype: DType = dt.i32) -> Va
     (extent,) = _static_shape(fe, size, node, "arange's size")
     kind = _dtype(fe, dtype, node)
     if kind.is_float:
-        values = fe.op("iota", [], {"type": TileType(dt.i32, (extent,))}, node=node).result
+        values = fe.op(ShapeOp.IOTA, [], {"type": TileType(dt.i32, (extent,))}, node=node).result
         return fe.cast(values, kind, node)
-    return fe.op("iota", [], {"type": TileType(kind, (extent,))}, node=node).result
+    return fe.op(ShapeOp.IOTA, [], {"type": TileType(kind, (extent,))}, node=node).result
 
 
 # -- shape ---------------------------------------------------------------------------------
@@ -59,7 +60,7 @@ def reshape(fe: FrontEnd, node: ast.Call, x: Any, shape: Any) -> Value:
     """The same elements (row-major) in another shape."""
     value = _tile(fe, x, node, "reshape's argument")
     target = _static_shape(fe, shape, node, power_of_two=False) if shape != () else ()
-    return fe.op("reshape", [value], {"shape": target}, node=node).result
+    return fe.op(ShapeOp.RESHAPE, [value], {"shape": target}, node=node).result
 
 
 @builtin
@@ -73,7 +74,7 @@ def permute(fe: FrontEnd, node: ast.Call, x: Any, axes: Any) -> Value:
     """x with its dimensions reordered: result dim i is x's dim axes[i]."""
     value = _tile(fe, x, node, "permute's argument")
     perm = tuple(_static_int(fe, a, node, "axes") for a in (axes if isinstance(axes, tuple) else (axes,)))
-    return fe.op("permute", [value], {"perm": perm}, node=node).result
+    return fe.op(ShapeOp.PERMUTE, [value], {"perm": perm}, node=node).result
 
 
 @builtin
@@ -84,14 +85,14 @@ def transpose(fe: FrontEnd, node: ast.Call, x: Any) -> Value:
     if rank < 2:
         raise fe.type_error(f"transpose needs a tile of rank 2 or more, got {value.type}", node)
     perm = tuple(range(rank - 2)) + (rank - 1, rank - 2)
-    return fe.op("permute", [value], {"perm": perm}, node=node).result
+    return fe.op(ShapeOp.PERMUTE, [value], {"perm": perm}, node=node).result
 
 
 @builtin
 def cat(fe: FrontEnd, node: ast.Call, a: Any, b: Any, axis: int = 0) -> Value:
     """a and b joined along ``axis``."""
     x, y = _tile(fe, a, node, "cat's first tile"), _tile(fe, b, node, "cat's second tile")
-    return fe.op("cat", [x, y], {"axis": _axis(fe, axis, x.type.rank, node)}, node=node).result  # type: ignore[attr-defined]
+    return fe.op(ShapeOp.CAT, [x, y], {"axis": _axis(fe, axis, x.type.rank, node)}, node=node).result  # type: ignore[attr-defined]
 
 
 @builtin
@@ -99,4 +100,4 @@ def extract(fe: FrontEnd, node: ast.Call, x: Any, index: Any, shape: Any) -> Val
     """The sub-tile of ``shape`` at tile coordinates ``index`` of x."""
     value = _tile(fe, x, node, "extract's argument")
     sub = _static_shape(fe, shape, node)
-    return fe.op("extract", [value, *_index(fe, index, node)], {"shape": sub}, node=node).result
+    return fe.op(ShapeOp.EXTRACT, [value, *_index(fe, index, node)], {"shape": sub}, node=node).result

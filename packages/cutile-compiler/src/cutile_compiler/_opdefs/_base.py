@@ -1,11 +1,15 @@
-"""The `OpDef` base class, its registry, and the interpreter's view of execution."""
+"""The `OpDef` base class, the `Op` enum that keys it, the registry, and the
+interpreter's view of execution."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import enum
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol
 
+from cutile_compiler._errors import ArgumentError, ArgumentTypeError
 from cutile_compiler._ir import Block, Operation
 from cutile_compiler._types import KType, TileType
 
@@ -111,9 +115,13 @@ class EvalContext(Protocol):
 
 
 class OpDef:
-    """One operation of the kernel IR. Subclasses set ``name`` and override
-    ``infer`` and ``evaluate`` (and ``lower`` for the GPU path)."""
+    """One operation of the kernel IR. Subclasses override ``infer`` and ``evaluate``
+    (and ``lower`` for the GPU path); an instance is declared as a member of an `Op`
+    enum, which gives it its ``key`` and ``name``."""
 
+    #: the op's member of its family's `Op` enum (set when the family is registered)
+    key: Op
+    #: the op's name in the kernel IR: its key's name in lower case (set with ``key``)
     name: str = ""
     #: ops whose results depend on more than their operands (loads, block ids)
     #: or that act on memory; never folded or removed
@@ -124,15 +132,25 @@ class OpDef:
     #: (elementwise arithmetic, select, casts): the interpreter follows padding through them
     lanewise: bool = False
     #: how messages name the op when its DSL spelling differs from ``name`` ("astype")
-    spelled: str = ""
+    _spelled: str = ""
     #: the ``rounding=`` modes the op accepts (nearest_even, the default, among them);
     #: empty: it takes no rounding mode
     rounding_modes: tuple[str, ...] = ()
     #: whether the op accepts ``flush_to_zero=`` (f32 subnormals as zero)
     flush_to_zero: bool = False
 
+    @property
+    def spelled(self) -> str:
+        """How messages name the op."""
+        return self._spelled or self.name
+
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
         raise NotImplementedError(self.name)
+
+    def static_value(self, attrs: dict[str, Any]) -> bool | int | float | None:
+        """The value every element of the op's result has, known at compile time
+        (a splat constant), or None: what later ops' `check_static` see."""
+        return None
 
     def check_static(self, operand_types: Sequence[KType], static_values: Sequence[Any],
                      attrs: dict[str, Any]) -> None:
@@ -168,14 +186,62 @@ class MemoryAccess(OpDef):
         return op.operands[0]
 
 
-OPS: dict[str, OpDef] = {}
+class Op(enum.Enum):
+    """The key of an op of the kernel IR. Each family declares its ops once, as the
+    members of a subclass of `Op` whose values are their definitions::
 
-_D = TypeVar("_D", bound=OpDef)
+        class GridOp(Op):
+            BLOCK_ID = BlockId()
+            NUM_BLOCKS = NumBlocks()
+
+        register(GridOp)
+
+    The front end creates an op by its key (``fe.op(GridOp.BLOCK_ID, ...)``), and
+    every table of ops is keyed by it, never by a name string."""
+
+    _value_: OpDef
+
+    @property
+    def definition(self) -> OpDef:
+        """The op's `OpDef`."""
+        return self._value_
 
 
-def register(opdef: _D) -> _D:
-    """Adds ``opdef`` to `OPS` (names are unique)."""
-    if opdef.name in OPS:
-        raise ValueError(f"op {opdef.name!r} is defined twice")
-    OPS[opdef.name] = opdef
-    return opdef
+#: Every registered op's definition by its key, in the order the families register.
+OPS: dict[Op, OpDef] = {}
+_NAMES: dict[str, Op] = {}
+
+
+def register(family: type[Op]) -> None:
+    """Adds the ops of ``family`` to `OPS`, giving each definition its key and name
+    (the member's name in lower case, unique among all ops: the IR listing shows it)."""
+    if not (isinstance(family, type) and issubclass(family, Op)):  # an OpDef alone has no key
+        raise ArgumentTypeError(f"register: family must be a subclass of Op whose members are OpDefs, got "
+                                f"{family!r}")
+    taken = [key.name.lower() for key in family
+             if key in OPS or key.name.lower() in _NAMES or getattr(key.definition, "key", None) is not None]
+    if taken:  # checked before any is added, so that a refused family leaves nothing behind
+        raise ArgumentError(f"register: {family.__name__}: ops {', '.join(taken)} are defined already")
+    for key in family:
+        opdef = key.definition
+        opdef.key, opdef.name = key, key.name.lower()
+        OPS[key] = opdef
+        _NAMES[opdef.name] = key
+
+
+def unregister(family: type[Op]) -> None:
+    """Removes the ops of ``family`` from `OPS` (a family registered for a while)."""
+    for key in family:
+        if OPS.pop(key, None) is not None:
+            del _NAMES[key.name.lower()]
+            del key.definition.key
+
+
+@contextmanager
+def registered(family: type[Op]) -> Iterator[type[Op]]:
+    """``family``'s ops registered inside the block, removed after it."""
+    register(family)
+    try:
+        yield family
+    finally:
+        unregister(family)

@@ -20,7 +20,7 @@ import cutile_ir as ir
 
 from cutile_compiler._ir import Block, Operation
 from cutile_compiler._lowering import tile_type
-from cutile_compiler._opdefs._base import Escape, EvalContext, OpDef, RuleError, Terminator, register
+from cutile_compiler._opdefs._base import Escape, EvalContext, Op, OpDef, RuleError, Terminator, register
 from cutile_compiler._types import KType, TileType
 
 if TYPE_CHECKING:
@@ -28,8 +28,6 @@ if TYPE_CHECKING:
 
 
 class For(OpDef):
-    name = "for"
-
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
         bounds = operand_types[:3]
         for position, bound in zip(("start", "stop", "step"), bounds):
@@ -57,8 +55,6 @@ class For(OpDef):
 
 
 class If(OpDef):
-    name = "if"
-
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
         cond = operand_types[0]
         if not (isinstance(cond, TileType) and cond.is_scalar and cond.dtype.kind == "bool"):
@@ -77,8 +73,6 @@ class If(OpDef):
 
 
 class Loop(OpDef):
-    name = "loop"
-
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
         result_types: tuple[KType, ...] = attrs.get("result_types", ())
         return result_types
@@ -110,35 +104,51 @@ class _Terminator(OpDef):
     def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         raise AssertionError(f"{self.name} is handled by the interpreter's block runner")
 
-    def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
-        return _lower_terminator(self, ctx, op, args)
-
 
 class Yield(_Terminator):
-    name = "yield"
+    def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        kind, touched = ctx.regions[-1]
+        values = list(args) + ctx.token_values(touched)
+        if kind == "for":
+            ctx.builder.continue_(values)  # a Tile IR for body ends in continue
+        else:
+            ctx.builder.yield_(values)
+        return ()
 
 
 class Continue(_Terminator):
-    name = "continue"
+    def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        ctx.builder.continue_(_loop_exit_values(ctx, args))
+        return ()
 
 
 class Break(_Terminator):
-    name = "break"
+    def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        ctx.builder.break_(_loop_exit_values(ctx, args))
+        return ()
 
 
 class Return(_Terminator):
-    name = "return"
+    def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        ctx.builder.return_()
+        return ()
 
 
-FOR = register(For())
-IF = register(If())
-LOOP = register(Loop())
-YIELD = register(Yield())
-CONTINUE = register(Continue())
-BREAK = register(Break())
-RETURN = register(Return())
+class ControlOp(Op):
+    """The structured control-flow ops and their terminators."""
 
-__all__ = ["FOR", "IF", "LOOP", "YIELD", "CONTINUE", "BREAK", "RETURN", "RuleError"]
+    FOR = For()
+    IF = If()
+    LOOP = Loop()
+    YIELD = Yield()
+    CONTINUE = Continue()
+    BREAK = Break()
+    RETURN = Return()
+
+
+register(ControlOp)
+
+__all__ = ["ControlOp", "RuleError"]
 
 
 # -- lowering to Tile IR -------------------------------------------------------------------
@@ -204,20 +214,7 @@ def _enclosing(ctx: Lowering, kinds: tuple[str, ...]) -> tuple[str, list[TokenCh
     raise AssertionError(f"no enclosing {kinds}")
 
 
-def _lower_terminator(self: OpDef, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
-    builder = ctx.builder
-    if self.name == "return":
-        builder.return_()
-        return ()
-    if self.name == "yield":
-        kind, touched = ctx.regions[-1]
-        values = list(args) + ctx.token_values(touched)
-        if kind == "for":
-            builder.continue_(values)  # a Tile IR for body ends in continue
-        else:
-            builder.yield_(values)
-        return ()
+def _loop_exit_values(ctx: Lowering, args: Sequence[Any]) -> list[Any]:
+    """What a break or continue passes on: its values and the enclosing loop's tokens."""
     _, touched = _enclosing(ctx, ("loop",))
-    values = list(args) + ctx.token_values(touched)
-    (builder.break_ if self.name == "break" else builder.continue_)(values)
-    return ()
+    return list(args) + ctx.token_values(touched)

@@ -25,7 +25,7 @@ import cutile_ir as ir
 
 from cutile_compiler import _dtypes as dt
 from cutile_compiler._ir import Operation
-from cutile_compiler._opdefs._base import EvalContext, OpDef, RuleError, register
+from cutile_compiler._opdefs._base import EvalContext, Op, OpDef, RuleError, register
 from cutile_compiler._types import KType, TileType, is_power_of_two
 
 if TYPE_CHECKING:
@@ -115,7 +115,6 @@ def format_value(spec: FormatSpec, dtype: dt.DType, value: Any) -> str:
 class Print(OpDef):
     """``print(*values) {parts}``: prints the format's literal parts and values."""
 
-    name = "print"
     has_effects = True
 
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
@@ -174,7 +173,6 @@ def c_format(op: Operation) -> str:
 class Assert(OpDef):
     """``assert(cond) {message}``: the kernel fails where an element of ``cond`` is false."""
 
-    name = "assert"
     has_effects = True
 
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
@@ -205,8 +203,6 @@ class Assume(OpDef):
     ``div_by`` (a power of two) says every element is a multiple of it; ``lower``
     and ``upper`` bound the values (inclusive). Integer values only.
     """
-
-    name = "assume"
 
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
         (value,) = operand_types
@@ -247,6 +243,12 @@ class Assume(OpDef):
         return (value,)
 
 
-PRINT = register(Print())
-ASSERT = register(Assert())
-ASSUME = register(Assume())
+class DebugOp(Op):
+    """Printing, assertions and assumptions."""
+
+    PRINT = Print()
+    ASSERT = Assert()
+    ASSUME = Assume()
+
+
+register(DebugOp)

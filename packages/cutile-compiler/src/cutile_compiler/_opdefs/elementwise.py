@@ -1,5 +1,11 @@
 """Element-wise operations: arithmetic, comparisons, math functions, select, casts.
 
+Each is declared once, as a member of `ElementwiseOp` whose value says all the op
+is: the operands and dtype kinds it takes, its numpy meaning, its Tile IR, the
+float options it takes, whether its DSL function folds Python numbers, and that
+function's documentation (the DSL function itself is made from the declaration
+by ``_builtins.elementwise``).
+
 Operands of an element-wise op have identical tile types (the front end inserts
 casts and broadcasts first, as Tile IR requires). Integer ``floordiv`` and
 ``mod`` follow Python (floor) semantics; ``div`` is true division, for floats.
@@ -17,7 +23,7 @@ from cutile_compiler import _dtypes as dt
 from cutile_compiler._errors import ArgumentError
 from cutile_compiler._ir import Operation
 from cutile_compiler._lowering import tile_type
-from cutile_compiler._opdefs._base import EvalContext, IntegerDivisionByZero, OpDef, RuleError, register
+from cutile_compiler._opdefs._base import EvalContext, IntegerDivisionByZero, Op, OpDef, RuleError, register
 from cutile_compiler._types import KType, TileType
 
 if TYPE_CHECKING:
@@ -76,27 +82,56 @@ def _quiet(function: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
+#: How an op emits its Tile IR when its declaration names no single Tile IR op.
+Lowerer = Callable[["Elementwise", "Lowering", Operation, Sequence[Any]], Sequence[Any]]
+
+
 class Elementwise(OpDef):
-    """An element-wise op of ``arity`` operands of one of ``kinds``, meaning ``function``
-    (numpy). ``rounding`` lists the rounding modes it takes and ``flush_to_zero``
-    says whether it takes that option (see `check_float_options`); ``spelled`` is
-    how messages name it (the operator too, e.g. "pow ('**')") and ``kind_hint``
-    ends the message refusing an operand of another kind."""
+    """An element-wise op of ``arity`` operands, declared once with all it means:
+
+    - ``kinds``: the dtype kinds its operands take (its typing rule refuses others,
+      ending the message with ``kind_hint``);
+    - ``function``: its numpy meaning (the interpreter's, and constant folding's);
+    - its Tile IR: ``float_op`` for float operands and ``int_op`` for integer and
+      bool ones (``signed``: the integer op takes a signedness), or ``lower``, a
+      function emitting it;
+    - ``rounding`` and ``flush_to_zero``: the float options it takes (see
+      `check_float_options`);
+    - ``doc``: the documentation of its DSL function, named as the op (None: it has
+      none; an operator or another function reaches it); ``foldable``: whether that
+      function applied to Python numbers is computed at compile time;
+    - ``symbol``: its Python operator (messages name it so), ``folds_strings``:
+      the operator on two strings folds too, ``true_division``: the operator
+      converts integer operands to floats first (Python's ``/``);
+    - ``spelled``: how messages name the op when not by its name or symbol.
+    """
 
     lanewise = True
 
-    def __init__(self, name: str, arity: int, kinds: Kinds, function: Callable[..., Any], *, compare: bool = False,
-                 rounding: tuple[str, ...] = (), flush_to_zero: bool = False, spelled: str | None = None,
-                 kind_hint: str = "") -> None:
-        self.name = name
+    def __init__(self, arity: int, kinds: Kinds, function: Callable[..., Any], *, float_op: str | None = None,
+                 int_op: str | None = None, signed: bool = False, lower: Lowerer | None = None,
+                 rounding: tuple[str, ...] = (), flush_to_zero: bool = False, doc: str | None = None,
+                 foldable: bool = False, symbol: str = "", folds_strings: bool = False, true_division: bool = False,
+                 spelled: str = "", kind_hint: str = "") -> None:
         self.arity = arity
         self.kinds = kinds
         self.function = _quiet(function)
-        self.compare = compare
+        self.float_op = float_op
+        self.int_op = int_op
+        self.signed = signed
+        self.lowerer = lower
         self.rounding_modes = rounding
         self.flush_to_zero = flush_to_zero
-        self.spelled = spelled or name
+        self.doc = doc
+        self.foldable = foldable
+        self.symbol = symbol
+        self.folds_strings = folds_strings
+        self.true_division = true_division
+        self._spelled = spelled
         self.kind_hint = kind_hint
+
+    def result_type(self, operand: TileType) -> TileType:
+        return operand
 
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
         if len(operand_types) != self.arity:
@@ -104,7 +139,7 @@ class Elementwise(OpDef):
         tile = same_types(operand_types, self.spelled)
         check_kind(tile, self.kinds, self.spelled, self.kind_hint)
         check_float_options(self, tile.dtype, attrs)
-        return (tile.with_dtype(dt.bool_) if self.compare else tile,)
+        return (self.result_type(tile),)
 
     def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         result_type = op.results[0].type
@@ -115,7 +150,51 @@ class Elementwise(OpDef):
         return (np.asarray(out, dtype=numpy_dtype(result_type.dtype)),)
 
     def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
-        return _lower_elementwise(self, ctx, op, args)
+        if self.lowerer is not None:
+            return self.lowerer(self, ctx, op, args)
+        operand_type = op.operands[0].type
+        assert isinstance(operand_type, TileType)
+        return (self.emit(ctx, operand_type.dtype, args, op.attrs),)
+
+    def emit(self, ctx: Lowering, dtype: dt.DType, args: Sequence[Any], attrs: dict[str, Any] | None = None) -> Any:
+        """The op's one Tile IR op on ``args`` of ``dtype`` (with the float options of
+        ``attrs``): what it lowers to, and what a reduction combining by it emits."""
+        attrs = attrs or {}
+        if dtype.is_float:
+            assert self.float_op is not None, self.name
+            options: dict[str, Any] = {}
+            if self.rounding_modes:  # an op taking rounding modes needs one in Tile IR
+                options["rounding_mode"] = attrs.get("rounding", "nearest_even")
+            if attrs.get("ftz"):
+                options["flush_to_zero"] = True
+            return getattr(ctx.builder, self.float_op)(*args, **options)
+        assert self.int_op is not None, self.name
+        options = {"signedness": dtype.signedness} if self.signed else {}
+        return getattr(ctx.builder, self.int_op)(*args, **options)
+
+
+class Comparison(Elementwise):
+    """A comparison (Tile IR ``predicate``) of two operands of any kind, giving bools.
+    On floats it is ordered (false where an operand is NaN) unless ``unordered``
+    (Python's ``!=``, true for NaN)."""
+
+    def __init__(self, predicate: str, function: Callable[..., Any], symbol: str, *, unordered: bool = False,
+                 folds_strings: bool = False) -> None:
+        super().__init__(2, ANY, function, symbol=symbol, folds_strings=folds_strings)
+        self.predicate = predicate
+        self.ordering = "unordered" if unordered else "ordered"
+
+    def result_type(self, operand: TileType) -> TileType:
+        return operand.with_dtype(dt.bool_)
+
+    def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        operand_type = op.operands[0].type
+        assert isinstance(operand_type, TileType)
+        if operand_type.dtype.is_float:
+            return (ctx.builder.cmpf(args[0], args[1], comparison_predicate=self.predicate,
+                                     comparison_ordering=self.ordering),)
+        return (ctx.builder.cmpi(args[0], args[1], comparison_predicate=self.predicate,
+                                 signedness=operand_type.dtype.signedness),)
 
 
 class IntegerDivision(Elementwise):
@@ -127,7 +206,7 @@ class IntegerDivision(Elementwise):
         if results[0].dtype.kind in "iu":
             zero = np.broadcast_to(np.asarray(args[1]) == 0, results[0].shape)
             if zero.any():
-                raise IntegerDivisionByZero("//" if self.name == "floordiv" else "%", zero, results[0])
+                raise IntegerDivisionByZero(self.symbol, zero, results[0])
         return results
 
 
@@ -146,7 +225,7 @@ def check_float_options(opdef: OpDef, dtype: dt.DType, attrs: dict[str, Any]) ->
     """Checks the ``rounding`` and ``ftz`` attributes of an op of ``dtype`` results
     against what the op takes (its `OpDef.rounding_modes` and `OpDef.flush_to_zero`)
     and what Tile IR and the interpreter's emulation support."""
-    op = opdef.spelled or opdef.name
+    op = opdef.spelled
     rounding = attrs.get("rounding")
     if rounding is not None and rounding != "nearest_even":
         if not opdef.rounding_modes:
@@ -201,58 +280,9 @@ def _rsqrt(a: Any) -> Any:
     return (1.0 / np.sqrt(a.astype(np.float64))).astype(a.dtype)
 
 
-ELEMENTWISE: dict[str, Elementwise] = {}
-
-
-def _define(name: str, arity: int, kinds: Kinds, function: Callable[..., Any], **options: Any) -> None:
-    kind = IntegerDivision if name in ("floordiv", "mod") else Elementwise
-    ELEMENTWISE[name] = register(kind(name, arity, kinds, function, **options))
-
-
-_ROUNDED: dict[str, Any] = {"rounding": DIRECTED, "flush_to_zero": True}
-_define("add", 2, NUMBER, np.add, **_ROUNDED)
-_define("sub", 2, NUMBER, np.subtract, **_ROUNDED)
-_define("mul", 2, NUMBER, np.multiply, **_ROUNDED)
-_define("div", 2, FLOAT, np.true_divide, rounding=DIRECTED + ("approx", "full"), flush_to_zero=True,
-        kind_hint="; use / or // on integers")
-_define("floordiv", 2, NUMBER, np.floor_divide)
-_define("mod", 2, NUMBER, np.remainder)
-_define("pow", 2, FLOAT, np.power, spelled="pow ('**')", kind_hint="; convert with .astype(f32)")
-_define("minimum", 2, NUMBER, np.minimum, flush_to_zero=True)
-_define("maximum", 2, NUMBER, np.maximum, flush_to_zero=True)
-_define("atan2", 2, FLOAT, np.arctan2)
-_define("and", 2, BITS, np.bitwise_and)
-_define("or", 2, BITS, np.bitwise_or)
-_define("xor", 2, BITS, np.bitwise_xor)
-_define("shl", 2, INT, np.left_shift)
-_define("shr", 2, INT, np.right_shift)
-_define("neg", 1, NUMBER, np.negative)
-_define("abs", 1, NUMBER, np.abs)
-_define("invert", 1, BITS, np.invert)
-_define("exp", 1, FLOAT, np.exp)
-_define("exp2", 1, FLOAT, np.exp2, flush_to_zero=True)
-_define("log", 1, FLOAT, np.log)
-_define("log2", 1, FLOAT, np.log2)
-_define("sqrt", 1, FLOAT, np.sqrt, rounding=DIRECTED + ("approx",), flush_to_zero=True)
-_define("rsqrt", 1, FLOAT, _rsqrt, flush_to_zero=True)
-_define("sin", 1, FLOAT, np.sin)
-_define("cos", 1, FLOAT, np.cos)
-_define("tan", 1, FLOAT, np.tan)
-_define("sinh", 1, FLOAT, np.sinh)
-_define("cosh", 1, FLOAT, np.cosh)
-_define("tanh", 1, FLOAT, np.tanh)
-_define("floor", 1, FLOAT, np.floor)
-_define("ceil", 1, FLOAT, np.ceil)
-_define("fma", 3, FLOAT, lambda a, b, c: a * b + c, **_ROUNDED)
-for _name, _function in [("eq", np.equal), ("ne", np.not_equal), ("lt", np.less),
-                         ("le", np.less_equal), ("gt", np.greater), ("ge", np.greater_equal)]:
-    _define(_name, 2, ANY, _function, compare=True)
-
-
 class Select(OpDef):
     """``select(cond, a, b)``: a where cond is true, else b (numpy ``where``)."""
 
-    name = "select"
     lanewise = True
 
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
@@ -275,9 +305,8 @@ class Cast(OpDef):
     """``cast(x) {dtype}``: value conversion (float to int truncates toward zero,
     int to float rounds to nearest, float narrowing rounds to nearest even)."""
 
-    name = "cast"
     lanewise = True
-    spelled = "astype"
+    _spelled = "astype"
     rounding_modes = ("nearest_even", "zero")
 
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
@@ -312,7 +341,6 @@ class Cast(OpDef):
 class Bitcast(OpDef):
     """``bitcast(x) {dtype}``: the same bits read as another dtype of equal width."""
 
-    name = "bitcast"
     lanewise = True
 
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
@@ -329,66 +357,40 @@ class Bitcast(OpDef):
         return _lower_bitcast(self, ctx, op, args)
 
 
-SELECT = register(Select())
-CAST = register(Cast())
-BITCAST = register(Bitcast())
-
-
-# -- lowering to Tile IR ---------------------------------------------------------------------
-#: name -> Tile IR op; those of ops with `rounding_modes` take (and need) a rounding_mode
-_FLOAT_OPS: dict[str, str] = {
-    "add": "addf", "sub": "subf", "mul": "mulf", "div": "divf", "pow": "pow", "minimum": "minf", "maximum": "maxf",
-    "atan2": "atan2", "neg": "negf", "abs": "absf", "exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2",
-    "sqrt": "sqrt", "rsqrt": "rsqrt", "sin": "sin", "cos": "cos", "tan": "tan", "sinh": "sinh", "cosh": "cosh",
-    "tanh": "tanh", "floor": "floor", "ceil": "ceil", "fma": "fma",
-}
-_INT_OPS: dict[str, tuple[str, bool]] = {  # name -> (Tile IR op, takes signedness)
-    "add": ("addi", False), "sub": ("subi", False), "mul": ("muli", False), "minimum": ("mini", True),
-    "maximum": ("maxi", True), "and": ("andi", False), "or": ("ori", False), "xor": ("xori", False),
-    "shl": ("shli", False), "shr": ("shri", True), "neg": ("negi", False), "abs": ("absi", False),
-}
-_PREDICATES = {"eq": "equal", "ne": "not_equal", "lt": "less_than", "le": "less_than_or_equal",
-               "gt": "greater_than", "ge": "greater_than_or_equal"}
-
-
-def _lower_elementwise(self: Elementwise, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+# -- lowering to Tile IR: the ops whose declaration names no single Tile IR op -------------------
+def _lower_floordiv(self: Elementwise, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
     b = ctx.builder
-    operand_type = op.operands[0].type
-    assert isinstance(operand_type, TileType)
-    dtype = operand_type.dtype
-    name = self.name
-    if self.compare:
-        if dtype.is_float:
-            # Python's != is true for NaN: unordered; every other comparison ordered.
-            ordering = "unordered" if name == "ne" else "ordered"
-            return (b.cmpf(args[0], args[1], comparison_predicate=_PREDICATES[name], comparison_ordering=ordering),)
-        return (b.cmpi(args[0], args[1], comparison_predicate=_PREDICATES[name], signedness=dtype.signedness),)
+    dtype = _tile_of(op.operands[0]).dtype
     if dtype.is_float:
-        if name == "floordiv":
-            quotient = b.divf(args[0], args[1], rounding_mode="nearest_even")
-            return (b.floor(quotient),)
-        if name == "mod":
-            return (_python_remainder(ctx, op, b.remf(args[0], args[1]), args[1], operand_type),)
-        attrs: dict[str, Any] = {}
-        if self.rounding_modes:
-            attrs["rounding_mode"] = op.attrs.get("rounding", "nearest_even")
-        if op.attrs.get("ftz"):
-            attrs["flush_to_zero"] = True
-        return (getattr(b, _FLOAT_OPS[name])(*args, **attrs),)
-    if name == "floordiv":
-        rounding = "negative_inf" if dtype.is_signed else "zero"
-        return (b.divi(args[0], args[1], signedness=dtype.signedness, rounding=rounding),)
-    if name == "mod":
-        remainder = b.remi(args[0], args[1], signedness=dtype.signedness)
-        if not dtype.is_signed:
-            return (remainder,)
-        return (_python_remainder(ctx, op, remainder, args[1], operand_type),)
-    if name == "invert":
-        ones = ctx.constant(True if dtype.is_bool else -1 if dtype.is_signed else (1 << dtype.bits) - 1, operand_type)
-        return (b.xori(args[0], ones),)
-    tile_op, signed = _INT_OPS[name]
-    attrs = {"signedness": dtype.signedness} if signed else {}
-    return (getattr(b, tile_op)(*args, **attrs),)
+        quotient = b.divf(args[0], args[1], rounding_mode="nearest_even")
+        return (b.floor(quotient),)
+    rounding = "negative_inf" if dtype.is_signed else "zero"
+    return (b.divi(args[0], args[1], signedness=dtype.signedness, rounding=rounding),)
+
+
+def _lower_mod(self: Elementwise, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+    b = ctx.builder
+    operand_type = _tile_of(op.operands[0])
+    dtype = operand_type.dtype
+    if dtype.is_float:
+        return (_python_remainder(ctx, op, b.remf(args[0], args[1]), args[1], operand_type),)
+    remainder = b.remi(args[0], args[1], signedness=dtype.signedness)
+    if not dtype.is_signed:
+        return (remainder,)
+    return (_python_remainder(ctx, op, remainder, args[1], operand_type),)
+
+
+def _lower_invert(self: Elementwise, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+    operand_type = _tile_of(op.operands[0])
+    dtype = operand_type.dtype
+    ones = ctx.constant(True if dtype.is_bool else -1 if dtype.is_signed else (1 << dtype.bits) - 1, operand_type)
+    return (ctx.builder.xori(args[0], ones),)
+
+
+def _tile_of(value: Any) -> TileType:
+    found = value.type
+    assert isinstance(found, TileType)
+    return found
 
 
 def _python_remainder(ctx: Lowering, op: Operation, remainder: Any, divisor: Any, tile: TileType) -> Any:
@@ -454,3 +456,64 @@ def _lower_bitcast(self: Bitcast, ctx: Lowering, op: Operation, args: Sequence[A
     return (ctx.builder.bitcast(args[0], result_types=[tile_type(op.results[0].type)]),)
 
 
+_ROUNDED: dict[str, Any] = {"rounding": DIRECTED, "flush_to_zero": True}
+
+
+class ElementwiseOp(Op):
+    """The element-wise ops, each declared once (see `Elementwise`)."""
+
+    ADD = Elementwise(2, NUMBER, np.add, float_op="addf", int_op="addi", **_ROUNDED, symbol="+",
+                      folds_strings=True, doc="x + y.")
+    SUB = Elementwise(2, NUMBER, np.subtract, float_op="subf", int_op="subi", **_ROUNDED, symbol="-", doc="x - y.")
+    MUL = Elementwise(2, NUMBER, np.multiply, float_op="mulf", int_op="muli", **_ROUNDED, symbol="*", doc="x * y.")
+    DIV = Elementwise(2, FLOAT, np.true_divide, float_op="divf", rounding=DIRECTED + ("approx", "full"),
+                      flush_to_zero=True, symbol="/", true_division=True, kind_hint="; use / or // on integers",
+                      doc="x / y for floats.")
+    FLOORDIV = IntegerDivision(2, NUMBER, np.floor_divide, lower=_lower_floordiv, symbol="//")
+    MOD = IntegerDivision(2, NUMBER, np.remainder, lower=_lower_mod, symbol="%")
+    POW = Elementwise(2, FLOAT, np.power, float_op="pow", symbol="**", spelled="pow ('**')",
+                      kind_hint="; convert with .astype(f32)")
+    MINIMUM = Elementwise(2, NUMBER, np.minimum, float_op="minf", int_op="mini", signed=True, flush_to_zero=True,
+                          foldable=True, doc="The element-wise minimum.")
+    MAXIMUM = Elementwise(2, NUMBER, np.maximum, float_op="maxf", int_op="maxi", signed=True, flush_to_zero=True,
+                          foldable=True, doc="The element-wise maximum.")
+    ATAN2 = Elementwise(2, FLOAT, np.arctan2, float_op="atan2", foldable=True,
+                        doc="The angle of (x, y) = atan(y / x) in the right quadrant; atan2(y, x).")
+    AND = Elementwise(2, BITS, np.bitwise_and, int_op="andi", symbol="&")
+    OR = Elementwise(2, BITS, np.bitwise_or, int_op="ori", symbol="|")
+    XOR = Elementwise(2, BITS, np.bitwise_xor, int_op="xori", symbol="^")
+    SHL = Elementwise(2, INT, np.left_shift, int_op="shli", symbol="<<")
+    SHR = Elementwise(2, INT, np.right_shift, int_op="shri", signed=True, symbol=">>")
+    NEG = Elementwise(1, NUMBER, np.negative, float_op="negf", int_op="negi")
+    ABS = Elementwise(1, NUMBER, np.abs, float_op="absf", int_op="absi")
+    INVERT = Elementwise(1, BITS, np.invert, lower=_lower_invert)
+    EXP = Elementwise(1, FLOAT, np.exp, float_op="exp", foldable=True, doc="e ** x.")
+    EXP2 = Elementwise(1, FLOAT, np.exp2, float_op="exp2", flush_to_zero=True, foldable=True, doc="2 ** x.")
+    LOG = Elementwise(1, FLOAT, np.log, float_op="log", foldable=True, doc="The natural logarithm.")
+    LOG2 = Elementwise(1, FLOAT, np.log2, float_op="log2", foldable=True, doc="The base-2 logarithm.")
+    SQRT = Elementwise(1, FLOAT, np.sqrt, float_op="sqrt", rounding=DIRECTED + ("approx",), flush_to_zero=True,
+                       foldable=True, doc="The square root.")
+    RSQRT = Elementwise(1, FLOAT, _rsqrt, float_op="rsqrt", flush_to_zero=True, foldable=True, doc="1 / sqrt(x).")
+    SIN = Elementwise(1, FLOAT, np.sin, float_op="sin", foldable=True, doc="The sine (radians).")
+    COS = Elementwise(1, FLOAT, np.cos, float_op="cos", foldable=True, doc="The cosine (radians).")
+    TAN = Elementwise(1, FLOAT, np.tan, float_op="tan", foldable=True, doc="The tangent (radians).")
+    SINH = Elementwise(1, FLOAT, np.sinh, float_op="sinh", foldable=True, doc="The hyperbolic sine.")
+    COSH = Elementwise(1, FLOAT, np.cosh, float_op="cosh", foldable=True, doc="The hyperbolic cosine.")
+    TANH = Elementwise(1, FLOAT, np.tanh, float_op="tanh", foldable=True, doc="The hyperbolic tangent.")
+    FLOOR = Elementwise(1, FLOAT, np.floor, float_op="floor", foldable=True,
+                        doc="Rounds down to an integral value (floats).")
+    CEIL = Elementwise(1, FLOAT, np.ceil, float_op="ceil", foldable=True, doc="Rounds up to an integral value (floats).")
+    FMA = Elementwise(3, FLOAT, lambda a, b, c: a * b + c, float_op="fma", **_ROUNDED,
+                      doc="a * b + c with one rounding (floats).")
+    EQ = Comparison("equal", np.equal, "==", folds_strings=True)
+    NE = Comparison("not_equal", np.not_equal, "!=", unordered=True, folds_strings=True)
+    LT = Comparison("less_than", np.less, "<")
+    LE = Comparison("less_than_or_equal", np.less_equal, "<=")
+    GT = Comparison("greater_than", np.greater, ">")
+    GE = Comparison("greater_than_or_equal", np.greater_equal, ">=")
+    SELECT = Select()
+    CAST = Cast()
+    BITCAST = Bitcast()
+
+
+register(ElementwiseOp)

@@ -9,7 +9,7 @@ import numpy as np
 
 from cutile_compiler import _dtypes as dt
 from cutile_compiler._ir import Operation
-from cutile_compiler._opdefs._base import EvalContext, OpDef, RuleError, register
+from cutile_compiler._opdefs._base import EvalContext, Op, OpDef, RuleError, register
 from cutile_compiler._types import KType, TileType
 
 if TYPE_CHECKING:
@@ -26,8 +26,6 @@ class _GridQuery(OpDef):
 
 
 class BlockId(_GridQuery):
-    name = "block_id"
-
     def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         return (np.asarray(ctx.block_id[op.attrs["axis"]], dtype=np.int32),)
 
@@ -38,8 +36,6 @@ class BlockId(_GridQuery):
 
 
 class NumBlocks(_GridQuery):
-    name = "num_blocks"
-
     def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         return (np.asarray(ctx.grid[op.attrs["axis"]], dtype=np.int32),)
 
@@ -47,5 +43,11 @@ class NumBlocks(_GridQuery):
         return (ctx.builder.get_num_tile_blocks()[op.attrs["axis"]],)
 
 
-BLOCK_ID = register(BlockId())
-NUM_BLOCKS = register(NumBlocks())
+class GridOp(Op):
+    """The block's place in the grid."""
+
+    BLOCK_ID = BlockId()
+    NUM_BLOCKS = NumBlocks()
+
+
+register(GridOp)

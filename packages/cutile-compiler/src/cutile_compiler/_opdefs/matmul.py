@@ -9,7 +9,7 @@ import numpy as np
 
 from cutile_compiler import _dtypes as dt
 from cutile_compiler._ir import Operation
-from cutile_compiler._opdefs._base import EvalContext, OpDef, RuleError, register
+from cutile_compiler._opdefs._base import EvalContext, Op, OpDef, RuleError, register
 from cutile_compiler._opdefs.elementwise import numpy_dtype, tile_operand
 from cutile_compiler._types import KType
 
@@ -37,8 +37,6 @@ class Mma(OpDef):
     The products of low-precision inputs are exact in the accumulator; the
     interpreter sums them in float64 and rounds once to the accumulator dtype.
     """
-
-    name = "mma"
 
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
         a, b, acc = (tile_operand(operand_types, i, "mma") for i in range(3))
@@ -81,4 +79,10 @@ class Mma(OpDef):
         return (ctx.builder.mmaf(*args),)
 
 
-MMA = register(Mma())
+class MatmulOp(Op):
+    """Matrix multiply-accumulate."""
+
+    MMA = Mma()
+
+
+register(MatmulOp)

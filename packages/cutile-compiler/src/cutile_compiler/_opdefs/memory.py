@@ -19,7 +19,7 @@ from cutile_compiler import _dtypes as dt
 from cutile_compiler._errors import bounded_repr
 from cutile_compiler._ir import Operation
 from cutile_compiler._lowering import PartitionInfo
-from cutile_compiler._opdefs._base import EvalContext, MemoryAccess, OpDef, RuleError, check_index, register
+from cutile_compiler._opdefs._base import EvalContext, Op, MemoryAccess, OpDef, RuleError, check_index, register
 from cutile_compiler._opdefs.pointer import check_atomic_dtype, check_writable, rmw_update, tile_ir_atomic_mode
 from cutile_compiler._types import KType, PartitionType, TensorType, TileType, tile_shape_problem
 
@@ -54,8 +54,6 @@ def _check_index_and_tile(types: Sequence[KType], partition: PartitionType, op: 
 class TensorDim(OpDef):
     """``tensor_dim(t) {axis}``: the extent of a tensor dimension at run time (i32)."""
 
-    name = "tensor_dim"
-
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
         tensor = _tensor(operand_types, "shape")
         if not 0 <= attrs["axis"] < tensor.rank:
@@ -74,8 +72,6 @@ class TensorDim(OpDef):
 
 class MakePartition(OpDef):
     """``make_partition(t) {tile_shape, padding}``: t seen as a grid of tiles."""
-
-    name = "make_partition"
 
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
         tensor = _tensor(operand_types, "partition")
@@ -105,8 +101,6 @@ class NumTiles(OpDef):
     """``num_tiles(p) {axis}``: how many tiles the partition has along ``axis``
     (a partial last tile counts)."""
 
-    name = "num_tiles"
-
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
         partition = _partition(operand_types, "num_tiles")
         if not 0 <= attrs["axis"] < partition.tensor.rank:
@@ -128,8 +122,6 @@ class NumTiles(OpDef):
 class TileLoad(MemoryAccess):
     """``tile_load(p, *index) {latency?, tma?}``: the tile at ``index`` of partition p."""
 
-    name = "tile_load"
-
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
         partition = _partition(operand_types, "load")
         check_index(operand_types[1:], partition.tensor.rank, "load")
@@ -149,8 +141,6 @@ class TileLoad(MemoryAccess):
 
 class TileStore(MemoryAccess):
     """``tile_store(p, *index, value)``: writes the in-bounds part of a tile."""
-
-    name = "tile_store"
 
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
         partition = _partition(operand_types, "store")
@@ -174,13 +164,6 @@ class TileStore(MemoryAccess):
         return ()
 
 
-TENSOR_DIM = register(TensorDim())
-MAKE_PARTITION = register(MakePartition())
-NUM_TILES = register(NumTiles())
-TILE_LOAD = register(TileLoad())
-TILE_STORE = register(TileStore())
-
-
 TILE_ATOMIC_MODES = ("add", "max", "min", "and", "or", "xor")
 
 
@@ -188,8 +171,6 @@ class TileAtomic(MemoryAccess):
     """``tile_atomic(p, *index, value) {mode, scope}``: atomically combines a whole tile
     into the tile at ``index`` of partition p, element by element (in-bounds part
     only); returns nothing (Tile IR ``atomic_red_view_tko``, relaxed order)."""
-
-    name = "tile_atomic"
 
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
         partition = _partition(operand_types, "atomic")
@@ -233,4 +214,15 @@ class TileAtomic(MemoryAccess):
         return ()
 
 
-TILE_ATOMIC = register(TileAtomic())
+class MemoryOp(Op):
+    """Tensors, their partitions into tiles, and tile loads, stores and atomics."""
+
+    TENSOR_DIM = TensorDim()
+    MAKE_PARTITION = MakePartition()
+    NUM_TILES = NumTiles()
+    TILE_LOAD = TileLoad()
+    TILE_STORE = TileStore()
+    TILE_ATOMIC = TileAtomic()
+
+
+register(MemoryOp)

@@ -27,7 +27,7 @@ import cutile_ir as ir
 from cutile_compiler import _dtypes as dt
 from cutile_compiler._ir import Operation
 from cutile_compiler._lowering import element_type, tile_type
-from cutile_compiler._opdefs._base import EvalContext, MemoryAccess, RuleError, register
+from cutile_compiler._opdefs._base import EvalContext, Op, MemoryAccess, RuleError, register
 from cutile_compiler._opdefs.elementwise import numpy_dtype
 from cutile_compiler._types import KType, TensorType, TileType
 
@@ -132,8 +132,6 @@ class Gather(MemoryAccess):
     """``gather(t, *indices, mask?) {has_mask, padding}``: t's elements at the indices;
     masked-off elements read as ``padding``."""
 
-    name = "gather"
-
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
         tensor, shape = _check_access(operand_types, 0, "gather", bool(attrs.get("has_mask")))
         return (TileType(tensor.dtype, shape),)
@@ -159,8 +157,6 @@ class Gather(MemoryAccess):
 class Scatter(MemoryAccess):
     """``scatter(t, *indices, value, mask?) {has_mask}``: writes value's elements at
     the indices (where the mask holds)."""
-
-    name = "scatter"
 
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
         tensor, _ = _check_access(operand_types, 1, "scatter", bool(attrs.get("has_mask")))
@@ -282,8 +278,6 @@ class AtomicRmw(MemoryAccess):
     """``atomic_rmw(t, *indices, value, mask?) {mode, order, scope, has_mask}``: for
     each element in turn, ``old = t[i]; t[i] = mode(old, value)``; returns the old values."""
 
-    name = "atomic_rmw"
-
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
         mode = attrs["mode"]
         if mode not in RMW_MODES:
@@ -318,8 +312,6 @@ class AtomicCas(MemoryAccess):
     """``atomic_cas(t, *indices, expected, value, mask?) {order, scope, has_mask}``:
     for each element in turn, ``old = t[i]; if old == expected: t[i] = value``
     (floats compared bit for bit); returns the old values (``expected`` where masked)."""
-
-    name = "atomic_cas"
 
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
         tensor, shape = _check_atomic(operand_types, attrs, 2, "cas")
@@ -356,9 +348,15 @@ class AtomicCas(MemoryAccess):
         return (result,)
 
 
-GATHER = register(Gather())
-SCATTER = register(Scatter())
-ATOMIC_RMW = register(AtomicRmw())
-ATOMIC_CAS = register(AtomicCas())
+class PointerOp(Op):
+    """Element-wise access by index tiles: gathers, scatters and atomics."""
 
-__all__ = ["ATOMIC_CAS", "ATOMIC_RMW", "GATHER", "ORDERS", "RMW_MODES", "SCATTER", "SCOPES", "numpy_dtype"]
+    GATHER = Gather()
+    SCATTER = Scatter()
+    ATOMIC_RMW = AtomicRmw()
+    ATOMIC_CAS = AtomicCas()
+
+
+register(PointerOp)
+
+__all__ = ["ORDERS", "PointerOp", "RMW_MODES", "SCOPES", "numpy_dtype"]

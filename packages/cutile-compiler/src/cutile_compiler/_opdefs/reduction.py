@@ -12,8 +12,8 @@ import cutile_ir as ir
 from cutile_compiler import _dtypes as dt
 from cutile_compiler._ir import Operation
 from cutile_compiler._lowering import tile_type
-from cutile_compiler._opdefs._base import EvalContext, OpDef, RuleError, register
-from cutile_compiler._opdefs.elementwise import numpy_dtype, tile_operand
+from cutile_compiler._opdefs._base import EvalContext, Op, OpDef, RuleError, register
+from cutile_compiler._opdefs.elementwise import Elementwise, ElementwiseOp, numpy_dtype, tile_operand
 from cutile_compiler._types import KType, TileType
 
 if TYPE_CHECKING:
@@ -39,8 +39,6 @@ class Reduce(OpDef):
     ``argmax``/``argmin`` give i32 positions (the first one on ties); integer
     sums wrap like the GPU's, float sums of f16/bf16 are accumulated in f32.
     """
-
-    name = "reduce"
 
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
         tile = tile_operand(operand_types, 0, attrs.get("kind", "reduce"))
@@ -72,8 +70,6 @@ class Reduce(OpDef):
 class Scan(OpDef):
     """``scan(x) {kind, axis, reverse}``: inclusive prefix sums or products."""
 
-    name = "scan"
-
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
         tile = tile_operand(operand_types, 0, "scan")
         if attrs["kind"] not in _SCANS:
@@ -96,8 +92,6 @@ class Scan(OpDef):
         return _lower_scan(ctx, op, args)
 
 
-REDUCE = register(Reduce())
-SCAN = register(Scan())
 
 
 # -- lowering to Tile IR -------------------------------------------------------------------
@@ -117,17 +111,17 @@ def _identity(kind: str, dtype: dt.DType) -> int | float:
     return smallest if kind in ("max", "argmax") else largest
 
 
+#: The element-wise op each named reduction and scan combines by
+_COMBINERS: dict[str, Op] = {"sum": ElementwiseOp.ADD, "prod": ElementwiseOp.MUL, "max": ElementwiseOp.MAXIMUM,
+                             "min": ElementwiseOp.MINIMUM}
+
+
 def combine(ctx: Lowering, kind: str, dtype: dt.DType, a: Any, b: Any) -> Any:
-    """The Tile IR of one step of reduction or scan ``kind`` on scalars a and b."""
-    builder = ctx.builder
-    sign = dtype.signedness
-    if kind == "sum":
-        return builder.addf(a, b, rounding_mode="nearest_even") if dtype.is_float else builder.addi(a, b)
-    if kind == "prod":
-        return builder.mulf(a, b, rounding_mode="nearest_even") if dtype.is_float else builder.muli(a, b)
-    if kind == "max":
-        return builder.maxf(a, b) if dtype.is_float else builder.maxi(a, b, signedness=sign)
-    return builder.minf(a, b) if dtype.is_float else builder.mini(a, b, signedness=sign)
+    """The Tile IR of one step of reduction or scan ``kind`` on scalars a and b: its
+    element-wise op's."""
+    combiner = _COMBINERS[kind].definition
+    assert isinstance(combiner, Elementwise)
+    return combiner.emit(ctx, dtype, [a, b])
 
 
 def _widened(dtype: dt.DType, kind: str) -> dt.DType:
@@ -219,8 +213,6 @@ class ReduceWith(OpDef):
     accumulators. The body must be associative and commutative (the GPU combines
     in a tree); the interpreter folds in index order, all other positions at once."""
 
-    name = "reduce_fn"
-
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
         tiles = _fn_types(operand_types, attrs, "reduce")
         axis = attrs["axis"]
@@ -246,8 +238,6 @@ class ReduceWith(OpDef):
 class ScanWith(OpDef):
     """``scan_fn(*xs) {axis, identities, reverse} [body]``: inclusive scans of xs along
     ``axis`` combined by the body (as for ``reduce_fn``)."""
-
-    name = "scan_fn"
 
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
         return tuple(_fn_types(operand_types, attrs, "scan"))
@@ -287,5 +277,13 @@ def _lower_combine(ctx: Lowering, op: Operation, ir_args: Sequence[Any]) -> None
         ctx.regions.pop()
 
 
-REDUCE_FN = register(ReduceWith())
-SCAN_FN = register(ScanWith())
+class ReductionOp(Op):
+    """Reductions and scans along an axis, by a named combiner or a kernel's function."""
+
+    REDUCE = Reduce()
+    SCAN = Scan()
+    REDUCE_FN = ReduceWith()
+    SCAN_FN = ScanWith()
+
+
+register(ReductionOp)

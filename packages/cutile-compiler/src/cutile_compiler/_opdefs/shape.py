@@ -15,7 +15,7 @@ from cutile_compiler._dtypes import DType, fits
 from cutile_compiler._errors import bounded_repr
 from cutile_compiler._ir import Operation
 from cutile_compiler._lowering import tile_type
-from cutile_compiler._opdefs._base import EvalContext, OpDef, RuleError, check_index, register
+from cutile_compiler._opdefs._base import EvalContext, Op, OpDef, RuleError, check_index, register
 from cutile_compiler._opdefs.elementwise import numpy_dtype, tile_operand
 from cutile_compiler._types import KType, TileType
 
@@ -75,8 +75,6 @@ class Constant(OpDef):
     """``constant {value, type}``: a tile of one repeated value (``value`` a Python
     number) or of given values (``value`` a tuple of the tile's elements, row-major)."""
 
-    name = "constant"
-
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
         tile: TileType = attrs["type"]
         value = attrs["value"]
@@ -85,6 +83,10 @@ class Constant(OpDef):
         for item in value if isinstance(value, tuple) else (value,):
             constant_value(item, tile.dtype)
         return (tile,)
+
+    def static_value(self, attrs: dict[str, Any]) -> bool | int | float | None:
+        value = attrs["value"]
+        return None if isinstance(value, tuple) else value
 
     def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         tile: TileType = op.attrs["type"]
@@ -103,8 +105,6 @@ class Constant(OpDef):
 
 class Iota(OpDef):
     """``iota {type}``: 0, 1, ..., n-1 as a 1-D integer tile."""
-
-    name = "iota"
 
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
         tile: TileType = attrs["type"]
@@ -126,8 +126,6 @@ class Iota(OpDef):
 class Broadcast(OpDef):
     """``broadcast(x) {shape}``: x repeated along its size-1 dimensions (same rank)."""
 
-    name = "broadcast"
-
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
         tile = tile_operand(operand_types, 0, "broadcast_to")
         shape: tuple[int, ...] = attrs["shape"]
@@ -144,8 +142,6 @@ class Broadcast(OpDef):
 
 class Reshape(OpDef):
     """``reshape(x) {shape}``: the same elements in row-major order, another shape."""
-
-    name = "reshape"
 
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
         tile = tile_operand(operand_types, 0, "reshape")
@@ -164,8 +160,6 @@ class Reshape(OpDef):
 class Permute(OpDef):
     """``permute(x) {perm}``: dimensions reordered (``transpose`` for 2-D)."""
 
-    name = "permute"
-
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
         tile = tile_operand(operand_types, 0, "permute")
         perm: tuple[int, ...] = attrs["perm"]
@@ -183,8 +177,6 @@ class Permute(OpDef):
 
 class Cat(OpDef):
     """``cat(a, b) {axis}``: two tiles joined along ``axis``."""
-
-    name = "cat"
 
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
         a = tile_operand(operand_types, 0, "cat")
@@ -210,8 +202,6 @@ class Cat(OpDef):
 class Extract(OpDef):
     """``extract(x, *index) {shape}``: the sub-tile of ``shape`` at tile index ``index``
     (x split into tiles of ``shape``)."""
-
-    name = "extract"
 
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
         tile = tile_operand(operand_types, 0, "extract")
@@ -249,12 +239,18 @@ class Extract(OpDef):
         return (ctx.builder.extract(args[0], indices, result_types=[tile_type(op.results[0].type)]),)
 
 
-CONSTANT = register(Constant())
-IOTA = register(Iota())
-BROADCAST = register(Broadcast())
-RESHAPE = register(Reshape())
-PERMUTE = register(Permute())
-CAT = register(Cat())
-EXTRACT = register(Extract())
+class ShapeOp(Op):
+    """Tiles made from constants and reshaped."""
+
+    CONSTANT = Constant()
+    IOTA = Iota()
+    BROADCAST = Broadcast()
+    RESHAPE = Reshape()
+    PERMUTE = Permute()
+    CAT = Cat()
+    EXTRACT = Extract()
+
+
+register(ShapeOp)
 
 
