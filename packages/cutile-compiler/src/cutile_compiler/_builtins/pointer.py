@@ -52,7 +52,6 @@ def _access(fe: FrontEnd, node: ast.Call, name: str, tensor: Any, indices: Any, 
         if not tile.type.dtype.is_integer:  # type: ignore[attr-defined]
             raise fe.type_error(f"{name}: indices must be integer tiles, got {tile.type} along axis {axis}", node)
         index_tiles.append(tile)
-    inside = _inside_mask(fe, node, target, index_tiles) if bounds_checked else None
     value_tiles = [_convert_value(fe, v, ttype.dtype, node, f"{name}'s {what}") for v, what in values]
     mask_tile = None
     if mask is not None:
@@ -61,6 +60,7 @@ def _access(fe: FrontEnd, node: ast.Call, name: str, tensor: Any, indices: Any, 
             raise fe.type_error(f"{name}'s mask must be a bool tile (a comparison), got {mask_tile.type}", node)
     everything = [*index_tiles, *value_tiles, *([mask_tile] if mask_tile is not None else [])]
     shape = fe.common_shape(everything, node, f"{name}: the shapes of indices, values and mask")
+    inside = _inside_mask(fe, node, target, index_tiles) if bounds_checked else None
     index_tiles = [fe.broadcast_to(t, shape, node) for t in index_tiles]
     value_tiles = [fe.broadcast_to(t, shape, node) for t in value_tiles]
     if mask_tile is not None:
