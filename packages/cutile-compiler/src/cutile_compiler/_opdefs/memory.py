@@ -1,9 +1,10 @@
 """Global memory: tensor shapes, partitions of tensors into tiles, tile loads and stores.
 
 A kernel reaches global memory only through tensors (its parameters) and
-partitions of them into equal tiles; a load pads the elements past a tensor's
-end and a store writes only the elements inside it, so no access is ever out of
-bounds. Which stores a safe kernel may make is decided by the front end.
+partitions of them into equal tiles, or tiles at element offsets (``load_at``); a
+load pads the elements outside a tensor and a store writes only the elements inside
+it, so no access is ever out of bounds. Which stores (and which reads of Mut
+tensors) a safe kernel may make is decided by the front end.
 """
 
 from __future__ import annotations

@@ -4,10 +4,11 @@ Each op takes a tensor parameter, one integer index tile per tensor dimension an
 (for gather/scatter/atomics) an optional bool mask, all of one shape. On the GPU
 they become pointer tiles (the tensor's base pointer offset by the linear index,
 strides in elements) fed to ``load_ptr_tko``, ``store_ptr_tko``,
-``atomic_rmw_tko`` and ``atomic_cas_tko``; nothing checks bounds there, so the
-front end allows gather/scatter only in ``unsafe=True`` kernels, and atomics
-outside a block's own tile too. The interpreter checks every unmasked index and
-fails with the block and the source line.
+``atomic_rmw_tko`` and ``atomic_cas_tko``; nothing checks bounds there. The front
+end makes a gather safe by ANDing the mask of the indices inside the tensor into its
+mask (unless ``unchecked=True``, an unsafe kernel's choice); scatters, and atomics
+outside a block's own tile, need ``unsafe=True``. The interpreter checks every
+index the mask admits and fails with the block and the source line.
 
 Atomic modes take the element types Tile IR's op table gives them
 (``cutile_ir.accepted_element_types``): ``add`` on 32/64-bit integers and on f16,
