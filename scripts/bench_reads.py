@@ -11,8 +11,9 @@ copy bandwidth, measured in one run on one GPU.
 
 Targets (issue "Safe reads anywhere"): stencil >= 0.85x copy; checked gather within
 5% of the unchecked one and >= 0.85x copy. Run on the GPU machine with
-``python scripts/bench_reads.py`` (no other dependency). Each workload runs over a
-few tile shapes; every result is checked against numpy.
+``python scripts/bench_reads.py``. Each workload runs over a few tile shapes; every
+result is checked against numpy. Where torch is installed it is a peer measured in
+the same run (``F.conv2d`` with the 3x3 stencil's weights; ``index_select``).
 
 Kernels are defined in a factory, so this file keeps annotations evaluated at
 definition (no `from __future__ import annotations`).
@@ -49,6 +50,12 @@ def main() -> int:
         print("bench_reads.py needs a GPU (--check-only runs anywhere)", file=sys.stderr)
         return 2
     stream = _gpu.default_stream() if timed else None
+    try:  # an optional peer, never a dependency
+        import torch
+    except ImportError:
+        torch = None
+    peer = torch is not None and timed and torch.cuda.is_available()
+    peer_stream = torch.cuda.ExternalStream(int(stream.handle)) if peer else None
 
     def device_time_ms(enqueue: Callable[[], None]) -> float:
         """Median over repeats of one enqueue between CUDA events on cutile's stream."""
@@ -118,6 +125,17 @@ def main() -> int:
         correct = bool(np.array_equal(y.unpartition().to_numpy(), expected))
         gbs = moved / ms / 1e6
         rows.append(("stencil 2-D fp32 (safe)", f"tile {tile[0]}x{tile[1]}", gbs, gbs / copy_gbs, correct))
+    if peer:
+        with torch.cuda.stream(peer_stream):
+            xt = torch.from_dlpack(x)[None, None]
+            weight = torch.tensor([[0.0, -1.0, 0.0], [-1.0, 4.0, -1.0], [0.0, -1.0, 0.0]], device="cuda")[None, None]
+            yt = torch.empty_like(xt)
+            ms = device_time_ms(lambda: yt.copy_(torch.nn.functional.conv2d(xt, weight, padding=1)))
+            torch.cuda.synchronize()
+            correct = bool(np.array_equal(yt[0, 0].cpu().numpy(), expected))
+            gbs = moved / ms / 1e6
+            rows.append(("stencil 2-D fp32, torch conv2d (peer)", "3x3 weights", gbs, gbs / copy_gbs, correct))
+            del xt, yt
     del x, padded, expected
 
     # -- the embedding lookup -------------------------------------------------------------------
@@ -152,8 +170,17 @@ def main() -> int:
     print(f"{'workload':38} {'variant':16} {'GB/s':>8} {'of copy':>8}")
     for workload, variant, gbs, fraction, correct in rows:
         print(f"{workload:38} {variant:16} {gbs:8.0f} {fraction:8.1%}" + ("" if correct else "  WRONG"))
+    if peer:
+        with torch.cuda.stream(peer_stream):
+            table_t, ids_t = torch.from_dlpack(table), torch.from_dlpack(ids).long()
+            out_t = torch.empty((args.rows, args.width), dtype=torch.bfloat16, device="cuda")
+            ms = device_time_ms(lambda: torch.index_select(table_t, 0, ids_t, out=out_t))
+            torch.cuda.synchronize()
+            correct = bool(np.array_equal(out_t.float().cpu().numpy(), expected))
+            gbs = moved / ms / 1e6
+            rows.append(("gather bf16, torch index_select (peer)", "", gbs, gbs / lookup_copy_gbs, correct))
     if timed:
-        stencil_best = max(f for w, _, _, f, _ in rows if w.startswith("stencil"))
+        stencil_best = max(f for w, _, _, f, _ in rows if w.startswith("stencil") and w.endswith("(safe)"))
         print(f"\nbest stencil: {stencil_best:.1%} of copy (target >= 85%)")
         print(f"best bounds-checked gather: {checked_best / lookup_copy_gbs:.1%} of copy (target >= 85%), "
               f"{checked_best / unchecked_best:.3f}x the best unchecked gather (target >= 0.95x)")
