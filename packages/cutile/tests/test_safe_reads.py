@@ -156,7 +156,7 @@ def test_a_tile_aligned_offset_reads_whole_tiles_or_padding(step: int) -> None:
 
 @cutile.entry
 def constant_offsets(z: Mut[Tensor[f32, [64]]], x: Tensor[f32, [100]]):
-    z.store(x.load(at=(-3,), shape=(64,)) + x.load(at=(40,), shape=(64,)) + x.load(at=(64,), shape=(64,)))
+    z.store(x.load(at=(-3,), shape=(64,)) + x.load(at=40, shape=64) + x.load(at=(64,), shape=(64,)))
 
 
 def test_constant_offsets_of_a_static_tensor_need_no_branch() -> None:
@@ -254,8 +254,12 @@ def refused(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], KIND: Constant[int
         ct.atomic_add(z, i, 1.0)  # <- atomic
     elif KIND == 5:
         z.store(x.load(at=(0,), index=(0,), shape=(64,)))  # <- both
-    else:
+    elif KIND == 6:
         z.store(x.load(at=(0,)))  # <- no shape
+    elif KIND == 7:
+        z.store(x.load(at=(0, 1), shape=(64,)))  # <- two coordinates
+    else:
+        z.store(x.load(at=(ct.bid(0).astype(f32),), shape=(64,)))  # <- float coordinate
 
 
 @pytest.mark.interpreter_only
@@ -270,6 +274,8 @@ def refused(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], KIND: Constant[int
     (4, "# <- atomic", "atomic_add at arbitrary indices needs @cutile.entry(unsafe=True)"),
     (5, "# <- both", "load() takes either index= (tile coordinates) or at= (element coordinates), not both"),
     (6, "# <- no shape", "load(at=...) needs shape="),
+    (7, "# <- two coordinates", "load: at= needs 1 element coordinate(s), got 2"),
+    (8, "# <- float coordinate", "load: at= coordinate 0 must be an integer scalar, got f32"),
 ])
 def test_reads_that_could_race_or_escape_are_refused_at_their_line(kind: int, marker: str, message: str) -> None:
     for path in ("compile for sm_90", "interpreter"):
