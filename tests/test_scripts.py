@@ -19,6 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
     ("bench_host_launch.py", ["--launches", "200", "--repeats", "1"], "inside cutile.batch()"),
     ("bench_interpreter.py", [], "GEMM"),
     ("bytecode_digests.py", [], "suite add sm_90 13.3: "),
+    ("bench_reads.py", ["--check-only", "--size", "45", "--vocab", "100", "--rows", "20", "--width", "64"],
+     "results: OK"),
 ])
 def test_a_cpu_benchmark_runs(script: str, arguments: list[str], expected: str) -> None:
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / script), *arguments], capture_output=True,

@@ -36,6 +36,7 @@ from cutile_compiler.language import (
     scatter,
     sqrt,
     tf32,
+    bf16,
     bid,
     cdiv,
     cumsum,
@@ -185,6 +186,46 @@ def attention(o: Mut[Tensor[f32, [1, "BM", "D"]]], q: Tensor[f16, [-1, -1, "D"]]
     o.store((acc / row_sum).reshape((1, BM, D)))
 
 
+def stencil_1d_kernel(dtype: Any) -> Any:
+    """The 1-D 5-point stencil ``y[i] = x[i-2] - 4 x[i-1] + 6 x[i] - 4 x[i+1] + x[i+2]``
+    (zero outside x) over ``dtype``, a safe kernel: element-offset loads of a read-only
+    tensor, the edges padded."""
+    def stencil_1d(y: Mut[Tensor[dtype, ["B"]]], x: Tensor[dtype, [-1]], B: Constant[int]):
+        i = bid(0) * B
+        near = x.load(at=(i - 1,), shape=(B,)) + x.load(at=(i + 1,), shape=(B,))
+        far = x.load(at=(i - 2,), shape=(B,)) + x.load(at=(i + 2,), shape=(B,))
+        y.store(far - 4 * near + 6 * x.load(at=(i,), shape=(B,)))
+    return stencil_1d
+
+
+def stencil_2d_kernel(dtype: Any) -> Any:
+    """The 2-D 5-point stencil (the discrete Laplacian) ``y = 4 x[i, j] - x[i-1, j] -
+    x[i+1, j] - x[i, j-1] - x[i, j+1]`` (zero outside x) over ``dtype``, a safe kernel."""
+    def stencil_2d(y: Mut[Tensor[dtype, ["BM", "BN"]]], x: Tensor[dtype, [-1, -1]], BM: Constant[int],
+                   BN: Constant[int]):
+        i, j = bid(0) * BM, bid(1) * BN
+        vertical = x.load(at=(i - 1, j), shape=(BM, BN)) + x.load(at=(i + 1, j), shape=(BM, BN))
+        horizontal = x.load(at=(i, j - 1), shape=(BM, BN)) + x.load(at=(i, j + 1), shape=(BM, BN))
+        y.store(4 * x.load(at=(i, j), shape=(BM, BN)) - vertical - horizontal)
+    return stencil_2d
+
+
+def embedding_kernel(dtype: Any) -> Any:
+    """An embedding lookup ``out[r] = table[ids[r]]`` over ``dtype``, a safe kernel: a
+    bounds-checked gather of the read-only table (an id outside it reads zeros)."""
+    def embedding(out: Mut[Tensor[dtype, ["BM", "BN"]]], table: Tensor[dtype, [-1, -1]], ids: Tensor[i32, [-1]],
+                  BM: Constant[int], BN: Constant[int]):
+        rows = ids.load(index=(bid(0),), shape=(BM,)).reshape((BM, 1))
+        cols = (arange(BN, i32) + bid(1) * BN).reshape((1, BN))
+        out.store(gather(table, (rows, cols)))
+    return embedding
+
+
+stencil_1d = stencil_1d_kernel(f32)
+stencil_2d = stencil_2d_kernel(f32)
+embedding = embedding_kernel(bf16)
+
+
 #: name -> (function, unsafe, hints)
 SUITE: dict[str, tuple[Any, bool, dict[str, Any] | None]] = {
     "add": (add, False, None),
@@ -197,6 +238,9 @@ SUITE: dict[str, tuple[Any, bool, dict[str, Any] | None]] = {
     "rmsnorm": (rmsnorm, False, None),
     "layernorm": (layernorm, False, None),
     "transpose": (transpose, False, None),
+    "stencil_1d": (stencil_1d, False, None),
+    "stencil_2d": (stencil_2d, False, None),
+    "embedding": (embedding, False, None),
     "attention": (attention, False, None),
 }
 

@@ -332,7 +332,7 @@ def k_where_condition(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
 
 
 def k_gather_safe(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
-    z.store(gather(x, arange(64)))  # <- gather_safe
+    z.store(gather(x, arange(64), unchecked=True))  # <- gather_safe
 
 
 def k_atomic_safe(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
@@ -576,7 +576,7 @@ CASES: list[tuple[Any, dict[str, Any], type[TileError], str, str]] = [
     (k_unknown_method, {"z": P, "x": V}, TileSyntaxError, "unknown_method", "has no attribute 'frobnicate'"),
     (k_where_condition, {"z": P, "x": V}, TileTypeError, "where_condition", "where's condition must be a bool tile"),
     (k_gather_safe, {"z": P, "x": V}, TileTypeError, "gather_safe",
-     r"gather at arbitrary indices needs @cutile.entry\(unsafe=True\)"),
+     r"gather\(..., unchecked=True\) reads without a bounds check, which only @cutile.entry\(unsafe=True\) kernels"),
     (k_atomic_safe, {"z": P, "x": V}, TileTypeError, "atomic_safe",
      r"atomic_add at arbitrary indices needs @cutile.entry\(unsafe=True\).*own tile atomically"),
     (k_scatter_readonly, {"z": P, "x": V}, TileTypeError, "scatter_readonly", r"scatter: the tensor is not declared Mut\[...\], so the kernel may not write it"),

@@ -72,6 +72,12 @@ def arguments(name: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
     if name == "attention":
         return ((tensor([4, 200, 64], F32, [1, 64, 64]), tensor([4, 200, 64], F16), tensor([4, 200, 64], F16),
                  tensor([4, 200, 64], F16), 0.125), {"BN": 32})
+    if name == "stencil_1d":
+        return (tensor([1000], F32, [128]), tensor([1000], F32)), {}
+    if name == "stencil_2d":
+        return (tensor([100, 136], F32, [32, 64]), tensor([100, 136], F32)), {}
+    if name == "embedding":
+        return (tensor([37, 200], dt.bf16, [16, 128]), tensor([1001, 200], dt.bf16), tensor([37], dt.i32)), {}
     if name == "features_float":
         return ((tensor([128, 128], F32, [64, 64]), tensor([128, 64], dt.f8e4m3fn), tensor([64, 128], dt.f8e5m2),
                  tensor([128, 128], F32)), {})
@@ -130,6 +136,19 @@ def test_the_suite_uses_the_ops_it_claims(compiled: dict[tuple[str, str], Any]) 
     assert "atomic_red_view_tko relaxed device" in compiled[("split_k_gemm", "sm_100")].mlir
     persistent = compiled[("persistent_gemm", "sm_90")].mlir
     assert "get_num_tile_blocks" in persistent and persistent.count(" for ") >= 2
+
+
+def test_safe_reads_lower_to_views_inside_and_masked_pointer_loads_at_the_edges(
+        compiled: dict[tuple[str, str], Any]) -> None:
+    stencil = compiled[("stencil_2d", "sm_90")].mlir
+    # the centre tile is tile-aligned: a partition view, padded outside the tensor
+    assert "load_view_tko weak %pview" in stencil
+    # a tile one row up is aligned along columns only: a strided view stepping 1 x BN elements
+    assert "traversal_strides=[1,64]" in stencil and "traversal_strides=[32,1]" in stencil
+    # where the tile reaches outside the tensor, a masked pointer load (4 neighbours)
+    assert stencil.count("load_ptr_tko") == 4 and stencil.count(" = if ") == 5
+    lookup = compiled[("embedding", "sm_100")].mlir
+    assert "cmpi less_than" in lookup and "unsigned" in lookup and "load_ptr_tko" in lookup
 
 
 def test_features_lower_to_the_tile_ir_ops(compiled: dict[tuple[str, str], Any]) -> None:

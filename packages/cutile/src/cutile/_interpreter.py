@@ -212,29 +212,30 @@ class Interpreter:
         element = f" at element {where} of the tile" if where else ""
         return (exc.result,), (real, op, f"integer division by zero in '{exc.symbol}': the divisor is 0{element}")
 
-    def _slices(self, state: _TensorState, index: tuple[int, ...], tile_shape: tuple[int, ...]) -> tuple[tuple[slice, ...], tuple[slice, ...]]:
-        """(slices into the tensor, slices into the tile) of the in-bounds part."""
+    def _slices(self, state: _TensorState, start: tuple[int, ...], shape: tuple[int, ...]) -> tuple[tuple[slice, ...], tuple[slice, ...]]:
+        """(slices into the tensor, slices into the tile) of the in-bounds part of the
+        tile of ``shape`` whose first element is at element coordinates ``start``."""
         tensor_slices, tile_slices = [], []
-        for axis, (i, size) in enumerate(zip(index, tile_shape)):
-            start = i * size
+        for axis, (first, size) in enumerate(zip(start, shape)):
             extent = state.view.shape[axis]
-            stop = min(start + size, extent)
-            if start >= extent or i < 0:
-                start = stop = 0 if i < 0 else extent
-            tensor_slices.append(slice(start, stop))
-            tile_slices.append(slice(0, max(0, stop - start)))
+            low, high = min(max(first, 0), extent), min(max(first + size, 0), extent)
+            tensor_slices.append(slice(low, high))
+            tile_slices.append(slice(low - first, low - first + (high - low)))
         return tuple(tensor_slices), tuple(tile_slices)
 
     def load(self, op: Operation, tensor: Any, index: tuple[int, ...], tile_shape: tuple[int, ...], padding: str) -> Any:
+        return self.load_at(op, tensor, tuple(i * size for i, size in zip(index, tile_shape)), tile_shape, padding)
+
+    def load_at(self, op: Operation, tensor: Any, start: tuple[int, ...], shape: tuple[int, ...], padding: str) -> Any:
         state: _TensorState = tensor
-        source, target = self._slices(state, index, tile_shape)
+        source, target = self._slices(state, start, shape)
         result_type = op.results[0].type
         assert isinstance(result_type, TileType)
         np_type = numpy_dtype(result_type.dtype)
         fill = _PADDING_VALUES[padding]
         if np_type.kind in "iub":
             fill = 0.0
-        tile = np.full(tile_shape, fill, dtype=np_type)
+        tile = np.full(shape, fill, dtype=np_type)
         if state.check_reads and state.initialized is not None:
             written = state.initialized[source]
             if not written.all():
@@ -244,8 +245,8 @@ class Interpreter:
                     "(checked mode)", op.location)
         self._record(op, state, source, READ)
         tile[target] = state.view[source]
-        if tile[target].size != tile.size:  # part of the tile lies past the tensor's end
-            lanes = np.ones(tile_shape, dtype=bool)
+        if tile[target].size != tile.size:  # part of the tile lies outside the tensor
+            lanes = np.ones(shape, dtype=bool)
             lanes[target] = False
             self._mark_padding(op, lanes)
         elif self.padding:
@@ -254,7 +255,7 @@ class Interpreter:
 
     def store(self, op: Operation, tensor: Any, index: tuple[int, ...], tile_shape: tuple[int, ...], value: Any) -> None:
         state: _TensorState = tensor
-        target, source = self._slices(state, index, tile_shape)
+        target, source = self._slices(state, tuple(i * size for i, size in zip(index, tile_shape)), tile_shape)
         tiles = [-(-extent // size) for extent, size in zip(state.view.shape, tile_shape)]
         if any(not 0 <= i < count for i, count in zip(index, tiles)):
             # The GPU would drop such a store silently (it masks every element).

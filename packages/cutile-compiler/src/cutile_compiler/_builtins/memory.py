@@ -5,10 +5,11 @@ from __future__ import annotations
 import ast
 from typing import Any, TYPE_CHECKING
 
-from cutile_compiler._builtins._base import _hint_attrs, _index, _partition, _static_int, _tensor_arg, builtin
+from cutile_compiler import _dtypes as dt
+from cutile_compiler._builtins._base import _hint_attrs, _index, _partition, _static_int, _static_shape, _tensor_arg, builtin
 from cutile_compiler._ir import Value
 from cutile_compiler._opdefs import MemoryOp
-from cutile_compiler._types import PartitionType
+from cutile_compiler._types import PartitionType, TensorType
 
 if TYPE_CHECKING:
     from cutile_compiler._frontend import FrontEnd
@@ -48,6 +49,31 @@ def load(fe: FrontEnd, node: ast.Call, tensor: Any, index: Any, shape: Any, padd
     partition = _partition(fe, source, shape, padding, node)
     return fe.op(MemoryOp.TILE_LOAD, [partition, *_index(fe, index, node)],
                  _hint_attrs(fe, node, latency, allow_tma), node=node).result
+
+
+def load_at(fe: FrontEnd, node: ast.Call, tensor: Value, at: Any, shape: Any, padding: Any, latency: Any,
+            allow_tma: Any) -> Value:
+    """``x.load(at=(e0, ...), shape=(...))``: the tile of ``shape`` whose first element
+    is at element coordinates ``at`` (run-time integers, negative allowed); every
+    element outside the tensor reads ``padding``. Only read-only tensors, in safe kernels."""
+    ttype = tensor.type
+    assert isinstance(ttype, TensorType)
+    if ttype.mutable and not fe.unsafe:
+        raise fe.type_error(
+            f"load(at=...) of a Mut tensor in a safe kernel: the blocks write {ttype} tile by tile, and a tile at "
+            "other element coordinates overlaps other blocks' tiles while they write them (a race). A safe kernel "
+            "reads a Mut tensor only through its own tile (.load()); read other places of read-only tensors, or "
+            "use @cutile.entry(unsafe=True)", node)
+    tile_shape = _static_shape(fe, shape, node, "load shape")
+    items = at if isinstance(at, tuple) else (at,)
+    starts = []
+    for axis, item in enumerate(items):
+        start = fe.to_tile(item, node, like=dt.i32 if isinstance(item, int) and -2**31 <= item < 2**31 else None,
+                           what=f"load's at= coordinate {axis}")
+        starts.append(start)
+    # the coordinates' count and kinds, the shape's rank and the padding are the op's rules (`LoadAt`)
+    attrs = {"shape": tile_shape, "padding": padding, **_hint_attrs(fe, node, latency, allow_tma)}
+    return fe.op(MemoryOp.LOAD_AT, [tensor, *starts], attrs, node=node).result
 
 
 @builtin

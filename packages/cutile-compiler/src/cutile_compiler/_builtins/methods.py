@@ -11,7 +11,7 @@ from typing import Any, TYPE_CHECKING
 
 from cutile_compiler._builtins._base import _convert_value, _hint_attrs, _index, _partition, bind_call, Builtin, builtin, Impl, user_signature
 from cutile_compiler._builtins.elementwise import astype, bitcast
-from cutile_compiler._builtins.memory import load, num_tiles
+from cutile_compiler._builtins.memory import load, load_at, num_tiles
 from cutile_compiler._builtins.pointer import _own_atomic, _own_atomic_cas, _own_values
 from cutile_compiler._builtins.reduction import argmax, argmin, cumprod, cumsum, max_, min_, prod, sum_
 from cutile_compiler._builtins.shape import broadcast_to, extract, permute, reshape, transpose
@@ -41,9 +41,16 @@ class BoundMethod:
 
 
 def _tensor_load(fe: FrontEnd, node: ast.Call, tensor: Value, index: Any = None, shape: Any = None, padding: Any = "zero",
-                 latency: Any = None, allow_tma: Any = None) -> Value:
+                 latency: Any = None, allow_tma: Any = None, at: Any = None) -> Value:
     ttype = tensor.type
     assert isinstance(ttype, TensorType)
+    if at is not None:
+        if index is not None:
+            raise fe.type_error("load() takes either index= (tile coordinates) or at= (element coordinates), "
+                                "not both", node)
+        if shape is None:
+            raise fe.type_error("load(at=...) needs shape=: the tile read from those element coordinates", node)
+        return load_at(fe, node, tensor, at, shape, padding, latency, allow_tma)
     if index is None and shape is None:
         if ttype.tile_shape is None:
             raise fe.type_error("load() without an index loads a Mut tensor's own tile; this tensor is read-only: "

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any, TYPE_CHECKING
 
 from cutile_compiler import _dtypes as dt
-from cutile_compiler._builtins._base import _convert_value, _hint_attrs, _NUMBER, _tensor_arg, _writable, builtin, family_member, Impl
+from cutile_compiler._builtins._base import _convert_value, _hint_attrs, _NUMBER, _static_bool, _tensor_arg, _writable, builtin, family_member, Impl
 from cutile_compiler._ir import Value
 from cutile_compiler._opdefs import ElementwiseOp, MemoryOp, PointerOp, ShapeOp
 from cutile_compiler._opdefs._base import RuleError
@@ -20,16 +20,28 @@ if TYPE_CHECKING:
 
 
 def _access(fe: FrontEnd, node: ast.Call, name: str, tensor: Any, indices: Any, values: Sequence[tuple[Any, str]],
-            mask: Any, *, writes: bool) -> tuple[Value, list[Value], list[Value], Value | None]:
-    """Checks and broadcasts the operands of a gather, scatter or atomic at ``indices``."""
+            mask: Any, *, writes: bool, bounds_checked: bool = False
+            ) -> tuple[Value, list[Value], list[Value], Value | None]:
+    """Checks and broadcasts the operands of a gather, scatter or atomic at ``indices``.
+    With ``bounds_checked`` (a gather that is not ``unchecked``) the mask also holds only
+    where every index lies inside the tensor, so the access never leaves it."""
     target = _tensor_arg(fe, tensor, node, f"{name}'s tensor")
     ttype = target.type
     assert isinstance(ttype, TensorType)
     if not fe.unsafe:
-        raise fe.type_error(
-            f"{name} at arbitrary indices needs @cutile.entry(unsafe=True): nothing checks its indices on the GPU"
-            + ("; a safe kernel may update its own tile atomically with the Mut tensor's methods "
-               f"(z.{name}(value))" if name.startswith("atomic") else ""), node)
+        if bounds_checked and ttype.mutable:
+            raise fe.type_error(
+                f"{name} of a Mut tensor in a safe kernel: the blocks write {ttype} tile by tile, and reading it at "
+                "computed indices would read other blocks' tiles while they write them (a race). A safe kernel "
+                "reads a Mut tensor only through its own tile (.load()); gather from read-only tensors, or use "
+                "@cutile.entry(unsafe=True)", node)
+        if not bounds_checked:
+            raise fe.type_error(
+                f"{name} at arbitrary indices needs @cutile.entry(unsafe=True): nothing checks its indices on the GPU"
+                + ("; a safe kernel may update its own tile atomically with the Mut tensor's methods "
+                   f"(z.{name}(value))" if name.startswith("atomic") else "")
+                + ("; a gather without unchecked=True is bounds-checked and allowed in safe kernels"
+                   if name == "gather" else ""), node)
     if writes:
         _writable(fe, ttype, name, node)
     items = indices if isinstance(indices, tuple) else (indices,)
@@ -49,20 +61,53 @@ def _access(fe: FrontEnd, node: ast.Call, name: str, tensor: Any, indices: Any, 
             raise fe.type_error(f"{name}'s mask must be a bool tile (a comparison), got {mask_tile.type}", node)
     everything = [*index_tiles, *value_tiles, *([mask_tile] if mask_tile is not None else [])]
     shape = fe.common_shape(everything, node, f"{name}: the shapes of indices, values and mask")
+    inside = _inside_mask(fe, node, target, index_tiles) if bounds_checked else None
     index_tiles = [fe.broadcast_to(t, shape, node) for t in index_tiles]
     value_tiles = [fe.broadcast_to(t, shape, node) for t in value_tiles]
     if mask_tile is not None:
         mask_tile = fe.broadcast_to(mask_tile, shape, node)
+    if inside is not None:
+        inside = fe.broadcast_to(inside, shape, node)
+        mask_tile = inside if mask_tile is None else fe.op(ElementwiseOp.AND, [inside, mask_tile], node=node).result
     return target, index_tiles, value_tiles, mask_tile
+
+
+def _inside_mask(fe: FrontEnd, node: ast.Call, tensor: Value, index_tiles: Sequence[Value]) -> Value:
+    """Where every index lies inside ``tensor`` (``0 <= index_k < shape[k]``), each axis
+    compared at its own index tile's shape (a row index of shape [M, 1] costs M compares)
+    and the results broadcast together. One unsigned compare per axis, as a negative
+    index read as unsigned is past any extent."""
+    inside: Value | None = None
+    for axis, index in enumerate(index_tiles):
+        unsigned = dt.u64 if index.type.dtype.bits == 64 else dt.u32  # type: ignore[attr-defined]
+        extent = fe.cast(fe.op(MemoryOp.TENSOR_DIM, [tensor], {"axis": axis}, node=node).result, unsigned, node)
+        index_shape = index.type.shape  # type: ignore[attr-defined]
+        below = fe.op(ElementwiseOp.LT, [fe.cast(index, unsigned, node), fe.broadcast_to(extent, index_shape, node)],
+                      node=node).result
+        if inside is None:
+            inside = below
+        else:
+            shape = fe.common_shape([inside, below], node, "gather: the shapes of indices")
+            inside = fe.op(ElementwiseOp.AND, [fe.broadcast_to(inside, shape, node), fe.broadcast_to(below, shape, node)],
+                           node=node).result
+    assert inside is not None  # a tensor has at least one axis
+    return inside
 
 
 @builtin
 def gather(fe: FrontEnd, node: ast.Call, tensor: Any, indices: Any, mask: Any = None, padding: Any = 0,
-           latency: int | None = None) -> Value:
+           latency: int | None = None, unchecked: bool = False) -> Value:
     """The elements of ``tensor`` at ``indices`` (one integer tile per dimension;
-    shapes broadcast), where ``mask`` holds; masked-off elements read ``padding``.
-    Only in ``@cutile.entry(unsafe=True)`` kernels (the interpreter checks bounds)."""
-    target, index_tiles, _, mask_tile = _access(fe, node, "gather", tensor, indices, [], mask, writes=False)
+    shapes broadcast), where ``mask`` holds and every index lies inside the tensor;
+    the other elements read ``padding``. Bounds-checked so, a gather of a read-only
+    tensor is allowed in safe kernels. ``unchecked=True`` drops the bounds check (the
+    indices must then be in bounds where ``mask`` holds; the interpreter checks) and
+    needs ``@cutile.entry(unsafe=True)``, as does a gather of a Mut tensor."""
+    if _static_bool(fe, unchecked, node, "gather's unchecked") and not fe.unsafe:
+        raise fe.type_error("gather(..., unchecked=True) reads without a bounds check, which only "
+                            "@cutile.entry(unsafe=True) kernels may do; leave it out for a bounds-checked gather", node)
+    target, index_tiles, _, mask_tile = _access(fe, node, "gather", tensor, indices, [], mask, writes=False,
+                                                bounds_checked=not unchecked)
     if not isinstance(padding, _NUMBER):
         raise fe.type_error(f"gather's padding must be a number, got {fe.describe(padding)}", node)
     try:

@@ -80,6 +80,11 @@ class EvalContext(Protocol):
         padding elements past the tensor's end."""
         ...
 
+    def load_at(self, op: Operation, tensor: Any, start: tuple[int, ...], shape: tuple[int, ...], padding: str) -> Any:
+        """Reads the tile of ``shape`` whose first element is at element coordinates
+        ``start`` (negative allowed), padding every element outside the tensor."""
+        ...
+
     def store(self, op: Operation, tensor: Any, index: tuple[int, ...], tile_shape: tuple[int, ...], value: Any) -> None:
         """Writes the in-bounds part of tile ``value`` at ``index`` (checked for races)."""
         ...

@@ -1,9 +1,10 @@
 """Global memory: tensor shapes, partitions of tensors into tiles, tile loads and stores.
 
 A kernel reaches global memory only through tensors (its parameters) and
-partitions of them into equal tiles; a load pads the elements past a tensor's
-end and a store writes only the elements inside it, so no access is ever out of
-bounds. Which stores a safe kernel may make is decided by the front end.
+partitions of them into equal tiles, or tiles at element offsets (``load_at``); a
+load pads the elements outside a tensor and a store writes only the elements inside
+it, so no access is ever out of bounds. Which stores (and which reads of Mut
+tensors) a safe kernel may make is decided by the front end.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ import cutile_ir as ir
 from cutile_compiler import _dtypes as dt
 from cutile_compiler._errors import bounded_repr
 from cutile_compiler._ir import Operation
-from cutile_compiler._lowering import PartitionInfo
+from cutile_compiler._lowering import PartitionInfo, element_type, tile_type
 from cutile_compiler._opdefs._base import EvalContext, Op, MemoryAccess, OpDef, RuleError, check_index, register
-from cutile_compiler._opdefs.pointer import check_atomic_dtype, check_writable, rmw_update, tile_ir_atomic_mode
+from cutile_compiler._opdefs.pointer import check_atomic_dtype, check_writable, fits_i32_offsets, rmw_update, tile_ir_atomic_mode
 from cutile_compiler._types import KType, PartitionType, TensorType, TileType, tile_shape_problem
 
 if TYPE_CHECKING:
@@ -164,6 +165,101 @@ class TileStore(MemoryAccess):
         return ()
 
 
+def _padding_value(padding: str, dtype: dt.DType) -> float:
+    """The number a padded element holds: the padding's for floats, 0 for integers and
+    bools (which hold no NaN or infinity), as the interpreter pads."""
+    return PADDING_VALUES[padding] if dtype.is_float else 0.0
+
+
+#: the value of each padding, as loads give it for float tensors
+PADDING_VALUES = {"zero": 0.0, "neg_zero": -0.0, "nan": float("nan"), "pos_inf": float("inf"),
+                  "neg_inf": float("-inf")}
+
+#: a power of two past any divisibility the analysis below reports (a zero is divisible by anything)
+_ANY_DIVISOR = 1 << 30
+
+
+def divisibility(ctx: Lowering, value: Any, depth: int = 0) -> int:
+    """The largest power of two the compiler can prove divides the integer scalar
+    ``value`` (of the typed IR), from how it was computed: constants, ``+``, ``-``,
+    ``*``, negation, integer casts and ``assume(div_by=)``; 1 when nothing is known."""
+    producer = ctx.producers.get(value)
+    if producer is None or depth > 32:
+        return 1
+    name, operands = producer.name, producer.operands
+    if name == "constant":
+        number = producer.attrs["value"]
+        if isinstance(number, bool) or not isinstance(number, int):
+            return 1
+        return _ANY_DIVISOR if number == 0 else min(_ANY_DIVISOR, number & -number)
+    if name == "mul":
+        return min(_ANY_DIVISOR, divisibility(ctx, operands[0], depth + 1) * divisibility(ctx, operands[1], depth + 1))
+    if name in ("add", "sub"):
+        return min(divisibility(ctx, operands[0], depth + 1), divisibility(ctx, operands[1], depth + 1))
+    if name == "neg" or (name == "cast" and producer.attrs["dtype"].is_integer
+                         and operands[0].type.dtype.is_integer):  # type: ignore[attr-defined]
+        return divisibility(ctx, operands[0], depth + 1)
+    if name == "assume":
+        return max(int(producer.attrs.get("div_by") or 1), divisibility(ctx, operands[0], depth + 1))
+    return 1
+
+
+def _static_int(ctx: Lowering, value: Any) -> int | None:
+    """The value of an integer scalar made by a ``constant`` op, else None."""
+    producer = ctx.producers.get(value)
+    if producer is not None and producer.name == "constant":
+        number = producer.attrs["value"]
+        if isinstance(number, int) and not isinstance(number, bool):
+            return number
+    return None
+
+
+class LoadAt(MemoryAccess):
+    """``load_at(t, *start) {shape, padding, latency?, allow_tma?}``: the tile of
+    ``shape`` whose first element is at element coordinates ``start`` (run-time
+    integer scalars, negative allowed) of tensor t; every element outside t reads
+    ``padding``.
+
+    On the GPU: where the start is inside the tensor (``0 <= start_k < dim_k``, one
+    uniform branch per block unless known at compile time), a view load, of a
+    partition view when every start is provably a multiple of the tile (divisibility
+    of how it was computed), else of a strided view advancing one element per index
+    along the axes that are not; elsewhere (a tile hanging over the low edge, or
+    starting past the end), a masked pointer load, or the padding itself when the
+    tile provably lies wholly outside. Tile IR views are indexed only inside their
+    index space, which is why negative starts never reach them."""
+
+
+    def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
+        tensor = _tensor(operand_types, "load")
+        shape: tuple[int, ...] = attrs["shape"]
+        if len(shape) != tensor.rank:
+            raise RuleError(f"load: a rank-{tensor.rank} tensor is read in tiles of rank {tensor.rank}, "
+                            f"got shape {list(shape)}")
+        problem = tile_shape_problem(shape)
+        if problem is not None:
+            raise RuleError(f"load: {problem}")
+        padding = attrs.get("padding", "zero")
+        if not (isinstance(padding, str) and padding in PADDINGS):
+            raise RuleError(f"load: padding must be one of {', '.join(PADDINGS)}, got {bounded_repr(padding)}")
+        starts = operand_types[1:]
+        if len(starts) != tensor.rank:
+            raise RuleError(f"load: at= needs {tensor.rank} element coordinate(s), got {len(starts)}")
+        for position, start in enumerate(starts):
+            if not (isinstance(start, TileType) and start.is_scalar and start.dtype.is_integer):
+                raise RuleError(f"load: at= coordinate {position} must be an integer scalar, got {start}")
+        return (TileType(tensor.dtype, shape),)
+
+    def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        start = tuple(int(a) for a in args[1:])
+        return (ctx.load_at(op, args[0], start, op.attrs["shape"], op.attrs.get("padding", "zero")),)
+
+    def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        return _lower_load_at(ctx, op, args)
+
+
+
+
 TILE_ATOMIC_MODES = ("add", "max", "min", "and", "or", "xor")
 
 
@@ -214,6 +310,148 @@ class TileAtomic(MemoryAccess):
         return ()
 
 
+
+
+# -- lowering of load_at ---------------------------------------------------------------------
+def _as_width(ctx: Lowering, value: Any, ktype: KType, bits: int) -> Any:
+    """An integer scalar as a ``bits``-wide Tile IR integer (sign- or zero-extended by
+    its dtype, or truncated)."""
+    assert isinstance(ktype, TileType)
+    target = ir.I64 if bits == 64 else ir.I32
+    if ktype.dtype.bits == bits:
+        return value
+    if ktype.dtype.bits < bits:
+        return ctx.builder.exti(value, signedness=ktype.dtype.signedness, result_types=[ir.scalar(target)])
+    return ctx.builder.trunci(value, result_types=[ir.scalar(target)])
+
+
+def _dim_value(ctx: Lowering, dim: Any, bits: int) -> Any:
+    """A tensor dim (a static int or an i32 entry parameter) as a ``bits``-wide scalar."""
+    target = ir.I64 if bits == 64 else ir.I32
+    if isinstance(dim, int):
+        return ctx.builder.constant(dim, ir.scalar(target))
+    if bits == 64:
+        return ctx.builder.exti(dim, signedness="signed", result_types=[ir.scalar(ir.I64)])
+    return dim
+
+
+def _lower_load_at(ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+    b = ctx.builder
+    info = args[0]
+    tensor_type = op.operands[0].type
+    assert isinstance(tensor_type, TensorType)
+    rank = tensor_type.rank
+    shape: tuple[int, ...] = op.attrs["shape"]
+    padding: str = op.attrs.get("padding", "zero")
+    starts = list(op.operands[1:])
+    bits = [64 if s.type.dtype.bits == 64 else 32 for s in starts]  # type: ignore[attr-defined]
+    start_args = [_as_width(ctx, a, s.type, w) for a, s, w in zip(args[1:], starts, bits)]
+    aligned = [divisibility(ctx, s) % extent == 0 for s, extent in zip(starts, shape)]
+    static = [_static_int(ctx, s) for s in starts]
+    if all(v is not None for v in static) and all(isinstance(d, int) for d in info.dims):
+        inside_known: bool | None = all(0 <= int(v) < int(d) for v, d in zip(static, info.dims))  # type: ignore[arg-type]
+    else:
+        inside_known = None
+    view_ok = all(aligned) or ctx.version >= ir.Version.parse("13.3")  # strided views are 13.3+
+    result_type = tile_type(op.results[0].type)
+    token_in = ctx.token_in(op)
+
+    def view_load() -> tuple[Any, Any]:
+        strides = [extent if ok else 1 for extent, ok in zip(shape, aligned)]
+        view_padding = ir.PaddingValue[(padding if tensor_type.dtype.is_float else "zero").upper()]
+        if all(aligned):
+            view_type: Any = ir.PartitionViewType(shape, info.view_type, (), view_padding)
+            view = b.make_partition_view(info.view, result_types=[view_type])
+        else:
+            view_type = ir.StridedViewType(shape, tuple(strides), info.view_type, (), view_padding)
+            view = b.make_strided_view(info.view, result_types=[view_type])
+        # inside the tensor every start is >= 0 and below an i32 dim: i32 indices, exact quotients
+        index = []
+        for start, width, step in zip(start_args, bits, strides):
+            narrow = start if width == 32 else b.trunci(start, result_types=[ir.scalar(ir.I32)])
+            if step != 1:
+                narrow = b.divi(narrow, b.constant(step, ir.scalar(ir.I32)), signedness="unsigned",
+                                rounding="zero")
+            index.append(narrow)
+        return b.load_view_tko(view, index, token_in, memory_ordering_semantics="weak", **ctx.hint_attrs(op))  # type: ignore[no-any-return]
+
+    def padding_tile() -> tuple[Any, Any]:
+        return ctx.constant(_padding_value(padding, tensor_type.dtype), op.results[0].type), token_in
+
+    def pointer_load() -> tuple[Any, Any]:
+        wide = any(w == 64 for w in bits) or not fits_i32_offsets(tensor_type, info)
+        index_ir = ir.I64 if wide else ir.I32
+        inside: Any = None
+        linear: Any = None
+        for axis in range(rank):
+            along = tuple(shape[axis] if k == axis else 1 for k in range(rank))
+            line = b.iota(result_types=[ir.tile((shape[axis],), index_ir)])
+            start = _as_width(ctx, args[1 + axis], starts[axis].type, 64 if wide else 32)
+            lane = b.addi(line, b.broadcast(b.reshape(start, result_types=[ir.tile((1,), index_ir)]),
+                                            result_types=[ir.tile((shape[axis],), index_ir)]))
+            if rank > 1:
+                lane = b.reshape(lane, result_types=[ir.tile(along, index_ir)])
+            dim = _dim_value(ctx, info.dims[axis], 64 if wide else 32)
+            dims = b.broadcast(b.reshape(dim, result_types=[ir.tile((1,) * rank, index_ir)]),
+                               result_types=[ir.tile(along, index_ir)])
+            # one unsigned compare: a negative coordinate read as unsigned is past any dim
+            below = b.cmpi(lane, dims, comparison_predicate="less_than", signedness="unsigned")
+            below = b.broadcast(below, result_types=[ir.tile(shape, ir.I1)]) if along != shape else below
+            inside = below if inside is None else b.andi(inside, below)
+            stride = info.strides[axis]
+            offset = lane
+            if not (isinstance(stride, int) and stride == 1):
+                if isinstance(stride, int):
+                    step = b.constant(stride, ir.tile(along, index_ir))
+                else:
+                    wide_stride = _dim_value(ctx, stride, 64 if wide else 32)
+                    step = b.broadcast(b.reshape(wide_stride, result_types=[ir.tile((1,) * rank, index_ir)]),
+                                       result_types=[ir.tile(along, index_ir)])
+                offset = b.muli(lane, step)
+            offset = b.broadcast(offset, result_types=[ir.tile(shape, index_ir)]) if along != shape else offset
+            linear = offset if linear is None else b.addi(linear, offset)
+        pointer_type = ir.ptr(element_type(tensor_type.dtype))
+        base = b.broadcast(b.reshape(info.pointer, result_types=[ir.tile((1,) * rank, pointer_type)]),
+                           result_types=[ir.tile(shape, pointer_type)])
+        pointers = b.offset(base, linear)
+        fill = ctx.constant(_padding_value(padding, tensor_type.dtype), op.results[0].type)
+        hints = {"optimization_hints": h} if (h := _latency_hints(ctx, op)) is not None else {}
+        return b.load_ptr_tko(pointers, inside, fill, token_in, memory_ordering_semantics="weak", **hints,  # type: ignore[no-any-return]
+                              result_types=[result_type, ir.TOKEN])
+
+    outside = padding_tile if all(aligned) else pointer_load
+    if not view_ok:
+        tile, token = pointer_load()
+    elif inside_known is True:
+        tile, token = view_load()
+    elif inside_known is False:
+        tile, token = outside()
+    else:
+        condition: Any = None
+        for start, width, dim in zip(start_args, bits, info.dims):
+            extent = _dim_value(ctx, dim, width)
+            below = b.cmpi(start, extent, comparison_predicate="less_than", signedness="unsigned")
+            condition = below if condition is None else b.andi(condition, below)
+        chained = token_in is not None
+        with b.if_(condition, [result_type] + ([ir.TOKEN] if chained else [])) as branches:
+            for branch, build in ((branches.then, view_load), (branches.else_, outside)):
+                with branch():
+                    tile, token = build()
+                    b.yield_([tile] + ([token] if chained else []))
+        tile = branches.results[0]
+        token = branches.results[1] if chained else None
+    if token_in is not None and token is not None:
+        ctx.token_out(op, token)
+    return (tile,)
+
+
+def _latency_hints(ctx: Lowering, op: Operation) -> Any:
+    """The pointer load's hints: its latency only (a pointer load takes no TMA)."""
+    if "latency" not in op.attrs:
+        return None
+    return ir.OptimizationHints.of({arch: {"latency": op.attrs["latency"]} for arch in ctx.hints.target_archs(ctx.arch)})
+
+
 class MemoryOp(Op):
     """Tensors, their partitions into tiles, and tile loads, stores and atomics."""
 
@@ -223,6 +461,7 @@ class MemoryOp(Op):
     TILE_LOAD = TileLoad()
     TILE_STORE = TileStore()
     TILE_ATOMIC = TileAtomic()
+    LOAD_AT = LoadAt()
 
 
 register(MemoryOp)

@@ -4,10 +4,11 @@ Each op takes a tensor parameter, one integer index tile per tensor dimension an
 (for gather/scatter/atomics) an optional bool mask, all of one shape. On the GPU
 they become pointer tiles (the tensor's base pointer offset by the linear index,
 strides in elements) fed to ``load_ptr_tko``, ``store_ptr_tko``,
-``atomic_rmw_tko`` and ``atomic_cas_tko``; nothing checks bounds there, so the
-front end allows gather/scatter only in ``unsafe=True`` kernels, and atomics
-outside a block's own tile too. The interpreter checks every unmasked index and
-fails with the block and the source line.
+``atomic_rmw_tko`` and ``atomic_cas_tko``; nothing checks bounds there. The front
+end makes a gather safe by ANDing the mask of the indices inside the tensor into its
+mask (unless ``unchecked=True``, an unsafe kernel's choice); scatters, and atomics
+outside a block's own tile, need ``unsafe=True``. The interpreter checks every
+index the mask admits and fails with the block and the source line.
 
 Atomic modes take the element types Tile IR's op table gives them
 (``cutile_ir.accepted_element_types``): ``add`` on 32/64-bit integers and on f16,
@@ -82,34 +83,74 @@ def _split(op: Operation, args: Sequence[Any], extra: int) -> tuple[Any, list[An
 # -- lowering helpers ---------------------------------------------------------------------
 def pointer_tile(ctx: Lowering, op: Operation, args: Sequence[Any]) -> Any:
     """The tile of pointers ``base + sum(index_k * stride_k)`` of an access op."""
-    b = ctx.builder
-    info = args[0]
     tensor_type = op.operands[0].type
     assert isinstance(tensor_type, TensorType)
     rank = tensor_type.rank
-    index_types = [op.operands[1 + k].type for k in range(rank)]
-    shape = index_types[0].shape  # type: ignore[attr-defined]
-    wide = any(t.dtype.bits == 64 for t in index_types)  # type: ignore[attr-defined]
+    return offset_pointers(ctx, args[0], tensor_type, list(op.operands[1:1 + rank]), list(args[1:1 + rank]))
+
+
+#: the most elements a tensor may hold for i32 element offsets to reach all of them
+_I32_OFFSETS = 1 << 31
+
+
+def fits_i32_offsets(tensor_type: TensorType, info: Any) -> bool:
+    """Whether every element offset of the tensor fits in i32: only provable for a
+    static shape with static strides (dims and strides passed at run time are i32
+    each, but their products may not be)."""
+    if any(d is None for d in tensor_type.shape):
+        return False
+    strides = info.strides
+    if strides is None or not all(isinstance(s, int) for s in strides):
+        return False
+    span = sum((int(d) - 1) * abs(int(s)) for d, s in zip(tensor_type.shape, strides) if d)
+    return span < _I32_OFFSETS
+
+
+def _unbroadcast(ctx: Lowering, value: Any, lowered: Any) -> tuple[Any, Any]:
+    """(typed value, Tile IR value) of ``value`` before a front-end broadcast made it,
+    when one did (same rank), so per-axis arithmetic runs on the smaller tile."""
+    producer = ctx.producers.get(value)
+    if producer is not None and producer.name == "broadcast":
+        source = producer.operands[0]
+        if source.type.rank == value.type.rank:  # type: ignore[attr-defined]
+            return source, ctx.values[source]
+    return value, lowered
+
+
+def offset_pointers(ctx: Lowering, info: Any, tensor_type: TensorType, index_values: Sequence[Any],
+                    index_args: Sequence[Any]) -> Any:
+    """The tile of pointers ``base + sum(index_k * stride_k)`` for index tiles of one
+    (broadcast) shape. Each axis's product is computed at the shape its index had
+    before the front end broadcast it, then broadcast and summed. Offsets are i64
+    unless every index is narrower and the tensor's offsets provably fit in i32 (a
+    tensor of more than 2**31 elements would otherwise wrap around)."""
+    b = ctx.builder
+    shape = index_values[0].type.shape
+    wide = (any(v.type.dtype.bits == 64 for v in index_values)
+            or not fits_i32_offsets(tensor_type, info))
     index_ir = ir.I64 if wide else ir.I32
     linear: Any = None
-    for axis in range(rank):
-        index = args[1 + axis]
-        index_type = index_types[axis]
-        if index_type.dtype.bits != (64 if wide else 32):  # type: ignore[attr-defined]
-            if index_type.dtype.bits < (64 if wide else 32):  # type: ignore[attr-defined]
-                sign = index_type.dtype.signedness  # type: ignore[attr-defined]
-                index = b.exti(index, signedness=sign, result_types=[ir.tile(shape, index_ir)])
+    for axis, (full, lowered) in enumerate(zip(index_values, index_args)):
+        value, index = _unbroadcast(ctx, full, lowered)
+        index_type = value.type
+        small = index_type.shape
+        if index_type.dtype.bits != (64 if wide else 32):
+            if index_type.dtype.bits < (64 if wide else 32):
+                sign = index_type.dtype.signedness
+                index = b.exti(index, signedness=sign, result_types=[ir.tile(small, index_ir)])
             else:
-                index = b.trunci(index, result_types=[ir.tile(shape, index_ir)])
+                index = b.trunci(index, result_types=[ir.tile(small, index_ir)])
         stride = info.strides[axis]
         if not (isinstance(stride, int) and stride == 1):
             if isinstance(stride, int):
-                scaled_stride = b.constant(stride, ir.tile(shape, index_ir))
+                scaled_stride = b.constant(stride, ir.tile(small, index_ir))
             else:
                 if wide:
                     stride = b.exti(stride, signedness="signed", result_types=[ir.scalar(ir.I64)])
-                scaled_stride = _broadcast_scalar(b, stride, shape, index_ir)
+                scaled_stride = _broadcast_scalar(b, stride, small, index_ir)
             index = b.muli(index, scaled_stride)
+        if small != shape:
+            index = b.broadcast(index, result_types=[ir.tile(shape, index_ir)])
         linear = index if linear is None else b.addi(linear, index)
     pointer_type = ir.ptr(element_type(tensor_type.dtype))
     base = _broadcast_scalar(b, info.pointer, shape, pointer_type)

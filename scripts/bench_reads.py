@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""Safe reads on the GPU: element-offset loads and bounds-checked gathers against
+copy bandwidth, measured in one run on one GPU.
+
+- the safe 2-D 5-point stencil (the discrete Laplacian, five element-offset loads of
+  a read-only tensor, zero outside it) on a 16384 x 16384 fp32 tensor, as a fraction
+  of the device-to-device copy bandwidth of the same tensor (bytes read + written);
+- an embedding lookup of 4096 rows x 4096 bf16 from a 151936-row table: the safe,
+  bounds-checked gather against the unchecked gather of an unsafe kernel, and both
+  as a fraction of the copy bandwidth of the bytes they move (rows read + written).
+
+Targets (issue "Safe reads anywhere"): stencil >= 0.85x copy; checked gather within
+5% of the unchecked one and >= 0.85x copy. Run on the GPU machine with
+``python scripts/bench_reads.py``. Each workload runs over a few tile shapes; every
+result is checked against numpy. Where torch is installed it is a peer measured in
+the same run (``F.conv2d`` with the 3x3 stencil's weights; ``index_select``).
+
+Kernels are defined in a factory, so this file keeps annotations evaluated at
+definition (no `from __future__ import annotations`).
+"""
+
+import argparse
+import statistics
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=16384, help="the stencil's tensor is size x size fp32")
+    parser.add_argument("--vocab", type=int, default=151936, help="rows of the embedding table")
+    parser.add_argument("--rows", type=int, default=4096, help="rows looked up")
+    parser.add_argument("--width", type=int, default=4096, help="bf16 elements per row")
+    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--check-only", action="store_true",
+                        help="only check every kernel's result (runs on the interpreter too, with small sizes)")
+    args = parser.parse_args()
+
+    import cutile
+    import cutile.core as ct
+    from cuda_core import Event
+    from cutile import _gpu, api
+    from cutile.core import Constant, Mut, Tensor, bf16, f32, i32
+
+    timed = not args.check_only
+    if timed and cutile.backend() != "gpu":
+        print("bench_reads.py needs a GPU (--check-only runs anywhere)", file=sys.stderr)
+        return 2
+    stream = _gpu.default_stream() if timed else None
+    try:  # an optional peer, never a dependency
+        import torch
+    except ImportError:
+        torch = None
+    peer = torch is not None and timed and torch.cuda.is_available()
+    peer_stream = torch.cuda.ExternalStream(int(stream.handle)) if peer else None
+
+    def device_time_ms(enqueue: Callable[[], None]) -> float:
+        """Median over repeats of one enqueue between CUDA events on cutile's stream."""
+        if not timed:
+            return float("nan")
+        for _ in range(3):
+            enqueue()
+        samples = []
+        for _ in range(args.repeats):
+            start, end = Event.create(), Event.create()
+            start.record(stream)
+            enqueue()
+            end.record(stream)
+            end.synchronize()
+            samples.append(start.elapsed_ms(end))
+        return statistics.median(samples)
+
+    def copy_ms(tensor: Any) -> float:
+        """One device-to-device copy of ``tensor``'s bytes into a tensor of its shape."""
+        if not timed:
+            return float("nan")
+        target = api.empty(list(tensor.shape), dtype=tensor.dtype)
+        source_memory, target_memory = _gpu.device_memory(tensor._storage), _gpu.device_memory(target._storage)
+        return device_time_ms(lambda: target_memory.copy_from(source_memory, tensor.nbytes, stream=stream))
+
+    def launch_ms(kernel: Any, launch: Any, values: dict[str, Any]) -> tuple[float, Any]:
+        """The device time of one launch, enqueued as the runtime does after the first
+        run, and what that first run returned (whose values are checked)."""
+        plan = launch.plan()
+        options = launch._options
+        returned = launch.sync()  # compiles and loads once
+        return device_time_ms(lambda: _gpu.enqueue(kernel, plan, values, options, stream)), returned
+
+    @cutile.entry
+    def stencil_2d(y: Mut[Tensor[f32, ["BM", "BN"]]], x: Tensor[f32, [-1, -1]], BM: Constant[int],
+                   BN: Constant[int]):
+        i, j = ct.bid(0) * BM, ct.bid(1) * BN
+        vertical = x.load(at=(i - 1, j), shape=(BM, BN)) + x.load(at=(i + 1, j), shape=(BM, BN))
+        horizontal = x.load(at=(i, j - 1), shape=(BM, BN)) + x.load(at=(i, j + 1), shape=(BM, BN))
+        y.store(4 * x.load(at=(i, j), shape=(BM, BN)) - vertical - horizontal)
+
+    def lookup_kernel(checked: bool) -> Any:
+        def embedding(out: Mut[Tensor[bf16, ["BM", "BN"]]], table: Tensor[bf16, [-1, -1]], ids: Tensor[i32, [-1]],
+                      BM: Constant[int], BN: Constant[int]):
+            rows = ids.load(index=(ct.bid(0),), shape=(BM,)).reshape((BM, 1))
+            cols = (ct.arange(BN, i32) + ct.bid(1) * BN).reshape((1, BN))
+            out.store(ct.gather(table, (rows, cols), unchecked=not checked))
+        return cutile.entry(embedding, unsafe=not checked)
+
+    LOOKUPS = {checked: lookup_kernel(checked) for checked in (True, False)}
+
+    rows: list[tuple[str, str, float, float, bool]] = []  # workload, variant, GB/s, fraction of copy, correct
+
+    # -- the stencil ----------------------------------------------------------------------------
+    n = args.size
+    rng = np.random.default_rng(0)
+    x_host = rng.integers(-8, 9, (n, n)).astype(np.float32)  # small integers: every result is exact
+    x = api.from_numpy(x_host)
+    moved = 2 * n * n * 4
+    copy_gbs = moved / copy_ms(x) / 1e6
+    rows.append(("copy fp32", f"{n}x{n}", copy_gbs, 1.0, True))
+    padded = np.pad(x_host, 1)
+    expected = 4 * x_host - padded[:-2, 1:-1] - padded[2:, 1:-1] - padded[1:-1, :-2] - padded[1:-1, 2:]
+    for tile in ((32, 128), (64, 128), (16, 256), (64, 256)) if timed else ((16, 32),):
+        y = api.full([n, n], np.nan).partition(list(tile))
+        ms, (y, x) = launch_ms(stencil_2d, stencil_2d(y, x), {"y": y._tensor, "x": x})
+        correct = bool(np.array_equal(y.unpartition().to_numpy(), expected))
+        gbs = moved / ms / 1e6
+        rows.append(("stencil 2-D fp32 (safe)", f"tile {tile[0]}x{tile[1]}", gbs, gbs / copy_gbs, correct))
+    if peer:
+        with torch.cuda.stream(peer_stream):
+            xt = torch.from_dlpack(x)[None, None]
+            weight = torch.tensor([[0.0, -1.0, 0.0], [-1.0, 4.0, -1.0], [0.0, -1.0, 0.0]], device="cuda")[None, None]
+            ms = device_time_ms(lambda: torch.nn.functional.conv2d(xt, weight, padding=1))
+            yt = torch.nn.functional.conv2d(xt, weight, padding=1)
+            torch.cuda.synchronize()
+            correct = bool(np.array_equal(yt[0, 0].cpu().numpy(), expected))
+            gbs = moved / ms / 1e6
+            rows.append(("stencil 2-D fp32, torch conv2d (peer)", "3x3 weights", gbs, gbs / copy_gbs, correct))
+            del xt, yt
+    del x, padded, expected
+
+    # -- the embedding lookup -------------------------------------------------------------------
+    table_host = rng.standard_normal((args.vocab, args.width), dtype=np.float32)
+    table = api.from_numpy(table_host, bf16)
+    table_values = np.asarray(table.to_numpy()).astype(np.float32)
+    ids_host = rng.integers(0, args.vocab, args.rows).astype(np.int32)
+    ids = api.from_numpy(ids_host)
+    expected = table_values[ids_host]
+    moved = 2 * args.rows * args.width * 2
+    sample = api.empty([args.rows, args.width], dtype=bf16)
+    lookup_copy_gbs = moved / copy_ms(sample) / 1e6
+    rows.append(("copy bf16", f"{args.rows}x{args.width}", lookup_copy_gbs, 1.0, True))
+    checked_best, unchecked_best = 0.0, 0.0
+    for tile in ((16, 512), (32, 256), (8, 1024), (64, 128)) if timed else ((8, 32),):
+        for checked in (True, False):
+            out = api.full([args.rows, args.width], np.nan, dtype=bf16).partition(list(tile))
+            kernel = LOOKUPS[checked]
+            ms, (out, table, ids) = launch_ms(kernel, kernel(out, table, ids),
+                                              {"out": out._tensor, "table": table, "ids": ids})
+            correct = bool(np.array_equal(np.asarray(out.unpartition().to_numpy()).astype(np.float32), expected))
+            gbs = moved / ms / 1e6
+            name = "gather bf16, bounds-checked (safe)" if checked else "gather bf16, unchecked (unsafe)"
+            rows.append((name, f"tile {tile[0]}x{tile[1]}", gbs, gbs / lookup_copy_gbs, correct))
+            if checked:
+                checked_best = max(checked_best, gbs)
+            else:
+                unchecked_best = max(unchecked_best, gbs)
+
+    print(f"safe reads on the {cutile.backend()} backend" + (f", median of {args.repeats} launches" if timed else
+          " (results checked only)") + "; bytes = read + written")
+    print(f"{'workload':38} {'variant':16} {'GB/s':>8} {'of copy':>8}")
+    for workload, variant, gbs, fraction, correct in rows:
+        print(f"{workload:38} {variant:16} {gbs:8.0f} {fraction:8.1%}" + ("" if correct else "  WRONG"))
+    if peer:
+        with torch.cuda.stream(peer_stream):
+            table_t, ids_t = torch.from_dlpack(table), torch.from_dlpack(ids).long()
+            out_t = torch.empty((args.rows, args.width), dtype=torch.bfloat16, device="cuda")
+            ms = device_time_ms(lambda: torch.index_select(table_t, 0, ids_t, out=out_t))
+            torch.cuda.synchronize()
+            correct = bool(np.array_equal(out_t.float().cpu().numpy(), expected))
+            gbs = moved / ms / 1e6
+            rows.append(("gather bf16, torch index_select (peer)", "", gbs, gbs / lookup_copy_gbs, correct))
+    if timed:
+        stencil_best = max(f for w, _, _, f, _ in rows if w.startswith("stencil") and w.endswith("(safe)"))
+        print(f"\nbest stencil: {stencil_best:.1%} of copy (target >= 85%)")
+        print(f"best bounds-checked gather: {checked_best / lookup_copy_gbs:.1%} of copy (target >= 85%), "
+              f"{checked_best / unchecked_best:.3f}x the best unchecked gather (target >= 0.95x)")
+    correct = all(ok for *_, ok in rows)
+    print("results: " + ("OK" if correct else "WRONG"))
+    return 0 if correct else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
