@@ -729,6 +729,7 @@ def _identity(version_text: str, files: Sequence[Path]) -> str:
 
 
 _PROBE_LAYOUT = "toolchain-v1"
+_PROBE_SUFFIX = ".probe"
 
 
 def _probe_record_cache() -> DiskCache | None:
@@ -738,7 +739,7 @@ def _probe_record_cache() -> DiskCache | None:
     if not _config.CACHE.get():
         return None
     return DiskCache(_config.CACHE_DIR.get(), _config.CACHE_MAX_BYTES.get(), layout=_PROBE_LAYOUT,
-                     suffix=".probe", max_entry_bytes=1 << 16)
+                     suffix=_PROBE_SUFFIX, max_entry_bytes=1 << 16)
 
 
 def _probe_key(tileiras: str, found_by: str, mtime_ns: int, size: int) -> str:
