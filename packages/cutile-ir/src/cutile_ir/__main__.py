@@ -28,7 +28,8 @@ def parser() -> argparse.ArgumentParser:
     """The command line's parser."""
     from cutile_ir import __version__
 
-    top = _Parser(prog="python -m cutile_ir", description="Print Tile IR bytecode files as MLIR text.")
+    top = _Parser(prog="python -m cutile_ir", description="Print Tile IR bytecode files as MLIR text.",
+                  allow_abbrev=False)  # a misspelt flag is refused, not guessed
     top.add_argument("files", nargs="+", metavar="FILE", help="a Tile IR bytecode file (.tileirbc)")
     top.add_argument("--verify", action="store_true", help="also run the verifier on each module")
     top.add_argument("--bytecode-version", action="store_true",

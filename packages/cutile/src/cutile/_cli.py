@@ -46,7 +46,12 @@ PACKAGES = (
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, with usage errors as one line and exit status 2."""
+    """argparse, with usage errors as one line and exit status 2, and no abbreviated
+    flags (a misspelt flag is refused, not guessed); subcommands' parsers are of this class."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"cutile: error: {message} (see '{self.prog} --help')\n")
@@ -370,7 +375,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return run(args)
     except BrokenPipeError:  # the reader went away (``cutile cache list | head``): not an error
-        sys.stdout = None  # type: ignore[assignment]  # (nothing more can be written there)
+        sys.stdout = None  # (nothing more can be written there)
         return EXIT_OK
     except (CutileError, CudaError, OSError) as exc:
         print(f"cutile: error: {_one_line(exc)}", file=sys.stderr)
