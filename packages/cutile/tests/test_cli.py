@@ -6,6 +6,7 @@ failures as one line with the documented exit codes (0 done, 1 failed, 2 usage),
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import os
 import subprocess
@@ -24,7 +25,16 @@ from cuda_core.testing import FakeDriver, use_fake_driver
 from cutile import _backend
 from cutile._cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, _size, main
 
-DISTRIBUTIONS = ("cutile", "cutile-compiler", "cutile-ir", "cutile-cuda-async", "cutile-cuda-core", "cutile-kernels")
+# distribution -> import name
+DISTRIBUTIONS = {"cutile": "cutile", "cutile-compiler": "cutile_compiler", "cutile-ir": "cutile_ir",
+                 "cutile-cuda-async": "cuda_async", "cutile-cuda-core": "cuda_core", "cutile-kernels": "cutile_kernels"}
+
+
+def _installed(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 @pytest.fixture
@@ -83,12 +93,15 @@ def test_info_on_a_machine_with_two_gpus(cache_dir: Path, undecided: None,
         report = _info(capsys)
         status, text, _ = _run(["info"], capsys)
     assert status == EXIT_OK
-    assert report["packages"] == {name: metadata.version(name) for name in DISTRIBUTIONS}
+    # (installed, their metadata's version; a source tree on PYTHONPATH, its pyproject's)
+    assert report["packages"] == {name: importlib.import_module(module).__version__
+                                  for name, module in DISTRIBUTIONS.items()}
+    assert all(_installed(name) in (None, version) for name, version in report["packages"].items())
     assert report["packages"]["cutile"] == cutile.__version__
     assert report["python"]["version"] == ".".join(map(str, sys.version_info[:3]))
     assert report["python"]["executable"] == sys.executable
     assert report["numpy"] == np.__version__ and report["ml_dtypes"] == ml_dtypes.__version__
-    assert report["cuda_bindings"] == metadata.version("cuda-bindings")
+    assert report["cuda_bindings"] is not None and report["cuda_bindings"] == _installed("cuda-bindings")
 
     driver = report["driver"]
     assert driver["cuda_version"] == "13.0" and "problem" not in driver
