@@ -35,6 +35,7 @@ is the holds and streams of one submission.
 """
 
 from typing import TYPE_CHECKING
+
 from cuda_async._batch import Batch, batch
 from cuda_async._capture import ensure_not_capturing, is_capturing
 from cuda_async._errors import BatchError, GraphCaptureError, GraphUpdateError, OwnershipError, use_error_classes

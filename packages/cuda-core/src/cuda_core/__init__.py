@@ -24,6 +24,7 @@ fake driver for host-path tests.
 """
 
 from typing import TYPE_CHECKING
+
 from cuda_core._device import (
     Device,
     MemoryInfo,

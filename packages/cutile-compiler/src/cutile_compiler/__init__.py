@@ -35,6 +35,7 @@ The kernel language itself is `cutile_compiler.language` (re-exported by
 """
 
 from typing import TYPE_CHECKING
+
 from cutile_compiler._builtins import DeviceFunction, HostCallError
 from cutile_compiler._cache import CACHE_KINDS, DiskCache, LRUCache, disk_caches
 from cutile_compiler._config import ConfigError

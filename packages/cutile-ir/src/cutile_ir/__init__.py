@@ -9,6 +9,7 @@ drives all of them. Errors derive from :class:`IRError`.
 """
 
 from typing import TYPE_CHECKING
+
 from ._attributes import (
     ArrayAttr, AtomicRMWMode, BoolAttr, Bounded, ComparisonOrdering, ComparisonPredicate,
     DenseElements, DictAttr, DivBy, FloatAttr, IntegerAttr, IntegerOverflow, Location,

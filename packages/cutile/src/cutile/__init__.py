@@ -17,6 +17,7 @@ forces the interpreter.
 """
 
 from typing import TYPE_CHECKING
+
 from cutile import api
 from cutile._backend import BackendError
 from cutile._backend import current as backend
