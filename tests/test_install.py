@@ -128,7 +128,7 @@ def test_the_wheels_metadata_pins_the_siblings_and_bounds_cuda_bindings(dist: Pa
     cutile = _metadata(dist / _files("cutile")[0])
     assert cutile.get_all("Provides-Extra") == ["tileiras"]
     with zipfile.ZipFile(dist / _files("cutile")[0]) as archive:
-        assert "cutile = cutile._cli:main" in archive.read(f"cutile-{VERSION}.dist-info/entry_points.txt").decode()
+        assert "cutile = cutile.__main__:main" in archive.read(f"cutile-{VERSION}.dist-info/entry_points.txt").decode()
         assert "cutile/native/_native_launch.c" in archive.namelist()  # built on the user's machine
 
 

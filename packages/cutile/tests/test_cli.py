@@ -23,7 +23,7 @@ import cutile
 import cutile_compiler
 from cuda_core.testing import FakeDriver, use_fake_driver
 from cutile import _backend
-from cutile._cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, _size, main
+from cutile.__main__ import EXIT_FAILED, EXIT_OK, EXIT_USAGE, _size, main
 
 # distribution -> import name
 DISTRIBUTIONS = {"cutile": "cutile", "cutile-compiler": "cutile_compiler", "cutile-ir": "cutile_ir",
