@@ -10,7 +10,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DESIGN_DOCS = [ROOT / "README.md", ROOT / "ARCHITECTURE.md", *sorted(ROOT.glob("packages/*/README.md")),
-               *sorted(ROOT.glob("packages/*/LANGUAGE.md"))]
+               *sorted(ROOT.glob("packages/*/LANGUAGE.md")), *sorted(ROOT.glob("packages/*/BASICS.md"))]
 
 DATE = re.compile(r"\b\d{4}-\d{2}-\d{2}\b")
 # A measured figure: a time per something, a throughput, a ratio to another system.

@@ -37,6 +37,8 @@ the configured extension whose ``API`` capsule is the C interface of
 is the holds and streams of one submission.
 """
 
+from typing import TYPE_CHECKING
+
 from cuda_async._batch import Batch, batch
 from cuda_async._capture import ensure_not_capturing, is_capturing
 from cuda_async._errors import BatchError, GraphCaptureError, GraphUpdateError, OwnershipError, use_error_classes
@@ -98,3 +100,15 @@ __all__ = [
     "value",
     "zip",
 ]
+
+
+__version__: str  # the distribution's version, read on first use (`cuda_async._version`)
+
+if not TYPE_CHECKING:
+    def __getattr__(name: str) -> str:
+        if name == "__version__":
+            from cuda_async._version import package_version
+
+            globals()["__version__"] = version = package_version()
+            return version
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

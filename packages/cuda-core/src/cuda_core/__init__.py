@@ -23,7 +23,17 @@ driver's entry points through `cuda_core.native`; `cuda_core.testing` provides a
 fake driver for host-path tests.
 """
 
-from cuda_core._device import Device, MemoryInfo, current_device, device_count, is_available, unavailable_reason
+from typing import TYPE_CHECKING
+
+from cuda_core._device import (
+    Device,
+    MemoryInfo,
+    current_device,
+    device_count,
+    driver_version,
+    is_available,
+    unavailable_reason,
+)
 from cuda_core._errors import (
     CudaError,
     CudaInvalidValueError,
@@ -77,6 +87,7 @@ __all__ = [
     "capture",
     "current_device",
     "device_count",
+    "driver_version",
     "end_capture",
     "infer_param_types",
     "is_available",
@@ -85,3 +96,15 @@ __all__ = [
     "stream_handle_of",
     "unavailable_reason",
 ]
+
+
+__version__: str  # the distribution's version, read on first use (`cuda_core._version`)
+
+if not TYPE_CHECKING:
+    def __getattr__(name: str) -> str:
+        if name == "__version__":
+            from cuda_core._version import package_version
+
+            globals()["__version__"] = version = package_version()
+            return version
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

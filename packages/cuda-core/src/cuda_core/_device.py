@@ -26,6 +26,26 @@ def device_count() -> int:
     return int(_driver.call("cuDeviceGetCount"))
 
 
+def driver_version() -> tuple[int, int]:
+    """The CUDA version the installed driver supports, as (major, minor), e.g. ``(13, 0)``
+    (``cuDriverGetVersion``, which needs no device: it answers where the driver sees none).
+
+    Raises `CudaNoDeviceError` with an explanation when no driver can be loaded.
+    """
+    from cuda_core._errors import no_driver_error
+
+    api = _driver.in_use()
+    if api is None:
+        raise no_driver_error(f"cuda-bindings is not importable ({_driver._IMPORT_ERROR})")
+    try:
+        result, version = api.cuDriverGetVersion()
+    except (RuntimeError, OSError) as exc:  # the driver library cannot be loaded
+        raise no_driver_error(str(exc)) from None
+    if int(result) != 0:
+        _driver.raise_error(result, "cuDriverGetVersion")
+    return int(version) // 1000, int(version) % 1000 // 10
+
+
 def is_available() -> bool:
     """True when a driver is loaded and at least one device is visible; never raises
     for a missing driver or device (other errors propagate)."""

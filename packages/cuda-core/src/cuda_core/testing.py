@@ -153,6 +153,8 @@ class FakeDriver:
         self._handles = itertools.count(0x1000)
         self.init_exception: Exception | None = None
         self.without_param_count = False  # act as a driver older than CUDA 12.8
+        self.version = 13000  # what cuDriverGetVersion answers: CUDA 13.0
+        self.total_memory = 141 * 1024**3  # what cuDeviceTotalMem answers, in bytes
         # Functions by name: name -> list of (offset, size) parameters
         self.kernels: dict[str, list[tuple[int, int]]] = {
             "axpy": [(0, 8), (8, 8), (16, 4), (20, 4)],
@@ -208,6 +210,9 @@ class FakeDriver:
     def cuGetErrorString(self, err: Any) -> tuple[Any, bytes]:
         return (SUCCESS, f"fake message for {R(int(err)).name}".encode())
 
+    def cuDriverGetVersion(self) -> tuple[Any, int]:
+        return (SUCCESS, self.version)
+
     def cuDeviceGetCount(self) -> tuple[Any, int]:
         return (SUCCESS, self.devices)
 
@@ -218,6 +223,9 @@ class FakeDriver:
         values = {"COMPUTE_CAPABILITY_MAJOR": 9, "COMPUTE_CAPABILITY_MINOR": 0, "MULTIPROCESSOR_COUNT": 132}
         key = attr.name.removeprefix("CU_DEVICE_ATTRIBUTE_")
         return (SUCCESS, values.get(key, 1024))
+
+    def cuDeviceTotalMem(self, dev: int) -> tuple[Any, int]:
+        return (SUCCESS, self.total_memory)
 
     def cuDeviceGetName(self, length: int, dev: int) -> tuple[Any, bytes]:
         return (SUCCESS, b"Fake H200\0\0\0")

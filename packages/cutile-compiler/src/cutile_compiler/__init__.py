@@ -25,15 +25,19 @@ that no other package imports them). Its groups:
   ``lanewise`` flag), `Select`, and what an op's numpy meaning raises or returns
   (`Terminator`, `Escape`, `IntegerDivisionByZero`);
 - errors: `CutileError` and every subclass the compiler raises;
-- utilities: `LRUCache` (bounded, thread-safe; the runtime's launch caches use it).
+- utilities: `LRUCache` (bounded, thread-safe; the runtime's launch caches use it);
+  `disk_caches` (the on-disk caches, `DiskCache` each, by kind: `CACHE_KINDS`), for
+  tools that list, trim or clear them.
 
 The kernel language itself is `cutile_compiler.language` (re-exported by
 ``cutile.core``); every environment variable the compiler reads is a `Knob` of
 `cutile_compiler.config`.
 """
 
+from typing import TYPE_CHECKING
+
 from cutile_compiler._builtins import DeviceFunction, HostCallError
-from cutile_compiler._cache import LRUCache
+from cutile_compiler._cache import CACHE_KINDS, DiskCache, LRUCache, disk_caches
 from cutile_compiler._config import ConfigError
 from cutile_compiler._errors import (
     ArgumentError,
@@ -100,5 +104,17 @@ __all__ = [
     "SignatureError", "SourceLocation", "SpecializationError", "TensorIndexError", "TileCompilerError", "TileError",
     "TileSyntaxError", "TileTypeError", "TileirasError", "TileirasTimeoutError", "ToolchainError",
     # configuration and utilities
-    "LRUCache", "config",
+    "CACHE_KINDS", "DiskCache", "LRUCache", "config", "disk_caches",
 ]
+
+
+__version__: str  # the distribution's version, read on first use (`cutile_compiler._version`)
+
+if not TYPE_CHECKING:
+    def __getattr__(name: str) -> str:
+        if name == "__version__":
+            from cutile_compiler._version import package_version
+
+            globals()["__version__"] = version = package_version()
+            return version
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -54,12 +54,14 @@ from cutile_compiler._cubin import cubin_problem
 from cutile_compiler._toolchain import CompileOptions, Locations, Toolchain, _entry_names, find_toolchain
 
 __all__ = [
+    "CACHE_KINDS",
     "CacheStats",
     "DiskCache",
     "LRUCache",
     "cache_key",
     "cached_compile",
     "default_disk_cache",
+    "disk_caches",
 ]
 
 K = TypeVar("K", bound=Hashable)
@@ -467,6 +469,32 @@ def default_disk_cache() -> DiskCache | None:
         if cache is None:
             cache = _default_caches[(directory, cap)] = DiskCache(directory, cap)
         return cache
+
+
+CACHE_KINDS = ("cubins", "manifests", "probes")
+"""The on-disk caches under ``CUTILE_CACHE_DIR``, as `disk_caches` names them."""
+
+
+def disk_caches() -> dict[str, DiskCache]:
+    """Every on-disk cache the environment names, by kind (`CACHE_KINDS`): ``"cubins"``
+    (compiled kernels), ``"manifests"`` (the warm-start manifests of `_warm`) and
+    ``"probes"`` (tileiras's recorded answers), each a folder under ``CUTILE_CACHE_DIR``
+    capped at ``CUTILE_CACHE_MAX_BYTES``.
+
+    For tools that list, trim or clear them (``cutile cache``): they are returned whether
+    or not ``CUTILE_CACHE`` turns caching on, and a malformed variable raises its
+    `ConfigError`. Their `DiskCache.evict` and `DiskCache.clear` delete only entries of
+    their own layout, never other files of the folder.
+    """
+    from cutile_compiler import _warm
+    from cutile_compiler._toolchain import _PROBE_LAYOUT, _PROBE_SUFFIX
+
+    directory, cap = _config.CACHE_DIR.get(), _config.CACHE_MAX_BYTES.get()
+    return {
+        "cubins": DiskCache(directory, cap),
+        "manifests": DiskCache(directory, cap, layout=_warm.MANIFEST_LAYOUT, suffix=_warm._SUFFIX),
+        "probes": DiskCache(directory, cap, layout=_PROBE_LAYOUT, suffix=_PROBE_SUFFIX),
+    }
 
 
 def cached_compile(

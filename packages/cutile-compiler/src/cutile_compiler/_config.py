@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from cutile_compiler._errors import CutileError
+from cutile_compiler._errors import ArgumentError, CutileError
 
 __all__ = [
     "CACHE",
@@ -36,6 +36,7 @@ __all__ = [
     "ConfigError",
     "Knob",
     "knobs_markdown",
+    "parse_size",
 ]
 
 T = TypeVar("T")
@@ -138,11 +139,24 @@ _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([a-zA-Z]*)")
 
 
 def _parse_size(text: str) -> int:
-    match = _SIZE.fullmatch(text)
+    match = _SIZE.fullmatch(text.strip())
     unit = match.group(2).lower() if match else None
     if match is None or unit not in _SIZE_UNITS:
-        raise _Invalid("a size in bytes, e.g. 1073741824, 512MiB or 2G")
+        raise _Invalid(_SIZE_EXPECTED)
     return int(float(match.group(1)) * _SIZE_UNITS[unit])
+
+
+_SIZE_EXPECTED = "a size in bytes, e.g. 1073741824, 512MiB or 2G"
+
+
+def parse_size(text: str, what: str = "size") -> int:
+    """A size in bytes as ``CUTILE_CACHE_MAX_BYTES`` takes it (``1073741824``, ``512MiB``,
+    ``2G``, ``1.5GB``; k/m/g/t are binary, kb/mb/gb/tb decimal); `ArgumentError` naming
+    ``what`` when malformed."""
+    try:
+        return _parse_size(text)
+    except _Invalid:
+        raise ArgumentError(f"{what} {text!r} is invalid: expected {_SIZE_EXPECTED}") from None
 
 
 def _parse_seconds(text: str) -> float:

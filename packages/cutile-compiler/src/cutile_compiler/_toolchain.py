@@ -76,9 +76,11 @@ SUPPORTED_BYTECODE_VERSIONS: tuple[tuple[int, int], ...] = tuple((v.major, v.min
 """Tile IR bytecode versions cutile_ir can write, oldest first."""
 
 RECOMMENDED_RELEASE = "13.4"
-"""The CUDA minor version the install hint names (the one the project tests with)."""
+"""The CUDA minor version the install hint names (the one the project tests with, and
+the one cutile's ``tileiras`` extra pins: tests/test_release.py checks they agree)."""
 
 INSTALL_HINT = (
+    'pip install "cutile[tileiras]" (its toolchain extra), or by hand '
     f'pip install "nvidia-cuda-tileiras=={RECOMMENDED_RELEASE}.*" "nvidia-cuda-nvcc=={RECOMMENDED_RELEASE}.*" '
     f'"nvidia-nvvm=={RECOMMENDED_RELEASE}.*" (the three of one CUDA minor version, 13.3 or newer for sm_90), '
     "or set CUTILE_TILEIRAS to a tileiras executable"
@@ -729,6 +731,7 @@ def _identity(version_text: str, files: Sequence[Path]) -> str:
 
 
 _PROBE_LAYOUT = "toolchain-v1"
+_PROBE_SUFFIX = ".probe"
 
 
 def _probe_record_cache() -> DiskCache | None:
@@ -738,7 +741,7 @@ def _probe_record_cache() -> DiskCache | None:
     if not _config.CACHE.get():
         return None
     return DiskCache(_config.CACHE_DIR.get(), _config.CACHE_MAX_BYTES.get(), layout=_PROBE_LAYOUT,
-                     suffix=".probe", max_entry_bytes=1 << 16)
+                     suffix=_PROBE_SUFFIX, max_entry_bytes=1 << 16)
 
 
 def _probe_key(tileiras: str, found_by: str, mtime_ns: int, size: int) -> str:

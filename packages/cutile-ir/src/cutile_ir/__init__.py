@@ -8,6 +8,8 @@ table is a builder method), check it with :func:`verify`, print it with
 drives all of them. Errors derive from :class:`IRError`.
 """
 
+from typing import TYPE_CHECKING
+
 from ._attributes import (
     ArrayAttr, AtomicRMWMode, BoolAttr, Bounded, ComparisonOrdering, ComparisonPredicate,
     DenseElements, DictAttr, DivBy, FloatAttr, IntegerAttr, IntegerOverflow, Location,
@@ -50,3 +52,15 @@ __all__ = [
     "V13_4", "Value", "accepted_element_types", "bytecode_version", "decode_element", "encode_element", "differences", "read_bytecode", "VerificationError", "Version", "VersionError", "add_function", "get_op",
     "make_op", "ops_in", "print_function", "print_module", "problems", "register_op", "ptr", "scalar", "tile", "verify", "write_bytecode",
 ]
+
+
+__version__: str  # the distribution's version, read on first use (`cutile_ir._version`)
+
+if not TYPE_CHECKING:
+    def __getattr__(name: str) -> str:
+        if name == "__version__":
+            from cutile_ir._version import package_version
+
+            globals()["__version__"] = version = package_version()
+            return version
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -16,6 +16,8 @@ says so once on stderr, as a warning of the ``cutile`` logger); ``CUTILE_BACKEND
 forces the interpreter.
 """
 
+from typing import TYPE_CHECKING
+
 from cutile import api
 from cutile._backend import BackendError
 from cutile._backend import current as backend
@@ -66,3 +68,15 @@ __all__ += [
     "ArchError", "ConfigError", "CudaError", "CudaLaunchError", "CudaOutOfMemoryError", "HintError",
     "HostCallError", "InteropError", "LaunchNeverRunWarning", "TileirasError", "TileirasTimeoutError", "ToolchainError",
 ]
+
+
+__version__: str  # the distribution's version, read on first use (`cutile._version`)
+
+if not TYPE_CHECKING:
+    def __getattr__(name: str) -> str:
+        if name == "__version__":
+            from cutile._version import package_version
+
+            globals()["__version__"] = version = package_version()
+            return version
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

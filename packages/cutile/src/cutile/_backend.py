@@ -37,6 +37,26 @@ def gpu_unavailable_reason() -> str | None:
     return cuda_core.unavailable_reason()
 
 
+def explain() -> tuple[str | None, str]:
+    """The backend `current` would choose now, and why, without choosing it (for
+    ``cutile info``); the backend is None where kernels could not run (``CUTILE_BACKEND``
+    malformed, or ``gpu`` without a GPU: launches raise `BackendError`)."""
+    if _chosen is not None:
+        return _chosen, "chosen already in this process"
+    try:
+        requested = _requested()
+    except BackendError as exc:
+        return None, str(exc)
+    if requested == "interpreter":
+        return "interpreter", "CUTILE_BACKEND=interpreter"
+    reason = gpu_unavailable_reason()
+    if reason is None:
+        return "gpu", f"CUTILE_BACKEND={requested} and a GPU is present"
+    if requested == "gpu":
+        return None, f"CUTILE_BACKEND=gpu but no GPU can be used: {reason}"
+    return "interpreter", f"CUTILE_BACKEND=auto and no GPU is available: {reason}"
+
+
 def current() -> str:
     """``"gpu"`` or ``"interpreter"``, decided once per process."""
     global _chosen
