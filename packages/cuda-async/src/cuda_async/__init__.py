@@ -42,7 +42,7 @@ from cuda_async._graph import CudaGraph, GraphScope, graph_scope
 from cuda_async._native import NATIVE_DIR as NATIVE_INCLUDE_DIR
 from cuda_async._native import batch_api as native_batch_api
 from cuda_async._native import rlock as native_rlock
-from cuda_async._op import DeviceOp, FnOp, SharedOp, all_of, check_startable, value
+from cuda_async._op import DeviceOp, FnOp, PresentsDeviceOp, SharedOp, all_of, check_startable, value
 from cuda_async._op import zip_ops as zip
 from cuda_async._policy import (
     HostPolicy,
@@ -63,6 +63,7 @@ __all__ = [
     "CudaGraph",
     "DeviceFuture",
     "DeviceOp",
+    "PresentsDeviceOp",
     "FnOp",
     "GraphCaptureError",
     "GraphScope",
