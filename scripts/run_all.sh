@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The project's test command (README, CI's .ci/run): set up the workspace from the
-# frozen lock, type-check every package with mypy --strict, run every test.
+# frozen lock, type-check every package and the examples with mypy --strict, run every test.
 #
 #   scripts/run_all.sh            fresh machine: installs uv if missing, syncs .venv
 #   scripts/run_all.sh --system   no installs (e.g. the GPU machine, which has no
@@ -53,6 +53,12 @@ if run python -c 'import mypy' >/dev/null 2>&1; then
     record mypy ok "$(tail -1 <<<"$out")"
   else
     echo "$out"; record mypy FAIL "$(tail -1 <<<"$out")"
+  fi
+  # The examples as a user's code: kernels through cutile's mypy plugin (pyproject.toml).
+  if out=$(run python -m mypy --strict examples 2>&1); then
+    record examples ok "mypy: $(tail -1 <<<"$out")"
+  else
+    echo "$out"; record examples FAIL "mypy: $(tail -1 <<<"$out")"
   fi
 else
   record mypy skip "mypy not installed (--system mode)"
