@@ -1,5 +1,7 @@
 """cutile: memory-safe, race-free GPU tile kernels in Python.
 
+::
+
     import cutile
     from cutile import api
     from cutile.core import Tensor, Mut, f32, load_tile_like
