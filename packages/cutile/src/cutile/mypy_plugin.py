@@ -21,8 +21,9 @@ types. With the plugin, mypy reads them as the compiler does:
   (one as itself, several as a tuple), as the launch returns them;
 - ``Tensor`` without brackets is the runtime class `cutile.Tensor`.
 
-The plugin imports nothing of cutile (mypy loads it in its own process); the
-names it knows are checked against the packages by ``test_mypy_plugin.py``.
+The module imports only mypy (mypy imports it, with the ``cutile`` package around
+it); it knows cutile's objects by their names, which ``test_mypy_plugin.py`` checks
+against the packages.
 """
 
 from __future__ import annotations
