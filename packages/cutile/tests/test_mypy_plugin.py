@@ -134,7 +134,19 @@ SNIPPETS = {
 _MARK = re.compile(r"#\s*([EN]):\s*(.*)$")
 
 
+README = Path(__file__).resolve().parents[3] / "README.md"
+
+
+def _readme_quick_start() -> str:
+    """The README's first Python block: the quick start, as a user copies it."""
+    match = re.search(r"```python\n(.*?)```", README.read_text(), re.S)
+    assert match, "README.md has no Python block"
+    return match[1]
+
+
 def _source(name: str) -> str:
+    if name == "readme":
+        return _readme_quick_start()
     return HEADER + textwrap.dedent(SNIPPETS[name])
 
 
@@ -144,13 +156,14 @@ def mypy_output(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]
     folder = tmp_path_factory.mktemp("mypy_plugin")
     config = folder / "mypy.ini"
     config.write_text("[mypy]\nstrict = True\nplugins = cutile.mypy_plugin\n")
-    for name in SNIPPETS:
+    names = [*SNIPPETS, "readme"]
+    for name in names:
         (folder / f"{name}.py").write_text(_source(name))
     stdout, stderr, _ = mypy_api.run(["--config-file", str(config), "--cache-dir", str(folder / "cache"),
                                       "--no-error-summary", "--hide-error-context",
-                                      *(str(folder / f"{name}.py") for name in SNIPPETS)])
+                                      *(str(folder / f"{name}.py") for name in names)])
     assert "INTERNAL ERROR" not in stdout + stderr, stdout + stderr
-    found: dict[str, list[str]] = {name: [] for name in SNIPPETS}
+    found: dict[str, list[str]] = {name: [] for name in names}
     for line in stdout.splitlines():
         file = Path(line.split(":", 1)[0]).stem
         if file in found:
@@ -179,6 +192,11 @@ def test_mypy_reports_exactly_the_marked_lines(name: str, mypy_output: dict[str,
     marked = {number for number, _, _ in expected}
     unexpected = [line for line in reported if int(line.split(":", 1)[0]) not in marked]
     assert not unexpected, "unexpected reports:\n" + "\n".join(unexpected)
+
+
+def test_the_readmes_quick_start_type_checks(mypy_output: dict[str, list[str]]) -> None:
+    assert "@cutile.entry" in _readme_quick_start() and ".sync()" in _readme_quick_start()
+    assert mypy_output["readme"] == []
 
 
 def test_the_marks_cover_each_kind_of_mistake() -> None:
