@@ -35,9 +35,16 @@ def scale(z: Mut[Tensor[f32, ["B"]]], a: f32, n: i32, B: Constant[int]) -> None:
     z.store(z.load() * a + n)
 
 
+@cutile.entry
+def gemm(z: Mut[Tensor[f32, ["BM", "BN"]]], x: Tensor[f32, [-1, "K"]], y: Tensor[f32, ["K", -1]],
+         BM: Constant[int], BN: Constant[int], BK: Constant[int], K: Constant[int]) -> None:
+    pass
+
+
 x = api.ones([1024], dtype=f32)
 y = api.ones([1024], dtype=f32)
 z = api.zeros([1024], dtype=f32).partition([128])
+m = api.ones([64, 64], dtype=f32)
 """
 
 # name -> the snippet after HEADER; "# E: text" marks a line where mypy must report text
@@ -50,6 +57,8 @@ SNIPPETS = {
         reveal_type(scale(z2, 2.0, 3).sync())  # N: cutile._tensor.Partition
         reveal_type(scale(z2, 2, 3, B=128).sync())  # N: cutile._tensor.Partition
         reveal_type(add)  # N: cutile._entry.Kernel[[z: cutile._tensor.Partition, x: cutile._tensor.Tensor, y: cutile._tensor.Tensor], tuple[cutile._tensor.Partition, cutile._tensor.Tensor, cutile._tensor.Tensor]]
+        reveal_type(gemm(m.partition([32, 32]), m, m, BK=32).sync())  # N: tuple[cutile._tensor.Partition, cutile._tensor.Tensor, cutile._tensor.Tensor]
+        gemm(m.partition([32, 32]), m, m, 32, 32, BK=32, K=64).sync()
         with cutile.batch():
             for _ in range(3):
                 z2, x2, y2 = add(z2, x2, y2).sync()
@@ -77,6 +86,7 @@ SNIPPETS = {
         scale(z, "two", 3)  # E: Argument 2 to "__call__" of "Kernel" has incompatible type "str"; expected "SupportsFloat"
         scale(z, 2.0, 1.5)  # E: Argument 3 to "__call__" of "Kernel" has incompatible type "float"; expected "SupportsIndex"
         scale(z, 2.0, 1, B="wide")  # E: Argument "B" to "__call__" of "Kernel" has incompatible type "str"; expected "int"
+        gemm(m.partition([32, 32]), m, m)  # E: Missing named argument "BK" for "__call__" of "Kernel"
         a, b = add(z, x, y).sync()  # E: Too many values to unpack (2 expected, 3 provided)
         add(z, x, y).sync().to_numpy()  # E: "tuple[Partition, Tensor, Tensor]" has no attribute "to_numpy"
     """,

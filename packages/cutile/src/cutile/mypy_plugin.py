@@ -16,7 +16,8 @@ types. With the plugin, mypy reads them as the compiler does:
 - ``@cutile.entry`` makes a ``Kernel[P, R]`` whose call takes what a launch
   takes: a `cutile.Tensor` for a read-only tensor, a `cutile.Partition` for a
   ``Mut`` one, a number for a scalar (``SupportsIndex`` for integer and bool
-  dtypes, ``SupportsFloat`` for float ones), the constant's type for a constant;
+  dtypes, ``SupportsFloat`` for float ones), the constant's type for a constant
+  (optional where it names a dim: the shapes fix it);
   and whose ``.sync()`` returns ``R``, the tensor arguments in signature order
   (one as itself, several as a tuple), as the launch returns them;
 - ``Tensor`` without brackets is the runtime class `cutile.Tensor`.
@@ -230,15 +231,24 @@ def _kernel_type(arg_types: list[list[Type]], default: Type, ctx: FunctionContex
     host_types: list[Type] = []
     kinds: list[ArgKind] = []
     results: list[Type] = []
-    for body_type, kind in zip(function.arg_types, function.arg_kinds):
+    shape_names = _dim_names(function)
+    for body_type, kind, name in zip(function.arg_types, function.arg_kinds, function.arg_names):
         host, role = _host_type(get_proper_type(body_type), ctx)
         host_types.append(host)
         if role == "tensor":
             results.append(host)
-        # a constant may be left out when a shape fixes it (the launch says which cannot)
-        if role == "constant":
+        # a constant that names a dim may be left out: the shapes fix it
+        if role == "constant" and (shape_names is None or name in shape_names):
             kind = {ArgKind.ARG_POS: ArgKind.ARG_OPT, ArgKind.ARG_NAMED: ArgKind.ARG_NAMED_OPT}.get(kind, kind)
         kinds.append(kind)
+    # Python's rule, which mypy's calls assume: no required positional parameter after an
+    # optional one. From the first such parameter on, parameters are keyword-only here.
+    optional_seen = keyword_only = False
+    for i, kind in enumerate(kinds):
+        keyword_only |= optional_seen and kind == ArgKind.ARG_POS
+        if keyword_only and kind in (ArgKind.ARG_POS, ArgKind.ARG_OPT):
+            kinds[i] = ArgKind.ARG_NAMED if kind == ArgKind.ARG_POS else ArgKind.ARG_NAMED_OPT
+        optional_seen |= kind == ArgKind.ARG_OPT
     if len(results) == 1:
         result: Type = results[0]
     else:
@@ -246,6 +256,30 @@ def _kernel_type(arg_types: list[list[Type]], default: Type, ctx: FunctionContex
         result = TupleType(results, fallback)
     parameters = Parameters(host_types, kinds, list(function.arg_names))
     return kernel.copy_modified(args=[parameters, result])
+
+
+def _dim_names(function: CallableType) -> set[str] | None:
+    """The named dims of the kernel's Tensor annotations (as written: the analyzed
+    types keep none), or None where the annotations are not at hand."""
+    definition = function.definition
+    written = getattr(definition, "unanalyzed_type", None)
+    if not isinstance(written, CallableType):
+        return None
+    names: set[str] = set()
+
+    def visit(item: Type) -> None:
+        if isinstance(item, UnboundType):
+            if item.original_str_expr is not None and item.original_str_expr.isidentifier():
+                names.add(item.original_str_expr)
+            for arg in item.args:
+                visit(arg)
+        elif isinstance(item, TypeList):
+            for member in item.items:
+                visit(member)
+
+    for annotation in written.arg_types:
+        visit(annotation)
+    return names
 
 
 def _host_type(body_type: ProperType, ctx: FunctionContext | MethodContext) -> tuple[Type, str]:
