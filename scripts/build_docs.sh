@@ -19,7 +19,7 @@ out=build/docs/html
 while [ $# -gt 0 ]; do
   case "$1" in
     --system) mode=system ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
     -*) echo "build_docs.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     *) out=$1 ;;
   esac
@@ -40,6 +40,9 @@ for page in "${pages[@]}"; do
 done
 
 if [ "$mode" = uv ]; then
+  # shellcheck source=scripts/_setup.sh
+  . scripts/_setup.sh
+  ensure_workspace >/dev/null  # uv, and .venv from the frozen lock (quick when up to date)
   run() { uv run --frozen --no-sync "$@"; }
 else
   PYTHONPATH="$(ls -d packages/*/src | paste -sd:)${PYTHONPATH:+:$PYTHONPATH}"
