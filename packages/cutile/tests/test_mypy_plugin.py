@@ -116,7 +116,7 @@ SNIPPETS = {
 
 
         @cutile.entry
-        def not_a_dtype(z: Mut[Tensor[int, [-1]]]) -> None:  # E: Tensor[...]: the first item must be a dtype such as f32
+        def not_a_dtype(z: Mut[Tensor[int, ["B"]]]) -> None:  # E: Tensor[...]: the first item must be a dtype such as f32
             pass
 
 

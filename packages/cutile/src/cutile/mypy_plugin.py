@@ -134,6 +134,9 @@ def _tensor_annotation(ctx: AnalyzeTypeContext) -> Type:
         ctx.api.fail(_ANNOTATION_GRAMMAR, ctx.context)
         return AnyType(TypeOfAny.from_error)
     dtype, dims = annotation.args
+    for dim in dims.items if isinstance(dims, TypeList) else ():
+        if isinstance(dim, UnboundType) and dim.original_str_expr is not None:  # (even if the rest is wrong)
+            _withdraw_undefined_name(ctx, dim)
     if _dtype_name(ctx, dtype) is None:
         ctx.api.fail(f"Tensor[...]: the first item must be a dtype such as f32, got {dtype}", ctx.context)
         return AnyType(TypeOfAny.from_error)
@@ -146,8 +149,6 @@ def _tensor_annotation(ctx: AnalyzeTypeContext) -> Type:
             ctx.api.fail(f"Tensor[...]: each dim must be a positive int, -1 (dynamic) or a constant's name, {problem}",
                          ctx.context)
             return AnyType(TypeOfAny.from_error)
-        if isinstance(dim, UnboundType):
-            _withdraw_undefined_name(ctx, dim)
     return ctx.api.named_type(TENSOR_VIEW, [])
 
 
