@@ -15,7 +15,7 @@ from cutile.core import Mut, Tensor, f32, load_tile_like
 
 
 @cutile.entry
-def add(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], y: Tensor[f32, [-1]]):
+def add(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], y: Tensor[f32, [-1]]) -> None:
     tx = load_tile_like(x, z)
     ty = load_tile_like(y, z)
     z.store(tx + ty)

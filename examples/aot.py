@@ -19,7 +19,7 @@ from cutile.core import Mut, Tensor, f32, load_tile_like
 
 
 @cutile.entry
-def add(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], y: Tensor[f32, [-1]]):
+def add(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], y: Tensor[f32, [-1]]) -> None:
     z.store(load_tile_like(x, z) + load_tile_like(y, z))
 
 
@@ -50,8 +50,8 @@ def main() -> int:
     buffers = {name: cc.DeviceBuffer.allocate(4 * n) for name in "zxy"}
     buffers["x"].copy_from_host(struct.pack(f"<{n}f", *range(n)))
     buffers["y"].copy_from_host(struct.pack(f"<{n}f", *[2.0] * n))
-    values = {"pointer": lambda a: buffers[a.param], "dim": lambda a: n, "stride": lambda a: 1}
-    arguments = [values[a.kind](a) for a in compiled.abi]
+    # each entry parameter: a pointer to its buffer, a dim (n), or a stride (1)
+    arguments = [buffers[a.param] if a.kind == "pointer" else {"dim": n, "stride": 1}[a.kind] for a in compiled.abi]
     # cuda_core sizes each plain number by the parameter the cubin declares.
     cc.launch(function, cc.LaunchConfig(grid=n // tile, block=1), *arguments)
     device.synchronize()

@@ -14,7 +14,7 @@ from cutile.core import Constant, Mut, Tensor, f16, f32
 
 @cutile.entry
 def gemm(z: Mut[Tensor[f32, ["BM", "BN"]]], x: Tensor[f16, [-1, "K"]], y: Tensor[f16, ["K", -1]],
-         BM: Constant[int], BN: Constant[int], BK: Constant[int], K: Constant[int]):
+         BM: Constant[int], BN: Constant[int], BK: Constant[int], K: Constant[int]) -> None:
     bm, bn, _ = ct.get_tile_block_id()
     acc = ct.zeros((BM, BN), f32)
     for k in range(ct.cdiv(K, BK)):

@@ -9,13 +9,14 @@ import numpy as np
 
 import cutile
 import cutile.core as ct
+from cuda_async import DeviceOp
 from cutile import api
 from cutile.core import Constant, Mut, Tensor, f16, f32
 
 
 @cutile.entry
 def gemm(z: Mut[Tensor[f32, ["BM", "BN"]]], x: Tensor[f16, [-1, "K"]], w: Tensor[f16, ["K", -1]],
-         BM: Constant[int], BN: Constant[int], BK: Constant[int], K: Constant[int]):
+         BM: Constant[int], BN: Constant[int], BK: Constant[int], K: Constant[int]) -> None:
     bm, bn, _ = ct.get_tile_block_id()
     acc = ct.zeros((BM, BN), f32)
     for k in range(ct.cdiv(K, BK)):
@@ -25,7 +26,7 @@ def gemm(z: Mut[Tensor[f32, ["BM", "BN"]]], x: Tensor[f16, [-1, "K"]], w: Tensor
 
 @cutile.entry
 def bias_relu(h: Mut[Tensor[f16, ["BM", "BN"]]], pre: Tensor[f32, [-1, -1]], bias: Tensor[f32, [-1]],
-              BM: Constant[int], BN: Constant[int]):
+              BM: Constant[int], BN: Constant[int]) -> None:
     _, bn, _ = ct.get_tile_block_id()
     b = ct.reshape(ct.load(bias, index=(bn,), shape=(BN,)), (1, BN))
     h.store(ct.maximum(ct.load_tile_like(pre, h) + b, 0.0).astype(f16))
@@ -39,15 +40,17 @@ def main() -> int:
     b1 = rng.standard_normal(d_hidden).astype(np.float32)
     xs = [rng.standard_normal((rows, d_in)).astype(np.float16) for _ in range(batches)]
     W1, W2, B1 = api.from_numpy(w1), api.from_numpy(w2), api.from_numpy(b1)
-    chains = []
-    for x in xs:
+
+    def chain(x: cutile.Tensor) -> DeviceOp[tuple[cutile.Partition, cutile.Tensor, cutile.Tensor]]:
+        """One batch's three launches, each fed the one before's output."""
         pre = api.empty([rows, d_hidden], dtype=f32).partition([64, 128])
         hidden = api.empty([rows, d_hidden], dtype=f16).partition([64, 128])
         out = api.empty([rows, d_out], dtype=f32).partition([64, 64])
-        chain = (gemm(pre, api.from_numpy(x), W1, BK=64)
-                 .then(lambda r, hidden=hidden: bias_relu(hidden, r[0].unpartition(), B1))
-                 .then(lambda r, out=out: gemm(out, r[0].unpartition(), W2, BK=64)))
-        chains.append(chain)
+        return (gemm(pre, x, W1, BK=64)
+                .then(lambda r: bias_relu(hidden, r[0].unpartition(), B1))
+                .then(lambda r: gemm(out, r[0].unpartition(), W2, BK=64)))
+
+    chains = [chain(api.from_numpy(x)) for x in xs]
     results = cutile.zip(*chains).sync()
     ok = True
     for (out, _, _), x in zip(results, xs):

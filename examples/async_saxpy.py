@@ -14,7 +14,7 @@ from cutile.core import Mut, Tensor, f32, load_tile_like
 
 
 @cutile.entry
-def saxpy(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], y: Tensor[f32, [-1]], a: f32):
+def saxpy(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], y: Tensor[f32, [-1]], a: f32) -> None:
     z.store(a * load_tile_like(x, z) + load_tile_like(y, z))
 
 

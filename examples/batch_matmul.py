@@ -16,7 +16,7 @@ from cutile.core import Constant, Mut, Tensor, f16, f32
 
 @cutile.entry
 def batch_matmul(z: Mut[Tensor[f32, [1, "BM", "BN"]]], x: Tensor[f16, [-1, -1, "K"]], y: Tensor[f16, [-1, "K", -1]],
-                 BM: Constant[int], BN: Constant[int], BK: Constant[int], K: Constant[int]):
+                 BM: Constant[int], BN: Constant[int], BK: Constant[int], K: Constant[int]) -> None:
     b, m, n = ct.get_tile_block_id()
     acc = ct.zeros((BM, BN), f32)
     for k in range(ct.cdiv(K, BK)):

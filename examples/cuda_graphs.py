@@ -18,7 +18,7 @@ N, M, EPS = 512, 256, 1e-6
 
 
 @cutile.entry
-def rms_norm(y: Mut[Tensor[f32, [1, "N"]]], x: Tensor[f32, [1, "N"]], w: Tensor[f32, ["N"]], N: Constant[int]):
+def rms_norm(y: Mut[Tensor[f32, [1, "N"]]], x: Tensor[f32, [1, "N"]], w: Tensor[f32, ["N"]], N: Constant[int]) -> None:
     values = ct.load_tile_like(x, y)
     inverse = ct.rsqrt(ct.sum(values * values, axis=1, keepdims=True) / N + EPS)
     y.store(values * inverse * ct.reshape(ct.load(w, index=(0,), shape=(N,)), (1, N)))
@@ -26,14 +26,14 @@ def rms_norm(y: Mut[Tensor[f32, [1, "N"]]], x: Tensor[f32, [1, "N"]], w: Tensor[
 
 @cutile.entry
 def matvec(v: Mut[Tensor[f32, ["BM"]]], a: Tensor[f32, [-1, "N"]], y: Tensor[f32, [1, "N"]],
-           BM: Constant[int], N: Constant[int]):
+           BM: Constant[int], N: Constant[int]) -> None:
     row, _, _ = ct.get_tile_block_id()
     rows = ct.load(a, index=(row, 0), shape=(BM, N))
     v.store(ct.sum(rows * ct.load(y, index=(0, 0), shape=(1, N)), axis=1))
 
 
 @cutile.entry
-def residual(out: Mut[Tensor[f32, ["B"]]], v: Tensor[f32, [-1]], r: Tensor[f32, [-1]]):
+def residual(out: Mut[Tensor[f32, ["B"]]], v: Tensor[f32, [-1]], r: Tensor[f32, [-1]]) -> None:
     out.store(ct.load_tile_like(v, out) + ct.load_tile_like(r, out))
 
 
@@ -48,7 +48,9 @@ def main() -> int:
     v = api.empty([M], dtype=f32).partition([64])
     out = api.empty([M], dtype=f32).partition([M])
 
-    def step(y, v, out):
+    Partitions = tuple[cutile.Partition, cutile.Partition, cutile.Partition]
+
+    def step(y: cutile.Partition, v: cutile.Partition, out: cutile.Partition) -> Partitions:
         y, _, _ = rms_norm(y, x, W).sync()
         normed = y.unpartition()
         v, _, _ = matvec(v, A, normed).sync()
@@ -63,9 +65,9 @@ def main() -> int:
 
     ok = True
     steps = 5
-    for step in range(steps):
-        inputs = first if step == 0 else rng.standard_normal((1, N)).astype(np.float32)
-        if step:
+    for replay in range(steps):
+        inputs = first if replay == 0 else rng.standard_normal((1, N)).astype(np.float32)
+        if replay:
             graph.update(api.from_numpy(inputs))   # new contents for x, the graph's first input
         graph.launch().sync()
         x64 = inputs.astype(np.float64)

@@ -18,7 +18,7 @@ from cutile.core import Constant, Mut, Tensor, f32, u32, uniform  # uniform: api
 
 
 @cutile.entry
-def dropout(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], seed: u32, P: Constant[float], B: Constant[int]):
+def dropout(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], seed: u32, P: Constant[float], B: Constant[int]) -> None:
     block, _, _ = ct.get_tile_block_id()
     index = ct.arange(B, u32) + block.astype(u32) * B
     keep = uniform(index, seed) >= P

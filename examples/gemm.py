@@ -15,7 +15,7 @@ from cutile.core import Constant, Mut, Tensor, f16, f32, get_tile_block_id, mma
 
 @cutile.entry
 def gemm(z: Mut[Tensor[f32, ["BM", "BN"]]], x: Tensor[f16, [-1, "K"]], y: Tensor[f16, ["K", -1]],
-         BM: Constant[int], BN: Constant[int], BK: Constant[int], K: Constant[int]):
+         BM: Constant[int], BN: Constant[int], BK: Constant[int], K: Constant[int]) -> None:
     part_x = x.partition([BM, BK])          # read-only view of x in (BM, BK) tiles
     part_y = y.partition([BK, BN])
     bm, bn, _ = get_tile_block_id()

@@ -17,7 +17,7 @@ EXPECTED = "Hello, I am tile <0, 0, 0> in a kernel with <1, 1, 1> tiles.\n"
 
 
 @cutile.entry
-def hello():
+def hello() -> None:
     bx, by, bz = get_tile_block_id()
     nx, ny, nz = get_num_tile_blocks()
     print("Hello, I am tile <%d, %d, %d> in a kernel with <%d, %d, %d> tiles.", bx, by, bz, nx, ny, nz)

@@ -17,7 +17,7 @@ from cutile.core import Mut, Tensor, f32, load_tile_like
 
 
 @cutile.entry
-def scaled_add(z: Mut[Tensor[f32, ["BM", "BN"]]], x: Tensor[f32, [-1, -1]], y: Tensor[f32, [-1, -1]], alpha: f32):
+def scaled_add(z: Mut[Tensor[f32, ["BM", "BN"]]], x: Tensor[f32, [-1, -1]], y: Tensor[f32, [-1, -1]], alpha: f32) -> None:
     z.store(alpha * load_tile_like(x, z) + load_tile_like(y, z))
 
 

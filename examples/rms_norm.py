@@ -17,7 +17,7 @@ from cutile.core import Constant, Mut, Tensor, bf16, f32
 
 @cutile.entry
 def rms_norm(y: Mut[Tensor[bf16, [1, "BN"]]], x: Tensor[bf16, [-1, "N"]], w: Tensor[bf16, ["N"]],
-             N: Constant[int], BN: Constant[int], EPS: Constant[float]):
+             N: Constant[int], BN: Constant[int], EPS: Constant[float]) -> None:
     row, _, _ = ct.get_tile_block_id()
     values = ct.load(x, index=(row, 0), shape=(1, BN)).astype(f32)   # zero past the end
     mean_square = ct.sum(values * values, axis=1, keepdims=True) / N

@@ -16,7 +16,7 @@ from cutile.core import Constant, Mut, Tensor, f32
 
 
 @cutile.entry
-def softmax(z: Mut[Tensor[f32, [1, "BN"]]], x: Tensor[f32, [-1, -1]], BN: Constant[int]):
+def softmax(z: Mut[Tensor[f32, [1, "BN"]]], x: Tensor[f32, [-1, -1]], BN: Constant[int]) -> None:
     row, _, _ = ct.get_tile_block_id()
     values = ct.load(x, index=(row, 0), shape=(1, BN), padding="neg_inf")
     shifted = values - ct.max(values, axis=1, keepdims=True)

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The project's test command (README, CI's .ci/run): set up the workspace from the
-# frozen lock, type-check every package with mypy --strict, run every test.
+# frozen lock, type-check every package and the examples with mypy --strict, build the
+# docs site (scripts/build_docs.sh, warnings as errors), run every test.
 #
 #   scripts/run_all.sh            fresh machine: installs uv if missing, syncs .venv
 #   scripts/run_all.sh --system   no installs (e.g. the GPU machine, which has no
 #                                 registry): the current python3 with the packages'
-#                                 src/ folders on PYTHONPATH; mypy only if present
+#                                 src/ folders on PYTHONPATH; mypy and the docs only if present
 #   extra arguments after "--" go to pytest, e.g. scripts/run_all.sh -- -m gpu
 #
 # Exits non-zero if any step fails, including pytest collecting no test.
@@ -54,8 +55,26 @@ if run python -c 'import mypy' >/dev/null 2>&1; then
   else
     echo "$out"; record mypy FAIL "$(tail -1 <<<"$out")"
   fi
+  # The examples as a user's code: kernels through cutile's mypy plugin (pyproject.toml).
+  if out=$(run python -m mypy --strict examples 2>&1); then
+    record examples ok "mypy: $(tail -1 <<<"$out")"
+  else
+    echo "$out"; record examples FAIL "mypy: $(tail -1 <<<"$out")"
+  fi
 else
   record mypy skip "mypy not installed (--system mode)"
+fi
+
+echo "== docs"
+if run python -c 'import sphinx, myst_parser' >/dev/null 2>&1; then
+  docs_args=(); [ "$mode" = system ] && docs_args=(--system)
+  if out=$(bash scripts/build_docs.sh "${docs_args[@]}" 2>&1); then
+    record docs ok "sphinx -W: $(tail -1 <<<"$out")"
+  else
+    echo "$out"; record docs FAIL "sphinx -W: $(grep -c 'WARNING\|ERROR' <<<"$out") warnings or errors"
+  fi
+else
+  record docs skip "sphinx not installed (--system mode)"
 fi
 
 echo "== pytest"

@@ -110,14 +110,38 @@ def private_uses(path: Path, package: str, packages: Mapping[str, Path]) -> list
     return sorted(set(found), key=lambda use: (int(use.split(":")[0].split()[1]), use))
 
 
+# Modules a package may import only for type checkers (inside ``if TYPE_CHECKING:``),
+# and the one module that mypy itself loads (cutile's plugin imports mypy).
+TYPING_ONLY = frozenset({"typing_extensions"})
+MYPY_PLUGINS = {"packages/cutile/src/cutile/mypy_plugin.py": frozenset({"mypy"})}
+
+
+def _type_checking_blocks(tree: ast.AST) -> set[int]:
+    """The ids of the import nodes inside ``if TYPE_CHECKING:`` blocks."""
+    inside: set[int] = set()
+    for node in ast.walk(tree):
+        test = node.test if isinstance(node, ast.If) else None
+        if isinstance(test, ast.Name) and test.id == "TYPE_CHECKING" or \
+                isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING":
+            for statement in node.body:  # type: ignore[attr-defined]
+                inside.update(id(child) for child in ast.walk(statement))
+    return inside
+
+
 def imported_top_levels(path: Path) -> set[str]:
+    """The top-level modules ``path`` imports (those in TYPING_ONLY only where it
+    imports them at run time, outside ``if TYPE_CHECKING:``)."""
     tree = ast.parse(path.read_text(), filename=str(path))
+    typing_only = _type_checking_blocks(tree)
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names.update(alias.name.split(".")[0] for alias in node.names)
+            found = {alias.name.split(".")[0] for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names.add(node.module.split(".")[0])
+            found = {node.module.split(".")[0]}
+        else:
+            continue
+        names.update(found - TYPING_ONLY if id(node) in typing_only else found)
     return names
 
 
@@ -132,7 +156,7 @@ def test_package_imports_only_layers_below(package: str) -> None:
         f"{path.relative_to(ROOT)} imports {name}"
         for path in files
         for name in imported_top_levels(path)
-        if name not in permitted
+        if name not in permitted | MYPY_PLUGINS.get(str(path.relative_to(ROOT)), frozenset())
     }
     assert not bad, "upward or undeclared imports:\n" + "\n".join(sorted(bad))
 
@@ -175,3 +199,12 @@ def test_layering_checker_sees_violations(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text("import os\nfrom cutile.core import f32\nimport numpy.linalg as la\n")
     assert imported_top_levels(module) == {"os", "cutile", "numpy"}
+
+
+def test_a_typing_only_import_counts_only_at_run_time(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from typing_extensions import TypeVar\n"
+                      "    import numpy\nimport typing_extensions\n")
+    assert imported_top_levels(module) == {"typing", "numpy", "typing_extensions"}
+    module.write_text("import typing\nif typing.TYPE_CHECKING:\n    import typing_extensions\n")
+    assert imported_top_levels(module) == {"typing"}

@@ -28,8 +28,9 @@ def exported_functions() -> dict[str, Any]:
 
 def test_the_language_exports_the_registry_with_its_dtypes_and_classes() -> None:
     names = [d.name if d.name != "bool" else "bool_" for d in dt.ALL_DTYPES]
+    views = ["TensorView", "MutTensorView", "PartitionView", "ScalarParam"]  # the parameters, to type checkers
     assert sorted(L.__all__) == sorted(["Constant", "DType", "DeviceFunction", "HostCallError", "Mut", "Tensor",
-                                        *names, *DSL_FUNCTIONS])
+                                        *views, *names, *DSL_FUNCTIONS])
     assert len(set(L.__all__)) == len(L.__all__)
     for name, function in DSL_FUNCTIONS.items():  # the module binds each under its registry name (its imports)
         assert getattr(L, name) is function, name

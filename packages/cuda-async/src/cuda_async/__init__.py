@@ -48,7 +48,7 @@ from cuda_async._native import NATIVE_DIR as NATIVE_INCLUDE_DIR
 from cuda_async._native import batch_api as native_batch_api
 from cuda_async._ledger import ClaimPlan
 from cuda_async._ledger import check as check_access
-from cuda_async._op import DeviceOp, FnOp, SharedOp, all_of, claim, value
+from cuda_async._op import DeviceOp, FnOp, PresentsDeviceOp, SharedOp, all_of, claim, value
 from cuda_async._op import zip_ops as zip
 from cuda_async._policy import (
     HostPolicy,
@@ -70,6 +70,7 @@ __all__ = [
     "CudaGraph",
     "DeviceFuture",
     "DeviceOp",
+    "PresentsDeviceOp",
     "FnOp",
     "GraphCaptureError",
     "GraphScope",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Generator, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeAlias, TypeVar, cast, overload
 
 import cuda_core
 
@@ -32,6 +32,17 @@ A = TypeVar("A")
 B = TypeVar("B")
 C = TypeVar("C")
 D = TypeVar("D")
+
+
+class PresentsDeviceOp(Protocol[T]):
+    """An object that stands for an op (a cutile launch): ``__device_op__()`` gives it.
+    The combinators take it wherever they take an op."""
+
+    def __device_op__(self) -> DeviceOp[T]: ...
+
+
+#: an op, or an object that presents one (what ``then`` and ``zip`` take)
+OpLike: TypeAlias = "DeviceOp[T] | PresentsDeviceOp[T]"
 
 
 class Run:
@@ -92,7 +103,7 @@ class DeviceOp(Generic[T]):
         return FnOp(fn, reads=tuple(reads), writes=tuple(writes), name=name, allocates=allocates, views=views)
 
     # -- combinators ---------------------------------------------------------
-    def then(self, next_op: Callable[[T], DeviceOp[U]] | DeviceOp[U]) -> DeviceOp[U]:
+    def then(self, next_op: Callable[[T], OpLike[U]] | OpLike[U]) -> DeviceOp[U]:
         """This op, then another on the same stream.
 
         ``next_op`` is an op, or a function that builds one from this op's result
@@ -284,7 +295,7 @@ class ValueOp(DeviceOp[T]):
 
 
 class ThenOp(DeviceOp[U], Generic[T, U]):
-    def __init__(self, first: DeviceOp[T], next_op: Callable[[T], DeviceOp[U]] | DeviceOp[U]) -> None:
+    def __init__(self, first: DeviceOp[T], next_op: Callable[[T], OpLike[U]] | OpLike[U]) -> None:
         next_op = as_device_op(next_op)  # an object presenting an op (a cutile launch) counts as one
         if not isinstance(first, DeviceOp):
             raise TypeError(f"then: expected a DeviceOp to chain from, got {type(first).__name__}")
@@ -338,8 +349,8 @@ class MapOp(DeviceOp[U], Generic[T, U]):
 class GatherOp(DeviceOp[list[Any]]):
     """Several ops, each on a stream of its own (fork), joined back onto the first."""
 
-    def __init__(self, ops: Sequence[DeviceOp[Any]], name: str) -> None:
-        ops = [as_device_op(op) for op in ops]
+    def __init__(self, items: Sequence[OpLike[Any]], name: str) -> None:
+        ops: list[DeviceOp[Any]] = [as_device_op(item) for item in items]
         for op in ops:
             if not isinstance(op, DeviceOp):
                 raise TypeError(f"{name}: expected DeviceOps, got {type(op).__name__}")
@@ -423,18 +434,18 @@ def value(result: T, *, name: str = "value") -> DeviceOp[T]:
 
 
 @overload
-def zip_ops(a: DeviceOp[A], /) -> DeviceOp[tuple[A]]: ...
+def zip_ops(a: OpLike[A], /) -> DeviceOp[tuple[A]]: ...
 @overload
-def zip_ops(a: DeviceOp[A], b: DeviceOp[B], /) -> DeviceOp[tuple[A, B]]: ...
+def zip_ops(a: OpLike[A], b: OpLike[B], /) -> DeviceOp[tuple[A, B]]: ...
 @overload
-def zip_ops(a: DeviceOp[A], b: DeviceOp[B], c: DeviceOp[C], /) -> DeviceOp[tuple[A, B, C]]: ...
+def zip_ops(a: OpLike[A], b: OpLike[B], c: OpLike[C], /) -> DeviceOp[tuple[A, B, C]]: ...
 @overload
 def zip_ops(
-    a: DeviceOp[A], b: DeviceOp[B], c: DeviceOp[C], d: DeviceOp[D], /
+    a: OpLike[A], b: OpLike[B], c: OpLike[C], d: OpLike[D], /
 ) -> DeviceOp[tuple[A, B, C, D]]: ...
 @overload
-def zip_ops(*ops: DeviceOp[Any]) -> DeviceOp[tuple[Any, ...]]: ...
-def zip_ops(*ops: DeviceOp[Any]) -> DeviceOp[tuple[Any, ...]]:
+def zip_ops(*ops: OpLike[Any]) -> DeviceOp[tuple[Any, ...]]: ...
+def zip_ops(*ops: OpLike[Any]) -> DeviceOp[tuple[Any, ...]]:
     """Several ops as one whose result is the tuple of theirs.
 
     The ops may run on different streams (the policy chooses one per branch);

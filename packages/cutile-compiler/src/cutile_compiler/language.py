@@ -1,7 +1,9 @@
 """The kernel language: what ``cutile.core`` re-exports for kernel authors.
 
 Annotations (``Tensor``, ``Mut``, ``Constant``), dtypes, and the DSL functions
-that kernels call. Calling a DSL function outside a kernel raises
+that kernels call; `TensorView`, `MutTensorView`, `PartitionView` and
+`ScalarParam` are what a kernel's parameters are to a type checker (cutile's
+mypy plugin reads the annotations as them). Calling a DSL function outside a kernel raises
 `HostCallError`; on the host each shows its parameters (`inspect.signature`) and
 documentation. The DSL functions exported are those of the registry,
 `_builtins.DSL_FUNCTIONS`; they are imported or bound by name below so that static
@@ -88,6 +90,12 @@ from cutile_compiler._builtins.elementwise import binary as _binary, function_of
 from cutile_compiler._builtins.elementwise import unary as _unary
 from cutile_compiler._dtypes import ALL_DTYPES
 from cutile_compiler._opdefs.elementwise import ElementwiseOp as _Op
+from cutile_compiler._kernel_types import (
+    MutTensorView as MutTensorView,
+    PartitionView as PartitionView,
+    ScalarParam as ScalarParam,
+    TensorView as TensorView,
+)
 from cutile_compiler._signature import Constant as Constant, Mut as Mut, Tensor as Tensor
 
 # The element-wise ops' DSL functions, made from the ops' declarations (`ElementwiseOp`),
@@ -123,6 +131,7 @@ pow = pow_  # noqa: A001
 if not TYPE_CHECKING:  # (static tools read the exports off the ``as`` imports and the bindings above)
     __all__ = [
         "Constant", "DType", "DeviceFunction", "HostCallError", "Mut", "Tensor",
+        "TensorView", "MutTensorView", "PartitionView", "ScalarParam",  # what type checkers see in kernels
         *(d.name if d.name != "bool" else "bool_" for d in ALL_DTYPES),
         *DSL_FUNCTIONS,
     ]

@@ -1,11 +1,13 @@
 """cutile: memory-safe, race-free GPU tile kernels in Python.
 
+::
+
     import cutile
     from cutile import api
     from cutile.core import Tensor, Mut, f32, load_tile_like
 
     @cutile.entry
-    def add(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], y: Tensor[f32, [-1]]):
+    def add(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], y: Tensor[f32, [-1]]) -> None:
         z.store(load_tile_like(x, z) + load_tile_like(y, z))
 
     z = api.zeros([1024], dtype=f32).partition([128])

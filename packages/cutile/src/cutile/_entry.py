@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, Protocol, overload
 
 from cutile._binding import ObjectBinding, SignaturePlan, call_key, describe_call, scalar_value
 from cutile._errors import ArgumentTypeError, LaunchError
@@ -36,15 +36,30 @@ from cutile_compiler import (
 )
 
 if TYPE_CHECKING:
+    # Defaults (PEP 696) keep a bare ``Kernel`` meaning ``Kernel[..., Any]``.
+    from typing_extensions import ParamSpec, TypeVar
+
     from cutile._gpu import LoadedKernel
 
+    _P = ParamSpec("_P", default=...)
+    _R = TypeVar("_R", default=Any)
+else:
+    from typing import ParamSpec, TypeVar
 
-_F = TypeVar("_F", bound=Callable[..., Any])
+    _P = ParamSpec("_P")
+    _R = TypeVar("_R")
+_Q = ParamSpec("_Q")
 _CACHE_SIZE = 256  # specializations kept per kernel
 
 
-class Kernel(KernelBase):
+class Kernel(KernelBase, Generic[_P, _R]):
     """A ``@cutile.entry`` function. Calling it returns a lazy `Launch`.
+
+    To a type checker it is ``Kernel[P, R]``: ``P`` the parameters of a launch and
+    ``R`` what its ``.sync()`` returns. Without cutile's mypy plugin ``P`` is the
+    function's own parameters and ``R`` is ``Any``; with it (``plugins =
+    cutile.mypy_plugin``), ``P`` says what a launch takes (a `Tensor`, a
+    `Partition` for a ``Mut`` tensor, numbers) and ``R`` the tensors it gives back.
 
     Its base is the native launch path's (`cutile._native`): a call with the
     last call's objects is answered in C; any other goes to ``_call``.
@@ -94,9 +109,9 @@ class Kernel(KernelBase):
         return f"<cutile kernel {self.name}{' (unsafe)' if self.unsafe else ''}>"
 
     if TYPE_CHECKING:
-        def __call__(self, *args: Any, **kwargs: Any) -> Launch: ...
+        def __call__(self, *args: _P.args, **kwargs: _P.kwargs) -> Launch[_R]: ...
 
-    def _call(self, *args: Any, **kwargs: Any) -> Launch:
+    def _call(self, *args: Any, **kwargs: Any) -> Launch[Any]:
         if not kwargs and len(args) == len(self._param_names) and self._plain_positional:
             binding = self._object_binding
             if binding is not None and binding.matches(args):
@@ -157,10 +172,16 @@ class Kernel(KernelBase):
 configure_python(Kernel._call, Launch._sync_slow, warn_never_run)
 
 
+class KernelDecorator(Protocol):
+    """What ``cutile.entry(unsafe=..., hints=...)`` returns: applied to a function, the kernel."""
+
+    def __call__(self, function: Callable[_Q, Any], /) -> Kernel[_Q, Any]: ...
+
+
 @overload
-def entry(function: _F, /) -> Kernel: ...
+def entry(function: Callable[_Q, Any], /) -> Kernel[_Q, Any]: ...
 @overload
-def entry(*, unsafe: bool = False, hints: Mapping[str, Any] | None = None) -> Callable[[Callable[..., Any]], Kernel]: ...
+def entry(*, unsafe: bool = False, hints: Mapping[str, Any] | None = None) -> KernelDecorator: ...
 
 
 def entry(function: Callable[..., Any] | None = None, /, *, unsafe: bool = False,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 import warnings
 from collections.abc import Callable, Generator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic
 
 import cuda_async
 from cutile import _backend, _gpu
@@ -24,10 +24,19 @@ from cutile._tensor import Partition, Storage, Tensor, overlapping, overlaps_its
 from cutile_compiler import DEFAULT_OPTIONS, CompileOptions, HintError, KernelHints, Specialization
 
 if TYPE_CHECKING:
+    from typing_extensions import TypeVar  # (its default keeps a bare ``Launch`` meaning ``Launch[Any]``)
+
     from cutile._entry import Kernel
 
+    _R = TypeVar("_R", default=Any)
+else:
+    from typing import TypeVar
 
-class Launch(LaunchBase):
+    _R = TypeVar("_R")
+_T = TypeVar("_T")
+
+
+class Launch(LaunchBase, Generic[_R]):
     """One pending launch of a kernel; it holds its tensor arguments until it runs.
 
     ``.sync()`` runs it and returns the tensor arguments (in signature order);
@@ -36,6 +45,7 @@ class Launch(LaunchBase):
     The native path makes launches too (its base's C members: the kernel, the
     binding, the claim, the positional arguments, done and pending); what it
     does not set has a class default here, so such a launch is complete as made.
+    To a type checker it is ``Launch[R]``, ``R`` what ``.sync()`` returns (see `Kernel`).
     """
 
     _explicit_grid: tuple[int, int, int] | None = None
@@ -151,7 +161,7 @@ class Launch(LaunchBase):
         self._tensor_names = [r[0] for r in ranges]
         return ranges
 
-    def grid(self, x: int, y: int = 1, z: int = 1) -> Launch:
+    def grid(self, x: int, y: int = 1, z: int = 1) -> Launch[_R]:
         """Sets the grid explicitly (checked against the Mut partitions, if any)."""
         self._detach()  # what it runs changes: the Python path runs it
         dims = (x, y, z)
@@ -163,7 +173,7 @@ class Launch(LaunchBase):
         return self
 
     def compile_options(self, *, opt_level: int = 3, lineinfo: bool = False,
-                        hints: Mapping[str, Any] | None = None) -> Launch:
+                        hints: Mapping[str, Any] | None = None) -> Launch[_R]:
         """tileiras options for this launch (part of the compile cache key); ``hints``
         as for `entry`, over the entry's own."""
         self._detach()  # what it runs changes: the Python path runs it
@@ -176,7 +186,7 @@ class Launch(LaunchBase):
         self._plan = None
         return self
 
-    def compile(self) -> Launch:
+    def compile(self) -> Launch[_R]:
         """Compiles now (a warm-up); the launch stays pending: run it, or `cancel` it."""
         spec, _ = self.specialization()
         try:
@@ -213,7 +223,7 @@ class Launch(LaunchBase):
 
     # -- running: a Launch is a cuda_async DeviceOp ----------------------------------
     @property
-    def op(self) -> cuda_async.DeviceOp[Any]:
+    def op(self) -> cuda_async.DeviceOp[_R]:
         """This launch as a `cuda_async.DeviceOp`: it reads the storages of the
         read-only tensors and writes those of the Mut ones, and returns the tensor
         arguments. Combine it with ``then``, ``map``, `cutile.zip`, ``shared``..."""
@@ -234,7 +244,7 @@ class Launch(LaunchBase):
                                                  f"parameter '{param}' of {self.description}"))
         return views
 
-    def __device_op__(self) -> cuda_async.DeviceOp[Any]:
+    def __device_op__(self) -> cuda_async.DeviceOp[_R]:
         """How cuda_async's combinators see a launch (e.g. returned from ``then``)."""
         return self.op
 
@@ -249,7 +259,7 @@ class Launch(LaunchBase):
         return self._binding.results(arguments)
 
     if TYPE_CHECKING:
-        def sync(self) -> Any:
+        def sync(self) -> _R:
             """Runs the launch to completion and returns its tensor arguments.
 
             One tensor argument is returned as itself; several as a tuple.
@@ -281,26 +291,27 @@ class Launch(LaunchBase):
         self._cancelled = True
         self._release()
 
-    def sync_on(self, stream: Any) -> Any:
+    def sync_on(self, stream: Any) -> _R:
         """Runs the launch on ``stream`` (a `cuda_core.Stream`, or None for the host)
         and waits for it."""
         return self.op.sync_on(stream)
 
-    def schedule(self, policy: Any = None) -> cuda_async.DeviceFuture[Any]:
+    def schedule(self, policy: Any = None) -> cuda_async.DeviceFuture[_R]:
         """Queues the launch without waiting; the future's ``result()`` (or ``await``)
         gives the tensors back."""
         return self.op.schedule(policy)
 
-    def then(self, next_op: Any) -> cuda_async.DeviceOp[Any]:
+    def then(self, next_op: Callable[[_R], cuda_async.DeviceOp[_T] | cuda_async.PresentsDeviceOp[_T]]
+             | cuda_async.DeviceOp[_T] | cuda_async.PresentsDeviceOp[_T]) -> cuda_async.DeviceOp[_T]:
         """The launch, then ``next_op`` (an op, a launch, or a function of the result
         that returns one), on the same stream."""
         return self.op.then(next_op)
 
-    def map(self, function: Callable[[Any], Any]) -> cuda_async.DeviceOp[Any]:
+    def map(self, function: Callable[[_R], _T]) -> cuda_async.DeviceOp[_T]:
         """The launch with a host function applied to its result."""
         return self.op.map(function)
 
-    def shared(self) -> cuda_async.DeviceOp[Any]:
+    def shared(self) -> cuda_async.DeviceOp[_R]:
         """The launch as an op that runs once however many ops consume it."""
         return self.op.shared()
 
@@ -310,7 +321,7 @@ class Launch(LaunchBase):
         self.compile()
         return Graph(self.op.graph(name=name or self.description))
 
-    def __await__(self) -> Generator[Any, None, Any]:
+    def __await__(self) -> Generator[Any, None, _R]:
         return self.op.__await__()
 
 

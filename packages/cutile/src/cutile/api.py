@@ -121,7 +121,7 @@ def _filling_op(name: str, tensor: Tensor, fill: Callable[[Any], None]) -> cuda_
 
 
 class ops:  # noqa: N801 - a namespace, spelled like the module it mirrors
-    """The constructors as `cuda_async.DeviceOp`s, to compose with launches:
+    """The constructors as `cuda_async.DeviceOp` objects, to compose with launches::
 
         op = api.ops.zeros([n]).then(lambda z: add(z.partition([128]), x, y))
 
