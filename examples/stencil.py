@@ -21,7 +21,7 @@ from cutile.core import Constant, Mut, Tensor, f32
 
 
 @cutile.entry
-def fourth_difference(y: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], B: Constant[int]):
+def fourth_difference(y: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], B: Constant[int]) -> None:
     i = ct.bid(0) * B
     near = x.load(at=(i - 1,), shape=(B,)) + x.load(at=(i + 1,), shape=(B,))
     far = x.load(at=(i - 2,), shape=(B,)) + x.load(at=(i + 2,), shape=(B,))
@@ -29,7 +29,7 @@ def fourth_difference(y: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], B: Const
 
 
 @cutile.entry
-def laplacian(y: Mut[Tensor[f32, ["BM", "BN"]]], x: Tensor[f32, [-1, -1]], BM: Constant[int], BN: Constant[int]):
+def laplacian(y: Mut[Tensor[f32, ["BM", "BN"]]], x: Tensor[f32, [-1, -1]], BM: Constant[int], BN: Constant[int]) -> None:
     i, j = ct.bid(0) * BM, ct.bid(1) * BN
     vertical = x.load(at=(i - 1, j), shape=(BM, BN)) + x.load(at=(i + 1, j), shape=(BM, BN))
     horizontal = x.load(at=(i, j - 1), shape=(BM, BN)) + x.load(at=(i, j + 1), shape=(BM, BN))

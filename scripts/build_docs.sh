@@ -38,6 +38,7 @@ for page in "${pages[@]}"; do
   mkdir -p "$src/$(dirname "$page")"
   cp "$page.md" "$src/$page.md"
 done
+cp LICENSE "$src/LICENSE"  # the README links it: the site offers it as a download
 
 if [ "$mode" = uv ]; then
   # shellcheck source=scripts/_setup.sh

@@ -77,9 +77,11 @@ class TensorView(Protocol):
         """The rank."""
 
     def load(self, index: Any = None, shape: Any = None, padding: Any = "zero", latency: int | None = None,
-             allow_tma: bool | None = None) -> Any:
-        """The tile of ``shape`` at tile index ``index``; elements past the end read
-        as ``padding``. (Both are needed: only a Mut tensor has a tile of its own.)"""
+             allow_tma: bool | None = None, at: Any = None) -> Any:
+        """The tile of ``shape`` at tile index ``index``, or whose first element is at
+        the element coordinates ``at`` (read-only tensors); elements outside the
+        tensor read as ``padding``. (A shape is needed: only a Mut tensor has a tile
+        of its own.)"""
 
     def partition(self, shape: Any, padding: Any = "zero") -> PartitionView:
         """The tensor split into tiles of ``shape``."""
