@@ -46,7 +46,7 @@ if [ "$mode" = uv ]; then
   ensure_workspace >/dev/null  # uv, and .venv from the frozen lock (quick when up to date)
   run() { uv run --frozen --no-sync "$@"; }
 else
-  PYTHONPATH="$(ls -d packages/*/src | paste -sd:)${PYTHONPATH:+:$PYTHONPATH}"
+  PYTHONPATH="$(ls -d "$PWD"/packages/*/src | paste -sd:)${PYTHONPATH:+:$PYTHONPATH}"
   export PYTHONPATH
   run() { if [ "$1" = python ]; then shift; fi; python3 "$@"; }
 fi

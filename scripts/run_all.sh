@@ -41,7 +41,7 @@ if [ "$mode" = uv ]; then
   else record setup FAIL "uv sync --frozen"; printf '%s\n' "${summary[@]}"; exit 1; fi
   run() { uv run --frozen --no-sync "$@"; }
 else
-  PYTHONPATH="$(ls -d packages/*/src | paste -sd:)${PYTHONPATH:+:$PYTHONPATH}"
+  PYTHONPATH="$(ls -d "$PWD"/packages/*/src | paste -sd:)${PYTHONPATH:+:$PYTHONPATH}"
   export PYTHONPATH
   record setup ok "system $(python3 -V)"
   run() { if [ "$1" = python ]; then shift; fi; python3 "$@"; }

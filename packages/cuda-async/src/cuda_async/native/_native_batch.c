@@ -174,13 +174,11 @@ static int span_of(PyObject *hold, Span *span) {
  * *failed on an error. `running_only`: pending holds do not count. */
 static PyObject *overlapping(PyObject *list, const Span *span, PyObject *own, int running_only, int *failed) {
     for (Py_ssize_t j = 0; j < PyList_GET_SIZE(list); j++) {
-        PyObject *hold = PyList_GET_ITEM(list, j);
+        PyObject *hold = PyList_GET_ITEM(list, j), *owner = PyTuple_GET_ITEM(hold, 4);
+        if ((own != NULL && owner == own) || (running_only && owner == Py_None)) continue; /* before any number */
         Span other;
         if (span_of(hold, &other) < 0) { *failed = 1; return NULL; }
-        PyObject *owner = PyTuple_GET_ITEM(hold, 4);
-        if (other.start < span->end && span->start < other.end && (span->writes || other.writes) &&
-            !(own != NULL && owner == own) && !(running_only && owner == Py_None))
-            return hold;
+        if (other.start < span->end && span->start < other.end && (span->writes || other.writes)) return hold;
     }
     return NULL;
 }
@@ -258,15 +256,18 @@ static int steady(PyObject *accesses, PyObject *plan, PyObject *job, PyObject *s
     PyObject *lists = get(D_LISTS, plan), *entries = lists ? get(D_ENTRIES, plan) : NULL;
     int ok = entries != NULL ? 1 : -1;
     for (Py_ssize_t i = 0; ok == 1 && i < PyTuple_GET_SIZE(entries); i++) {
-        PyObject *list = PyTuple_GET_ITEM(lists, i);
+        PyObject *list = PyTuple_GET_ITEM(lists, i), *entry = PyTuple_GET_ITEM(entries, i);
         Span span, other;
-        if (span_of(PyTuple_GET_ITEM(entries, i), &span) < 0) { ok = -1; break; }
+        if (span_of(entry, &span) < 0) { ok = -1; break; }
         ok = 0;
         for (Py_ssize_t j = 0; !ok && j < PyList_GET_SIZE(list); j++) {
             PyObject *hold = PyList_GET_ITEM(list, j);
             if (PyTuple_GET_ITEM(hold, 4) != job) continue;
+            int writes = PyTuple_GET_ITEM(hold, 2) == Py_True || !span.writes;
+            if (PyTuple_GET_ITEM(hold, 0) == PyTuple_GET_ITEM(entry, 0) &&
+                PyTuple_GET_ITEM(hold, 1) == PyTuple_GET_ITEM(entry, 1)) { ok = writes; continue; } /* the same ints */
             if (span_of(hold, &other) < 0) { ok = -1; break; }
-            ok = other.start == span.start && other.end == span.end && (other.writes || !span.writes);
+            ok = other.start == span.start && other.end == span.end && writes;
         }
     }
     Py_XDECREF(lists); Py_XDECREF(entries);
