@@ -237,7 +237,7 @@ def call_key(kernel: Kernel, arguments: dict[str, Any], grid: tuple[int, int, in
         if kind is Partition:
             tensor = value._tensor
             key.append((name, tensor.dtype, tensor.shape, tensor.strides, tensor.address() % MAX_DIVISIBILITY,
-                        value.tile_shape))
+                        value.tile_shape, value.map_shape, value.blocks))
         elif kind is Tensor:
             key.append((name, value.dtype, value.shape, value.strides, value.address() % MAX_DIVISIBILITY))
         elif kind in (int, float, bool):
@@ -265,13 +265,15 @@ def describe_call(kernel: Kernel, arguments: dict[str, Any],
                 tensor = value._tensor if isinstance(value, Partition) else value
                 check_strides(name, p.name, tensor)
                 if isinstance(value, Partition):
-                    described[p.name] = tensor.spec(value.tile_shape)
-                    partitions.append((p.name, value.grid))
+                    described[p.name] = tensor.spec(value.tile_shape, value.map_shape)
+                    partitions.append((p.name, value.launch_grid))
                 else:
                     described[p.name] = tensor.spec()
             elif isinstance(value, MetaTensor):
                 described[p.name] = value.spec()
-                if value.tile_shape is not None:
+                if value.blocks is not None:
+                    partitions.append((p.name, (value.blocks,)))
+                elif value.tile_shape is not None:
                     partitions.append((p.name, tuple(-(-s // t) for s, t in zip(value.shape, value.tile_shape))))
             elif value is inspect.Parameter.empty:
                 raise LaunchError(f"{name}: missing tensor argument '{p.name}'")

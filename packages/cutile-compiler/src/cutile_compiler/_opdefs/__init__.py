@@ -15,6 +15,7 @@ from __future__ import annotations
 from cutile_compiler._opdefs._base import (
     OPS, Escape, EvalContext, IntegerDivisionByZero, OpDef, RuleError, Terminator, register)
 from cutile_compiler._opdefs import control, debug, elementwise, grid, matmul, memory, pointer, reduction, shape
+from cutile_compiler._opdefs import schedule
 
 __all__ = ["OPS", "Escape", "EvalContext", "IntegerDivisionByZero", "OpDef", "RuleError", "Terminator", "register",
-           "control", "debug", "elementwise", "grid", "matmul", "memory", "pointer", "reduction", "shape"]
+           "control", "debug", "elementwise", "grid", "matmul", "memory", "pointer", "reduction", "schedule", "shape"]
