@@ -214,7 +214,7 @@ def tensor_tiles_within(fe: FrontEnd, node: ast.Call, tensor: Value, ranges: Any
         if not (isinstance(entry, tuple) and len(entry) == 2):
             raise fe.type_error(f"tiles_within(): the range of axis {axis} must be (start, count) or None, got "
                                 f"{fe.describe(entry)}", where)
-        bounds = []
+        bounds: list[Value | int] = []
         for part, value in zip(("start", "count"), entry):
             if isinstance(value, Value):
                 vtype = value.type
@@ -234,9 +234,9 @@ def tensor_tiles_within(fe: FrontEnd, node: ast.Call, tensor: Value, ranges: Any
                 raise fe.type_error(f"tiles_within(): the {part} of axis {axis} must be an int, got "
                                     f"{fe.describe(value)}", where)
         start, count = bounds
-        if _plain_int(start) and start < 0 or _plain_int(count) and count < 0:
+        if isinstance(start, int) and start < 0 or isinstance(count, int) and count < 0:
             raise fe.type_error(f"tiles_within(): axis {axis} has a negative start or count ({start}, {count})", where)
-        if _plain_int(start) and _plain_int(count) and start + count > grid[axis]:
+        if isinstance(start, int) and isinstance(count, int) and start + count > grid[axis]:
             raise fe.type_error(f"tiles_within(): the range [{start}, {start + count}) of axis {axis} passes the "
                                 f"{grid[axis]} tiles of '{z.name}' in this launch", where)
         checked.append((start, count))
@@ -384,7 +384,7 @@ def _check_owned_entry(fe: FrontEnd, tensor: Value, axis: int, entry: Any, verb:
 
 def _derived_from_minted(fe: FrontEnd, value: Value) -> bool:
     """Whether ``value`` is computed (through any ops) from a minted coordinate."""
-    pending, seen = [value], set()
+    pending, seen = [value], set[int]()
     while pending and len(seen) < 256:
         current = pending.pop()
         if current.id in seen:
@@ -403,7 +403,7 @@ def is_uniform(fe: FrontEnd, value: Value) -> bool:
     constants, shapes, block counts and read-only memory, never from block ids,
     loop variables, branch results or tensors the kernel writes."""
     params = {v.id for v in fe.body.args}
-    pending, seen = [value], set()
+    pending, seen = [value], set[int]()
     while pending:
         current = pending.pop()
         if current.id in seen:
