@@ -14,7 +14,7 @@ import pytest
 import cutile
 from cutile import api
 from cutile.core import Constant, Mut, Tensor, bid, f32, load_tile_like, zeros
-from cutile_compiler._errors import TileTypeError
+from cutile_compiler._errors import TileSyntaxError, TileTypeError
 
 OWNED = cutile.OWNED
 
@@ -192,6 +192,30 @@ def plain(z: Mut[Tensor[f32, [16]]], KIND: Constant[int]):
             pass
     if KIND == 1:
         z.store(zeros((16,), f32), (bid(0),))  # <- index on a plain partition
+
+
+@cutile.entry
+def leaving(z: Mut[Tensor[f32, [16]]], KIND: Constant[int]):
+    for idx in z.tiles():
+        if idx[0] > 1:
+            if KIND == 0:
+                break  # <- break
+            continue
+        z.store(zeros((16,), f32) + 2.0, idx)
+
+
+def test_a_schedule_loop_may_skip_items_but_not_leave_early() -> None:
+    make = lambda: [api.zeros([64]).partition([16]).map([1], blocks=2)]  # noqa: E731
+    for path in ("compile for sm_90", "interpreter"):
+        with pytest.raises(TileSyntaxError) as info:
+            if path == "interpreter":
+                leaving(*make(), KIND=0).sync()
+            else:
+                cutile.compile(leaving, *make(), arch="sm_90", KIND=0)
+        assert "a schedule loop cannot break" in info.value.message
+        assert info.value.location is not None and info.value.location.line == line_of(leaving, "# <- break")
+    z = leaving(*make(), KIND=1).sync()
+    np.testing.assert_array_equal(z.to_numpy(), np.repeat([2.0, 2.0, 0.0, 0.0], 16))
 
 
 def test_a_partition_that_is_not_mapped_has_no_schedule() -> None:

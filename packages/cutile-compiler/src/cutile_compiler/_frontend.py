@@ -519,6 +519,7 @@ class FrontEnd:
         if isinstance(node, ast.While):
             return self.visit_while(node)
         if isinstance(node, ast.Break):
+            self.mapped.check_break(self, node)
             return self.leave_loop("break", node)
         if isinstance(node, ast.Continue):
             return self.leave_loop("continue", node)

@@ -105,6 +105,15 @@ class MappedState:
     in_range: dict[int, tuple[Value, int]] = field(default_factory=dict)
     #: the mapped tensors of the schedule loops around the statement being visited
     active: list[tuple[Value, ...]] = field(default_factory=list)
+    #: where those loops sit in the front end's stack of loop contexts
+    levels: list[int] = field(default_factory=list)
+
+    def check_break(self, fe: FrontEnd, node: ast.AST) -> None:
+        """Refuses a ``break`` out of a schedule loop (a break of a loop inside it is free)."""
+        if self.levels and self.levels[-1] == len(fe.loops) - 1:
+            raise fe.syntax_error(
+                "a schedule loop cannot break: its items are the partition's tiles, and leaving early would leave "
+                "some unwritten; use continue to skip an item", node)
 
     def note_range_index(self, fe: FrontEnd, index: Value, start: Any, stop: Any, step: Any) -> None:
         """Records a range loop's variable as proven in range of an axis' tiles when the
@@ -475,10 +484,12 @@ def mapped_loop(fe: FrontEnd, node: ast.For, schedule: TileSchedule) -> str:
 
     build = fe.range_as_loop if _has_loop_exit(node.body) else fe.range_as_for
     fe.mapped.active.append(schedule.tensors)
+    fe.mapped.levels.append(len(fe.loops))  # the loop context build pushes
     try:
         return fe.settle_loop_types(node, lambda: build(node, first, total, step, dt.i32, enter))
     finally:
         fe.mapped.active.pop()
+        fe.mapped.levels.pop()
 
 
 def _assert_range(fe: FrontEnd, node: ast.AST, axis: int, start: Value, count: Value, grid: Value) -> None:
