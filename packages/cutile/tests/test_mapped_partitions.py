@@ -270,3 +270,21 @@ def test_a_mapped_partition_compiles_ahead_of_time_from_placeholders() -> None:
     compiled = cutile.compile(KERNELS["mapped_gemm"], z, api.meta([1000, 64], f16), api.meta([64, 700], f16), BK=64,
                               arch="sm_90")
     assert "get_num_tile_blocks" in compiled.mlir and compiled.cubin[:4] == b"\x7fELF"
+
+
+@pytest.mark.interpreter_only
+def test_the_gpu_backend_launches_blocks_by_1_by_1(make_fake_gpu: Callable[..., Any]) -> None:
+    from cutile import _gpu
+
+    kernel = KERNELS["sum_and_product"]
+    with make_fake_gpu(kernels=[kernel]) as fake:
+        x = api.from_numpy(np.zeros((100, 72), np.float32))
+        y = api.from_numpy(np.zeros((100, 72), np.float32))
+        z = api.empty([100, 72]).partition([32, 32]).map([2, 2], blocks=5)
+        w = api.empty([100, 72]).partition([32, 32]).map([2, 2], blocks=5)
+        launch = kernel(z, w, x, y)
+        compiled = kernel.compiled(launch.plan().spec, "sm_90")
+        fake.kernels[compiled.name] = _gpu.fake_param_layout(compiled.abi)
+        launch.sync()
+        (record,) = [r for r in fake.launches if r["grid"] == (5, 1, 1)]
+        assert record["block"] == (1, 1, 1)
