@@ -20,7 +20,7 @@ import pytest
 
 import cutile
 from cutile import api
-from cutile.core import Constant, Mut, Tensor, bid, cdiv, f16, f32, mma, zeros
+from cutile.core import Constant, Mut, Tensor, bf16, bid, cdiv, f16, f32, i32, mma, zeros
 from cutile_compiler._opdefs.schedule import PythonArithmetic, schedule_coordinates
 
 BOTH_BACKENDS = True
@@ -168,6 +168,32 @@ def test_a_rank_3_schedule_walks_the_batch_row_major(map_shape: list[int], block
     z = poisoned([3, 100, 72]).partition([1, 32, 32]).map(map_shape, blocks=blocks)
     z, _, _ = mapped_batched_matmul(z, api.from_numpy(a, f16), api.from_numpy(b, f16), BK=16).sync()
     np.testing.assert_allclose(z.to_numpy(), a.astype(np.float64) @ b.astype(np.float64), rtol=1e-4, atol=1e-4)
+
+
+@cutile.entry
+def affine_i32(z: Mut[Tensor[i32, ["BM", "BN"]]], x: Tensor[i32, [-1, -1]], BM: Constant[int], BN: Constant[int]):
+    for idx in z.tiles():
+        z.store(x.load(index=idx, shape=(BM, BN)) * 3 - 7, idx)
+
+
+@cutile.entry
+def affine_bf16(z: Mut[Tensor[bf16, ["BM", "BN"]]], x: Tensor[bf16, [-1, -1]], BM: Constant[int], BN: Constant[int]):
+    for idx in z.tiles():
+        z.store(x.load(index=idx, shape=(BM, BN)) * 2.0 + 1.0, idx)
+
+
+@pytest.mark.parametrize("blocks", [1, 3, 8])
+def test_mapped_stores_of_other_dtypes(blocks: int) -> None:
+    import ml_dtypes
+
+    xi = RNG.integers(-1000, 1000, size=(45, 70)).astype(np.int32)
+    z = api.full([45, 70], -1, dtype=i32).partition([16, 32]).map([2, 1], blocks=blocks)
+    z, _ = affine_i32(z, api.from_numpy(xi)).sync()
+    np.testing.assert_array_equal(z.to_numpy(), xi * 3 - 7)
+    xb = normal(45, 70).astype(ml_dtypes.bfloat16)
+    z = api.full([45, 70], np.nan, dtype=bf16).partition([16, 32]).map([1, 2], blocks=blocks)
+    z, _ = affine_bf16(z, api.from_numpy(xb, bf16)).sync()
+    np.testing.assert_array_equal(z.to_numpy().astype(np.float64), (xb * 2 + 1).astype(np.float64))
 
 
 # -- the interpreter's check of the schedule ---------------------------------------------------------
