@@ -314,3 +314,14 @@ def test_the_gpu_backend_launches_blocks_by_1_by_1(make_fake_gpu: Callable[..., 
         launch.sync()
         (record,) = [r for r in fake.launches if r["grid"] == (5, 1, 1)]
         assert record["block"] == (1, 1, 1)
+
+
+@pytest.mark.interpreter_only
+def test_even_an_unsafe_kernel_runs_a_mapped_partition_on_its_blocks() -> None:
+    kernel = cutile.entry(unsafe=True)(SUITE["sum_and_product"][0])
+    x = api.from_numpy(np.zeros((100, 72), np.float32))
+    z = api.zeros([100, 72]).partition([32, 32]).map([2, 2], blocks=5)
+    w = api.zeros([100, 72]).partition([32, 32]).map([2, 2], blocks=5)
+    with pytest.raises(cutile.LaunchError, match=r"disagrees with the grid \[5, 1, 1\] of the mapped partition 'z'"):
+        kernel(z, w, x, x).grid(5, 2).sync()
+    kernel(z, w, x, x).grid(5).sync()

@@ -248,6 +248,10 @@ def call_key(kernel: Kernel, arguments: dict[str, Any], grid: tuple[int, int, in
     return tuple(key)
 
 
+def _is_mapped(value: Any) -> bool:
+    return getattr(value, "blocks", None) is not None  # a mapped Partition or api.meta placeholder
+
+
 def describe_call(kernel: Kernel, arguments: dict[str, Any],
                   explicit_grid: tuple[int, int, int] | None = None) -> tuple[Specialization, tuple[int, int, int]]:
     """The specialization a call's arguments select, and its grid (inferred from the
@@ -302,6 +306,11 @@ def describe_call(kernel: Kernel, arguments: dict[str, Any],
     if explicit_grid is not None:
         # An unsafe kernel may run on another grid than its partitions' (a persistent
         # kernel loops over the tiles itself); the interpreter still checks its stores.
+        mapped = [param for param, tiles in partitions if len(tiles) == 1 and _is_mapped(arguments.get(param))]
+        if mapped and padded != explicit_grid:  # its schedule's proof counts on (blocks, 1, 1) blocks
+            raise LaunchError(
+                f"{name}: the explicit grid {list(explicit_grid)} disagrees with the grid {list(padded or ())} of "
+                f"the mapped partition '{mapped[0]}' (its map's blocks), even in an unsafe kernel")
         if padded is not None and padded != explicit_grid and not kernel.unsafe:
             raise LaunchError(
                 f"{name}: the explicit grid {list(explicit_grid)} disagrees with the grid "
