@@ -325,3 +325,15 @@ def test_even_an_unsafe_kernel_runs_a_mapped_partition_on_its_blocks() -> None:
     with pytest.raises(cutile.LaunchError, match=r"disagrees with the grid \[5, 1, 1\] of the mapped partition 'z'"):
         kernel(z, w, x, x).grid(5, 2).sync()
     kernel(z, w, x, x).grid(5).sync()
+
+
+@pytest.mark.interpreter_only
+def test_map_while_a_launch_holds_the_partition_is_refused() -> None:
+    x = api.from_numpy(np.ones(256, np.float32))
+    z = api.zeros([256]).partition([128])
+    pending = KERNELS["add"](z, x, x)
+    with pytest.raises(cutile.OwnershipError, match="held by the pending launch of add"):
+        z.map([1], blocks=2)
+    pending.sync()
+    mapped = z.map([1], blocks=2)
+    only_block_zero(mapped.unpartition().partition([128]).map([1], blocks=1)).sync()

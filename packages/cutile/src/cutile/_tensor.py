@@ -538,6 +538,8 @@ class Partition:
         if self.map_shape is not None:
             raise LaunchError("map(): this partition is already mapped; unpartition() and partition it again")
         mapped = checked_map(map_shape, blocks, tensor.shape, self.tile_shape, tensor.device)
+        start, end = tensor.byte_range()
+        tensor._storage.check_available(start, end, True, "map()")  # as unpartition(): not while a launch holds it
         self._consumed_by = "map()"
         return Partition(tensor, self.tile_shape, _from_tensor=True, _map=mapped)
 
