@@ -337,3 +337,17 @@ def test_map_while_a_launch_holds_the_partition_is_refused() -> None:
     pending.sync()
     mapped = z.map([1], blocks=2)
     only_block_zero(mapped.unpartition().partition([128]).map([1], blocks=1)).sync()
+
+
+@cutile.entry
+def unpacked_target(z: Mut[Tensor[f32, [8, 8]]], x: Tensor[f32, [-1, -1]]):
+    for bm, bn in z.tiles():  # the loop's target may unpack the index: its entries are the minted coordinates
+        z.store(x.load(index=(bm, bn), shape=(8, 8)) + 1.0, (bm, bn))
+
+
+@pytest.mark.parametrize("blocks", [1, 7])
+def test_a_schedule_loop_may_unpack_its_index(blocks: int) -> None:
+    x = normal(30, 20)
+    z = poisoned([30, 20]).partition([8, 8]).map([2, 1], blocks=blocks)
+    z, _ = unpacked_target(z, api.from_numpy(x)).sync()
+    np.testing.assert_array_equal(z.to_numpy(), x + 1)
