@@ -96,6 +96,16 @@ def streamed(z: Mut[Tensor[f32, [16, 8]]], w: Mut[Tensor[f32, [16, 8]]], x: Tens
     if KIND == 13:
         for idx in z.tiles_within(((2, 5), None)):  # <- past the grid
             z.store(t, idx)
+    if KIND == 14:
+        for idx in z.tiles():
+            z.store(t, idx)
+        for idx in z.tiles_within(((1, 2), None)):
+            z.store(t, idx)  # <- two sub-grids
+    if KIND == 15:  # one sub-grid, iterated twice: accepted
+        for idx in z.tiles_within(((1, 2), None)):
+            z.store(t, idx)
+        for idx in z.tiles_within(((1, 2), None)):
+            z.store(z.load(idx) + 1.0, idx)
 
 
 STREAMED_CASES = [
@@ -112,6 +122,7 @@ STREAMED_CASES = [
     (10, "read-only", "tiles(): 'x' is a read-only tensor, not a mapped partition"),
     (12, "block-dependent", "tiles_within(): the start of axis 0 may differ between blocks"),
     (13, "past the grid", "tiles_within(): the range [2, 7) of axis 0 passes the 3 tiles of 'z' in this launch"),
+    (14, "two sub-grids", "'z' is accessed at indices of two schedules with different sub-grids"),
 ]
 
 
@@ -224,3 +235,11 @@ def test_a_partition_that_is_not_mapped_has_no_schedule() -> None:
                           "block, not a mapped partition", KIND=0)
     refused_on_both_paths(plain, make, "# <- index on a plain partition", "z.store(tile, index): only a mapped "
                           "partition is stored at an index in a safe kernel", KIND=1)
+
+
+def test_one_sub_grid_may_be_iterated_twice() -> None:
+    z, w, x = grids([2, 1])()
+    z, _, _ = streamed(z, w, x, KIND=15).sync()
+    expected = np.zeros((48, 40), np.float32)
+    expected[16:48] = 1.0
+    np.testing.assert_array_equal(z.to_numpy(), expected)

@@ -54,9 +54,12 @@ _I32 = TileType(dt.i32)
 
 @dataclass(eq=False)
 class Mint:
-    """One schedule loop's minting of indices: the mapped tensors its indices address."""
+    """One schedule loop's minting of indices: the mapped tensors its indices address,
+    and its sub-grid (`Space`: which block an item's tile goes to depends on it)."""
 
     tensors: tuple[Value, ...]
+    space: tuple[Any, ...] = ()
+    line: int = 0
 
     def accepts(self, tensor: Value) -> bool:
         return any(t is tensor for t in self.tensors)
@@ -107,6 +110,19 @@ class MappedState:
     active: list[tuple[Value, ...]] = field(default_factory=list)
     #: where those loops sit in the front end's stack of loop contexts
     levels: list[int] = field(default_factory=list)
+    #: per mapped tensor (by id), the mint whose sub-grid its stores and loads use first
+    claims: dict[int, Mint] = field(default_factory=dict)
+
+    def claim(self, fe: FrontEnd, tensor: Value, mint: Mint, where: ast.AST) -> None:
+        """Refuses indices of one tensor minted by schedules of different sub-grids: they
+        give a tile to different blocks (two blocks could write it, or one read it while
+        another writes it)."""
+        first = self.claims.setdefault(tensor.id, mint)
+        if first.space != mint.space:
+            raise fe.type_error(
+                f"'{tensor.name}' is accessed at indices of two schedules with different sub-grids (the loop at "
+                f"line {first.line} and the one at line {mint.line}); each gives a tile to a different block, so "
+                f"two blocks could touch one tile. Access a partition through schedules of one sub-grid", where)
 
     def check_break(self, fe: FrontEnd, node: ast.AST) -> None:
         """Refuses a ``break`` out of a schedule loop (a break of a loop inside it is free)."""
@@ -139,6 +155,9 @@ def _mapped_tensor(fe: FrontEnd, value: Any, node: ast.AST, what: str) -> Value:
         raise fe.type_error(
             f"{what}: '{value.name}' is {kind}, not a mapped partition; schedules belong to Mut parameters "
             f"passed as t.partition(tile).map(map_shape, blocks=n)", node)
+    if all(m == OWNED_AXIS for m in ttype.map_shape):  # (the host refuses such a map; a hand-made spec may not)
+        raise fe.type_error(f"{what}: the map of '{value.name}' owns every axis; a schedule streams at least one",
+                            node)
     return value
 
 
@@ -323,6 +342,7 @@ def checked_index(fe: FrontEnd, node: ast.Call, tensor: Value, index: Any, verb:
                 f"{name}.{verb}: this index was minted by the schedule of {index.mint.names}, not of '{name}': "
                 f"another partition's schedule proves nothing about '{name}'. Iterate both with "
                 f"{index.mint.tensors[0].name}.tiles_with({name})", where)
+        state.claim(fe, tensor, index.mint, where)
         return [_coordinate(fe, c, where) for c in index]
     if not isinstance(index, tuple) or len(index) != ttype.rank:
         raise _outside(fe, tensor, verb, where,
@@ -360,6 +380,8 @@ def checked_index(fe: FrontEnd, node: ast.Call, tensor: Value, index: Any, verb:
         raise fe.type_error(
             f"{name}.{verb}: the streamed entries of the index come from different minted indices (different loops "
             "or iterations); a tile is proven this block's only as one index of one schedule item", where)
+    if mints:
+        state.claim(fe, tensor, mints[0], where)
     return [_coordinate(fe, entry, where) for entry in index]
 
 
@@ -466,11 +488,16 @@ def mapped_loop(fe: FrontEnd, node: ast.For, schedule: TileSchedule) -> str:
     step = fe.op("num_blocks", [], {"axis": 0}, node=node).result
     groups = tuple(ztype.map_shape[axis] for axis in streamed)
     names = tuple(t.name or "" for t in schedule.tensors)
+    # What decides which block gets which tile, besides the map and the block count: the
+    # sub-grid (the whole grid, or tiles_within's starts and counts, the same values or ints).
+    space = tuple(None if entry is None else tuple(v.id if isinstance(v, Value) else ("int", v) for v in entry)
+                  for entry in schedule.ranges)
+    line = fe.location(node).line
 
     def enter(item: Value) -> None:
         coordinates = fe.op("schedule_item", [item, *counts, *starts], {"groups": groups, "tensors": names},
                             node=node).results
-        mint = Mint(schedule.tensors)
+        mint = Mint(schedule.tensors, space, line)
         minted: list[Any] = []
         streamed_coordinates = iter(coordinates)
         for axis in range(ztype.rank):
