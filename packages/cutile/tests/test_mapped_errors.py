@@ -243,3 +243,17 @@ def test_one_sub_grid_may_be_iterated_twice() -> None:
     expected = np.zeros((48, 40), np.float32)
     expected[16:48] = 1.0
     np.testing.assert_array_equal(z.to_numpy(), expected)
+
+
+@cutile.entry
+def reading(z: Mut[Tensor[f32, [16]]], v: Mut[Tensor[f32, [16]]]):
+    for idx in z.tiles():
+        z.store(zeros((16,), f32), idx)
+    v.store(load_tile_like(z, v))  # <- read by block id
+
+
+def test_a_mapped_partition_is_not_read_by_block_id() -> None:
+    # v's tile b and z's tile b: block b would read a tile the schedule gives another block
+    make = lambda: [api.zeros([48]).partition([16]).map([1], blocks=3), api.zeros([48]).partition([16])]  # noqa: E731
+    refused_on_both_paths(reading, make, "# <- read by block id",
+                          "'z' is a mapped partition: its blocks own no tile by block id")
