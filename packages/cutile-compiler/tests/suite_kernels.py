@@ -6,12 +6,16 @@ the compile tests here and the numerics tests of the cutile package
 wrap the same sources with ``cutile.entry``. `SUITE` says, per kernel, whether it
 is unsafe and which hints it carries.
 
-Persistent kernels: a block loops over output tiles with a stride of the grid
-size, so it stores at tile indices of its own choosing. cuTile Rust writes such
-kernels in an ``unsafe`` block; here the kernel is ``@cutile.entry(unsafe=True)``
-and launched with an explicit grid (allowed to differ from its Mut partition's
-grid only in unsafe kernels). Nothing is lost for testing: the interpreter checks
-that no two blocks write one element, and stores are still masked at the edges.
+Persistent kernels come in two kinds. Safe ones take their output as a mapped
+partition (``t.partition(tile).map(map_shape, blocks=n)``) and store only at the
+indices its schedule mints (``for idx in z.tiles():``), which the compiler proves
+disjoint between blocks: ``mapped_gemm`` (grouped order, the host's ``map([G, 1])``),
+the chunked row kernels on an owned axis, a two-output kernel (``tiles_with``) and
+a sub-range update (``tiles_within``). The unsafe twin ``persistent_gemm`` computes
+the same tile order itself and is ``@cutile.entry(unsafe=True)``, launched with an
+explicit grid (allowed to differ from its Mut partition's grid only in unsafe
+kernels); the interpreter checks that no two blocks write one element, and stores
+are still masked at the edges.
 """
 
 from typing import Any
@@ -97,6 +101,80 @@ def persistent_gemm(z: Mut[Tensor[f32, ["BM", "BN"]]], x: Tensor[f16, [-1, "K"]]
         for k in range(cdiv(K, BK)):
             acc = mma(part_x.load([pm, k]), part_y.load([k, pn]), acc)
         part_z.store((pm, pn), acc)
+
+
+def mapped_gemm(z: Mut[Tensor[f32, ["BM", "BN"]]], x: Tensor[f16, [-1, "K"]], y: Tensor[f16, ["K", -1]],
+                BM: Constant[int], BN: Constant[int], BK: Constant[int], K: Constant[int]):
+    """The safe persistent GEMM: z is mapped on the host (``map([G, 1], blocks=n)``: groups
+    of G tile rows), each block stores the tiles its share of the schedule mints."""
+    part_x = x.partition([BM, BK])
+    part_y = y.partition([BK, BN])
+    for idx in z.tiles():
+        bm, bn = idx
+        acc = zeros((BM, BN), f32)
+        for k in range(cdiv(K, BK)):
+            acc = mma(part_x.load([bm, k]), part_y.load([k, bn]), acc)
+        z.store(acc, idx)
+
+
+def chunked_softmax(z: Mut[Tensor[f32, ["BM", "BN"]]], x: Tensor[f32, [-1, -1]], BM: Constant[int],
+                    BN: Constant[int]):
+    """Row softmax over any number of columns: z is mapped ``[1, OWNED]``, so each schedule
+    item owns BM whole rows and walks their column chunks twice (online max and sum, then
+    the normalized chunks)."""
+    for idx in z.tiles():
+        rows, _ = idx
+        row_max = full((BM, 1), -float("inf"), f32)
+        row_sum = zeros((BM, 1), f32)
+        for c in range(z.num_tiles(1)):
+            t = x.load(index=(rows, c), shape=(BM, BN), padding="neg_inf")
+            new_max = maximum(row_max, max(t, axis=1, keepdims=True))
+            row_sum = row_sum * exp(row_max - new_max) + sum(exp(t - new_max), axis=1, keepdims=True)
+            row_max = new_max
+        for c in range(z.num_tiles(1)):
+            t = x.load(index=(rows, c), shape=(BM, BN), padding="neg_inf")
+            z.store(exp(t - row_max) / row_sum, (rows, c))
+
+
+def chunked_layernorm(z: Mut[Tensor[f32, ["BM", "BN"]]], x: Tensor[f32, [-1, -1]], w: Tensor[f32, [-1]],
+                      b: Tensor[f32, [-1]], eps: f32, BM: Constant[int], BN: Constant[int]):
+    """LayerNorm over any number of columns on an owned axis (z mapped ``[1, OWNED]``): a pass
+    summing each row's chunks and their squares, a pass storing the normalized chunks."""
+    n = x.shape[1].astype(f32)
+    for idx in z.tiles():
+        rows, _ = idx
+        total = zeros((BM, 1), f32)
+        squares = zeros((BM, 1), f32)
+        for c in range(z.num_tiles(1)):
+            t = x.load(index=(rows, c), shape=(BM, BN))
+            total = total + sum(t, axis=1, keepdims=True)
+            squares = squares + sum(t * t, axis=1, keepdims=True)
+        mean = total / n
+        scale = rsqrt(maximum(squares / n - mean * mean, 0.0) + eps)
+        for c in range(z.num_tiles(1)):
+            t = x.load(index=(rows, c), shape=(BM, BN))
+            weight = w.load(index=(c,), shape=(BN,)).reshape((1, BN))
+            bias = b.load(index=(c,), shape=(BN,)).reshape((1, BN))
+            z.store((t - mean) * scale * weight + bias, (rows, c))
+
+
+def sum_and_product(z: Mut[Tensor[f32, ["BM", "BN"]]], w: Mut[Tensor[f32, ["BM", "BN"]]],
+                    x: Tensor[f32, [-1, -1]], y: Tensor[f32, [-1, -1]], BM: Constant[int], BN: Constant[int]):
+    """Two outputs of one schedule: ``tiles_with`` mints indices both z and w accept."""
+    for idx in z.tiles_with(w):
+        a = x.load(index=idx, shape=(BM, BN))
+        b = y.load(index=idx, shape=(BM, BN))
+        z.store(a + b, idx)
+        w.store(a * b, idx)
+
+
+def cache_update(cache: Mut[Tensor[f32, ["BS", "D"]]], new: Tensor[f32, [-1, -1]], start: i32,
+                 BS: Constant[int], D: Constant[int]):
+    """A KV-cache style update: the rows of ``new`` go to tile rows ``start...`` of the cache;
+    ``tiles_within`` visits only those tiles (the rest of the cache is not touched)."""
+    for idx in cache.tiles_within(((start, cdiv(new.shape[0], BS)), None)):
+        r, c = idx
+        cache.store(new.load(index=(r - start, c), shape=(BS, D)), idx)
 
 
 def split_k_gemm(z: Mut[Tensor[f32, ["BM", "BN"]]], x: Tensor[f16, [-1, "K"]], y: Tensor[f16, ["K", -1]],
@@ -232,6 +310,11 @@ SUITE: dict[str, tuple[Any, bool, dict[str, Any] | None]] = {
     "saxpy": (saxpy, False, None),
     "gemm": (gemm, False, {"sm_90": {"num_worker_warps": 8}, "sm_100": {"num_ctas": 1}}),
     "persistent_gemm": (persistent_gemm, True, {"occupancy": 1}),
+    "mapped_gemm": (mapped_gemm, False, {"occupancy": 1, "sm_90": {"num_worker_warps": 8}}),
+    "chunked_softmax": (chunked_softmax, False, None),
+    "chunked_layernorm": (chunked_layernorm, False, None),
+    "sum_and_product": (sum_and_product, False, None),
+    "cache_update": (cache_update, False, None),
     "split_k_gemm": (split_k_gemm, True, None),
     "batched_matmul": (batched_matmul, False, None),
     "softmax": (softmax, False, None),

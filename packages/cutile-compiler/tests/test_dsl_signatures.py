@@ -110,7 +110,7 @@ def k_method_keyword(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
 
 def k_tensor_method_count(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
     t = load_tile_like(x, z)
-    z.store(t, t)  # <- tensor_method_count
+    z.store(t, t, t)  # <- tensor_method_count
 
 
 def k_no_keywords(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
@@ -128,7 +128,7 @@ CALL_CASES = [
                        r"argument 'latency'"),
     (k_positional_only, "positional_only", r"sqrt\(\) takes only rounding, flush_to_zero, got x"),
     (k_method_keyword, "method_keyword", r"sum\(\) takes only x, axis, keepdims, got keep"),
-    (k_tensor_method_count, "tensor_method_count", r"\.store\(value\) takes 1 positional argument \(value\), got 2"),
+    (k_tensor_method_count, "tensor_method_count", r"\.store\(value, index=None\) takes 2 positional arguments \(value, index\), got 3"),
     (k_no_keywords, "no_keywords", r"get_tile_block_id\(\) takes no keyword arguments, got axis"),
 ]
 

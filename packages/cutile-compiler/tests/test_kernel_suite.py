@@ -35,13 +35,16 @@ SUITE = {**MODULE.SUITE, **MODULE.FEATURES}
 F16, F32 = dt.f16, dt.f32
 
 
-def tensor(shape: list[int], dtype: dt.DType, tile: list[int] | None = None) -> TensorSpec:
+def tensor(shape: list[int], dtype: dt.DType, tile: list[int] | None = None,
+           mapped: list[int] | None = None) -> TensorSpec:
     """A freshly allocated tensor's spec (dense, 256-byte aligned), partitioned into
-    ``tile`` when given, as a launch describes it."""
+    ``tile`` when given (and mapped by ``mapped``, 0 for an owned axis), as a launch
+    describes it."""
     strides = [1] * len(shape)
     for axis in range(len(shape) - 2, -1, -1):
         strides[axis] = strides[axis + 1] * shape[axis + 1]
-    return TensorSpec.describe(dtype, shape, strides, 256, tuple(tile) if tile is not None else None)
+    return TensorSpec.describe(dtype, shape, strides, 256, tuple(tile) if tile is not None else None,
+                               tuple(mapped) if mapped is not None else None)
 
 
 def arguments(name: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
@@ -54,6 +57,19 @@ def arguments(name: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
     if name == "persistent_gemm":
         return ((tensor([200, 136], F32, [64, 64]), tensor([200, 96], F16), tensor([96, 136], F16)),
                 {"BK": 32, "GROUP_M": 2})
+    if name == "mapped_gemm":
+        return ((tensor([200, 136], F32, [64, 64], [8, 1]), tensor([200, 96], F16), tensor([96, 136], F16)),
+                {"BK": 32})
+    if name in ("chunked_softmax", "chunked_layernorm"):
+        rows: tuple[Any, ...] = (tensor([100, 3000], F32, [4, 512], [1, 0]), tensor([100, 3000], F32))
+        if name == "chunked_layernorm":
+            rows += (tensor([3000], F32), tensor([3000], F32), 1e-5)
+        return rows, {}
+    if name == "sum_and_product":
+        return ((tensor([100, 72], F32, [32, 32], [2, 2]), tensor([100, 72], F32, [32, 32], [2, 2]),
+                 tensor([100, 72], F32), tensor([100, 72], F32)), {})
+    if name == "cache_update":
+        return (tensor([512, 64], F32, [4, 64], [1, 1]), tensor([37, 64], F32), 3), {}
     if name == "split_k_gemm":
         return ((tensor([200, 136], F32, [64, 64]), tensor([200, 96], F16), tensor([96, 136], F16)),
                 {"BK": 16, "SPLITS": 3})
@@ -149,6 +165,20 @@ def test_safe_reads_lower_to_views_inside_and_masked_pointer_loads_at_the_edges(
     assert stencil.count("load_ptr_tko") == 4 and stencil.count(" = if ") == 5
     lookup = compiled[("embedding", "sm_100")].mlir
     assert "cmpi less_than" in lookup and "unsigned" in lookup and "load_ptr_tko" in lookup
+
+
+def test_a_mapped_schedule_lowers_to_a_persistent_loop_without_checks(compiled: dict[tuple[str, str], Any]) -> None:
+    for arch in ARCHS:
+        mapped = compiled[("mapped_gemm", arch)].mlir
+        # the loop over this block's items, stepping by the grid, and the grouped order's arithmetic
+        assert "for %loopIdx in (%blockId_x to" in mapped and "step %gridSize_x" in mapped
+        assert "divi" in mapped and "remi" in mapped and "mini" in mapped
+        assert "assert" not in mapped  # minted indices need no run-time check
+        assert "store_view_tko" in mapped
+    assert "num_worker_warps_per_cta = 8" in compiled[("mapped_gemm", "sm_90")].mlir
+    # a run-time sub-range is checked against the grid (assert), the other schedules are not
+    assert compiled[("cache_update", "sm_90")].mlir.count("assert") == 3
+    assert "assert" not in compiled[("chunked_softmax", "sm_100")].mlir
 
 
 def test_features_lower_to_the_tile_ir_ops(compiled: dict[tuple[str, str], Any]) -> None:

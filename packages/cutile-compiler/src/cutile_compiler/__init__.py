@@ -59,6 +59,7 @@ from cutile_compiler._opdefs.elementwise import Select, numpy_dtype
 from cutile_compiler._pipeline import CompiledKernel, KernelCompiler, compile_kernel
 from cutile_compiler._signature import (
     MAX_DIVISIBILITY,
+    OWNED_AXIS,
     ConstantAnnotation,
     KernelSignature,
     SignatureError,
@@ -92,7 +93,7 @@ __all__ = [
     "AbiArg", "Arch", "CompileOptions", "CompiledKernel", "DEFAULT_OPTIONS", "KernelCompiler", "KernelHints", "Toolchain",
     "build_kernel_ir", "compile_kernel", "find_toolchain", "format_kernel", "kernel_abi", "lower_kernel", "parse_arch",
     # signatures and specializations
-    "ConstantAnnotation", "DeviceFunction", "KernelSignature", "MAX_DIVISIBILITY", "Specialization",
+    "ConstantAnnotation", "DeviceFunction", "KernelSignature", "MAX_DIVISIBILITY", "OWNED_AXIS", "Specialization",
     "TensorAnnotation", "TensorSpec", "constant_key", "make_tensor_annotation", "parse_signature", "specialize",
     # dtypes and tile shapes
     "DType", "dtypes", "is_power_of_two", "numpy_dtype", "tile_shape_problem",

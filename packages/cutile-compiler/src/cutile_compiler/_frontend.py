@@ -153,6 +153,10 @@ class FrontEnd:
         self.frames: list[_Frame] = []
         self.loops: list[_LoopContext] = []
         self.own_partitions: dict[int, Value] = {}
+        self.producers: dict[int, Operation] = {}  # by `Value.id`: the op that made each value
+        from cutile_compiler._mapped import MappedState
+
+        self.mapped = MappedState()  # minted indices and range proofs of mapped partitions
         self.block_ids: dict[int, Value] = {}
         self.grid_rank = 0
         self.node: ast.AST = self.source.tree
@@ -208,6 +212,8 @@ class FrontEnd:
                 raise self.type_error(f"{opdef.name}: the result {result_type} is not a valid tile: {problem}", node)
         operation = Operation(opdef, operands, result_types, attrs, regions, self.location(node))
         (self.prologue if prologue else self.block.ops).append(operation)
+        for made in operation.results:
+            self.producers[made.id] = operation
         static = opdef.static_value(attrs)
         if static is not None:
             self.static_values[operation.result.id] = static
@@ -402,6 +408,10 @@ class FrontEnd:
 
     def own_index(self, tensor: Value) -> list[Value]:
         assert isinstance(tensor.type, TensorType) and tensor.type.tile_shape is not None
+        if tensor.type.map_shape is not None:  # its tiles are the schedule's, not the block id's
+            from cutile_compiler._mapped import no_own_tile
+
+            raise no_own_tile(self, tensor)
         return [self.block_id(axis) for axis in range(len(tensor.type.tile_shape))]
 
     def own_partition(self, tensor: Value, node: ast.AST | None) -> Value:
@@ -437,7 +447,7 @@ class FrontEnd:
                 spec = tensors[p.name]
                 if annotation.mutable:
                     shape: tuple[int | None, ...] = (None,) * len(spec.shape)
-                    ttype = TensorType(spec.dtype, shape, True, spec.tile_shape)
+                    ttype = TensorType(spec.dtype, shape, True, spec.tile_shape, spec.map_shape)
                     mutable_ranks.add(len(spec.shape))
                 else:
                     shape = tuple(
@@ -518,6 +528,7 @@ class FrontEnd:
         if isinstance(node, ast.While):
             return self.visit_while(node)
         if isinstance(node, ast.Break):
+            self.mapped.check_break(self, node)
             return self.leave_loop("break", node)
         if isinstance(node, ast.Continue):
             return self.leave_loop("continue", node)
@@ -686,8 +697,12 @@ class FrontEnd:
     def visit_for(self, node: ast.For) -> str:
         if node.orelse:
             raise self.syntax_error("for ... else is not supported inside a kernel", node)
+        from cutile_compiler._mapped import TileSchedule, mapped_loop
+
         if not isinstance(node.iter, ast.Call):
             iterable = self.expr(node.iter)
+            if isinstance(iterable, TileSchedule):
+                return mapped_loop(self, node, iterable)
             if isinstance(iterable, tuple):
                 return self.unrolled(node, list(iterable))
             raise self.syntax_error("a kernel loops over range(...), static_range(...) or a constant tuple", node.iter)
@@ -704,6 +719,8 @@ class FrontEnd:
                 return self.unrolled(node, list(static_items(self, node.iter, "static_range", bounds)))
             return self.range_loop(node, bounds)
         iterable = self.call(callee, node.iter)
+        if isinstance(iterable, TileSchedule):
+            return mapped_loop(self, node, iterable)
         if isinstance(iterable, tuple):
             return self.unrolled(node, list(iterable))
         raise self.syntax_error("a kernel loops over range(...), static_range(...) or a constant tuple", node.iter)
@@ -841,13 +858,20 @@ class FrontEnd:
                     f"'{name}' changes type in the loop from {expected} to {value.type}; give it its final type "
                     "before the loop (e.g. with full(...) or astype)", node)
 
-    def range_as_for(self, node: ast.For, start: Any, stop: Any, step: Any, index_dtype: dt.DType) -> str:
-        assert isinstance(node.target, ast.Name)
+    def range_as_for(self, node: ast.For, start: Any, stop: Any, step: Any, index_dtype: dt.DType,
+                     enter: Callable[[Value], None] | None = None) -> str:
+        """A range loop without break/continue: a ``for`` op. With ``enter`` (a
+        mapped partition's loop) the index is hidden and ``enter(index)`` binds the
+        loop's target at the top of the body."""
         before = self.frame.env
         carried, inits, types = self.loop_inits(node)
         bounds = [self.bound(b, index_dtype, node.iter) for b in (start, stop, step)]
-        body = self.enter_body(carried, inits, Value(TileType(index_dtype), node.target.id))
+        index = Value(TileType(index_dtype), _HIDDEN_INDEX if enter is not None else _target_name(node))
+        self.mapped.note_range_index(self, index, start, stop, step)
+        body = self.enter_body(carried, inits, index)
         with self.inserting(body):
+            if enter is not None:
+                enter(index)
             self.loop_statements(node.body)
             self.finish_loop(carried, types, self.frame.env, before, node)
             self.op(ControlOp.YIELD, self.carried_values(carried, types, node), node=node)
@@ -868,17 +892,21 @@ class FrontEnd:
                     f"'{name}' is assigned only inside the loop at line {line}; define it before the loop to use it after")
         self.frame.env = env
 
-    def range_as_loop(self, node: ast.For, start: Any, stop: Any, step: Any, index_dtype: dt.DType) -> str:
-        """A range loop with break/continue: a ``loop`` op carrying the index."""
-        assert isinstance(node.target, ast.Name)
+    def range_as_loop(self, node: ast.For, start: Any, stop: Any, step: Any, index_dtype: dt.DType,
+                      enter: Callable[[Value], None] | None = None) -> str:
+        """A range loop with break/continue: a ``loop`` op carrying the index
+        (``enter`` as for `range_as_for`)."""
         before = self.frame.env
         carried, inits, types = self.loop_inits(node)
         start_v, stop_v, step_v = (self.bound(b, index_dtype, node.iter) for b in (start, stop, step))
-        iv = Value(TileType(index_dtype), node.target.id)
+        iv = Value(TileType(index_dtype), _HIDDEN_INDEX if enter is not None else _target_name(node))
+        self.mapped.note_range_index(self, iv, start, stop, step)
         body = self.enter_body(carried, inits, iv)
         self.loops.append(_LoopContext(carried, types, (iv, step_v)))
         with self.inserting(body):
             self.break_if(self.op(_E.GE, [iv, stop_v], node=node).result, True, node)
+            if enter is not None:
+                enter(iv)
             self.loop_body(node, carried, types, before)
         self.loops.pop()
         body_env = self.frame.env
@@ -1147,6 +1175,16 @@ class FrontEnd:
             self.frames.pop()
             self.inline_stack.pop()
         return frame.result
+
+
+#: The name of a mapped partition loop's item number in the body's environment (no
+#: Python name can be it, so the kernel cannot see it).
+_HIDDEN_INDEX = "<schedule item>"
+
+
+def _target_name(node: ast.For) -> str:
+    assert isinstance(node.target, ast.Name)
+    return node.target.id
 
 
 def _operand_text(value: Any) -> str:

@@ -13,6 +13,7 @@ parameters). Tiles, what the DSL functions return, are ``Any``.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, Generic, Protocol, TypeVar
 
 from cutile_compiler._dtypes import DType
@@ -89,10 +90,29 @@ class TensorView(Protocol):
 
 class MutTensorView(TensorView, Protocol):
     """A ``Mut`` tensor parameter inside a kernel: each block reads and writes its own
-    tile of it (``load()`` without an index, ``store``, the atomics)."""
+    tile of it (``load()`` without an index, ``store``, the atomics); or, passed as a
+    mapped partition (``partition(tile).map(...)``), the tiles its schedule gives the
+    block (``for idx in z.tiles():``, ``z.load(idx)``, ``z.store(tile, idx)``)."""
 
-    def store(self, value: Any) -> None:
-        """Writes ``value`` (a tile of the tile shape, or a scalar) as this block's tile."""
+    def store(self, value: Any, index: Any = None) -> None:
+        """Writes ``value`` (a tile of the tile shape, or a scalar) as this block's tile;
+        for a mapped partition, as its tile at ``index``, an index of its schedule."""
+
+    def tiles(self) -> Iterator[Any]:
+        """A mapped partition's schedule: ``for idx in z.tiles():`` walks the tile
+        indices this block stores (each tile is one block's)."""
+
+    def tiles_with(self, *others: MutTensorView) -> Iterator[Any]:
+        """This mapped partition's schedule, whose indices the stores of ``others``
+        (mapped partitions of the same tile shape, map and tile grid) accept too."""
+
+    def tiles_within(self, ranges: Any) -> Iterator[Any]:
+        """The schedule of a sub-grid of this mapped partition: one ``(start, count)``
+        of tiles, or None (the whole axis), per axis."""
+
+    def num_tiles(self, axis: int) -> Any:
+        """How many tiles this tensor's partition has along ``axis`` (a partial last
+        tile counts)."""
 
     def atomic_add(self, value: Any, order: Any = "relaxed", scope: Any = "device") -> Any:
         """Adds ``value`` to this block's tile atomically per element; returns the old values."""

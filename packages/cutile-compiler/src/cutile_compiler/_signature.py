@@ -24,6 +24,8 @@ from cutile_compiler._errors import ArgumentError, CutileError
 from cutile_compiler._types import is_power_of_two
 
 Dim = int | str  # an int (static; -1 dynamic) or a constant's name
+#: How a `TensorSpec.map_shape` marks an axis each schedule item owns whole (cutile.OWNED on the host).
+OWNED_AXIS = 0
 
 
 class SignatureError(CutileError, TypeError):
@@ -199,6 +201,10 @@ class TensorSpec:
       products of the shape);
     - ``unit_inner_stride``: the innermost stride is 1 (or the last dim has one
       element). The kernel ABI passes every stride but such an innermost one.
+
+    A mapped partition (``t.partition(tile).map(map_shape, blocks=n)``) also has
+    ``map_shape``: per axis its group size, or `OWNED_AXIS` (0) for an axis each
+    schedule item owns whole. The block count is not part of it (a run-time value).
     """
 
     dtype: DType
@@ -209,8 +215,14 @@ class TensorSpec:
     stride_divisibility: tuple[int, ...] = ()
     contiguous: bool = False
     unit_inner_stride: bool = True
+    map_shape: tuple[int, ...] | None = None  # for a mapped partition
 
     def __post_init__(self) -> None:
+        if self.map_shape is not None and (self.tile_shape is None or len(self.map_shape) != len(self.tile_shape)
+                                           or any(isinstance(m, bool) or not isinstance(m, int) or m < 0
+                                                  for m in self.map_shape)):
+            raise ArgumentError(f"TensorSpec: a map shape has one int >= 0 per tile dim (0: owned), got "
+                                f"{self.map_shape!r} for tile shape {self.tile_shape!r}")
         facts = [self.base_divisibility, *self.shape_divisibility, *self.stride_divisibility]
         for fact in facts:
             if isinstance(fact, bool) or not isinstance(fact, int) or not is_power_of_two(fact) \
@@ -224,15 +236,16 @@ class TensorSpec:
 
     @staticmethod
     def describe(dtype: DType, shape: Sequence[int], strides: Sequence[int], address: int,
-                 tile_shape: tuple[int, ...] | None = None) -> TensorSpec:
+                 tile_shape: tuple[int, ...] | None = None, map_shape: tuple[int, ...] | None = None) -> TensorSpec:
         """The spec of a tensor with these shape, strides (in elements) and base
-        address (in bytes), with every fact filled: what the runtime should call."""
+        address (in bytes), with every fact filled: what the runtime should call
+        (``map_shape`` for a mapped partition)."""
         shape = tuple(shape)
         dense = all(strides[i] == _suffix_product(shape, i + 1) for i in range(len(shape)) if shape[i] != 1)
         unit_inner = not shape or shape[-1] <= 1 or strides[-1] == 1
         return TensorSpec(dtype, shape, tile_shape, divisibility(address),
                           tuple(divisibility(d) for d in shape), tuple(divisibility(s) for s in strides), dense,
-                          unit_inner)
+                          unit_inner, map_shape)
 
     def dim_divisibility(self, axis: int) -> int:
         return self.shape_divisibility[axis] if self.shape_divisibility else 1

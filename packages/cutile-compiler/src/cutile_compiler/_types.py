@@ -61,6 +61,8 @@ class TensorType(KType):
     shape: tuple[int | None, ...]
     mutable: bool = False
     tile_shape: tuple[int, ...] | None = None  # the block's own tile, for Mut tensors
+    #: a mapped partition's schedule: per axis its group size, 0 for an owned axis (see `_mapped`)
+    map_shape: tuple[int, ...] | None = None
 
     @property
     def rank(self) -> int:
@@ -70,7 +72,8 @@ class TensorType(KType):
         dims = "x".join("?" if d is None else str(d) for d in self.shape)
         kind = "mut " if self.mutable else ""
         tile = f", tile {list(self.tile_shape)}" if self.tile_shape else ""
-        return f"{kind}tensor<{dims}x{self.dtype}{tile}>"
+        mapped = f", map {list(self.map_shape)}" if self.map_shape is not None else ""
+        return f"{kind}tensor<{dims}x{self.dtype}{tile}{mapped}>"
 
 
 @dataclass(frozen=True)

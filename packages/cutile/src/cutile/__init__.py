@@ -58,6 +58,7 @@ from cutile._graphs import Graph, GraphScope, batch, graph_scope
 from cutile._launch import Launch, LaunchNeverRunWarning
 from cuda_async import zip  # launches are ops: cuda_async's zip takes them as they are
 from cutile._tensor import Partition, Tensor
+from cutile._schedule import OWNED
 
 __all__ = [
     "BackendError", "BatchError", "CompiledKernel", "CutileError", "GraphCaptureError", "GraphUpdateError", "Kernel", "KernelRuntimeError", "Launch", "LaunchError",
@@ -70,6 +71,7 @@ __all__ += [
     "ArchError", "ConfigError", "CudaError", "CudaLaunchError", "CudaOutOfMemoryError", "HintError",
     "HostCallError", "InteropError", "LaunchNeverRunWarning", "TileirasError", "TileirasTimeoutError", "ToolchainError",
 ]
+__all__ += ["OWNED"]
 
 
 __version__: str  # the distribution's version, read on first use (`cutile._version`)

@@ -242,7 +242,7 @@ def call_key(kernel: Kernel, arguments: dict[str, Any], grid: tuple[int, int, in
         if kind is Partition:
             tensor = value._tensor
             key.append((name, tensor.dtype, tensor.shape, tensor.strides, tensor.address() % MAX_DIVISIBILITY,
-                        value.tile_shape))
+                        value.tile_shape, value.map_shape, value.blocks))
         elif kind is Tensor:
             key.append((name, value.dtype, value.shape, value.strides, value.address() % MAX_DIVISIBILITY))
         elif kind in (int, float, bool):
@@ -251,6 +251,10 @@ def call_key(kernel: Kernel, arguments: dict[str, Any], grid: tuple[int, int, in
         else:
             return None
     return tuple(key)
+
+
+def _is_mapped(value: Any) -> bool:
+    return getattr(value, "blocks", None) is not None  # a mapped Partition or api.meta placeholder
 
 
 def describe_call(kernel: Kernel, arguments: dict[str, Any],
@@ -270,13 +274,15 @@ def describe_call(kernel: Kernel, arguments: dict[str, Any],
                 tensor = value._tensor if isinstance(value, Partition) else value
                 check_strides(name, p.name, tensor)
                 if isinstance(value, Partition):
-                    described[p.name] = tensor.spec(value.tile_shape)
-                    partitions.append((p.name, value.grid))
+                    described[p.name] = tensor.spec(value.tile_shape, value.map_shape)
+                    partitions.append((p.name, value.launch_grid))
                 else:
                     described[p.name] = tensor.spec()
             elif isinstance(value, MetaTensor):
                 described[p.name] = value.spec()
-                if value.tile_shape is not None:
+                if value.blocks is not None:
+                    partitions.append((p.name, (value.blocks,)))
+                elif value.tile_shape is not None:
                     partitions.append((p.name, tuple(-(-s // t) for s, t in zip(value.shape, value.tile_shape))))
             elif value is inspect.Parameter.empty:
                 raise LaunchError(f"{name}: missing tensor argument '{p.name}'")
@@ -305,6 +311,11 @@ def describe_call(kernel: Kernel, arguments: dict[str, Any],
     if explicit_grid is not None:
         # An unsafe kernel may run on another grid than its partitions' (a persistent
         # kernel loops over the tiles itself); the interpreter still checks its stores.
+        mapped = [param for param, tiles in partitions if len(tiles) == 1 and _is_mapped(arguments.get(param))]
+        if mapped and padded != explicit_grid:  # its schedule's proof counts on (blocks, 1, 1) blocks
+            raise LaunchError(
+                f"{name}: the explicit grid {list(explicit_grid)} disagrees with the grid {list(padded or ())} of "
+                f"the mapped partition '{mapped[0]}' (its map's blocks), even in an unsafe kernel")
         if padded is not None and padded != explicit_grid and not kernel.unsafe:
             raise LaunchError(
                 f"{name}: the explicit grid {list(explicit_grid)} disagrees with the grid "

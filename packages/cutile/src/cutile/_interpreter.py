@@ -4,8 +4,9 @@ It executes the compiler's IR (not the Python source), each op through its
 numpy meaning (its `OpDef`'s ``evaluate``), whole tiles at a time. It checks
 what a GPU cannot: races between blocks (possible only in unsafe kernels: two
 blocks writing one element, or one reading what another writes), integer
-division by zero, and, in checked mode (``CUTILE_CHECKED=1``), reads of elements
-nothing ever wrote.
+division by zero, that the schedules of mapped partitions reached every tile of
+their grids equally often (once, for a loop run once per block), and, in checked
+mode (``CUTILE_CHECKED=1``), reads of elements nothing ever wrote.
 """
 
 from __future__ import annotations
@@ -102,6 +103,9 @@ class Interpreter:
         # them (a store, a reduction, a branch), reported at the division.
         self.padding: dict[Value, np.ndarray[Any, Any]] = {}
         self.undefined: dict[Value, tuple[np.ndarray[Any, Any], Operation, str]] = {}
+        # Per schedule loop (its ``schedule_item`` op) and sub-grid (counts, starts):
+        # how often the blocks reached each tile (`schedule_item`, `_check_schedules`).
+        self.schedules: dict[tuple[Operation, tuple[int, ...], tuple[int, ...]], dict[tuple[int, ...], int]] = {}
 
     def run(self, arguments: dict[str, Any], mutable: AbstractSet[str]) -> None:
         checked = is_checked()
@@ -125,6 +129,31 @@ class Interpreter:
             except Escape as escape:  # (run_block reports a failing op at its own line)
                 if escape.terminator.kind != "return":
                     raise
+        self._check_schedules()
+
+    def schedule_item(self, op: Operation, counts: tuple[int, ...], starts: tuple[int, ...],
+                      tile: tuple[int, ...]) -> None:
+        reached = self.schedules.setdefault((op, counts, starts), {})
+        reached[tile] = reached.get(tile, 0) + 1
+
+    def _check_schedules(self) -> None:
+        """Every tile of a schedule's sub-grid was reached equally often by the launch
+        (once per run of the loop in each block), and nothing outside it: what makes
+        a mapped partition's stores cover its tiles, each tile by one block."""
+        for (op, counts, starts), reached in self.schedules.items():
+            names = " and ".join(f"'{n}'" for n in op.attrs["tensors"])
+            outside = [t for t in reached if not all(s <= c < s + n for c, s, n in zip(t, starts, counts))]
+            if outside:
+                raise KernelRuntimeError(
+                    f"the schedule of {names} reached tile {list(outside[0])}, outside its grid of {list(counts)} "
+                    f"tiles from {list(starts)}", op.location)
+            times = next(iter(reached.values()))
+            for tile in itertools.product(*(range(s, s + n) for s, n in zip(starts, counts))):
+                if reached.get(tile, 0) != times:
+                    raise KernelRuntimeError(
+                        f"the schedule of {names} reached tile {list(tile)} {reached.get(tile, 0)} time(s) and "
+                        f"others {times}, on a grid of {list(counts)} tiles from {list(starts)} with "
+                        f"{self.grid[0]} blocks: it does not cover every tile equally", op.location)
 
     # -- EvalContext -------------------------------------------------------------
     def run_block(self, block: Block, args: Sequence[Any]) -> Terminator:

@@ -257,10 +257,10 @@ class Tensor(Owned):
         """How this view lays its elements over its storage (see `TensorLayout`)."""
         return TensorLayout(self.dtype, self.shape, self.strides, self.offset, self.device)
 
-    def spec(self, tile_shape: tuple[int, ...] | None = None) -> TensorSpec:
+    def spec(self, tile_shape: tuple[int, ...] | None = None, map_shape: tuple[int, ...] | None = None) -> TensorSpec:
         """What a compile needs to know of this tensor: dtype, shape, and the
         divisibility and contiguity facts that let tileiras vectorize."""
-        return TensorSpec.describe(self.dtype, self.shape, self.strides, self.address(), tile_shape)
+        return TensorSpec.describe(self.dtype, self.shape, self.strides, self.address(), tile_shape, map_shape)
 
     def __repr__(self) -> str:
         state = f", consumed by {self._consumed_by}" if self._consumed_by else ""
@@ -429,16 +429,40 @@ class Tensor(Owned):
 
 
 class Partition(Owned):
-    """A tensor split into equal tiles, each owned by one block of a launch."""
+    """A tensor split into equal tiles, each owned by one block of a launch; or, once
+    mapped (`map`), reached by a schedule that ``blocks`` blocks share."""
 
-    __slots__ = ("_tensor", "tile_shape", "__weakref__")
+    __slots__ = ("_tensor", "tile_shape", "map_shape", "blocks", "__weakref__")
 
-    def __init__(self, tensor: Tensor, tile_shape: tuple[int, ...], *, _from_tensor: bool = False) -> None:
+    def __init__(self, tensor: Tensor, tile_shape: tuple[int, ...], *, _from_tensor: bool = False,
+                 _map: tuple[tuple[int, ...], int] | None = None) -> None:
         if not _from_tensor:
             raise ArgumentTypeError("partitions are made by Tensor.partition(tile_shape), which consumes the tensor")
         self._tensor = tensor
         self.tile_shape = tile_shape
         self._consumed_by: str | None = None
+        #: a mapped partition's group size per axis (0: owned) and block count; None: one tile per block
+        self.map_shape: tuple[int, ...] | None = _map[0] if _map is not None else None
+        self.blocks: int | None = _map[1] if _map is not None else None
+
+    def map(self, map_shape: Any, blocks: int | None = None) -> Partition:
+        """This partition with a schedule (consumes this object): the tile grid stays
+        this partition's, ``map_shape`` groups its tiles per axis (``[8, 1]``: groups of
+        8 tile rows, the grouped order of GEMMs; ``cutile.OWNED``: each schedule item
+        owns the axis whole) and ``blocks`` blocks share the items (the launch grid is
+        ``(blocks, 1, 1)``; default: the device's SM count, or the streamed tile count
+        when smaller). In the kernel, ``for idx in z.tiles():`` walks a block's items
+        and ``z.store(tile, idx)`` stores at them."""
+        from cutile._schedule import checked_map
+
+        tensor = self._live("map()")
+        if self.map_shape is not None:
+            raise LaunchError("map(): this partition is already mapped; unpartition() and partition it again")
+        mapped = checked_map(map_shape, blocks, tensor.shape, self.tile_shape, tensor.device)
+        start, end = tensor.byte_range()
+        tensor._storage.check_not_pending(start, end, True, "map()")  # as unpartition(): not while a launch holds it
+        self._consumed_by = "map()"
+        return Partition(tensor, self.tile_shape, _from_tensor=True, _map=mapped)
 
     def _live(self, use: str) -> Tensor:
         if self._consumed_by is not None:
@@ -455,8 +479,13 @@ class Partition(Owned):
 
     @property
     def grid(self) -> tuple[int, ...]:
-        """Tiles along each axis (the launch grid it implies)."""
+        """Tiles along each axis (for a partition that is not mapped, the launch grid it implies)."""
         return tuple(-(-s // t) for s, t in zip(self._tensor.shape, self.tile_shape))
+
+    @property
+    def launch_grid(self) -> tuple[int, ...]:
+        """The launch grid it implies: its tile grid, or ``(blocks,)`` once mapped."""
+        return self.grid if self.blocks is None else (self.blocks,)
 
     def unpartition(self) -> Tensor:
         """The whole tensor back (consumes this partition)."""
@@ -476,7 +505,13 @@ class Partition(Owned):
 
     def __repr__(self) -> str:
         t = self._tensor
-        return f"Partition(shape={list(t.shape)}, tile={list(self.tile_shape)}, dtype={t.dtype}, device={t.device})"
+        mapped = ""
+        if self.map_shape is not None:
+            from cutile._schedule import map_text
+
+            mapped = f", map={map_text(self.map_shape)}, blocks={self.blocks}"
+        return (f"Partition(shape={list(t.shape)}, tile={list(self.tile_shape)}{mapped}, dtype={t.dtype}, "
+                f"device={t.device})")
 
 
 def checked_tile_shape(tile_shape: Any, shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -293,19 +293,36 @@ def astype(tensor: Tensor, dtype: Any) -> Tensor:
 class MetaTensor:
     """A shape and dtype with no storage: for ``cutile.compile`` without data."""
 
-    def __init__(self, shape: tuple[int, ...], dtype: dt.DType, tile_shape: tuple[int, ...] | None = None) -> None:
+    def __init__(self, shape: tuple[int, ...], dtype: dt.DType, tile_shape: tuple[int, ...] | None = None,
+                 map_shape: tuple[int, ...] | None = None, blocks: int | None = None) -> None:
         self.shape = shape
         self.dtype = dtype
         self.tile_shape = tile_shape
+        self.map_shape = map_shape
+        self.blocks = blocks
 
     def partition(self, tile_shape: ShapeLike) -> MetaTensor:
         return MetaTensor(self.shape, self.dtype, checked_tile_shape(tile_shape, self.shape))
 
+    def map(self, map_shape: Any, blocks: int | None = None) -> MetaTensor:
+        """A placeholder of a mapped partition (see `Partition.map`; ``blocks=None``
+        takes the interpreter's default, as no device is known)."""
+        from cutile._schedule import checked_map
+
+        if self.tile_shape is None or self.map_shape is not None:
+            raise LaunchError("map(): only a partition that is not mapped yet can be mapped: meta(...).partition(tile).map(...)")
+        dims, count = checked_map(map_shape, blocks, self.shape, self.tile_shape, "cpu")
+        return MetaTensor(self.shape, self.dtype, self.tile_shape, dims, count)
+
     def spec(self) -> TensorSpec:
-        return TensorSpec(self.dtype, self.shape, self.tile_shape)
+        return TensorSpec(self.dtype, self.shape, self.tile_shape, map_shape=self.map_shape)
 
     def __repr__(self) -> str:
         tile = f", tile={list(self.tile_shape)}" if self.tile_shape else ""
+        if self.map_shape is not None:
+            from cutile._schedule import map_text
+
+            tile += f", map={map_text(self.map_shape)}, blocks={self.blocks}"
         return f"meta(shape={list(self.shape)}, dtype={self.dtype}{tile})"
 
 

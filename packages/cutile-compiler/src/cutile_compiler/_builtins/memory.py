@@ -26,6 +26,10 @@ def load_tile_like(fe: FrontEnd, node: ast.Call, tensor: Any, like: Any, latency
         raise fe.type_error("load_tile_like's second argument must be a Mut tensor (it decides the tile)", node)
     tile_shape = target.type.tile_shape  # type: ignore[attr-defined]
     source_tile = source.type.tile_shape  # type: ignore[attr-defined]
+    if source.type.map_shape is not None and not fe.unsafe:  # type: ignore[attr-defined]
+        from cutile_compiler._mapped import no_own_tile  # (its schedule, not the block id, gives its tiles)
+
+        raise no_own_tile(fe, source)
     if source.type.mutable and source_tile != tile_shape and not fe.unsafe:  # type: ignore[attr-defined]
         raise fe.type_error(
             f"load_tile_like: {source.type} is written by the blocks in tiles of {list(source_tile or ())}; reading "

@@ -17,6 +17,8 @@ from cutile_compiler._builtins.reduction import argmax, argmin, cumprod, cumsum,
 from cutile_compiler._builtins.shape import broadcast_to, extract, permute, reshape, transpose
 from cutile_compiler._ir import Value
 from cutile_compiler._opdefs import MemoryOp
+from cutile_compiler._mapped import mapped_load, mapped_store, tensor_num_tiles, tensor_tiles, tensor_tiles_with
+from cutile_compiler._mapped import tensor_tiles_within
 from cutile_compiler._opdefs.memory import TILE_ATOMIC_MODES
 from cutile_compiler._opdefs.pointer import RMW_MODES
 from cutile_compiler._types import PartitionType, TensorType, TileType
@@ -51,6 +53,8 @@ def _tensor_load(fe: FrontEnd, node: ast.Call, tensor: Value, index: Any = None,
         if shape is None:
             raise fe.type_error("load(at=...) needs shape=: the tile read from those element coordinates", node)
         return load_at(fe, node, tensor, at, shape, padding, latency, allow_tma)
+    if ttype.map_shape is not None and shape is None:  # a mapped partition's tile at an index of its schedule
+        return mapped_load(fe, node, tensor, index, _hint_attrs(fe, node, latency, allow_tma))
     if index is None and shape is None:
         if ttype.tile_shape is None:
             raise fe.type_error("load() without an index loads a Mut tensor's own tile; this tensor is read-only: "
@@ -63,7 +67,15 @@ def _tensor_load(fe: FrontEnd, node: ast.Call, tensor: Value, index: Any = None,
     return result
 
 
-def _tensor_store(fe: FrontEnd, node: ast.Call, tensor: Value, value: Any) -> None:
+def _tensor_store(fe: FrontEnd, node: ast.Call, tensor: Value, value: Any, index: Any = None) -> None:
+    ttype = tensor.type
+    assert isinstance(ttype, TensorType)
+    if ttype.map_shape is not None:
+        return mapped_store(fe, node, tensor, value, index)
+    if index is not None:
+        raise fe.type_error(f"{tensor.name}.store(tile, index): only a mapped partition is stored at an index in a "
+                            f"safe kernel; '{tensor.name}' is partitioned one tile per block: "
+                            f"{tensor.name}.store(tile) writes the block's own tile", node)
     (tile,) = _own_values(fe, node, tensor, [(value, "value")], "store")
     fe.op(MemoryOp.TILE_STORE, [fe.own_partition(tensor, node), *fe.own_index(tensor), tile], node=node)
     return None
@@ -140,6 +152,8 @@ _TILE_METHODS: dict[str, Impl] = {
 }
 _TENSOR_METHODS: dict[str, Impl] = {
     "load": _tensor_load, "store": _tensor_store, "partition": _tensor_partition,
+    "tiles": tensor_tiles, "tiles_with": tensor_tiles_with, "tiles_within": tensor_tiles_within,
+    "num_tiles": tensor_num_tiles,
     **{f"atomic_{mode}": _own_atomic(mode) for mode in RMW_MODES},
     "atomic_cas": _own_atomic_cas,
 }

@@ -18,6 +18,7 @@ from cutile_compiler._opdefs._base import (
     OPS, Escape, EvalContext, IntegerDivisionByZero, Op, OpDef, RuleError, Terminator, register, registered,
     unregister)
 from cutile_compiler._opdefs import control, debug, elementwise, grid, matmul, memory, pointer, reduction, shape
+from cutile_compiler._opdefs import schedule
 from cutile_compiler._opdefs.control import ControlOp
 from cutile_compiler._opdefs.debug import DebugOp
 from cutile_compiler._opdefs.elementwise import ElementwiseOp
@@ -26,9 +27,10 @@ from cutile_compiler._opdefs.matmul import MatmulOp
 from cutile_compiler._opdefs.memory import MemoryOp
 from cutile_compiler._opdefs.pointer import PointerOp
 from cutile_compiler._opdefs.reduction import ReductionOp
+from cutile_compiler._opdefs.schedule import ScheduleOp
 from cutile_compiler._opdefs.shape import ShapeOp
 
 __all__ = ["OPS", "Escape", "EvalContext", "IntegerDivisionByZero", "Op", "OpDef", "RuleError", "Terminator", "register",
            "registered", "unregister", "ControlOp", "DebugOp", "ElementwiseOp", "GridOp", "MatmulOp", "MemoryOp",
-           "PointerOp", "ReductionOp", "ShapeOp",
-           "control", "debug", "elementwise", "grid", "matmul", "memory", "pointer", "reduction", "shape"]
+           "PointerOp", "ReductionOp", "ScheduleOp", "ShapeOp",
+           "control", "debug", "elementwise", "grid", "matmul", "memory", "pointer", "reduction", "schedule", "shape"]

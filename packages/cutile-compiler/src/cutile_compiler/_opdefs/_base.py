@@ -118,6 +118,13 @@ class EvalContext(Protocol):
         masked). Bounds are checked; atomics are not races."""
         ...
 
+    def schedule_item(self, op: Operation, counts: tuple[int, ...], starts: tuple[int, ...],
+                      tile: tuple[int, ...]) -> None:
+        """Records that this block's share of a mapped partition's schedule (op
+        ``schedule_item``, on the sub-grid of ``counts`` tiles from ``starts``) reached
+        ``tile``: the interpreter checks that every tile is reached equally often."""
+        ...
+
 
 class OpDef:
     """One operation of the kernel IR. Subclasses override ``infer`` and ``evaluate``
