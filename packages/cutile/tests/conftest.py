@@ -69,12 +69,16 @@ def make_fake_gpu() -> FakeGpu:
     """A factory of fake GPUs: ``with make_fake_gpu(driver, policy, kernels=...) as fake:``
     runs cutile's GPU backend on ``driver`` (a new `FakeDriver` by default) under the
     scheduling ``policy`` (one stream by default), and puts everything back after,
-    clearing the caches of ``kernels`` (their modules were loaded into the fake)."""
+    clearing the caches of ``kernels`` before (a kernel loaded on the real GPU by an
+    earlier test must not launch its handles through the fake) and after (their
+    modules were loaded into the fake)."""
 
     @contextlib.contextmanager
     def fake_gpu(driver: FakeDriver | None = None, policy: cuda_async.SchedulingPolicy | None = None, *,
                  kernels: Iterable[cutile.Kernel] = ()) -> Iterator[Any]:
         saved_streams = dict(_gpu._streams)
+        for kernel in kernels:
+            kernel.clear_cache()
         with use_fake_driver(driver) as fake:
             _gpu._streams.clear()
             _backend.reset_for_tests("gpu")
