@@ -201,3 +201,21 @@ def test_scalar_arguments_are_checked_and_numpy_scalars_accepted() -> None:
 def test_an_empty_launch_does_nothing() -> None:
     z, _, _ = add(api.zeros([0]).partition([128]), api.ones([0]), api.ones([0])).sync()
     assert z.to_numpy().shape == (0,)
+
+
+def test_launches_on_disjoint_bytes_of_one_tensor_hold_only_their_own_bytes() -> None:
+    # One ledger by byte range: the two halves of one tensor are different memory, for
+    # pending launches and running ones alike; an overlapping third is refused.
+    whole = api.zeros([512])
+    x, y = api.ones([256]), api.full([256], 2.0)
+    low, high = whole[0:256].partition([128]), whole[256:512].partition([128])
+    first = add(low, x, y)  # pending: holds bytes [0, 1024)
+    second = add(high, x, y)  # pending too: [1024, 2048) is free
+    with pytest.raises(cutile.OwnershipError, match=r"held by the pending launch of add \(parameter 'z'\)"):
+        add(whole[128:384].partition([128]), x, y)
+    future = first.schedule()  # running now
+    with pytest.raises(cutile.OwnershipError, match=r"written by the pending op launch of add \(parameter 'z'\)"):
+        add(whole[0:256].partition([128]), x, y)
+    second.sync()
+    future.result()
+    np.testing.assert_array_equal(whole.to_numpy(), np.full(512, 3.0, np.float32))

@@ -1,0 +1,98 @@
+"""The one ownership ledger: holds by domain and byte range, pending (a `ClaimPlan`'s)
+then running (a `Job`'s), one conflict rule for both."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+import cuda_async as ca
+from cuda_async import _ledger
+
+
+def _plan(domain: str, *spans: tuple[int, int, bool, str]) -> ca.ClaimPlan:
+    return ca.ClaimPlan((domain, start, end, writes, f"launch of k (parameter '{name}')", f"k: parameter '{name}'",
+                         "memory") for start, end, writes, name in spans)
+
+
+def _held(domain: str) -> list[tuple[int, int, bool, str, bool]]:
+    return [(h[0], h[1], h[2], h[3], h[4] is None) for h in _ledger.holds.get(domain, ())]
+
+
+def test_claims_exclude_overlapping_writes_but_not_disjoint_ranges_or_shared_reads() -> None:
+    domain = "test:claims"
+    first = _plan(domain, (0, 100, True, "z"), (200, 300, False, "x"))
+    ca.claim(first)
+    ca.claim(_plan(domain, (100, 200, True, "w"), (250, 260, False, "y")))  # disjoint write, shared read
+    with pytest.raises(ca.OwnershipError, match=r"k: parameter 'a': the tensor is held by the pending launch of k "
+                                                r"\(parameter 'z'\), which writes it"):
+        ca.claim(_plan(domain, (99, 101, False, "a")))
+    with pytest.raises(ca.OwnershipError, match=r"held by the pending launch of k \(parameter 'x'\), which reads it"):
+        ca.claim(_plan(domain, (290, 310, True, "b")))
+    before = _held(domain)
+    with pytest.raises(ca.OwnershipError):  # a refused claim takes nothing, not even its first span
+        ca.claim(_plan(domain, (400, 500, True, "c"), (50, 60, True, "d")))
+    assert _held(domain) == before
+    first.release()
+    ca.claim(_plan(domain, (50, 60, True, "d")))  # free once the first claim is given back
+    _ledger.holds[domain].clear()
+
+
+def test_a_job_takes_a_claim_over_in_one_step_and_gives_it_back_when_it_fails() -> None:
+    domain = "test:handover"
+    z = ca.Resource("tensor z", span=(domain, 0, 64))
+    access = ca.AccessSet((), (z,), spans=((z, domain, 0, 64, True, "launch of k (parameter 'z')"),))
+    claim = _plan(domain, (0, 64, True, "z"))
+    ca.claim(claim)
+    job = ca.Job("launch of k")
+    job.acquire(access, "launch of k", None, claim)
+    assert _held(domain) == [(0, 64, True, "launch of k (parameter 'z')", False)]  # running, not pending
+    with pytest.raises(ca.OwnershipError, match=r"tensor z is written by the pending op launch of k \(parameter 'z'\)"):
+        ca.check_access(domain, 10, 20, False, "to_numpy")
+    other = _plan(domain, (32, 96, False, "x"))
+    with pytest.raises(ca.OwnershipError, match="written by the pending op"):
+        ca.claim(other)
+    job.release(completed=True)
+    assert _held(domain) == []
+    # A job whose check fails gives the claim back as well: its op did not start. (The
+    # claim was made beside the blocker's running hold, as one made in the blocker's
+    # batch is; the op then runs in another job.)
+    blocker = ca.Job("blocker")
+    blocker.acquire(ca.AccessSet((), (z,), spans=((z, domain, 0, 8, True, None),)), "blocker", None)
+    claim.claim(lambda owner: owner is blocker)
+    with pytest.raises(ca.OwnershipError, match="'blocker'"):
+        ca.Job("launch of k").acquire(access, "launch of k", None, claim)
+    assert [h[3] for h in _ledger.holds[domain]] == ["blocker"]
+    blocker.release(completed=True)
+
+
+def test_a_dropped_claim_is_given_back_by_the_next_user_of_the_ledger() -> None:
+    domain = "test:dropped"
+    claim = _plan(domain, (0, 8, True, "z"))
+    ca.claim(claim)
+    claim.drop()  # as a finalizer does: queued, no lock taken
+    assert len(_ledger.holds[domain]) == 1 and len(_ledger.dropped) == 1
+    ca.check_access(domain, 0, 8, True, "the host")  # drains the queue first, then finds nothing
+    assert _ledger.holds[domain] == [] and not _ledger.dropped
+
+
+def test_check_access_can_leave_running_holds_out() -> None:
+    domain = "test:pending-only"
+    z = ca.Resource("tensor z", span=(domain, 0, 16))
+    job = ca.Job("op")
+    job.acquire(ca.AccessSet((), (z,)), "op", None)
+    ca.check_access(domain, 0, 16, True, "unpartition()", lambda owner: True)  # running holds exempt
+    with pytest.raises(ca.OwnershipError):
+        ca.check_access(domain, 0, 16, True, "unpartition()")
+    job.release(completed=True)
+
+
+def test_the_domains_of_resources_of_their_own_do_not_accumulate() -> None:
+    before = len(_ledger.holds)
+    for _ in range(50):
+        resource = ca.Resource("scratch")
+        ca.DeviceOp.from_fn(lambda stream: None, reads=(), writes=(resource,), name="op", allocates=False).sync()
+        del resource
+    gc.collect()
+    assert len(_ledger.holds) <= before + 1
