@@ -3,7 +3,7 @@ and the driver entry points they call.
 
 A Python launch through cuda-bindings costs more than the driver call itself
 (packing, argument objects); the layers above keep their steady-state launch
-path in C. Their sources ship with the packages and are compiled on first use
+path in C. Their sources ship with the packages and are compiled once
 with the system C compiler (as Triton builds its launchers), into a cache keyed
 by the source, the Python build and the compiler, written atomically.
 

@@ -1,7 +1,7 @@
 """The public surface for the native (C) launch paths of the layers above.
 
 A layer that keeps a steady-state path in C builds its extension with
-`load_extension` (compiled on first use with the system C compiler, cached by
+`load_extension` (compiled once with the system C compiler, cached by
 source, Python build and compiler), asks `entry_points` for the addresses of the
 driver functions it calls, maps a failing driver code to cuda_core's error with
 `raise_driver_error`, and forgets handles taken from one driver when
