@@ -8,6 +8,10 @@ import tempfile
 
 import pytest
 
+# Native launch paths are built and used here even without a CUDA driver: the fake
+# driver's launches take them (the default, auto, builds them only where a GPU is).
+os.environ.setdefault("CUDA_CORE_NATIVE", "1")
+
 # Tests compile into a cache of their own, not the user's ~/.cache/cutile.
 if "CUTILE_CACHE_DIR" not in os.environ:
     os.environ["CUTILE_CACHE_DIR"] = tempfile.mkdtemp(prefix="cutile-test-cache-")

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 os.environ.setdefault("CUTILE_BACKEND", "gpu")
+os.environ.setdefault("CUDA_CORE_NATIVE", "1")  # (the fake driver's launches take the native path too)
 
 import cuda_async  # noqa: E402
 import cutile  # noqa: E402

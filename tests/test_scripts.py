@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
     ("bench_compile.py", ["--repeat", "1"], "gemm 128x128x64"),
     ("bench_host_launch.py", ["--launches", "200", "--repeats", "1"], "inside cutile.batch()"),
     ("bench_interpreter.py", [], "GEMM"),
+    ("bench_import.py", ["--processes", "2", "--importtime", "3"], "import cutile: "),
     ("bytecode_digests.py", [], "suite add sm_90 13.3: "),
     ("bench_reads.py", ["--check-only", "--size", "45", "--vocab", "100", "--rows", "20", "--width", "64"],
      "results: OK"),

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cuda_core import _native
+from cuda_core import _native, native
 from cuda_core.testing import FakeDriver, use_fake_driver
 
 _SOURCE = """
@@ -110,3 +110,26 @@ def test_the_readme_names_every_variable_cuda_core_reads() -> None:
     assert {"CUDA_CORE_NATIVE", "CUDA_CORE_NATIVE_DIR", "CC"} <= read
     readme = (root / "README.md").read_text()
     assert not [name for name in read if f"`{name}`" not in readme]
+
+
+def test_auto_builds_only_where_a_driver_library_is_and_no_layer_declined(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_native, "_not_needed", None)
+    monkeypatch.setattr(_native, "_driver_library_probed", True)
+    monkeypatch.setenv("CUDA_CORE_NATIVE", "auto")
+    monkeypatch.setattr(_native, "_driver_library_error", None)  # a driver library loads
+    assert _native._unwanted_reason() is None
+    monkeypatch.setattr(_native, "_driver_library_error", "libcuda.so.1: cannot open shared object file")
+    reason = _native._unwanted_reason()
+    assert reason is not None and reason.startswith("no CUDA driver library here (libcuda.so.1: cannot open")
+    monkeypatch.delenv("CUDA_CORE_NATIVE")  # (auto is the default)
+    assert _native._unwanted_reason() == reason
+    monkeypatch.setenv("CUDA_CORE_NATIVE", "1")  # asked for: built anyway
+    assert _native._unwanted_reason() is None
+    monkeypatch.setenv("CUDA_CORE_NATIVE", "auto")
+    monkeypatch.setattr(_native, "_driver_library_error", None)
+    native.not_needed("a CPU backend")
+    assert _native._unwanted_reason() == "not needed in this process (a CPU backend; CUDA_CORE_NATIVE=1 uses it anyway)"
+    with pytest.raises(_native.NativeUnavailable, match=r"not needed in this process \(a CPU backend"):
+        native.load_extension("cuda_core_test.declined", Path(__file__))
+    monkeypatch.setenv("CUDA_CORE_NATIVE", "0")
+    assert _native._unwanted_reason() == "native code is turned off (CUDA_CORE_NATIVE=0)"

@@ -1,12 +1,14 @@
 """The whole compile of one specialization: dumps, timings, the in-memory result."""
 
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import cutile_ir as ir
+from cutile_compiler import _pipeline
 from cutile_compiler import TensorSpec, compile_kernel, parse_signature, specialize
 from cutile_compiler._errors import TileCompilerError
 from cutile_compiler import _dtypes as dt
@@ -55,6 +57,7 @@ def test_compile_timings_are_debug_records_unless_asked_for(real_toolchain: obje
                                                             caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setenv("CUTILE_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("CUTILE_JIT_TIMING", raising=False)
+    monkeypatch.setattr(_pipeline, "SLOW_COMPILE_NOTE_S", 3600.0)  # (a loaded machine's compile is no slow one)
     compiled_add(512)
     assert not [r for r in caplog.records if r.name.startswith("cutile")]  # nothing at the default level
     with caplog.at_level(logging.DEBUG, logger="cutile"):
@@ -69,6 +72,62 @@ def test_compile_timings_are_debug_records_unless_asked_for(real_toolchain: obje
     finally:
         logging.getLogger("cutile").setLevel(logging.NOTSET)
     assert not [r for r in caplog.records if r.name.startswith("cutile")]
+
+
+def _slowed_compile(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+    """Makes every tileiras compile (or disk-cache lookup) take ``seconds`` longer."""
+    real = _pipeline.cached_compile
+
+    def slow(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(seconds)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_pipeline, "cached_compile", slow)
+
+
+def test_a_slow_compile_says_so_once_while_it_runs(real_toolchain: object, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setenv("CUTILE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("CUTILE_JIT_TIMING", raising=False)
+    monkeypatch.setattr(_pipeline, "SLOW_COMPILE_NOTE_S", 0.2)
+    _slowed_compile(monkeypatch, 0.6)
+    compiled_add(256)
+    notes = [(r.name, r.levelno, r.getMessage()) for r in caplog.records if r.name.startswith("cutile")]
+    assert notes == [("cutile.compiler", logging.WARNING, "cutile: compiling add for sm_90\u2026")]
+    caplog.clear()
+    monkeypatch.setattr(_pipeline, "SLOW_COMPILE_NOTE_S", 3600.0)  # a compile under the threshold: nothing
+    compiled_add(256)
+    time.sleep(0.1)
+    assert not [r for r in caplog.records if r.name.startswith("cutile")]
+
+
+_SLOW_COMPILE_SCRIPT = """
+import time
+from cutile_compiler import _pipeline
+import test_pipeline
+
+real = _pipeline.cached_compile
+_pipeline.cached_compile = lambda *a, **k: (time.sleep(0.6), real(*a, **k))[1]
+_pipeline.SLOW_COMPILE_NOTE_S = 0.2
+test_pipeline.compiled_add(128)
+print("compiled")
+"""
+
+
+def test_a_slow_compile_note_shows_without_any_logging_setup(real_toolchain: object, tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, CUTILE_CACHE_DIR=str(tmp_path / "cache"),
+               PYTHONPATH=os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
+    env.pop("CUTILE_JIT_TIMING", None)
+    done = subprocess.run([sys.executable, "-c", _SLOW_COMPILE_SCRIPT], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "compiled"
+    assert done.stderr.strip() == "cutile: compiling add for sm_90\u2026"  # one line, from Python's default handler
 
 
 def test_the_result_reads_back_and_names_its_entry_parameters(real_toolchain: object) -> None:

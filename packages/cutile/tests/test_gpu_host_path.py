@@ -563,8 +563,7 @@ def test_without_native_code_launches_take_the_python_path(tmp_path: Any) -> Non
     assert "reason: native code is turned off (CUDA_CORE_NATIVE=0)" in done.stdout
     assert "launches: 10" in done.stdout
     assert "native launch path" not in done.stderr  # turned off on purpose: nothing to say
-    env = dict(os.environ, CC="/nonexistent/cc", CUDA_CORE_NATIVE_DIR=str(tmp_path / "cache"))
-    env.pop("CUDA_CORE_NATIVE", None)
+    env = dict(os.environ, CC="/nonexistent/cc", CUDA_CORE_NATIVE_DIR=str(tmp_path / "cache"), CUDA_CORE_NATIVE="1")
     done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "reason: the C compiler CC='/nonexistent/cc' is not found" in done.stdout

@@ -12,15 +12,17 @@ keeps a core busy while kernels run long or nothing runs at all.
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections.abc import Callable, Generator
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import cuda_core
 
 from cuda_async._resource import Job, Resource
+
+if TYPE_CHECKING:
+    import asyncio  # (imported where a future is awaited: an awaiting program has it loaded)
 
 T = TypeVar("T")
 
@@ -244,6 +246,8 @@ class DeviceFuture(Generic[T]):
             while time.perf_counter() < deadline:
                 if self.done():
                     return self.result()
+        import asyncio
+
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[None] = loop.create_future()
         self._watched = True

@@ -3,8 +3,10 @@
 and `rlock`, the reentrant lock cuda_async's bookkeeping is guarded by, which
 C code takes without a Python call.
 
-The extension is built on first import (`cuda_core.native.load_extension`).
-Without it (no C compiler or Python headers, ``CUDA_CORE_NATIVE=0``) the locks
+The extension is loaded (built once, then from the disk cache) at import, by
+`cuda_core.native.load_extension`: the locks made with `rlock` at import must be
+the native ones from the start. Without it (no C compiler or Python headers,
+``CUDA_CORE_NATIVE=0``, or under the default ``auto`` no GPU to serve) the locks
 are `threading.RLock` and `batch_api` raises: callers take their Python paths.
 The Python path stays the reference: every state but the steady one is its.
 """

@@ -14,17 +14,13 @@ from typing import Any
 
 from cuda_core._errors import NOT_READY, CudaError, make_error, no_driver_error
 
-try:
-    from cuda.bindings import driver as _bindings
-except ImportError as exc:  # cuda-bindings missing: import still works, use fails
-    _bindings = None
-    _IMPORT_ERROR: str | None = str(exc)
-else:
-    _IMPORT_ERROR = None
-
 # The driver module in use; tests replace it with a fake through `use_driver`.
-_api: Any = _bindings
-_init_lock = threading.Lock()
+# ``cuda.bindings.driver`` is imported on first need (`in_use`), not with cuda_core:
+# an import of the layers above that never reaches the driver does not pay for it.
+_NOT_IMPORTED: Any = object()
+_api: Any = _NOT_IMPORTED
+_IMPORT_ERROR: str | None = None  # why cuda-bindings is not importable, once tried
+_init_lock = threading.RLock()  # (reentrant: `_initialize` calls `in_use`)
 _initialized = False
 _init_failure: CudaError | None = None
 # Set once the interpreter is exiting: finalizers must not call into a driver
@@ -42,7 +38,19 @@ def api() -> Any:
 
 def in_use() -> Any:
     """The driver module in use, without initializing it (for finalizers, which
-    compare it with the module that made their handle)."""
+    compare it with the module that made their handle); None when cuda-bindings is
+    not importable (`_IMPORT_ERROR` says why)."""
+    global _api, _IMPORT_ERROR
+    if _api is _NOT_IMPORTED:
+        with _init_lock:
+            if _api is _NOT_IMPORTED:
+                try:
+                    from cuda.bindings import driver
+                except ImportError as exc:  # cuda-bindings missing: import still works, use fails
+                    _IMPORT_ERROR = str(exc)
+                    _api = None
+                else:
+                    _api = driver
     return _api
 
 
@@ -53,7 +61,7 @@ def _initialize() -> None:
             return
         if _init_failure is not None:
             raise _init_failure
-        if _api is None:
+        if in_use() is None:
             _init_failure = no_driver_error(f"cuda-bindings is not importable ({_IMPORT_ERROR})")
             raise _init_failure
         try:
@@ -191,7 +199,7 @@ def use_driver(module: Any) -> Any:
     Resets initialization so that the next use calls ``module.cuInit``.
     """
     global _api, _initialized, _init_failure
-    previous = _api
+    previous = in_use()
     _api = module
     _initialized = False
     _init_failure = None

@@ -3,12 +3,17 @@ and the driver entry points they call.
 
 A Python launch through cuda-bindings costs more than the driver call itself
 (packing, argument objects); the layers above keep their steady-state launch
-path in C. Their sources ship with the packages and are compiled on first use
+path in C. Their sources ship with the packages and are compiled once
 with the system C compiler (as Triton builds its launchers), into a cache keyed
 by the source, the Python build and the compiler, written atomically.
 
-``CUDA_CORE_NATIVE=0`` turns native code off (callers then say so and take their
-Python path). ``CUDA_CORE_NATIVE_DIR`` moves the cache (default
+``CUDA_CORE_NATIVE`` says when native code is used: ``auto`` (the default) builds
+and loads extensions only where they can serve a GPU, i.e. where the CUDA driver
+library loads and no layer above said the process runs on the CPU (`not_needed`),
+so an interpreter-only process never runs the C compiler nor loads an extension;
+``1`` builds and loads them wherever a compiler is (a test driver's launches take
+the native path too); ``0`` turns native code off. Callers then say so and take
+their Python path. ``CUDA_CORE_NATIVE_DIR`` moves the cache (default
 ``$XDG_CACHE_HOME/cuda_core/native``, i.e. ``~/.cache/cuda_core/native``).
 """
 
@@ -41,9 +46,47 @@ class NativeUnavailable(RuntimeError):
     """A native extension could not be built or loaded; the message says why."""
 
 
+def _setting() -> str:
+    return os.environ.get("CUDA_CORE_NATIVE", "auto").strip().lower()
+
+
 def enabled() -> bool:
     """Whether native code may be used (``CUDA_CORE_NATIVE`` is not ``0``)."""
-    return os.environ.get("CUDA_CORE_NATIVE", "1").strip().lower() not in ("0", "false", "no", "off")
+    return _setting() not in ("0", "false", "no", "off")
+
+
+_not_needed: str | None = None
+_driver_library_error: str | None = None
+_driver_library_probed = False
+
+
+def not_needed(reason: str) -> None:
+    """Says that this process runs no GPU work (``reason``, in words, e.g. a layer
+    above chose a CPU backend): under ``CUDA_CORE_NATIVE=auto``, `load_extension`
+    then builds and loads nothing. Only extensions loaded after the call are spared."""
+    global _not_needed
+    _not_needed = reason
+
+
+def _unwanted_reason() -> str | None:
+    """Why `load_extension` must not build or load here (None when it may)."""
+    global _driver_library_error, _driver_library_probed
+    if not enabled():
+        return "native code is turned off (CUDA_CORE_NATIVE=0)"
+    if _setting() not in ("auto", ""):
+        return None  # asked for everywhere
+    if _not_needed is not None:
+        return f"not needed in this process ({_not_needed}; CUDA_CORE_NATIVE=1 uses it anyway)"
+    if not _driver_library_probed:
+        try:
+            ctypes.CDLL("libcuda.so.1")  # (the library cuda-bindings and `entry_points` load)
+        except OSError as exc:
+            _driver_library_error = str(exc)
+        _driver_library_probed = True
+    if _driver_library_error is not None:
+        return (f"no CUDA driver library here ({_driver_library_error}), so no GPU to serve "
+                "(CUDA_CORE_NATIVE=1 uses it anyway)")
+    return None
 
 
 def cache_dir() -> Path:
@@ -78,15 +121,17 @@ def load_extension(name: str, source: Path, include_dirs: tuple[Path, ...] = ())
     the headers of ``include_dirs`` (compiled once per source and headers, Python
     build and compiler, then loaded from the cache).
 
-    Raises `NativeUnavailable` with the reason when native code is off, no
-    compiler or Python headers are found, or the compile fails.
+    Raises `NativeUnavailable` with the reason when native code is off or not
+    wanted here (``CUDA_CORE_NATIVE``, `not_needed`), no compiler or Python headers
+    are found, or the compile fails.
     """
     with _lock:
         module = _loaded.get(name)
         if module is not None:
             return module
-        if not enabled():
-            raise NativeUnavailable("native code is turned off (CUDA_CORE_NATIVE=0)")
+        unwanted = _unwanted_reason()
+        if unwanted is not None:
+            raise NativeUnavailable(unwanted)
         text = source.read_bytes() + b"".join(
             header.read_bytes() for folder in include_dirs for header in sorted(folder.glob("*.h")))
         include = sysconfig.get_paths()["include"]

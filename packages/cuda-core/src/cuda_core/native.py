@@ -1,12 +1,14 @@
 """The public surface for the native (C) launch paths of the layers above.
 
 A layer that keeps a steady-state path in C builds its extension with
-`load_extension` (compiled on first use with the system C compiler, cached by
+`load_extension` (compiled once with the system C compiler, cached by
 source, Python build and compiler), asks `entry_points` for the addresses of the
 driver functions it calls, maps a failing driver code to cuda_core's error with
 `raise_driver_error`, and forgets handles taken from one driver when
 `on_driver_change` says another is in use (a test's fake driver, say).
-``CUDA_CORE_NATIVE=0`` turns native code off (`enabled`); every function here
+``CUDA_CORE_NATIVE=0`` turns native code off (`enabled`); under the default
+``auto`` extensions are built and loaded only where a CUDA driver library is and
+no layer said the process needs none (`not_needed`); every function here
 that cannot do its job raises `NativeUnavailable`, and callers take their
 Python path.
 
@@ -20,7 +22,8 @@ from typing import Any
 
 from cuda_core import _driver
 from cuda_core._driver import on_driver_change
-from cuda_core._native import EntryPoints, NativeUnavailable, cache_dir, enabled, entry_points, load_extension
+from cuda_core._native import (EntryPoints, NativeUnavailable, cache_dir, enabled, entry_points, load_extension,
+                               not_needed)
 
 __all__ = [
     "EntryPoints",
@@ -29,6 +32,7 @@ __all__ = [
     "enabled",
     "entry_points",
     "load_extension",
+    "not_needed",
     "on_driver_change",
     "raise_driver_error",
 ]

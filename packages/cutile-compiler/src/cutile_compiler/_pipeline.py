@@ -156,6 +156,17 @@ def toolchain_for(arch: str) -> Toolchain:
     return chain
 
 
+#: seconds a tileiras compile runs before `compile_kernel` notes it (`_note_slow_compile`)
+SLOW_COMPILE_NOTE_S = 2.0
+
+
+def _note_slow_compile(name: str, arch: str) -> None:
+    # A warning, the level Python's logging shows with no configuration: a user
+    # waiting on a long first compile learns why (``logging.getLogger("cutile")``
+    # set above WARNING silences it).
+    _log.warning("cutile: compiling %s for %s\u2026", name, arch)
+
+
 def _lower(kernel_ir: KernelIR, version: str, arch: str, options: CompileOptions | None) -> tuple[ir.Module, bytes]:
     """The Tile IR module of ``kernel_ir`` and its bytecode."""
     module = lower_kernel(kernel_ir, version, arch, options.hints if options is not None else None)
@@ -197,11 +208,17 @@ def compile_kernel(
     if "bytecode" in dump:
         _dump(name, spec, "bytecode", "tileirbc", bytecode)
     start = time.perf_counter()
+    # A compile still running after SLOW_COMPILE_NOTE_S says so, once, while it runs.
+    note = threading.Timer(SLOW_COMPILE_NOTE_S, _note_slow_compile, (name, arch))
+    note.daemon = True
+    note.start()
     try:
         entries = tuple(function.name for function in module.functions if function.entry)
         cubin, hit = cached_compile(bytecode, arch, chain, options, locations=_excerpt, entries=entries)
     except TileCompilerError as exc:  # the toolchain's message: mapped diagnostics, hints, the command
         raise exc.placed(f"kernel {name}", _failure_location(exc, kernel_ir)) from None
+    finally:
+        note.cancel()
     timings["tileiras"] = time.perf_counter() - start
     # a warning when CUTILE_JIT_TIMING asks for it, else a debug record (as JAX's jax_log_compiles)
     level = logging.WARNING if _config.JIT_TIMING.get() else logging.DEBUG

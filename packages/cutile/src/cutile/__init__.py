@@ -20,6 +20,7 @@ forces the interpreter.
 
 from typing import TYPE_CHECKING
 
+from cutile import _startup  # noqa: F401  (first: it settles what the layers below load)
 from cutile import api
 from cutile._backend import BackendError
 from cutile._backend import current as backend

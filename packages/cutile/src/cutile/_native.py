@@ -2,10 +2,13 @@
 ``kernel(*args).sync()`` in C, so that a loop of launches costs little more than
 the driver call.
 
-The module is built on first import (`cuda_core.native.load_extension`, with
-cuda_async's batch API header, `cuda_async.NATIVE_INCLUDE_DIR`) and provides the C bases of `cutile.Kernel` and
-`cutile.Launch`. When it cannot be built (no C compiler, no Python headers,
-``CUDA_CORE_NATIVE=0``), `KernelBase` and `LaunchBase` are plain classes, every
+The module is loaded at import (built once, then from the disk cache, by
+`cuda_core.native.load_extension`, with cuda_async's batch API header,
+`cuda_async.NATIVE_INCLUDE_DIR`), as it provides the C bases of `cutile.Kernel` and
+`cutile.Launch`, fixed when those classes are defined. Where native code is not
+wanted (under the default ``CUDA_CORE_NATIVE=auto``: no CUDA driver library, or
+``CUTILE_BACKEND=interpreter``), or cannot be built (no C compiler, no Python
+headers), or ``CUDA_CORE_NATIVE=0``, `KernelBase` and `LaunchBase` are plain classes, every
 launch takes the Python path, and the GPU backend says so once (a warning of the
 ``cutile.backend`` logger).
 

@@ -1,0 +1,144 @@
+"""What ``import cutile`` and the interpreter backend must not do (build or load a
+native extension, import ``cuda.bindings``), and that the GPU backend still takes
+the native launch path where native code is wanted."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cuda_core import native
+
+_INTERPRETER_SCRIPT = """
+import json, sys
+import numpy as np
+import cutile
+from cutile import _native, api
+from cutile.core import Mut, Tensor, f32, load_tile_like
+
+@cutile.entry
+def twice(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    z.store(load_tile_like(x, z) + load_tile_like(x, z))
+
+values = np.random.default_rng(7).standard_normal(384).astype(np.float32)
+x = api.from_numpy(values)
+z = api.full([384], float("nan"), dtype=f32).partition([128])
+(z, _) = twice(z, x).sync()
+assert np.array_equal(z.unpartition().to_numpy().astype(np.float64), values.astype(np.float64) * 2), "wrong result"
+print(json.dumps({"backend": cutile.backend(), "reason": _native.unavailable_reason(),
+                  "bindings": "cuda.bindings.driver" in sys.modules,
+                  "native": sorted(m for m in sys.modules if m.endswith(("_native_batch", "_native_launch")))}))
+"""
+
+
+def _run(script: str, folder: Path, **settings: str | None) -> dict[str, object]:
+    """Runs ``script`` (written into ``folder``: kernels need a source file) with
+    the environment changed by ``settings`` (None: unset); its last line, as JSON."""
+    path = folder / "script.py"
+    path.write_text(script)
+    env = dict(os.environ)
+    for name, value in settings.items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
+    done = subprocess.run([sys.executable, str(path)], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    result: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def _built_cache() -> Path:
+    """The native cache of this test session, with both extensions built in it."""
+    import cuda_async
+    from cutile import _native
+
+    if not native.enabled():
+        pytest.skip("native code is turned off (CUDA_CORE_NATIVE=0)")
+    cuda_async.native_batch_api()  # (required where a compiler is: test_native.py says why not)
+    assert _native.module is not None, _native.unavailable_reason()
+    folder = native.cache_dir()
+    assert any(folder.rglob("_native_launch*")), folder
+    return folder
+
+
+def test_the_interpreter_backend_neither_builds_nor_loads_native_code(tmp_path: Path) -> None:
+    # A cache holding both extensions: CUTILE_BACKEND=interpreter does not even load them.
+    result = _run(_INTERPRETER_SCRIPT, tmp_path, CUTILE_BACKEND="interpreter", CUDA_CORE_NATIVE=None,
+                  CUDA_CORE_NATIVE_DIR=str(_built_cache()))
+    assert result["backend"] == "interpreter"
+    assert result["native"] == [] and result["bindings"] is False
+    assert "CUTILE_BACKEND=interpreter" in str(result["reason"])
+    # An empty cache and a compiler that cannot run: nothing is compiled (nor tried).
+    empty = tmp_path / "native"
+    result = _run(_INTERPRETER_SCRIPT, tmp_path, CUTILE_BACKEND="interpreter", CUDA_CORE_NATIVE=None,
+                  CUDA_CORE_NATIVE_DIR=str(empty), CC="/nonexistent/cc")
+    assert result["native"] == [] and not empty.exists()
+    assert "CC=" not in str(result["reason"])
+
+
+def _driver_library_loads() -> bool:
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(_driver_library_loads(), reason="a CUDA driver library is here: auto builds native code")
+def test_auto_without_a_driver_library_builds_and_loads_nothing(tmp_path: Path) -> None:
+    empty = tmp_path / "native"
+    result = _run(_INTERPRETER_SCRIPT, tmp_path, CUTILE_BACKEND=None, CUDA_CORE_NATIVE=None, CUDA_CORE_NATIVE_DIR=str(empty),
+                  CC="/nonexistent/cc")
+    assert result["backend"] == "interpreter"  # (auto, no GPU)
+    assert result["native"] == [] and not empty.exists()
+    assert "no CUDA driver library here" in str(result["reason"])
+    # The cache built: still not loaded where no GPU can use it.
+    result = _run(_INTERPRETER_SCRIPT, tmp_path, CUTILE_BACKEND=None, CUDA_CORE_NATIVE=None,
+                  CUDA_CORE_NATIVE_DIR=str(_built_cache()))
+    assert result["native"] == []
+
+
+_FAKE_GPU_SCRIPT = """
+import json, sys
+import numpy as np
+import cuda_async, cutile
+from cuda_core.testing import use_fake_driver
+from cutile import _backend, _gpu, _native, api
+from cutile.core import Mut, Tensor, f32, load_tile_like
+
+@cutile.entry
+def add(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    z.store(load_tile_like(x, z) + load_tile_like(x, z))
+
+with use_fake_driver() as fake:
+    _backend.reset_for_tests("gpu")
+    with cuda_async.using_policy(cuda_async.SingleStream()):
+        x = api.from_numpy(np.ones(256, np.float32))
+        z = api.empty([256], dtype=f32).partition([128])
+        first = add(z, x)
+        compiled = add.compiled(first.plan().spec, "sm_90")
+        fake.kernels[compiled.name] = _gpu.fake_param_layout(compiled.abi)
+        del first
+        with cutile.batch():
+            for _ in range(10):
+                z, x = add(z, x).sync()
+        armed = add._native_binding is not None
+        launches = len(fake.launches)
+        del z, x
+        add.clear_cache()
+print(json.dumps({"reason": _native.unavailable_reason(), "armed": armed, "launches": launches,
+                  "native_base": isinstance(add, _native.module.KernelBase) if _native.module else False}))
+"""
+
+
+def test_the_gpu_backend_on_the_fake_driver_takes_the_native_path(tmp_path: Path) -> None:
+    result = _run(_FAKE_GPU_SCRIPT, tmp_path, CUDA_CORE_NATIVE="1", CUDA_CORE_NATIVE_DIR=str(_built_cache()),
+                  CUTILE_BACKEND="gpu")
+    assert result == {"reason": None, "armed": True, "launches": 10, "native_base": True}

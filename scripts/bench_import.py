@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""Cost of ``import cutile`` in a new process, warm (its files already read once).
+
+Target (issue "A package people can install and live with", import cost): at most
+0.3 s on the CI machine. Runs one warm-up process, then ``--processes`` new ones,
+each timing its own ``import cutile`` (the interpreter's start-up excluded), and
+prints the median next to the target and next to ``import numpy`` alone (the floor
+cutile cannot go below). Each process also reports what the import must not do:
+import ``cuda.bindings``, or load a native extension where no GPU needs it.
+
+``--native VALUE`` sets ``CUDA_CORE_NATIVE`` for the processes (default: unset, a
+user's default). ``--importtime N`` prints the N largest self costs of one
+``python -X importtime -c "import cutile"``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+TARGET_S = 0.3
+
+_PROBE = """
+import json, sys, time
+start = time.perf_counter()
+import {module}
+elapsed = time.perf_counter() - start
+print(json.dumps({{"seconds": elapsed, "bindings": "cuda.bindings.driver" in sys.modules,
+                  "native": sorted(m for m in sys.modules if m.endswith(("_native_batch", "_native_launch")))}}))
+"""
+
+
+def _run(module: str, env: dict[str, str]) -> dict[str, object]:
+    done = subprocess.run([sys.executable, "-c", _PROBE.format(module=module)], env=env, capture_output=True,
+                          text=True, timeout=300)
+    if done.returncode != 0:
+        raise SystemExit(f"bench_import: `import {module}` failed:\n{done.stderr}")
+    result: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def _median(module: str, env: dict[str, str], processes: int) -> tuple[float, dict[str, object]]:
+    _run(module, env)  # warm-up: files read, bytecode written
+    runs = [_run(module, env) for _ in range(processes)]
+    return statistics.median(float(str(r["seconds"])) for r in runs), runs[-1]
+
+
+def _largest_self_costs(env: dict[str, str], count: int) -> list[tuple[int, str]]:
+    done = subprocess.run([sys.executable, "-X", "importtime", "-c", "import cutile"], env=env, capture_output=True,
+                          text=True, timeout=300)
+    costs = []
+    for line in done.stderr.splitlines():
+        parts = line.removeprefix("import time:").split("|")
+        if len(parts) == 3 and parts[0].strip().isdigit():
+            costs.append((int(parts[0]), parts[2].strip()))
+    return sorted(costs, reverse=True)[:count]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--processes", type=int, default=7, help="new processes timed (default 7)")
+    parser.add_argument("--native", default=None, help="CUDA_CORE_NATIVE for the processes (default: unset)")
+    parser.add_argument("--importtime", type=int, default=0, metavar="N", help="print the N largest self costs")
+    args = parser.parse_args()
+    env = dict(os.environ)
+    env.pop("CUDA_CORE_NATIVE", None)
+    if args.native is not None:
+        env["CUDA_CORE_NATIVE"] = args.native
+    numpy_s, _ = _median("numpy", env, args.processes)
+    cutile_s, last = _median("cutile", env, args.processes)
+    verdict = "met" if cutile_s <= TARGET_S else "NOT met"
+    print(f"CUDA_CORE_NATIVE={env.get('CUDA_CORE_NATIVE', '(unset)')}, "
+          f"CUTILE_BACKEND={env.get('CUTILE_BACKEND', '(unset)')}, median of {args.processes} new processes:")
+    print(f"  import numpy:  {numpy_s:.3f} s (the floor)")
+    print(f"  import cutile: {cutile_s:.3f} s (target <= {TARGET_S} s: {verdict})")
+    print(f"  cuda.bindings imported: {last['bindings']}; native extensions loaded: {last['native'] or 'none'}")
+    if args.importtime:
+        print("largest self costs of `import cutile` (-X importtime, us):")
+        for micros, name in _largest_self_costs(env, args.importtime):
+            print(f"  {micros:8d}  {name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
