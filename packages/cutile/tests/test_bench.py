@@ -21,14 +21,19 @@ FakeGpu = Callable[..., contextlib.AbstractContextManager[FakeDriver]]
 
 
 @cutile.entry
-def bench_add(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], y: Tensor[f32, [-1]]):
+def bench_add(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], y: Tensor[f32, [-1]]) -> None:
     z.store(load_tile_like(x, z) + load_tile_like(y, z))
 
 
 @pytest.mark.interpreter_only
 def test_interpreter_times_by_wall_clock_and_says_so() -> None:
-    calls = []
-    result = bench.do_bench(lambda: (calls.append(1), time.sleep(0.002)), warmup=2, reps=5, quantiles=[0.5, 0.9])
+    calls: list[int] = []
+
+    def work() -> None:
+        calls.append(1)
+        time.sleep(0.002)
+
+    result = bench.do_bench(work, warmup=2, reps=5, quantiles=[0.5, 0.9])
     assert len(calls) == 7
     assert result.reps == 5 and result.warmup == 2
     assert result.timing == "wall-clock" and not result.l2_flushed
@@ -53,7 +58,10 @@ def test_paired_alternates_the_arms_and_gives_b_over_a() -> None:
     order: list[str] = []
 
     def arm(name: str, seconds: float) -> Callable[[], None]:
-        return lambda: (order.append(name), time.sleep(seconds))[-1]
+        def run() -> None:
+            order.append(name)
+            time.sleep(seconds)
+        return run
 
     result = bench.do_bench_paired(arm("a", 0.001), arm("b", 0.004), warmup=1, reps=4)
     assert order[:2] == ["a", "b"]  # warm-up

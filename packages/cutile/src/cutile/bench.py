@@ -49,8 +49,10 @@ _FALLBACK_L2_BYTES = 128 * 1024**2  # where the device reports no L2 size
 
 
 def _quantiles_of(samples: Sequence[float], quantiles: Sequence[float]) -> dict[float, float]:
-    values = np.quantile(np.asarray(samples, dtype=np.float64), list(quantiles)) if samples else []
-    return {q: float(v) for q, v in zip(quantiles, values)}
+    if not samples:
+        return {}
+    values = np.quantile(np.asarray(samples, dtype=np.float64), list(quantiles))
+    return {q: float(v) for q, v in zip(quantiles, np.atleast_1d(values))}
 
 
 @dataclass(frozen=True)
