@@ -230,10 +230,8 @@ class _EventTimer(_Timer):
     def current(self) -> Iterator[None]:
         with ExitStack() as stack:
             stack.enter_context(cuda_async.using_policy(self.policy))
-            if self._torch_stream is not None:
-                import torch
-
-                stack.enter_context(torch.cuda.stream(self._torch_stream))
+            if self._torch_stream is not None:  # (torch is never imported here: only used if it was)
+                stack.enter_context(sys.modules["torch"].cuda.stream(self._torch_stream))
             yield
 
     def timed(self, fn: Callable[[], Any]) -> None:
