@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from cutile import _config
-from cutile._errors import ArgumentError, CutileError
+from cutile._errors import ArgumentError, CutileError, StaleRecordError, TuneError
 from cutile.bench import PairedResult, do_bench, do_bench_paired
 
 __all__ = [
@@ -57,24 +57,6 @@ Config = dict[str, Value]
 RECORD_FORMAT = "cutile.tune.record/1"
 LOG_FORMAT = "cutile.tune.log/1"
 WORKER_WARPS = (1, 2, 4, 8, 16, 32)
-
-
-class TuneError(CutileError):
-    """A search found no usable config, or a trial log or record cannot be read or used."""
-
-
-class StaleRecordError(TuneError):
-    """A tuning record (or cached winner) was made under other conditions than these:
-    ``field`` names the provenance field that differs, ``recorded`` and ``current``
-    its two values."""
-
-    def __init__(self, path: str, field_name: str, recorded: str, current: str) -> None:
-        super().__init__(f"tuning record {path} is stale: its {field_name} is {recorded!r}, "
-                         f"here it is {current!r}; re-tune to refresh it")
-        self.path = path
-        self.field = field_name
-        self.recorded = recorded
-        self.current = current
 
 
 def _digest(data: Any) -> str:
