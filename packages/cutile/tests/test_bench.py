@@ -152,6 +152,32 @@ def test_paired_on_events_gives_the_ratio_of_each_pair(make_fake_gpu: FakeGpu) -
     assert result.timing == "cuda-events"
 
 
+@pytest.mark.interpreter_only
+@pytest.mark.parametrize("form", ["launch", "sync"])
+def test_a_cutile_launch_is_timed_between_the_events(make_fake_gpu: FakeGpu, form: str) -> None:
+    with make_fake_gpu(kernels=[bench_add]) as fake:
+        n = 1000
+        x, y = api.empty([n]), api.empty([n])  # (no fill kernel on the fake driver)
+        z = api.empty([n]).partition([256])
+        probe = bench_add(z, x, y)
+        compiled = probe.kernel.compiled(probe.plan().spec, "sm_90")
+        fake.kernels[compiled.name] = _gpu.fake_param_layout(compiled.abi)
+        probe.cancel()
+        stream = _gpu.default_stream()
+        fn: Callable[[], Any] = (lambda: bench_add(z, x, y)) if form == "launch" else (lambda: bench_add(z, x, y).sync())
+        start = len(fake.log)
+        result = bench.do_bench(fn, warmup=1, reps=2)
+        log = [(call, s, detail) for call, s, detail in fake.log[start:] if call in ("memset", "record", "launch")]
+    timed = log[log.index(next(e for e in log if e[0] == "memset")):]
+    calls = [call for call, _, _ in timed]
+    assert calls[:3] == ["memset", "record", "launch"] and calls.count("launch") == 2
+    start_record = calls.index("record")
+    assert calls[start_record + 1] == "launch" and calls[start_record + 2] == "record"  # launch between events
+    launches = [e for e in timed if e[0] == "launch"]
+    assert all(s == int(stream.handle) for _, s, _ in launches)
+    assert result.reps == 2 and result.timing == "cuda-events"
+
+
 @pytest.mark.gpu
 def test_on_the_gpu_a_bigger_kernel_takes_longer() -> None:
     small, big = 1 << 16, 1 << 24

@@ -261,3 +261,16 @@ def test_tuner_arguments_are_checked(tmp_path: Path) -> None:
         _tuner(tmp_path, default={"tiles": 64})
     with pytest.raises(cutile.ArgumentError, match="name"):
         tune.Tuner("a/b", tune.Space(tile=[1]), lambda c, s: (lambda: None), source="x")
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_a_search_times_real_launches_and_records_the_arch(tmp_path: Path, cache: Path) -> None:
+    tuner = _tuner(tmp_path)
+    result = tuner.tune((N,))
+    assert all(t.status == "ok" for t in result.trials) and result.paired is not None
+    assert result.paired.timing == "cuda-events"
+    assert tuner.provenance.arch.startswith("sm_") and tuner.provenance.tileiras != "interpreter"
+    record = tuner.make_record([(N,)])
+    record.save(tmp_path / "r.json")
+    assert tune.Record.load(tmp_path / "r.json", tuner.provenance).winners["512"].config in tune.Space(
+        tile=[64, 128]).configs()
