@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import cutile
+from cuda_core import CudaLaunchError
 from cutile import api, tune
 from cutile.core import Mut, Tensor, f32, load_tile_like
 
@@ -102,6 +103,14 @@ def test_a_runner_failing_on_its_first_call_is_invalid_and_other_errors_propagat
     with pytest.raises(ZeroDivisionError):
         tune.search(tune.Space(tile=[64]), buggy)
 
+    def out_of_resources(config: tune.Config) -> tune.Runner:
+        def launch() -> None:
+            raise CudaLaunchError(701, "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES", "too many resources", "cuLaunchKernel")
+        return launch if config["tile"] == 64 else _setup(config)
+
+    result = tune.search(tune.Space(tile=[64, 128]), out_of_resources, reps=1, warmup=0)
+    assert [t.status for t in result.trials] == ["invalid", "ok"] and "CudaLaunchError" in result.trials[0].reason
+
 
 def test_no_valid_config_is_a_tune_error_saying_why() -> None:
     with pytest.raises(tune.TuneError, match="wrong"):
@@ -126,7 +135,8 @@ def test_the_budget_stops_starting_configs() -> None:
     started = time.monotonic()
     result = tune.search(space, slow_setup, budget=0.25, reps=1, warmup=0, paired_reps=1)
     assert time.monotonic() - started < 1.5
-    assert result.out_of_budget and 2 <= len(result.trials) <= 4
+    # Configs start until 0.25 s have passed: a few, never all 20 (a loaded machine may fit fewer).
+    assert result.out_of_budget and 1 <= len(result.trials) <= 4
     with pytest.raises(cutile.ArgumentError, match="budget"):
         tune.search(space, slow_setup, budget=0)
 
@@ -229,6 +239,18 @@ def test_a_stale_record_is_never_applied(tmp_path: Path, cache: Path, caplog: py
     with caplog.at_level(logging.WARNING, logger="cutile.tune"):
         assert _tuner(tmp_path, record=record, default={"tile": 64}, on_stale="warn").config((300,)) == {"tile": 64}
     assert "stale" in caplog.text and "tileiras" in caplog.text
+
+
+def test_a_stale_cache_is_logged_not_used_and_replaced(tmp_path: Path, cache: Path,
+                                                       caplog: pytest.LogCaptureFixture) -> None:
+    tune.Record(_provenance(cutile_version="0.0.1"), {"512": tune.Winner({"tile": 128}, 1.0)}).save(
+        cache / "scaled_add.json")
+    with caplog.at_level(logging.WARNING, logger="cutile.tune"):
+        assert _tuner(tmp_path, default={"tile": 64}).config((300,)) == {"tile": 64}
+    assert "cutile_version" in caplog.text
+    tuner = _tuner(tmp_path, search_on_first_use=True)
+    best = tuner.config((300,))
+    assert tune.Record.load(cache / "scaled_add.json", tuner.provenance).winners["512"].config == best
 
 
 def test_search_on_first_use_fills_the_disk_cache(tmp_path: Path, cache: Path,

@@ -18,8 +18,9 @@
 - A `Tuner` answers the config for a call's shape: its record, else the disk cache of
   winners (``CUTILE_CACHE_DIR/tune``), else a search when ``CUTILE_TUNE=1`` (or
   ``search_on_first_use=True``), else its ``default``. A stale record or cache file is
-  never applied: the tuner raises, or with ``on_stale="warn"`` logs the refusal (logger
-  ``cutile.tune``) and goes on without it.
+  never applied: for the record the tuner raises, or with ``on_stale="warn"`` logs the
+  refusal (logger ``cutile.tune``) and goes on without it; a stale cache file is always
+  logged and left out (the next search replaces it).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from cutile import _config
+from cuda_core import CudaLaunchError, CudaOutOfMemoryError
 from cutile._errors import ArgumentError, CutileError, StaleRecordError, TuneError
 from cutile.bench import PairedResult, do_bench, do_bench_paired
 
@@ -231,7 +233,9 @@ def search(space: Space, setup: Setup, *, reference: Any = None, rtol: float = 1
 
     Args:
         setup: builds one config's runner; a `CutileError` it raises (or the runner
-            raises on its first call: compile, launch) marks the config invalid.
+            raises on its first call: compile, launch), or a `cuda_core.CudaLaunchError`
+            or `cuda_core.CudaOutOfMemoryError` (a launch the driver refuses, memory it
+            lacks), marks the config invalid. Other exceptions propagate.
         reference: the expected result (array-like, compared with the runner's first
             result, or the first tensor of a tuple, by ``np.allclose(rtol, atol)``), or a
             function of that result returning True when it is right. None: no gate.
@@ -290,10 +294,15 @@ def _runner_of(config: Config, setup: Setup, runners: dict[str, Runner]) -> Runn
     if key not in runners:  # a trial from the log: set up again
         try:
             runners[key] = setup(dict(config))
-        except CutileError as exc:
+        except _CONFIG_FAILURES as exc:
             _log.warning("cutile.tune: config %s (from the log) no longer sets up: %s", config, exc)
             return None
     return runners[key]
+
+
+# What makes a config invalid rather than the search wrong: cutile's refusals (compile,
+# launch checks) and the driver's refusal of a launch (too many resources) or of memory.
+_CONFIG_FAILURES = (CutileError, CudaLaunchError, CudaOutOfMemoryError)
 
 
 def _try(config: Config, setup: Setup, prune: Callable[[Config], bool] | None, reference: Any, rtol: float,
@@ -308,7 +317,7 @@ def _try(config: Config, setup: Setup, prune: Callable[[Config], bool] | None, r
             if wrong is not None:
                 return Trial(config, "wrong", reason=wrong)
         result = do_bench(runner, warmup=warmup, reps=reps)
-    except CutileError as exc:
+    except _CONFIG_FAILURES as exc:
         return Trial(config, "invalid", reason=f"{type(exc).__name__}: {exc}".splitlines()[0])
     runners[_config_key(config)] = runner
     return Trial(config, "ok", median_ms=result.median_ms)
@@ -443,7 +452,8 @@ class Tuner:
         bucket: shape -> bucket name (default `shape_bucket`).
         default: the config where no winner is known and no search is made.
         search_on_first_use: search for a shape with no winner (default: ``CUTILE_TUNE``).
-        on_stale: ``"raise"`` (`StaleRecordError`) or ``"warn"`` (log it, do not use it).
+        on_stale: a stale record: ``"raise"`` (`StaleRecordError`) or ``"warn"`` (log it,
+            do not use it). A stale cache file is always logged and left out.
         search_options: passed to `search` (budget, prune, reps...).
     """
 
@@ -488,23 +498,26 @@ class Tuner:
             raise error
         _log.warning("cutile.tune: not using %s", error)
 
-    def _load(self, path: Path) -> Record | None:
+    def _load(self, path: Path, *, committed: bool) -> Record | None:
         if not path.exists():
             return None
         try:
             return Record.load(path, self.provenance)
         except StaleRecordError as exc:
-            self._refuse(exc)
+            if committed:
+                self._refuse(exc)
+            else:  # the cache is ours: a stale one is not used, and the next search replaces it
+                _log.warning("cutile.tune: not using the cached winners: %s", exc)
             return None
 
     def _known(self) -> dict[str, Config]:
         if self._winners is None:
             winners: dict[str, Config] = {}
-            cached = self._load(self.cache_path)
+            cached = self._load(self.cache_path, committed=False)
             if cached is not None:
                 winners.update((b, w.config) for b, w in cached.winners.items())
             if self.record_path is not None:
-                committed = self._load(self.record_path)
+                committed = self._load(self.record_path, committed=True)
                 if committed is not None:  # the committed record wins over the cache
                     winners.update((b, w.config) for b, w in committed.winners.items())
             self._winners = winners
