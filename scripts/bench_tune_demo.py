@@ -12,7 +12,7 @@ CI tests can only fake.
 Kernels are defined in a factory, so this file keeps annotations evaluated at
 definition (no `from __future__ import annotations`). Needs a GPU:
 
-    scripts/on_gpu_machine.sh python3 scripts/bench_tune_demo.py
+    scripts/on_gpu_machine.sh python3 scripts/bench_tune_demo.py [--record demo_add.json]
 """
 
 import argparse
@@ -26,6 +26,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--log2n", type=int, default=24)
     parser.add_argument("--reps", type=int, default=50)
+    parser.add_argument("--record", type=Path, help="also save the tuning record (JSON) here")
     args = parser.parse_args()
 
     import numpy as np
@@ -83,6 +84,10 @@ def main() -> int:
         print(f"winner {result.best} ({result.best_ms:.4g} ms); head to head: {result.paired}")
         record = tune.Record(tuner.provenance, {tuner.bucket((n,)): tune.Winner(result.best, result.best_ms)})
         print(record.to_json())
+        if args.record is not None:
+            record.save(args.record)
+            tune.Record.load(args.record, tuner.provenance)  # verified as a tuner would load it
+            print(f"record saved to {args.record}")
     return 0
 
 
