@@ -78,11 +78,11 @@ def main() -> int:
         tuner = tune.Tuner("demo_add", tune.Space(tile=[128, 256, 512, 1024, 2048, 4096, 8192, 3000]), setup,
                            source=add, reference=lambda shape: xh.astype(np.float64) + yh,
                            search_options={"reps": 20, "log": Path(folder) / "trials.jsonl"})
-        result = tuner.tune((n,))
-        for trial in result.trials:
+        found = tuner.tune((n,))
+        for trial in found.trials:
             print(f"  {trial.config}: {trial.status} {trial.median_ms or ''} {trial.reason}")
-        print(f"winner {result.best} ({result.best_ms:.4g} ms); head to head: {result.paired}")
-        record = tune.Record(tuner.provenance, {tuner.bucket((n,)): tune.Winner(result.best, result.best_ms)})
+        print(f"winner {found.best} ({found.best_ms:.4g} ms); head to head: {found.paired}")
+        record = tune.Record(tuner.provenance, {tuner.bucket((n,)): tune.Winner(found.best, found.best_ms)})
         print(record.to_json())
         if args.record is not None:
             record.save(args.record)
