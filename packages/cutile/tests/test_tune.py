@@ -36,12 +36,13 @@ def _inputs(seed: int = 0) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
 
 
 def _setup(config: tune.Config) -> tune.Runner:
-    x, y = _inputs()
+    xh, yh = _inputs()
     tile = config["tile"]
     assert isinstance(tile, int)
     z = api.full([N], np.nan).partition([tile])  # poisoned
+    x, y = api.from_numpy(xh), api.from_numpy(yh)
     a = 3.0 if config.get("variant", "right") == "right" else 2.0
-    return lambda: scaled_add(z, api.from_numpy(x), api.from_numpy(y), a)
+    return lambda: scaled_add(z, x, y, a)
 
 
 def _reference() -> np.ndarray[Any, Any]:
