@@ -365,3 +365,26 @@ def test_a_failed_capture_is_ended_and_reported(fake_driver: FakeDriver) -> None
     with pytest.raises(ca.GraphCaptureError, match="no synchronous allocation"):
         ca.DeviceOp.from_fn(bad, name="bad").graph(policy=ca.SingleStream())
     assert fake_driver.capturing == {} and not ca.is_capturing()
+
+
+def test_pooled_events_never_cross_to_another_drivers_device() -> None:
+    # A scheduled op's completion events go back to a pool when it completes; a device of
+    # another driver (a later test's fake, or the real one after a fake) is another
+    # Device object and gets events of its own driver only.
+    from cuda_async import _future
+    from cuda_core.testing import use_fake_driver
+
+    pooled: list[cuda_core.Event] = []
+    for _ in range(2):
+        with use_fake_driver() as fake, ca.using_policy(ca.SingleStream()):
+            device = cuda_core.Device(0)
+            taken = _future._take_event(device)  # from the pool, or made: this driver's either way
+            assert taken.device is device
+            _future._give_events([taken])
+            future = kernel(fake, "k", writes=[ca.Resource("z")]).schedule()
+            fake.finish_events()
+            future.result()
+            pooled.extend(_future._event_pool.get(device, []))
+            assert pooled and not any(event.device is not device for event in _future._event_pool.get(device, []))
+    first_devices = {event.device for event in pooled}
+    assert len(first_devices) == 2  # each driver's device kept its own events

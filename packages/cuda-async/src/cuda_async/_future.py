@@ -32,7 +32,9 @@ _MAX_SLEEP_S = 1e-3
 
 _await_spin_s = 20e-6
 
-_event_pool: dict[int, list[cuda_core.Event]] = {}
+# Keyed by the Device object, not its ordinal: a device of another driver (a test's
+# fake, say) is another object, and must never be handed this driver's events.
+_event_pool: dict[cuda_core.Device, list[cuda_core.Event]] = {}
 
 
 def set_await_spin(microseconds: float) -> None:
@@ -45,7 +47,7 @@ def set_await_spin(microseconds: float) -> None:
 
 
 def _take_event(device: cuda_core.Device) -> cuda_core.Event:
-    pool = _event_pool.get(device.ordinal)
+    pool = _event_pool.get(device)
     if pool:
         try:
             return pool.pop()
@@ -56,7 +58,7 @@ def _take_event(device: cuda_core.Device) -> cuda_core.Event:
 
 def _give_events(events: list[cuda_core.Event]) -> None:
     for event in events:
-        pool = _event_pool.setdefault(event.device.ordinal, [])
+        pool = _event_pool.setdefault(event.device, [])
         if len(pool) < 256 and not event.closed:
             pool.append(event)
 
