@@ -73,8 +73,6 @@ __all__ += [
     "HostCallError", "InteropError", "LaunchNeverRunWarning", "TileirasError", "TileirasTimeoutError", "ToolchainError",
 ]
 __all__ += ["OWNED"]
-from cutile._errors import StaleRecordError, TuneError  # noqa: E402 (cutile.tune's errors)
-__all__ += ["StaleRecordError", "TuneError"]
 
 
 __version__: str  # the distribution's version, read on first use (`cutile._version`)
