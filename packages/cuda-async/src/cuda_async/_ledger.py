@@ -117,20 +117,25 @@ class ClaimPlan:
     ``label`` names the holder in others' messages ("launch of add (parameter
     'z')"), ``by`` the requester in its own ("add: parameter 'z'") and ``what`` the
     memory ("tensor memory on cuda:0"). A hold the plan takes is the very tuple it
-    made (``entries``): given back by identity. With ``owner`` (a job), the holds
-    are that job's running ones (the native path's synchronous runs take them)."""
+    made (``entries``): given back by identity."""
 
     __slots__ = ("lists", "entries", "labels", "requesters", "__weakref__")
 
-    def __init__(self, spans: Iterable[tuple[Hashable, int, int, bool, str, str, str]], *,
-                 owner: Job | None = None) -> None:
+    def __init__(self, spans: Iterable[tuple[Hashable, int, int, bool, str, str, str]]) -> None:
         listed = list(spans)
         with lock:
             self.lists = tuple(domain_list(span[0]) for span in listed)
             pinned.update(span[0] for span in listed)
-        self.entries: tuple[Hold, ...] = tuple((s, e, w, label, owner, what) for _, s, e, w, label, _, what in listed)
+        self.entries: tuple[Hold, ...] = tuple((s, e, w, label, None, what) for _, s, e, w, label, _, what in listed)
         self.labels = tuple(span[4] for span in listed)
         self.requesters = tuple(span[5] for span in listed)
+
+    def owned_by(self, owner: Job) -> ClaimPlan:
+        """The same holds as running ones of ``owner`` (a native synchronous run's)."""
+        plan: ClaimPlan = ClaimPlan.__new__(ClaimPlan)
+        plan.lists, plan.labels, plan.requesters = self.lists, self.labels, self.requesters
+        plan.entries = tuple((s, e, w, label, owner, what) for s, e, w, label, _, what in self.entries)
+        return plan
 
     def claim(self, joined: Callable[[Any], bool] | None = None) -> None:
         """Takes the holds, after checking that none conflicts with another hold

@@ -158,7 +158,7 @@ class AccessSet:
     than the resources' own spans (cutile holds each tensor argument's bytes):
     (resource, domain, start, end, writes, label) each."""
 
-    __slots__ = ("accesses", "interest", "labels", "spans")
+    __slots__ = ("accesses", "interest", "spans")
 
     def __init__(self, reads: tuple[Resource, ...] = (), writes: tuple[Resource, ...] = (),
                  labels: Mapping[Resource, str] | None = None, spans: tuple[Span, ...] | None = None) -> None:
@@ -167,9 +167,8 @@ class AccessSet:
                 raise TypeError(f"reads and writes take Resource objects, got {type(resource).__name__}")
         self.accesses = merge_accesses(reads, writes)
         self.interest = interest_of(self.accesses)
-        self.labels: dict[Resource, str] | None = dict(labels) if labels else None
         if spans is None:
-            named = self.labels or {}
+            named = labels or {}
             spans = tuple((r, *r.span, a is Access.WRITE, named.get(r)) for r, a in self.accesses)
         self.spans: tuple[Span, ...] = spans
 

@@ -3,7 +3,7 @@
 `describe_call` turns arguments into a specialization and a grid (errors name the
 parameter); `call_key` is what those depend on, cheaply, the key of a kernel's
 `SignaturePlan`s; `ObjectBinding` is what the very objects of the kernel's last
-call imply (checked ranges, holds, accesses, packed GPU parameters), reused while
+call imply (the holds of their byte ranges, accesses, packed GPU parameters), reused while
 a loop passes them again. The argument checks shared by the launch live here too.
 """
 
@@ -57,16 +57,16 @@ MISSING = object()  # an argument not given (the launch and the binding tell it 
 
 class ObjectBinding:
     """What one call's tensor objects imply, computed once and reused while a loop
-    passes the very same objects (and constants): their checked byte ranges, the
-    resources the op reads and writes and the holds it takes (`cuda_async.ClaimPlan`),
-    the plan, and the packed GPU parameters.
+    passes the very same objects (and constants): the holds of their checked byte
+    ranges (`cuda_async.ClaimPlan`), the resources the op reads and writes, the plan,
+    and the packed GPU parameters.
 
     Objects are remembered by weak reference: a binding never keeps a tensor alive.
     What can change between calls (an object consumed, a pending launch holding the
     memory, ops in flight) is still checked on every call.
     """
 
-    __slots__ = ("checks", "tensor_names", "ranges", "claim_plan", "_spans", "accesses", "plan", "loaded",
+    __slots__ = ("checks", "tensor_names", "claim_plan", "accesses", "plan", "loaded",
                  "packed", "scalar_slots", "results", "fast")
 
     _TENSOR, _CONSTANT, _SCALAR = range(3)
@@ -89,7 +89,6 @@ class ObjectBinding:
         # What a run returns: the tensor arguments, one as itself, several as a tuple.
         self.results: Callable[[dict[str, Any]], Any] = (
             operator.itemgetter(*tensor_names) if tensor_names else (lambda arguments: ()))
-        self.ranges = ranges
         # The holds of the tensor arguments' bytes in cuda_async's ledger: pending from
         # the call (the claim, the native path's too), then the running op's.
         description = kernel._launch_description
@@ -100,7 +99,6 @@ class ObjectBinding:
             spans.append((resource, storage.device, low, high, mutable, f"{description} (parameter '{param}')",
                           f"{kernel.name}: parameter '{param}'", resource.name))
         self.claim_plan = cuda_async.ClaimPlan(span[1:] for span in spans)
-        self._spans = [span[1:] for span in spans]
         writes = [storage.resource for _, storage, _, _, mutable in ranges if mutable]
         reads = [storage.resource for _, storage, _, _, mutable in ranges if not mutable]
         self.accesses = cuda_async.AccessSet(tuple(reads), tuple(writes), spans=tuple(span[:6] for span in spans))
@@ -110,16 +108,11 @@ class ObjectBinding:
         self.scalar_slots: list[tuple[int, str, DType]] = []  # refilled on every call
         self.fast: weakref.ref[Any] | None = None  # the kernel's native binding made from this one
 
-    def run_spans(self) -> list[tuple[str, int, int, bool, str, str, str]]:
-        """The holds of the tensor arguments, as `cuda_async.ClaimPlan` takes them."""
-        return list(self._spans)
-
     def _forget(self, _dead: Any) -> None:
         # One of the objects is gone, so the binding can never match again: drop what
         # refers to memory (storages, resources) so that the memory can be freed.
         # (It may run while the interpreter shuts down, when module globals are gone:
         # it uses only what the class holds.)
-        self.ranges = []
         self.accesses = self._NO_ACCESSES
         self.loaded = None
         self.packed = []
