@@ -16,7 +16,7 @@ import numpy as np
 
 import cutile
 from cutile import api
-from cutile.core import Constant, Mut, Tensor, f16, f32, mma, zeros
+from cutile.core import Constant, Mut, Tensor, cdiv, f16, f32, mma, zeros
 
 
 @cutile.entry(hints={"occupancy": 1, "sm_90": {"num_worker_warps": 8}})
@@ -27,13 +27,13 @@ def persistent_gemm(z: Mut[Tensor[f32, ["BM", "BN"]]], x: Tensor[f16, [-1, "K"]]
     for idx in z.tiles():                   # this block's tiles, in the map's grouped order
         bm, bn = idx                        # tile coordinates, for the loads of x and y
         acc = zeros((BM, BN), f32)
-        for k in range(K // BK):
+        for k in range(cdiv(K, BK)):
             acc = mma(part_x.load([bm, k]), part_y.load([k, bn]), acc)
         z.store(acc, idx)                   # a minted index: no run-time check, no unsafe
 
 
 def main() -> int:
-    m, n, k = (2048, 2048, 512) if cutile.backend() == "gpu" else (512, 384, 128)
+    m, n, k = (2048, 2048, 520) if cutile.backend() == "gpu" else (512, 384, 160)  # K not a multiple of BK: a tail
     x = api.randn([m, k], dtype=f16)
     y = api.randn([k, n], dtype=f16)
     z = api.full([m, n], np.nan, dtype=f32).partition([128, 128]).map([8, 1])  # grouped order, default blocks
@@ -45,7 +45,7 @@ def main() -> int:
     error = float(np.linalg.norm(z.to_numpy() - reference) / np.linalg.norm(reference))
     ok = error < 1e-5
     print(f"persistent_gemm: {m}x{n}x{k} f16 -> f32 on {blocks} blocks of the {cutile.backend()} backend in "
-          f"{elapsed:.2f} s (first call, compile included); relative error {error:.1e}: {'OK' if ok else 'WRONG'}")
+          f"{elapsed:.2f} s (first call: a compile unless cached); relative error {error:.1e}: {'OK' if ok else 'WRONG'}")
     return 0 if ok else 1
 
 

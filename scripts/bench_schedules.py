@@ -45,7 +45,7 @@ ROW_CONFIGS: list[tuple[int, int, dict[str, Any]]] = [
 
 def gemm_kernels(dtype: Any, hints: dict[str, Any]) -> tuple[Any, Any]:
     import cutile
-    from cutile.core import Constant, Mut, Tensor, bid, f32, minimum, mma, num_blocks, zeros
+    from cutile.core import Constant, Mut, Tensor, bid, cdiv, f32, minimum, mma, num_blocks, zeros
 
     @cutile.entry(hints=hints)
     def safe_gemm(z: Mut[Tensor[dtype, ["BM", "BN"]]], x: Tensor[dtype, [-1, "K"]], y: Tensor[dtype, ["K", -1]],
@@ -55,7 +55,7 @@ def gemm_kernels(dtype: Any, hints: dict[str, Any]) -> tuple[Any, Any]:
         for idx in z.tiles():
             bm, bn = idx
             acc = zeros((BM, BN), f32)
-            for k in range(K // BK):
+            for k in range(cdiv(K, BK)):
                 acc = mma(part_x.load([bm, k]), part_y.load([k, bn]), acc)
             z.store(acc.astype(dtype), idx)
 
@@ -74,7 +74,7 @@ def gemm_kernels(dtype: Any, hints: dict[str, Any]) -> tuple[Any, Any]:
             pm = first_m + (tile % in_group) % group_m
             pn = (tile % in_group) // group_m
             acc = zeros((BM, BN), f32)
-            for k in range(K // BK):
+            for k in range(cdiv(K, BK)):
                 acc = mma(part_x.load([pm, k]), part_y.load([k, pn]), acc)
             part_z.store((pm, pn), acc.astype(dtype))
 

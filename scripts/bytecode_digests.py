@@ -31,12 +31,9 @@ from typing import Any
 
 import cutile_ir as ir
 
-from cutile_compiler import _dtypes as dt
+from cutile_compiler import KernelHints, TensorSpec, build_kernel_ir, lower_kernel, parse_signature, specialize
+from cutile_compiler import dtypes as dt
 from cutile_compiler import language as L
-from cutile_compiler._frontend import build_kernel_ir
-from cutile_compiler._hints import KernelHints
-from cutile_compiler._lowering import lower_kernel
-from cutile_compiler._signature import TensorSpec, parse_signature, specialize
 from cutile_compiler.language import Mut, Tensor, load_tile_like
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -57,31 +57,6 @@ def test_version_is_the_distribution_s(folder: str) -> None:
 
 
 @pytest.mark.parametrize("folder", PACKAGES)
-def test_an_uninstalled_source_tree_reads_its_pyproject(folder: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    version = importlib.import_module(PACKAGES[folder] + "._version")
-
-    def not_installed(name: str) -> str:
-        raise metadata.PackageNotFoundError(name)
-
-    monkeypatch.setattr(metadata, "version", not_installed)
-    assert version.package_version() == VERSION
-    monkeypatch.setattr(version, "DISTRIBUTION", "another-project")  # a pyproject of another name is not ours
-    assert version.package_version() == version.UNKNOWN == "0+unknown"
-
-
-def test_reading_the_version_costs_nothing_at_import() -> None:
-    import subprocess
-    import sys
-
-    code = ("import sys, cuda_core, cuda_async, cutile_ir, cutile_compiler, cutile; "
-            "assert 'importlib.metadata' not in sys.modules, 'imported at import'; "
-            "print(cutile_compiler.__version__, 'importlib.metadata' in sys.modules)")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == [VERSION, "True"]
-
-
-@pytest.mark.parametrize("folder", PACKAGES)
 def test_siblings_are_pinned_to_the_same_version(folder: str) -> None:
     siblings = [_name_and_spec(r) for r in _project(folder).get("dependencies", [])
                 if _name_and_spec(r)[0] in DISTRIBUTIONS]

@@ -119,7 +119,7 @@ class ClaimPlan:
     memory ("tensor memory on cuda:0"). A hold the plan takes is the very tuple it
     made (``entries``): given back by identity."""
 
-    __slots__ = ("lists", "entries", "labels", "requesters", "__weakref__")
+    __slots__ = ("lists", "entries", "labels", "requesters")
 
     def __init__(self, spans: Iterable[tuple[Hashable, int, int, bool, str, str, str]]) -> None:
         listed = list(spans)
@@ -178,8 +178,9 @@ def _release_locked(plan: ClaimPlan) -> None:
         remove(held, entry)
 
 
-def running_holders(domain: Hashable, start: int, end: int) -> list[tuple[str, bool]]:
-    """(label, writes) of the running holds overlapping ``[start, end)`` of ``domain``."""
+def holders(domain: Hashable, start: int, end: int) -> list[tuple[str, bool]]:
+    """(label, writes) of the holds, pending or running, overlapping ``[start, end)`` of ``domain``."""
     with lock:
+        drain_dropped()
         return [(hold[3], hold[2]) for hold in holds.get(domain, ())
-                if hold[4] is not None and hold[0] < end and start < hold[1] and not hold[4].released]
+                if hold[0] < end and start < hold[1] and (hold[4] is None or not hold[4].released)]

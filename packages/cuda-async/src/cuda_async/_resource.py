@@ -1,4 +1,4 @@
-"""Resources, and the ownership ledger of ops in flight.
+"""Resources, their access points, and jobs (who holds what is the ledger's, `_ledger`).
 
 A `Resource` stands for a piece of storage that ops read or write (cutile's
 tensors wrap their storage in one). Who holds it is the ledger's (`_ledger`:
@@ -14,7 +14,7 @@ observed by the host.
 from __future__ import annotations
 
 import enum
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable
 from typing import Any
 import cuda_core
 
@@ -89,14 +89,14 @@ class Resource:
     # -- inspection -------------------------------------------------------------
     @property
     def holders(self) -> list[tuple[str, Access]]:
-        """(op name, access) of every pending job that holds this resource."""
-        return [(label, Access.WRITE if writes else Access.READ)
-                for label, writes in _ledger.running_holders(*self.span)]
+        """(label, access) of every hold on this resource's span: the ops made and not
+        yet run that claimed it, and the jobs not yet complete that hold it."""
+        return [(label, Access.WRITE if writes else Access.READ) for label, writes in _ledger.holders(*self.span)]
 
     @property
     def is_held(self) -> bool:
-        """Whether any pending op holds this resource."""
-        return bool(_ledger.running_holders(*self.span))
+        """Whether any op, claimed or running, holds this resource."""
+        return bool(_ledger.holders(*self.span))
 
     def check_available(self, access: Access = Access.WRITE, *, by: str = "the host") -> None:
         """Raises `OwnershipError` if ``by`` may not use this resource with ``access``
@@ -152,24 +152,23 @@ class AccessSet:
     written counts as written), and the holds it takes in the ledger: made once,
     shared by many ops over the same resources (`FnOp.from_accesses`).
 
-    ``labels`` name who in the op uses a resource (``"launch of add (parameter
-    'z')"``): a hold the op takes on it, and a conflict it meets there, are named
-    so instead of by the op's name. ``spans``: the holds, when they are narrower
-    than the resources' own spans (cutile holds each tensor argument's bytes):
-    (resource, domain, start, end, writes, label) each."""
+    ``spans``: the holds, when they are narrower than the resources' own spans
+    (cutile holds each tensor argument's bytes): (resource, domain, start, end,
+    writes, label) each, where ``label`` names who in the op uses the memory
+    (``"launch of add (parameter 'z')"``: the hold and a conflict it meets are named
+    so) or is None (the op's name)."""
 
     __slots__ = ("accesses", "interest", "spans")
 
     def __init__(self, reads: tuple[Resource, ...] = (), writes: tuple[Resource, ...] = (),
-                 labels: Mapping[Resource, str] | None = None, spans: tuple[Span, ...] | None = None) -> None:
+                 spans: tuple[Span, ...] | None = None) -> None:
         for resource in reads + writes:
             if not isinstance(resource, Resource):
                 raise TypeError(f"reads and writes take Resource objects, got {type(resource).__name__}")
         self.accesses = merge_accesses(reads, writes)
         self.interest = interest_of(self.accesses)
         if spans is None:
-            named = labels or {}
-            spans = tuple((r, *r.span, a is Access.WRITE, named.get(r)) for r, a in self.accesses)
+            spans = tuple((r, *r.span, a is Access.WRITE, None) for r, a in self.accesses)
         self.spans: tuple[Span, ...] = spans
 
 
@@ -219,12 +218,12 @@ class Job:
     def _check_locked(self, spans: tuple[Span, ...], op_name: str) -> None:
         holds = _ledger.holds
         parent = self.parent
+        mine = lambda owner: owner is self or owner is parent  # noqa: E731
         for _, domain, start, end, writes, label in spans:
-            for hold in holds.get(domain, ()):
-                if hold[0] < end and start < hold[1] and (writes or hold[2]):
-                    owner = hold[4]
-                    if owner is not None and (owner is self or owner is parent or owner.released):
-                        continue
+            held = holds.get(domain)
+            if held:
+                hold = _ledger.conflict(held, start, end, writes, mine)
+                if hold is not None:
                     raise refusal(hold, writes, label or op_name)
 
     def acquire(
@@ -235,7 +234,7 @@ class Job:
         claim: _ledger.ClaimPlan | None = None,
     ) -> None:
         """Checks the op's holds against other jobs' and pending ops', and takes them
-        (named by the access set's labels where it gives one, else by ``op_name``);
+        (named by the spans' labels where they give one, else by ``op_name``);
         the pending holds of ``claim`` (the op's own, taken when it was made) become
         the job's in the same step (given back, also when the check fails: the op
         did not start). On ``stream``, makes it wait (events) for earlier

@@ -9,18 +9,8 @@ transpose, causal flash attention), which still needs per-shape tuning on a GPU 
 it can be offered as a library. It deliberately exports nothing until then.
 """
 
-from typing import TYPE_CHECKING
 
 __all__: list[str] = []
 
 
-__version__: str  # the distribution's version, read on first use (`cutile_kernels._version`)
-
-if not TYPE_CHECKING:
-    def __getattr__(name: str) -> str:
-        if name == "__version__":
-            from cutile_kernels._version import package_version
-
-            globals()["__version__"] = version = package_version()
-            return version
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__version__ = "0.1.0"  # the distribution's version (tests/test_release.py keeps them equal)

@@ -43,7 +43,8 @@ class Launch(LaunchBase, Generic[_R]):
     ``.grid(x, y, z)`` sets the grid when no Mut tensor decides it.
 
     The native path makes launches too (its base's C members: the kernel, the
-    binding, the claim, the positional arguments, done and pending); what it
+    binding, the claim, the positional arguments, done, pending and where it was
+    made); what it
     does not set has a class default here, so such a launch is complete as made.
     To a type checker it is ``Launch[R]``, ``R`` what ``.sync()`` returns (see `Kernel`).
     """

@@ -540,7 +540,14 @@ static int sync_begin(PyObject *access_set, PyObject *claimed, PyObject *run, Cu
         /* Another op's access points not yet marked: the Python path decides about events. */
         result = (PyDict_Check(pending) && PyDict_GET_SIZE(pending) == 0) ? idle(accesses, claimed) : 0;
         /* The claim's pending holds become the run's (the job's running ones). */
-        if (result == 1 && (plan_apply(run, 1) < 0 || plan_apply(claimed, 0) < 0)) result = -1;
+        if (result == 1 && plan_apply(run, 1) < 0) result = -1;
+        if (result == 1 && plan_apply(claimed, 0) < 0) { /* (out of memory) leave no run hold behind */
+            PyObject *type, *value, *tb;
+            PyErr_Fetch(&type, &value, &tb);
+            if (plan_apply(run, 0) < 0) PyErr_Clear();
+            PyErr_Restore(type, value, tb);
+            result = -1;
+        }
     }
     Py_XDECREF(accesses); Py_XDECREF(pending);
     lock_release(streams_lock);
@@ -556,8 +563,8 @@ static int sync_end(CudaAsyncSyncTxn *txn, int ran) {
     PyErr_Fetch(&type, &value, &tb); /* a launch or wait error being raised stays the error */
     lock_wait((RLockObject *)ledger_lock, 0); /* not interruptible: the holds must go back */
     lock_wait((RLockObject *)streams_lock, 0);
-    int failed = plan_apply(txn->run, 0) < 0;
-    if (failed) PyErr_Clear();
+    int failed = plan_apply(txn->run, 0) < 0; /* (out of memory only: its error is raised) */
+    if (failed && type != NULL) PyErr_Clear(); /* the launch's error matters more */
     if (ran && !failed) { /* the stream advanced by one op, as Job.record counts */
         PyObject *epoch = get(D_STATE_EPOCH, txn->state);
         PyObject *next = epoch ? PyNumber_Add(epoch, one) : NULL;

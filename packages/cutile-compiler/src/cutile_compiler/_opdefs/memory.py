@@ -21,6 +21,9 @@ from cutile_compiler._errors import bounded_repr
 from cutile_compiler._ir import Operation
 from cutile_compiler._lowering import PartitionInfo, element_type, tile_type
 from cutile_compiler._opdefs._base import EvalContext, Op, MemoryAccess, OpDef, RuleError, check_index, register
+from cutile_compiler._opdefs.debug import DebugOp
+from cutile_compiler._opdefs.elementwise import ElementwiseOp
+from cutile_compiler._opdefs.shape import ShapeOp
 from cutile_compiler._opdefs.pointer import check_atomic_dtype, check_writable, fits_i32_offsets, rmw_update, tile_ir_atomic_mode
 from cutile_compiler._types import KType, PartitionType, TensorType, TileType, tile_shape_problem
 
@@ -93,7 +96,9 @@ class MakePartition(OpDef):
 
     def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         tensor = args[0]
-        padding = ir.PaddingValue[op.attrs.get("padding", "zero").upper()]
+        tensor_type = op.operands[0].type
+        assert isinstance(tensor_type, TensorType)
+        padding = view_padding(op.attrs.get("padding", "zero"), tensor_type.dtype)
         view_type = ir.PartitionViewType(op.attrs["tile_shape"], tensor.view_type, (), padding)
         return (PartitionInfo(tensor, ctx.builder.make_partition_view(tensor.view, result_types=[view_type])),)
 
@@ -165,6 +170,12 @@ class TileStore(MemoryAccess):
         return ()
 
 
+def view_padding(padding: str, dtype: dt.DType) -> ir.PaddingValue:
+    """A view's padding: the one asked for floats; zero for integers and bools, which
+    hold no NaN or infinity (as the interpreter pads)."""
+    return ir.PaddingValue[(padding if dtype.is_float else "zero").upper()]
+
+
 def _padding_value(padding: str, dtype: dt.DType) -> float:
     """The number a padded element holds: the padding's for floats, 0 for integers and
     bools (which hold no NaN or infinity), as the interpreter pads."""
@@ -186,29 +197,29 @@ def divisibility(ctx: Lowering, value: Any, depth: int = 0) -> int:
     producer = ctx.producers.get(value)
     if producer is None or depth > 32:
         return 1
-    name, operands = producer.name, producer.operands
-    if name == "constant":
-        number = producer.attrs["value"]
-        if isinstance(number, bool) or not isinstance(number, int):
+    key, operands = producer.opdef.key, producer.operands
+    if key is ShapeOp.CONSTANT:
+        number = _static_int(ctx, value)
+        if number is None:
             return 1
         return _ANY_DIVISOR if number == 0 else min(_ANY_DIVISOR, number & -number)
-    if name == "mul":
+    if key is ElementwiseOp.MUL:
         return min(_ANY_DIVISOR, divisibility(ctx, operands[0], depth + 1) * divisibility(ctx, operands[1], depth + 1))
-    if name in ("add", "sub"):
+    if key in (ElementwiseOp.ADD, ElementwiseOp.SUB):
         return min(divisibility(ctx, operands[0], depth + 1), divisibility(ctx, operands[1], depth + 1))
-    if name == "neg" or (name == "cast" and producer.attrs["dtype"].is_integer
-                         and operands[0].type.dtype.is_integer):  # type: ignore[attr-defined]
+    if key is ElementwiseOp.NEG or (key is ElementwiseOp.CAST and producer.attrs["dtype"].is_integer
+                                    and operands[0].type.dtype.is_integer):  # type: ignore[attr-defined]
         return divisibility(ctx, operands[0], depth + 1)
-    if name == "assume":
+    if key is DebugOp.ASSUME:
         return max(int(producer.attrs.get("div_by") or 1), divisibility(ctx, operands[0], depth + 1))
     return 1
 
 
 def _static_int(ctx: Lowering, value: Any) -> int | None:
-    """The value of an integer scalar made by a ``constant`` op, else None."""
+    """The value of an integer scalar known at compile time (a constant), else None."""
     producer = ctx.producers.get(value)
-    if producer is not None and producer.name == "constant":
-        number = producer.attrs["value"]
+    if producer is not None:
+        number = producer.opdef.static_value(producer.attrs)
         if isinstance(number, int) and not isinstance(number, bool):
             return number
     return None
@@ -358,12 +369,12 @@ def _lower_load_at(ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequenc
 
     def view_load() -> tuple[Any, Any]:
         strides = [extent if ok else 1 for extent, ok in zip(shape, aligned)]
-        view_padding = ir.PaddingValue[(padding if tensor_type.dtype.is_float else "zero").upper()]
+        padded_with = view_padding(padding, tensor_type.dtype)
         if all(aligned):
-            view_type: Any = ir.PartitionViewType(shape, info.view_type, (), view_padding)
+            view_type: Any = ir.PartitionViewType(shape, info.view_type, (), padded_with)
             view = b.make_partition_view(info.view, result_types=[view_type])
         else:
-            view_type = ir.StridedViewType(shape, tuple(strides), info.view_type, (), view_padding)
+            view_type = ir.StridedViewType(shape, tuple(strides), info.view_type, (), padded_with)
             view = b.make_strided_view(info.view, result_types=[view_type])
         # inside the tensor every start is >= 0 and below an i32 dim: i32 indices, exact quotients
         index = []

@@ -30,6 +30,7 @@ from cutile_compiler._ir import Operation
 from cutile_compiler._lowering import element_type, tile_type
 from cutile_compiler._opdefs._base import EvalContext, Op, MemoryAccess, RuleError, register
 from cutile_compiler._opdefs.elementwise import numpy_dtype
+from cutile_compiler._opdefs.shape import ShapeOp
 from cutile_compiler._types import KType, TensorType, TileType
 
 if TYPE_CHECKING:
@@ -110,7 +111,7 @@ def _unbroadcast(ctx: Lowering, value: Any, lowered: Any) -> tuple[Any, Any]:
     """(typed value, Tile IR value) of ``value`` before a front-end broadcast made it,
     when one did (same rank), so per-axis arithmetic runs on the smaller tile."""
     producer = ctx.producers.get(value)
-    if producer is not None and producer.name == "broadcast":
+    if producer is not None and producer.opdef.key is ShapeOp.BROADCAST:
         source = producer.operands[0]
         if source.type.rank == value.type.rank:  # type: ignore[attr-defined]
             return source, ctx.values[source]

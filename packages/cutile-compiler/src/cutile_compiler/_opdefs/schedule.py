@@ -175,7 +175,7 @@ class ScheduleItem(OpDef):
         result: list[ir.Value] = []
         for axis, coordinate in enumerate(local):
             start_op = ctx.producers.get(op.operands[1 + rank + axis])
-            is_zero = start_op is not None and start_op.name == "constant" and start_op.attrs["value"] == 0
+            is_zero = start_op is not None and start_op.opdef.static_value(start_op.attrs) == 0
             result.append(coordinate if is_zero else ar.add(starts[axis], coordinate))
         return tuple(result)
 
