@@ -16,7 +16,7 @@ out=dist
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) [ $# -ge 2 ] || { echo "build_wheels.sh: --out needs a folder" >&2; exit 2; }; out=$2; shift ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
     *) echo "build_wheels.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift

@@ -34,7 +34,6 @@ import hashlib
 import importlib.util
 import json
 import linecache
-import os
 import sys
 import threading
 import types

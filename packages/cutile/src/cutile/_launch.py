@@ -271,7 +271,7 @@ class Launch(LaunchBase, Generic[_R]):
     def _sync_slow(self) -> Any:
         self._pending = False
         if self._done:
-            if self.__dict__.get("_cancelled"):
+            if self._cancelled:
                 raise OwnershipError(f"{self.description} was cancelled; it cannot run")
             raise OwnershipError(f"{self.description} has already run; its tensors were handed back")
         try:

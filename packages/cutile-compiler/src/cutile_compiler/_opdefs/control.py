@@ -20,7 +20,7 @@ import cutile_ir as ir
 
 from cutile_compiler._ir import Block, Operation
 from cutile_compiler._lowering import tile_type
-from cutile_compiler._opdefs._base import Escape, EvalContext, Op, OpDef, RuleError, Terminator, register
+from cutile_compiler._opdefs._base import Escape, EvalContext, Op, OpDef, RuleError, register
 from cutile_compiler._types import KType, TileType
 
 if TYPE_CHECKING:
