@@ -137,9 +137,12 @@ class FakeDriver:
     their parameters) instead of run. Stream-ordered calls are logged in ``log`` as
     ``(call, stream, detail)`` — kernels ``("launch", s, name)``, event records
     ``("record", s, event)``, waits ``("wait", s, stream the event was recorded on)``,
-    synchronizations ``("synchronize", s, None)``, graph launches — and work queued
+    synchronizations ``("synchronize", s, None)``, async memsets ``("memset", s, bytes)``,
+    graph launches — and work queued
     on a capturing stream goes into its graph instead. Events complete when recorded,
     unless ``hold_events`` is set; then `finish_events` completes them (from any thread).
+    Each stream-ordered call advances a fake clock by ``ms_per_call``; an event's
+    elapsed time is the clock's advance between the two records.
     """
 
     def __init__(self, devices: int = 1) -> None:
@@ -165,6 +168,10 @@ class FakeDriver:
         self.events: dict[int, dict[str, Any]] = {}
         self.hold_events = False
         self.waited_events: list[int] = []
+        # The fake device clock: every stream-ordered call advances it by ms_per_call;
+        # an event records its time, and cuEventElapsedTime answers the difference.
+        self.clock_ms = 0.0
+        self.ms_per_call = 0.001
         self.capturing: dict[int, list[tuple[str, Any]]] = {}
         self.graphs: dict[int, list[tuple[str, Any]]] = {}
         self.execs: dict[int, list[tuple[str, Any]]] = {}
@@ -189,6 +196,7 @@ class FakeDriver:
         capturing stream the call goes into the graph being captured."""
         handle = int(stream)
         with self._lock:
+            self.clock_ms += self.ms_per_call
             if handle in self.capturing:
                 self.capturing[handle].append((call, detail))
             else:
@@ -342,6 +350,11 @@ class FakeDriver:
         block[offset : offset + 4 * count] = value.to_bytes(4, "little") * count
         return (SUCCESS,)
 
+    def cuMemsetD32Async(self, dst: int, value: int, count: int, stream: Any) -> tuple[Any]:
+        self.cuMemsetD32(dst, value, count)
+        self.enqueue("memset", stream, 4 * count)  # logged as ("memset", stream, bytes)
+        return (SUCCESS,)
+
     # -- streams / modules ---------------------------------------------------------
     def cuStreamCreateWithPriority(self, flags: int, priority: int) -> tuple[Any, Any]:
         handle = next(self._handles)
@@ -447,7 +460,16 @@ class FakeDriver:
         with self._lock:
             self.events[int(event)] = {"stream": int(stream), "done": not self.hold_events}
         self.enqueue("record", stream, int(event))
+        with self._lock:
+            self.events[int(event)]["time"] = self.clock_ms
         return (SUCCESS,)
+
+    def cuEventElapsedTime(self, start: Any, end: Any) -> tuple[Any, float]:
+        failure = self._enter("cuEventElapsedTime")
+        if failure is not None:
+            return (failure, 0.0)
+        with self._lock:
+            return (SUCCESS, float(self.events[int(end)]["time"] - self.events[int(start)]["time"]))
 
     def cuEventQuery(self, event: Any) -> tuple[Any]:
         failure = self._enter("cuEventQuery")

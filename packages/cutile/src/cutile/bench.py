@@ -1,0 +1,354 @@
+"""Timing GPU work: `do_bench` and `do_bench_paired`.
+
+On the GPU backend each rep is timed by two CUDA events recorded around it on one
+stream, the *bench stream*: ``stream=`` (a `cuda_core.Stream`, or anything
+`cuda_core.Stream.wrap` takes, such as ``torch.cuda.current_stream()``), else cutile's
+default stream. While the function runs, that stream is made current for the work it
+enqueues: cutile launches (a `cuda_async.SingleStream` policy of it, through
+`cuda_async.using_policy`) and, where torch is imported, torch's current stream (a
+``torch.cuda.ExternalStream`` of it). Other libraries' work must be put on the stream
+by the function itself.
+
+The function may run its work to completion (``lambda: kernel(z, x).sync()``) or
+return a launch or op without running it (``lambda: kernel(z, x)``): that is queued
+on the bench stream (`Launch.schedule`), the end event is recorded right behind it,
+and its result is waited for before the next rep (its tensors are free again). The
+second form times the device work alone; the first adds the host's return from the
+wait to the interval.
+
+Before each rep the L2 cache is flushed (``flush_l2=True``) by a memset over a
+buffer twice the device's L2 size, queued before the start event. Warm-up calls
+(untimed) absorb the first JIT compile and module load.
+
+On the interpreter backend there is no device: reps are timed by the host's clock
+(`time.perf_counter`), the result says so (``timing == "wall-clock"``, and its repr),
+and no flush is made (``l2_flushed`` is False).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+import cuda_async
+from cutile._errors import ArgumentError
+
+__all__ = ["BenchResult", "PairedResult", "do_bench", "do_bench_paired"]
+
+EVENTS = "cuda-events"
+WALL_CLOCK = "wall-clock"
+DEFAULT_QUANTILES = (0.2, 0.5, 0.8)
+_FALLBACK_L2_BYTES = 128 * 1024**2  # where the device reports no L2 size
+
+
+def _quantiles_of(samples: Sequence[float], quantiles: Sequence[float]) -> dict[float, float]:
+    if not samples:
+        return {}
+    values = np.quantile(np.asarray(samples, dtype=np.float64), list(quantiles))
+    return {q: float(v) for q, v in zip(quantiles, np.atleast_1d(values))}
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    """The times of one function's reps, in milliseconds.
+
+    ``timing`` is ``"cuda-events"`` (device time between events on the bench stream)
+    or ``"wall-clock"`` (host time: the interpreter backend).
+    """
+
+    samples_ms: tuple[float, ...]
+    quantiles_ms: dict[float, float]
+    timing: str
+    l2_flushed: bool
+    warmup: int
+
+    @property
+    def reps(self) -> int:
+        return len(self.samples_ms)
+
+    @property
+    def median_ms(self) -> float:
+        return float(np.median(self.samples_ms))
+
+    @property
+    def min_ms(self) -> float:
+        return min(self.samples_ms)
+
+    @property
+    def max_ms(self) -> float:
+        return max(self.samples_ms)
+
+    @property
+    def mean_ms(self) -> float:
+        return float(np.mean(self.samples_ms))
+
+    def __repr__(self) -> str:
+        qs = ", ".join(f"q{round(q * 100)}={v:.4g}" for q, v in self.quantiles_ms.items())
+        how = self.timing + (", L2 flushed" if self.l2_flushed else "")
+        if self.timing == WALL_CLOCK:
+            how += " (interpreter backend: host time, not device time)"
+        return (f"BenchResult(median={self.median_ms:.4g} ms, min={self.min_ms:.4g} ms, {qs}, "
+                f"reps={self.reps}, timing={how})")
+
+
+@dataclass(frozen=True)
+class PairedResult:
+    """Two functions timed rep by rep in alternation; ``ratios`` are b/a of each pair
+    (above 1: b is slower), ``ratio`` their median, ``ratio_quantiles`` their spread.
+    A pair whose a took no measurable time gives ``inf`` (or 1.0 when b took none either)."""
+
+    a: BenchResult
+    b: BenchResult
+    ratios: tuple[float, ...]
+    ratio_quantiles: dict[float, float]
+
+    @property
+    def timing(self) -> str:
+        return self.a.timing
+
+    @property
+    def ratio(self) -> float:
+        return float(np.median(self.ratios))
+
+    def __repr__(self) -> str:
+        qs = ", ".join(f"q{round(q * 100)}={v:.4g}" for q, v in self.ratio_quantiles.items())
+        return (f"PairedResult(b/a={self.ratio:.4g} ({qs}), a median={self.a.median_ms:.4g} ms, "
+                f"b median={self.b.median_ms:.4g} ms, pairs={len(self.ratios)}, timing={self.timing}"
+                f"{' (interpreter backend: host time)' if self.timing == WALL_CLOCK else ''})")
+
+
+# -- arguments -------------------------------------------------------------------------------
+
+def _check_callable(fn: Any, name: str) -> None:
+    if not callable(fn):
+        raise ArgumentError(f"{name} must be a callable that runs or returns the work to time, "
+                            f"got {type(fn).__name__}")
+
+
+def _check_count(value: Any, name: str, least: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ArgumentError(f"{name} must be an int >= {least}, got {value!r}")
+    return value
+
+
+def _check_quantiles(quantiles: Any) -> tuple[float, ...]:
+    if isinstance(quantiles, (str, bytes)) or not isinstance(quantiles, Sequence):
+        raise ArgumentError(f"quantiles must be a sequence of numbers in [0, 1], got {quantiles!r}")
+    checked: list[float] = []
+    for q in quantiles:
+        if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0.0 <= q <= 1.0:
+            raise ArgumentError(f"quantiles must be numbers in [0, 1], got {q!r} in {list(quantiles)!r}")
+        checked.append(float(q))
+    return tuple(checked)
+
+
+def _check_flag(value: Any, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise ArgumentError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+# -- the two clocks --------------------------------------------------------------------------
+
+class _Timer:
+    """Runs one rep of a function and measures it; `finish` gives the times."""
+
+    timing = WALL_CLOCK
+    l2_flushed = False
+
+    def __init__(self) -> None:
+        self.policy: Any = cuda_async.default_policy()
+        self._pending: list[tuple[float, float]] = []
+
+    @contextmanager
+    def current(self) -> Iterator[None]:
+        yield
+
+    def run(self, fn: Callable[[], Any]) -> Any:
+        """Calls ``fn``; a launch or op it returns is queued (not yet waited for)."""
+        value = fn()
+        if isinstance(value, cuda_async.DeviceOp) or _is_launch(value):
+            return value.schedule(self.policy)
+        return None
+
+    def untimed(self, fn: Callable[[], Any]) -> None:
+        with self.current():
+            _wait(self.run(fn))
+        self.synchronize()
+
+    def timed(self, fn: Callable[[], Any]) -> None:
+        with self.current():
+            start = time.perf_counter()
+            _wait(self.run(fn))
+            self._pending.append((start, time.perf_counter()))
+
+    def synchronize(self) -> None:
+        pass
+
+    def finish(self) -> list[float]:
+        times = [(end - start) * 1e3 for start, end in self._pending]
+        self._pending.clear()
+        return times
+
+
+class _EventTimer(_Timer):
+    timing = EVENTS
+
+    def __init__(self, stream: Any, flush_l2: bool) -> None:
+        import cuda_core
+        from cutile import _gpu
+
+        if stream is None:
+            self.stream = _gpu.default_stream()
+        elif isinstance(stream, cuda_core.Stream):
+            self.stream = stream
+        else:
+            try:
+                self.stream = cuda_core.Stream.wrap(stream)
+            except TypeError as exc:
+                raise ArgumentError(f"stream: {exc}") from None
+        self.policy = cuda_async.SingleStream(self.stream)
+        self._events: list[tuple[Any, Any]] = []
+        self._cuda_core = cuda_core
+        self._flush: Any = None
+        self.l2_flushed = flush_l2
+        if flush_l2:
+            device = self.stream.device
+            l2 = device.l2_cache_size or _FALLBACK_L2_BYTES
+            # Twice the L2: what a rep leaves in it is written over whatever the policy.
+            self._flush = cuda_core.DeviceBuffer.allocate(-(-2 * l2 // 4) * 4, stream=self.stream)
+        self._torch_stream = _torch_stream_of(self.stream)
+
+    @contextmanager
+    def current(self) -> Iterator[None]:
+        with ExitStack() as stack:
+            stack.enter_context(cuda_async.using_policy(self.policy))
+            if self._torch_stream is not None:  # (torch is never imported here: only used if it was)
+                stack.enter_context(sys.modules["torch"].cuda.stream(self._torch_stream))
+            yield
+
+    def timed(self, fn: Callable[[], Any]) -> None:
+        if self._flush is not None:
+            self._flush.memset(0, width=4, stream=self.stream)
+        start = self._cuda_core.Event.create(self.stream.device)
+        end = self._cuda_core.Event.create(self.stream.device)
+        with self.current():
+            start.record(self.stream)
+            pending = self.run(fn)
+            end.record(self.stream)
+            _wait(pending)
+        self._events.append((start, end))
+
+    def synchronize(self) -> None:
+        self.stream.synchronize()
+
+    def finish(self) -> list[float]:
+        self.synchronize()
+        times = [start.elapsed_ms(end) for start, end in self._events]
+        self._events.clear()
+        return times
+
+
+def _is_launch(value: Any) -> bool:
+    from cutile._launch import Launch
+
+    return isinstance(value, Launch)
+
+
+def _wait(pending: Any) -> None:
+    if pending is not None:
+        pending.result()
+
+
+def _torch_stream_of(stream: Any) -> Any:
+    """A torch stream of ``stream`` where torch is imported with CUDA, else None."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available():
+        return None
+    return torch.cuda.ExternalStream(int(stream.handle))
+
+
+def _timer(stream: Any, flush_l2: bool) -> _Timer:
+    from cutile._backend import current
+
+    if current() == "gpu":
+        return _EventTimer(stream, flush_l2)
+    if stream is not None:
+        raise ArgumentError("stream: the interpreter backend runs on the host; it takes no stream "
+                            f"(got {stream!r})")
+    return _Timer()
+
+
+# -- the public functions --------------------------------------------------------------------
+
+def do_bench(fn: Callable[[], Any], *, warmup: int = 10, reps: int = 100, stream: Any = None,
+             flush_l2: bool = True, quantiles: Sequence[float] = DEFAULT_QUANTILES) -> BenchResult:
+    """Times ``fn`` over ``reps`` reps after ``warmup`` untimed calls.
+
+    Args:
+        fn: a callable that enqueues its work on the current stream or runs it, or
+            returns a launch/op to queue (see the module docstring).
+        warmup: untimed calls first (they absorb the JIT compile).
+        reps: timed calls.
+        stream: the bench stream (GPU backend only); default: cutile's stream.
+        flush_l2: flush the L2 cache before each rep (GPU backend).
+        quantiles: the quantiles reported in ``quantiles_ms``.
+    Raises:
+        ArgumentError: a malformed argument (the message names it).
+    """
+    _check_callable(fn, "fn")
+    warmup = _check_count(warmup, "warmup", 0)
+    reps = _check_count(reps, "reps", 1)
+    flush = _check_flag(flush_l2, "flush_l2")
+    qs = _check_quantiles(quantiles)
+    timer = _timer(stream, flush)
+    for _ in range(warmup):
+        timer.untimed(fn)
+    for _ in range(reps):
+        timer.timed(fn)
+    samples = tuple(timer.finish())
+    return BenchResult(samples, _quantiles_of(samples, qs), timer.timing, timer.l2_flushed, warmup)
+
+
+def _ratio(a: float, b: float) -> float:
+    if a > 0:
+        return b / a
+    return 1.0 if b <= 0 else math.inf
+
+
+def do_bench_paired(a: Callable[[], Any], b: Callable[[], Any], *, warmup: int = 10, reps: int = 100,
+                    stream: Any = None, flush_l2: bool = True,
+                    quantiles: Sequence[float] = DEFAULT_QUANTILES) -> PairedResult:
+    """Times ``a`` and ``b`` in alternation, ``reps`` pairs after ``warmup`` untimed
+    calls of each, and gives each pair's ratio b/a: drift of the clocks and of the
+    device (temperature, other work) touches both arms alike. Even pairs run a first,
+    odd ones b first. Arguments as `do_bench`'s (``quantiles`` of the ratios)."""
+    _check_callable(a, "a")
+    _check_callable(b, "b")
+    warmup = _check_count(warmup, "warmup", 0)
+    reps = _check_count(reps, "reps", 1)
+    flush = _check_flag(flush_l2, "flush_l2")
+    qs = _check_quantiles(quantiles)
+    timer = _timer(stream, flush)
+    for _ in range(warmup):
+        timer.untimed(a)
+        timer.untimed(b)
+    for rep in range(reps):
+        first, second = (a, b) if rep % 2 == 0 else (b, a)
+        timer.timed(first)
+        timer.timed(second)
+    times = timer.finish()
+    a_times = tuple(times[2 * i + (i % 2)] for i in range(reps))
+    b_times = tuple(times[2 * i + 1 - (i % 2)] for i in range(reps))
+    ratios = tuple(_ratio(x, y) for x, y in zip(a_times, b_times))
+    return PairedResult(
+        BenchResult(a_times, _quantiles_of(a_times, qs), timer.timing, timer.l2_flushed, warmup),
+        BenchResult(b_times, _quantiles_of(b_times, qs), timer.timing, timer.l2_flushed, warmup),
+        ratios, _quantiles_of(ratios, qs))
