@@ -176,6 +176,41 @@ def test_a_cutile_launch_is_timed_between_the_events(make_fake_gpu: FakeGpu, for
     launches = [e for e in timed if e[0] == "launch"]
     assert all(s == int(stream.handle) for _, s, _ in launches)
     assert result.reps == 2 and result.timing == "cuda-events"
+    gates = [detail for call, s, detail in fake.log[start:] if call == "wait_value"]
+    if form == "launch":  # built first, then queued behind the gate with the flush and the events
+        assert result.gated and "host-gated" in repr(result)
+        assert [value for _, value in gates] == [1, 2]
+        ordered = [call for call, _, _ in fake.log[start:] if call in ("wait_value", "memset", "record", "launch")]
+        # (the second record after the launch is its completion event, which cuda_async records)
+        assert ordered[-12:] == ["wait_value", "memset", "record", "launch", "record", "record"] * 2
+    else:  # a function that waits for its work cannot be gated (it would wait for the gate)
+        assert not result.gated and gates == []
+
+
+@pytest.mark.interpreter_only
+def test_a_gate_opened_by_its_watchdog_fails_the_rep(make_fake_gpu: FakeGpu, monkeypatch: pytest.MonkeyPatch) -> None:
+    with make_fake_gpu():
+        gate = bench._StreamGate(_gpu.default_stream())
+        with gate.shut():
+            pass  # opened by the host: fine
+        monkeypatch.setattr(bench._StreamGate, "WATCHDOG_S", 0.01)
+        with pytest.raises(cutile.BenchError, match="not enqueued within"):
+            with gate.shut():
+                time.sleep(0.2)  # as a launch that waited for the device behind the gate would
+
+
+@pytest.mark.interpreter_only
+def test_a_function_must_keep_its_form(make_fake_gpu: FakeGpu) -> None:
+    with make_fake_gpu() as fake:
+        calls = [0]
+
+        def flaky() -> Any:
+            calls[0] += 1
+            return None if calls[0] == 1 else api.ops.zeros([4])  # then an op to run
+
+        with pytest.raises(cutile.ArgumentError, match="same kind of thing on every call"):
+            bench.do_bench(flaky, warmup=1, reps=2, flush_l2=False)
+    assert fake.calls["cuStreamWaitValue32"] == 0
 
 
 @pytest.mark.gpu

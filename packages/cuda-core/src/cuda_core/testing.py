@@ -138,6 +138,7 @@ class FakeDriver:
     ``(call, stream, detail)`` — kernels ``("launch", s, name)``, event records
     ``("record", s, event)``, waits ``("wait", s, stream the event was recorded on)``,
     synchronizations ``("synchronize", s, None)``, async memsets ``("memset", s, bytes)``,
+    gates ``("wait_value", s, (address, value))`` (logged, never waited on),
     graph launches — and work queued
     on a capturing stream goes into its graph instead. Events complete when recorded,
     unless ``hold_events`` is set; then `finish_events` completes them (from any thread).
@@ -149,6 +150,7 @@ class FakeDriver:
         self.devices = devices
         self.calls: Counter[str] = Counter()
         self.memory: dict[int, bytearray] = {}
+        self.host_memory: dict[int, Any] = {}  # pinned host allocations by address
         self.live_handles: dict[str, set[int]] = {"stream": set(), "module": set(), "event": set()}
         self.launches: list[dict[str, Any]] = []
         self.fail_next: dict[str, Any] = {}
@@ -292,6 +294,25 @@ class FakeDriver:
     def cuMemFreeAsync(self, ptr: int, stream: Any) -> tuple[Any]:
         self._enter("cuMemFreeAsync")
         return self.cuMemFree(ptr)
+
+    def cuMemHostAlloc(self, nbytes: int, flags: int) -> tuple[Any, int]:
+        failure = self._enter("cuMemHostAlloc")
+        if failure is not None:
+            return (failure, 0)
+        block = ctypes.create_string_buffer(nbytes)  # real host memory: PinnedBuffer views it
+        with self._lock:
+            self.host_memory[ctypes.addressof(block)] = block
+        return (SUCCESS, ctypes.addressof(block))
+
+    def cuMemFreeHost(self, ptr: int) -> tuple[Any]:
+        with self._lock:
+            self.host_memory.pop(int(ptr), None)
+        return (SUCCESS,)
+
+    def cuMemHostGetDevicePointer(self, ptr: int, flags: int) -> tuple[Any, int]:
+        with self._lock:
+            known = int(ptr) in self.host_memory
+        return (SUCCESS, int(ptr)) if known else (R.CUDA_ERROR_INVALID_VALUE, 0)
 
     def _locate(self, address: int, nbytes: int) -> tuple[bytearray, int]:
         for base, block in self.memory.items():
@@ -439,6 +460,14 @@ class FakeDriver:
         self._enter("cuStreamWaitEvent")
         self.waited_events.append(int(event))
         self.enqueue("wait", stream, self.events[int(event)]["stream"])
+        return (SUCCESS,)
+
+    def cuStreamWaitValue32(self, stream: Any, address: int, value: int, flags: int) -> tuple[Any]:
+        """The fake runs work as it is queued, so the gate is logged, not waited on."""
+        failure = self._enter("cuStreamWaitValue32")
+        if failure is not None:
+            return (failure,)
+        self.enqueue("wait_value", stream, (int(address), int(value)))
         return (SUCCESS,)
 
     def cuEventCreate(self, flags: int) -> tuple[Any, Any]:

@@ -68,6 +68,10 @@ class InteropError(CutileError, TypeError):
     CUDA Array Interface, ``np.asarray``."""
 
 
+class BenchError(CutileError):
+    """A benchmark rep could not be timed as asked (see `cutile.bench`)."""
+
+
 class TuneError(CutileError):
     """A search found no usable config, or a trial log or record cannot be read or used."""
 
@@ -93,7 +97,7 @@ cuda_async.use_error_classes(ownership=OwnershipError, graph_capture=GraphCaptur
 
 __all__ = [
     "ArgumentError", "ArgumentTypeError", "TensorIndexError",
-    "ArchError", "BatchError", "ConfigError", "CudaError", "CudaLaunchError", "CudaOutOfMemoryError", "CutileError",
+    "ArchError", "BatchError", "BenchError", "ConfigError", "CudaError", "CudaLaunchError", "CudaOutOfMemoryError", "CutileError",
     "GraphCaptureError", "GraphUpdateError", "HintError", "HostCallError", "InteropError", "LaunchError", "OwnershipError",
     "SignatureError", "SpecializationError", "StaleRecordError", "TileCompilerError", "TileError", "TileSyntaxError", "TileTypeError",
     "TileirasError", "TileirasTimeoutError", "ToolchainError", "TuneError",

@@ -9,12 +9,18 @@ enqueues: cutile launches (a `cuda_async.SingleStream` policy of it, through
 ``torch.cuda.ExternalStream`` of it). Other libraries' work must be put on the stream
 by the function itself.
 
-The function may run its work to completion (``lambda: kernel(z, x).sync()``) or
-return a launch or op without running it (``lambda: kernel(z, x)``): that is queued
-on the bench stream (`Launch.schedule`), the end event is recorded right behind it,
-and its result is waited for before the next rep (its tensors are free again). The
-second form times the device work alone; the first adds the host's return from the
-wait to the interval.
+The function may run its work to completion (``lambda: kernel(z, x).sync()``),
+enqueue it and return (``lambda: torch.mm(a, b)``), or return a launch or op without
+running it (``lambda: kernel(z, x)``). The third form times the device work alone:
+the launch is built first, then queued behind a gate that holds the bench stream
+(``cuStreamWaitValue32`` on mapped pinned memory) together with the L2 flush and the
+two events; the host opens the gate and the device runs them back to back, so the
+host's cost of enqueueing (claims, argument packing) is outside the interval
+(``gated`` in the result). Its result is waited for before the next rep (its tensors
+are free again). The second form is bracketed as Triton's ``do_bench`` does: the
+flush queued ahead keeps the device busy while the host enqueues. The first adds the
+host's return from the wait to the interval. The form is learned from the first call
+and must not change.
 
 Before each rep the L2 cache is flushed (``flush_l2=True``) by a memset over a
 buffer twice the device's L2 size, queued before the start event. Warm-up calls
@@ -29,6 +35,7 @@ from __future__ import annotations
 
 import math
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -38,7 +45,7 @@ from typing import Any
 import numpy as np
 
 import cuda_async
-from cutile._errors import ArgumentError
+from cutile._errors import ArgumentError, BenchError
 
 __all__ = ["BenchResult", "PairedResult", "do_bench", "do_bench_paired"]
 
@@ -68,6 +75,7 @@ class BenchResult:
     timing: str
     l2_flushed: bool
     warmup: int
+    gated: bool = False
 
     @property
     def reps(self) -> int:
@@ -91,7 +99,7 @@ class BenchResult:
 
     def __repr__(self) -> str:
         qs = ", ".join(f"q{round(q * 100)}={v:.4g}" for q, v in self.quantiles_ms.items())
-        how = self.timing + (", L2 flushed" if self.l2_flushed else "")
+        how = self.timing + (", L2 flushed" if self.l2_flushed else "") + (", host-gated" if self.gated else "")
         if self.timing == WALL_CLOCK:
             how += " (interpreter backend: host time, not device time)"
         return (f"BenchResult(median={self.median_ms:.4g} ms, min={self.min_ms:.4g} ms, {qs}, "
@@ -162,6 +170,7 @@ class _Timer:
 
     timing = WALL_CLOCK
     l2_flushed = False
+    gated = False
 
     def __init__(self) -> None:
         self.policy: Any = cuda_async.default_policy()
@@ -171,22 +180,21 @@ class _Timer:
     def current(self) -> Iterator[None]:
         yield
 
-    def run(self, fn: Callable[[], Any]) -> Any:
-        """Calls ``fn``; a launch or op it returns is queued (not yet waited for)."""
-        value = fn()
-        if isinstance(value, cuda_async.DeviceOp) or _is_launch(value):
+    def schedule(self, value: Any) -> Any:
+        """Queues a launch or op that ``fn`` returned (not yet waited for); else None."""
+        if _is_deferred(value):
             return value.schedule(self.policy)
         return None
 
     def untimed(self, fn: Callable[[], Any]) -> None:
         with self.current():
-            _wait(self.run(fn))
+            _wait(self.schedule(fn()))
         self.synchronize()
 
     def timed(self, fn: Callable[[], Any]) -> None:
         with self.current():
             start = time.perf_counter()
-            _wait(self.run(fn))
+            _wait(self.schedule(fn()))
             self._pending.append((start, time.perf_counter()))
 
     def synchronize(self) -> None:
@@ -198,7 +206,68 @@ class _Timer:
         return times
 
 
+class _StreamGate:
+    """Holds a stream's later work until the host opens the gate: a ``cuStreamWaitValue32``
+    on a word of mapped pinned memory that the host then writes. Work queued while the
+    gate is shut runs back to back once it opens, so the host's time to enqueue it (a
+    launch's claims and packing) is not inside the events around it.
+
+    A watchdog opens the gate after ``WATCHDOG_S`` seconds, so work that waits for the
+    device while the gate is shut (a synchronize inside the function) cannot hang the
+    process; the rep then fails with `BenchError`.
+    """
+
+    WATCHDOG_S = 10.0
+
+    def __init__(self, stream: Any) -> None:
+        import cuda_core
+
+        self.stream = stream
+        self._word = cuda_core.PinnedBuffer.allocate(4, device=stream.device, mapped=True)
+        self._value = self._word.view().cast("I")
+        self._value[0] = 0
+        self._address = self._word.device_ptr
+        self._shut_count = 0
+        self._lock = threading.Lock()
+        self._tripped = False
+
+    def _open(self, count: int, *, by_watchdog: bool = False) -> None:
+        with self._lock:
+            if self._value[0] < count:
+                self._value[0] = count
+                self._tripped = self._tripped or by_watchdog
+
+    @contextmanager
+    def shut(self) -> Iterator[None]:
+        self._shut_count += 1
+        count = self._shut_count
+        self.stream.wait_value32(self._address, count)
+        watchdog = threading.Timer(self.WATCHDOG_S, self._open, args=(count,), kwargs={"by_watchdog": True})
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            yield
+        finally:
+            watchdog.cancel()
+            self._open(count)
+        if self._tripped:
+            raise BenchError(
+                f"the work of a rep was not enqueued within {self.WATCHDOG_S:g} s while the bench "
+                "stream was gated: the function's launch waited for the device (a synchronize "
+                "inside it?) or compiled (warm up first with warmup >= 1)")
+
+
 class _EventTimer(_Timer):
+    """Device time between two events on the bench stream.
+
+    A function that returns a launch or op (learned from its first call) is built on
+    the host first; its work is then queued behind a shut `_StreamGate` together with
+    the L2 flush and the two events, and the gate opened: the interval is the device's
+    alone. A function that enqueues its own work (a torch op) is bracketed directly, as
+    Triton's do_bench does: the flush queued ahead keeps the device busy while the host
+    enqueues. A function that waits for its work includes the host's return from it.
+    """
+
     timing = EVENTS
 
     def __init__(self, stream: Any, flush_l2: bool) -> None:
@@ -225,6 +294,9 @@ class _EventTimer(_Timer):
             # Twice the L2: what a rep leaves in it is written over whatever the policy.
             self._flush = cuda_core.DeviceBuffer.allocate(-(-2 * l2 // 4) * 4, stream=self.stream)
         self._torch_stream = _torch_stream_of(self.stream)
+        self._deferred: bool | None = None  # does fn return its work (learned on the first call)?
+        self._gate: _StreamGate | None = None
+        self.gated = False
 
     @contextmanager
     def current(self) -> Iterator[None]:
@@ -234,17 +306,45 @@ class _EventTimer(_Timer):
                 stack.enter_context(sys.modules["torch"].cuda.stream(self._torch_stream))
             yield
 
-    def timed(self, fn: Callable[[], Any]) -> None:
+    def _learn_form(self, value: Any) -> None:
+        deferred = _is_deferred(value)
+        if self._deferred is None:
+            self._deferred = deferred
+        elif deferred != self._deferred:
+            first, now = ("a launch or op", type(value).__name__) if self._deferred else (
+                "nothing to run", f"a {type(value).__name__}")
+            raise ArgumentError(f"fn must return the same kind of thing on every call: it returned {first} "
+                                f"on its first call and {now} now")
+
+    def schedule(self, value: Any) -> Any:
+        self._learn_form(value)
+        return super().schedule(value)
+
+    def _bracket(self, queue: Callable[[], Any]) -> Any:
+        """Queues the flush, the start event, ``queue()``'s work and the end event."""
         if self._flush is not None:
             self._flush.memset(0, width=4, stream=self.stream)
         start = self._cuda_core.Event.create(self.stream.device)
         end = self._cuda_core.Event.create(self.stream.device)
-        with self.current():
-            start.record(self.stream)
-            pending = self.run(fn)
-            end.record(self.stream)
-            _wait(pending)
+        start.record(self.stream)
+        pending = queue()
+        end.record(self.stream)
         self._events.append((start, end))
+        return pending
+
+    def timed(self, fn: Callable[[], Any]) -> None:
+        with self.current():
+            if self._deferred:
+                work = fn()  # built on the host, nothing queued yet
+                self._learn_form(work)
+                if self._gate is None:
+                    self._gate = _StreamGate(self.stream)
+                    self.gated = True
+                with self._gate.shut():
+                    pending = self._bracket(lambda: work.schedule(self.policy))
+            else:
+                pending = self._bracket(lambda: self.schedule(fn()))
+            _wait(pending)
 
     def synchronize(self) -> None:
         self.stream.synchronize()
@@ -254,6 +354,10 @@ class _EventTimer(_Timer):
         times = [start.elapsed_ms(end) for start, end in self._events]
         self._events.clear()
         return times
+
+
+def _is_deferred(value: Any) -> bool:
+    return isinstance(value, cuda_async.DeviceOp) or _is_launch(value)
 
 
 def _is_launch(value: Any) -> bool:
@@ -314,7 +418,7 @@ def do_bench(fn: Callable[[], Any], *, warmup: int = 10, reps: int = 100, stream
     for _ in range(reps):
         timer.timed(fn)
     samples = tuple(timer.finish())
-    return BenchResult(samples, _quantiles_of(samples, qs), timer.timing, timer.l2_flushed, warmup)
+    return BenchResult(samples, _quantiles_of(samples, qs), timer.timing, timer.l2_flushed, warmup, timer.gated)
 
 
 def _ratio(a: float, b: float) -> float:
@@ -349,6 +453,6 @@ def do_bench_paired(a: Callable[[], Any], b: Callable[[], Any], *, warmup: int =
     b_times = tuple(times[2 * i + 1 - (i % 2)] for i in range(reps))
     ratios = tuple(_ratio(x, y) for x, y in zip(a_times, b_times))
     return PairedResult(
-        BenchResult(a_times, _quantiles_of(a_times, qs), timer.timing, timer.l2_flushed, warmup),
-        BenchResult(b_times, _quantiles_of(b_times, qs), timer.timing, timer.l2_flushed, warmup),
+        BenchResult(a_times, _quantiles_of(a_times, qs), timer.timing, timer.l2_flushed, warmup, timer.gated),
+        BenchResult(b_times, _quantiles_of(b_times, qs), timer.timing, timer.l2_flushed, warmup, timer.gated),
         ratios, _quantiles_of(ratios, qs))
