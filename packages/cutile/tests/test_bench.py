@@ -152,17 +152,23 @@ def test_paired_on_events_gives_the_ratio_of_each_pair(make_fake_gpu: FakeGpu) -
     assert result.timing == "cuda-events"
 
 
+def _fake_add_arguments(fake: FakeDriver) -> tuple[Any, Any, Any]:
+    """bench_add's arguments, its kernel known to the fake driver."""
+    n = 1000
+    x, y = api.empty([n]), api.empty([n])  # (no fill kernel on the fake driver)
+    z = api.empty([n]).partition([256])
+    probe = bench_add(z, x, y)
+    compiled = probe.kernel.compiled(probe.plan().spec, "sm_90")
+    fake.kernels[compiled.name] = _gpu.fake_param_layout(compiled.abi)
+    probe.cancel()
+    return z, x, y
+
+
 @pytest.mark.interpreter_only
 @pytest.mark.parametrize("form", ["launch", "sync"])
 def test_a_cutile_launch_is_timed_between_the_events(make_fake_gpu: FakeGpu, form: str) -> None:
     with make_fake_gpu(kernels=[bench_add]) as fake:
-        n = 1000
-        x, y = api.empty([n]), api.empty([n])  # (no fill kernel on the fake driver)
-        z = api.empty([n]).partition([256])
-        probe = bench_add(z, x, y)
-        compiled = probe.kernel.compiled(probe.plan().spec, "sm_90")
-        fake.kernels[compiled.name] = _gpu.fake_param_layout(compiled.abi)
-        probe.cancel()
+        z, x, y = _fake_add_arguments(fake)
         stream = _gpu.default_stream()
         fn: Callable[[], Any] = (lambda: bench_add(z, x, y)) if form == "launch" else (lambda: bench_add(z, x, y).sync())
         start = len(fake.log)
@@ -211,6 +217,19 @@ def test_a_function_must_keep_its_form(make_fake_gpu: FakeGpu) -> None:
         with pytest.raises(cutile.ArgumentError, match="same kind of thing on every call"):
             bench.do_bench(flaky, warmup=1, reps=2, flush_l2=False)
     assert fake.calls["cuStreamWaitValue32"] == 0
+
+
+@pytest.mark.interpreter_only
+def test_paired_arms_keep_their_own_forms(make_fake_gpu: FakeGpu) -> None:
+    with make_fake_gpu(kernels=[bench_add]) as fake:
+        z, x, y = _fake_add_arguments(fake)
+
+        def enqueues() -> None:
+            fake.enqueue("launch", _gpu.default_stream().handle, "peer")
+
+        result = bench.do_bench_paired(lambda: bench_add(z, x, y), enqueues, warmup=1, reps=2, flush_l2=False)
+    assert result.a.gated and not result.b.gated
+    assert fake.calls["cuStreamWaitValue32"] == 2  # one per rep of the arm that returns its op
 
 
 @pytest.mark.gpu

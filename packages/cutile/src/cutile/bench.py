@@ -170,7 +170,6 @@ class _Timer:
 
     timing = WALL_CLOCK
     l2_flushed = False
-    gated = False
 
     def __init__(self) -> None:
         self.policy: Any = cuda_async.default_policy()
@@ -180,7 +179,7 @@ class _Timer:
     def current(self) -> Iterator[None]:
         yield
 
-    def schedule(self, value: Any) -> Any:
+    def schedule(self, fn: Callable[[], Any], value: Any) -> Any:
         """Queues a launch or op that ``fn`` returned (not yet waited for); else None."""
         if _is_deferred(value):
             return value.schedule(self.policy)
@@ -188,14 +187,18 @@ class _Timer:
 
     def untimed(self, fn: Callable[[], Any]) -> None:
         with self.current():
-            _wait(self.schedule(fn()))
+            _wait(self.schedule(fn, fn()))
         self.synchronize()
 
     def timed(self, fn: Callable[[], Any]) -> None:
         with self.current():
             start = time.perf_counter()
-            _wait(self.schedule(fn()))
+            _wait(self.schedule(fn, fn()))
             self._pending.append((start, time.perf_counter()))
+
+    def gated(self, fn: Callable[[], Any]) -> bool:
+        """Were ``fn``'s reps queued behind a gate (see `_EventTimer`)?"""
+        return False
 
     def synchronize(self) -> None:
         pass
@@ -294,9 +297,8 @@ class _EventTimer(_Timer):
             # Twice the L2: what a rep leaves in it is written over whatever the policy.
             self._flush = cuda_core.DeviceBuffer.allocate(-(-2 * l2 // 4) * 4, stream=self.stream)
         self._torch_stream = _torch_stream_of(self.stream)
-        self._deferred: bool | None = None  # does fn return its work (learned on the first call)?
+        self._deferred: dict[int, bool] = {}  # id(fn) -> does it return its work (learned on its first call)?
         self._gate: _StreamGate | None = None
-        self.gated = False
 
     @contextmanager
     def current(self) -> Iterator[None]:
@@ -306,19 +308,18 @@ class _EventTimer(_Timer):
                 stack.enter_context(sys.modules["torch"].cuda.stream(self._torch_stream))
             yield
 
-    def _learn_form(self, value: Any) -> None:
+    def _learn_form(self, fn: Callable[[], Any], value: Any) -> None:
         deferred = _is_deferred(value)
-        if self._deferred is None:
-            self._deferred = deferred
-        elif deferred != self._deferred:
-            first, now = ("a launch or op", type(value).__name__) if self._deferred else (
+        known = self._deferred.setdefault(id(fn), deferred)
+        if deferred != known:
+            first, now = ("a launch or op", f"a {type(value).__name__}") if known else (
                 "nothing to run", f"a {type(value).__name__}")
             raise ArgumentError(f"fn must return the same kind of thing on every call: it returned {first} "
                                 f"on its first call and {now} now")
 
-    def schedule(self, value: Any) -> Any:
-        self._learn_form(value)
-        return super().schedule(value)
+    def schedule(self, fn: Callable[[], Any], value: Any) -> Any:
+        self._learn_form(fn, value)
+        return super().schedule(fn, value)
 
     def _bracket(self, queue: Callable[[], Any]) -> Any:
         """Queues the flush, the start event, ``queue()``'s work and the end event."""
@@ -334,17 +335,19 @@ class _EventTimer(_Timer):
 
     def timed(self, fn: Callable[[], Any]) -> None:
         with self.current():
-            if self._deferred:
+            if self._deferred.get(id(fn)):
                 work = fn()  # built on the host, nothing queued yet
-                self._learn_form(work)
+                self._learn_form(fn, work)
                 if self._gate is None:
                     self._gate = _StreamGate(self.stream)
-                    self.gated = True
                 with self._gate.shut():
                     pending = self._bracket(lambda: work.schedule(self.policy))
             else:
-                pending = self._bracket(lambda: self.schedule(fn()))
+                pending = self._bracket(lambda: self.schedule(fn, fn()))
             _wait(pending)
+
+    def gated(self, fn: Callable[[], Any]) -> bool:
+        return self._deferred.get(id(fn), False)
 
     def synchronize(self) -> None:
         self.stream.synchronize()
@@ -418,7 +421,7 @@ def do_bench(fn: Callable[[], Any], *, warmup: int = 10, reps: int = 100, stream
     for _ in range(reps):
         timer.timed(fn)
     samples = tuple(timer.finish())
-    return BenchResult(samples, _quantiles_of(samples, qs), timer.timing, timer.l2_flushed, warmup, timer.gated)
+    return BenchResult(samples, _quantiles_of(samples, qs), timer.timing, timer.l2_flushed, warmup, timer.gated(fn))
 
 
 def _ratio(a: float, b: float) -> float:
@@ -453,6 +456,6 @@ def do_bench_paired(a: Callable[[], Any], b: Callable[[], Any], *, warmup: int =
     b_times = tuple(times[2 * i + 1 - (i % 2)] for i in range(reps))
     ratios = tuple(_ratio(x, y) for x, y in zip(a_times, b_times))
     return PairedResult(
-        BenchResult(a_times, _quantiles_of(a_times, qs), timer.timing, timer.l2_flushed, warmup, timer.gated),
-        BenchResult(b_times, _quantiles_of(b_times, qs), timer.timing, timer.l2_flushed, warmup, timer.gated),
+        BenchResult(a_times, _quantiles_of(a_times, qs), timer.timing, timer.l2_flushed, warmup, timer.gated(a)),
+        BenchResult(b_times, _quantiles_of(b_times, qs), timer.timing, timer.l2_flushed, warmup, timer.gated(b)),
         ratios, _quantiles_of(ratios, qs))
