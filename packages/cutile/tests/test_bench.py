@@ -194,15 +194,31 @@ def test_a_cutile_launch_is_timed_between_the_events(make_fake_gpu: FakeGpu, for
 
 
 @pytest.mark.interpreter_only
-def test_a_gate_opened_by_its_watchdog_fails_the_rep(make_fake_gpu: FakeGpu, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_gate_left_shut_is_opened_by_its_watchdog(make_fake_gpu: FakeGpu) -> None:
     with make_fake_gpu():
         gate = bench._StreamGate(_gpu.default_stream())
-        with gate.shut():
-            pass  # opened by the host: fine
-        monkeypatch.setattr(bench._StreamGate, "WATCHDOG_S", 0.01)
-        with pytest.raises(cutile.BenchError, match="not enqueued within"):
-            with gate.shut():
-                time.sleep(0.2)  # as a launch that waited for the device behind the gate would
+        with gate.shut(5.0) as opened_by_host:
+            pass
+        with gate.shut(0.01) as stuck:
+            time.sleep(0.2)  # as a function waiting for the device behind the gate would
+    assert not opened_by_host.tripped and stuck.tripped
+
+
+@pytest.mark.interpreter_only
+def test_a_function_that_waits_for_the_device_is_not_gated(make_fake_gpu: FakeGpu,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bench._StreamGate, "PROBE_S", 0.01)
+    with make_fake_gpu() as fake:
+        def enqueues() -> None:
+            fake.enqueue("launch", _gpu.default_stream().handle, "quick")
+
+        def waits() -> None:  # the fake never blocks: a sleep past the probe's watchdog stands in
+            time.sleep(0.05)
+
+        result = bench.do_bench_paired(enqueues, waits, warmup=2, reps=2, flush_l2=False)
+    assert result.a.gated and not result.b.gated
+    # a: a probe in warm-up, then one gate per rep; b: its probe only
+    assert fake.calls["cuStreamWaitValue32"] == 1 + 2 + 1
 
 
 @pytest.mark.interpreter_only

@@ -11,16 +11,20 @@ by the function itself.
 
 The function may run its work to completion (``lambda: kernel(z, x).sync()``),
 enqueue it and return (``lambda: torch.mm(a, b)``), or return a launch or op without
-running it (``lambda: kernel(z, x)``). The third form times the device work alone:
-the launch is built first, then queued behind a gate that holds the bench stream
-(``cuStreamWaitValue32`` on mapped pinned memory) together with the L2 flush and the
-two events; the host opens the gate and the device runs them back to back, so the
-host's cost of enqueueing (claims, argument packing) is outside the interval
-(``gated`` in the result). Its result is waited for before the next rep (its tensors
-are free again). The second form is bracketed as Triton's ``do_bench`` does: the
-flush queued ahead keeps the device busy while the host enqueues. The first adds the
-host's return from the wait to the interval. The form is learned from the first call
-and must not change.
+running it (``lambda: kernel(z, x)``). The last two are timed on the device alone: a
+returned launch is built first; then the L2 flush, the start event, the function's
+work and the end event are queued behind a gate that holds the bench stream
+(``cuStreamWaitValue32`` on mapped pinned memory), and the host opens it: the device
+runs them back to back, so the host's cost of enqueueing (claims, argument packing,
+a library's dispatch) is outside the interval (``gated`` in the result). Whether a
+function that returns nothing only enqueues is learned on its second warm-up call,
+made with the gate shut: one that waits for its work (the first form) does not come
+back until a watchdog opens the gate (0.25 s, once); its reps are bracketed ungated
+and include the host's return from the wait. With fewer than two warm-up calls such
+a function is bracketed ungated, as Triton's ``do_bench`` does. A returned launch
+or op is waited for before the next rep (its tensors are free again). The form is
+learned from the first call and must not change. A gated rep whose work is not
+enqueued within 10 s (it waited for the device after all) fails with `BenchError`.
 
 Before each rep the L2 cache is flushed (``flush_l2=True``) by a memset over a
 buffer twice the device's L2 size, queued before the start event. Warm-up calls
@@ -213,14 +217,15 @@ class _StreamGate:
     """Holds a stream's later work until the host opens the gate: a ``cuStreamWaitValue32``
     on a word of mapped pinned memory that the host then writes. Work queued while the
     gate is shut runs back to back once it opens, so the host's time to enqueue it (a
-    launch's claims and packing) is not inside the events around it.
+    launch's claims and packing, a library's dispatch) is not inside the events around it.
 
-    A watchdog opens the gate after ``WATCHDOG_S`` seconds, so work that waits for the
+    A watchdog opens the gate after ``timeout`` seconds, so work that waits for the
     device while the gate is shut (a synchronize inside the function) cannot hang the
-    process; the rep then fails with `BenchError`.
+    process: `Shut.tripped` then says so.
     """
 
-    WATCHDOG_S = 10.0
+    WATCHDOG_S = 10.0  # a timed rep's limit
+    PROBE_S = 0.25  # a warm-up call's, to learn whether a function waits for its work
 
     def __init__(self, stream: Any) -> None:
         import cuda_core
@@ -232,43 +237,49 @@ class _StreamGate:
         self._address = self._word.device_ptr
         self._shut_count = 0
         self._lock = threading.Lock()
-        self._tripped = False
 
-    def _open(self, count: int, *, by_watchdog: bool = False) -> None:
+    def _open(self, shut: _Shut, *, by_watchdog: bool = False) -> None:
         with self._lock:
-            if self._value[0] < count:
-                self._value[0] = count
-                self._tripped = self._tripped or by_watchdog
+            if self._value[0] < shut.count:
+                self._value[0] = shut.count
+                shut.tripped = by_watchdog
 
     @contextmanager
-    def shut(self) -> Iterator[None]:
+    def shut(self, timeout: float) -> Iterator[_Shut]:
         self._shut_count += 1
-        count = self._shut_count
-        self.stream.wait_value32(self._address, count)
-        watchdog = threading.Timer(self.WATCHDOG_S, self._open, args=(count,), kwargs={"by_watchdog": True})
+        shut = _Shut(self._shut_count)
+        self.stream.wait_value32(self._address, shut.count)
+        watchdog = threading.Timer(timeout, self._open, args=(shut,), kwargs={"by_watchdog": True})
         watchdog.daemon = True
         watchdog.start()
         try:
-            yield
+            yield shut
         finally:
             watchdog.cancel()
-            self._open(count)
-        if self._tripped:
-            raise BenchError(
-                f"the work of a rep was not enqueued within {self.WATCHDOG_S:g} s while the bench "
-                "stream was gated: the function's launch waited for the device (a synchronize "
-                "inside it?) or compiled (warm up first with warmup >= 1)")
+            self._open(shut)
+
+
+@dataclass
+class _Shut:
+    count: int
+    tripped: bool = False
+
+
+_RETURNS, _ENQUEUES, _WAITS, _UNPROBED = "returns its work", "enqueues", "waits", "unprobed"
 
 
 class _EventTimer(_Timer):
     """Device time between two events on the bench stream.
 
-    A function that returns a launch or op (learned from its first call) is built on
-    the host first; its work is then queued behind a shut `_StreamGate` together with
-    the L2 flush and the two events, and the gate opened: the interval is the device's
-    alone. A function that enqueues its own work (a torch op) is bracketed directly, as
-    Triton's do_bench does: the flush queued ahead keeps the device busy while the host
-    enqueues. A function that waits for its work includes the host's return from it.
+    What a function does is learned from its first two calls: one that returns a
+    launch or op is built on the host first and its work queued behind a shut
+    `_StreamGate` together with the L2 flush and the two events, then the gate
+    opened: the interval is the device's alone. One that returns nothing is called
+    once more with the gate shut (a warm-up call): if it comes back while the gate is
+    still shut it only enqueues (a torch op) and its reps are gated the same way;
+    if it waits for the device (the watchdog opened the gate) its reps are bracketed
+    ungated and include the host's return from the wait. Without a second warm-up call
+    the reps are bracketed ungated, as Triton's ``do_bench`` does.
     """
 
     timing = EVENTS
@@ -297,8 +308,14 @@ class _EventTimer(_Timer):
             # Twice the L2: what a rep leaves in it is written over whatever the policy.
             self._flush = cuda_core.DeviceBuffer.allocate(-(-2 * l2 // 4) * 4, stream=self.stream)
         self._torch_stream = _torch_stream_of(self.stream)
-        self._deferred: dict[int, bool] = {}  # id(fn) -> does it return its work (learned on its first call)?
-        self._gate: _StreamGate | None = None
+        self._kinds: dict[int, str] = {}  # id(fn) -> what it does, learned from its first calls
+        self._gate_: _StreamGate | None = None
+
+    @property
+    def _gate(self) -> _StreamGate:
+        if self._gate_ is None:
+            self._gate_ = _StreamGate(self.stream)
+        return self._gate_
 
     @contextmanager
     def current(self) -> Iterator[None]:
@@ -310,9 +327,9 @@ class _EventTimer(_Timer):
 
     def _learn_form(self, fn: Callable[[], Any], value: Any) -> None:
         deferred = _is_deferred(value)
-        known = self._deferred.setdefault(id(fn), deferred)
-        if deferred != known:
-            first, now = ("a launch or op", f"a {type(value).__name__}") if known else (
+        known = self._kinds.setdefault(id(fn), _RETURNS if deferred else _UNPROBED)
+        if deferred != (known == _RETURNS):
+            first, now = ("a launch or op", f"a {type(value).__name__}") if known == _RETURNS else (
                 "nothing to run", f"a {type(value).__name__}")
             raise ArgumentError(f"fn must return the same kind of thing on every call: it returned {first} "
                                 f"on its first call and {now} now")
@@ -320,6 +337,17 @@ class _EventTimer(_Timer):
     def schedule(self, fn: Callable[[], Any], value: Any) -> Any:
         self._learn_form(fn, value)
         return super().schedule(fn, value)
+
+    def untimed(self, fn: Callable[[], Any]) -> None:
+        if self._kinds.get(id(fn)) != _UNPROBED:
+            super().untimed(fn)
+            return
+        with self.current():
+            with self._gate.shut(_StreamGate.PROBE_S) as shut:
+                value = fn()
+            self._learn_form(fn, value)
+        self._kinds[id(fn)] = _WAITS if shut.tripped else _ENQUEUES
+        self.synchronize()
 
     def _bracket(self, queue: Callable[[], Any]) -> Any:
         """Queues the flush, the start event, ``queue()``'s work and the end event."""
@@ -334,20 +362,29 @@ class _EventTimer(_Timer):
         return pending
 
     def timed(self, fn: Callable[[], Any]) -> None:
+        kind = self._kinds.get(id(fn))
         with self.current():
-            if self._deferred.get(id(fn)):
+            if kind not in (_RETURNS, _ENQUEUES):
+                _wait(self._bracket(lambda: self.schedule(fn, fn())))
+                return
+            queue: Callable[[], Any]
+            if kind == _RETURNS:
                 work = fn()  # built on the host, nothing queued yet
                 self._learn_form(fn, work)
-                if self._gate is None:
-                    self._gate = _StreamGate(self.stream)
-                with self._gate.shut():
-                    pending = self._bracket(lambda: work.schedule(self.policy))
+                queue = lambda: work.schedule(self.policy)  # noqa: E731
             else:
-                pending = self._bracket(lambda: self.schedule(fn, fn()))
+                queue = lambda: self.schedule(fn, fn())  # noqa: E731
+            with self._gate.shut(_StreamGate.WATCHDOG_S) as shut:
+                pending = self._bracket(queue)
+            if shut.tripped:
+                raise BenchError(
+                    f"the work of a rep was not enqueued within {_StreamGate.WATCHDOG_S:g} s while the "
+                    "bench stream was gated: the function waited for the device (it did not in warm-up) "
+                    "or compiled (warm up with the same arguments)")
             _wait(pending)
 
     def gated(self, fn: Callable[[], Any]) -> bool:
-        return self._deferred.get(id(fn), False)
+        return self._kinds.get(id(fn)) in (_RETURNS, _ENQUEUES)
 
     def synchronize(self) -> None:
         self.stream.synchronize()
