@@ -269,3 +269,21 @@ def test_pytorch_stream_and_memory_interop(module: cc.Module) -> None:
     cc.launch(module.get_function("axpy"), cc.LaunchConfig(n // 256, 256), y_view, x_view, 2.0, n, stream=stream)
     torch.cuda.current_stream().synchronize()
     assert torch.equal(y, 2.0 * x + 1.0)
+
+
+def test_a_stream_waits_for_a_value_the_host_writes() -> None:
+    import time
+
+    stream = cc.Stream.create()
+    gate = cc.PinnedBuffer.allocate(4, mapped=True)
+    word = gate.view().cast("I")
+    word[0] = 0
+    stream.wait_value32(gate.device_ptr, 1)
+    done = stream.record()
+    time.sleep(0.05)
+    assert not done.query()  # held at the gate
+    word[0] = 1
+    done.synchronize()
+    assert stream.query()
+    del word
+    stream.synchronize()

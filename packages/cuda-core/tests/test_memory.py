@@ -210,3 +210,18 @@ def test_a_buffer_outliving_its_fake_driver_is_freed_through_it_without_initiali
     finally:
         sys.unraisablehook = old_hook
     assert unraisable == [] and fake.calls["cuMemFree"] == 1 and fake.memory == {}
+
+
+def test_a_mapped_pinned_word_gates_a_stream(fake_driver: Any) -> None:
+    stream = cc.Stream.create()
+    gate = cc.PinnedBuffer.allocate(4, mapped=True)
+    word = gate.view().cast("I")
+    word[0] = 3
+    stream.wait_value32(gate.device_ptr, 4)
+    assert gate.device_ptr == gate.ptr  # the fake maps host memory at its own address
+    assert fake_driver.log[-1] == ("wait_value", int(stream.handle), (gate.ptr, 4))
+    assert bytes(gate.view()) == (3).to_bytes(4, "little")
+    del word
+    gate.close()
+    with pytest.raises(ValueError, match="freed"):
+        gate.device_ptr

@@ -413,13 +413,24 @@ class PinnedBuffer:
         self._exports: list[weakref.ref[Any]] = []
 
     @classmethod
-    def allocate(cls, nbytes: int, *, device: Device | int | None = None) -> PinnedBuffer:
-        """``nbytes`` (> 0) of pinned host memory, usable from every context."""
+    def allocate(cls, nbytes: int, *, device: Device | int | None = None, mapped: bool = False) -> PinnedBuffer:
+        """``nbytes`` (> 0) of pinned host memory, usable from every context; ``mapped``
+        also maps it into the device's address space (`device_ptr`)."""
         if not isinstance(nbytes, int) or nbytes <= 0:
             raise ValueError(f"PinnedBuffer.allocate: nbytes must be a positive int, got {nbytes!r}")
         resolve_device(device)
-        flags = int(_driver.api().CU_MEMHOSTALLOC_PORTABLE)
+        api = _driver.api()
+        flags = int(api.CU_MEMHOSTALLOC_PORTABLE)
+        if mapped:
+            flags |= int(api.CU_MEMHOSTALLOC_DEVICEMAP)
         return cls(int(_driver.call("cuMemHostAlloc", nbytes, flags)), nbytes)
+
+    @property
+    def device_ptr(self) -> int:
+        """The address device work reaches this memory at (allocate with ``mapped=True``)."""
+        if self.closed:
+            raise ValueError("the PinnedBuffer has been freed")
+        return int(_driver.call("cuMemHostGetDevicePointer", self.ptr, 0))
 
     def view(self) -> memoryview:
         """A writable byte view of the memory; it keeps this buffer alive."""

@@ -144,6 +144,14 @@ class Stream:
         self._check_open()
         _driver.call("cuStreamWaitEvent", self.handle, event.handle, 0)
 
+    def wait_value32(self, address: int, value: int) -> None:
+        """Makes later work on this stream wait until the 32-bit word at ``address``
+        (device-visible memory, e.g. a mapped `PinnedBuffer`'s `device_ptr`) is at least
+        ``value`` (``cuStreamWaitValue32``, GEQ): a gate the host opens by writing it."""
+        self._check_open()
+        flags = int(_driver.api().CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_GEQ)
+        _driver.call("cuStreamWaitValue32", self.handle, address, value, flags)
+
     def record(self, event: Event | None = None) -> Event:
         """Records ``event`` (a new timing-disabled one by default) on this stream."""
         self._check_open()

@@ -137,15 +137,20 @@ class FakeDriver:
     their parameters) instead of run. Stream-ordered calls are logged in ``log`` as
     ``(call, stream, detail)`` — kernels ``("launch", s, name)``, event records
     ``("record", s, event)``, waits ``("wait", s, stream the event was recorded on)``,
-    synchronizations ``("synchronize", s, None)``, graph launches — and work queued
+    synchronizations ``("synchronize", s, None)``, async memsets ``("memset", s, bytes)``,
+    gates ``("wait_value", s, (address, value))`` (logged, never waited on),
+    graph launches — and work queued
     on a capturing stream goes into its graph instead. Events complete when recorded,
     unless ``hold_events`` is set; then `finish_events` completes them (from any thread).
+    Each stream-ordered call advances a fake clock by ``ms_per_call``; an event's
+    elapsed time is the clock's advance between the two records.
     """
 
     def __init__(self, devices: int = 1) -> None:
         self.devices = devices
         self.calls: Counter[str] = Counter()
         self.memory: dict[int, bytearray] = {}
+        self.host_memory: dict[int, Any] = {}  # pinned host allocations by address
         self.live_handles: dict[str, set[int]] = {"stream": set(), "module": set(), "event": set()}
         self.launches: list[dict[str, Any]] = []
         self.fail_next: dict[str, Any] = {}
@@ -165,6 +170,10 @@ class FakeDriver:
         self.events: dict[int, dict[str, Any]] = {}
         self.hold_events = False
         self.waited_events: list[int] = []
+        # The fake device clock: every stream-ordered call advances it by ms_per_call;
+        # an event records its time, and cuEventElapsedTime answers the difference.
+        self.clock_ms = 0.0
+        self.ms_per_call = 0.001
         self.capturing: dict[int, list[tuple[str, Any]]] = {}
         self.graphs: dict[int, list[tuple[str, Any]]] = {}
         self.execs: dict[int, list[tuple[str, Any]]] = {}
@@ -189,6 +198,7 @@ class FakeDriver:
         capturing stream the call goes into the graph being captured."""
         handle = int(stream)
         with self._lock:
+            self.clock_ms += self.ms_per_call
             if handle in self.capturing:
                 self.capturing[handle].append((call, detail))
             else:
@@ -285,6 +295,25 @@ class FakeDriver:
         self._enter("cuMemFreeAsync")
         return self.cuMemFree(ptr)
 
+    def cuMemHostAlloc(self, nbytes: int, flags: int) -> tuple[Any, int]:
+        failure = self._enter("cuMemHostAlloc")
+        if failure is not None:
+            return (failure, 0)
+        block = ctypes.create_string_buffer(nbytes)  # real host memory: PinnedBuffer views it
+        with self._lock:
+            self.host_memory[ctypes.addressof(block)] = block
+        return (SUCCESS, ctypes.addressof(block))
+
+    def cuMemFreeHost(self, ptr: int) -> tuple[Any]:
+        with self._lock:
+            self.host_memory.pop(int(ptr), None)
+        return (SUCCESS,)
+
+    def cuMemHostGetDevicePointer(self, ptr: int, flags: int) -> tuple[Any, int]:
+        with self._lock:
+            known = int(ptr) in self.host_memory
+        return (SUCCESS, int(ptr)) if known else (R.CUDA_ERROR_INVALID_VALUE, 0)
+
     def _locate(self, address: int, nbytes: int) -> tuple[bytearray, int]:
         for base, block in self.memory.items():
             if base <= address and address + nbytes <= base + len(block):
@@ -340,6 +369,11 @@ class FakeDriver:
         self._enter("cuMemsetD32")
         block, offset = self._locate(dst, 4 * count)
         block[offset : offset + 4 * count] = value.to_bytes(4, "little") * count
+        return (SUCCESS,)
+
+    def cuMemsetD32Async(self, dst: int, value: int, count: int, stream: Any) -> tuple[Any]:
+        self.cuMemsetD32(dst, value, count)
+        self.enqueue("memset", stream, 4 * count)  # logged as ("memset", stream, bytes)
         return (SUCCESS,)
 
     # -- streams / modules ---------------------------------------------------------
@@ -428,6 +462,14 @@ class FakeDriver:
         self.enqueue("wait", stream, self.events[int(event)]["stream"])
         return (SUCCESS,)
 
+    def cuStreamWaitValue32(self, stream: Any, address: int, value: int, flags: int) -> tuple[Any]:
+        """The fake runs work as it is queued, so the gate is logged, not waited on."""
+        failure = self._enter("cuStreamWaitValue32")
+        if failure is not None:
+            return (failure,)
+        self.enqueue("wait_value", stream, (int(address), int(value)))
+        return (SUCCESS,)
+
     def cuEventCreate(self, flags: int) -> tuple[Any, Any]:
         self._enter("cuEventCreate")
         handle = next(self._handles)
@@ -447,7 +489,16 @@ class FakeDriver:
         with self._lock:
             self.events[int(event)] = {"stream": int(stream), "done": not self.hold_events}
         self.enqueue("record", stream, int(event))
+        with self._lock:
+            self.events[int(event)]["time"] = self.clock_ms
         return (SUCCESS,)
+
+    def cuEventElapsedTime(self, start: Any, end: Any) -> tuple[Any, float]:
+        failure = self._enter("cuEventElapsedTime")
+        if failure is not None:
+            return (failure, 0.0)
+        with self._lock:
+            return (SUCCESS, float(self.events[int(end)]["time"] - self.events[int(start)]["time"]))
 
     def cuEventQuery(self, event: Any) -> tuple[Any]:
         failure = self._enter("cuEventQuery")

@@ -72,6 +72,8 @@ __all__ += [
     "HostCallError", "InteropError", "LaunchNeverRunWarning", "TileirasError", "TileirasTimeoutError", "ToolchainError",
 ]
 __all__ += ["OWNED"]
+from cutile._errors import BenchError, StaleRecordError, TuneError  # noqa: E402 (cutile.bench and cutile.tune errors)
+__all__ += ["BenchError", "StaleRecordError", "TuneError"]
 
 
 __version__ = "0.1.0"  # the distribution's version (tests/test_release.py keeps them equal)

@@ -11,7 +11,7 @@ from cutile_compiler.config import KNOBS as COMPILER_KNOBS
 from cutile_compiler.config import ConfigError, Knob, choice, const, parse_bool
 from cutile_compiler.config import knobs_markdown as _render
 
-__all__ = ["BACKEND", "CHECKED", "KNOBS", "ConfigError", "knobs_markdown"]
+__all__ = ["BACKEND", "CHECKED", "KNOBS", "TUNE", "ConfigError", "knobs_markdown"]
 
 BACKEND: Knob[str] = Knob(
     "CUTILE_BACKEND", "gpu|interpreter|auto", choice("auto", "gpu", "interpreter"), const("auto"), "auto",
@@ -22,7 +22,12 @@ CHECKED: Knob[bool] = Knob(
     "1 makes the interpreter check reads of memory nothing wrote (slower).",
 )
 
-RUNTIME_KNOBS: tuple[Knob[Any], ...] = (BACKEND, CHECKED)
+TUNE: Knob[bool] = Knob(
+    "CUTILE_TUNE", "bool", parse_bool, const(False), "0",
+    "1 makes a `cutile.tune.Tuner` search a shape it has no winner for (on first use) instead of using its default.",
+)
+
+RUNTIME_KNOBS: tuple[Knob[Any], ...] = (BACKEND, CHECKED, TUNE)
 KNOBS: tuple[Knob[Any], ...] = COMPILER_KNOBS + RUNTIME_KNOBS
 
 

@@ -68,6 +68,28 @@ class InteropError(CutileError, TypeError):
     CUDA Array Interface, ``np.asarray``."""
 
 
+class BenchError(CutileError):
+    """A benchmark rep could not be timed as asked (see `cutile.bench`)."""
+
+
+class TuneError(CutileError):
+    """A search found no usable config, or a trial log or record cannot be read or used."""
+
+
+class StaleRecordError(TuneError):
+    """A tuning record (or cached winner) was made under other conditions than these:
+    ``field`` names the provenance field that differs, ``recorded`` and ``current``
+    its two values."""
+
+    def __init__(self, path: str, field_name: str, recorded: str, current: str) -> None:
+        super().__init__(f"tuning record {path} is stale: its {field_name} is {recorded!r}, "
+                         f"here it is {current!r}; re-tune to refresh it")
+        self.path = path
+        self.field = field_name
+        self.recorded = recorded
+        self.current = current
+
+
 # cuda_async raises these (its errors' subclasses) from then on, whichever path an op
 # takes to the user: launches, zip/then/map, graphs, constructors as ops, batches.
 cuda_async.use_error_classes(ownership=OwnershipError, graph_capture=GraphCaptureError, batch=BatchError,
@@ -75,8 +97,8 @@ cuda_async.use_error_classes(ownership=OwnershipError, graph_capture=GraphCaptur
 
 __all__ = [
     "ArgumentError", "ArgumentTypeError", "TensorIndexError",
-    "ArchError", "BatchError", "ConfigError", "CudaError", "CudaLaunchError", "CudaOutOfMemoryError", "CutileError",
+    "ArchError", "BatchError", "BenchError", "ConfigError", "CudaError", "CudaLaunchError", "CudaOutOfMemoryError", "CutileError",
     "GraphCaptureError", "GraphUpdateError", "HintError", "HostCallError", "InteropError", "LaunchError", "OwnershipError",
-    "SignatureError", "SpecializationError", "TileCompilerError", "TileError", "TileSyntaxError", "TileTypeError",
-    "TileirasError", "TileirasTimeoutError", "ToolchainError",
+    "SignatureError", "SpecializationError", "StaleRecordError", "TileCompilerError", "TileError", "TileSyntaxError", "TileTypeError",
+    "TileirasError", "TileirasTimeoutError", "ToolchainError", "TuneError",
 ]
