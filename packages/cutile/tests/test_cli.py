@@ -86,6 +86,35 @@ def _fill(per_kind: dict[str, list[int]]) -> dict[str, list[Path]]:
 # --- info --------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("in_use", [True, False])
+def test_info_says_whether_launches_take_the_native_path(in_use: bool, cache_dir: Path, undecided: None,
+                                                         capsys: pytest.CaptureFixture[str],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from cutile import _native
+
+    if in_use:
+        monkeypatch.setattr(_native, "module", SimpleNamespace(__file__="/somewhere/_cutile_native.so"))
+    else:
+        monkeypatch.setattr(_native, "module", None)
+        monkeypatch.setattr(_native, "_reason", "the compiler is missing (a test's reason)")
+    with use_fake_driver(FakeDriver()):
+        native = _info(capsys)["native_launch_path"]
+        _, text, _ = _run(["info"], capsys)
+    lines = dict(line.split(None, 1) for line in text.splitlines() if not line.startswith(" "))
+    if in_use:
+        assert native["in_use"] is True and native["module"] == "/somewhere/_cutile_native.so"
+        assert "why" not in native
+        assert lines["native"].split(None, 1)[1] == "built, in use (/somewhere/_cutile_native.so)"
+    else:
+        assert native == {"in_use": False, "why": "the compiler is missing (a test's reason)",
+                          "cache": native["cache"]}
+        assert lines["native"].split(None, 1)[1] == (
+            "unavailable, launches take the Python path: the compiler is missing (a test's reason)")
+    assert native["cache"]
+
+
 def test_info_on_a_machine_with_two_gpus(cache_dir: Path, undecided: None,
                                          capsys: pytest.CaptureFixture[str]) -> None:
     _fill({"cubins": [100, 200], "manifests": [10], "probes": []})
@@ -117,13 +146,6 @@ def test_info_on_a_machine_with_two_gpus(cache_dir: Path, undecided: None,
     probes = len(list((cache_dir / "toolchain-v1").rglob("*.probe")))  # (info's own look for tileiras records one)
     assert counts == {"cubins": 2, "manifests": 1, "probes": probes}
     assert cache["kinds"]["cubins"]["bytes"] == sum(p.stat().st_size for p in (cache_dir / "cubin-v2").rglob("*.cubin"))
-
-    native = report["native_launch_path"]
-    from cutile import _native
-
-    assert native["in_use"] is (_native.module is not None)
-    if not native["in_use"]:
-        assert native["why"] == _native.unavailable_reason()
 
     lines = dict(line.split(None, 1) for line in text.splitlines() if not line.startswith(" "))
     assert lines["packages"].startswith(f"cutile {cutile.__version__}, cutile-compiler ")
