@@ -16,7 +16,22 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-API_MODULES = ("cutile", "cutile.api", "cutile.bench", "cutile.tune", "cutile_compiler.language", "cuda_async", "cuda_core", "cutile_ir")
+# Public modules the reference leaves out, and why (every other one needs a page).
+NOT_IN_THE_REFERENCE = {
+    "cutile.core": "re-exports cutile_compiler.language, whose page says so",
+    "cutile.mypy_plugin": "a mypy entry point, configured as the README says",
+    "cuda_core.native": "the loader of cuda_core's C helpers, used by the launch paths",
+}
+
+
+def _public_modules() -> set[str]:
+    """Every package's top module and its public (not ``_``-prefixed) submodules."""
+    found = set()
+    for package in sorted((ROOT / "packages").glob("*/src/*/__init__.py")):
+        found.add(package.parent.name)
+        found.update(f"{package.parent.name}.{module.stem}" for module in package.parent.glob("*.py")
+                     if not module.name.startswith("_"))
+    return found
 
 
 def _toctree_entries() -> list[str]:
@@ -36,7 +51,9 @@ def test_the_index_holds_every_guide_page_and_package_readme() -> None:
 def test_the_api_reference_covers_every_public_surface() -> None:
     documented = {match for page in sorted((DOCS / "api").glob("*.rst"))
                   for match in re.findall(r"^\.\. automodule:: (\S+)$", page.read_text(), re.M)}
-    assert documented == set(API_MODULES)
+    public = _public_modules()
+    assert set(NOT_IN_THE_REFERENCE) <= public  # (no stale exclusion)
+    assert documented == public - set(NOT_IN_THE_REFERENCE)
     api_pages = {entry for entry in _toctree_entries() if entry.startswith("api/")}
     assert api_pages == {f"api/{page.stem}" for page in (DOCS / "api").glob("*.rst")}
 

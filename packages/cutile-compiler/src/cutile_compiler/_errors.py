@@ -111,5 +111,5 @@ class TileTypeError(TileError):
 class TileCompilerError(TileError):
     """A kernel the front end accepted could not be compiled: tileiras is missing or
     cannot target the GPU, or it failed. The base of the toolchain's errors
-    (`cutile_compiler._toolchain`: `ToolchainError`, `ArchError`, `TileirasError`,
-    `TileirasTimeoutError`)."""
+    (`cutile_compiler._toolchain`: ``ToolchainError``, ``ArchError``, ``TileirasError``,
+    ``TileirasTimeoutError``)."""

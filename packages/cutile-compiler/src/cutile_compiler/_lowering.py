@@ -316,7 +316,7 @@ class Lowering:
 def lower_kernel(kernel: KernelIR, version: ir.Version | str = "13.3", arch: str | None = None,
                  hints: KernelHints | None = None) -> ir.Module:
     """The Tile IR module of ``kernel``, for bytecode ``version`` and GPU ``arch``
-    (when known, hints are emitted for it alone; a malformed one is an `ArchError`)."""
+    (when known, hints are emitted for it alone; a malformed one is an ``ArchError``)."""
     from cutile_compiler import _opdefs  # noqa: F401  (registers every op's lowering)
 
     if arch is not None:

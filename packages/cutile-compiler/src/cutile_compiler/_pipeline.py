@@ -147,7 +147,7 @@ def _dump(kernel: str, spec: Specialization, stage: str, suffix: str, content: s
 
 
 def toolchain_for(arch: str) -> Toolchain:
-    """The tileiras to use for ``arch``, checked (a `ToolchainError` or `ArchError`, both
+    """The tileiras to use for ``arch``, checked (a ``ToolchainError`` or ``ArchError``, both
     `TileCompilerError`s, when there is none). A malformed arch is refused before
     tileiras is looked for, so the error is the same on every machine."""
     parse_arch(arch)

@@ -157,7 +157,7 @@ def parse_arch(arch: object, what: str = "arch") -> ir.Arch:
     """The `cutile_ir.Arch` an arch string names (``"sm_90"`` -> ``Arch(sm=90)``).
 
     The one parser of arch strings (`cutile_ir.parse_arch`), raising its refusal as
-    this package's `ArchError`: tileiras's ``--gpu-name`` takes the plain form only,
+    this package's ``ArchError``: tileiras's ``--gpu-name`` takes the plain form only,
     so ``"sm_90a"``, ``"90"``, ``"compute_90"`` or ``"9.0"`` are refused naming the
     spelling to use, and archs before sm_80, which Tile IR does not target. ``what``
     names the parameter in the message.
@@ -450,7 +450,7 @@ class Toolchain:
         return choose_bytecode_version(self)
 
     def check_arch(self, arch: str) -> None:
-        """Raises `ArchError` / `ToolchainError` unless this tileiras can compile for `arch`."""
+        """Raises ``ArchError`` / ``ToolchainError`` unless this tileiras can compile for `arch`."""
         needed = min_tileiras_version(arch)
         if self.version[:2] < needed:
             raise ToolchainError(
@@ -498,9 +498,9 @@ class Toolchain:
                 the bytecode (none when cutile_ir cannot read it).
 
         Raises:
-            ArchError, ToolchainError: before running, when `arch` is not usable.
-            TileirasTimeoutError: tileiras ran past `timeout`.
-            TileirasError: tileiras failed, or wrote no cubin, or not a cubin of these
+            cutile.ArchError, cutile.ToolchainError: before running, when `arch` is not usable.
+            cutile.TileirasTimeoutError: tileiras ran past `timeout`.
+            cutile.TileirasError: tileiras failed, or wrote no cubin, or not a cubin of these
                 kernels; carries its exit code, stderr and command.
         """
         self.check_arch(arch)

@@ -44,7 +44,7 @@ def parse_arch(text: object, what: str = "arch") -> Arch:
     """The `Arch` an arch string names (``"sm_90"`` -> ``Arch(90)``).
 
     Only the plain form ``sm_XY`` is an arch: ``"sm_90a"``, ``"90"``, ``"compute_90"``,
-    ``"9.0"``, ``"sm90"`` or ``"hopper"`` raise `ArchError` naming the spelling to use,
+    ``"9.0"``, ``"sm90"`` or ``"hopper"`` raise `~cutile_ir.ArchError` naming the spelling to use,
     as do archs older than sm_80, which Tile IR does not target. ``what`` names the
     parameter in the message (``"arch"``, ``"hints key"``).
     """
