@@ -109,6 +109,7 @@ def test_every_wheel_and_sdist_is_built_and_carries_the_license(dist: Path) -> N
 
 def test_the_wheels_metadata_pins_the_siblings_and_bounds_cuda_bindings(dist: Path) -> None:
     from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
 
     linux = {"sys_platform": "linux", "platform_machine": "x86_64", "platform_system": "Linux"}
     places = {
@@ -119,11 +120,17 @@ def test_the_wheels_metadata_pins_the_siblings_and_bounds_cuda_bindings(dist: Pa
         "linux ppc64le": ({**linux, "platform_machine": "ppc64le"}, False),
     }
     siblings = set(NAMES.values())
-    for name in NAMES.values():
+    for folder, name in NAMES.items():
         meta = _metadata(dist / _files(name)[0])
         assert meta["Version"] == VERSION and meta["Requires-Python"] == ">=3.11"
-        assert meta.get_all("Project-URL") and "Typing :: Typed" in meta.get_all("Classifier")
-        for line in meta.get_all("Requires-Dist") or []:
+        assert meta.get_all("Project-URL") and "Typing :: Typed" in (meta.get_all("Classifier") or [])
+        project = _project(folder)
+        declared = {canonicalize_name(Requirement(line).name) for line in project.get("dependencies", [])}
+        declared |= {canonicalize_name(Requirement(line).name)
+                     for lines in project.get("optional-dependencies", {}).values() for line in lines}
+        lines = meta.get_all("Requires-Dist") or []
+        assert {canonicalize_name(Requirement(line).name) for line in lines} == declared, name
+        for line in lines:
             requirement = Requirement(line)
             if requirement.name in siblings:
                 assert str(requirement.specifier) == f"=={VERSION}" and requirement.marker is None, line
