@@ -484,10 +484,11 @@ static PyObject *fast_sync(LaunchBase *self, NativeObjectBinding *fb) {
                                  params + (Py_ssize_t)check->slot * SLOT);
         if (packed <= 0) return NULL;
     }
+    PyObject *access_set = fb->access_set;
     CudaAsyncBatchTxn txn;
     CudaAsyncSyncTxn sync;
-    int in_batch = batch_api->begin(fb->access_set, self->claim, &txn);
-    if (in_batch < 0 || (!in_batch && batch_api->sync_begin(fb->access_set, self->claim, fb->run, &sync) <= 0))
+    int in_batch = batch_api->begin(access_set, self->claim, &txn);
+    if (in_batch < 0 || (!in_batch && batch_api->sync_begin(access_set, self->claim, fb->run, &sync) <= 0))
         return NULL;
     Py_CLEAR(self->claim); /* the batch job's holds cover it now, or the run's replace it */
     self->done = 1; /* from here on the launch has run, whatever the driver says */
@@ -496,7 +497,7 @@ static PyObject *fast_sync(LaunchBase *self, NativeObjectBinding *fb) {
     int err = launch_on(fb, in_batch ? txn.stream_handle : sync.stream_handle, pointers, !in_batch, &waited);
     if (in_batch) {
         if (err) { batch_api->abort(&txn); raise_driver_error(err, "", fb->name); return NULL; }
-        if (batch_api->commit(fb->access_set, &txn) < 0) return NULL;
+        if (batch_api->commit(access_set, &txn) < 0) return NULL;
     } else {
         if (err) raise_driver_error(err, waited ? "waiting for the " : "", fb->name);
         if (batch_api->sync_end(&sync, waited) < 0 || err) return NULL; /* waited: the launch was enqueued */
