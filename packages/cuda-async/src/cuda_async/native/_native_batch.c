@@ -93,14 +93,17 @@ static int lock_wait(RLockObject *self, int interruptible) {
     return 0;
 }
 
-/* acquire(blocking=True), also __enter__ (as threading.RLock's). */
+static PyObject *rlock_enter(RLockObject *self, PyObject *unused) {
+    if (lock_wait(self, 1) < 0) return NULL;
+    Py_RETURN_TRUE;
+}
+
 static PyObject *rlock_acquire(RLockObject *self, PyObject *const *args, Py_ssize_t nargs) {
     int blocking = 1;
     if (nargs > 1) return PyErr_Format(PyExc_TypeError, "acquire() takes at most one argument (blocking)");
     if (nargs == 1 && (blocking = PyObject_IsTrue(args[0])) < 0) return NULL;
     if (!blocking) return PyBool_FromLong(lock_try_acquire((PyObject *)self));
-    if (lock_wait(self, 1) < 0) return NULL;
-    Py_RETURN_TRUE;
+    return rlock_enter(self, NULL);
 }
 
 static PyObject *rlock_release(RLockObject *self, PyObject *unused) {
@@ -121,7 +124,7 @@ static PyObject *rlock_is_owned(RLockObject *self, PyObject *unused) {
 static PyMethodDef rlock_methods[] = {
     {"acquire", (PyCFunction)(void (*)(void))rlock_acquire, METH_FASTCALL, "acquire(blocking=True) -> bool"},
     {"release", (PyCFunction)rlock_release, METH_NOARGS, NULL},
-    {"__enter__", (PyCFunction)(void (*)(void))rlock_acquire, METH_FASTCALL, NULL},
+    {"__enter__", (PyCFunction)rlock_enter, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)(void (*)(void))rlock_exit, METH_FASTCALL, NULL},
     {"_is_owned", (PyCFunction)rlock_is_owned, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL}};
