@@ -653,6 +653,32 @@ def test_the_native_path_honours_the_policy_and_leaves_captures_to_python(native
     scope.graph.close()
 
 
+def test_the_native_sync_finds_each_streams_facts_among_more_streams_than_it_caches(native_gpu: FakeDriver) -> None:
+    # The C code caches a few streams' handle and state by identity: with more streams
+    # alive than it keeps, and streams dying and new ones made (possibly at the same
+    # address), every run must still go to its policy's stream and advance that one.
+    import cuda_core
+    from cuda_async import _streams
+
+    z, x, y = _armed_saxpy(native_gpu)
+    run = _stats()[1]
+    alive = [cuda_core.Stream.create() for _ in range(40)]
+    for round_ in range(2):
+        for stream in alive:
+            with cuda_async.using_policy(cuda_async.SingleStream(stream)):
+                z, x, y = saxpy(z, x, y, 1.0).sync()
+            assert native_gpu.launches[-1]["stream"] == int(stream.handle)
+            assert _streams.current_epoch(stream) == round_ + 1
+        for _ in range(20):  # short-lived streams
+            stream = cuda_core.Stream.create()
+            with cuda_async.using_policy(cuda_async.SingleStream(stream)):
+                z, x, y = saxpy(z, x, y, 1.0).sync()
+            assert native_gpu.launches[-1]["stream"] == int(stream.handle) and _streams.current_epoch(stream) == 1
+            del stream
+    assert _stats()[1] == run + 2 * 60  # all of them in C
+    del alive
+
+
 def test_a_binding_armed_under_another_driver_is_not_used(native_gpu: FakeDriver) -> None:
     from cuda_core._native import EntryPoints
 
