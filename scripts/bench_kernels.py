@@ -26,8 +26,9 @@ is the median over pairs of peer time / cutile time (above 1.00: cutile is faste
 The cutile arm is timed through the launch-returning form of ``matmul`` (device work
 alone; see `cutile_matmul`).
 
-On the GPU machine (the default sweep: about 6 minutes on the H200, most of it
-Triton's autotuning and first compiles; ``--quick``: about 1 minute):
+On the GPU machine (96 rows by default; estimated 5-8 minutes on the H200 from a
+cold cache, most of it Triton's compiles and autotuning, which ``cache_results``
+keeps on disk for the next run; ``--quick``, 8 rows: 1-2 minutes):
 
     scripts/on_gpu_machine.sh python3 scripts/bench_kernels.py gemm
     scripts/on_gpu_machine.sh python3 scripts/bench_kernels.py gemm --quick
