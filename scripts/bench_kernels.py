@@ -575,7 +575,8 @@ def prepare_triton(inputs: GemmInputs, world: World, reference: Any) -> Prepared
 
     out = inputs.new_out()
     a, b, scale = inputs.a, inputs.b, inputs.scale
-    return Prepared(lambda: triton_matmul.matmul(a, b, out, scale), out)
+    form = "TMA descriptors" if triton_matmul.uses_tma(a, b, out) else "pointer loads (a row stride not 16-byte aligned)"
+    return Prepared(lambda: triton_matmul.matmul(a, b, out, scale), out, form)
 
 
 def prepare_cutile_python(inputs: GemmInputs, world: World, reference: Any) -> Prepared:
@@ -955,8 +956,8 @@ def run_gemm(args: argparse.Namespace) -> int:
             copy_ms = bench.do_bench(copy.run, warmup=1, reps=reps or 20).median_ms
             result.extra["copy_gbs"] = 2 * case.weight_bytes / copy_ms / 1e6
         results.append(result)
-        cells = [f"{name} {format_rate(case.flops / o.ms / 1e9)}" if o.status == OK and o.ms else f"{name} {o.status}"
-                 for name, o in result.outcomes.items() if o.status != ABSENT]
+        cells = [(f"{name} {format_rate(case.flops / o.ms / 1e9)}" if o.status == OK and o.ms else f"{name} {o.status}")
+                 + (f" ({o.note})" if o.note else "") for name, o in result.outcomes.items() if o.status != ABSENT]
         print(f"[{index}/{len(cases)} {time.perf_counter() - started:.0f}s] {case.dtype} {case.label}: "
               + ", ".join(cells), flush=True)
         del inputs
@@ -970,8 +971,9 @@ def run_gemm(args: argparse.Namespace) -> int:
     print("\nGEMM, TFLOP/s per arm (f32 accumulate; fp8: e4m3 in, bf16 out, per-tensor scales); "
           "c/X: cutile's speed over X's (X time / cutile time); err: relative error")
     print(gemm_table(results, cases, arms))
+    # (the peers' forms and configs are in the progress lines above)
     notes = [(case, name, o) for case, r in zip(cases, results) for name, o in r.outcomes.items()
-             if o.status in (ERROR, WRONG) or o.note]
+             if o.status in (ERROR, WRONG) or (o.note and name == arms[0].name)]
     for case, name, outcome in notes:
         said = [outcome.reason or outcome.note]
         if outcome.status == WRONG:

@@ -1,12 +1,15 @@
 # mypy: disable-error-code="untyped-decorator,no-untyped-def,valid-type,no-untyped-call"
 # (kernel bodies in another library's DSL: untyped by nature)
 """The Triton peer of the GEMM benchmark: the standard persistent, grouped-order Triton
-matmul (as in Triton's persistent-matmul tutorial, pointer loads, no TMA descriptors)
-with ``@triton.autotune`` over a few configs known to be good on sm_90.
+matmul of Triton's persistent-matmul tutorial, with ``@triton.autotune`` over a few
+configs known to be good on sm_90, in its two forms: operands read through TMA
+descriptors made on the device (``tl.make_tensor_descriptor``, the fast form on
+Hopper) where every row stride is a multiple of 16 bytes, else through pointer loads
+(e.g. 8191^3 in f16). `uses_tma` says which form a call takes.
 
 c[M, N] = (a[M, K] @ b[K, N]) * scale, accumulated in fp32; a and b may be strided
-views (an fp8 weight is passed as the transposed view of its [N, K] storage). Inputs
-f16, bf16 or fp8 e4m3 (``torch.float8_e4m3fn``); c of any float dtype.
+views (an fp8 weight is passed as the transposed view of its [N, K] storage: read
+K-major). Inputs f16, bf16 or fp8 e4m3 (``torch.float8_e4m3fn``); c of any float dtype.
 
 Autotuning runs once per (M, N, K, dtypes) on the first call; its timings use few reps
 (``_quick_bench``) and ``cache_results`` keeps the winners on disk (Triton's cache
@@ -126,6 +129,74 @@ def persistent_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, scale,
         tl.store(c_ptrs, accumulator.to(c_ptr.dtype.element_ty), mask=c_mask)
 
 
+@triton.autotune(configs=CONFIGS, key=["M", "N", "K"], prune_configs_by={"early_config_prune": _prune},
+                 do_bench=_quick_bench, cache_results=True)
+@triton.jit
+def tma_persistent_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, scale, stride_am, stride_b, stride_cm,
+                                 NUM_SMS: tl.constexpr, HAS_SCALE: tl.constexpr, B_K_MAJOR: tl.constexpr,
+                                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                                 GROUP_M: tl.constexpr):
+    """The same schedule, each operand a TMA descriptor (rows contiguous; the
+    descriptors zero-fill loads past the edges and clip the stores)."""
+    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1], block_shape=[BLOCK_M, BLOCK_K])
+    if B_K_MAJOR:
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[stride_b, 1],
+                                           block_shape=[BLOCK_N, BLOCK_K])
+    else:
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_b, 1],
+                                           block_shape=[BLOCK_K, BLOCK_N])
+    c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1], block_shape=[BLOCK_M, BLOCK_N])
+    start_pid = tl.program_id(axis=0)
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    num_tiles = tiles_m * tiles_n
+    tiles_in_group = GROUP_M * tiles_n
+    tile_id_c = start_pid - NUM_SMS
+    for tile_id in tl.range(start_pid, num_tiles, NUM_SMS, flatten=True):
+        pid_m, pid_n = _tile_coordinates(tile_id, tiles_in_group, tiles_m, GROUP_M)
+        offs_am = pid_m * BLOCK_M
+        offs_bn = pid_n * BLOCK_N
+        accumulator = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for ki in range(k_tiles):
+            offs_k = ki * BLOCK_K
+            a = a_desc.load([offs_am, offs_k])
+            if B_K_MAJOR:
+                accumulator = tl.dot(a, b_desc.load([offs_bn, offs_k]).T, accumulator)
+            else:
+                accumulator = tl.dot(a, b_desc.load([offs_k, offs_bn]), accumulator)
+        tile_id_c += NUM_SMS
+        pid_m, pid_n = _tile_coordinates(tile_id_c, tiles_in_group, tiles_m, GROUP_M)
+        if HAS_SCALE:
+            accumulator = accumulator * scale
+        c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], accumulator.to(c_desc.dtype))
+
+
+def _tma_scratch(size: int, alignment: int, stream: Any) -> torch.Tensor:
+    """Global memory for the descriptors a TMA kernel makes on the device."""
+    return torch.empty(size, device="cuda", dtype=torch.int8)
+
+
+triton.set_allocator(_tma_scratch)
+
+
+def _row_major(t: torch.Tensor) -> bool:
+    """Rows contiguous, row stride and base 16-byte aligned: what a TMA descriptor needs."""
+    return bool(t.stride(1) == 1 and (t.stride(0) * t.element_size()) % 16 == 0 and t.data_ptr() % 16 == 0)
+
+
+def _b_operand(b: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """b as the descriptor reads it: itself ([K, N] rows), or for a transposed view the
+    [N, K] storage (K-major)."""
+    if b.stride(1) != 1 and b.stride(0) == 1:
+        return b.t(), True
+    return b, False
+
+
+def uses_tma(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> bool:
+    return _row_major(a) and _row_major(_b_operand(b)[0]) and _row_major(c)
+
+
 _SM_COUNT: dict[int, int] = {}
 
 
@@ -147,6 +218,12 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, scale: float | Non
     def grid(meta: dict[str, Any]) -> tuple[int]:
         return (min(sms, triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"])),)
 
+    if uses_tma(a, b, c):
+        stored_b, k_major = _b_operand(b)
+        tma_persistent_matmul_kernel[grid](
+            a, stored_b, c, m, n, k, 1.0 if scale is None else float(scale), a.stride(0), stored_b.stride(0),
+            c.stride(0), NUM_SMS=sms, HAS_SCALE=scale is not None, B_K_MAJOR=k_major)
+        return
     persistent_matmul_kernel[grid](
         a, b, c, m, n, k, 1.0 if scale is None else float(scale),
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
