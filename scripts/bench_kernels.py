@@ -459,10 +459,11 @@ class NumpyWorld(World):
 class TorchWorld(World):
     tensor_kind = "torch"
 
-    def __init__(self, seed: int = 0) -> None:
+    def __init__(self, seed: int = 0, device: str = "cuda") -> None:
         import torch
 
         self.torch = torch
+        self.device = device
         torch.manual_seed(seed)
         # The reference in true float32: TF32 would round the operands to 10 bits.
         torch.backends.cuda.matmul.allow_tf32 = False
@@ -473,12 +474,12 @@ class TorchWorld(World):
     def gemm_inputs(self, case: GemmCase) -> GemmInputs:
         torch = self.torch
         dtype = self.dtype(case.dtype)
-        a = torch.randn(case.m, case.k, device="cuda").to(dtype)
+        a = torch.randn(case.m, case.k, device=self.device).to(dtype)
         if case.dtype == "fp8":
-            weight = torch.randn(case.n, case.k, device="cuda").to(dtype)
+            weight = torch.randn(case.n, case.k, device=self.device).to(dtype)
             b, (scale_a, scale_b), out_dtype = weight.t(), FP8_SCALES, torch.bfloat16
         else:
-            weight = torch.randn(case.k, case.n, device="cuda").to(dtype)
+            weight = torch.randn(case.k, case.n, device=self.device).to(dtype)
             b, scale_a, scale_b, out_dtype = weight, None, None, dtype
         scale = 1.0 if scale_a is None or scale_b is None else scale_a * scale_b
 
@@ -486,10 +487,11 @@ class TorchWorld(World):
             return torch.matmul(a.float(), b.float()).mul_(scale)
 
         return GemmInputs(case, a, b, weight, scale_a, scale_b, reference,
-                          lambda: torch.full((case.m, case.n), math.nan, device="cuda", dtype=out_dtype))
+                          lambda: torch.full((case.m, case.n), math.nan, device=self.device, dtype=out_dtype))
 
     def synchronize(self) -> None:
-        self.torch.cuda.synchronize()
+        if self.device != "cpu":
+            self.torch.cuda.synchronize()
 
     def poison(self, out: Any) -> None:
         out.fill_(math.nan)
@@ -506,7 +508,8 @@ class TorchWorld(World):
         return Prepared(lambda: target.copy_(source), target)
 
     def release(self) -> None:
-        self.torch.cuda.empty_cache()
+        if self.device != "cpu":
+            self.torch.cuda.empty_cache()
 
 
 
@@ -563,8 +566,8 @@ def prepare_cublas(inputs: GemmInputs, world: World, reference: Any) -> Prepared
     a, b = inputs.a, inputs.b
     if inputs.case.dtype == "fp8":
         assert inputs.scale_a is not None and inputs.scale_b is not None
-        scale_a = torch.tensor(inputs.scale_a, device="cuda", dtype=torch.float32)
-        scale_b = torch.tensor(inputs.scale_b, device="cuda", dtype=torch.float32)
+        scale_a = torch.tensor(inputs.scale_a, device=out.device, dtype=torch.float32)
+        scale_b = torch.tensor(inputs.scale_b, device=out.device, dtype=torch.float32)
         return Prepared(lambda: torch._scaled_mm(a, b, scale_a=scale_a, scale_b=scale_b, out_dtype=out.dtype, out=out),
                         out, "torch._scaled_mm")
     return Prepared(lambda: torch.matmul(a, b, out=out), out)
@@ -745,7 +748,8 @@ def host_overhead(world: World, *, size: int, count: int, repeats: int, tile: tu
     missing = cutile_matmul_missing()
     if missing is None:
         for name, operands in ((OURS_HOST, (a_c, b_c, c_c)),
-                               (f"matmul on {world.tensor_kind} arrays, in cutile.batch()", (inputs.a, inputs.b, out))):
+                               (f"matmul on {world.tensor_kind} {'arrays' if world.tensor_kind == 'numpy' else 'tensors'}, "
+                                f"in cutile.batch()", (inputs.a, inputs.b, out))):
             try:
                 loops[name] = matmul_loop(*operands)
             except Exception as exc:
