@@ -26,13 +26,15 @@ is the median over pairs of peer time / cutile time (above 1.00: cutile is faste
 The cutile arm is timed through the launch-returning form of ``matmul`` (device work
 alone; see `cutile_matmul`).
 
-On the GPU machine (96 rows by default; estimated 5-8 minutes on the H200 from a
-cold cache, most of it Triton's compiles and autotuning, which ``cache_results``
-keeps on disk for the next run; ``--quick``, 8 rows: 1-2 minutes):
+On the GPU machine (96 rows by default, estimated at 3-6 minutes on the H200 from cold
+caches: the first compiles of each arm's configs and Triton's autotuning dominate, the
+timed device work is well under a minute; ``--quick``, 8 rows: 1-2 minutes; ``--list``
+prints the rows without a GPU):
 
     scripts/on_gpu_machine.sh python3 scripts/bench_kernels.py gemm
     scripts/on_gpu_machine.sh python3 scripts/bench_kernels.py gemm --quick
     scripts/on_gpu_machine.sh python3 scripts/bench_kernels.py gemm --dtypes bf16 --sets llm --reps 30
+    scripts/on_gpu_machine.sh python3 scripts/bench_kernels.py gemm --json /tmp/gemm.json   # also as JSON
 
 CI (no GPU): ``bench_kernels.py gemm --smoke`` runs the cutile arm alone on the CPU
 interpreter with tiny shapes (the peers are skipped and the reason printed).
@@ -44,6 +46,7 @@ annotations``).
 """
 
 import argparse
+import json
 import math
 import os
 import statistics
@@ -52,6 +55,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 # -- what the gemm sweep covers ---------------------------------------------------------------
@@ -512,6 +516,9 @@ class TorchWorld(World):
         if self.device != "cpu":
             self.torch.cuda.empty_cache()
 
+    def device_name(self) -> str:
+        return "cpu" if self.device == "cpu" else str(self.torch.cuda.get_device_name(0))
+
 
 
 # -- the gemm arms ------------------------------------------------------------------------------
@@ -812,6 +819,8 @@ def add_gemm_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host-calls", type=int, default=300, help="calls per host-overhead loop")
     parser.add_argument("--smoke", action="store_true",
                         help="CPU interpreter, tiny shapes, the cutile arm only (what CI runs)")
+    parser.add_argument("--list", action="store_true", help="print the rows the options choose and stop (no GPU)")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="also write the results to PATH as JSON")
 
 
 def gemm_table(results: Sequence[CaseResult], cases: Sequence[GemmCase], arms: Sequence[Arm]) -> str:
@@ -917,7 +926,45 @@ def target_lines(results: Sequence[CaseResult], cases: Sequence[GemmCase], host:
     return lines
 
 
+def list_cases(cases: Sequence[GemmCase]) -> str:
+    rows = [[c.dtype, c.label, f"{c.flops / 1e9:.1f}", f"{c.weight_bytes / 1e6:.1f}", "yes" if c.decode else ""]
+            for c in cases]
+    return format_table(["dtype", "MxNxK", "GFLOP", "weight MB", "GB/s row"], rows)
+
+
+def results_json(cases: Sequence[GemmCase], results: Sequence[CaseResult], host: HostOverhead | None,
+                 header: dict[str, Any], targets: Sequence[str]) -> dict[str, Any]:
+    rows = []
+    for case, result in zip(cases, results):
+        arms = {name: {"status": o.status, "relative_error": o.error, "ms": o.ms, "reason": o.reason, "note": o.note,
+                       "tflops": case.flops / o.ms / 1e9 if o.status == OK and o.ms else None}
+                for name, o in result.outcomes.items()}
+        rows.append({"dtype": case.dtype, "m": case.m, "n": case.n, "k": case.k, "arms": arms,
+                     "ratios": result.ratios, "copy_gbs": result.extra.get("copy_gbs")})
+    host_part = None if host is None else {"size": host.size, "per_call_us": host.per_call_us,
+                                           "device_us": host.device_us, "ratio": host.ratio, "reasons": host.reasons}
+    return {**header, "rows": rows, "host": host_part, "targets": list(targets)}
+
+
+def versions() -> dict[str, str]:
+    """The peers' versions, for the record of a run."""
+    import importlib
+
+    found = {}
+    for module in ("torch", "triton", "cuda.tile", "cutile", "cutile_kernels"):
+        try:
+            found[module] = str(getattr(importlib.import_module(module), "__version__", "?"))
+        except Exception:  # an optional peer not installed (or failing to import) has no version to record
+            continue
+    return found
+
+
 def run_gemm(args: argparse.Namespace) -> int:
+    if args.list:
+        cases = gemm_cases(dtypes=args.dtypes, sets=args.sets, quick=args.quick, smoke=args.smoke, shapes=args.shape)
+        print(list_cases(cases))
+        print(f"{len(cases)} rows")
+        return 0
     if args.smoke:
         os.environ["CUTILE_BACKEND"] = "interpreter"
     else:
@@ -944,7 +991,7 @@ def run_gemm(args: argparse.Namespace) -> int:
     else:
         import torch
 
-        print(f"gemm on {torch.cuda.get_device_name(0)}, torch {torch.__version__}, cutile {cutile.__version__}")
+        print(f"gemm on {torch.cuda.get_device_name(0)}; " + ", ".join(f"{m} {v}" for m, v in versions().items()))
     for arm in arms:
         if arm.missing is not None:
             print(f"  {arm.name}: {arm.missing}")
@@ -1003,8 +1050,16 @@ def run_gemm(args: argparse.Namespace) -> int:
             print(f"  {name}: {reason}")
         print(f"  matmul on cutile tensors / plain launch of its kernel: {format_ratio(host.ratio)}")
     print("\nTargets (issue 15)" + (" — the interpreter's figures mean nothing here" if args.smoke else ""))
-    for line in target_lines(results, cases, host):
+    targets = target_lines(results, cases, host)
+    for line in targets:
         print("  " + line)
+    if args.json is not None:
+        import cutile
+
+        header = {"device": "interpreter" if args.smoke else world.device_name(), "backend": cutile.backend(),
+                  "versions": versions(), "argv": sys.argv[1:]}
+        args.json.write_text(json.dumps(results_json(cases, results, host, header, targets), indent=1))
+        print(f"results written to {args.json}")
     print(f"\ntotal {time.perf_counter() - started:.0f} s")
     wrong = [f"{c.dtype} {c.label} {n}" for c, r in zip(cases, results) for n, o in r.outcomes.items()
              if o.status == WRONG]

@@ -286,3 +286,29 @@ def test_gemm_smoke_runs_end_to_end_on_the_interpreter() -> None:
     assert "WRONG" not in done.stdout and "cutile arm not correct" not in done.stdout
     assert "Traceback" not in done.stderr, done.stderr
     assert "LaunchNeverRunWarning" not in done.stderr, done.stderr
+
+
+def test_list_prints_the_rows_without_running_anything(bk: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    assert bk.main(["gemm", "--list", "--quick", "--dtypes", "bf16,fp8"]) == 0
+    printed = capsys.readouterr().out
+    rows = [line.split() for line in printed.splitlines()[2:-1]]
+    assert [row[:2] for row in rows] == [["bf16", "8192x8192x8192"], *(["bf16", "x".join(map(str, s))] for s in
+                                         bk.QUICK_LLM), ["fp8", "8192x8192x8192"]]
+    assert rows[1][-1] == "yes" and printed.endswith("7 rows\n")  # M = 1: a GB/s row
+
+
+def test_the_json_record_holds_every_arm_and_ratio(bk: Any) -> None:
+    import json
+
+    cases, results = results_of(bk, [("f16", (8192,) * 3, 1.02), ("bf16", (1, 4096, 4096), None)])
+    results[1].outcomes["cuBLAS"] = bk.Outcome("error", reason="boom")
+    results[1].extra["copy_gbs"] = 4000.0
+    host = bk.HostOverhead((128,) * 3, {bk.TILED: 9.0}, 4.0, None, {"matmul": "absent"})
+    record = json.loads(json.dumps(bk.results_json(cases, results, host, {"device": "x"}, ["a target"])))
+    assert record["device"] == "x" and record["targets"] == ["a target"]
+    first, second = record["rows"]
+    assert (first["m"], first["ratios"], first["arms"]["cutile"]["tflops"]) == (8192, {"cuBLAS": 1.02},
+                                                                               pytest.approx(2 * 8192 ** 3 / 1e9))
+    assert second["arms"]["cuBLAS"] == {"status": "error", "relative_error": None, "ms": None, "reason": "boom",
+                                        "note": "", "tflops": None}
+    assert second["copy_gbs"] == 4000.0 and record["host"]["per_call_us"] == {bk.TILED: 9.0}
