@@ -12,8 +12,8 @@ it the way ``gemm`` does, over the shared pieces: `World`, `Arm`, `measure_case`
   and fp8 over square shapes 1024-16384, the LLM shapes M in {1, 16, 128, 2048, 8192}
   x (N, K) of common layers, and two non-multiples; rows with M <= 16 also give the
   bandwidth of the weight read against a device-to-device copy of the weight; then a
-  host-overhead row (a loop of small ``matmul`` calls against plain launches of an
-  equivalent cutile kernel) and the issue's targets.
+  host-overhead row (a loop of small ``matmul`` calls against plain launches of the
+  kernel it chose, on the arguments it built) and the issue's targets.
 
 How a row is measured. Correctness first: every arm runs once into an output filled
 with NaN, and its result is compared with a float32 reference (TF32 off; float64 on
@@ -24,7 +24,7 @@ or with a non-finite value is marked WRONG and not timed. Then every arm is time
 rep, the cutile arm paired rep by rep with each peer (``do_bench_paired``); a ratio
 is the median over pairs of peer time / cutile time (above 1.00: cutile is faster).
 The cutile arm is timed through the launch-returning form of ``matmul`` (device work
-alone; see `cutile_matmul`).
+alone; see `matmul_entry`, the one place that names the kernel library's API).
 
 On the GPU machine (96 rows by default, estimated at 3-6 minutes on the H200 from cold
 caches: the first compiles of each arm's configs and Triton's autotuning dominate, the
@@ -621,13 +621,13 @@ def prepare_cutile_python(inputs: GemmInputs, world: World, reference: Any) -> P
             best = (ms, config, launch)
     if best is None:
         raise RuntimeError("no config ran correctly: " + "; ".join(failures))
-    return Prepared(best[2], out, str(best[1]))
+    return Prepared(best[2], out, str(best[1]) + (f"; left out: {'; '.join(failures)}" if failures else ""))
 
 
 def triton_missing() -> str | None:
     try:
         from _peers import triton_matmul  # noqa: F401
-    except ImportError as exc:
+    except Exception as exc:  # an optional peer: any failure to import leaves it out, with the reason
         return f"triton not importable: {first_line(exc)}"
     return None
 
@@ -635,7 +635,7 @@ def triton_missing() -> str | None:
 def cutile_python_missing() -> str | None:
     try:
         from _peers import cutile_python_matmul  # noqa: F401
-    except ImportError as exc:
+    except Exception as exc:  # (as for triton)
         return f"cuda.tile not importable: {first_line(exc)}"
     return None
 
