@@ -10,6 +10,10 @@ Hopper) where every row stride is a multiple of 16 bytes, else through pointer l
 c[M, N] = (a[M, K] @ b[K, N]) * scale, accumulated in fp32; a and b may be strided
 views (an fp8 weight is passed as the transposed view of its [N, K] storage: read
 K-major). Inputs f16, bf16 or fp8 e4m3 (``torch.float8_e4m3fn``); c of any float dtype.
+fp8 products are promoted to the fp32 accumulator once per K tile
+(``max_num_imprecise_acc=BLOCK_K``): Triton's sm_90 default never promotes (the "fast
+accumulation" that ``torch._scaled_mm`` uses only when asked), and 0 would give up the
+wgmma instructions.
 
 Autotuning runs once per (M, N, K, dtypes) on the first call; its timings use few reps
 (``_quick_bench``) and ``cache_results`` keeps the winners on disk (Triton's cache
@@ -117,7 +121,7 @@ def persistent_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, scale,
             b_ptrs = b_ptr + (offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn)
             a = tl.load(a_ptrs, mask=offs_k_base[None, :] < K - ki * BLOCK_K, other=0.0)
             b = tl.load(b_ptrs, mask=offs_k_base[:, None] < K - ki * BLOCK_K, other=0.0)
-            accumulator = tl.dot(a, b, accumulator)
+            accumulator = tl.dot(a, b, accumulator, max_num_imprecise_acc=BLOCK_K)
         tile_id_c += NUM_SMS
         pid_m, pid_n = _tile_coordinates(tile_id_c, tiles_in_group, tiles_m, GROUP_M)
         offs_cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -162,9 +166,11 @@ def tma_persistent_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, scale, stride_am,
             offs_k = ki * BLOCK_K
             a = a_desc.load([offs_am, offs_k])
             if B_K_MAJOR:
-                accumulator = tl.dot(a, b_desc.load([offs_bn, offs_k]).T, accumulator)
+                accumulator = tl.dot(a, b_desc.load([offs_bn, offs_k]).T, accumulator,
+                                     max_num_imprecise_acc=BLOCK_K)
             else:
-                accumulator = tl.dot(a, b_desc.load([offs_k, offs_bn]), accumulator)
+                accumulator = tl.dot(a, b_desc.load([offs_k, offs_bn]), accumulator,
+                                     max_num_imprecise_acc=BLOCK_K)
         tile_id_c += NUM_SMS
         pid_m, pid_n = _tile_coordinates(tile_id_c, tiles_in_group, tiles_m, GROUP_M)
         if HAS_SCALE:
