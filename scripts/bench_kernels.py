@@ -926,6 +926,19 @@ def target_lines(results: Sequence[CaseResult], cases: Sequence[GemmCase], host:
     return lines
 
 
+def gemm_row(case: GemmCase, arms: Sequence[Arm], world: Any, *, reps: int | None, warmup: int) -> CaseResult:
+    """One row: the arms checked and timed, and for M <= DECODE_M the copy of the weight."""
+    from cutile import bench
+
+    inputs = world.gemm_inputs(case)
+    result = measure_case(case.label, arms, inputs, world, tolerance=TOLERANCE[case.dtype], reps=reps, warmup=warmup)
+    if case.decode:
+        copy = world.copy_arm(inputs.weight)
+        copy_ms = bench.do_bench(copy.run, warmup=1, reps=reps or 20).median_ms
+        result.extra["copy_gbs"] = 2 * case.weight_bytes / copy_ms / 1e6
+    return result
+
+
 def list_cases(cases: Sequence[GemmCase]) -> str:
     rows = [[c.dtype, c.label, f"{c.flops / 1e9:.1f}", f"{c.weight_bytes / 1e6:.1f}", "yes" if c.decode else ""]
             for c in cases]
@@ -1001,27 +1014,28 @@ def run_gemm(args: argparse.Namespace) -> int:
 
     results: list[CaseResult] = []
     for index, case in enumerate(cases, 1):
-        inputs = world.gemm_inputs(case)
-        result = measure_case(case.label, arms, inputs, world, tolerance=TOLERANCE[case.dtype], reps=reps,
-                              warmup=1 if args.smoke else args.warmup)
-        if case.decode:
-            from cutile import bench
-
-            copy = world.copy_arm(inputs.weight)
-            copy_ms = bench.do_bench(copy.run, warmup=1, reps=reps or 20).median_ms
-            result.extra["copy_gbs"] = 2 * case.weight_bytes / copy_ms / 1e6
+        try:
+            result = gemm_row(case, arms, world, reps=reps, warmup=1 if args.smoke else args.warmup)
+        except Exception as exc:  # e.g. out of memory making the inputs: the row says so, the sweep goes on
+            world.synchronize_quietly()
+            result = CaseResult(case.label, {arm.name: Outcome(ERROR, reason="row failed: " + first_line(exc))
+                                             for arm in arms})
         results.append(result)
         cells = [(f"{name} {format_rate(case.flops / o.ms / 1e9)}" if o.status == OK and o.ms else f"{name} {o.status}")
                  + (f" ({o.note})" if o.note else "") for name, o in result.outcomes.items() if o.status != ABSENT]
         print(f"[{index}/{len(cases)} {time.perf_counter() - started:.0f}s] {case.dtype} {case.label}: "
               + ", ".join(cells), flush=True)
-        del inputs
         world.release()
 
     host = None
+    host_error = ""
     if not args.no_host:
-        host = host_overhead(world, size=32 if args.smoke else 128, count=5 if args.smoke else args.host_calls,
-                             repeats=1 if args.smoke else 7, tile=(16, 16, 16) if args.smoke else (64, 64, 32))
+        try:
+            host = host_overhead(world, size=32 if args.smoke else 128, count=5 if args.smoke else args.host_calls,
+                                 repeats=1 if args.smoke else 7, tile=(16, 16, 16) if args.smoke else (64, 64, 32))
+        except Exception as exc:  # the tables above still print
+            world.synchronize_quietly()
+            host_error = first_line(exc)
 
     print("\nGEMM, TFLOP/s per arm (f32 accumulate; fp8: e4m3 in, bf16 out, per-tensor scales); "
           "c/X: cutile's speed over X's (X time / cutile time); err: relative error")
@@ -1049,13 +1063,13 @@ def run_gemm(args: argparse.Namespace) -> int:
         for name, reason in host.reasons.items():
             print(f"  {name}: {reason}")
         print(f"  matmul on cutile tensors / plain launch of its kernel: {format_ratio(host.ratio)}")
+    elif host_error:
+        print(f"\nHost cost per call: failed: {host_error}")
     print("\nTargets (issue 15)" + (" — the interpreter's figures mean nothing here" if args.smoke else ""))
     targets = target_lines(results, cases, host)
     for line in targets:
         print("  " + line)
     if args.json is not None:
-        import cutile
-
         header = {"device": "interpreter" if args.smoke else world.device_name(), "backend": cutile.backend(),
                   "versions": versions(), "argv": sys.argv[1:]}
         args.json.write_text(json.dumps(results_json(cases, results, host, header, targets), indent=1))
@@ -1069,8 +1083,8 @@ def run_gemm(args: argparse.Namespace) -> int:
     if ours_failed:
         print("cutile arm not correct on: " + ", ".join(ours_failed))
     host_failures = {n: r for n, r in host.reasons.items() if n != "matmul"} if host is not None else {}
-    host_failed = bool(host_failures)
-    if host_failed:
+    host_failed = bool(host_failures) or bool(host_error)
+    if host_failures:
         print("host-overhead row failed: " + "; ".join(f"{n}: {r}" for n, r in host_failures.items()))
     return 1 if wrong or ours_failed or host_failed else 0
 
