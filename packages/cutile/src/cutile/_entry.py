@@ -13,7 +13,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, Protocol, overload
 
-from cutile._binding import ObjectBinding, SignaturePlan, call_key, describe_call, scalar_value
+from cutile._binding import MISSING, ObjectBinding, SignaturePlan, call_key, describe_call, scalar_value
 from cutile._errors import ArgumentTypeError, LaunchError
 from cutile._launch import Launch, warn_never_run
 from cutile._native import KernelBase, configure_python
@@ -117,6 +117,12 @@ class Kernel(KernelBase, Generic[_P, _R]):
             if binding is not None and binding.matches(args):
                 return Launch(self, self._positional_arguments(args), binding)
             arguments = dict(zip(self._param_names, args))
+        elif (values := self._values_in_order(args, kwargs)) is not None and (
+                (binding := self._object_binding) is not None and binding.matches(values)):
+            # Constants by keyword and inferred ones left out (a GEMM's ``BK=64``): the
+            # same objects as the last call's, in signature order, reuse its binding.
+            given = {name: value for name, value in zip(self._param_names, values) if value is not MISSING}
+            return Launch(self, self._converted_scalars(given), binding)
         else:
             try:
                 bound = self._python_signature.bind_partial(*args, **kwargs)
@@ -135,6 +141,24 @@ class Kernel(KernelBase, Generic[_P, _R]):
         for name, dtype in self._scalar_params.items():
             arguments[name] = scalar_value(self.name, name, dtype, arguments[name])
         return arguments
+
+    def _converted_scalars(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        for name, dtype in self._scalar_params.items():
+            if name in arguments:
+                arguments[name] = scalar_value(self.name, name, dtype, arguments[name])
+        return arguments
+
+    def _values_in_order(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...] | None:
+        """Every parameter's value in signature order (`MISSING` where not given), for a
+        call of plain positional arguments first and keywords after; None for any other
+        call (too many arguments, an unknown or repeated name: the slow path says which)."""
+        names = self._param_names
+        if not self._plain_positional or len(args) > len(names):
+            return None
+        rest = names[len(args):]
+        if not all(name in rest for name in kwargs):
+            return None
+        return args + tuple(kwargs.get(name, MISSING) for name in rest)
 
     def plan_for(self, arguments: dict[str, Any], explicit_grid: tuple[int, int, int] | None = None) -> SignaturePlan:
         """The plan of a call with these arguments (cached per call signature)."""
