@@ -1,0 +1,370 @@
+"""Split-K matmul for small M·N and large K, and the kernels it shares with the GEMV path.
+
+``split_k_matmul(a, b, out)`` computes ``out = act(alpha * (a @ b) + bias) + residual``
+in two safe kernels: S blocks per output tile each compute the product over one slice
+of K into a float32 workspace ``[S, M, N]`` (block (s, i, j) owns the workspace tile
+(s, i, j), so nothing is shared), then a reduction kernel sums the S partial tiles of
+each output tile and applies the epilogue. With one split the product kernel applies
+the epilogue itself and no workspace is made.
+
+The weight ``b`` ([K, N]) is read in its stored order: when it is the transposed view
+of an [N, K] row-major matrix (its K axis has stride 1, as a linear layer's weight
+passed as ``w.T``), the kernels take that [N, K] matrix and load [BN, BK] tiles
+contiguous along K; otherwise they load [BK, BN] tiles of b as it is.
+
+Activations: ``"relu"``, ``"gelu"`` (the tanh approximation: ``0.5 x (1 + tanh(√(2/π)
+(x + 0.044715 x³)))``), ``"silu"`` (``x / (1 + e^-x)``) or None. Products accumulate in
+float32; bias and residual (any of f16, bf16, f32) are added in float32; the result is
+rounded once to out's dtype.
+"""
+
+import functools
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import cutile
+from cutile import api
+from cutile.core import (
+    Constant,
+    Mut,
+    Tensor,
+    bf16,
+    cdiv,
+    exp,
+    f16,
+    f32,
+    get_tile_block_id,
+    maximum,
+    minimum,
+    mma,
+    sum,
+    tanh,
+    transpose,
+    zeros,
+)
+from cutile.tune import Space
+
+__all__ = ["ACTIVATIONS", "Operands", "check_operands", "default_config", "space", "split_k_matmul"]
+
+ACTIVATIONS: dict[str | None, int] = {None: 0, "relu": 1, "gelu": 2, "silu": 3}
+FLOAT_DTYPES = (f16, bf16, f32)
+SM_COUNT = 132  # the H200's; a default only decides how many blocks to aim for
+METHODS = ("mma", "dot")
+GELU_SCALE = math.sqrt(2.0 / math.pi)
+
+
+# -- operands ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Operands:
+    """A checked call: the shapes, the weight as the kernels read it, the epilogue."""
+
+    m: int
+    n: int
+    k: int
+    a: cutile.Tensor
+    weight: cutile.Tensor      # [N, K] row-major when weight_nk, else b itself ([K, N])
+    weight_nk: bool
+    out: cutile.Tensor
+    bias: cutile.Tensor        # a placeholder (a row of a) when has_bias is False
+    residual: cutile.Tensor    # a placeholder (a itself) when has_residual is False
+    has_bias: bool
+    has_residual: bool
+    activation: int
+    alpha: float
+
+
+def _tensor(value: Any, function: str, name: str) -> cutile.Tensor:
+    if not isinstance(value, cutile.Tensor):
+        raise cutile.ArgumentTypeError(f"{function}: {name} must be a cutile.Tensor, got {type(value).__name__}")
+    return value
+
+
+def _float_dtype(tensor: cutile.Tensor, function: str, name: str) -> None:
+    if tensor.dtype not in FLOAT_DTYPES:
+        raise cutile.ArgumentTypeError(f"{function}: {name} has dtype {tensor.dtype}; expected f16, bf16 or f32")
+
+
+def check_operands(function: str, a: Any, b: Any, out: Any, bias: Any, activation: Any, residual: Any,
+                   alpha: Any) -> Operands:
+    """The arguments of ``function`` checked (an `ArgumentError` or `ArgumentTypeError`
+    naming the parameter), with the weight view the kernels read."""
+    a = _tensor(a, function, "a")
+    b = _tensor(b, function, "b")
+    out = _tensor(out, function, "out")
+    for name, t in (("a", a), ("b", b), ("out", out)):
+        if t.ndim != 2:
+            raise cutile.ArgumentError(f"{function}: {name} must be 2-D, got shape {list(t.shape)}")
+        _float_dtype(t, function, name)
+    if a.dtype is not b.dtype:
+        raise cutile.ArgumentTypeError(f"{function}: a and b must have one dtype, got {a.dtype} and {b.dtype}")
+    (m, k), (k2, n) = a.shape, b.shape
+    if k != k2:
+        raise cutile.ArgumentError(f"{function}: a is {list(a.shape)} and b {list(b.shape)}: their K differ")
+    if out.shape != (m, n):
+        raise cutile.ArgumentError(f"{function}: out must have shape {[m, n]}, got {list(out.shape)}")
+    if 0 in (m, n, k):
+        raise cutile.ArgumentError(f"{function}: empty operands (a {list(a.shape)}, b {list(b.shape)})")
+    if activation not in ACTIVATIONS:
+        raise cutile.ArgumentError(f"{function}: activation must be None, 'relu', 'gelu' or 'silu', got {activation!r}")
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha):
+        raise cutile.ArgumentError(f"{function}: alpha must be a finite number, got {alpha!r}")
+    if bias is not None:
+        bias = _tensor(bias, function, "bias")
+        _float_dtype(bias, function, "bias")
+        if bias.shape != (n,):
+            raise cutile.ArgumentError(f"{function}: bias must have shape {[n]}, got {list(bias.shape)}")
+    if residual is not None:
+        residual = _tensor(residual, function, "residual")
+        _float_dtype(residual, function, "residual")
+        if residual.shape != (m, n):
+            raise cutile.ArgumentError(f"{function}: residual must have shape {[m, n]}, got {list(residual.shape)}")
+    # Stride 1 along K: b is the transposed view of an [N, K] matrix; read that.
+    weight_nk = b.strides[0] == 1 and b.strides[1] != 1
+    return Operands(m, n, k, a, b.T if weight_nk else b, weight_nk, out,
+                    bias if bias is not None else a[0], residual if residual is not None else a,
+                    bias is not None, residual is not None, ACTIVATIONS[activation], float(alpha))
+
+
+def check_config(function: str, config: Mapping[str, Any] | None, defaults: dict[str, Any],
+                 allowed: Mapping[str, tuple[Any, ...] | None]) -> dict[str, Any]:
+    """``defaults`` updated by ``config``: unknown keys and bad values are `ArgumentError`s.
+    ``allowed`` gives each key's choices (None: a power of two >= 1)."""
+    if config is None:
+        return defaults
+    if not isinstance(config, Mapping):
+        raise cutile.ArgumentTypeError(f"{function}: config must be a dict, got {type(config).__name__}")
+    merged = dict(defaults)
+    for key, value in config.items():
+        if key not in allowed:
+            raise cutile.ArgumentError(f"{function}: config key {key!r} is unknown; the keys are {sorted(allowed)}")
+        choices = allowed[key]
+        if choices is None:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1 or value & (value - 1):
+                raise cutile.ArgumentError(f"{function}: config[{key!r}] must be a power of two >= 1, got {value!r}")
+        elif value not in choices:
+            raise cutile.ArgumentError(f"{function}: config[{key!r}] must be one of {list(choices)}, got {value!r}")
+        merged[key] = value
+    return merged
+
+
+def next_power_of_two(x: int) -> int:
+    return 1 << max(0, (x - 1).bit_length())
+
+
+def hints_of(config: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
+    """The kernel hints a config names (a hashable key for the kernel caches)."""
+    return tuple((name, int(config[name])) for name in ("num_worker_warps", "occupancy") if name in config)
+
+
+# -- kernels ------------------------------------------------------------------------------------
+# Built per dtype, weight layout and epilogue (closure constants: each combination is one kernel,
+# its untaken branches folded away at compile time) and per hints (the entry's, so that
+# repeated calls keep the launch fast path).
+
+def _product_loop(weight_nk: bool, method: str) -> Any:
+    """The device function summing a[bm-tile, k] @ weight[k, bn-tile] over k chunks
+    [first, last) into a float32 [BM, BN] tile."""
+    if method == "mma" and weight_nk:
+        @cutile.function
+        def product(a: Any, w: Any, bm: Any, bn: Any, first: Any, last: Any, BM: int, BN: int, BK: int) -> Any:
+            acc = zeros((BM, BN), f32)
+            for k in range(first, last):
+                acc = mma(a.load(index=(bm, k), shape=(BM, BK)), transpose(w.load(index=(bn, k), shape=(BN, BK))), acc)
+            return acc
+    elif method == "mma":
+        @cutile.function
+        def product(a: Any, w: Any, bm: Any, bn: Any, first: Any, last: Any, BM: int, BN: int, BK: int) -> Any:
+            acc = zeros((BM, BN), f32)
+            for k in range(first, last):
+                acc = mma(a.load(index=(bm, k), shape=(BM, BK)), w.load(index=(k, bn), shape=(BK, BN)), acc)
+            return acc
+    elif weight_nk:  # "dot": products in f32 on the CUDA cores, summed along K
+        @cutile.function
+        def product(a: Any, w: Any, bm: Any, bn: Any, first: Any, last: Any, BM: int, BN: int, BK: int) -> Any:
+            acc = zeros((BM, BN), f32)
+            for k in range(first, last):
+                x = a.load(index=(bm, k), shape=(BM, BK)).astype(f32).reshape((BM, 1, BK))
+                wt = w.load(index=(bn, k), shape=(BN, BK)).astype(f32).reshape((1, BN, BK))
+                acc = acc + sum(x * wt, axis=2)
+            return acc
+    else:
+        @cutile.function
+        def product(a: Any, w: Any, bm: Any, bn: Any, first: Any, last: Any, BM: int, BN: int, BK: int) -> Any:
+            acc = zeros((BM, BN), f32)
+            for k in range(first, last):
+                x = a.load(index=(bm, k), shape=(BM, BK)).astype(f32).reshape((BM, BK, 1))
+                wt = w.load(index=(k, bn), shape=(BK, BN)).astype(f32).reshape((1, BK, BN))
+                acc = acc + sum(x * wt, axis=1)
+            return acc
+    return product
+
+
+def _epilogue(activation: int, has_bias: bool, has_residual: bool, out_dtype: Any) -> Any:
+    """The device function taking the float32 product tile to out's tile:
+    act(alpha * acc + bias) + residual, rounded to out's dtype."""
+    @cutile.function
+    def epilogue(acc: Any, alpha: Any, bias: Any, residual: Any, bm: Any, bn: Any, BM: int, BN: int) -> Any:
+        y = acc * alpha
+        if has_bias:
+            y = y + bias.load(index=(bn,), shape=(BN,)).astype(f32).reshape((1, BN))
+        if activation == 1:
+            y = maximum(y, 0.0)
+        elif activation == 2:
+            y = 0.5 * y * (1.0 + tanh(GELU_SCALE * (y + 0.044715 * y * y * y)))
+        elif activation == 3:
+            y = y / (1.0 + exp(-y))
+        if has_residual:
+            y = y + residual.load(index=(bm, bn), shape=(BM, BN)).astype(f32)
+        return y.astype(out_dtype)
+    return epilogue
+
+
+def _weight_annotation(in_dtype: Any, weight_nk: bool) -> Any:
+    return Tensor[in_dtype, [-1, "K"]] if weight_nk else Tensor[in_dtype, ["K", -1]]
+
+
+@functools.cache
+def direct_kernel(in_dtype: Any, out_dtype: Any, bias_dtype: Any, residual_dtype: Any, weight_nk: bool, method: str,
+                  activation: int, has_bias: bool, has_residual: bool,
+                  hints: tuple[tuple[str, int], ...]) -> cutile.Kernel[..., Any]:
+    """One block per [BM, BN] tile of out: the whole K loop, then the epilogue."""
+    product = _product_loop(weight_nk, method)
+    epilogue = _epilogue(activation, has_bias, has_residual, out_dtype)
+
+    @cutile.entry(hints=dict(hints))
+    def matmul_direct(out: Mut[Tensor[out_dtype, ["BM", "BN"]]], a: Tensor[in_dtype, [-1, "K"]],
+                      w: _weight_annotation(in_dtype, weight_nk),  # type: ignore[valid-type]
+                      bias: Tensor[bias_dtype, [-1]], residual: Tensor[residual_dtype, [-1, -1]], alpha: f32,
+                      BM: Constant[int], BN: Constant[int], BK: Constant[int], K: Constant[int]) -> None:
+        bm, bn, _ = get_tile_block_id()
+        acc = product(a, w, bm, bn, 0, cdiv(K, BK), BM, BN, BK)
+        out.store(epilogue(acc, alpha, bias, residual, bm, bn, BM, BN))
+
+    return matmul_direct
+
+
+@functools.cache
+def partial_kernel(in_dtype: Any, weight_nk: bool, method: str,
+                   hints: tuple[tuple[str, int], ...]) -> cutile.Kernel[..., Any]:
+    """Block (s, i, j) sums K chunks [s * per, (s + 1) * per) of tile (i, j) into the
+    workspace tile (s, i, j), float32 and without epilogue (an empty slice stores zeros)."""
+    product = _product_loop(weight_nk, method)
+
+    @cutile.entry(hints=dict(hints))
+    def matmul_partial(partial: Mut[Tensor[f32, [1, "BM", "BN"]]], a: Tensor[in_dtype, [-1, "K"]],
+                       w: _weight_annotation(in_dtype, weight_nk),  # type: ignore[valid-type]
+                       BM: Constant[int], BN: Constant[int], BK: Constant[int], K: Constant[int],
+                       SPLITS: Constant[int]) -> None:
+        split, bm, bn = get_tile_block_id()
+        steps = cdiv(K, BK)
+        per_split = cdiv(steps, SPLITS)
+        acc = product(a, w, bm, bn, minimum(split * per_split, steps), minimum((split + 1) * per_split, steps),
+                      BM, BN, BK)
+        partial.store(acc.reshape((1, BM, BN)))
+
+    return matmul_partial
+
+
+@functools.cache
+def reduce_kernel(out_dtype: Any, bias_dtype: Any, residual_dtype: Any, activation: int, has_bias: bool,
+                  has_residual: bool) -> cutile.Kernel[..., Any]:
+    """One block per [BM, BN] tile of out: the sum of the SPLITS partial tiles, then the
+    epilogue."""
+    epilogue = _epilogue(activation, has_bias, has_residual, out_dtype)
+
+    @cutile.entry
+    def matmul_reduce(out: Mut[Tensor[out_dtype, ["BM", "BN"]]], partial: Tensor[f32, ["SPLITS", -1, -1]],
+                      bias: Tensor[bias_dtype, [-1]], residual: Tensor[residual_dtype, [-1, -1]], alpha: f32,
+                      BM: Constant[int], BN: Constant[int], SPLITS: Constant[int]) -> None:
+        bm, bn, _ = get_tile_block_id()
+        acc = zeros((BM, BN), f32)
+        for s in range(SPLITS):
+            acc = acc + partial.load(index=(s, bm, bn), shape=(1, BM, BN)).reshape((BM, BN))
+        out.store(epilogue(acc, alpha, bias, residual, bm, bn, BM, BN))
+
+    return matmul_reduce
+
+
+def reduce_tiles(m: int, n: int) -> tuple[int, int]:
+    """The reduction's tile: all of a small M, and about 4096 elements (memory bound)."""
+    tile_m = min(next_power_of_two(m), 16)
+    return tile_m, min(max(4096 // tile_m, 16), next_power_of_two(n))
+
+
+def run_matmul(ops: Operands, tile_m: int, tile_n: int, tile_k: int, splits: int, method: str,
+               hints: tuple[tuple[str, int], ...]) -> Any:
+    """The launch (one split) or the op (partial products, then their reduction)."""
+    in_dtype = ops.a.dtype
+    out_view = ops.out[...]  # a view of its own: the caller's out stays usable after the call
+    if splits == 1:
+        kernel = direct_kernel(in_dtype, ops.out.dtype, ops.bias.dtype, ops.residual.dtype, ops.weight_nk, method,
+                               ops.activation, ops.has_bias, ops.has_residual, hints)
+        return kernel(out_view.partition([tile_m, tile_n]), ops.a, ops.weight, ops.bias, ops.residual, ops.alpha,
+                      BK=tile_k)
+    workspace = api.empty([splits, ops.m, ops.n], dtype=f32).partition([1, tile_m, tile_n])
+    partial = partial_kernel(in_dtype, ops.weight_nk, method, hints)
+    reduce = reduce_kernel(ops.out.dtype, ops.bias.dtype, ops.residual.dtype, ops.activation, ops.has_bias,
+                           ops.has_residual)
+    reduce_m, reduce_n = reduce_tiles(ops.m, ops.n)
+
+    def reduction(result: tuple[Any, ...]) -> Any:
+        return reduce(out_view.partition([reduce_m, reduce_n]), result[0].unpartition(), ops.bias, ops.residual,
+                      ops.alpha)
+
+    return partial(workspace, ops.a, ops.weight, BK=tile_k, SPLITS=splits).then(reduction)
+
+
+# -- split-K: configs ---------------------------------------------------------------------------
+
+CONFIG_KEYS: dict[str, tuple[Any, ...] | None] = {
+    "tile_m": None, "tile_n": None, "tile_k": None, "split_k": tuple(range(1, 65)),
+    "num_worker_warps": (1, 2, 4, 8, 16, 32), "occupancy": tuple(range(1, 33)),
+}
+
+
+def space(dtype: Any) -> Space:
+    """The split-K search space for ``dtype`` (f16, bf16 or f32)."""
+    wide = dtype in (f16, bf16)
+    return Space(tile_m=[32, 64, 128], tile_n=[32, 64, 128], tile_k=[32, 64, 128] if wide else [16, 32, 64],
+                 split_k=[1, 2, 4, 8, 16, 32], num_worker_warps=[4, 8])
+
+
+def default_config(m: int, n: int, k: int, dtype: Any) -> dict[str, Any]:
+    """The config used when no record matches: 64x64 tiles (smaller for a small M or N) and
+    enough splits of K for about two blocks per SM."""
+    tile_m = min(64, max(16, next_power_of_two(m)))
+    tile_n = min(64, max(16, next_power_of_two(n)))
+    tile_k = 64 if dtype in (f16, bf16) else 32
+    tiles = math.ceil(m / tile_m) * math.ceil(n / tile_n)
+    steps = math.ceil(k / tile_k)
+    splits = max(1, min(32, steps, math.ceil(2 * SM_COUNT / tiles)))
+    return {"tile_m": tile_m, "tile_n": tile_n, "tile_k": tile_k, "split_k": splits, "num_worker_warps": 4}
+
+
+def split_k_matmul(a: cutile.Tensor, b: cutile.Tensor, out: cutile.Tensor, *, bias: cutile.Tensor | None = None,
+                   activation: str | None = None, residual: cutile.Tensor | None = None, alpha: float = 1.0,
+                   config: Mapping[str, Any] | None = None) -> Any:
+    """``out = act(alpha * (a @ b) + bias) + residual`` with K split among ``split_k``
+    blocks per output tile (partial sums in a float32 workspace, then a reduction kernel
+    applying the epilogue).
+
+    Args:
+        a: [M, K], f16, bf16 or f32 (any strides).
+        b: [K, N], a's dtype; the transposed view of an [N, K] weight is read as stored.
+        out: [M, N], f16, bf16 or f32 (written; the call keeps it usable).
+        bias: [N] or None. activation: None, "relu", "gelu" (tanh approximation), "silu".
+        residual: [M, N] or None (not out's memory). alpha: the product's scale.
+        config: keys ``tile_m``, ``tile_n``, ``tile_k`` (powers of two), ``split_k`` (1-64),
+            ``num_worker_warps``, ``occupancy``; missing keys from `default_config`.
+    Returns:
+        The pending launch (``split_k`` 1) or op (partials, then the reduction), not yet
+        run: ``.sync()``, ``await``, ``.schedule()`` or `cutile.bench.do_bench` run it.
+    Raises:
+        ArgumentError, ArgumentTypeError: a malformed argument (named in the message).
+    """
+    ops = check_operands("split_k_matmul", a, b, out, bias, activation, residual, alpha)
+    cfg = check_config("split_k_matmul", config, default_config(ops.m, ops.n, ops.k, ops.a.dtype), CONFIG_KEYS)
+    return run_matmul(ops, cfg["tile_m"], cfg["tile_n"], cfg["tile_k"], cfg["split_k"], "mma", hints_of(cfg))
