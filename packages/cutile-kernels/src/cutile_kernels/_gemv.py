@@ -100,8 +100,10 @@ def small_m_matmul(a: cutile.Tensor, b: cutile.Tensor, out: cutile.Tensor, *, bi
             ``method`` ("mma" or "dot"), ``num_worker_warps``, ``occupancy``; missing keys
             from `default_config`.
     Returns:
-        The pending launch (``split_k`` 1) or op (partials, then the reduction), not yet
-        run: ``.sync()``, ``await``, ``.schedule()`` or `cutile.bench.do_bench` run it.
+        The pending launch (``split_k`` 1; it holds out from the call) or op (the
+        partials, then the reduction, whose launch is made and claims out when the
+        partials have been enqueued), not yet run: ``.sync()``, ``await``,
+        ``.schedule()`` or `cutile.bench.do_bench` run it.
     Raises:
         ArgumentError, ArgumentTypeError: a malformed argument (named in the message),
             including an M outside 1-16.

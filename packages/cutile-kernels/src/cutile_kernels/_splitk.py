@@ -87,6 +87,18 @@ def _float_dtype(tensor: cutile.Tensor, function: str, name: str) -> None:
         raise cutile.ArgumentTypeError(f"{function}: {name} has dtype {tensor.dtype}; expected f16, bf16 or f32")
 
 
+def _span(t: cutile.Tensor) -> tuple[int, int]:
+    """The absolute address range t's elements lie in."""
+    start, end = t.byte_range()
+    base = t.address() - t.offset * t.dtype.itemsize
+    return base + start, base + end
+
+
+def _overlap(x: cutile.Tensor, y: cutile.Tensor) -> bool:
+    (x0, x1), (y0, y1) = _span(x), _span(y)
+    return x.device == y.device and x0 < y1 and y0 < x1
+
+
 def check_operands(function: str, a: Any, b: Any, out: Any, bias: Any, activation: Any, residual: Any,
                    alpha: Any) -> Operands:
     """The arguments of ``function`` checked (an `ArgumentError` or `ArgumentTypeError`
@@ -121,6 +133,10 @@ def check_operands(function: str, a: Any, b: Any, out: Any, bias: Any, activatio
         _float_dtype(residual, function, "residual")
         if residual.shape != (m, n):
             raise cutile.ArgumentError(f"{function}: residual must have shape {[m, n]}, got {list(residual.shape)}")
+    for name, t in (("a", a), ("b", b), ("bias", bias), ("residual", residual)):
+        if t is not None and _overlap(t, out):
+            raise cutile.ArgumentError(f"{function}: {name} and out share memory; out is written, so pass distinct "
+                                       "tensors")
     # Stride 1 along K: b is the transposed view of an [N, K] matrix; read that.
     weight_nk = b.strides[0] == 1 and b.strides[1] != 1
     return Operands(m, n, k, a, b.T if weight_nk else b, weight_nk, out,
@@ -360,8 +376,10 @@ def split_k_matmul(a: cutile.Tensor, b: cutile.Tensor, out: cutile.Tensor, *, bi
         config: keys ``tile_m``, ``tile_n``, ``tile_k`` (powers of two), ``split_k`` (1-64),
             ``num_worker_warps``, ``occupancy``; missing keys from `default_config`.
     Returns:
-        The pending launch (``split_k`` 1) or op (partials, then the reduction), not yet
-        run: ``.sync()``, ``await``, ``.schedule()`` or `cutile.bench.do_bench` run it.
+        The pending launch (``split_k`` 1; it holds out from the call) or op (the
+        partials, then the reduction, whose launch is made and claims out when the
+        partials have been enqueued), not yet run: ``.sync()``, ``await``,
+        ``.schedule()`` or `cutile.bench.do_bench` run it.
     Raises:
         ArgumentError, ArgumentTypeError: a malformed argument (named in the message).
     """
