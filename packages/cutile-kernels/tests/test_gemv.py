@@ -144,6 +144,19 @@ def test_split_call_is_one_op() -> None:
     assert_close(out.to_numpy(), reference(a, w), f16)
 
 
+@pytest.mark.parametrize("splits", [1, 2])
+def test_a_decode_loop_with_the_same_tensors(splits: int) -> None:
+    rng = np.random.default_rng(14)
+    w = random(rng, (N, K), bf16)
+    weight = api.from_numpy(w).T
+    out = api.full([1, N], np.nan, dtype=f32)
+    bias = api.from_numpy(random(rng, (N,), f32))
+    for _ in range(3):  # a new x each step; the weight, bias and out objects stay (their views are cached)
+        a = random(rng, (1, K), bf16)
+        small_m_matmul(api.from_numpy(a), weight, out, bias=bias, config={**SMALL, "split_k": splits}).sync()
+        assert_close(out.to_numpy(), reference(a, w, bias.to_numpy()), bf16)
+
+
 def _args(m: int = 2, k: int = K, n: int = N, dtype: Any = f32) -> tuple[cutile.Tensor, cutile.Tensor, cutile.Tensor]:
     return api.zeros([m, k], dtype=dtype), api.zeros([k, n], dtype=dtype), api.zeros([m, n], dtype=dtype)
 

@@ -20,7 +20,8 @@ rounded once to out's dtype.
 
 import functools
 import math
-from collections.abc import Mapping
+import weakref
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,6 +100,22 @@ def _overlap(x: cutile.Tensor, y: cutile.Tensor) -> bool:
     return x.device == y.device and x0 < y1 and y0 < x1
 
 
+# Views and workspaces made from a caller's tensor, kept while it lives: a loop calling with the
+# same tensors then passes the same objects to the kernels, which keeps the launch fast path.
+_derived: "weakref.WeakKeyDictionary[cutile.Tensor, dict[Any, Any]]" = weakref.WeakKeyDictionary()
+
+
+def derived(tensor: cutile.Tensor, key: Any, make: Callable[[], Any]) -> Any:
+    """``make()``, made once per live ``tensor`` and ``key``."""
+    made = _derived.get(tensor)
+    if made is None:
+        made = _derived[tensor] = {}
+    value = made.get(key)
+    if value is None:
+        value = made[key] = make()
+    return value
+
+
 def check_operands(function: str, a: Any, b: Any, out: Any, bias: Any, activation: Any, residual: Any,
                    alpha: Any) -> Operands:
     """The arguments of ``function`` checked (an `ArgumentError` or `ArgumentTypeError`
@@ -139,8 +156,9 @@ def check_operands(function: str, a: Any, b: Any, out: Any, bias: Any, activatio
                                        "tensors")
     # Stride 1 along K: b is the transposed view of an [N, K] matrix; read that.
     weight_nk = b.strides[0] == 1 and b.strides[1] != 1
-    return Operands(m, n, k, a, b.T if weight_nk else b, weight_nk, out,
-                    bias if bias is not None else a[0], residual if residual is not None else a,
+    return Operands(m, n, k, a, derived(b, "T", lambda: b.T) if weight_nk else b, weight_nk, out,
+                    bias if bias is not None else derived(a, "row", lambda: a[0]),
+                    residual if residual is not None else a,
                     bias is not None, residual is not None, ACTIVATIONS[activation], float(alpha))
 
 
@@ -251,9 +269,9 @@ def direct_kernel(in_dtype: Any, out_dtype: Any, bias_dtype: Any, residual_dtype
     epilogue = _epilogue(activation, has_bias, has_residual, out_dtype)
 
     @cutile.entry(hints=dict(hints))
-    def matmul_direct(out: Mut[Tensor[out_dtype, ["BM", "BN"]]], a: Tensor[in_dtype, [-1, "K"]],
+    def matmul_direct(out: Mut[Tensor[out_dtype, ["BM", "BN"]]], a: Tensor[in_dtype, [-1, "K"]],  # type: ignore[misc, name-defined]  # dtypes of the factory
                       w: _weight_annotation(in_dtype, weight_nk),  # type: ignore[valid-type]
-                      bias: Tensor[bias_dtype, [-1]], residual: Tensor[residual_dtype, [-1, -1]], alpha: f32,
+                      bias: Tensor[bias_dtype, [-1]], residual: Tensor[residual_dtype, [-1, -1]], alpha: f32,  # type: ignore[misc]  # dtypes of the factory
                       BM: Constant[int], BN: Constant[int], BK: Constant[int], K: Constant[int]) -> None:
         bm, bn, _ = get_tile_block_id()
         acc = product(a, w, bm, bn, 0, cdiv(K, BK), BM, BN, BK)
@@ -270,7 +288,7 @@ def partial_kernel(in_dtype: Any, weight_nk: bool, method: str,
     product = _product_loop(weight_nk, method)
 
     @cutile.entry(hints=dict(hints))
-    def matmul_partial(partial: Mut[Tensor[f32, [1, "BM", "BN"]]], a: Tensor[in_dtype, [-1, "K"]],
+    def matmul_partial(partial: Mut[Tensor[f32, [1, "BM", "BN"]]], a: Tensor[in_dtype, [-1, "K"]],  # type: ignore[misc, name-defined]  # dtypes of the factory
                        w: _weight_annotation(in_dtype, weight_nk),  # type: ignore[valid-type]
                        BM: Constant[int], BN: Constant[int], BK: Constant[int], K: Constant[int],
                        SPLITS: Constant[int]) -> None:
@@ -292,8 +310,8 @@ def reduce_kernel(out_dtype: Any, bias_dtype: Any, residual_dtype: Any, activati
     epilogue = _epilogue(activation, has_bias, has_residual, out_dtype)
 
     @cutile.entry
-    def matmul_reduce(out: Mut[Tensor[out_dtype, ["BM", "BN"]]], partial: Tensor[f32, ["SPLITS", -1, -1]],
-                      bias: Tensor[bias_dtype, [-1]], residual: Tensor[residual_dtype, [-1, -1]], alpha: f32,
+    def matmul_reduce(out: Mut[Tensor[out_dtype, ["BM", "BN"]]], partial: Tensor[f32, ["SPLITS", -1, -1]],  # type: ignore[misc, name-defined]  # dtypes of the factory
+                      bias: Tensor[bias_dtype, [-1]], residual: Tensor[residual_dtype, [-1, -1]], alpha: f32,  # type: ignore[misc]  # dtypes of the factory
                       BM: Constant[int], BN: Constant[int], SPLITS: Constant[int]) -> None:
         bm, bn, _ = get_tile_block_id()
         acc = zeros((BM, BN), f32)
@@ -313,24 +331,30 @@ def reduce_tiles(m: int, n: int) -> tuple[int, int]:
 def run_matmul(ops: Operands, tile_m: int, tile_n: int, tile_k: int, splits: int, method: str,
                hints: tuple[tuple[str, int], ...]) -> Any:
     """The launch (one split) or the op (partial products, then their reduction)."""
-    in_dtype = ops.a.dtype
-    out_view = ops.out[...]  # a view of its own: the caller's out stays usable after the call
+    in_dtype, out = ops.a.dtype, ops.out
+
+    def out_tiles(tile: tuple[int, int]) -> Any:
+        # A partition of a view of out: out itself is not consumed, so the caller keeps using it.
+        return derived(out, ("tiles", tile), lambda: out[...].partition(list(tile)))
+
     if splits == 1:
-        kernel = direct_kernel(in_dtype, ops.out.dtype, ops.bias.dtype, ops.residual.dtype, ops.weight_nk, method,
+        kernel = direct_kernel(in_dtype, out.dtype, ops.bias.dtype, ops.residual.dtype, ops.weight_nk, method,
                                ops.activation, ops.has_bias, ops.has_residual, hints)
-        return kernel(out_view.partition([tile_m, tile_n]), ops.a, ops.weight, ops.bias, ops.residual, ops.alpha,
-                      BK=tile_k)
-    workspace = api.empty([splits, ops.m, ops.n], dtype=f32).partition([1, tile_m, tile_n])
+        return kernel(out_tiles((tile_m, tile_n)), ops.a, ops.weight, ops.bias, ops.residual, ops.alpha, BK=tile_k)
+    # One workspace per out and split shape: a second call while the first is pending is refused
+    # (the workspace is held), as it would be for out.
+    workspace = derived(out, ("workspace", splits), lambda: api.empty([splits, ops.m, ops.n], dtype=f32))
+    workspace_tiles = derived(workspace, ("tiles", tile_m, tile_n),
+                              lambda: workspace[...].partition([1, tile_m, tile_n]))
     partial = partial_kernel(in_dtype, ops.weight_nk, method, hints)
-    reduce = reduce_kernel(ops.out.dtype, ops.bias.dtype, ops.residual.dtype, ops.activation, ops.has_bias,
+    reduce = reduce_kernel(out.dtype, ops.bias.dtype, ops.residual.dtype, ops.activation, ops.has_bias,
                            ops.has_residual)
-    reduce_m, reduce_n = reduce_tiles(ops.m, ops.n)
+    reduce_tile = reduce_tiles(ops.m, ops.n)
 
-    def reduction(result: tuple[Any, ...]) -> Any:
-        return reduce(out_view.partition([reduce_m, reduce_n]), result[0].unpartition(), ops.bias, ops.residual,
-                      ops.alpha)
+    def reduction(_: tuple[Any, ...]) -> Any:
+        return reduce(out_tiles(reduce_tile), workspace, ops.bias, ops.residual, ops.alpha)
 
-    return partial(workspace, ops.a, ops.weight, BK=tile_k, SPLITS=splits).then(reduction)
+    return partial(workspace_tiles, ops.a, ops.weight, BK=tile_k, SPLITS=splits).then(reduction)
 
 
 # -- split-K: configs ---------------------------------------------------------------------------
