@@ -79,14 +79,15 @@ def test_full_epilogue_matches_float64(m: int, dtype: Any, stored_nk: bool, spli
     assert_close(out.to_numpy(), reference(a, w, bias, "gelu", residual, 0.75), dtype)
 
 
-@pytest.mark.parametrize("method", ["mma", "dot"])
+@pytest.mark.parametrize("tile_m", [4, 16])  # 16: a's rows padded to the tile
+@pytest.mark.parametrize("method", ["mma", "mma_t", "dot"])
 @pytest.mark.parametrize("activation", [None, "relu", "gelu", "silu"])
-def test_each_activation_and_method(activation: str | None, method: str) -> None:
+def test_each_activation_and_method(activation: str | None, method: str, tile_m: int) -> None:
     rng = np.random.default_rng(7)
     a, w = random(rng, (3, K), bf16), random(rng, (N, K), bf16)
     out = api.full([3, N], np.nan, dtype=bf16)
     small_m_matmul(api.from_numpy(a), weight_view(w, True), out, activation=activation,
-                   config={**SMALL, "method": method}).sync()
+                   config={**SMALL, "method": method, "tile_m": tile_m}).sync()
     assert_close(out.to_numpy(), reference(a, w, activation=activation), bf16)
 
 
@@ -172,7 +173,9 @@ def _args(m: int = 2, k: int = K, n: int = N, dtype: Any = f32) -> tuple[cutile.
     (lambda a, b, o: dict(residual=api.zeros([N])), cutile.ArgumentError, "residual must have shape"),
     (lambda a, b, o: dict(activation="tanh"), cutile.ArgumentError, "activation"),
     (lambda a, b, o: dict(alpha=float("nan")), cutile.ArgumentError, "alpha"),
-    (lambda a, b, o: dict(config={"tile_m": 16}), cutile.ArgumentError, "'tile_m' is unknown"),
+    (lambda a, b, o: dict(config={"tile_m": 1}), cutile.ArgumentError, "at least 2"),
+    (lambda a, b, o: dict(config={"tile_m": 32}), cutile.ArgumentError, "config['tile_m']"),
+    (lambda a, b, o: dict(config={"tile_q": 16}), cutile.ArgumentError, "'tile_q' is unknown"),
     (lambda a, b, o: dict(config={"tile_k": 48}), cutile.ArgumentError, "power of two"),
     (lambda a, b, o: dict(config={"method": "fma"}), cutile.ArgumentError, "config['method']"),
     (lambda a, b, o: dict(config={"split_k": 0}), cutile.ArgumentError, "config['split_k']"),
@@ -213,7 +216,16 @@ def test_defaults_fill_the_gpu_without_splits_for_llm_shapes(n: int, k: int) -> 
     config = default_config(1, n, k, bf16)
     assert config["split_k"] == 1
     assert -(-n // config["tile_n"]) >= _gemv.TARGET_BLOCKS
-    assert config["tile_k"] * 2 == 1024  # a KiB of each weight row per load
+    # a KiB of each weight row per load, less when the tile would pass its byte cap
+    assert config["tile_k"] * 2 == min(1024, _gemv.MAX_WEIGHT_TILE_BYTES // config["tile_n"])
+
+
+@pytest.mark.parametrize(("n", "k"), [(4096, 4096), (11008, 4096), (151936, 2560)])
+def test_defaults_for_m16_keep_a_traffic_small_and_fill_the_gpu(n: int, k: int) -> None:
+    config = default_config(16, n, k, bf16)
+    assert config["tile_m"] == 16 and config["tile_n"] >= 4 * 16
+    assert config["tile_n"] * config["tile_k"] * 2 <= _gemv.MAX_WEIGHT_TILE_BYTES
+    assert -(-n // config["tile_n"]) * config["split_k"] >= _gemv.TARGET_BLOCKS
 
 
 def test_defaults_split_k_when_n_is_small() -> None:
@@ -226,11 +238,13 @@ def test_defaults_split_k_when_n_is_small() -> None:
 
 def test_prune_drops_configs_that_cannot_win() -> None:
     keep = prune_for(1, 4096, 4096)
-    base = {"tile_n": 16, "tile_k": 512, "split_k": 1, "method": "mma", "num_worker_warps": 4, "occupancy": 1}
+    base = {"tile_m": 1, "tile_n": 16, "tile_k": 512, "split_k": 1, "method": "mma", "num_worker_warps": 4, "occupancy": 1}
     assert keep(base)
     assert not keep({**base, "tile_n": 8, "split_k": 2})  # N alone gives 512 blocks
     assert not keep({**base, "method": "dot", "tile_n": 128})  # 128 x 512 products in registers
     assert keep({**base, "method": "dot"})
+    assert not prune_for(3, 4096, 4096)(base)  # one row per block, three rows of a
+    assert prune_for(3, 4096, 4096)({**base, "tile_m": 4})
     small = prune_for(1, 512, 300)
     assert not small({**base, "tile_k": 1024})  # past K's power of two
     assert small({**base, "tile_k": 128, "split_k": 2})
@@ -239,19 +253,23 @@ def test_prune_drops_configs_that_cannot_win() -> None:
 
 @pytest.mark.parametrize("arch", ["sm_90", "sm_100"])
 def test_compiles_at_decode_sizes(arch: str) -> None:
-    """The default config's kernels for M = 1 and M = 16, N = K = 4096 bf16 (and a
-    split config's partial and reduction kernels) compile for both archs."""
+    """Kernels for M = 1 (the default config, with hints) and M = 16 (narrow N tiles: wide
+    ones take tileiras minutes on a CI machine), N = K = 4096 bf16, each product method and
+    both weight layouts, and a split's partial kernel, compile for both archs."""
     n = k = 4096
-    for m in (1, 16):
-        config = {**default_config(m, n, k, bf16), "num_worker_warps": 8, "occupancy": 2}
-        rows = _splitk.next_power_of_two(m)
-        direct = _splitk.direct_kernel(bf16, bf16, bf16, bf16, True, "mma", 2, True, True, _splitk.hints_of(config))
-        compiled = cutile.compile(direct, api.meta([m, n], dtype=bf16).partition([rows, config["tile_n"]]),
-                                  api.meta([m, k], dtype=bf16), api.meta([n, k], dtype=bf16),
+    cases = [(1, {**default_config(1, n, k, bf16), "num_worker_warps": 8, "occupancy": 2}, "mma", True),
+             (1, {"tile_m": 1, "tile_n": 32, "tile_k": 256}, "mma_t", True),
+             (1, {"tile_m": 1, "tile_n": 8, "tile_k": 512}, "dot", False),
+             (16, {"tile_m": 16, "tile_n": 16, "tile_k": 512}, "mma", True)]
+    for m, config, method, stored_nk in cases:
+        direct = _splitk.direct_kernel(bf16, bf16, bf16, bf16, stored_nk, method, 2, True, True,
+                                       _splitk.hints_of(config))
+        compiled = cutile.compile(direct, api.meta([m, n], dtype=bf16).partition([config["tile_m"], config["tile_n"]]),
+                                  api.meta([m, k], dtype=bf16), api.meta([n, k] if stored_nk else [k, n], dtype=bf16),
                                   api.meta([n], dtype=bf16), api.meta([m, n], dtype=bf16), 1.0,
                                   BK=config["tile_k"], arch=arch)
         assert compiled.cubin[:4] == b"\x7fELF"
-    partial = _splitk.partial_kernel(bf16, True, "dot", ())
+    partial = _splitk.partial_kernel(bf16, True, "mma", ())
     compiled = cutile.compile(partial, api.meta([4, 1, n], dtype=f32).partition([1, 1, 16]),
                               api.meta([1, k], dtype=bf16), api.meta([n, k], dtype=bf16), BK=512, SPLITS=4, arch=arch)
     assert compiled.cubin[:4] == b"\x7fELF"

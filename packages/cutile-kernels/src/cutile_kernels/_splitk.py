@@ -52,7 +52,7 @@ __all__ = ["ACTIVATIONS", "Operands", "check_operands", "default_config", "space
 ACTIVATIONS: dict[str | None, int] = {None: 0, "relu": 1, "gelu": 2, "silu": 3}
 FLOAT_DTYPES = (f16, bf16, f32)
 SM_COUNT = 132  # the H200's; a default only decides how many blocks to aim for
-METHODS = ("mma", "dot")
+METHODS = ("mma", "mma_t", "dot")
 GELU_SCALE = math.sqrt(2.0 / math.pi)
 
 
@@ -201,7 +201,22 @@ def hints_of(config: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
 def _product_loop(weight_nk: bool, method: str) -> Any:
     """The device function summing a[bm-tile, k] @ weight[k, bn-tile] over k chunks
     [first, last) into a float32 [BM, BN] tile."""
-    if method == "mma" and weight_nk:
+    if method == "mma_t" and weight_nk:  # the weight tile as mma's left operand: (w a^T)^T
+        @cutile.function
+        def product(a: Any, w: Any, bm: Any, bn: Any, first: Any, last: Any, BM: int, BN: int, BK: int) -> Any:
+            acc = zeros((BN, BM), f32)
+            for k in range(first, last):
+                acc = mma(w.load(index=(bn, k), shape=(BN, BK)), transpose(a.load(index=(bm, k), shape=(BM, BK))), acc)
+            return transpose(acc)
+    elif method == "mma_t":
+        @cutile.function
+        def product(a: Any, w: Any, bm: Any, bn: Any, first: Any, last: Any, BM: int, BN: int, BK: int) -> Any:
+            acc = zeros((BN, BM), f32)
+            for k in range(first, last):
+                acc = mma(transpose(w.load(index=(k, bn), shape=(BK, BN))), transpose(a.load(index=(bm, k), shape=(BM, BK))),
+                          acc)
+            return transpose(acc)
+    elif method == "mma" and weight_nk:
         @cutile.function
         def product(a: Any, w: Any, bm: Any, bn: Any, first: Any, last: Any, BM: int, BN: int, BK: int) -> Any:
             acc = zeros((BM, BN), f32)
