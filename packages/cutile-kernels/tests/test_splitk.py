@@ -153,6 +153,15 @@ def test_argument_errors_name_the_parameter(arguments: dict[str, Any], error: ty
     assert isinstance(caught.value, cutile.CutileError) and "split_k_matmul" in str(caught.value)
 
 
+@pytest.mark.parametrize("consumed", ["b", "out"])
+def test_a_consumed_tensor_is_refused(consumed: str) -> None:
+    tensors = {"a": api.zeros([M, K]), "b": api.zeros([N, K]).T, "out": api.zeros([M, N])}
+    split_k_matmul(tensors["a"], tensors["b"], tensors["out"], config={"split_k": 2}).sync()  # views now cached
+    tensors[consumed].partition([16, 16])
+    with pytest.raises(cutile.OwnershipError, match=f"split_k_matmul: {consumed}: .*consumed by"):
+        split_k_matmul(tensors["a"], tensors["b"], tensors["out"], config={"split_k": 2})
+
+
 def test_workspace_is_never_read_unwritten() -> None:
     """The interpreter's empty() workspace is NaN-poisoned: every split's tile is written
     before the reduction reads it, including the empty slices past K's chunks."""

@@ -83,6 +83,15 @@ def _tensor(value: Any, function: str, name: str) -> cutile.Tensor:
     return value
 
 
+def _require_live(tensor: cutile.Tensor, function: str, name: str) -> None:
+    """An `OwnershipError` naming ``name`` when the object was consumed (``partition()``):
+    the kernels get cached views of b and out, which would not see it."""
+    try:
+        tensor[...]
+    except cutile.OwnershipError as exc:
+        raise cutile.OwnershipError(f"{function}: {name}: {exc}") from None
+
+
 def _float_dtype(tensor: cutile.Tensor, function: str, name: str) -> None:
     if tensor.dtype not in FLOAT_DTYPES:
         raise cutile.ArgumentTypeError(f"{function}: {name} has dtype {tensor.dtype}; expected f16, bf16 or f32")
@@ -124,6 +133,7 @@ def check_operands(function: str, a: Any, b: Any, out: Any, bias: Any, activatio
     b = _tensor(b, function, "b")
     out = _tensor(out, function, "out")
     for name, t in (("a", a), ("b", b), ("out", out)):
+        _require_live(t, function, name)
         if t.ndim != 2:
             raise cutile.ArgumentError(f"{function}: {name} must be 2-D, got shape {list(t.shape)}")
         _float_dtype(t, function, name)
