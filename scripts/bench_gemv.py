@@ -36,7 +36,8 @@ SMOKE_SPLIT_K_SHAPES = [(40, 67, 300)]
 SWEEP_GEMV: list[dict[str, Any]] = [{"tile_n": n, "tile_k": k} for n in (8, 16, 32, 64) for k in (256, 512, 1024)] + [
     {"tile_n": 8, "tile_k": 512, "method": "dot"}, {"tile_n": 64, "tile_k": 256, "method": "mma_t"},
     {"tile_n": 32, "tile_k": 512, "method": "mma_t"}, {"tile_n": 16, "tile_k": 512, "tile_m": 16}, {"tile_n": 16, "tile_k": 512, "num_worker_warps": 8},
-    {"tile_n": 16, "tile_k": 512, "occupancy": 2}, {"tile_n": 8, "tile_k": 512, "occupancy": 4},
+    {"tile_n": 16, "tile_k": 512, "occupancy": 2}, {"tile_n": 16, "tile_k": 512, "latency": 4},
+    {"tile_n": 8, "tile_k": 512, "latency": 8}, {"tile_n": 8, "tile_k": 512, "occupancy": 4},
     {"tile_n": 32, "tile_k": 512, "split_k": 2}]
 SWEEP_SPLIT_K: list[dict[str, Any]] = [{"tile_m": m, "tile_n": n, "tile_k": 64, "split_k": s} for m, n in ((64, 64), (128, 128), (128, 64))
                  for s in (4, 8, 16)]

@@ -87,7 +87,7 @@ def test_each_activation_and_method(activation: str | None, method: str, tile_m:
     a, w = random(rng, (3, K), bf16), random(rng, (N, K), bf16)
     out = api.full([3, N], np.nan, dtype=bf16)
     small_m_matmul(api.from_numpy(a), weight_view(w, True), out, activation=activation,
-                   config={**SMALL, "method": method, "tile_m": tile_m}).sync()
+                   config={**SMALL, "method": method, "tile_m": tile_m, "latency": 3}).sync()
     assert_close(out.to_numpy(), reference(a, w, activation=activation), bf16)
 
 
@@ -258,7 +258,7 @@ def test_compiles_at_decode_sizes(arch: str) -> None:
     both weight layouts, and a split's partial kernel, compile for both archs."""
     n = k = 4096
     cases = [(1, {**default_config(1, n, k, bf16), "num_worker_warps": 8, "occupancy": 2}, "mma", True),
-             (1, {"tile_m": 1, "tile_n": 32, "tile_k": 256}, "mma_t", True),
+             (1, {"tile_m": 1, "tile_n": 32, "tile_k": 256, "latency": 6}, "mma_t", True),
              (1, {"tile_m": 1, "tile_n": 8, "tile_k": 512}, "dot", False),
              (16, {"tile_m": 16, "tile_n": 16, "tile_k": 512}, "mma", True)]
     for m, config, method, stored_nk in cases:
@@ -269,6 +269,7 @@ def test_compiles_at_decode_sizes(arch: str) -> None:
                                   api.meta([n], dtype=bf16), api.meta([m, n], dtype=bf16), 1.0,
                                   BK=config["tile_k"], arch=arch)
         assert compiled.cubin[:4] == b"\x7fELF"
+        assert ("latency = 6" in compiled.mlir) == ("latency" in config)
     partial = _splitk.partial_kernel(bf16, True, "mma", ())
     compiled = cutile.compile(partial, api.meta([4, 1, n], dtype=f32).partition([1, 1, 16]),
                               api.meta([1, k], dtype=bf16), api.meta([n, k], dtype=bf16), BK=512, SPLITS=4, arch=arch)
@@ -296,7 +297,7 @@ def test_gpu_decode_layer_other_configs() -> None:
     a, w = random(rng, (1, k), bf16), (random(rng, (n, k), bf16) * 0.05).astype(ml_dtypes.bfloat16)
     for config in ({"split_k": 4}, {"method": "dot", "tile_n": 8, "tile_k": 512},
                    {"method": "mma_t", "tile_n": 64, "tile_k": 256}, {"tile_m": 16, "tile_n": 16},
-                   {"num_worker_warps": 8, "occupancy": 2}):
+                   {"num_worker_warps": 8, "occupancy": 2, "latency": 4}):
         out = api.full([1, n], np.nan, dtype=f32)
         small_m_matmul(api.from_numpy(a), api.from_numpy(w).T, out, config=config).sync()
         assert_close(out.to_numpy(), reference(a, w), bf16)  # f32 out; the error is f32 accumulation's

@@ -38,7 +38,7 @@ __all__ = ["MAX_M", "default_config", "prune_for", "small_m_matmul", "space"]
 MAX_M = 16
 CONFIG_KEYS: dict[str, tuple[Any, ...] | None] = {
     "tile_m": (1, 2, 4, 8, 16), "tile_n": None, "tile_k": None, "split_k": tuple(range(1, 65)), "method": METHODS,
-    "num_worker_warps": (1, 2, 4, 8, 16, 32), "occupancy": tuple(range(1, 33)),
+    "num_worker_warps": (1, 2, 4, 8, 16, 32), "occupancy": tuple(range(1, 33)), "latency": tuple(range(11)),
 }
 TARGET_BLOCKS = 2 * SM_COUNT  # two blocks per SM keep enough loads in flight
 MAX_WEIGHT_TILE_BYTES = 32 * 1024  # a default's weight tile per K step (its stages share the SM's shared memory)
@@ -110,7 +110,8 @@ def small_m_matmul(a: cutile.Tensor, b: cutile.Tensor, out: cutile.Tensor, *, bi
         residual: [M, N] or None (not out's memory). alpha: the product's scale.
         config: keys ``tile_m`` (rows of a per block: M's power of two, or more, padded,
             up to 16), ``tile_n``, ``tile_k`` (powers of two), ``split_k`` (1-64),
-            ``method`` ("mma", "mma_t" or "dot"), ``num_worker_warps``, ``occupancy``; missing keys
+            ``method`` ("mma", "mma_t" or "dot"), ``num_worker_warps``, ``occupancy``,
+            ``latency`` (the weight loads' hint, 1-10; 0: none); missing keys
             from `default_config`.
     Returns:
         The pending launch (``split_k`` 1; it holds out from the call) or op (the

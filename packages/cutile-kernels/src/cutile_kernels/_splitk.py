@@ -200,8 +200,14 @@ def next_power_of_two(x: int) -> int:
 
 
 def hints_of(config: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
-    """The kernel hints a config names (a hashable key for the kernel caches)."""
-    return tuple((name, int(config[name])) for name in ("num_worker_warps", "occupancy") if name in config)
+    """The hints a config names (a hashable key for the kernel caches): the kernel's
+    ``num_worker_warps`` and ``occupancy``, the weight loads' ``latency`` (0: none)."""
+    return tuple((name, int(config[name])) for name in ("num_worker_warps", "occupancy", "latency")
+                 if config.get(name))
+
+
+def entry_hints(hints: tuple[tuple[str, int], ...]) -> dict[str, int]:
+    return {name: value for name, value in hints if name != "latency"}
 
 
 # -- kernels ------------------------------------------------------------------------------------
@@ -209,22 +215,22 @@ def hints_of(config: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
 # its untaken branches folded away at compile time) and per hints (the entry's, so that
 # repeated calls keep the launch fast path).
 
-def _product_loop(weight_nk: bool, method: str) -> Any:
+def _product_loop(weight_nk: bool, method: str, latency: int | None) -> Any:
     """The device function summing a[bm-tile, k] @ weight[k, bn-tile] over k chunks
-    [first, last) into a float32 [BM, BN] tile."""
+    [first, last) into a float32 [BM, BN] tile (``latency``: the weight loads' hint)."""
     if method == "mma_t" and weight_nk:  # the weight tile as mma's left operand: (w a^T)^T
         @cutile.function
         def product(a: Any, w: Any, bm: Any, bn: Any, first: Any, last: Any, BM: int, BN: int, BK: int) -> Any:
             acc = zeros((BN, BM), f32)
             for k in range(first, last):
-                acc = mma(w.load(index=(bn, k), shape=(BN, BK)), transpose(a.load(index=(bm, k), shape=(BM, BK))), acc)
+                acc = mma(w.load(index=(bn, k), shape=(BN, BK), latency=latency), transpose(a.load(index=(bm, k), shape=(BM, BK))), acc)
             return transpose(acc)
     elif method == "mma_t":
         @cutile.function
         def product(a: Any, w: Any, bm: Any, bn: Any, first: Any, last: Any, BM: int, BN: int, BK: int) -> Any:
             acc = zeros((BN, BM), f32)
             for k in range(first, last):
-                acc = mma(transpose(w.load(index=(k, bn), shape=(BK, BN))), transpose(a.load(index=(bm, k), shape=(BM, BK))),
+                acc = mma(transpose(w.load(index=(k, bn), shape=(BK, BN), latency=latency)), transpose(a.load(index=(bm, k), shape=(BM, BK))),
                           acc)
             return transpose(acc)
     elif method == "mma" and weight_nk:
@@ -232,14 +238,14 @@ def _product_loop(weight_nk: bool, method: str) -> Any:
         def product(a: Any, w: Any, bm: Any, bn: Any, first: Any, last: Any, BM: int, BN: int, BK: int) -> Any:
             acc = zeros((BM, BN), f32)
             for k in range(first, last):
-                acc = mma(a.load(index=(bm, k), shape=(BM, BK)), transpose(w.load(index=(bn, k), shape=(BN, BK))), acc)
+                acc = mma(a.load(index=(bm, k), shape=(BM, BK)), transpose(w.load(index=(bn, k), shape=(BN, BK), latency=latency)), acc)
             return acc
     elif method == "mma":
         @cutile.function
         def product(a: Any, w: Any, bm: Any, bn: Any, first: Any, last: Any, BM: int, BN: int, BK: int) -> Any:
             acc = zeros((BM, BN), f32)
             for k in range(first, last):
-                acc = mma(a.load(index=(bm, k), shape=(BM, BK)), w.load(index=(k, bn), shape=(BK, BN)), acc)
+                acc = mma(a.load(index=(bm, k), shape=(BM, BK)), w.load(index=(k, bn), shape=(BK, BN), latency=latency), acc)
             return acc
     elif weight_nk:  # "dot": products in f32 on the CUDA cores, summed along K
         @cutile.function
@@ -247,7 +253,7 @@ def _product_loop(weight_nk: bool, method: str) -> Any:
             acc = zeros((BM, BN), f32)
             for k in range(first, last):
                 x = a.load(index=(bm, k), shape=(BM, BK)).astype(f32).reshape((BM, 1, BK))
-                wt = w.load(index=(bn, k), shape=(BN, BK)).astype(f32).reshape((1, BN, BK))
+                wt = w.load(index=(bn, k), shape=(BN, BK), latency=latency).astype(f32).reshape((1, BN, BK))
                 acc = acc + sum(x * wt, axis=2)
             return acc
     else:
@@ -256,7 +262,7 @@ def _product_loop(weight_nk: bool, method: str) -> Any:
             acc = zeros((BM, BN), f32)
             for k in range(first, last):
                 x = a.load(index=(bm, k), shape=(BM, BK)).astype(f32).reshape((BM, BK, 1))
-                wt = w.load(index=(k, bn), shape=(BK, BN)).astype(f32).reshape((1, BK, BN))
+                wt = w.load(index=(k, bn), shape=(BK, BN), latency=latency).astype(f32).reshape((1, BK, BN))
                 acc = acc + sum(x * wt, axis=1)
             return acc
     return product
@@ -291,10 +297,10 @@ def direct_kernel(in_dtype: Any, out_dtype: Any, bias_dtype: Any, residual_dtype
                   activation: int, has_bias: bool, has_residual: bool,
                   hints: tuple[tuple[str, int], ...]) -> cutile.Kernel[..., Any]:
     """One block per [BM, BN] tile of out: the whole K loop, then the epilogue."""
-    product = _product_loop(weight_nk, method)
+    product = _product_loop(weight_nk, method, dict(hints).get("latency"))
     epilogue = _epilogue(activation, has_bias, has_residual, out_dtype)
 
-    @cutile.entry(hints=dict(hints))
+    @cutile.entry(hints=entry_hints(hints))
     def matmul_direct(out: Mut[Tensor[out_dtype, ["BM", "BN"]]], a: Tensor[in_dtype, [-1, "K"]],  # type: ignore[misc, name-defined]  # dtypes of the factory
                       w: _weight_annotation(in_dtype, weight_nk),  # type: ignore[valid-type]
                       bias: Tensor[bias_dtype, [-1]], residual: Tensor[residual_dtype, [-1, -1]], alpha: f32,  # type: ignore[misc]  # dtypes of the factory
@@ -311,9 +317,9 @@ def partial_kernel(in_dtype: Any, weight_nk: bool, method: str,
                    hints: tuple[tuple[str, int], ...]) -> cutile.Kernel[..., Any]:
     """Block (s, i, j) sums K chunks [s * per, (s + 1) * per) of tile (i, j) into the
     workspace tile (s, i, j), float32 and without epilogue (an empty slice stores zeros)."""
-    product = _product_loop(weight_nk, method)
+    product = _product_loop(weight_nk, method, dict(hints).get("latency"))
 
-    @cutile.entry(hints=dict(hints))
+    @cutile.entry(hints=entry_hints(hints))
     def matmul_partial(partial: Mut[Tensor[f32, [1, "BM", "BN"]]], a: Tensor[in_dtype, [-1, "K"]],  # type: ignore[misc, name-defined]  # dtypes of the factory
                        w: _weight_annotation(in_dtype, weight_nk),  # type: ignore[valid-type]
                        BM: Constant[int], BN: Constant[int], BK: Constant[int], K: Constant[int],
@@ -387,7 +393,7 @@ def run_matmul(ops: Operands, tile_m: int, tile_n: int, tile_k: int, splits: int
 
 CONFIG_KEYS: dict[str, tuple[Any, ...] | None] = {
     "tile_m": None, "tile_n": None, "tile_k": None, "split_k": tuple(range(1, 65)),
-    "num_worker_warps": (1, 2, 4, 8, 16, 32), "occupancy": tuple(range(1, 33)),
+    "num_worker_warps": (1, 2, 4, 8, 16, 32), "occupancy": tuple(range(1, 33)), "latency": tuple(range(11)),
 }
 
 
@@ -424,7 +430,8 @@ def split_k_matmul(a: cutile.Tensor, b: cutile.Tensor, out: cutile.Tensor, *, bi
         bias: [N] or None. activation: None, "relu", "gelu" (tanh approximation), "silu".
         residual: [M, N] or None (not out's memory). alpha: the product's scale.
         config: keys ``tile_m``, ``tile_n``, ``tile_k`` (powers of two), ``split_k`` (1-64),
-            ``num_worker_warps``, ``occupancy``; missing keys from `default_config`.
+            ``num_worker_warps``, ``occupancy``, ``latency`` (the weight loads' hint, 1-10;
+            0: none); missing keys from `default_config`.
     Returns:
         The pending launch (``split_k`` 1; it holds out from the call) or op (the
         partials, then the reduction, whose launch is made and claims out when the
