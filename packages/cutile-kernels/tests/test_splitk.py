@@ -138,7 +138,10 @@ def test_repeated_calls_reuse_out_and_refuse_a_second_pending_one() -> None:
 
 
 @pytest.mark.parametrize(("arguments", "error", "words"), [
-    (dict(config={"split_k": 65}), cutile.ArgumentError, "config['split_k']"),
+    (dict(config={"split_k": 65}), cutile.ArgumentError, "config['split_k'] must be an int from 1 to 64"),
+    (dict(config={"split_k": 2.0}), cutile.ArgumentError, "config['split_k']"),
+    (dict(config={"num_worker_warps": 4.0}), cutile.ArgumentError, "config['num_worker_warps']"),
+    (dict(config={"tile_n": True}), cutile.ArgumentError, "config['tile_n']"),
     (dict(config={"tile_m": 24}), cutile.ArgumentError, "power of two"),
     (dict(config={"method": "dot"}), cutile.ArgumentError, "'method' is unknown"),
     (dict(config=[("split_k", 2)]), cutile.ArgumentTypeError, "config must be a dict"),

@@ -26,6 +26,7 @@ from cutile.tune import Config, Space
 from cutile_kernels._splitk import (
     METHODS,
     SM_COUNT,
+    Choices,
     check_config,
     check_operands,
     hints_of,
@@ -36,9 +37,9 @@ from cutile_kernels._splitk import (
 __all__ = ["MAX_M", "default_config", "prune_for", "small_m_matmul", "space"]
 
 MAX_M = 16
-CONFIG_KEYS: dict[str, tuple[Any, ...] | None] = {
-    "tile_m": (1, 2, 4, 8, 16), "tile_n": None, "tile_k": None, "split_k": tuple(range(1, 65)), "method": METHODS,
-    "num_worker_warps": (1, 2, 4, 8, 16, 32), "occupancy": tuple(range(1, 33)), "latency": tuple(range(11)),
+CONFIG_KEYS: dict[str, Choices] = {
+    "tile_m": (1, 2, 4, 8, 16), "tile_n": None, "tile_k": None, "split_k": range(1, 65), "method": METHODS,
+    "num_worker_warps": (1, 2, 4, 8, 16, 32), "occupancy": range(1, 33), "latency": range(11),
 }
 TARGET_BLOCKS = 2 * SM_COUNT  # two blocks per SM keep enough loads in flight
 MAX_WEIGHT_TILE_BYTES = 32 * 1024  # a default's weight tile per K step (its stages share the SM's shared memory)

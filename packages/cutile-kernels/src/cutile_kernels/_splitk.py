@@ -173,10 +173,13 @@ def check_operands(function: str, a: Any, b: Any, out: Any, bias: Any, activatio
                     bias is not None, residual is not None, ACTIVATIONS[activation], float(alpha))
 
 
+Choices = tuple[Any, ...] | range | None
+
+
 def check_config(function: str, config: Mapping[str, Any] | None, defaults: dict[str, Any],
-                 allowed: Mapping[str, tuple[Any, ...] | None]) -> dict[str, Any]:
+                 allowed: Mapping[str, Choices]) -> dict[str, Any]:
     """``defaults`` updated by ``config``: unknown keys and bad values are `ArgumentError`s.
-    ``allowed`` gives each key's choices (None: a power of two >= 1)."""
+    ``allowed`` gives each key's choices (a tuple, a range of ints, None: a power of two >= 1)."""
     if config is None:
         return defaults
     if not isinstance(config, Mapping):
@@ -186,10 +189,15 @@ def check_config(function: str, config: Mapping[str, Any] | None, defaults: dict
         if key not in allowed:
             raise cutile.ArgumentError(f"{function}: config key {key!r} is unknown; the keys are {sorted(allowed)}")
         choices = allowed[key]
+        integer = isinstance(value, int) and not isinstance(value, bool)
         if choices is None:
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1 or value & (value - 1):
+            if not integer or value < 1 or value & (value - 1):
                 raise cutile.ArgumentError(f"{function}: config[{key!r}] must be a power of two >= 1, got {value!r}")
-        elif value not in choices:
+        elif isinstance(choices, range):
+            if not integer or value not in choices:
+                raise cutile.ArgumentError(f"{function}: config[{key!r}] must be an int from {choices.start} to "
+                                           f"{choices.stop - 1}, got {value!r}")
+        elif value not in choices or type(value) is not type(choices[0]):  # (4.0 == 4, True == 1: not choices)
             raise cutile.ArgumentError(f"{function}: config[{key!r}] must be one of {list(choices)}, got {value!r}")
         merged[key] = value
     return merged
@@ -391,9 +399,9 @@ def run_matmul(ops: Operands, tile_m: int, tile_n: int, tile_k: int, splits: int
 
 # -- split-K: configs ---------------------------------------------------------------------------
 
-CONFIG_KEYS: dict[str, tuple[Any, ...] | None] = {
-    "tile_m": None, "tile_n": None, "tile_k": None, "split_k": tuple(range(1, 65)),
-    "num_worker_warps": (1, 2, 4, 8, 16, 32), "occupancy": tuple(range(1, 33)), "latency": tuple(range(11)),
+CONFIG_KEYS: dict[str, Choices] = {
+    "tile_m": None, "tile_n": None, "tile_k": None, "split_k": range(1, 65),
+    "num_worker_warps": (1, 2, 4, 8, 16, 32), "occupancy": range(1, 33), "latency": range(11),
 }
 
 
