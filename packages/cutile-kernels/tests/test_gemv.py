@@ -211,21 +211,27 @@ def test_every_config_of_the_space_is_accepted(dtype: Any) -> None:
     assert set(defaults) <= set(_gemv.CONFIG_KEYS)
 
 
-@pytest.mark.parametrize(("n", "k"), [(4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096), (151936, 2560)])
-def test_defaults_fill_the_gpu_without_splits_for_llm_shapes(n: int, k: int) -> None:
+LLM_SHAPES = [(4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096), (151936, 2560)]
+
+
+@pytest.mark.parametrize(("n", "k"), LLM_SHAPES)
+def test_defaults_for_m1_are_dot_tiles_filling_the_gpu_without_splits(n: int, k: int) -> None:
     config = default_config(1, n, k, bf16)
-    assert config["split_k"] == 1
+    assert config["method"] == "dot" and config["tile_m"] == 1 and config["split_k"] == 1
     assert -(-n // config["tile_n"]) >= _gemv.TARGET_BLOCKS
-    # a KiB of each weight row per load, less when the tile would pass its byte cap
-    assert config["tile_k"] * 2 == min(1024, _gemv.MAX_WEIGHT_TILE_BYTES // config["tile_n"])
+    assert config["tile_k"] * 2 == 1024  # a KiB of each weight row per load
+    assert config["tile_n"] * config["tile_k"] <= _gemv.DOT_ELEMENTS
+    assert prune_for(1, n, k)(config)
 
 
-@pytest.mark.parametrize(("n", "k"), [(4096, 4096), (11008, 4096), (151936, 2560)])
-def test_defaults_for_m16_keep_a_traffic_small_and_fill_the_gpu(n: int, k: int) -> None:
+@pytest.mark.parametrize(("n", "k"), LLM_SHAPES)
+def test_defaults_for_m16_are_transposed_mma_tiles_split_to_fill_the_gpu(n: int, k: int) -> None:
     config = default_config(16, n, k, bf16)
-    assert config["tile_m"] == 16 and config["tile_n"] >= 4 * 16
-    assert config["tile_n"] * config["tile_k"] * 2 <= _gemv.MAX_WEIGHT_TILE_BYTES
+    assert config["method"] == "mma_t" and config["tile_m"] == 16 and config["tile_n"] >= 64
+    assert config["tile_n"] * config["tile_k"] * 2 == _gemv.MAX_WEIGHT_TILE_BYTES
     assert -(-n // config["tile_n"]) * config["split_k"] >= _gemv.TARGET_BLOCKS
+    assert prune_for(16, n, k)(config)
+    assert default_config(3, n, k, bf16)["tile_m"] == 8  # a padded to the tensor cores' 8 columns
 
 
 def test_defaults_split_k_when_n_is_small() -> None:
@@ -238,13 +244,16 @@ def test_defaults_split_k_when_n_is_small() -> None:
 
 def test_prune_drops_configs_that_cannot_win() -> None:
     keep = prune_for(1, 4096, 4096)
-    base = {"tile_m": 1, "tile_n": 16, "tile_k": 512, "split_k": 1, "method": "mma", "num_worker_warps": 4, "occupancy": 1}
+    base = {"tile_m": 1, "tile_n": 16, "tile_k": 512, "split_k": 1, "method": "dot", "num_worker_warps": 4,
+            "occupancy": 1}
     assert keep(base)
     assert not keep({**base, "tile_n": 8, "split_k": 2})  # N alone gives 512 blocks
-    assert not keep({**base, "method": "dot", "tile_n": 128})  # 128 x 512 products in registers
-    assert keep({**base, "method": "dot"})
+    assert not keep({**base, "tile_n": 32})  # 32 x 512 products in registers
+    assert not keep({**base, "method": "mma_t"})  # 16 weight rows: no tensor cores
+    assert not keep({**base, "method": "mma_t", "tile_n": 64})  # 1 row of a: no tensor cores
+    assert keep({**base, "method": "mma_t", "tile_n": 64, "tile_m": 8})
     assert not prune_for(3, 4096, 4096)(base)  # one row per block, three rows of a
-    assert prune_for(3, 4096, 4096)({**base, "tile_m": 4})
+    assert prune_for(3, 4096, 4096)({**base, "tile_m": 4, "tile_k": 128})
     small = prune_for(1, 512, 300)
     assert not small({**base, "tile_k": 1024})  # past K's power of two
     assert small({**base, "tile_k": 128, "split_k": 2})
@@ -253,26 +262,27 @@ def test_prune_drops_configs_that_cannot_win() -> None:
 
 @pytest.mark.parametrize("arch", ["sm_90", "sm_100"])
 def test_compiles_at_decode_sizes(arch: str) -> None:
-    """Kernels for M = 1 (the default config, with hints) and M = 16 (narrow N tiles: wide
-    ones take tileiras minutes on a CI machine), N = K = 4096 bf16, each product method and
-    both weight layouts, and a split's partial kernel, compile for both archs."""
+    """Kernels for M = 1 and M = 16 at N = K = 4096 bf16 (the defaults, with hints), the
+    searched product methods, both weight layouts, and a split's partial kernel, compile
+    for both archs. Real (host) tensors, not `api.meta`: their alignment facts let tileiras
+    use TMA, as on the GPU (without them it builds slow element loads, and slowly)."""
     n = k = 4096
-    cases = [(1, {**default_config(1, n, k, bf16), "num_worker_warps": 8, "occupancy": 2}, "mma", True),
-             (1, {"tile_m": 1, "tile_n": 32, "tile_k": 256, "latency": 6}, "mma_t", True),
+    cases = [(1, {**default_config(1, n, k, bf16), "num_worker_warps": 8, "occupancy": 2}, "dot", True),
+             (1, {"tile_m": 8, "tile_n": 64, "tile_k": 256, "latency": 6}, "mma_t", True),
              (1, {"tile_m": 1, "tile_n": 8, "tile_k": 512}, "dot", False),
-             (16, {"tile_m": 16, "tile_n": 16, "tile_k": 512}, "mma", True)]
+             (16, {**default_config(16, n, k, bf16), "split_k": 1}, "mma_t", True)]
     for m, config, method, stored_nk in cases:
         direct = _splitk.direct_kernel(bf16, bf16, bf16, bf16, stored_nk, method, 2, True, True,
                                        _splitk.hints_of(config))
-        compiled = cutile.compile(direct, api.meta([m, n], dtype=bf16).partition([config["tile_m"], config["tile_n"]]),
-                                  api.meta([m, k], dtype=bf16), api.meta([n, k] if stored_nk else [k, n], dtype=bf16),
-                                  api.meta([n], dtype=bf16), api.meta([m, n], dtype=bf16), 1.0,
+        compiled = cutile.compile(direct, api.zeros([m, n], dtype=bf16).partition([config["tile_m"], config["tile_n"]]),
+                                  api.zeros([m, k], dtype=bf16), api.zeros([n, k] if stored_nk else [k, n], dtype=bf16),
+                                  api.zeros([n], dtype=bf16), api.zeros([m, n], dtype=bf16), 1.0,
                                   BK=config["tile_k"], arch=arch)
         assert compiled.cubin[:4] == b"\x7fELF"
         assert ("latency = 6" in compiled.mlir) == ("latency" in config)
-    partial = _splitk.partial_kernel(bf16, True, "mma", ())
-    compiled = cutile.compile(partial, api.meta([4, 1, n], dtype=f32).partition([1, 1, 16]),
-                              api.meta([1, k], dtype=bf16), api.meta([n, k], dtype=bf16), BK=512, SPLITS=4, arch=arch)
+    partial = _splitk.partial_kernel(bf16, True, "mma_t", ())
+    compiled = cutile.compile(partial, api.zeros([4, 16, n], dtype=f32).partition([1, 16, 64]),
+                              api.zeros([16, k], dtype=bf16), api.zeros([n, k], dtype=bf16), BK=256, SPLITS=4, arch=arch)
     assert compiled.cubin[:4] == b"\x7fELF"
 
 

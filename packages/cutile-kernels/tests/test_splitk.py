@@ -15,7 +15,7 @@ from cutile import _backend, api
 from cutile.core import bf16, f16, f32
 from cutile.tune import Space
 from cutile_kernels import _splitk
-from cutile_kernels._splitk import default_config, space, split_k_matmul
+from cutile_kernels._splitk import default_config, prune_for, space, split_k_matmul
 
 NUMPY = {f16: np.float16, bf16: ml_dtypes.bfloat16, f32: np.float32}
 EPS = {f16: 2.0 ** -10, bf16: 2.0 ** -7, f32: 2.0 ** -20}
@@ -70,14 +70,15 @@ def test_full_epilogue_matches_float64(dtype: Any, splits: int) -> None:
     assert_close(out.to_numpy(), reference(a, w.T, bias, "gelu", residual, -1.5), dtype)
 
 
+@pytest.mark.parametrize("method", ["mma", "mma_t"])
 @pytest.mark.parametrize("activation", [None, "relu", "gelu", "silu"])
 @pytest.mark.parametrize("m", [1, 3, 16])
-def test_each_activation_and_small_m(m: int, activation: str | None) -> None:
+def test_each_activation_method_and_small_m(m: int, activation: str | None, method: str) -> None:
     rng = np.random.default_rng(m)
     a, b = random(rng, (m, K), bf16), random(rng, (K, N), bf16)  # b row-major [K, N]: read along N
     out = api.full([m, N], np.nan, dtype=bf16)
     split_k_matmul(api.from_numpy(a), api.from_numpy(b), out, activation=activation,
-                   config={**SMALL, "split_k": 4}).sync()
+                   config={**SMALL, "split_k": 4, "method": method}).sync()
     assert_close(out.to_numpy(), reference(a, b, activation=activation), bf16)
 
 
@@ -143,7 +144,8 @@ def test_repeated_calls_reuse_out_and_refuse_a_second_pending_one() -> None:
     (dict(config={"num_worker_warps": 4.0}), cutile.ArgumentError, "config['num_worker_warps']"),
     (dict(config={"tile_n": True}), cutile.ArgumentError, "config['tile_n']"),
     (dict(config={"tile_m": 24}), cutile.ArgumentError, "power of two"),
-    (dict(config={"method": "dot"}), cutile.ArgumentError, "'method' is unknown"),
+    (dict(config={"method": "dot"}), cutile.ArgumentError, "config['method'] must be one of ['mma', 'mma_t']"),
+    (dict(config={"tile_q": 8}), cutile.ArgumentError, "'tile_q' is unknown"),
     (dict(config=[("split_k", 2)]), cutile.ArgumentTypeError, "config must be a dict"),
     (dict(activation="gelu_erf"), cutile.ArgumentError, "activation"),
     (dict(alpha="2"), cutile.ArgumentError, "alpha"),
@@ -191,6 +193,26 @@ def test_defaults_split_to_fill_the_gpu(m: int, n: int, k: int) -> None:
     assert tiles * config["split_k"] >= _splitk.SM_COUNT or config["split_k"] == 32
     assert config["split_k"] <= -(-k // config["tile_k"])
     assert default_config(8192, 8192, 8192, bf16)["split_k"] == 1  # a large M·N fills the GPU alone
+    # the tensor cores' side has 64 rows: M's tiles, or N's when a small M is transposed onto the other side
+    assert (config["tile_m"] if config["method"] == "mma" else config["tile_n"]) >= _splitk.TENSOR_CORE_ROWS
+    assert prune_for(m, n, k)(config)
+
+
+def test_defaults_transpose_a_small_m() -> None:
+    config = default_config(16, 4096, 8192, bf16)
+    assert config["method"] == "mma_t" and config["tile_m"] == 16 and config["tile_n"] == 64
+    assert default_config(256, 256, 16384, bf16)["method"] == "mma"
+
+
+def test_prune_drops_tiles_without_tensor_cores() -> None:
+    keep = prune_for(256, 256, 16384)
+    base = {"tile_m": 64, "tile_n": 64, "tile_k": 64, "split_k": 8, "method": "mma", "num_worker_warps": 4}
+    assert keep(base)
+    assert not keep({**base, "tile_m": 16})
+    assert keep({**base, "tile_m": 16, "method": "mma_t"})
+    assert not keep({**base, "tile_n": 32, "method": "mma_t"})
+    assert keep({**base, "tile_k": 128, "split_k": 32})  # 128 chunks of K: 32 splits fit
+    assert not prune_for(256, 256, 1024)({**base, "split_k": 32})  # 16 chunks of K
 
 
 @pytest.mark.parametrize("arch", ["sm_90", "sm_100"])
@@ -200,15 +222,15 @@ def test_compiles_at_real_sizes(arch: str) -> None:
     config = default_config(m, n, k, bf16)
     tm, tn, splits = config["tile_m"], config["tile_n"], config["split_k"]
     partial = _splitk.partial_kernel(bf16, True, "mma", _splitk.hints_of(config))
-    compiled = cutile.compile(partial, api.meta([splits, m, n], dtype=f32).partition([1, tm, tn]),
-                              api.meta([m, k], dtype=bf16), api.meta([n, k], dtype=bf16), BK=config["tile_k"],
+    compiled = cutile.compile(partial, api.zeros([splits, m, n], dtype=f32).partition([1, tm, tn]),
+                              api.zeros([m, k], dtype=bf16), api.zeros([n, k], dtype=bf16), BK=config["tile_k"],
                               SPLITS=splits, arch=arch)
     assert compiled.cubin[:4] == b"\x7fELF"
     rm, rn = _splitk.reduce_tiles(m, n)
     reduce = _splitk.reduce_kernel(bf16, bf16, f32, 3, True, True)
-    compiled = cutile.compile(reduce, api.meta([m, n], dtype=bf16).partition([rm, rn]),
-                              api.meta([splits, m, n], dtype=f32), api.meta([n], dtype=bf16),
-                              api.meta([m, n], dtype=f32), 1.0, arch=arch)
+    compiled = cutile.compile(reduce, api.zeros([m, n], dtype=bf16).partition([rm, rn]),
+                              api.zeros([splits, m, n], dtype=f32), api.zeros([n], dtype=bf16),
+                              api.zeros([m, n], dtype=f32), 1.0, arch=arch)
     assert compiled.cubin[:4] == b"\x7fELF"
 
 

@@ -9,10 +9,12 @@ When N / tile_n gives too few blocks to fill the GPU, ``split_k`` > 1 splits K a
 blocks too: float32 partial sums into a workspace, then a reduction kernel with the
 epilogue (the kernels of `cutile_kernels._splitk`).
 
-The product of a block's tiles is a config key: ``mma`` (the tensor cores, a's rows
-padded to the tile), ``mma_t`` (the same product transposed, ``(w aᵀ)ᵀ``, so the weight
-tile's N rows fill the tensor cores' M side as a small-M GEMM wants) or ``dot`` (float32
-products on the CUDA cores summed along K).
+The product of a block's tiles is a config key: ``mma_t`` (the product transposed,
+``(w aᵀ)ᵀ``, so the weight tile's N rows fill the tensor cores' M side: tileiras uses
+them for 64 or more weight rows and 8 or more rows of a, which ``tile_m`` pads), ``dot``
+(float32 products on the CUDA cores, kept per element and summed along K once; the
+choice for M <= 2) or ``mma`` (a's rows on the M side: below 64 rows tileiras computes
+it without tensor cores, so it is accepted but not searched).
 """
 
 import math
@@ -42,56 +44,75 @@ CONFIG_KEYS: dict[str, Choices] = {
     "num_worker_warps": (1, 2, 4, 8, 16, 32), "occupancy": range(1, 33), "latency": range(11),
 }
 TARGET_BLOCKS = 2 * SM_COUNT  # two blocks per SM keep enough loads in flight
-MAX_WEIGHT_TILE_BYTES = 32 * 1024  # a default's weight tile per K step (its stages share the SM's shared memory)
+MAX_WEIGHT_TILE_BYTES = 32 * 1024  # an mma_t default's weight tile per K step (its stages share shared memory)
+DOT_ELEMENTS = 8192  # float32 products a dot block keeps: 64 registers a thread at 4 warps, no spills
 
 
 def space(dtype: Any) -> Space:
-    """The search space for ``dtype`` (f16, bf16 or f32): tiles of N and K, splits of K,
-    the product method and the hints. `prune_for` drops the configs pointless for a shape."""
+    """The search space for ``dtype`` (f16, bf16 or f32): tiles, splits of K, the product
+    method (``mma_t`` and ``dot``: ``mma`` puts a's few rows on the tensor cores' M side,
+    which tileiras then computes without them) and the hints. `prune_for` drops the
+    configs pointless for a shape."""
     wide_k = [256, 512, 1024] if dtype in (f16, bf16) else [128, 256, 512]
-    return Space(tile_m=[1, 2, 4, 8, 16], tile_n=[8, 16, 32, 64], tile_k=wide_k, split_k=[1, 2, 4],
-                 method=list(METHODS), num_worker_warps=[4, 8], occupancy=[1, 2])
+    return Space(tile_m=[1, 2, 4, 8, 16], tile_n=[8, 16, 32, 64, 128], tile_k=wide_k, split_k=[1, 2, 4, 8],
+                 method=["mma_t", "dot"], num_worker_warps=[4, 8], occupancy=[1, 2])
+
+
+def _splits(n: int, k: int, tile_n: int, tile_k: int) -> int:
+    """Splits of K for about TARGET_BLOCKS blocks (at most 8, at most K's chunks)."""
+    blocks = math.ceil(n / tile_n)
+    if blocks >= TARGET_BLOCKS:
+        return 1
+    return max(1, min(8, math.ceil(k / tile_k), math.ceil(TARGET_BLOCKS / blocks)))
 
 
 def default_config(m: int, n: int, k: int, dtype: Any) -> dict[str, Any]:
-    """The config used when no record matches: K tiles of 1 KiB of a weight row (less when
-    the weight tile would pass 32 KiB); the widest
-    N tile that still gives two blocks per SM, but at least 4 rows of the weight per row of
-    a (every block reads its a tile from L2 at each K step: with fewer, that traffic nears
-    the weight's); splits of K when the N tiles alone give fewer blocks than that."""
+    """The config used when no record matches.
+
+    M <= 2: ``dot``, float32 products kept per element (no more than DOT_ELEMENTS of
+    them per block) over K tiles of 1 KiB of a weight row, with the widest N tile that
+    still gives two blocks per SM. M > 2: ``mma_t``, the weight tile on the tensor cores'
+    M side (tileiras uses them from 64 weight rows and 8 rows of a: a is padded to 8),
+    weight tiles of 32 KiB. Either way K is split when the N tiles alone give fewer than
+    two blocks per SM."""
     itemsize = 4 if dtype is f32 else 2
     rows = next_power_of_two(m)
-    tile_k = min(1024 // itemsize, max(16, next_power_of_two(k)))
-    tile_n = max(8, 4 * rows) if rows > 2 else 8
-    for candidate in (64, 32, 16):
-        if candidate > tile_n and math.ceil(n / candidate) >= TARGET_BLOCKS:
-            tile_n = candidate
-            break
-    tile_n = min(tile_n, max(8, next_power_of_two(n)))
-    tile_k = min(tile_k, max(16, MAX_WEIGHT_TILE_BYTES // (tile_n * itemsize)))  # wide N tiles: shorter K tiles
-    blocks = math.ceil(n / tile_n)
-    splits = 1 if blocks >= TARGET_BLOCKS else max(1, min(8, math.ceil(k / tile_k), math.ceil(TARGET_BLOCKS / blocks)))
-    return {"tile_m": rows, "tile_n": tile_n, "tile_k": tile_k, "split_k": splits, "method": "mma",
-            "num_worker_warps": 4}
+    k_cap = max(16, next_power_of_two(k))
+    if rows <= 2:
+        tile_k = min(1024 // itemsize, k_cap)
+        tile_n = 8
+        for candidate in (32, 16):
+            if rows * candidate * tile_k <= DOT_ELEMENTS and math.ceil(n / candidate) >= TARGET_BLOCKS:
+                tile_n = candidate
+                break
+        method, tile_m = "dot", rows
+    else:
+        tile_n = 128 if math.ceil(n / 128) >= TARGET_BLOCKS else 64
+        tile_k = min(MAX_WEIGHT_TILE_BYTES // (tile_n * itemsize), k_cap)
+        method, tile_m = "mma_t", max(8, rows)
+    return {"tile_m": tile_m, "tile_n": tile_n, "tile_k": tile_k, "split_k": _splits(n, k, tile_n, tile_k),
+            "method": method, "num_worker_warps": 4}
 
 
 def prune_for(m: int, n: int, k: int) -> Any:
     """A ``prune`` for `cutile.tune.search` over `space` at one shape: False for configs
     that cannot run or win there (a tile_m below M, a K tile past K's power of two,
-    splits when N alone fills the GPU or past K's chunks, a ``dot`` tile too large for
-    registers)."""
+    splits when N alone fills the GPU or past K's chunks, ``mma_t`` tiles tileiras
+    computes without tensor cores, ``dot`` tiles whose products pass DOT_ELEMENTS)."""
     rows = next_power_of_two(m)
 
     def keep(config: Config) -> bool:
-        tile_n, tile_k, splits = int(config["tile_n"]), int(config["tile_k"]), int(config["split_k"])
-        if int(config["tile_m"]) < rows:
+        tile_m, tile_n, tile_k = int(config["tile_m"]), int(config["tile_n"]), int(config["tile_k"])
+        splits = int(config["split_k"])
+        if tile_m < rows or tile_k > max(16, next_power_of_two(k)) or tile_n > max(8, next_power_of_two(n)):
             return False
-        if tile_k > max(16, next_power_of_two(k)) or tile_n > max(8, next_power_of_two(n)):
+        if splits > 1 and (math.ceil(n / tile_n) >= TARGET_BLOCKS or splits > math.ceil(k / tile_k)):
             return False
-        blocks = math.ceil(n / tile_n)
-        if splits > 1 and (blocks >= TARGET_BLOCKS or splits > math.ceil(k / tile_k)):
-            return False
-        return not (config["method"] == "dot" and int(config["tile_m"]) * tile_n * tile_k > 16384)
+        if config["method"] == "mma_t":
+            return tile_n >= 64 and tile_m >= 8
+        if config["method"] == "dot":
+            return tile_m * tile_n * tile_k <= DOT_ELEMENTS
+        return True
 
     return keep
 

@@ -47,7 +47,7 @@ from cutile.core import (
 )
 from cutile.tune import Space
 
-__all__ = ["ACTIVATIONS", "Operands", "check_operands", "default_config", "space", "split_k_matmul"]
+__all__ = ["ACTIVATIONS", "Operands", "check_operands", "default_config", "prune_for", "space", "split_k_matmul"]
 
 ACTIVATIONS: dict[str | None, int] = {None: 0, "relu": 1, "gelu": 2, "silu": 3}
 FLOAT_DTYPES = (f16, bf16, f32)
@@ -255,24 +255,24 @@ def _product_loop(weight_nk: bool, method: str, latency: int | None) -> Any:
             for k in range(first, last):
                 acc = mma(a.load(index=(bm, k), shape=(BM, BK)), w.load(index=(k, bn), shape=(BK, BN), latency=latency), acc)
             return acc
-    elif weight_nk:  # "dot": products in f32 on the CUDA cores, summed along K
+    elif weight_nk:  # "dot": f32 products on the CUDA cores, kept per element, summed along K once at the end
         @cutile.function
         def product(a: Any, w: Any, bm: Any, bn: Any, first: Any, last: Any, BM: int, BN: int, BK: int) -> Any:
-            acc = zeros((BM, BN), f32)
+            acc = zeros((BM, BN, BK), f32)
             for k in range(first, last):
                 x = a.load(index=(bm, k), shape=(BM, BK)).astype(f32).reshape((BM, 1, BK))
                 wt = w.load(index=(bn, k), shape=(BN, BK), latency=latency).astype(f32).reshape((1, BN, BK))
-                acc = acc + sum(x * wt, axis=2)
-            return acc
+                acc = acc + x * wt
+            return sum(acc, axis=2)
     else:
         @cutile.function
         def product(a: Any, w: Any, bm: Any, bn: Any, first: Any, last: Any, BM: int, BN: int, BK: int) -> Any:
-            acc = zeros((BM, BN), f32)
+            acc = zeros((BM, BK, BN), f32)
             for k in range(first, last):
                 x = a.load(index=(bm, k), shape=(BM, BK)).astype(f32).reshape((BM, BK, 1))
                 wt = w.load(index=(k, bn), shape=(BK, BN), latency=latency).astype(f32).reshape((1, BK, BN))
-                acc = acc + sum(x * wt, axis=1)
-            return acc
+                acc = acc + x * wt
+            return sum(acc, axis=1)
     return product
 
 
@@ -400,28 +400,50 @@ def run_matmul(ops: Operands, tile_m: int, tile_n: int, tile_k: int, splits: int
 # -- split-K: configs ---------------------------------------------------------------------------
 
 CONFIG_KEYS: dict[str, Choices] = {
-    "tile_m": None, "tile_n": None, "tile_k": None, "split_k": range(1, 65),
+    "tile_m": None, "tile_n": None, "tile_k": None, "split_k": range(1, 65), "method": ("mma", "mma_t"),
     "num_worker_warps": (1, 2, 4, 8, 16, 32), "occupancy": range(1, 33), "latency": range(11),
 }
+TENSOR_CORE_ROWS = 64  # tileiras uses the tensor cores for an mma whose M side has 64 rows or more
 
 
 def space(dtype: Any) -> Space:
-    """The split-K search space for ``dtype`` (f16, bf16 or f32)."""
+    """The split-K search space for ``dtype`` (f16, bf16 or f32); `prune_for` drops the
+    configs pointless for a shape."""
     wide = dtype in (f16, bf16)
-    return Space(tile_m=[32, 64, 128], tile_n=[32, 64, 128], tile_k=[32, 64, 128] if wide else [16, 32, 64],
-                 split_k=[1, 2, 4, 8, 16, 32], num_worker_warps=[4, 8])
+    return Space(tile_m=[16, 64, 128], tile_n=[32, 64, 128], tile_k=[32, 64, 128] if wide else [16, 32, 64],
+                 split_k=[1, 2, 4, 8, 16, 32], method=["mma", "mma_t"], num_worker_warps=[4, 8])
+
+
+def prune_for(m: int, n: int, k: int) -> Callable[[Mapping[str, Any]], bool]:
+    """A ``prune`` for `cutile.tune.search` over `space` at one shape: False for configs
+    tileiras computes without tensor cores (``mma`` below 64 rows of a tile, ``mma_t``
+    below 64 columns), tiles past the shape's powers of two, more splits than K chunks."""
+    def keep(config: Mapping[str, Any]) -> bool:
+        tile_m, tile_n, tile_k = int(config["tile_m"]), int(config["tile_n"]), int(config["tile_k"])
+        on_m_side = tile_m if config["method"] == "mma" else tile_n
+        if on_m_side < TENSOR_CORE_ROWS:
+            return False
+        if tile_m > max(16, next_power_of_two(m)) or tile_n > max(32, next_power_of_two(n)):
+            return False
+        return int(config["split_k"]) <= math.ceil(k / tile_k)
+
+    return keep
 
 
 def default_config(m: int, n: int, k: int, dtype: Any) -> dict[str, Any]:
-    """The config used when no record matches: 64x64 tiles (smaller for a small M or N) and
-    enough splits of K for about two blocks per SM."""
-    tile_m = min(64, max(16, next_power_of_two(m)))
-    tile_n = min(64, max(16, next_power_of_two(n)))
+    """The config used when no record matches: 64x64 output tiles (the tensor cores need 64
+    rows: a smaller M is padded, or with M <= 16 and N >= 64 the product is transposed,
+    ``mma_t``, so N's 64 take that side), K chunks of 64 (f32: 32), and enough splits of K
+    for about two blocks per SM."""
+    small_m = m <= 16 and n >= TENSOR_CORE_ROWS
+    tile_m = max(8, next_power_of_two(m)) if small_m else TENSOR_CORE_ROWS
+    tile_n = TENSOR_CORE_ROWS if small_m else min(64, max(32, next_power_of_two(n)))
     tile_k = 64 if dtype in (f16, bf16) else 32
     tiles = math.ceil(m / tile_m) * math.ceil(n / tile_n)
     steps = math.ceil(k / tile_k)
     splits = max(1, min(32, steps, math.ceil(2 * SM_COUNT / tiles)))
-    return {"tile_m": tile_m, "tile_n": tile_n, "tile_k": tile_k, "split_k": splits, "num_worker_warps": 4}
+    return {"tile_m": tile_m, "tile_n": tile_n, "tile_k": tile_k, "split_k": splits,
+            "method": "mma_t" if small_m else "mma", "num_worker_warps": 4}
 
 
 def split_k_matmul(a: cutile.Tensor, b: cutile.Tensor, out: cutile.Tensor, *, bias: cutile.Tensor | None = None,
@@ -438,6 +460,7 @@ def split_k_matmul(a: cutile.Tensor, b: cutile.Tensor, out: cutile.Tensor, *, bi
         bias: [N] or None. activation: None, "relu", "gelu" (tanh approximation), "silu".
         residual: [M, N] or None (not out's memory). alpha: the product's scale.
         config: keys ``tile_m``, ``tile_n``, ``tile_k`` (powers of two), ``split_k`` (1-64),
+            ``method`` ("mma", or "mma_t": the product transposed, for a small M),
             ``num_worker_warps``, ``occupancy``, ``latency`` (the weight loads' hint, 1-10;
             0: none); missing keys from `default_config`.
     Returns:
@@ -450,4 +473,4 @@ def split_k_matmul(a: cutile.Tensor, b: cutile.Tensor, out: cutile.Tensor, *, bi
     """
     ops = check_operands("split_k_matmul", a, b, out, bias, activation, residual, alpha)
     cfg = check_config("split_k_matmul", config, default_config(ops.m, ops.n, ops.k, ops.a.dtype), CONFIG_KEYS)
-    return run_matmul(ops, cfg["tile_m"], cfg["tile_n"], cfg["tile_k"], cfg["split_k"], "mma", hints_of(cfg))
+    return run_matmul(ops, cfg["tile_m"], cfg["tile_n"], cfg["tile_k"], cfg["split_k"], cfg["method"], hints_of(cfg))
