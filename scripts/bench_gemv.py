@@ -33,14 +33,19 @@ GEMV_SHAPES = [(4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096), (15193
 SPLIT_K_SHAPES = [(256, 256, 16384), (128, 512, 16384), (512, 512, 8192), (64, 1024, 32768)]
 SMOKE_GEMV_SHAPES = [(67, 300), (40, 130)]
 SMOKE_SPLIT_K_SHAPES = [(40, 67, 300)]
-SWEEP_GEMV: list[dict[str, Any]] = [{"tile_n": n, "tile_k": k} for n in (8, 16, 32, 64) for k in (256, 512, 1024)] + [
-    {"tile_n": 8, "tile_k": 512, "method": "dot"}, {"tile_n": 64, "tile_k": 256, "method": "mma_t"},
-    {"tile_n": 32, "tile_k": 512, "method": "mma_t"}, {"tile_n": 16, "tile_k": 512, "tile_m": 16}, {"tile_n": 16, "tile_k": 512, "num_worker_warps": 8},
-    {"tile_n": 16, "tile_k": 512, "occupancy": 2}, {"tile_n": 16, "tile_k": 512, "latency": 4},
-    {"tile_n": 8, "tile_k": 512, "latency": 8}, {"tile_n": 8, "tile_k": 512, "occupancy": 4},
-    {"tile_n": 32, "tile_k": 512, "split_k": 2}]
-SWEEP_SPLIT_K: list[dict[str, Any]] = [{"tile_m": m, "tile_n": n, "tile_k": 64, "split_k": s} for m, n in ((64, 64), (128, 128), (128, 64))
-                 for s in (4, 8, 16)]
+# Merged over each shape's default config; those prune_for drops at a shape are left out there.
+SWEEP_GEMV: list[dict[str, Any]] = (
+    [{"method": "dot", "tile_m": 1, "tile_n": n, "tile_k": k, "split_k": 1} for n, k in ((8, 1024), (16, 256), (16, 512))]
+    + [{"method": "dot", "tile_m": 1, "tile_n": 8, "tile_k": 512, **h}
+       for h in ({"num_worker_warps": 8}, {"occupancy": 2}, {"latency": 4}, {"latency": 8})]
+    + [{"method": "dot", "tile_m": 2, "tile_n": 8, "tile_k": 512, "split_k": 1}]
+    + [{"method": "mma_t", "tile_m": m, "tile_n": n, "tile_k": k, "split_k": s}
+       for m in (8, 16) for n, k in ((64, 256), (128, 128)) for s in (1, 2, 4)]
+    + [{"method": "mma_t", "tile_m": 16, "tile_n": 64, "tile_k": 256, **h}
+       for h in ({"num_worker_warps": 8}, {"occupancy": 2}, {"latency": 4})])
+SWEEP_SPLIT_K: list[dict[str, Any]] = [
+    {"tile_m": m, "tile_n": n, "tile_k": k, "split_k": s, "method": "mma"}
+    for m, n, k in ((64, 64, 64), (128, 128, 64), (128, 64, 64), (64, 64, 128)) for s in (4, 8, 16, 32)]
 
 
 def main() -> int:
@@ -149,7 +154,8 @@ def main() -> int:
 
                 configs = [_gemv.default_config(m, n, k, bf16)]
                 if args.sweep:
-                    configs += [{**configs[0], **c} for c in SWEEP_GEMV]
+                    keep = _gemv.prune_for(m, n, k)
+                    configs += [c for c in ({**configs[0], **s} for s in SWEEP_GEMV) if keep(c) and c != configs[0]]
                 if args.tune:
                     configs.append(tuned(f"M={m} N={n} K={k}", _gemv.space(bf16), _gemv.prune_for(m, n, k),
                                          run, out, expected))
@@ -194,9 +200,11 @@ def main() -> int:
 
             configs = [_splitk.default_config(m, n, k, bf16)]
             if args.sweep:
-                configs += [{**configs[0], **c} for c in SWEEP_SPLIT_K]
+                keep_split = _splitk.prune_for(m, n, k)
+                configs += [c for c in ({**configs[0], **s} for s in SWEEP_SPLIT_K) if keep_split(c) and c != configs[0]]
             if args.tune:
-                configs.append(tuned(f"M={m} N={n} K={k}", _splitk.space(bf16), None, run_split, out, expected))
+                configs.append(tuned(f"M={m} N={n} K={k}", _splitk.space(bf16), _splitk.prune_for(m, n, k), run_split,
+                                     out, expected))
             results = []
             for config in configs:
                 ms, correct = timed_config(run_split, out, expected, config)
