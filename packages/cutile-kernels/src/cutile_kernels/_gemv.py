@@ -2,8 +2,8 @@
 
 ``small_m_matmul(a, b, out)`` computes ``out = act(alpha * (a @ b) + bias) + residual``
 with each block owning a slice of N: it loops over K with wide tiles, all M rows at
-once (the a tile is [next power of two >= M, BK], tiny and cached), so every byte of the
-weight is read by exactly one block, once. A linear layer's weight stored [N, K]
+once (the a tile is [tile_m, BK], tile_m >= M with its extra rows read as zeros: tiny,
+and served from L2), so every byte of the weight is read by exactly one block, once. A linear layer's weight stored [N, K]
 row-major and passed as its transposed view ``w.T`` is read as stored, along K.
 When N / tile_n gives too few blocks to fill the GPU, ``split_k`` > 1 splits K among
 blocks too: float32 partial sums into a workspace, then a reduction kernel with the

@@ -12,6 +12,11 @@ of an [N, K] row-major matrix (its K axis has stride 1, as a linear layer's weig
 passed as ``w.T``), the kernels take that [N, K] matrix and load [BN, BK] tiles
 contiguous along K; otherwise they load [BK, BN] tiles of b as it is.
 
+The tile product is ``mma`` (a's tile rows on the tensor cores' M side) or ``mma_t``
+(``(w aᵀ)ᵀ``: the weight tile's columns of out there, for a small M), or for the GEMV
+path ``dot`` (float32 products on the CUDA cores, summed along K at the end). tileiras
+(13.4, sm_90) uses the tensor cores (HGMMA) only when that M side has 64 rows or more.
+
 Activations: ``"relu"``, ``"gelu"`` (the tanh approximation: ``0.5 x (1 + tanh(√(2/π)
 (x + 0.044715 x³)))``), ``"silu"`` (``x / (1 + e^-x)``) or None. Products accumulate in
 float32; bias and residual (any of f16, bf16, f32) are added in float32; the result is
