@@ -306,7 +306,7 @@ def test_gpu_decode_layer_other_configs() -> None:
     n, k = 1024, 8192
     a, w = random(rng, (1, k), bf16), (random(rng, (n, k), bf16) * 0.05).astype(ml_dtypes.bfloat16)
     for config in ({"split_k": 4}, {"method": "dot", "tile_n": 8, "tile_k": 512},
-                   {"method": "mma_t", "tile_n": 64, "tile_k": 256}, {"tile_m": 16, "tile_n": 16},
+                   {"method": "mma_t", "tile_m": 8, "tile_n": 64, "tile_k": 256}, {"tile_m": 2},
                    {"num_worker_warps": 8, "occupancy": 2, "latency": 4}):
         out = api.full([1, n], np.nan, dtype=f32)
         small_m_matmul(api.from_numpy(a), api.from_numpy(w).T, out, config=config).sync()
