@@ -40,6 +40,7 @@ from cutile.core import (
     cdiv,
     exp,
     f16,
+    fma,
     f32,
     get_tile_block_id,
     maximum,
@@ -267,7 +268,7 @@ def _product_loop(weight_nk: bool, method: str, latency: int | None) -> Any:
             for k in range(first, last):
                 x = a.load(index=(bm, k), shape=(BM, BK)).astype(f32).reshape((BM, 1, BK))
                 wt = w.load(index=(bn, k), shape=(BN, BK), latency=latency).astype(f32).reshape((1, BN, BK))
-                acc = acc + x * wt
+                acc = fma(x, wt, acc)  # one FFMA a product (acc + x * wt is not contracted)
             return sum(acc, axis=2)
     else:
         @cutile.function
@@ -276,7 +277,7 @@ def _product_loop(weight_nk: bool, method: str, latency: int | None) -> Any:
             for k in range(first, last):
                 x = a.load(index=(bm, k), shape=(BM, BK)).astype(f32).reshape((BM, BK, 1))
                 wt = w.load(index=(k, bn), shape=(BK, BN), latency=latency).astype(f32).reshape((1, BK, BN))
-                acc = acc + x * wt
+                acc = fma(x, wt, acc)  # one FFMA a product (acc + x * wt is not contracted)
             return sum(acc, axis=1)
     return product
 
