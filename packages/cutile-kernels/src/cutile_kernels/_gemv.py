@@ -18,7 +18,7 @@ it without tensor cores, so it is accepted but not searched).
 """
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import cutile
@@ -53,7 +53,7 @@ def space(dtype: Any) -> Space:
     method (``mma_t`` and ``dot``: ``mma`` puts a's few rows on the tensor cores' M side,
     which tileiras then computes without them) and the hints. `prune_for` drops the
     configs pointless for a shape."""
-    wide_k = [256, 512, 1024] if dtype in (f16, bf16) else [128, 256, 512]
+    wide_k = [128, 256, 512, 1024] if dtype in (f16, bf16) else [64, 128, 256, 512]
     return Space(tile_m=[1, 2, 4, 8, 16], tile_n=[8, 16, 32, 64, 128], tile_k=wide_k, split_k=[1, 2, 4, 8],
                  method=["mma_t", "dot"], num_worker_warps=[4, 8], occupancy=[1, 2])
 
@@ -94,7 +94,7 @@ def default_config(m: int, n: int, k: int, dtype: Any) -> dict[str, Any]:
             "method": method, "num_worker_warps": 4}
 
 
-def prune_for(m: int, n: int, k: int) -> Any:
+def prune_for(m: int, n: int, k: int) -> Callable[[Config], bool]:
     """A ``prune`` for `cutile.tune.search` over `space` at one shape: False for configs
     that cannot run or win there (a tile_m below M, a K tile past K's power of two,
     splits when N alone fills the GPU or past K's chunks, ``mma_t`` tiles tileiras
