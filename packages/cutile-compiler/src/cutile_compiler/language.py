@@ -36,13 +36,18 @@ from cutile_compiler._builtins import (
     cat as cat,
     cdiv as cdiv,
     ceil_div as ceil_div,
+    clamp as clamp,
     cumprod as cumprod,
     cumsum as cumsum,
+    expand_dims as expand_dims,
     extract as extract,
+    flip as flip,
     full as full,
     gather as gather,
+    gelu as gelu,
     get_num_tile_blocks as get_num_tile_blocks,
     get_tile_block_id as get_tile_block_id,
+    insert as insert,
     load as load,
     load_tile_like as load_tile_like,
     matmul as matmul,
@@ -122,6 +127,13 @@ sub = _function_of(_binary, _Op.SUB)
 mul = _function_of(_binary, _Op.MUL)
 div = _function_of(_binary, _Op.DIV)
 fma = _function_of(_ternary, _Op.FMA)
+sigmoid = _function_of(_unary, _Op.SIGMOID)
+silu = _function_of(_unary, _Op.SILU)
+erf = _function_of(_unary, _Op.ERF)
+log1p = _function_of(_unary, _Op.LOG1P)
+expm1 = _function_of(_unary, _Op.EXPM1)
+isnan = _function_of(_unary, _Op.ISNAN)
+isinf = _function_of(_unary, _Op.ISINF)
 
 sum = sum_  # noqa: A001 - the DSL's names shadow Python's inside kernels on purpose
 max = max_  # noqa: A001

@@ -1,5 +1,5 @@
 """Tile creation and shape operations: constant, iota, broadcast, reshape,
-permute, cat, extract."""
+permute, cat, extract, insert."""
 
 from __future__ import annotations
 
@@ -239,6 +239,53 @@ class Extract(OpDef):
         return (ctx.builder.extract(args[0], indices, result_types=[tile_type(op.results[0].type)]),)
 
 
+class Insert(OpDef):
+    """``insert(x, value, *index)``: x with the sub-tile at tile index ``index`` (x
+    split into tiles of value's shape) replaced by ``value``; the inverse of
+    `Extract`. Tile IR's ``insert`` appeared in bytecode 13.4."""
+
+    def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
+        tile = tile_operand(operand_types, 0, "insert")
+        value = tile_operand(operand_types, 1, "insert")
+        if value.dtype is not tile.dtype:
+            raise RuleError(f"insert: the value's dtype {value.dtype} differs from the tile's {tile.dtype}")
+        if value.rank != tile.rank:
+            raise RuleError(f"insert: the value has rank {value.rank}, the tile rank {tile.rank}")
+        check_index(operand_types[2:], tile.rank, "insert")
+        if any(d % s for d, s in zip(tile.shape, value.shape)):
+            raise RuleError(f"insert: the value's shape {list(value.shape)} does not divide the tile's "
+                            f"{list(tile.shape)}")
+        return (tile,)
+
+    def check_static(self, operand_types: Sequence[KType], static_values: Sequence[Any],
+                     attrs: dict[str, Any]) -> None:
+        tile, value = operand_types[0], operand_types[1]
+        assert isinstance(tile, TileType) and isinstance(value, TileType)
+        for axis, (index, size, extent) in enumerate(zip(static_values[2:], value.shape, tile.shape)):
+            if index is not None and not 0 <= index < extent // size:
+                raise RuleError(f"insert: index {index} is out of range along axis {axis}: {list(tile.shape)} holds "
+                                f"{extent // size} sub-tiles of {size} there (indices 0 to {extent // size - 1})")
+
+    def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        result = np.array(args[0], copy=True)
+        value = args[1]
+        slices = []
+        for axis, (index, size) in enumerate(zip(args[2:], value.shape)):
+            start = int(index) * size
+            if not 0 <= start <= result.shape[axis] - size:
+                raise ctx.runtime_error(op, f"insert: index {int(index)} is out of range along axis {axis}")
+            slices.append(slice(start, start + size))
+        result[tuple(slices)] = value
+        return (result,)
+
+    def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        if ctx.version < ir.V13_4:
+            raise ctx.error(op, f"insert needs Tile IR bytecode 13.4 or newer (tileiras 13.4+); this compile "
+                                f"writes {ctx.version}")
+        indices = [ctx.index_i32(a, v.type) for a, v in zip(args[2:], op.operands[2:])]
+        return (ctx.builder.insert(args[1], args[0], indices),)
+
+
 class ShapeOp(Op):
     """Tiles made from constants and reshaped."""
 
@@ -249,6 +296,7 @@ class ShapeOp(Op):
     PERMUTE = Permute()
     CAT = Cat()
     EXTRACT = Extract()
+    INSERT = Insert()
 
 
 register(ShapeOp)
