@@ -212,7 +212,7 @@ def gelu(fe: FrontEnd, node: ast.Call, x: Any, approximate: str = "none") -> Val
     x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x ** 3))) / 2. Element-wise."""
     if approximate not in ("none", "tanh"):
         raise fe.type_error(f"gelu: approximate must be 'none' or 'tanh', got {fe.describe(approximate)}", node)
-    key = ElementwiseOp.GELU if approximate == "none" else ElementwiseOp.GELU_TANH
+    key = ElementwiseOp.GELU_ERF if approximate == "none" else ElementwiseOp.GELU_TANH
     return fe.op(key, [_tile(fe, x, node, "gelu's argument")], node=node).result
 
 

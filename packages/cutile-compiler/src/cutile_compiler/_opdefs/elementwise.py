@@ -793,7 +793,7 @@ class ElementwiseOp(Op):
     ERF = Approximated(1, FLOAT, _exact(_erf), lower=_formula_lowerer(erf_formula), foldable=True,
                        doc="The error function (f16, bf16, f32; on the GPU a rational approximation with an "
                            "absolute error below 1e-6).")
-    GELU = Approximated(1, FLOAT, _exact(_gelu), lower=_formula_lowerer(gelu_formula), spelled="gelu")
+    GELU_ERF = Approximated(1, FLOAT, _exact(_gelu), lower=_formula_lowerer(gelu_formula), spelled="gelu")
     GELU_TANH = Elementwise(1, FLOAT, _exact(_gelu_tanh), lower=_formula_lowerer(gelu_tanh_formula),
                             spelled="gelu(approximate='tanh')")
     LOG1P = Elementwise(1, FLOAT, _exact(np.log1p), lower=_formula_lowerer(log1p_formula), foldable=True,
