@@ -37,6 +37,8 @@ from cutile_compiler._builtins.shape import (
     extract as extract,
     flip as flip,
     insert as insert,
+    pack_to_bytes as pack_to_bytes,
+    unpack_from_bytes as unpack_from_bytes,
     full as full,
     ones as ones,
     permute as permute,
@@ -66,7 +68,7 @@ from cutile_compiler._builtins.reduction import (
     scan as scan,
     sum_ as sum_,
 )
-from cutile_compiler._builtins.matmul import matmul as matmul, mma as mma
+from cutile_compiler._builtins.matmul import matmul as matmul, mma as mma, mma_scaled as mma_scaled
 from cutile_compiler._builtins.pointer import (
     atomic_add as atomic_add,
     atomic_and as atomic_and,

@@ -76,8 +76,10 @@ _PYTHON_BUILTINS: dict[Any, Impl] = {
 }
 
 
-#: Libraries whose Python functions are host code, never inlined into a kernel
-_LIBRARIES = frozenset({"numpy", "ml_dtypes", "scipy", "torch", "jax", "cupy"})
+#: Libraries whose Python functions are host code, never inlined into a kernel (cutile's own
+#: host packages among them; cutile_kernels' helpers are kernel code)
+_LIBRARIES = frozenset({"numpy", "ml_dtypes", "scipy", "torch", "jax", "cupy", "cutile", "cutile_compiler",
+                        "cutile_ir", "cuda_core", "cuda_async"})
 
 
 def call_object(fe: FrontEnd, callee: Any, args: list[Any], kwargs: dict[str, Any], node: ast.Call) -> Any:

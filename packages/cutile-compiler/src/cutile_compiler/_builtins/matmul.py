@@ -1,4 +1,4 @@
-"""The DSL functions of matrix products: mma and matmul."""
+"""The DSL functions of matrix products: mma, matmul (and ``@``) and mma_scaled."""
 
 from __future__ import annotations
 
@@ -90,3 +90,15 @@ def matmul(fe: FrontEnd, node: ast.Call, a: Any, b: Any) -> Value:
     """a @ b, accumulated in f32 (f64 for f64 inputs, i32 for 8-bit integers); batch
     dimensions broadcast (``[1, M, K] @ [B, K, N]``). ``a @ b`` is the same."""
     return matmul_tiles(fe, node, a, b)
+
+
+@builtin
+def mma_scaled(fe: FrontEnd, node: ast.Call, x: Any, x_scale: Any, y: Any, y_scale: Any, acc: Any) -> Value:
+    """acc + (x * x_scale) @ (y * y_scale), block-scaled on the tensor cores (sm_100+):
+    x (M, K) and y (K, N) of f8e4m3fn, f8e5m2 or f4e2m1fn, x_scale (M, K / B) and
+    y_scale (K / B, N) of f8e8m0fnu (or f8e4m3fn for f4e2m1fn), each scale shared by B
+    consecutive elements along K (B = 32 for fp8; 16 or 32 for fp4 with f8e8m0fnu
+    scales, 16 with f8e4m3fn ones), acc (M, N) f32; or 3-D batches of these."""
+    names = ("x", "x_scale", "y", "y_scale", "acc")
+    a, a_scale, b, b_scale, c = (_tile(fe, v, node, f"mma_scaled's {n}") for n, v in zip(names, (x, x_scale, y, y_scale, acc)))
+    return fe.op(MatmulOp.MMA_SCALED, [a, b, c, a_scale, b_scale], node=node).result

@@ -153,3 +153,21 @@ def insert(fe: FrontEnd, node: ast.Call, x: Any, index: Any, value: Any) -> Valu
     if sub.type.rank == 0 and tile.type.rank > 0:  # type: ignore[attr-defined]
         sub = fe.op(ShapeOp.RESHAPE, [sub], {"shape": (1,) * tile.type.rank}, node=node).result  # type: ignore[attr-defined]
     return fe.op(ShapeOp.INSERT, [tile, sub, *_index(fe, index, node)], node=node).result
+
+
+@builtin
+def pack_to_bytes(fe: FrontEnd, node: ast.Call, x: Any) -> Value:
+    """x's bits (flattened, row-major) as a 1-D u8 tile: little-endian within each element;
+    4-bit elements two to a byte, the even-numbered one in the low half."""
+    value = _tile(fe, x, node, "pack_to_bytes's argument")
+    if value.type.rank != 1:  # type: ignore[attr-defined]
+        value = fe.op(ShapeOp.RESHAPE, [value], {"shape": (value.type.size,)}, node=node).result  # type: ignore[attr-defined]
+    return fe.op(ShapeOp.PACK, [value], node=node).result
+
+
+@builtin
+def unpack_from_bytes(fe: FrontEnd, node: ast.Call, x: Any, dtype: DType) -> Value:
+    """A 1-D u8 tile's bytes read as a 1-D tile of ``dtype`` (the inverse of
+    pack_to_bytes): how kernels read f4e2m1fn data, which tensors hold as bytes."""
+    value = _tile(fe, x, node, "unpack_from_bytes's argument")
+    return fe.op(ShapeOp.UNPACK, [value], {"dtype": _dtype(fe, dtype, node)}, node=node).result

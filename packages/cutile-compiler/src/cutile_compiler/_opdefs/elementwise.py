@@ -60,6 +60,9 @@ def tile_operand(types: Sequence[KType], index: int, op: str) -> TileType:
 
 def check_kind(tile: TileType, kinds: Kinds, op: str, hint: str = "") -> None:
     """Refuses a dtype of another kind; ``hint`` (e.g. "; convert with ...") ends the message."""
+    if tile.dtype.restricted:
+        raise RuleError(f"{op}: {tile.dtype} is a storage and scale format without arithmetic; convert it with "
+                        f".astype(f32) first")
     if tile.dtype.kind not in kinds:
         raise RuleError(f"{op} needs {_KIND_WORDS.get(kinds, '/'.join(sorted(kinds)))} operands, got {tile.dtype}{hint}")
 
@@ -314,6 +317,14 @@ class Cast(OpDef):
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
         tile = tile_operand(operand_types, 0, "astype")
         target: dt.DType = attrs["dtype"]
+        if target is dt.f8e8m0fnu and tile.dtype is not target:
+            # (Tile IR converts to it only rounding toward zero or +inf; scales are exponent bytes)
+            raise RuleError(f"astype: conversion to f8e8m0fnu is not supported; make scales from their exponent "
+                            f"bytes with bitcast(t, f8e8m0fnu) of a u8 tile (value 2 ** (byte - 127))")
+        if tile.dtype.restricted and not target.is_float and tile.dtype is not target:
+            raise RuleError(f"astype: {tile.dtype} converts to float dtypes only, got {target}")
+        if target.restricted and not tile.dtype.is_float and tile.dtype is not target:
+            raise RuleError(f"astype: only floats convert to {target}, got {tile.dtype}")
         if attrs.get("rounding", "nearest_even") != "nearest_even":
             if not (target.is_float and (tile.dtype.is_float or tile.dtype.is_integer)):
                 raise RuleError(f"astype: a rounding mode applies to conversions to floats, not {tile.dtype} to {target}")

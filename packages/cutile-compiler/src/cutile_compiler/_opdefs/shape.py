@@ -1,5 +1,5 @@
 """Tile creation and shape operations: constant, iota, broadcast, reshape,
-permute, cat, extract, insert."""
+permute, cat, extract, insert, and the byte views pack and unpack."""
 
 from __future__ import annotations
 
@@ -286,6 +286,70 @@ class Insert(OpDef):
         return (ctx.builder.insert(args[1], args[0], indices),)
 
 
+def _nibbles(values: Any) -> Any:
+    """The 4-bit codes of an f4e2m1fn array (ml_dtypes keeps each in a byte's low bits)."""
+    return np.ascontiguousarray(values).view(np.uint8) & np.uint8(0xF)
+
+
+class Pack(OpDef):
+    """``pack(x)``: a 1-D tile's bits as bytes (u8), element 0's first: little-endian
+    within an element, and for 4-bit elements element 2i in the low half of byte i.
+    Tile IR's ``pack`` (bytecode 13.3+); 8-bit elements are a ``bitcast``."""
+
+    def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
+        tile = tile_operand(operand_types, 0, "pack_to_bytes")
+        if tile.rank != 1 or tile.dtype.is_bool or (tile.size * tile.dtype.bits) % 8:
+            raise RuleError(f"pack_to_bytes: needs a 1-D tile of whole bytes (not bool), got {tile}")
+        return (TileType(dt.u8, (tile.size * tile.dtype.bits // 8,)),)
+
+    def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        source = op.operands[0].type
+        assert isinstance(source, TileType)
+        if source.dtype.bits == 4:
+            codes = _nibbles(args[0])
+            return ((codes[0::2] | (codes[1::2] << np.uint8(4))).astype(np.uint8),)
+        return (np.ascontiguousarray(args[0]).view(np.uint8).copy(),)
+
+    def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        result = tile_type(op.results[0].type)
+        source = op.operands[0].type
+        assert isinstance(source, TileType)
+        if source.dtype.bits == 8:
+            return (ctx.builder.bitcast(args[0], result_types=[result]),)
+        return (ctx.builder.pack(args[0], result_types=[result]),)
+
+
+class Unpack(OpDef):
+    """``unpack(x) {dtype}``: a 1-D u8 (or i8) tile's bytes read as values of ``dtype``,
+    the inverse of `Pack`. Tile IR's ``unpack`` (bytecode 13.3+); 8-bit ``dtype`` is a
+    ``bitcast``."""
+
+    def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
+        tile = tile_operand(operand_types, 0, "unpack_from_bytes")
+        target: DType = attrs["dtype"]
+        if tile.rank != 1 or tile.dtype not in (dt.u8, dt.i8):
+            raise RuleError(f"unpack_from_bytes: needs a 1-D tile of u8 bytes, got {tile}")
+        if target.is_bool or (tile.size * 8) % target.bits:
+            raise RuleError(f"unpack_from_bytes: {tile.size} bytes do not hold whole {target} values")
+        return (TileType(target, (tile.size * 8 // target.bits,)),)
+
+    def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        target: DType = op.attrs["dtype"]
+        data = np.ascontiguousarray(args[0]).view(np.uint8)
+        if target.bits == 4:
+            codes = np.empty(2 * data.size, dtype=np.uint8)
+            codes[0::2], codes[1::2] = data & np.uint8(0xF), data >> np.uint8(4)
+            return (codes.view(numpy_dtype(target)),)
+        return (data.view(numpy_dtype(target)).copy(),)
+
+    def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        result = tile_type(op.results[0].type)
+        target: DType = op.attrs["dtype"]
+        if target.bits == 8:
+            return (ctx.builder.bitcast(args[0], result_types=[result]),)
+        return (ctx.builder.unpack(args[0], result_types=[result]),)
+
+
 class ShapeOp(Op):
     """Tiles made from constants and reshaped."""
 
@@ -297,6 +361,8 @@ class ShapeOp(Op):
     CAT = Cat()
     EXTRACT = Extract()
     INSERT = Insert()
+    PACK = Pack()
+    UNPACK = Unpack()
 
 
 register(ShapeOp)
