@@ -218,7 +218,7 @@ def gelu(fe: FrontEnd, node: ast.Call, x: Any, approximate: str = "none") -> Val
 
 @builtin
 def clamp(fe: FrontEnd, node: ast.Call, x: Any, lo: Any, hi: Any) -> Any:
-    """minimum(maximum(x, lo), hi): x limited to [lo, hi] (NaN stays NaN). Element-wise;
+    """minimum(maximum(x, lo), hi): x limited to [lo, hi]. Element-wise;
     shapes broadcast and dtypes promote; numbers alone fold."""
     if all(isinstance(v, _NUMBER) for v in (x, lo, hi)):
         return fe.fold(lambda a, b, c: min(max(a, b), c), (x, lo, hi),

@@ -118,11 +118,19 @@ def expand_dims(fe: FrontEnd, node: ast.Call, x: Any, axis: int) -> Value:
 
 
 @builtin
-def flip(fe: FrontEnd, node: ast.Call, x: Any, axis: int = 0) -> Value:
-    """x with the order of its elements along ``axis`` reversed."""
+def flip(fe: FrontEnd, node: ast.Call, x: Any, axis: Any = None) -> Value:
+    """x with the order of its elements along ``axis`` reversed (an int, a tuple of them,
+    or None: every axis, as numpy's flip)."""
     value = _tile(fe, x, node, "flip's argument")
+    rank: int = value.type.rank  # type: ignore[attr-defined]
+    axes = range(rank) if axis is None else axis if isinstance(axis, tuple) else (axis,)
+    for along in sorted({_axis(fe, a, rank, node) for a in axes}):
+        value = _flip_axis(fe, value, along, node)
+    return value
+
+
+def _flip_axis(fe: FrontEnd, value: Value, along: int, node: ast.AST) -> Value:
     tile: TileType = value.type  # type: ignore[assignment]
-    along = _axis(fe, axis, tile.rank, node)
     extent = tile.shape[along]
     # Reversing n = 2**k indices complements each of their k bits: swap the two halves
     # of every block of 2, 4, ... n elements (each step a reshape, two extracts, a cat).

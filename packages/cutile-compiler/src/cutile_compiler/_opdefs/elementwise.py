@@ -511,11 +511,11 @@ class FormulaMath:
     def tanh(self, a: Any) -> Any:
         return self.b.tanh(a)
 
-    def minimum(self, a: Any, b: Any) -> Any:
-        return self.b.minf(a, b)
+    def minimum(self, a: Any, b: Any) -> Any:  # (NaN in, NaN out, as numpy's)
+        return self.b.minf(a, b, propagate_nan=True)
 
     def maximum(self, a: Any, b: Any) -> Any:
-        return self.b.maxf(a, b)
+        return self.b.maxf(a, b, propagate_nan=True)
 
     def equal(self, a: Any, b: Any) -> Any:
         return self.b.cmpf(a, b, comparison_predicate="equal", comparison_ordering="ordered")
