@@ -107,11 +107,12 @@ def test_special_values(name: str, fn: Any, reference: Any) -> None:
 
 _TINY = float(np.finfo(np.float32).tiny)
 #: (name, formula, exact function, absolute tolerance): silu's e^-x overflows below
-#: x = -88, where it gives -0 for about x * e^x (below 1e-36); tanh-gelu's 1 + tanh(...)
-#: cancels for negative x, as in every f32 implementation of that formula
+#: x = -88, where it gives -0 for about x * e^x (below 1e-36); tanh-gelu's tail for
+#: x below -5 (results below 1e-11) amplifies the f32 rounding of its argument through
+#: e^(-2u), a few parts in 1e6 of results that small
 FORMULAS = [("sigmoid", sigmoid_formula, _sigmoid, _TINY), ("silu", silu_formula, lambda v: v * _sigmoid(v), 1e-36),
             ("log1p", log1p_formula, np.log1p, _TINY), ("expm1", expm1_formula, np.expm1, _TINY),
-            ("gelu_tanh", gelu_tanh_formula, UNARY[4][2], 1e-6)]
+            ("gelu_tanh", gelu_tanh_formula, UNARY[4][2], 1e-15)]
 
 
 @pytest.mark.interpreter_only
@@ -177,7 +178,7 @@ def test_compiles(arch: str, dtype: Any) -> None:
     compiled = cutile.compile(kernel, api.meta([SIZE], dtype=dtype).partition([TILE]), api.meta([SIZE], dtype=dtype),
                               arch=arch)
     assert compiled.cubin[:4] == b"\x7fELF"
-    for word in ("tanh", "exp", "log", "select", "cat"):
+    for word in ("exp", "log", "select", "cat"):  # (every function: erf, sigmoid, gelu... are formulas)
         assert word in compiled.mlir
 
 

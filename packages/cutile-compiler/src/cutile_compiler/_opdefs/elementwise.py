@@ -636,9 +636,11 @@ def gelu_formula(m: Any, x: Any) -> Any:
 
 
 def gelu_tanh_formula(m: Any, x: Any) -> Any:
-    """x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))) / 2."""
+    """x * (1 + tanh(u)) / 2 with u = sqrt(2/pi) * (x + 0.044715 x^3), computed as
+    x / (1 + e^(-2u)), the same value: 1 + tanh(u) cancels to 0 for negative x
+    long before the result does."""
     inner = m.mul(m.const(_SQRT_2_OVER_PI), m.add(x, m.mul(m.const(_GELU_CUBIC), m.mul(x, m.mul(x, x)))))
-    return m.mul(m.mul(m.const(0.5), x), m.add(m.const(1.0), m.tanh(inner)))
+    return m.div(x, m.add(m.const(1.0), m.exp(m.mul(m.const(-2.0), inner))))
 
 
 def log1p_formula(m: Any, x: Any) -> Any:
