@@ -57,7 +57,7 @@ def drain_dropped() -> None:
             plan = dropped.popleft()
         except IndexError:
             return
-        _release_locked(plan)
+        release_locked(plan)
 
 
 def conflict(held: list[Hold], start: int, end: int, writes: bool,
@@ -155,7 +155,7 @@ class ClaimPlan:
         """Gives back the holds `claim` took (once per claim)."""
         with lock:
             drain_dropped()
-            _release_locked(self)
+            release_locked(self)
 
     def drop(self) -> None:
         """Gives the holds back from a finalizer (queued; safe anywhere)."""
@@ -173,9 +173,33 @@ def remove(held: list[Hold], hold: Hold) -> None:
             return
 
 
-def _release_locked(plan: ClaimPlan) -> None:
+def release_locked(plan: ClaimPlan) -> None:
+    """Gives back the holds of ``plan`` (the caller holds `lock`), latest first."""
     for held, entry in zip(reversed(plan.lists), reversed(plan.entries)):
-        remove(held, entry)
+        if held and held[-1] is entry:  # the usual case, without a call
+            held.pop()
+        else:
+            remove(held, entry)
+
+
+def idle(plan: ClaimPlan) -> bool:
+    """Whether no running hold overlaps any of ``plan``'s spans (the caller holds
+    `lock`): its pending holds may then become a run's without another check, as
+    every hold taken since the claim was checked against them."""
+    for held, entry in zip(plan.lists, plan.entries):
+        start, end = entry[0], entry[1]
+        for hold in held:
+            if hold[4] is not None and hold[0] < end and start < hold[1]:
+                return False
+    return True
+
+
+def hand_over(claimed: ClaimPlan, run: ClaimPlan) -> None:
+    """Replaces ``claimed``'s pending holds with ``run``'s (the same spans, running;
+    the caller holds `lock`)."""
+    release_locked(claimed)  # first: the claim's holds are the latest, popped without a search
+    for held, entry in zip(run.lists, run.entries):
+        held.append(entry)
 
 
 def holders(domain: Hashable, start: int, end: int) -> list[tuple[str, bool]]:

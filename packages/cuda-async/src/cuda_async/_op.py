@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeAlias, TypeVar, ca
 
 import cuda_core
 
-from cuda_async import _batch, _capture, _streams
+from cuda_async import _batch, _capture, _ledger, _streams
 from cuda_async._errors import raised
 from cuda_async._policy import HostPolicy, SchedulingPolicy, SingleStream, default_policy
 from cuda_async._ledger import ClaimPlan
@@ -517,6 +517,63 @@ def run_to_completion(op: DeviceOp[T], policy: SchedulingPolicy) -> T:
     job, result = submit(op, policy)
     job.finish()
     return result
+
+
+def begin_idle_run(accesses: AccessSet, claimed: ClaimPlan, run: ClaimPlan) -> cuda_core.Stream | None:
+    """The start of a synchronous run of one leaf op whose memory is idle: what the
+    native C API's ``sync_begin`` does, for the Python paths of the layers above.
+
+    Outside any batch and capture, when no running hold overlaps ``claimed``'s
+    spans, no access of ``accesses`` is recorded on any stream and the default
+    policy's next stream has no access point waiting for an event, ``claimed``'s
+    pending holds become ``run``'s (the same spans, owned by a `Job` the caller
+    keeps for this) and that stream is returned: the caller enqueues the op's work
+    on it, waits for the stream, and calls `end_idle_run`. The job of `DeviceOp.sync`
+    would do the same work here, and nothing else: no other op waits, and the run's
+    access points are forgotten at its end. Otherwise None, with nothing changed:
+    the caller runs the op as a job."""
+    if _capture._active or _batch._active.get() is not None:  # (a capture on any thread: as the C API)
+        return None
+    policy = default_policy()
+    if type(policy) is not SingleStream:
+        # Asking may change what the policy answers next (RoundRobin's turn): not
+        # before the memory is known idle, lest the job's path ask again.
+        with _ledger.lock:
+            if not _idle_locked(accesses, claimed):
+                return None
+    stream = policy.next_stream()  # (outside the lock: a policy may run any code)
+    if stream is None:
+        return None  # host mode: the job's path
+    state = _streams.state(stream)
+    with _ledger.lock:
+        # (another op's access point not yet marked by an event: the job decides)
+        if state.interest or not _idle_locked(accesses, claimed):
+            return None
+        _ledger.hand_over(claimed, run)
+    return stream
+
+
+def _idle_locked(accesses: AccessSet, claimed: ClaimPlan) -> bool:
+    """Whether no running hold overlaps ``claimed`` and no access of ``accesses`` is
+    recorded on any stream (the caller holds the ledger lock)."""
+    if _ledger.dropped:
+        _ledger.drain_dropped()
+    for resource, _ in accesses.accesses:
+        if resource._last_write is not None or resource._reads:
+            return False
+    return _ledger.idle(claimed)
+
+
+def end_idle_run(run: ClaimPlan, stream: cuda_core.Stream, *, ran: bool) -> None:
+    """Gives ``run``'s holds back after `begin_idle_run` and the wait for ``stream``;
+    ``ran``: the op's work was enqueued (the stream advances by one op, as
+    `Job.record` counts)."""
+    with _ledger.lock:
+        _ledger.release_locked(run)
+        if ran:
+            state = _streams.state(stream)
+            with _streams._lock:
+                state.epoch += 1
 
 
 def record(state: _capture.CaptureState, op: DeviceOp[T]) -> T:

@@ -244,7 +244,7 @@ class Job:
         """
         with _ledger_lock:
             if claim is not None:
-                _ledger._release_locked(claim)
+                _ledger.release_locked(claim)
             if _ledger.dropped:
                 _ledger.drain_dropped()
             held = self.held

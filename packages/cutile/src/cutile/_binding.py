@@ -66,7 +66,7 @@ class ObjectBinding:
     memory, ops in flight) is still checked on every call.
     """
 
-    __slots__ = ("checks", "tensor_names", "claim_plan", "accesses", "plan", "loaded",
+    __slots__ = ("checks", "tensor_names", "claim_plan", "run_holds", "accesses", "plan", "loaded",
                  "packed", "scalar_slots", "results", "fast")
 
     _TENSOR, _CONSTANT, _SCALAR = range(3)
@@ -99,6 +99,9 @@ class ObjectBinding:
             spans.append((resource, storage.device, low, high, mutable, f"{description} (parameter '{param}')",
                           f"{kernel.name}: parameter '{param}'", resource.name))
         self.claim_plan = cuda_async.ClaimPlan(span[1:] for span in spans)
+        # A synchronous run's holds while its memory is idle: the same spans, running,
+        # owned by a job kept for it (`cuda_async.begin_idle_run`; the native path's too).
+        self.run_holds = self.claim_plan.owned_by(cuda_async.Job(description))
         writes = [storage.resource for _, storage, _, _, mutable in ranges if mutable]
         reads = [storage.resource for _, storage, _, _, mutable in ranges if not mutable]
         self.accesses = cuda_async.AccessSet(tuple(reads), tuple(writes), spans=tuple(span[:6] for span in spans))

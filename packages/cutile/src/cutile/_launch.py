@@ -15,6 +15,7 @@ from collections.abc import Callable, Generator, Mapping
 from typing import TYPE_CHECKING, Any, Generic
 
 import cuda_async
+import cuda_core
 from cutile import _backend, _gpu
 from cutile._binding import MISSING, ObjectBinding, SignaturePlan, check_strides, wrong_mut_argument, wrong_read_argument
 from cutile._errors import CutileError, LaunchError, OwnershipError
@@ -274,11 +275,40 @@ class Launch(LaunchBase, Generic[_R]):
             if self._cancelled:
                 raise OwnershipError(f"{self.description} was cancelled; it cannot run")
             raise OwnershipError(f"{self.description} has already run; its tensors were handed back")
+        claim = self._claim
+        if claim is not None and self._op is None:
+            # Memory idle (the usual loop of synchronous launches): the run takes the
+            # claim's holds over without a job, as cuda_async's C API does natively.
+            run = self._binding.run_holds
+            stream = cuda_async.begin_idle_run(self._binding.accesses, claim, run)
+            if stream is not None:
+                self._claim = None
+                return self._run_idle(stream, run)
         try:
             return self.op.sync()
         finally:
             self._done = True
             self._release()
+
+    def _run_idle(self, stream: cuda_core.Stream, run: cuda_async.ClaimPlan) -> Any:
+        """Runs the launch on ``stream`` and waits for it, holding ``run``'s holds
+        (`cuda_async.begin_idle_run`): what the job of ``self.op.sync()`` would do."""
+        ran = False
+        try:
+            result = self._execute(stream)
+            ran = True
+            stream.synchronize()
+            return result
+        except BaseException:
+            if not ran:  # as a failed job: wait for what was enqueued, the first error wins
+                try:
+                    stream.synchronize()
+                except cuda_core.CudaError:
+                    pass
+            raise
+        finally:
+            self._done = True
+            cuda_async.end_idle_run(run, stream, ran=ran)
 
     def cancel(self) -> None:
         """Drops the launch on purpose, without running it: its tensors' holds are
