@@ -31,7 +31,8 @@ The ownership ledger holds, by domain and byte range, the pending holds of ops
 made to run later (`ClaimPlan`, `claim`) and the running holds of jobs; a layer
 above asks it before the host touches memory (`check_access`), and runs a
 synchronous op whose memory is idle without a job (`begin_idle_run`,
-`end_idle_run`).
+`end_idle_run`) and a repeated leaf op in a batch without an op object
+(`begin_batch_step`, `Batch.commit_step`).
 
 For the native (C) launch paths of the layers above: `native_batch_api` gives
 the configured extension whose ``API`` capsule is the C interface of
@@ -40,7 +41,7 @@ is the holds and streams of one submission.
 """
 
 
-from cuda_async._batch import Batch, batch
+from cuda_async._batch import Batch, batch, begin_step as begin_batch_step
 from cuda_async._capture import ensure_not_capturing, is_capturing
 from cuda_async._errors import BatchError, GraphCaptureError, GraphUpdateError, OwnershipError, use_error_classes
 from cuda_async._future import DeviceFuture, set_await_spin
@@ -98,6 +99,7 @@ __all__ = [
     "SingleStream",
     "all_of",
     "batch",
+    "begin_batch_step",
     "begin_idle_run",
     "check_access",
     "claim",

@@ -273,6 +273,13 @@ class FnOp(DeviceOp[T]):
         if stream is None:
             run.holder.acquire(self.access_set, self.name, stream, claim)
             return self.fn(stream)
+        job = run.job
+        if run.holder is job:
+            state = _streams.state(stream)
+            if job.enter_steady(self.access_set, stream, state, claim):  # a loop's usual case
+                result = self.fn(stream)
+                run.points[stream] = job.record_steady(self.access_set, stream, state)
+                return result
         # Mark the stream's current point first if someone may need it, so that
         # neither this op's waits nor its work end up behind that event.
         _streams.before_enqueue(stream, self.interest, is_live)
@@ -487,8 +494,9 @@ _walks = threading.local()
 def _walking() -> list[Job]:
     """The jobs this thread is enqueueing now (innermost last): ops that their
     ``then`` functions make are started inside them."""
-    jobs: list[Job] | None = getattr(_walks, "jobs", None)
-    if jobs is None:
+    try:
+        jobs: list[Job] = _walks.jobs
+    except AttributeError:
         jobs = _walks.jobs = []
     return jobs
 
@@ -503,8 +511,12 @@ def claim(plan: ClaimPlan) -> None:
     if it never starts."""
     walking = _walking()
     active = _batch.current()
-    if not walking and active is None:
-        plan.claim()
+    if not walking:
+        plan.claim(None if active is None else active.joins)
+        return
+    if active is None and len(walking) == 1:
+        job = walking[0]
+        plan.claim(lambda owner: owner is job or owner.parent is job)
         return
     joined = set(walking)
     if active is not None:

@@ -158,7 +158,7 @@ class AccessSet:
     (``"launch of add (parameter 'z')"``: the hold and a conflict it meets are named
     so) or is None (the op's name)."""
 
-    __slots__ = ("accesses", "interest", "spans")
+    __slots__ = ("accesses", "interest", "spans", "hold_keys")
 
     def __init__(self, reads: tuple[Resource, ...] = (), writes: tuple[Resource, ...] = (),
                  spans: tuple[Span, ...] | None = None) -> None:
@@ -170,6 +170,9 @@ class AccessSet:
         if spans is None:
             spans = tuple((r, *r.span, a is Access.WRITE, None) for r, a in self.accesses)
         self.spans: tuple[Span, ...] = spans
+        # (domain, start, end) and writes of each hold: how a job finds its own (`Job.holds`).
+        self.hold_keys: tuple[tuple[tuple[Hashable, int, int], bool], ...] = tuple(
+            ((domain, start, end), writes) for _, domain, start, end, writes, _ in spans)
 
 
 def interest_of(accesses: tuple[tuple[Resource, Access], ...]) -> dict[object, int]:
@@ -277,6 +280,60 @@ class Job:
                     for other, (epoch, _) in list(resource._reads.items()):
                         if other is not stream:
                             _streams.wait_point(stream, other, epoch)
+
+    def enter_steady(self, access_set: AccessSet, stream: cuda_core.Stream, state: _streams.StreamState,
+                     claim: _ledger.ClaimPlan | None) -> bool:
+        """The state a leaf op repeated in one job on one stream usually finds: the
+        job holds every hold of ``access_set`` as strongly already, has used
+        ``stream``, every access's last point is on ``stream`` (``state`` its
+        bookkeeping) and the access points the stream has not marked with an event
+        are all superseded by the op's. Then `acquire` would take nothing and make no
+        wait and `_streams.before_enqueue` record no event: this gives ``claim`` back,
+        clears the stream's pending interest (as `before_enqueue` does) and returns
+        True; the caller enqueues the op on ``stream`` and calls `record_steady`.
+        Otherwise False, with nothing changed (the caller takes the general path,
+        which checks and names every conflict)."""
+        with _ledger_lock:
+            if _ledger.dropped or stream not in self.streams:
+                return False
+            holds = self.holds
+            for key, writes in access_set.hold_keys:
+                mine = holds.get(key)
+                if mine is None or (writes and not mine[1][2]):
+                    return False
+            for resource, access in access_set.accesses:
+                last = resource._last_write
+                if last is not None and last[0] is not stream:
+                    return False
+                if access is Access.WRITE:
+                    reads = resource._reads
+                    if reads and (len(reads) > 1 or stream not in reads):
+                        return False
+            with _streams._lock:
+                pending = state.interest
+                if pending and pending is not access_set.interest:
+                    interest = access_set.interest
+                    for resource, before in pending.items():
+                        now = interest.get(resource, 0)
+                        if not (now == 2 if before == 2 else now > 0):
+                            return False
+                state.interest = {}
+            if claim is not None:
+                _ledger.release_locked(claim)
+            return True
+
+    def record_steady(self, access_set: AccessSet, stream: cuda_core.Stream, state: _streams.StreamState) -> int:
+        """`record` after `enter_steady`, for the stream of ``state``."""
+        with _ledger_lock, _streams._lock:
+            epoch = state.epoch = state.epoch + 1
+            state.interest = access_set.interest
+            for resource, access in access_set.accesses:
+                if access is Access.WRITE:
+                    resource._last_write = (stream, epoch, self)
+                    resource._reads.clear()
+                else:
+                    resource._reads[stream] = (epoch, self)
+        return epoch
 
     def record(
         self,

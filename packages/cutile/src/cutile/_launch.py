@@ -277,10 +277,21 @@ class Launch(LaunchBase, Generic[_R]):
             raise OwnershipError(f"{self.description} has already run; its tensors were handed back")
         claim = self._claim
         if claim is not None and self._op is None:
-            # Memory idle (the usual loop of synchronous launches): the run takes the
-            # claim's holds over without a job, as cuda_async's C API does natively.
+            # The usual states of a loop of launches, run without an op object as
+            # cuda_async's C API runs them natively: a batch's steady state, or a
+            # synchronous run whose memory is idle (the run's holds replace the claim).
+            accesses = self._binding.accesses
+            active = cuda_async.begin_batch_step(accesses, claim)
+            if active is not None:
+                self._claim = None
+                try:
+                    result = self._execute(active.stream)
+                finally:
+                    self._done = True
+                active.commit_step(accesses)
+                return result
             run = self._binding.run_holds
-            stream = cuda_async.begin_idle_run(self._binding.accesses, claim, run)
+            stream = cuda_async.begin_idle_run(accesses, claim, run)
             if stream is not None:
                 self._claim = None
                 return self._run_idle(stream, run)
