@@ -119,22 +119,28 @@ class ClaimPlan:
     memory ("tensor memory on cuda:0"). A hold the plan takes is the very tuple it
     made (``entries``): given back by identity."""
 
-    __slots__ = ("lists", "entries", "labels", "requesters")
+    __slots__ = ("lists", "entries", "labels", "requesters", "_checks", "_takes")
 
     def __init__(self, spans: Iterable[tuple[Hashable, int, int, bool, str, str, str]]) -> None:
         listed = list(spans)
         with lock:
-            self.lists = tuple(domain_list(span[0]) for span in listed)
+            lists = tuple(domain_list(span[0]) for span in listed)
             pinned.update(span[0] for span in listed)
-        self.entries: tuple[Hold, ...] = tuple((s, e, w, label, None, what) for _, s, e, w, label, _, what in listed)
-        self.labels = tuple(span[4] for span in listed)
-        self.requesters = tuple(span[5] for span in listed)
+        entries: tuple[Hold, ...] = tuple((s, e, w, label, None, what) for _, s, e, w, label, _, what in listed)
+        self._made(lists, entries, tuple(span[4] for span in listed), tuple(span[5] for span in listed))
+
+    def _made(self, lists: tuple[list[Hold], ...], entries: tuple[Hold, ...], labels: tuple[str, ...],
+              requesters: tuple[str, ...]) -> None:
+        self.lists, self.entries, self.labels, self.requesters = lists, entries, labels, requesters
+        # What `claim` walks on every call, zipped once.
+        self._checks = tuple(zip(lists, entries, labels, requesters))
+        self._takes = tuple(zip(lists, entries))
 
     def owned_by(self, owner: Job) -> ClaimPlan:
         """The same holds as running ones of ``owner`` (a native synchronous run's)."""
         plan: ClaimPlan = ClaimPlan.__new__(ClaimPlan)
-        plan.lists, plan.labels, plan.requesters = self.lists, self.labels, self.requesters
-        plan.entries = tuple((s, e, w, label, owner, what) for s, e, w, label, _, what in self.entries)
+        entries = tuple((s, e, w, label, owner, what) for s, e, w, label, _, what in self.entries)
+        plan._made(self.lists, entries, self.labels, self.requesters)
         return plan
 
     def claim(self, joined: Callable[[Any], bool] | None = None) -> None:
@@ -142,13 +148,14 @@ class ClaimPlan:
         (but running holds of the jobs ``joined`` accepts: those the op will run in).
         Raises `OwnershipError` before taking anything."""
         with lock:
-            drain_dropped()
-            for held, entry, label, by in zip(self.lists, self.entries, self.labels, self.requesters):
+            if dropped:
+                drain_dropped()
+            for held, entry, label, by in self._checks:
                 if held:
                     hold = conflict(held, entry[0], entry[1], entry[2], joined)
                     if hold is not None:
                         raise refusal(hold, entry[2], label, by)
-            for held, entry in zip(self.lists, self.entries):  # appended after every check
+            for held, entry in self._takes:  # appended after every check
                 held.append(entry)
 
     def release(self) -> None:
