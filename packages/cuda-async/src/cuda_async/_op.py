@@ -509,8 +509,11 @@ def claim(plan: ClaimPlan) -> None:
     ``then`` functions make ops). The op's start hands the holds over to its job
     (`FnOp.from_accesses`'s ``claim_from``); `ClaimPlan.release` gives them back
     if it never starts."""
-    walking = _walking()
-    active = _batch.current()
+    try:
+        walking: list[Job] = _walks.jobs  # (`_walking`, without a call: every launch claims)
+    except AttributeError:
+        walking = _walking()
+    active = _batch._active.get()
     if not walking:
         plan.claim(None if active is None else active.joins)
         return

@@ -107,7 +107,7 @@ class ObjectBinding:
         self.accesses = cuda_async.AccessSet(tuple(reads), tuple(writes), spans=tuple(span[:6] for span in spans))
         self.plan: SignaturePlan | None = None  # set by the first Launch.plan() without an explicit grid
         self.loaded: LoadedKernel | None = None  # the loaded kernel ``packed`` was packed for
-        self.packed: list[Any] = []
+        self.packed: tuple[Any, ...] = ()
         self.scalar_slots: list[tuple[int, str, DType]] = []  # refilled on every call
         self.fast: weakref.ref[Any] | None = None  # the kernel's native binding made from this one
 
@@ -118,7 +118,7 @@ class ObjectBinding:
         # it uses only what the class holds.)
         self.accesses = self._NO_ACCESSES
         self.loaded = None
-        self.packed = []
+        self.packed = ()
         fast = self.fast() if self.fast is not None else None
         if fast is not None:
             fast.disarm()

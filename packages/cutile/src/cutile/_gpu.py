@@ -293,7 +293,7 @@ def enqueue_bound(kernel: Kernel, binding: ObjectBinding, arguments: dict[str, A
         _check_grid(kernel, plan.grid)
         loaded = prepare(kernel, plan, DEFAULT_OPTIONS)
         values = {n: (v._tensor if isinstance(v, Partition) else v) for n, v in arguments.items()}
-        binding.packed = loaded.pack(kernel.name, values)
+        binding.packed = tuple(loaded.pack(kernel.name, values))
         binding.scalar_slots = [(index, param, dtype) for index, (param, code, _, dtype) in enumerate(loaded.recipe)
                                 if code == _SCALAR and dtype is not None]
         binding.loaded = loaded
@@ -302,10 +302,13 @@ def enqueue_bound(kernel: Kernel, binding: ObjectBinding, arguments: dict[str, A
         first = False
     packed = binding.packed
     if binding.scalar_slots:
-        packed = list(packed)  # the binding's list is shared by every thread that calls
+        refilled = list(packed)
         for index, param, dtype in binding.scalar_slots:
-            packed[index] = _scalar_argument(arguments[param], dtype) if loaded.converts_scalars else arguments[param]
-    _launch(loaded, plan.grid, stream, packed)
+            refilled[index] = _scalar_argument(arguments[param], dtype) if loaded.converts_scalars else arguments[param]
+        packed = tuple(refilled)
+    prepared = loaded.prepared
+    prepared.set_grid(plan.grid)
+    prepared.launch_values(stream, packed)  # the binding's very tuple again: nothing to compare
     if first:  # it launched: from now on, calls with these objects may take the native path
         _native.arm(kernel, binding, loaded, loaded.function.device.context_handle)
 
