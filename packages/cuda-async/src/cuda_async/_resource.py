@@ -194,7 +194,7 @@ def is_live(resource: object, access: int, stream: cuda_core.Stream, epoch: int)
 class Job:
     """One submission: the holds it took, the streams it used, its completion."""
 
-    __slots__ = ("name", "parent", "streams", "held", "holds", "retained", "released", "__weakref__")
+    __slots__ = ("name", "parent", "streams", "held", "holds", "holds_all_of", "retained", "released", "__weakref__")
 
     def __init__(self, name: str, *, parent: Job | None = None) -> None:
         self.name = name
@@ -203,6 +203,9 @@ class Job:
         self.held: dict[Resource, None] = {}
         # Its holds in the ledger, by (domain, start, end): (the domain's list, the hold).
         self.holds: dict[tuple[Hashable, int, int], tuple[list[_ledger.Hold], _ledger.Hold]] = {}
+        # The last access set every hold of which the job was found to hold as strongly
+        # (its holds only grow stronger until `release`): a loop's op is asked once.
+        self.holds_all_of: AccessSet | None = None
         # Resources the job's work uses but no longer holds (a shared op's, handed on
         # to its consumers): kept alive, so their memory stays valid, until release.
         self.retained: list[Resource] = []
@@ -288,19 +291,20 @@ class Job:
         ``stream``, every access's last point is on ``stream`` (``state`` its
         bookkeeping) and the access points the stream has not marked with an event
         are all superseded by the op's. Then `acquire` would take nothing and make no
-        wait and `_streams.before_enqueue` record no event: this gives ``claim`` back,
-        clears the stream's pending interest (as `before_enqueue` does) and returns
-        True; the caller enqueues the op on ``stream`` and calls `record_steady`.
+        wait and `_streams.before_enqueue` record no event: this gives ``claim`` back
+        and returns True; the caller enqueues the op on ``stream`` and calls `record_steady`.
         Otherwise False, with nothing changed (the caller takes the general path,
         which checks and names every conflict)."""
         with _ledger_lock:
             if _ledger.dropped or stream not in self.streams:
                 return False
-            holds = self.holds
-            for key, writes in access_set.hold_keys:
-                mine = holds.get(key)
-                if mine is None or (writes and not mine[1][2]):
-                    return False
+            if access_set is not self.holds_all_of:
+                holds = self.holds
+                for key, writes in access_set.hold_keys:
+                    mine = holds.get(key)
+                    if mine is None or (writes and not mine[1][2]):
+                        return False
+                self.holds_all_of = access_set
             for resource, access in access_set.accesses:
                 last = resource._last_write
                 if last is not None and last[0] is not stream:
@@ -309,15 +313,16 @@ class Job:
                     reads = resource._reads
                     if reads and (len(reads) > 1 or stream not in reads):
                         return False
-            with _streams._lock:
-                pending = state.interest
-                if pending and pending is not access_set.interest:
-                    interest = access_set.interest
-                    for resource, before in pending.items():
-                        now = interest.get(resource, 0)
-                        if not (now == 2 if before == 2 else now > 0):
-                            return False
-                state.interest = {}
+            # (The stream's interest is replaced whole, never changed in place: read
+            # here without the streams lock, it is left for `record_steady` to replace.
+            # Kept if the op fails to enqueue: those points are still the stream's last.)
+            pending = state.interest
+            if pending and pending is not access_set.interest:
+                interest = access_set.interest
+                for resource, before in pending.items():
+                    now = interest.get(resource, 0)
+                    if not (now == 2 if before == 2 else now > 0):
+                        return False
             if claim is not None:
                 _ledger.release_locked(claim)
             return True
@@ -381,6 +386,7 @@ class Job:
                 if not listed and type(domain) is tuple and domain not in _ledger.pinned:  # a resource's own: not kept
                     _ledger.holds.pop(domain, None)
             self.holds.clear()
+            self.holds_all_of = None
             if completed:
                 for resource in self.held:
                     last = resource._last_write

@@ -66,8 +66,8 @@ class ObjectBinding:
     memory, ops in flight) is still checked on every call.
     """
 
-    __slots__ = ("checks", "tensor_names", "claim_plan", "run_holds", "accesses", "plan", "loaded",
-                 "packed", "scalar_slots", "results", "fast")
+    __slots__ = ("checks", "tensor_names", "tensor_positions", "claim_plan", "run_holds", "accesses", "plan",
+                 "loaded", "packed", "scalar_slots", "results", "fast")
 
     _TENSOR, _CONSTANT, _SCALAR = range(3)
     _NO_ACCESSES = cuda_async.AccessSet()
@@ -86,9 +86,13 @@ class ObjectBinding:
                 checks.append((ObjectBinding._SCALAR, type(value)))
         self.checks = tuple(checks)
         self.tensor_names = tensor_names
-        # What a run returns: the tensor arguments, one as itself, several as a tuple.
-        self.results: Callable[[dict[str, Any]], Any] = (
-            operator.itemgetter(*tensor_names) if tensor_names else (lambda arguments: ()))
+        # Where they are among every parameter's value in order (a call's positional
+        # arguments, which a call with the binding's objects keeps as they are).
+        self.tensor_positions = tuple(kernel._param_names.index(name) for name in tensor_names)
+        # What a run returns, from the values in order: the tensor arguments, one as
+        # itself, several as a tuple.
+        self.results: Callable[[tuple[Any, ...]], Any] = (
+            operator.itemgetter(*self.tensor_positions) if tensor_names else (lambda values: ()))
         # The holds of the tensor arguments' bytes in cuda_async's ledger: pending from
         # the call (the claim, the native path's too), then the running op's.
         description = kernel._launch_description
@@ -108,7 +112,8 @@ class ObjectBinding:
         self.plan: SignaturePlan | None = None  # set by the first Launch.plan() without an explicit grid
         self.loaded: LoadedKernel | None = None  # the loaded kernel ``packed`` was packed for
         self.packed: tuple[Any, ...] = ()
-        self.scalar_slots: list[tuple[int, str, DType]] = []  # refilled on every call
+        # (parameter slot, position among the values, dtype) of each scalar: refilled on every call
+        self.scalar_slots: list[tuple[int, int, DType]] = []
         self.fast: weakref.ref[Any] | None = None  # the kernel's native binding made from this one
 
     def _forget(self, _dead: Any) -> None:

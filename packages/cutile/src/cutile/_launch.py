@@ -56,22 +56,28 @@ class Launch(LaunchBase, Generic[_R]):
     _plan: SignaturePlan | None = None  # None: the binding's, unless the grid is explicit
     _cancelled = False
 
-    def __init__(self, kernel: Kernel, arguments: dict[str, Any], binding: ObjectBinding | None = None) -> None:
+    def __init__(self, kernel: Kernel, arguments: dict[str, Any] | None, binding: ObjectBinding | None = None,
+                 values: tuple[Any, ...] | None = None) -> None:
+        """A launch of ``kernel`` over ``arguments`` (by name), or, with ``binding``
+        (the kernel's last call's objects), over ``values``: every parameter's value
+        in order, scalars checked (the arguments by name are made on first use)."""
         self.kernel = kernel
-        self._arguments = arguments
-        self._done = False
         if binding is None:
+            assert arguments is not None
+            self._arguments = arguments
             self._tensor_names: list[str] = []
             ranges = self._checked_ranges()
             binding = ObjectBinding(kernel, arguments, ranges, self._tensor_names)
             kernel._object_binding = binding
             kernel._native_binding = None  # the native path's binding was the previous one's
         else:
+            assert values is not None
+            self._values = values
             # The same objects as the binding's: only what can change since is checked.
-            for param in binding.tensor_names:
-                value = arguments[param]
-                if value._consumed_by is not None:
-                    value._live(f"{kernel.name}: parameter '{param}'")  # raises, naming the consumer
+            for position in binding.tensor_positions:
+                value = values[position]
+                if value._consumed_by is not None:  # raises, naming the consumer
+                    value._live(f"{kernel.name}: parameter '{kernel._param_names[position]}'")
         self._binding = binding
         # The tensors' bytes are held from here (a conflict with another launch, or
         # with a running op such as a scheduled launch or a replay, refuses the call
@@ -102,10 +108,24 @@ class Launch(LaunchBase, Generic[_R]):
     @property
     def arguments(self) -> dict[str, Any]:
         """The call's arguments by parameter name."""
-        found: dict[str, Any] | None = self.__dict__.get("_arguments")
-        if found is None:  # a launch the native path made keeps its positional arguments
-            found = self._arguments = self.kernel._positional_arguments(self._args)
+        state = self.__dict__
+        found: dict[str, Any] | None = state.get("_arguments")
+        if found is None:
+            values = state.get("_values")
+            if values is not None:  # made with the binding's objects: every value in order
+                found = dict(zip(self.kernel._param_names, values))
+            else:  # made by the native path: its positional arguments
+                found = self.kernel._positional_arguments(self._args)
+            self._arguments = found
         return found
+
+    def _values_in_order(self) -> tuple[Any, ...]:
+        """Every parameter's value in order (`MISSING` where not given)."""
+        values: tuple[Any, ...] | None = self.__dict__.get("_values")
+        if values is None:
+            arguments = self.arguments
+            values = self._values = tuple(arguments.get(name, MISSING) for name in self.kernel._param_names)
+        return values
 
     @property
     def description(self) -> str:
@@ -254,11 +274,16 @@ class Launch(LaunchBase, Generic[_R]):
         """Runs the launch: eagerly on the interpreter (``stream`` is then ignored),
         queued on ``stream`` on the GPU (None: on cutile's stream, waited for)."""
         plan = self.plan()
-        arguments = self.arguments
+        values = self._values_in_order()
         self._done = True
         self._op = None  # the op refers back to this launch: leave no cycle behind
-        run_plan(self.kernel, plan, arguments, self._options, stream, self._binding)
-        return self._binding.results(arguments)
+        binding = self._binding
+        if (stream is not None and plan is binding.plan and self._options is DEFAULT_OPTIONS
+                and 0 not in plan.grid and _backend.current() == "gpu"):
+            _gpu.enqueue_bound(self.kernel, binding, values, stream)  # (run_plan's case, without names)
+        else:
+            run_plan(self.kernel, plan, self.arguments, self._options, stream, binding)
+        return binding.results(values)
 
     if TYPE_CHECKING:
         def sync(self) -> _R:
@@ -413,7 +438,7 @@ def run_plan(kernel: Kernel, plan: SignaturePlan, arguments: dict[str, Any], opt
         return
     target = _gpu.default_stream() if stream is None else stream
     if binding is not None and plan is binding.plan and options is DEFAULT_OPTIONS:
-        _gpu.enqueue_bound(kernel, binding, arguments, target)
+        _gpu.enqueue_bound(kernel, binding, tuple(arguments.get(name, MISSING) for name in kernel._param_names), target)
     else:
         values = {n: (v._tensor if type(v) is Partition else v) for n, v in arguments.items()}
         _gpu.enqueue(kernel, plan, values, options, target)
