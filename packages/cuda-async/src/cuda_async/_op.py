@@ -49,7 +49,7 @@ class Run:
     """The state of one walk of an op tree: the job, who takes holds (the job, or a
     shared op's own sub-job), the policy, the capture, and the job's last point per stream."""
 
-    __slots__ = ("job", "holder", "policy", "capture", "points")
+    __slots__ = ("job", "holder", "policy", "capture", "points", "stream_state")
 
     def __init__(self, job: Job, policy: SchedulingPolicy, capture: _capture.CaptureState | None = None) -> None:
         self.job = job
@@ -57,6 +57,8 @@ class Run:
         self.policy = policy
         self.capture = capture
         self.points: dict[cuda_core.Stream, int] = {}
+        # The last stream a leaf was enqueued on, with its bookkeeping (`_streams.state`).
+        self.stream_state: tuple[cuda_core.Stream, _streams.StreamState] | None = None
 
     def branch_stream(self, parent: cuda_core.Stream | None) -> cuda_core.Stream | None:
         """The stream of a new independent branch (`zip`) forked from ``parent``."""
@@ -275,7 +277,12 @@ class FnOp(DeviceOp[T]):
             return self.fn(stream)
         job = run.job
         if run.holder is job:
-            state = _streams.state(stream)
+            known = run.stream_state
+            if known is not None and known[0] is stream:
+                state = known[1]
+            else:
+                state = _streams.state(stream)
+                run.stream_state = (stream, state)
             if job.enter_steady(self.access_set, stream, state, claim):  # a loop's usual case
                 result = self.fn(stream)
                 run.points[stream] = job.record_steady(self.access_set, stream, state)
@@ -311,8 +318,12 @@ class ThenOp(DeviceOp[U], Generic[T, U]):
         self.first = first
         self.next_op = next_op
         following = next_op.name if isinstance(next_op, DeviceOp) else getattr(next_op, "__name__", "fn")
-        head = first.name.split(" then ", 1)[0]
-        self.name = f"{head} then {following}" if " then " not in first.name else f"{head} then ... {following}"
+        if type(first) is ThenOp:  # a chain built in a loop: its head is known
+            self._head: str = first._head
+            self.name = f"{first._head} then ... {following}"
+        else:
+            head = self._head = first.name.split(" then ", 1)[0]
+            self.name = f"{head} then {following}" if " then " not in first.name else f"{head} then ... {following}"
 
     def _enqueue(self, run: Run, stream: cuda_core.Stream | None) -> U:
         # A chain built in a loop (op = op.then(k)) nests to the left: walk it
@@ -337,8 +348,10 @@ class ThenOp(DeviceOp[U], Generic[T, U]):
 def as_device_op(item: Any) -> Any:
     """``item`` itself, or the op of an object that presents one through a
     ``__device_op__()`` method (how a layer above, e.g. cutile's launches, plugs in)."""
+    if isinstance(item, DeviceOp):
+        return item
     present = getattr(item, "__device_op__", None)
-    return present() if callable(present) and not isinstance(item, DeviceOp) else item
+    return present() if callable(present) else item
 
 
 class MapOp(DeviceOp[U], Generic[T, U]):

@@ -251,8 +251,9 @@ class Launch(LaunchBase, Generic[_R]):
         arguments. Combine it with ``then``, ``map``, `cutile.zip`, ``shared``..."""
         self._pending = False  # the op decides whether it runs
         if self._op is None:
-            self._op = cuda_async.FnOp.from_accesses(self._execute, self._binding.accesses, name=self.description,
-                                                     views=self._graph_views, claim_from=self._hand_over_claim)
+            self._op = cuda_async.FnOp.from_accesses(
+                self._execute, self._binding.accesses, name=self.kernel._launch_description,
+                views=self._graph_views, claim_from=self._hand_over_claim)
         return self._op
 
     def _graph_views(self) -> list[cuda_async.ResourceView]:
