@@ -283,9 +283,14 @@ class FnOp(DeviceOp[T]):
             else:
                 state = _streams.state(stream)
                 run.stream_state = (stream, state)
-            if job.enter_steady(self.access_set, stream, state, claim):  # a loop's usual case
-                result = self.fn(stream)
-                run.points[stream] = job.record_steady(self.access_set, stream, state)
+            if job.is_steady(self.access_set, stream, state):  # a loop's usual case
+                try:
+                    result = self.fn(stream)
+                except BaseException:
+                    if claim is not None:
+                        claim.release()  # the op did not start
+                    raise
+                run.points[stream] = job.record_steady(self.access_set, stream, state, claim)
                 return result
         # Mark the stream's current point first if someone may need it, so that
         # neither this op's waits nor its work end up behind that event.

@@ -22,6 +22,7 @@ from cuda_async import _ledger, _streams
 from cuda_async._ledger import refusal
 
 _ledger_lock = _ledger.lock
+_streams_lock = _streams._lock
 
 
 class Access(enum.IntEnum):
@@ -29,6 +30,9 @@ class Access(enum.IntEnum):
 
     READ = 1
     WRITE = 2
+
+
+_WRITE = Access.WRITE
 
 
 class Resource:
@@ -284,60 +288,65 @@ class Job:
                         if other is not stream:
                             _streams.wait_point(stream, other, epoch)
 
-    def enter_steady(self, access_set: AccessSet, stream: cuda_core.Stream, state: _streams.StreamState,
-                     claim: _ledger.ClaimPlan | None) -> bool:
-        """The state a leaf op repeated in one job on one stream usually finds: the
-        job holds every hold of ``access_set`` as strongly already, has used
-        ``stream``, every access's last point is on ``stream`` (``state`` its
-        bookkeeping) and the access points the stream has not marked with an event
-        are all superseded by the op's. Then `acquire` would take nothing and make no
-        wait and `_streams.before_enqueue` record no event: this gives ``claim`` back
-        and returns True; the caller enqueues the op on ``stream`` and calls `record_steady`.
-        Otherwise False, with nothing changed (the caller takes the general path,
-        which checks and names every conflict)."""
-        with _ledger_lock:
-            if _ledger.dropped or stream not in self.streams:
-                return False
-            if access_set is not self.holds_all_of:
-                holds = self.holds
-                for key, writes in access_set.hold_keys:
-                    mine = holds.get(key)
-                    if mine is None or (writes and not mine[1][2]):
-                        return False
-                self.holds_all_of = access_set
-            for resource, access in access_set.accesses:
-                last = resource._last_write
-                if last is not None and last[0] is not stream:
+    def is_steady(self, access_set: AccessSet, stream: cuda_core.Stream, state: _streams.StreamState) -> bool:
+        """Whether a leaf op over ``access_set`` finds the state a leaf op repeated in
+        this job on ``stream`` (``state``: its bookkeeping) usually finds: the job has
+        used the stream and holds every hold of ``access_set`` as strongly already,
+        every access's last point is on the stream, and the access points the stream
+        has not marked with an event are all superseded by the op's. Then `acquire`
+        would take nothing (but the op's claim) and make no wait, and
+        `_streams.before_enqueue` would record no event: the caller enqueues the op on
+        the stream and calls `record_steady`. Otherwise the caller takes the general
+        path, which checks and names every conflict.
+
+        Asked without the locks, by the thread walking the job: what it reads is the
+        job's own (its streams and holds, changed only by its walk until it is
+        released) or guarded by the job's holds (no other job writes what it holds,
+        nor reads what it writes); the stream's interest is replaced whole, never
+        changed in place (and replaced by `record_steady`, under the locks)."""
+        if _ledger.dropped or stream not in self.streams:
+            return False  # (claims dropped by the garbage collector: the general path gives them back)
+        if access_set is not self.holds_all_of:
+            holds = self.holds
+            for key, writes in access_set.hold_keys:
+                mine = holds.get(key)
+                if mine is None or (writes and not mine[1][2]):
                     return False
-                if access is Access.WRITE:
-                    reads = resource._reads
-                    if reads and (len(reads) > 1 or stream not in reads):
-                        return False
-            # (The stream's interest is replaced whole, never changed in place: read
-            # here without the streams lock, it is left for `record_steady` to replace.
-            # Kept if the op fails to enqueue: those points are still the stream's last.)
-            pending = state.interest
-            if pending and pending is not access_set.interest:
-                interest = access_set.interest
-                for resource, before in pending.items():
-                    now = interest.get(resource, 0)
-                    if not (now == 2 if before == 2 else now > 0):
-                        return False
+            self.holds_all_of = access_set
+        for resource, access in access_set.accesses:
+            last = resource._last_write
+            if last is not None and last[0] is not stream:
+                return False
+            if access is _WRITE:
+                reads = resource._reads
+                if reads and (len(reads) > 1 or stream not in reads):
+                    return False
+        pending = state.interest
+        if pending and pending is not access_set.interest:
+            interest = access_set.interest
+            for resource, before in pending.items():
+                now = interest.get(resource, 0)
+                if not (now == 2 if before == 2 else now > 0):
+                    return False
+        return True
+
+    def record_steady(self, access_set: AccessSet, stream: cuda_core.Stream, state: _streams.StreamState,
+                      claim: _ledger.ClaimPlan | None) -> int:
+        """`record` for an op enqueued on the stream of ``state`` after `is_steady`; the
+        job's holds cover the op's, so its ``claim`` is given back (it stays in the
+        ledger until the op is enqueued, excluding others as the job's holds do)."""
+        with _ledger_lock, _streams_lock:
             if claim is not None:
                 _ledger.release_locked(claim)
-            return True
-
-    def record_steady(self, access_set: AccessSet, stream: cuda_core.Stream, state: _streams.StreamState) -> int:
-        """`record` after `enter_steady`, for the stream of ``state``."""
-        with _ledger_lock, _streams._lock:
             epoch = state.epoch = state.epoch + 1
             state.interest = access_set.interest
+            write, read = (stream, epoch, self), (epoch, self)
             for resource, access in access_set.accesses:
-                if access is Access.WRITE:
-                    resource._last_write = (stream, epoch, self)
+                if access is _WRITE:
+                    resource._last_write = write
                     resource._reads.clear()
                 else:
-                    resource._reads[stream] = (epoch, self)
+                    resource._reads[stream] = read
         return epoch
 
     def record(
