@@ -70,13 +70,12 @@ class Batch:
     def __repr__(self) -> str:
         return f"<Batch {self.name!r}: {self.ops} op(s)>"
 
-    def commit_step(self, access_set: AccessSet, claimed: ClaimPlan | None) -> None:
+    def commit_step(self, access_set: AccessSet) -> None:
         """Records the accesses of the op `begin_step` let the caller enqueue on the
-        batch's stream (as `Job.record` does) and gives its claim back (the batch's
-        job holds its memory)."""
+        batch's stream (as `Job.record` does)."""
         stream, state = self.stream, self._state
         assert stream is not None and state is not None
-        self.run.points[stream] = self.run.job.record_steady(access_set, stream, state, claimed)
+        self.run.points[stream] = self.run.job.record_steady(access_set, stream, state)
 
     def enqueue(self, op: DeviceOp[T], stream: cuda_core.Stream | None | object = BATCH_STREAM) -> T:
         """Enqueues ``op`` into the batch's job, on the batch's stream unless one is
@@ -89,20 +88,23 @@ class Batch:
         return op._enqueue(self.run, self.stream if stream is BATCH_STREAM else stream)  # type: ignore[arg-type]
 
 
-def begin_step(access_set: AccessSet) -> Batch | None:
+def begin_step(access_set: AccessSet, claimed: ClaimPlan | None) -> Batch | None:
     """The start of a leaf op enqueued into the active batch in its steady state (the
     Python twin of the native C API's ``begin``): when this thread records no
     capture and the batch's job holds the op's memory as its previous run left it
-    (`Job.is_steady`), the batch is returned: the caller enqueues the op's work on
-    ``batch.stream`` and calls `Batch.commit_step` (or, if it fails, gives the op's
-    claim back). Otherwise None: the caller enqueues the op (`DeviceOp.sync`),
-    which handles every state and names every conflict."""
+    (`Job.is_steady`), ``claimed``'s pending holds are given back (the job's cover
+    them) and the batch is returned: the caller enqueues the op's work on
+    ``batch.stream`` and calls `Batch.commit_step`. Otherwise None, with nothing
+    changed: the caller enqueues the op (`DeviceOp.sync`), which handles every
+    state and names every conflict."""
     active = _active.get()
     if active is None or active.closed or _capture._active:  # (a capture on any thread: as the C API)
         return None
     stream, state = active.stream, active._state
     if stream is None or state is None or not active.run.job.is_steady(access_set, stream, state):
         return None
+    if claimed is not None:
+        claimed.release()
     active.ops += 1  # (as `enqueue` counts: an op started)
     return active
 

@@ -284,13 +284,10 @@ class FnOp(DeviceOp[T]):
                 state = _streams.state(stream)
                 run.stream_state = (stream, state)
             if job.is_steady(self.access_set, stream, state):  # a loop's usual case
-                try:
-                    result = self.fn(stream)
-                except BaseException:
-                    if claim is not None:
-                        claim.release()  # the op did not start
-                    raise
-                run.points[stream] = job.record_steady(self.access_set, stream, state, claim)
+                if claim is not None:
+                    claim.release()  # (the job's holds cover it)
+                result = self.fn(stream)
+                run.points[stream] = job.record_steady(self.access_set, stream, state)
                 return result
         # Mark the stream's current point first if someone may need it, so that
         # neither this op's waits nor its work end up behind that event.

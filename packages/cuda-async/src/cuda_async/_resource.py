@@ -294,9 +294,10 @@ class Job:
         used the stream and holds every hold of ``access_set`` as strongly already,
         every access's last point is on the stream, and the access points the stream
         has not marked with an event are all superseded by the op's. Then `acquire`
-        would take nothing (but the op's claim) and make no wait, and
-        `_streams.before_enqueue` would record no event: the caller enqueues the op on
-        the stream and calls `record_steady`. Otherwise the caller takes the general
+        would take nothing (it would give the op's claim back: the job's holds cover
+        it) and make no wait, and `_streams.before_enqueue` would record no event: the
+        caller gives the claim back, enqueues the op on the stream and calls
+        `record_steady`. Otherwise the caller takes the general
         path, which checks and names every conflict.
 
         Asked without the locks, by the thread walking the job: what it reads is the
@@ -330,14 +331,9 @@ class Job:
                     return False
         return True
 
-    def record_steady(self, access_set: AccessSet, stream: cuda_core.Stream, state: _streams.StreamState,
-                      claim: _ledger.ClaimPlan | None) -> int:
-        """`record` for an op enqueued on the stream of ``state`` after `is_steady`; the
-        job's holds cover the op's, so its ``claim`` is given back (it stays in the
-        ledger until the op is enqueued, excluding others as the job's holds do)."""
+    def record_steady(self, access_set: AccessSet, stream: cuda_core.Stream, state: _streams.StreamState) -> int:
+        """`record` for an op enqueued on the stream of ``state`` after `is_steady`."""
         with _ledger_lock, _streams_lock:
-            if claim is not None:
-                _ledger.release_locked(claim)
             epoch = state.epoch = state.epoch + 1
             state.interest = access_set.interest
             write, read = (stream, epoch, self), (epoch, self)

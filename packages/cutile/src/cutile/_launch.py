@@ -307,16 +307,14 @@ class Launch(LaunchBase, Generic[_R]):
             # cuda_async's C API runs them natively: a batch's steady state, or a
             # synchronous run whose memory is idle (the run's holds replace the claim).
             accesses = self._binding.accesses
-            active = cuda_async.begin_batch_step(accesses)
+            active = cuda_async.begin_batch_step(accesses, claim)
             if active is not None:
+                self._claim = None
                 try:
                     result = self._execute(active.stream)
-                except BaseException:
+                finally:
                     self._done = True
-                    self._release()  # it did not start
-                    raise
-                self._claim = None
-                active.commit_step(accesses, claim)
+                active.commit_step(accesses)
                 return result
             run = self._binding.run_holds
             stream = cuda_async.begin_idle_run(accesses, claim, run)
