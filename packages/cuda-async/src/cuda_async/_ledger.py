@@ -119,7 +119,7 @@ class ClaimPlan:
     memory ("tensor memory on cuda:0"). A hold the plan takes is the very tuple it
     made (``entries``): given back by identity."""
 
-    __slots__ = ("lists", "entries", "labels", "requesters", "_checks", "_takes")
+    __slots__ = ("lists", "entries", "labels", "requesters", "_checks", "_takes", "_gives")
 
     def __init__(self, spans: Iterable[tuple[Hashable, int, int, bool, str, str, str]]) -> None:
         listed = list(spans)
@@ -132,9 +132,10 @@ class ClaimPlan:
     def _made(self, lists: tuple[list[Hold], ...], entries: tuple[Hold, ...], labels: tuple[str, ...],
               requesters: tuple[str, ...]) -> None:
         self.lists, self.entries, self.labels, self.requesters = lists, entries, labels, requesters
-        # What `claim` walks on every call, zipped once.
+        # What `claim` and `release_locked` walk on every call, zipped once.
         self._checks = tuple(zip(lists, entries, labels, requesters))
         self._takes = tuple(zip(lists, entries))
+        self._gives = self._takes[::-1]  # latest first
 
     def owned_by(self, owner: Job) -> ClaimPlan:
         """The same holds as running ones of ``owner`` (a native synchronous run's)."""
@@ -161,7 +162,8 @@ class ClaimPlan:
     def release(self) -> None:
         """Gives back the holds `claim` took (once per claim)."""
         with lock:
-            drain_dropped()
+            if dropped:
+                drain_dropped()
             release_locked(self)
 
     def drop(self) -> None:
@@ -182,7 +184,7 @@ def remove(held: list[Hold], hold: Hold) -> None:
 
 def release_locked(plan: ClaimPlan) -> None:
     """Gives back the holds of ``plan`` (the caller holds `lock`), latest first."""
-    for held, entry in zip(reversed(plan.lists), reversed(plan.entries)):
+    for held, entry in plan._gives:
         if held and held[-1] is entry:  # the usual case, without a call
             held.pop()
         else:
