@@ -325,8 +325,8 @@ class Job:
         pending = state.interest
         if pending and pending is not access_set.interest:
             interest = access_set.interest
-            for resource, before in pending.items():
-                now = interest.get(resource, 0)
+            for marked, before in pending.items():
+                now = interest.get(marked, 0)
                 if not (now == 2 if before == 2 else now > 0):
                     return False
         return True
