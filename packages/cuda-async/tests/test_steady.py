@@ -195,7 +195,8 @@ def test_a_steady_leaf_that_fails_gives_its_claim_back(fake_driver: FakeDriver) 
         before = _state([x, z], active.stream)
         claim = _claim_plan(accesses)
         ca.claim(claim)
-        assert active.run.job.is_steady(accesses, active.stream, _streams.state(active.stream))
+        stream = active.stream
+        assert stream is not None and active.run.job.is_steady(accesses, stream, _streams.state(stream))
         with pytest.raises(RuntimeError, match="enqueue failed"):
             _leaf(fake_driver, accesses, claim, seen, fail=True).sync()
         assert _state([x, z], active.stream) == before  # no pending hold left, nothing recorded
