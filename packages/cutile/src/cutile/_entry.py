@@ -88,6 +88,8 @@ class Kernel(KernelBase, Generic[_P, _R]):
         self._scalar_params = {p.name: p.annotation for p in self.signature.parameters
                                if isinstance(p.annotation, DType)}
         self._constant_params = frozenset(p.name for p in self.signature.parameters if p.is_constant)
+        self._scalar_positions = tuple((self._param_names.index(name), name, dtype)
+                                       for name, dtype in self._scalar_params.items())
         # Per-kernel caches, bounded: a long-running program that meets many shapes
         # keeps the most recent specializations (ARCHITECTURE.md lists the layers).
         # The compiler: (spec) -> typed IR, (spec, arch, options) -> compiled kernel.
@@ -115,7 +117,7 @@ class Kernel(KernelBase, Generic[_P, _R]):
         if not kwargs and len(args) == len(self._param_names) and self._plain_positional:
             binding = self._object_binding
             if binding is not None and binding.matches(args):
-                return Launch(self, self._positional_arguments(args), binding)
+                return Launch(self, None, binding, self._checked_scalars(args) if self._scalar_positions else args)
             arguments = dict(zip(self._param_names, args))
         elif (values := self._values_in_order(args, kwargs)) is not None and (
                 (binding := self._object_binding) is not None and binding.matches(values)):
@@ -133,6 +135,13 @@ class Kernel(KernelBase, Generic[_P, _R]):
             if name in arguments:
                 arguments[name] = scalar_value(self.name, name, dtype, arguments[name])
         return Launch(self, arguments)
+
+    def _checked_scalars(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        """A call's positional arguments (all of them), its scalars checked and converted."""
+        values = list(args)
+        for position, name, dtype in self._scalar_positions:
+            values[position] = scalar_value(self.name, name, dtype, values[position])
+        return tuple(values)
 
     def _positional_arguments(self, args: tuple[Any, ...]) -> dict[str, Any]:
         """Every argument by name, from a call that passed all of them by position,

@@ -184,7 +184,6 @@ def arm(kernel: Kernel, binding: ObjectBinding, loaded: LoadedKernel, context: i
         _configure()
     except NativeUnavailable:
         return
-    from cuda_async import Job
     from cutile import _gpu
     from cutile._binding import ObjectBinding
     from cutile._launch import Launch  # (it imports this module, for LaunchBase)
@@ -213,8 +212,7 @@ def arm(kernel: Kernel, binding: ObjectBinding, loaded: LoadedKernel, context: i
             checks.append((kind, rest[0], None, packed_as, slot, accepts))
     # One 8-byte slot per parameter, little-endian like the device.
     packed = b"".join(bytes(PARAM_CTYPES[t](v)).ljust(8, b"\0") for t, v in zip(types, binding.packed))
-    # A synchronous run's holds: the binding's spans, running, owned by a job kept for it.
-    run = binding.claim_plan.owned_by(Job(kernel._launch_description))
+    run = binding.run_holds  # a synchronous run's holds
     results = tuple(kernel._param_names.index(name) for name in binding.tensor_names)
     fast = module.NativeObjectBinding(
         binding, binding.accesses, binding.claim_plan, run, kernel._launch_description, Launch, tuple(checks), results,
