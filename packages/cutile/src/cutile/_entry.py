@@ -123,8 +123,7 @@ class Kernel(KernelBase, Generic[_P, _R]):
                 (binding := self._object_binding) is not None and binding.matches(values)):
             # Constants by keyword and inferred ones left out (a GEMM's ``BK=64``): the
             # same objects as the last call's, in signature order, reuse its binding.
-            given = {name: value for name, value in zip(self._param_names, values) if value is not MISSING}
-            return Launch(self, self._converted_scalars(given), binding)
+            return Launch(self, None, binding, self._checked_scalars(values) if self._scalar_positions else values)
         else:
             try:
                 bound = self._python_signature.bind_partial(*args, **kwargs)
@@ -137,7 +136,8 @@ class Kernel(KernelBase, Generic[_P, _R]):
         return Launch(self, arguments)
 
     def _checked_scalars(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
-        """A call's positional arguments (all of them), its scalars checked and converted."""
+        """Every parameter's value in order (`MISSING` for an inferred constant left
+        out), its scalars checked and converted."""
         values = list(args)
         for position, name, dtype in self._scalar_positions:
             values[position] = scalar_value(self.name, name, dtype, values[position])
@@ -149,12 +149,6 @@ class Kernel(KernelBase, Generic[_P, _R]):
         arguments = dict(zip(self._param_names, args))
         for name, dtype in self._scalar_params.items():
             arguments[name] = scalar_value(self.name, name, dtype, arguments[name])
-        return arguments
-
-    def _converted_scalars(self, arguments: dict[str, Any]) -> dict[str, Any]:
-        for name, dtype in self._scalar_params.items():
-            if name in arguments:
-                arguments[name] = scalar_value(self.name, name, dtype, arguments[name])
         return arguments
 
     def _values_in_order(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...] | None:

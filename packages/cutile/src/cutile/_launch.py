@@ -113,7 +113,7 @@ class Launch(LaunchBase, Generic[_R]):
         if found is None:
             values = state.get("_values")
             if values is not None:  # made with the binding's objects: every value in order
-                found = dict(zip(self.kernel._param_names, values))
+                found = {name: value for name, value in zip(self.kernel._param_names, values) if value is not MISSING}
             else:  # made by the native path: its positional arguments
                 found = self.kernel._positional_arguments(self._args)
             self._arguments = found
