@@ -1,0 +1,346 @@
+"""``cutile_kernels.matmul``: GEMM with a fused epilogue on any tensor kind.
+
+A call goes through three steps, the last two cached:
+
+1. Operands: each tensor argument becomes a cutile tensor over the same memory
+   (`_operands.as_tensor`); shapes, dtypes, the epilogue and ``out=`` are checked
+   (every error names its parameter).
+2. The plan, per call signature (shapes, strides, dtypes, epilogue, options): the
+   path (`_choose_path`), the kernel (`_gemm.gemm_kernel`, cached per variant and
+   hints), the config (`_configs.choose`: the record's winner or a default) and the
+   launch's tile, map and block count. A signature seen before costs one dict lookup:
+   the record is not asked again.
+3. The launch: the output (a fresh view of it, so the caller's object is never
+   consumed) partitioned and mapped by the plan, the kernel called. `matmul` waits
+   for it and returns the output; `matmul.launch` returns the pending `cutile.Launch`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import cutile
+from cutile.core import bf16, f16, f32
+
+from cutile_kernels import _configs
+from cutile_kernels._epilogue import Epilogue, check_epilogue
+from cutile_kernels._gemm import Variant, gemm_kernel
+from cutile_kernels._operands import FP8, Operand, as_tensor, check_no_overlap, dtype_named
+
+OUT_DTYPES = (f16, bf16, f32)
+CONFIG_KEYS = frozenset(_configs.SPACE.params)
+
+
+def _choose_path(m: int, n: int, k: int, batch: int, dtype: Any) -> str:
+    """Which kernel family computes a GEMM of ``m x n x k`` (``batch`` GEMMs).
+
+    Only ``"tiled"`` (the persistent grouped GEMM of `_gemm`) is built here. The
+    integrator routes ``m <= 16`` (decode) to ``_gemv.small_m_matmul`` and small
+    ``m * n`` with large ``k`` to ``_splitk.split_k_matmul``; both are called as
+    ``f(a, b, out, *, bias, activation, residual, alpha, config)`` with a [M, K],
+    b [K, N] and out [M, N] cutile tensors (views allowed), ``config`` a tuner dict or
+    None, and return the pending launch (`_launch_plan` shows the call site)."""
+    return "tiled"
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What a call signature launches (see the module docstring)."""
+
+    path: str
+    kernel: cutile.Kernel[Any, Any]
+    config: dict[str, Any]
+    tile: tuple[int, ...]
+    map_shape: tuple[int, ...]
+    blocks: int
+    fold_batch: bool  # a batched call with b shared by every batch and folded to one GEMM
+
+
+_PLANS: dict[tuple[Any, ...], _Plan] = {}
+_PLAN_LIMIT = 4096
+
+
+@dataclass
+class _Call:
+    """One call's checked operands (cutile tensors in the kernel's rank) and its plan."""
+
+    plan: _Plan | None  # None: an empty output, nothing to launch
+    a: cutile.Tensor
+    b: cutile.Tensor
+    out: cutile.Tensor
+    out_handed: Any
+    result_kind: Operand
+    epilogue: Epilogue
+    scales: tuple[cutile.Tensor, cutile.Tensor] | None
+    alpha: float
+
+
+def _tensor_or_none(value: Any, name: str) -> cutile.Tensor | None:
+    return None if value is None else as_tensor(value, "matmul", name).tensor
+
+
+def _scales(scale_a: Any, scale_b: Any) -> tuple[float, tuple[cutile.Tensor, cutile.Tensor] | None]:
+    """(the factor folded into alpha, the scale tensors read on the device or None)."""
+    numbers = [s for s in (scale_a, scale_b) if s is None or (isinstance(s, (int, float)) and not isinstance(s, bool))]
+    if len(numbers) == 2:
+        factor = 1.0
+        for name, s in (("scale_a", scale_a), ("scale_b", scale_b)):
+            if s is not None:
+                if not math.isfinite(float(s)):
+                    raise cutile.ArgumentError(f"matmul: {name} must be finite, got {s!r}")
+                factor *= float(s)
+        return factor, None
+    tensors = []
+    for name, s in (("scale_a", scale_a), ("scale_b", scale_b)):
+        if s is None or isinstance(s, (int, float)):
+            raise cutile.ArgumentError(f"matmul: {name} is a number while the other scale is a tensor; give both "
+                                       "scales as one-element f32 tensors, or both as numbers")
+        t = as_tensor(s, "matmul", name).tensor
+        if t.size != 1 or t.dtype != f32:
+            raise cutile.ArgumentError(f"matmul: {name} must be a one-element f32 tensor (a per-tensor scale), "
+                                       f"got shape {list(t.shape)} of {t.dtype}")
+        tensors.append(t.reshape(1) if t.is_contiguous else t[(0,) * t.ndim].broadcast_to(1))
+    return 1.0, (tensors[0], tensors[1])
+
+
+def _prepare(a: Any, b: Any, *, out: Any, bias: Any, activation: Any, residual: Any, alpha: Any, scale_a: Any,
+             scale_b: Any, out_dtype: Any, accumulate_dtype: Any, allow_tf32: bool, config: Any) -> _Call:
+    a_op = as_tensor(a, "matmul", "a")
+    ta, tb = a_op.tensor, as_tensor(b, "matmul", "b").tensor
+    for name, t in (("a", ta), ("b", tb)):
+        if t.ndim not in (2, 3):
+            raise cutile.ArgumentError(f"matmul: {name} must be a matrix [rows, cols] or a batch of them "
+                                       f"[batch, rows, cols], got shape {list(t.shape)}")
+    if ta.dtype not in (f16, bf16, f32, *FP8):
+        raise cutile.ArgumentTypeError(f"matmul: a has dtype {ta.dtype}; matmul takes f16, bf16, f32, f8e4m3fn, f8e5m2")
+    if tb.dtype != ta.dtype:
+        raise cutile.ArgumentTypeError(f"matmul: b has dtype {tb.dtype} and a {ta.dtype}; both operands must have "
+                                       "one dtype")
+    m, k = ta.shape[-2:]
+    k_b, n = tb.shape[-2:]
+    if k_b != k:
+        raise cutile.ArgumentError(f"matmul: b has {k_b} rows but a has {k} columns ({list(ta.shape)} @ "
+                                   f"{list(tb.shape)})")
+    batch_a = ta.shape[0] if ta.ndim == 3 else 1
+    batch_b = tb.shape[0] if tb.ndim == 3 else 1
+    if batch_a != batch_b and 1 not in (batch_a, batch_b):
+        raise cutile.ArgumentError(f"matmul: the batch sizes of a ({batch_a}) and b ({batch_b}) differ and neither "
+                                   "is 1 (broadcast)")
+    batched = ta.ndim == 3 or tb.ndim == 3
+    batch = max(batch_a, batch_b)
+    out_shape = (batch, m, n) if batched else (m, n)
+
+    in_dtype = ta.dtype
+    out_t: cutile.Tensor | None = None
+    out_op = None
+    if out is not None:
+        out_op = as_tensor(out, "matmul", "out")
+        out_t = out_op.tensor
+        if out_t.shape != out_shape:
+            raise cutile.ArgumentError(f"matmul: out has shape {list(out_t.shape)}, the product is {list(out_shape)}")
+    if out_dtype is None:
+        chosen_out = out_t.dtype if out_t is not None else (bf16 if in_dtype in FP8 else in_dtype)
+    else:
+        chosen_out = dtype_named(out_dtype, "matmul", "out_dtype")
+    if chosen_out not in OUT_DTYPES:
+        what = f"out has dtype {chosen_out}" if out_dtype is None else f"out_dtype={chosen_out}"
+        raise cutile.ArgumentTypeError(f"matmul: {what}; the output is f16, bf16 or f32")
+    if out_t is not None and out_t.dtype != chosen_out:
+        raise cutile.ArgumentTypeError(f"matmul: out has dtype {out_t.dtype}, out_dtype is {chosen_out}")
+    acc = dtype_named(accumulate_dtype, "matmul", "accumulate_dtype")
+    if acc not in (f32, f16) or (acc == f16 and in_dtype not in (f16, *FP8)):
+        raise cutile.ArgumentTypeError(f"matmul: accumulate_dtype={acc} with {in_dtype} inputs; f32 always, "
+                                       "f16 only for f16 and fp8 inputs")
+    if not isinstance(allow_tf32, bool):
+        raise cutile.ArgumentTypeError(f"matmul: allow_tf32 must be a bool, got {type(allow_tf32).__name__}")
+
+    factor, scale_tensors = _scales(scale_a, scale_b)
+    epilogue = check_epilogue("matmul", out_shape, bias=_tensor_or_none(bias, "bias"), activation=activation,
+                              residual=_tensor_or_none(residual, "residual"), alpha=alpha)
+    if out_t is None:
+        out_t, out_handed = a_op.empty_like_kind(out_shape, chosen_out)
+        result_kind = a_op
+    else:
+        assert out_op is not None
+        check_no_overlap("matmul", out_t, {"a": ta, "b": tb, "bias": epilogue.bias, "residual": epilogue.residual,
+                                           "scale_a": scale_tensors[0] if scale_tensors else None,
+                                           "scale_b": scale_tensors[1] if scale_tensors else None})
+        out_handed, result_kind = out_op.original, out_op
+    if config is not None:
+        if not isinstance(config, dict) or set(config) - CONFIG_KEYS:
+            raise cutile.ArgumentError(f"matmul: config must be a dict of some of {sorted(CONFIG_KEYS)}, got {config!r}")
+    alpha_total = epilogue.alpha * factor
+    if not math.isfinite(alpha_total):
+        raise cutile.ArgumentError("matmul: alpha * scale_a * scale_b is not finite")
+
+    if 0 in out_shape:
+        return _Call(None, ta, tb, out_t, out_handed, result_kind, epilogue, scale_tensors, alpha_total)
+
+    key = (ta.shape, ta.strides, tb.shape, tb.strides, in_dtype, out_t.strides, chosen_out, acc, allow_tf32,
+           epilogue.key(), epilogue.residual.strides if epilogue.residual is not None else None,
+           scale_tensors is not None, tuple(sorted(config.items())) if config else None)
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _make_plan(ta, tb, out_t, epilogue, in_dtype, chosen_out, acc, allow_tf32, scale_tensors is not None,
+                          batched, batch, m, n, k, config)
+        if len(_PLANS) >= _PLAN_LIMIT:
+            _PLANS.clear()
+        _PLANS[key] = plan
+    ta, tb, out_t, epilogue = _shaped(plan, batched, batch, ta, tb, out_t, epilogue)
+    return _Call(plan, ta, tb, out_t, out_handed, result_kind, epilogue, scale_tensors, alpha_total)
+
+
+def _foldable(t: cutile.Tensor | None) -> bool:
+    return t is None or t.is_contiguous
+
+
+def _make_plan(ta: cutile.Tensor, tb: cutile.Tensor, out_t: cutile.Tensor, epilogue: Epilogue, in_dtype: Any,
+               out_dtype: Any, acc: Any, allow_tf32: bool, scale_tensors: bool, batched: bool, batch: int,
+               m: int, n: int, k: int, config: dict[str, Any] | None) -> _Plan:
+    # A batch sharing one b, over contiguous a, out and residual, is one GEMM of batch * m rows.
+    fold = batched and (tb.ndim == 2 or tb.shape[0] == 1) and ta.ndim == 3 and _foldable(ta) \
+        and _foldable(out_t) and _foldable(epilogue.residual)
+    rank = 2 if not batched or fold else 3
+    rows = batch * m if batched else m
+    path = _choose_path(m, n, k, batch, in_dtype)
+    if config is None:
+        chosen = _configs.choose(in_dtype, rows, n, k, _tuning_setup(in_dtype))
+    else:
+        chosen = _configs.fit_to_problem({**_configs.default_config(rows, n, k, in_dtype), **config}, rows, n, k)
+    variant = Variant(rank, in_dtype, out_dtype, acc, allow_tf32 and in_dtype == f32, epilogue.activation_code,
+                      epilogue.bias.dtype if epilogue.bias is not None else None,
+                      epilogue.residual.dtype if epilogue.residual is not None else None, scale_tensors)
+    try:
+        kernel = gemm_kernel(variant, int(chosen["num_worker_warps"]), int(chosen["occupancy"]))
+    except cutile.SignatureError as exc:  # hints the compiler refuses: the config's fault
+        raise cutile.ArgumentError(f"matmul: config {chosen} cannot be used: {exc}") from None
+    tm, tn, group = int(chosen["tile_m"]), int(chosen["tile_n"]), int(chosen["group_size"])
+    tiles = -(-(rows if rank == 2 else m) // tm) * -(-n // tn) * (1 if rank == 2 else batch)
+    default_blocks = _default_blocks(out_t, rank, tm, tn, rows, n)
+    blocks = max(1, min(tiles, int(chosen["blocks_per_sm"]) * default_blocks))
+    tile = (tm, tn) if rank == 2 else (1, tm, tn)
+    map_shape = (group, 1) if rank == 2 else (1, group, 1)
+    return _Plan(path, kernel, chosen, tile, map_shape, blocks, fold)
+
+
+def _default_blocks(out_t: cutile.Tensor, rank: int, tm: int, tn: int, rows: int, n: int) -> int:
+    """The map's default block count for this output (one per SM, or the tile count when smaller)."""
+    view = out_t[...]
+    if rank == 2 and out_t.ndim == 3:
+        view = view.reshape(rows, n)
+    mapped = view.partition((tm, tn) if rank == 2 else (1, tm, tn)).map((1, 1) if rank == 2 else (1, 1, 1))
+    blocks = mapped.blocks
+    assert blocks is not None
+    return blocks
+
+
+def _shaped(plan: _Plan, batched: bool, batch: int, ta: cutile.Tensor, tb: cutile.Tensor, out_t: cutile.Tensor,
+            epilogue: Epilogue) -> tuple[cutile.Tensor, cutile.Tensor, cutile.Tensor, Epilogue]:
+    """The operands in the kernel's rank: folded to one GEMM, broadcast to the batch, or as they are."""
+    if not batched:
+        return ta, tb, out_t, epilogue
+    m, k = ta.shape[-2:]
+    n = tb.shape[-1]
+    residual = epilogue.residual
+    if plan.fold_batch:
+        b2 = tb if tb.ndim == 2 else tb[0]
+        res2 = residual.reshape(batch * m, n) if residual is not None else None
+        return (ta.reshape(batch * m, k), b2, out_t.reshape(batch * m, n),
+                Epilogue(epilogue.bias, epilogue.activation, res2, epilogue.alpha))
+    return ta.broadcast_to(batch, m, k), tb.broadcast_to(batch, k, n), out_t, epilogue
+
+
+def _launch_call(call: _Call) -> cutile.Launch[Any]:
+    plan = call.plan
+    assert plan is not None
+    a, b, epilogue = call.a, call.b, call.epilogue
+    stand_in = a[(0,) * (a.ndim - 1)]  # a rank-1 view read by no code: the absent operands' stand-in
+    scale_a, scale_b = call.scales if call.scales is not None else (stand_in, stand_in)
+    z = call.out[...].partition(plan.tile).map(plan.map_shape, blocks=plan.blocks)
+    return plan.kernel(z, a, b, epilogue.bias if epilogue.bias is not None else stand_in,
+                       epilogue.residual if epilogue.residual is not None else a, scale_a, scale_b, call.alpha,
+                       BK=int(plan.config["tile_k"]))
+
+
+class Matmul:
+    """``matmul(a, b, ...)``: see `matmul.__call__`; ``matmul.launch(...)``: the same
+    call's launch, pending (for `cutile.bench.do_bench`, `cutile.batch`, graphs)."""
+
+    def __call__(self, a: Any, b: Any, *, out: Any = None, bias: Any = None, activation: str | None = None,
+                 residual: Any = None, alpha: float = 1.0, scale_a: Any = None, scale_b: Any = None,
+                 out_dtype: Any = None, accumulate_dtype: Any = f32, allow_tf32: bool = False,
+                 config: dict[str, Any] | None = None) -> Any:
+        """``act(alpha * (a @ b) * scale_a * scale_b + bias) + residual``, waited for.
+
+        Args:
+            a, b: ``[M, K]`` and ``[K, N]``, or batches ``[B, M, K]`` and ``[B, K, N]``
+                (either batch may be 1 or absent: it is shared by every batch). Any
+                strides (transposed views are read in place). cutile tensors, or any
+                DLPack / CUDA Array Interface tensor (torch, CuPy; numpy on the
+                interpreter). dtypes f16, bf16, f32, f8e4m3fn, f8e5m2 (both the same).
+            out: where the result goes (its shape ``[..., M, N]`` and dtype checked; it
+                must not share memory with an input). None: a new tensor of a's kind.
+            bias: ``[N]``, added to every row. residual: the output's shape, added last.
+            activation: None, ``"relu"``, ``"gelu"`` (tanh approximation), ``"silu"``.
+            alpha: scales the product. scale_a, scale_b: per-tensor scales (fp8):
+                numbers, or one-element f32 tensors read on the device.
+            out_dtype: f16, bf16 or f32; default out's dtype, else bf16 for fp8 inputs
+                and the input dtype otherwise.
+            accumulate_dtype: f32 (f16 allowed for f16 and fp8 inputs).
+            allow_tf32: f32 inputs multiplied as tf32 (faster, 10-bit mantissa); by
+                default f32 products are exact f32.
+            config: a tuning config (keys of `cutile_kernels.GEMM_SPACE`) over the
+                chosen one; by default the record's winner for the shape, or a default.
+        Returns:
+            ``out``, or the new result (a cutile tensor, numpy array, torch or CuPy
+            tensor as ``a`` is).
+        Raises:
+            ArgumentError, ArgumentTypeError, InteropError: a bad argument, named.
+        """
+        call = _prepare(a, b, out=out, bias=bias, activation=activation, residual=residual, alpha=alpha,
+                        scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype, accumulate_dtype=accumulate_dtype,
+                        allow_tf32=allow_tf32, config=config)
+        if call.plan is not None:
+            _launch_call(call).sync()
+        return call.result_kind.result(call.out, call.out_handed)
+
+    def launch(self, a: Any, b: Any, *, out: Any = None, bias: Any = None, activation: str | None = None,
+               residual: Any = None, alpha: float = 1.0, scale_a: Any = None, scale_b: Any = None,
+               out_dtype: Any = None, accumulate_dtype: Any = f32, allow_tf32: bool = False,
+               config: dict[str, Any] | None = None) -> cutile.Launch[Any]:
+        """The launch of ``matmul(...)`` (same arguments), not run: ``.sync()``,
+        ``.schedule()``, ``await``, a `cutile.batch` or `cutile.bench.do_bench` runs it.
+        Pass ``out=`` to read the result (the launch gives back its kernel's tensors,
+        the output's partition first).
+
+        Raises:
+            ArgumentError: an empty output (nothing to launch), or a bad argument.
+        """
+        call = _prepare(a, b, out=out, bias=bias, activation=activation, residual=residual, alpha=alpha,
+                        scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype, accumulate_dtype=accumulate_dtype,
+                        allow_tf32=allow_tf32, config=config)
+        if call.plan is None:
+            raise cutile.ArgumentError(f"matmul.launch: the output {list(call.out.shape)} is empty; there is "
+                                       "nothing to launch (matmul(...) returns it as it is)")
+        return _launch_call(call)
+
+
+def _tuning_setup(dtype: Any) -> Any:
+    """The `cutile.tune.Tuner` setup of the tiled GEMM on ``dtype``: ``setup(config,
+    (m, n, k))`` makes random inputs and returns the runner of one launch."""
+    def setup(config: dict[str, Any], shape: tuple[int, ...]) -> Any:
+        from cutile import api
+
+        m, n, k = shape
+        a = api.randn([m, k], dtype=dtype if dtype not in FP8 else f16, seed=1)
+        b = api.randn([k, n], dtype=dtype if dtype not in FP8 else f16, seed=2)
+        if dtype in FP8:
+            a, b = api.astype(a, dtype), api.astype(b, dtype)
+        out = api.empty([m, n], dtype=bf16 if dtype in FP8 else dtype)
+        return lambda: matmul.launch(a, b, out=out, config=dict(config))
+    return setup
+
+
+matmul = Matmul()
