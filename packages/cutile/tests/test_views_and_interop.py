@@ -200,3 +200,15 @@ def test_broadcast_to_is_a_stride_zero_view_kernels_read_and_mut_refuses() -> No
     for bad in ([3, 5], [4], [-1, 3, 4]):
         with pytest.raises(cutile.ArgumentError, match="cannot broadcast"):
             t.broadcast_to(bad)
+
+
+@pytest.mark.parametrize("name", ["float8_e4m3fn", "float8_e5m2", "bfloat16"])
+def test_from_dlpack_shares_ml_dtypes_arrays_strided(name: str) -> None:
+    if cutile.backend() != "interpreter":
+        pytest.skip("host arrays are shared on the interpreter backend")
+    import ml_dtypes
+
+    values = np.arange(24, dtype=np.float32).reshape(4, 6).astype(getattr(ml_dtypes, name))
+    view = values[:, ::2]
+    t = api.from_dlpack(view)
+    np.testing.assert_array_equal(t.to_numpy().astype(np.float32), view.astype(np.float32))
