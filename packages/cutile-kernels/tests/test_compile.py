@@ -25,18 +25,20 @@ VARIANTS = {
 
 
 def _arguments(v: Variant, m: int = 512, n: int = 512, k: int = 256, tm: int = 128, tn: int = 128) -> list[Any]:
-    def stand_in(dtype: Any, shape: list[int]) -> Any:
-        return api.meta(shape, dtype=v.in_dtype if dtype is None else dtype)
-
     if v.rank == 2:
         z = api.meta([m, n], dtype=v.out_dtype).partition([tm, tn]).map([8, 1], blocks=132)
         a, b, res = api.meta([m, k], dtype=v.in_dtype), api.meta([k, n], dtype=v.in_dtype), [m, n]
     else:
         z = api.meta([4, m, n], dtype=v.out_dtype).partition([1, tm, tn]).map([1, 8, 1], blocks=132)
         a, b, res = api.meta([4, m, k], dtype=v.in_dtype), api.meta([4, k, n], dtype=v.in_dtype), [4, m, n]
+    ones = [1] * v.rank
+
+    def operand(dtype: Any, shape: list[int]) -> Any:  # a's stand-in where the variant has none
+        return a if dtype is None else api.meta(shape, dtype=dtype)
+
     scale = f32 if v.scale_tensors else None
-    return [z, a, b, stand_in(v.bias_dtype, [n]), stand_in(v.residual_dtype, res), stand_in(scale, [1]),
-            stand_in(scale, [1]), 1.0]
+    return [z, a, b, operand(v.bias_dtype, ones[:-1] + [n]), operand(v.residual_dtype, res), operand(scale, ones),
+            operand(scale, ones), 1.0]
 
 
 @pytest.mark.parametrize("arch", ["sm_90", "sm_100"])

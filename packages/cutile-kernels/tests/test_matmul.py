@@ -222,12 +222,12 @@ def test_repeated_calls_reuse_one_plan() -> None:
     rng = np.random.default_rng(37)
     a, b = rand(rng, (M, K), f16), rand(rng, (K, N), f16)
     matmul(a, b, config=TINY)
-    plans = len(_matmul._PLANS)
+    plans = len(_matmul._SIGNATURES)
     for _ in range(3):
         matmul(a, b, config=TINY)
-    assert len(_matmul._PLANS) == plans
+    assert len(_matmul._SIGNATURES) == plans
     matmul(a, b, config={**TINY, "tile_m": 32})
-    assert len(_matmul._PLANS) == plans + 1
+    assert len(_matmul._SIGNATURES) == plans + 1
 
 
 def test_torch_tensors_in_and_out() -> None:

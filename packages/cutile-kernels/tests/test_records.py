@@ -32,13 +32,13 @@ def records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv("CUTILE_TUNE", raising=False)
     monkeypatch.setattr(_configs, "RECORDS_DIR", tmp_path / "records")
     monkeypatch.setattr(_configs, "_TUNERS", {})
-    monkeypatch.setattr(_matmul, "_PLANS", {})
+    monkeypatch.setattr(_matmul, "_SIGNATURES", {})
     return tmp_path / "records"
 
 
 def _only_plan() -> Any:
-    (plan,) = _matmul._PLANS.values()
-    return plan
+    (signature,) = _matmul._SIGNATURES.values()
+    return signature.plan
 
 
 def _operands() -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:

@@ -9,9 +9,11 @@ activation, and which epilogue operands exist. Tile shapes and the group size re
 the kernel through its launch (the output's partition tile and map shape; ``BK`` as a
 constant), so one kernel object serves every tile shape of a config's hints.
 
-The launch passes every parameter; an operand the call lacks (bias, residual, scale
-tensors) is given a stand-in the code never reads (the variant compiles its branch
-out), so a variant has one signature.
+The launch passes every parameter, each of the kernel's rank (a bias ``[N]`` as a
+``[1, N]`` view, a scale as ``[1, 1]``); an operand the call lacks (bias, residual,
+scale tensors) is given ``a`` itself as a stand-in the code never reads (the variant
+compiles its branch out), so a variant has one signature and a call makes no view for
+what it lacks.
 
 Tails need no code: tile loads pad past a tensor's end with zeros (so a K tail adds
 nothing) and stores mask at its edges.
@@ -70,8 +72,8 @@ def _make_2d(v: Variant) -> Any:
     scale_dt = f32 if has_scales else in_dt
 
     def matmul_2d(z: Mut[Tensor[out_dt, ["BM", "BN"]]], a: Tensor[in_dt, [-1, "K"]], b: Tensor[in_dt, ["K", -1]],
-                  bias: Tensor[bias_dt, [-1]], residual: Tensor[res_dt, [-1, -1]], scale_a: Tensor[scale_dt, [-1]],
-                  scale_b: Tensor[scale_dt, [-1]], alpha: f32, BM: Constant[int], BN: Constant[int],
+                  bias: Tensor[bias_dt, [-1, -1]], residual: Tensor[res_dt, [-1, -1]],
+                  scale_a: Tensor[scale_dt, [-1, -1]], scale_b: Tensor[scale_dt, [-1, -1]], alpha: f32, BM: Constant[int], BN: Constant[int],
                   BK: Constant[int], K: Constant[int]) -> None:
         part_a = a.partition([BM, BK])
         part_b = b.partition([BK, BN])
@@ -87,10 +89,9 @@ def _make_2d(v: Variant) -> Any:
                 acc = mma(ta, tb, acc)
             out = acc.astype(f32) * alpha
             if has_scales:
-                scale = scale_a.load(index=(0,), shape=(1,)) * scale_b.load(index=(0,), shape=(1,))
-                out = out * scale.reshape((1, 1))
+                out = out * (scale_a.load(index=(0, 0), shape=(1, 1)) * scale_b.load(index=(0, 0), shape=(1, 1)))
             if has_bias:
-                out = out + bias.load(index=(bn,), shape=(BN,)).astype(f32).reshape((1, BN))
+                out = out + bias.load(index=(0, bn), shape=(1, BN)).astype(f32)
             out = apply_activation(out, act)
             if has_residual:
                 out = out + residual.load(index=idx, shape=(BM, BN)).astype(f32)
@@ -106,8 +107,9 @@ def _make_3d(v: Variant) -> Any:
     scale_dt = f32 if has_scales else in_dt
 
     def matmul_3d(z: Mut[Tensor[out_dt, [1, "BM", "BN"]]], a: Tensor[in_dt, [-1, -1, "K"]],
-                  b: Tensor[in_dt, [-1, "K", -1]], bias: Tensor[bias_dt, [-1]], residual: Tensor[res_dt, [-1, -1, -1]],
-                  scale_a: Tensor[scale_dt, [-1]], scale_b: Tensor[scale_dt, [-1]], alpha: f32,
+                  b: Tensor[in_dt, [-1, "K", -1]], bias: Tensor[bias_dt, [-1, -1, -1]],
+                  residual: Tensor[res_dt, [-1, -1, -1]], scale_a: Tensor[scale_dt, [-1, -1, -1]],
+                  scale_b: Tensor[scale_dt, [-1, -1, -1]], alpha: f32,
                   BM: Constant[int], BN: Constant[int], BK: Constant[int], K: Constant[int]) -> None:
         part_a = a.partition([1, BM, BK])
         part_b = b.partition([1, BK, BN])
@@ -123,10 +125,10 @@ def _make_3d(v: Variant) -> Any:
                 acc = mma(ta, tb, acc)
             out = acc.astype(f32) * alpha
             if has_scales:
-                scale = scale_a.load(index=(0,), shape=(1,)) * scale_b.load(index=(0,), shape=(1,))
+                scale = scale_a.load(index=(0, 0, 0), shape=(1, 1, 1)) * scale_b.load(index=(0, 0, 0), shape=(1, 1, 1))
                 out = out * scale.reshape((1, 1))
             if has_bias:
-                out = out + bias.load(index=(bn,), shape=(BN,)).astype(f32).reshape((1, BN))
+                out = out + bias.load(index=(0, 0, bn), shape=(1, 1, BN)).reshape((1, BN)).astype(f32)
             out = apply_activation(out, act)
             if has_residual:
                 out = out + residual.load(index=idx, shape=(1, BM, BN)).reshape((BM, BN)).astype(f32)

@@ -27,7 +27,7 @@ from cutile.core import bf16, f16, f32
 from cutile_kernels import _configs
 from cutile_kernels._epilogue import Epilogue, check_epilogue
 from cutile_kernels._gemm import Variant, gemm_kernel
-from cutile_kernels._operands import FP8, Operand, as_tensor, check_no_overlap, dtype_named
+from cutile_kernels._operands import FP8, Operand, as_tensor, check_no_overlap, dtype_named, tensor_of
 
 OUT_DTYPES = (f16, bf16, f32)
 CONFIG_KEYS = frozenset(_configs.SPACE.params)
@@ -58,8 +58,7 @@ class _Plan:
     fold_batch: bool  # a batched call with b shared by every batch and folded to one GEMM
 
 
-_PLANS: dict[tuple[Any, ...], _Plan] = {}
-_PLAN_LIMIT = 4096
+_PLAN_LIMIT = 4096  # call signatures kept (then forgotten all at once)
 
 
 @dataclass
@@ -71,14 +70,14 @@ class _Call:
     b: cutile.Tensor
     out: cutile.Tensor
     out_handed: Any
-    result_kind: Operand
+    result_kind: Operand | None  # None: out_handed is the result as it is (the caller's out=)
     epilogue: Epilogue
     scales: tuple[cutile.Tensor, cutile.Tensor] | None
     alpha: float
 
 
 def _tensor_or_none(value: Any, name: str) -> cutile.Tensor | None:
-    return None if value is None else as_tensor(value, "matmul", name).tensor
+    return None if value is None else tensor_of(value, "matmul", name)
 
 
 def _scales(scale_a: Any, scale_b: Any) -> tuple[float, tuple[cutile.Tensor, cutile.Tensor] | None]:
@@ -105,10 +104,84 @@ def _scales(scale_a: Any, scale_b: Any) -> tuple[float, tuple[cutile.Tensor, cut
     return 1.0, (tensors[0], tensors[1])
 
 
+@dataclass(frozen=True)
+class _Signature:
+    """What the checks of a call signature settled, and its plan (None: empty output)."""
+
+    out_shape: tuple[int, ...]
+    out_dtype: Any
+    batched: bool
+    batch: int
+    plan: _Plan | None
+
+
+_SIGNATURES: dict[tuple[Any, ...], _Signature] = {}
+
+
+def _layout(t: cutile.Tensor | None) -> tuple[Any, ...] | None:
+    return None if t is None else (t.shape, t.strides, t.dtype)
+
+
 def _prepare(a: Any, b: Any, *, out: Any, bias: Any, activation: Any, residual: Any, alpha: Any, scale_a: Any,
              scale_b: Any, out_dtype: Any, accumulate_dtype: Any, allow_tf32: bool, config: Any) -> _Call:
     a_op = as_tensor(a, "matmul", "a")
-    ta, tb = a_op.tensor, as_tensor(b, "matmul", "b").tensor
+    ta, tb = a_op.tensor, tensor_of(b, "matmul", "b")
+    bias_t = None if bias is None else tensor_of(bias, "matmul", "bias")
+    residual_t = None if residual is None else tensor_of(residual, "matmul", "residual")
+    out_op = None if out is None or type(out) is cutile.Tensor else as_tensor(out, "matmul", "out")
+    out_t = out if out_op is None else out_op.tensor
+    factor, scale_tensors = (1.0, None) if scale_a is None and scale_b is None else _scales(scale_a, scale_b)
+    # Everything checked below but the memory (overlaps) and alpha depends only on this key:
+    # a signature seen before skips those checks and finds its plan in one lookup.
+    try:
+        key: tuple[Any, ...] | None = (
+            ta.shape, ta.strides, ta.dtype, tb.shape, tb.strides, tb.dtype, _layout(bias_t), _layout(residual_t),
+            _layout(out_t), activation, out_dtype, accumulate_dtype, allow_tf32, scale_tensors is not None,
+            tuple(sorted(config.items())) if isinstance(config, dict) else config)
+        signature = _SIGNATURES.get(key)  # type: ignore[arg-type]
+    except TypeError:  # an unhashable argument: checked (and refused) below
+        key, signature = None, None
+    if signature is None:
+        signature = _check_signature(ta, tb, bias_t, residual_t, out_t, activation, out_dtype, accumulate_dtype,
+                                     allow_tf32, scale_tensors is not None, config)
+        if key is not None:
+            if len(_SIGNATURES) >= _PLAN_LIMIT:
+                _SIGNATURES.clear()
+            _SIGNATURES[key] = signature
+    epilogue = check_epilogue("matmul", signature.out_shape, bias=bias_t, activation=activation,
+                              residual=residual_t, alpha=alpha) if signature.plan is None or key is None \
+        else Epilogue(bias_t, activation, residual_t, _checked_alpha(alpha))
+    if out_t is None:
+        out_t, out_handed = a_op.empty_like_kind(signature.out_shape, signature.out_dtype)
+        result_kind = a_op
+    else:
+        check_no_overlap("matmul", out_t, {"a": ta, "b": tb, "bias": bias_t, "residual": residual_t,
+                                           "scale_a": scale_tensors[0] if scale_tensors else None,
+                                           "scale_b": scale_tensors[1] if scale_tensors else None})
+        result_kind, out_handed = None, out  # the caller's out= object, given back as it is
+    alpha_total = epilogue.alpha * factor
+    if not math.isfinite(alpha_total):
+        raise cutile.ArgumentError("matmul: alpha * scale_a * scale_b is not finite")
+    plan = signature.plan
+    if plan is not None:
+        ta, tb, out_t, epilogue = _shaped(plan, signature.batched, signature.batch, ta, tb, out_t, epilogue)
+    return _Call(plan, ta, tb, out_t, out_handed, result_kind, epilogue, scale_tensors, alpha_total)
+
+
+def _checked_alpha(alpha: Any) -> float:
+    if isinstance(alpha, float) and math.isfinite(alpha):
+        return alpha
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
+        raise cutile.ArgumentTypeError(f"matmul: alpha must be a number, got {type(alpha).__name__}")
+    if not math.isfinite(float(alpha)):
+        raise cutile.ArgumentError(f"matmul: alpha must be finite, got {alpha!r}")
+    return float(alpha)
+
+
+def _check_signature(ta: cutile.Tensor, tb: cutile.Tensor, bias_t: cutile.Tensor | None,
+                     residual_t: cutile.Tensor | None, out_t: cutile.Tensor | None, activation: Any, out_dtype: Any,
+                     accumulate_dtype: Any, allow_tf32: Any, scale_tensors: bool, config: Any) -> _Signature:
+    """The checks of a call signature (each error names its parameter), and its plan."""
     for name, t in (("a", ta), ("b", tb)):
         if t.ndim not in (2, 3):
             raise cutile.ArgumentError(f"matmul: {name} must be a matrix [rows, cols] or a batch of them "
@@ -131,15 +204,9 @@ def _prepare(a: Any, b: Any, *, out: Any, bias: Any, activation: Any, residual: 
     batched = ta.ndim == 3 or tb.ndim == 3
     batch = max(batch_a, batch_b)
     out_shape = (batch, m, n) if batched else (m, n)
-
     in_dtype = ta.dtype
-    out_t: cutile.Tensor | None = None
-    out_op = None
-    if out is not None:
-        out_op = as_tensor(out, "matmul", "out")
-        out_t = out_op.tensor
-        if out_t.shape != out_shape:
-            raise cutile.ArgumentError(f"matmul: out has shape {list(out_t.shape)}, the product is {list(out_shape)}")
+    if out_t is not None and out_t.shape != out_shape:
+        raise cutile.ArgumentError(f"matmul: out has shape {list(out_t.shape)}, the product is {list(out_shape)}")
     if out_dtype is None:
         chosen_out = out_t.dtype if out_t is not None else (bf16 if in_dtype in FP8 else in_dtype)
     else:
@@ -155,53 +222,29 @@ def _prepare(a: Any, b: Any, *, out: Any, bias: Any, activation: Any, residual: 
                                        "f16 only for f16 and fp8 inputs")
     if not isinstance(allow_tf32, bool):
         raise cutile.ArgumentTypeError(f"matmul: allow_tf32 must be a bool, got {type(allow_tf32).__name__}")
-
-    factor, scale_tensors = _scales(scale_a, scale_b)
-    epilogue = check_epilogue("matmul", out_shape, bias=_tensor_or_none(bias, "bias"), activation=activation,
-                              residual=_tensor_or_none(residual, "residual"), alpha=alpha)
-    if out_t is None:
-        out_t, out_handed = a_op.empty_like_kind(out_shape, chosen_out)
-        result_kind = a_op
-    else:
-        assert out_op is not None
-        check_no_overlap("matmul", out_t, {"a": ta, "b": tb, "bias": epilogue.bias, "residual": epilogue.residual,
-                                           "scale_a": scale_tensors[0] if scale_tensors else None,
-                                           "scale_b": scale_tensors[1] if scale_tensors else None})
-        out_handed, result_kind = out_op.original, out_op
     if config is not None:
         if not isinstance(config, dict) or set(config) - CONFIG_KEYS:
             raise cutile.ArgumentError(f"matmul: config must be a dict of some of {sorted(CONFIG_KEYS)}, got {config!r}")
-    alpha_total = epilogue.alpha * factor
-    if not math.isfinite(alpha_total):
-        raise cutile.ArgumentError("matmul: alpha * scale_a * scale_b is not finite")
-
+    # alpha does not reach the kernel's code: any valid one checks the rest of the epilogue
+    epilogue = check_epilogue("matmul", out_shape, bias=bias_t, activation=activation, residual=residual_t, alpha=1.0)
     if 0 in out_shape:
-        return _Call(None, ta, tb, out_t, out_handed, result_kind, epilogue, scale_tensors, alpha_total)
-
-    key = (ta.shape, ta.strides, tb.shape, tb.strides, in_dtype, out_t.strides, chosen_out, acc, allow_tf32,
-           epilogue.key(), epilogue.residual.strides if epilogue.residual is not None else None,
-           scale_tensors is not None, tuple(sorted(config.items())) if config else None)
-    plan = _PLANS.get(key)
-    if plan is None:
-        plan = _make_plan(ta, tb, out_t, epilogue, in_dtype, chosen_out, acc, allow_tf32, scale_tensors is not None,
-                          batched, batch, m, n, k, config)
-        if len(_PLANS) >= _PLAN_LIMIT:
-            _PLANS.clear()
-        _PLANS[key] = plan
-    ta, tb, out_t, epilogue = _shaped(plan, batched, batch, ta, tb, out_t, epilogue)
-    return _Call(plan, ta, tb, out_t, out_handed, result_kind, epilogue, scale_tensors, alpha_total)
+        return _Signature(out_shape, chosen_out, batched, batch, None)
+    out_dense = out_t is None or out_t.is_contiguous  # (the output a call allocates is dense)
+    plan = _make_plan(ta, tb, out_dense, epilogue, in_dtype, chosen_out, acc, allow_tf32, scale_tensors, batched, batch,
+                      m, n, k, config)
+    return _Signature(out_shape, chosen_out, batched, batch, plan)
 
 
 def _foldable(t: cutile.Tensor | None) -> bool:
     return t is None or t.is_contiguous
 
 
-def _make_plan(ta: cutile.Tensor, tb: cutile.Tensor, out_t: cutile.Tensor, epilogue: Epilogue, in_dtype: Any,
+def _make_plan(ta: cutile.Tensor, tb: cutile.Tensor, out_dense: bool, epilogue: Epilogue, in_dtype: Any,
                out_dtype: Any, acc: Any, allow_tf32: bool, scale_tensors: bool, batched: bool, batch: int,
                m: int, n: int, k: int, config: dict[str, Any] | None) -> _Plan:
     # A batch sharing one b, over contiguous a, out and residual, is one GEMM of batch * m rows.
     fold = batched and (tb.ndim == 2 or tb.shape[0] == 1) and ta.ndim == 3 and _foldable(ta) \
-        and _foldable(out_t) and _foldable(epilogue.residual)
+        and out_dense and _foldable(epilogue.residual)
     rank = 2 if not batched or fold else 3
     rows = batch * m if batched else m
     path = _choose_path(m, n, k, batch, in_dtype)
@@ -218,20 +261,19 @@ def _make_plan(ta: cutile.Tensor, tb: cutile.Tensor, out_t: cutile.Tensor, epilo
         raise cutile.ArgumentError(f"matmul: config {chosen} cannot be used: {exc}") from None
     tm, tn, group = int(chosen["tile_m"]), int(chosen["tile_n"]), int(chosen["group_size"])
     tiles = -(-(rows if rank == 2 else m) // tm) * -(-n // tn) * (1 if rank == 2 else batch)
-    default_blocks = _default_blocks(out_t, rank, tm, tn, rows, n)
+    default_blocks = _default_blocks(ta, tiles) if ta.size else tiles  # (k == 0: any count does)
     blocks = max(1, min(tiles, int(chosen["blocks_per_sm"]) * default_blocks))
     tile = (tm, tn) if rank == 2 else (1, tm, tn)
     map_shape = (group, 1) if rank == 2 else (1, group, 1)
     return _Plan(path, kernel, chosen, tile, map_shape, blocks, fold)
 
 
-def _default_blocks(out_t: cutile.Tensor, rank: int, tm: int, tn: int, rows: int, n: int) -> int:
-    """The map's default block count for this output (one per SM, or the tile count when smaller)."""
-    view = out_t[...]
-    if rank == 2 and out_t.ndim == 3:
-        view = view.reshape(rows, n)
-    mapped = view.partition((tm, tn) if rank == 2 else (1, tm, tn)).map((1, 1) if rank == 2 else (1, 1, 1))
-    blocks = mapped.blocks
+def _default_blocks(on: cutile.Tensor, tiles: int) -> int:
+    """The map's default block count for ``tiles`` output tiles on ``on``'s device: one
+    per SM, or the tile count when smaller. (Asked of a stride-0 view of one element
+    of ``on`` with ``tiles`` elements, mapped as ``tiles`` tiles: no memory is touched.)"""
+    one = on[(0,) * on.ndim].broadcast_to(tiles)
+    blocks = one.partition((1,)).map((1,)).blocks
     assert blocks is not None
     return blocks
 
@@ -256,12 +298,12 @@ def _launch_call(call: _Call) -> cutile.Launch[Any]:
     plan = call.plan
     assert plan is not None
     a, b, epilogue = call.a, call.b, call.epilogue
-    stand_in = a[(0,) * (a.ndim - 1)]  # a rank-1 view read by no code: the absent operands' stand-in
-    scale_a, scale_b = call.scales if call.scales is not None else (stand_in, stand_in)
+    ones = [1] * a.ndim
+    bias = a if epilogue.bias is None else epilogue.bias.broadcast_to(ones[:-1] + [epilogue.bias.shape[0]])
+    scale_a, scale_b = (a, a) if call.scales is None else (s.broadcast_to(ones) for s in call.scales)
     z = call.out[...].partition(plan.tile).map(plan.map_shape, blocks=plan.blocks)
-    return plan.kernel(z, a, b, epilogue.bias if epilogue.bias is not None else stand_in,
-                       epilogue.residual if epilogue.residual is not None else a, scale_a, scale_b, call.alpha,
-                       BK=int(plan.config["tile_k"]))
+    return plan.kernel(z, a, b, bias, epilogue.residual if epilogue.residual is not None else a, scale_a, scale_b,
+                       call.alpha, BK=int(plan.config["tile_k"]))
 
 
 class Matmul:
@@ -304,7 +346,7 @@ class Matmul:
                         allow_tf32=allow_tf32, config=config)
         if call.plan is not None:
             _launch_call(call).sync()
-        return call.result_kind.result(call.out, call.out_handed)
+        return call.out_handed if call.result_kind is None else call.result_kind.result(call.out, call.out_handed)
 
     def launch(self, a: Any, b: Any, *, out: Any = None, bias: Any = None, activation: str | None = None,
                residual: Any = None, alpha: float = 1.0, scale_a: Any = None, scale_b: Any = None,

@@ -81,6 +81,13 @@ class Operand:
         return library.from_dlpack(tensor)
 
 
+def tensor_of(value: Any, function: str, parameter: str) -> cutile.Tensor:
+    """`as_tensor`'s tensor alone (for arguments whose kind nothing follows)."""
+    if type(value) is cutile.Tensor:  # the common case, without an Operand
+        return value
+    return as_tensor(value, function, parameter).tensor
+
+
 def as_tensor(value: Any, function: str, parameter: str) -> Operand:
     """``value`` as a cutile tensor sharing its memory.
 
