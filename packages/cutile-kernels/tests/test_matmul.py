@@ -34,7 +34,7 @@ def rand(rng: np.random.Generator, shape: tuple[int, ...], dtype: Any) -> np.nda
 
 def reference(a: Any, b: Any, *, bias: Any = None, activation: str | None = None, residual: Any = None,
               alpha: float = 1.0) -> np.ndarray[Any, Any]:
-    out = alpha * np.matmul(np.asarray(a, np.float64), np.asarray(b, np.float64))
+    out: np.ndarray[Any, Any] = alpha * np.matmul(np.asarray(a, np.float64), np.asarray(b, np.float64))
     if bias is not None:
         out = out + np.asarray(bias, np.float64)
     out = activation_reference(out, activation)

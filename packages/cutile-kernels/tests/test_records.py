@@ -95,7 +95,7 @@ def test_buckets_and_defaults() -> None:
     assert _configs.fit_to_problem(big, 20, 3000, 5)["tile_m"] == 32
     assert _configs.fit_to_problem(big, 20, 3000, 5)["tile_k"] == 16
     for config in _configs.SPACE.configs():
-        if config["tile_m"] * config["tile_n"] >= 128 * 256 and _configs.prune(config):
+        if int(config["tile_m"]) * int(config["tile_n"]) >= 128 * 256 and _configs.prune(config):
             assert config["num_worker_warps"] == 8
 
 

@@ -1,3 +1,6 @@
+# mypy: disable-error-code="misc, valid-type"
+# (the kernels' dtypes are the factory's closure variables, which the cutile mypy plugin, reading
+# dtypes by name, cannot resolve; the compiler checks every annotation when a kernel is made)
 """The tiled GEMM kernels: a persistent grouped schedule on a mapped partition, with
 the epilogue fused (safe kernels: no ``unsafe``).
 
