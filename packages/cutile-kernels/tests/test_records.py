@@ -113,3 +113,20 @@ def test_the_tuning_script_writes_records_that_load(tmp_path: Path) -> None:
     record = tune.Record.load(path, provenance)
     assert record.winners and all(set(w.config) == set(_configs.SPACE.params) for w in record.winners.values())
     assert "matmul_f32" in done.stdout
+
+
+def test_the_record_is_asked_once_per_call_signature(records: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[tuple[int, int, int]] = []
+    choose = _configs.choose
+
+    def counting(dtype: Any, m: int, n: int, k: int, setup: Any) -> dict[str, Any]:
+        asked.append((m, n, k))
+        return choose(dtype, m, n, k, setup)
+
+    monkeypatch.setattr(_configs, "choose", counting)
+    a, b = _operands()
+    for _ in range(3):
+        matmul(a, b)
+    assert asked == [(M, N, K)]
+    matmul(a[:40], b)  # another signature: asked again
+    assert asked == [(M, N, K), (40, N, K)]

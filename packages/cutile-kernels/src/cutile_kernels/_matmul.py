@@ -261,18 +261,19 @@ def _make_plan(ta: cutile.Tensor, tb: cutile.Tensor, out_dense: bool, epilogue: 
         raise cutile.ArgumentError(f"matmul: config {chosen} cannot be used: {exc}") from None
     tm, tn, group = int(chosen["tile_m"]), int(chosen["tile_n"]), int(chosen["group_size"])
     tiles = -(-(rows if rank == 2 else m) // tm) * -(-n // tn) * (1 if rank == 2 else batch)
-    default_blocks = _default_blocks(ta, tiles) if ta.size else tiles  # (k == 0: any count does)
+    default_blocks = _default_blocks(tiles)
     blocks = max(1, min(tiles, int(chosen["blocks_per_sm"]) * default_blocks))
     tile = (tm, tn) if rank == 2 else (1, tm, tn)
     map_shape = (group, 1) if rank == 2 else (1, group, 1)
     return _Plan(path, kernel, chosen, tile, map_shape, blocks, fold)
 
 
-def _default_blocks(on: cutile.Tensor, tiles: int) -> int:
-    """The map's default block count for ``tiles`` output tiles on ``on``'s device: one
-    per SM, or the tile count when smaller. (Asked of a stride-0 view of one element
-    of ``on`` with ``tiles`` elements, mapped as ``tiles`` tiles: no memory is touched.)"""
-    one = on[(0,) * on.ndim].broadcast_to(tiles)
+def _default_blocks(tiles: int) -> int:
+    """The map's default block count for ``tiles`` output tiles: one per SM of the
+    device kernels run on, or the tile count when smaller. (Asked of a mapped stride-0
+    view of a new one-element tensor, ``tiles`` tiles of one element: made once per
+    plan, it holds no caller's memory, so no pending launch can refuse it.)"""
+    one = cutile.api.empty([1], dtype=f32).broadcast_to(tiles)
     blocks = one.partition((1,)).map((1,)).blocks
     assert blocks is not None
     return blocks
