@@ -23,7 +23,7 @@ from typing import Any
 
 from cutile import tune
 
-from cutile_kernels import _configs, _matmul
+from cutile_kernels import _configs
 from cutile_kernels._operands import dtype_named
 
 SQUARES = [(s, s, s) for s in (1024, 2048, 4096, 8192, 16384)]
@@ -51,7 +51,7 @@ def tune_gemm(args: argparse.Namespace) -> int:
     records_dir = Path(args.records_dir) if args.records_dir else None
     for name in args.dtype:
         dtype = dtype_named(name, "tune_kernels.py", "--dtype")
-        tuner = _configs.tuner(dtype, _matmul._tuning_setup(dtype), space=space, records_dir=records_dir)
+        tuner = _configs.tuner(dtype, space=space, records_dir=records_dir)
         record = tune.Record(tuner.provenance)
         for shape in shapes:
             started = time.monotonic()

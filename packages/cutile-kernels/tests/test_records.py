@@ -119,9 +119,9 @@ def test_the_record_is_asked_once_per_call_signature(records: Path, monkeypatch:
     asked: list[tuple[int, int, int]] = []
     choose = _configs.choose
 
-    def counting(dtype: Any, m: int, n: int, k: int, setup: Any) -> dict[str, Any]:
+    def counting(dtype: Any, m: int, n: int, k: int) -> dict[str, Any]:
         asked.append((m, n, k))
-        return choose(dtype, m, n, k, setup)
+        return choose(dtype, m, n, k)
 
     monkeypatch.setattr(_configs, "choose", counting)
     a, b = _operands()
@@ -130,3 +130,15 @@ def test_the_record_is_asked_once_per_call_signature(records: Path, monkeypatch:
     assert asked == [(M, N, K)]
     matmul(a[:40], b)  # another signature: asked again
     assert asked == [(M, N, K), (40, N, K)]
+
+
+def test_the_tuning_gate_passes_a_right_result_and_fails_a_wrong_one() -> None:
+    from cutile_kernels import _tuning
+
+    shape = (40, 24, 20)
+    runner = _tuning.setup(f32)(dict(WINNER), shape)
+    gate = _tuning.reference(f32)(shape)
+    assert gate(runner().sync())
+    out = _tuning._INPUTS[f32][5]
+    np.asarray(out, copy=False)[20, 3] += 1.0  # the middle row, a sampled column
+    assert not gate(None)

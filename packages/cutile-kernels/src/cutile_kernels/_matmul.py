@@ -249,7 +249,7 @@ def _make_plan(ta: cutile.Tensor, tb: cutile.Tensor, out_dense: bool, epilogue: 
     rows = batch * m if batched else m
     path = _choose_path(m, n, k, batch, in_dtype)
     if config is None:
-        chosen = _configs.choose(in_dtype, rows, n, k, _tuning_setup(in_dtype))
+        chosen = _configs.choose(in_dtype, rows, n, k)
     else:
         chosen = _configs.fit_to_problem({**_configs.default_config(rows, n, k, in_dtype), **config}, rows, n, k)
     variant = Variant(rank, in_dtype, out_dtype, acc, allow_tf32 and in_dtype == f32, epilogue.activation_code,
@@ -368,22 +368,6 @@ class Matmul:
             raise cutile.ArgumentError(f"matmul.launch: the output {list(call.out.shape)} is empty; there is "
                                        "nothing to launch (matmul(...) returns it as it is)")
         return _launch_call(call)
-
-
-def _tuning_setup(dtype: Any) -> Any:
-    """The `cutile.tune.Tuner` setup of the tiled GEMM on ``dtype``: ``setup(config,
-    (m, n, k))`` makes random inputs and returns the runner of one launch."""
-    def setup(config: dict[str, Any], shape: tuple[int, ...]) -> Any:
-        from cutile import api
-
-        m, n, k = shape
-        a = api.randn([m, k], dtype=dtype if dtype not in FP8 else f16, seed=1)
-        b = api.randn([k, n], dtype=dtype if dtype not in FP8 else f16, seed=2)
-        if dtype in FP8:
-            a, b = api.astype(a, dtype), api.astype(b, dtype)
-        out = api.empty([m, n], dtype=bf16 if dtype in FP8 else dtype)
-        return lambda: matmul.launch(a, b, out=out, config=dict(config))
-    return setup
 
 
 matmul = Matmul()
