@@ -142,3 +142,10 @@ def test_the_tuning_gate_passes_a_right_result_and_fails_a_wrong_one() -> None:
     out = _tuning._INPUTS[f32][5]
     np.asarray(out, copy=False)[20, 3] += 1.0  # the middle row, a sampled column
     assert not gate(None)
+
+
+def test_precompile_compiles_each_config_in_threads() -> None:
+    from cutile_kernels import _tuning
+
+    configs = [dict(WINNER), {**WINNER, "tile_m": 16}, {**WINNER, "tile_x": 1}]  # the last one is refused
+    assert _tuning.precompile(f16, (40, 24, 20), configs, "sm_90", 2) == 2

@@ -295,7 +295,9 @@ def _shaped(plan: _Plan, batched: bool, batch: int, ta: cutile.Tensor, tb: cutil
     return ta.broadcast_to(batch, m, k), tb.broadcast_to(batch, k, n), out_t, epilogue
 
 
-def _launch_call(call: _Call) -> cutile.Launch[Any]:
+def _kernel_arguments(call: _Call) -> tuple[list[Any], int]:
+    """The kernel's positional arguments for ``call`` (the output partitioned and mapped
+    through a fresh view) and its ``BK``."""
     plan = call.plan
     assert plan is not None
     a, b, epilogue = call.a, call.b, call.epilogue
@@ -303,8 +305,22 @@ def _launch_call(call: _Call) -> cutile.Launch[Any]:
     bias = a if epilogue.bias is None else epilogue.bias.broadcast_to(ones[:-1] + [epilogue.bias.shape[0]])
     scale_a, scale_b = (a, a) if call.scales is None else (s.broadcast_to(ones) for s in call.scales)
     z = call.out[...].partition(plan.tile).map(plan.map_shape, blocks=plan.blocks)
-    return plan.kernel(z, a, b, bias, epilogue.residual if epilogue.residual is not None else a, scale_a, scale_b,
-                       call.alpha, BK=int(plan.config["tile_k"]))
+    residual = epilogue.residual if epilogue.residual is not None else a
+    return [z, a, b, bias, residual, scale_a, scale_b, call.alpha], int(plan.config["tile_k"])
+
+
+def _launch_call(call: _Call) -> cutile.Launch[Any]:
+    assert call.plan is not None
+    arguments, bk = _kernel_arguments(call)
+    return call.plan.kernel(*arguments, BK=bk)
+
+
+def _compile_call(call: _Call, arch: str) -> None:
+    """Compiles what ``call`` would launch, for ``arch``, without launching it (filling
+    the compile caches, as a tuning search does ahead of timing)."""
+    assert call.plan is not None
+    arguments, bk = _kernel_arguments(call)
+    cutile.compile(call.plan.kernel, *arguments, BK=bk, arch=arch)
 
 
 class Matmul:

@@ -65,3 +65,33 @@ def reference(dtype: Any) -> Callable[[tuple[int, ...]], Callable[[Any], bool]]:
             return bool(np.allclose(got, expected, rtol=0, atol=tolerance * scale))
         return gate
     return gate_for
+
+
+def precompile(dtype: Any, shape: tuple[int, ...], configs: list[dict[str, Any]], arch: str, jobs: int) -> int:
+    """Compiles the launch of each config for ``shape`` in ``jobs`` threads (tileiras
+    runs as a process per compile, so they overlap), before a search times them one by
+    one; returns how many compiled. A config that fails here fails again in the search,
+    which marks it invalid with the reason."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from cutile_kernels._matmul import _compile_call, _prepare
+
+    _, _, _, a, b, out = _inputs(dtype, tuple(int(s) for s in shape))
+    calls = []
+    for config in configs:  # plans are made here, one thread: their tables are not shared
+        try:
+            calls.append(_prepare(a, b, out=out, bias=None, activation=None, residual=None, alpha=1.0, scale_a=None,
+                                  scale_b=None, out_dtype=None, accumulate_dtype=f32, allow_tf32=False,
+                                  config=dict(config)))
+        except cutile.CutileError:
+            continue
+
+    def compile_one(call: Any) -> bool:
+        try:
+            _compile_call(call, arch)
+        except cutile.CutileError:
+            return False
+        return True
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        return sum(pool.map(compile_one, calls))
