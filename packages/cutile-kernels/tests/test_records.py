@@ -37,7 +37,8 @@ def records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _only_plan() -> Any:
-    (signature,) = _matmul._SIGNATURES.values()
+    """The plan of the one call signature without a config= (a search's runners pass theirs)."""
+    (signature,) = [s for key, s in _matmul._SIGNATURES.items() if key[-1] is None]
     return signature.plan
 
 
@@ -149,3 +150,16 @@ def test_precompile_compiles_each_config_in_threads() -> None:
 
     configs = [dict(WINNER), {**WINNER, "tile_m": 16}, {**WINNER, "tile_x": 1}]  # the last one is refused
     assert _tuning.precompile(f16, (40, 24, 20), configs, "sm_90", 2) == 2
+
+
+def test_cutile_tune_searches_a_bucket_on_first_use_and_caches_the_winner(records: Path, tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_configs, "SPACE", _configs.SMOKE_SPACE)  # a small search
+    monkeypatch.setenv("CUTILE_TUNE", "1")
+    a, b = _operands()
+    np.testing.assert_allclose(matmul(a, b), a.astype(np.float64) @ b, atol=1e-5)
+    chosen = _only_plan().config
+    assert chosen in [_configs.fit_to_problem(c, M, N, K) for c in _configs.SMOKE_SPACE.configs()]
+    cached = tmp_path / "cache" / "tune" / "matmul_f32.json"
+    provenance = tune.Provenance.current("matmul_f32", _configs.kernel_source(), _configs.SMOKE_SPACE)
+    assert _configs.gemm_bucket((M, N, K)) in tune.Record.load(cached, provenance).winners
