@@ -16,7 +16,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-API_MODULES = ("cutile", "cutile.api", "cutile.bench", "cutile.tune", "cutile_compiler.language", "cuda_async", "cuda_core", "cutile_ir")
+API_MODULES = ("cutile", "cutile.api", "cutile.bench", "cutile.tune", "cutile_kernels", "cutile_compiler.language", "cuda_async",
+               "cuda_core", "cutile_ir")
 
 
 def _toctree_entries() -> list[str]:
