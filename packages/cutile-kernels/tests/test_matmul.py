@@ -197,6 +197,10 @@ def test_bad_arguments_name_the_parameter() -> None:
            scale_b=api.from_numpy(np.ones(1, np.float32)))
     _error(r"config must be a dict of some of", config={"tile_q": 3})
     _error(r"allow_tf32 must be a bool", allow_tf32=1)
+    readonly = np.empty((M, N), np.float16)
+    readonly.flags.writeable = False
+    with pytest.raises(cutile.LaunchError, match="parameter 'out'"):  # the kernel's own check, under the user's name
+        matmul(a, rand(rng, (K, N), f16), out=readonly)
     with pytest.raises(cutile.ArgumentTypeError, match="b is a partition"):
         matmul(a, api.zeros([K, N], dtype=f16).partition([16, 16]))
 

@@ -74,13 +74,13 @@ def _make_2d(v: Variant) -> Any:
     bias_dt, res_dt = v.stand_in_dtype(v.bias_dtype), v.stand_in_dtype(v.residual_dtype)
     scale_dt = f32 if has_scales else in_dt
 
-    def matmul_2d(z: Mut[Tensor[out_dt, ["BM", "BN"]]], a: Tensor[in_dt, [-1, "K"]], b: Tensor[in_dt, ["K", -1]],
+    def matmul_2d(out: Mut[Tensor[out_dt, ["BM", "BN"]]], a: Tensor[in_dt, [-1, "K"]], b: Tensor[in_dt, ["K", -1]],
                   bias: Tensor[bias_dt, [-1, -1]], residual: Tensor[res_dt, [-1, -1]],
                   scale_a: Tensor[scale_dt, [-1, -1]], scale_b: Tensor[scale_dt, [-1, -1]], alpha: f32, BM: Constant[int], BN: Constant[int],
                   BK: Constant[int], K: Constant[int]) -> None:
         part_a = a.partition([BM, BK])
         part_b = b.partition([BK, BN])
-        for idx in z.tiles():  # this block's tiles, in the map's grouped order
+        for idx in out.tiles():  # this block's tiles, in the map's grouped order
             bm, bn = idx
             acc = zeros((BM, BN), acc_dt)
             for k in range(cdiv(K, BK)):
@@ -90,15 +90,15 @@ def _make_2d(v: Variant) -> Any:
                     ta = ta.astype(tf32)
                     tb = tb.astype(tf32)
                 acc = mma(ta, tb, acc)
-            out = acc.astype(f32) * alpha
+            tile = acc.astype(f32) * alpha
             if has_scales:
-                out = out * (scale_a.load(index=(0, 0), shape=(1, 1)) * scale_b.load(index=(0, 0), shape=(1, 1)))
+                tile = tile * (scale_a.load(index=(0, 0), shape=(1, 1)) * scale_b.load(index=(0, 0), shape=(1, 1)))
             if has_bias:
-                out = out + bias.load(index=(0, bn), shape=(1, BN)).astype(f32)
-            out = apply_activation(out, act)
+                tile = tile + bias.load(index=(0, bn), shape=(1, BN)).astype(f32)
+            tile = apply_activation(tile, act)
             if has_residual:
-                out = out + residual.load(index=idx, shape=(BM, BN)).astype(f32)
-            z.store(out.astype(out_dt), idx)
+                tile = tile + residual.load(index=idx, shape=(BM, BN)).astype(f32)
+            out.store(tile.astype(out_dt), idx)
 
     return matmul_2d
 
@@ -109,14 +109,14 @@ def _make_3d(v: Variant) -> Any:
     bias_dt, res_dt = v.stand_in_dtype(v.bias_dtype), v.stand_in_dtype(v.residual_dtype)
     scale_dt = f32 if has_scales else in_dt
 
-    def matmul_3d(z: Mut[Tensor[out_dt, [1, "BM", "BN"]]], a: Tensor[in_dt, [-1, -1, "K"]],
+    def matmul_3d(out: Mut[Tensor[out_dt, [1, "BM", "BN"]]], a: Tensor[in_dt, [-1, -1, "K"]],
                   b: Tensor[in_dt, [-1, "K", -1]], bias: Tensor[bias_dt, [-1, -1, -1]],
                   residual: Tensor[res_dt, [-1, -1, -1]], scale_a: Tensor[scale_dt, [-1, -1, -1]],
                   scale_b: Tensor[scale_dt, [-1, -1, -1]], alpha: f32,
                   BM: Constant[int], BN: Constant[int], BK: Constant[int], K: Constant[int]) -> None:
         part_a = a.partition([1, BM, BK])
         part_b = b.partition([1, BK, BN])
-        for idx in z.tiles():  # batch-major, grouped within each batch's output
+        for idx in out.tiles():  # batch-major, grouped within each batch's output
             i, bm, bn = idx
             acc = zeros((BM, BN), acc_dt)
             for k in range(cdiv(K, BK)):
@@ -126,15 +126,15 @@ def _make_3d(v: Variant) -> Any:
                     ta = ta.astype(tf32)
                     tb = tb.astype(tf32)
                 acc = mma(ta, tb, acc)
-            out = acc.astype(f32) * alpha
+            tile = acc.astype(f32) * alpha
             if has_scales:
                 scale = scale_a.load(index=(0, 0, 0), shape=(1, 1, 1)) * scale_b.load(index=(0, 0, 0), shape=(1, 1, 1))
-                out = out * scale.reshape((1, 1))
+                tile = tile * scale.reshape((1, 1))
             if has_bias:
-                out = out + bias.load(index=(0, 0, bn), shape=(1, 1, BN)).reshape((1, BN)).astype(f32)
-            out = apply_activation(out, act)
+                tile = tile + bias.load(index=(0, 0, bn), shape=(1, 1, BN)).reshape((1, BN)).astype(f32)
+            tile = apply_activation(tile, act)
             if has_residual:
-                out = out + residual.load(index=idx, shape=(1, BM, BN)).reshape((BM, BN)).astype(f32)
-            z.store(out.reshape((1, BM, BN)).astype(out_dt), idx)
+                tile = tile + residual.load(index=idx, shape=(1, BM, BN)).reshape((BM, BN)).astype(f32)
+            out.store(tile.reshape((1, BM, BN)).astype(out_dt), idx)
 
     return matmul_3d
