@@ -196,6 +196,8 @@ def test_bad_arguments_name_the_parameter() -> None:
     _error(r"scale_a must be a one-element f32 tensor", scale_a=api.from_numpy(np.ones(2, np.float32)),
            scale_b=api.from_numpy(np.ones(1, np.float32)))
     _error(r"config must be a dict of some of", config={"tile_q": 3})
+    _error(r"config tile_m=24 is not a power of two", config={"tile_m": 24})
+    _error(r"config num_worker_warps: 3 is not a power of two", config={"num_worker_warps": 3})
     _error(r"allow_tf32 must be a bool", allow_tf32=1)
     readonly = np.empty((M, N), np.float16)
     readonly.flags.writeable = False

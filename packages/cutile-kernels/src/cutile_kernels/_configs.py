@@ -24,6 +24,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import cutile
 from cutile import tune
 from cutile.core import f32, f8e4m3fn, f8e5m2
 
@@ -129,12 +130,25 @@ def tuner(dtype: Any, *, space: tune.Space | None = None, records_dir: Path | No
 def choose(dtype: Any, m: int, n: int, k: int) -> dict[str, Any]:
     """The config for a GEMM of ``m x n x k`` (m: every batch's rows) on ``dtype``
     inputs: the record's (or cache's, or a search's) winner of its bucket, else
-    `default_config`; fitted to the problem either way."""
+    `default_config` (not yet fitted to the problem: `fit_to_problem`)."""
     try:
-        config = dict(tuner(dtype).config((m, n, k)))
+        return dict(tuner(dtype).config((m, n, k)))
     except tune.StaleRecordError:
         raise
     except tune.TuneError:  # no winner for the bucket, no search asked for
-        config = default_config(m, n, k, dtype)
-    return fit_to_problem(config, m, n, k)
+        return default_config(m, n, k, dtype)
 
+
+def check_config(config: Any, function: str) -> None:
+    """Raises `ArgumentError` (naming ``config`` and the key) for a config ``function``
+    cannot use: unknown keys, values `cutile.tune` refuses, tile dims not powers of two."""
+    if not isinstance(config, dict) or set(config) - set(SPACE.params):
+        raise cutile.ArgumentError(f"{function}: config must be a dict of some of {sorted(SPACE.params)}, "
+                                   f"got {config!r}")
+    for key, value in config.items():
+        try:
+            tune.Space(**{key: [value]})
+        except cutile.ArgumentError as exc:
+            raise cutile.ArgumentError(f"{function}: config {exc}") from None
+        if key.startswith("tile_") and (not isinstance(value, int) or value & (value - 1)):
+            raise cutile.ArgumentError(f"{function}: config {key}={value!r} is not a power of two")

@@ -30,7 +30,6 @@ from cutile_kernels._gemm import Variant, gemm_kernel
 from cutile_kernels._operands import FP8, Operand, as_tensor, check_no_overlap, dtype_named, tensor_of
 
 OUT_DTYPES = (f16, bf16, f32)
-CONFIG_KEYS = frozenset(_configs.SPACE.params)
 
 
 def _choose_path(m: int, n: int, k: int, batch: int, dtype: Any) -> str:
@@ -41,7 +40,7 @@ def _choose_path(m: int, n: int, k: int, batch: int, dtype: Any) -> str:
     ``m * n`` with large ``k`` to ``_splitk.split_k_matmul``; both are called as
     ``f(a, b, out, *, bias, activation, residual, alpha, config)`` with a [M, K],
     b [K, N] and out [M, N] cutile tensors (views allowed), ``config`` a tuner dict or
-    None, and return the pending launch (`_launch_plan` shows the call site)."""
+    None, and return the pending launch (`_launch_call` is where they are called)."""
     return "tiled"
 
 
@@ -76,12 +75,11 @@ class _Call:
     alpha: float
 
 
-def _tensor_or_none(value: Any, name: str) -> cutile.Tensor | None:
-    return None if value is None else tensor_of(value, "matmul", name)
-
-
 def _scales(scale_a: Any, scale_b: Any) -> tuple[float, tuple[cutile.Tensor, cutile.Tensor] | None]:
     """(the factor folded into alpha, the scale tensors read on the device or None)."""
+    for name, s in (("scale_a", scale_a), ("scale_b", scale_b)):
+        if isinstance(s, bool):
+            raise cutile.ArgumentTypeError(f"matmul: {name} must be a number or a one-element f32 tensor, got {s!r}")
     numbers = [s for s in (scale_a, scale_b) if s is None or (isinstance(s, (int, float)) and not isinstance(s, bool))]
     if len(numbers) == 2:
         factor = 1.0
@@ -223,8 +221,7 @@ def _check_signature(ta: cutile.Tensor, tb: cutile.Tensor, bias_t: cutile.Tensor
     if not isinstance(allow_tf32, bool):
         raise cutile.ArgumentTypeError(f"matmul: allow_tf32 must be a bool, got {type(allow_tf32).__name__}")
     if config is not None:
-        if not isinstance(config, dict) or set(config) - CONFIG_KEYS:
-            raise cutile.ArgumentError(f"matmul: config must be a dict of some of {sorted(CONFIG_KEYS)}, got {config!r}")
+        _configs.check_config(config, "matmul")
     # alpha does not reach the kernel's code: any valid one checks the rest of the epilogue
     epilogue = check_epilogue("matmul", out_shape, bias=bias_t, activation=activation, residual=residual_t, alpha=1.0)
     if 0 in out_shape:
@@ -248,10 +245,9 @@ def _make_plan(ta: cutile.Tensor, tb: cutile.Tensor, out_dense: bool, epilogue: 
     rank = 2 if not batched or fold else 3
     rows = batch * m if batched else m
     path = _choose_path(m, n, k, batch, in_dtype)
-    if config is None:
-        chosen = _configs.choose(in_dtype, rows, n, k)
-    else:
-        chosen = _configs.fit_to_problem({**_configs.default_config(rows, n, k, in_dtype), **config}, rows, n, k)
+    found = _configs.choose(in_dtype, rows, n, k) if config is None else \
+        {**_configs.default_config(rows, n, k, in_dtype), **config}
+    chosen = _configs.fit_to_problem(found, rows if rank == 2 else m, n, k)  # (a batch's own rows: its tiles')
     variant = Variant(rank, in_dtype, out_dtype, acc, allow_tf32 and in_dtype == f32, epilogue.activation_code,
                       epilogue.bias.dtype if epilogue.bias is not None else None,
                       epilogue.residual.dtype if epilogue.residual is not None else None, scale_tensors)
