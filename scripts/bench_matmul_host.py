@@ -75,14 +75,14 @@ def _run(fake: FakeDriver, args: argparse.Namespace) -> None:
     def plain(count: int) -> None:
         for _ in range(count):
             z = out[...].partition(tile).map(map_shape, blocks=blocks)
-            kernel(z, a, b, a, a, a, a, 1.0, BK=bk).sync()  # a: the stand-in of absent operands
+            kernel(z, a, b, a, a, a, a, 1.0, BK=bk, K=n).sync()  # a: the stand-in of absent operands
 
     bias_row = bias.broadcast_to([1, n])  # made once, as a caller writing the launch would
 
     def plain_epilogue(count: int) -> None:
         for _ in range(count):
             z = out[...].partition(tile).map(map_shape, blocks=blocks)
-            plan_epilogue.kernel(z, a, b, bias_row, a, a, a, 1.0, BK=bk).sync()
+            plan_epilogue.kernel(z, a, b, bias_row, a, a, a, 1.0, BK=bk, K=n).sync()
 
     def tuned(count: int) -> None:
         for _ in range(count):

@@ -251,3 +251,15 @@ def test_torch_tensors_in_and_out() -> None:
 def test_gemm_space_keys_are_what_config_takes() -> None:
     assert set(cutile_kernels.GEMM_SPACE.params) == {"tile_m", "tile_n", "tile_k", "num_worker_warps", "occupancy",
                                                       "group_size", "blocks_per_sm"}
+
+
+def test_a_transposed_operand_is_read_through_its_contiguous_transpose() -> None:
+    from cutile_kernels import _matmul
+
+    rng = np.random.default_rng(43)
+    a, weight = rand(rng, (K, M), bf16), rand(rng, (N, K), bf16)  # a stored column-major, a weight [N, K]
+    got = matmul(api.from_numpy(a).T, api.from_numpy(weight).T, bias=rand(rng, (N,), f32), config=TINY)
+    plans = [s.plan for s in _matmul._SIGNATURES.values() if s.plan is not None and s.plan.b_transposed]
+    assert plans and plans[-1].a_transposed
+    assert isinstance(got, cutile.Tensor) and got.shape == (M, N)
+    close(matmul(api.from_numpy(a).T, api.from_numpy(weight).T, config=TINY), reference(a.T, weight.T), bf16)

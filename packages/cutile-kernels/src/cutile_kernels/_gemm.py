@@ -9,8 +9,12 @@ the `cutile.Kernel` of one variant, with that config's hints in its
 ``cutile.entry(hints=...)``. The variant fixes what the code depends on: rank (2: one
 GEMM; 3: batched, the batch on the output's first axis), dtypes, accumulator, tf32,
 activation, and which epilogue operands exist. Tile shapes and the group size reach
-the kernel through its launch (the output's partition tile and map shape; ``BK`` as a
-constant), so one kernel object serves every tile shape of a config's hints.
+the kernel through its launch (the output's partition tile and map shape; ``BK`` and
+``K`` as constants), so one kernel object serves every tile shape of a config's hints.
+An operand whose rows are contiguous (a transposed view: a weight stored ``[N, K]``
+read as ``w.T``) is passed as its transpose, contiguous again, and its tiles are
+transposed in registers (``a_transposed``, ``b_transposed``); other strides are read
+through the view as they are.
 
 The launch passes every parameter, each of the kernel's rank (a bias ``[N]`` as a
 ``[1, N]`` view, a scale as ``[1, 1]``); an operand the call lacks (bias, residual,
@@ -46,6 +50,8 @@ class Variant:
     bias_dtype: Any  # None: no bias
     residual_dtype: Any  # None: no residual
     scale_tensors: bool  # per-tensor scales read from device memory (fp8)
+    a_transposed: bool = False  # a passed as its transpose [K, M], contiguous along M (a column-major a)
+    b_transposed: bool = False  # b passed as its transpose [N, K] (a weight stored [N, K], read as w.T)
 
     def stand_in_dtype(self, dtype: Any) -> Any:
         """The annotation dtype of an operand: its own, or the input's for a stand-in."""
@@ -73,19 +79,32 @@ def _make_2d(v: Variant) -> Any:
     has_bias, has_residual, has_scales = v.bias_dtype is not None, v.residual_dtype is not None, v.scale_tensors
     bias_dt, res_dt = v.stand_in_dtype(v.bias_dtype), v.stand_in_dtype(v.residual_dtype)
     scale_dt = f32 if has_scales else in_dt
+    a_t, b_t = v.a_transposed, v.b_transposed
 
-    def matmul_2d(out: Mut[Tensor[out_dt, ["BM", "BN"]]], a: Tensor[in_dt, [-1, "K"]], b: Tensor[in_dt, ["K", -1]],
+    def matmul_2d(out: Mut[Tensor[out_dt, ["BM", "BN"]]], a: Tensor[in_dt, [-1, -1]], b: Tensor[in_dt, [-1, -1]],
                   bias: Tensor[bias_dt, [-1, -1]], residual: Tensor[res_dt, [-1, -1]],
-                  scale_a: Tensor[scale_dt, [-1, -1]], scale_b: Tensor[scale_dt, [-1, -1]], alpha: f32, BM: Constant[int], BN: Constant[int],
-                  BK: Constant[int], K: Constant[int]) -> None:
-        part_a = a.partition([BM, BK])
-        part_b = b.partition([BK, BN])
+                  scale_a: Tensor[scale_dt, [-1, -1]], scale_b: Tensor[scale_dt, [-1, -1]], alpha: f32,
+                  BM: Constant[int], BN: Constant[int], BK: Constant[int], K: Constant[int]) -> None:
+        if a_t:  # a is [K, M]: its tiles are loaded [BK, BM] and transposed in registers
+            part_a = a.partition([BK, BM])
+        else:
+            part_a = a.partition([BM, BK])
+        if b_t:  # b is [N, K]
+            part_b = b.partition([BN, BK])
+        else:
+            part_b = b.partition([BK, BN])
         for idx in out.tiles():  # this block's tiles, in the map's grouped order
             bm, bn = idx
             acc = zeros((BM, BN), acc_dt)
             for k in range(cdiv(K, BK)):
-                ta = part_a.load([bm, k])
-                tb = part_b.load([k, bn])
+                if a_t:
+                    ta = part_a.load([k, bm]).T
+                else:
+                    ta = part_a.load([bm, k])
+                if b_t:
+                    tb = part_b.load([bn, k]).T
+                else:
+                    tb = part_b.load([k, bn])
                 if use_tf32:
                     ta = ta.astype(tf32)
                     tb = tb.astype(tf32)
@@ -108,20 +127,33 @@ def _make_3d(v: Variant) -> Any:
     has_bias, has_residual, has_scales = v.bias_dtype is not None, v.residual_dtype is not None, v.scale_tensors
     bias_dt, res_dt = v.stand_in_dtype(v.bias_dtype), v.stand_in_dtype(v.residual_dtype)
     scale_dt = f32 if has_scales else in_dt
+    a_t, b_t = v.a_transposed, v.b_transposed
 
-    def matmul_3d(out: Mut[Tensor[out_dt, [1, "BM", "BN"]]], a: Tensor[in_dt, [-1, -1, "K"]],
-                  b: Tensor[in_dt, [-1, "K", -1]], bias: Tensor[bias_dt, [-1, -1, -1]],
+    def matmul_3d(out: Mut[Tensor[out_dt, [1, "BM", "BN"]]], a: Tensor[in_dt, [-1, -1, -1]],
+                  b: Tensor[in_dt, [-1, -1, -1]], bias: Tensor[bias_dt, [-1, -1, -1]],
                   residual: Tensor[res_dt, [-1, -1, -1]], scale_a: Tensor[scale_dt, [-1, -1, -1]],
                   scale_b: Tensor[scale_dt, [-1, -1, -1]], alpha: f32,
                   BM: Constant[int], BN: Constant[int], BK: Constant[int], K: Constant[int]) -> None:
-        part_a = a.partition([1, BM, BK])
-        part_b = b.partition([1, BK, BN])
+        if a_t:  # a is [B, K, M]
+            part_a = a.partition([1, BK, BM])
+        else:
+            part_a = a.partition([1, BM, BK])
+        if b_t:  # b is [B, N, K]
+            part_b = b.partition([1, BN, BK])
+        else:
+            part_b = b.partition([1, BK, BN])
         for idx in out.tiles():  # batch-major, grouped within each batch's output
             i, bm, bn = idx
             acc = zeros((BM, BN), acc_dt)
             for k in range(cdiv(K, BK)):
-                ta = part_a.load([i, bm, k]).reshape((BM, BK))
-                tb = part_b.load([i, k, bn]).reshape((BK, BN))
+                if a_t:
+                    ta = part_a.load([i, k, bm]).reshape((BK, BM)).T
+                else:
+                    ta = part_a.load([i, bm, k]).reshape((BM, BK))
+                if b_t:
+                    tb = part_b.load([i, bn, k]).reshape((BN, BK)).T
+                else:
+                    tb = part_b.load([i, k, bn]).reshape((BK, BN))
                 if use_tf32:
                     ta = ta.astype(tf32)
                     tb = tb.astype(tf32)

@@ -55,6 +55,8 @@ class _Plan:
     map_shape: tuple[int, ...]
     blocks: int
     fold_batch: bool  # a batched call with b shared by every batch and folded to one GEMM
+    a_transposed: bool  # a's rows are contiguous: passed as its transpose (`_gemm.Variant`)
+    b_transposed: bool
 
 
 _PLAN_LIMIT = 4096  # call signatures kept (then forgotten all at once)
@@ -236,6 +238,12 @@ def _foldable(t: cutile.Tensor | None) -> bool:
     return t is None or t.is_contiguous
 
 
+def _column_major(t: cutile.Tensor) -> bool:
+    """Whether the last two dims of ``t`` are laid out transposed (its rows contiguous,
+    its columns not): the kernels then read its transpose, whose rows are."""
+    return t.shape[-1] > 1 and t.strides[-1] != 1 and (t.strides[-2] == 1 or t.shape[-2] == 1)
+
+
 def _make_plan(ta: cutile.Tensor, tb: cutile.Tensor, out_dense: bool, epilogue: Epilogue, in_dtype: Any,
                out_dtype: Any, acc: Any, allow_tf32: bool, scale_tensors: bool, batched: bool, batch: int,
                m: int, n: int, k: int, config: dict[str, Any] | None) -> _Plan:
@@ -248,9 +256,10 @@ def _make_plan(ta: cutile.Tensor, tb: cutile.Tensor, out_dense: bool, epilogue: 
     found = _configs.choose(in_dtype, rows, n, k) if config is None else \
         {**_configs.default_config(rows, n, k, in_dtype), **config}
     chosen = _configs.fit_to_problem(found, rows if rank == 2 else m, n, k)  # (a batch's own rows: its tiles')
+    a_t, b_t = _column_major(ta), _column_major(tb)
     variant = Variant(rank, in_dtype, out_dtype, acc, allow_tf32 and in_dtype == f32, epilogue.activation_code,
                       epilogue.bias.dtype if epilogue.bias is not None else None,
-                      epilogue.residual.dtype if epilogue.residual is not None else None, scale_tensors)
+                      epilogue.residual.dtype if epilogue.residual is not None else None, scale_tensors, a_t, b_t)
     try:
         kernel = gemm_kernel(variant, int(chosen["num_worker_warps"]), int(chosen["occupancy"]))
     except cutile.SignatureError as exc:  # hints the compiler refuses: the config's fault
@@ -261,7 +270,7 @@ def _make_plan(ta: cutile.Tensor, tb: cutile.Tensor, out_dense: bool, epilogue: 
     blocks = max(1, min(tiles, int(chosen["blocks_per_sm"]) * default_blocks))
     tile = (tm, tn) if rank == 2 else (1, tm, tn)
     map_shape = (group, 1) if rank == 2 else (1, group, 1)
-    return _Plan(path, kernel, chosen, tile, map_shape, blocks, fold)
+    return _Plan(path, kernel, chosen, tile, map_shape, blocks, fold, a_t, b_t)
 
 
 def _default_blocks(tiles: int) -> int:
@@ -291,32 +300,41 @@ def _shaped(plan: _Plan, batched: bool, batch: int, ta: cutile.Tensor, tb: cutil
     return ta.broadcast_to(batch, m, k), tb.broadcast_to(batch, k, n), out_t, epilogue
 
 
-def _kernel_arguments(call: _Call) -> tuple[list[Any], int]:
+def _transpose(t: cutile.Tensor) -> cutile.Tensor:
+    return t.T if t.ndim == 2 else t.permute(0, 2, 1)
+
+
+def _kernel_arguments(call: _Call) -> tuple[list[Any], dict[str, int]]:
     """The kernel's positional arguments for ``call`` (the output partitioned and mapped
-    through a fresh view) and its ``BK``."""
+    through a fresh view) and its constants."""
     plan = call.plan
     assert plan is not None
     a, b, epilogue = call.a, call.b, call.epilogue
+    k = a.shape[-1]
+    if plan.a_transposed:
+        a = _transpose(a)
+    if plan.b_transposed:
+        b = _transpose(b)
     ones = [1] * a.ndim
     bias = a if epilogue.bias is None else epilogue.bias.broadcast_to(ones[:-1] + [epilogue.bias.shape[0]])
     scale_a, scale_b = (a, a) if call.scales is None else (s.broadcast_to(ones) for s in call.scales)
     z = call.out[...].partition(plan.tile).map(plan.map_shape, blocks=plan.blocks)
     residual = epilogue.residual if epilogue.residual is not None else a
-    return [z, a, b, bias, residual, scale_a, scale_b, call.alpha], int(plan.config["tile_k"])
+    return [z, a, b, bias, residual, scale_a, scale_b, call.alpha], {"BK": int(plan.config["tile_k"]), "K": k}
 
 
 def _launch_call(call: _Call) -> cutile.Launch[Any]:
     assert call.plan is not None
-    arguments, bk = _kernel_arguments(call)
-    return call.plan.kernel(*arguments, BK=bk)
+    arguments, constants = _kernel_arguments(call)
+    return call.plan.kernel(*arguments, **constants)
 
 
 def _compile_call(call: _Call, arch: str) -> None:
     """Compiles what ``call`` would launch, for ``arch``, without launching it (filling
     the compile caches, as a tuning search does ahead of timing)."""
     assert call.plan is not None
-    arguments, bk = _kernel_arguments(call)
-    cutile.compile(call.plan.kernel, *arguments, BK=bk, arch=arch)
+    arguments, constants = _kernel_arguments(call)
+    cutile.compile(call.plan.kernel, *arguments, arch=arch, **constants)
 
 
 class Matmul:
