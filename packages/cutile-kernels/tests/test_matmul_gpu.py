@@ -94,3 +94,12 @@ def test_torch_tensors_in_and_out_on_the_gpu() -> None:
     out = torch.empty(1000, 900, dtype=torch.float32, device="cuda")
     assert matmul(a, b, out=out, bias=torch.ones(900, device="cuda"), activation="relu") is out
     torch.testing.assert_close(out, torch.relu(a.float() @ b.float() + 1), atol=0.06, rtol=2e-3)
+
+
+def test_cupy_arrays_in_and_out_on_the_gpu() -> None:
+    cupy = pytest.importorskip("cupy", reason="CuPy is not installed here")
+    a = cupy.random.standard_normal((500, 300), dtype=cupy.float32)
+    b = cupy.random.standard_normal((300, 200), dtype=cupy.float32)
+    got = matmul(a, b)
+    assert isinstance(got, cupy.ndarray)
+    np.testing.assert_allclose(cupy.asnumpy(got), cupy.asnumpy(a).astype(np.float64) @ cupy.asnumpy(b), atol=1e-3)
