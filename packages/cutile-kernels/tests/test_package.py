@@ -1,4 +1,4 @@
-"""cutile-kernels is a skeleton until its issue fills it; these checks pin its packaging."""
+"""cutile-kernels' packaging: its layers, its public names, its record files shipped."""
 
 import re
 import tomllib
@@ -6,12 +6,7 @@ from pathlib import Path
 
 import cutile_kernels
 
-DEPENDENCIES = set("cutile".split())
-
-
-def test_skeleton_exports_no_placeholder_api() -> None:
-    assert cutile_kernels.__all__ == []
-    assert cutile_kernels.__doc__ and "Not built yet" in cutile_kernels.__doc__
+DEPENDENCIES = {"cutile"}
 
 
 def test_distribution_declares_exactly_its_layers() -> None:
@@ -19,3 +14,10 @@ def test_distribution_declares_exactly_its_layers() -> None:
     requires = project["dependencies"]
     names = {re.split(r"[<>=!~ ;\[]", r, maxsplit=1)[0].lower().replace("_", "-") for r in requires}
     assert names == DEPENDENCIES
+
+
+def test_public_names_are_documented() -> None:
+    assert set(cutile_kernels.__all__) == {"GEMM_SPACE", "Matmul", "matmul"}
+    for name in cutile_kernels.__all__:
+        assert getattr(cutile_kernels, name).__doc__
+    assert cutile_kernels.matmul.launch.__doc__
