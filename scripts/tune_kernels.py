@@ -29,17 +29,19 @@ from pathlib import Path
 from typing import Any
 
 from cutile import tune
-from cutile.core import f32, f8e4m3fn, f8e5m2
+from cutile.core import f16, f32, f8e4m3fn, f8e5m2
 
-from cutile_kernels import _configs, _tuning
+from cutile_kernels import _configs, _matmul, _tuning
 from cutile_kernels._operands import dtype_named
 
 Shape = tuple[int, int, int]
 SQUARES = [(s, s, s) for s in (1024, 2048, 4096, 8192, 16384)]
-LLM = [(m, n, k) for m in (16, 128, 2048, 8192)
+LLM = [(m, n, k) for m in (128, 2048, 8192)
        for n, k in ((4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096), (151936, 2560))]
 ODD = [(3000, 5000, 1000), (8191, 8191, 8191)]
-GEMM_SHAPES = SQUARES + LLM + ODD  # m 1 falls in m 16's bucket
+# (m <= 16 and the split-K shapes go to other kernels, `_matmul._choose_path`: not the tiled GEMM's record)
+GEMM_SHAPES = [shape for shape in SQUARES + LLM + ODD
+               if _matmul._choose_path(shape[0], shape[1], shape[2], 2, f16, f32, False, None) == "tiled"]
 SMOKE_SHAPES = [(40, 24, 20), (70, 16, 33)]
 
 

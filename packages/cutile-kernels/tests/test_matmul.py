@@ -72,6 +72,29 @@ def test_plain_product_with_default_configs(dtype: Any) -> None:
         close(matmul(a, b), reference(a, b), dtype)
 
 
+@pytest.mark.parametrize("a_shape, b_shape, path", [
+    ((3, 300), (300, 70), "gemv"), ((16, 39), (39, 45), "gemv"), ((100, 2100), (2100, 60), "split_k"),
+    ((2, 5, 40), (40, 3), "gemv"),  # a batch sharing b: folded into one GEMM of 10 rows
+    ((130, 200), (200, 17), "tiled")])
+@pytest.mark.parametrize("dtype", [bf16, f32])
+def test_each_shape_goes_to_its_kernel_family_with_the_whole_epilogue(a_shape: tuple[int, ...], b_shape: tuple[int, int],
+                                                                      path: str, dtype: Any) -> None:
+    from cutile_kernels import _matmul
+
+    rng = np.random.default_rng(sum(a_shape) + b_shape[1])
+    a, b = rand(rng, a_shape, dtype), rand(rng, b_shape, dtype)
+    out_shape = a_shape[:-1] + b_shape[1:]
+    bias, residual = rand(rng, b_shape[1:], f32), rand(rng, out_shape, dtype)
+    out = api.full(list(out_shape), np.nan, dtype=dtype)
+    matmul(api.from_numpy(a), api.from_numpy(b), out=out, bias=api.from_numpy(bias), activation="silu",
+           residual=api.from_numpy(residual), alpha=0.5)
+    close(out, reference(a, b, bias=bias, activation="silu", residual=residual, alpha=0.5), dtype)
+    assert [s.plan.path for s in _matmul._SIGNATURES.values() if s.plan is not None][-1] == path
+    pending = matmul.launch(api.from_numpy(a), api.from_numpy(b), out=out, alpha=2.0)
+    pending.sync()
+    close(out, reference(a, b, alpha=2.0), dtype)
+
+
 @pytest.mark.parametrize("fp8", [f8e4m3fn, f8e5m2])
 def test_fp8_with_scales_as_numbers_and_as_tensors(fp8: Any) -> None:
     rng = np.random.default_rng(8)

@@ -24,7 +24,7 @@ from typing import Any
 import cutile
 from cutile.core import bf16, f16, f32
 
-from cutile_kernels import _configs
+from cutile_kernels import _configs, _gemv, _splitk
 from cutile_kernels._epilogue import Epilogue, check_epilogue
 from cutile_kernels._gemm import Variant, gemm_kernel
 from cutile_kernels._operands import FP8, Operand, as_tensor, check_no_overlap, dtype_named, tensor_of
@@ -32,15 +32,26 @@ from cutile_kernels._operands import FP8, Operand, as_tensor, check_no_overlap, 
 OUT_DTYPES = (f16, bf16, f32)
 
 
-def _choose_path(m: int, n: int, k: int, batch: int, dtype: Any) -> str:
-    """Which kernel family computes a GEMM of ``m x n x k`` (``batch`` GEMMs).
+#: a GEMM whose tiled schedule would give fewer 128x128 output tiles than this, with a
+#: K this long or longer, is split along K (`_splitk`): too few blocks to fill the GPU
+SPLIT_K_MAX_TILES = 66  # half the H200's SMs
+SPLIT_K_MIN_K = 2048
 
-    Only ``"tiled"`` (the persistent grouped GEMM of `_gemm`) is built here. The
-    integrator routes ``m <= 16`` (decode) to ``_gemv.small_m_matmul`` and small
-    ``m * n`` with large ``k`` to ``_splitk.split_k_matmul``; both are called as
-    ``f(a, b, out, *, bias, activation, residual, alpha, config)`` with a [M, K],
-    b [K, N] and out [M, N] cutile tensors (views allowed), ``config`` a tuner dict or
-    None, and return the pending launch (`_launch_call` is where they are called)."""
+
+def _choose_path(rows: int, n: int, k: int, rank: int, in_dtype: Any, acc: Any, scale_tensors: bool,
+                 config: dict[str, Any] | None) -> str:
+    """Which kernel family computes the GEMM: ``"gemv"`` (`_gemv.small_m_matmul`: at
+    most 16 rows, the weight streamed once), ``"split_k"`` (`_splitk.split_k_matmul`:
+    few output tiles, a long K) or ``"tiled"`` (the persistent grouped GEMM of `_gemm`).
+    The first two take one 2-D GEMM of f16, bf16 or f32 accumulated in f32 with scales
+    folded into alpha; a ``config`` (the tiled GEMM's keys, as a tuning search passes)
+    picks the tiled kernel."""
+    if config is not None or rank != 2 or in_dtype in FP8 or scale_tensors or acc != f32:
+        return "tiled"
+    if rows <= _gemv.MAX_M:
+        return "gemv"
+    if -(-rows // 128) * -(-n // 128) < SPLIT_K_MAX_TILES and k >= SPLIT_K_MIN_K:
+        return "split_k"
     return "tiled"
 
 
@@ -48,8 +59,8 @@ def _choose_path(m: int, n: int, k: int, batch: int, dtype: Any) -> str:
 class _Plan:
     """What a call signature launches (see the module docstring)."""
 
-    path: str
-    kernel: cutile.Kernel[Any, Any]
+    path: str  # "tiled", "gemv", "split_k" (`_choose_path`); the fields below but config are the tiled one's
+    kernel: cutile.Kernel[Any, Any] | None
     config: dict[str, Any]
     tile: tuple[int, ...]
     map_shape: tuple[int, ...]
@@ -252,7 +263,10 @@ def _make_plan(ta: cutile.Tensor, tb: cutile.Tensor, out_dense: bool, epilogue: 
         and out_dense and _foldable(epilogue.residual)
     rank = 2 if not batched or fold else 3
     rows = batch * m if batched else m
-    path = _choose_path(m, n, k, batch, in_dtype)
+    path = _choose_path(rows, n, k, rank, in_dtype, acc, scale_tensors, config)
+    if path != "tiled":
+        family = _gemv if path == "gemv" else _splitk
+        return _Plan(path, None, family.default_config(rows, n, k, in_dtype), (), (), 0, fold, False, False)
     found = _configs.choose(in_dtype, rows, n, k) if config is None else \
         {**_configs.default_config(rows, n, k, in_dtype), **config}
     chosen = _configs.fit_to_problem(found, rows if rank == 2 else m, n, k)  # (a batch's own rows: its tiles')
@@ -323,16 +337,25 @@ def _kernel_arguments(call: _Call) -> tuple[list[Any], dict[str, int]]:
     return [z, a, b, bias, residual, scale_a, scale_b, call.alpha], {"BK": int(plan.config["tile_k"]), "K": k}
 
 
-def _launch_call(call: _Call) -> cutile.Launch[Any]:
-    assert call.plan is not None
+def _launch_call(call: _Call) -> Any:
+    """The pending launch of ``call`` (a `cutile.Launch`, or a `cuda_async.DeviceOp`
+    for a K split in two kernels)."""
+    plan = call.plan
+    assert plan is not None
+    if plan.kernel is None:
+        family = _gemv.small_m_matmul if plan.path == "gemv" else _splitk.split_k_matmul
+        epilogue = call.epilogue
+        return family(call.a, call.b, call.out, bias=epilogue.bias, activation=epilogue.activation,
+                      residual=epilogue.residual, alpha=call.alpha, config=plan.config)
     arguments, constants = _kernel_arguments(call)
-    return call.plan.kernel(*arguments, **constants)
+    # Every parameter by position (the tile's BM, BN too): the call the native launch path takes.
+    return plan.kernel(*arguments, plan.tile[-2], plan.tile[-1], constants["BK"], constants["K"])
 
 
 def _compile_call(call: _Call, arch: str) -> None:
     """Compiles what ``call`` would launch, for ``arch``, without launching it (filling
     the compile caches, as a tuning search does ahead of timing)."""
-    assert call.plan is not None
+    assert call.plan is not None and call.plan.kernel is not None  # (a config picks the tiled kernel)
     arguments, constants = _kernel_arguments(call)
     cutile.compile(call.plan.kernel, *arguments, arch=arch, **constants)
 
@@ -382,8 +405,9 @@ class Matmul:
     def launch(self, a: Any, b: Any, *, out: Any = None, bias: Any = None, activation: str | None = None,
                residual: Any = None, alpha: float = 1.0, scale_a: Any = None, scale_b: Any = None,
                out_dtype: Any = None, accumulate_dtype: Any = f32, allow_tf32: bool = False,
-               config: dict[str, Any] | None = None) -> cutile.Launch[Any]:
-        """The launch of ``matmul(...)`` (same arguments), not run: ``.sync()``,
+               config: dict[str, Any] | None = None) -> Any:
+        """The launch of ``matmul(...)`` (same arguments), not run (a `cutile.Launch`,
+        or for a K split in two kernels a `cuda_async.DeviceOp`): ``.sync()``,
         ``.schedule()``, ``await``, a `cutile.batch` or `cutile.bench.do_bench` runs it.
         Pass ``out=`` to read the result (the launch gives back its kernel's tensors,
         the output's partition first).
