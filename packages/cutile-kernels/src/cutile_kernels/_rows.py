@@ -232,37 +232,68 @@ def fits(config: tune.Config, cols: int) -> bool:
                 and row.tile_cols // 2 >= next_pow2(cols))
 
 
-Setup = Callable[[tune.Config, tuple[int, ...]], Any]
+#: ``build(config, rows, cols, dtype)`` -> (a runner returning the pending work, a check
+#: that the outputs it wrote are right)
+Build = Callable[[tune.Config, int, int, DType], tuple[Callable[[], Any], Callable[[], bool]]]
 
 
 class RowTuning:
     """The configs of one row kernel: `cutile.tune.Tuner` over `ROW_SPACE` with the
     committed record ``records/<name>.json``, shapes ``(rows, cols, itemsize)``."""
 
-    def __init__(self, name: str, source: Any, setup: Setup,
-                 reference: Callable[[tuple[int, ...]], Any] | None = None) -> None:
+    def __init__(self, name: str, source: str, build: Build) -> None:
         self.name = name
-        self.tuner = tune.Tuner(name, ROW_SPACE, setup, source=source, record=RECORDS / f"{name}.json",
-                                reference=reference, bucket=_bucket, on_stale="warn",
-                                search_options={"prune": None})
+        self._build = build
+        self._check: Callable[[], bool] = lambda: False
+        self.tuner = tune.Tuner(name, ROW_SPACE, self._setup, source=source, record=RECORDS / f"{name}.json",
+                                reference=lambda shape: lambda result: self._check(), bucket=_bucket,
+                                on_stale="warn")
         self._chosen: dict[tuple[int, int, int], RowConfig] = {}
+
+    def _setup(self, config: tune.Config, shape: tuple[int, ...]) -> Callable[[], Any]:
+        rows, cols, itemsize = shape
+        runner, self._check = self._build(config, rows, cols, f32 if itemsize == 4 else bf16)
+        return runner
 
     def config(self, rows: int, cols: int, dtype: DType) -> RowConfig:
         key = (next_pow2(rows), next_pow2(cols), int(dtype.itemsize))
         chosen = self._chosen.get(key)
         if chosen is None:
-            shape = (rows, cols, int(dtype.itemsize))
             self.tuner.search_options["prune"] = lambda config: fits(config, cols)
             try:
-                found = self.tuner.config(shape)
+                found = self.tuner.config((rows, cols, int(dtype.itemsize)))
             except cutile.TuneError:  # no record, cache or search for this bucket: the heuristic's
                 found = default_config(rows, cols, dtype)
             chosen = self._chosen[key] = RowConfig.of(found)
         return chosen
 
     def search(self, rows: int, cols: int, dtype: DType, **options: Any) -> tune.SearchResult:
-        """A search for one shape (the bench script's ``--tune``)."""
+        """A search for one shape (``dtype``: f32, or any 2-byte dtype, searched as bf16)."""
         return self.tuner.tune((rows, cols, int(dtype.itemsize)), prune=lambda config: fits(config, cols), **options)
+
+    def record(self, shapes: Sequence[tuple[int, int, DType]], **options: Any) -> tune.Record:
+        """The record of the winners for ``shapes`` (to save as ``records/<name>.json``)."""
+        record = tune.Record(self.tuner.provenance)
+        for rows, cols, dtype in shapes:
+            found = self.search(rows, cols, dtype, **options)
+            record.winners[_bucket((rows, cols, int(dtype.itemsize)))] = tune.Winner(found.best, found.best_ms)
+        return record
+
+
+def random_rows(rows: int, cols: int, dtype: DType, seed: int, scale: float = 1.0,
+                shift: float = 0.0) -> tuple[cutile.Tensor, Any]:
+    """A tensor of normal values and its float64 numpy copy (the values as rounded to ``dtype``)."""
+    values = np.random.default_rng(seed).standard_normal((rows, cols), dtype=np.float32) * scale + shift
+    tensor = api.from_numpy(values, dtype)
+    return tensor, tensor.to_numpy().astype(np.float64)
+
+
+def close(tensor: cutile.Tensor, expected: Any, dtype: DType) -> bool:
+    """``tensor`` holds ``expected`` to the dtype's precision (relative to the largest value)."""
+    tolerance = 1e-4 if dtype == f32 else 3e-2
+    scale = float(np.abs(expected).max(initial=0.0))
+    return bool(np.allclose(tensor.to_numpy().astype(np.float64), expected, rtol=tolerance,
+                            atol=tolerance * scale))
 
 
 def _bucket(shape: Sequence[int]) -> str:
@@ -321,11 +352,13 @@ def row_function(plan: Callable[P, Plan]) -> RowFunction[P]:
     return RowFunction(plan, plan.__name__.removeprefix("_plan_"), plan.__doc__)
 
 
-def then(works: Sequence[Any]) -> Any:
-    """Launches one after the other on one stream, as one op."""
-    work = works[0]
-    for following in works[1:]:
-        work = work.then(following)
+def then(first: Any, *following: Callable[[Any], Any]) -> Any:
+    """Launches one after the other on one stream, as one op: each of ``following`` builds
+    its launch from the previous one's result (the tensors it gives back), since a launch
+    holds what it writes until it has run."""
+    work = first
+    for build in following:
+        work = work.then(build)
     return work
 
 

@@ -148,53 +148,22 @@ softmax = _rows.row_function(_plan_softmax)
 log_softmax = _rows.row_function(_plan_log_softmax)
 
 
-def _setup(log: bool) -> _rows.Setup:
-    def setup(config: tune.Config, shape: tuple[int, ...]) -> Any:
-        rows, cols, itemsize = shape
-        x, out = _tuning_tensors(rows, cols, itemsize)
-        function = log_softmax if log else softmax
-        return lambda: function.launch(x, out=out, config=config)
-    return setup
-
-
-def _reference(log: bool) -> Any:
-    def reference(shape: tuple[int, ...]) -> Any:
-        rows, cols, itemsize = shape
-        x = _tuning_values(rows, cols, itemsize)
-        shifted = x - x.max(axis=1, keepdims=True)
+def _build(log: bool) -> _rows.Build:
+    def build(config: tune.Config, rows: int, cols: int, dtype: DType) -> tuple[Any, Any]:
+        x, values = _rows.random_rows(rows, cols, dtype, seed=0, scale=3.0)
+        out = api.empty([rows, cols], dtype)
+        shifted = values - values.max(axis=1, keepdims=True)
         logs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
         expected = logs if log else np.exp(logs)
-        return lambda result: _close(result, expected, itemsize)
-    return reference
+        function = log_softmax if log else softmax
+        return lambda: function.launch(x, out=out, config=config), lambda: _rows.close(out, expected, dtype)
+    return build
 
 
-def _tuning_values(rows: int, cols: int, itemsize: int) -> Any:
-    dtype = _rows.FLOAT_DTYPES[2] if itemsize == 4 else _rows.FLOAT_DTYPES[1]
-    values = np.random.default_rng(0).standard_normal((rows, cols), dtype=np.float32)
-    return api.from_numpy(values, dtype).to_numpy().astype(np.float64)
-
-
-def _tuning_tensors(rows: int, cols: int, itemsize: int) -> tuple[cutile.Tensor, cutile.Tensor]:
-    dtype = _rows.FLOAT_DTYPES[2] if itemsize == 4 else _rows.FLOAT_DTYPES[1]
-    values = np.random.default_rng(0).standard_normal((rows, cols), dtype=np.float32)
-    return api.from_numpy(values, dtype), api.empty([rows, cols], dtype)
-
-
-def _close(result: Any, expected: Any, itemsize: int) -> bool:
-    z = result[0] if isinstance(result, tuple) else result
-    values = z.to_numpy().astype(np.float64)  # (a partition is read, not consumed)
-    tolerance = 1e-5 if itemsize == 4 else 2e-2
-    return bool(np.allclose(values, expected, rtol=tolerance, atol=tolerance))
-
-
-_TUNING = {
-    False: RowTuning("softmax", _rows.source_of(one_pass_kernel, chunked_kernel), _setup(False),
-                     _reference(False)),
-    True: RowTuning("log_softmax", _rows.source_of(one_pass_kernel, chunked_kernel), _setup(True),
-                    _reference(True)),
-}
+_SOURCE = _rows.source_of(one_pass_kernel, chunked_kernel)
+_TUNING = {False: RowTuning("softmax", _SOURCE, _build(False)), True: RowTuning("log_softmax", _SOURCE, _build(True))}
 
 
 def tuning(log: bool = False) -> RowTuning:
-    """The configs of softmax (``log``: log_softmax): its tuner and `RowTuning.search`."""
+    """The configs of softmax (``log``: log_softmax): its tuner, `RowTuning.search` and `RowTuning.record`."""
     return _TUNING[log]
