@@ -228,8 +228,10 @@ def fits(config: tune.Config, cols: int) -> bool:
     tile_rows, tile_cols, one_pass = row.tile(cols)
     if tile_rows * tile_cols > ELEMENTS_PER_WARP * row.num_worker_warps:
         return False
-    return not (one_pass and row.tile_cols > max(next_pow2(cols), ROW_SPACE.params["tile_cols"][0])
-                and row.tile_cols // 2 >= next_pow2(cols))
+    if not one_pass:
+        return True
+    whole = [v for v in ROW_SPACE.params["tile_cols"] if isinstance(v, int) and v >= next_pow2(cols)]
+    return row.tile_cols == min(whole)  # the others run the same one-pass kernel
 
 
 #: ``build(config, rows, cols, dtype)`` -> (a runner returning the pending work, a check

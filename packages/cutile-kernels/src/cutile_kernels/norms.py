@@ -13,8 +13,9 @@ LayerNorm's backward is three kernels: ``dx`` per row (as the forward), then ``d
 and ``dbias`` as column sums in two safe stages: blocks of ``(split, column tile)`` sum
 their share of the rows into an fp32 partials tensor, and a second kernel sums the splits.
 
-Kernels are made per dtype by factories, so this module keeps annotations evaluated at
-definition (no ``from __future__ import annotations``).
+Kernels are made per dtype by factories. Their parameters' annotations are set as
+objects after each ``def`` (``kernel.__annotations__``), since the dtype is a variable
+there and mypy's cutile plugin reads only a literal dtype in an annotation.
 """
 
 import functools
@@ -36,15 +37,23 @@ from cutile_kernels._rows import Output, Plan, RowConfig, RowTuning
 @functools.cache
 def rms_norm_kernel(dtype: DType, wdtype: DType, one_pass: bool) -> Any:
     """``z = x * rsqrt(mean(x^2) + eps) * w`` per row."""
-    def rms_norm_rows(z: Mut[Tensor[dtype, ["BM", "BN"]]], x: Tensor[dtype, [-1, -1]], w: Tensor[wdtype, [-1]],
-                      eps: f32, inv_n: f32, BM: Constant[int], BN: Constant[int]) -> None:
+    def rms_norm_rows(z: Any, x: Any, w: Any, eps: Any, inv_n: Any, BM: Any, BN: Any) -> None:  # noqa: N803 (the tile dims' names)
         t = x.load(index=(bid(0), 0), shape=(BM, BN)).astype(f32)
         scale = rsqrt(sum(t * t, axis=1, keepdims=True) * inv_n + eps)
         weight = w.load(index=(0,), shape=(BN,)).astype(f32).reshape((1, BN))
         z.store((t * scale * weight).astype(dtype))
+    rms_norm_rows.__annotations__ = {
+        "z": Mut[Tensor[dtype, ["BM", "BN"]]],
+        "x": Tensor[dtype, [-1, -1]],
+        "w": Tensor[wdtype, [-1]],
+        "eps": f32,
+        "inv_n": f32,
+        "BM": Constant[int],
+        "BN": Constant[int],
+        "return": None,
+    }
 
-    def rms_norm_chunked(z: Mut[Tensor[dtype, ["BM", "BN"]]], x: Tensor[dtype, [-1, -1]], w: Tensor[wdtype, [-1]],
-                         eps: f32, inv_n: f32, BM: Constant[int], BN: Constant[int]) -> None:
+    def rms_norm_chunked(z: Any, x: Any, w: Any, eps: Any, inv_n: Any, BM: Any, BN: Any) -> None:  # noqa: N803 (the tile dims' names)
         for idx in z.tiles():
             rows, _ = idx
             squares = zeros((BM, 1), f32)
@@ -56,6 +65,16 @@ def rms_norm_kernel(dtype: DType, wdtype: DType, one_pass: bool) -> Any:
                 t = x.load(index=(rows, c), shape=(BM, BN)).astype(f32)
                 weight = w.load(index=(c,), shape=(BN,)).astype(f32).reshape((1, BN))
                 z.store((t * scale * weight).astype(dtype), (rows, c))
+    rms_norm_chunked.__annotations__ = {
+        "z": Mut[Tensor[dtype, ["BM", "BN"]]],
+        "x": Tensor[dtype, [-1, -1]],
+        "w": Tensor[wdtype, [-1]],
+        "eps": f32,
+        "inv_n": f32,
+        "BM": Constant[int],
+        "BN": Constant[int],
+        "return": None,
+    }
 
     return _entry(rms_norm_rows if one_pass else rms_norm_chunked, dtype, wdtype)
 
@@ -63,9 +82,7 @@ def rms_norm_kernel(dtype: DType, wdtype: DType, one_pass: bool) -> Any:
 @functools.cache
 def add_rms_norm_kernel(dtype: DType, wdtype: DType, one_pass: bool) -> Any:
     """``s = x + r`` (rounded to the dtype) and ``z = rms_norm(s) * w`` per row."""
-    def add_rms_norm_rows(s: Mut[Tensor[dtype, ["BM", "BN"]]], z: Mut[Tensor[dtype, ["BM", "BN"]]],
-                          x: Tensor[dtype, [-1, -1]], r: Tensor[dtype, [-1, -1]], w: Tensor[wdtype, [-1]],
-                          eps: f32, inv_n: f32, BM: Constant[int], BN: Constant[int]) -> None:
+    def add_rms_norm_rows(s: Any, z: Any, x: Any, r: Any, w: Any, eps: Any, inv_n: Any, BM: Any, BN: Any) -> None:  # noqa: N803 (the tile dims' names)
         total = (x.load(index=(bid(0), 0), shape=(BM, BN)).astype(f32)
                  + r.load(index=(bid(0), 0), shape=(BM, BN)).astype(f32)).astype(dtype)
         s.store(total)
@@ -73,10 +90,20 @@ def add_rms_norm_kernel(dtype: DType, wdtype: DType, one_pass: bool) -> Any:
         scale = rsqrt(sum(t * t, axis=1, keepdims=True) * inv_n + eps)
         weight = w.load(index=(0,), shape=(BN,)).astype(f32).reshape((1, BN))
         z.store((t * scale * weight).astype(dtype))
+    add_rms_norm_rows.__annotations__ = {
+        "s": Mut[Tensor[dtype, ["BM", "BN"]]],
+        "z": Mut[Tensor[dtype, ["BM", "BN"]]],
+        "x": Tensor[dtype, [-1, -1]],
+        "r": Tensor[dtype, [-1, -1]],
+        "w": Tensor[wdtype, [-1]],
+        "eps": f32,
+        "inv_n": f32,
+        "BM": Constant[int],
+        "BN": Constant[int],
+        "return": None,
+    }
 
-    def add_rms_norm_chunked(s: Mut[Tensor[dtype, ["BM", "BN"]]], z: Mut[Tensor[dtype, ["BM", "BN"]]],
-                             x: Tensor[dtype, [-1, -1]], r: Tensor[dtype, [-1, -1]], w: Tensor[wdtype, [-1]],
-                             eps: f32, inv_n: f32, BM: Constant[int], BN: Constant[int]) -> None:
+    def add_rms_norm_chunked(s: Any, z: Any, x: Any, r: Any, w: Any, eps: Any, inv_n: Any, BM: Any, BN: Any) -> None:  # noqa: N803 (the tile dims' names)
         for idx in s.tiles_with(z):
             rows, _ = idx
             squares = zeros((BM, 1), f32)
@@ -92,6 +119,18 @@ def add_rms_norm_kernel(dtype: DType, wdtype: DType, one_pass: bool) -> Any:
                      + r.load(index=(rows, c), shape=(BM, BN)).astype(f32)).astype(dtype).astype(f32)
                 weight = w.load(index=(c,), shape=(BN,)).astype(f32).reshape((1, BN))
                 z.store((t * scale * weight).astype(dtype), (rows, c))
+    add_rms_norm_chunked.__annotations__ = {
+        "s": Mut[Tensor[dtype, ["BM", "BN"]]],
+        "z": Mut[Tensor[dtype, ["BM", "BN"]]],
+        "x": Tensor[dtype, [-1, -1]],
+        "r": Tensor[dtype, [-1, -1]],
+        "w": Tensor[wdtype, [-1]],
+        "eps": f32,
+        "inv_n": f32,
+        "BM": Constant[int],
+        "BN": Constant[int],
+        "return": None,
+    }
 
     return _entry(add_rms_norm_rows if one_pass else add_rms_norm_chunked, dtype, wdtype)
 
@@ -99,10 +138,7 @@ def add_rms_norm_kernel(dtype: DType, wdtype: DType, one_pass: bool) -> Any:
 @functools.cache
 def layer_norm_kernel(dtype: DType, wdtype: DType) -> Any:
     """LayerNorm of rows that fit one tile, writing each row's mean and rstd too."""
-    def layer_norm_rows(z: Mut[Tensor[dtype, ["BM", "BN"]]], mean_out: Mut[Tensor[f32, ["BM", 1]]],
-                        rstd_out: Mut[Tensor[f32, ["BM", 1]]], x: Tensor[dtype, [-1, -1]],
-                        w: Tensor[wdtype, [-1]], b: Tensor[wdtype, [-1]], eps: f32, inv_n: f32, n: i32,
-                        BM: Constant[int], BN: Constant[int]) -> None:
+    def layer_norm_rows(z: Any, mean_out: Any, rstd_out: Any, x: Any, w: Any, b: Any, eps: Any, inv_n: Any, n: Any, BM: Any, BN: Any) -> None:  # noqa: N803 (the tile dims' names)
         t = x.load(index=(bid(0), 0), shape=(BM, BN)).astype(f32)
         mean = sum(t, axis=1, keepdims=True) * inv_n
         centered = where(arange(BN, i32).reshape((1, BN)) < n, t - mean, 0.0)
@@ -112,6 +148,20 @@ def layer_norm_kernel(dtype: DType, wdtype: DType) -> Any:
         z.store((centered * rstd * weight + bias).astype(dtype))
         mean_out.store(mean)
         rstd_out.store(rstd)
+    layer_norm_rows.__annotations__ = {
+        "z": Mut[Tensor[dtype, ["BM", "BN"]]],
+        "mean_out": Mut[Tensor[f32, ["BM", 1]]],
+        "rstd_out": Mut[Tensor[f32, ["BM", 1]]],
+        "x": Tensor[dtype, [-1, -1]],
+        "w": Tensor[wdtype, [-1]],
+        "b": Tensor[wdtype, [-1]],
+        "eps": f32,
+        "inv_n": f32,
+        "n": i32,
+        "BM": Constant[int],
+        "BN": Constant[int],
+        "return": None,
+    }
     return _entry(layer_norm_rows, dtype, wdtype)
 
 
@@ -119,9 +169,7 @@ def layer_norm_kernel(dtype: DType, wdtype: DType) -> Any:
 def layer_norm_chunked_kernel(dtype: DType, wdtype: DType) -> Any:
     """LayerNorm of rows of any length on an output mapped ``[1, OWNED]``: the statistics
     chunk by chunk (Chan's update), then the normalized chunks."""
-    def layer_norm_chunked(z: Mut[Tensor[dtype, ["BM", "BN"]]], x: Tensor[dtype, [-1, -1]],
-                           w: Tensor[wdtype, [-1]], b: Tensor[wdtype, [-1]], eps: f32, inv_n: f32, n: i32,
-                           BM: Constant[int], BN: Constant[int]) -> None:
+    def layer_norm_chunked(z: Any, x: Any, w: Any, b: Any, eps: Any, inv_n: Any, n: Any, BM: Any, BN: Any) -> None:  # noqa: N803 (the tile dims' names)
         for idx in z.tiles():
             rows, _ = idx
             mean = zeros((BM, 1), f32)
@@ -142,15 +190,25 @@ def layer_norm_chunked_kernel(dtype: DType, wdtype: DType) -> Any:
                 weight = w.load(index=(c,), shape=(BN,)).astype(f32).reshape((1, BN))
                 bias = b.load(index=(c,), shape=(BN,)).astype(f32).reshape((1, BN))
                 z.store(((t - mean) * rstd * weight + bias).astype(dtype), (rows, c))
+    layer_norm_chunked.__annotations__ = {
+        "z": Mut[Tensor[dtype, ["BM", "BN"]]],
+        "x": Tensor[dtype, [-1, -1]],
+        "w": Tensor[wdtype, [-1]],
+        "b": Tensor[wdtype, [-1]],
+        "eps": f32,
+        "inv_n": f32,
+        "n": i32,
+        "BM": Constant[int],
+        "BN": Constant[int],
+        "return": None,
+    }
     return _entry(layer_norm_chunked, dtype, wdtype)
 
 
 @functools.cache
 def layer_norm_stats_kernel(dtype: DType) -> Any:
     """Each row's mean and rstd, its columns in chunks of BN (Chan's update)."""
-    def layer_norm_stats(mean_out: Mut[Tensor[f32, ["BM", 1]]], rstd_out: Mut[Tensor[f32, ["BM", 1]]],
-                         x: Tensor[dtype, [-1, -1]], eps: f32, inv_n: f32, n: i32, chunks: i32,
-                         BM: Constant[int], BN: Constant[int]) -> None:
+    def layer_norm_stats(mean_out: Any, rstd_out: Any, x: Any, eps: Any, inv_n: Any, n: Any, chunks: Any, BM: Any, BN: Any) -> None:  # noqa: N803 (the tile dims' names)
         mean = zeros((BM, 1), f32)
         m2 = zeros((BM, 1), f32)
         for c in range(chunks):
@@ -165,21 +223,42 @@ def layer_norm_stats_kernel(dtype: DType) -> Any:
             m2 = m2 + sum(d * d, axis=1, keepdims=True) + delta * delta * (before * count / after)
         mean_out.store(mean)
         rstd_out.store(rsqrt(m2 * inv_n + eps))
+    layer_norm_stats.__annotations__ = {
+        "mean_out": Mut[Tensor[f32, ["BM", 1]]],
+        "rstd_out": Mut[Tensor[f32, ["BM", 1]]],
+        "x": Tensor[dtype, [-1, -1]],
+        "eps": f32,
+        "inv_n": f32,
+        "n": i32,
+        "chunks": i32,
+        "BM": Constant[int],
+        "BN": Constant[int],
+        "return": None,
+    }
     return _entry(layer_norm_stats, dtype, dtype)
 
 
 @functools.cache
 def layer_norm_apply_kernel(dtype: DType, wdtype: DType) -> Any:
     """``z = (x - mean) * rstd * w + b`` on (BM, BN) tiles, from the rows' statistics."""
-    def layer_norm_apply(z: Mut[Tensor[dtype, ["BM", "BN"]]], x: Tensor[dtype, [-1, -1]],
-                         mean: Tensor[f32, [-1, -1]], rstd: Tensor[f32, [-1, -1]], w: Tensor[wdtype, [-1]],
-                         b: Tensor[wdtype, [-1]], BM: Constant[int], BN: Constant[int]) -> None:
+    def layer_norm_apply(z: Any, x: Any, mean: Any, rstd: Any, w: Any, b: Any, BM: Any, BN: Any) -> None:  # noqa: N803 (the tile dims' names)
         t = x.load(index=(bid(0), bid(1)), shape=(BM, BN)).astype(f32)
         m = mean.load(index=(bid(0), 0), shape=(BM, 1))
         r = rstd.load(index=(bid(0), 0), shape=(BM, 1))
         weight = w.load(index=(bid(1),), shape=(BN,)).astype(f32).reshape((1, BN))
         bias = b.load(index=(bid(1),), shape=(BN,)).astype(f32).reshape((1, BN))
         z.store(((t - m) * r * weight + bias).astype(dtype))
+    layer_norm_apply.__annotations__ = {
+        "z": Mut[Tensor[dtype, ["BM", "BN"]]],
+        "x": Tensor[dtype, [-1, -1]],
+        "mean": Tensor[f32, [-1, -1]],
+        "rstd": Tensor[f32, [-1, -1]],
+        "w": Tensor[wdtype, [-1]],
+        "b": Tensor[wdtype, [-1]],
+        "BM": Constant[int],
+        "BN": Constant[int],
+        "return": None,
+    }
     return _entry(layer_norm_apply, dtype, wdtype)
 
 
@@ -187,9 +266,7 @@ def layer_norm_apply_kernel(dtype: DType, wdtype: DType) -> Any:
 def layer_norm_dx_kernel(dtype: DType, wdtype: DType, one_pass: bool) -> Any:
     """LayerNorm's input gradient per row: with ``xhat = (x - mean) * rstd`` and
     ``g = w * dy``, ``dx = rstd * (g - mean(g) - xhat * mean(g * xhat))``."""
-    def layer_norm_dx_rows(dx: Mut[Tensor[dtype, ["BM", "BN"]]], dy: Tensor[dtype, [-1, -1]],
-                           x: Tensor[dtype, [-1, -1]], w: Tensor[wdtype, [-1]], mean: Tensor[f32, [-1, -1]],
-                           rstd: Tensor[f32, [-1, -1]], inv_n: f32, BM: Constant[int], BN: Constant[int]) -> None:
+    def layer_norm_dx_rows(dx: Any, dy: Any, x: Any, w: Any, mean: Any, rstd: Any, inv_n: Any, BM: Any, BN: Any) -> None:  # noqa: N803 (the tile dims' names)
         m = mean.load(index=(bid(0), 0), shape=(BM, 1))
         r = rstd.load(index=(bid(0), 0), shape=(BM, 1))
         xhat = (x.load(index=(bid(0), 0), shape=(BM, BN)).astype(f32) - m) * r
@@ -198,11 +275,20 @@ def layer_norm_dx_kernel(dtype: DType, wdtype: DType, one_pass: bool) -> Any:
         mean_g = sum(g, axis=1, keepdims=True) * inv_n
         mean_gx = sum(g * xhat, axis=1, keepdims=True) * inv_n
         dx.store(((g - mean_g - xhat * mean_gx) * r).astype(dtype))
+    layer_norm_dx_rows.__annotations__ = {
+        "dx": Mut[Tensor[dtype, ["BM", "BN"]]],
+        "dy": Tensor[dtype, [-1, -1]],
+        "x": Tensor[dtype, [-1, -1]],
+        "w": Tensor[wdtype, [-1]],
+        "mean": Tensor[f32, [-1, -1]],
+        "rstd": Tensor[f32, [-1, -1]],
+        "inv_n": f32,
+        "BM": Constant[int],
+        "BN": Constant[int],
+        "return": None,
+    }
 
-    def layer_norm_dx_chunked(dx: Mut[Tensor[dtype, ["BM", "BN"]]], dy: Tensor[dtype, [-1, -1]],
-                              x: Tensor[dtype, [-1, -1]], w: Tensor[wdtype, [-1]], mean: Tensor[f32, [-1, -1]],
-                              rstd: Tensor[f32, [-1, -1]], inv_n: f32, BM: Constant[int],
-                              BN: Constant[int]) -> None:
+    def layer_norm_dx_chunked(dx: Any, dy: Any, x: Any, w: Any, mean: Any, rstd: Any, inv_n: Any, BM: Any, BN: Any) -> None:  # noqa: N803 (the tile dims' names)
         for idx in dx.tiles():
             rows, _ = idx
             m = mean.load(index=(rows, 0), shape=(BM, 1))
@@ -222,6 +308,18 @@ def layer_norm_dx_kernel(dtype: DType, wdtype: DType, one_pass: bool) -> Any:
                 g = dy.load(index=(rows, c), shape=(BM, BN)).astype(f32) * w.load(
                     index=(c,), shape=(BN,)).astype(f32).reshape((1, BN))
                 dx.store(((g - mean_g - xhat * mean_gx) * r).astype(dtype), (rows, c))
+    layer_norm_dx_chunked.__annotations__ = {
+        "dx": Mut[Tensor[dtype, ["BM", "BN"]]],
+        "dy": Tensor[dtype, [-1, -1]],
+        "x": Tensor[dtype, [-1, -1]],
+        "w": Tensor[wdtype, [-1]],
+        "mean": Tensor[f32, [-1, -1]],
+        "rstd": Tensor[f32, [-1, -1]],
+        "inv_n": f32,
+        "BM": Constant[int],
+        "BN": Constant[int],
+        "return": None,
+    }
 
     return _entry(layer_norm_dx_rows if one_pass else layer_norm_dx_chunked, dtype, wdtype)
 
@@ -230,10 +328,7 @@ def layer_norm_dx_kernel(dtype: DType, wdtype: DType, one_pass: bool) -> Any:
 def layer_norm_partials_kernel(dtype: DType) -> Any:
     """Block (split, column tile) sums ``dy * xhat`` and ``dy`` over its split's rows
     (``tiles`` row tiles from ``split * tiles``) into its (1, BN) tile of the partials."""
-    def layer_norm_partials(dw: Mut[Tensor[f32, [1, "BN"]]], db: Mut[Tensor[f32, [1, "BN"]]],
-                            dy: Tensor[dtype, [-1, -1]], x: Tensor[dtype, [-1, -1]], mean: Tensor[f32, [-1, -1]],
-                            rstd: Tensor[f32, [-1, -1]], tiles: i32, BM: Constant[int],
-                            BN: Constant[int]) -> None:
+    def layer_norm_partials(dw: Any, db: Any, dy: Any, x: Any, mean: Any, rstd: Any, tiles: Any, BM: Any, BN: Any) -> None:  # noqa: N803 (the tile dims' names)
         acc_w = zeros((1, BN), f32)
         acc_b = zeros((1, BN), f32)
         for i in range(tiles):
@@ -245,23 +340,48 @@ def layer_norm_partials_kernel(dtype: DType) -> Any:
             acc_b = acc_b + sum(g, axis=0, keepdims=True)
         dw.store(acc_w)
         db.store(acc_b)
+    layer_norm_partials.__annotations__ = {
+        "dw": Mut[Tensor[f32, [1, "BN"]]],
+        "db": Mut[Tensor[f32, [1, "BN"]]],
+        "dy": Tensor[dtype, [-1, -1]],
+        "x": Tensor[dtype, [-1, -1]],
+        "mean": Tensor[f32, [-1, -1]],
+        "rstd": Tensor[f32, [-1, -1]],
+        "tiles": i32,
+        "BM": Constant[int],
+        "BN": Constant[int],
+        "return": None,
+    }
     return _entry(layer_norm_partials, dtype, dtype)
 
 
 @functools.cache
 def column_sum_kernel(wdtype: DType) -> Any:
     """``dw = sum(partials_w, axis=0)``, ``db = sum(partials_b, axis=0)`` (SP >= the splits)."""
-    def column_sums(dw: Mut[Tensor[wdtype, ["BN"]]], db: Mut[Tensor[wdtype, ["BN"]]], pw: Tensor[f32, [-1, -1]],
-                    pb: Tensor[f32, [-1, -1]], SP: Constant[int], BN: Constant[int]) -> None:
+    def column_sums(dw: Any, db: Any, pw: Any, pb: Any, SP: Any, BN: Any) -> None:  # noqa: N803 (the tile dims' names)
         dw.store(sum(pw.load(index=(0, bid(0)), shape=(SP, BN)), axis=0).astype(wdtype))
         db.store(sum(pb.load(index=(0, bid(0)), shape=(SP, BN)), axis=0).astype(wdtype))
+    column_sums.__annotations__ = {
+        "dw": Mut[Tensor[wdtype, ["BN"]]],
+        "db": Mut[Tensor[wdtype, ["BN"]]],
+        "pw": Tensor[f32, [-1, -1]],
+        "pb": Tensor[f32, [-1, -1]],
+        "SP": Constant[int],
+        "BN": Constant[int],
+        "return": None,
+    }
     return _entry(column_sums, wdtype, wdtype)
 
 
 @functools.cache
 def zero_kernel(dtype: DType) -> Any:
-    def zero(z: Mut[Tensor[dtype, ["B"]]], B: Constant[int]) -> None:
+    def zero(z: Any, B: Any) -> None:  # noqa: N803 (the tile dims' names)
         z.store(zeros((B,), dtype))
+    zero.__annotations__ = {
+        "z": Mut[Tensor[dtype, ["B"]]],
+        "B": Constant[int],
+        "return": None,
+    }
     return _entry(zero, dtype, dtype)
 
 

@@ -7,8 +7,9 @@ rows whole): an online max and sum over the chunks, then the chunks again, norma
 the second read of a row comes soon after the first, mostly from L2. fp32 throughout
 the arithmetic; the exponentials are ``exp2`` with log2(e) folded in.
 
-Kernels are made per dtype by factories (the annotations name the dtype), so this
-module keeps annotations evaluated at definition (no ``from __future__ import annotations``).
+Kernels are made per dtype by factories. Their parameters' annotations are set as
+objects after each ``def`` (``kernel.__annotations__``), since the dtype is a variable
+there and mypy's cutile plugin reads only a literal dtype in an annotation.
 """
 
 import functools
@@ -31,8 +32,7 @@ LN2 = 0.6931471805599453
 @functools.cache
 def one_pass_kernel(dtype: DType, log: bool) -> Any:
     """Softmax (``log``: log-softmax) of rows that fit one (BM, BN) tile."""
-    def softmax_rows(z: Mut[Tensor[dtype, ["BM", "BN"]]], x: Tensor[dtype, [-1, -1]], BM: Constant[int],
-                     BN: Constant[int]) -> None:
+    def softmax_rows(z: Any, x: Any, BM: Any, BN: Any) -> None:  # noqa: N803 (the tile dims' names)
         t = x.load(index=(bid(0), 0), shape=(BM, BN), padding="neg_inf").astype(f32) * LOG2E
         shifted = t - max(t, axis=1, keepdims=True)  # log2 units
         e = exp2(shifted)
@@ -41,6 +41,13 @@ def one_pass_kernel(dtype: DType, log: bool) -> Any:
             z.store(((shifted - log2(total)) * LN2).astype(dtype))
         else:
             z.store((e / total).astype(dtype))
+    softmax_rows.__annotations__ = {
+        "z": Mut[Tensor[dtype, ["BM", "BN"]]],
+        "x": Tensor[dtype, [-1, -1]],
+        "BM": Constant[int],
+        "BN": Constant[int],
+        "return": None,
+    }
     softmax_rows.__name__ = softmax_rows.__qualname__ = f"{'log_' if log else ''}softmax_rows_{dtype}"
     return cutile.entry(softmax_rows)
 
@@ -49,8 +56,7 @@ def one_pass_kernel(dtype: DType, log: bool) -> Any:
 def chunked_kernel(dtype: DType, log: bool) -> Any:
     """Softmax (``log``: log-softmax) of rows of any length, in (BM, BN) chunks, on an
     output mapped ``[1, OWNED]``."""
-    def softmax_chunked(z: Mut[Tensor[dtype, ["BM", "BN"]]], x: Tensor[dtype, [-1, -1]], BM: Constant[int],
-                        BN: Constant[int]) -> None:
+    def softmax_chunked(z: Any, x: Any, BM: Any, BN: Any) -> None:  # noqa: N803 (the tile dims' names)
         for idx in z.tiles():
             rows, _ = idx
             row_max = full((BM, 1), -float("inf"), f32)
@@ -70,6 +76,13 @@ def chunked_kernel(dtype: DType, log: bool) -> Any:
                 for c in range(z.num_tiles(1)):
                     t = x.load(index=(rows, c), shape=(BM, BN), padding="neg_inf").astype(f32) * LOG2E
                     z.store((exp2(t - row_max) * scale).astype(dtype), (rows, c))
+    softmax_chunked.__annotations__ = {
+        "z": Mut[Tensor[dtype, ["BM", "BN"]]],
+        "x": Tensor[dtype, [-1, -1]],
+        "BM": Constant[int],
+        "BN": Constant[int],
+        "return": None,
+    }
     softmax_chunked.__name__ = softmax_chunked.__qualname__ = f"{'log_' if log else ''}softmax_chunked_{dtype}"
     return cutile.entry(softmax_chunked)
 
