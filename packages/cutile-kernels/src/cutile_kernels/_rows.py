@@ -282,6 +282,18 @@ class RowTuning:
         return record
 
 
+_cache: dict[Any, Any] = {}
+
+
+def cached(key: Any, make: Callable[[], Any]) -> Any:
+    """The inputs and references of a search, made once for all its configs (only the
+    latest key is kept: a search's inputs can be large)."""
+    if key not in _cache:
+        _cache.clear()
+        _cache[key] = make()
+    return _cache[key]
+
+
 def random_rows(rows: int, cols: int, dtype: DType, seed: int, scale: float = 1.0,
                 shift: float = 0.0) -> tuple[cutile.Tensor, Any]:
     """A tensor of normal values and its float64 numpy copy (the values as rounded to ``dtype``)."""
@@ -290,12 +302,27 @@ def random_rows(rows: int, cols: int, dtype: DType, seed: int, scale: float = 1.
     return tensor, tensor.to_numpy().astype(np.float64)
 
 
-def close(tensor: cutile.Tensor, expected: Any, dtype: DType) -> bool:
-    """``tensor`` holds ``expected`` to the dtype's precision (relative to the largest value)."""
+#: rows a search's correctness gate compares (evenly spaced, the last included)
+CHECKED_ROWS = 64
+
+
+def checked_rows(rows: int) -> Any:
+    return np.unique(np.linspace(0, rows - 1, min(rows, CHECKED_ROWS)).astype(np.int64))
+
+
+def poisoned(shape: Sequence[int], dtype: DType) -> cutile.Tensor:
+    return api.full(list(shape), float("nan"), dtype)
+
+
+def close(tensor: cutile.Tensor, expected: Any, dtype: DType, rows: Any = None) -> bool:
+    """``tensor`` holds ``expected`` to the dtype's precision (relative to the largest
+    value); with ``rows`` (indices), those rows of ``tensor`` hold ``expected``."""
+    values = tensor.to_numpy()
+    if rows is not None:
+        values = values[rows]
     tolerance = 1e-4 if dtype == f32 else 3e-2
     scale = float(np.abs(expected).max(initial=0.0))
-    return bool(np.allclose(tensor.to_numpy().astype(np.float64), expected, rtol=tolerance,
-                            atol=tolerance * scale))
+    return bool(np.allclose(values.astype(np.float64), expected, rtol=tolerance, atol=tolerance * scale))
 
 
 def _bucket(shape: Sequence[int]) -> str:

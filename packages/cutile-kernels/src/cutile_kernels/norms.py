@@ -678,25 +678,35 @@ layer_norm_backward = _rows.row_function(_plan_layer_norm_backward)
 def _inputs(rows: int, cols: int, dtype: DType) -> tuple[Any, ...]:
     x, xv = _rows.random_rows(rows, cols, dtype, seed=0, scale=2.0, shift=0.5)
     w, wv = _rows.random_rows(1, cols, dtype, seed=1)
-    return x, xv, w.reshape(cols), wv[0]
+    sample = _rows.checked_rows(rows)
+    return x, xv, w.reshape(cols), wv[0], sample
+
+
+def _rms_reference(xv: Any, wv: Any) -> Any:
+    return xv / np.sqrt((xv * xv).mean(axis=1, keepdims=True) + 1e-6) * wv
 
 
 def _build_rms_norm(config: tune.Config, rows: int, cols: int, dtype: DType) -> tuple[Any, Any]:
-    x, xv, w, wv = _inputs(rows, cols, dtype)
-    out = api.empty([rows, cols], dtype)
-    expected = xv / np.sqrt((xv * xv).mean(axis=1, keepdims=True) + 1e-6) * wv
-    return lambda: rms_norm.launch(x, w, 1e-6, out=out, config=config), lambda: _rows.close(out, expected, dtype)
+    def data() -> tuple[Any, ...]:
+        x, xv, w, wv, sample = _inputs(rows, cols, dtype)
+        return x, w, sample, _rms_reference(xv[sample], wv)
+    x, w, sample, expected = _rows.cached(("rms_norm", rows, cols, dtype), data)
+    out = _rows.poisoned([rows, cols], dtype)
+    return (lambda: rms_norm.launch(x, w, 1e-6, out=out, config=config),
+            lambda: _rows.close(out, expected, dtype, sample))
 
 
 def _build_add_rms_norm(config: tune.Config, rows: int, cols: int, dtype: DType) -> tuple[Any, Any]:
-    x, xv, w, wv = _inputs(rows, cols, dtype)
-    r, rv = _rows.random_rows(rows, cols, dtype, seed=2)
-    total, normed = api.empty([rows, cols], dtype), api.empty([rows, cols], dtype)
-    sv = xv + rv
-    expected = sv / np.sqrt((sv * sv).mean(axis=1, keepdims=True) + 1e-6) * wv
+    def data() -> tuple[Any, ...]:
+        x, xv, w, wv, sample = _inputs(rows, cols, dtype)
+        r, rv = _rows.random_rows(rows, cols, dtype, seed=2)
+        sv = xv[sample] + rv[sample]
+        return x, r, w, sample, sv, _rms_reference(sv, wv)
+    x, r, w, sample, sv, expected = _rows.cached(("add_rms_norm", rows, cols, dtype), data)
+    total, normed = _rows.poisoned([rows, cols], dtype), _rows.poisoned([rows, cols], dtype)
 
     def check() -> bool:
-        return _rows.close(total, sv, dtype) and _rows.close(normed, expected, dtype)
+        return _rows.close(total, sv, dtype, sample) and _rows.close(normed, expected, dtype, sample)
     return lambda: add_rms_norm.launch(x, r, w, 1e-6, out=(total, normed), config=config), check
 
 
@@ -707,24 +717,31 @@ def _layer_norm_reference(xv: Any, wv: Any, bv: Any, eps: float) -> tuple[Any, A
 
 
 def _build_layer_norm(config: tune.Config, rows: int, cols: int, dtype: DType) -> tuple[Any, Any]:
-    x, xv, w, wv = _inputs(rows, cols, dtype)
-    b, bv = _rows.random_rows(1, cols, dtype, seed=3)
-    out = api.empty([rows, cols], dtype)
-    expected, _, _ = _layer_norm_reference(xv, wv, bv[0], 1e-5)
-    return (lambda: layer_norm.launch(x, w, b.reshape(cols), 1e-5, out=out, config=config),
-            lambda: _rows.close(out, expected, dtype))
+    def data() -> tuple[Any, ...]:
+        x, xv, w, wv, sample = _inputs(rows, cols, dtype)
+        b, bv = _rows.random_rows(1, cols, dtype, seed=3)
+        return x, w, b.reshape(cols), sample, _layer_norm_reference(xv[sample], wv, bv[0], 1e-5)[0]
+    x, w, b, sample, expected = _rows.cached(("layer_norm", rows, cols, dtype), data)
+    out = _rows.poisoned([rows, cols], dtype)
+    return (lambda: layer_norm.launch(x, w, b, 1e-5, out=out, config=config),
+            lambda: _rows.close(out, expected, dtype, sample))
 
 
 def _build_layer_norm_backward(config: tune.Config, rows: int, cols: int, dtype: DType) -> tuple[Any, Any]:
-    x, xv, w, wv = _inputs(rows, cols, dtype)
-    dy, gv = _rows.random_rows(rows, cols, dtype, seed=4)
-    _, mean, rstd = _layer_norm_reference(xv, wv, 0.0, 1e-5)
-    m, r = api.from_numpy(mean.astype(np.float32)), api.from_numpy(rstd.astype(np.float32))
-    dx, dw, db = api.empty([rows, cols], dtype), api.empty([cols], dtype), api.empty([cols], dtype)
-    expected = layer_norm_backward_reference(gv, xv, wv, mean, rstd)
+    def data() -> tuple[Any, ...]:
+        x, xv, w, wv, sample = _inputs(rows, cols, dtype)
+        dy, gv = _rows.random_rows(rows, cols, dtype, seed=4)
+        _, mean, rstd = _layer_norm_reference(xv, wv, 0.0, 1e-5)
+        m, r = api.from_numpy(mean.astype(np.float32)), api.from_numpy(rstd.astype(np.float32))
+        dx, dw, db = layer_norm_backward_reference(gv, xv, wv, mean, rstd)
+        return x, w, dy, m, r, sample, dx[sample], dw, db
+    x, w, dy, m, r, sample, dx_rows, dw_all, db_all = _rows.cached(("layer_norm_backward", rows, cols, dtype), data)
+    dx = _rows.poisoned([rows, cols], dtype)
+    dw, db = _rows.poisoned([cols], w.dtype), _rows.poisoned([cols], w.dtype)
 
     def check() -> bool:
-        return all(_rows.close(t, e, dtype) for t, e in zip((dx, dw, db), expected))
+        return (_rows.close(dx, dx_rows, dtype, sample) and _rows.close(dw, dw_all, dtype)
+                and _rows.close(db, db_all, dtype))
     return lambda: layer_norm_backward.launch(dy, x, w, m, r, out=(dx, dw, db), config=config), check
 
 

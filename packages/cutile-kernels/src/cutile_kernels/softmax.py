@@ -162,14 +162,19 @@ log_softmax = _rows.row_function(_plan_log_softmax)
 
 
 def _build(log: bool) -> _rows.Build:
-    def build(config: tune.Config, rows: int, cols: int, dtype: DType) -> tuple[Any, Any]:
+    def data(rows: int, cols: int, dtype: DType) -> tuple[Any, Any, Any]:
         x, values = _rows.random_rows(rows, cols, dtype, seed=0, scale=3.0)
-        out = api.empty([rows, cols], dtype)
-        shifted = values - values.max(axis=1, keepdims=True)
+        sample = _rows.checked_rows(rows)
+        shifted = values[sample] - values[sample].max(axis=1, keepdims=True)
         logs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
-        expected = logs if log else np.exp(logs)
+        return x, sample, logs if log else np.exp(logs)
+
+    def build(config: tune.Config, rows: int, cols: int, dtype: DType) -> tuple[Any, Any]:
+        x, sample, expected = _rows.cached(("softmax", log, rows, cols, dtype), lambda: data(rows, cols, dtype))
+        out = _rows.poisoned([rows, cols], dtype)
         function = log_softmax if log else softmax
-        return lambda: function.launch(x, out=out, config=config), lambda: _rows.close(out, expected, dtype)
+        return (lambda: function.launch(x, out=out, config=config),
+                lambda: _rows.close(out, expected, dtype, sample))
     return build
 
 
