@@ -269,6 +269,10 @@ class RowTuning:
             chosen = self._chosen[key] = RowConfig.of(found)
         return chosen
 
+    def use(self, rows: int, cols: int, dtype: DType, config: tune.Config) -> None:
+        """Calls of this shape's bucket take ``config`` from now on (in this process)."""
+        self._chosen[(next_pow2(rows), next_pow2(cols), int(dtype.itemsize))] = RowConfig.of(config)
+
     def search(self, rows: int, cols: int, dtype: DType, **options: Any) -> tune.SearchResult:
         """A search for one shape (``dtype``: f32, or any 2-byte dtype, searched as bf16)."""
         return self.tuner.tune((rows, cols, int(dtype.itemsize)), prune=lambda config: fits(config, cols), **options)
