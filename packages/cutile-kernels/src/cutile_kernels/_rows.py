@@ -19,7 +19,7 @@
 import inspect
 import math
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, ParamSpec, TypeVar
@@ -175,7 +175,7 @@ class RowConfig:
     num_worker_warps: int
 
     @classmethod
-    def of(cls, config: tune.Config) -> "RowConfig":
+    def of(cls, config: Mapping[str, int | str]) -> "RowConfig":
         values = [config.get(k) for k in ("tile_rows", "tile_cols", "occupancy", "num_worker_warps")]
         if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values):
             raise cutile.ArgumentError(f"row kernel config: expected positive ints for tile_rows, tile_cols, "

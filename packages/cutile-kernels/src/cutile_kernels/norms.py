@@ -19,6 +19,7 @@ there and mypy's cutile plugin reads only a literal dtype in an annotation.
 """
 
 import functools
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -433,7 +434,7 @@ class _Rows:
             tensor = api.copy(tensor)
         return tensor.reshape(self.rows, 1)
 
-    def config(self, tuning: RowTuning, given: tune.Config | None) -> RowConfig:
+    def config(self, tuning: RowTuning, given: Mapping[str, int | str] | None) -> RowConfig:
         return RowConfig.of(given) if given is not None else tuning.config(self.rows, self.cols, self.dtype)
 
     @property
@@ -453,7 +454,7 @@ def _finish(call: _Rows, results: list[Output]) -> Any:
 
 
 def _plan_rms_norm(x: Any, weight: Any, eps: float = 1e-6, *, out: Any = None,
-                   config: tune.Config | None = None) -> Plan:
+                   config: Mapping[str, int | str] | None = None) -> Plan:
     """RMSNorm over the last dim: ``x * rsqrt(mean(x^2, -1) + eps) * weight``.
 
     Args:
@@ -482,7 +483,7 @@ def _plan_rms_norm(x: Any, weight: Any, eps: float = 1e-6, *, out: Any = None,
 
 
 def _plan_add_rms_norm(x: Any, residual: Any, weight: Any, eps: float = 1e-6, *, out: Any = None,
-                       config: tune.Config | None = None) -> Plan:
+                       config: Mapping[str, int | str] | None = None) -> Plan:
     """The residual add and RMSNorm of a transformer block in one pass:
     ``sum = x + residual`` (rounded to x's dtype) and ``normed = rms_norm(sum, weight, eps)``.
 
@@ -517,7 +518,7 @@ def _plan_add_rms_norm(x: Any, residual: Any, weight: Any, eps: float = 1e-6, *,
 
 
 def _plan_qk_norm(q: Any, k: Any, q_weight: Any, k_weight: Any, eps: float = 1e-6, *, out: Any = None,
-                  config: tune.Config | None = None) -> Plan:
+                  config: Mapping[str, int | str] | None = None) -> Plan:
     """RMSNorm over the head dim of queries and keys (Qwen3's q_norm / k_norm).
 
     Args:
@@ -540,7 +541,7 @@ def _plan_qk_norm(q: Any, k: Any, q_weight: Any, k_weight: Any, eps: float = 1e-
 
 
 def _plan_layer_norm(x: Any, weight: Any, bias: Any, eps: float = 1e-5, *, return_stats: bool = False,
-                     out: Any = None, config: tune.Config | None = None) -> Plan:
+                     out: Any = None, config: Mapping[str, int | str] | None = None) -> Plan:
     """LayerNorm over the last dim: ``(x - mean) * rsqrt(var + eps) * weight + bias``
     (the biased variance, as torch's).
 
@@ -601,7 +602,7 @@ MAX_SPLITS = 64
 
 
 def _plan_layer_norm_backward(dy: Any, x: Any, weight: Any, mean: Any, rstd: Any, *, out: Any = None,
-                              config: tune.Config | None = None) -> Plan:
+                              config: Mapping[str, int | str] | None = None) -> Plan:
     """LayerNorm's gradients: ``(dx, dweight, dbias)`` from the output gradient ``dy``, the
     forward's input ``x``, ``weight``, and the ``mean`` and ``rstd`` that
     ``layer_norm(..., return_stats=True)`` returns.

@@ -13,6 +13,7 @@ there and mypy's cutile plugin reads only a literal dtype in an annotation.
 """
 
 import functools
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -98,7 +99,7 @@ def _launch(out2d: cutile.Tensor, x2d: cutile.Tensor, log: bool, config: RowConf
     return launch.compile_options(hints=config.hints)
 
 
-def _plan(function: str, x: Any, dim: Any, out: Any, log: bool, config: tune.Config | None) -> Plan:
+def _plan(function: str, x: Any, dim: Any, out: Any, log: bool, config: Mapping[str, int | str] | None) -> Plan:
     source = _rows.as_tensor(x, function, "x")
     dtype = _rows.float_dtype(source, function, "x")
     ndim = source.ndim
@@ -136,7 +137,7 @@ def _plan(function: str, x: Any, dim: Any, out: Any, log: bool, config: tune.Con
     return Plan(_launch(out2d, x2d, log, chosen), finish)
 
 
-def _plan_softmax(x: Any, dim: int = -1, *, out: Any = None, config: tune.Config | None = None) -> Plan:
+def _plan_softmax(x: Any, dim: int = -1, *, out: Any = None, config: Mapping[str, int | str] | None = None) -> Plan:
     """Softmax of ``x`` along ``dim``: ``exp(x - max) / sum(exp(x - max))``.
 
     Args:
@@ -151,7 +152,7 @@ def _plan_softmax(x: Any, dim: int = -1, *, out: Any = None, config: tune.Config
     return _plan("softmax", x, dim, out, False, config)
 
 
-def _plan_log_softmax(x: Any, dim: int = -1, *, out: Any = None, config: tune.Config | None = None) -> Plan:
+def _plan_log_softmax(x: Any, dim: int = -1, *, out: Any = None, config: Mapping[str, int | str] | None = None) -> Plan:
     """Log-softmax of ``x`` along ``dim``: ``x - max - log(sum(exp(x - max)))``; arguments
     as `softmax`'s."""
     return _plan("log_softmax", x, dim, out, True, config)
