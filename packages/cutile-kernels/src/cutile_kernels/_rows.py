@@ -16,6 +16,7 @@
   with `cutile.bench.do_bench` or composing with other ops.
 """
 
+import functools
 import inspect
 import math
 import sys
@@ -28,14 +29,15 @@ import numpy as np
 
 import cutile
 from cutile import api, tune
-from cutile.core import DType, bf16, f16, f32
+from cutile.core import Constant, DType, Mut, Tensor, bf16, f16, f32, full
 
 FLOAT_DTYPES = (f16, bf16, f32)
 
 #: the space every row kernel's config is searched in (kept small: a search per kernel
-#: and dtype on the GPU must fit in minutes)
-ROW_SPACE = tune.Space(tile_rows=[1, 2, 4], tile_cols=[2048, 4096, 8192, 16384], occupancy=[1, 2, 4],
-                       num_worker_warps=[4, 8])
+#: and dtype on the GPU must fit in minutes; the widest tiles first, so that a search
+#: cut short by its budget has tried the one-pass configs of rows up to 16384 columns)
+ROW_SPACE = tune.Space(tile_rows=[1, 2, 4], tile_cols=[16384, 8192, 4096, 2048], occupancy=[1, 2, 4],
+                       num_worker_warps=[4, 8])  # (the compiler takes 4 or 8)
 
 #: elements one tile may hold per worker warp: 64 values a thread keeps the tile in
 #: registers without spilling (a larger tile is pruned from searches)
@@ -294,6 +296,7 @@ def cached(key: Any, make: Callable[[], Any]) -> Any:
     latest key is kept: a search's inputs can be large)."""
     if key not in _cache:
         _cache.clear()
+        _scratch.clear()
         _cache[key] = make()
     return _cache[key]
 
@@ -314,8 +317,31 @@ def checked_rows(rows: int) -> Any:
     return np.unique(np.linspace(0, rows - 1, min(rows, CHECKED_ROWS)).astype(np.int64))
 
 
-def poisoned(shape: Sequence[int], dtype: DType) -> cutile.Tensor:
-    return api.full(list(shape), float("nan"), dtype)
+_scratch: dict[tuple[Any, ...], cutile.Tensor] = {}
+
+
+def poisoned(shape: Sequence[int], dtype: DType, slot: int = 0) -> cutile.Tensor:
+    """An output of a search's configs, filled with NaN: one tensor per shape, dtype and
+    ``slot`` for all of them, poisoned again for each (a search keeps every config's
+    runner, and so what it writes, until it ends)."""
+    key = (tuple(shape), dtype, slot)
+    tensor = _scratch.get(key)
+    if tensor is None:
+        tensor = _scratch[key] = api.full(list(shape), float("nan"), dtype)
+    else:
+        rows = tensor.reshape(-1, tensor.shape[-1])
+        tile_cols = min(1024, next_pow2(rows.shape[1]))
+        _poison_kernel(dtype)(rows.partition([max(1, 4096 // tile_cols), tile_cols])).sync()
+    return tensor
+
+
+@functools.cache
+def _poison_kernel(dtype: DType) -> Any:
+    def poison(z: Any, BM: Any, BN: Any) -> None:  # noqa: N803 (the tile dims' names)
+        z.store(full((BM, BN), float("nan"), dtype))
+    poison.__annotations__ = {"z": Mut[Tensor[dtype, ["BM", "BN"]]], "BM": Constant[int], "BN": Constant[int],
+                              "return": None}
+    return cutile.entry(poison)
 
 
 def close(tensor: cutile.Tensor, expected: Any, dtype: DType, rows: Any = None) -> bool:

@@ -704,7 +704,7 @@ def _build_add_rms_norm(config: tune.Config, rows: int, cols: int, dtype: DType)
         sv = xv[sample] + rv[sample]
         return x, r, w, sample, sv, _rms_reference(sv, wv)
     x, r, w, sample, sv, expected = _rows.cached(("add_rms_norm", rows, cols, dtype), data)
-    total, normed = _rows.poisoned([rows, cols], dtype), _rows.poisoned([rows, cols], dtype)
+    total, normed = _rows.poisoned([rows, cols], dtype), _rows.poisoned([rows, cols], dtype, slot=1)
 
     def check() -> bool:
         return _rows.close(total, sv, dtype, sample) and _rows.close(normed, expected, dtype, sample)
@@ -738,7 +738,7 @@ def _build_layer_norm_backward(config: tune.Config, rows: int, cols: int, dtype:
         return x, w, dy, m, r, sample, dx[sample], dw, db
     x, w, dy, m, r, sample, dx_rows, dw_all, db_all = _rows.cached(("layer_norm_backward", rows, cols, dtype), data)
     dx = _rows.poisoned([rows, cols], dtype)
-    dw, db = _rows.poisoned([cols], w.dtype), _rows.poisoned([cols], w.dtype)
+    dw, db = _rows.poisoned([cols], w.dtype), _rows.poisoned([cols], w.dtype, slot=1)
 
     def check() -> bool:
         return (_rows.close(dx, dx_rows, dtype, sample) and _rows.close(dw, dw_all, dtype)

@@ -41,7 +41,7 @@ def one_pass_kernel(dtype: DType, log: bool) -> Any:
         if log:
             z.store(((shifted - log2(total)) * LN2).astype(dtype))
         else:
-            z.store((e / total).astype(dtype))
+            z.store((e * (1.0 / total)).astype(dtype))  # one division a row
     softmax_rows.__annotations__ = {
         "z": Mut[Tensor[dtype, ["BM", "BN"]]],
         "x": Tensor[dtype, [-1, -1]],
