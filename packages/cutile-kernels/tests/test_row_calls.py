@@ -14,6 +14,7 @@ from cutile import api, tune
 from cutile.core import bf16, f16, f32, i32
 from cutile_kernels import add_rms_norm, default_config, layer_norm, layer_norm_backward, qk_norm, rms_norm, softmax
 from cutile_kernels import norms
+from cutile_kernels import _rows as rows_module
 from cutile_kernels._rows import RowTuning
 from cutile_kernels.softmax import tuning as softmax_tuning  # (the package's `softmax` is the function)
 from cutile_kernels._rows import ROW_SPACE, RowConfig, fits
@@ -96,7 +97,10 @@ def test_cutile_tensors_in_and_out() -> None:
     (f32, 8192, {"tile_rows": 1, "tile_cols": 8192, "occupancy": 2, "num_worker_warps": 8}),
     (bf16, 8192, {"tile_rows": 1, "tile_cols": 16384, "occupancy": 2, "num_worker_warps": 8}),
     (f32, 151936, {"tile_rows": 1, "tile_cols": 4096, "occupancy": 4, "num_worker_warps": 8}),
-    (np.float16, 300, {"tile_rows": 1, "tile_cols": 16384, "occupancy": 2, "num_worker_warps": 8}),
+    (np.float16, 300, {"tile_rows": 16, "tile_cols": 16384, "occupancy": 2, "num_worker_warps": 8}),
+    (f32, 128, {"tile_rows": 16, "tile_cols": 8192, "occupancy": 2, "num_worker_warps": 4}),
+    (bf16, 128, {"tile_rows": 64, "tile_cols": 16384, "occupancy": 2, "num_worker_warps": 8}),
+    (f32, 2000, {"tile_rows": 2, "tile_cols": 8192, "occupancy": 2, "num_worker_warps": 4}),
 ])
 def test_default_config(dtype: Any, cols: int, expected: dict[str, int]) -> None:
     config = default_config(16384, cols, dtype)
@@ -105,13 +109,18 @@ def test_default_config(dtype: Any, cols: int, expected: dict[str, int]) -> None
         assert value in ROW_SPACE.params[name]  # a config of the searched space
 
 
+def test_a_few_rows_are_not_stacked_past_their_count() -> None:
+    assert default_config(3, 128, f32)["tile_rows"] == 4
+    assert default_config(1, 64, bf16)["tile_rows"] == 1
+
+
 def test_default_config_refuses_a_non_dtype() -> None:
     with pytest.raises(cutile.ArgumentTypeError, match="default_config: dtype"):
         default_config(4, 4, object())
 
 
 def test_the_one_pass_schedule_is_chosen_by_the_row_length() -> None:
-    config = RowConfig.of(default_config(4, 300, f16))
+    config = RowConfig.of(default_config(1, 300, f16))
     assert config.tile(300) == (1, 512, True)
     assert config.tile(20000) == (1, 16384, False)
 
@@ -152,15 +161,28 @@ def test_a_wrong_kernel_result_fails_the_search_gate() -> None:
 def test_a_committed_record_decides_the_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     tuning = softmax_tuning(log=True)
     record = tune.Record(tuning.tuner.provenance)
-    chosen = {"tile_rows": 2, "tile_cols": 2048, "occupancy": 4, "num_worker_warps": 4}
+    chosen: tune.Config = {"tile_rows": 2, "tile_cols": 2048, "occupancy": 4, "num_worker_warps": 4}
     record.winners["64x512x32bit"] = tune.Winner(chosen, 0.1)
-    path = tmp_path / "log_softmax.json"
-    record.save(path)
-    assert json.loads(path.read_text())["winners"]
+    record.save(tmp_path / "log_softmax.json")
+    assert json.loads((tmp_path / "log_softmax.json").read_text())["winners"]
+    monkeypatch.setattr(rows_module, "RECORDS", tmp_path)
     fresh = RowTuning("log_softmax", tuning.tuner.source, tuning._build)
-    monkeypatch.setattr(fresh.tuner, "record_path", path)
     assert fresh.config(50, 300, f32) == RowConfig(2, 2048, 4, 4)
     assert fresh.config(50, 300, bf16) == RowConfig.of(default_config(50, 300, bf16))  # another bucket
+
+
+def test_a_stale_record_is_not_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                    caplog: pytest.LogCaptureFixture) -> None:
+    tuning = softmax_tuning()
+    stale = tune.Provenance(**{**tuning.tuner.provenance.__dict__, "source_hash": "0" * 16})
+    record = tune.Record(stale)
+    record.winners["64x512x32bit"] = tune.Winner({"tile_rows": 4, "tile_cols": 2048, "occupancy": 1,
+                                                  "num_worker_warps": 4}, 0.1)
+    record.save(tmp_path / "softmax.json")
+    monkeypatch.setattr(rows_module, "RECORDS", tmp_path)
+    fresh = RowTuning("softmax", tuning.tuner.source, tuning._build)
+    assert fresh.config(50, 300, f32) == RowConfig.of(default_config(50, 300, f32))
+    assert "source_hash" in caplog.text
 
 
 def test_unknown_tuning_names_are_refused() -> None:

@@ -18,6 +18,7 @@
 
 import functools
 import inspect
+import json
 import math
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -36,7 +37,7 @@ FLOAT_DTYPES = (f16, bf16, f32)
 #: the space every row kernel's config is searched in (kept small: a search per kernel
 #: and dtype on the GPU must fit in minutes; the widest tiles first, so that a search
 #: cut short by its budget has tried the one-pass configs of rows up to 16384 columns)
-ROW_SPACE = tune.Space(tile_rows=[1, 2, 4], tile_cols=[16384, 8192, 4096, 2048], occupancy=[1, 2, 4],
+ROW_SPACE = tune.Space(tile_rows=[1, 2, 4, 16, 64], tile_cols=[16384, 8192, 4096, 2048], occupancy=[1, 2, 4],
                        num_worker_warps=[4, 8])  # (the compiler takes 4 or 8)
 
 #: elements one tile may hold per worker warp: 64 values a thread keeps the tile in
@@ -199,16 +200,23 @@ class RowConfig:
 
 
 def default_config(rows: int, cols: int, dtype: Any) -> tune.Config:
-    """The config a row kernel uses for ``(rows, cols)`` of ``dtype`` without a tuned one:
-    a row of up to 8192 columns (16384 at two bytes an element) is one tile, one row per
-    block, 8 worker warps and 2 blocks an SM; longer rows go in chunks of 4096 columns,
-    4 blocks an SM, which keeps a row's chunks in L2 between its two passes."""
-    del rows  # one row per tile is right from a few rows to many
+    """The config a row kernel uses for ``(rows, cols)`` of ``dtype`` without a tuned one.
+
+    A row of up to 8192 columns (16384 at two bytes an element) is one tile and one pass;
+    short rows are stacked, 16 or 64 to a tile, so that a block moves a few KiB at least
+    (RMSNorm over a head dim of 128); 8 worker warps for tiles of 8192 elements or more,
+    2 blocks an SM. Longer rows go in chunks of 4096 columns, 4 blocks an SM, which keeps
+    a row's chunks in L2 between its two passes.
+    """
     itemsize = _itemsize(dtype)
     widest = 8192 if itemsize == 4 else 16384
-    if next_pow2(cols) <= widest:
-        return {"tile_rows": 1, "tile_cols": widest, "occupancy": 2, "num_worker_warps": 8}
-    return {"tile_rows": 1, "tile_cols": 4096, "occupancy": 4, "num_worker_warps": 8}
+    whole = next_pow2(cols)
+    if whole > widest:
+        return {"tile_rows": 1, "tile_cols": 4096, "occupancy": 4, "num_worker_warps": 8}
+    stacked = [n for n in ROW_SPACE.params["tile_rows"] if isinstance(n, int) and n * whole <= widest // 2]
+    tile_rows = min(max(stacked, default=1), next_pow2(max(rows, 1)))
+    warps = 8 if tile_rows * whole >= 8192 else 4
+    return {"tile_rows": tile_rows, "tile_cols": widest, "occupancy": 2, "num_worker_warps": warps}
 
 
 def _itemsize(dtype: Any) -> int:
@@ -247,12 +255,17 @@ class RowTuning:
 
     def __init__(self, name: str, source: str, build: Build) -> None:
         self.name = name
+        self._source = source
         self._build = build
         self._check: Callable[[], bool] = lambda: False
-        self.tuner = tune.Tuner(name, ROW_SPACE, self._setup, source=source, record=RECORDS / f"{name}.json",
-                                reference=lambda shape: lambda result: self._check(), bucket=_bucket,
-                                on_stale="warn")
+        self.tuner = self._make_tuner(None)  # searches and records
+        self._answering: dict[str, tune.Tuner] = {}  # per default config: the tuner that answers calls
         self._chosen: dict[tuple[int, int, int], RowConfig] = {}
+
+    def _make_tuner(self, default: tune.Config | None) -> tune.Tuner:
+        return tune.Tuner(self.name, ROW_SPACE, self._setup, source=self._source,
+                          record=RECORDS / f"{self.name}.json", reference=lambda shape: lambda result: self._check(),
+                          bucket=_bucket, default=default, on_stale="warn")
 
     def _setup(self, config: tune.Config, shape: tuple[int, ...]) -> Callable[[], Any]:
         rows, cols, itemsize = shape
@@ -260,15 +273,20 @@ class RowTuning:
         return runner
 
     def config(self, rows: int, cols: int, dtype: DType) -> RowConfig:
+        """The config of a call: the record's winner of its bucket, else the tuner's
+        cache, else a search (``CUTILE_TUNE=1``), else `default_config`."""
         key = (next_pow2(rows), next_pow2(cols), int(dtype.itemsize))
         chosen = self._chosen.get(key)
         if chosen is None:
-            self.tuner.search_options["prune"] = lambda config: fits(config, cols)
-            try:
-                found = self.tuner.config((rows, cols, int(dtype.itemsize)))
-            except cutile.TuneError:  # no record, cache or search for this bucket: the heuristic's
-                found = default_config(rows, cols, dtype)
-            chosen = self._chosen[key] = RowConfig.of(found)
+            default = default_config(rows, cols, dtype)
+            # The tuner takes one default; `default_config` depends on the shape, so
+            # there is a tuner per default it gives (a few), all reading one record.
+            name = json.dumps(default, sort_keys=True)
+            if name not in self._answering:
+                self._answering[name] = self._make_tuner(default)
+            tuner = self._answering[name]
+            tuner.search_options["prune"] = lambda config: fits(config, cols)
+            chosen = self._chosen[key] = RowConfig.of(tuner.config((rows, cols, int(dtype.itemsize))))
         return chosen
 
     def use(self, rows: int, cols: int, dtype: DType, config: tune.Config) -> None:
