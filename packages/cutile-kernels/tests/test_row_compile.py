@@ -44,7 +44,8 @@ def cases() -> list[Any]:
 
 def compile_for_archs(launch: cutile.Launch, hints: dict[str, int] | None) -> None:
     spec, _ = launch.specialization()
-    options = CompileOptions(hints=KernelHints.parse(hints))
+    assert launch.kernel.hints == KernelHints.parse(hints)  # the config's hints are the entry's
+    options = CompileOptions()
     try:
         with ThreadPoolExecutor(len(ARCHS)) as pool:
             compiled = list(pool.map(lambda arch: launch.kernel.compiled(spec, arch, options), ARCHS))
@@ -67,6 +68,16 @@ def test_layer_norm_with_stats_in_one_pass_compiles() -> None:
     stats = api.empty([SHAPE[0], 1], f32), api.empty([SHAPE[0], 1], f32)
     launch = layer_norm.launch(x, w, w, return_stats=True, out=(api.empty(list(SHAPE), bf16), *stats), config=ONE_PASS)
     compile_for_archs(launch, {"occupancy": 1, "num_worker_warps": 4})
+
+
+def test_calls_keep_the_native_launch_path() -> None:
+    """Hints live in the entry: a call's launch is not detached by compile_options."""
+    x, w = normal(SHAPE, "f32", seed=7), normal(SHAPE[1:], "f32", seed=8)
+    first = rms_norm.launch(x, w, out=api.empty(list(SHAPE), f32), config=ONE_PASS)
+    second = rms_norm.launch(x, w, out=api.empty(list(SHAPE), f32), config=ONE_PASS)
+    assert first.kernel is second.kernel  # one kernel per (dtype, schedule, hints)
+    first.sync()
+    second.sync()
 
 
 def _dx_arguments(dx: Any) -> tuple[Any, ...]:

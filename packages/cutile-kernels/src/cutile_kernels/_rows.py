@@ -170,6 +170,19 @@ def outputs(given: Any, count: int, function: str, names: str) -> list[Any]:
 
 # -- configs ---------------------------------------------------------------------------------
 
+#: kernel hints as pairs (a factory's cache key): ``dict(hints)`` is `cutile.entry`'s
+Hints = tuple[tuple[str, int], ...]
+
+
+def entry(function: Any, annotations: dict[str, Any] | None, name: str, hints: Hints) -> Any:
+    """``function`` as a kernel named ``name`` with ``hints`` (tileiras's optimization
+    hints go into the entry, so that launches keep cutile's native launch path)."""
+    function.__name__ = function.__qualname__ = name
+    if annotations is not None:
+        function.__annotations__ = {**annotations, "return": None}
+    return cutile.entry(hints=dict(hints) or None)(function)
+
+
 @dataclass(frozen=True)
 class RowConfig:
     tile_rows: int
@@ -195,8 +208,9 @@ class RowConfig:
         return (self.tile_rows, whole, True) if whole <= self.tile_cols else (self.tile_rows, self.tile_cols, False)
 
     @property
-    def hints(self) -> dict[str, int]:
-        return {"occupancy": self.occupancy, "num_worker_warps": self.num_worker_warps}
+    def hints(self) -> Hints:
+        """The kernel hints, as a kernel factory's (hashable) argument."""
+        return (("num_worker_warps", self.num_worker_warps), ("occupancy", self.occupancy))
 
 
 def default_config(rows: int, cols: int, dtype: Any) -> tune.Config:
@@ -357,9 +371,8 @@ def poisoned(shape: Sequence[int], dtype: DType, slot: int = 0) -> cutile.Tensor
 def _poison_kernel(dtype: DType) -> Any:
     def poison(z: Any, BM: Any, BN: Any) -> None:  # noqa: N803 (the tile dims' names)
         z.store(full((BM, BN), float("nan"), dtype))
-    poison.__annotations__ = {"z": Mut[Tensor[dtype, ["BM", "BN"]]], "BM": Constant[int], "BN": Constant[int],
-                              "return": None}
-    return cutile.entry(poison)
+    return entry(poison, {"z": Mut[Tensor[dtype, ["BM", "BN"]]], "BM": Constant[int], "BN": Constant[int]},
+                 f"poison_{dtype}", ())
 
 
 def close(tensor: cutile.Tensor, expected: Any, dtype: DType, rows: Any = None) -> bool:

@@ -36,7 +36,7 @@ from cutile_kernels._rows import Output, Plan, RowConfig, RowTuning
 # -- kernels ----------------------------------------------------------------------------------
 
 @functools.cache
-def rms_norm_kernel(dtype: DType, wdtype: DType, one_pass: bool) -> Any:
+def rms_norm_kernel(dtype: DType, wdtype: DType, one_pass: bool, hints: _rows.Hints = ()) -> Any:
     """``z = x * rsqrt(mean(x^2) + eps) * w`` per row."""
     def rms_norm_rows(z: Any, x: Any, w: Any, eps: Any, inv_n: Any, BM: Any, BN: Any) -> None:  # noqa: N803 (the tile dims' names)
         t = x.load(index=(bid(0), 0), shape=(BM, BN)).astype(f32)
@@ -77,11 +77,11 @@ def rms_norm_kernel(dtype: DType, wdtype: DType, one_pass: bool) -> Any:
         "return": None,
     }
 
-    return _entry(rms_norm_rows if one_pass else rms_norm_chunked, dtype, wdtype)
+    return _entry(rms_norm_rows if one_pass else rms_norm_chunked, dtype, wdtype, hints)
 
 
 @functools.cache
-def add_rms_norm_kernel(dtype: DType, wdtype: DType, one_pass: bool) -> Any:
+def add_rms_norm_kernel(dtype: DType, wdtype: DType, one_pass: bool, hints: _rows.Hints = ()) -> Any:
     """``s = x + r`` (rounded to the dtype) and ``z = rms_norm(s) * w`` per row."""
     def add_rms_norm_rows(s: Any, z: Any, x: Any, r: Any, w: Any, eps: Any, inv_n: Any, BM: Any, BN: Any) -> None:  # noqa: N803 (the tile dims' names)
         total = (x.load(index=(bid(0), 0), shape=(BM, BN)).astype(f32)
@@ -133,11 +133,11 @@ def add_rms_norm_kernel(dtype: DType, wdtype: DType, one_pass: bool) -> Any:
         "return": None,
     }
 
-    return _entry(add_rms_norm_rows if one_pass else add_rms_norm_chunked, dtype, wdtype)
+    return _entry(add_rms_norm_rows if one_pass else add_rms_norm_chunked, dtype, wdtype, hints)
 
 
 @functools.cache
-def layer_norm_kernel(dtype: DType, wdtype: DType) -> Any:
+def layer_norm_kernel(dtype: DType, wdtype: DType, hints: _rows.Hints = ()) -> Any:
     """LayerNorm of rows that fit one tile, writing each row's mean and rstd too."""
     def layer_norm_rows(z: Any, mean_out: Any, rstd_out: Any, x: Any, w: Any, b: Any, eps: Any, inv_n: Any, n: Any, BM: Any, BN: Any) -> None:  # noqa: N803 (the tile dims' names)
         t = x.load(index=(bid(0), 0), shape=(BM, BN)).astype(f32)
@@ -163,11 +163,11 @@ def layer_norm_kernel(dtype: DType, wdtype: DType) -> Any:
         "BN": Constant[int],
         "return": None,
     }
-    return _entry(layer_norm_rows, dtype, wdtype)
+    return _entry(layer_norm_rows, dtype, wdtype, hints)
 
 
 @functools.cache
-def layer_norm_chunked_kernel(dtype: DType, wdtype: DType) -> Any:
+def layer_norm_chunked_kernel(dtype: DType, wdtype: DType, hints: _rows.Hints = ()) -> Any:
     """LayerNorm of rows of any length on an output mapped ``[1, OWNED]``: the statistics
     chunk by chunk (Chan's update), then the normalized chunks."""
     def layer_norm_chunked(z: Any, x: Any, w: Any, b: Any, eps: Any, inv_n: Any, n: Any, BM: Any, BN: Any) -> None:  # noqa: N803 (the tile dims' names)
@@ -203,11 +203,11 @@ def layer_norm_chunked_kernel(dtype: DType, wdtype: DType) -> Any:
         "BN": Constant[int],
         "return": None,
     }
-    return _entry(layer_norm_chunked, dtype, wdtype)
+    return _entry(layer_norm_chunked, dtype, wdtype, hints)
 
 
 @functools.cache
-def layer_norm_stats_kernel(dtype: DType) -> Any:
+def layer_norm_stats_kernel(dtype: DType, hints: _rows.Hints = ()) -> Any:
     """Each row's mean and rstd, its columns in chunks of BN (Chan's update)."""
     def layer_norm_stats(mean_out: Any, rstd_out: Any, x: Any, eps: Any, inv_n: Any, n: Any, chunks: Any, BM: Any, BN: Any) -> None:  # noqa: N803 (the tile dims' names)
         mean = zeros((BM, 1), f32)
@@ -236,11 +236,11 @@ def layer_norm_stats_kernel(dtype: DType) -> Any:
         "BN": Constant[int],
         "return": None,
     }
-    return _entry(layer_norm_stats, dtype, dtype)
+    return _entry(layer_norm_stats, dtype, dtype, hints)
 
 
 @functools.cache
-def layer_norm_apply_kernel(dtype: DType, wdtype: DType) -> Any:
+def layer_norm_apply_kernel(dtype: DType, wdtype: DType, hints: _rows.Hints = ()) -> Any:
     """``z = (x - mean) * rstd * w + b`` on (BM, BN) tiles, from the rows' statistics."""
     def layer_norm_apply(z: Any, x: Any, mean: Any, rstd: Any, w: Any, b: Any, BM: Any, BN: Any) -> None:  # noqa: N803 (the tile dims' names)
         t = x.load(index=(bid(0), bid(1)), shape=(BM, BN)).astype(f32)
@@ -260,11 +260,11 @@ def layer_norm_apply_kernel(dtype: DType, wdtype: DType) -> Any:
         "BN": Constant[int],
         "return": None,
     }
-    return _entry(layer_norm_apply, dtype, wdtype)
+    return _entry(layer_norm_apply, dtype, wdtype, hints)
 
 
 @functools.cache
-def layer_norm_dx_kernel(dtype: DType, wdtype: DType, one_pass: bool) -> Any:
+def layer_norm_dx_kernel(dtype: DType, wdtype: DType, one_pass: bool, hints: _rows.Hints = ()) -> Any:
     """LayerNorm's input gradient per row: with ``xhat = (x - mean) * rstd`` and
     ``g = w * dy``, ``dx = rstd * (g - mean(g) - xhat * mean(g * xhat))``."""
     def layer_norm_dx_rows(dx: Any, dy: Any, x: Any, w: Any, mean: Any, rstd: Any, inv_n: Any, BM: Any, BN: Any) -> None:  # noqa: N803 (the tile dims' names)
@@ -322,7 +322,7 @@ def layer_norm_dx_kernel(dtype: DType, wdtype: DType, one_pass: bool) -> Any:
         "return": None,
     }
 
-    return _entry(layer_norm_dx_rows if one_pass else layer_norm_dx_chunked, dtype, wdtype)
+    return _entry(layer_norm_dx_rows if one_pass else layer_norm_dx_chunked, dtype, wdtype, hints)
 
 
 @functools.cache
@@ -386,9 +386,8 @@ def zero_kernel(dtype: DType) -> Any:
     return _entry(zero, dtype, dtype)
 
 
-def _entry(function: Any, dtype: DType, wdtype: DType) -> Any:
-    function.__name__ = function.__qualname__ = f"{function.__name__}_{dtype}_{wdtype}"
-    return cutile.entry(function)
+def _entry(function: Any, dtype: DType, wdtype: DType, hints: _rows.Hints = ()) -> Any:
+    return _rows.entry(function, None, f"{function.__name__}_{dtype}_{wdtype}", hints)
 
 
 _FACTORIES = (rms_norm_kernel, add_rms_norm_kernel, layer_norm_kernel, layer_norm_chunked_kernel,
@@ -477,9 +476,9 @@ def _plan_rms_norm(x: Any, weight: Any, eps: float = 1e-6, *, out: Any = None,
     z = call.view(result.tensor, "out", writable=True)
     target = z.partition([tile_rows, tile_cols]) if one_pass else _rows.persistent(z, (tile_rows, tile_cols),
                                                                                     chosen.occupancy)
-    launch = rms_norm_kernel(call.dtype, w.dtype, one_pass)(target, call.view(call.tensor, "x"), w, eps,
-                                                             1.0 / call.cols)
-    return Plan(launch.compile_options(hints=chosen.hints), _finish(call, [result]))
+    launch = rms_norm_kernel(call.dtype, w.dtype, one_pass, chosen.hints)(target, call.view(call.tensor, "x"), w, eps,
+                                                                           1.0 / call.cols)
+    return Plan(launch, _finish(call, [result]))
 
 
 def _plan_add_rms_norm(x: Any, residual: Any, weight: Any, eps: float = 1e-6, *, out: Any = None,
@@ -512,9 +511,9 @@ def _plan_add_rms_norm(x: Any, residual: Any, weight: Any, eps: float = 1e-6, *,
     else:
         targets = (_rows.persistent(s, (tile_rows, tile_cols), chosen.occupancy),
                    _rows.persistent(z, (tile_rows, tile_cols), chosen.occupancy))
-    launch = add_rms_norm_kernel(call.dtype, w.dtype, one_pass)(*targets, call.view(call.tensor, "x"), r, w, eps,
-                                                                 1.0 / call.cols)
-    return Plan(launch.compile_options(hints=chosen.hints), _finish(call, results))
+    launch = add_rms_norm_kernel(call.dtype, w.dtype, one_pass, chosen.hints)(*targets, call.view(call.tensor, "x"), r,
+                                                                               w, eps, 1.0 / call.cols)
+    return Plan(launch, _finish(call, results))
 
 
 def _plan_qk_norm(q: Any, k: Any, q_weight: Any, k_weight: Any, eps: float = 1e-6, *, out: Any = None,
@@ -574,23 +573,24 @@ def _plan_layer_norm(x: Any, weight: Any, bias: Any, eps: float = 1e-5, *, retur
     mean, rstd = (r.tensor.reshape(call.rows, 1) for r in results[1:])
     scalars = (eps, 1.0 / call.cols, call.cols)
     if one_pass:
-        launch = layer_norm_kernel(call.dtype, w.dtype)(z.partition([tile_rows, tile_cols]),
+        launch = layer_norm_kernel(call.dtype, w.dtype, chosen.hints)(z.partition([tile_rows, tile_cols]),
                                                         mean.partition([tile_rows, 1]), rstd.partition([tile_rows, 1]),
                                                         x2d, w, b, *scalars)
-        return Plan(launch.compile_options(hints=chosen.hints), finish)
+        return Plan(launch, finish)
     if not return_stats:
-        launch = layer_norm_chunked_kernel(call.dtype, w.dtype)(
+        launch = layer_norm_chunked_kernel(call.dtype, w.dtype, chosen.hints)(
             _rows.persistent(z, (tile_rows, tile_cols), chosen.occupancy), x2d, w, b, *scalars)
-        return Plan(launch.compile_options(hints=chosen.hints), finish)
+        return Plan(launch, finish)
     chunks = -(-call.cols // tile_cols)
-    stats = layer_norm_stats_kernel(call.dtype)(mean.partition([tile_rows, 1]), rstd.partition([tile_rows, 1]), x2d,
-                                                *scalars, chunks, BN=tile_cols).compile_options(hints=chosen.hints)
+    stats = layer_norm_stats_kernel(call.dtype, chosen.hints)(mean.partition([tile_rows, 1]),
+                                                              rstd.partition([tile_rows, 1]), x2d, *scalars, chunks,
+                                                              BN=tile_cols)
 
     def apply(written: tuple[cutile.Partition, ...]) -> Any:
         means, rstds = (p.unpartition() for p in written[:2])
-        return layer_norm_apply_kernel(call.dtype, w.dtype)(z.partition([tile_rows, tile_cols]),
-                                                            call.view(call.tensor, "x"), means, rstds, w,
-                                                            b).compile_options(hints=chosen.hints)
+        return layer_norm_apply_kernel(call.dtype, w.dtype, chosen.hints)(z.partition([tile_rows, tile_cols]),
+                                                                          call.view(call.tensor, "x"), means, rstds,
+                                                                          w, b)
     return Plan(_rows.then(stats, apply), finish)
 
 
@@ -631,7 +631,8 @@ def _plan_layer_norm_backward(dy: Any, x: Any, weight: Any, mean: Any, rstd: Any
     dx = call.view(results[0].tensor, "out[0] (dx)", writable=True)
     target = dx.partition([tile_rows, tile_cols]) if one_pass else _rows.persistent(dx, (tile_rows, tile_cols),
                                                                                      chosen.occupancy)
-    dx_launch = layer_norm_dx_kernel(call.dtype, w.dtype, one_pass)(target, g, x2d, w, m, r, 1.0 / call.cols)
+    dx_launch = layer_norm_dx_kernel(call.dtype, w.dtype, one_pass, chosen.hints)(target, g, x2d, w, m, r,
+                                                                                   1.0 / call.cols)
 
     part_rows, part_cols = PARTIAL_TILE
     part_cols = min(part_cols, _rows.next_pow2(call.cols))
@@ -652,7 +653,7 @@ def _plan_layer_norm_backward(dy: Any, x: Any, weight: Any, mean: Any, rstd: Any
         return column_sum_kernel(w.dtype)(results[1].tensor.reshape(call.cols).partition([sum_cols]),
                                           results[2].tensor.reshape(call.cols).partition([sum_cols]),
                                           *(p.unpartition() for p in written[:2]), padded_splits)
-    work = _rows.then(dx_launch.compile_options(hints=chosen.hints), lambda _: partials, sums)
+    work = _rows.then(dx_launch, lambda _: partials, sums)
     return Plan(work, finish)
 
 

@@ -31,7 +31,7 @@ LN2 = 0.6931471805599453
 
 
 @functools.cache
-def one_pass_kernel(dtype: DType, log: bool) -> Any:
+def one_pass_kernel(dtype: DType, log: bool, hints: _rows.Hints = ()) -> Any:
     """Softmax (``log``: log-softmax) of rows that fit one (BM, BN) tile."""
     def softmax_rows(z: Any, x: Any, BM: Any, BN: Any) -> None:  # noqa: N803 (the tile dims' names)
         t = x.load(index=(bid(0), 0), shape=(BM, BN), padding="neg_inf").astype(f32) * LOG2E
@@ -49,12 +49,11 @@ def one_pass_kernel(dtype: DType, log: bool) -> Any:
         "BN": Constant[int],
         "return": None,
     }
-    softmax_rows.__name__ = softmax_rows.__qualname__ = f"{'log_' if log else ''}softmax_rows_{dtype}"
-    return cutile.entry(softmax_rows)
+    return _rows.entry(softmax_rows, None, f"{'log_' if log else ''}softmax_rows_{dtype}", hints)
 
 
 @functools.cache
-def chunked_kernel(dtype: DType, log: bool) -> Any:
+def chunked_kernel(dtype: DType, log: bool, hints: _rows.Hints = ()) -> Any:
     """Softmax (``log``: log-softmax) of rows of any length, in (BM, BN) chunks, on an
     output mapped ``[1, OWNED]``."""
     def softmax_chunked(z: Any, x: Any, BM: Any, BN: Any) -> None:  # noqa: N803 (the tile dims' names)
@@ -84,8 +83,7 @@ def chunked_kernel(dtype: DType, log: bool) -> Any:
         "BN": Constant[int],
         "return": None,
     }
-    softmax_chunked.__name__ = softmax_chunked.__qualname__ = f"{'log_' if log else ''}softmax_chunked_{dtype}"
-    return cutile.entry(softmax_chunked)
+    return _rows.entry(softmax_chunked, None, f"{'log_' if log else ''}softmax_chunked_{dtype}", hints)
 
 
 def _launch(out2d: cutile.Tensor, x2d: cutile.Tensor, log: bool, config: RowConfig) -> Any:
@@ -93,10 +91,9 @@ def _launch(out2d: cutile.Tensor, x2d: cutile.Tensor, log: bool, config: RowConf
     tile_rows, tile_cols, one_pass = config.tile(cols)
     dtype = x2d.dtype
     if one_pass:
-        launch = one_pass_kernel(dtype, log)(out2d.partition([tile_rows, tile_cols]), x2d)
-    else:
-        launch = chunked_kernel(dtype, log)(_rows.persistent(out2d, (tile_rows, tile_cols), config.occupancy), x2d)
-    return launch.compile_options(hints=config.hints)
+        return one_pass_kernel(dtype, log, config.hints)(out2d.partition([tile_rows, tile_cols]), x2d)
+    return chunked_kernel(dtype, log, config.hints)(_rows.persistent(out2d, (tile_rows, tile_cols), config.occupancy),
+                                                    x2d)
 
 
 def _plan(function: str, x: Any, dim: Any, out: Any, log: bool, config: Mapping[str, int | str] | None) -> Plan:
