@@ -61,6 +61,22 @@ def test_errors_name_the_parameter(call: Any, error: type[Exception], message: s
         call()
 
 
+def test_an_out_sharing_memory_with_an_input_is_refused() -> None:
+    x = np.random.default_rng(0).standard_normal((4, 10)).astype(np.float32)
+    with pytest.raises(cutile.ArgumentError, match="softmax: out shares memory with x"):
+        softmax(x, out=x)
+    with pytest.raises(cutile.ArgumentError, match="softmax: out shares memory with x"):
+        softmax(x, dim=0, out=x)
+    r = x.copy()
+    with pytest.raises(cutile.ArgumentError, match="out\\[1\\] \\(normed\\) shares memory with residual"):
+        add_rms_norm(x, r, W, out=(None, r))
+    weights = np.ones((2, 10), np.float32)
+    with pytest.raises(cutile.ArgumentError, match="rms_norm: out shares memory with weight"):
+        rms_norm(np.ones((1, 10), np.float32), weights[0], out=weights[:1])
+    halves = np.zeros((8, 10), np.float32)
+    softmax(halves[:4], out=halves[4:])  # neighbours in one buffer do not overlap
+
+
 def test_a_non_contiguous_out_of_many_dims_is_refused() -> None:
     x = np.ones((2, 3, 10), np.float32)
     out = api.zeros([3, 2, 10]).permute(1, 0, 2)

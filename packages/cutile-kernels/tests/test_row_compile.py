@@ -70,8 +70,9 @@ def test_layer_norm_with_stats_in_one_pass_compiles() -> None:
     compile_for_archs(launch, {"occupancy": 1, "num_worker_warps": 4})
 
 
-def test_calls_keep_the_native_launch_path() -> None:
-    """Hints live in the entry: a call's launch is not detached by compile_options."""
+def test_a_config_is_one_kernel_with_its_hints() -> None:
+    """Hints live in the entry (launches are not re-optioned one by one): calls with one
+    config share one kernel."""
     x, w = normal(SHAPE, "f32", seed=7), normal(SHAPE[1:], "f32", seed=8)
     first = rms_norm.launch(x, w, out=api.empty(list(SHAPE), f32), config=ONE_PASS)
     second = rms_norm.launch(x, w, out=api.empty(list(SHAPE), f32), config=ONE_PASS)

@@ -150,13 +150,31 @@ class Output:
         return self.given if self.given is not None else convert(self.tensor)
 
 
-def output(given: Any, shape: Sequence[int], dtype: DType, function: str, name: str) -> Output:
-    """The caller's ``out`` (checked) or a new tensor."""
+def output(given: Any, shape: Sequence[int], dtype: DType, function: str, name: str,
+           reads: Mapping[str, cutile.Tensor] | None = None) -> Output:
+    """The caller's ``out`` (checked: shape, dtype, no memory shared with ``reads``) or a new tensor."""
     if given is None:
         return Output(api.empty(list(shape), dtype), None)
     tensor = as_tensor(given, function, name)
     check_same(tensor, shape, dtype, function, name)
+    check_distinct(tensor, reads or {}, function, name)
     return Output(tensor, given)
+
+
+def _span(tensor: cutile.Tensor) -> tuple[str, int, int]:
+    start, end = tensor.byte_range()  # within its storage, whose first byte lies `offset` elements before
+    base = tensor.address() - tensor.offset * tensor.dtype.itemsize
+    return tensor.device, base + start, base + end
+
+
+def check_distinct(written: cutile.Tensor, reads: Mapping[str, cutile.Tensor], function: str, name: str) -> None:
+    """An output may not share memory with an input (the kernels read one while writing the other)."""
+    device, start, end = _span(written)
+    for read_name, read in reads.items():
+        other_device, other_start, other_end = _span(read)
+        if device == other_device and start < other_end and other_start < end and written.size and read.size:
+            raise cutile.ArgumentError(f"{function}: {name} shares memory with {read_name}; the kernel reads "
+                                       f"{read_name} while it writes {name}: pass a distinct tensor")
 
 
 def outputs(given: Any, count: int, function: str, names: str) -> list[Any]:

@@ -403,6 +403,7 @@ class _Rows:
     def __init__(self, function: str, x: Any, name: str = "x") -> None:
         self.function = function
         self.tensor = _rows.as_tensor(x, function, name)
+        self.reads: dict[str, cutile.Tensor] = {name: self.tensor}  # the inputs outputs may not overlap
         self.dtype = _rows.float_dtype(self.tensor, function, name)
         if self.tensor.ndim == 0:
             raise cutile.ArgumentError(f"{function}: {name} is a scalar; expected at least one dim")
@@ -421,11 +422,13 @@ class _Rows:
         """Another input of x's shape and dtype, as rows."""
         tensor = _rows.as_tensor(value, self.function, name)
         _rows.check_same(tensor, self.shape, self.dtype, self.function, name)
+        self.reads[name] = tensor
         return self.view(tensor, name)
 
     def stats(self, value: Any, name: str) -> cutile.Tensor:
         """A per-row f32 statistic (mean, rstd) given as input: any shape of ``rows`` elements."""
         tensor = _rows.as_tensor(value, self.function, name)
+        self.reads[name] = tensor
         if tensor.dtype != f32 or tensor.size != self.rows:
             raise cutile.ArgumentError(f"{self.function}: {name} must be f32 with one value per row ({self.rows}), "
                                        f"got {tensor.dtype} of shape {list(tensor.shape)}")
@@ -442,7 +445,8 @@ class _Rows:
 
 
 def _weight(call: _Rows, value: Any, name: str) -> cutile.Tensor:
-    return _rows.vector(value, call.cols, call.function, name)
+    tensor = call.reads[name] = _rows.vector(value, call.cols, call.function, name)
+    return tensor
 
 
 def _finish(call: _Rows, results: list[Output]) -> Any:
@@ -468,7 +472,7 @@ def _plan_rms_norm(x: Any, weight: Any, eps: float = 1e-6, *, out: Any = None,
     call = _Rows("rms_norm", x)
     w = _weight(call, weight, "weight")
     eps = _rows.check_eps(eps, call.function)
-    result = _rows.output(out, call.shape, call.dtype, call.function, "out")
+    result = _rows.output(out, call.shape, call.dtype, call.function, "out", call.reads)
     if call.empty:
         return Plan(None, _finish(call, [result]))
     chosen = call.config(_TUNING["rms_norm"], config)
@@ -498,8 +502,8 @@ def _plan_add_rms_norm(x: Any, residual: Any, weight: Any, eps: float = 1e-6, *,
     w = _weight(call, weight, "weight")
     eps = _rows.check_eps(eps, call.function)
     given = _rows.outputs(out, 2, call.function, "sum, normed")
-    results = [_rows.output(given[0], call.shape, call.dtype, call.function, "out[0] (sum)"),
-               _rows.output(given[1], call.shape, call.dtype, call.function, "out[1] (normed)")]
+    results = [_rows.output(given[0], call.shape, call.dtype, call.function, "out[0] (sum)", call.reads),
+               _rows.output(given[1], call.shape, call.dtype, call.function, "out[1] (normed)", call.reads)]
     if call.empty:
         return Plan(None, _finish(call, results))
     chosen = call.config(_TUNING["add_rms_norm"], config)
@@ -560,9 +564,10 @@ def _plan_layer_norm(x: Any, weight: Any, bias: Any, eps: float = 1e-5, *, retur
         raise cutile.ArgumentTypeError(f"layer_norm: bias has dtype {b.dtype} and weight {w.dtype}; they must agree")
     eps = _rows.check_eps(eps, call.function)
     given = _rows.outputs(out, 3, call.function, "y, mean, rstd") if return_stats else [out, None, None]
-    results = [_rows.output(given[0], call.shape, call.dtype, call.function, "out[0] (y)" if return_stats else "out"),
-               _rows.output(given[1], call.stats_shape, f32, call.function, "out[1] (mean)"),
-               _rows.output(given[2], call.stats_shape, f32, call.function, "out[2] (rstd)")]
+    results = [_rows.output(given[0], call.shape, call.dtype, call.function, "out[0] (y)" if return_stats else "out",
+                            call.reads),
+               _rows.output(given[1], call.stats_shape, f32, call.function, "out[1] (mean)", call.reads),
+               _rows.output(given[2], call.stats_shape, f32, call.function, "out[2] (rstd)", call.reads)]
     finish = _finish(call, results if return_stats else results[:1])
     if call.empty:
         return Plan(None, finish)
@@ -619,9 +624,9 @@ def _plan_layer_norm_backward(dy: Any, x: Any, weight: Any, mean: Any, rstd: Any
     w = _weight(call, weight, "weight")
     m, r = call.stats(mean, "mean"), call.stats(rstd, "rstd")
     given = _rows.outputs(out, 3, call.function, "dx, dweight, dbias")
-    results = [_rows.output(given[0], call.shape, call.dtype, call.function, "out[0] (dx)"),
-               _rows.output(given[1], [call.cols], w.dtype, call.function, "out[1] (dweight)"),
-               _rows.output(given[2], [call.cols], w.dtype, call.function, "out[2] (dbias)")]
+    results = [_rows.output(given[0], call.shape, call.dtype, call.function, "out[0] (dx)", call.reads),
+               _rows.output(given[1], [call.cols], w.dtype, call.function, "out[1] (dweight)", call.reads),
+               _rows.output(given[2], [call.cols], w.dtype, call.function, "out[2] (dbias)", call.reads)]
     finish = _finish(call, results)
     if call.empty:
         return Plan(None, _zero_gradients(call, results, finish))

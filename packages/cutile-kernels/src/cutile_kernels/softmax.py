@@ -115,6 +115,7 @@ def _plan(function: str, x: Any, dim: Any, out: Any, log: bool, config: Mapping[
     else:
         given_tensor = _rows.as_tensor(out, function, "out")
         _rows.check_same(given_tensor, source.shape, dtype, function, "out")
+        _rows.check_distinct(given_tensor, {"x": source}, function, "out")
         result = given_tensor if axis == ndim - 1 else given_tensor.permute(order)
         given = out
 
