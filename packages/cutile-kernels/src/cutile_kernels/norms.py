@@ -27,7 +27,7 @@ import numpy as np
 import cutile
 from cutile import api, tune
 from cutile.core import (
-    Constant, DType, Mut, Tensor, arange, bid, f32, i32, maximum, minimum, rsqrt, sum, where, zeros,
+    Constant, DType, Mut, Tensor, arange, bid, f32, i32, minimum, rsqrt, sum, where, zeros,
 )
 from cutile_kernels import _rows
 from cutile_kernels._rows import Output, Plan, RowConfig, RowTuning
