@@ -1,18 +1,34 @@
 """Reusable cutile kernels, written with the public cutile API only (safe kernels).
 
+Functions, not kernels: each takes cutile tensors or any DLPack / CUDA Array Interface
+tensor, returns the same kind (or writes ``out=``), handles any shape, and takes its
+tile shapes and hints from `cutile.tune` records (else defaults).
+
 - `matmul(a, b, *, out=None, bias=None, activation=None, residual=None, alpha=1.0,
   scale_a=None, scale_b=None, out_dtype=None, accumulate_dtype=f32, allow_tf32=False)`:
   ``act(alpha * (a @ b) * scale_a * scale_b + bias) + residual`` for f16, bf16, f32 and
-  fp8 (e4m3, e5m2) inputs, any strides, batched and broadcast-batched, on cutile tensors
-  or any DLPack / CUDA Array Interface tensor; `matmul.launch(...)` gives the pending
-  launch. Configs come from committed `cutile.tune` records per arch, else defaults.
+  fp8 (e4m3, e5m2) inputs, any strides, batched and broadcast-batched;
+  `matmul.launch(...)` gives the pending launch. At most 16 rows go to a GEMV kernel
+  that streams the weight once, few output tiles over a long K to a split-K pair of
+  kernels, the rest to a persistent grouped GEMM.
 - `GEMM_SPACE`: the tiled GEMM's tuning space (the keys a ``config=`` may set).
+- Row kernels: `softmax`, `log_softmax`, `rms_norm`, `add_rms_norm`, `qk_norm`,
+  `layer_norm`, `layer_norm_backward` (``f.launch(..., out=)`` gives the pending launch);
+  `default_config` is their config without a record.
 """
 
 from cutile_kernels._configs import SPACE as GEMM_SPACE
 from cutile_kernels._matmul import Matmul, matmul
 
 __all__ = ["GEMM_SPACE", "Matmul", "matmul"]
+
+# Row kernels: softmax and the norms (_softmax.py, _norms.py; shared handling in _rows.py).
+from cutile_kernels._rows import default_config  # noqa: E402
+from cutile_kernels._norms import add_rms_norm, layer_norm, layer_norm_backward, qk_norm, rms_norm  # noqa: E402
+from cutile_kernels._softmax import log_softmax, softmax  # noqa: E402
+
+__all__ += ["add_rms_norm", "default_config", "layer_norm", "layer_norm_backward", "log_softmax", "qk_norm",
+            "rms_norm", "softmax"]
 
 
 __version__ = "0.1.0"  # the distribution's version (tests/test_release.py keeps them equal)

@@ -1,0 +1,186 @@
+"""Row softmax and log-softmax: ``softmax(x, dim=-1)``, ``log_softmax(x, dim=-1)``.
+
+A row that fits one tile (``next_pow2(cols) <= tile_cols``) is read once: one block per
+``tile_rows`` rows, plain partitions. A longer row is walked in column chunks by a
+persistent kernel whose output is mapped ``[1, OWNED]`` (each schedule item owns its
+rows whole): an online max and sum over the chunks, then the chunks again, normalized;
+the second read of a row comes soon after the first, mostly from L2. fp32 throughout
+the arithmetic; the exponentials are ``exp2`` with log2(e) folded in.
+
+Kernels are made per dtype by factories. Their parameters' annotations are set as
+objects after each ``def`` (``kernel.__annotations__``), since the dtype is a variable
+there and mypy's cutile plugin reads only a literal dtype in an annotation.
+"""
+
+import functools
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+import cutile
+from cutile import api, tune
+from cutile.core import (
+    Constant, DType, Mut, Tensor, bid, exp2, f32, full, log2, max, maximum, sum, zeros,
+)
+from cutile_kernels import _rows
+from cutile_kernels._rows import Plan, RowConfig, RowTuning
+
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+
+
+@functools.cache
+def one_pass_kernel(dtype: DType, log: bool, hints: _rows.Hints = ()) -> Any:
+    """Softmax (``log``: log-softmax) of rows that fit one (BM, BN) tile."""
+    def softmax_rows(z: Any, x: Any, BM: Any, BN: Any) -> None:  # noqa: N803 (the tile dims' names)
+        t = x.load(index=(bid(0), 0), shape=(BM, BN), padding="neg_inf").astype(f32) * LOG2E
+        shifted = t - max(t, axis=1, keepdims=True)  # log2 units
+        e = exp2(shifted)
+        total = sum(e, axis=1, keepdims=True)
+        if log:
+            z.store(((shifted - log2(total)) * LN2).astype(dtype))
+        else:
+            z.store((e * (1.0 / total)).astype(dtype))  # one division a row
+    softmax_rows.__annotations__ = {
+        "z": Mut[Tensor[dtype, ["BM", "BN"]]],
+        "x": Tensor[dtype, [-1, -1]],
+        "BM": Constant[int],
+        "BN": Constant[int],
+        "return": None,
+    }
+    return _rows.entry(softmax_rows, None, f"{'log_' if log else ''}softmax_rows_{dtype}", hints)
+
+
+@functools.cache
+def chunked_kernel(dtype: DType, log: bool, hints: _rows.Hints = ()) -> Any:
+    """Softmax (``log``: log-softmax) of rows of any length, in (BM, BN) chunks, on an
+    output mapped ``[1, OWNED]``."""
+    def softmax_chunked(z: Any, x: Any, BM: Any, BN: Any) -> None:  # noqa: N803 (the tile dims' names)
+        for idx in z.tiles():
+            rows, _ = idx
+            row_max = full((BM, 1), -float("inf"), f32)
+            row_sum = zeros((BM, 1), f32)
+            for c in range(z.num_tiles(1)):
+                t = x.load(index=(rows, c), shape=(BM, BN), padding="neg_inf").astype(f32) * LOG2E
+                new_max = maximum(row_max, max(t, axis=1, keepdims=True))
+                row_sum = row_sum * exp2(row_max - new_max) + sum(exp2(t - new_max), axis=1, keepdims=True)
+                row_max = new_max
+            if log:
+                shift = row_max + log2(row_sum)
+                for c in range(z.num_tiles(1)):
+                    t = x.load(index=(rows, c), shape=(BM, BN), padding="neg_inf").astype(f32) * LOG2E
+                    z.store(((t - shift) * LN2).astype(dtype), (rows, c))
+            else:
+                scale = 1.0 / row_sum
+                for c in range(z.num_tiles(1)):
+                    t = x.load(index=(rows, c), shape=(BM, BN), padding="neg_inf").astype(f32) * LOG2E
+                    z.store((exp2(t - row_max) * scale).astype(dtype), (rows, c))
+    softmax_chunked.__annotations__ = {
+        "z": Mut[Tensor[dtype, ["BM", "BN"]]],
+        "x": Tensor[dtype, [-1, -1]],
+        "BM": Constant[int],
+        "BN": Constant[int],
+        "return": None,
+    }
+    return _rows.entry(softmax_chunked, None, f"{'log_' if log else ''}softmax_chunked_{dtype}", hints)
+
+
+def _launch(out2d: cutile.Tensor, x2d: cutile.Tensor, log: bool, config: RowConfig) -> Any:
+    rows, cols = x2d.shape
+    tile_rows, tile_cols, one_pass = config.tile(cols)
+    dtype = x2d.dtype
+    if one_pass:
+        return one_pass_kernel(dtype, log, config.hints)(out2d.partition([tile_rows, tile_cols]), x2d)
+    return chunked_kernel(dtype, log, config.hints)(_rows.persistent(out2d, (tile_rows, tile_cols), config.occupancy),
+                                                    x2d)
+
+
+def _plan(function: str, x: Any, dim: Any, out: Any, log: bool, config: Mapping[str, int | str] | None) -> Plan:
+    source = _rows.as_tensor(x, function, "x")
+    dtype = _rows.float_dtype(source, function, "x")
+    ndim = source.ndim
+    if ndim == 0:
+        raise cutile.ArgumentError(f"{function}: x is a scalar; expected at least one dim")
+    if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or not -ndim <= int(dim) < ndim:
+        raise cutile.ArgumentError(f"{function}: dim {dim!r} is out of range for x of {ndim} dims")
+    axis = int(dim) % ndim
+    order = [a for a in range(ndim) if a != axis] + [axis]  # the softmax dim last
+    inverse = [order.index(a) for a in range(ndim)]
+    moved = source if axis == ndim - 1 else source.permute(order)
+    convert = _rows.converter(x, function)
+    if out is None:
+        result = api.empty(list(moved.shape), dtype)
+        given = None
+    else:
+        given_tensor = _rows.as_tensor(out, function, "out")
+        _rows.check_same(given_tensor, source.shape, dtype, function, "out")
+        _rows.check_distinct(given_tensor, {"x": source}, function, "out")
+        result = given_tensor if axis == ndim - 1 else given_tensor.permute(order)
+        given = out
+
+    def finish() -> Any:
+        if given is not None:
+            return given
+        return convert(result if axis == ndim - 1 else result.permute(inverse))
+
+    if source.size == 0:
+        if moved.shape[-1] == 0 and source.size == 0 and all(moved.shape[:-1]):
+            raise cutile.ArgumentError(f"{function}: x has rows of length 0 along dim {dim}")
+        return Plan(None, finish)
+    x2d = _rows.rows_view(moved, function, "x")
+    out2d = _rows.rows_view(result, function, "out", writable=True)
+    rows, cols = x2d.shape
+    chosen = RowConfig.of(config) if config is not None else _TUNING[log].config(rows, cols, dtype)
+    return Plan(_launch(out2d, x2d, log, chosen), finish)
+
+
+def _plan_softmax(x: Any, dim: int = -1, *, out: Any = None, config: Mapping[str, int | str] | None = None) -> Plan:
+    """Softmax of ``x`` along ``dim``: ``exp(x - max) / sum(exp(x - max))``.
+
+    Args:
+        x: f16, bf16 or f32; a cutile tensor or any DLPack / CUDA Array Interface tensor.
+        dim: the dim to normalize (any; the others are rows).
+        out: the result's tensor (same shape and dtype as x); else a new one of x's kind.
+        config: a row config (`ROW_SPACE`'s parameters) instead of the tuned one.
+    Returns:
+        the softmax, of x's kind (or ``out``). ``softmax.launch(..., out=)`` returns the
+        pending launch instead.
+    """
+    return _plan("softmax", x, dim, out, False, config)
+
+
+def _plan_log_softmax(x: Any, dim: int = -1, *, out: Any = None, config: Mapping[str, int | str] | None = None) -> Plan:
+    """Log-softmax of ``x`` along ``dim``: ``x - max - log(sum(exp(x - max)))``; arguments
+    as `softmax`'s."""
+    return _plan("log_softmax", x, dim, out, True, config)
+
+
+softmax = _rows.row_function(_plan_softmax)
+log_softmax = _rows.row_function(_plan_log_softmax)
+
+
+def _build(log: bool) -> _rows.Build:
+    def data(rows: int, cols: int, dtype: DType) -> tuple[Any, Any, Any]:
+        x, values = _rows.random_rows(rows, cols, dtype, seed=0, scale=3.0)
+        sample = _rows.checked_rows(rows)
+        shifted = values[sample] - values[sample].max(axis=1, keepdims=True)
+        logs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+        return x, sample, logs if log else np.exp(logs)
+
+    def build(config: tune.Config, rows: int, cols: int, dtype: DType) -> tuple[Any, Any]:
+        x, sample, expected = _rows.cached(("softmax", log, rows, cols, dtype), lambda: data(rows, cols, dtype))
+        out = _rows.poisoned([rows, cols], dtype)
+        function = log_softmax if log else softmax
+        return (lambda: function.launch(x, out=out, config=config),
+                lambda: _rows.close(out, expected, dtype, sample))
+    return build
+
+
+_SOURCE = _rows.source_of(one_pass_kernel, chunked_kernel)
+_TUNING = {False: RowTuning("softmax", _SOURCE, _build(False)), True: RowTuning("log_softmax", _SOURCE, _build(True))}
+
+
+def tuning(log: bool = False) -> RowTuning:
+    """The configs of softmax (``log``: log_softmax): its tuner, `RowTuning.search` and `RowTuning.record`."""
+    return _TUNING[log]
