@@ -88,6 +88,18 @@ def test_the_entry_takes_the_innermost_stride_only_when_it_is_not_one() -> None:
 
 
 @pytest.mark.interpreter_only
+@pytest.mark.parametrize("dtype", ["float8_e4m3fn", "float8_e5m2", "bfloat16"])
+def test_strided_views_of_ml_dtypes_come_back_to_numpy(dtype: str) -> None:
+    import ml_dtypes
+
+    values = np.arange(-24, 24, dtype=np.float32).reshape(6, 8).astype(getattr(ml_dtypes, dtype))
+    tensor = api.from_numpy(values)
+    view = tensor[1::2, ::3]  # strided both ways
+    got = view.to_numpy()
+    assert got.dtype == values.dtype
+    np.testing.assert_array_equal(got.astype(np.float32), values[1::2, ::3].astype(np.float32))
+
+
 def test_numpy_round_trip_without_copies() -> None:
     array = np.arange(16, dtype=np.float32)
     t = api.from_dlpack(array)

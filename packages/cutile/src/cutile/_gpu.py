@@ -94,10 +94,12 @@ def device_to_numpy(tensor: Tensor) -> np.ndarray[Any, Any]:
         device_memory(tensor._storage).copy_to_host(raw, offset=start, stream=default_stream())
         default_stream().synchronize()
     base = start // itemsize
-    flat = raw.view(numpy_dtype(tensor.dtype))
+    # (strided as unsigned ints of the same width, then reinterpreted: numpy's as_strided
+    # cannot rebuild ml_dtypes' 1-byte floats)
+    flat = raw.view(np.dtype(f"u{itemsize}"))
     view = np.lib.stride_tricks.as_strided(
         flat[tensor.offset - base:], tensor.shape, tuple(s * itemsize for s in tensor.strides))
-    return np.array(view, copy=True)
+    return np.array(view, copy=True).view(numpy_dtype(tensor.dtype))
 
 
 def _int_param_type(size: int, signed: bool) -> str:
