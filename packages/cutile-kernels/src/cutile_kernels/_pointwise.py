@@ -14,13 +14,15 @@ the caller's result once it ran.
 
 from __future__ import annotations
 
+import functools
 import importlib
+import inspect
 import math
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, cast
 
 import numpy as np
 
@@ -138,7 +140,7 @@ def output(out: Any, shape: Sequence[int], dtype: str, like: Argument, function:
     if given.shape != shape:
         raise cutile.ArgumentError(f"{function}(): parameter '{name}' has shape {list(given.shape)}; expected "
                                    f"{list(shape)}")
-    if given.dtype != dtype:
+    if given.dtype != str(dtype):
         raise cutile.ArgumentTypeError(f"{function}(): parameter '{name}' has dtype {given.dtype}; expected "
                                        f"{dtype}")
     return Output(given.tensor, out, like)
@@ -198,29 +200,31 @@ class Pending:
         self.launch.cancel()
 
 
-class LibraryFunction:
+class LibraryFunction(Protocol):
     """A library function: calling it runs the work and returns the result;
     ``.launch(...)`` (same arguments) returns the `Pending` work, for timing or batching."""
 
-    def __init__(self, prepare: Callable[..., Pending], name: str, doc: str | None) -> None:
-        self._prepare = prepare
-        self.__name__ = name
-        self.__qualname__ = name
-        self.__doc__ = doc
+    __name__: str
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._prepare(*args, **kwargs).run()
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
 
-    def launch(self, *args: Any, **kwargs: Any) -> Pending:
-        return self._prepare(*args, **kwargs)
-
-    def __repr__(self) -> str:
-        return f"<cutile_kernels function {self.__name__}>"
+    def launch(self, *args: Any, **kwargs: Any) -> Pending: ...
 
 
 def library_function(prepare: Callable[..., Pending]) -> LibraryFunction:
+    """The function that runs ``prepare``'s work (a plain function, so that ``help`` and
+    the docs show its signature and docstring), with ``prepare`` as its ``launch``."""
     name = prepare.__name__.lstrip("_").removesuffix("_launch")
-    return LibraryFunction(prepare, name, prepare.__doc__)
+
+    @functools.wraps(prepare)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        return prepare(*args, **kwargs).run()
+
+    run.__name__ = run.__qualname__ = name
+    run.__signature__ = inspect.signature(prepare).replace(return_annotation=Any)  # type: ignore[attr-defined]
+    run.launch = prepare  # type: ignore[attr-defined]
+    del run.__wrapped__  # the signature above is the one to show
+    return cast(LibraryFunction, run)
 
 
 #: committed tuning records, one per function (made on a GPU: ``Tuner.make_record``)
