@@ -130,7 +130,7 @@ def export(tensor: cutile.Tensor, like: Argument) -> Any:
     return from_dlpack(tensor)
 
 
-def output(out: Any, shape: Sequence[int], dtype: str, like: Argument, function: str,
+def output(out: Any, shape: Sequence[int], dtype: Any, like: Argument, function: str,
            name: str = "out") -> Output:
     """The tensor a kernel writes: ``out`` checked, or a new one of ``shape`` and ``dtype``."""
     shape = tuple(int(n) for n in shape)

@@ -11,7 +11,8 @@ the second reduces each row's chunks. Both are safe kernels; the second runs as 
 first's continuation (``then``), so ``argmax.launch(...)`` is one op to time.
 """
 
-# (no `from __future__ import annotations`: kernel annotations name the factory's dtypes)
+# No `from __future__ import annotations`: kernel annotations name the factory's dtypes, which cutile's
+# mypy plugin cannot read (it takes literal dtypes such as f32): hence their `type: ignore[misc]`.
 
 import functools
 import inspect
@@ -62,7 +63,7 @@ def argmax_kernels(dtype: Any, occupancy: int) -> tuple[Any, Any]:
     entry = cutile.entry(hints={"occupancy": occupancy})
 
     def argmax_chunks(values: Mut[Tensor[f32, ["BM", 1]]], indices: Mut[Tensor[i32, ["BM", 1]]],
-                      x: Tensor[dtype, [-1, -1]], BM: Constant[int], BN: Constant[int], SUB: Constant[int]):
+                      x: Tensor[dtype, [-1, -1]], BM: Constant[int], BN: Constant[int], SUB: Constant[int]) -> None:  # type: ignore[misc]
         best = full((BM, 1), -float("inf"), f32)
         best_index = full((BM, 1), _NO_INDEX, i32)
         for s in range(SUB):
@@ -76,7 +77,7 @@ def argmax_kernels(dtype: Any, occupancy: int) -> tuple[Any, Any]:
         indices.store(best_index)
 
     def argmax_rows(out: Mut[Tensor[i64, ["BM"]]], values: Tensor[f32, [-1, -1]], indices: Tensor[i32, [-1, -1]],
-                    BM: Constant[int], CP: Constant[int]):
+                    BM: Constant[int], CP: Constant[int]) -> None:
         v = values.load(index=(bid(0), 0), shape=(BM, CP), padding="neg_inf")
         i = indices.load(index=(bid(0), 0), shape=(BM, CP))
         real = arange(CP, i32).reshape((1, CP)) < values.shape[1]

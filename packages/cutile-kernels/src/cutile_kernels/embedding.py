@@ -7,7 +7,8 @@ shape, the table ``(vocab, dim)`` f16, bf16 or f32 with any strides; the result 
 shape ``ids.shape + (dim,)`` and the table's dtype.
 """
 
-# (no `from __future__ import annotations`: kernel annotations name the factory's dtypes)
+# No `from __future__ import annotations`: kernel annotations name the factory's dtypes, which cutile's
+# mypy plugin cannot read (it takes literal dtypes such as f32): hence their `type: ignore[misc]`.
 
 import functools
 import inspect
@@ -29,8 +30,8 @@ DEFAULT = {"tile_rows": 8, "tile_cols": 1024, "occupancy": 2}
 @functools.lru_cache(maxsize=None)
 def embedding_kernel(dtype: Any, id_dtype: Any, occupancy: int) -> Any:
     """The lookup kernel for one table dtype and id dtype."""
-    def embedding(out: Mut[Tensor[dtype, ["BM", "BN"]]], table: Tensor[dtype, [-1, -1]],
-                  ids: Tensor[id_dtype, [-1]], BM: Constant[int], BN: Constant[int]):
+    def embedding(out: Mut[Tensor[dtype, ["BM", "BN"]]], table: Tensor[dtype, [-1, -1]],  # type: ignore[misc]
+                  ids: Tensor[id_dtype, [-1]], BM: Constant[int], BN: Constant[int]) -> None:  # type: ignore[misc]
         rows = ids.load(index=(bid(0),), shape=(BM,)).reshape((BM, 1))
         cols = (arange(BN, i32) + bid(1) * BN).reshape((1, BN))
         out.store(gather(table, (rows, cols)))

@@ -12,7 +12,8 @@ the sub-range ``tiles_within`` gives it, a safe kernel. The kernel checks its ra
 consecutive (an assert per row).
 """
 
-# (no `from __future__ import annotations`: kernel annotations name the factory's dtypes)
+# No `from __future__ import annotations`: kernel annotations name the factory's dtypes, which cutile's
+# mypy plugin cannot read (it takes literal dtypes such as f32): hence their `type: ignore[misc]`.
 
 import functools
 import inspect
@@ -35,15 +36,15 @@ DEFAULT = {"tile_cols": 1024, "max_blocks": 528}
 def cache_update_kernel(dtype: Any, pos_dtype: Any | None) -> Any:
     """The update kernel for one dtype; ``pos_dtype`` None takes the start as a scalar."""
     if pos_dtype is None:
-        def cache_update_at(cache: Mut[Tensor[dtype, [1, 1, "BW"]]], new: Tensor[dtype, [-1, -1, -1]], start: i32,
-                            BW: Constant[int]):
+        def cache_update_at(cache: Mut[Tensor[dtype, [1, 1, "BW"]]], new: Tensor[dtype, [-1, -1, -1]], start: i32,  # type: ignore[misc]
+                            BW: Constant[int]) -> None:
             for idx in cache.tiles_within((None, (start, new.shape[1]), None)):
                 b, r, c = idx
                 cache.store(new.load(index=(b, r - start, c), shape=(1, 1, BW)), idx)
         return cutile.entry(cache_update_at)
 
-    def cache_update(cache: Mut[Tensor[dtype, [1, 1, "BW"]]], new: Tensor[dtype, [-1, -1, -1]],
-                     positions: Tensor[pos_dtype, [-1]], BW: Constant[int]):
+    def cache_update(cache: Mut[Tensor[dtype, [1, 1, "BW"]]], new: Tensor[dtype, [-1, -1, -1]],  # type: ignore[misc]
+                     positions: Tensor[pos_dtype, [-1]], BW: Constant[int]) -> None:  # type: ignore[misc, valid-type]
         start = positions.load(index=(0,), shape=(1,)).reshape(()).astype(i32)
         for idx in cache.tiles_within((None, (start, new.shape[1]), None)):
             b, r, c = idx
