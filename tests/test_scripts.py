@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
     ("bytecode_digests.py", [], "suite add sm_90 13.3: "),
     ("bench_reads.py", ["--check-only", "--size", "45", "--vocab", "100", "--rows", "20", "--width", "64"],
      "results: OK"),
+    ("bench_pointwise.py", ["--smoke"], "results: OK"),
     # (its GEMMs' tileiras compiles take minutes on a CI machine: the suite compiles mapped_gemm)
     ("bench_schedules.py", ["--compile-only", "sm_90", "--configs", "1", "--only", "rows", "--rows", "64"],
      "compiled 4 kernels for sm_90"),
