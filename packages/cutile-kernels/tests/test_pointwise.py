@@ -5,6 +5,7 @@ argument errors name the parameter. Each test runs on the interpreter, and on th
 too where one is (``gpu``); those marked ``interpreter_only`` check the interpreter's
 own behaviour (numpy arrays in and out, its run-time assert messages)."""
 
+import importlib
 import math
 import re
 from collections.abc import Iterator
@@ -460,3 +461,28 @@ def test_kv_cache_update_writes_into_numpy_caches_in_place() -> None:
 def test_kv_cache_update_refuses_bad_arguments(call: Any, error: type[Exception], words: str) -> None:
     with pytest.raises(error, match=re.escape(words)):
         call()
+
+
+# -- configs ------------------------------------------------------------------------------------
+TUNED = {"rope": (9, 4, 2, 16), "activations": (300, 2, 30), "embedding": (9, 50, 40), "argmax": (3, 700),
+         "kv_cache": (2, 20, 3, 40)}
+
+
+@pytest.mark.parametrize("module_name", list(TUNED))
+def test_each_tuner_answers_its_default_and_can_time_a_config(module_name: str) -> None:
+    module = importlib.import_module(f"cutile_kernels.{module_name}")
+    chosen = module.TUNER.config(TUNED[module_name])
+    if not module.TUNER.record_path.exists():  # no record, no search: the default
+        assert chosen == module.DEFAULT
+    assert set(chosen) == set(module.DEFAULT)
+    runner = module.TUNER.setup(dict(module.DEFAULT), TUNED[module_name])
+    runner().sync()  # the runner a search times: a pending op
+
+
+@pytest.mark.parametrize("config", [{"block_elems": 1024, "occupancy": 1}, {"block_elems": 16384, "occupancy": 4}])
+def test_every_config_of_a_function_gives_the_same_result(config: dict[str, Any]) -> None:
+    x = RNG.standard_normal((7, 33, 32))
+    q = tensor(x, "f32")
+    close(silu(q, config=config), silu64(x), "f32", 2.0)
+    q_out, _ = rope(q, q[:, :1], api.from_numpy(np.arange(7, dtype=np.int32)), config=config)
+    close(q_out, rope_reference(x, np.arange(7), 1e4, "neox"), "f32", 20.0)
