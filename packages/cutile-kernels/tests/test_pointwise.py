@@ -43,6 +43,9 @@ TOLERANCE = {"f32": (1e-5, 1e-5), "f16": (2e-3, 2e-3), "bf16": (1.6e-2, 1.6e-2)}
 def backend(request: pytest.FixtureRequest) -> Iterator[str]:
     if request.param == "gpu" and request.node.get_closest_marker("interpreter_only") is not None:
         pytest.skip("checks the interpreter's own behaviour")
+    if request.param == "interpreter" and request.node.own_markers and any(
+            m.name == "gpu" for m in request.node.own_markers):
+        pytest.skip("a GPU test (torch tensors on the device)")
     _backend.reset_for_tests(request.param)
     yield str(request.param)
     _backend.reset_for_tests(None)
@@ -486,3 +489,38 @@ def test_every_config_of_a_function_gives_the_same_result(config: dict[str, Any]
     close(silu(q, config=config), silu64(x), "f32", 2.0)
     q_out, _ = rope(q, q[:, :1], api.from_numpy(np.arange(7, dtype=np.int32)), config=config)
     close(q_out, rope_reference(x, np.arange(7), 1e4, "neox"), "f32", 20.0)
+
+
+# -- torch tensors in and out, on the GPU -----------------------------------------------------
+@pytest.mark.gpu
+def test_torch_tensors_in_give_torch_tensors_out() -> None:
+    torch = pytest.importorskip("torch")
+    q = torch.randn(33, 8, 64, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(33, 2, 64, device="cuda", dtype=torch.bfloat16)
+    positions = torch.arange(33, device="cuda") * 7
+    q_out, k_out = rope(q, k, positions)
+    assert isinstance(q_out, torch.Tensor) and q_out.is_cuda and q_out.dtype == torch.bfloat16
+    expected = rope_reference(q.double().cpu().numpy(), positions.cpu().numpy(), 1e4, "neox")
+    np.testing.assert_allclose(q_out.double().cpu().numpy(), expected, rtol=1.6e-2, atol=1.6e-2)
+    rope(q, k, positions, inplace=True)
+    torch.cuda.synchronize()
+    assert torch.equal(q, q_out)
+
+    gate, up = torch.randn(17, 300, device="cuda"), torch.randn(17, 300, device="cuda")
+    out = silu_mul(gate, up)
+    assert isinstance(out, torch.Tensor)
+    torch.testing.assert_close(out, torch.nn.functional.silu(gate) * up, rtol=1e-5, atol=1e-5)
+
+    logits = torch.randn(3, 151936, device="cuda", dtype=torch.bfloat16)
+    best = argmax(logits)
+    assert best.dtype == torch.int64 and torch.equal(best, logits.argmax(-1))
+
+    table = torch.randn(1000, 128, device="cuda", dtype=torch.float16)
+    ids = torch.randint(0, 1000, (5, 7), device="cuda")
+    assert torch.equal(embedding(ids, table), torch.nn.functional.embedding(ids, table))
+
+    cache = torch.zeros(2, 64, 4, 32, device="cuda", dtype=torch.bfloat16)
+    new = torch.randn(2, 3, 4, 32, device="cuda", dtype=torch.bfloat16)
+    assert kv_cache_update(cache, new, torch.tensor([10, 11, 12], device="cuda")) is cache
+    torch.cuda.synchronize()
+    assert torch.equal(cache[:, 10:13], new) and cache[:, :10].abs().sum() == 0 and cache[:, 13:].abs().sum() == 0

@@ -21,8 +21,6 @@ import inspect
 import math
 from typing import Any
 
-import numpy as np
-
 import cutile
 from cutile import tune
 from cutile.core import Constant, Mut, Tensor, bid, exp, f32, load_tile_like, maximum, tanh, where
@@ -214,12 +212,12 @@ def _launch(op: str, operands: list[tuple[Any, str]], out: Any, config: dict[str
 
 
 def _setup(config: dict[str, Any], shape: tuple[int, ...]) -> Any:
+    """A search's runner for one shape: (elements, operands, broadcast row width or 0), bf16."""
     n, arity, width = shape
-    rng = np.random.default_rng(0)
-    x = cutile.api.from_numpy(rng.standard_normal(n).astype(np.float32))
+    x = cutile.api.randn([n], "bf16", seed=1)
     if arity == 1:
         return lambda: silu.launch(x, config=config).op
-    y = cutile.api.from_numpy(rng.standard_normal(width or n).astype(np.float32))
+    y = cutile.api.randn([width or n], "bf16", seed=2)
     if width:
         rows = x.reshape(n // width, width)
         return lambda: mul.launch(rows, y, config=config).op

@@ -39,10 +39,10 @@ def embedding_kernel(dtype: Any, id_dtype: Any, occupancy: int) -> Any:
 
 
 def _setup(config: dict[str, Any], shape: tuple[int, ...]) -> Any:
+    """A search's runner for one shape: (ids, vocab, dim), a bf16 table."""
     count, vocab, dim = shape
-    rng = np.random.default_rng(0)
-    table = cutile.api.from_numpy(rng.standard_normal((vocab, dim)).astype(np.float32))
-    ids = cutile.api.from_numpy(rng.integers(0, vocab, count).astype(np.int32))
+    table = cutile.api.randn([vocab, dim], "bf16", seed=1)
+    ids = cutile.api.from_numpy(np.random.default_rng(0).integers(0, vocab, count).astype(np.int32))
     return lambda: embedding.launch(ids, table, config=config).op
 
 

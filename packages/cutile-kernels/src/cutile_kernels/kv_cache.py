@@ -55,9 +55,10 @@ def cache_update_kernel(dtype: Any, pos_dtype: Any | None) -> Any:
 
 
 def _setup(config: dict[str, Any], shape: tuple[int, ...]) -> Any:
+    """A search's runner for one shape: (batch, max_seq, new tokens, heads * head_dim), bf16."""
     batch, max_seq, count, width = shape
-    cache = api.zeros([batch, max_seq, 1, width])
-    new = api.from_numpy(np.random.default_rng(0).standard_normal((batch, count, 1, width)).astype(np.float32))
+    cache = api.zeros([batch, max_seq, 1, width], dtype="bf16")
+    new = api.randn([batch, count, 1, width], "bf16", seed=1)
     return lambda: kv_cache_update.launch(cache, new, max_seq - count, config=config).op
 
 
