@@ -42,6 +42,10 @@ def main() -> int:
     parser.add_argument("--smoke", action="store_true", help="small sizes on the CPU interpreter, against numpy")
     parser.add_argument("--compile", action="store_true", help="also time torch.compile of the torch formulations")
     parser.add_argument("--reps", type=int, default=50)
+    parser.add_argument("--record", action="store_true",
+                        help="first search each function's configs at the benchmark's shapes and save the records "
+                             "(packages/cutile-kernels/src/cutile_kernels/records/, to commit)")
+    parser.add_argument("--budget", type=float, default=60.0, help="seconds of search per shape with --record")
     parser.add_argument("--only", nargs="*", default=None,
                         help="workloads to run (rope, silu_mul, embedding, argmax, kv_cache_update)")
     args = parser.parse_args()
@@ -58,6 +62,8 @@ def main() -> int:
         return 2
     wanted = set(args.only) if args.only else {"rope", "silu_mul", "embedding", "argmax", "kv_cache_update"}
     reps, warmup = (2, 1) if args.smoke else (args.reps, 10)
+    if args.record:
+        make_records(wanted, args.budget, args.smoke)
     rows: list[tuple[str, str, float, float]] = []  # workload, implementation, ms, GB/s
 
     if args.smoke:
@@ -164,6 +170,34 @@ def main() -> int:
             print(f"{workload:48s} {implementation:28s} {ms:10.4f} {gbs:9.1f}")
     print(f"results: OK ({'interpreter, wall clock: not figures' if args.smoke else 'GPU, device time'})")
     return 0
+
+
+#: function -> (its module, the shapes its record holds: the benchmark's; smoke: small ones)
+RECORD_SHAPES: dict[str, tuple[str, list[tuple[int, ...]], list[tuple[int, ...]]]] = {
+    "rope": ("rope", [(4096, 32, 8, 128), (64, 32, 8, 128)], [(37, 4, 2, 16)]),
+    "silu_mul": ("activations", [(4096 * 14336, 2, 0)], [(2700, 2, 0)]),
+    "embedding": ("embedding", [(4096, 151936, 4096)], [(37, 1000, 64)]),
+    "argmax": ("argmax", [(8192, 151936), (64, 151936), (1, 151936)], [(5, 3001)]),
+    "kv_cache_update": ("kv_cache", [(16, 8192, 4096, 1024), (64, 8192, 1, 1024)], [(2, 40, 9, 48)]),
+}
+
+
+def make_records(wanted: set[str], budget: float, smoke: bool) -> None:
+    """Searches each wanted function's space at its shapes and saves its record."""
+    import importlib
+
+    for function, (module_name, shapes, small_shapes) in RECORD_SHAPES.items():
+        if function not in wanted:
+            continue
+        tuner = importlib.import_module(f"cutile_kernels.{module_name}").TUNER
+        record = tuner.make_record(small_shapes if smoke else shapes, budget=budget,
+                                   **({"warmup": 1, "reps": 2, "paired_reps": 2} if smoke else {}))
+        if smoke:  # a record of interpreter timings is no record to commit
+            print(f"searched {tuner.name}: {len(record.winners)} buckets (not saved)")
+            continue
+        assert tuner.record_path is not None
+        record.save(tuner.record_path)
+        print(f"saved {tuner.record_path} ({', '.join(record.winners)})")
 
 
 class Numpy:
