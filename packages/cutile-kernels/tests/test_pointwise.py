@@ -407,7 +407,8 @@ def test_argmax_refuses_bad_arguments(call: Any, error: type[Exception], words: 
 # -- kv_cache_update ----------------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("cache_shape, tokens, start", [((50, 3, 24), 5, 7), ((2, 40, 2, 36), 1, 39),
-                                                        ((3, 17, 1, 8), 17, 0)])
+                                                        ((3, 17, 1, 8), 17, 0), ((2, 64, 1, 8), 8, 20),
+                                                        ((1, 64, 2, 8), 12, 4)])
 @pytest.mark.parametrize("positions_kind", ["int", "i32", "i64"])
 def test_kv_cache_update_writes_only_the_new_rows(dtype: str, cache_shape: tuple[int, ...], tokens: int, start: int,
                                                   positions_kind: str) -> None:
@@ -419,7 +420,8 @@ def test_kv_cache_update_writes_only_the_new_rows(dtype: str, cache_shape: tuple
         positions: Any = start
     else:
         positions = api.from_numpy(np.arange(start, start + tokens, dtype=np.dtype(positions_kind.replace("i", "int"))))
-    config = {"tile_cols": 16, "max_blocks": 3}  # several column tiles with a tail, blocks looping
+    # several column tiles with a tail, blocks looping, several rows per tile where the start allows
+    config = {"tile_rows": 4, "tile_cols": 16, "max_blocks": 3}
     assert kv_cache_update(cache, tensor(new, dtype), positions, config=config) is cache
     expected = stored(before, dtype)
     expected[..., start:start + tokens, :, :] = stored(new, dtype)

@@ -6,8 +6,9 @@ The cache is ``(max_seq, heads, head_dim)`` or ``(batch, max_seq, heads, head_di
 tensor of the consecutive positions ``start, start + 1, ...`` (one per new token,
 shared by every batch entry; the kernel reads the start on the device, so a decode
 loop or a CUDA graph replay moves it without touching the host). Only the new rows
-are written: the cache is a mapped partition of one-token rows and the kernel walks
-the sub-range ``tiles_within`` gives it, a safe kernel. The kernel checks its range
+are written: the cache is a mapped partition of tiles of whole new rows (one token
+per tile, or up to ``tile_rows`` when an int start and the count are multiples of it)
+and the kernel walks the sub-range ``tiles_within`` gives it, a safe kernel. The kernel checks its range
 (past the cache's end: an assert) and, for a positions tensor, that the positions are
 consecutive (an assert per row).
 """
@@ -28,19 +29,21 @@ from cutile.core import Constant, Mut, Tensor, i32
 
 from cutile_kernels import _pointwise as pw
 
-SPACE = tune.Space(tile_cols=[256, 512, 1024, 2048, 4096], max_blocks=[132, 264, 528, 1056])
-DEFAULT = {"tile_cols": 1024, "max_blocks": 528}
+#: tile_rows: new tokens per tile at most; an int start takes the largest power of two up to it
+#: that divides both the start and the token count (tiles of whole new rows), a tensor 1
+SPACE = tune.Space(tile_rows=[1, 4, 16], tile_cols=[256, 512, 1024, 2048, 4096], max_blocks=[132, 264, 528, 1056])
+DEFAULT = {"tile_rows": 16, "tile_cols": 1024, "max_blocks": 528}
 
 
 @functools.lru_cache(maxsize=None)
 def cache_update_kernel(dtype: Any, pos_dtype: Any | None) -> Any:
     """The update kernel for one dtype; ``pos_dtype`` None takes the start as a scalar."""
     if pos_dtype is None:
-        def cache_update_at(cache: Mut[Tensor[dtype, [1, 1, "BW"]]], new: Tensor[dtype, [-1, -1, -1]], start: i32,  # type: ignore[misc]
-                            BW: Constant[int]) -> None:
-            for idx in cache.tiles_within((None, (start, new.shape[1]), None)):
+        def cache_update_at(cache: Mut[Tensor[dtype, [1, "BS", "BW"]]], new: Tensor[dtype, [-1, -1, -1]],  # type: ignore[misc]
+                            first_tile: i32, BS: Constant[int], BW: Constant[int]) -> None:
+            for idx in cache.tiles_within((None, (first_tile, new.shape[1] // BS), None)):
                 b, r, c = idx
-                cache.store(new.load(index=(b, r - start, c), shape=(1, 1, BW)), idx)
+                cache.store(new.load(index=(b, r - first_tile, c), shape=(1, BS, BW)), idx)
         return cutile.entry(cache_update_at)
 
     def cache_update(cache: Mut[Tensor[dtype, [1, 1, "BW"]]], new: Tensor[dtype, [-1, -1, -1]],  # type: ignore[misc]
@@ -113,12 +116,17 @@ def _kv_cache_update_launch(cache: Any, new: Any, positions: Any, *,
     new3 = pw.reshaped(na, (batch, tokens, width), fn, "new")
     chosen = config if config is not None else TUNER.config((batch, max_seq, tokens, width))
     bw = min(int(chosen["tile_cols"]), pw.next_pow2(width))
-    items = batch * tokens * -(-width // bw)
+    bs = 1
+    if start is not None:  # whole tiles of new rows: bs divides the start and the count
+        while bs * 2 <= int(chosen["tile_rows"]) and start % (bs * 2) == 0 and tokens % (bs * 2) == 0:
+            bs *= 2
+    items = batch * (tokens // bs) * -(-width // bw)
     blocks = max(1, min(items, int(chosen["max_blocks"])))
-    mapped = cache3.partition([1, 1, bw]).map([1, 1, 1], blocks=blocks)
-    if pa is None:
-        launch = cache_update_kernel(ca.tensor.dtype, None)(mapped, new3, start)
+    mapped = cache3.partition([1, bs, bw]).map([1, 1, 1], blocks=blocks)
+    if start is not None:
+        launch = cache_update_kernel(ca.tensor.dtype, None)(mapped, new3, start // bs)
     else:
+        assert pa is not None
         launch = cache_update_kernel(ca.tensor.dtype, pa.tensor.dtype)(mapped, new3, pa.tensor)
     return pw.Pending(launch, lambda: cache)
 
