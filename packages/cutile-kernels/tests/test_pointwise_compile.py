@@ -54,16 +54,19 @@ CASES: dict[str, Callable[[], tuple[Any, tuple[Any, ...], dict[str, Any]]]] = {
                           (meta([4096, 4096], dtype=bf16).partition([8, 1024]), meta([151936, 4096], dtype=bf16),
                            meta([4096], dtype=i64)), {}),
     "argmax chunks": lambda: (argmax.argmax_kernels(bf16, 2)[0],
-                              (meta([8192, 19], dtype=f32).partition([1, 1]), meta([8192, 19], dtype=i32).partition([1, 1]),
+                              (meta([8192, 19], dtype=f32).partition([1, 1]),
+                               meta([8192, 19], dtype=i32).partition([1, 1]),
                                meta([8192, 151936], dtype=bf16)), {"BN": 2048, "SUB": 4}),
     "argmax rows": lambda: (argmax.argmax_kernels(f32, 2)[1],
                             (meta([8192], dtype=i64).partition([128]), meta([8192, 19], dtype=f32),
                              meta([8192, 19], dtype=i32)), {"CP": 32}),
     "kv_cache_update at": lambda: (kv_cache.cache_update_kernel(bf16, None),
-                                   (meta([16, 8192, 1024], dtype=bf16).partition([1, 16, 1024]).map([1, 1, 1], blocks=528),
+                                   (meta([16, 8192, 1024], dtype=bf16).partition([1, 16, 1024])
+                                    .map([1, 1, 1], blocks=528),
                                     meta([16, 4096, 1024], dtype=bf16), 5), {}),
     "kv_cache_update positions": lambda: (kv_cache.cache_update_kernel(f16, i64),
-                                          (meta([1, 512, 576], dtype=f16).partition([1, 1, 512]).map([1, 1, 1], blocks=64),
+                                          (meta([1, 512, 576], dtype=f16).partition([1, 1, 512])
+                                           .map([1, 1, 1], blocks=64),
                                            meta([1, 7, 576], dtype=f16), meta([7], dtype=i64)), {}),
 }
 

@@ -120,27 +120,49 @@ def pointwise_kernel(op: str, dtype: Any, form: str, occupancy: int) -> Any:
     entry = cutile.entry(hints={"occupancy": occupancy})
     if arity == 1:
         if form == "flat":
-            def unary_flat(z: Mut[Tensor[dtype, ["B"]]], x: Tensor[dtype, [-1]], B: Constant[int]) -> None:  # type: ignore[misc]
+            def unary_flat(
+                    z: Mut[Tensor[dtype, ["B"]]],  # type: ignore[misc]
+                    x: Tensor[dtype, [-1]],  # type: ignore[misc]
+                    B: Constant[int],
+            ) -> None:
                 z.store(fn(load_tile_like(x, z).astype(f32)).astype(z.dtype))
             return entry(unary_flat)
 
-        def unary_rows(z: Mut[Tensor[dtype, ["BM", "BN"]]], x: Tensor[dtype, [-1, -1]], BM: Constant[int],  # type: ignore[misc]
-                       BN: Constant[int]) -> None:
+        def unary_rows(
+                z: Mut[Tensor[dtype, ["BM", "BN"]]],  # type: ignore[misc]
+                x: Tensor[dtype, [-1, -1]],  # type: ignore[misc]
+                BM: Constant[int],
+                BN: Constant[int],
+        ) -> None:
             z.store(fn(load_tile_like(x, z).astype(f32)).astype(z.dtype))
         return entry(unary_rows)
     if form == "flat":
-        def binary_flat(z: Mut[Tensor[dtype, ["B"]]], x: Tensor[dtype, [-1]], y: Tensor[dtype, [-1]],  # type: ignore[misc]
-                        B: Constant[int]) -> None:
+        def binary_flat(
+                z: Mut[Tensor[dtype, ["B"]]],  # type: ignore[misc]
+                x: Tensor[dtype, [-1]],  # type: ignore[misc]
+                y: Tensor[dtype, [-1]],  # type: ignore[misc]
+                B: Constant[int],
+        ) -> None:
             z.store(fn(load_tile_like(x, z).astype(f32), load_tile_like(y, z).astype(f32)).astype(z.dtype))
         return entry(binary_flat)
     if form == "rows":
-        def binary_rows(z: Mut[Tensor[dtype, ["BM", "BN"]]], x: Tensor[dtype, [-1, -1]], y: Tensor[dtype, [-1, -1]],  # type: ignore[misc]
-                        BM: Constant[int], BN: Constant[int]) -> None:
+        def binary_rows(
+                z: Mut[Tensor[dtype, ["BM", "BN"]]],  # type: ignore[misc]
+                x: Tensor[dtype, [-1, -1]],  # type: ignore[misc]
+                y: Tensor[dtype, [-1, -1]],  # type: ignore[misc]
+                BM: Constant[int],
+                BN: Constant[int],
+        ) -> None:
             z.store(fn(load_tile_like(x, z).astype(f32), load_tile_like(y, z).astype(f32)).astype(z.dtype))
         return entry(binary_rows)
 
-    def binary_row_broadcast(z: Mut[Tensor[dtype, ["BM", "BN"]]], x: Tensor[dtype, [-1, -1]],  # type: ignore[misc]
-                             y: Tensor[dtype, [1, -1]], BM: Constant[int], BN: Constant[int]) -> None:  # type: ignore[misc]
+    def binary_row_broadcast(
+            z: Mut[Tensor[dtype, ["BM", "BN"]]],  # type: ignore[misc]
+            x: Tensor[dtype, [-1, -1]],  # type: ignore[misc]
+            y: Tensor[dtype, [1, -1]],  # type: ignore[misc]
+            BM: Constant[int],
+            BN: Constant[int],
+    ) -> None:
         row = y.load(index=(0, bid(1)), shape=(1, BN)).astype(f32)
         z.store(fn(load_tile_like(x, z).astype(f32), row).astype(z.dtype))
     return entry(binary_row_broadcast)

@@ -60,8 +60,14 @@ def argmax_kernels(dtype: Any, occupancy: int) -> tuple[Any, Any]:
     tile_max, better = cutile.function(_tile_max), cutile.function(_better)
     entry = cutile.entry(hints={"occupancy": occupancy})
 
-    def argmax_chunks(values: Mut[Tensor[f32, ["BM", 1]]], indices: Mut[Tensor[i32, ["BM", 1]]],
-                      x: Tensor[dtype, [-1, -1]], BM: Constant[int], BN: Constant[int], SUB: Constant[int]) -> None:  # type: ignore[misc]
+    def argmax_chunks(
+            values: Mut[Tensor[f32, ["BM", 1]]],
+            indices: Mut[Tensor[i32, ["BM", 1]]],
+            x: Tensor[dtype, [-1, -1]],  # type: ignore[misc]
+            BM: Constant[int],
+            BN: Constant[int],
+            SUB: Constant[int],
+    ) -> None:
         best = full((BM, 1), -float("inf"), f32)
         best_index = full((BM, 1), _NO_INDEX, i32)
         for s in range(SUB):
@@ -74,8 +80,13 @@ def argmax_kernels(dtype: Any, occupancy: int) -> tuple[Any, Any]:
         values.store(best)
         indices.store(best_index)
 
-    def argmax_rows(out: Mut[Tensor[i64, ["BM"]]], values: Tensor[f32, [-1, -1]], indices: Tensor[i32, [-1, -1]],
-                    BM: Constant[int], CP: Constant[int]) -> None:
+    def argmax_rows(
+            out: Mut[Tensor[i64, ["BM"]]],
+            values: Tensor[f32, [-1, -1]],
+            indices: Tensor[i32, [-1, -1]],
+            BM: Constant[int],
+            CP: Constant[int],
+    ) -> None:
         v = values.load(index=(bid(0), 0), shape=(BM, CP), padding="neg_inf")
         i = indices.load(index=(bid(0), 0), shape=(BM, CP))
         real = arange(CP, i32).reshape((1, CP)) < values.shape[1]

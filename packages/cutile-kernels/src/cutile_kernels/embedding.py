@@ -30,8 +30,13 @@ DEFAULT = {"tile_rows": 8, "tile_cols": 1024, "occupancy": 2}
 @functools.lru_cache(maxsize=None)
 def embedding_kernel(dtype: Any, id_dtype: Any, occupancy: int) -> Any:
     """The lookup kernel for one table dtype and id dtype."""
-    def embedding(out: Mut[Tensor[dtype, ["BM", "BN"]]], table: Tensor[dtype, [-1, -1]],  # type: ignore[misc]
-                  ids: Tensor[id_dtype, [-1]], BM: Constant[int], BN: Constant[int]) -> None:  # type: ignore[misc]
+    def embedding(
+            out: Mut[Tensor[dtype, ["BM", "BN"]]],  # type: ignore[misc]
+            table: Tensor[dtype, [-1, -1]],  # type: ignore[misc]
+            ids: Tensor[id_dtype, [-1]],  # type: ignore[misc]
+            BM: Constant[int],
+            BN: Constant[int],
+    ) -> None:
         rows = ids.load(index=(bid(0),), shape=(BM,)).reshape((BM, 1))
         cols = (arange(BN, i32) + bid(1) * BN).reshape((1, BN))
         out.store(gather(table, (rows, cols)))

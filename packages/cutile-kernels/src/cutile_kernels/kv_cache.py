@@ -36,18 +36,27 @@ DEFAULT = {"tile_rows": 16, "tile_cols": 1024, "max_blocks": 528}
 
 
 @functools.lru_cache(maxsize=None)
-def cache_update_kernel(dtype: Any, pos_dtype: Any | None) -> Any:
+def cache_update_kernel(dtype: Any, pos_dtype: Any) -> Any:
     """The update kernel for one dtype; ``pos_dtype`` None takes the start as a scalar."""
     if pos_dtype is None:
-        def cache_update_at(cache: Mut[Tensor[dtype, [1, "BS", "BW"]]], new: Tensor[dtype, [-1, -1, -1]],  # type: ignore[misc]
-                            first_tile: i32, BS: Constant[int], BW: Constant[int]) -> None:
+        def cache_update_at(
+                cache: Mut[Tensor[dtype, [1, "BS", "BW"]]],  # type: ignore[misc]
+                new: Tensor[dtype, [-1, -1, -1]],  # type: ignore[misc]
+                first_tile: i32,
+                BS: Constant[int],
+                BW: Constant[int],
+        ) -> None:
             for idx in cache.tiles_within((None, (first_tile, new.shape[1] // BS), None)):
                 b, r, c = idx
                 cache.store(new.load(index=(b, r - first_tile, c), shape=(1, BS, BW)), idx)
         return cutile.entry(cache_update_at)
 
-    def cache_update(cache: Mut[Tensor[dtype, [1, 1, "BW"]]], new: Tensor[dtype, [-1, -1, -1]],  # type: ignore[misc]
-                     positions: Tensor[pos_dtype, [-1]], BW: Constant[int]) -> None:  # type: ignore[misc, valid-type]
+    def cache_update(
+            cache: Mut[Tensor[dtype, [1, 1, "BW"]]],  # type: ignore[misc]
+            new: Tensor[dtype, [-1, -1, -1]],  # type: ignore[misc]
+            positions: Tensor[pos_dtype, [-1]],  # type: ignore[misc]
+            BW: Constant[int],
+    ) -> None:
         start = positions.load(index=(0,), shape=(1,)).reshape(()).astype(i32)
         for idx in cache.tiles_within((None, (start, new.shape[1]), None)):
             b, r, c = idx

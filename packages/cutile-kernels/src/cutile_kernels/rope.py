@@ -64,18 +64,35 @@ def rope_kernel(dtype: Any, pos_dtype: Any, neox: bool, inplace: bool, occupancy
     hints = {"occupancy": occupancy}
     rotated, angles = cutile.function(_rotated), cutile.function(_angles)
     if inplace:
-        def rope_inplace(q: Mut[Tensor[dtype, ["BT", "HQ", "D"]]], k: Mut[Tensor[dtype, ["BT", "HK", "D"]]],  # type: ignore[misc]
-                         positions: Tensor[pos_dtype, [-1]], freq_scale: f32, BT: Constant[int],  # type: ignore[misc]
-                         HQ: Constant[int], HK: Constant[int], D: Constant[int], NEOX: Constant[bool]) -> None:
+        def rope_inplace(
+                q: Mut[Tensor[dtype, ["BT", "HQ", "D"]]],  # type: ignore[misc]
+                k: Mut[Tensor[dtype, ["BT", "HK", "D"]]],  # type: ignore[misc]
+                positions: Tensor[pos_dtype, [-1]],  # type: ignore[misc]
+                freq_scale: f32,
+                BT: Constant[int],
+                HQ: Constant[int],
+                HK: Constant[int],
+                D: Constant[int],
+                NEOX: Constant[bool],
+        ) -> None:
             cos_t, sin_t = angles(positions, freq_scale, BT, D, NEOX)
             q.store(rotated(q.load().astype(f32), cos_t, sin_t, BT, HQ, D, NEOX).astype(q.dtype))
             k.store(rotated(k.load().astype(f32), cos_t, sin_t, BT, HK, D, NEOX).astype(k.dtype))
         return cutile.entry(hints=hints)(rope_inplace)
 
-    def rope(q_out: Mut[Tensor[dtype, ["BT", "HQ", "D"]]], k_out: Mut[Tensor[dtype, ["BT", "HK", "D"]]],  # type: ignore[misc]
-             q: Tensor[dtype, [-1, -1, "D"]], k: Tensor[dtype, [-1, -1, "D"]], positions: Tensor[pos_dtype, [-1]],  # type: ignore[misc]
-             freq_scale: f32, BT: Constant[int], HQ: Constant[int], HK: Constant[int], D: Constant[int],
-             NEOX: Constant[bool]) -> None:
+    def rope(
+            q_out: Mut[Tensor[dtype, ["BT", "HQ", "D"]]],  # type: ignore[misc]
+            k_out: Mut[Tensor[dtype, ["BT", "HK", "D"]]],  # type: ignore[misc]
+            q: Tensor[dtype, [-1, -1, "D"]],  # type: ignore[misc]
+            k: Tensor[dtype, [-1, -1, "D"]],  # type: ignore[misc]
+            positions: Tensor[pos_dtype, [-1]],  # type: ignore[misc]
+            freq_scale: f32,
+            BT: Constant[int],
+            HQ: Constant[int],
+            HK: Constant[int],
+            D: Constant[int],
+            NEOX: Constant[bool],
+    ) -> None:
         cos_t, sin_t = angles(positions, freq_scale, BT, D, NEOX)
         tq = q.load(index=(bid(0), 0, 0), shape=(BT, HQ, D)).astype(f32)
         tk = k.load(index=(bid(0), 0, 0), shape=(BT, HK, D)).astype(f32)
