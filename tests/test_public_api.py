@@ -12,7 +12,7 @@ import pytest
 
 PUBLIC_MODULES = (
     "cuda_core", "cuda_core.native", "cuda_async", "cutile_ir", "cutile_compiler", "cutile_compiler.dtypes",
-    "cutile_compiler.config", "cutile_compiler.language",
+    "cutile_compiler.config", "cutile_compiler.language", "cutile_kernels",
 )
 
 

@@ -75,6 +75,36 @@ def test_prepared_launch_rewrites_only_changed_values(fake_driver: Any) -> None:
         assert len(fake_driver.launches) == 4
 
 
+def test_launch_values_passes_the_same_tuple_again_without_comparing(fake_driver: Any) -> None:
+    function = cc.Module.load(CUBIN).get_function("axpy")
+    prepared = cc.PreparedLaunch(function, cc.LaunchConfig(8, 256), ["ptr", "ptr", "f32", "u32"])
+    with cc.DeviceBuffer.allocate(64) as y, cc.DeviceBuffer.allocate(64) as x:
+        values = (y, x, 1.0, 7)
+        writes = []
+        original = prepared._write
+
+        def counting_write(index: int, value: Any) -> None:
+            writes.append(index)
+            original(index, value)
+
+        prepared._write = counting_write  # type: ignore[method-assign]
+        prepared.launch_values(None, values)
+        assert writes == [0, 1, 2, 3]
+        prepared.launch_values(None, values)  # the very tuple: nothing compared, nothing rewritten
+        assert writes == [0, 1, 2, 3]
+        prepared.launch_values(None, (y, x, 2.0, 7))  # another tuple: compared, the float rewritten
+        assert writes == [0, 1, 2, 3, 2]
+        prepared.launch_values(None, values)  # the first tuple again: its values are written back
+        assert writes[5:] == [2]
+        prepared[3] = 9  # a write between launches: the next tuple is compared again
+        prepared.launch_values(None, values)
+        assert writes[6:] == [3, 3]
+        params = [launch["params"][2:] for launch in fake_driver.launches]
+        assert params == [[struct.pack("<f", v), struct.pack("<I", 7)] for v in (1.0, 1.0, 2.0, 1.0, 1.0)]
+        with pytest.raises(ValueError, match="4 argument\\(s\\) expected, got 1"):
+            prepared.launch_values(None, (y,))
+
+
 def test_prepared_launch_checks_values(fake_driver: Any) -> None:
     function = cc.Module.load(CUBIN).get_function("axpy")
     prepared = cc.PreparedLaunch(function, cc.LaunchConfig(1, 32), ["ptr", "ptr", "f32", "i32"])

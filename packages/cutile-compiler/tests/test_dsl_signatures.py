@@ -27,7 +27,7 @@ def exported_functions() -> dict[str, Any]:
 
 
 def test_the_language_exports_the_registry_with_its_dtypes_and_classes() -> None:
-    names = [d.name if d.name != "bool" else "bool_" for d in dt.ALL_DTYPES]
+    names = [d.name if d.name != "bool" else "bool_" for d in (*dt.ALL_DTYPES, *dt.TILE_ONLY_DTYPES)]
     views = ["TensorView", "MutTensorView", "PartitionView", "ScalarParam"]  # the parameters, to type checkers
     assert sorted(L.__all__) == sorted(["Constant", "DType", "DeviceFunction", "HostCallError", "Mut", "Tensor",
                                         *views, *names, *DSL_FUNCTIONS])

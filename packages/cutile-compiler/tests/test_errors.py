@@ -35,8 +35,8 @@ def unsafe(function: Any) -> Any:
     return function
 
 
-def helper(x):  # an undecorated Python function
-    return x
+def helper(*xs):  # a Python function taking *args: not inlinable
+    return xs[0]
 
 
 @DeviceFunction
@@ -478,22 +478,22 @@ def k_partition_lossy_store(z: Mut[Tensor[f16, ["B"]]], x: Tensor[f32, [-1]]):
 
 def k_matmul_operator(z: Mut[Tensor[f32, ["BM", "BN"]]], x: Tensor[f32, [-1, -1]]):
     a = load_tile_like(x, z)
-    z.store(a @ a)  # <- matmul_operator
+    z.store(a.sum(0) @ a)  # <- matmul_operator
 
 
 def k_matmul_augmented(z: Mut[Tensor[f32, ["BM", "BN"]]], x: Tensor[f32, [-1, -1]]):
     a = load_tile_like(x, z)
-    a @= a  # <- matmul_augmented
+    a @= a.sum(0)  # <- matmul_augmented
     z.store(a)
 
 
 CASES: list[tuple[Any, dict[str, Any], type[TileError], str, str]] = [
     (k_partition_lossy_store, {"z": TensorSpec(dt.f16, (256,), (64,)), "x": V}, TileTypeError,
      "partition_lossy_store", r"store's value: a tile<64xf32> cannot become f16 without loss"),
-    (k_matmul_operator, {"z": M, "x": TensorSpec(dt.f32, (64, 64))}, TileSyntaxError, "matmul_operator",
-     r"use mma\(a, b, acc\) or matmul\(a, b\) for matrix products"),
-    (k_matmul_augmented, {"z": M, "x": TensorSpec(dt.f32, (64, 64))}, TileSyntaxError, "matmul_augmented",
-     r"use mma\(a, b, acc\) or matmul\(a, b\) for matrix products"),
+    (k_matmul_operator, {"z": M, "x": TensorSpec(dt.f32, (64, 64))}, TileTypeError, "matmul_operator",
+     r"matmul's a must be a matrix \(2-D\) or a batch of them, got tile<32xf32>"),
+    (k_matmul_augmented, {"z": M, "x": TensorSpec(dt.f32, (64, 64))}, TileTypeError, "matmul_augmented",
+     r"matmul's b must be a matrix \(2-D\) or a batch of them, got tile<32xf32>"),
     (k_read_other_tile, {"z": P}, TileTypeError, "read_other_tile",
      "a safe kernel reads it only through its own tile"),
     (k_read_mut_in_other_tiles, {"z": P, "w": TensorSpec(dt.f32, (256,), (32,))}, TileTypeError,
@@ -509,7 +509,7 @@ CASES: list[tuple[Any, dict[str, Any], type[TileError], str, str]] = [
     (k_try, {"z": P}, TileSyntaxError, "try", "try/except cannot be used inside a kernel"),
     (k_with, {"z": P}, TileSyntaxError, "with", "with cannot be used inside a kernel"),
     (k_comprehension, {"z": P}, TileSyntaxError, "comprehension", "list comprehensions cannot be used inside a kernel"),
-    (k_plain_function, {"z": P, "x": V}, TileSyntaxError, "plain_function", "decorate it with @cutile.function"),
+    (k_plain_function, {"z": P, "x": V}, TileSyntaxError, "plain_function", r"cannot inline helper: it takes \*xs"),
     (k_recursion, {"z": P, "x": V}, TileSyntaxError, "recursion", "recursive call of recursive"),
     (k_return_value, {"z": P}, TileSyntaxError, "return_value", "a kernel returns nothing"),
     (k_return_in_for, {"z": P, "x": V, "n": dt.i32}, TileSyntaxError, "return_in_for",

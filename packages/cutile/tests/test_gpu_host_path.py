@@ -620,6 +620,86 @@ def test_the_native_path_runs_synchronous_launches_holding_their_tensors(make_fa
         del z, x, y, resource, stream  # nothing of the fake GPU may outlive the fake driver
 
 
+def _python_sync(launch: cutile.Launch) -> Any:
+    """Runs ``launch`` on the Python path (as without the native module)."""
+    launch._detach()
+    return launch.sync()
+
+
+def test_the_python_path_runs_synchronous_launches_on_idle_memory_holding_their_tensors(
+        make_fake_gpu: FakeGpu) -> None:
+    from cuda_async import _streams
+
+    driver = _WatchingSync()
+    with make_fake_gpu(driver, kernels=_KERNELS) as fake:
+        x = api.from_numpy(np.zeros(256, np.float32))
+        y = api.from_numpy(np.zeros(256, np.float32))
+        z = api.empty([256], dtype=f32).partition([128])
+        _register(fake, saxpy(z, x, y, 1.0))
+        z, x, y = _python_sync(saxpy(z, x, y, 1.0))
+        resource = z._tensor._storage.resource
+        seen: list[Any] = []
+
+        def during_the_wait() -> None:
+            seen.append(resource.holders)
+            try:
+                resource.check_available(cuda_async.Access.READ, by="another thread")
+            except cutile.OwnershipError as exc:
+                seen.append(str(exc))
+
+        driver.on_synchronize = during_the_wait
+        stream = cuda_async.default_policy().next_stream()
+        epoch = _streams.current_epoch(stream)
+        for i in range(5):
+            z, x, y = _python_sync(saxpy(z, x, y, float(i)))
+        assert seen[0] == [("launch of saxpy (parameter 'z')", cuda_async.Access.WRITE)]
+        assert "written by the pending op launch of saxpy (parameter 'z'); 'another thread' may not read it" in seen[1]
+        assert not resource.is_held and resource._last_write is None and not resource._reads  # idle again
+        assert _streams.current_epoch(stream) == epoch + 5
+        assert [struct.unpack("<f", r["params"][-1])[0] for r in fake.launches[-5:]] == [0.0, 1.0, 2.0, 3.0, 4.0]
+        # A failed launch gives the holds back and does not advance the stream; a failed
+        # wait is cuda's error, its holds given back too.
+        from cuda_core import CudaError
+        from cuda_core.testing import R
+
+        driver.on_synchronize = lambda: None
+        fake.fail_next["cuLaunchKernel"] = R.CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES
+        with pytest.raises(CudaError, match="CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"):
+            _python_sync(saxpy(z, x, y, 1.0))
+        assert not resource.is_held and _streams.current_epoch(stream) == epoch + 5
+        fake.fail_next["cuStreamSynchronize"] = R.CUDA_ERROR_ILLEGAL_ADDRESS
+        with pytest.raises(CudaError, match="CUDA_ERROR_ILLEGAL_ADDRESS"):
+            _python_sync(saxpy(z, x, y, 1.0))
+        assert not resource.is_held and _streams.current_epoch(stream) == epoch + 6
+        z, x, y = _python_sync(saxpy(z, x, y, 1.0))
+        z._tensor.to_numpy()
+        del z, x, y, resource, stream  # nothing of the fake GPU may outlive the fake driver
+
+
+def test_a_python_sync_on_busy_memory_asks_the_policy_once(fake_gpu: FakeDriver) -> None:
+    class Counting(cuda_async.SingleStream):
+        asked = 0
+
+        def next_stream(self) -> Any:
+            Counting.asked += 1
+            return super().next_stream()
+
+    x = api.from_numpy(np.zeros(256, np.float32))
+    y = api.from_numpy(np.zeros(256, np.float32))
+    z = api.empty([256], dtype=f32).partition([128])
+    w = api.empty([256], dtype=f32).partition([128])
+    _register(fake_gpu, saxpy(z, x, y, 1.0))
+    _register(fake_gpu, shift(w, x, 1))
+    with cuda_async.using_policy(Counting()):
+        z, x, y = _python_sync(saxpy(z, x, y, 1.0))  # idle: one stream asked for
+        assert Counting.asked == 1
+        future = shift(w, x, 1).schedule()  # a pending job reads x: saxpy's memory is not idle
+        z, x, y = _python_sync(saxpy(z, x, y, 1.0))
+        assert Counting.asked == 3  # the schedule's stream, then saxpy's job's, once
+        w, x = future.result()
+    shift.clear_cache()
+
+
 def test_a_failed_wait_in_the_native_path_is_cudas_error(native_gpu: FakeDriver) -> None:
     from cuda_core import CudaError
     from cuda_core.testing import R
@@ -651,6 +731,32 @@ def test_the_native_path_honours_the_policy_and_leaves_captures_to_python(native
         z, x, y = saxpy(z, x, y, 3.0).sync()  # recorded, by the Python path
     assert _stats()[1] == run + 8 and scope.graph.node_count == 1
     scope.graph.close()
+
+
+def test_the_native_sync_finds_each_streams_facts_among_more_streams_than_it_caches(native_gpu: FakeDriver) -> None:
+    # The C code caches a few streams' handle and state by identity: with more streams
+    # alive than it keeps, and streams dying and new ones made (possibly at the same
+    # address), every run must still go to its policy's stream and advance that one.
+    import cuda_core
+    from cuda_async import _streams
+
+    z, x, y = _armed_saxpy(native_gpu)
+    run = _stats()[1]
+    alive = [cuda_core.Stream.create() for _ in range(40)]
+    for round_ in range(2):
+        for stream in alive:
+            with cuda_async.using_policy(cuda_async.SingleStream(stream)):
+                z, x, y = saxpy(z, x, y, 1.0).sync()
+            assert native_gpu.launches[-1]["stream"] == int(stream.handle)
+            assert _streams.current_epoch(stream) == round_ + 1
+        for _ in range(20):  # short-lived streams
+            stream = cuda_core.Stream.create()
+            with cuda_async.using_policy(cuda_async.SingleStream(stream)):
+                z, x, y = saxpy(z, x, y, 1.0).sync()
+            assert native_gpu.launches[-1]["stream"] == int(stream.handle) and _streams.current_epoch(stream) == 1
+            del stream
+    assert _stats()[1] == run + 2 * 60  # all of them in C
+    del alive
 
 
 def test_a_binding_armed_under_another_driver_is_not_used(native_gpu: FakeDriver) -> None:

@@ -53,6 +53,37 @@ def test_a_constant_that_changes_selects_new_code() -> None:
     assert not np.any(np.signbit(z.to_numpy()))
 
 
+@cutile.entry
+def scaled_rows(z: Mut[Tensor[f32, ["BM", "BN"]]], x: Tensor[f32, [-1, "N"]], S: Constant[float],
+                N: Constant[int]):
+    z.store(S * load_tile_like(x, z) + N)
+
+
+def test_a_call_with_keyword_constants_and_inferred_ones_reuses_its_binding_only_when_they_match() -> None:
+    xs = np.random.default_rng(1).standard_normal((50, 70)).astype(np.float32)
+    x = api.from_numpy(xs)
+    z = api.full([50, 70], np.nan).partition([16, 32])
+    z, x = scaled_rows(z, x, S=2.0).sync()  # N inferred from x, S by keyword
+    binding, previous = scaled_rows._object_binding, 2.0
+    for scale in (2.0, 2.0, 3.0, 3.0, -0.0, 0.0):
+        z, x = scaled_rows(z, x, S=scale).sync()
+        np.testing.assert_array_equal(z.to_numpy(), scale * xs + 70)
+        reused = scaled_rows._object_binding is binding
+        assert reused == (scale == previous and str(scale) == str(previous)), scale  # (-0.0 is other code)
+        binding, previous = scaled_rows._object_binding, scale
+    ones = api.ones([300])
+    acc = api.zeros([300]).partition([128])
+    for step in range(3):  # a run-time scalar by keyword: the binding is reused, the value is this call's
+        acc, ones = accumulate(acc, ones, a=step + 1).sync()
+    np.testing.assert_array_equal(acc.to_numpy(), np.full(300, 6.0, np.float32))
+    z, x = scaled_rows(z, x, 3.0, N=70).sync()  # the inferred constant given: another call form, still right
+    np.testing.assert_array_equal(z.to_numpy(), 3.0 * xs + 70)
+    with pytest.raises(cutile.LaunchError, match="unexpected keyword|got an unexpected"):
+        scaled_rows(z, x, T=1.0)
+    with pytest.raises(cutile.LaunchError, match="multiple values"):
+        scaled_rows(z, x, 2.0, S=2.0)
+
+
 def test_reused_objects_are_still_checked_for_ownership() -> None:
     x = api.ones([256])
     z = api.zeros([256]).partition([128])

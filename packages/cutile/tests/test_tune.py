@@ -297,3 +297,21 @@ def test_on_the_gpu_a_search_times_real_launches_and_records_the_arch(tmp_path: 
     record.save(tmp_path / "r.json")
     assert tune.Record.load(tmp_path / "r.json", tuner.provenance).winners["512"].config in tune.Space(
         tile=[64, 128]).configs()
+
+
+def test_a_gpu_provenance_names_the_tileiras_release_not_its_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A committed record must hold on every install of one tileiras release: the
+    provenance takes its release and --version text, not the disk cache's identity
+    (paths and mtimes)."""
+    import hashlib
+
+    from cuda_core.testing import use_fake_driver
+    from cutile_compiler import find_toolchain
+
+    chain = find_toolchain()
+    with use_fake_driver():
+        monkeypatch.setattr("cutile._backend.current", lambda: "gpu")
+        provenance = tune.Provenance.current("k", "source", tune.Space(tile=[1]))
+    digest = hashlib.sha256(chain.version_text.encode()).hexdigest()[:16]
+    assert provenance.tileiras == f"tileiras {chain.release} ({digest})"
+    assert provenance.arch.startswith("sm_")

@@ -184,3 +184,31 @@ def test_jax_arrays_in_and_out(backend: str, tmp_path: Any) -> None:
                     f"{(done.stderr.strip().splitlines() or ['exit ' + str(done.returncode)])[-1]}")
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"OK on {backend}" in done.stdout
+
+
+def test_broadcast_to_is_a_stride_zero_view_kernels_read_and_mut_refuses() -> None:
+    values = np.arange(3 * 4, dtype=np.float32).reshape(1, 3, 4)
+    t = api.from_numpy(values)
+    wide = t.broadcast_to(2, 5, 3, 4)
+    assert wide.shape == (2, 5, 3, 4) and wide.strides == (0, 0, 4, 1)
+    np.testing.assert_array_equal(wide.to_numpy(), np.broadcast_to(values, (2, 5, 3, 4)))
+    rows = api.from_numpy(np.arange(4, dtype=np.float32)).broadcast_to([6, 4])  # a read-only input, stride 0
+    z, _ = scale2d(api.full([6, 4], np.nan).partition([2, 4]), rows).sync()
+    np.testing.assert_array_equal(z.to_numpy(), np.broadcast_to(np.arange(4) * 2.0, (6, 4)))
+    with pytest.raises(cutile.LaunchError):  # a Mut tensor whose elements share memory
+        scale2d(api.zeros([4]).broadcast_to(6, 4).partition([2, 4]), rows)
+    for bad in ([3, 5], [4], [-1, 3, 4]):
+        with pytest.raises(cutile.ArgumentError, match="cannot broadcast"):
+            t.broadcast_to(bad)
+
+
+@pytest.mark.parametrize("name", ["float8_e4m3fn", "float8_e5m2", "bfloat16"])
+def test_from_dlpack_shares_ml_dtypes_arrays_strided(name: str) -> None:
+    if cutile.backend() != "interpreter":
+        pytest.skip("host arrays are shared on the interpreter backend")
+    import ml_dtypes
+
+    values = np.arange(24, dtype=np.float32).reshape(4, 6).astype(getattr(ml_dtypes, name))
+    view = values[:, ::2]
+    t = api.from_dlpack(view)
+    np.testing.assert_array_equal(t.to_numpy().astype(np.float32), view.astype(np.float32))

@@ -29,7 +29,10 @@ Quick tour::
 
 The ownership ledger holds, by domain and byte range, the pending holds of ops
 made to run later (`ClaimPlan`, `claim`) and the running holds of jobs; a layer
-above asks it before the host touches memory (`check_access`).
+above asks it before the host touches memory (`check_access`), and runs a
+synchronous op whose memory is idle without a job (`begin_idle_run`,
+`end_idle_run`) and a repeated leaf op in a batch without an op object
+(`begin_batch_step`, `Batch.commit_step`).
 
 For the native (C) launch paths of the layers above: `native_batch_api` gives
 the configured extension whose ``API`` capsule is the C interface of
@@ -38,7 +41,7 @@ is the holds and streams of one submission.
 """
 
 
-from cuda_async._batch import Batch, batch
+from cuda_async._batch import Batch, batch, begin_step as begin_batch_step
 from cuda_async._capture import ensure_not_capturing, is_capturing
 from cuda_async._errors import BatchError, GraphCaptureError, GraphUpdateError, OwnershipError, use_error_classes
 from cuda_async._future import DeviceFuture, set_await_spin
@@ -47,7 +50,17 @@ from cuda_async._native import NATIVE_DIR as NATIVE_INCLUDE_DIR
 from cuda_async._native import batch_api as native_batch_api
 from cuda_async._ledger import ClaimPlan
 from cuda_async._ledger import check as check_access
-from cuda_async._op import DeviceOp, FnOp, PresentsDeviceOp, SharedOp, all_of, claim, value
+from cuda_async._op import (
+    DeviceOp,
+    FnOp,
+    PresentsDeviceOp,
+    SharedOp,
+    all_of,
+    begin_idle_run,
+    claim,
+    end_idle_run,
+    value,
+)
 from cuda_async._op import zip_ops as zip
 from cuda_async._policy import (
     HostPolicy,
@@ -86,9 +99,12 @@ __all__ = [
     "SingleStream",
     "all_of",
     "batch",
+    "begin_batch_step",
+    "begin_idle_run",
     "check_access",
     "claim",
     "default_policy",
+    "end_idle_run",
     "ensure_not_capturing",
     "graph_scope",
     "is_capturing",

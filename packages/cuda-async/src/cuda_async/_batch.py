@@ -14,7 +14,7 @@ batch holds, or read what it writes, until then.
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -23,7 +23,8 @@ import cuda_core
 from cuda_async import _capture, _streams
 from cuda_async._errors import raised
 from cuda_async._policy import SchedulingPolicy, default_policy
-from cuda_async._resource import Job
+from cuda_async._ledger import ClaimPlan
+from cuda_async._resource import AccessSet, Job
 
 if TYPE_CHECKING:
     from cuda_async._future import DeviceFuture
@@ -40,7 +41,7 @@ class Batch:
     """The job of an active `batch` block: ``ops`` counts the ops enqueued so far;
     ``future`` (set at the end of a ``wait=False`` block) completes with the work."""
 
-    __slots__ = ("name", "run", "stream", "ops", "closed", "future", "_fast", "__weakref__")
+    __slots__ = ("name", "run", "stream", "ops", "closed", "future", "joins", "_state", "_fast", "__weakref__")
 
     def __init__(self, name: str, run: Run, stream: cuda_core.Stream | None) -> None:
         self.name = name
@@ -52,8 +53,14 @@ class Batch:
         # What the native batch path (native/batch_api.h) needs, while the batch is
         # open on a device stream: (job, the job's points, stream, its state, handle).
         self._fast: tuple[Any, ...] | None = None
+        self._state: _streams.StreamState | None = None
         if stream is not None:
-            self._fast = (run.job, run.points, stream, _streams.state(stream), int(stream.handle))
+            self._state = _streams.state(stream)
+            self._fast = (run.job, run.points, stream, self._state, int(stream.handle))
+        job = run.job
+        # Whether a running hold's owner is the batch's job (or a shared op's sub-job
+        # of it): ops made in the block join it, so their claims leave its holds out.
+        self.joins: Callable[[Job], bool] = lambda owner: owner is job or owner.parent is job
 
     def close(self) -> None:
         """Ends the batch: later ops are refused."""
@@ -62,6 +69,13 @@ class Batch:
 
     def __repr__(self) -> str:
         return f"<Batch {self.name!r}: {self.ops} op(s)>"
+
+    def commit_step(self, access_set: AccessSet) -> None:
+        """Records the accesses of the op `begin_step` let the caller enqueue on the
+        batch's stream (as `Job.record` does)."""
+        stream, state = self.stream, self._state
+        assert stream is not None and state is not None
+        self.run.points[stream] = self.run.job.record_steady(access_set, stream, state)
 
     def enqueue(self, op: DeviceOp[T], stream: cuda_core.Stream | None | object = BATCH_STREAM) -> T:
         """Enqueues ``op`` into the batch's job, on the batch's stream unless one is
@@ -72,6 +86,27 @@ class Batch:
                 "started inside the block runs in it): run it outside, or finish it inside the block")
         self.ops += 1
         return op._enqueue(self.run, self.stream if stream is BATCH_STREAM else stream)  # type: ignore[arg-type]
+
+
+def begin_step(access_set: AccessSet, claimed: ClaimPlan | None) -> Batch | None:
+    """The start of a leaf op enqueued into the active batch in its steady state (the
+    Python twin of the native C API's ``begin``): when this thread records no
+    capture and the batch's job holds the op's memory as its previous run left it
+    (`Job.is_steady`), ``claimed``'s pending holds are given back (the job's cover
+    them) and the batch is returned: the caller enqueues the op's work on
+    ``batch.stream`` and calls `Batch.commit_step`. Otherwise None, with nothing
+    changed: the caller enqueues the op (`DeviceOp.sync`), which handles every
+    state and names every conflict."""
+    active = _active.get()
+    if active is None or active.closed or _capture._active:  # (a capture on any thread: as the C API)
+        return None
+    stream, state = active.stream, active._state
+    if stream is None or state is None or not active.run.job.is_steady(access_set, stream, state):
+        return None
+    if claimed is not None:
+        claimed.release()
+    active.ops += 1  # (as `enqueue` counts: an op started)
+    return active
 
 
 def current() -> Batch | None:

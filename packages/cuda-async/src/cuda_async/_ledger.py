@@ -57,7 +57,7 @@ def drain_dropped() -> None:
             plan = dropped.popleft()
         except IndexError:
             return
-        _release_locked(plan)
+        release_locked(plan)
 
 
 def conflict(held: list[Hold], start: int, end: int, writes: bool,
@@ -119,22 +119,29 @@ class ClaimPlan:
     memory ("tensor memory on cuda:0"). A hold the plan takes is the very tuple it
     made (``entries``): given back by identity."""
 
-    __slots__ = ("lists", "entries", "labels", "requesters")
+    __slots__ = ("lists", "entries", "labels", "requesters", "_checks", "_takes", "_gives")
 
     def __init__(self, spans: Iterable[tuple[Hashable, int, int, bool, str, str, str]]) -> None:
         listed = list(spans)
         with lock:
-            self.lists = tuple(domain_list(span[0]) for span in listed)
+            lists = tuple(domain_list(span[0]) for span in listed)
             pinned.update(span[0] for span in listed)
-        self.entries: tuple[Hold, ...] = tuple((s, e, w, label, None, what) for _, s, e, w, label, _, what in listed)
-        self.labels = tuple(span[4] for span in listed)
-        self.requesters = tuple(span[5] for span in listed)
+        entries: tuple[Hold, ...] = tuple((s, e, w, label, None, what) for _, s, e, w, label, _, what in listed)
+        self._made(lists, entries, tuple(span[4] for span in listed), tuple(span[5] for span in listed))
+
+    def _made(self, lists: tuple[list[Hold], ...], entries: tuple[Hold, ...], labels: tuple[str, ...],
+              requesters: tuple[str, ...]) -> None:
+        self.lists, self.entries, self.labels, self.requesters = lists, entries, labels, requesters
+        # What `claim` and `release_locked` walk on every call, zipped once.
+        self._checks = tuple(zip(lists, entries, labels, requesters))
+        self._takes = tuple(zip(lists, entries))
+        self._gives = self._takes[::-1]  # latest first
 
     def owned_by(self, owner: Job) -> ClaimPlan:
         """The same holds as running ones of ``owner`` (a native synchronous run's)."""
         plan: ClaimPlan = ClaimPlan.__new__(ClaimPlan)
-        plan.lists, plan.labels, plan.requesters = self.lists, self.labels, self.requesters
-        plan.entries = tuple((s, e, w, label, owner, what) for s, e, w, label, _, what in self.entries)
+        entries = tuple((s, e, w, label, owner, what) for s, e, w, label, _, what in self.entries)
+        plan._made(self.lists, entries, self.labels, self.requesters)
         return plan
 
     def claim(self, joined: Callable[[Any], bool] | None = None) -> None:
@@ -142,20 +149,22 @@ class ClaimPlan:
         (but running holds of the jobs ``joined`` accepts: those the op will run in).
         Raises `OwnershipError` before taking anything."""
         with lock:
-            drain_dropped()
-            for held, entry, label, by in zip(self.lists, self.entries, self.labels, self.requesters):
+            if dropped:
+                drain_dropped()
+            for held, entry, label, by in self._checks:
                 if held:
                     hold = conflict(held, entry[0], entry[1], entry[2], joined)
                     if hold is not None:
                         raise refusal(hold, entry[2], label, by)
-            for held, entry in zip(self.lists, self.entries):  # appended after every check
+            for held, entry in self._takes:  # appended after every check
                 held.append(entry)
 
     def release(self) -> None:
         """Gives back the holds `claim` took (once per claim)."""
         with lock:
-            drain_dropped()
-            _release_locked(self)
+            if dropped:
+                drain_dropped()
+            release_locked(self)
 
     def drop(self) -> None:
         """Gives the holds back from a finalizer (queued; safe anywhere)."""
@@ -173,9 +182,33 @@ def remove(held: list[Hold], hold: Hold) -> None:
             return
 
 
-def _release_locked(plan: ClaimPlan) -> None:
-    for held, entry in zip(reversed(plan.lists), reversed(plan.entries)):
-        remove(held, entry)
+def release_locked(plan: ClaimPlan) -> None:
+    """Gives back the holds of ``plan`` (the caller holds `lock`), latest first."""
+    for held, entry in plan._gives:
+        if held and held[-1] is entry:  # the usual case, without a call
+            held.pop()
+        else:
+            remove(held, entry)
+
+
+def idle(plan: ClaimPlan) -> bool:
+    """Whether no running hold overlaps any of ``plan``'s spans (the caller holds
+    `lock`): its pending holds may then become a run's without another check, as
+    every hold taken since the claim was checked against them."""
+    for held, entry in zip(plan.lists, plan.entries):
+        start, end = entry[0], entry[1]
+        for hold in held:
+            if hold[4] is not None and hold[0] < end and start < hold[1]:
+                return False
+    return True
+
+
+def hand_over(claimed: ClaimPlan, run: ClaimPlan) -> None:
+    """Replaces ``claimed``'s pending holds with ``run``'s (the same spans, running;
+    the caller holds `lock`)."""
+    release_locked(claimed)  # first: the claim's holds are the latest, popped without a search
+    for held, entry in zip(run.lists, run.entries):
+        held.append(entry)
 
 
 def holders(domain: Hashable, start: int, end: int) -> list[tuple[str, bool]]:

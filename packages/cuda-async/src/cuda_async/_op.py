@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeAlias, TypeVar, ca
 
 import cuda_core
 
-from cuda_async import _batch, _capture, _streams
+from cuda_async import _batch, _capture, _ledger, _streams
 from cuda_async._errors import raised
 from cuda_async._policy import HostPolicy, SchedulingPolicy, SingleStream, default_policy
 from cuda_async._ledger import ClaimPlan
@@ -49,7 +49,7 @@ class Run:
     """The state of one walk of an op tree: the job, who takes holds (the job, or a
     shared op's own sub-job), the policy, the capture, and the job's last point per stream."""
 
-    __slots__ = ("job", "holder", "policy", "capture", "points")
+    __slots__ = ("job", "holder", "policy", "capture", "points", "stream_state")
 
     def __init__(self, job: Job, policy: SchedulingPolicy, capture: _capture.CaptureState | None = None) -> None:
         self.job = job
@@ -57,6 +57,8 @@ class Run:
         self.policy = policy
         self.capture = capture
         self.points: dict[cuda_core.Stream, int] = {}
+        # The last stream a leaf was enqueued on, with its bookkeeping (`_streams.state`).
+        self.stream_state: tuple[cuda_core.Stream, _streams.StreamState] | None = None
 
     def branch_stream(self, parent: cuda_core.Stream | None) -> cuda_core.Stream | None:
         """The stream of a new independent branch (`zip`) forked from ``parent``."""
@@ -273,6 +275,20 @@ class FnOp(DeviceOp[T]):
         if stream is None:
             run.holder.acquire(self.access_set, self.name, stream, claim)
             return self.fn(stream)
+        job = run.job
+        if run.holder is job:
+            known = run.stream_state
+            if known is not None and known[0] is stream:
+                state = known[1]
+            else:
+                state = _streams.state(stream)
+                run.stream_state = (stream, state)
+            if job.is_steady(self.access_set, stream, state):  # a loop's usual case
+                if claim is not None:
+                    claim.release()  # (the job's holds cover it)
+                result = self.fn(stream)
+                run.points[stream] = job.record_steady(self.access_set, stream, state)
+                return result
         # Mark the stream's current point first if someone may need it, so that
         # neither this op's waits nor its work end up behind that event.
         _streams.before_enqueue(stream, self.interest, is_live)
@@ -304,8 +320,12 @@ class ThenOp(DeviceOp[U], Generic[T, U]):
         self.first = first
         self.next_op = next_op
         following = next_op.name if isinstance(next_op, DeviceOp) else getattr(next_op, "__name__", "fn")
-        head = first.name.split(" then ", 1)[0]
-        self.name = f"{head} then {following}" if " then " not in first.name else f"{head} then ... {following}"
+        if type(first) is ThenOp:  # a chain built in a loop: its head is known
+            self._head: str = first._head
+            self.name = f"{first._head} then ... {following}"
+        else:
+            head = self._head = first.name.split(" then ", 1)[0]
+            self.name = f"{head} then {following}" if " then " not in first.name else f"{head} then ... {following}"
 
     def _enqueue(self, run: Run, stream: cuda_core.Stream | None) -> U:
         # A chain built in a loop (op = op.then(k)) nests to the left: walk it
@@ -330,8 +350,10 @@ class ThenOp(DeviceOp[U], Generic[T, U]):
 def as_device_op(item: Any) -> Any:
     """``item`` itself, or the op of an object that presents one through a
     ``__device_op__()`` method (how a layer above, e.g. cutile's launches, plugs in)."""
+    if isinstance(item, DeviceOp):
+        return item
     present = getattr(item, "__device_op__", None)
-    return present() if callable(present) and not isinstance(item, DeviceOp) else item
+    return present() if callable(present) else item
 
 
 class MapOp(DeviceOp[U], Generic[T, U]):
@@ -487,8 +509,9 @@ _walks = threading.local()
 def _walking() -> list[Job]:
     """The jobs this thread is enqueueing now (innermost last): ops that their
     ``then`` functions make are started inside them."""
-    jobs: list[Job] | None = getattr(_walks, "jobs", None)
-    if jobs is None:
+    try:
+        jobs: list[Job] = _walks.jobs
+    except AttributeError:
         jobs = _walks.jobs = []
     return jobs
 
@@ -501,10 +524,17 @@ def claim(plan: ClaimPlan) -> None:
     ``then`` functions make ops). The op's start hands the holds over to its job
     (`FnOp.from_accesses`'s ``claim_from``); `ClaimPlan.release` gives them back
     if it never starts."""
-    walking = _walking()
-    active = _batch.current()
-    if not walking and active is None:
-        plan.claim()
+    try:
+        walking: list[Job] = _walks.jobs  # (`_walking`, without a call: every launch claims)
+    except AttributeError:
+        walking = _walking()
+    active = _batch._active.get()
+    if not walking:
+        plan.claim(None if active is None else active.joins)
+        return
+    if active is None and len(walking) == 1:
+        job = walking[0]
+        plan.claim(lambda owner: owner is job or owner.parent is job)
         return
     joined = set(walking)
     if active is not None:
@@ -517,6 +547,63 @@ def run_to_completion(op: DeviceOp[T], policy: SchedulingPolicy) -> T:
     job, result = submit(op, policy)
     job.finish()
     return result
+
+
+def begin_idle_run(accesses: AccessSet, claimed: ClaimPlan, run: ClaimPlan) -> cuda_core.Stream | None:
+    """The start of a synchronous run of one leaf op whose memory is idle: what the
+    native C API's ``sync_begin`` does, for the Python paths of the layers above.
+
+    Outside any batch and capture, when no running hold overlaps ``claimed``'s
+    spans, no access of ``accesses`` is recorded on any stream and the default
+    policy's next stream has no access point waiting for an event, ``claimed``'s
+    pending holds become ``run``'s (the same spans, owned by a `Job` the caller
+    keeps for this) and that stream is returned: the caller enqueues the op's work
+    on it, waits for the stream, and calls `end_idle_run`. The job of `DeviceOp.sync`
+    would do the same work here, and nothing else: no other op waits, and the run's
+    access points are forgotten at its end. Otherwise None, with nothing changed:
+    the caller runs the op as a job."""
+    if _capture._active or _batch._active.get() is not None:  # (a capture on any thread: as the C API)
+        return None
+    policy = default_policy()
+    if type(policy) is not SingleStream:
+        # Asking may change what the policy answers next (RoundRobin's turn): not
+        # before the memory is known idle, lest the job's path ask again.
+        with _ledger.lock:
+            if not _idle_locked(accesses, claimed):
+                return None
+    stream = policy.next_stream()  # (outside the lock: a policy may run any code)
+    if stream is None:
+        return None  # host mode: the job's path
+    state = _streams.state(stream)
+    with _ledger.lock:
+        # (another op's access point not yet marked by an event: the job decides)
+        if state.interest or not _idle_locked(accesses, claimed):
+            return None
+        _ledger.hand_over(claimed, run)
+    return stream
+
+
+def _idle_locked(accesses: AccessSet, claimed: ClaimPlan) -> bool:
+    """Whether no running hold overlaps ``claimed`` and no access of ``accesses`` is
+    recorded on any stream (the caller holds the ledger lock)."""
+    if _ledger.dropped:
+        _ledger.drain_dropped()
+    for resource, _ in accesses.accesses:
+        if resource._last_write is not None or resource._reads:
+            return False
+    return _ledger.idle(claimed)
+
+
+def end_idle_run(run: ClaimPlan, stream: cuda_core.Stream, *, ran: bool) -> None:
+    """Gives ``run``'s holds back after `begin_idle_run` and the wait for ``stream``;
+    ``ran``: the op's work was enqueued (the stream advances by one op, as
+    `Job.record` counts)."""
+    with _ledger.lock:
+        _ledger.release_locked(run)
+        if ran:
+            state = _streams.state(stream)
+            with _streams._lock:
+                state.epoch += 1
 
 
 def record(state: _capture.CaptureState, op: DeviceOp[T]) -> T:

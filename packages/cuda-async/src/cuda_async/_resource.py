@@ -22,6 +22,7 @@ from cuda_async import _ledger, _streams
 from cuda_async._ledger import refusal
 
 _ledger_lock = _ledger.lock
+_streams_lock = _streams._lock
 
 
 class Access(enum.IntEnum):
@@ -29,6 +30,9 @@ class Access(enum.IntEnum):
 
     READ = 1
     WRITE = 2
+
+
+_WRITE = Access.WRITE
 
 
 class Resource:
@@ -158,7 +162,7 @@ class AccessSet:
     (``"launch of add (parameter 'z')"``: the hold and a conflict it meets are named
     so) or is None (the op's name)."""
 
-    __slots__ = ("accesses", "interest", "spans")
+    __slots__ = ("accesses", "interest", "spans", "hold_keys")
 
     def __init__(self, reads: tuple[Resource, ...] = (), writes: tuple[Resource, ...] = (),
                  spans: tuple[Span, ...] | None = None) -> None:
@@ -170,6 +174,9 @@ class AccessSet:
         if spans is None:
             spans = tuple((r, *r.span, a is Access.WRITE, None) for r, a in self.accesses)
         self.spans: tuple[Span, ...] = spans
+        # (domain, start, end) and writes of each hold: how a job finds its own (`Job.holds`).
+        self.hold_keys: tuple[tuple[tuple[Hashable, int, int], bool], ...] = tuple(
+            ((domain, start, end), writes) for _, domain, start, end, writes, _ in spans)
 
 
 def interest_of(accesses: tuple[tuple[Resource, Access], ...]) -> dict[object, int]:
@@ -191,7 +198,7 @@ def is_live(resource: object, access: int, stream: cuda_core.Stream, epoch: int)
 class Job:
     """One submission: the holds it took, the streams it used, its completion."""
 
-    __slots__ = ("name", "parent", "streams", "held", "holds", "retained", "released", "__weakref__")
+    __slots__ = ("name", "parent", "streams", "held", "holds", "holds_all_of", "retained", "released", "__weakref__")
 
     def __init__(self, name: str, *, parent: Job | None = None) -> None:
         self.name = name
@@ -200,6 +207,9 @@ class Job:
         self.held: dict[Resource, None] = {}
         # Its holds in the ledger, by (domain, start, end): (the domain's list, the hold).
         self.holds: dict[tuple[Hashable, int, int], tuple[list[_ledger.Hold], _ledger.Hold]] = {}
+        # The last access set every hold of which the job was found to hold as strongly
+        # (its holds only grow stronger until `release`): a loop's op is asked once.
+        self.holds_all_of: AccessSet | None = None
         # Resources the job's work uses but no longer holds (a shared op's, handed on
         # to its consumers): kept alive, so their memory stays valid, until release.
         self.retained: list[Resource] = []
@@ -244,7 +254,7 @@ class Job:
         """
         with _ledger_lock:
             if claim is not None:
-                _ledger._release_locked(claim)
+                _ledger.release_locked(claim)
             if _ledger.dropped:
                 _ledger.drain_dropped()
             held = self.held
@@ -277,6 +287,63 @@ class Job:
                     for other, (epoch, _) in list(resource._reads.items()):
                         if other is not stream:
                             _streams.wait_point(stream, other, epoch)
+
+    def is_steady(self, access_set: AccessSet, stream: cuda_core.Stream, state: _streams.StreamState) -> bool:
+        """Whether a leaf op over ``access_set`` finds the state a leaf op repeated in
+        this job on ``stream`` (``state``: its bookkeeping) usually finds: the job has
+        used the stream and holds every hold of ``access_set`` as strongly already,
+        every access's last point is on the stream, and the access points the stream
+        has not marked with an event are all superseded by the op's. Then `acquire`
+        would take nothing (it would give the op's claim back: the job's holds cover
+        it) and make no wait, and `_streams.before_enqueue` would record no event: the
+        caller gives the claim back, enqueues the op on the stream and calls
+        `record_steady`. Otherwise the caller takes the general
+        path, which checks and names every conflict.
+
+        Asked without the locks, by the thread walking the job: what it reads is the
+        job's own (its streams and holds, changed only by its walk until it is
+        released) or guarded by the job's holds (no other job writes what it holds,
+        nor reads what it writes); the stream's interest is replaced whole, never
+        changed in place (and replaced by `record_steady`, under the locks)."""
+        if _ledger.dropped or stream not in self.streams:
+            return False  # (claims dropped by the garbage collector: the general path gives them back)
+        if access_set is not self.holds_all_of:
+            holds = self.holds
+            for key, writes in access_set.hold_keys:
+                mine = holds.get(key)
+                if mine is None or (writes and not mine[1][2]):
+                    return False
+            self.holds_all_of = access_set
+        for resource, access in access_set.accesses:
+            last = resource._last_write
+            if last is not None and last[0] is not stream:
+                return False
+            if access is _WRITE:
+                reads = resource._reads
+                if reads and (len(reads) > 1 or stream not in reads):
+                    return False
+        pending = state.interest
+        if pending and pending is not access_set.interest:
+            interest = access_set.interest
+            for marked, before in pending.items():
+                now = interest.get(marked, 0)
+                if not (now == 2 if before == 2 else now > 0):
+                    return False
+        return True
+
+    def record_steady(self, access_set: AccessSet, stream: cuda_core.Stream, state: _streams.StreamState) -> int:
+        """`record` for an op enqueued on the stream of ``state`` after `is_steady`."""
+        with _ledger_lock, _streams_lock:
+            epoch = state.epoch = state.epoch + 1
+            state.interest = access_set.interest
+            write, read = (stream, epoch, self), (epoch, self)
+            for resource, access in access_set.accesses:
+                if access is _WRITE:
+                    resource._last_write = write
+                    resource._reads.clear()
+                else:
+                    resource._reads[stream] = read
+        return epoch
 
     def record(
         self,
@@ -324,6 +391,7 @@ class Job:
                 if not listed and type(domain) is tuple and domain not in _ledger.pinned:  # a resource's own: not kept
                     _ledger.holds.pop(domain, None)
             self.holds.clear()
+            self.holds_all_of = None
             if completed:
                 for resource in self.held:
                     last = resource._last_write

@@ -41,6 +41,8 @@ class DLPackCode(enum.IntEnum):
     BOOL = 6
     FLOAT8_E4M3FN = 10
     FLOAT8_E5M2 = 12
+    FLOAT8_E8M0FNU = 14
+    FLOAT4_E2M1FN = 17
 
 
 @dataclass(frozen=True, eq=False, init=False)
@@ -68,9 +70,13 @@ class DType:
     mantissa_bits: int
     #: exponent bits (floats; 0 otherwise)
     exponent_bits: int
+    #: a storage or scale format without arithmetic (f8e8m0fnu, f4e2m1fn): converted with
+    #: astype, moved, and read by mma_scaled; no element-wise math, no implicit promotion
+    restricted: bool
 
     def __init__(self, name: str, kind: Kind, ir_type: ir.ScalarType, numpy_name: str | None = None,
-                 dlpack_code: DLPackCode | None = None, *, stored_as: DType | None = None) -> None:
+                 dlpack_code: DLPackCode | None = None, *, stored_as: DType | None = None,
+                 restricted: bool = False) -> None:
         # (the table below is the only caller: a record that breaks these is a cutile bug)
         assert (kind == "float") == ir_type.is_float, f"dtype {name}: kind {kind} but Tile IR type {ir_type}"
         if stored_as is not None:  # the storage facts are the storing dtype's
@@ -83,6 +89,7 @@ class DType:
             "stored_as": stored_as, "bits": bits, "itemsize": max(1, bits // 8), "float_format": float_format,
             "mantissa_bits": float_format.precision if float_format is not None else 0,
             "exponent_bits": float_format.exponent_bits if float_format is not None else 0,
+            "restricted": restricted,
         }
         for key, value in facts.items():
             object.__setattr__(self, key, value)
@@ -140,12 +147,20 @@ f64 = DType("f64", "float", ir.F64, "float64", _D.FLOAT)
 tf32 = DType("tf32", "float", ir.TF32, stored_as=f32)
 f8e4m3fn = DType("f8e4m3fn", "float", ir.F8E4M3FN, "float8_e4m3fn", _D.FLOAT8_E4M3FN)
 f8e5m2 = DType("f8e5m2", "float", ir.F8E5M2, "float8_e5m2", _D.FLOAT8_E5M2)
+# The block scales and 4-bit elements of mma_scaled (sm_100+): restricted formats.
+f8e8m0fnu = DType("f8e8m0fnu", "float", ir.F8E8M0FNU, "float8_e8m0fnu", _D.FLOAT8_E8M0FNU, restricted=True)
+f4e2m1fn = DType("f4e2m1fn", "float", ir.F4E2M1FN, "float4_e2m1fn", _D.FLOAT4_E2M1FN, restricted=True)
 del _D
 
+#: The dtypes of memory and tiles: tensors, launches and exchanges take each
 ALL_DTYPES: tuple[DType, ...] = (
-    bool_, i8, i16, i32, i64, u8, u16, u32, u64, f16, bf16, f32, f64, tf32, f8e4m3fn, f8e5m2,
+    bool_, i8, i16, i32, i64, u8, u16, u32, u64, f16, bf16, f32, f64, tf32, f8e4m3fn, f8e5m2, f8e8m0fnu,
 )
-BY_NAME: dict[str, DType] = {d.name: d for d in ALL_DTYPES}
+#: The dtypes of tiles only: 4-bit values pack two to a byte in memory, which cutile's
+#: tensors (one element per byte address) do not; kernels read them as u8 bytes and
+#: ``unpack_from_bytes``
+TILE_ONLY_DTYPES: tuple[DType, ...] = (f4e2m1fn,)
+BY_NAME: dict[str, DType] = {d.name: d for d in (*ALL_DTYPES, *TILE_ONLY_DTYPES)}
 BY_NAME.update({"bool_": bool_, "float16": f16, "bfloat16": bf16, "float32": f32, "float64": f64,
                 "int8": i8, "int16": i16, "int32": i32, "int64": i64,
                 "uint8": u8, "uint16": u16, "uint32": u32, "uint64": u64})
@@ -159,7 +174,7 @@ def lookup(name: str) -> DType:
         return BY_NAME[name]
     except KeyError:
         raise ArgumentError(
-            f"unknown dtype {name!r}; expected one of {', '.join(d.name for d in ALL_DTYPES)}"
+            f"unknown dtype {name!r}; expected one of {', '.join(d.name for d in (*ALL_DTYPES, *TILE_ONLY_DTYPES))}"
         ) from None
 
 
@@ -167,6 +182,8 @@ def converts_losslessly(source: DType, target: DType) -> bool:
     """Whether every value of ``source`` is exactly representable in ``target``."""
     if source is target:
         return True
+    if source.restricted or target.restricted:  # (converted explicitly, with astype)
+        return False
     if source is bool_:
         return True
     if target is bool_ or target is tf32 or source is tf32:
@@ -199,6 +216,8 @@ def promote(a: DType, b: DType) -> DType | None:
 
 def weak_scalar_dtype(value: bool | int | float, partner: DType) -> DType | None:
     """The dtype a Python number takes next to a tile of ``partner`` (None: not allowed)."""
+    if partner.restricted:
+        return None
     if isinstance(value, bool):
         return partner
     if isinstance(value, int):

@@ -377,11 +377,15 @@ class FrontEnd:
             a, b = self.cast(a, target, node), self.cast(b, target, node)
         return self.op(key, [a, b], node=node).result
 
-    def binary_op(self, op: ast.operator, node: ast.AST) -> tuple[Op, Callable[[Any, Any], Any]]:
-        """The op and constant fold of a Python binary operator."""
+    def binary_operator(self, op: ast.operator, left: Any, right: Any, node: ast.AST) -> Any:
+        """A Python binary operator on two operands: ``@`` is `matmul`, the others
+        their element-wise op (folded on constants)."""
         if isinstance(op, ast.MatMult):
-            raise self.syntax_error("use mma(a, b, acc) or matmul(a, b) for matrix products", node)
-        return _BINARY_OPS[type(op)]
+            from cutile_compiler._builtins.matmul import matmul_tiles
+
+            return matmul_tiles(self, node, left, right)
+        key, fold = _BINARY_OPS[type(op)]
+        return self.binary(key, left, right, node, fold)
 
     def unary(self, key: Op, operand: Any, node: ast.AST | None) -> Value:
         value = self.to_tile(operand, node, what=OPS[key].name)
@@ -517,9 +521,8 @@ class FrontEnd:
         if isinstance(node, ast.AugAssign):
             if not isinstance(node.target, ast.Name):
                 raise self.syntax_error("only names can be updated with augmented assignment (tiles are values; use .store())", node)
-            name, fold = self.binary_op(node.op, node)
             current = self.lookup(node.target.id, node.target)
-            self.assign(node.target, self.binary(name, current, self.expr(node.value), node, fold), node)
+            self.assign(node.target, self.binary_operator(node.op, current, self.expr(node.value), node), node)
             return Flow.NORMAL
         if isinstance(node, ast.If):
             return self.visit_if(node)
@@ -965,11 +968,10 @@ class FrontEnd:
             spine = [node]
             while isinstance(spine[-1].left, ast.BinOp):
                 spine.append(spine[-1].left)
-            operators = [self.binary_op(step.op, step) for step in spine]
             accumulated = self.expr(spine[-1].left)
-            for step, (name, fold) in zip(reversed(spine), reversed(operators)):
+            for step in reversed(spine):
                 self.node = step
-                accumulated = self.binary(name, accumulated, self.expr(step.right), step, fold)
+                accumulated = self.binary_operator(step.op, accumulated, self.expr(step.right), step)
             return accumulated
         if isinstance(node, ast.UnaryOp):
             operand = self.expr(node.operand)
@@ -990,9 +992,14 @@ class FrontEnd:
             for cmp, right_node in zip(node.ops, node.comparators):
                 right = self.expr(right_node)
                 if isinstance(cmp, (ast.Is, ast.IsNot)):
-                    if not (right is None or left is None) or isinstance(left, Value) or isinstance(right, Value):
-                        raise self.syntax_error("'is' compares only with None inside a kernel", node)
+                    dtypes = isinstance(left, dt.DType) and isinstance(right, dt.DType)  # (each is one object)
+                    if not (right is None or left is None or dtypes) or isinstance(left, Value) \
+                            or isinstance(right, Value):
+                        raise self.syntax_error("'is' compares only with None, or a dtype with a dtype, inside a "
+                                                "kernel", node)
                     part: Any = (left is right) == isinstance(cmp, ast.Is)
+                elif isinstance(cmp, (ast.Eq, ast.NotEq)) and _compile_time_object(left, right):
+                    part = (left == right) == isinstance(cmp, ast.Eq)  # dtypes, None, tuples: decided now
                 elif isinstance(cmp, (ast.In, ast.NotIn)):
                     if not isinstance(right, tuple) or isinstance(left, Value):
                         raise self.syntax_error("'in' needs a constant and a constant tuple", node)
@@ -1098,6 +1105,8 @@ class FrontEnd:
             return self.fold(lambda: value[lower:upper:step], (),
                              lambda: f"{self.describe(value)}[{bounded_repr(lower)}:{bounded_repr(upper)}:{bounded_repr(step)}]",
                              node)
+        if isinstance(value, Value) and isinstance(value.type, TileType):
+            return self.new_axes(value, node)
         index = self.expr(node.slice)
         if isinstance(value, tuple):
             if isinstance(index, int) and not isinstance(index, bool):
@@ -1106,9 +1115,41 @@ class FrontEnd:
                 return value[index]
             if isinstance(index, tuple) or isinstance(index, Value):
                 raise self.type_error("tuples are indexed with compile-time ints", node)
-        if isinstance(value, Value) and isinstance(value.type, TileType):
-            raise self.syntax_error("tiles are not indexed element by element; use extract(), reshape() or a reduction", node)
         raise self.type_error(f"{self.describe(value)} cannot be subscripted", node)
+
+    def new_axes(self, tile: Value, node: ast.Subscript) -> Value:
+        """``t[:, None]``, ``t[None]``, ``t[..., None]``: the tile with size-1 axes where
+        the index has None (``np.newaxis``), its own axes where it has ``:`` or ``...``."""
+        items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        shape: tuple[int, ...] = tile.type.shape  # type: ignore[attr-defined]
+        wrong = ("tiles are indexed only with ':', '...' and None (new axes: t[:, None]); for elements or "
+                 "sub-tiles use extract(), reshape() or a reduction")
+        ellipses = [i for i in items if isinstance(i, ast.Constant) and i.value is Ellipsis]
+        if len(ellipses) > 1:
+            raise self.syntax_error("an index holds at most one '...'", node)
+        kept = sum(1 for i in items if isinstance(i, ast.Slice))
+        result: list[int] = []
+        axis = 0
+        for item in items:
+            if isinstance(item, ast.Slice):
+                if item.lower or item.upper or item.step:
+                    raise self.syntax_error(wrong, item)
+                if axis >= len(shape):
+                    raise self.type_error(f"too many ':' for a rank-{len(shape)} tile", item)
+                result.append(shape[axis])
+                axis += 1
+            elif isinstance(item, ast.Constant) and item.value is Ellipsis:
+                take = len(shape) - kept
+                if take < 0:
+                    raise self.type_error(f"too many ':' for a rank-{len(shape)} tile", item)
+                result.extend(shape[axis:axis + take])
+                axis += take
+            elif self.expr(item) is None:
+                result.append(1)
+            else:
+                raise self.syntax_error(wrong, item)
+        result.extend(shape[axis:])  # axes not named are kept, as numpy does
+        return self.op(ShapeOp.RESHAPE, [tile], {"shape": tuple(result)}, node=node).result
 
     def call(self, callee: Any, node: ast.Call) -> Any:
         from cutile_compiler._builtins import call_object
@@ -1147,11 +1188,38 @@ class FrontEnd:
             self.frames.pop()
 
 
+    def check_inlinable(self, function: Any, node: ast.AST) -> None:
+        """Refuses, at the call, a function the front end cannot inline: one taking
+        ``*args`` or ``**kwargs`` (a kernel's values have no run-time tuple or dict), a
+        generator or coroutine, or one closing over a value that is not a constant."""
+        import inspect
+
+        name = function.__qualname__
+        if inspect.isgeneratorfunction(function) or inspect.iscoroutinefunction(function):
+            raise self.syntax_error(f"cannot inline {name}: generators and coroutines cannot be called in a kernel",
+                                    node)
+        for parameter in inspect.signature(function).parameters.values():
+            if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+                stars = "*" if parameter.kind is parameter.VAR_POSITIONAL else "**"
+                raise self.syntax_error(f"cannot inline {name}: it takes {stars}{parameter.name}; a function called "
+                                        f"in a kernel takes named parameters only", node)
+        for variable, cell in _closure_cells(function).items():
+            try:
+                captured = cell.cell_contents
+            except ValueError:
+                continue  # not bound yet: the body's use of it says so
+            if not _constant_object(captured):
+                raise self.syntax_error(
+                    f"cannot inline {name}: it closes over '{variable}', {self.describe(captured)}; a function "
+                    f"called in a kernel may close over constants (numbers, strings, dtypes, tuples), functions "
+                    f"and modules only", node)
+
     def inline(self, function: Any, args: list[Any], kwargs: dict[str, Any], node: ast.Call) -> Any:
         import inspect
 
         if function in self.inline_stack:
             raise self.syntax_error(f"recursive call of {function.__qualname__}: device functions are inlined and cannot recurse", node)
+        self.check_inlinable(function, node)
         source = capture(function)
         try:
             bound = inspect.signature(function).bind(*args, **kwargs)
@@ -1175,6 +1243,29 @@ class FrontEnd:
             self.frames.pop()
             self.inline_stack.pop()
         return frame.result
+
+
+def _compile_time_object(left: Any, right: Any) -> bool:
+    """Whether ``left == right`` is decided at compile time as Python decides it: both
+    are compile-time objects and at least one is a dtype, None or a tuple (numbers and
+    strings fold through the operator's own rule)."""
+    if isinstance(left, (Value, _Undefined)) or isinstance(right, (Value, _Undefined)):
+        return False
+    return any(isinstance(v, (dt.DType, tuple)) or v is None for v in (left, right))
+
+
+def _constant_object(value: Any) -> bool:
+    """What a helper function inlined into a kernel may close over: what the compile
+    reads as a constant (numbers, strings, None, dtypes, tuples of them), functions,
+    classes and modules."""
+    import types
+
+    if value is None or isinstance(value, (*_NUMBER, str, dt.DType)):
+        return True
+    if isinstance(value, tuple):
+        return all(_constant_object(item) for item in value)
+    return isinstance(value, (types.FunctionType, types.BuiltinFunctionType, types.ModuleType, type)) \
+        or callable(value) and type(value).__module__.startswith("cutile")
 
 
 #: The name of a mapped partition loop's item number in the body's environment (no

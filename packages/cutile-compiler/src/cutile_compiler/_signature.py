@@ -77,6 +77,9 @@ def make_tensor_annotation(item: Any) -> TensorAnnotation:
     dtype, dims = item
     if not isinstance(dtype, DType):
         raise SignatureError(f"Tensor[...]: the first item must be a dtype such as f32, got {dtype!r}")
+    if dtype.bits < 8 and not dtype.is_bool:
+        raise SignatureError(f"Tensor[{dtype}, ...]: {dtype} values pack two to a byte, which tensors do not hold; "
+                             f"pass the bytes as a Tensor[u8, ...] and read them with unpack_from_bytes(t, {dtype})")
     if not isinstance(dims, (list, tuple)) or not dims:
         raise SignatureError(f"Tensor[...]: dims must be a non-empty list, got {dims!r}")
     for dim in dims:

@@ -36,22 +36,29 @@ from cutile_compiler._builtins import (
     cat as cat,
     cdiv as cdiv,
     ceil_div as ceil_div,
+    clamp as clamp,
     cumprod as cumprod,
     cumsum as cumsum,
+    expand_dims as expand_dims,
     extract as extract,
+    flip as flip,
     full as full,
     gather as gather,
+    gelu as gelu,
     get_num_tile_blocks as get_num_tile_blocks,
     get_tile_block_id as get_tile_block_id,
+    insert as insert,
     load as load,
     load_tile_like as load_tile_like,
     matmul as matmul,
     max_,
     min_,
     mma as mma,
+    mma_scaled as mma_scaled,
     num_blocks as num_blocks,
     num_tiles as num_tiles,
     ones as ones,
+    pack_to_bytes as pack_to_bytes,
     permute as permute,
     pow_,
     printf as printf,
@@ -64,6 +71,7 @@ from cutile_compiler._builtins import (
     static_range as static_range,
     sum_,
     transpose as transpose,
+    unpack_from_bytes as unpack_from_bytes,
     where as where,
     zeros as zeros,
 )
@@ -73,6 +81,8 @@ from cutile_compiler._dtypes import (
     bool_ as bool_,
     f8e4m3fn as f8e4m3fn,
     f8e5m2 as f8e5m2,
+    f8e8m0fnu as f8e8m0fnu,
+    f4e2m1fn as f4e2m1fn,
     f16 as f16,
     f32 as f32,
     f64 as f64,
@@ -88,7 +98,7 @@ from cutile_compiler._dtypes import (
 )
 from cutile_compiler._builtins.elementwise import binary as _binary, function_of as _function_of, ternary as _ternary
 from cutile_compiler._builtins.elementwise import unary as _unary
-from cutile_compiler._dtypes import ALL_DTYPES
+from cutile_compiler._dtypes import ALL_DTYPES, TILE_ONLY_DTYPES
 from cutile_compiler._opdefs.elementwise import ElementwiseOp as _Op
 from cutile_compiler._kernel_types import (
     MutTensorView as MutTensorView,
@@ -122,6 +132,13 @@ sub = _function_of(_binary, _Op.SUB)
 mul = _function_of(_binary, _Op.MUL)
 div = _function_of(_binary, _Op.DIV)
 fma = _function_of(_ternary, _Op.FMA)
+sigmoid = _function_of(_unary, _Op.SIGMOID)
+silu = _function_of(_unary, _Op.SILU)
+erf = _function_of(_unary, _Op.ERF)
+log1p = _function_of(_unary, _Op.LOG1P)
+expm1 = _function_of(_unary, _Op.EXPM1)
+isnan = _function_of(_unary, _Op.ISNAN)
+isinf = _function_of(_unary, _Op.ISINF)
 
 sum = sum_  # noqa: A001 - the DSL's names shadow Python's inside kernels on purpose
 max = max_  # noqa: A001
@@ -132,6 +149,6 @@ if not TYPE_CHECKING:  # (static tools read the exports off the ``as`` imports a
     __all__ = [
         "Constant", "DType", "DeviceFunction", "HostCallError", "Mut", "Tensor",
         "TensorView", "MutTensorView", "PartitionView", "ScalarParam",  # what type checkers see in kernels
-        *(d.name if d.name != "bool" else "bool_" for d in ALL_DTYPES),
+        *(d.name if d.name != "bool" else "bool_" for d in (*ALL_DTYPES, *TILE_ONLY_DTYPES)),
         *DSL_FUNCTIONS,
     ]

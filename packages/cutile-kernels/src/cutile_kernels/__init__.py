@@ -1,26 +1,31 @@
-"""Reusable cutile kernels: GEMM family, elementwise, reductions, norms, attention.
+"""Reusable cutile kernels, written with the public cutile API only (safe kernels).
 
-Written with the public cutile API only. Functions, not kernels: each takes cutile
-tensors or DLPack / CUDA Array Interface arrays (torch, CuPy; numpy on the
-interpreter), returns the same kind (or writes ``out=``), and picks its tiles from
-`cutile.tune` records with defaults; ``fn.launch(...)`` returns the pending work
-instead of running it (for `cutile.bench.do_bench`, batches and graphs).
-
-- `cutile_kernels.rope`: `rope` (neox and gptj, in place or out of place);
-- `cutile_kernels.activations`: `silu_mul`, `gelu_mul`, `silu`, `gelu`, `sigmoid`,
-  `relu`, and `add`, `sub`, `mul`, `div` with row broadcasting;
-- `cutile_kernels.embedding`: `embedding`; `cutile_kernels.argmax`: `argmax`;
-  `cutile_kernels.kv_cache`: `kv_cache_update`.
+- `matmul(a, b, *, out=None, bias=None, activation=None, residual=None, alpha=1.0,
+  scale_a=None, scale_b=None, out_dtype=None, accumulate_dtype=f32, allow_tf32=False)`:
+  ``act(alpha * (a @ b) * scale_a * scale_b + bias) + residual`` for f16, bf16, f32 and
+  fp8 (e4m3, e5m2) inputs, any strides, batched and broadcast-batched, on cutile tensors
+  or any DLPack / CUDA Array Interface tensor; `matmul.launch(...)` gives the pending
+  launch. Configs come from committed `cutile.tune` records per arch, else defaults.
+- `GEMM_SPACE`: the tiled GEMM's tuning space (the keys a ``config=`` may set).
+- Transformer pointwise, gather and cache functions, each with a ``.launch(...)`` form
+  returning the pending work (for `cutile.bench.do_bench`): `rope` (neox and gptj, in
+  place or out of place; module ``cutile_kernels.rope``); `silu_mul`, `gelu_mul`, `silu`,
+  `gelu`, `sigmoid`, `relu`, and `add`, `sub`, `mul`, `div` with row broadcasting
+  (``cutile_kernels.activations``); `embedding`; a two-stage `argmax`; `kv_cache_update`
+  (``cutile_kernels.kv_cache``).
 """
 
-__all__: list[str] = []
+from cutile_kernels._configs import SPACE as GEMM_SPACE
+from cutile_kernels._matmul import Matmul, matmul
 
-# -- transformer pointwise, gather and cache kernels (issue 16) --
-from cutile_kernels.activations import add, div, gelu, gelu_mul, mul, relu, sigmoid, silu, silu_mul, sub
-from cutile_kernels.argmax import argmax
-from cutile_kernels.embedding import embedding
-from cutile_kernels.kv_cache import kv_cache_update
-from cutile_kernels.rope import rope
+__all__ = ["GEMM_SPACE", "Matmul", "matmul"]
+
+# -- transformer pointwise, gather and cache functions (issue 16) --
+from cutile_kernels.activations import add, div, gelu, gelu_mul, mul, relu, sigmoid, silu, silu_mul, sub  # noqa: E402
+from cutile_kernels.argmax import argmax  # noqa: E402
+from cutile_kernels.embedding import embedding  # noqa: E402
+from cutile_kernels.kv_cache import kv_cache_update  # noqa: E402
+from cutile_kernels.rope import rope  # noqa: E402
 
 __all__ += ["add", "argmax", "div", "embedding", "gelu", "gelu_mul", "kv_cache_update", "mul", "relu", "rope",
             "sigmoid", "silu", "silu_mul", "sub"]

@@ -227,15 +227,37 @@ def library_function(prepare: Callable[..., Pending]) -> LibraryFunction:
     return cast(LibraryFunction, run)
 
 
-#: committed tuning records, one per function (made on a GPU: ``Tuner.make_record``)
+#: committed tuning records: ``records/<arch>/<name>.json`` (made on a GPU of that arch
+#: with ``TUNER.make_record``, or ``scripts/bench_pointwise.py --record``)
 RECORDS = Path(__file__).resolve().parent / "records"
 
 
-def tuner(name: str, space: Any, default: dict[str, Any], setup: Callable[..., Any], source: Any) -> Any:
-    """The `cutile.tune.Tuner` of one function: its committed record (when there is one),
-    else cached winners, else ``default``; a stale record is logged and not used, so a
-    new toolchain never makes a call fail."""
-    from cutile import tune
+class ArchTuner:
+    """A `cutile.tune.Tuner` made on first use, when the arch is known: its record is that
+    arch's file; the other attributes are the tuner's. Its config is the committed
+    record's winner for the shape's bucket, else a cached winner, else the default; a stale
+    record is logged and not used, so a new toolchain never makes a call fail."""
 
-    return tune.Tuner(f"cutile_kernels_{name}", space, setup, source=source, record=RECORDS / f"{name}.json",
-                      default=default, on_stale="warn")
+    def __init__(self, name: str, space: Any, default: dict[str, Any], setup: Callable[..., Any],
+                 source: Any) -> None:
+        self.short_name, self.space, self.default, self.setup, self.source = name, space, default, setup, source
+
+    @functools.cached_property
+    def tuner(self) -> Any:
+        from cutile import tune
+
+        name = f"cutile_kernels_{self.short_name}"
+        arch = tune.Provenance.current(name, self.source, self.space).arch
+        return tune.Tuner(name, self.space, self.setup, source=self.source,
+                          record=RECORDS / arch / f"{self.short_name}.json", default=self.default, on_stale="warn")
+
+    def config(self, shape: Sequence[int]) -> dict[str, Any]:
+        return dict(self.tuner.config(shape))
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(self.tuner, attribute)
+
+
+def tuner(name: str, space: Any, default: dict[str, Any], setup: Callable[..., Any], source: Any) -> ArchTuner:
+    """The tuner of one function (see `ArchTuner`)."""
+    return ArchTuner(name, space, default, setup, source)

@@ -66,8 +66,8 @@ class ObjectBinding:
     memory, ops in flight) is still checked on every call.
     """
 
-    __slots__ = ("checks", "tensor_names", "claim_plan", "accesses", "plan", "loaded",
-                 "packed", "scalar_slots", "results", "fast")
+    __slots__ = ("checks", "tensor_names", "tensor_positions", "claim_plan", "run_holds", "accesses", "plan",
+                 "loaded", "packed", "scalar_slots", "results", "fast")
 
     _TENSOR, _CONSTANT, _SCALAR = range(3)
     _NO_ACCESSES = cuda_async.AccessSet()
@@ -86,9 +86,13 @@ class ObjectBinding:
                 checks.append((ObjectBinding._SCALAR, type(value)))
         self.checks = tuple(checks)
         self.tensor_names = tensor_names
-        # What a run returns: the tensor arguments, one as itself, several as a tuple.
-        self.results: Callable[[dict[str, Any]], Any] = (
-            operator.itemgetter(*tensor_names) if tensor_names else (lambda arguments: ()))
+        # Where they are among every parameter's value in order (a call's positional
+        # arguments, which a call with the binding's objects keeps as they are).
+        self.tensor_positions = tuple(kernel._param_names.index(name) for name in tensor_names)
+        # What a run returns, from the values in order: the tensor arguments, one as
+        # itself, several as a tuple.
+        self.results: Callable[[tuple[Any, ...]], Any] = (
+            operator.itemgetter(*self.tensor_positions) if tensor_names else (lambda values: ()))
         # The holds of the tensor arguments' bytes in cuda_async's ledger: pending from
         # the call (the claim, the native path's too), then the running op's.
         description = kernel._launch_description
@@ -99,13 +103,17 @@ class ObjectBinding:
             spans.append((resource, storage.device, low, high, mutable, f"{description} (parameter '{param}')",
                           f"{kernel.name}: parameter '{param}'", resource.name))
         self.claim_plan = cuda_async.ClaimPlan(span[1:] for span in spans)
+        # A synchronous run's holds while its memory is idle: the same spans, running,
+        # owned by a job kept for it (`cuda_async.begin_idle_run`; the native path's too).
+        self.run_holds = self.claim_plan.owned_by(cuda_async.Job(description))
         writes = [storage.resource for _, storage, _, _, mutable in ranges if mutable]
         reads = [storage.resource for _, storage, _, _, mutable in ranges if not mutable]
         self.accesses = cuda_async.AccessSet(tuple(reads), tuple(writes), spans=tuple(span[:6] for span in spans))
         self.plan: SignaturePlan | None = None  # set by the first Launch.plan() without an explicit grid
         self.loaded: LoadedKernel | None = None  # the loaded kernel ``packed`` was packed for
-        self.packed: list[Any] = []
-        self.scalar_slots: list[tuple[int, str, DType]] = []  # refilled on every call
+        self.packed: tuple[Any, ...] = ()
+        # (parameter slot, position among the values, dtype) of each scalar: refilled on every call
+        self.scalar_slots: list[tuple[int, int, DType]] = []
         self.fast: weakref.ref[Any] | None = None  # the kernel's native binding made from this one
 
     def _forget(self, _dead: Any) -> None:
@@ -115,7 +123,7 @@ class ObjectBinding:
         # it uses only what the class holds.)
         self.accesses = self._NO_ACCESSES
         self.loaded = None
-        self.packed = []
+        self.packed = ()
         fast = self.fast() if self.fast is not None else None
         if fast is not None:
             fast.disarm()

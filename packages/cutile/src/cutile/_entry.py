@@ -13,7 +13,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, Protocol, overload
 
-from cutile._binding import ObjectBinding, SignaturePlan, call_key, describe_call, scalar_value
+from cutile._binding import MISSING, ObjectBinding, SignaturePlan, call_key, describe_call, scalar_value
 from cutile._errors import ArgumentTypeError, LaunchError
 from cutile._launch import Launch, warn_never_run
 from cutile._native import KernelBase, configure_python
@@ -88,6 +88,8 @@ class Kernel(KernelBase, Generic[_P, _R]):
         self._scalar_params = {p.name: p.annotation for p in self.signature.parameters
                                if isinstance(p.annotation, DType)}
         self._constant_params = frozenset(p.name for p in self.signature.parameters if p.is_constant)
+        self._scalar_positions = tuple((self._param_names.index(name), name, dtype)
+                                       for name, dtype in self._scalar_params.items())
         # Per-kernel caches, bounded: a long-running program that meets many shapes
         # keeps the most recent specializations (ARCHITECTURE.md lists the layers).
         # The compiler: (spec) -> typed IR, (spec, arch, options) -> compiled kernel.
@@ -115,8 +117,13 @@ class Kernel(KernelBase, Generic[_P, _R]):
         if not kwargs and len(args) == len(self._param_names) and self._plain_positional:
             binding = self._object_binding
             if binding is not None and binding.matches(args):
-                return Launch(self, self._positional_arguments(args), binding)
+                return Launch(self, None, binding, self._checked_scalars(args) if self._scalar_positions else args)
             arguments = dict(zip(self._param_names, args))
+        elif (values := self._values_in_order(args, kwargs)) is not None and (
+                (binding := self._object_binding) is not None and binding.matches(values)):
+            # Constants by keyword and inferred ones left out (a GEMM's ``BK=64``): the
+            # same objects as the last call's, in signature order, reuse its binding.
+            return Launch(self, None, binding, self._checked_scalars(values) if self._scalar_positions else values)
         else:
             try:
                 bound = self._python_signature.bind_partial(*args, **kwargs)
@@ -128,6 +135,14 @@ class Kernel(KernelBase, Generic[_P, _R]):
                 arguments[name] = scalar_value(self.name, name, dtype, arguments[name])
         return Launch(self, arguments)
 
+    def _checked_scalars(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        """Every parameter's value in order (`MISSING` for an inferred constant left
+        out), its scalars checked and converted."""
+        values = list(args)
+        for position, name, dtype in self._scalar_positions:
+            values[position] = scalar_value(self.name, name, dtype, values[position])
+        return tuple(values)
+
     def _positional_arguments(self, args: tuple[Any, ...]) -> dict[str, Any]:
         """Every argument by name, from a call that passed all of them by position,
         its scalars checked and converted."""
@@ -135,6 +150,18 @@ class Kernel(KernelBase, Generic[_P, _R]):
         for name, dtype in self._scalar_params.items():
             arguments[name] = scalar_value(self.name, name, dtype, arguments[name])
         return arguments
+
+    def _values_in_order(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...] | None:
+        """Every parameter's value in signature order (`MISSING` where not given), for a
+        call of plain positional arguments first and keywords after; None for any other
+        call (too many arguments, an unknown or repeated name: the slow path says which)."""
+        names = self._param_names
+        if not self._plain_positional or len(args) > len(names):
+            return None
+        rest = names[len(args):]
+        if not all(name in rest for name in kwargs):
+            return None
+        return args + tuple(kwargs.get(name, MISSING) for name in rest)
 
     def plan_for(self, arguments: dict[str, Any], explicit_grid: tuple[int, int, int] | None = None) -> SignaturePlan:
         """The plan of a call with these arguments (cached per call signature)."""

@@ -283,18 +283,21 @@ def _launch(loaded: LoadedKernel, grid: tuple[int, int, int], stream: Stream, va
     prepared.launch(stream, *values)
 
 
-def enqueue_bound(kernel: Kernel, binding: ObjectBinding, arguments: dict[str, Any], stream: Stream) -> None:
+def enqueue_bound(kernel: Kernel, binding: ObjectBinding, values: tuple[Any, ...], stream: Stream) -> None:
     """`enqueue` for a call whose tensors are its binding's (default options, no
-    explicit grid): the parameters are packed once; only scalars are refilled."""
+    explicit grid), ``values`` every parameter's value in order: the parameters are
+    packed once; only scalars are refilled."""
     loaded = binding.loaded
     plan = binding.plan
     assert plan is not None
     if loaded is None or loaded.reads.changed() is not None:
         _check_grid(kernel, plan.grid)
         loaded = prepare(kernel, plan, DEFAULT_OPTIONS)
-        values = {n: (v._tensor if isinstance(v, Partition) else v) for n, v in arguments.items()}
-        binding.packed = loaded.pack(kernel.name, values)
-        binding.scalar_slots = [(index, param, dtype) for index, (param, code, _, dtype) in enumerate(loaded.recipe)
+        names = kernel._param_names
+        arguments = {n: (v._tensor if isinstance(v, Partition) else v) for n, v in zip(names, values)}
+        binding.packed = tuple(loaded.pack(kernel.name, arguments))
+        binding.scalar_slots = [(index, names.index(param), dtype)
+                                for index, (param, code, _, dtype) in enumerate(loaded.recipe)
                                 if code == _SCALAR and dtype is not None]
         binding.loaded = loaded
         first = True
@@ -302,10 +305,14 @@ def enqueue_bound(kernel: Kernel, binding: ObjectBinding, arguments: dict[str, A
         first = False
     packed = binding.packed
     if binding.scalar_slots:
-        packed = list(packed)  # the binding's list is shared by every thread that calls
-        for index, param, dtype in binding.scalar_slots:
-            packed[index] = _scalar_argument(arguments[param], dtype) if loaded.converts_scalars else arguments[param]
-    _launch(loaded, plan.grid, stream, packed)
+        refilled = list(packed)
+        for index, position, dtype in binding.scalar_slots:
+            value = values[position]
+            refilled[index] = _scalar_argument(value, dtype) if loaded.converts_scalars else value
+        packed = tuple(refilled)
+    prepared = loaded.prepared
+    prepared.set_grid(plan.grid)
+    prepared.launch_values(stream, packed)  # the binding's very tuple again: nothing to compare
     if first:  # it launched: from now on, calls with these objects may take the native path
         _native.arm(kernel, binding, loaded, loaded.function.device.context_handle)
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Generator, Mapping
 from typing import TYPE_CHECKING, Any, Generic
 
 import cuda_async
+import cuda_core
 from cutile import _backend, _gpu
 from cutile._binding import MISSING, ObjectBinding, SignaturePlan, check_strides, wrong_mut_argument, wrong_read_argument
 from cutile._errors import CutileError, LaunchError, OwnershipError
@@ -55,22 +56,28 @@ class Launch(LaunchBase, Generic[_R]):
     _plan: SignaturePlan | None = None  # None: the binding's, unless the grid is explicit
     _cancelled = False
 
-    def __init__(self, kernel: Kernel, arguments: dict[str, Any], binding: ObjectBinding | None = None) -> None:
+    def __init__(self, kernel: Kernel, arguments: dict[str, Any] | None, binding: ObjectBinding | None = None,
+                 values: tuple[Any, ...] | None = None) -> None:
+        """A launch of ``kernel`` over ``arguments`` (by name), or, with ``binding``
+        (the kernel's last call's objects), over ``values``: every parameter's value
+        in order, scalars checked (the arguments by name are made on first use)."""
         self.kernel = kernel
-        self._arguments = arguments
-        self._done = False
         if binding is None:
+            assert arguments is not None
+            self._arguments = arguments
             self._tensor_names: list[str] = []
             ranges = self._checked_ranges()
             binding = ObjectBinding(kernel, arguments, ranges, self._tensor_names)
             kernel._object_binding = binding
             kernel._native_binding = None  # the native path's binding was the previous one's
         else:
+            assert values is not None
+            self._values = values
             # The same objects as the binding's: only what can change since is checked.
-            for param in binding.tensor_names:
-                value = arguments[param]
-                if value._consumed_by is not None:
-                    value._live(f"{kernel.name}: parameter '{param}'")  # raises, naming the consumer
+            for position in binding.tensor_positions:
+                value = values[position]
+                if value._consumed_by is not None:  # raises, naming the consumer
+                    value._live(f"{kernel.name}: parameter '{kernel._param_names[position]}'")
         self._binding = binding
         # The tensors' bytes are held from here (a conflict with another launch, or
         # with a running op such as a scheduled launch or a replay, refuses the call
@@ -101,10 +108,24 @@ class Launch(LaunchBase, Generic[_R]):
     @property
     def arguments(self) -> dict[str, Any]:
         """The call's arguments by parameter name."""
-        found: dict[str, Any] | None = self.__dict__.get("_arguments")
-        if found is None:  # a launch the native path made keeps its positional arguments
-            found = self._arguments = self.kernel._positional_arguments(self._args)
+        state = self.__dict__
+        found: dict[str, Any] | None = state.get("_arguments")
+        if found is None:
+            values = state.get("_values")
+            if values is not None:  # made with the binding's objects: every value in order
+                found = {name: value for name, value in zip(self.kernel._param_names, values) if value is not MISSING}
+            else:  # made by the native path: its positional arguments
+                found = self.kernel._positional_arguments(self._args)
+            self._arguments = found
         return found
+
+    def _values_in_order(self) -> tuple[Any, ...]:
+        """Every parameter's value in order (`MISSING` where not given)."""
+        values: tuple[Any, ...] | None = self.__dict__.get("_values")
+        if values is None:
+            arguments = self.arguments
+            values = self._values = tuple(arguments.get(name, MISSING) for name in self.kernel._param_names)
+        return values
 
     @property
     def description(self) -> str:
@@ -230,8 +251,9 @@ class Launch(LaunchBase, Generic[_R]):
         arguments. Combine it with ``then``, ``map``, `cutile.zip`, ``shared``..."""
         self._pending = False  # the op decides whether it runs
         if self._op is None:
-            self._op = cuda_async.FnOp.from_accesses(self._execute, self._binding.accesses, name=self.description,
-                                                     views=self._graph_views, claim_from=self._hand_over_claim)
+            self._op = cuda_async.FnOp.from_accesses(
+                self._execute, self._binding.accesses, name=self.kernel._launch_description,
+                views=self._graph_views, claim_from=self._hand_over_claim)
         return self._op
 
     def _graph_views(self) -> list[cuda_async.ResourceView]:
@@ -253,11 +275,16 @@ class Launch(LaunchBase, Generic[_R]):
         """Runs the launch: eagerly on the interpreter (``stream`` is then ignored),
         queued on ``stream`` on the GPU (None: on cutile's stream, waited for)."""
         plan = self.plan()
-        arguments = self.arguments
+        values = self._values_in_order()
         self._done = True
         self._op = None  # the op refers back to this launch: leave no cycle behind
-        run_plan(self.kernel, plan, arguments, self._options, stream, self._binding)
-        return self._binding.results(arguments)
+        binding = self._binding
+        if (stream is not None and plan is binding.plan and self._options is DEFAULT_OPTIONS
+                and 0 not in plan.grid and _backend.current() == "gpu"):
+            _gpu.enqueue_bound(self.kernel, binding, values, stream)  # (run_plan's case, without names)
+        else:
+            run_plan(self.kernel, plan, self.arguments, self._options, stream, binding)
+        return binding.results(values)
 
     if TYPE_CHECKING:
         def sync(self) -> _R:
@@ -274,11 +301,51 @@ class Launch(LaunchBase, Generic[_R]):
             if self._cancelled:
                 raise OwnershipError(f"{self.description} was cancelled; it cannot run")
             raise OwnershipError(f"{self.description} has already run; its tensors were handed back")
+        claim = self._claim
+        if claim is not None and self._op is None:
+            # The usual states of a loop of launches, run without an op object as
+            # cuda_async's C API runs them natively: a batch's steady state, or a
+            # synchronous run whose memory is idle (the run's holds replace the claim).
+            accesses = self._binding.accesses
+            active = cuda_async.begin_batch_step(accesses, claim)
+            if active is not None:
+                self._claim = None
+                try:
+                    result = self._execute(active.stream)
+                finally:
+                    self._done = True
+                active.commit_step(accesses)
+                return result
+            run = self._binding.run_holds
+            stream = cuda_async.begin_idle_run(accesses, claim, run)
+            if stream is not None:
+                self._claim = None
+                return self._run_idle(stream, run)
         try:
             return self.op.sync()
         finally:
             self._done = True
             self._release()
+
+    def _run_idle(self, stream: cuda_core.Stream, run: cuda_async.ClaimPlan) -> Any:
+        """Runs the launch on ``stream`` and waits for it, holding ``run``'s holds
+        (`cuda_async.begin_idle_run`): what the job of ``self.op.sync()`` would do."""
+        ran = False
+        try:
+            result = self._execute(stream)
+            ran = True
+            stream.synchronize()
+            return result
+        except BaseException:
+            if not ran:  # as a failed job: wait for what was enqueued, the first error wins
+                try:
+                    stream.synchronize()
+                except cuda_core.CudaError:
+                    pass
+            raise
+        finally:
+            self._done = True
+            cuda_async.end_idle_run(run, stream, ran=ran)
 
     def cancel(self) -> None:
         """Drops the launch on purpose, without running it: its tensors' holds are
@@ -372,7 +439,7 @@ def run_plan(kernel: Kernel, plan: SignaturePlan, arguments: dict[str, Any], opt
         return
     target = _gpu.default_stream() if stream is None else stream
     if binding is not None and plan is binding.plan and options is DEFAULT_OPTIONS:
-        _gpu.enqueue_bound(kernel, binding, arguments, target)
+        _gpu.enqueue_bound(kernel, binding, tuple(arguments.get(name, MISSING) for name in kernel._param_names), target)
     else:
         values = {n: (v._tensor if type(v) is Partition else v) for n, v in arguments.items()}
         _gpu.enqueue(kernel, plan, values, options, target)

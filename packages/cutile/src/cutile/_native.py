@@ -184,22 +184,21 @@ def arm(kernel: Kernel, binding: ObjectBinding, loaded: LoadedKernel, context: i
         _configure()
     except NativeUnavailable:
         return
-    from cuda_async import Job
     from cutile import _gpu
     from cutile._binding import ObjectBinding
     from cutile._launch import Launch  # (it imports this module, for LaunchBase)
 
     slot_of = {param: index for index, (param, code, _, _) in enumerate(loaded.recipe) if code == _gpu._SCALAR}
-    checks: list[tuple[Any, ...]] = []
+    checks: list[tuple[Any, ...]] = []  # (kind, target, value, packed_as, slot, range): one shape for the C parser
     for index, (kind, *rest) in enumerate(binding.checks):
         name = kernel._param_names[index]
         if kind == ObjectBinding._TENSOR:
             target = rest[0]()
             if target is None:
                 return
-            checks.append((kind, rest[0], None))
+            checks.append((kind, rest[0], None, 0, 0, 0))
         elif kind == ObjectBinding._CONSTANT:
-            checks.append((kind, rest[0], rest[1]))
+            checks.append((kind, rest[0], rest[1], 0, 0, 0))
         else:
             slot = slot_of.get(name)
             if slot is None or rest[0] not in (int, float):
@@ -210,11 +209,10 @@ def arm(kernel: Kernel, binding: ObjectBinding, loaded: LoadedKernel, context: i
             accepts = _SCALAR_CODES.get(_gpu._PARAM_TYPES[kernel._scalar_params[name]])
             if packed_as is None or accepts is None:
                 return
-            checks.append((kind, rest[0], packed_as, slot, accepts))
+            checks.append((kind, rest[0], None, packed_as, slot, accepts))
     # One 8-byte slot per parameter, little-endian like the device.
     packed = b"".join(bytes(PARAM_CTYPES[t](v)).ljust(8, b"\0") for t, v in zip(types, binding.packed))
-    # A synchronous run's holds: the binding's spans, running, owned by a job kept for it.
-    run = binding.claim_plan.owned_by(Job(kernel._launch_description))
+    run = binding.run_holds  # a synchronous run's holds
     results = tuple(kernel._param_names.index(name) for name in binding.tensor_names)
     fast = module.NativeObjectBinding(
         binding, binding.accesses, binding.claim_plan, run, kernel._launch_description, Launch, tuple(checks), results,

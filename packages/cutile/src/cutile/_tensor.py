@@ -376,6 +376,25 @@ class Tensor(Owned):
         """All dims reversed (the transpose of a matrix)."""
         return self.permute(tuple(reversed(range(self.ndim))))
 
+    def broadcast_to(self, *shape: Any) -> Tensor:
+        """A view of ``shape`` repeating this tensor as numpy broadcasts (new leading
+        dims and dims of extent 1 get stride 0); no copy. Kernels may read it; a Mut
+        parameter refuses it (its elements share memory)."""
+        dims = tuple(shape[0] if len(shape) == 1 and isinstance(shape[0], (list, tuple)) else shape)
+        if any(isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0 for d in dims) \
+                or len(dims) < self.ndim:
+            raise ArgumentError(f"broadcast_to: cannot broadcast {list(self.shape)} to {list(dims)}")
+        lead = len(dims) - self.ndim
+        strides = [0] * lead
+        for extent, stride, target in zip(self.shape, self.strides, dims[lead:]):
+            if extent == target:
+                strides.append(stride)
+            elif extent == 1:
+                strides.append(0)
+            else:
+                raise ArgumentError(f"broadcast_to: cannot broadcast {list(self.shape)} to {list(dims)}")
+        return self._view(tuple(int(d) for d in dims), tuple(strides), self.offset)
+
     # -- interop ----------------------------------------------------------------
     def __dlpack__(self, stream: int | None = None, *, max_version: tuple[int, int] | None = None,
                    dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:

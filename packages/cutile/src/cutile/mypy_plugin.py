@@ -57,7 +57,7 @@ DTYPE_MODULE = "cutile_compiler._dtypes"
 DTYPE_KINDS: dict[str, str] = {
     "bool_": "bool",
     **{name: "int" for name in ("i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64")},
-    **{name: "float" for name in ("f16", "bf16", "f32", "f64", "tf32", "f8e4m3fn", "f8e5m2")},
+    **{name: "float" for name in ("f16", "bf16", "f32", "f64", "tf32", "f8e4m3fn", "f8e5m2", "f8e8m0fnu")},
 }
 
 # What the annotations become inside a kernel (cutile_compiler.language re-exports them).

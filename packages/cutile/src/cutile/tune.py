@@ -340,7 +340,8 @@ class Provenance:
     @classmethod
     def current(cls, kernel: str, source: Any, space: Space) -> Provenance:
         """The provenance here and now: ``source`` is a `cutile.Kernel`, a function, or
-        source text (its hash); tileiras and arch are the GPU's, or ``"interpreter"``."""
+        source text (its hash); tileiras (its release and a digest of its ``--version``
+        text, the same on every install of it) and arch are the GPU's, or ``"interpreter"``."""
         from cutile import __version__
         from cutile._backend import current
 
@@ -348,7 +349,11 @@ class Provenance:
             from cuda_core import Device
             from cutile_compiler import find_toolchain
 
-            tileiras, arch = find_toolchain().identity, Device(0).sm_name
+            chain = find_toolchain()
+            # The release and its --version text, not the disk cache's identity (which adds the
+            # files' paths and mtimes): a committed record must hold on every install of that release.
+            tileiras = f"tileiras {chain.release} ({hashlib.sha256(chain.version_text.encode()).hexdigest()[:16]})"
+            arch = Device(0).sm_name
         else:
             tileiras = arch = "interpreter"
         return cls(kernel, _source_hash(source), __version__, tileiras, arch, space.digest)

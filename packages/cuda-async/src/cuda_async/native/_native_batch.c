@@ -26,7 +26,6 @@ static PyObject *policy_module;     /* cuda_async._policy: its _scoped ContextVa
 static PyObject *scoped_policy;     /* cuda_async._policy._scoped */
 static PyTypeObject *round_robin_type, *single_stream_type;
 static PyObject *stream_state;      /* cuda_async._streams.state */
-static PyObject *stream_cache;      /* id(stream) -> (weakref(stream), handle, state) */
 static PyObject *str_next_stream, *str_handle, *str_default, *str_default_policy, *str_streams, *str_counter,
     *str_stream;
 static int configured;
@@ -94,7 +93,7 @@ static int lock_wait(RLockObject *self, int interruptible) {
     return 0;
 }
 
-static PyObject *rlock_acquire_blocking(RLockObject *self) {
+static PyObject *rlock_enter(RLockObject *self, PyObject *unused) {
     if (lock_wait(self, 1) < 0) return NULL;
     Py_RETURN_TRUE;
 }
@@ -104,10 +103,8 @@ static PyObject *rlock_acquire(RLockObject *self, PyObject *const *args, Py_ssiz
     if (nargs > 1) return PyErr_Format(PyExc_TypeError, "acquire() takes at most one argument (blocking)");
     if (nargs == 1 && (blocking = PyObject_IsTrue(args[0])) < 0) return NULL;
     if (!blocking) return PyBool_FromLong(lock_try_acquire((PyObject *)self));
-    return rlock_acquire_blocking(self);
+    return rlock_enter(self, NULL);
 }
-
-static PyObject *rlock_enter(RLockObject *self, PyObject *unused) { return rlock_acquire_blocking(self); }
 
 static PyObject *rlock_release(RLockObject *self, PyObject *unused) {
     if (self->count == 0 || self->owner != PyThread_get_thread_ident())
@@ -169,18 +166,20 @@ static int span_of(PyObject *hold, Span *span) {
     return PyErr_Occurred() ? -1 : 0;
 }
 
-/* The first hold of `list` overlapping `span` in a conflicting way (writes on
- * either side) but the running holds of the job `own` (NULL: none), or NULL; 1 in
- * *failed on an error. `running_only`: pending holds do not count. */
-static PyObject *overlapping(PyObject *list, const Span *span, PyObject *own, int running_only, int *failed) {
+/* Whether a hold of `list` but those of the job `own` (NULL: none) overlaps the
+ * span of the hold `entry` in a conflicting way (writes on either side): 1 yes, 0
+ * no, -1 error. `running_only`: pending holds do not count, and any running one does. */
+static int overlapping(PyObject *list, PyObject *entry, PyObject *own, int running_only) {
+    Span span, other;
+    if (span_of(entry, &span) < 0) return -1;
+    span.writes |= running_only;
     for (Py_ssize_t j = 0; j < PyList_GET_SIZE(list); j++) {
         PyObject *hold = PyList_GET_ITEM(list, j), *owner = PyTuple_GET_ITEM(hold, 4);
         if ((own != NULL && owner == own) || (running_only && owner == Py_None)) continue; /* before any number */
-        Span other;
-        if (span_of(hold, &other) < 0) { *failed = 1; return NULL; }
-        if (other.start < span->end && span->start < other.end && (span->writes || other.writes)) return hold;
+        if (span_of(hold, &other) < 0) return -1;
+        if (other.start < span.end && span.start < other.end && (span.writes || other.writes)) return 1;
     }
-    return NULL;
+    return 0;
 }
 
 static int remove_hold(PyObject *list, PyObject *hold) {
@@ -224,13 +223,9 @@ static int claim(PyObject *plan) {
     PyObject *lists = result ? get(D_LISTS, plan) : NULL, *entries = lists ? get(D_ENTRIES, plan) : NULL;
     if (result && entries == NULL) result = -1;
     for (Py_ssize_t i = 0; result == 1 && i < PyTuple_GET_SIZE(entries); i++) {
-        PyObject *list = PyTuple_GET_ITEM(lists, i);
-        Span span;
-        int failed = 0;
-        if (span_of(PyTuple_GET_ITEM(entries, i), &span) < 0) { result = -1; break; }
-        PyObject *hold = overlapping(list, &span, joined == Py_None ? NULL : joined, 0, &failed);
-        if (failed) result = -1;
-        else if (hold != NULL) result = 0;
+        int found = overlapping(PyTuple_GET_ITEM(lists, i), PyTuple_GET_ITEM(entries, i),
+                                joined == Py_None ? NULL : joined, 0);
+        result = found < 0 ? -1 : !found;
     }
     if (result == 1 && plan_apply(plan, 1) < 0) result = -1; /* appended after every check */
     lock_release(ledger_lock);
@@ -393,45 +388,33 @@ static int txn_commit(PyObject *access_set, CudaAsyncBatchTxn *txn) {
 }
 
 /* -- synchronous runs ---------------------------------------------------------------- */
-/* The (handle, state) of a stream, through a small cache keyed by identity. */
+/* The (handle, state) of recent streams, by identity (a weak reference), in order of
+ * first use; a new stream takes the first dead stream's entry (which keeps that
+ * stream's state alive), else the entries in turn. */
+typedef struct { PyObject *ref, *state; unsigned long long handle; } StreamFacts;
+static StreamFacts stream_cache[STREAM_CACHE_SIZE];
+static unsigned stream_cache_turn;
+
 static int stream_facts(PyObject *stream, unsigned long long *handle, PyObject **state) {
-    PyObject *key = PyLong_FromVoidPtr(stream);
-    if (key == NULL) return -1;
-    PyObject *cached = PyDict_GetItemWithError(stream_cache, key); /* borrowed */
-    if (cached != NULL && cuda_async_referent(PyTuple_GET_ITEM(cached, 0)) == stream) {
-        *handle = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(cached, 1));
-        *state = Py_NewRef(PyTuple_GET_ITEM(cached, 2));
-        Py_DECREF(key);
-        return 0;
-    }
-    if (PyErr_Occurred()) { Py_DECREF(key); return -1; }
-    PyObject *raw = PyObject_GetAttr(stream, str_handle);
-    PyObject *number = raw ? PyNumber_Long(raw) : NULL;
+    for (int i = 0; i < STREAM_CACHE_SIZE && stream_cache[i].ref != NULL; i++)
+        if (cuda_async_referent(stream_cache[i].ref) == stream) {
+            *handle = stream_cache[i].handle;
+            *state = Py_NewRef(stream_cache[i].state);
+            return 0;
+        }
+    PyObject *raw = PyObject_GetAttr(stream, str_handle), *number = raw ? PyNumber_Long(raw) : NULL;
     PyObject *found = number ? PyObject_CallOneArg(stream_state, stream) : NULL;
     PyObject *ref = found ? PyWeakref_NewRef(stream, NULL) : NULL;
-    int failed = ref == NULL;
-    if (!failed) {
-        *handle = PyLong_AsUnsignedLongLong(number);
-        failed = PyErr_Occurred() != NULL;
-    }
-    if (!failed) {
-        /* Entries of dead streams go first (they keep the stream's state alive), then all. */
-        PyObject *dead = PyList_New(0);
-        Py_ssize_t position = 0;
-        PyObject *entry_key, *cached_entry;
-        while (dead && PyDict_Next(stream_cache, &position, &entry_key, &cached_entry))
-            if (cuda_async_referent(PyTuple_GET_ITEM(cached_entry, 0)) == Py_None && PyList_Append(dead, entry_key) < 0)
-                Py_CLEAR(dead);
-        for (Py_ssize_t i = 0; dead && i < PyList_GET_SIZE(dead); i++)
-            if (PyDict_DelItem(stream_cache, PyList_GET_ITEM(dead, i)) < 0) PyErr_Clear();
-        Py_XDECREF(dead);
-        if (PyDict_GET_SIZE(stream_cache) >= STREAM_CACHE_SIZE) PyDict_Clear(stream_cache);
-        PyObject *entry = PyTuple_Pack(3, ref, number, found);
-        failed = entry == NULL || PyDict_SetItem(stream_cache, key, entry) < 0;
-        Py_XDECREF(entry);
-    }
-    Py_XDECREF(raw); Py_XDECREF(number); Py_XDECREF(ref); Py_DECREF(key);
-    if (failed) { Py_XDECREF(found); return -1; }
+    if (ref != NULL) *handle = PyLong_AsUnsignedLongLong(number);
+    Py_XDECREF(raw); Py_XDECREF(number);
+    if (ref == NULL || PyErr_Occurred()) { Py_XDECREF(found); Py_XDECREF(ref); return -1; }
+    int slot = 0; /* (chosen after the Python calls above, which may let another thread in) */
+    while (slot < STREAM_CACHE_SIZE && stream_cache[slot].ref && cuda_async_referent(stream_cache[slot].ref) != Py_None)
+        slot++;
+    if (slot == STREAM_CACHE_SIZE) slot = stream_cache_turn++ % STREAM_CACHE_SIZE;
+    StreamFacts old = stream_cache[slot];
+    stream_cache[slot] = (StreamFacts){ref, Py_NewRef(found), *handle};
+    Py_XDECREF(old.ref); Py_XDECREF(old.state); /* after: freeing a state may run Python code */
     *state = found;
     return 0;
 }
@@ -442,12 +425,8 @@ static int idle(PyObject *accesses, PyObject *plan) {
     PyObject *lists = get(D_LISTS, plan), *entries = lists ? get(D_ENTRIES, plan) : NULL;
     int ok = entries != NULL ? 1 : -1;
     for (Py_ssize_t i = 0; ok == 1 && i < PyTuple_GET_SIZE(entries); i++) {
-        Span span;
-        int failed = 0;
-        if (span_of(PyTuple_GET_ITEM(entries, i), &span) < 0) { ok = -1; break; }
-        span.writes = 1; /* any running hold at all */
-        if (overlapping(PyTuple_GET_ITEM(lists, i), &span, NULL, 1, &failed) != NULL) ok = 0;
-        if (failed) ok = -1;
+        int found = overlapping(PyTuple_GET_ITEM(lists, i), PyTuple_GET_ITEM(entries, i), NULL, 1);
+        ok = found < 0 ? -1 : !found;
     }
     Py_XDECREF(lists); Py_XDECREF(entries);
     Py_ssize_t n = PyTuple_GET_SIZE(accesses);
@@ -462,46 +441,32 @@ static int idle(PyObject *accesses, PyObject *plan) {
 }
 
 /* The default policy's next stream: `default_policy().next_stream()`, with the
- * built-in RoundRobin and SingleStream answered here as their next_stream does. */
+ * built-in SingleStream and RoundRobin answered here as their next_stream does
+ * (`_stream`; `_streams[next(_counter) % len(_streams)]`) once their streams exist. */
 static PyObject *next_stream(void) {
-    PyObject *policy = NULL;
+    PyObject *policy = NULL, *held = NULL, *stream = NULL;
     if (PyContextVar_Get(scoped_policy, Py_None, &policy) < 0) return NULL;
-    if (policy == Py_None) {
-        Py_DECREF(policy);
-        policy = PyObject_GetAttr(policy_module, str_default);
-        if (policy == Py_None) {
-            Py_DECREF(policy);
-            PyObject *make = PyObject_GetAttr(policy_module, str_default_policy);
-            policy = make ? PyObject_CallNoArgs(make) : NULL;
-            Py_XDECREF(make);
-        }
-        if (policy == NULL) return NULL;
+    if (policy == Py_None) Py_SETREF(policy, PyObject_GetAttr(policy_module, str_default));
+    if (policy == Py_None) Py_SETREF(policy, PyObject_CallMethodNoArgs(policy_module, str_default_policy));
+    if (policy == NULL) return NULL;
+    PyTypeObject *type = Py_TYPE(policy);
+    if (type == single_stream_type || type == round_robin_type) {
+        held = PyObject_GetAttr(policy, type == single_stream_type ? str_stream : str_streams);
+        if (held == NULL) PyErr_Clear(); /* then asked as any other policy */
     }
-    PyObject *stream = NULL;
-    if (Py_TYPE(policy) == round_robin_type) { /* streams[next(counter) % len(streams)] */
-        PyObject *streams = PyObject_GetAttr(policy, str_streams);
-        if (streams != NULL && PyTuple_Check(streams) && PyTuple_GET_SIZE(streams) > 0) {
-            PyObject *counter = PyObject_GetAttr(policy, str_counter);
-            PyObject *index = counter ? PyIter_Next(counter) : NULL;
-            Py_ssize_t i = index ? PyLong_AsSsize_t(index) : -1;
-            if (i >= 0) stream = Py_NewRef(PyTuple_GET_ITEM(streams, i % PyTuple_GET_SIZE(streams)));
-            Py_XDECREF(counter);
-            Py_XDECREF(index);
-            if (stream == NULL && !PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "RoundRobin: bad counter");
-            Py_DECREF(streams);
-            Py_DECREF(policy);
-            return stream;
-        }
-        if (streams == NULL) PyErr_Clear();
-        Py_XDECREF(streams);
-    } else if (Py_TYPE(policy) == single_stream_type) {
-        stream = PyObject_GetAttr(policy, str_stream);
-        if (stream != NULL && stream != Py_None) { Py_DECREF(policy); return stream; }
-        if (stream == NULL) PyErr_Clear();
-        Py_XDECREF(stream);
+    if (held != NULL && type == single_stream_type && held != Py_None) {
+        stream = Py_NewRef(held);
+    } else if (held != NULL && PyTuple_Check(held) && PyTuple_GET_SIZE(held) > 0) {
+        PyObject *counter = PyObject_GetAttr(policy, str_counter);
+        PyObject *index = counter ? PyIter_Next(counter) : NULL;
+        Py_ssize_t i = index ? PyLong_AsSsize_t(index) : -1;
+        if (i >= 0) stream = Py_NewRef(PyTuple_GET_ITEM(held, i % PyTuple_GET_SIZE(held)));
+        else if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "RoundRobin: bad counter");
+        Py_XDECREF(counter); Py_XDECREF(index);
     }
-    stream = PyObject_CallMethodNoArgs(policy, str_next_stream); /* any other policy, or streams not made yet */
-    Py_DECREF(policy);
+    if (stream == NULL && !PyErr_Occurred()) /* any other policy, or streams not made yet */
+        stream = PyObject_CallMethodNoArgs(policy, str_next_stream);
+    Py_XDECREF(held); Py_DECREF(policy);
     return stream;
 }
 
@@ -579,7 +544,7 @@ static int sync_end(CudaAsyncSyncTxn *txn, int ran) {
 }
 
 static CudaAsyncBatchAPI api = {CUDA_ASYNC_BATCH_API_VERSION, claim, drop, txn_begin, txn_commit, txn_abort,
-                                lock_try_acquire, lock_release, &RLockType, sync_begin, sync_end};
+                                sync_begin, sync_end};
 
 static PyObject *configure(PyObject *self, PyObject *args) {
     PyObject *var, *ledger, *streams, *table, *captures, *policies, *scoped, *round_robin, *single_stream, *state, *dropped;
@@ -600,7 +565,6 @@ static PyObject *configure(PyObject *self, PyObject *args) {
     Py_XSETREF(round_robin_type, (PyTypeObject *)Py_NewRef(round_robin));
     Py_XSETREF(single_stream_type, (PyTypeObject *)Py_NewRef(single_stream));
     Py_XSETREF(stream_state, Py_NewRef(state));
-    if (stream_cache == NULL && (stream_cache = PyDict_New()) == NULL) return NULL;
     Py_XSETREF(ledger_lock, Py_NewRef(ledger));
     Py_XSETREF(streams_lock, Py_NewRef(streams));
     Py_XSETREF(dropped_claims, Py_NewRef(dropped));
@@ -630,17 +594,13 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "cuda_async._native_batch", NULL, -1, methods};
 
 PyMODINIT_FUNC PyInit__native_batch(void) {
-    one = PyLong_FromLong(1);
-    str_next_stream = PyUnicode_InternFromString("next_stream");
-    str_handle = PyUnicode_InternFromString("handle");
-    str_default = PyUnicode_InternFromString("_default");
-    str_default_policy = PyUnicode_InternFromString("default_policy");
-    str_streams = PyUnicode_InternFromString("_streams");
-    str_counter = PyUnicode_InternFromString("_counter");
-    str_stream = PyUnicode_InternFromString("_stream");
-    if (!one || !str_next_stream || !str_handle || !str_default || !str_default_policy || !str_streams ||
-        !str_counter || !str_stream)
-        return NULL;
+    struct { PyObject **name; const char *text; } names[] = {
+        {&str_next_stream, "next_stream"}, {&str_handle, "handle"}, {&str_default, "_default"},
+        {&str_default_policy, "default_policy"}, {&str_streams, "_streams"}, {&str_counter, "_counter"},
+        {&str_stream, "_stream"}};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if ((*names[i].name = PyUnicode_InternFromString(names[i].text)) == NULL) return NULL;
+    if ((one = PyLong_FromLong(1)) == NULL) return NULL;
     if (PyType_Ready(&RLockType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;

@@ -18,7 +18,7 @@
 
 #include <Python.h>
 
-#define CUDA_ASYNC_BATCH_API_VERSION 3
+#define CUDA_ASYNC_BATCH_API_VERSION 4
 #define CUDA_ASYNC_BATCH_API_CAPSULE "cuda_async._native_batch.API"
 
 /* A leaf op repeated inside an active `batch` usually finds the ledger as its
@@ -56,10 +56,6 @@ typedef struct {
     int (*commit)(PyObject *access_set, CudaAsyncBatchTxn *txn);
     /* Unlocks without recording. */
     void (*abort)(CudaAsyncBatchTxn *txn);
-    /* On an rlock(): 1 acquired (by this thread, reentrantly), 0 held by another thread. */
-    int (*lock_try_acquire)(PyObject *lock);
-    void (*lock_release)(PyObject *lock);
-    PyTypeObject *lock_type;
     /* 1: begun (the run's holds taken, the claim's given back); 0: not idle; -1: error set. */
     int (*sync_begin)(PyObject *access_set, PyObject *claimed, PyObject *run, CudaAsyncSyncTxn *txn);
     /* Gives the run's holds back (waiting for the ledger lock without the GIL); `ran`:

@@ -33,7 +33,12 @@ from cutile_compiler._builtins.shape import (
     arange as arange,
     broadcast_to as broadcast_to,
     cat as cat,
+    expand_dims as expand_dims,
     extract as extract,
+    flip as flip,
+    insert as insert,
+    pack_to_bytes as pack_to_bytes,
+    unpack_from_bytes as unpack_from_bytes,
     full as full,
     ones as ones,
     permute as permute,
@@ -46,6 +51,8 @@ from cutile_compiler._builtins.elementwise import (
     bitcast as bitcast,
     cdiv as cdiv,
     ceil_div as ceil_div,
+    clamp as clamp,
+    gelu as gelu,
     pow_ as pow_,
     where as where,
 )
@@ -61,7 +68,7 @@ from cutile_compiler._builtins.reduction import (
     scan as scan,
     sum_ as sum_,
 )
-from cutile_compiler._builtins.matmul import matmul as matmul, mma as mma
+from cutile_compiler._builtins.matmul import matmul as matmul, mma as mma, mma_scaled as mma_scaled
 from cutile_compiler._builtins.pointer import (
     atomic_add as atomic_add,
     atomic_and as atomic_and,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import builtins
 import inspect
+import sys
 from typing import Any, TYPE_CHECKING
 
 from cutile_compiler import _dtypes as dt
@@ -75,6 +76,12 @@ _PYTHON_BUILTINS: dict[Any, Impl] = {
 }
 
 
+#: Libraries whose Python functions are host code, never inlined into a kernel (cutile's own
+#: host packages among them; cutile_kernels' helpers are kernel code)
+_LIBRARIES = frozenset({"numpy", "ml_dtypes", "scipy", "torch", "jax", "cupy", "cutile", "cutile_compiler",
+                        "cutile_ir", "cuda_core", "cuda_async"})
+
+
 def call_object(fe: FrontEnd, callee: Any, args: list[Any], kwargs: dict[str, Any], node: ast.Call) -> Any:
     """Emits a call of ``callee`` found in a kernel."""
     from cutile_compiler._frontend import KernelLambda
@@ -110,7 +117,10 @@ def call_object(fe: FrontEnd, callee: Any, args: list[Any], kwargs: dict[str, An
     if inspect.isfunction(callee) and callee.__name__ == "<lambda>":
         return fe.inline(callee, args, kwargs, node)  # a lambda is an expression: inlined as it is
     if inspect.isfunction(callee):
-        raise fe.syntax_error(
-            f"cannot call the Python function {name} inside a kernel; decorate it with @cutile.function to "
-            "make it a device function", node)
+        module = (getattr(callee, "__module__", None) or "").partition(".")[0]
+        if module in sys.stdlib_module_names or module in _LIBRARIES:
+            raise fe.syntax_error(f"cannot call {callee.__module__}.{name} inside a kernel: a kernel calls the kernel "
+                                  f"language's functions (cutile.core) and Python functions of its own, which are "
+                                  f"inlined", node)
+        return fe.inline(callee, args, kwargs, node)  # a plain helper function, inlined as a device function is
     raise fe.syntax_error(f"cannot call {fe.describe(callee)} inside a kernel", node)

@@ -203,3 +203,26 @@ def bitcast(fe: FrontEnd, node: ast.Call, x: Any, dtype: DType) -> Value:
     """x's bits read as ``dtype`` of the same width."""
     return fe.op(ElementwiseOp.BITCAST, [_tile(fe, x, node, "bitcast's argument")], {"dtype": _dtype(fe, dtype, node)},
                  node=node).result
+
+
+@builtin
+def gelu(fe: FrontEnd, node: ast.Call, x: Any, approximate: str = "none") -> Value:
+    """The GELU activation x * P(X <= x) for standard normal X: exact, x * (1 + erf(x /
+    sqrt(2))) / 2 (``approximate="none"``; f16, bf16, f32), or ``approximate="tanh"``,
+    x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x ** 3))) / 2. Element-wise."""
+    if approximate not in ("none", "tanh"):
+        raise fe.type_error(f"gelu: approximate must be 'none' or 'tanh', got {fe.describe(approximate)}", node)
+    key = ElementwiseOp.GELU_ERF if approximate == "none" else ElementwiseOp.GELU_TANH
+    return fe.op(key, [_tile(fe, x, node, "gelu's argument")], node=node).result
+
+
+@builtin
+def clamp(fe: FrontEnd, node: ast.Call, x: Any, lo: Any, hi: Any) -> Any:
+    """minimum(maximum(x, lo), hi): x limited to [lo, hi]. Element-wise;
+    shapes broadcast and dtypes promote; numbers alone fold."""
+    if all(isinstance(v, _NUMBER) for v in (x, lo, hi)):
+        return fe.fold(lambda a, b, c: min(max(a, b), c), (x, lo, hi),
+                       lambda: f"clamp({bounded_repr(x)}, {bounded_repr(lo)}, {bounded_repr(hi)})", node)
+    value, low, high = fe.unify([x, lo, hi], node, "clamp()")
+    raised = fe.op(ElementwiseOp.MAXIMUM, [value, low], node=node).result
+    return fe.op(ElementwiseOp.MINIMUM, [raised, high], node=node).result

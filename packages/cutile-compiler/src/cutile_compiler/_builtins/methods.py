@@ -14,7 +14,7 @@ from cutile_compiler._builtins.elementwise import astype, bitcast
 from cutile_compiler._builtins.memory import load, load_at, num_tiles
 from cutile_compiler._builtins.pointer import _own_atomic, _own_atomic_cas, _own_values
 from cutile_compiler._builtins.reduction import argmax, argmin, cumprod, cumsum, max_, min_, prod, sum_
-from cutile_compiler._builtins.shape import broadcast_to, extract, permute, reshape, transpose
+from cutile_compiler._builtins.shape import broadcast_to, expand_dims, extract, flip, insert, permute, reshape, transpose
 from cutile_compiler._ir import Value
 from cutile_compiler._opdefs import MemoryOp
 from cutile_compiler._mapped import mapped_load, mapped_store, tensor_num_tiles, tensor_tiles, tensor_tiles_with
@@ -148,7 +148,8 @@ _TILE_METHODS: dict[str, Impl] = {
     "transpose": _bind_builtin(transpose), "sum": _bind_builtin(sum_), "prod": _bind_builtin(prod),
     "max": _bind_builtin(max_), "min": _bind_builtin(min_), "argmax": _bind_builtin(argmax),
     "argmin": _bind_builtin(argmin), "cumsum": _bind_builtin(cumsum), "cumprod": _bind_builtin(cumprod),
-    "extract": _bind_builtin(extract),
+    "extract": _bind_builtin(extract), "insert": _bind_builtin(insert), "expand_dims": _bind_builtin(expand_dims),
+    "flip": _bind_builtin(flip),
 }
 _TENSOR_METHODS: dict[str, Impl] = {
     "load": _tensor_load, "store": _tensor_store, "partition": _tensor_partition,

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+import cutile_ir as ir
 from cutile_compiler import _dtypes as dt
 from cutile_compiler._ir import Operation
 from cutile_compiler._opdefs._base import EvalContext, Op, OpDef, RuleError, register
@@ -79,10 +80,91 @@ class Mma(OpDef):
         return (ctx.builder.mmaf(*args),)
 
 
+#: Block-scaled MMA (Tile IR ``mmaf_scaled``, sm_100+): element dtype -> scale dtype ->
+#: the block sizes B it takes (B elements along K share one scale); the accumulator is f32
+MMA_SCALED_TYPES: dict[dt.DType, dict[dt.DType, tuple[int, ...]]] = {
+    dt.f8e4m3fn: {dt.f8e8m0fnu: (32,)},
+    dt.f8e5m2: {dt.f8e8m0fnu: (32,)},
+    dt.f4e2m1fn: {dt.f8e8m0fnu: (16, 32), dt.f8e4m3fn: (16,)},
+}
+#: the first SM with block-scaled MMA
+MMA_SCALED_MIN_SM = 100
+
+
+def _decoded(values: Any) -> Any:
+    """Float64 values of an fp8/fp4 array (ml_dtypes decodes each format exactly)."""
+    return np.asarray(values).astype(np.float64)
+
+
+class MmaScaled(OpDef):
+    """``mma_scaled(x, y, acc, x_scale, y_scale)``: acc + (x * x_scale) @ (y * y_scale),
+    each scale shared by a block of B consecutive elements along K (x_scale is
+    (M, K / B), y_scale (K / B, N)), for 2-D tiles or 3-D batches.
+
+    The interpreter decodes every element and scale exactly, multiplies and sums in
+    float64 and rounds once to f32 (the tensor cores sum in f32 in an order of theirs).
+    """
+
+    def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
+        x, y, acc, x_scale, y_scale = (tile_operand(operand_types, i, "mma_scaled") for i in range(5))
+        names = ("x", "y", "acc", "x_scale", "y_scale")
+        tiles = (x, y, acc, x_scale, y_scale)
+        for name, tile in zip(names, tiles):
+            if tile.rank != x.rank or tile.rank not in (2, 3):
+                raise RuleError(f"mma_scaled: x, y, acc and the scales must all be 2-D (or 3-D batches of one "
+                                f"batch shape), got {name} {tile}")
+        if x.dtype is not y.dtype:
+            raise RuleError(f"mma_scaled: x and y must have the same dtype, got {x.dtype} and {y.dtype}")
+        if x.dtype not in MMA_SCALED_TYPES:
+            raise RuleError(f"mma_scaled: x and y must be {', '.join(map(str, MMA_SCALED_TYPES))}, got {x.dtype}")
+        if x_scale.dtype is not y_scale.dtype:
+            raise RuleError(f"mma_scaled: x_scale and y_scale must have the same dtype, got {x_scale.dtype} and "
+                            f"{y_scale.dtype}")
+        sizes = MMA_SCALED_TYPES[x.dtype].get(x_scale.dtype)
+        if sizes is None:
+            raise RuleError(f"mma_scaled: {x.dtype} elements take scales of "
+                            f"{', '.join(map(str, MMA_SCALED_TYPES[x.dtype]))}, got {x_scale.dtype}")
+        if acc.dtype is not dt.f32:
+            raise RuleError(f"mma_scaled: the accumulator must be f32, got {acc.dtype}")
+        *batch, m, k = x.shape
+        *batch_y, k2, n = y.shape
+        if k != k2 or tuple(acc.shape) != (*batch, m, n) or batch != batch_y:
+            raise RuleError(f"mma_scaled: shapes do not chain: x {list(x.shape)} @ y {list(y.shape)} + acc "
+                            f"{list(acc.shape)}")
+        for name, scale, expected, k_axis in (("x_scale", x_scale, x.shape, -1), ("y_scale", y_scale, y.shape, -2)):
+            blocks = scale.shape[k_axis]
+            outside = [d for i, d in enumerate(scale.shape) if i != scale.rank + k_axis]
+            if outside != [d for i, d in enumerate(expected) if i != len(expected) + k_axis] \
+                    or k % blocks or k // blocks not in sizes:
+                raise RuleError(f"mma_scaled: {name} {list(scale.shape)} must match its operand "
+                                f"{list(expected)} but along K, where K / {name}'s extent is the block size B, one of "
+                                f"{', '.join(map(str, sizes))} for {x.dtype} with {x_scale.dtype} scales")
+        return (acc,)
+
+    def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        x, y, acc, x_scale, y_scale = args
+        k = x.shape[-1]
+        scaled_x = _decoded(x) * np.repeat(_decoded(x_scale), k // x_scale.shape[-1], axis=-1)
+        scaled_y = _decoded(y) * np.repeat(_decoded(y_scale), k // y_scale.shape[-2], axis=-2)
+        with np.errstate(all="ignore"):
+            product = np.matmul(scaled_x, scaled_y) + acc.astype(np.float64)
+            return (product.astype(np.float32),)
+
+    def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        if ctx.arch is not None and ir.parse_arch(ctx.arch).sm < MMA_SCALED_MIN_SM:
+            raise ctx.error(op, f"mma_scaled needs sm_{MMA_SCALED_MIN_SM} or newer (block-scaled MMA); {ctx.arch} "
+                                f"has no such instruction: use mma on scaled f16/bf16/fp8 tiles there")
+        if ctx.version < ir.V13_3:
+            raise ctx.error(op, f"mma_scaled needs Tile IR bytecode 13.3 or newer; this compile writes {ctx.version}")
+        x, y, acc, x_scale, y_scale = args
+        return (ctx.builder.mmaf_scaled(x, y, acc, x_scale, y_scale),)
+
+
 class MatmulOp(Op):
     """Matrix multiply-accumulate."""
 
     MMA = Mma()
+    MMA_SCALED = MmaScaled()
 
 
 register(MatmulOp)

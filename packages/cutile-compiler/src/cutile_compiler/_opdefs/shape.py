@@ -1,5 +1,5 @@
 """Tile creation and shape operations: constant, iota, broadcast, reshape,
-permute, cat, extract."""
+permute, cat, extract, insert, and the byte views pack and unpack."""
 
 from __future__ import annotations
 
@@ -239,6 +239,117 @@ class Extract(OpDef):
         return (ctx.builder.extract(args[0], indices, result_types=[tile_type(op.results[0].type)]),)
 
 
+class Insert(OpDef):
+    """``insert(x, value, *index)``: x with the sub-tile at tile index ``index`` (x
+    split into tiles of value's shape) replaced by ``value``; the inverse of
+    `Extract`. Tile IR's ``insert`` appeared in bytecode 13.4."""
+
+    def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
+        tile = tile_operand(operand_types, 0, "insert")
+        value = tile_operand(operand_types, 1, "insert")
+        if value.dtype is not tile.dtype:
+            raise RuleError(f"insert: the value's dtype {value.dtype} differs from the tile's {tile.dtype}")
+        if value.rank != tile.rank:
+            raise RuleError(f"insert: the value has rank {value.rank}, the tile rank {tile.rank}")
+        check_index(operand_types[2:], tile.rank, "insert")
+        if any(d % s for d, s in zip(tile.shape, value.shape)):
+            raise RuleError(f"insert: the value's shape {list(value.shape)} does not divide the tile's "
+                            f"{list(tile.shape)}")
+        return (tile,)
+
+    def check_static(self, operand_types: Sequence[KType], static_values: Sequence[Any],
+                     attrs: dict[str, Any]) -> None:
+        tile, value = operand_types[0], operand_types[1]
+        assert isinstance(tile, TileType) and isinstance(value, TileType)
+        for axis, (index, size, extent) in enumerate(zip(static_values[2:], value.shape, tile.shape)):
+            if index is not None and not 0 <= index < extent // size:
+                raise RuleError(f"insert: index {index} is out of range along axis {axis}: {list(tile.shape)} holds "
+                                f"{extent // size} sub-tiles of {size} there (indices 0 to {extent // size - 1})")
+
+    def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        result = np.array(args[0], copy=True)
+        value = args[1]
+        slices = []
+        for axis, (index, size) in enumerate(zip(args[2:], value.shape)):
+            start = int(index) * size
+            if not 0 <= start <= result.shape[axis] - size:
+                raise ctx.runtime_error(op, f"insert: index {int(index)} is out of range along axis {axis}")
+            slices.append(slice(start, start + size))
+        result[tuple(slices)] = value
+        return (result,)
+
+    def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        if ctx.version < ir.V13_4:
+            raise ctx.error(op, f"insert needs Tile IR bytecode 13.4 or newer (tileiras 13.4+); this compile "
+                                f"writes {ctx.version}")
+        indices = [ctx.index_i32(a, v.type) for a, v in zip(args[2:], op.operands[2:])]
+        return (ctx.builder.insert(args[1], args[0], indices),)
+
+
+def _nibbles(values: Any) -> Any:
+    """The 4-bit codes of an f4e2m1fn array (ml_dtypes keeps each in a byte's low bits)."""
+    return np.ascontiguousarray(values).view(np.uint8) & np.uint8(0xF)
+
+
+class Pack(OpDef):
+    """``pack(x)``: a 1-D tile's bits as bytes (u8), element 0's first: little-endian
+    within an element, and for 4-bit elements element 2i in the low half of byte i.
+    Tile IR's ``pack`` (bytecode 13.3+); 8-bit elements are a ``bitcast``."""
+
+    def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
+        tile = tile_operand(operand_types, 0, "pack_to_bytes")
+        if tile.rank != 1 or tile.dtype.is_bool or (tile.size * tile.dtype.bits) % 8:
+            raise RuleError(f"pack_to_bytes: needs a 1-D tile of whole bytes (not bool), got {tile}")
+        return (TileType(dt.u8, (tile.size * tile.dtype.bits // 8,)),)
+
+    def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        source = op.operands[0].type
+        assert isinstance(source, TileType)
+        if source.dtype.bits == 4:
+            codes = _nibbles(args[0])
+            return ((codes[0::2] | (codes[1::2] << np.uint8(4))).astype(np.uint8),)
+        return (np.ascontiguousarray(args[0]).view(np.uint8).copy(),)
+
+    def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        result = tile_type(op.results[0].type)
+        source = op.operands[0].type
+        assert isinstance(source, TileType)
+        if source.dtype.bits == 8:
+            return (ctx.builder.bitcast(args[0], result_types=[result]),)
+        return (ctx.builder.pack(args[0], result_types=[result]),)
+
+
+class Unpack(OpDef):
+    """``unpack(x) {dtype}``: a 1-D u8 (or i8) tile's bytes read as values of ``dtype``,
+    the inverse of `Pack`. Tile IR's ``unpack`` (bytecode 13.3+); 8-bit ``dtype`` is a
+    ``bitcast``."""
+
+    def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
+        tile = tile_operand(operand_types, 0, "unpack_from_bytes")
+        target: DType = attrs["dtype"]
+        if tile.rank != 1 or tile.dtype not in (dt.u8, dt.i8):
+            raise RuleError(f"unpack_from_bytes: needs a 1-D tile of u8 bytes, got {tile}")
+        if target.is_bool or (tile.size * 8) % target.bits:
+            raise RuleError(f"unpack_from_bytes: {tile.size} bytes do not hold whole {target} values")
+        return (TileType(target, (tile.size * 8 // target.bits,)),)
+
+    def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        target: DType = op.attrs["dtype"]
+        data = np.ascontiguousarray(args[0]).view(np.uint8)
+        if target.bits == 4:
+            codes = np.empty(2 * data.size, dtype=np.uint8)
+            codes[0::2], codes[1::2] = data & np.uint8(0xF), data >> np.uint8(4)
+            return (codes.view(numpy_dtype(target)),)
+        return (data.view(numpy_dtype(target)).copy(),)
+
+    def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        result = tile_type(op.results[0].type)
+        target: DType = op.attrs["dtype"]
+        if target.bits == 8:
+            return (ctx.builder.bitcast(args[0], result_types=[result]),)
+        return (ctx.builder.unpack(args[0], result_types=[result]),)
+
+
 class ShapeOp(Op):
     """Tiles made from constants and reshaped."""
 
@@ -249,6 +360,9 @@ class ShapeOp(Op):
     PERMUTE = Permute()
     CAT = Cat()
     EXTRACT = Extract()
+    INSERT = Insert()
+    PACK = Pack()
+    UNPACK = Unpack()
 
 
 register(ShapeOp)

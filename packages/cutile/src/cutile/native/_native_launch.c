@@ -100,8 +100,8 @@ typedef struct {
     int site_lasti;
 } LaunchBase;
 
-/* The base of cutile's Tensor and Partition: `_consumed_by` (None while the object
- * may be used; else who consumed it), read here without a Python call. */
+/* The base of cutile's Tensor and Partition: `_consumed_by` (None or NULL while the
+ * object may be used; else who consumed it), read here without a Python call. */
 typedef struct {
     PyObject_HEAD
     PyObject *consumed_by;
@@ -183,33 +183,21 @@ static void fast_dealloc(NativeObjectBinding *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static int read_uints(PyObject *seq, unsigned *out, Py_ssize_t n, const char *what) {
-    if (!PyTuple_Check(seq) || PyTuple_GET_SIZE(seq) != n) {
-        PyErr_Format(PyExc_TypeError, "NativeObjectBinding: %s must be a tuple of %zd ints", what, n);
-        return -1;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        unsigned long v = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(seq, i));
-        if (PyErr_Occurred()) return -1;
-        out[i] = (unsigned)v;
-    }
-    return 0;
-}
-
 /* NativeObjectBinding(owner, access_set, claim, run, name, launch_type, checks, results, function, context,
  *             grid, block, shared_memory, packed, reads)
- *   checks:  per argument (0, weakref, None) | (1, type, value)
- *            | (2, type, packed_as, slot, range): packed_as the cubin's C type, range the dtype's
+ *   checks:  per argument (kind, target, value, packed_as, slot, range): a tensor (0, weakref, None, 0, 0, 0),
+ *            a constant (1, type, value, 0, 0, 0), a scalar (2, type, None, packed_as, slot, range):
+ *            packed_as the cubin's C type, range the dtype's
  *   claim, run: cuda_async.ClaimPlan objects (pending holds; a synchronous run's)
  *   results: argument indices of the tensors a run returns
  *   packed:  bytes, 8 per parameter (scalars are refilled per call) */
 static PyObject *fast_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    PyObject *owner, *access_set, *claim, *run, *name, *launch_type, *checks, *results, *grid, *block, *packed, *reads;
+    PyObject *owner, *access_set, *claim, *run, *name, *launch_type, *checks, *results, *packed, *reads;
     unsigned long long function, context;
-    unsigned shared_memory;
-    if (!PyArg_ParseTuple(args, "OOOOUO!O!O!KKO!O!ISO!", &owner, &access_set, &claim, &run, &name, &PyType_Type,
-                          &launch_type, &PyTuple_Type, &checks, &PyTuple_Type, &results, &function,
-                          &context, &PyTuple_Type, &grid, &PyTuple_Type, &block, &shared_memory, &packed,
+    unsigned grid[3], block[3], shared_memory;
+    if (!PyArg_ParseTuple(args, "OOOOUO!O!O!KK(III)(III)ISO!", &owner, &access_set, &claim, &run, &name, &PyType_Type,
+                          &launch_type, &PyTuple_Type, &checks, &PyTuple_Type, &results, &function, &context,
+                          &grid[0], &grid[1], &grid[2], &block[0], &block[1], &block[2], &shared_memory, &packed,
                           &PyList_Type, &reads))
         return NULL;
     if (!configured) return PyErr_Format(PyExc_RuntimeError, "NativeObjectBinding: configure the module first");
@@ -229,8 +217,9 @@ static PyObject *fast_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) 
     self->reads = Py_NewRef(reads);
     self->function = (void *)(uintptr_t)function;
     self->context = (void *)(uintptr_t)context;
+    memcpy(self->grid, grid, sizeof grid);
+    memcpy(self->block, block, sizeof block);
     self->shared_memory = shared_memory;
-    if (read_uints(grid, self->grid, 3, "grid") < 0 || read_uints(block, self->block, 3, "block") < 0) goto fail;
     self->nparams = nbytes / SLOT;
     self->packed = PyMem_Malloc(nbytes ? nbytes : 1);
     if (self->packed == NULL) { PyErr_NoMemory(); goto fail; }
@@ -242,31 +231,23 @@ static PyObject *fast_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) 
     if (self->checks == NULL || self->scalar_checks == NULL) { PyErr_NoMemory(); goto fail; }
     self->nargs = nargs; /* set once the arrays exist: the deallocator walks them */
     for (Py_ssize_t i = 0; i < self->nargs; i++) {
-        PyObject *spec = PyTuple_GET_ITEM(checks, i);
+        PyObject *spec = PyTuple_GET_ITEM(checks, i), *target, *value;
         Check *check = &self->checks[i];
-        if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) < 3) goto bad_check;
-        check->kind = (int)PyLong_AsLong(PyTuple_GET_ITEM(spec, 0));
-        PyObject *a = PyTuple_GET_ITEM(spec, 1), *b = PyTuple_GET_ITEM(spec, 2);
-        if (check->kind == CHECK_TENSOR) {
-            if (!PyWeakref_CheckRef(a)) goto bad_check;
-            check->ref = Py_NewRef(a);
-        } else if (check->kind == CHECK_CONSTANT) {
-            if (!PyType_Check(a)) goto bad_check;
-            check->type = (PyTypeObject *)Py_NewRef(a);
-            check->ref = Py_NewRef(b);
-        } else if (check->kind == CHECK_SCALAR && PyTuple_GET_SIZE(spec) == 5 && PyType_Check(a)) {
-            check->type = (PyTypeObject *)Py_NewRef(a);
-            check->code = (int)PyLong_AsLong(b);
-            check->slot = (int)PyLong_AsLong(PyTuple_GET_ITEM(spec, 3));
-            check->range = (int)PyLong_AsLong(PyTuple_GET_ITEM(spec, 4));
-            if (check->code < P_I8 || check->code > P_F64 || check->range < P_I8 || check->range > P_F64 ||
-                check->slot < 0 || check->slot >= self->nparams)
-                goto bad_check;
+        if (!PyTuple_Check(spec) || !PyArg_ParseTuple(spec, "iOOiii", &check->kind, &target, &value, &check->code,
+                                                      &check->slot, &check->range))
+            goto bad_check;
+        if (check->kind == CHECK_TENSOR && PyWeakref_CheckRef(target)) {
+            check->ref = Py_NewRef(target);
+        } else if (check->kind == CHECK_CONSTANT && PyType_Check(target)) {
+            check->type = (PyTypeObject *)Py_NewRef(target);
+            check->ref = Py_NewRef(value);
+        } else if (check->kind == CHECK_SCALAR && PyType_Check(target) && check->code >= P_I8 && check->code <= P_F64 &&
+                   check->range >= P_I8 && check->range <= P_F64 && check->slot >= 0 && check->slot < self->nparams) {
+            check->type = (PyTypeObject *)Py_NewRef(target);
             self->scalar_checks[self->nscalars++] = i;
         } else {
             goto bad_check;
         }
-        if (PyErr_Occurred()) goto fail;
     }
     self->nresults = PyTuple_GET_SIZE(results);
     self->results = PyMem_Calloc(self->nresults ? self->nresults : 1, sizeof(Py_ssize_t));
@@ -307,7 +288,9 @@ static int arguments_match(NativeObjectBinding *fb, PyObject *args) {
         if (check->kind == CHECK_TENSOR) {
             if (cuda_async_referent(check->ref) != value) return 0; /* a dead reference gives None */
             /* (a tensor or partition: an Owned, whose consumer is this file's member) */
-            if (!PyObject_TypeCheck(value, &OwnedType) || ((Owned *)value)->consumed_by != NULL) return 0;
+            if (!PyObject_TypeCheck(value, &OwnedType)) return 0;
+            PyObject *consumed_by = ((Owned *)value)->consumed_by;
+            if (consumed_by != NULL && consumed_by != Py_None) return 0;
         } else if (Py_TYPE(value) != check->type) {
             return 0;
         } else if (check->kind == CHECK_CONSTANT && value != check->ref) {
@@ -478,10 +461,13 @@ static int launch_on(NativeObjectBinding *fb, unsigned long long stream, void **
     return err;
 }
 
-static void raise_driver_error(int err, PyObject *what) {
-    PyObject *raised = PyObject_CallFunction(raise_launch_error, "iO", err, what);
+/* Raises cuda_core's error for `err` of DOING + NAME (e.g. "waiting for the " "launch of f"). */
+static void raise_driver_error(int err, const char *doing, PyObject *name) {
+    PyObject *what = PyUnicode_FromFormat("%s%U", doing, name);
+    PyObject *raised = what ? PyObject_CallFunction(raise_launch_error, "iO", err, what) : NULL;
     Py_XDECREF(raised);
-    if (!PyErr_Occurred()) PyErr_Format(PyExc_RuntimeError, "%U failed with CUDA error %d", what, err);
+    Py_XDECREF(what);
+    if (!PyErr_Occurred()) PyErr_Format(PyExc_RuntimeError, "%s%U failed with CUDA error %d", doing, name, err);
 }
 
 /* The launch in a batch's steady state, or run synchronously on idle resources;
@@ -498,35 +484,24 @@ static PyObject *fast_sync(LaunchBase *self, NativeObjectBinding *fb) {
                                  params + (Py_ssize_t)check->slot * SLOT);
         if (packed <= 0) return NULL;
     }
-    PyObject *access_set = fb->access_set, *result = NULL;
+    PyObject *access_set = fb->access_set;
     CudaAsyncBatchTxn txn;
-    int begun = batch_api->begin(access_set, self->claim, &txn);
-    if (begun == 1) {
-        Py_CLEAR(self->claim); /* the batch job's holds cover it now */
-        self->done = 1; /* from here on the launch has run, whatever the driver says */
-        self->pending = 0;
-        int waited = 0;
-        int err = launch_on(fb, txn.stream_handle, pointers, 0, &waited);
-        if (err) { batch_api->abort(&txn); raise_driver_error(err, fb->name); return NULL; }
-        if (batch_api->commit(access_set, &txn) < 0) return NULL;
-        native_syncs++;
-        return results_of(fb, self->args);
-    }
-    if (begun < 0) return NULL;
     CudaAsyncSyncTxn sync;
-    begun = batch_api->sync_begin(access_set, self->claim, fb->run, &sync);
-    if (begun <= 0) return NULL;
-    Py_CLEAR(self->claim); /* the run's holds replace it */
-    self->done = 1;
+    int in_batch = batch_api->begin(access_set, self->claim, &txn);
+    if (in_batch < 0 || (!in_batch && batch_api->sync_begin(access_set, self->claim, fb->run, &sync) <= 0))
+        return NULL;
+    Py_CLEAR(self->claim); /* the batch job's holds cover it now, or the run's replace it */
+    self->done = 1; /* from here on the launch has run, whatever the driver says */
     self->pending = 0;
-    int waited = 0; /* the holds keep other threads off the resources during the wait */
-    int err = launch_on(fb, sync.stream_handle, pointers, 1, &waited);
-    if (err && !waited) { raise_driver_error(err, fb->name); batch_api->sync_end(&sync, 0); return NULL; }
-    if (err) {
-        PyObject *what = PyUnicode_FromFormat("waiting for the %U", fb->name);
-        if (what != NULL) { raise_driver_error(err, what); Py_DECREF(what); }
+    int waited = 0; /* (a run's holds keep other threads off the resources during its wait) */
+    int err = launch_on(fb, in_batch ? txn.stream_handle : sync.stream_handle, pointers, !in_batch, &waited);
+    if (in_batch) {
+        if (err) { batch_api->abort(&txn); raise_driver_error(err, "", fb->name); return NULL; }
+        if (batch_api->commit(access_set, &txn) < 0) return NULL;
+    } else {
+        if (err) raise_driver_error(err, waited ? "waiting for the " : "", fb->name);
+        if (batch_api->sync_end(&sync, waited) < 0 || err) return NULL; /* waited: the launch was enqueued */
     }
-    if (batch_api->sync_end(&sync, 1) < 0 || err) return NULL;
     native_syncs++;
     return results_of(fb, self->args);
 }
@@ -597,16 +572,6 @@ static PyMemberDef launch_members[] = {
     {NULL}};
 
 /* -- Owned ------------------------------------------------------------------------------- */
-static int owned_set_consumed(Owned *self, PyObject *value, void *closure) {
-    /* None (or deleting it) makes the object usable; anything else is who consumed it. */
-    Py_XSETREF(self->consumed_by, (value == NULL || value == Py_None) ? NULL : Py_NewRef(value));
-    return 0;
-}
-
-static PyObject *owned_get_consumed(Owned *self, void *closure) {
-    return Py_NewRef(self->consumed_by ? self->consumed_by : Py_None);
-}
-
 static void owned_dealloc(Owned *self) {
     /* (Its consumer is a string: no cycle to collect. A subclass's dealloc has
      * untracked the object and drops the reference to its heap type.) */
@@ -614,9 +579,8 @@ static void owned_dealloc(Owned *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static PyGetSetDef owned_getset[] = {
-    {"_consumed_by", (getter)owned_get_consumed, (setter)owned_set_consumed, "who consumed the object, or None", NULL},
-    {NULL}};
+static PyMemberDef owned_members[] = {
+    {"_consumed_by", T_OBJECT, offsetof(Owned, consumed_by), 0, "who consumed the object, or None"}, {NULL}};
 
 /* -- module ------------------------------------------------------------------------------ */
 static PyTypeObject FastBindingType = {
@@ -631,7 +595,7 @@ static PyTypeObject KernelBaseType = {
 static PyTypeObject OwnedType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "cutile._native_launch.Owned",
     .tp_basicsize = sizeof(Owned), .tp_dealloc = (destructor)owned_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE, .tp_new = PyType_GenericNew, .tp_getset = owned_getset};
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE, .tp_new = PyType_GenericNew, .tp_members = owned_members};
 static PyTypeObject LaunchBaseType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "cutile._native_launch.LaunchBase",
     .tp_basicsize = sizeof(LaunchBase), .tp_dealloc = (destructor)launch_dealloc,
@@ -716,17 +680,12 @@ static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "cutile._native_l
                                         NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__native_launch(void) {
-    if (PyType_Ready(&FastBindingType) < 0 || PyType_Ready(&KernelBaseType) < 0 || PyType_Ready(&LaunchBaseType) < 0 ||
-        PyType_Ready(&OwnedType) < 0)
-        return NULL;
+    struct { const char *name; PyTypeObject *type; } types[] = {
+        {"NativeObjectBinding", &FastBindingType}, {"KernelBase", &KernelBaseType},
+        {"LaunchBase", &LaunchBaseType}, {"Owned", &OwnedType}};
     PyObject *m = PyModule_Create(&module_def);
-    if (m == NULL) return NULL;
-    if (PyModule_AddObjectRef(m, "NativeObjectBinding", (PyObject *)&FastBindingType) < 0 ||
-        PyModule_AddObjectRef(m, "KernelBase", (PyObject *)&KernelBaseType) < 0 ||
-        PyModule_AddObjectRef(m, "LaunchBase", (PyObject *)&LaunchBaseType) < 0 ||
-        PyModule_AddObjectRef(m, "Owned", (PyObject *)&OwnedType) < 0) {
-        Py_DECREF(m);
-        return NULL;
-    }
+    for (size_t i = 0; m != NULL && i < sizeof types / sizeof *types; i++)
+        if (PyType_Ready(types[i].type) < 0 || PyModule_AddObjectRef(m, types[i].name, (PyObject *)types[i].type) < 0)
+            Py_CLEAR(m);
     return m;
 }

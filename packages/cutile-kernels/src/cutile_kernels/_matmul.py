@@ -1,0 +1,403 @@
+"""``cutile_kernels.matmul``: GEMM with a fused epilogue on any tensor kind.
+
+A call goes through three steps, the last two cached:
+
+1. Operands: each tensor argument becomes a cutile tensor over the same memory
+   (`_operands.as_tensor`); shapes, dtypes, the epilogue and ``out=`` are checked
+   (every error names its parameter).
+2. The plan, per call signature (shapes, strides, dtypes, epilogue, options): the
+   path (`_choose_path`), the kernel (`_gemm.gemm_kernel`, cached per variant and
+   hints), the config (`_configs.choose`: the record's winner or a default) and the
+   launch's tile, map and block count. A signature seen before costs one dict lookup:
+   the record is not asked again.
+3. The launch: the output (a fresh view of it, so the caller's object is never
+   consumed) partitioned and mapped by the plan, the kernel called. `matmul` waits
+   for it and returns the output; `matmul.launch` returns the pending `cutile.Launch`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import cutile
+from cutile.core import bf16, f16, f32
+
+from cutile_kernels import _configs
+from cutile_kernels._epilogue import Epilogue, check_epilogue
+from cutile_kernels._gemm import Variant, gemm_kernel
+from cutile_kernels._operands import FP8, Operand, as_tensor, check_no_overlap, dtype_named, tensor_of
+
+OUT_DTYPES = (f16, bf16, f32)
+
+
+def _choose_path(m: int, n: int, k: int, batch: int, dtype: Any) -> str:
+    """Which kernel family computes a GEMM of ``m x n x k`` (``batch`` GEMMs).
+
+    Only ``"tiled"`` (the persistent grouped GEMM of `_gemm`) is built here. The
+    integrator routes ``m <= 16`` (decode) to ``_gemv.small_m_matmul`` and small
+    ``m * n`` with large ``k`` to ``_splitk.split_k_matmul``; both are called as
+    ``f(a, b, out, *, bias, activation, residual, alpha, config)`` with a [M, K],
+    b [K, N] and out [M, N] cutile tensors (views allowed), ``config`` a tuner dict or
+    None, and return the pending launch (`_launch_call` is where they are called)."""
+    return "tiled"
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What a call signature launches (see the module docstring)."""
+
+    path: str
+    kernel: cutile.Kernel[Any, Any]
+    config: dict[str, Any]
+    tile: tuple[int, ...]
+    map_shape: tuple[int, ...]
+    blocks: int
+    fold_batch: bool  # a batched call with b shared by every batch and folded to one GEMM
+    a_transposed: bool  # a's rows are contiguous: passed as its transpose (`_gemm.Variant`)
+    b_transposed: bool
+
+
+_PLAN_LIMIT = 4096  # call signatures kept (then forgotten all at once)
+
+
+@dataclass
+class _Call:
+    """One call's checked operands (cutile tensors in the kernel's rank) and its plan."""
+
+    plan: _Plan | None  # None: an empty output, nothing to launch
+    a: cutile.Tensor
+    b: cutile.Tensor
+    out: cutile.Tensor
+    out_handed: Any
+    result_kind: Operand | None  # None: out_handed is the result as it is (the caller's out=)
+    epilogue: Epilogue
+    scales: tuple[cutile.Tensor, cutile.Tensor] | None
+    alpha: float
+
+
+def _scales(scale_a: Any, scale_b: Any) -> tuple[float, tuple[cutile.Tensor, cutile.Tensor] | None]:
+    """(the factor folded into alpha, the scale tensors read on the device or None)."""
+    for name, s in (("scale_a", scale_a), ("scale_b", scale_b)):
+        if isinstance(s, bool):
+            raise cutile.ArgumentTypeError(f"matmul: {name} must be a number or a one-element f32 tensor, got {s!r}")
+    numbers = [s for s in (scale_a, scale_b) if s is None or (isinstance(s, (int, float)) and not isinstance(s, bool))]
+    if len(numbers) == 2:
+        factor = 1.0
+        for name, s in (("scale_a", scale_a), ("scale_b", scale_b)):
+            if s is not None:
+                if not math.isfinite(float(s)):
+                    raise cutile.ArgumentError(f"matmul: {name} must be finite, got {s!r}")
+                factor *= float(s)
+        return factor, None
+    tensors = []
+    for name, s in (("scale_a", scale_a), ("scale_b", scale_b)):
+        if s is None or isinstance(s, (int, float)):
+            raise cutile.ArgumentError(f"matmul: {name} is a number while the other scale is a tensor; give both "
+                                       "scales as one-element f32 tensors, or both as numbers")
+        t = as_tensor(s, "matmul", name).tensor
+        if t.size != 1 or t.dtype != f32:
+            raise cutile.ArgumentError(f"matmul: {name} must be a one-element f32 tensor (a per-tensor scale), "
+                                       f"got shape {list(t.shape)} of {t.dtype}")
+        tensors.append(t.reshape(1) if t.is_contiguous else t[(0,) * t.ndim].broadcast_to(1))
+    return 1.0, (tensors[0], tensors[1])
+
+
+@dataclass(frozen=True)
+class _Signature:
+    """What the checks of a call signature settled, and its plan (None: empty output)."""
+
+    out_shape: tuple[int, ...]
+    out_dtype: Any
+    batched: bool
+    batch: int
+    plan: _Plan | None
+
+
+_SIGNATURES: dict[tuple[Any, ...], _Signature] = {}
+
+
+def _layout(t: cutile.Tensor | None) -> tuple[Any, ...] | None:
+    return None if t is None else (t.shape, t.strides, t.dtype)
+
+
+def _prepare(a: Any, b: Any, *, out: Any, bias: Any, activation: Any, residual: Any, alpha: Any, scale_a: Any,
+             scale_b: Any, out_dtype: Any, accumulate_dtype: Any, allow_tf32: bool, config: Any) -> _Call:
+    a_op = as_tensor(a, "matmul", "a")
+    ta, tb = a_op.tensor, tensor_of(b, "matmul", "b")
+    bias_t = None if bias is None else tensor_of(bias, "matmul", "bias")
+    residual_t = None if residual is None else tensor_of(residual, "matmul", "residual")
+    out_op = None if out is None or type(out) is cutile.Tensor else as_tensor(out, "matmul", "out")
+    out_t = out if out_op is None else out_op.tensor
+    factor, scale_tensors = (1.0, None) if scale_a is None and scale_b is None else _scales(scale_a, scale_b)
+    # Everything checked below but the memory (overlaps) and alpha depends only on this key:
+    # a signature seen before skips those checks and finds its plan in one lookup.
+    try:
+        key: tuple[Any, ...] | None = (
+            ta.shape, ta.strides, ta.dtype, tb.shape, tb.strides, tb.dtype, _layout(bias_t), _layout(residual_t),
+            _layout(out_t), activation, out_dtype, accumulate_dtype, allow_tf32, scale_tensors is not None,
+            tuple(sorted(config.items())) if isinstance(config, dict) else config)
+        signature = _SIGNATURES.get(key)  # type: ignore[arg-type]
+    except TypeError:  # an unhashable argument: checked (and refused) below
+        key, signature = None, None
+    if signature is None:
+        signature = _check_signature(ta, tb, bias_t, residual_t, out_t, activation, out_dtype, accumulate_dtype,
+                                     allow_tf32, scale_tensors is not None, config)
+        if key is not None:
+            if len(_SIGNATURES) >= _PLAN_LIMIT:
+                _SIGNATURES.clear()
+            _SIGNATURES[key] = signature
+    epilogue = check_epilogue("matmul", signature.out_shape, bias=bias_t, activation=activation,
+                              residual=residual_t, alpha=alpha) if signature.plan is None or key is None \
+        else Epilogue(bias_t, activation, residual_t, _checked_alpha(alpha))
+    if out_t is None:
+        out_t, out_handed = a_op.empty_like_kind(signature.out_shape, signature.out_dtype)
+        result_kind = a_op
+    else:
+        check_no_overlap("matmul", out_t, {"a": ta, "b": tb, "bias": bias_t, "residual": residual_t,
+                                           "scale_a": scale_tensors[0] if scale_tensors else None,
+                                           "scale_b": scale_tensors[1] if scale_tensors else None})
+        result_kind, out_handed = None, out  # the caller's out= object, given back as it is
+    alpha_total = epilogue.alpha * factor
+    if not math.isfinite(alpha_total):
+        raise cutile.ArgumentError("matmul: alpha * scale_a * scale_b is not finite")
+    plan = signature.plan
+    if plan is not None:
+        ta, tb, out_t, epilogue = _shaped(plan, signature.batched, signature.batch, ta, tb, out_t, epilogue)
+    return _Call(plan, ta, tb, out_t, out_handed, result_kind, epilogue, scale_tensors, alpha_total)
+
+
+def _checked_alpha(alpha: Any) -> float:
+    if isinstance(alpha, float) and math.isfinite(alpha):
+        return alpha
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
+        raise cutile.ArgumentTypeError(f"matmul: alpha must be a number, got {type(alpha).__name__}")
+    if not math.isfinite(float(alpha)):
+        raise cutile.ArgumentError(f"matmul: alpha must be finite, got {alpha!r}")
+    return float(alpha)
+
+
+def _check_signature(ta: cutile.Tensor, tb: cutile.Tensor, bias_t: cutile.Tensor | None,
+                     residual_t: cutile.Tensor | None, out_t: cutile.Tensor | None, activation: Any, out_dtype: Any,
+                     accumulate_dtype: Any, allow_tf32: Any, scale_tensors: bool, config: Any) -> _Signature:
+    """The checks of a call signature (each error names its parameter), and its plan."""
+    for name, t in (("a", ta), ("b", tb)):
+        if t.ndim not in (2, 3):
+            raise cutile.ArgumentError(f"matmul: {name} must be a matrix [rows, cols] or a batch of them "
+                                       f"[batch, rows, cols], got shape {list(t.shape)}")
+    if ta.dtype not in (f16, bf16, f32, *FP8):
+        raise cutile.ArgumentTypeError(f"matmul: a has dtype {ta.dtype}; matmul takes f16, bf16, f32, f8e4m3fn, f8e5m2")
+    if tb.dtype != ta.dtype:
+        raise cutile.ArgumentTypeError(f"matmul: b has dtype {tb.dtype} and a {ta.dtype}; both operands must have "
+                                       "one dtype")
+    m, k = ta.shape[-2:]
+    k_b, n = tb.shape[-2:]
+    if k_b != k:
+        raise cutile.ArgumentError(f"matmul: b has {k_b} rows but a has {k} columns ({list(ta.shape)} @ "
+                                   f"{list(tb.shape)})")
+    batch_a = ta.shape[0] if ta.ndim == 3 else 1
+    batch_b = tb.shape[0] if tb.ndim == 3 else 1
+    if batch_a != batch_b and 1 not in (batch_a, batch_b):
+        raise cutile.ArgumentError(f"matmul: the batch sizes of a ({batch_a}) and b ({batch_b}) differ and neither "
+                                   "is 1 (broadcast)")
+    batched = ta.ndim == 3 or tb.ndim == 3
+    batch = max(batch_a, batch_b)
+    out_shape = (batch, m, n) if batched else (m, n)
+    in_dtype = ta.dtype
+    if out_t is not None and out_t.shape != out_shape:
+        raise cutile.ArgumentError(f"matmul: out has shape {list(out_t.shape)}, the product is {list(out_shape)}")
+    if out_dtype is None:
+        chosen_out = out_t.dtype if out_t is not None else (bf16 if in_dtype in FP8 else in_dtype)
+    else:
+        chosen_out = dtype_named(out_dtype, "matmul", "out_dtype")
+    if chosen_out not in OUT_DTYPES:
+        what = f"out has dtype {chosen_out}" if out_dtype is None else f"out_dtype={chosen_out}"
+        raise cutile.ArgumentTypeError(f"matmul: {what}; the output is f16, bf16 or f32")
+    if out_t is not None and out_t.dtype != chosen_out:
+        raise cutile.ArgumentTypeError(f"matmul: out has dtype {out_t.dtype}, out_dtype is {chosen_out}")
+    acc = dtype_named(accumulate_dtype, "matmul", "accumulate_dtype")
+    if acc not in (f32, f16) or (acc == f16 and in_dtype not in (f16, *FP8)):
+        raise cutile.ArgumentTypeError(f"matmul: accumulate_dtype={acc} with {in_dtype} inputs; f32 always, "
+                                       "f16 only for f16 and fp8 inputs")
+    if not isinstance(allow_tf32, bool):
+        raise cutile.ArgumentTypeError(f"matmul: allow_tf32 must be a bool, got {type(allow_tf32).__name__}")
+    if config is not None:
+        _configs.check_config(config, "matmul")
+    # alpha does not reach the kernel's code: any valid one checks the rest of the epilogue
+    epilogue = check_epilogue("matmul", out_shape, bias=bias_t, activation=activation, residual=residual_t, alpha=1.0)
+    if 0 in out_shape:
+        return _Signature(out_shape, chosen_out, batched, batch, None)
+    out_dense = out_t is None or out_t.is_contiguous  # (the output a call allocates is dense)
+    plan = _make_plan(ta, tb, out_dense, epilogue, in_dtype, chosen_out, acc, allow_tf32, scale_tensors, batched, batch,
+                      m, n, k, config)
+    return _Signature(out_shape, chosen_out, batched, batch, plan)
+
+
+def _foldable(t: cutile.Tensor | None) -> bool:
+    return t is None or t.is_contiguous
+
+
+def _column_major(t: cutile.Tensor) -> bool:
+    """Whether the last two dims of ``t`` are laid out transposed (its rows contiguous,
+    its columns not): the kernels then read its transpose, whose rows are."""
+    return t.shape[-1] > 1 and t.strides[-1] != 1 and (t.strides[-2] == 1 or t.shape[-2] == 1)
+
+
+def _make_plan(ta: cutile.Tensor, tb: cutile.Tensor, out_dense: bool, epilogue: Epilogue, in_dtype: Any,
+               out_dtype: Any, acc: Any, allow_tf32: bool, scale_tensors: bool, batched: bool, batch: int,
+               m: int, n: int, k: int, config: dict[str, Any] | None) -> _Plan:
+    # A batch sharing one b, over contiguous a, out and residual, is one GEMM of batch * m rows.
+    fold = batched and (tb.ndim == 2 or tb.shape[0] == 1) and ta.ndim == 3 and _foldable(ta) \
+        and out_dense and _foldable(epilogue.residual)
+    rank = 2 if not batched or fold else 3
+    rows = batch * m if batched else m
+    path = _choose_path(m, n, k, batch, in_dtype)
+    found = _configs.choose(in_dtype, rows, n, k) if config is None else \
+        {**_configs.default_config(rows, n, k, in_dtype), **config}
+    chosen = _configs.fit_to_problem(found, rows if rank == 2 else m, n, k)  # (a batch's own rows: its tiles')
+    a_t, b_t = _column_major(ta), _column_major(tb)
+    variant = Variant(rank, in_dtype, out_dtype, acc, allow_tf32 and in_dtype == f32, epilogue.activation_code,
+                      epilogue.bias.dtype if epilogue.bias is not None else None,
+                      epilogue.residual.dtype if epilogue.residual is not None else None, scale_tensors, a_t, b_t)
+    try:
+        kernel = gemm_kernel(variant, int(chosen["num_worker_warps"]), int(chosen["occupancy"]))
+    except cutile.SignatureError as exc:  # hints the compiler refuses: the config's fault
+        raise cutile.ArgumentError(f"matmul: config {chosen} cannot be used: {exc}") from None
+    tm, tn, group = int(chosen["tile_m"]), int(chosen["tile_n"]), int(chosen["group_size"])
+    tiles = -(-(rows if rank == 2 else m) // tm) * -(-n // tn) * (1 if rank == 2 else batch)
+    default_blocks = _default_blocks(tiles)
+    blocks = max(1, min(tiles, int(chosen["blocks_per_sm"]) * default_blocks))
+    tile = (tm, tn) if rank == 2 else (1, tm, tn)
+    map_shape = (group, 1) if rank == 2 else (1, group, 1)
+    return _Plan(path, kernel, chosen, tile, map_shape, blocks, fold, a_t, b_t)
+
+
+def _default_blocks(tiles: int) -> int:
+    """The map's default block count for ``tiles`` output tiles: one per SM of the
+    device kernels run on, or the tile count when smaller. (Asked of a mapped stride-0
+    view of a new one-element tensor, ``tiles`` tiles of one element: made once per
+    plan, it holds no caller's memory, so no pending launch can refuse it.)"""
+    one = cutile.api.empty([1], dtype=f32).broadcast_to(tiles)
+    blocks = one.partition((1,)).map((1,)).blocks
+    assert blocks is not None
+    return blocks
+
+
+def _shaped(plan: _Plan, batched: bool, batch: int, ta: cutile.Tensor, tb: cutile.Tensor, out_t: cutile.Tensor,
+            epilogue: Epilogue) -> tuple[cutile.Tensor, cutile.Tensor, cutile.Tensor, Epilogue]:
+    """The operands in the kernel's rank: folded to one GEMM, broadcast to the batch, or as they are."""
+    if not batched:
+        return ta, tb, out_t, epilogue
+    m, k = ta.shape[-2:]
+    n = tb.shape[-1]
+    residual = epilogue.residual
+    if plan.fold_batch:
+        b2 = tb if tb.ndim == 2 else tb[0]
+        res2 = residual.reshape(batch * m, n) if residual is not None else None
+        return (ta.reshape(batch * m, k), b2, out_t.reshape(batch * m, n),
+                Epilogue(epilogue.bias, epilogue.activation, res2, epilogue.alpha))
+    return ta.broadcast_to(batch, m, k), tb.broadcast_to(batch, k, n), out_t, epilogue
+
+
+def _transpose(t: cutile.Tensor) -> cutile.Tensor:
+    return t.T if t.ndim == 2 else t.permute(0, 2, 1)
+
+
+def _kernel_arguments(call: _Call) -> tuple[list[Any], dict[str, int]]:
+    """The kernel's positional arguments for ``call`` (the output partitioned and mapped
+    through a fresh view) and its constants."""
+    plan = call.plan
+    assert plan is not None
+    a, b, epilogue = call.a, call.b, call.epilogue
+    k = a.shape[-1]
+    if plan.a_transposed:
+        a = _transpose(a)
+    if plan.b_transposed:
+        b = _transpose(b)
+    ones = [1] * a.ndim
+    bias = a if epilogue.bias is None else epilogue.bias.broadcast_to(ones[:-1] + [epilogue.bias.shape[0]])
+    scale_a, scale_b = (a, a) if call.scales is None else (s.broadcast_to(ones) for s in call.scales)
+    z = call.out[...].partition(plan.tile).map(plan.map_shape, blocks=plan.blocks)
+    residual = epilogue.residual if epilogue.residual is not None else a
+    return [z, a, b, bias, residual, scale_a, scale_b, call.alpha], {"BK": int(plan.config["tile_k"]), "K": k}
+
+
+def _launch_call(call: _Call) -> cutile.Launch[Any]:
+    assert call.plan is not None
+    arguments, constants = _kernel_arguments(call)
+    return call.plan.kernel(*arguments, **constants)
+
+
+def _compile_call(call: _Call, arch: str) -> None:
+    """Compiles what ``call`` would launch, for ``arch``, without launching it (filling
+    the compile caches, as a tuning search does ahead of timing)."""
+    assert call.plan is not None
+    arguments, constants = _kernel_arguments(call)
+    cutile.compile(call.plan.kernel, *arguments, arch=arch, **constants)
+
+
+class Matmul:
+    """``matmul(a, b, ...)``: see `matmul.__call__`; ``matmul.launch(...)``: the same
+    call's launch, pending (for `cutile.bench.do_bench`, `cutile.batch`, graphs)."""
+
+    def __call__(self, a: Any, b: Any, *, out: Any = None, bias: Any = None, activation: str | None = None,
+                 residual: Any = None, alpha: float = 1.0, scale_a: Any = None, scale_b: Any = None,
+                 out_dtype: Any = None, accumulate_dtype: Any = f32, allow_tf32: bool = False,
+                 config: dict[str, Any] | None = None) -> Any:
+        """``act(alpha * (a @ b) * scale_a * scale_b + bias) + residual``, waited for.
+
+        Args:
+            a, b: ``[M, K]`` and ``[K, N]``, or batches ``[B, M, K]`` and ``[B, K, N]``
+                (either batch may be 1 or absent: it is shared by every batch). Any
+                strides (transposed views are read in place). cutile tensors, or any
+                DLPack / CUDA Array Interface tensor (torch, CuPy; numpy on the
+                interpreter). dtypes f16, bf16, f32, f8e4m3fn, f8e5m2 (both the same).
+            out: where the result goes (its shape ``[..., M, N]`` and dtype checked; it
+                must not share memory with an input). None: a new tensor of a's kind.
+            bias: ``[N]``, added to every row. residual: the output's shape, added last.
+            activation: None, ``"relu"``, ``"gelu"`` (tanh approximation), ``"silu"``.
+            alpha: scales the product. scale_a, scale_b: per-tensor scales (fp8):
+                numbers, or one-element f32 tensors read on the device.
+            out_dtype: f16, bf16 or f32; default out's dtype, else bf16 for fp8 inputs
+                and the input dtype otherwise.
+            accumulate_dtype: f32 (f16 allowed for f16 and fp8 inputs).
+            allow_tf32: f32 inputs multiplied as tf32 (faster, 10-bit mantissa); by
+                default f32 products are exact f32.
+            config: a tuning config (keys of `cutile_kernels.GEMM_SPACE`) over the
+                chosen one; by default the record's winner for the shape, or a default.
+        Returns:
+            ``out``, or the new result (a cutile tensor, numpy array, torch or CuPy
+            tensor as ``a`` is).
+        Raises:
+            ArgumentError, ArgumentTypeError, InteropError: a bad argument, named.
+        """
+        call = _prepare(a, b, out=out, bias=bias, activation=activation, residual=residual, alpha=alpha,
+                        scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype, accumulate_dtype=accumulate_dtype,
+                        allow_tf32=allow_tf32, config=config)
+        if call.plan is not None:
+            _launch_call(call).sync()
+        return call.out_handed if call.result_kind is None else call.result_kind.result(call.out, call.out_handed)
+
+    def launch(self, a: Any, b: Any, *, out: Any = None, bias: Any = None, activation: str | None = None,
+               residual: Any = None, alpha: float = 1.0, scale_a: Any = None, scale_b: Any = None,
+               out_dtype: Any = None, accumulate_dtype: Any = f32, allow_tf32: bool = False,
+               config: dict[str, Any] | None = None) -> cutile.Launch[Any]:
+        """The launch of ``matmul(...)`` (same arguments), not run: ``.sync()``,
+        ``.schedule()``, ``await``, a `cutile.batch` or `cutile.bench.do_bench` runs it.
+        Pass ``out=`` to read the result (the launch gives back its kernel's tensors,
+        the output's partition first).
+
+        Raises:
+            ArgumentError: an empty output (nothing to launch), or a bad argument.
+        """
+        call = _prepare(a, b, out=out, bias=bias, activation=activation, residual=residual, alpha=alpha,
+                        scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype, accumulate_dtype=accumulate_dtype,
+                        allow_tf32=allow_tf32, config=config)
+        if call.plan is None:
+            raise cutile.ArgumentError(f"matmul.launch: the output {list(call.out.shape)} is empty; there is "
+                                       "nothing to launch (matmul(...) returns it as it is)")
+        return _launch_call(call)
+
+
+matmul = Matmul()

@@ -1,0 +1,482 @@
+"""Split-K matmul for small M·N and large K, and the kernels it shares with the GEMV path.
+
+``split_k_matmul(a, b, out)`` computes ``out = act(alpha * (a @ b) + bias) + residual``
+in two safe kernels: S blocks per output tile each compute the product over one slice
+of K into a float32 workspace ``[S, M, N]`` (block (s, i, j) owns the workspace tile
+(s, i, j), so nothing is shared), then a reduction kernel sums the S partial tiles of
+each output tile and applies the epilogue. With one split the product kernel applies
+the epilogue itself and no workspace is made.
+
+The weight ``b`` ([K, N]) is read in its stored order: when it is the transposed view
+of an [N, K] row-major matrix (its K axis has stride 1, as a linear layer's weight
+passed as ``w.T``), the kernels take that [N, K] matrix and load [BN, BK] tiles
+contiguous along K; otherwise they load [BK, BN] tiles of b as it is.
+
+The tile product is ``mma`` (a's tile rows on the tensor cores' M side) or ``mma_t``
+(``(w aᵀ)ᵀ``: the weight tile's columns of out there, for a small M), or for the GEMV
+path ``dot`` (float32 products on the CUDA cores, summed along K at the end). tileiras
+(13.4, sm_90) uses the tensor cores (HGMMA) only when that M side has 64 rows or more.
+
+Activations: ``"relu"``, ``"gelu"`` (the tanh approximation: ``0.5 x (1 + tanh(√(2/π)
+(x + 0.044715 x³)))``), ``"silu"`` (``x / (1 + e^-x)``) or None. Products accumulate in
+float32; bias and residual (any of f16, bf16, f32) are added in float32; the result is
+rounded once to out's dtype.
+"""
+
+import functools
+import math
+import weakref
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import cutile
+from cutile import api
+from cutile.core import (
+    Constant,
+    Mut,
+    Tensor,
+    bf16,
+    cdiv,
+    exp,
+    f16,
+    fma,
+    f32,
+    get_tile_block_id,
+    maximum,
+    minimum,
+    mma,
+    sum,
+    tanh,
+    transpose,
+    zeros,
+)
+from cutile.tune import Space
+
+__all__ = ["ACTIVATIONS", "Operands", "check_operands", "default_config", "prune_for", "space", "split_k_matmul"]
+
+ACTIVATIONS: dict[str | None, int] = {None: 0, "relu": 1, "gelu": 2, "silu": 3}
+FLOAT_DTYPES = (f16, bf16, f32)
+SM_COUNT = 132  # the H200's; a default only decides how many blocks to aim for
+METHODS = ("mma", "mma_t", "dot")
+GELU_SCALE = math.sqrt(2.0 / math.pi)
+
+
+# -- operands ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Operands:
+    """A checked call: the shapes, the weight as the kernels read it, the epilogue."""
+
+    m: int
+    n: int
+    k: int
+    a: cutile.Tensor
+    weight: cutile.Tensor      # [N, K] row-major when weight_nk, else b itself ([K, N])
+    weight_nk: bool
+    out: cutile.Tensor
+    bias: cutile.Tensor        # a placeholder (a row of a) when has_bias is False
+    residual: cutile.Tensor    # a placeholder (a itself) when has_residual is False
+    has_bias: bool
+    has_residual: bool
+    activation: int
+    alpha: float
+
+
+def _tensor(value: Any, function: str, name: str) -> cutile.Tensor:
+    if not isinstance(value, cutile.Tensor):
+        raise cutile.ArgumentTypeError(f"{function}: {name} must be a cutile.Tensor, got {type(value).__name__}")
+    return value
+
+
+def _require_live(tensor: cutile.Tensor, function: str, name: str) -> None:
+    """An `OwnershipError` naming ``name`` when the object was consumed (``partition()``):
+    the kernels get cached views of b and out, which would not see it."""
+    try:
+        tensor[...]
+    except cutile.OwnershipError as exc:
+        raise cutile.OwnershipError(f"{function}: {name}: {exc}") from None
+
+
+def _float_dtype(tensor: cutile.Tensor, function: str, name: str) -> None:
+    if tensor.dtype not in FLOAT_DTYPES:
+        raise cutile.ArgumentTypeError(f"{function}: {name} has dtype {tensor.dtype}; expected f16, bf16 or f32")
+
+
+def _span(t: cutile.Tensor) -> tuple[int, int]:
+    """The absolute address range t's elements lie in."""
+    start, end = t.byte_range()
+    base = t.address() - t.offset * t.dtype.itemsize
+    return base + start, base + end
+
+
+def _overlap(x: cutile.Tensor, y: cutile.Tensor) -> bool:
+    (x0, x1), (y0, y1) = _span(x), _span(y)
+    return x.device == y.device and x0 < y1 and y0 < x1
+
+
+# Views and workspaces made from a caller's tensor, kept while it lives: a loop calling with the
+# same tensors then passes the same objects to the kernels, which keeps the launch fast path.
+_derived: "weakref.WeakKeyDictionary[cutile.Tensor, dict[Any, Any]]" = weakref.WeakKeyDictionary()
+
+
+def derived(tensor: cutile.Tensor, key: Any, make: Callable[[], Any]) -> Any:
+    """``make()``, made once per live ``tensor`` and ``key``."""
+    made = _derived.get(tensor)
+    if made is None:
+        made = _derived[tensor] = {}
+    value = made.get(key)
+    if value is None:
+        value = made[key] = make()
+    return value
+
+
+def check_operands(function: str, a: Any, b: Any, out: Any, bias: Any, activation: Any, residual: Any,
+                   alpha: Any) -> Operands:
+    """The arguments of ``function`` checked (an `ArgumentError` or `ArgumentTypeError`
+    naming the parameter), with the weight view the kernels read."""
+    a = _tensor(a, function, "a")
+    b = _tensor(b, function, "b")
+    out = _tensor(out, function, "out")
+    for name, t in (("a", a), ("b", b), ("out", out)):
+        if t is not a:  # (a goes to the kernels itself: the launch checks it)
+            _require_live(t, function, name)
+        if t.ndim != 2:
+            raise cutile.ArgumentError(f"{function}: {name} must be 2-D, got shape {list(t.shape)}")
+        _float_dtype(t, function, name)
+    if a.dtype is not b.dtype:
+        raise cutile.ArgumentTypeError(f"{function}: a and b must have one dtype, got {a.dtype} and {b.dtype}")
+    (m, k), (k2, n) = a.shape, b.shape
+    if k != k2:
+        raise cutile.ArgumentError(f"{function}: a is {list(a.shape)} and b {list(b.shape)}: their K differ")
+    if out.shape != (m, n):
+        raise cutile.ArgumentError(f"{function}: out must have shape {[m, n]}, got {list(out.shape)}")
+    if 0 in (m, n, k):
+        raise cutile.ArgumentError(f"{function}: empty operands (a {list(a.shape)}, b {list(b.shape)})")
+    if activation not in ACTIVATIONS:
+        raise cutile.ArgumentError(f"{function}: activation must be None, 'relu', 'gelu' or 'silu', got {activation!r}")
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha):
+        raise cutile.ArgumentError(f"{function}: alpha must be a finite number, got {alpha!r}")
+    if bias is not None:
+        bias = _tensor(bias, function, "bias")
+        _float_dtype(bias, function, "bias")
+        if bias.shape != (n,):
+            raise cutile.ArgumentError(f"{function}: bias must have shape {[n]}, got {list(bias.shape)}")
+    if residual is not None:
+        residual = _tensor(residual, function, "residual")
+        _float_dtype(residual, function, "residual")
+        if residual.shape != (m, n):
+            raise cutile.ArgumentError(f"{function}: residual must have shape {[m, n]}, got {list(residual.shape)}")
+    for name, t in (("a", a), ("b", b), ("bias", bias), ("residual", residual)):
+        if t is not None and _overlap(t, out):
+            raise cutile.ArgumentError(f"{function}: {name} and out share memory; out is written, so pass distinct "
+                                       "tensors")
+    # Stride 1 along K: b is the transposed view of an [N, K] matrix; read that.
+    weight_nk = b.strides[0] == 1 and b.strides[1] != 1
+    return Operands(m, n, k, a, derived(b, "T", lambda: b.T) if weight_nk else b, weight_nk, out,
+                    bias if bias is not None else derived(a, "row", lambda: a[0]),
+                    residual if residual is not None else a,
+                    bias is not None, residual is not None, ACTIVATIONS[activation], float(alpha))
+
+
+Choices = tuple[Any, ...] | range | None
+
+
+def check_config(function: str, config: Mapping[str, Any] | None, defaults: dict[str, Any],
+                 allowed: Mapping[str, Choices]) -> dict[str, Any]:
+    """``defaults`` updated by ``config``: unknown keys and bad values are `ArgumentError`s.
+    ``allowed`` gives each key's choices (a tuple, a range of ints, None: a power of two >= 1)."""
+    if config is None:
+        return defaults
+    if not isinstance(config, Mapping):
+        raise cutile.ArgumentTypeError(f"{function}: config must be a dict, got {type(config).__name__}")
+    merged = dict(defaults)
+    for key, value in config.items():
+        if key not in allowed:
+            raise cutile.ArgumentError(f"{function}: config key {key!r} is unknown; the keys are {sorted(allowed)}")
+        choices = allowed[key]
+        integer = isinstance(value, int) and not isinstance(value, bool)
+        if choices is None:
+            if not integer or value < 1 or value & (value - 1):
+                raise cutile.ArgumentError(f"{function}: config[{key!r}] must be a power of two >= 1, got {value!r}")
+        elif isinstance(choices, range):
+            if not integer or value not in choices:
+                raise cutile.ArgumentError(f"{function}: config[{key!r}] must be an int from {choices.start} to "
+                                           f"{choices.stop - 1}, got {value!r}")
+        elif value not in choices or type(value) is not type(choices[0]):  # (4.0 == 4, True == 1: not choices)
+            raise cutile.ArgumentError(f"{function}: config[{key!r}] must be one of {list(choices)}, got {value!r}")
+        merged[key] = value
+    return merged
+
+
+def next_power_of_two(x: int) -> int:
+    return 1 << max(0, (x - 1).bit_length())
+
+
+def hints_of(config: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
+    """The hints a config names (a hashable key for the kernel caches): the kernel's
+    ``num_worker_warps`` and ``occupancy``, the weight loads' ``latency`` (0: none)."""
+    return tuple((name, int(config[name])) for name in ("num_worker_warps", "occupancy", "latency")
+                 if config.get(name))
+
+
+def entry_hints(hints: tuple[tuple[str, int], ...]) -> dict[str, int]:
+    return {name: value for name, value in hints if name != "latency"}
+
+
+# -- kernels ------------------------------------------------------------------------------------
+# Built per dtype, weight layout and epilogue (closure constants: each combination is one kernel,
+# its untaken branches folded away at compile time) and per hints (the entry's, so that
+# repeated calls keep the launch fast path).
+
+def _product_loop(weight_nk: bool, method: str, latency: int | None) -> Any:
+    """The device function summing a[bm-tile, k] @ weight[k, bn-tile] over k chunks
+    [first, last) into a float32 [BM, BN] tile (``latency``: the weight loads' hint)."""
+    if method == "mma_t" and weight_nk:  # the weight tile as mma's left operand: (w a^T)^T
+        @cutile.function
+        def product(a: Any, w: Any, bm: Any, bn: Any, first: Any, last: Any, BM: int, BN: int, BK: int) -> Any:
+            acc = zeros((BN, BM), f32)
+            for k in range(first, last):
+                acc = mma(w.load(index=(bn, k), shape=(BN, BK), latency=latency), transpose(a.load(index=(bm, k), shape=(BM, BK))), acc)
+            return transpose(acc)
+    elif method == "mma_t":
+        @cutile.function
+        def product(a: Any, w: Any, bm: Any, bn: Any, first: Any, last: Any, BM: int, BN: int, BK: int) -> Any:
+            acc = zeros((BN, BM), f32)
+            for k in range(first, last):
+                acc = mma(transpose(w.load(index=(k, bn), shape=(BK, BN), latency=latency)), transpose(a.load(index=(bm, k), shape=(BM, BK))),
+                          acc)
+            return transpose(acc)
+    elif method == "mma" and weight_nk:
+        @cutile.function
+        def product(a: Any, w: Any, bm: Any, bn: Any, first: Any, last: Any, BM: int, BN: int, BK: int) -> Any:
+            acc = zeros((BM, BN), f32)
+            for k in range(first, last):
+                acc = mma(a.load(index=(bm, k), shape=(BM, BK)), transpose(w.load(index=(bn, k), shape=(BN, BK), latency=latency)), acc)
+            return acc
+    elif method == "mma":
+        @cutile.function
+        def product(a: Any, w: Any, bm: Any, bn: Any, first: Any, last: Any, BM: int, BN: int, BK: int) -> Any:
+            acc = zeros((BM, BN), f32)
+            for k in range(first, last):
+                acc = mma(a.load(index=(bm, k), shape=(BM, BK)), w.load(index=(k, bn), shape=(BK, BN), latency=latency), acc)
+            return acc
+    elif weight_nk:  # "dot": f32 products on the CUDA cores, kept per element, summed along K once at the end
+        @cutile.function
+        def product(a: Any, w: Any, bm: Any, bn: Any, first: Any, last: Any, BM: int, BN: int, BK: int) -> Any:
+            acc = zeros((BM, BN, BK), f32)
+            for k in range(first, last):
+                x = a.load(index=(bm, k), shape=(BM, BK)).astype(f32).reshape((BM, 1, BK))
+                wt = w.load(index=(bn, k), shape=(BN, BK), latency=latency).astype(f32).reshape((1, BN, BK))
+                acc = fma(x, wt, acc)  # one FFMA a product (acc + x * wt is not contracted)
+            return sum(acc, axis=2)
+    else:
+        @cutile.function
+        def product(a: Any, w: Any, bm: Any, bn: Any, first: Any, last: Any, BM: int, BN: int, BK: int) -> Any:
+            acc = zeros((BM, BK, BN), f32)
+            for k in range(first, last):
+                x = a.load(index=(bm, k), shape=(BM, BK)).astype(f32).reshape((BM, BK, 1))
+                wt = w.load(index=(k, bn), shape=(BK, BN), latency=latency).astype(f32).reshape((1, BK, BN))
+                acc = fma(x, wt, acc)  # one FFMA a product (acc + x * wt is not contracted)
+            return sum(acc, axis=1)
+    return product
+
+
+def _epilogue(activation: int, has_bias: bool, has_residual: bool, out_dtype: Any) -> Any:
+    """The device function taking the float32 product tile to out's tile:
+    act(alpha * acc + bias) + residual, rounded to out's dtype."""
+    @cutile.function
+    def epilogue(acc: Any, alpha: Any, bias: Any, residual: Any, bm: Any, bn: Any, BM: int, BN: int) -> Any:
+        y = acc * alpha
+        if has_bias:
+            y = y + bias.load(index=(bn,), shape=(BN,)).astype(f32).reshape((1, BN))
+        if activation == 1:
+            y = maximum(y, 0.0)
+        elif activation == 2:
+            y = 0.5 * y * (1.0 + tanh(GELU_SCALE * (y + 0.044715 * y * y * y)))
+        elif activation == 3:
+            y = y / (1.0 + exp(-y))
+        if has_residual:
+            y = y + residual.load(index=(bm, bn), shape=(BM, BN)).astype(f32)
+        return y.astype(out_dtype)
+    return epilogue
+
+
+def _weight_annotation(in_dtype: Any, weight_nk: bool) -> Any:
+    return Tensor[in_dtype, [-1, "K"]] if weight_nk else Tensor[in_dtype, ["K", -1]]
+
+
+@functools.cache
+def direct_kernel(in_dtype: Any, out_dtype: Any, bias_dtype: Any, residual_dtype: Any, weight_nk: bool, method: str,
+                  activation: int, has_bias: bool, has_residual: bool,
+                  hints: tuple[tuple[str, int], ...]) -> cutile.Kernel[..., Any]:
+    """One block per [BM, BN] tile of out: the whole K loop, then the epilogue."""
+    product = _product_loop(weight_nk, method, dict(hints).get("latency"))
+    epilogue = _epilogue(activation, has_bias, has_residual, out_dtype)
+
+    @cutile.entry(hints=entry_hints(hints))
+    def matmul_direct(out: Mut[Tensor[out_dtype, ["BM", "BN"]]], a: Tensor[in_dtype, [-1, "K"]],  # type: ignore[misc, name-defined]  # dtypes of the factory
+                      w: _weight_annotation(in_dtype, weight_nk),  # type: ignore[valid-type]
+                      bias: Tensor[bias_dtype, [-1]], residual: Tensor[residual_dtype, [-1, -1]], alpha: f32,  # type: ignore[misc]  # dtypes of the factory
+                      BM: Constant[int], BN: Constant[int], BK: Constant[int], K: Constant[int]) -> None:
+        bm, bn, _ = get_tile_block_id()
+        acc = product(a, w, bm, bn, 0, cdiv(K, BK), BM, BN, BK)
+        out.store(epilogue(acc, alpha, bias, residual, bm, bn, BM, BN))
+
+    return matmul_direct
+
+
+@functools.cache
+def partial_kernel(in_dtype: Any, weight_nk: bool, method: str,
+                   hints: tuple[tuple[str, int], ...]) -> cutile.Kernel[..., Any]:
+    """Block (s, i, j) sums K chunks [s * per, (s + 1) * per) of tile (i, j) into the
+    workspace tile (s, i, j), float32 and without epilogue (an empty slice stores zeros)."""
+    product = _product_loop(weight_nk, method, dict(hints).get("latency"))
+
+    @cutile.entry(hints=entry_hints(hints))
+    def matmul_partial(partial: Mut[Tensor[f32, [1, "BM", "BN"]]], a: Tensor[in_dtype, [-1, "K"]],  # type: ignore[misc, name-defined]  # dtypes of the factory
+                       w: _weight_annotation(in_dtype, weight_nk),  # type: ignore[valid-type]
+                       BM: Constant[int], BN: Constant[int], BK: Constant[int], K: Constant[int],
+                       SPLITS: Constant[int]) -> None:
+        split, bm, bn = get_tile_block_id()
+        steps = cdiv(K, BK)
+        per_split = cdiv(steps, SPLITS)
+        acc = product(a, w, bm, bn, minimum(split * per_split, steps), minimum((split + 1) * per_split, steps),
+                      BM, BN, BK)
+        partial.store(acc.reshape((1, BM, BN)))
+
+    return matmul_partial
+
+
+@functools.cache
+def reduce_kernel(out_dtype: Any, bias_dtype: Any, residual_dtype: Any, activation: int, has_bias: bool,
+                  has_residual: bool) -> cutile.Kernel[..., Any]:
+    """One block per [BM, BN] tile of out: the sum of the SPLITS partial tiles, then the
+    epilogue."""
+    epilogue = _epilogue(activation, has_bias, has_residual, out_dtype)
+
+    @cutile.entry
+    def matmul_reduce(out: Mut[Tensor[out_dtype, ["BM", "BN"]]], partial: Tensor[f32, ["SPLITS", -1, -1]],  # type: ignore[misc, name-defined]  # dtypes of the factory
+                      bias: Tensor[bias_dtype, [-1]], residual: Tensor[residual_dtype, [-1, -1]], alpha: f32,  # type: ignore[misc]  # dtypes of the factory
+                      BM: Constant[int], BN: Constant[int], SPLITS: Constant[int]) -> None:
+        bm, bn, _ = get_tile_block_id()
+        acc = zeros((BM, BN), f32)
+        for s in range(SPLITS):
+            acc = acc + partial.load(index=(s, bm, bn), shape=(1, BM, BN)).reshape((BM, BN))
+        out.store(epilogue(acc, alpha, bias, residual, bm, bn, BM, BN))
+
+    return matmul_reduce
+
+
+def reduce_tiles(m: int, n: int) -> tuple[int, int]:
+    """The reduction's tile: all of a small M, and about 4096 elements (memory bound)."""
+    tile_m = min(next_power_of_two(m), 16)
+    return tile_m, min(max(4096 // tile_m, 16), next_power_of_two(n))
+
+
+def run_matmul(ops: Operands, tile_m: int, tile_n: int, tile_k: int, splits: int, method: str,
+               hints: tuple[tuple[str, int], ...]) -> Any:
+    """The launch (one split) or the op (partial products, then their reduction)."""
+    in_dtype, out = ops.a.dtype, ops.out
+
+    def out_tiles(tile: tuple[int, int]) -> Any:
+        # A partition of a view of out: out itself is not consumed, so the caller keeps using it.
+        return derived(out, ("tiles", tile), lambda: out[...].partition(list(tile)))
+
+    if splits == 1:
+        kernel = direct_kernel(in_dtype, out.dtype, ops.bias.dtype, ops.residual.dtype, ops.weight_nk, method,
+                               ops.activation, ops.has_bias, ops.has_residual, hints)
+        return kernel(out_tiles((tile_m, tile_n)), ops.a, ops.weight, ops.bias, ops.residual, ops.alpha, BK=tile_k)
+    # One workspace per out and split shape: a second call while the first is pending is refused
+    # (the workspace is held), as it would be for out.
+    workspace = derived(out, ("workspace", splits), lambda: api.empty([splits, ops.m, ops.n], dtype=f32))
+    workspace_tiles = derived(workspace, ("tiles", tile_m, tile_n),
+                              lambda: workspace[...].partition([1, tile_m, tile_n]))
+    partial = partial_kernel(in_dtype, ops.weight_nk, method, hints)
+    reduce = reduce_kernel(out.dtype, ops.bias.dtype, ops.residual.dtype, ops.activation, ops.has_bias,
+                           ops.has_residual)
+    reduce_tile = reduce_tiles(ops.m, ops.n)
+
+    def reduction(_: tuple[Any, ...]) -> Any:
+        return reduce(out_tiles(reduce_tile), workspace, ops.bias, ops.residual, ops.alpha)
+
+    return partial(workspace_tiles, ops.a, ops.weight, BK=tile_k, SPLITS=splits).then(reduction)
+
+
+# -- split-K: configs ---------------------------------------------------------------------------
+
+CONFIG_KEYS: dict[str, Choices] = {
+    "tile_m": None, "tile_n": None, "tile_k": None, "split_k": range(1, 65), "method": ("mma", "mma_t"),
+    "num_worker_warps": (1, 2, 4, 8, 16, 32), "occupancy": range(1, 33), "latency": range(11),
+}
+TENSOR_CORE_ROWS = 64  # tileiras uses the tensor cores for an mma whose M side has 64 rows or more
+
+
+def space(dtype: Any) -> Space:
+    """The split-K search space for ``dtype`` (f16, bf16 or f32); `prune_for` drops the
+    configs pointless for a shape."""
+    wide = dtype in (f16, bf16)
+    return Space(tile_m=[16, 64, 128], tile_n=[32, 64, 128], tile_k=[32, 64, 128] if wide else [16, 32, 64],
+                 split_k=[1, 2, 4, 8, 16, 32], method=["mma", "mma_t"], num_worker_warps=[4, 8])
+
+
+def prune_for(m: int, n: int, k: int) -> Callable[[Mapping[str, Any]], bool]:
+    """A ``prune`` for `cutile.tune.search` over `space` at one shape: False for configs
+    tileiras computes without tensor cores (``mma`` below 64 rows of a tile, ``mma_t``
+    below 64 columns), tiles past the shape's powers of two, more splits than K chunks."""
+    def keep(config: Mapping[str, Any]) -> bool:
+        tile_m, tile_n, tile_k = int(config["tile_m"]), int(config["tile_n"]), int(config["tile_k"])
+        on_m_side = tile_m if config["method"] == "mma" else tile_n
+        if on_m_side < TENSOR_CORE_ROWS:
+            return False
+        if tile_m > max(16, next_power_of_two(m)) or tile_n > max(32, next_power_of_two(n)):
+            return False
+        return int(config["split_k"]) <= math.ceil(k / tile_k)
+
+    return keep
+
+
+def default_config(m: int, n: int, k: int, dtype: Any) -> dict[str, Any]:
+    """The config used when no record matches: 64x64 output tiles (the tensor cores need 64
+    rows: a smaller M is padded, or with M <= 16 and N >= 64 the product is transposed,
+    ``mma_t``, so N's 64 take that side), K chunks of 64 (f32: 32), and enough splits of K
+    for about two blocks per SM."""
+    small_m = m <= 16 and n >= TENSOR_CORE_ROWS
+    tile_m = max(8, next_power_of_two(m)) if small_m else TENSOR_CORE_ROWS
+    tile_n = TENSOR_CORE_ROWS if small_m else min(64, max(32, next_power_of_two(n)))
+    tile_k = 64 if dtype in (f16, bf16) else 32
+    tiles = math.ceil(m / tile_m) * math.ceil(n / tile_n)
+    steps = math.ceil(k / tile_k)
+    splits = max(1, min(32, steps, math.ceil(2 * SM_COUNT / tiles)))
+    return {"tile_m": tile_m, "tile_n": tile_n, "tile_k": tile_k, "split_k": splits,
+            "method": "mma_t" if small_m else "mma", "num_worker_warps": 4}
+
+
+def split_k_matmul(a: cutile.Tensor, b: cutile.Tensor, out: cutile.Tensor, *, bias: cutile.Tensor | None = None,
+                   activation: str | None = None, residual: cutile.Tensor | None = None, alpha: float = 1.0,
+                   config: Mapping[str, Any] | None = None) -> Any:
+    """``out = act(alpha * (a @ b) + bias) + residual`` with K split among ``split_k``
+    blocks per output tile (partial sums in a float32 workspace, then a reduction kernel
+    applying the epilogue).
+
+    Args:
+        a: [M, K], f16, bf16 or f32 (any strides).
+        b: [K, N], a's dtype; the transposed view of an [N, K] weight is read as stored.
+        out: [M, N], f16, bf16 or f32 (written; the call keeps it usable).
+        bias: [N] or None. activation: None, "relu", "gelu" (tanh approximation), "silu".
+        residual: [M, N] or None (not out's memory). alpha: the product's scale.
+        config: keys ``tile_m``, ``tile_n``, ``tile_k`` (powers of two), ``split_k`` (1-64),
+            ``method`` ("mma", or "mma_t": the product transposed, for a small M),
+            ``num_worker_warps``, ``occupancy``, ``latency`` (the weight loads' hint, 1-10;
+            0: none); missing keys from `default_config`.
+    Returns:
+        The pending launch (``split_k`` 1; it holds out from the call) or op (the
+        partials, then the reduction, whose launch is made and claims out when the
+        partials have been enqueued), not yet run: ``.sync()``, ``await``,
+        ``.schedule()`` or `cutile.bench.do_bench` run it.
+    Raises:
+        ArgumentError, ArgumentTypeError: a malformed argument (named in the message).
+    """
+    ops = check_operands("split_k_matmul", a, b, out, bias, activation, residual, alpha)
+    cfg = check_config("split_k_matmul", config, default_config(ops.m, ops.n, ops.k, ops.a.dtype), CONFIG_KEYS)
+    return run_matmul(ops, cfg["tile_m"], cfg["tile_n"], cfg["tile_k"], cfg["split_k"], cfg["method"], hints_of(cfg))

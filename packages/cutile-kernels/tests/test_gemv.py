@@ -1,0 +1,313 @@
+"""small_m_matmul (the GEMV path, M <= 16): numpy float64 references on random inputs with
+tails in N and K, every dtype, epilogue and product method, transposed weight views,
+poisoned outputs, splits of K; argument errors; its config space and defaults; compiles
+for sm_90 and sm_100; GPU runs at real sizes."""
+
+from collections.abc import Iterator
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import cutile
+from cutile import _backend, api
+from cutile.core import bf16, f16, f32
+from cutile.tune import Space
+from cutile_kernels import _gemv, _splitk
+from cutile_kernels._gemv import default_config, prune_for, small_m_matmul, space
+
+NUMPY = {f16: np.float16, bf16: ml_dtypes.bfloat16, f32: np.float32}
+EPS = {f16: 2.0 ** -10, bf16: 2.0 ** -7, f32: 2.0 ** -20}
+N, K = 67, 300
+SMALL = {"tile_n": 16, "tile_k": 64}  # small tiles: the interpreter runs them fast, with tails in N and K
+
+
+@pytest.fixture(autouse=True)
+def chosen_backend(request: pytest.FixtureRequest) -> Iterator[None]:
+    _backend.reset_for_tests("gpu" if request.node.get_closest_marker("gpu") else "interpreter")
+    yield
+    _backend.reset_for_tests(None)
+
+
+def reference(a: Any, w_nk: Any, bias: Any = None, activation: str | None = None, residual: Any = None,
+              alpha: float = 1.0) -> Any:
+    """act(alpha * a @ w.T + bias) + residual in float64 (GELU: the tanh approximation)."""
+    y = alpha * (np.asarray(a, np.float64) @ np.asarray(w_nk, np.float64).T)
+    if bias is not None:
+        y = y + np.asarray(bias, np.float64)
+    if activation == "relu":
+        y = np.maximum(y, 0.0)
+    elif activation == "gelu":
+        y = 0.5 * y * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (y + 0.044715 * y ** 3)))
+    elif activation == "silu":
+        y = y / (1.0 + np.exp(-y))
+    if residual is not None:
+        y = y + np.asarray(residual, np.float64)
+    return y
+
+
+def assert_close(got: Any, expected: Any, dtype: Any) -> None:
+    got = np.asarray(got, np.float64)
+    assert np.isfinite(got).all(), "unwritten (NaN-poisoned) elements left in out"
+    scale = float(np.abs(expected).max())
+    np.testing.assert_allclose(got, expected, rtol=4 * EPS[dtype], atol=4 * EPS[dtype] * scale + 1e-5)
+
+
+def random(rng: np.random.Generator, shape: tuple[int, ...], dtype: Any) -> Any:
+    return rng.standard_normal(shape).astype(NUMPY[dtype])
+
+
+def weight_view(w_nk: Any, stored_nk: bool) -> cutile.Tensor:
+    """b = [K, N]: the transposed view of the [N, K] weight, or a [K, N] row-major copy."""
+    return api.from_numpy(w_nk).T if stored_nk else api.from_numpy(np.ascontiguousarray(w_nk.T))
+
+
+@pytest.mark.parametrize("splits", [1, 3])
+@pytest.mark.parametrize("stored_nk", [True, False], ids=["w.T", "kn"])
+@pytest.mark.parametrize("dtype", [f16, bf16, f32], ids=str)
+@pytest.mark.parametrize("m", [1, 3, 16])
+def test_full_epilogue_matches_float64(m: int, dtype: Any, stored_nk: bool, splits: int) -> None:
+    rng = np.random.default_rng(m * 10 + splits)
+    a, w = random(rng, (m, K), dtype), random(rng, (N, K), dtype)
+    bias, residual = random(rng, (N,), dtype), random(rng, (m, N), dtype)
+    out = api.full([m, N], np.nan, dtype=dtype)
+    op = small_m_matmul(api.from_numpy(a), weight_view(w, stored_nk), out, bias=api.from_numpy(bias),
+                        activation="gelu", residual=api.from_numpy(residual), alpha=0.75,
+                        config={**SMALL, "split_k": splits})
+    op.sync()
+    assert_close(out.to_numpy(), reference(a, w, bias, "gelu", residual, 0.75), dtype)
+
+
+@pytest.mark.parametrize("tile_m", [4, 16])  # 16: a's rows padded to the tile
+@pytest.mark.parametrize("method", ["mma", "mma_t", "dot"])
+@pytest.mark.parametrize("activation", [None, "relu", "gelu", "silu"])
+def test_each_activation_and_method(activation: str | None, method: str, tile_m: int) -> None:
+    rng = np.random.default_rng(7)
+    a, w = random(rng, (3, K), bf16), random(rng, (N, K), bf16)
+    out = api.full([3, N], np.nan, dtype=bf16)
+    small_m_matmul(api.from_numpy(a), weight_view(w, True), out, activation=activation,
+                   config={**SMALL, "method": method, "tile_m": tile_m, "latency": 3}).sync()
+    assert_close(out.to_numpy(), reference(a, w, activation=activation), bf16)
+
+
+@pytest.mark.parametrize("epilogue", ["bias", "residual", "both"])
+def test_bias_and_residual_alone_and_of_other_dtypes(epilogue: str) -> None:
+    rng = np.random.default_rng(11)
+    a, w = random(rng, (2, K), bf16), random(rng, (N, K), bf16)
+    bias = random(rng, (N,), f32) if epilogue != "residual" else None
+    residual = random(rng, (2, N), f16) if epilogue != "bias" else None
+    out = api.full([2, N], np.nan, dtype=f32)  # a wider out than the inputs
+    small_m_matmul(api.from_numpy(a), weight_view(w, True), out,
+                   bias=None if bias is None else api.from_numpy(bias),
+                   residual=None if residual is None else api.from_numpy(residual), activation="silu",
+                   config=SMALL).sync()
+    assert_close(out.to_numpy(), reference(a, w, bias, "silu", residual), f32)
+
+
+def test_strided_views_and_a_tail_beside_out() -> None:
+    """a is a transposed view, out a column slice of a wider poisoned buffer: the
+    columns beside it stay untouched (stores are masked at N's tail)."""
+    rng = np.random.default_rng(3)
+    a_km, w = random(rng, (K, 5), f32), random(rng, (N, K), f32)
+    wide = api.full([5, N + 9], np.nan, dtype=f32)
+    out = wide[:, 4:4 + N]
+    small_m_matmul(api.from_numpy(a_km).T, weight_view(w, True), out, config=SMALL).sync()
+    values = wide.to_numpy()
+    assert_close(values[:, 4:4 + N], reference(a_km.T, w), f32)
+    assert np.isnan(values[:, :4]).all() and np.isnan(values[:, 4 + N:]).all()
+
+
+def test_default_config_runs_and_the_call_returns_a_pending_launch() -> None:
+    rng = np.random.default_rng(5)
+    a, w = random(rng, (1, K), bf16), random(rng, (N, K), bf16)
+    out = api.full([1, N], np.nan, dtype=bf16)
+    launch = small_m_matmul(api.from_numpy(a), weight_view(w, True), out)
+    assert isinstance(launch, cutile.Launch)
+    with pytest.raises(cutile.OwnershipError):
+        out.to_numpy()  # the pending launch holds out: nothing ran yet
+    launch.sync()
+    assert_close(out.to_numpy(), reference(a, w), bf16)
+    # out stays usable: a second call writes it again
+    a2 = random(rng, (1, K), bf16)
+    small_m_matmul(api.from_numpy(a2), weight_view(w, True), out, alpha=2.0).sync()
+    assert_close(out.to_numpy(), reference(a2, w, alpha=2.0), bf16)
+
+
+def test_split_call_is_one_op() -> None:
+    rng = np.random.default_rng(6)
+    a, w = random(rng, (4, K), f16), random(rng, (N, K), f16)
+    out = api.full([4, N], np.nan, dtype=f16)
+    op = small_m_matmul(api.from_numpy(a), weight_view(w, True), out, config={**SMALL, "split_k": 8})
+    assert not isinstance(op, cutile.Launch)
+    assert np.isnan(out.to_numpy()).all()  # nothing ran yet (out is claimed by the reduction, made when it runs)
+    op.sync()
+    assert_close(out.to_numpy(), reference(a, w), f16)
+
+
+@pytest.mark.parametrize("splits", [1, 2])
+def test_a_decode_loop_with_the_same_tensors(splits: int) -> None:
+    rng = np.random.default_rng(14)
+    w = random(rng, (N, K), bf16)
+    weight = api.from_numpy(w).T
+    out = api.full([1, N], np.nan, dtype=f32)
+    bias = api.from_numpy(random(rng, (N,), f32))
+    for _ in range(3):  # a new x each step; the weight, bias and out objects stay (their views are cached)
+        a = random(rng, (1, K), bf16)
+        small_m_matmul(api.from_numpy(a), weight, out, bias=bias, config={**SMALL, "split_k": splits}).sync()
+        assert_close(out.to_numpy(), reference(a, w, bias.to_numpy()), bf16)
+
+
+def _args(m: int = 2, k: int = K, n: int = N, dtype: Any = f32) -> tuple[cutile.Tensor, cutile.Tensor, cutile.Tensor]:
+    return api.zeros([m, k], dtype=dtype), api.zeros([k, n], dtype=dtype), api.zeros([m, n], dtype=dtype)
+
+
+@pytest.mark.parametrize(("change", "error", "words"), [
+    (lambda a, b, o: dict(a=api.zeros([17, K]), out=api.zeros([17, N])), cutile.ArgumentError, "17 rows"),
+    (lambda a, b, o: dict(b=api.zeros([K + 1, N])), cutile.ArgumentError, "K differ"),
+    (lambda a, b, o: dict(out=api.zeros([2, N + 1])), cutile.ArgumentError, "out must have shape"),
+    (lambda a, b, o: dict(b=api.zeros([K, N], dtype=f16)), cutile.ArgumentTypeError, "one dtype"),
+    (lambda a, b, o: dict(a=api.zeros([2, K], dtype=cutile.core.i32)), cutile.ArgumentTypeError, "a has dtype"),
+    (lambda a, b, o: dict(a=np.zeros((2, K), np.float32)), cutile.ArgumentTypeError, "a must be a cutile.Tensor"),
+    (lambda a, b, o: dict(bias=api.zeros([N + 1])), cutile.ArgumentError, "bias must have shape"),
+    (lambda a, b, o: dict(residual=api.zeros([N])), cutile.ArgumentError, "residual must have shape"),
+    (lambda a, b, o: dict(activation="tanh"), cutile.ArgumentError, "activation"),
+    (lambda a, b, o: dict(alpha=float("nan")), cutile.ArgumentError, "alpha"),
+    (lambda a, b, o: dict(config={"tile_m": 1}), cutile.ArgumentError, "at least 2"),
+    (lambda a, b, o: dict(config={"tile_m": 32}), cutile.ArgumentError, "config['tile_m']"),
+    (lambda a, b, o: dict(config={"tile_q": 16}), cutile.ArgumentError, "'tile_q' is unknown"),
+    (lambda a, b, o: dict(config={"tile_k": 48}), cutile.ArgumentError, "power of two"),
+    (lambda a, b, o: dict(config={"method": "fma"}), cutile.ArgumentError, "config['method']"),
+    (lambda a, b, o: dict(config={"split_k": 0}), cutile.ArgumentError, "config['split_k']"),
+])
+def test_argument_errors_name_the_parameter(change: Any, error: type[Exception], words: str) -> None:
+    a, b, out = _args()
+    arguments: dict[str, Any] = dict(a=a, b=b, out=out)
+    arguments.update(change(a, b, out))
+    with pytest.raises(error, match=words.replace("[", r"\[").replace("]", r"\]")) as caught:
+        small_m_matmul(arguments.pop("a"), arguments.pop("b"), arguments.pop("out"), **arguments)
+    assert isinstance(caught.value, cutile.CutileError)
+    assert "small_m_matmul" in str(caught.value)
+
+
+@pytest.mark.parametrize("config", [{"split_k": 1}, {"split_k": 2}])
+def test_operands_sharing_out_are_refused_at_the_call(config: dict[str, int]) -> None:
+    a, b, out = _args()
+    wide = api.zeros([2, 2 * N])
+    with pytest.raises(cutile.ArgumentError, match="residual and out share memory"):
+        small_m_matmul(a, b, out, residual=out, config=config)
+    with pytest.raises(cutile.ArgumentError, match="bias and out share memory"):
+        small_m_matmul(a, b, wide[:, :N], bias=wide[1, N - 1:2 * N - 1], config=config)
+    small_m_matmul(a, b, wide[:, :N], bias=wide[1, N:], config=config).sync()  # beside it: fine
+
+
+@pytest.mark.parametrize("dtype", [f16, bf16, f32], ids=str)
+def test_every_config_of_the_space_is_accepted(dtype: Any) -> None:
+    sp = space(dtype)
+    assert isinstance(sp, Space)
+    defaults = default_config(1, 4096, 4096, dtype)
+    for config in sp.configs():
+        assert _splitk.check_config("small_m_matmul", config, defaults, _gemv.CONFIG_KEYS) == {**defaults, **config}
+    assert set(defaults) <= set(_gemv.CONFIG_KEYS)
+
+
+LLM_SHAPES = [(4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096), (151936, 2560)]
+
+
+@pytest.mark.parametrize(("n", "k"), LLM_SHAPES)
+def test_defaults_for_m1_are_dot_tiles_filling_the_gpu_without_splits(n: int, k: int) -> None:
+    config = default_config(1, n, k, bf16)
+    assert config["method"] == "dot" and config["tile_m"] == 1 and config["split_k"] == 1
+    assert -(-n // config["tile_n"]) >= _gemv.TARGET_BLOCKS
+    assert config["tile_k"] * 2 == 1024  # a KiB of each weight row per load
+    assert config["tile_n"] * config["tile_k"] <= _gemv.DOT_ELEMENTS
+    assert prune_for(1, n, k)(config)
+
+
+@pytest.mark.parametrize(("n", "k"), LLM_SHAPES)
+def test_defaults_for_m16_are_transposed_mma_tiles_split_to_fill_the_gpu(n: int, k: int) -> None:
+    config = default_config(16, n, k, bf16)
+    assert config["method"] == "mma_t" and config["tile_m"] == 16 and config["tile_n"] >= 64
+    assert config["tile_n"] * config["tile_k"] * 2 == _gemv.MAX_WEIGHT_TILE_BYTES
+    assert -(-n // config["tile_n"]) * config["split_k"] >= _gemv.TARGET_BLOCKS
+    assert prune_for(16, n, k)(config)
+    assert default_config(3, n, k, bf16)["tile_m"] == 8  # a padded to the tensor cores' 8 columns
+
+
+def test_defaults_split_k_when_n_is_small() -> None:
+    config = default_config(1, 512, 16384, bf16)
+    blocks = -(-512 // config["tile_n"])
+    assert blocks < _gemv.TARGET_BLOCKS and config["split_k"] > 1
+    assert blocks * config["split_k"] >= _gemv.TARGET_BLOCKS
+    assert default_config(1, 20, 40, f32)["tile_k"] == 64  # never past K's power of two
+
+
+def test_prune_drops_configs_that_cannot_win() -> None:
+    keep = prune_for(1, 4096, 4096)
+    base = {"tile_m": 1, "tile_n": 16, "tile_k": 512, "split_k": 1, "method": "dot", "num_worker_warps": 4,
+            "occupancy": 1}
+    assert keep(base)
+    assert not keep({**base, "tile_n": 8, "split_k": 2})  # N alone gives 512 blocks
+    assert not keep({**base, "tile_n": 32})  # 32 x 512 products in registers
+    assert not keep({**base, "method": "mma_t"})  # 16 weight rows: no tensor cores
+    assert not keep({**base, "method": "mma_t", "tile_n": 64})  # 1 row of a: no tensor cores
+    assert keep({**base, "method": "mma_t", "tile_n": 64, "tile_m": 8})
+    assert not prune_for(3, 4096, 4096)(base)  # one row per block, three rows of a
+    assert prune_for(3, 4096, 4096)({**base, "tile_m": 4, "tile_k": 128})
+    small = prune_for(1, 512, 300)
+    assert not small({**base, "tile_k": 1024})  # past K's power of two
+    assert small({**base, "tile_k": 128, "split_k": 2})
+    assert not small({**base, "tile_k": 256, "split_k": 4})  # more splits than K chunks
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "sm_100"])
+def test_compiles_at_decode_sizes(arch: str) -> None:
+    """Kernels for M = 1 and M = 16 at N = K = 4096 bf16 (the defaults, with hints), the
+    searched product methods, both weight layouts, and a split's partial kernel, compile
+    for both archs. Real (host) tensors, not `api.meta`: their alignment facts let tileiras
+    use TMA, as on the GPU (without them it builds slow element loads, and slowly)."""
+    n = k = 4096
+    cases = [(1, {**default_config(1, n, k, bf16), "num_worker_warps": 8, "occupancy": 2}, "dot", True),
+             (1, {"tile_m": 8, "tile_n": 64, "tile_k": 256, "latency": 6}, "mma_t", True),
+             (1, {"tile_m": 1, "tile_n": 8, "tile_k": 512}, "dot", False),
+             (16, {**default_config(16, n, k, bf16), "split_k": 1}, "mma_t", True)]
+    for m, config, method, stored_nk in cases:
+        direct = _splitk.direct_kernel(bf16, bf16, bf16, bf16, stored_nk, method, 2, True, True,
+                                       _splitk.hints_of(config))
+        compiled = cutile.compile(direct, api.zeros([m, n], dtype=bf16).partition([config["tile_m"], config["tile_n"]]),
+                                  api.zeros([m, k], dtype=bf16), api.zeros([n, k] if stored_nk else [k, n], dtype=bf16),
+                                  api.zeros([n], dtype=bf16), api.zeros([m, n], dtype=bf16), 1.0,
+                                  BK=config["tile_k"], arch=arch)
+        assert compiled.cubin[:4] == b"\x7fELF"
+        assert ("latency = 6" in compiled.mlir) == ("latency" in config)
+    partial = _splitk.partial_kernel(bf16, True, "mma_t", ())
+    compiled = cutile.compile(partial, api.zeros([4, 16, n], dtype=f32).partition([1, 16, 64]),
+                              api.zeros([16, k], dtype=bf16), api.zeros([n, k], dtype=bf16), BK=256, SPLITS=4, arch=arch)
+    assert compiled.cubin[:4] == b"\x7fELF"
+
+
+# -- on the GPU, at real sizes ------------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 16])
+def test_gpu_decode_layer(m: int) -> None:
+    rng = np.random.default_rng(m)
+    n = k = 4096
+    a, w = random(rng, (m, k), bf16), (random(rng, (n, k), bf16) * 0.05).astype(ml_dtypes.bfloat16)
+    bias = random(rng, (n,), bf16)
+    out = api.full([m, n], np.nan, dtype=bf16)
+    small_m_matmul(api.from_numpy(a), api.from_numpy(w).T, out, bias=api.from_numpy(bias), activation="silu").sync()
+    assert_close(out.to_numpy(), reference(a, w, bias, "silu"), bf16)
+
+
+@pytest.mark.gpu
+def test_gpu_decode_layer_other_configs() -> None:
+    rng = np.random.default_rng(2)
+    n, k = 1024, 8192
+    a, w = random(rng, (1, k), bf16), (random(rng, (n, k), bf16) * 0.05).astype(ml_dtypes.bfloat16)
+    for config in ({"split_k": 4}, {"method": "dot", "tile_n": 8, "tile_k": 512},
+                   {"method": "mma_t", "tile_m": 8, "tile_n": 64, "tile_k": 256}, {"tile_m": 2},
+                   {"num_worker_warps": 8, "occupancy": 2, "latency": 4}):
+        out = api.full([1, n], np.nan, dtype=f32)
+        small_m_matmul(api.from_numpy(a), api.from_numpy(w).T, out, config=config).sync()
+        assert_close(out.to_numpy(), reference(a, w), bf16)  # f32 out; the error is f32 accumulation's

@@ -1,0 +1,265 @@
+"""cutile_kernels.matmul against numpy float64 on the interpreter: dtypes, epilogues,
+views, batches, tails, out=, errors; torch tensors where torch is installed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import cutile
+from cutile import api
+from cutile.core import bf16, f16, f32, f8e4m3fn, f8e5m2
+
+import cutile_kernels
+from cutile_kernels import matmul
+from cutile_kernels._epilogue import activation_reference
+
+pytestmark = pytest.mark.skipif(cutile.backend() != "interpreter", reason="interpreter tests (GPU ones: test_matmul_gpu)")
+
+TINY = {"tile_m": 16, "tile_n": 16, "tile_k": 16, "group_size": 2, "num_worker_warps": 4}  # several tiles, tails
+M, N, K = 67, 45, 39
+
+NP = {f16: np.float16, bf16: ml_dtypes.bfloat16, f32: np.float32, f8e4m3fn: ml_dtypes.float8_e4m3fn,
+      f8e5m2: ml_dtypes.float8_e5m2}
+# The tolerance is the output's rounding (relative to the largest value) plus f32 accumulation.
+TOLERANCE = {f16: 2e-3, bf16: 1.6e-2, f32: 1e-5}
+
+
+def rand(rng: np.random.Generator, shape: tuple[int, ...], dtype: Any) -> np.ndarray[Any, Any]:
+    return rng.standard_normal(shape).astype(np.float32).astype(NP[dtype])
+
+
+def reference(a: Any, b: Any, *, bias: Any = None, activation: str | None = None, residual: Any = None,
+              alpha: float = 1.0) -> np.ndarray[Any, Any]:
+    out: np.ndarray[Any, Any] = alpha * np.matmul(np.asarray(a, np.float64), np.asarray(b, np.float64))
+    if bias is not None:
+        out = out + np.asarray(bias, np.float64)
+    out = activation_reference(out, activation)
+    if residual is not None:
+        out = out + np.asarray(residual, np.float64)
+    return out
+
+
+def close(got: Any, expected: np.ndarray[Any, Any], dtype: Any) -> None:
+    got = np.asarray(got.to_numpy() if isinstance(got, cutile.Tensor) else got, np.float64)
+    assert got.shape == expected.shape
+    assert not np.isnan(got).any(), "an element was not written"
+    scale = max(1.0, float(np.abs(expected).max()))
+    np.testing.assert_allclose(got, expected, rtol=0, atol=TOLERANCE[dtype] * scale)
+
+
+@pytest.mark.parametrize("dtype", [f16, bf16, f32])
+@pytest.mark.parametrize("activation", [None, "relu", "gelu", "silu"])
+def test_every_dtype_and_epilogue(dtype: Any, activation: str | None) -> None:
+    rng = np.random.default_rng(hash((dtype.name, activation)) % 2**32)
+    a, b = rand(rng, (M, K), dtype), rand(rng, (K, N), dtype)
+    bias, residual = rand(rng, (N,), f32), rand(rng, (M, N), bf16)
+    out = api.full([M, N], np.nan, dtype=dtype)  # poisoned: every element must be written
+    got = matmul(api.from_numpy(a), api.from_numpy(b), out=out, bias=api.from_numpy(bias), activation=activation,
+                 residual=api.from_numpy(residual), alpha=0.75, config=TINY)
+    assert got is out
+    close(out, reference(a, b, bias=bias, activation=activation, residual=residual, alpha=0.75), dtype)
+
+
+@pytest.mark.parametrize("dtype", [f16, bf16, f32])
+def test_plain_product_with_default_configs(dtype: Any) -> None:
+    rng = np.random.default_rng(5)
+    for m, n, k in [(M, N, K), (1, 1, 1), (130, 17, 200), (33, 300, 5)]:
+        a, b = rand(rng, (m, k), dtype), rand(rng, (k, n), dtype)
+        close(matmul(a, b), reference(a, b), dtype)
+
+
+@pytest.mark.parametrize("fp8", [f8e4m3fn, f8e5m2])
+def test_fp8_with_scales_as_numbers_and_as_tensors(fp8: Any) -> None:
+    rng = np.random.default_rng(8)
+    a, b = rand(rng, (M, K), fp8), rand(rng, (K, N), fp8)
+    expected = reference(a, b, bias=None, activation="relu", alpha=2.0 * 0.5 * 0.25)
+    got = matmul(a, b, scale_a=0.5, scale_b=0.25, alpha=2.0, activation="relu", config=TINY)
+    assert got.dtype == ml_dtypes.bfloat16  # fp8's default output
+    close(got, expected, bf16)
+    scales = (api.from_numpy(np.array([0.5], np.float32)), api.from_numpy(np.array([[0.25]], np.float32)))
+    got = matmul(a, b, scale_a=scales[0], scale_b=scales[1], alpha=2.0, activation="relu", out_dtype="f32",
+                 config=TINY)
+    assert got.dtype == np.float32
+    close(got, expected, f32)
+    half = matmul(a, b, out_dtype=f16, accumulate_dtype=f16, config=TINY)
+    close(half, reference(a, b), f16)
+
+
+def test_f32_is_exact_by_default_and_tf32_on_request() -> None:
+    rng = np.random.default_rng(9)
+    a, b = rand(rng, (M, K), f32), rand(rng, (K, N), f32)
+    exact = reference(a, b)
+    np.testing.assert_allclose(matmul(a, b, config=TINY), exact, rtol=0, atol=1e-5)
+    tf32 = matmul(a, b, allow_tf32=True, config=TINY)  # inputs rounded to 10 mantissa bits
+    error = float(np.abs(tf32 - exact).max())
+    assert 1e-5 < error < 5e-2
+
+
+def test_transposed_and_strided_views_are_read_in_place() -> None:
+    rng = np.random.default_rng(11)
+    a, b = rand(rng, (K, M), f16), rand(rng, (2 * K, N + 7), f16)  # a read as a.T, b as every other row
+    ta, tb = api.from_numpy(a).T, api.from_numpy(b)[::2, 3:3 + N]
+    assert not ta.is_contiguous and not tb.is_contiguous
+    close(matmul(ta, tb, config=TINY), reference(a.T, b[::2, 3:3 + N]), f16)
+    wide = api.full([M, 2 * N], np.nan, dtype=f32)
+    window = wide[:, N:]  # a strided output
+    matmul(ta, tb, out=window, config=TINY)
+    close(window, reference(a.T, b[::2, 3:3 + N]), f32)
+    assert np.isnan(wide.to_numpy()[:, :N]).all()  # nothing outside out= written
+
+
+@pytest.mark.parametrize("case", ["batched", "b_shared_2d", "b_shared_1kn", "a_shared", "a_transposed"])
+def test_batched_and_broadcast_batched(case: str) -> None:
+    rng = np.random.default_rng(13)
+    batch = 3
+    a = rand(rng, (1 if case == "a_shared" else batch, M, K), f16)
+    b = rand(rng, {"b_shared_2d": (K, N), "b_shared_1kn": (1, K, N)}.get(case, (batch, K, N)), f16)
+    bias, residual = rand(rng, (N,), f16), rand(rng, (batch, M, N), f16)
+    ta: Any = api.from_numpy(a)
+    if case == "a_transposed":
+        ta = api.from_numpy(np.ascontiguousarray(a.transpose(0, 2, 1))).permute(0, 2, 1)
+    got = matmul(ta, api.from_numpy(b), bias=bias, residual=residual, activation="gelu", config=TINY)
+    assert got.shape == (batch, M, N)
+    close(got, reference(a, b, bias=bias, activation="gelu", residual=residual), f16)
+
+
+def test_tails_every_size_small() -> None:
+    rng = np.random.default_rng(17)
+    for m, n, k in [(1, 17, 16), (16, 16, 17), (17, 1, 33), (31, 33, 1), (48, 16, 0)]:
+        a, b = rand(rng, (m, k), f32), rand(rng, (k, n), f32)
+        bias = rand(rng, (n,), f32)
+        close(matmul(a, b, bias=bias, config=TINY), reference(a, b, bias=bias), f32)
+
+
+def test_empty_outputs_launch_nothing() -> None:
+    a, b = np.ones((0, 5), np.float32), np.ones((5, 4), np.float32)
+    assert matmul(a, b).shape == (0, 4)
+    with pytest.raises(cutile.ArgumentError, match="empty"):
+        matmul.launch(a, b)
+
+
+def test_launch_form_is_pending_until_run() -> None:
+    rng = np.random.default_rng(19)
+    a, b = rand(rng, (M, K), f16), rand(rng, (K, N), f16)
+    out = api.full([M, N], np.nan, dtype=f32)
+    launch = matmul.launch(a, b, out=out, config=TINY)
+    assert isinstance(launch, cutile.Launch)
+    launch.sync()
+    close(out, reference(a, b), f32)
+    from cutile.bench import do_bench
+
+    result = do_bench(lambda: matmul.launch(a, b, out=out, config=TINY), warmup=1, reps=2)
+    assert result.timing == "wall-clock" and result.reps == 2
+    close(out, reference(a, b), f32)  # the caller's out object stays usable across launches
+
+
+def test_numpy_in_numpy_out_and_out_given_back() -> None:
+    rng = np.random.default_rng(23)
+    a, b = rand(rng, (M, K), f32), rand(rng, (K, N), f32)
+    out = np.full((M, N), np.nan, np.float32)
+    assert matmul(a, b, out=out, config=TINY) is out
+    close(out, reference(a, b), f32)
+
+
+def _error(match: str, **kwargs: Any) -> None:
+    rng = np.random.default_rng(29)
+    args = {"a": rand(rng, (M, K), f16), "b": rand(rng, (K, N), f16), **kwargs}
+    with pytest.raises(cutile.CutileError, match=match):
+        matmul(args.pop("a"), args.pop("b"), **args)
+
+
+def test_bad_arguments_name_the_parameter() -> None:
+    rng = np.random.default_rng(31)
+    a = rand(rng, (M, K), f16)
+    _error(r"b has 40 rows but a has 39", b=rand(rng, (K + 1, N), f16))
+    _error(r"b has dtype f32 and a f16", b=rand(rng, (K, N), f32))
+    _error(r"a must be a matrix", a=np.ones((2, 2, 2, 2), np.float16))
+    _error(r"a must be a tensor", a=[[1.0]])
+    _error(r"batch sizes of a \(2\) and b \(3\)", a=rand(rng, (2, M, K), f16), b=rand(rng, (3, K, N), f16))
+    _error(r"out has shape \[45, 67\]", out=np.empty((N, M), np.float16))
+    _error(r"out has dtype f16, out_dtype is f32", out=np.empty((M, N), np.float16), out_dtype=f32)
+    _error(r"out_dtype='int8' is not a dtype", out_dtype="int8")
+    _error(r"out_dtype=f8e4m3fn; the output is f16, bf16 or f32", out_dtype=f8e4m3fn)
+    _error(r"accumulate_dtype=f16 with f32", a=rand(rng, (M, K), f32), b=rand(rng, (K, N), f32),
+           accumulate_dtype=f16)
+    _error(r"bias must have shape \[45\]", bias=np.ones(M, np.float32))
+    _error(r"residual must have the output's shape", residual=np.ones((M, 1), np.float32))
+    _error(r"activation='tanh' is not one of", activation="tanh")
+    _error(r"alpha must be finite", alpha=float("inf"))
+    _error(r"alpha must be a number", alpha="2")
+    _error(r"scale_b is a number while the other scale is a tensor",
+           scale_a=api.from_numpy(np.ones(1, np.float32)), scale_b=2.0)
+    _error(r"scale_a must be a one-element f32 tensor", scale_a=api.from_numpy(np.ones(2, np.float32)),
+           scale_b=api.from_numpy(np.ones(1, np.float32)))
+    _error(r"config must be a dict of some of", config={"tile_q": 3})
+    _error(r"config tile_m=24 is not a power of two", config={"tile_m": 24})
+    _error(r"config num_worker_warps: 3 is not a power of two", config={"num_worker_warps": 3})
+    _error(r"allow_tf32 must be a bool", allow_tf32=1)
+    readonly = np.empty((M, N), np.float16)
+    readonly.flags.writeable = False
+    with pytest.raises(cutile.LaunchError, match="parameter 'out'"):  # the kernel's own check, under the user's name
+        matmul(a, rand(rng, (K, N), f16), out=readonly)
+    with pytest.raises(cutile.ArgumentTypeError, match="b is a partition"):
+        matmul(a, api.zeros([K, N], dtype=f16).partition([16, 16]))
+
+
+def test_out_overlapping_an_input_is_refused() -> None:
+    both = api.zeros([M, 2 * K], dtype=f32)
+    a = both[:, :K]
+    b = api.zeros([K, K], dtype=f32)
+    with pytest.raises(cutile.ArgumentError, match="out overlaps the memory of a"):
+        matmul(a, b, out=both[:, 1:K + 1])
+    with pytest.raises(cutile.ArgumentError, match="out overlaps the memory of a"):  # interleaved rows: one byte range
+        matmul(a, b, out=both[:, K:])
+    residual = api.zeros([M, K], dtype=f32)
+    with pytest.raises(cutile.ArgumentError, match="out overlaps the memory of residual"):
+        matmul(a, b, out=residual, residual=residual)
+    rows = api.zeros([2 * M, K], dtype=f32)
+    matmul(rows[:M], b, out=rows[M:])  # beside a, not over it: fine
+
+
+def test_repeated_calls_reuse_one_plan() -> None:
+    from cutile_kernels import _matmul
+
+    rng = np.random.default_rng(37)
+    a, b = rand(rng, (M, K), f16), rand(rng, (K, N), f16)
+    matmul(a, b, config=TINY)
+    plans = len(_matmul._SIGNATURES)
+    for _ in range(3):
+        matmul(a, b, config=TINY)
+    assert len(_matmul._SIGNATURES) == plans
+    matmul(a, b, config={**TINY, "tile_m": 32})
+    assert len(_matmul._SIGNATURES) == plans + 1
+
+
+def test_torch_tensors_in_and_out() -> None:
+    torch = pytest.importorskip("torch", reason="torch is not installed here")
+    rng = np.random.default_rng(41)
+    a, b = rand(rng, (M, K), f32), rand(rng, (K, N), f32)
+    got = matmul(torch.from_numpy(a), torch.from_numpy(b), config=TINY)
+    assert isinstance(got, torch.Tensor)
+    close(got.numpy(), reference(a, b), f32)
+    out = torch.full((M, N), float("nan"))
+    assert matmul(torch.from_numpy(a), torch.from_numpy(b), out=out, config=TINY) is out
+    close(out.numpy(), reference(a, b), f32)
+
+
+def test_gemm_space_keys_are_what_config_takes() -> None:
+    assert set(cutile_kernels.GEMM_SPACE.params) == {"tile_m", "tile_n", "tile_k", "num_worker_warps", "occupancy",
+                                                      "group_size", "blocks_per_sm"}
+
+
+def test_a_transposed_operand_is_read_through_its_contiguous_transpose() -> None:
+    from cutile_kernels import _matmul
+
+    rng = np.random.default_rng(43)
+    a, weight = rand(rng, (K, M), bf16), rand(rng, (N, K), bf16)  # a stored column-major, a weight [N, K]
+    got = matmul(api.from_numpy(a).T, api.from_numpy(weight).T, bias=rand(rng, (N,), f32), config=TINY)
+    plans = [s.plan for s in _matmul._SIGNATURES.values() if s.plan is not None and s.plan.b_transposed]
+    assert plans and plans[-1].a_transposed
+    assert isinstance(got, cutile.Tensor) and got.shape == (M, N)
+    close(matmul(api.from_numpy(a).T, api.from_numpy(weight).T, config=TINY), reference(a.T, weight.T), bf16)

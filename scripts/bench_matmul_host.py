@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""The host cost of a tuned ``cutile_kernels.matmul`` call against a plain launch of the
+kernel it chooses, without a GPU (the issue's target: within 10%).
+
+Runs the GPU backend against cuda_core.testing.FakeDriver with launches, waits and
+events made free (as scripts/bench_host_launch.py does), so what is timed is host
+work. Prints µs per call of, for one 512x512x512 f16 GEMM into a given ``out``:
+  - plain: what a caller launching the chosen kernel by hand does per call: a view of
+    the output partitioned and mapped by the config, the kernel called, ``.sync()``
+  - matmul(a, b, out=out) (the plan cached: the record is asked once per call signature)
+  - the same two with a bias and GELU (the plain launch's bias view made once)
+  - matmul's own work alone (operands, checks, plan lookup; no launch), against the plain launch
+Needs tileiras (it compiles the kernels for sm_90), not a GPU.
+
+Usage: uv run --frozen python scripts/bench_matmul_host.py [--calls 5000] [--repeats 5] [--clock cpu]
+"""
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+os.environ.setdefault("CUTILE_BACKEND", "gpu")
+os.environ.setdefault("CUDA_CORE_NATIVE", "1")
+
+import cuda_async  # noqa: E402
+from cuda_core.testing import SUCCESS, FakeDriver, use_fake_driver  # noqa: E402
+from cuda_core._native import EntryPoints  # noqa: E402
+from cutile import _gpu, _native, api  # noqa: E402
+from cutile.core import f16, f32  # noqa: E402
+
+from cutile_kernels import _matmul, matmul  # noqa: E402
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=5000)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--clock", choices=["wall", "cpu"], default="cpu")
+    args = parser.parse_args()
+    fake = FakeDriver()
+    free = lambda *_: (SUCCESS,)  # noqa: E731
+    fake.cuLaunchKernel = free  # type: ignore[method-assign]
+    fake.cuStreamSynchronize = free  # type: ignore[method-assign]
+    fake.cuEventRecord = free  # type: ignore[method-assign]
+    fake.cuCtxSetCurrent = free  # type: ignore[method-assign]
+    if _native.module is not None:
+        null = EntryPoints(*_native.module.null_entry_points())
+        fake.native_entry_points = lambda: null  # type: ignore[method-assign]
+    with use_fake_driver(fake), cuda_async.using_policy(cuda_async.SingleStream()):
+        _run(fake, args)
+    return 0
+
+
+def _register(fake: FakeDriver, launch: Any) -> None:
+    """Compiles the launch's kernel for sm_90 and tells the fake driver its parameters."""
+    compiled = launch.kernel.compiled(launch.plan().spec, "sm_90")
+    fake.kernels[compiled.name] = _gpu.fake_param_layout(compiled.abi)
+    launch.cancel()
+
+
+def _run(fake: FakeDriver, args: argparse.Namespace) -> None:
+    n = 512
+    a, b = api.empty([n, n], dtype=f16), api.empty([n, n], dtype=f16)
+    bias = api.empty([n], dtype=f32)
+    out = api.empty([n, n], dtype=f16)
+    _register(fake, matmul.launch(a, b, out=out))
+    _register(fake, matmul.launch(a, b, out=out, bias=bias, activation="gelu"))
+    plan, plan_epilogue = (signature.plan for signature in _matmul._SIGNATURES.values())
+    assert plan is not None and plan_epilogue is not None
+    kernel, tile, map_shape, blocks, bk = plan.kernel, plan.tile, plan.map_shape, plan.blocks, plan.config["tile_k"]
+
+    def plain(count: int) -> None:
+        for _ in range(count):
+            z = out[...].partition(tile).map(map_shape, blocks=blocks)
+            kernel(z, a, b, a, a, a, a, 1.0, BK=bk, K=n).sync()  # a: the stand-in of absent operands
+
+    bias_row = bias.broadcast_to([1, n])  # made once, as a caller writing the launch would
+
+    def plain_epilogue(count: int) -> None:
+        for _ in range(count):
+            z = out[...].partition(tile).map(map_shape, blocks=blocks)
+            plan_epilogue.kernel(z, a, b, bias_row, a, a, a, 1.0, BK=bk, K=n).sync()
+
+    def tuned(count: int) -> None:
+        for _ in range(count):
+            matmul(a, b, out=out)
+
+    def tuned_epilogue(count: int) -> None:
+        for _ in range(count):
+            matmul(a, b, out=out, bias=bias, activation="gelu")
+
+    def prepare_only(count: int) -> None:  # matmul's own work: operands, checks, the plan's lookup
+        for _ in range(count):
+            _matmul._prepare(a, b, out=out, bias=None, activation=None, residual=None, alpha=1.0, scale_a=None,
+                             scale_b=None, out_dtype=None, accumulate_dtype=f32, allow_tf32=False, config=None)
+
+    modes: dict[str, Callable[[int], None]] = {"prepare": prepare_only, "plain": plain, "matmul": tuned, "plain_epilogue": plain_epilogue,
+                                               "epilogue": tuned_epilogue}
+    for body in modes.values():
+        body(200)
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
+    samples: dict[str, list[float]] = {name: [] for name in modes}
+    for _ in range(args.repeats):
+        for name, body in modes.items():
+            start = clock()
+            body(args.calls)
+            samples[name].append((clock() - start) / args.calls * 1e6)
+    median = {name: min(values) for name, values in samples.items()}  # the least disturbed repeat
+    path = "native launch path" if _native.module is not None else "Python launch path"
+    print(f"host cost per call, fake driver ({path}, Python {sys.version.split()[0]}), {args.clock} clock, "
+          f"best of {args.repeats} x {args.calls}; config {plan.config}")
+    labels = {"prepare": "matmul's own work (no launch)", "plain": "plain launch of the chosen kernel", "matmul": "matmul(a, b, out=out)",
+              "plain_epilogue": "plain launch, bias + GELU kernel", "epilogue": "matmul(..., bias=, activation='gelu')"}
+    baseline = {"prepare": "plain", "plain": "plain", "matmul": "plain", "plain_epilogue": "plain_epilogue", "epilogue": "plain_epilogue"}
+    for name, value in median.items():
+        print(f"  {labels[name]:<40} {value:8.2f} µs  ({value / median[baseline[name]]:.3f}x its plain launch)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

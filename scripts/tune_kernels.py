@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""Searches the configs of cutile_kernels' GEMM over the benchmark's shapes and writes
+its `cutile.tune` records (one file per input dtype, for the arch it runs on).
+
+    python scripts/tune_kernels.py gemm [--dtype f16 bf16 ...] [--shapes 8192x8192x8192 ...]
+        [--quick] [--budget S] [--jobs J] [--write] [--records-dir DIR] [--log-dir DIR] [--smoke]
+
+On the GPU (the H200: sm_90) it compiles every config of cutile_kernels.GEMM_SPACE that
+the prune keeps for a shape (``--jobs`` tileiras processes at once), times each one
+gated for correctness, re-measures the best two head to head, and with ``--write``
+merges the winners into ``<records-dir>/<arch>/matmul_<dtype>.json`` (default: the
+package's records folder, to commit; a record of another provenance is replaced).
+Configs that a shape cuts to the same tiles are tried once. ``--quick`` keeps only the
+configs that win on sm_90 in the measured runs (8 worker warps, 128x128 to 128x256
+tiles, the dtype's usual K tile): about six per shape. ``--budget`` bounds each
+shape's search in seconds; ``--log-dir`` keeps JSONL trial logs, so a run cut short
+resumes where it stopped. ``--smoke`` searches a tiny space on tiny shapes with few
+reps: how CI runs the script end to end on the interpreter (write to a temporary folder).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from cutile import tune
+from cutile.core import f32, f8e4m3fn, f8e5m2
+
+from cutile_kernels import _configs, _tuning
+from cutile_kernels._operands import dtype_named
+
+Shape = tuple[int, int, int]
+SQUARES = [(s, s, s) for s in (1024, 2048, 4096, 8192, 16384)]
+LLM = [(m, n, k) for m in (16, 128, 2048, 8192)
+       for n, k in ((4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096), (151936, 2560))]
+ODD = [(3000, 5000, 1000), (8191, 8191, 8191)]
+GEMM_SHAPES = SQUARES + LLM + ODD  # m 1 falls in m 16's bucket
+SMOKE_SHAPES = [(40, 24, 20), (70, 16, 33)]
+
+
+def by_bucket(shapes: list[Shape]) -> list[Shape]:
+    """One shape per bucket (the first): a bucket holds one winner."""
+    seen: dict[str, Shape] = {}
+    for shape in shapes:
+        seen.setdefault(_configs.gemm_bucket(shape), shape)
+    return list(seen.values())
+
+
+def parse_shape(text: str) -> Shape:
+    try:
+        m, n, k = (int(part) for part in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a shape is MxNxK, got {text!r}") from None
+    return m, n, k
+
+
+def quick(dtype: Any) -> Callable[[dict[str, Any]], bool]:
+    """The prune of ``--quick``: the configs that win on sm_90 in the measured runs."""
+    tile_k = 32 if dtype == f32 else 128 if dtype in (f8e4m3fn, f8e5m2) else 64
+
+    def keep(config: dict[str, Any]) -> bool:
+        area = int(config["tile_m"]) * int(config["tile_n"])
+        return _configs.prune(config) and config["num_worker_warps"] == 8 and config["tile_k"] == tile_k \
+            and 128 * 128 <= area <= 128 * 256 and config["occupancy"] == 1
+    return keep
+
+
+def for_shape(keep: Callable[[dict[str, Any]], bool], shape: Shape) -> Callable[[dict[str, Any]], bool]:
+    """``keep``, and each config the shape cuts to the same tiles tried once."""
+    seen: set[str] = set()
+
+    def prune(config: dict[str, Any]) -> bool:
+        if not keep(config):
+            return False
+        fitted = json.dumps(_configs.fit_to_problem(config, *shape), sort_keys=True)
+        if fitted in seen:
+            return False
+        seen.add(fitted)
+        return True
+    return prune
+
+
+def tune_gemm(args: argparse.Namespace) -> int:
+    space = _configs.SMOKE_SPACE if args.smoke else _configs.SPACE
+    shapes = by_bucket(args.shapes or (SMOKE_SHAPES if args.smoke else GEMM_SHAPES))
+    options: dict[str, Any] = {"warmup": 1, "reps": 2, "paired_reps": 2} if args.smoke else {}
+    if args.budget is not None:
+        options["budget"] = args.budget
+    records_dir = Path(args.records_dir) if args.records_dir else None
+    for name in args.dtype:
+        dtype = dtype_named(name, "tune_kernels.py", "--dtype")
+        tuner = _configs.tuner(dtype, space=space, records_dir=records_dir)
+        path = _configs.record_path(tuner.provenance.arch, dtype, records_dir)
+        record = tune.Record(tuner.provenance)
+        if args.write and path.exists():
+            try:
+                record = tune.Record.load(path, tuner.provenance)  # merged into: runs add buckets
+            except tune.TuneError as exc:
+                print(f"replacing {path}: {exc}")
+        keep = quick(dtype) if args.quick else _configs.prune
+        for shape in shapes:
+            started = time.monotonic()
+            if args.jobs > 0:
+                configs = [c for c in space.configs() if for_shape(keep, shape)(c)]
+                arch = tuner.provenance.arch if tuner.provenance.arch != "interpreter" else "sm_90"  # (a CI check)
+                compiled = _tuning.precompile(dtype, shape, configs, arch, args.jobs)
+                print(f"  {shape}: compiled {compiled} of {len(configs)} configs in "
+                      f"{time.monotonic() - started:.0f} s", flush=True)
+            bucket = _configs.gemm_bucket(shape)
+            log = Path(args.log_dir) / f"{tuner.name}_{bucket}.jsonl" if args.log_dir else None
+            result = tuner.tune(shape, prune=for_shape(keep, shape), log=log, **options)
+            record.winners[bucket] = tune.Winner(result.best, result.best_ms)
+            valid = sum(t.status == "ok" for t in result.trials)
+            flops = 2.0 * shape[0] * shape[1] * shape[2] / (result.best_ms * 1e-3) / 1e12
+            print(f"{tuner.name} {bucket} {shape}: {result.best} {result.best_ms:.4g} ms ({flops:.1f} TFLOP/s), "
+                  f"{valid} configs timed of {len(result.trials)}, {time.monotonic() - started:.0f} s"
+                  f"{', budget reached' if result.out_of_budget else ''}", flush=True)
+            if args.write:  # saved per shape: a run stopped later keeps what it found
+                record.save(path)
+        if args.write:
+            tune.Record.load(path, tuner.provenance)  # it loads back, verified
+            print(f"wrote {path} ({len(record.winners)} buckets)")
+        else:
+            print(f"(not written: --write saves {path})")
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("kernel", choices=["gemm"])
+    parser.add_argument("--dtype", nargs="+", default=["f16", "bf16", "f32", "f8e4m3fn", "f8e5m2"])
+    parser.add_argument("--shapes", nargs="+", type=parse_shape, help="MxNxK (default: the benchmark's shapes)")
+    parser.add_argument("--quick", action="store_true", help="only the configs that win on sm_90")
+    parser.add_argument("--budget", type=float, help="seconds per shape's search")
+    parser.add_argument("--jobs", type=int, default=8, help="tileiras compiles at once before a search (0: none)")
+    parser.add_argument("--write", action="store_true", help="save the records")
+    parser.add_argument("--records-dir", help="where records go (default: the package's records folder)")
+    parser.add_argument("--log-dir", help="keep resumable trial logs here")
+    parser.add_argument("--smoke", action="store_true", help="a tiny space and shapes (CI, interpreter)")
+    args = parser.parse_args()
+    if args.smoke:
+        args.jobs = 0 if args.jobs == 8 else args.jobs
+    return tune_gemm(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
