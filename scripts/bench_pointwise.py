@@ -17,7 +17,11 @@ torch.compile, where it fuses what eager cannot) on the same bench stream. The c
 torch's ``copy_`` of a tensor of half the bytes (read + written = the bytes moved).
 Target (issue 16): >= 0.90x of copy bandwidth for rope, silu_mul and embedding.
 
-    scripts/on_gpu_machine.sh python3 scripts/bench_pointwise.py [--compile]
+    scripts/on_gpu_machine.sh python3 scripts/bench_pointwise.py [--compile] [--only rope ...]
+
+``--record`` first searches each function's configs at these shapes (``--budget`` seconds
+per shape) and saves the winners as ``cutile_kernels/records/<arch>/<name>.json`` (to
+commit), which the timed run then uses.
 
 ``--smoke`` runs every workload on the CPU interpreter at small sizes against numpy
 (no torch, no GPU; the CI runs it).
@@ -44,7 +48,7 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=50)
     parser.add_argument("--record", action="store_true",
                         help="first search each function's configs at the benchmark's shapes and save the records "
-                             "(packages/cutile-kernels/src/cutile_kernels/records/, to commit)")
+                             "(packages/cutile-kernels/src/cutile_kernels/records/<arch>/, to commit)")
     parser.add_argument("--budget", type=float, default=60.0, help="seconds of search per shape with --record")
     parser.add_argument("--only", nargs="*", default=None,
                         help="workloads to run (rope, silu_mul, embedding, argmax, kv_cache_update)")
