@@ -24,6 +24,9 @@ ROOT = Path(__file__).resolve().parents[1]
     ("bench_reads.py", ["--check-only", "--size", "45", "--vocab", "100", "--rows", "20", "--width", "64"],
      "results: OK"),
     ("bench_gemv.py", ["--smoke", "--sweep", "--tune", "2"], "results: OK"),
+    ("bench_pointwise.py", ["--smoke"], "results: OK"),
+    ("bench_pointwise.py", ["--smoke", "--record", "--budget", "2", "--only", "argmax"],
+     "searched cutile_kernels_argmax: 1 buckets"),
     # (its GEMMs' tileiras compiles take minutes on a CI machine: the suite compiles mapped_gemm)
     ("bench_schedules.py", ["--compile-only", "sm_90", "--configs", "1", "--only", "rows", "--rows", "64"],
      "compiled 4 kernels for sm_90"),

@@ -7,6 +7,8 @@ from pathlib import Path
 import cutile_kernels
 
 DEPENDENCIES = {"cutile"}
+POINTWISE = {"add", "argmax", "div", "embedding", "gelu", "gelu_mul", "kv_cache_update", "mul", "relu", "rope",
+             "sigmoid", "silu", "silu_mul", "sub"}
 
 
 def test_distribution_declares_exactly_its_layers() -> None:
@@ -19,7 +21,10 @@ def test_distribution_declares_exactly_its_layers() -> None:
 def test_public_names_are_documented() -> None:
     assert set(cutile_kernels.__all__) == {
         "GEMM_SPACE", "Matmul", "matmul", "add_rms_norm", "default_config", "layer_norm", "layer_norm_backward",
-        "log_softmax", "qk_norm", "rms_norm", "softmax"}
+        "log_softmax", "qk_norm", "rms_norm", "softmax", *POINTWISE}
     for name in cutile_kernels.__all__:
         assert getattr(cutile_kernels, name).__doc__
     assert cutile_kernels.matmul.launch.__doc__
+    for name in POINTWISE:  # functions with the pending-work form of the same arguments
+        function = getattr(cutile_kernels, name)
+        assert callable(function) and callable(function.launch), name

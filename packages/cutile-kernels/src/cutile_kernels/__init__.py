@@ -15,6 +15,11 @@ tile shapes and hints from `cutile.tune` records (else defaults).
 - Row kernels: `softmax`, `log_softmax`, `rms_norm`, `add_rms_norm`, `qk_norm`,
   `layer_norm`, `layer_norm_backward` (``f.launch(..., out=)`` gives the pending launch);
   `default_config` is their config without a record.
+- Transformer pointwise, gather and cache functions, each with a ``.launch(...)`` form
+  returning the pending work (for `cutile.bench.do_bench`): `rope` (neox and gptj, in
+  place or out of place); `silu_mul`, `gelu_mul`, `silu`, `gelu`, `sigmoid`, `relu`, and
+  `add`, `sub`, `mul`, `div` with row broadcasting; `embedding`; a two-stage `argmax`;
+  `kv_cache_update`.
 """
 
 from cutile_kernels._configs import SPACE as GEMM_SPACE
@@ -29,6 +34,16 @@ from cutile_kernels._softmax import log_softmax, softmax  # noqa: E402
 
 __all__ += ["add_rms_norm", "default_config", "layer_norm", "layer_norm_backward", "log_softmax", "qk_norm",
             "rms_norm", "softmax"]
+
+# Transformer pointwise, gather and cache functions (shared handling in _pointwise.py).
+from cutile_kernels._activations import add, div, gelu, gelu_mul, mul, relu, sigmoid, silu, silu_mul, sub  # noqa: E402
+from cutile_kernels._argmax import argmax  # noqa: E402
+from cutile_kernels._embedding import embedding  # noqa: E402
+from cutile_kernels._kv_cache import kv_cache_update  # noqa: E402
+from cutile_kernels._rope import rope  # noqa: E402
+
+__all__ += ["add", "argmax", "div", "embedding", "gelu", "gelu_mul", "kv_cache_update", "mul", "relu", "rope",
+            "sigmoid", "silu", "silu_mul", "sub"]
 
 
 __version__ = "0.1.0"  # the distribution's version (tests/test_release.py keeps them equal)

@@ -290,9 +290,16 @@ class RowTuning:
         self._source = source
         self._build = build
         self._check: Callable[[], bool] = lambda: False
-        self.tuner = self._make_tuner(None)  # searches and records
+        self._searching: tune.Tuner | None = None  # (made on first use: the arch is the backend's)
         self._answering: dict[str, tune.Tuner] = {}  # per default config: the tuner that answers calls
         self._chosen: dict[tuple[int, int, int], RowConfig] = {}
+
+    @property
+    def tuner(self) -> tune.Tuner:
+        """The tuner that searches and records (the calls' tuners read the same record)."""
+        if self._searching is None:
+            self._searching = self._make_tuner(None)
+        return self._searching
 
     def _make_tuner(self, default: tune.Config | None) -> tune.Tuner:
         arch = tune.Provenance.current(self.name, self._source, ROW_SPACE).arch  # (records are per arch)

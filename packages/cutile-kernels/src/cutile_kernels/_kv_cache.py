@@ -1,0 +1,143 @@
+"""``kv_cache_update(cache, new, positions)``: write new tokens' rows into a KV cache.
+
+The cache is ``(max_seq, heads, head_dim)`` or ``(batch, max_seq, heads, head_dim)``
+(contiguous), ``new`` the same but with its token count in place of ``max_seq``, and
+``positions`` where those tokens go: an int (the first position) or an i32 / i64
+tensor of the consecutive positions ``start, start + 1, ...`` (one per new token,
+shared by every batch entry; the kernel reads the start on the device, so a decode
+loop or a CUDA graph replay moves it without touching the host). Only the new rows
+are written: the cache is a mapped partition of tiles of whole new rows (one token
+per tile, or up to ``tile_rows`` when an int start and the count are multiples of it)
+and the kernel walks the sub-range ``tiles_within`` gives it, a safe kernel. The kernel checks its range
+(past the cache's end: an assert) and, for a positions tensor, that the positions are
+consecutive (an assert per row).
+"""
+
+# No `from __future__ import annotations`: kernel annotations name the factory's dtypes, which cutile's
+# mypy plugin cannot read (it takes literal dtypes such as f32): hence their `type: ignore[misc]`.
+
+import functools
+import inspect
+import math
+from typing import Any
+
+import numpy as np
+
+import cutile
+from cutile import api, tune
+from cutile.core import Constant, Mut, Tensor, i32
+
+from cutile_kernels import _pointwise as pw
+
+#: tile_rows: new tokens per tile at most; an int start takes the largest power of two up to it
+#: that divides both the start and the token count (tiles of whole new rows), a tensor 1
+SPACE = tune.Space(tile_rows=[1, 4, 16], tile_cols=[256, 512, 1024, 2048, 4096], max_blocks=[132, 264, 528, 1056])
+DEFAULT = {"tile_rows": 16, "tile_cols": 1024, "max_blocks": 528}
+
+
+@functools.lru_cache(maxsize=None)
+def cache_update_kernel(dtype: Any, pos_dtype: Any) -> Any:
+    """The update kernel for one dtype; ``pos_dtype`` None takes the start as a scalar."""
+    if pos_dtype is None:
+        def cache_update_at(
+                cache: Mut[Tensor[dtype, [1, "BS", "BW"]]],  # type: ignore[misc]
+                new: Tensor[dtype, [-1, -1, -1]],  # type: ignore[misc]
+                first_tile: i32,
+                BS: Constant[int],
+                BW: Constant[int],
+        ) -> None:
+            for idx in cache.tiles_within((None, (first_tile, new.shape[1] // BS), None)):
+                b, r, c = idx
+                cache.store(new.load(index=(b, r - first_tile, c), shape=(1, BS, BW)), idx)
+        return cutile.entry(cache_update_at)
+
+    def cache_update(
+            cache: Mut[Tensor[dtype, [1, 1, "BW"]]],  # type: ignore[misc]
+            new: Tensor[dtype, [-1, -1, -1]],  # type: ignore[misc]
+            positions: Tensor[pos_dtype, [-1]],  # type: ignore[misc]
+            BW: Constant[int],
+    ) -> None:
+        start = positions.load(index=(0,), shape=(1,)).reshape(()).astype(i32)
+        for idx in cache.tiles_within((None, (start, new.shape[1]), None)):
+            b, r, c = idx
+            here = positions.load(at=(r - start,), shape=(1,)).astype(i32)
+            assert here == r, "kv_cache_update: positions must be consecutive (start, start + 1, ...)"
+            cache.store(new.load(index=(b, r - start, c), shape=(1, 1, BW)), idx)
+    return cutile.entry(cache_update)
+
+
+def _setup(config: dict[str, Any], shape: tuple[int, ...]) -> Any:
+    """A search's runner for one shape: (batch, max_seq, new tokens, heads * head_dim), bf16."""
+    batch, max_seq, count, width = shape
+    cache = api.zeros([batch, max_seq, 1, width], dtype="bf16")
+    new = api.randn([batch, count, 1, width], "bf16", seed=1)
+    return lambda: kv_cache_update.launch(cache, new, max_seq - count, config=config).op
+
+
+TUNER = pw.tuner("kv_cache_update", SPACE, DEFAULT, _setup, inspect.getsource(cache_update_kernel))
+
+
+def _kv_cache_update_launch(cache: Any, new: Any, positions: Any, *,
+                            config: dict[str, Any] | None = None) -> pw.Pending:
+    """Writes ``new`` into ``cache`` at ``positions`` (in place) and returns the cache.
+
+    Args:
+        cache: ``(max_seq, heads, head_dim)`` or ``(batch, max_seq, heads, head_dim)``,
+            f16, bf16 or f32, contiguous.
+        new: the same layout and dtype with ``tokens`` for ``max_seq`` (contiguous).
+        positions: an int (the first position), or an i32 / i64 tensor of shape
+            ``(tokens,)`` holding consecutive positions.
+        config: a config of `SPACE` (default: the tuner's for this shape).
+    """
+    fn = "kv_cache_update"
+    ca, na = pw.as_argument(cache, fn, "cache"), pw.as_argument(new, fn, "new")
+    pw.check_dtype(ca, pw.FLOAT_DTYPES, fn, "cache")
+    pw.check_same_dtype(ca, na, fn, "cache", "new")
+    pw.check_rank(ca, (3, 4), fn, "cache")
+    if len(na.shape) != len(ca.shape):
+        raise cutile.ArgumentError(f"{fn}(): parameter 'new' {list(na.shape)} must have the rank of 'cache' "
+                                   f"{list(ca.shape)}")
+    batched = len(ca.shape) == 4
+    batch = ca.shape[0] if batched else 1
+    max_seq, tokens = ca.shape[-3], na.shape[-3]
+    if na.shape[:-3] != ca.shape[:-3] or na.shape[-2:] != ca.shape[-2:]:
+        raise cutile.ArgumentError(f"{fn}(): parameter 'new' of shape {list(na.shape)} must match 'cache' "
+                                   f"{list(ca.shape)} but for its token count (dim {len(ca.shape) - 3})")
+    if tokens == 0:
+        raise cutile.ArgumentError(f"{fn}(): parameter 'new' holds no tokens (shape {list(na.shape)})")
+    if max_seq >= 2**31:
+        raise cutile.ArgumentError(f"{fn}(): a cache of {max_seq} positions is longer than 2**31 - 1")
+    start: int | None = None
+    pa: pw.Argument | None = None
+    if isinstance(positions, (int, np.integer)) and not isinstance(positions, bool):
+        start = int(positions)
+        if not 0 <= start <= max_seq - tokens:
+            raise cutile.ArgumentError(f"{fn}(): parameter 'positions' {start}: the {tokens} new tokens must fit in "
+                                       f"the cache's {max_seq} positions (start from 0 to {max_seq - tokens})")
+    else:
+        pa = pw.as_argument(positions, fn, "positions")
+        pw.check_dtype(pa, pw.INT_DTYPES, fn, "positions")
+        if pa.shape != (tokens,):
+            raise cutile.ArgumentError(f"{fn}(): parameter 'positions' has shape {list(pa.shape)}; expected "
+                                       f"[{tokens}] (one position per new token)")
+    width = math.prod(ca.shape[-2:])
+    cache3 = pw.reshaped(ca, (batch, max_seq, width), fn, "cache")
+    new3 = pw.reshaped(na, (batch, tokens, width), fn, "new")
+    chosen = config if config is not None else TUNER.config((batch, max_seq, tokens, width))
+    bw = min(int(chosen["tile_cols"]), pw.next_pow2(width))
+    bs = 1
+    if start is not None:  # whole tiles of new rows: bs divides the start and the count
+        while bs * 2 <= int(chosen["tile_rows"]) and start % (bs * 2) == 0 and tokens % (bs * 2) == 0:
+            bs *= 2
+    items = batch * (tokens // bs) * -(-width // bw)
+    blocks = max(1, min(items, int(chosen["max_blocks"])))
+    mapped = cache3.partition([1, bs, bw]).map([1, 1, 1], blocks=blocks)
+    if start is not None:
+        launch = cache_update_kernel(ca.tensor.dtype, None)(mapped, new3, start // bs)
+    else:
+        assert pa is not None
+        launch = cache_update_kernel(ca.tensor.dtype, pa.tensor.dtype)(mapped, new3, pa.tensor)
+    return pw.Pending(launch, lambda: cache)
+
+
+kv_cache_update = pw.library_function(_kv_cache_update_launch)

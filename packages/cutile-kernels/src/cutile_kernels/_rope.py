@@ -1,0 +1,191 @@
+"""Rotary position embedding (RoPE) of queries and keys, in place or out of place.
+
+``rope(q, k, positions, theta)`` rotates each pair of features of every head of q and
+k by the angle ``position * theta ** (-2 i / head_dim)``: the pairs are ``(x[i],
+x[i + head_dim / 2])`` for ``style="neox"`` (GPT-NeoX, Llama, Qwen) and ``(x[2 i],
+x[2 i + 1])`` for ``style="gptj"`` (GPT-J, interleaved). cos and sin are computed in the
+kernel from the positions (f32), so positions may change between launches (decode)
+with nothing on the host to update.
+
+q and k are ``(tokens, heads, head_dim)`` (any strides) or ``(batch, seq, heads,
+head_dim)`` (contiguous); positions has their leading shape (``(tokens,)`` or
+``(batch, seq)``), i32 or i64. k may have fewer heads than q (GQA). One launch rotates
+both: each block takes a few tokens and every head of q and k, sharing its angles.
+"""
+
+# No `from __future__ import annotations`: kernel annotations name the factory's dtypes, which cutile's
+# mypy plugin cannot read (it takes literal dtypes such as f32): hence their `type: ignore[misc]`.
+
+import functools
+import inspect
+import math
+from typing import Any
+
+import cutile
+from cutile import tune
+from cutile.core import Constant, Mut, Tensor, arange, bid, cat, cos, exp, extract, f32, sin
+
+from cutile_kernels import _pointwise as pw
+
+STYLES = ("neox", "gptj")
+SPACE = tune.Space(block_elems=[2048, 4096, 8192, 16384], occupancy=[1, 2, 4])
+DEFAULT = {"block_elems": 8192, "occupancy": 2}
+
+
+def _rotated(x: Any, cos_t: Any, sin_t: Any, BT: int, H: int, D: int, NEOX: bool) -> Any:
+    """x (BT, H, D) rotated, in f32; cos_t and sin_t broadcast over the split halves."""
+    HALF = D // 2
+    if NEOX:
+        x4 = x.reshape((BT, H, 2, HALF))
+        x1 = extract(x4, (0, 0, 0, 0), (BT, H, 1, HALF))
+        x2 = extract(x4, (0, 0, 1, 0), (BT, H, 1, HALF))
+    else:
+        x4 = x.reshape((BT, H, HALF, 2))
+        x1 = extract(x4, (0, 0, 0, 0), (BT, H, HALF, 1))
+        x2 = extract(x4, (0, 0, 0, 1), (BT, H, HALF, 1))
+    joined = cat(x1 * cos_t - x2 * sin_t, x2 * cos_t + x1 * sin_t, 2 if NEOX else 3)
+    return joined.reshape((BT, H, D))
+
+
+def _angles(positions: Any, freq_scale: Any, BT: int, D: int, NEOX: bool) -> tuple[Any, Any]:
+    """cos and sin of ``position * exp(i * freq_scale)`` for the block's tokens, shaped to
+    broadcast over `_rotated`'s halves (``freq_scale = -2 ln(theta) / head_dim``)."""
+    HALF = D // 2
+    pos = positions.load(index=(bid(0),), shape=(BT,)).astype(f32)
+    inv_freq = exp(arange(HALF).astype(f32) * freq_scale)
+    shape = (BT, 1, 1, HALF) if NEOX else (BT, 1, HALF, 1)
+    angle = pos.reshape((BT, 1)) * inv_freq.reshape((1, HALF))
+    return cos(angle).reshape(shape), sin(angle).reshape(shape)
+
+
+@functools.lru_cache(maxsize=None)
+def rope_kernel(dtype: Any, pos_dtype: Any, neox: bool, inplace: bool, occupancy: int) -> Any:
+    """The RoPE kernel for one dtype, positions dtype, style and form."""
+    hints = {"occupancy": occupancy}
+    rotated, angles = cutile.function(_rotated), cutile.function(_angles)
+    if inplace:
+        def rope_inplace(
+                q: Mut[Tensor[dtype, ["BT", "HQ", "D"]]],  # type: ignore[misc]
+                k: Mut[Tensor[dtype, ["BT", "HK", "D"]]],  # type: ignore[misc]
+                positions: Tensor[pos_dtype, [-1]],  # type: ignore[misc]
+                freq_scale: f32,
+                BT: Constant[int],
+                HQ: Constant[int],
+                HK: Constant[int],
+                D: Constant[int],
+                NEOX: Constant[bool],
+        ) -> None:
+            cos_t, sin_t = angles(positions, freq_scale, BT, D, NEOX)
+            q.store(rotated(q.load().astype(f32), cos_t, sin_t, BT, HQ, D, NEOX).astype(q.dtype))
+            k.store(rotated(k.load().astype(f32), cos_t, sin_t, BT, HK, D, NEOX).astype(k.dtype))
+        return cutile.entry(hints=hints)(rope_inplace)
+
+    def rope(
+            q_out: Mut[Tensor[dtype, ["BT", "HQ", "D"]]],  # type: ignore[misc]
+            k_out: Mut[Tensor[dtype, ["BT", "HK", "D"]]],  # type: ignore[misc]
+            q: Tensor[dtype, [-1, -1, "D"]],  # type: ignore[misc]
+            k: Tensor[dtype, [-1, -1, "D"]],  # type: ignore[misc]
+            positions: Tensor[pos_dtype, [-1]],  # type: ignore[misc]
+            freq_scale: f32,
+            BT: Constant[int],
+            HQ: Constant[int],
+            HK: Constant[int],
+            D: Constant[int],
+            NEOX: Constant[bool],
+    ) -> None:
+        cos_t, sin_t = angles(positions, freq_scale, BT, D, NEOX)
+        tq = q.load(index=(bid(0), 0, 0), shape=(BT, HQ, D)).astype(f32)
+        tk = k.load(index=(bid(0), 0, 0), shape=(BT, HK, D)).astype(f32)
+        q_out.store(rotated(tq, cos_t, sin_t, BT, HQ, D, NEOX).astype(q_out.dtype))
+        k_out.store(rotated(tk, cos_t, sin_t, BT, HK, D, NEOX).astype(k_out.dtype))
+    return cutile.entry(hints=hints)(rope)
+
+
+def tokens_per_block(config: dict[str, Any], heads: int, head_dim: int, tokens: int) -> int:
+    """The config's element budget per block in whole tokens (a power of two)."""
+    per_token = pw.next_pow2(heads) * head_dim
+    budget = max(1, int(config["block_elems"]) // per_token)
+    return min(1 << (budget.bit_length() - 1), pw.next_pow2(tokens))
+
+
+def _setup(config: dict[str, Any], shape: tuple[int, ...]) -> Any:
+    """A search's runner for one shape (bf16, the dtype models run in; the bucket does not
+    hold the dtype)."""
+    tokens, heads_q, heads_k, head_dim = shape
+    q = cutile.api.randn([tokens, heads_q, head_dim], "bf16", seed=1)
+    k = cutile.api.randn([tokens, heads_k, head_dim], "bf16", seed=2)
+    positions = cutile.api.arange(tokens, dtype="i32")
+    return lambda: rope.launch(q, k, positions, config=config).op
+
+
+TUNER = pw.tuner("rope", SPACE, DEFAULT, _setup, inspect.getsource(_rotated) + inspect.getsource(rope_kernel))
+
+
+def _rope_launch(q: Any, k: Any, positions: Any, theta: float = 10000.0, *, style: str = "neox",
+                 out_q: Any = None, out_k: Any = None, inplace: bool = False,
+                 config: dict[str, Any] | None = None) -> pw.Pending:
+    """RoPE of q and k at ``positions``: returns ``(q_rotated, k_rotated)`` (q and k
+    themselves with ``inplace=True``; ``out_q``/``out_k`` when given).
+
+    Args:
+        q: ``(tokens, heads, head_dim)`` or ``(batch, seq, heads, head_dim)``; f16, bf16
+            or f32; head_dim an even power of two.
+        k: the same layout and dtype, with any number of heads (GQA).
+        positions: i32 or i64, shaped as q's leading dims (one position per token).
+        theta: the base of the frequencies (10000 in most models; 1e6 in Qwen2+).
+        style: ``"neox"`` (halves) or ``"gptj"`` (interleaved pairs).
+        out_q, out_k: arrays to write (out of place; not overlapping q or k).
+        inplace: rotate q and k in their own memory (no out_q / out_k then).
+        config: a config of `SPACE` (default: the tuner's for this shape).
+    """
+    fn = "rope"
+    if style not in STYLES:
+        raise cutile.ArgumentError(f"{fn}(): parameter 'style' must be 'neox' or 'gptj', got {style!r}")
+    if not isinstance(theta, (int, float)) or isinstance(theta, bool) or not theta > 1.0 or math.isinf(theta):
+        raise cutile.ArgumentError(f"{fn}(): parameter 'theta' must be a finite number above 1, got {theta!r}")
+    if inplace and (out_q is not None or out_k is not None):
+        raise cutile.ArgumentError(f"{fn}(): 'inplace=True' writes q and k themselves; do not pass out_q / out_k")
+    qa, ka = pw.as_argument(q, fn, "q"), pw.as_argument(k, fn, "k")
+    pa = pw.as_argument(positions, fn, "positions")
+    pw.check_dtype(qa, pw.FLOAT_DTYPES, fn, "q")
+    pw.check_same_dtype(qa, ka, fn, "q", "k")
+    pw.check_dtype(pa, pw.INT_DTYPES, fn, "positions")
+    pw.check_rank(qa, (3, 4), fn, "q")
+    if len(ka.shape) != len(qa.shape):
+        raise cutile.ArgumentError(f"{fn}(): parameters 'q' {list(qa.shape)} and 'k' {list(ka.shape)} must have "
+                                   "the same number of dimensions")
+    lead, head_dim = qa.shape[:-2], qa.shape[-1]
+    if ka.shape[:-2] != lead or ka.shape[-1] != head_dim:
+        raise cutile.ArgumentError(f"{fn}(): parameter 'k' of shape {list(ka.shape)} must match q's "
+                                   f"{list(qa.shape)} but for its number of heads")
+    if head_dim < 2 or head_dim & (head_dim - 1):
+        raise cutile.ArgumentError(f"{fn}(): head_dim (the last dim of 'q') must be an even power of two, got "
+                                   f"{head_dim}")
+    if pa.shape != lead:
+        raise cutile.ArgumentError(f"{fn}(): parameter 'positions' has shape {list(pa.shape)}; expected q's "
+                                   f"leading shape {list(lead)} (one position per token)")
+    tokens = math.prod(lead)
+    heads_q, heads_k = qa.shape[-2], ka.shape[-2]
+    q3 = pw.reshaped(qa, (tokens, heads_q, head_dim), fn, "q")
+    k3 = pw.reshaped(ka, (tokens, heads_k, head_dim), fn, "k")
+    p1 = pw.reshaped(pa, (tokens,), fn, "positions")
+    chosen = config if config is not None else TUNER.config((tokens, heads_q, heads_k, head_dim))
+    bt = tokens_per_block(chosen, max(heads_q, heads_k), head_dim, tokens)
+    kernel = rope_kernel(qa.tensor.dtype, pa.tensor.dtype, style == "neox", inplace, int(chosen["occupancy"]))
+    freq_scale = -2.0 * math.log(float(theta)) / head_dim
+    tile_q, tile_k = [bt, pw.next_pow2(heads_q), head_dim], [bt, pw.next_pow2(heads_k), head_dim]
+    neox = style == "neox"
+    if inplace:
+        launch = kernel(q3.partition(tile_q), k3.partition(tile_k), p1, freq_scale, NEOX=neox)
+        return pw.Pending(launch, lambda: (q, k))
+    oq = pw.output(out_q, qa.shape, qa.tensor.dtype, qa, fn, "out_q")
+    ok = pw.output(out_k, ka.shape, ka.tensor.dtype, ka, fn, "out_k")
+    pw.check_no_overlap(oq, [(qa, "q"), (ka, "k")], fn, "out_q")
+    pw.check_no_overlap(ok, [(qa, "q"), (ka, "k"), (pw.Argument(oq.tensor, "cutile", None), "out_q")], fn, "out_k")
+    q_out = pw.reshaped(pw.Argument(oq.tensor, "cutile", None), (tokens, heads_q, head_dim), fn, "out_q")
+    k_out = pw.reshaped(pw.Argument(ok.tensor, "cutile", None), (tokens, heads_k, head_dim), fn, "out_k")
+    launch = kernel(q_out.partition(tile_q), k_out.partition(tile_k), q3, k3, p1, freq_scale, NEOX=neox)
+    return pw.Pending(launch, lambda: (oq.result(), ok.result()))
+
+
+rope = pw.library_function(_rope_launch)

@@ -1,0 +1,528 @@
+"""The transformer pointwise, gather and cache functions (rope, silu_mul / gelu_mul and the
+element-wise helpers, embedding, argmax, kv_cache_update) against numpy in float64 on
+random inputs with tails, f16 / bf16 / f32, written into poisoned outputs; their
+argument errors name the parameter. Each test runs on the interpreter, and on the GPU
+too where one is (``gpu``); those marked ``interpreter_only`` check the interpreter's
+own behaviour (numpy arrays in and out, its run-time assert messages)."""
+
+import importlib
+import math
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+import cutile
+from cutile import _backend, api
+from cutile_kernels import (
+    add,
+    argmax,
+    div,
+    embedding,
+    gelu,
+    gelu_mul,
+    kv_cache_update,
+    mul,
+    relu,
+    rope,
+    sigmoid,
+    silu,
+    silu_mul,
+    sub,
+)
+
+RNG = np.random.default_rng(16)
+DTYPES = ["f32", "f16", "bf16"]
+#: dtype -> (rtol, atol) of a result computed in f32 and rounded once to the dtype
+TOLERANCE = {"f32": (1e-5, 1e-5), "f16": (2e-3, 2e-3), "bf16": (1.6e-2, 1.6e-2)}
+
+
+@pytest.fixture(autouse=True, params=["interpreter", pytest.param("gpu", marks=pytest.mark.gpu)])
+def backend(request: pytest.FixtureRequest) -> Iterator[str]:
+    if request.param == "gpu" and request.node.get_closest_marker("interpreter_only") is not None:
+        pytest.skip("checks the interpreter's own behaviour")
+    if request.param == "interpreter" and request.node.own_markers and any(
+            m.name == "gpu" for m in request.node.own_markers):
+        pytest.skip("a GPU test (torch tensors on the device)")
+    _backend.reset_for_tests(request.param)
+    yield str(request.param)
+    _backend.reset_for_tests(None)
+
+
+def tensor(values: np.ndarray, dtype: str) -> cutile.Tensor:
+    return api.from_numpy(np.asarray(values, np.float32), dtype)
+
+
+def stored(values: np.ndarray, dtype: str) -> np.ndarray:
+    """values as the dtype holds them, in float64 (the reference's inputs)."""
+    return np.asarray(tensor(values, dtype).to_numpy()).astype(np.float64)
+
+
+def read(t: Any) -> np.ndarray:
+    return np.asarray(t.to_numpy() if isinstance(t, cutile.Tensor) else t).astype(np.float64)
+
+
+def poisoned(shape: tuple[int, ...], dtype: str) -> cutile.Tensor:
+    return api.full(list(shape), np.nan, dtype=dtype)
+
+
+def close(result: Any, expected: np.ndarray, dtype: str, scale: float = 1.0) -> None:
+    rtol, atol = TOLERANCE[dtype]
+    np.testing.assert_allclose(read(result), expected, rtol=rtol * scale, atol=atol * scale)
+
+
+# -- rope ---------------------------------------------------------------------------------------
+def rope_reference(x: np.ndarray, positions: np.ndarray, theta: float, style: str) -> np.ndarray:
+    d = x.shape[-1]
+    inv_freq = theta ** (-2.0 * np.arange(d // 2) / d)
+    angle = positions.astype(np.float64)[..., None, None] * inv_freq  # (..., 1, d/2): every head
+    c, s = np.cos(angle), np.sin(angle)
+    out = np.empty_like(x)
+    if style == "neox":
+        x1, x2 = x[..., : d // 2], x[..., d // 2:]
+        out[..., : d // 2], out[..., d // 2:] = x1 * c - x2 * s, x2 * c + x1 * s
+    else:
+        x1, x2 = x[..., 0::2], x[..., 1::2]
+        out[..., 0::2], out[..., 1::2] = x1 * c - x2 * s, x2 * c + x1 * s
+    return out
+
+
+#: (q shape, k heads): tokens with a tail, GQA, and a 4-D (batch, seq) layout
+ROPE_SHAPES = [((13, 6, 16), 2), ((2, 7, 4, 32), 4), ((1, 3, 64), 1)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("style", ["neox", "gptj"])
+@pytest.mark.parametrize("q_shape, k_heads", ROPE_SHAPES)
+@pytest.mark.parametrize("inplace", [False, True])
+def test_rope_rotates_q_and_k_at_their_positions(dtype: str, style: str, q_shape: tuple[int, ...], k_heads: int,
+                                                 inplace: bool) -> None:
+    k_shape = (*q_shape[:-2], k_heads, q_shape[-1])
+    q, k = RNG.standard_normal(q_shape), RNG.standard_normal(k_shape)
+    positions = RNG.integers(0, 400, q_shape[:-2])
+    theta = 10000.0 if style == "neox" else 1e6
+    pos = api.from_numpy(positions.astype(np.int64 if dtype == "f32" else np.int32))
+    qt, kt = tensor(q, dtype), tensor(k, dtype)
+    # angles are computed in f32: an error of position * 2**-24 radians
+    scale = 1.0 if dtype != "f32" else 20.0
+    if inplace:
+        q_out, k_out = rope(qt, kt, pos, theta, style=style, inplace=True)
+        assert q_out is qt and k_out is kt
+    else:
+        out_q, out_k = poisoned(q_shape, dtype), poisoned(k_shape, dtype)
+        q_out, k_out = rope(qt, kt, pos, theta, style=style, out_q=out_q, out_k=out_k)
+        assert q_out is out_q and k_out is out_k
+        np.testing.assert_array_equal(read(qt), stored(q, dtype))  # inputs untouched
+    close(q_out, rope_reference(stored(q, dtype), positions, theta, style), dtype, scale)
+    close(k_out, rope_reference(stored(k, dtype), positions, theta, style), dtype, scale)
+
+
+def test_rope_reads_strided_q_and_k_and_returns_new_tensors() -> None:
+    fused = RNG.standard_normal((9, 12, 16))  # q: heads 0-7, k: heads 8-11 of one projection
+    qkv = tensor(fused, "f32")
+    positions = np.arange(100, 109)
+    q_out, k_out = rope(qkv.permute(0, 1, 2), api.from_numpy(fused[:, 8:].astype(np.float32)),
+                        api.from_numpy(positions.astype(np.int32)))
+    assert isinstance(q_out, cutile.Tensor) and q_out.shape == (9, 12, 16)
+    close(q_out, rope_reference(fused, positions, 1e4, "neox"), "f32", 20.0)
+    close(k_out, rope_reference(fused[:, 8:], positions, 1e4, "neox"), "f32", 20.0)
+
+
+def test_rope_launch_form_is_pending_until_run() -> None:
+    q, k = RNG.standard_normal((5, 2, 8)), RNG.standard_normal((5, 1, 8))
+    qt, kt = tensor(q, "f32"), tensor(k, "f32")
+    pending = rope.launch(qt, kt, api.from_numpy(np.arange(5, dtype=np.int32)), inplace=True)
+    with pytest.raises(cutile.OwnershipError, match="held by the pending launch of rope_inplace"):
+        qt.to_numpy()  # nothing ran yet; the launch holds q
+    pending.op.sync()
+    q_out, _ = pending.finish()
+    close(q_out, rope_reference(q, np.arange(5), 1e4, "neox"), "f32", 20.0)
+
+
+@pytest.mark.interpreter_only
+def test_rope_gives_numpy_arrays_back_for_numpy_inputs() -> None:
+    q = RNG.standard_normal((4, 2, 8)).astype(np.float32)
+    q_out, k_out = rope(q, q[:, :1].copy(), np.arange(4))
+    assert isinstance(q_out, np.ndarray) and isinstance(k_out, np.ndarray) and q_out.shape == (4, 2, 8)
+    close(q_out, rope_reference(q.astype(np.float64), np.arange(4), 1e4, "neox"), "f32", 20.0)
+
+
+def rope_arguments(**change: Any) -> dict[str, Any]:
+    arguments: dict[str, Any] = {"q": tensor(np.zeros((4, 2, 8)), "f32"), "k": tensor(np.zeros((4, 1, 8)), "f32"),
+                                 "positions": api.from_numpy(np.arange(4, dtype=np.int32))}
+    arguments.update(change)
+    return arguments
+
+
+@pytest.mark.parametrize("change, error, words", [
+    ({"style": "llama"}, cutile.ArgumentError, "'style' must be 'neox' or 'gptj'"),
+    ({"theta": 0.5}, cutile.ArgumentError, "'theta' must be a finite number above 1"),
+    ({"k": "k"}, cutile.ArgumentTypeError, "parameter 'k' must be a cutile Tensor"),
+    ({"k": api.zeros([4, 1, 8], dtype="f16")}, cutile.ArgumentTypeError, "'q' (f32) and 'k' (f16)"),
+    ({"q": api.zeros([4, 2, 8], dtype="i32")}, cutile.ArgumentTypeError, "parameter 'q' has dtype i32"),
+    ({"positions": api.zeros([4])}, cutile.ArgumentTypeError, "parameter 'positions' has dtype f32"),
+    ({"positions": api.zeros([3], dtype="i32")}, cutile.ArgumentError, "'positions' has shape [3]"),
+    ({"k": api.zeros([4, 1, 4])}, cutile.ArgumentError, "parameter 'k' of shape [4, 1, 4]"),
+    ({"q": api.zeros([4, 2, 12]), "k": api.zeros([4, 1, 12])}, cutile.ArgumentError, "an even power of two"),
+    ({"q": api.zeros([8])}, cutile.ArgumentError, "parameter 'q' must have 3 or 4 dimensions"),
+    ({"inplace": True, "out_q": api.zeros([4, 2, 8])}, cutile.ArgumentError, "do not pass out_q"),
+    ({"out_q": api.zeros([4, 2, 4])}, cutile.ArgumentError, "parameter 'out_q' has shape [4, 2, 4]"),
+    ({"out_k": api.zeros([4, 1, 8], dtype="bf16")}, cutile.ArgumentTypeError, "'out_k' has dtype bf16"),
+])
+def test_rope_refuses_bad_arguments_naming_them(change: dict[str, Any], error: type[Exception], words: str) -> None:
+    with pytest.raises(error, match=re.escape(words)):
+        rope(**rope_arguments(**change))
+
+
+def test_rope_refuses_an_output_overlapping_its_input() -> None:
+    q = tensor(np.zeros((4, 2, 8)), "f32")
+    with pytest.raises(cutile.ArgumentError, match="parameter 'out_q' overlaps the memory of parameter 'q'"):
+        rope(**rope_arguments(q=q, out_q=q.permute(0, 1, 2)))
+
+
+# -- activations and element-wise helpers -----------------------------------------------------
+def silu64(x: np.ndarray) -> np.ndarray:
+    return x / (1.0 + np.exp(-x))
+
+
+def gelu_tanh64(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def gelu_erf64(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1.0 + np.vectorize(math.erf)(x / math.sqrt(2.0)))
+
+
+GATED = {
+    "silu_mul": (lambda g, u: silu_mul(g, u), lambda g, u: silu64(g) * u),
+    "silu_mul out": (lambda g, u, out=None: silu_mul(g, u, out=out), lambda g, u: silu64(g) * u),
+    "gelu_mul tanh": (lambda g, u, out=None: gelu_mul(g, u, out=out), lambda g, u: gelu_tanh64(g) * u),
+    "gelu_mul none": (lambda g, u, out=None: gelu_mul(g, u, "none", out=out), lambda g, u: gelu_erf64(g) * u),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", list(GATED))
+@pytest.mark.parametrize("shape", [(37, 300), (5, 3, 129), (1000,)])
+def test_gated_activations_match_float64(dtype: str, name: str, shape: tuple[int, ...]) -> None:
+    function, reference = GATED[name]
+    g, u = 3 * RNG.standard_normal(shape), RNG.standard_normal(shape)
+    if name.endswith("out") or "gelu" in name:
+        out = poisoned(shape, dtype)
+        result = function(tensor(g, dtype), tensor(u, dtype), out=out)
+        assert result is out
+    else:
+        result = function(tensor(g, dtype), tensor(u, dtype))
+        assert isinstance(result, cutile.Tensor) and result.shape == shape and str(result.dtype) == dtype
+    close(result, reference(stored(g, dtype), stored(u, dtype)), dtype, 2.0)
+
+
+def test_silu_mul_reads_the_halves_of_a_fused_projection() -> None:
+    fused = RNG.standard_normal((10, 2 * 48))  # gate | up: each a strided view of one tensor
+    x = tensor(fused, "bf16")
+    result = silu_mul(x[:, :48], x[:, 48:])
+    whole = stored(fused, "bf16")
+    close(result, silu64(whole[:, :48]) * whole[:, 48:], "bf16", 2.0)
+
+
+@pytest.mark.interpreter_only
+def test_silu_mul_takes_strided_numpy_views() -> None:
+    fused = RNG.standard_normal((10, 96)).astype(np.float32)
+    result = silu_mul(fused[:, :48], fused[:, 48:])
+    assert isinstance(result, np.ndarray) and result.shape == (10, 48)
+    close(result, silu64(fused[:, :48].astype(np.float64)) * fused[:, 48:], "f32", 2.0)
+
+
+UNARY = {"silu": (silu, silu64), "gelu": (gelu, gelu_erf64),
+         "gelu tanh": (lambda x, out=None: gelu(x, approximate="tanh", out=out), gelu_tanh64),
+         "sigmoid": (sigmoid, lambda x: 1.0 / (1.0 + np.exp(-x))), "relu": (relu, lambda x: np.maximum(x, 0.0))}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", list(UNARY))
+def test_unary_helpers_match_float64(dtype: str, name: str) -> None:
+    function, reference = UNARY[name]
+    x = 4 * RNG.standard_normal((3, 7, 45))
+    out = poisoned(x.shape, dtype)
+    assert function(tensor(x, dtype), out=out) is out
+    close(out, reference(stored(x, dtype)), dtype, 2.0)
+
+
+BINARY = {"add": (add, np.add), "sub": (sub, np.subtract), "mul": (mul, np.multiply), "div": (div, np.divide)}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", list(BINARY))
+@pytest.mark.parametrize("x_shape, y_shape", [((37, 300), (37, 300)), ((37, 300), (300,)), ((3, 5, 33), (33,)),
+                                              ((3, 5, 33), (5, 33)), ((3, 5, 33), (1, 1, 33)), ((19,), (19,))])
+def test_binary_helpers_broadcast_rows(dtype: str, name: str, x_shape: tuple[int, ...],
+                                       y_shape: tuple[int, ...]) -> None:
+    function, reference = BINARY[name]
+    x = RNG.standard_normal(x_shape)
+    y = RNG.uniform(0.5, 2.0, y_shape) * RNG.choice([-1.0, 1.0], y_shape)  # no division by ~0
+    out = poisoned(x_shape, dtype)
+    assert function(tensor(x, dtype), tensor(y, dtype), out=out) is out
+    close(out, reference(stored(x, dtype), stored(y, dtype)), dtype)
+
+
+@pytest.mark.parametrize("call, error, words", [
+    (lambda: add(api.zeros([4, 8]), api.zeros([4, 1])), cutile.ArgumentError,
+     "parameter 'y' of shape [4, 1] does not broadcast to 'x' [4, 8]"),
+    (lambda: add(api.zeros([4, 8]), api.zeros([8, 4, 8])), cutile.ArgumentError, "does not broadcast"),
+    (lambda: mul(api.zeros([4, 8]), api.zeros([4, 8], dtype="f16")), cutile.ArgumentTypeError,
+     "'x' (f32) and 'y' (f16) must have the same dtype"),
+    (lambda: silu_mul(api.zeros([4], dtype="i32"), api.zeros([4], dtype="i32")), cutile.ArgumentTypeError,
+     "parameter 'gate' has dtype i32"),
+    (lambda: gelu_mul(api.zeros([4]), api.zeros([4]), "erf"), cutile.ArgumentError, "'approximate' must be"),
+    (lambda: gelu(api.zeros([4]), approximate="exact"), cutile.ArgumentError, "'approximate' must be"),
+    (lambda: silu(api.zeros([4]), out=api.zeros([5])), cutile.ArgumentError, "parameter 'out' has shape [5]"),
+    (lambda: silu(api.zeros([4]), out=api.zeros([4], dtype="bf16")), cutile.ArgumentTypeError,
+     "parameter 'out' has dtype bf16; expected f32"),
+    (lambda: relu(api.zeros([0, 4])), cutile.ArgumentError, "is empty"),
+    (lambda: relu(api.zeros([4, 6, 2]).permute(1, 0, 2)), cutile.ArgumentError, "must be contiguous"),
+    (lambda: relu([1.0, 2.0]), cutile.ArgumentTypeError, "parameter 'x' must be a cutile Tensor"),
+])
+def test_element_wise_helpers_refuse_bad_arguments(call: Any, error: type[Exception], words: str) -> None:
+    with pytest.raises(error, match=re.escape(words)):
+        call()
+
+
+def test_an_output_overlapping_an_input_is_refused() -> None:
+    x = api.zeros([64])
+    with pytest.raises(cutile.ArgumentError, match="parameter 'out' overlaps the memory of parameter 'x'"):
+        silu(x, out=x)
+
+
+# -- embedding ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("id_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("ids_shape, vocab, dim", [((37,), 1001, 200), ((3, 13), 50, 72), ((1,), 7, 8)])
+def test_embedding_gathers_rows_and_zeros_outside_the_table(dtype: str, id_dtype: Any, ids_shape: tuple[int, ...],
+                                                            vocab: int, dim: int) -> None:
+    table = RNG.standard_normal((vocab, dim))
+    ids = RNG.integers(0, vocab, ids_shape).astype(id_dtype)
+    flat = ids.reshape(-1)
+    flat[0] = vocab - 1
+    if flat.size > 3:
+        flat[[1, 2, 3]] = [-1, vocab, np.iinfo(id_dtype).min]  # outside: rows of zeros
+    out = poisoned((*ids_shape, dim), dtype)
+    assert embedding(api.from_numpy(ids), tensor(table, dtype), out=out) is out
+    inside = (ids >= 0) & (ids < vocab)
+    expected = np.where(inside[..., None], stored(table, dtype)[np.clip(ids, 0, vocab - 1)], 0.0)
+    np.testing.assert_array_equal(read(out), expected)
+
+
+def test_embedding_reads_a_strided_table_and_makes_its_output() -> None:
+    wide = RNG.standard_normal((30, 64))
+    ids = RNG.integers(0, 30, 9).astype(np.int32)
+    table = tensor(wide, "f32")
+    rows = embedding(api.from_numpy(ids), table.permute(0, 1))
+    assert isinstance(rows, cutile.Tensor) and rows.shape == (9, 64)
+    np.testing.assert_array_equal(read(rows), stored(wide, "f32")[ids])
+
+
+@pytest.mark.parametrize("call, error, words", [
+    (lambda: embedding(api.zeros([4]), api.zeros([5, 8])), cutile.ArgumentTypeError,
+     "parameter 'ids' has dtype f32"),
+    (lambda: embedding(api.zeros([4], dtype="i32"), api.zeros([5])), cutile.ArgumentError,
+     "parameter 'table' must have 2 dimensions"),
+    (lambda: embedding(api.zeros([4], dtype="i32"), api.zeros([5, 8], dtype="i32")), cutile.ArgumentTypeError,
+     "parameter 'table' has dtype i32"),
+    (lambda: embedding(api.zeros([4], dtype="i32"), api.zeros([5, 8]), out=api.zeros([4, 9])),
+     cutile.ArgumentError, "parameter 'out' has shape [4, 9]; expected [4, 8]"),
+    (lambda: embedding(api.zeros([0], dtype="i32"), api.zeros([5, 8])), cutile.ArgumentError, "must not be empty"),
+])
+def test_embedding_refuses_bad_arguments(call: Any, error: type[Exception], words: str) -> None:
+    with pytest.raises(error, match=re.escape(words)):
+        call()
+
+
+# -- argmax -------------------------------------------------------------------------------------
+ARGMAX_CONFIGS = [None, {"tile_rows": 2, "tile_cols": 512, "chunk_tiles": 1, "occupancy": 1},
+                  {"tile_rows": 4, "tile_cols": 1024, "chunk_tiles": 4, "occupancy": 1}]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(5, 3000), (3, 4, 129), (7,), (2, 9001)])
+@pytest.mark.parametrize("config", ARGMAX_CONFIGS)
+def test_argmax_matches_numpy_with_ties_to_the_lowest_index(dtype: str, shape: tuple[int, ...],
+                                                            config: dict[str, Any] | None) -> None:
+    x = RNG.integers(-20, 20, shape).astype(np.float64)  # many ties
+    out = api.full(list(shape[:-1]), -7, dtype="i64")
+    assert argmax(tensor(x, dtype), out=out, config=config) is out
+    np.testing.assert_array_equal(out.to_numpy(), x.argmax(axis=-1))
+
+
+@pytest.mark.parametrize("config", ARGMAX_CONFIGS)
+def test_argmax_ranks_nan_first_and_handles_infinities(config: dict[str, Any] | None) -> None:
+    x = RNG.standard_normal((5, 5000))
+    x[0, [7, 4000]] = np.inf
+    x[1, [100, 4900, 3000]] = [np.nan, np.nan, np.inf]
+    x[2] = -np.inf
+    x[3, 4999] = np.nan
+    x[4, 2048] = 1e30
+    result = argmax(tensor(x, "f32"), config=config)
+    assert isinstance(result, cutile.Tensor) and str(result.dtype) == "i64"
+    np.testing.assert_array_equal(result.to_numpy(), [7, 100, 0, 4999, 2048])  # torch.argmax's answers
+
+
+def test_argmax_over_a_long_row_splits_it_into_chunks() -> None:
+    x = RNG.standard_normal((1, 152_000))
+    x[0, 151_999] = 10.0
+    x[0, 151_000] = 10.0
+    assert argmax(tensor(x, "bf16"), keepdim=True).to_numpy().tolist() == [[151_000]]
+
+
+@pytest.mark.interpreter_only
+def test_argmax_of_a_numpy_array_is_a_numpy_int64_array() -> None:
+    x = RNG.standard_normal((3, 4, 50)).astype(np.float32)
+    result = argmax(x, dim=2)
+    assert isinstance(result, np.ndarray) and result.dtype == np.int64
+    np.testing.assert_array_equal(result, x.argmax(-1))
+
+
+def test_argmax_launch_form_is_one_op() -> None:
+    x = RNG.standard_normal((4, 3000))
+    pending = argmax.launch(tensor(x, "f32"), config=ARGMAX_CONFIGS[1])
+    pending.op.sync()
+    np.testing.assert_array_equal(pending.finish().to_numpy(), x.astype(np.float32).argmax(-1))
+
+
+@pytest.mark.parametrize("call, error, words", [
+    (lambda: argmax(api.zeros([4, 8]), dim=0), cutile.ArgumentError, "parameter 'dim' must be the last dim"),
+    (lambda: argmax(api.zeros([4, 8], dtype="i32")), cutile.ArgumentTypeError, "parameter 'x' has dtype i32"),
+    (lambda: argmax(api.zeros([4, 0])), cutile.ArgumentError, "is empty"),
+    (lambda: argmax(api.zeros([4, 8]), out=api.zeros([4], dtype="i32")), cutile.ArgumentTypeError,
+     "parameter 'out' has dtype i32; expected i64"),
+    (lambda: argmax(api.zeros([4, 8]), keepdim=True, out=api.zeros([4], dtype="i64")), cutile.ArgumentError,
+     "parameter 'out' has shape [4]; expected [4, 1]"),
+])
+def test_argmax_refuses_bad_arguments(call: Any, error: type[Exception], words: str) -> None:
+    with pytest.raises(error, match=re.escape(words)):
+        call()
+
+
+# -- kv_cache_update ----------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("cache_shape, tokens, start", [((50, 3, 24), 5, 7), ((2, 40, 2, 36), 1, 39),
+                                                        ((3, 17, 1, 8), 17, 0), ((2, 64, 1, 8), 8, 20),
+                                                        ((1, 64, 2, 8), 12, 4)])
+@pytest.mark.parametrize("positions_kind", ["int", "i32", "i64"])
+def test_kv_cache_update_writes_only_the_new_rows(dtype: str, cache_shape: tuple[int, ...], tokens: int, start: int,
+                                                  positions_kind: str) -> None:
+    before = RNG.standard_normal(cache_shape)
+    new_shape = (*cache_shape[:-3], tokens, *cache_shape[-2:])
+    new = RNG.standard_normal(new_shape)
+    cache = tensor(before, dtype)
+    if positions_kind == "int":
+        positions: Any = start
+    else:
+        positions = api.from_numpy(np.arange(start, start + tokens, dtype=np.dtype(positions_kind.replace("i", "int"))))
+    # several column tiles with a tail, blocks looping, several rows per tile where the start allows
+    config = {"tile_rows": 4, "tile_cols": 16, "max_blocks": 3}
+    assert kv_cache_update(cache, tensor(new, dtype), positions, config=config) is cache
+    expected = stored(before, dtype)
+    expected[..., start:start + tokens, :, :] = stored(new, dtype)
+    np.testing.assert_array_equal(read(cache), expected)
+
+
+@pytest.mark.interpreter_only
+def test_kv_cache_update_checks_its_positions_on_the_device() -> None:
+    cache, new = api.zeros([20, 2, 8]), api.ones([3, 2, 8])
+    with pytest.raises(cutile.KernelRuntimeError, match="positions must be consecutive"):
+        kv_cache_update(cache, new, api.from_numpy(np.array([4, 5, 7], np.int32)))
+    with pytest.raises(cutile.KernelRuntimeError, match="tiles_within: the range of axis 1 passes the tile grid"):
+        kv_cache_update(cache, new, api.from_numpy(np.array([18, 19, 20], np.int32)))
+
+
+@pytest.mark.interpreter_only
+def test_kv_cache_update_writes_into_numpy_caches_in_place() -> None:
+    cache = np.zeros((2, 10, 1, 4), np.float32)
+    new = np.ones((2, 2, 1, 4), np.float32)
+    assert kv_cache_update(cache, new, 3) is cache
+    assert cache.sum() == 16 and cache[:, 3:5].min() == 1
+
+
+@pytest.mark.parametrize("call, error, words", [
+    (lambda: kv_cache_update(api.zeros([10, 2, 8]), api.zeros([2, 2, 8]), 9), cutile.ArgumentError,
+     "the 2 new tokens must fit in the cache's 10 positions"),
+    (lambda: kv_cache_update(api.zeros([10, 2, 8]), api.zeros([2, 2, 8]), -1), cutile.ArgumentError,
+     "parameter 'positions' -1"),
+    (lambda: kv_cache_update(api.zeros([10, 2, 8]), api.zeros([2, 3, 8]), 0), cutile.ArgumentError,
+     "parameter 'new' of shape [2, 3, 8] must match 'cache' [10, 2, 8]"),
+    (lambda: kv_cache_update(api.zeros([10, 2, 8]), api.zeros([2, 2, 8], dtype="f16"), 0), cutile.ArgumentTypeError,
+     "'cache' (f32) and 'new' (f16)"),
+    (lambda: kv_cache_update(api.zeros([10, 2, 8]), api.zeros([1, 2, 2, 8]), 0), cutile.ArgumentError,
+     "must have the rank of 'cache'"),
+    (lambda: kv_cache_update(api.zeros([10, 2, 8]), api.zeros([2, 2, 8]), api.zeros([3], dtype="i32")),
+     cutile.ArgumentError, "'positions' has shape [3]; expected [2]"),
+    (lambda: kv_cache_update(api.zeros([10, 2, 8]), api.zeros([2, 2, 8]), api.zeros([2])),
+     cutile.ArgumentTypeError, "parameter 'positions' has dtype f32"),
+    (lambda: kv_cache_update(api.zeros([10, 2, 8]), api.zeros([0, 2, 8]), 0), cutile.ArgumentError,
+     "holds no tokens"),
+])
+def test_kv_cache_update_refuses_bad_arguments(call: Any, error: type[Exception], words: str) -> None:
+    with pytest.raises(error, match=re.escape(words)):
+        call()
+
+
+# -- configs ------------------------------------------------------------------------------------
+TUNED = {"rope": (9, 4, 2, 16), "activations": (300, 2, 30), "embedding": (9, 50, 40), "argmax": (3, 700),
+         "kv_cache": (2, 20, 3, 40)}
+
+
+@pytest.mark.parametrize("module_name", list(TUNED))
+def test_each_tuner_answers_its_default_and_can_time_a_config(module_name: str) -> None:
+    module = importlib.import_module(f"cutile_kernels._{module_name}")
+    chosen = module.TUNER.config(TUNED[module_name])
+    if not module.TUNER.record_path.exists():  # no record, no search: the default
+        assert chosen == module.DEFAULT
+    assert set(chosen) == set(module.DEFAULT)
+    runner = module.TUNER.setup(dict(module.DEFAULT), TUNED[module_name])
+    runner().sync()  # the runner a search times: a pending op
+
+
+@pytest.mark.parametrize("config", [{"block_elems": 1024, "occupancy": 1}, {"block_elems": 16384, "occupancy": 4}])
+def test_every_config_of_a_function_gives_the_same_result(config: dict[str, Any]) -> None:
+    x = RNG.standard_normal((7, 33, 32))
+    q = tensor(x, "f32")
+    close(silu(q, config=config), silu64(x), "f32", 2.0)
+    q_out, _ = rope(q, q[:, :1], api.from_numpy(np.arange(7, dtype=np.int32)), config=config)
+    close(q_out, rope_reference(x, np.arange(7), 1e4, "neox"), "f32", 20.0)
+
+
+# -- torch tensors in and out, on the GPU -----------------------------------------------------
+@pytest.mark.gpu
+def test_torch_tensors_in_give_torch_tensors_out() -> None:
+    torch = pytest.importorskip("torch")
+    q = torch.randn(33, 8, 64, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(33, 2, 64, device="cuda", dtype=torch.bfloat16)
+    positions = torch.arange(33, device="cuda") * 7
+    q_out, k_out = rope(q, k, positions)
+    assert isinstance(q_out, torch.Tensor) and q_out.is_cuda and q_out.dtype == torch.bfloat16
+    expected = rope_reference(q.double().cpu().numpy(), positions.cpu().numpy(), 1e4, "neox")
+    np.testing.assert_allclose(q_out.double().cpu().numpy(), expected, rtol=1.6e-2, atol=1.6e-2)
+    rope(q, k, positions, inplace=True)
+    torch.cuda.synchronize()
+    assert torch.equal(q, q_out)
+
+    gate, up = torch.randn(17, 300, device="cuda"), torch.randn(17, 300, device="cuda")
+    out = silu_mul(gate, up)
+    assert isinstance(out, torch.Tensor)
+    torch.testing.assert_close(out, torch.nn.functional.silu(gate) * up, rtol=1e-5, atol=1e-5)
+
+    logits = torch.randn(3, 151936, device="cuda", dtype=torch.bfloat16)
+    best = argmax(logits)
+    assert best.dtype == torch.int64 and torch.equal(best, logits.argmax(-1))
+
+    table = torch.randn(1000, 128, device="cuda", dtype=torch.float16)
+    ids = torch.randint(0, 1000, (5, 7), device="cuda")
+    assert torch.equal(embedding(ids, table), torch.nn.functional.embedding(ids, table))
+
+    cache = torch.zeros(2, 64, 4, 32, device="cuda", dtype=torch.bfloat16)
+    new = torch.randn(2, 3, 4, 32, device="cuda", dtype=torch.bfloat16)
+    assert kv_cache_update(cache, new, torch.tensor([10, 11, 12], device="cuda")) is cache
+    torch.cuda.synchronize()
+    assert torch.equal(cache[:, 10:13], new) and cache[:, :10].abs().sum() == 0 and cache[:, 13:].abs().sum() == 0

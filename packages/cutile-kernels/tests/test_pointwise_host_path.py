@@ -1,0 +1,94 @@
+"""The GPU backend's host side of the pointwise functions, on cuda_core's fake driver (no
+GPU needed): the grid each launch is given (kv_cache_update's persistent blocks, rope's
+token blocks, the flat and row forms of the element-wise functions, embedding's tiles)
+and that the caller's tensors stay usable after the launch. The kernels compile with
+tileiras for the fake sm_90 device; the fake driver records launches instead of running
+them. (The fake's allocations are 1 MiB apart: every tensor here stays below that.)"""
+
+import importlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import cuda_async
+import cutile
+from cuda_core.testing import FakeDriver, use_fake_driver
+from cutile import _backend, _gpu, api
+
+import cutile_kernels as ck
+
+FACTORIES = [importlib.import_module(f"cutile_kernels._{m}").__dict__[f] for m, f in
+             [("rope", "rope_kernel"), ("activations", "pointwise_kernel"), ("embedding", "embedding_kernel"),
+              ("kv_cache", "cache_update_kernel")]]
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeDriver]:
+    """cutile's GPU backend on a fake driver, with the kernel caches emptied before and
+    after (kernels loaded into the fake must not reach another backend)."""
+    saved = dict(_gpu._streams)
+    for factory in FACTORIES:
+        factory.cache_clear()
+    with use_fake_driver() as driver:
+        _gpu._streams.clear()
+        _backend.reset_for_tests("gpu")
+        try:
+            with cuda_async.using_policy(cuda_async.SingleStream()):
+                yield driver
+        finally:
+            for factory in FACTORIES:
+                factory.cache_clear()
+            _gpu._streams.clear()
+            _gpu._streams.update(saved)
+            _backend.reset_for_tests(None)
+
+
+def run(fake: FakeDriver, pending: Any) -> dict[str, Any]:
+    """Registers the pending launch's kernel with the fake (its parameter layout, as the
+    cubin declares it), runs it, and gives the launch the driver recorded."""
+    launch = pending.launch
+    compiled = launch.kernel.compiled(launch.plan().spec, "sm_90")
+    fake.kernels[compiled.name] = _gpu.fake_param_layout(compiled.abi)
+    pending.run()
+    record: dict[str, Any] = fake.launches[-1]
+    assert record["function"] == compiled.name
+    return record
+
+
+def test_kv_cache_update_runs_its_blocks_over_the_new_rows_only(fake: FakeDriver) -> None:
+    cache, new = api.empty([4, 64, 2, 128], dtype="bf16"), api.empty([4, 32, 2, 128], dtype="bf16")
+    record = run(fake, ck.kv_cache_update.launch(cache, new, 16, config={"tile_rows": 16, "tile_cols": 128,
+                                                                          "max_blocks": 528}))
+    assert record["grid"] == (4 * 2 * 2, 1, 1)  # items: batch x row tiles (32 / 16) x column tiles (256 / 128)
+    step, position = api.empty([4, 1, 2, 128], dtype="bf16"), api.empty([1], dtype="i64")
+    record = run(fake, ck.kv_cache_update.launch(cache, step, position,
+                                                 config={"tile_rows": 16, "tile_cols": 1024, "max_blocks": 2}))
+    assert record["grid"] == (2, 1, 1)  # capped at max_blocks; a positions tensor: one row per tile
+    kv_cache_update_again = ck.kv_cache_update.launch(cache, new, 0)  # the cache was given back
+    kv_cache_update_again.cancel()
+
+
+def test_rope_runs_one_block_per_token_tile(fake: FakeDriver) -> None:
+    q, k = api.empty([100, 8, 64], dtype="bf16"), api.empty([100, 2, 64], dtype="bf16")
+    positions = api.empty([100], dtype="i64")
+    record = run(fake, ck.rope.launch(q, k, positions, config={"block_elems": 1024, "occupancy": 2}))
+    assert record["grid"] == (50, 1, 1)  # 2 tokens of 8 heads x 64 per block
+    record = run(fake, ck.rope.launch(q, k, positions, inplace=True, config={"block_elems": 512, "occupancy": 1}))
+    assert record["grid"] == (100, 1, 1)
+
+
+def test_element_wise_functions_pick_the_flat_or_the_row_form(fake: FakeDriver) -> None:
+    gate, up = api.empty([200, 300], dtype="bf16"), api.empty([200, 300], dtype="bf16")
+    config = {"block_elems": 4096, "occupancy": 2}
+    assert run(fake, ck.silu_mul.launch(gate, up, config=config))["grid"] == (-(-60_000 // 4096), 1, 1)
+    bias = api.empty([300], dtype="bf16")
+    assert run(fake, ck.add.launch(gate, bias, config=config))["grid"] == (200 // 8, 1, 1)  # 8 x 512 tiles
+    fused = api.empty([200, 600], dtype="bf16")
+    assert run(fake, ck.silu_mul.launch(fused[:, :300], fused[:, 300:], config=config))["grid"] == (25, 1, 1)
+
+
+def test_embedding_tiles_rows_and_columns(fake: FakeDriver) -> None:
+    table, ids = api.empty([100, 2048], dtype="bf16"), api.empty([512], dtype="i32")
+    record = run(fake, ck.embedding.launch(ids, table, config={"tile_rows": 8, "tile_cols": 1024, "occupancy": 2}))
+    assert record["grid"] == (64, 2, 1)
