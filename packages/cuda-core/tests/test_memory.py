@@ -225,3 +225,13 @@ def test_a_mapped_pinned_word_gates_a_stream(fake_driver: Any) -> None:
     gate.close()
     with pytest.raises(ValueError, match="freed"):
         gate.device_ptr
+
+
+def test_a_buffer_freed_while_releases_are_deferred_is_freed_after(fake_driver: Any) -> None:
+    buffer = cc.DeviceBuffer.allocate(64)
+    ptr = buffer.ptr
+    with cc.releases_deferred():
+        del buffer
+        gc.collect()
+        assert ptr in fake_driver.memory  # (a synchronous free here would wait for held work)
+    assert ptr not in fake_driver.memory

@@ -50,6 +50,7 @@ from cuda_core._graph import (
     capture,
     end_capture,
     is_capturing,
+    releases_deferred,
 )
 from cuda_core._launch import PARAM_CTYPES, KernelArg, LaunchConfig, PreparedLaunch, infer_param_types, launch
 from cuda_core._memory import DeviceBuffer, DeviceMemory, DeviceView, MemoryPool, PinnedBuffer
@@ -92,6 +93,7 @@ __all__ = [
     "is_available",
     "is_capturing",
     "launch",
+    "releases_deferred",
     "stream_handle_of",
     "unavailable_reason",
 ]

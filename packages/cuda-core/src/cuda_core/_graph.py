@@ -30,6 +30,19 @@ class GraphUpdateError(CudaError):
     """`GraphExec.update` could not apply the new graph (e.g. different topology)."""
 
 
+@contextmanager
+def releases_deferred() -> Iterator[None]:
+    """Inside, releases that finalizers make on this thread (freeing memory, unloading
+    a module) wait until the block ends, as during a capture: for code that holds a
+    stream's work back (a `Stream.wait_value32` gate the host opens later), where a
+    synchronous free would wait for the held work and never return."""
+    _driver.capture_started()
+    try:
+        yield
+    finally:
+        _driver.capture_ended()
+
+
 def begin_capture(stream: Stream, mode: CaptureMode = CaptureMode.THREAD_LOCAL) -> None:
     """Starts recording the work queued on ``stream`` into a graph."""
     if stream.handle is None or int(stream.handle) == 0:

@@ -231,6 +231,7 @@ class _StreamGate:
         import cuda_core
 
         self.stream = stream
+        self._cuda_core = cuda_core
         self._word = cuda_core.PinnedBuffer.allocate(4, device=stream.device, mapped=True)
         self._value = self._word.view().cast("I")
         self._value[0] = 0
@@ -253,7 +254,10 @@ class _StreamGate:
         watchdog.daemon = True
         watchdog.start()
         try:
-            yield shut
+            # A finalizer freeing device memory synchronously on this thread (the garbage
+            # collector runs anywhere) would wait for the held work: releases wait instead.
+            with self._cuda_core.releases_deferred():
+                yield shut
         finally:
             watchdog.cancel()
             self._open(shut)
