@@ -259,6 +259,29 @@ def test_repeated_calls_reuse_one_plan() -> None:
     assert len(_matmul._SIGNATURES) == plans + 1
 
 
+def test_a_call_repeating_the_last_ones_objects_reuses_its_checked_call_and_nothing_stale() -> None:
+    rng = np.random.default_rng(41)
+    an, bn, bias_n = rand(rng, (40, 30), f32), rand(rng, (30, 20), f32), rand(rng, (20,), f32)
+    a, b, bias = api.from_numpy(an), api.from_numpy(bn), api.from_numpy(bias_n)
+    out = api.full([40, 20], np.nan)
+    matmul(a, b, out=out, bias=bias)
+    remembered = matmul._last
+    assert remembered is not None
+    matmul(a, b, out=out, bias=bias)
+    assert matmul._last is remembered  # the same objects and arguments: the same checked call
+    close(out, reference(an, bn, bias=bias_n), f32)
+    matmul(a, b, out=out, bias=bias, alpha=3.0)  # another argument: checked again, and right
+    assert matmul._last is not remembered
+    close(out, reference(an, bn, bias=bias_n, alpha=3.0), f32)
+    other = api.full([40, 20], np.nan)
+    matmul(a, b, out=other, bias=bias, alpha=3.0)  # another out: its own call
+    close(other, reference(an, bn, bias=bias_n, alpha=3.0), f32)
+    whole = a.partition([8, 8])  # a consumed: the launch still refuses it, naming it
+    with pytest.raises(cutile.OwnershipError, match="consumed"):
+        matmul(a, b, out=other, bias=bias, alpha=3.0)
+    del whole
+
+
 def test_torch_tensors_in_and_out() -> None:
     torch = pytest.importorskip("torch", reason="torch is not installed here")
     rng = np.random.default_rng(41)

@@ -18,7 +18,9 @@ A call goes through three steps, the last two cached:
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import cutile
@@ -28,6 +30,7 @@ from cutile_kernels import _configs, _gemv, _splitk
 from cutile_kernels._epilogue import Epilogue, check_epilogue
 from cutile_kernels._gemm import Variant, gemm_kernel
 from cutile_kernels._operands import FP8, Operand, as_tensor, check_no_overlap, dtype_named, tensor_of
+from cutile_kernels._splitk import derived
 
 OUT_DTYPES = (f16, bf16, f32)
 
@@ -86,6 +89,7 @@ class _Call:
     epilogue: Epilogue
     scales: tuple[cutile.Tensor, cutile.Tensor] | None
     alpha: float
+    positional: tuple[Any, ...] | None = None  # the tiled kernel's arguments, made on the first launch
 
 
 def _scales(scale_a: Any, scale_b: Any) -> tuple[float, tuple[cutile.Tensor, cutile.Tensor] | None]:
@@ -323,18 +327,28 @@ def _kernel_arguments(call: _Call) -> tuple[list[Any], dict[str, int]]:
     through a fresh view) and its constants."""
     plan = call.plan
     assert plan is not None
+    # Views are made once per caller tensor (`derived`): a loop over the same tensors passes
+    # the same objects, so the launch reuses its binding (the native fast path).
     a, b, epilogue = call.a, call.b, call.epilogue
     k = a.shape[-1]
     if plan.a_transposed:
-        a = _transpose(a)
+        a = derived(a, "T", partial(_transpose, a))
     if plan.b_transposed:
-        b = _transpose(b)
+        b = derived(b, "T", partial(_transpose, b))
     ones = [1] * a.ndim
-    bias = a if epilogue.bias is None else epilogue.bias.broadcast_to(ones[:-1] + [epilogue.bias.shape[0]])
-    scale_a, scale_b = (a, a) if call.scales is None else (s.broadcast_to(ones) for s in call.scales)
-    z = call.out[...].partition(plan.tile).map(plan.map_shape, blocks=plan.blocks)
+    bias = a if epilogue.bias is None else derived(
+        epilogue.bias, ("row", a.ndim), partial(epilogue.bias.broadcast_to, ones[:-1] + [epilogue.bias.shape[0]]))
+    scale_a, scale_b = (a, a) if call.scales is None else (
+        derived(s, ("scale", a.ndim), partial(s.broadcast_to, ones)) for s in call.scales)
+    z = derived(call.out, ("z", plan.tile, plan.map_shape, plan.blocks), lambda: _mapped_output(call.out, plan))
     residual = epilogue.residual if epilogue.residual is not None else a
     return [z, a, b, bias, residual, scale_a, scale_b, call.alpha], {"BK": int(plan.config["tile_k"]), "K": k}
+
+
+def _mapped_output(out: cutile.Tensor, plan: _Plan) -> Any:
+    """``out`` partitioned and mapped by the plan, through a view of it (the caller's
+    object is never consumed)."""
+    return out[...].partition(plan.tile).map(plan.map_shape, blocks=plan.blocks)
 
 
 def _launch_call(call: _Call) -> Any:
@@ -347,9 +361,11 @@ def _launch_call(call: _Call) -> Any:
         epilogue = call.epilogue
         return family(call.a, call.b, call.out, bias=epilogue.bias, activation=epilogue.activation,
                       residual=epilogue.residual, alpha=call.alpha, config=plan.config)
-    arguments, constants = _kernel_arguments(call)
-    # Every parameter by position (the tile's BM, BN too): the call the native launch path takes.
-    return plan.kernel(*arguments, plan.tile[-2], plan.tile[-1], constants["BK"], constants["K"])
+    if call.positional is None:
+        arguments, constants = _kernel_arguments(call)
+        # Every parameter by position (the tile's BM, BN too): the call the native launch path takes.
+        call.positional = (*arguments, plan.tile[-2], plan.tile[-1], constants["BK"], constants["K"])
+    return plan.kernel(*call.positional)
 
 
 def _compile_call(call: _Call, arch: str) -> None:
@@ -360,9 +376,61 @@ def _compile_call(call: _Call, arch: str) -> None:
     cutile.compile(call.plan.kernel, *arguments, arch=arch, **constants)
 
 
+class _LastCall:
+    """The last call with ``out=`` given: its tensor arguments (weakly) and its other
+    arguments, and what they made. A loop that passes the same objects again skips the
+    operands' conversion, the checks and the plan lookup (all decided by those objects,
+    whose shapes, strides and memory do not change) and launches the kernel on the very
+    arguments of last time; what can change (a consumed tensor, a pending launch holding
+    the memory) is still checked by the launch."""
+
+    __slots__ = ("tensors", "others", "call")
+
+    def __init__(self, tensors: tuple[Any, ...], others: tuple[Any, ...], call: _Call) -> None:
+        self.tensors = tuple(None if t is None else weakref.ref(t) for t in tensors)
+        self.others = others
+        self.call = call
+
+    def matches(self, tensors: tuple[Any, ...], others: tuple[Any, ...]) -> bool:
+        for ref, t in zip(self.tensors, tensors):
+            if (t is not None if ref is None else ref() is not t):
+                return False
+        return others == self.others  # (alpha is a run-time scalar: 1 and 1.0, 0.0 and -0.0 launch alike)
+
+
+def _remember(tensors: tuple[Any, ...], others: tuple[Any, ...], call: _Call) -> _LastCall | None:
+    try:
+        return _LastCall(tensors, others, call)
+    except TypeError:  # an argument that takes no weak reference: not remembered
+        return None
+
+
 class Matmul:
     """``matmul(a, b, ...)``: see `matmul.__call__`; ``matmul.launch(...)``: the same
     call's launch, pending (for `cutile.bench.do_bench`, `cutile.batch`, graphs)."""
+
+    def __init__(self) -> None:
+        self._last: _LastCall | None = None
+
+    def _call(self, a: Any, b: Any, out: Any, bias: Any, activation: Any, residual: Any, alpha: Any, scale_a: Any,
+              scale_b: Any, out_dtype: Any, accumulate_dtype: Any, allow_tf32: Any, config: Any) -> _Call:
+        """The checked call: the last one again when its objects and arguments are."""
+        tensors = (a, b, out, bias, residual, scale_a if not isinstance(scale_a, (int, float)) else None,
+                   scale_b if not isinstance(scale_b, (int, float)) else None)
+        last = self._last
+        if out is not None and config is None and last is not None:
+            others = (activation, alpha, scale_a if tensors[5] is None else None,
+                      scale_b if tensors[6] is None else None, out_dtype, accumulate_dtype, allow_tf32)
+            if last.matches(tensors, others):
+                return last.call
+        call = _prepare(a, b, out=out, bias=bias, activation=activation, residual=residual, alpha=alpha,
+                        scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype, accumulate_dtype=accumulate_dtype,
+                        allow_tf32=allow_tf32, config=config)
+        if out is not None and config is None and call.plan is not None:
+            others = (activation, alpha, scale_a if tensors[5] is None else None,
+                      scale_b if tensors[6] is None else None, out_dtype, accumulate_dtype, allow_tf32)
+            self._last = _remember(tensors, others, call)
+        return call
 
     def __call__(self, a: Any, b: Any, *, out: Any = None, bias: Any = None, activation: str | None = None,
                  residual: Any = None, alpha: float = 1.0, scale_a: Any = None, scale_b: Any = None,
@@ -395,9 +463,8 @@ class Matmul:
         Raises:
             ArgumentError, ArgumentTypeError, InteropError: a bad argument, named.
         """
-        call = _prepare(a, b, out=out, bias=bias, activation=activation, residual=residual, alpha=alpha,
-                        scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype, accumulate_dtype=accumulate_dtype,
-                        allow_tf32=allow_tf32, config=config)
+        call = self._call(a, b, out, bias, activation, residual, alpha, scale_a, scale_b, out_dtype,
+                          accumulate_dtype, allow_tf32, config)
         if call.plan is not None:
             _launch_call(call).sync()
         return call.out_handed if call.result_kind is None else call.result_kind.result(call.out, call.out_handed)
@@ -415,9 +482,8 @@ class Matmul:
         Raises:
             ArgumentError: an empty output (nothing to launch), or a bad argument.
         """
-        call = _prepare(a, b, out=out, bias=bias, activation=activation, residual=residual, alpha=alpha,
-                        scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype, accumulate_dtype=accumulate_dtype,
-                        allow_tf32=allow_tf32, config=config)
+        call = self._call(a, b, out, bias, activation, residual, alpha, scale_a, scale_b, out_dtype,
+                          accumulate_dtype, allow_tf32, config)
         if call.plan is None:
             raise cutile.ArgumentError(f"matmul.launch: the output {list(call.out.shape)} is empty; there is "
                                        "nothing to launch (matmul(...) returns it as it is)")
