@@ -300,6 +300,7 @@ def measure_case(label: str, arms: Sequence[Arm], inputs: Any, world: "World", *
         try:
             prepared = arm.prepare(inputs, world, reference)
             world.poison(prepared.out)
+            world.synchronize()  # (the poison is torch's work: cutile launches on its own stream)
             finish(prepared.run())
             world.synchronize()
             error = world.relative_error(prepared.out, reference)
@@ -606,6 +607,7 @@ def prepare_cutile_python(inputs: GemmInputs, world: World, reference: Any) -> P
         try:
             launch = peer.launcher(inputs.a, inputs.b, out, inputs.scale, config, sms)
             world.poison(out)
+            world.synchronize()
             launch()
             world.synchronize()
             error = world.relative_error(out, reference)
