@@ -276,6 +276,9 @@ def test_a_call_repeating_the_last_ones_objects_reuses_its_checked_call_and_noth
     other = api.full([40, 20], np.nan)
     matmul(a, b, out=other, bias=bias, alpha=3.0)  # another out: its own call
     close(other, reference(an, bn, bias=bias_n, alpha=3.0), f32)
+    matmul(an, bn, out=np.full((40, 20), np.nan, np.float32))  # numpy (a foreign kind): imported every call
+    assert matmul._last is None
+    matmul(a, b, out=other, bias=bias, alpha=3.0)
     whole = a.partition([8, 8])  # a consumed: the launch still refuses it, naming it
     with pytest.raises(cutile.OwnershipError, match="consumed"):
         matmul(a, b, out=other, bias=bias, alpha=3.0)

@@ -377,7 +377,7 @@ def _compile_call(call: _Call, arch: str) -> None:
 
 
 class _LastCall:
-    """The last call with ``out=`` given: its tensor arguments (weakly) and its other
+    """The last call on cutile tensors with ``out=`` given: its tensor arguments (weakly) and its other
     arguments, and what they made. A loop that passes the same objects again skips the
     operands' conversion, the checks and the plan lookup (all decided by those objects,
     whose shapes, strides and memory do not change) and launches the kernel on the very
@@ -426,10 +426,16 @@ class Matmul:
         call = _prepare(a, b, out=out, bias=bias, activation=activation, residual=residual, alpha=alpha,
                         scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype, accumulate_dtype=accumulate_dtype,
                         allow_tf32=allow_tf32, config=config)
-        if out is not None and config is None and call.plan is not None:
+        # Only calls on cutile tensors are remembered: a foreign tensor (torch, CuPy) is
+        # imported on every call, and its import orders cutile's stream after the work its
+        # producer queued since (the DLPack / CUDA Array Interface stream handshake).
+        if out is not None and config is None and call.plan is not None and all(
+                t is None or type(t) is cutile.Tensor for t in tensors):
             others = (activation, alpha, scale_a if tensors[5] is None else None,
                       scale_b if tensors[6] is None else None, out_dtype, accumulate_dtype, allow_tf32)
             self._last = _remember(tensors, others, call)
+        else:
+            self._last = None
         return call
 
     def __call__(self, a: Any, b: Any, *, out: Any = None, bias: Any = None, activation: str | None = None,
