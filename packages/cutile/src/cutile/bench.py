@@ -451,17 +451,28 @@ def do_bench(fn: Callable[[], Any], *, warmup: int = 10, reps: int = 100, stream
     Raises:
         ArgumentError: a malformed argument (the message names it).
     """
-    _check_callable(fn, "fn")
-    warmup = _check_count(warmup, "warmup", 0)
-    reps = _check_count(reps, "reps", 1)
-    flush = _check_flag(flush_l2, "flush_l2")
-    qs = _check_quantiles(quantiles)
-    timer = _timer(stream, flush)
+    timer, warmup, reps, qs = _setup({"fn": fn}, warmup, reps, stream, flush_l2, quantiles)
     for _ in range(warmup):
         timer.untimed(fn)
     for _ in range(reps):
         timer.timed(fn)
-    samples = tuple(timer.finish())
+    return _result(timer, fn, tuple(timer.finish()), qs, warmup)
+
+
+def _setup(functions: dict[str, Any], warmup: Any, reps: Any, stream: Any, flush_l2: Any,
+           quantiles: Any) -> tuple[_Timer, int, int, tuple[float, ...]]:
+    """The checked arguments of a bench (each error names its parameter) and its timer."""
+    for name, fn in functions.items():
+        _check_callable(fn, name)
+    checked_warmup = _check_count(warmup, "warmup", 0)
+    checked_reps = _check_count(reps, "reps", 1)
+    flush = _check_flag(flush_l2, "flush_l2")
+    qs = _check_quantiles(quantiles)
+    return _timer(stream, flush), checked_warmup, checked_reps, qs
+
+
+def _result(timer: _Timer, fn: Callable[[], Any], samples: tuple[float, ...], qs: tuple[float, ...],
+            warmup: int) -> BenchResult:
     return BenchResult(samples, _quantiles_of(samples, qs), timer.timing, timer.l2_flushed, warmup, timer.gated(fn))
 
 
@@ -478,13 +489,7 @@ def do_bench_paired(a: Callable[[], Any], b: Callable[[], Any], *, warmup: int =
     calls of each, and gives each pair's ratio b/a: drift of the clocks and of the
     device (temperature, other work) touches both arms alike. Even pairs run a first,
     odd ones b first. Arguments as `do_bench`'s (``quantiles`` of the ratios)."""
-    _check_callable(a, "a")
-    _check_callable(b, "b")
-    warmup = _check_count(warmup, "warmup", 0)
-    reps = _check_count(reps, "reps", 1)
-    flush = _check_flag(flush_l2, "flush_l2")
-    qs = _check_quantiles(quantiles)
-    timer = _timer(stream, flush)
+    timer, warmup, reps, qs = _setup({"a": a, "b": b}, warmup, reps, stream, flush_l2, quantiles)
     for _ in range(warmup):
         timer.untimed(a)
         timer.untimed(b)
@@ -496,7 +501,5 @@ def do_bench_paired(a: Callable[[], Any], b: Callable[[], Any], *, warmup: int =
     a_times = tuple(times[2 * i + (i % 2)] for i in range(reps))
     b_times = tuple(times[2 * i + 1 - (i % 2)] for i in range(reps))
     ratios = tuple(_ratio(x, y) for x, y in zip(a_times, b_times))
-    return PairedResult(
-        BenchResult(a_times, _quantiles_of(a_times, qs), timer.timing, timer.l2_flushed, warmup, timer.gated(a)),
-        BenchResult(b_times, _quantiles_of(b_times, qs), timer.timing, timer.l2_flushed, warmup, timer.gated(b)),
-        ratios, _quantiles_of(ratios, qs))
+    return PairedResult(_result(timer, a, a_times, qs, warmup), _result(timer, b, b_times, qs, warmup),
+                        ratios, _quantiles_of(ratios, qs))
