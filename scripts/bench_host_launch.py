@@ -28,11 +28,10 @@ from typing import Any
 os.environ.setdefault("CUTILE_BACKEND", "gpu")
 os.environ.setdefault("CUDA_CORE_NATIVE", "1")  # (the fake driver's launches take the native path too)
 
-import cuda_async  # noqa: E402
+from _host_bench import free_fake_driver, register  # noqa: E402
 import cutile  # noqa: E402
-from cuda_core.testing import SUCCESS, FakeDriver, use_fake_driver  # noqa: E402
-from cuda_core._native import EntryPoints  # noqa: E402
-from cutile import _gpu, _native, api  # noqa: E402
+from cuda_core.testing import FakeDriver  # noqa: E402
+from cutile import _native, api  # noqa: E402
 from cutile.core import Mut, Tensor, f32, load_tile_like  # noqa: E402
 
 
@@ -51,17 +50,7 @@ def main() -> int:
                         help="cpu: the process's CPU time (steadier on a shared machine)")
     args = parser.parse_args()
 
-    fake = FakeDriver()
-    free = lambda *_: (SUCCESS,)  # noqa: E731
-    fake.cuLaunchKernel = free  # type: ignore[method-assign]
-    fake.cuStreamSynchronize = free  # type: ignore[method-assign]
-    fake.cuEventRecord = free  # type: ignore[method-assign]
-    fake.cuCtxSetCurrent = free  # type: ignore[method-assign]
-    if _native.module is not None:  # the native path calls C stand-ins that do nothing
-        null = EntryPoints(*_native.module.null_entry_points())
-        fake.native_entry_points = lambda: null  # type: ignore[method-assign]
-
-    with use_fake_driver(fake), cuda_async.using_policy(cuda_async.SingleStream()):
+    with free_fake_driver() as fake:
         _run(fake, args)  # its tensors die inside the block, while the fake driver is in place
         add.clear_cache()
     return 0
@@ -70,11 +59,8 @@ def main() -> int:
 def _run(fake: FakeDriver, args: argparse.Namespace) -> None:
     x, y = api.empty([1024], dtype=f32), api.empty([1024], dtype=f32)
     z = api.empty([1024], dtype=f32).partition([1024])
-    first = add(z, x, y)
-    compiled = add.compiled(first.plan().spec, "sm_90")
-    fake.kernels[compiled.name] = _gpu.fake_param_layout(compiled.abi)
+    register(fake, add(z, x, y))
     state: dict[str, Any] = {"z": z}
-    first.cancel()  # made only to compile the kernel
 
     def loop_sync(n: int) -> None:
         z = state["z"]

@@ -5,8 +5,8 @@ kernel it chooses, without a GPU (the issue's target: within 10%).
 Runs the GPU backend against cuda_core.testing.FakeDriver with launches, waits and
 events made free (as scripts/bench_host_launch.py does), so what is timed is host
 work. Prints µs per call of, for one 512x512x512 f16 GEMM into a given ``out``:
-  - plain: what a caller launching the chosen kernel by hand does per call: a view of
-    the output partitioned and mapped by the config, the kernel called, ``.sync()``
+  - plain: a caller's loop launching the chosen kernel by hand: the output's view
+    partitioned and mapped once, every parameter by position, ``.sync()`` per call
   - matmul(a, b, out=out) (the plan cached: the record is asked once per call signature)
   - the same two with a bias and GELU (the plain launch's bias view made once)
   - matmul's own work alone (operands, checks, plan lookup; no launch), against the plain launch
@@ -25,10 +25,9 @@ from typing import Any
 os.environ.setdefault("CUTILE_BACKEND", "gpu")
 os.environ.setdefault("CUDA_CORE_NATIVE", "1")
 
-import cuda_async  # noqa: E402
-from cuda_core.testing import SUCCESS, FakeDriver, use_fake_driver  # noqa: E402
-from cuda_core._native import EntryPoints  # noqa: E402
-from cutile import _gpu, _native, api  # noqa: E402
+from _host_bench import free_fake_driver, register  # noqa: E402
+from cuda_core.testing import FakeDriver  # noqa: E402
+from cutile import _native, api  # noqa: E402
 from cutile.core import f16, f32  # noqa: E402
 
 from cutile_kernels import _matmul, matmul  # noqa: E402
@@ -40,25 +39,9 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--clock", choices=["wall", "cpu"], default="cpu")
     args = parser.parse_args()
-    fake = FakeDriver()
-    free = lambda *_: (SUCCESS,)  # noqa: E731
-    fake.cuLaunchKernel = free  # type: ignore[method-assign]
-    fake.cuStreamSynchronize = free  # type: ignore[method-assign]
-    fake.cuEventRecord = free  # type: ignore[method-assign]
-    fake.cuCtxSetCurrent = free  # type: ignore[method-assign]
-    if _native.module is not None:
-        null = EntryPoints(*_native.module.null_entry_points())
-        fake.native_entry_points = lambda: null  # type: ignore[method-assign]
-    with use_fake_driver(fake), cuda_async.using_policy(cuda_async.SingleStream()):
+    with free_fake_driver() as fake:
         _run(fake, args)
     return 0
-
-
-def _register(fake: FakeDriver, launch: Any) -> None:
-    """Compiles the launch's kernel for sm_90 and tells the fake driver its parameters."""
-    compiled = launch.kernel.compiled(launch.plan().spec, "sm_90")
-    fake.kernels[compiled.name] = _gpu.fake_param_layout(compiled.abi)
-    launch.cancel()
 
 
 def _run(fake: FakeDriver, args: argparse.Namespace) -> None:
@@ -66,11 +49,13 @@ def _run(fake: FakeDriver, args: argparse.Namespace) -> None:
     a, b = api.empty([n, n], dtype=f16), api.empty([n, n], dtype=f16)
     bias = api.empty([n], dtype=f32)
     out = api.empty([n, n], dtype=f16)
-    _register(fake, matmul.launch(a, b, out=out))
-    _register(fake, matmul.launch(a, b, out=out, bias=bias, activation="gelu"))
+    register(fake, matmul.launch(a, b, out=out))
+    register(fake, matmul.launch(a, b, out=out, bias=bias, activation="gelu"))
     plan, plan_epilogue = (signature.plan for signature in _matmul._SIGNATURES.values())
     assert plan is not None and plan_epilogue is not None
-    kernel, tile, map_shape, blocks, bk = plan.kernel, plan.tile, plan.map_shape, plan.blocks, plan.config["tile_k"]
+    kernel, epilogue_kernel = plan.kernel, plan_epilogue.kernel
+    assert kernel is not None and epilogue_kernel is not None  # (512^3: the tiled GEMM's path)
+    tile, map_shape, blocks, bk = plan.tile, plan.map_shape, plan.blocks, plan.config["tile_k"]
 
     # The plain launches are a user's loop: arguments built once, every parameter by
     # position, the same objects passed again (the launch path's fastest form).
@@ -85,7 +70,7 @@ def _run(fake: FakeDriver, args: argparse.Namespace) -> None:
     def plain_epilogue(count: int) -> None:
         z = z_plain
         for _ in range(count):
-            z, *_ = plan_epilogue.kernel(z, a, b, bias_row, a, a, a, 1.0, tile[0], tile[1], bk, n).sync()
+            z, *_ = epilogue_kernel(z, a, b, bias_row, a, a, a, 1.0, tile[0], tile[1], bk, n).sync()
 
     def tuned(count: int) -> None:
         for _ in range(count):

@@ -1,0 +1,36 @@
+"""What the host-cost benchmarks share: a fake driver on which launches, waits and
+events cost nothing, so what they time is cutile's host work."""
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import cuda_async
+from cuda_core._native import EntryPoints
+from cuda_core.testing import SUCCESS, FakeDriver, use_fake_driver
+from cutile import _gpu, _native
+
+
+@contextmanager
+def free_fake_driver() -> Iterator[FakeDriver]:
+    """The GPU backend on a `FakeDriver` whose stream-ordered calls do nothing (the
+    native path's C stand-ins too), under a one-stream policy."""
+    fake = FakeDriver()
+    free = lambda *_: (SUCCESS,)  # noqa: E731
+    fake.cuLaunchKernel = free  # type: ignore[method-assign]
+    fake.cuStreamSynchronize = free  # type: ignore[method-assign]
+    fake.cuEventRecord = free  # type: ignore[method-assign]
+    fake.cuCtxSetCurrent = free  # type: ignore[method-assign]
+    if _native.module is not None:  # the native path calls C stand-ins that do nothing
+        null = EntryPoints(*_native.module.null_entry_points())
+        fake.native_entry_points = lambda: null  # type: ignore[method-assign]
+    with use_fake_driver(fake), cuda_async.using_policy(cuda_async.SingleStream()):
+        yield fake
+
+
+def register(fake: FakeDriver, launch: Any) -> None:
+    """Compiles the launch's kernel for sm_90, tells the fake driver its parameters and
+    cancels the launch (made only for this)."""
+    compiled = launch.kernel.compiled(launch.plan().spec, "sm_90")
+    fake.kernels[compiled.name] = _gpu.fake_param_layout(compiled.abi)
+    launch.cancel()
