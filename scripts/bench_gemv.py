@@ -48,7 +48,7 @@ SWEEP_SPLIT_K: list[dict[str, Any]] = [
     for m, n, k in ((64, 64, 64), (128, 128, 64), (128, 64, 64), (64, 64, 128)) for s in (4, 8, 16, 32)]
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU interpreter (results checked)")
     parser.add_argument("--reps", type=int, default=50)
@@ -56,7 +56,7 @@ def main() -> int:
     parser.add_argument("--tune", type=float, default=0.0, metavar="SECONDS",
                         help="search each shape's config space for this many seconds")
     parser.add_argument("--only", choices=["gemv", "splitk"], help="run one of the two tables")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     import os
 

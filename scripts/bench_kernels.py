@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """cutile_kernels against the strongest peers, measured in one run on one GPU.
 
-One subcommand per kernel family (`SUBCOMMANDS`; softmax, rms_norm and attention join
-it the way ``gemm`` does, over the shared pieces: `World`, `Arm`, `measure_case`,
-`format_table`, `ratio_summary`):
+One subcommand per kernel family (`SUBCOMMANDS`): ``gemm`` below, over the shared pieces
+(`World`, `Arm`, `measure_case`, `format_table`, `ratio_summary`); ``gemv``, ``norms`` and
+``pointwise`` run the scripts of those families (bench_gemv.py, bench_norms.py,
+bench_pointwise.py) with the arguments after them, e.g. ``bench_kernels.py norms --smoke``.
 
 - ``gemm``: ``cutile_kernels.matmul`` against cuBLAS (``torch.matmul``; for fp8 e4m3
   ``torch._scaled_mm`` with per-tensor scales), a tuned Triton matmul
@@ -1095,6 +1096,24 @@ def run_gemm(args: argparse.Namespace) -> int:
 SUBCOMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
     "gemm": (add_gemm_arguments, run_gemm),
 }
+# Kernel families benchmarked by scripts of their own: ``bench_kernels.py NAME ARGS...``
+# runs ``scripts/<script>.py ARGS...`` (its own --help lists them).
+SCRIPT_SUBCOMMANDS = {
+    "gemv": ("bench_gemv", "GEMV and split-K kernels alone"),
+    "norms": ("bench_norms", "softmax, log_softmax, RMSNorm, LayerNorm"),
+    "pointwise": ("bench_pointwise", "rope, silu_mul, embedding, argmax, the KV cache update"),
+}
+
+
+def run_script(name: str, arguments: list[str]) -> int:
+    import importlib.util
+
+    script = SCRIPT_SUBCOMMANDS[name][0]
+    spec = importlib.util.spec_from_file_location(script, Path(__file__).with_name(f"{script}.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return int(module.main(arguments))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -1104,11 +1123,16 @@ def build_parser() -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=f"benchmark {name}")
         add_arguments(sub)
         sub.set_defaults(run=run)
+    for name, (script, what) in SCRIPT_SUBCOMMANDS.items():
+        commands.add_parser(name, help=f"{what} (scripts/{script}.py, with the arguments after it)")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments and arguments[0] in SCRIPT_SUBCOMMANDS:
+        return run_script(arguments[0], arguments[1:])
+    args = build_parser().parse_args(arguments)
     return int(args.run(args))
 
 

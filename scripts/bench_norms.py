@@ -44,7 +44,7 @@ SMOKE_SHAPES["log_softmax"].append((4, 20000))
 EPS = 1e-5
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="the CPU interpreter, tiny shapes")
     parser.add_argument("--kernels", default=",".join(KERNELS), help="comma-separated subset")
@@ -54,7 +54,7 @@ def main() -> int:
     parser.add_argument("--tune-budget", type=float, default=30.0,
                         help="seconds per search (shape and dtype): no config is started past it")
     parser.add_argument("--record-dir", type=Path, help="with --tune: write the records here")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.smoke:
         os.environ["CUTILE_BACKEND"] = "interpreter"
 

@@ -41,7 +41,7 @@ class Checked(Exception):
     """A result differs from its reference."""
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="small sizes on the CPU interpreter, against numpy")
     parser.add_argument("--compile", action="store_true", help="also time torch.compile of the torch formulations")
@@ -52,7 +52,7 @@ def main() -> int:
     parser.add_argument("--budget", type=float, default=60.0, help="seconds of search per shape with --record")
     parser.add_argument("--only", nargs="*", default=None,
                         help="workloads to run (rope, silu_mul, embedding, argmax, kv_cache_update)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.smoke:
         os.environ["CUTILE_BACKEND"] = "interpreter"
 
