@@ -33,7 +33,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, cast
 
 import numpy as np
 
@@ -321,8 +321,8 @@ def _decode_attention_launch(q: Any, k_cache: Any, v_cache: Any, seq_lens: Any, 
     return Pending(op, out)
 
 
-def decode_attention(q: Any, k_cache: Any, v_cache: Any, seq_lens: Any, *, scale: float | None = None,
-                     out: Any = None, config: dict[str, Any] | None = None) -> Any:
+def _decode_attention(q: Any, k_cache: Any, v_cache: Any, seq_lens: Any, *, scale: float | None = None,
+                      out: Any = None, config: dict[str, Any] | None = None) -> Any:
     """Attention of one query token per sequence over its cache (see the module doc).
 
     Takes the arguments of `decode_attention.launch` (``out`` optional: a new array of
@@ -339,4 +339,16 @@ def decode_attention(q: Any, k_cache: Any, v_cache: Any, seq_lens: Any, *, scale
     return _decode_attention_launch(q, k_cache, v_cache, seq_lens, scale=scale, out=out, config=config).run()
 
 
-decode_attention.launch = _decode_attention_launch  # type: ignore[attr-defined]
+class DecodeAttention(Protocol):
+    """`decode_attention`'s type: the call, and ``.launch(...)`` giving the `Pending` work."""
+
+    def __call__(self, q: Any, k_cache: Any, v_cache: Any, seq_lens: Any, *, scale: float | None = None,
+                 out: Any = None, config: dict[str, Any] | None = None) -> Any: ...
+
+    def launch(self, q: Any, k_cache: Any, v_cache: Any, seq_lens: Any, *, scale: float | None = None,
+               out: Any, config: dict[str, Any] | None = None) -> Pending: ...
+
+
+_decode_attention.__name__ = _decode_attention.__qualname__ = "decode_attention"
+_decode_attention.launch = _decode_attention_launch  # type: ignore[attr-defined]
+decode_attention = cast(DecodeAttention, _decode_attention)
