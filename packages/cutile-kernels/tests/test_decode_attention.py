@@ -203,3 +203,14 @@ def test_gpu_matches_torch_sdpa(dtype: str, batch: int, max_seq: int) -> None:
         q.double()[:, :, None], clean_k, clean_v, attn_mask=mask[:, None, None, :],
         enable_gqa=True)[:, :, 0]
     torch.testing.assert_close(out.double(), expected, atol=2e-2 if dtype == "bf16" else 4e-3, rtol=0)
+
+
+def test_a_cache_in_kv_cache_update_layout_through_a_transposed_view() -> None:
+    """kv_cache_update's (batch, max_seq, kv_heads, head_dim) cache, passed as the
+    (batch, kv_heads, max_seq, head_dim) view of it (strides, no copy)."""
+    q, k, v, lens = inputs(*SMALL, "f16", LENS, seed=5)
+    k_tokens_first = np.ascontiguousarray(k.transpose(0, 2, 1, 3))
+    v_tokens_first = np.ascontiguousarray(v.transpose(0, 2, 1, 3))
+    got = decode_attention(q, k_tokens_first.transpose(0, 2, 1, 3), v_tokens_first.transpose(0, 2, 1, 3), lens,
+                           config={"splits": 3, "tile_n": 16})
+    np.testing.assert_allclose(got.astype(np.float64), reference(q, k, v, lens, 1 / 8), atol=4e-3, rtol=0)

@@ -5,7 +5,10 @@ head_dim)`` (torch SDPA's layout, one head's positions contiguous), ``seq_lens``
 (or i64) tensor of shape ``(batch,)``: positions at or past a sequence's length are
 ignored (never read into the result, whatever they hold). Grouped-query attention: q head
 ``h`` reads kv head ``h // (q_heads // kv_heads)``. f16 and bf16, f32 math; the result
-has q's dtype.
+has q's dtype. The caches may have any strides: a ``(batch, max_seq, kv_heads, head_dim)``
+cache (`kv_cache_update`'s layout) is passed as its transposed view
+(``k.transpose(1, 2)`` in torch, no copy); each tile then reads ``head_dim`` contiguous
+elements per position.
 
 Two safe kernels, the second the first's continuation (``then``), so
 ``decode_attention.launch(...)`` is one op to time:
