@@ -160,7 +160,7 @@ def test_launch_requires_out() -> None:
 @pytest.mark.parametrize("dtype", [f16, bf16])
 def test_kernels_compile(arch: str, dtype: Any) -> None:
     """The benchmark's shape: batch 8, 32 q / 8 kv heads, d=128, an 8k cache."""
-    batch, q_heads, kv_heads, max_seq, head_dim, rows, splits = 8, 32, 8, 8192, 128, 16, 4
+    batch, q_heads, kv_heads, max_seq, head_dim, rows, splits = 8, 32, 8, 8192, 128, 8, 4
     split_kernel, merge_kernel = decode_kernels(dtype, i32, 2)
     meta = api.meta
     acc = meta([batch * kv_heads, splits, rows * head_dim], dtype=f32)

@@ -87,30 +87,32 @@ def decode_kernels(dtype: Any, index_dtype: Any, occupancy: int) -> tuple[Any, A
         seq_len = seq_lens.load(at=(b,), shape=(1,)).reshape(()).astype(i32)
         assert seq_len >= 0, "decode_attention: seq_lens must not be negative"
         assert seq_len <= k.shape[2], "decode_attention: seq_lens must not exceed the caches' max_seq"
-        # rows past the group (GP > GROUP) read other heads or padding: their results are never merged
-        qt = q.load(at=(b, h * GROUP, 0), shape=(1, GP, D)).reshape((GP, D))
+        # q heads past the group (GP > GROUP) read other heads or padding: their results are never merged
+        q_cols = q.load(at=(b, h * GROUP, 0), shape=(1, GP, D)).reshape((GP, D)).T
         first = bid(1) * tiles_per_split
         last = minimum(first + tiles_per_split, cdiv(seq_len, BN))
-        row_max = full((GP, 1), -float("inf"), f32)
-        row_sum = zeros((GP, 1), f32)
-        acc = zeros((GP, D), f32)
+        # transposed products (positions, q heads): the tile's BN positions and head_dim take
+        # the tensor cores' M side, which tileiras fills only from 64 rows (the group is 1-16 heads)
+        col_max = full((1, GP), -float("inf"), f32)
+        col_sum = zeros((1, GP), f32)
+        acc = zeros((D, GP), f32)
         for n in range(first, last):
             kt = k.load(index=(b, h, n, 0), shape=(1, 1, BN, D)).reshape((BN, D))
-            s = mma(qt, kt.T, zeros((GP, BN), f32)) * scale_log2
-            positions = arange(BN, i32) + n * BN
-            s = where(positions.reshape((1, BN)) < seq_len, s, -float("inf"))
-            new_max = maximum(row_max, ct.max(s, axis=1, keepdims=True))  # finite: position n * BN is valid
+            s = mma(kt, q_cols, zeros((BN, GP), f32)) * scale_log2
+            valid = (arange(BN, i32) + n * BN).reshape((BN, 1)) < seq_len
+            s = where(valid, s, -float("inf"))
+            new_max = maximum(col_max, ct.max(s, axis=0, keepdims=True))  # finite: position n * BN is valid
             p = exp2(s - new_max)
-            alpha = exp2(row_max - new_max)
-            row_sum = row_sum * alpha + ct.sum(p, axis=1, keepdims=True)
+            alpha = exp2(col_max - new_max)
+            col_sum = col_sum * alpha + ct.sum(p, axis=0, keepdims=True)
             vt = v.load(index=(b, h, n, 0), shape=(1, 1, BN, D)).reshape((BN, D))
             # a cache past the length may hold anything (NaN): 0 * NaN would reach the sum
-            vt = where(positions.reshape((BN, 1)) < seq_len, vt, zeros((BN, D), dtype))
-            acc = mma(p.astype(dtype), vt, acc * alpha)
-            row_max = new_max
-        part_acc.store(acc.reshape((1, 1, GD)))
-        part_max.store(row_max.reshape((1, 1, GP)))
-        part_sum.store(row_sum.reshape((1, 1, GP)))
+            vt = where(valid, vt, zeros((BN, D), dtype))
+            acc = mma(vt.T, p.astype(dtype), acc * alpha)
+            col_max = new_max
+        part_acc.store(acc.T.reshape((1, 1, GD)))
+        part_max.store(col_max.reshape((1, 1, GP)))
+        part_sum.store(col_sum.reshape((1, 1, GP)))
 
     def decode_merge(
             out: Mut[Tensor[dtype, [1, 1, "D"]]],  # type: ignore[misc]
@@ -307,7 +309,7 @@ def _decode_attention_launch(q: Any, k_cache: Any, v_cache: Any, seq_lens: Any, 
     if int(chosen["splits"]) < 0:
         raise _fail("config", f"has splits {chosen['splits']}; expected 0 (automatic) or a positive count")
     group = q_heads // kv_heads
-    rows = max(16, next_pow2(group))  # the MMA's rows: the group's q heads, padded
+    rows = max(8, next_pow2(group))  # the products' q-head columns: the group, padded to 8
     split = plan(chosen, batch, kv_heads, max_seq)
     part_acc = api.empty([batch * kv_heads, split.splits, rows * head_dim], dtype="f32")
     part_max = api.empty([batch * kv_heads, split.splits, rows], dtype="f32")
