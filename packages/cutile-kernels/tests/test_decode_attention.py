@@ -68,7 +68,7 @@ def test_matches_float64_with_gqa_and_ragged_lengths(dtype: str) -> None:
 
 @pytest.mark.parametrize("config", [{"splits": 1, "tile_n": 32}, {"splits": 2, "tile_n": 16},
                                     {"splits": 3, "tile_n": 32}, {"splits": 128, "tile_n": 16},
-                                    {"splits": 0, "tile_n": 64}])
+                                    {"splits": 0, "tile_n": 64, "latency": 4, "num_worker_warps": 8, "occupancy": 1}])
 def test_split_counts_give_the_same_result(config: dict[str, Any]) -> None:
     q, k, v, lens = inputs(*SMALL, "f16", LENS, seed=1)
     expected = decode_attention(q, k, v, lens, config={"splits": 1, "tile_n": 128}).astype(np.float64)
@@ -161,7 +161,7 @@ def test_launch_requires_out() -> None:
 def test_kernels_compile(arch: str, dtype: Any) -> None:
     """The benchmark's shape: batch 8, 32 q / 8 kv heads, d=128, an 8k cache."""
     batch, q_heads, kv_heads, max_seq, head_dim, rows, splits = 8, 32, 8, 8192, 128, 8, 4
-    split_kernel, merge_kernel = decode_kernels(dtype, i32, 2)
+    split_kernel, merge_kernel = decode_kernels(dtype, i32, 2, 8, 4)
     meta = api.meta
     acc = meta([batch * kv_heads, splits, rows * head_dim], dtype=f32)
     stats = meta([batch * kv_heads, splits, rows], dtype=f32)
@@ -176,6 +176,8 @@ def test_kernels_compile(arch: str, dtype: Any) -> None:
                            arch=arch)
     assert split.cubin and merge.cubin
     assert "occupancy = 2" in split.mlir
+    if arch == "sm_90":
+        assert "num_worker_warps_per_cta = 8" in split.mlir
 
 
 @pytest.mark.gpu

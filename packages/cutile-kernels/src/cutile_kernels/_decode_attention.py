@@ -49,9 +49,10 @@ from cutile.core import Constant, Mut, Tensor, arange, bid, cdiv, exp2, f32, ful
 from cutile_kernels._operands import as_tensor
 
 #: splits 0: chosen from the batch and context (see the module doc); waves: blocks per SM wanted
+#: latency: the K and V loads' hint (0: none); tile_n below 64 leaves the tensor cores unused
 SPACE = tune.Space(tile_n=[32, 64, 128, 256], splits=[0, 1, 2, 4, 8, 16, 32, 64, 128], waves=[1, 2, 4],
-                   occupancy=[1, 2, 4])
-DEFAULT = {"tile_n": 64, "splits": 0, "waves": 2, "occupancy": 2}
+                   occupancy=[1, 2, 4], num_worker_warps=[4, 8], latency=[0, 2, 4, 8])
+DEFAULT = {"tile_n": 64, "splits": 0, "waves": 2, "occupancy": 2, "num_worker_warps": 4, "latency": 0}
 SMS = 132  # the H200's SM count: the grid the automatic split count fills
 AUTO_MAX_SPLITS = 64
 MAX_SPLITS = 128  # the merge holds a head's splits in one tile
@@ -61,9 +62,12 @@ _INDEX_DTYPES = ("i32", "i64")
 
 
 @functools.lru_cache(maxsize=None)
-def decode_kernels(dtype: Any, index_dtype: Any, occupancy: int) -> tuple[Any, Any]:
-    """The split and merge kernels for one cache dtype and seq_lens dtype."""
-    entry = cutile.entry(hints={"occupancy": occupancy})
+def decode_kernels(dtype: Any, index_dtype: Any, occupancy: int, num_worker_warps: int = 4,
+                   latency: int = 0) -> tuple[Any, Any]:
+    """The split and merge kernels for one cache dtype and seq_lens dtype, with the
+    split kernel's hints (``latency`` 0: its loads have none)."""
+    entry = cutile.entry(hints={"occupancy": occupancy, "num_worker_warps": num_worker_warps})
+    load_latency = latency if latency > 0 else None
 
     def decode_split(
             part_acc: Mut[Tensor[f32, [1, 1, "GD"]]],
@@ -97,7 +101,7 @@ def decode_kernels(dtype: Any, index_dtype: Any, occupancy: int) -> tuple[Any, A
         col_sum = zeros((1, GP), f32)
         acc = zeros((D, GP), f32)
         for n in range(first, last):
-            kt = k.load(index=(b, h, n, 0), shape=(1, 1, BN, D)).reshape((BN, D))
+            kt = k.load(index=(b, h, n, 0), shape=(1, 1, BN, D), latency=load_latency).reshape((BN, D))
             s = mma(kt, q_cols, zeros((BN, GP), f32)) * scale_log2
             valid = (arange(BN, i32) + n * BN).reshape((BN, 1)) < seq_len
             s = where(valid, s, -float("inf"))
@@ -105,7 +109,7 @@ def decode_kernels(dtype: Any, index_dtype: Any, occupancy: int) -> tuple[Any, A
             p = exp2(s - new_max)
             alpha = exp2(col_max - new_max)
             col_sum = col_sum * alpha + ct.sum(p, axis=0, keepdims=True)
-            vt = v.load(index=(b, h, n, 0), shape=(1, 1, BN, D)).reshape((BN, D))
+            vt = v.load(index=(b, h, n, 0), shape=(1, 1, BN, D), latency=load_latency).reshape((BN, D))
             # a cache past the length may hold anything (NaN): 0 * NaN would reach the sum
             vt = where(valid, vt, zeros((BN, D), dtype))
             acc = mma(vt.T, p.astype(dtype), acc * alpha)
@@ -139,7 +143,7 @@ def decode_kernels(dtype: Any, index_dtype: Any, occupancy: int) -> tuple[Any, A
         result = where(total > 0.0, summed / where(total > 0.0, total, 1.0), 0.0)  # a length of 0: zeros
         out.store(result.astype(dtype).reshape((1, 1, D)))
 
-    return entry(decode_split), entry(decode_merge)
+    return entry(decode_split), cutile.entry(decode_merge)
 
 
 def next_pow2(n: int) -> int:
@@ -314,7 +318,8 @@ def _decode_attention_launch(q: Any, k_cache: Any, v_cache: Any, seq_lens: Any, 
     part_acc = api.empty([batch * kv_heads, split.splits, rows * head_dim], dtype="f32")
     part_max = api.empty([batch * kv_heads, split.splits, rows], dtype="f32")
     part_sum = api.empty([batch * kv_heads, split.splits, rows], dtype="f32")
-    split_kernel, merge_kernel = decode_kernels(qa.dtype, la.dtype, int(chosen["occupancy"]))
+    split_kernel, merge_kernel = decode_kernels(qa.dtype, la.dtype, int(chosen["occupancy"]),
+                                                int(chosen["num_worker_warps"]), int(chosen["latency"]))
     first = split_kernel(part_acc.permute(0, 1, 2).partition([1, 1, rows * head_dim]),
                          part_max.permute(0, 1, 2).partition([1, 1, rows]),
                          part_sum.permute(0, 1, 2).partition([1, 1, rows]),
