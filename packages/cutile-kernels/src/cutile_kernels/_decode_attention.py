@@ -17,7 +17,10 @@ Two safe kernels, the second the first's continuation (``then``), so
   its kv head together (so each K/V byte is read once), walks its split's tiles of
   ``tile_n`` positions up to the sequence's length with an online softmax (exp2, the
   scale folded in), and writes its partial result to an f32 workspace: the running
-  maximum, the sum of exponentials and the weighted sum of V, per q head.
+  maximum, the sum of exponentials and the weighted sum of V, per q head. Its products
+  are transposed (``K qᵀ`` and ``Vᵀ pᵀ``): the positions and head_dim take the tensor
+  cores' M side, which tileiras uses only from 64 rows, and the group's q heads (padded to
+  8) the N side.
 - merge: one block per (batch, q head) combines the splits by log-sum-exp into ``out``.
 
 The split count fills the GPU: with ``splits`` 0 (the default) it is the fewest that give
