@@ -211,21 +211,31 @@ def _setup(config: dict[str, Any], shape: tuple[int, ...]) -> Callable[[], Any]:
 TUNER = _Tuner()
 
 
-@dataclass
 class Pending:
-    """The work of one call, not yet run: ``op`` (the split kernel with the merge as its
-    continuation) to run or time (``cutile.bench.do_bench(lambda: f.launch(...).op)``),
-    and the result it writes."""
+    """The work of one call, not yet run: the split launch and the merge to follow it.
+    ``op`` (the split kernel with the merge as its continuation) is what to run or time
+    (``cutile.bench.do_bench(lambda: f.launch(...).op)``); ``run()`` runs it and gives
+    the result; ``cancel()`` drops the work before ``op`` was taken (the split launch
+    gives its tensors back; an op is no longer cancellable)."""
 
-    op: Any
-    result: Any
+    def __init__(self, first: Any, merge: Callable[[Any], Any], result: Any) -> None:
+        self._first, self._merge, self.result = first, merge, result
+        self._op: Any = None
+
+    @property
+    def op(self) -> Any:
+        if self._op is None:
+            self._op = self._first.then(self._merge)
+        return self._op
 
     def run(self) -> Any:
         self.op.sync()
         return self.result
 
     def cancel(self) -> None:
-        self.op.cancel()
+        if self._op is not None:
+            raise cutile.OwnershipError("decode_attention: this work's op was taken; it can no longer be cancelled")
+        self._first.cancel()
 
 
 def _fail(parameter: str, message: str, kind: type[cutile.CutileError] = cutile.ArgumentError) -> cutile.CutileError:
@@ -329,9 +339,8 @@ def _decode_attention_launch(q: Any, k_cache: Any, v_cache: Any, seq_lens: Any, 
                          qa, ka, va, la, float(scale) * _LOG2E, split.tiles_per_split,
                          KV_HEADS=kv_heads, GROUP=group, BN=split.tile_n)
     target = oa.permute(0, 1, 2)
-    op = first.then(lambda _: merge_kernel(target.partition([1, 1, head_dim]), part_acc, part_max, part_sum,
-                                           KV_HEADS=kv_heads, GROUP=group, SP=next_pow2(split.splits)))
-    return Pending(op, out)
+    return Pending(first, lambda _: merge_kernel(target.partition([1, 1, head_dim]), part_acc, part_max, part_sum,
+                                                  KV_HEADS=kv_heads, GROUP=group, SP=next_pow2(split.splits)), out)
 
 
 def _decode_attention(q: Any, k_cache: Any, v_cache: Any, seq_lens: Any, *, scale: float | None = None,
