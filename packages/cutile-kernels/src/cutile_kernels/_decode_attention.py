@@ -1,0 +1,376 @@
+"""``decode_attention(q, k_cache, v_cache, seq_lens)``: one new query token per sequence.
+
+``q`` is ``(batch, q_heads, head_dim)``, the caches ``(batch, kv_heads, max_seq,
+head_dim)`` (torch SDPA's layout, one head's positions contiguous), ``seq_lens`` an i32
+(or i64) tensor of shape ``(batch,)``: positions at or past a sequence's length are
+ignored (never read into the result, whatever they hold). Grouped-query attention: q head
+``h`` reads kv head ``h // (q_heads // kv_heads)``. f16 and bf16, f32 math; the result
+has q's dtype. The caches may have any strides: a ``(batch, max_seq, kv_heads, head_dim)``
+cache (`kv_cache_update`'s layout) is passed as its transposed view
+(``k.transpose(1, 2)`` in torch, no copy); each tile then reads ``head_dim`` contiguous
+elements per position.
+
+Two safe kernels, the second the first's continuation (``then``), so
+``decode_attention.launch(...)`` is one op to time:
+
+- split: one block per (batch, kv head, split of the context). It loads the q heads of
+  its kv head together (so each K/V byte is read once), walks its split's tiles of
+  ``tile_n`` positions up to the sequence's length with an online softmax (exp2, the
+  scale folded in), and writes its partial result to an f32 workspace: the running
+  maximum, the sum of exponentials and the weighted sum of V, per q head. Its products
+  are transposed (``K qᵀ`` and ``Vᵀ pᵀ``): the positions and head_dim take the tensor
+  cores' M side, which tileiras uses only from 64 rows, and the group's q heads (padded to
+  8) the N side.
+- merge: one block per (batch, q head) combines the splits by log-sum-exp into ``out``.
+
+The split count fills the GPU: with ``splits`` 0 (the default) it is the fewest that give
+``waves`` blocks per SM over (batch, kv heads), at most one per tile and `AUTO_MAX_SPLITS`;
+the configs come from `SPACE` through a `cutile.tune` record, else `DEFAULT`. A sequence
+length past ``max_seq`` (or negative) fails the split kernel's assert; a length of 0 gives
+zeros.
+"""
+
+# No `from __future__ import annotations`: kernel annotations name the factory's dtypes, which cutile's
+# mypy plugin cannot read (it takes literal dtypes such as f32): hence their `type: ignore[misc]`.
+
+import functools
+import inspect
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, cast
+
+import numpy as np
+
+import cutile
+from cutile import api, tune
+import cutile.core as ct
+from cutile.core import Constant, Mut, Tensor, arange, bid, cdiv, exp2, f32, full, i32, maximum, minimum, mma, where, \
+    zeros
+
+from cutile_kernels._operands import as_tensor
+
+#: splits 0: chosen from the batch and context (see the module doc); waves: blocks per SM wanted
+#: latency: the K and V loads' hint (0: none); tile_n below 64 leaves the tensor cores unused
+SPACE = tune.Space(tile_n=[32, 64, 128, 256], splits=[0, 1, 2, 4, 8, 16, 32, 64, 128], waves=[1, 2, 4],
+                   occupancy=[1, 2, 4], num_worker_warps=[4, 8], latency=[0, 2, 4, 8])
+DEFAULT = {"tile_n": 64, "splits": 0, "waves": 2, "occupancy": 2, "num_worker_warps": 4, "latency": 0}
+SMS = 132  # the H200's SM count: the grid the automatic split count fills
+AUTO_MAX_SPLITS = 64
+MAX_SPLITS = 128  # the merge holds a head's splits in one tile
+_LOG2E = 1.4426950408889634
+_DTYPES = ("f16", "bf16")
+_INDEX_DTYPES = ("i32", "i64")
+
+
+@functools.lru_cache(maxsize=None)
+def decode_kernels(dtype: Any, index_dtype: Any, occupancy: int, num_worker_warps: int = 4,
+                   latency: int = 0) -> tuple[Any, Any]:
+    """The split and merge kernels for one cache dtype and seq_lens dtype, with the
+    split kernel's hints (``latency`` 0: its loads have none)."""
+    entry = cutile.entry(hints={"occupancy": occupancy, "num_worker_warps": num_worker_warps})
+    load_latency = latency if latency > 0 else None
+
+    def decode_split(
+            part_acc: Mut[Tensor[f32, [1, 1, "GD"]]],
+            part_max: Mut[Tensor[f32, [1, 1, "GP"]]],
+            part_sum: Mut[Tensor[f32, [1, 1, "GP"]]],
+            q: Tensor[dtype, [-1, -1, "D"]],  # type: ignore[misc]
+            k: Tensor[dtype, [-1, -1, -1, "D"]],  # type: ignore[misc]
+            v: Tensor[dtype, [-1, -1, -1, "D"]],  # type: ignore[misc]
+            seq_lens: Tensor[index_dtype, [-1]],  # type: ignore[misc]
+            scale_log2: f32,
+            tiles_per_split: i32,
+            KV_HEADS: Constant[int],
+            GROUP: Constant[int],
+            GD: Constant[int],
+            GP: Constant[int],
+            D: Constant[int],
+            BN: Constant[int],
+    ) -> None:
+        b = bid(0) // KV_HEADS
+        h = bid(0) % KV_HEADS
+        seq_len = seq_lens.load(at=(b,), shape=(1,)).reshape(()).astype(i32)
+        assert seq_len >= 0, "decode_attention: seq_lens must not be negative"
+        assert seq_len <= k.shape[2], "decode_attention: seq_lens must not exceed the caches' max_seq"
+        # q heads past the group (GP > GROUP) read other heads or padding: their results are never merged
+        q_cols = q.load(at=(b, h * GROUP, 0), shape=(1, GP, D)).reshape((GP, D)).T
+        first = bid(1) * tiles_per_split
+        last = minimum(first + tiles_per_split, cdiv(seq_len, BN))
+        # transposed products (positions, q heads): the tile's BN positions and head_dim take
+        # the tensor cores' M side, which tileiras fills only from 64 rows (the group is 1-16 heads)
+        col_max = full((1, GP), -float("inf"), f32)
+        col_sum = zeros((1, GP), f32)
+        acc = zeros((D, GP), f32)
+        for n in range(first, last):
+            kt = k.load(index=(b, h, n, 0), shape=(1, 1, BN, D), latency=load_latency).reshape((BN, D))
+            s = mma(kt, q_cols, zeros((BN, GP), f32)) * scale_log2
+            valid = (arange(BN, i32) + n * BN).reshape((BN, 1)) < seq_len
+            s = where(valid, s, -float("inf"))
+            new_max = maximum(col_max, ct.max(s, axis=0, keepdims=True))  # finite: position n * BN is valid
+            p = exp2(s - new_max)
+            alpha = exp2(col_max - new_max)
+            col_sum = col_sum * alpha + ct.sum(p, axis=0, keepdims=True)
+            vt = v.load(index=(b, h, n, 0), shape=(1, 1, BN, D), latency=load_latency).reshape((BN, D))
+            # a cache past the length may hold anything (NaN): 0 * NaN would reach the sum
+            vt = where(valid, vt, zeros((BN, D), dtype))
+            acc = mma(vt.T, p.astype(dtype), acc * alpha)
+            col_max = new_max
+        part_acc.store(acc.T.reshape((1, 1, GD)))
+        part_max.store(col_max.reshape((1, 1, GP)))
+        part_sum.store(col_sum.reshape((1, 1, GP)))
+
+    def decode_merge(
+            out: Mut[Tensor[dtype, [1, 1, "D"]]],  # type: ignore[misc]
+            part_acc: Tensor[f32, [-1, -1, -1]],
+            part_max: Tensor[f32, [-1, -1, -1]],
+            part_sum: Tensor[f32, [-1, -1, -1]],
+            KV_HEADS: Constant[int],
+            GROUP: Constant[int],
+            SP: Constant[int],
+            D: Constant[int],
+    ) -> None:
+        b = bid(0)
+        head = bid(1)
+        bh = b * KV_HEADS + head // GROUP
+        g = head % GROUP
+        # splits past the count read as padding: maximum -inf, sum and V 0
+        split_max = part_max.load(at=(bh, 0, g), shape=(1, SP, 1), padding="neg_inf").reshape((SP, 1))
+        split_sum = part_sum.load(at=(bh, 0, g), shape=(1, SP, 1)).reshape((SP, 1))
+        split_acc = part_acc.load(at=(bh, 0, g * D), shape=(1, SP, D)).reshape((SP, D))
+        top = ct.max(split_max, axis=0, keepdims=True)
+        weight = where(split_max == -float("inf"), 0.0, exp2(split_max - top))  # empty splits weigh 0
+        total = ct.sum(weight * split_sum, axis=0, keepdims=True)
+        summed = ct.sum(split_acc * weight, axis=0, keepdims=True)
+        result = where(total > 0.0, summed / where(total > 0.0, total, 1.0), 0.0)  # a length of 0: zeros
+        out.store(result.astype(dtype).reshape((1, 1, D)))
+
+    return entry(decode_split), cutile.entry(decode_merge)
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(0, math.ceil(math.log2(max(1, n))))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How a call splits the context: tiles of ``tile_n`` positions, ``tiles_per_split``
+    of them per block, ``splits`` blocks per (batch, kv head)."""
+
+    tile_n: int
+    tiles_per_split: int
+    splits: int
+
+
+def plan(config: dict[str, Any], batch: int, kv_heads: int, max_seq: int) -> Plan:
+    """The split of a (batch, kv_heads, max_seq) cache under ``config``."""
+    tile_n = min(int(config["tile_n"]), max(16, next_pow2(max_seq)))
+    tiles = -(-max_seq // tile_n)
+    wanted = int(config["splits"])
+    if wanted == 0:
+        wanted = min(AUTO_MAX_SPLITS, -(-int(config["waves"]) * SMS // (batch * kv_heads)))
+    splits = max(1, min(wanted, tiles, MAX_SPLITS))
+    per_split = -(-tiles // splits)
+    return Plan(tile_n, per_split, -(-tiles // per_split))
+
+
+class _Tuner:
+    """The `cutile.tune.Tuner` of decode attention, made on first use (when the arch is
+    known): its record is ``records/<arch>/decode_attention.json``; without a record's
+    winner for the shape's bucket, a cached winner, else `DEFAULT`."""
+
+    NAME = "cutile_kernels_decode_attention"
+
+    @functools.cached_property
+    def tuner(self) -> Any:
+        source = inspect.getsource(decode_kernels)
+        arch = tune.Provenance.current(self.NAME, source, SPACE).arch
+        record = Path(__file__).resolve().parent / "records" / arch / "decode_attention.json"
+        return tune.Tuner(self.NAME, SPACE, _setup, source=source, record=record, default=DEFAULT, on_stale="warn")
+
+    def config(self, shape: tuple[int, ...]) -> dict[str, Any]:
+        return dict(self.tuner.config(shape))
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(self.tuner, attribute)
+
+
+def _setup(config: dict[str, Any], shape: tuple[int, ...]) -> Callable[[], Any]:
+    """A search's runner for one shape: (batch, q_heads, kv_heads, max_seq, head_dim), bf16,
+    every sequence full."""
+    batch, q_heads, kv_heads, max_seq, head_dim = shape
+    q = api.randn([batch, q_heads, head_dim], "bf16", seed=1)
+    k = api.randn([batch, kv_heads, max_seq, head_dim], "bf16", seed=2)
+    v = api.randn([batch, kv_heads, max_seq, head_dim], "bf16", seed=3)
+    lens = api.from_numpy(np.full(batch, max_seq, dtype=np.int32))
+    out = api.empty([batch, q_heads, head_dim], dtype="bf16")
+    return lambda: decode_attention.launch(q, k, v, lens, out=out, config=config).op
+
+
+TUNER = _Tuner()
+
+
+class Pending:
+    """The work of one call, not yet run: the split launch and the merge to follow it.
+    ``op`` (the split kernel with the merge as its continuation) is what to run or time
+    (``cutile.bench.do_bench(lambda: f.launch(...).op)``); ``run()`` runs it and gives
+    the result; ``cancel()`` drops the work before ``op`` was taken (the split launch
+    gives its tensors back; an op is no longer cancellable)."""
+
+    def __init__(self, first: Any, merge: Callable[[Any], Any], result: Any) -> None:
+        self._first, self._merge, self.result = first, merge, result
+        self._op: Any = None
+
+    @property
+    def op(self) -> Any:
+        if self._op is None:
+            self._op = self._first.then(self._merge)
+        return self._op
+
+    def run(self) -> Any:
+        self.op.sync()
+        return self.result
+
+    def cancel(self) -> None:
+        if self._op is not None:
+            raise cutile.OwnershipError("decode_attention: this work's op was taken; it can no longer be cancelled")
+        self._first.cancel()
+
+
+def _fail(parameter: str, message: str, kind: type[cutile.CutileError] = cutile.ArgumentError) -> cutile.CutileError:
+    return kind(f"decode_attention(): parameter '{parameter}' {message}")
+
+
+def _dtype_of(tensor: cutile.Tensor) -> str:
+    return str(tensor.dtype)
+
+
+def _spans_overlap(a: cutile.Tensor, b: cutile.Tensor) -> bool:
+    def span(t: cutile.Tensor) -> tuple[int, int]:
+        start = int(t.address())
+        last = sum((int(n) - 1) * int(s) for n, s in zip(t.shape, t.strides))
+        return start, start + (last + 1) * t.dtype.itemsize
+    if a.size == 0 or b.size == 0 or str(a.device) != str(b.device):
+        return False
+    (a0, a1), (b0, b1) = span(a), span(b)
+    return a0 < b1 and b0 < a1
+
+
+def _decode_attention_launch(q: Any, k_cache: Any, v_cache: Any, seq_lens: Any, *, scale: float | None = None,
+                             out: Any, config: dict[str, Any] | None = None) -> Pending:
+    """Attention of one query token per sequence over its cached keys and values.
+
+    Args:
+        q: ``(batch, q_heads, head_dim)``, f16 or bf16; head_dim 64 or 128.
+        k_cache, v_cache: ``(batch, kv_heads, max_seq, head_dim)`` of q's dtype, kv_heads
+            dividing q_heads (any strides).
+        seq_lens: i32 or i64 of shape ``(batch,)``: each sequence's valid length
+            (0 to max_seq; read on the device).
+        scale: the scores' factor (default ``1 / sqrt(head_dim)``).
+        out: ``(batch, q_heads, head_dim)`` of q's dtype, written (not overlapping an input).
+        config: a config of `SPACE` (default: the tuner's for this shape).
+    """
+    qa = as_tensor(q, "decode_attention()", "q").tensor
+    ka = as_tensor(k_cache, "decode_attention()", "k_cache").tensor
+    va = as_tensor(v_cache, "decode_attention()", "v_cache").tensor
+    la = as_tensor(seq_lens, "decode_attention()", "seq_lens").tensor
+    if _dtype_of(qa) not in _DTYPES:
+        raise _fail("q", f"has dtype {_dtype_of(qa)}; expected f16 or bf16", cutile.ArgumentTypeError)
+    for name, tensor in (("k_cache", ka), ("v_cache", va)):
+        if _dtype_of(tensor) != _dtype_of(qa):
+            raise _fail(name, f"has dtype {_dtype_of(tensor)}; expected q's {_dtype_of(qa)}", cutile.ArgumentTypeError)
+    if _dtype_of(la) not in _INDEX_DTYPES:
+        raise _fail("seq_lens", f"has dtype {_dtype_of(la)}; expected i32 or i64", cutile.ArgumentTypeError)
+    if qa.ndim != 3:
+        raise _fail("q", f"must be (batch, q_heads, head_dim), got shape {list(qa.shape)}")
+    batch, q_heads, head_dim = (int(n) for n in qa.shape)
+    if head_dim not in (64, 128):
+        raise _fail("q", f"has head_dim {head_dim}; expected 64 or 128")
+    if ka.ndim != 4:
+        raise _fail("k_cache", f"must be (batch, kv_heads, max_seq, head_dim), got shape {list(ka.shape)}")
+    kv_heads, max_seq = int(ka.shape[1]), int(ka.shape[2])
+    if (int(ka.shape[0]), int(ka.shape[3])) != (batch, head_dim):
+        raise _fail("k_cache", f"of shape {list(ka.shape)} must have q's batch {batch} and head_dim {head_dim}")
+    if tuple(va.shape) != tuple(ka.shape):
+        raise _fail("v_cache", f"has shape {list(va.shape)}; expected k_cache's {list(ka.shape)}")
+    if kv_heads == 0 or q_heads % kv_heads:
+        raise _fail("k_cache", f"has {kv_heads} kv heads, which must divide q's {q_heads} heads")
+    if batch == 0 or q_heads == 0 or max_seq == 0:
+        raise _fail("k_cache", f"of shape {list(ka.shape)} (with q {list(qa.shape)}) is empty")
+    if max_seq >= 2**31:
+        raise _fail("k_cache", f"has max_seq {max_seq}, past 2**31 - 1")
+    if tuple(la.shape) != (batch,):
+        raise _fail("seq_lens", f"has shape {list(la.shape)}; expected [{batch}] (one length per sequence)")
+    if scale is None:
+        scale = 1.0 / math.sqrt(head_dim)
+    elif isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating)) or not math.isfinite(scale):
+        raise _fail("scale", f"must be a finite number, got {scale!r}", cutile.ArgumentTypeError)
+    if out is None:
+        raise _fail("out", "is required by decode_attention.launch (decode_attention(...) makes one)")
+    oa = as_tensor(out, "decode_attention()", "out").tensor
+    if tuple(oa.shape) != tuple(qa.shape):
+        raise _fail("out", f"has shape {list(oa.shape)}; expected q's {list(qa.shape)}")
+    if _dtype_of(oa) != _dtype_of(qa):
+        raise _fail("out", f"has dtype {_dtype_of(oa)}; expected q's {_dtype_of(qa)}", cutile.ArgumentTypeError)
+    for name, tensor in (("q", qa), ("k_cache", ka), ("v_cache", va), ("seq_lens", la)):
+        if _spans_overlap(oa, tensor):
+            raise _fail("out", f"overlaps the memory of parameter '{name}'; pass a separate array")
+    if config is not None:
+        unknown = sorted(set(config) - set(DEFAULT))
+        if unknown:
+            raise _fail("config", f"has unknown keys {unknown}; expected keys of {sorted(DEFAULT)}")
+        chosen = {**DEFAULT, **config}
+    else:
+        chosen = TUNER.config((batch, q_heads, kv_heads, max_seq, head_dim))
+    if int(chosen["splits"]) < 0:
+        raise _fail("config", f"has splits {chosen['splits']}; expected 0 (automatic) or a positive count")
+    group = q_heads // kv_heads
+    rows = max(8, next_pow2(group))  # the products' q-head columns: the group, padded to 8
+    split = plan(chosen, batch, kv_heads, max_seq)
+    part_acc = api.empty([batch * kv_heads, split.splits, rows * head_dim], dtype="f32")
+    part_max = api.empty([batch * kv_heads, split.splits, rows], dtype="f32")
+    part_sum = api.empty([batch * kv_heads, split.splits, rows], dtype="f32")
+    split_kernel, merge_kernel = decode_kernels(qa.dtype, la.dtype, int(chosen["occupancy"]),
+                                                int(chosen["num_worker_warps"]), int(chosen["latency"]))
+    first = split_kernel(part_acc.permute(0, 1, 2).partition([1, 1, rows * head_dim]),
+                         part_max.permute(0, 1, 2).partition([1, 1, rows]),
+                         part_sum.permute(0, 1, 2).partition([1, 1, rows]),
+                         qa, ka, va, la, float(scale) * _LOG2E, split.tiles_per_split,
+                         KV_HEADS=kv_heads, GROUP=group, BN=split.tile_n)
+    target = oa.permute(0, 1, 2)
+    return Pending(first, lambda _: merge_kernel(target.partition([1, 1, head_dim]), part_acc, part_max, part_sum,
+                                                  KV_HEADS=kv_heads, GROUP=group, SP=next_pow2(split.splits)), out)
+
+
+def _decode_attention(q: Any, k_cache: Any, v_cache: Any, seq_lens: Any, *, scale: float | None = None,
+                      out: Any = None, config: dict[str, Any] | None = None) -> Any:
+    """Attention of one query token per sequence over its cache (see the module doc).
+
+    Takes the arguments of `decode_attention.launch` (``out`` optional: a new array of
+    q's kind is made) and returns ``out``."""
+    if out is None:
+        operand = as_tensor(q, "decode_attention()", "q")
+        shape = [int(n) for n in operand.tensor.shape]
+        made, handed = operand.empty_like_kind(tuple(shape), operand.tensor.dtype) if operand.tensor.ndim == 3 \
+            else (None, None)
+        if made is None:
+            raise _fail("q", f"must be (batch, q_heads, head_dim), got shape {shape}")
+        _decode_attention_launch(q, k_cache, v_cache, seq_lens, scale=scale, out=made, config=config).run()
+        return operand.result(made, handed)
+    return _decode_attention_launch(q, k_cache, v_cache, seq_lens, scale=scale, out=out, config=config).run()
+
+
+class DecodeAttention(Protocol):
+    """`decode_attention`'s type: the call, and ``.launch(...)`` giving the `Pending` work."""
+
+    def __call__(self, q: Any, k_cache: Any, v_cache: Any, seq_lens: Any, *, scale: float | None = None,
+                 out: Any = None, config: dict[str, Any] | None = None) -> Any: ...
+
+    def launch(self, q: Any, k_cache: Any, v_cache: Any, seq_lens: Any, *, scale: float | None = None,
+               out: Any, config: dict[str, Any] | None = None) -> Pending: ...
+
+
+_decode_attention.__name__ = _decode_attention.__qualname__ = "decode_attention"
+_decode_attention.launch = _decode_attention_launch  # type: ignore[attr-defined]
+decode_attention = cast(DecodeAttention, _decode_attention)

@@ -1,0 +1,218 @@
+"""decode_attention against a float64 numpy reference on the interpreter (GQA, ragged
+lengths, several split counts, poisoned outputs and caches), its argument errors, its
+kernels compiled for sm_90 and sm_100, and GPU runs at the benchmark's shapes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import cutile
+from cutile import api
+from cutile.core import bf16, f16, f32, i32
+
+from cutile_kernels._decode_attention import decode_attention, decode_kernels, next_pow2, plan
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+NP_DTYPES = {"f16": np.float16, "bf16": ml_dtypes.bfloat16}
+
+
+def inputs(batch: int, q_heads: int, kv_heads: int, max_seq: int, head_dim: int, dtype: str,
+           lens: list[int], seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Random q and caches whose positions past each length hold NaN (they must not be read)."""
+    rng = np.random.default_rng(seed)
+    np_dtype = NP_DTYPES[dtype]
+    q = rng.standard_normal((batch, q_heads, head_dim)).astype(np_dtype)
+    k = rng.standard_normal((batch, kv_heads, max_seq, head_dim)).astype(np_dtype)
+    v = rng.standard_normal((batch, kv_heads, max_seq, head_dim)).astype(np_dtype)
+    for b, n in enumerate(lens):
+        k[b, :, n:] = np.nan
+        v[b, :, n:] = np.nan
+    return q, k, v, np.array(lens, dtype=np.int32)
+
+
+def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, lens: np.ndarray, scale: float) -> np.ndarray:
+    batch, q_heads, head_dim = q.shape
+    group = q_heads // k.shape[1]
+    out = np.zeros((batch, q_heads, head_dim))
+    for b in range(batch):
+        n = int(lens[b])
+        for h in range(q_heads):
+            keys = k[b, h // group, :n].astype(np.float64)
+            values = v[b, h // group, :n].astype(np.float64)
+            s = keys @ q[b, h].astype(np.float64) * scale
+            p = np.exp(s - s.max()) if n else s
+            out[b, h] = p @ values / p.sum() if n else 0.0
+    return out
+
+
+def poisoned(shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    return np.full(shape, np.nan, dtype=NP_DTYPES[dtype])
+
+
+SMALL = (3, 8, 2, 100, 64)
+LENS = [1, 37, 100]
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_matches_float64_with_gqa_and_ragged_lengths(dtype: str) -> None:
+    q, k, v, lens = inputs(*SMALL, dtype, LENS)
+    out = poisoned(q.shape, dtype)
+    result = decode_attention(q, k, v, lens, out=out)
+    assert result is out
+    tolerance = 2e-2 if dtype == "bf16" else 4e-3
+    np.testing.assert_allclose(out.astype(np.float64), reference(q, k, v, lens, 1 / 8), atol=tolerance, rtol=0)
+
+
+@pytest.mark.parametrize("config", [{"splits": 1, "tile_n": 32}, {"splits": 2, "tile_n": 16},
+                                    {"splits": 3, "tile_n": 32}, {"splits": 128, "tile_n": 16},
+                                    {"splits": 0, "tile_n": 64, "latency": 4, "num_worker_warps": 8, "occupancy": 1}])
+def test_split_counts_give_the_same_result(config: dict[str, Any]) -> None:
+    q, k, v, lens = inputs(*SMALL, "f16", LENS, seed=1)
+    expected = decode_attention(q, k, v, lens, config={"splits": 1, "tile_n": 128}).astype(np.float64)
+    got = decode_attention(q, k, v, lens, config=config).astype(np.float64)
+    np.testing.assert_allclose(got, reference(q, k, v, lens, 1 / 8), atol=4e-3, rtol=0)
+    np.testing.assert_allclose(got, expected, atol=2e-3, rtol=0)
+
+
+def test_scale_and_odd_group_and_i64_lengths() -> None:
+    # 6 q heads over 2 kv heads: a group of 3 (padded to the MMA's rows), head_dim 128
+    q, k, v, lens = inputs(2, 6, 2, 45, 128, "bf16", [45, 20], seed=2)
+    got = decode_attention(q, k, v, lens.astype(np.int64), scale=0.3, config={"splits": 2, "tile_n": 16})
+    np.testing.assert_allclose(got.astype(np.float64), reference(q, k, v, lens, 0.3), atol=2e-2, rtol=0)
+
+
+def test_a_zero_length_gives_zeros() -> None:
+    q, k, v, lens = inputs(2, 4, 4, 20, 64, "f16", [0, 20], seed=3)
+    got = decode_attention(q, k, v, lens).astype(np.float64)
+    assert np.all(got[0] == 0)
+    np.testing.assert_allclose(got, reference(q, k, v, lens, 1 / 8), atol=4e-3, rtol=0)
+
+
+def test_a_length_past_the_cache_fails_the_kernel_assert() -> None:
+    q, k, v, _ = inputs(1, 4, 1, 16, 64, "f16", [16])
+    with pytest.raises(cutile.CutileError, match="must not exceed"):
+        decode_attention(q, k, v, np.array([17], dtype=np.int32))
+
+
+def test_launch_form_on_cutile_tensors() -> None:
+    q, k, v, lens = inputs(*SMALL, "bf16", LENS, seed=4)
+    out = api.full(list(q.shape), np.nan, dtype=bf16)
+    pending = decode_attention.launch(api.from_numpy(q, bf16), api.from_numpy(k, bf16), api.from_numpy(v, bf16),
+                                      api.from_numpy(lens, i32), out=out)
+    assert pending.run() is out
+    np.testing.assert_allclose(out.to_numpy().astype(np.float64), reference(q, k, v, lens, 1 / 8), atol=2e-2,
+                               rtol=0)
+
+
+def test_plan_fills_the_gpu_and_covers_the_context() -> None:
+    one = plan({"tile_n": 64, "splits": 0, "waves": 2}, 1, 8, 32768)
+    # 2 waves over 8 kv heads want 33 splits of 512 tiles: 16 tiles each, so 32 splits (256 blocks)
+    assert (one.splits, one.tiles_per_split) == (32, 16)
+    many = plan({"tile_n": 64, "splits": 0, "waves": 2}, 64, 8, 1024)
+    assert many.splits == 1
+    short = plan({"tile_n": 64, "splits": 8, "waves": 2}, 1, 1, 100)
+    assert (short.splits, short.tiles_per_split) == (2, 1)
+
+
+BAD: list[tuple[str, dict[str, Any], str, type[Exception]]] = [
+    ("q", {"q": "not a tensor"}, "q", cutile.ArgumentTypeError),
+    ("q dtype", {"q": np.zeros((3, 8, 64), np.float32)}, "'q' has dtype f32", cutile.ArgumentTypeError),
+    ("k dtype", {"k_cache": np.zeros((3, 2, 100, 64), np.float32)}, "'k_cache' has dtype",
+     cutile.ArgumentTypeError),
+    ("head_dim", {"q": np.zeros((3, 8, 32), np.float16)}, "'q' has head_dim 32", cutile.ArgumentError),
+    ("kv heads", {"k_cache": np.zeros((3, 3, 100, 64), np.float16), "v_cache": np.zeros((3, 3, 100, 64), np.float16)},
+     "'k_cache' has 3 kv heads", cutile.ArgumentError),
+    ("v shape", {"v_cache": np.zeros((3, 2, 99, 64), np.float16)}, "'v_cache' has shape", cutile.ArgumentError),
+    ("lens dtype", {"seq_lens": np.zeros(3, np.float32)}, "'seq_lens' has dtype", cutile.ArgumentTypeError),
+    ("lens shape", {"seq_lens": np.zeros(2, np.int32)}, "'seq_lens' has shape", cutile.ArgumentError),
+    ("scale", {"scale": float("nan")}, "'scale' must be a finite", cutile.ArgumentTypeError),
+    ("out shape", {"out": np.zeros((3, 8, 32), np.float16)}, "'out' has shape", cutile.ArgumentError),
+    ("out dtype", {"out": np.zeros((3, 8, 64), ml_dtypes.bfloat16)}, "'out' has dtype", cutile.ArgumentTypeError),
+    ("config", {"config": {"split": 2}}, "'config' has unknown keys", cutile.ArgumentError),
+]
+
+
+@pytest.mark.parametrize("name,change,message,error", BAD, ids=[case[0] for case in BAD])
+def test_bad_arguments_name_the_parameter(name: str, change: dict[str, Any], message: str,
+                                          error: type[Exception]) -> None:
+    q, k, v, lens = inputs(*SMALL, "f16", LENS)
+    arguments: dict[str, Any] = {"q": q, "k_cache": k, "v_cache": v, "seq_lens": lens, **change}
+    with pytest.raises(error, match=message):
+        decode_attention(**arguments)
+
+
+def test_out_overlapping_an_input_is_refused() -> None:
+    q, k, v, lens = inputs(*SMALL, "f16", LENS)
+    with pytest.raises(cutile.ArgumentError, match="'out' overlaps the memory of parameter 'q'"):
+        decode_attention(q, k, v, lens, out=q)
+
+
+def test_launch_requires_out() -> None:
+    q, k, v, lens = inputs(*SMALL, "f16", LENS)
+    with pytest.raises(cutile.ArgumentError, match="'out' is required"):
+        decode_attention.launch(q, k, v, lens, out=None)
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "sm_100"])
+@pytest.mark.parametrize("dtype", [f16, bf16])
+def test_kernels_compile(arch: str, dtype: Any) -> None:
+    """The benchmark's shape: batch 8, 32 q / 8 kv heads, d=128, an 8k cache."""
+    batch, q_heads, kv_heads, max_seq, head_dim, rows, splits = 8, 32, 8, 8192, 128, 8, 4
+    split_kernel, merge_kernel = decode_kernels(dtype, i32, 2, 8, 4)
+    meta = api.meta
+    acc = meta([batch * kv_heads, splits, rows * head_dim], dtype=f32)
+    stats = meta([batch * kv_heads, splits, rows], dtype=f32)
+    split = cutile.compile(split_kernel, acc.partition([1, 1, rows * head_dim]), stats.partition([1, 1, rows]),
+                           meta([batch * kv_heads, splits, rows], dtype=f32).partition([1, 1, rows]),
+                           meta([batch, q_heads, head_dim], dtype=dtype),
+                           meta([batch, kv_heads, max_seq, head_dim], dtype=dtype),
+                           meta([batch, kv_heads, max_seq, head_dim], dtype=dtype), meta([batch], dtype=i32),
+                           0.127, 32, KV_HEADS=kv_heads, GROUP=q_heads // kv_heads, BN=64, arch=arch)
+    merge = cutile.compile(merge_kernel, meta([batch, q_heads, head_dim], dtype=dtype).partition([1, 1, head_dim]),
+                           acc, stats, stats, KV_HEADS=kv_heads, GROUP=q_heads // kv_heads, SP=next_pow2(splits),
+                           arch=arch)
+    assert split.cubin and merge.cubin
+    assert "occupancy = 2" in split.mlir
+    if arch == "sm_90":
+        assert "num_worker_warps_per_cta = 8" in split.mlir
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("batch,max_seq", [(1, 1024), (8, 8192), (64, 1024), (1, 32768)])
+def test_gpu_matches_torch_sdpa(dtype: str, batch: int, max_seq: int) -> None:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA device")
+    torch_dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[dtype]
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.randn(batch, 32, 128, device="cuda", dtype=torch_dtype, generator=generator)
+    k = torch.randn(batch, 8, max_seq, 128, device="cuda", dtype=torch_dtype, generator=generator)
+    v = torch.randn(batch, 8, max_seq, 128, device="cuda", dtype=torch_dtype, generator=generator)
+    lens = torch.randint(1, max_seq, (batch,), device="cuda", dtype=torch.int32, generator=generator)
+    lens[0] = max_seq - 1
+    clean_k, clean_v = k.double(), v.double()
+    k[:, :, -1] = float("nan")  # past every length: must not be read
+    v[:, :, -1] = float("nan")
+    out = torch.full_like(q, float("nan"))
+    decode_attention(q, k, v, lens, out=out)
+    torch.cuda.synchronize()
+    mask = torch.arange(max_seq, device="cuda")[None, :] < lens[:, None].long()
+    expected = torch.nn.functional.scaled_dot_product_attention(
+        q.double()[:, :, None], clean_k, clean_v, attn_mask=mask[:, None, None, :],
+        enable_gqa=True)[:, :, 0]
+    torch.testing.assert_close(out.double(), expected, atol=2e-2 if dtype == "bf16" else 4e-3, rtol=0)
+
+
+def test_a_cache_in_kv_cache_update_layout_through_a_transposed_view() -> None:
+    """kv_cache_update's (batch, max_seq, kv_heads, head_dim) cache, passed as the
+    (batch, kv_heads, max_seq, head_dim) view of it (strides, no copy)."""
+    q, k, v, lens = inputs(*SMALL, "f16", LENS, seed=5)
+    k_tokens_first = np.ascontiguousarray(k.transpose(0, 2, 1, 3))
+    v_tokens_first = np.ascontiguousarray(v.transpose(0, 2, 1, 3))
+    got = decode_attention(q, k_tokens_first.transpose(0, 2, 1, 3), v_tokens_first.transpose(0, 2, 1, 3), lens,
+                           config={"splits": 3, "tile_n": 16})
+    np.testing.assert_allclose(got.astype(np.float64), reference(q, k, v, lens, 1 / 8), atol=4e-3, rtol=0)

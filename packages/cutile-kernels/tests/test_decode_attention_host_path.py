@@ -1,0 +1,82 @@
+"""decode_attention on the GPU backend's host side, on cuda_core's fake driver (no GPU
+needed): the split kernel's grid is (batch x kv heads, splits) as the plan says, the
+merge's (batch, q heads), and the caller's tensors stay usable after the call. The
+kernels compile with tileiras for the fake sm_90 device; the fake driver records
+launches instead of running them. (The fake's allocations are 1 MiB apart: every tensor
+here stays below that.)"""
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import cuda_async
+import cutile
+from cuda_core.testing import FakeDriver, use_fake_driver
+from cutile import _backend, _gpu, api
+
+from cutile_kernels._decode_attention import decode_attention, decode_kernels, next_pow2, plan
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeDriver]:
+    saved = dict(_gpu._streams)
+    decode_kernels.cache_clear()
+    with use_fake_driver() as driver:
+        _gpu._streams.clear()
+        _backend.reset_for_tests("gpu")
+        try:
+            with cuda_async.using_policy(cuda_async.SingleStream()):
+                yield driver
+        finally:
+            decode_kernels.cache_clear()
+            _gpu._streams.clear()
+            _gpu._streams.update(saved)
+            _backend.reset_for_tests(None)
+
+
+def register(fake: FakeDriver, launch: Any) -> None:
+    """Gives the fake the parameter layout of a launch's kernel (as its cubin declares it)."""
+    compiled = launch.kernel.compiled(launch.plan().spec, "sm_90")
+    fake.kernels[compiled.name] = _gpu.fake_param_layout(compiled.abi)
+    launch.cancel()
+
+
+@pytest.mark.parametrize("batch,max_seq,config", [(2, 1000, {"tile_n": 64, "splits": 0, "waves": 2}),
+                                                  (3, 300, {"tile_n": 32, "splits": 4, "waves": 1})])
+def test_grids_follow_the_plan(fake: FakeDriver, batch: int, max_seq: int, config: dict[str, Any]) -> None:
+    q_heads, kv_heads, head_dim = 8, 2, 64
+    q = api.empty([batch, q_heads, head_dim], dtype="bf16")
+    k = api.empty([batch, kv_heads, max_seq, head_dim], dtype="bf16")
+    v = api.empty([batch, kv_heads, max_seq, head_dim], dtype="bf16")
+    lens = api.empty([batch], dtype="i32")
+    out = api.empty([batch, q_heads, head_dim], dtype="bf16")
+    split = plan({**config}, batch, kv_heads, max_seq)
+    full = {"occupancy": 2, "num_worker_warps": 4, "latency": 0, **config}
+    split_kernel, merge_kernel = decode_kernels(q.dtype, lens.dtype, 2, 4, 0)
+    acc = api.empty([batch * kv_heads, split.splits, 8 * head_dim], dtype="f32")
+    stats = [api.empty([batch * kv_heads, split.splits, 8], dtype="f32") for _ in range(2)]
+    register(fake, split_kernel(acc.permute(0, 1, 2).partition([1, 1, 8 * head_dim]),
+                                stats[0].permute(0, 1, 2).partition([1, 1, 8]),
+                                stats[1].permute(0, 1, 2).partition([1, 1, 8]), q, k, v, lens, 0.1, split.tiles_per_split,
+                                KV_HEADS=kv_heads, GROUP=q_heads // kv_heads, BN=split.tile_n))
+    spare = api.empty([batch, q_heads, head_dim], dtype="bf16")
+    register(fake, merge_kernel(spare.partition([1, 1, head_dim]), acc, stats[0], stats[1], KV_HEADS=kv_heads,
+                                GROUP=q_heads // kv_heads, SP=next_pow2(split.splits)))
+    assert decode_attention(q, k, v, lens, out=out, config=full) is out
+    split_launch, merge_launch = fake.launches[-2], fake.launches[-1]
+    assert split_launch["grid"] == (batch * kv_heads, split.splits, 1)
+    assert merge_launch["grid"] == (batch, q_heads, 1)
+    dropped = decode_attention.launch(q, k, v, lens, out=out, config=full)  # the tensors were given back
+    dropped.cancel()  # and are again
+    decode_attention.launch(q, k, v, lens, out=out, config=full).cancel()
+
+
+def test_the_op_once_taken_cannot_be_cancelled(fake: FakeDriver) -> None:
+    q, out = api.empty([1, 4, 64], dtype="f16"), api.empty([1, 4, 64], dtype="f16")
+    k, v = api.empty([1, 1, 64, 64], dtype="f16"), api.empty([1, 1, 64, 64], dtype="f16")
+    pending = decode_attention.launch(q, k, v, api.empty([1], dtype="i32"), out=out)
+    assert pending.op is pending.op
+    with pytest.raises(cutile.OwnershipError, match="can no longer be cancelled"):
+        pending.cancel()
+    del pending
