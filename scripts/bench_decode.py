@@ -42,7 +42,7 @@ BATCHES = (1, 8, 64)
 CONTEXTS = (1024, 8192, 32768)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="small shapes on the CPU interpreter, against numpy")
     parser.add_argument("--dtype", nargs="*", default=["bf16"], choices=["bf16", "f16"])
@@ -51,7 +51,7 @@ def main() -> int:
                         help="first search the configs at the benchmark's shapes and save the record "
                              "(packages/cutile-kernels/src/cutile_kernels/records/<arch>/decode_attention.json)")
     parser.add_argument("--budget", type=float, default=30.0, help="seconds of search per shape with --record")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.smoke:
         os.environ["CUTILE_BACKEND"] = "interpreter"
 

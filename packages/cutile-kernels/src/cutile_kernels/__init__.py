@@ -20,6 +20,9 @@ tile shapes and hints from `cutile.tune` records (else defaults).
   place or out of place); `silu_mul`, `gelu_mul`, `silu`, `gelu`, `sigmoid`, `relu`, and
   `add`, `sub`, `mul`, `div` with row broadcasting; `embedding`; a two-stage `argmax`;
   `kv_cache_update`.
+- `decode_attention(q, k_cache, v_cache, seq_lens, *, scale=None, out=None)`: one new
+  token per sequence against its KV cache, GQA, split over the context with a
+  log-sum-exp merge; ``decode_attention.launch(..., out=)`` gives the pending op.
 """
 
 from cutile_kernels._configs import SPACE as GEMM_SPACE
@@ -44,6 +47,11 @@ from cutile_kernels._rope import rope  # noqa: E402
 
 __all__ += ["add", "argmax", "div", "embedding", "gelu", "gelu_mul", "kv_cache_update", "mul", "relu", "rope",
             "sigmoid", "silu", "silu_mul", "sub"]
+
+# Attention.
+from cutile_kernels._decode_attention import decode_attention  # noqa: E402
+
+__all__ += ["decode_attention"]
 
 
 __version__ = "0.1.0"  # the distribution's version (tests/test_release.py keeps them equal)
