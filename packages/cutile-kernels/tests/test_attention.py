@@ -62,6 +62,23 @@ def test_dense_default_config_scale_and_a_longer_key_sequence(causal: bool) -> N
     close(result, reference(f64(q), f64(k), f64(v), causal, 0.3), "f16")
 
 
+@pytest.mark.parametrize("scale", [-0.2, 0.0])
+def test_a_scale_of_zero_or_below(scale: float) -> None:
+    q, k, v = (normal((1, 2, 40, 64), "f16", seed=s) for s in (20, 21, 22))
+    result = attention(q, k, v, causal=True, scale=scale, config=SMALL)
+    close(result, reference(f64(q), f64(k), f64(v), True, scale), "f16")
+
+
+def test_inputs_in_the_sequence_major_layout_are_read() -> None:
+    # (batch, seq, heads, dim) memory seen as (batch, heads, seq, dim), as q.transpose(1, 2) gives
+    q, k, v = (np.swapaxes(normal((2, 24, 2, 64), "bf16", seed=s), 1, 2) for s in (23, 24, 25))
+    out = poisoned((2, 2, 24, 64), "bf16")
+    attention(q, k, v, out=out, config=SMALL)
+    close(out, reference(f64(q), f64(k), f64(v), False, 0.125), "bf16")
+    with pytest.raises(cutile.ArgumentError, match="out of shape"):
+        attention(q, k, v, out=np.swapaxes(np.zeros((2, 24, 2, 64), q.dtype), 1, 2))
+
+
 def test_head_dim_128_and_cutile_tensors() -> None:
     q = api.from_numpy(normal((1, 2, 40, 128), "bf16", seed=7))
     k = api.from_numpy(normal((1, 2, 40, 128), "bf16", seed=8))

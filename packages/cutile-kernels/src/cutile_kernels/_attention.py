@@ -45,7 +45,7 @@ import numpy as np
 import cutile
 from cutile import api, tune
 from cutile.core import (
-    Constant, Mut, Tensor, arange, bf16, bid, cdiv, exp2, f16, f32, full, gather, i32, max, maximum, min, minimum,
+    Constant, Mut, Tensor, arange, bf16, bid, cdiv, exp2, f16, f32, fma, full, gather, i32, max, maximum, min, minimum,
     mma, sum, where, zeros,
 )
 
@@ -72,8 +72,9 @@ def _entry(function: Any, name: str, annotations: dict[str, Any], hints: Hints) 
 
 
 @functools.cache
-def dense_kernel(dtype: Any, causal: bool, hints: Hints) -> Any:
-    """One (batch * head, query tile) per block over ``(batch * heads, seq, D)`` views."""
+def dense_kernel(dtype: Any, causal: bool, hints: Hints, positive: bool = True) -> Any:
+    """One (batch * head, query tile) per block over ``(batch * heads, seq, D)`` views;
+    ``positive``: the scale is > 0 (the unmasked tiles then fold it into one fma)."""
     def attention_dense(o: Any, q: Any, k: Any, v: Any, qk_scale: Any, heads: Any, kv_heads: Any, group: Any,
                         BM: Any, BN: Any, D: Any) -> None:  # noqa: N803 (the tile dims' names)
         bh = bid(0)
@@ -95,9 +96,14 @@ def dense_kernel(dtype: Any, causal: bool, hints: Hints) -> Any:
             end = cdiv(seq_k, BN)
         for n in range(unmasked):
             kt = part_k.load([kv, n, 0]).reshape((BN, D))
-            s = mma(qt, kt.T, zeros((BM, BN), f32)) * qk_scale
-            new_max = maximum(row_max, max(s, axis=1, keepdims=True))
-            p = exp2(s - new_max)
+            s = mma(qt, kt.T, zeros((BM, BN), f32))
+            if positive:  # the scale goes into the exponential's fma: max(s * c) = max(s) * c
+                new_max = maximum(row_max, max(s, axis=1, keepdims=True) * qk_scale)
+                p = exp2(fma(s, qk_scale, -new_max))
+            else:
+                s = s * qk_scale
+                new_max = maximum(row_max, max(s, axis=1, keepdims=True))
+                p = exp2(s - new_max)
             alpha = exp2(row_max - new_max)
             row_sum = row_sum * alpha + sum(p, axis=1, keepdims=True)
             vt = part_v.load([kv, n, 0]).reshape((BN, D))
@@ -133,7 +139,8 @@ def dense_kernel(dtype: Any, causal: bool, hints: Hints) -> Any:
         "BN": Constant[int],
         "D": Constant[int],
     }
-    return _entry(attention_dense, f"attention{'_causal' if causal else ''}_{dtype}", annotations, hints)
+    name = f"attention{'_causal' if causal else ''}{'' if positive else '_any_scale'}_{dtype}"
+    return _entry(attention_dense, name, annotations, hints)
 
 
 @functools.cache
@@ -403,7 +410,7 @@ def _prepare(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | Non
     k3 = _viewed(kt, (batch * kv_heads, seq_k, head_dim), "k", False)
     v3 = _viewed(vt, (batch * kv_heads, seq_k, head_dim), "v", False)
     o3 = _viewed(result, (batch * heads, seq_q, head_dim), "out", True)
-    kernel = dense_kernel(dtype, causal, hints)
+    kernel = dense_kernel(dtype, causal, hints, qk_scale > 0)
     launch = kernel(o3.partition([1, tile_m, head_dim]), q3, k3, v3, qk_scale, heads, kv_heads, heads // kv_heads,
                     BN=block_n)
     return Pending(launch, finish)
