@@ -416,38 +416,45 @@ def _prepare(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | Non
     return Pending(launch, finish)
 
 
-def _attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None = None, out: Any = None,
-               cu_seqlens_q: Any = None, cu_seqlens_k: Any = None, config: Mapping[str, Any] | None = None) -> Any:
-    """Scaled dot-product attention ``softmax(q k^T * scale [+ causal mask]) v``, forward.
+class Attention:
+    """`attention(q, k, v, ...)` runs and returns the output; `attention.launch(..., out=)`
+    returns the pending launch (for `cutile.bench.do_bench` or batching)."""
 
-    Args:
-        q: ``(batch, heads, seq_q, head_dim)``, or ``(total_q, heads, head_dim)`` with the
-            offsets; f16 or bf16; head_dim 64 or 128.
-        k, v: ``(batch, kv_heads, seq_k, head_dim)`` (or ``(total_k, kv_heads, head_dim)``),
-            q's dtype; kv_heads divides heads (GQA).
-        causal: mask keys after the query (top-left aligned dense, bottom-right varlen).
-        scale: the scores' factor; default ``1 / sqrt(head_dim)``.
-        out: the result's tensor (q's shape and dtype); else a new one of q's kind.
-        cu_seqlens_q, cu_seqlens_k: i32 prefix sums (``batch + 1`` entries) of the packed
-            sequences' lengths: the varlen layout.
-        config: `SPACE`'s keys (block_m, block_n, num_worker_warps, occupancy) over `DEFAULT`.
-    Returns:
-        the attention output, of q's kind (or ``out``). ``attention.launch(..., out=)``
-        returns the pending launch instead.
-    """
-    return _prepare(q, k, v, causal=causal, scale=scale, out=out, cu_seqlens_q=cu_seqlens_q,
-                    cu_seqlens_k=cu_seqlens_k, config=config).run()
+    __name__ = "attention"
+
+    def __call__(self, q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None = None, out: Any = None,
+                 cu_seqlens_q: Any = None, cu_seqlens_k: Any = None,
+                 config: Mapping[str, Any] | None = None) -> Any:
+        """Scaled dot-product attention ``softmax(q k^T * scale [+ causal mask]) v``, forward.
+
+        Args:
+            q: ``(batch, heads, seq_q, head_dim)``, or ``(total_q, heads, head_dim)`` with the
+                offsets; f16 or bf16; head_dim 64 or 128.
+            k, v: ``(batch, kv_heads, seq_k, head_dim)`` (or ``(total_k, kv_heads, head_dim)``),
+                q's dtype; kv_heads divides heads (GQA).
+            causal: mask keys after the query (top-left aligned dense, bottom-right varlen).
+            scale: the scores' factor; default ``1 / sqrt(head_dim)``.
+            out: the result's tensor (q's shape and dtype); else a new one of q's kind.
+            cu_seqlens_q, cu_seqlens_k: i32 prefix sums (``batch + 1`` entries) of the packed
+                sequences' lengths: the varlen layout.
+            config: `SPACE`'s keys (block_m, block_n, num_worker_warps, occupancy) over `DEFAULT`.
+        Returns:
+            the attention output, of q's kind (or ``out``).
+        """
+        return _prepare(q, k, v, causal=causal, scale=scale, out=out, cu_seqlens_q=cu_seqlens_q,
+                        cu_seqlens_k=cu_seqlens_k, config=config).run()
+
+    def launch(self, q: Any, k: Any, v: Any, *, out: Any, causal: bool = False, scale: float | None = None,
+               cu_seqlens_q: Any = None, cu_seqlens_k: Any = None,
+               config: Mapping[str, Any] | None = None) -> Pending:
+        """The pending launch writing ``out`` (required); arguments as the call's."""
+        if out is None:
+            raise cutile.ArgumentError(f"{FUNCTION}.launch: out is required (the launch writes it)")
+        return _prepare(q, k, v, causal=causal, scale=scale, out=out, cu_seqlens_q=cu_seqlens_q,
+                        cu_seqlens_k=cu_seqlens_k, config=config)
+
+    def __repr__(self) -> str:
+        return "<cutile_kernels function attention>"
 
 
-def _launch(q: Any, k: Any, v: Any, *, out: Any, causal: bool = False, scale: float | None = None,
-            cu_seqlens_q: Any = None, cu_seqlens_k: Any = None, config: Mapping[str, Any] | None = None) -> Pending:
-    """`attention`'s pending launch writing ``out`` (required), for timing or batching."""
-    if out is None:
-        raise cutile.ArgumentError(f"{FUNCTION}.launch: out is required (the launch writes it)")
-    return _prepare(q, k, v, causal=causal, scale=scale, out=out, cu_seqlens_q=cu_seqlens_q,
-                    cu_seqlens_k=cu_seqlens_k, config=config)
-
-
-_attention.__name__ = _attention.__qualname__ = "attention"
-_attention.launch = _launch  # type: ignore[attr-defined]
-attention = _attention
+attention = Attention()
