@@ -125,6 +125,15 @@ def test_varlen_query_rows_without_keys_get_zeros() -> None:
     close(result, expected, "f16")
 
 
+def test_varlen_offsets_past_the_keys_read_only_the_keys_there() -> None:
+    q, k, v = normal((10, 2, 64), "f16", seed=30), normal((12, 2, 64), "f16", seed=31), normal((12, 2, 64), "f16",
+                                                                                                 seed=32)
+    cu_q, cu_k = np.array([0, 5, 10], np.int32), np.array([0, 4, 1 << 30], np.int32)
+    result = attention(q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, config=SMALL)
+    expected = _varlen_reference(f64(q), f64(k), f64(v), [5, 5], [4, 8], False)  # the second sees keys 4..11
+    close(result, expected, "f16")
+
+
 def test_launch_form_writes_out_and_requires_it() -> None:
     q = normal((1, 2, 20, 64), "f16", seed=16)
     out = poisoned((1, 2, 20, 64), "f16")

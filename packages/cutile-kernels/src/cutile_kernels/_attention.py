@@ -22,8 +22,13 @@ mask and the others masked. The varlen kernel finds each row's sequence from the
 (a compare against ``cu_seqlens_q``), walks the keys of the sequences its rows belong to
 with ``load(at=)`` and masks per row; a tile spanning several short sequences reads the
 keys of all of them. The offsets' values are not checked on the host (that would read
-device memory): reads outside the tensors are padded, so wrong offsets give wrong rows,
-never an out-of-bounds access.
+device memory): reads outside the tensors are padded and the key range is clamped to
+k's, so wrong offsets give wrong rows, never an out-of-bounds access or a longer walk.
+
+Dense inputs are viewed ``(batch * heads, seq, head_dim)``; one whose batch and head dims
+do not merge (a sequence-major ``(batch, seq, heads, dim)`` tensor transposed) is copied
+first, and an ``out=`` must merge. ``num_worker_warps`` is an sm_90 hint (the others
+apply to every arch).
 
 Configs (`SPACE`): ``block_m``, ``block_n``, ``num_worker_warps``, ``occupancy``; kernels
 are cached per dtype, causality and config (the hints are in the entry).
@@ -166,7 +171,8 @@ def varlen_kernel(dtype: Any, causal: bool, hints: Hints) -> Any:
             limit = minimum(k_end, rows.reshape((BM, 1)) + (k_end - q_end) + 1)  # keys below this one
         else:
             limit = k_end
-        first = min(k_start)
+        limit = minimum(limit, k.shape[1])  # clamped: offsets out of range read no key past k's
+        first = maximum(min(k_start), 0)
         last = max(limit)
         row_max = full((BM, 1), -float("inf"), f32)
         row_sum = zeros((BM, 1), f32)
