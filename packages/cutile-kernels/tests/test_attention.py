@@ -11,7 +11,7 @@ from cutile_kernels_testkit import f64, normal, poisoned
 import cutile
 from cutile import api
 from cutile.core import bf16, f16, i32
-from cutile_kernels._attention import DEFAULT, attention, dense_kernel, varlen_kernel
+from cutile_kernels._attention import DEFAULT, SPACE, TUNER, attention, dense_kernel, varlen_kernel
 
 TOLERANCE = {"f16": 4e-3, "bf16": 2.5e-2}
 SMALL = {"block_m": 32, "block_n": 16, "num_worker_warps": 4, "occupancy": 1}
@@ -188,6 +188,14 @@ def test_bad_offsets_and_overlap() -> None:
         attention(q, k, k, cu_seqlens_q=np.array([0], np.int32), cu_seqlens_k=np.array([0], np.int32))
     with pytest.raises(cutile.ArgumentError, match="out shares memory with q"):
         attention(q, k, k, out=q, cu_seqlens_q=cu, cu_seqlens_k=cu)
+
+
+def test_the_tuner_searches_the_space_and_defaults_to_default() -> None:
+    shape = (1, 2, 1, 20, 20, 64, 1, 0)  # batch, heads, kv heads, seq q, seq k, head dim, causal, bf16
+    found = TUNER.tune(shape, warmup=1, reps=1, paired_reps=2, budget=20)
+    assert found.best in SPACE.configs()
+    assert all(trial.status in ("ok", "pruned") for trial in found.trials), found.trials
+    assert TUNER.default == DEFAULT and DEFAULT in SPACE.configs()
 
 
 @pytest.mark.parametrize("arch", ["sm_90", "sm_100"])

@@ -30,8 +30,10 @@ do not merge (a sequence-major ``(batch, seq, heads, dim)`` tensor transposed) i
 first, and an ``out=`` must merge. ``num_worker_warps`` is an sm_90 hint (the others
 apply to every arch).
 
-Configs (`SPACE`): ``block_m``, ``block_n``, ``num_worker_warps``, ``occupancy``; kernels
-are cached per dtype, causality and config (the hints are in the entry).
+Configs (`SPACE`): ``block_m``, ``block_n``, ``num_worker_warps``, ``occupancy``; a call
+without ``config=`` takes `TUNER`'s for its shape (a cached winner, a search with
+``CUTILE_TUNE=1``, else `DEFAULT`). Kernels are cached per dtype, causality and config
+(the hints are in the entry).
 """
 
 # No `from __future__ import annotations`: kernel annotations name the factory's dtypes.
@@ -40,6 +42,7 @@ are cached per dtype, causality and config (the hints are in the entry).
 import builtins
 import functools
 import importlib
+import inspect
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -271,8 +274,33 @@ def _viewed(tensor: cutile.Tensor, shape: tuple[int, ...], name: str, writable: 
         return api.copy(tensor).reshape(*shape)
 
 
-def _config(config: Mapping[str, Any] | None) -> dict[str, int]:
-    chosen = dict(DEFAULT)
+def _tuning_setup(config: tune.Config, shape: tuple[int, ...]) -> Any:
+    """A search's runner for one shape key (`_shape_key`'s): random inputs, the launch form."""
+    batch, heads, kv_heads, seq_q, seq_k, head_dim, causal, is_bf16 = shape
+    dtype = bf16 if is_bf16 else f16
+    q = api.randn([batch, heads, seq_q, head_dim], dtype, seed=0)
+    k = api.randn([batch, kv_heads, seq_k, head_dim], dtype, seed=1)
+    v = api.randn([batch, kv_heads, seq_k, head_dim], dtype, seed=2)
+    out = api.empty([batch, heads, seq_q, head_dim], dtype)
+    return lambda: attention.launch(q, k, v, out=out, causal=bool(causal), config=config).op
+
+
+def _shape_key(batch: int, heads: int, kv_heads: int, seq_q: int, seq_k: int, head_dim: int, causal: bool,
+               dtype: Any) -> tuple[int, ...]:
+    return (batch, heads, kv_heads, seq_q, seq_k, head_dim, int(causal), int(dtype == bf16))
+
+
+#: the configs per shape: the disk cache's winner (``CUTILE_CACHE_DIR/tune``), else a search
+#: on first use with ``CUTILE_TUNE=1``, else `DEFAULT` (varlen calls take the dense shape
+#: ``(1, heads, kv_heads, total_q, total_k, ...)``'s)
+TUNER = tune.Tuner("cutile_kernels_attention", SPACE, _tuning_setup, default=DEFAULT, on_stale="warn",
+                   source="\n".join(inspect.getsource(f.__wrapped__) for f in (dense_kernel, varlen_kernel)))
+
+
+def _config(config: Mapping[str, Any] | None, shape: tuple[int, ...]) -> dict[str, int]:
+    chosen: dict[str, Any] = dict(DEFAULT)
+    if config is None:
+        config = TUNER.config(shape)
     if config is not None:
         unknown = set(config) - set(DEFAULT)
         if unknown:
@@ -376,7 +404,11 @@ def _prepare(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | Non
     seq_axis = 0 if varlen else 2
     if qt.size == 0 or kt.shape[seq_axis] == 0:
         raise cutile.ArgumentError(f"{FUNCTION}: q {list(qt.shape)} and k {list(kt.shape)} must not be empty")
-    chosen = _config(config)
+    if varlen:
+        shape_key = _shape_key(1, heads, kv_heads, qt.shape[0], kt.shape[0], head_dim, causal, dtype)
+    else:
+        shape_key = _shape_key(qt.shape[0], heads, kv_heads, qt.shape[2], kt.shape[2], head_dim, causal, dtype)
+    chosen = _config(config, shape_key)
     qk_scale = _scale(scale, head_dim) * LOG2E
     convert = _converter(operands["q"].kind)
     if out is None:
