@@ -20,6 +20,9 @@ tile shapes and hints from `cutile.tune` records (else defaults).
   place or out of place); `silu_mul`, `gelu_mul`, `silu`, `gelu`, `sigmoid`, `relu`, and
   `add`, `sub`, `mul`, `div` with row broadcasting; `embedding`; a two-stage `argmax`;
   `kv_cache_update`.
+- `attention(q, k, v, *, causal=False, scale=None, out=None, cu_seqlens_q=None,
+  cu_seqlens_k=None)`: flash attention forward (SDPA's layout, or packed variable
+  lengths through offsets), GQA, f16/bf16, head_dim 64/128; ``attention.launch(..., out=)``.
 - `decode_attention(q, k_cache, v_cache, seq_lens, *, scale=None, out=None)`: one new
   token per sequence against its KV cache, GQA, split over the context with a
   log-sum-exp merge; ``decode_attention.launch(..., out=)`` gives the pending op.
@@ -49,9 +52,10 @@ __all__ += ["add", "argmax", "div", "embedding", "gelu", "gelu_mul", "kv_cache_u
             "sigmoid", "silu", "silu_mul", "sub"]
 
 # Attention.
+from cutile_kernels._attention import attention  # noqa: E402
 from cutile_kernels._decode_attention import decode_attention  # noqa: E402
 
-__all__ += ["decode_attention"]
+__all__ += ["attention", "decode_attention"]
 
 
 __version__ = "0.1.0"  # the distribution's version (tests/test_release.py keeps them equal)
