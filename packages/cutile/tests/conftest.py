@@ -85,7 +85,7 @@ def make_fake_gpu() -> FakeGpu:
             _gpu._pools.clear()
             _backend.reset_for_tests("gpu")
             try:
-                with cuda_async.using_policy(policy or cuda_async.SingleStream()):
+                with cuda_async.using_policy(policy or cuda_async.SingleStream(device=0)):
                     yield fake
             finally:
                 for kernel in kernels:
