@@ -243,3 +243,29 @@ def test_the_native_path_never_launches_off_device_zero(make_fake_gpu: FakeGpu) 
         assert _native.module.stats()[1] == run + 1
         assert [launch["context"] for launch in fake.launches] == [0xC0, 0xC1] * 3
         assert all(fake.made_in["stream"][launch["stream"]] == launch["context"] for launch in fake.launches)
+
+
+# -- the real GPU: device 0, named explicitly -------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [1, 300, 4099])
+def test_device_zero_named_explicitly_on_the_gpu(n: int) -> None:
+    rng = np.random.default_rng(n)
+    xs, ys = rng.standard_normal(n), rng.standard_normal(n)
+    x = api.from_numpy(xs.astype(np.float32), device=0)
+    y = api.from_numpy(ys.astype(np.float32), device="cuda:0")
+    z = api.full([n], np.nan, device=0)  # poisoned
+    assert x.device == y.device == z.device == "cuda:0"
+    with cutile.device(0):
+        z_part, _, _ = saxpy(z.partition([128]), x, y, 2.0).sync()
+    z = z_part.unpartition()
+    np.testing.assert_allclose(z.to_numpy().astype(np.float64), 2.0 * xs.astype(np.float32) + ys.astype(np.float32),
+                               rtol=1e-6, atol=1e-6)
+    moved = z.to(0)
+    assert moved.device == "cuda:0" and moved._storage is not z._storage
+    np.testing.assert_array_equal(moved.to_numpy(), z.to_numpy())
+    assert api.zeros([n], device=0).to_numpy().tolist() == [0.0] * n
+    with pytest.raises(cutile.ArgumentError, match=r"out of range"):
+        from cuda_core import device_count
+
+        api.empty([4], device=device_count())
