@@ -150,6 +150,9 @@ def _device_tensor(pointer: int, device: int, dtype: dt.DType, shape: tuple[int,
         raise InteropError(
             "the array lives on a GPU but cutile runs kernels on the CPU interpreter here; "
             "copy it to the host first (e.g. api.from_numpy(x.cpu().numpy()))")
+    from cutile._gpu import note_device_used
+
+    note_device_used(device)
     start, end = _byte_span(dtype, shape, strides)
     storage = ForeignDeviceStorage(pointer + start, end - start, device, owner)
     storage.readonly = readonly
@@ -220,8 +223,9 @@ def from_dlpack(obj: Any) -> Tensor:
     # DLPack first: it names dtypes exactly (the CUDA Array Interface spells
     # bfloat16 as an anonymous 2-byte type) and orders streams on request.
     if hasattr(obj, "__dlpack__"):
-        device_type, _ = obj.__dlpack_device__() if hasattr(obj, "__dlpack_device__") else (KDL_CPU, 0)
-        stream = _consumer_stream_handle() if device_type in (KDL_CUDA, KDL_CUDA_MANAGED) else None
+        device_type, device_id = obj.__dlpack_device__() if hasattr(obj, "__dlpack_device__") else (KDL_CPU, 0)
+        cuda = device_type in (KDL_CUDA, KDL_CUDA_MANAGED)
+        stream = _consumer_stream_handle(int(device_id)) if cuda else None
         tensor = _from_capsule(_request_capsule(obj, stream), obj)
         if _immutable_producer(obj):  # JAX may not flag its exports read-only
             tensor._storage.readonly = True
@@ -272,12 +276,13 @@ def _order_after(first: Stream, then: Stream) -> None:
     then.wait(event)
 
 
-def _consumer_stream_handle() -> int | None:
+def _consumer_stream_handle(ordinal: int) -> int | None:
+    """cutile's stream on the producer's device, which the producer orders its work before."""
     if _backend.current() != "gpu":
         return None
     from cutile._gpu import default_stream
 
-    return int(default_stream().handle)
+    return int(default_stream(ordinal).handle)
 
 
 def _from_cuda_array_interface(obj: Any, interface: dict[str, Any]) -> Tensor:
