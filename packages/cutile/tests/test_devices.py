@@ -269,3 +269,19 @@ def test_device_zero_named_explicitly_on_the_gpu(n: int) -> None:
         from cuda_core import device_count
 
         api.empty([4], device=device_count())
+
+
+@pytest.mark.interpreter_only
+def test_a_batch_runs_on_the_device_of_its_block(two_gpus: FakeDriver) -> None:
+    z, x, y = _saxpy_on(two_gpus, 1)
+    _register(two_gpus, saxpy(z, x, y, 2.0))
+    two_gpus.launches.clear()
+    with cutile.device(1), cutile.batch():
+        for i in range(4):
+            z, x, y = saxpy(z, x, y, float(i)).sync()
+    assert [launch["context"] for launch in two_gpus.launches] == [0xC1] * 4
+    assert {two_gpus.made_in["stream"][launch["stream"]] for launch in two_gpus.launches} == {0xC1}
+    # A batch of device 0 (the fixture's policy) cannot take device 1's tensors.
+    with pytest.raises(cutile.LaunchError, match=r"its tensors are on cuda:1 but it was given a stream of cuda:0"):
+        with cutile.batch():
+            saxpy(z, x, y, 1.0).sync()
