@@ -285,3 +285,17 @@ def test_a_batch_runs_on_the_device_of_its_block(two_gpus: FakeDriver) -> None:
     with pytest.raises(cutile.LaunchError, match=r"its tensors are on cuda:1 but it was given a stream of cuda:0"):
         with cutile.batch():
             saxpy(z, x, y, 1.0).sync()
+
+
+@pytest.mark.interpreter_only
+def test_an_op_of_another_device_runs_under_that_devices_policy(two_gpus: FakeDriver) -> None:
+    _register_fill(two_gpus, dt.f32, 9)
+    two_gpus.launches.clear()
+    with cutile.device(1):
+        z = api.ops.zeros([9]).sync()
+    assert z.device == "cuda:1"
+    (launch,) = two_gpus.launches
+    assert launch["context"] == 0xC1 and two_gpus.made_in["stream"][launch["stream"]] == 0xC1
+    # Outside the block the job's stream is device 0's (the fixture's policy): refused.
+    with pytest.raises(cutile.LaunchError, match=r"its tensors are on cuda:1 but it was given a stream of cuda:0"):
+        api.ops.zeros([9], device=1).sync()
