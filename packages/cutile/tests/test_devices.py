@@ -70,6 +70,7 @@ def test_a_device_is_an_ordinal_or_cuda_n() -> None:
             pass
     with cutile.device(0) as chosen:
         assert chosen == 0 and cutile.current_device() == 0
+    assert api.zeros([3], device=np.int64(0)).device == "cpu"
 
 
 @pytest.mark.interpreter_only

@@ -8,6 +8,7 @@ one is. The interpreter has one device, 0.
 from __future__ import annotations
 
 import contextvars
+import numbers
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -28,16 +29,17 @@ def checked(device: Any, what: str, parameter: str = "device") -> int:
     as an ordinal the backend has, or an error naming ``parameter`` of ``what``."""
     if device is None:
         return _current.get()
-    ordinal: Any = device
+    given: Any = device
     if isinstance(device, str):
         text = device.strip()
         if text == "cuda":
             return _current.get()
         if not text.startswith("cuda:") or not text[5:].isdigit():
             raise ArgumentError(f"{what}: {parameter} must be an int ordinal or 'cuda:N', got {device!r}")
-        ordinal = int(text[5:])
-    if isinstance(ordinal, bool) or not isinstance(ordinal, int):
+        given = int(text[5:])
+    if isinstance(given, bool) or not isinstance(given, numbers.Integral):
         raise ArgumentTypeError(f"{what}: {parameter} must be an int ordinal, got {type(device).__name__}")
+    ordinal = int(given)
     if ordinal < 0:
         raise ArgumentError(f"{what}: {parameter} must be a non-negative ordinal, got {ordinal}")
     if _backend.current() == "interpreter":
