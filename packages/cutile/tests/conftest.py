@@ -77,19 +77,24 @@ def make_fake_gpu() -> FakeGpu:
     def fake_gpu(driver: FakeDriver | None = None, policy: cuda_async.SchedulingPolicy | None = None, *,
                  kernels: Iterable[cutile.Kernel] = ()) -> Iterator[Any]:
         saved_streams = dict(_gpu._streams)
+        saved_pools, saved_multi_device = dict(_gpu._pools), _gpu._multi_device
         for kernel in kernels:
             kernel.clear_cache()
         with use_fake_driver(driver) as fake:
             _gpu._streams.clear()
+            _gpu._pools.clear()
             _backend.reset_for_tests("gpu")
             try:
-                with cuda_async.using_policy(policy or cuda_async.SingleStream()):
+                with cuda_async.using_policy(policy or cuda_async.SingleStream(device=0)):
                     yield fake
             finally:
                 for kernel in kernels:
                     kernel.clear_cache()
                 _gpu._streams.clear()
                 _gpu._streams.update(saved_streams)
+                _gpu._pools.clear()
+                _gpu._pools.update(saved_pools)
+                _gpu._multi_device = saved_multi_device
                 _backend.reset_for_tests("interpreter")
 
     return fake_gpu

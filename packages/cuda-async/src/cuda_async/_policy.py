@@ -124,8 +124,8 @@ def default_policy() -> SchedulingPolicy:
     """The policy ops use when none is given.
 
     In order: the innermost `using_policy` block, the one set by
-    `set_default_policy`, else a `RoundRobin` of 4 streams where a GPU is
-    present and `HostPolicy` where none is.
+    `set_default_policy`, else a `RoundRobin` of 4 streams on device 0 where a
+    GPU is present and `HostPolicy` where none is.
     """
     scoped = _scoped.get()
     if scoped is not None:
@@ -134,7 +134,8 @@ def default_policy() -> SchedulingPolicy:
     if _default is None:
         with _default_lock:
             if _default is None:
-                _default = RoundRobin(4) if cuda_core.is_available() else HostPolicy()
+                # (on device 0, not on whichever device is current when its streams are made)
+                _default = RoundRobin(4, device=0) if cuda_core.is_available() else HostPolicy()
     return _default
 
 

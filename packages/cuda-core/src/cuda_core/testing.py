@@ -180,6 +180,9 @@ class FakeDriver:
         self._lock = threading.Lock()  # the poller thread of cuda_async queries events
         self._function_handles: dict[str, int] = {}
         self.function_names: dict[int, str] = {}  # function handle -> kernel name
+        # The context current (0xC0 + ordinal) when each stream, module and device
+        # allocation was made, by handle or address: what multi-device tests check.
+        self.made_in: dict[str, dict[int, int]] = {"stream": {}, "module": {}, "memory": {}}
         self.context = 0  # what the native cuCtxGetCurrent reports
         self._native: Any = None
 
@@ -289,7 +292,9 @@ class FakeDriver:
 
     def cuMemAllocFromPoolAsync(self, nbytes: int, pool: Any, stream: Any) -> tuple[Any, int]:
         self._enter("cuMemAllocFromPoolAsync")
-        return (SUCCESS, self._alloc(nbytes))
+        address = self._alloc(nbytes)
+        self.made_in["memory"][address] = self.context
+        return (SUCCESS, address)
 
     def cuMemFreeAsync(self, ptr: int, stream: Any) -> tuple[Any]:
         self._enter("cuMemFreeAsync")
@@ -380,6 +385,7 @@ class FakeDriver:
     def cuStreamCreateWithPriority(self, flags: int, priority: int) -> tuple[Any, Any]:
         handle = next(self._handles)
         self.live_handles["stream"].add(handle)
+        self.made_in["stream"][handle] = self.context
         return (SUCCESS, real_driver.CUstream(handle))
 
     def cuStreamDestroy(self, stream: Any) -> tuple[Any]:
@@ -393,6 +399,7 @@ class FakeDriver:
             return (failure, 0)
         handle = next(self._handles)
         self.live_handles["module"].add(handle)
+        self.made_in["module"][handle] = self.context
         return (SUCCESS, handle)
 
     def cuModuleUnload(self, module: int) -> tuple[Any]:
@@ -435,7 +442,7 @@ class FakeDriver:
             pointers = (ctypes.c_void_p * max(1, len(layout))).from_address(params)
             values = [ctypes.string_at(int(pointers[i] or 0), size) for i, (_, size) in enumerate(layout)]
         self.launches.append({"function": f, "grid": (gx, gy, gz), "block": (bx, by, bz),
-                              "shared": shmem, "stream": int(stream), "params": values})
+                              "shared": shmem, "stream": int(stream), "params": values, "context": self.context})
         self.enqueue("launch", stream, f)
         return (SUCCESS,)
 

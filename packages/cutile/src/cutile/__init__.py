@@ -59,6 +59,7 @@ from cutile._launch import Launch, LaunchNeverRunWarning
 from cuda_async import zip  # launches are ops: cuda_async's zip takes them as they are
 from cutile._tensor import Partition, Tensor
 from cutile._schedule import OWNED
+from cutile._device import current_device, device
 
 __all__ = [
     "BackendError", "BatchError", "CompiledKernel", "CutileError", "GraphCaptureError", "GraphUpdateError", "Kernel", "KernelRuntimeError", "Launch", "LaunchError",
@@ -71,7 +72,7 @@ __all__ += [
     "ArchError", "ConfigError", "CudaError", "CudaLaunchError", "CudaOutOfMemoryError", "HintError",
     "HostCallError", "InteropError", "LaunchNeverRunWarning", "TileirasError", "TileirasTimeoutError", "ToolchainError",
 ]
-__all__ += ["OWNED"]
+__all__ += ["OWNED", "current_device", "device"]
 from cutile._errors import BenchError, StaleRecordError, TuneError  # noqa: E402 (cutile.bench and cutile.tune errors)
 __all__ += ["BenchError", "StaleRecordError", "TuneError"]
 

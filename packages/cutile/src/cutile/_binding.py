@@ -49,7 +49,7 @@ class SignaturePlan:
     def __init__(self, spec: Specialization, grid: tuple[int, int, int]) -> None:
         self.spec = spec
         self.grid = grid
-        self.loaded_by_options: dict[CompileOptions, LoadedKernel] = {}
+        self.loaded_by_options: dict[tuple[CompileOptions, int], LoadedKernel] = {}  # by (options, device)
 
 
 MISSING = object()  # an argument not given (the launch and the binding tell it apart from None)
@@ -67,13 +67,24 @@ class ObjectBinding:
     """
 
     __slots__ = ("checks", "tensor_names", "tensor_positions", "claim_plan", "run_holds", "accesses", "plan",
-                 "loaded", "packed", "scalar_slots", "results", "fast")
+                 "loaded", "packed", "scalar_slots", "results", "fast", "device")
 
     _TENSOR, _CONSTANT, _SCALAR = range(3)
     _NO_ACCESSES = cuda_async.AccessSet()
 
     def __init__(self, kernel: Kernel, arguments: dict[str, Any],
                  ranges: list[tuple[str, Storage, int, int, bool]], tensor_names: list[str]) -> None:
+        # The device the launch runs on: its tensors' (None: none on a GPU, the current
+        # device's); tensors of several devices are refused here, before any work.
+        found: dict[int, list[str]] = {}
+        for param, storage, _, _, _ in ranges:
+            if storage.device.startswith("cuda:"):
+                found.setdefault(int(storage.device[5:]), []).append(param)
+        if len(found) > 1:
+            from cutile._gpu import mixed_devices
+
+            raise mixed_devices(kernel.name, found)
+        self.device: int | None = next(iter(found)) if found else None
         checks: list[tuple[Any, ...]] = []
         tensors = set(tensor_names)
         for name in kernel._param_names:

@@ -95,8 +95,8 @@ class Kernel(KernelBase, Generic[_P, _R]):
         # The compiler: (spec) -> typed IR, (spec, arch, options) -> compiled kernel.
         self._compiler = KernelCompiler(function, self.signature, unsafe=unsafe, hints=self.hints,
                                         cache_size=_CACHE_SIZE)
-        # (spec, options) -> the compiled kernel loaded on the GPU (`_gpu.LoadedKernel`).
-        self._loaded_kernels: LRUCache[tuple[Specialization, CompileOptions], LoadedKernel] = LRUCache(_CACHE_SIZE)
+        # (spec, options, device ordinal) -> the compiled kernel loaded on the GPU (`_gpu.LoadedKernel`).
+        self._loaded_kernels: LRUCache[tuple[Specialization, CompileOptions, int], LoadedKernel] = LRUCache(_CACHE_SIZE)
         # Call key (dtypes, shapes, strides, alignment, constants; see `call_key`) ->
         # its plan (spec, grid, loaded kernel): a call with another key's arguments
         # skips describing them and finding the loaded kernel again.

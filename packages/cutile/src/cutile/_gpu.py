@@ -12,8 +12,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cuda_core import PARAM_CTYPES, Device, DeviceBuffer, DeviceMemory, LaunchConfig, Module, PreparedLaunch, Stream
+import cuda_async
 from cuda_async import ensure_not_capturing, is_capturing
 from cutile import _native
+from cutile._device import current_device, ordinal_of
 from cutile._errors import GraphCaptureError, LaunchError
 from cutile._tensor import Partition, Storage, Tensor, numpy_dtype
 from cutile_compiler import DEFAULT_OPTIONS, AbiArg, CompiledKernel, CompileOptions
@@ -36,39 +38,85 @@ class DeviceStorage(Storage):
 
 
 _streams: dict[int, Stream] = {}
+# Each device's stream pool, for launches on a device other than the default
+# policy's and inside `cutile.device` blocks (made on first use).
+_pools: dict[int, cuda_async.RoundRobin] = {}
+_pools_lock = threading.Lock()
+# Whether a device other than 0 was used: the native launch path serves only
+# device 0's launches on the default policy, so it is turned off from then on.
+_multi_device = False
 
 
-def default_stream() -> Stream:
-    """The stream cutile's synchronous operations use (one per device)."""
-    stream = _streams.get(0)
+def default_stream(ordinal: int = 0) -> Stream:
+    """The stream cutile's synchronous operations use on device ``ordinal`` (one per device)."""
+    stream = _streams.get(ordinal)
     if stream is None:
-        stream = _streams[0] = Stream.create(0)
+        stream = _streams[ordinal] = Stream.create(ordinal)
     return stream
 
 
-def _allocate(dtype: dt.DType, shape: tuple[int, ...]) -> tuple[Tensor, DeviceBuffer, Stream]:
+def device_policy(ordinal: int) -> cuda_async.RoundRobin:
+    """Device ``ordinal``'s stream pool (a `cuda_async.RoundRobin` of 4 streams there)."""
+    pool = _pools.get(ordinal)
+    if pool is None:
+        with _pools_lock:
+            pool = _pools.get(ordinal)
+            if pool is None:
+                pool = _pools[ordinal] = cuda_async.RoundRobin(4, device=ordinal)
+    return pool
+
+
+def note_device_used(ordinal: int) -> None:
+    """Records that device ``ordinal`` is used; the first device other than 0 turns the
+    native launch path off (its C code takes the default policy's stream, which only
+    the Python path checks against the tensors' device)."""
+    global _multi_device
+    if ordinal != 0 and not _multi_device:
+        _multi_device = True
+        _native.disable_for_devices()
+
+
+def policy_for(ordinal: int) -> cuda_async.SchedulingPolicy | None:
+    """The policy a synchronous launch on device ``ordinal`` must run under, or None
+    when the default policy serves that device: outside a `cutile.device` block of
+    another device, device 0 keeps the default policy (the user's, if set)."""
+    if ordinal == current_device():
+        return None
+    return device_policy(ordinal)
+
+
+def _allocate(dtype: dt.DType, shape: tuple[int, ...], ordinal: int) -> tuple[Tensor, DeviceBuffer, Stream]:
     ensure_not_capturing("creating a tensor (an allocation)")
-    stream = default_stream()
+    note_device_used(ordinal)
+    stream = default_stream(ordinal)
     buffer = DeviceBuffer.allocate(max(math.prod(shape) * dtype.itemsize, 1), stream=stream)
     return Tensor(DeviceStorage(buffer), dtype, shape), buffer, stream
 
 
-def allocate(dtype: dt.DType, shape: tuple[int, ...]) -> Tensor:
-    """A device tensor of ``shape``, its memory not written, usable from any stream
-    (a pool allocation on cutile's stream, waited for)."""
-    tensor, _, stream = _allocate(dtype, shape)
+def allocate(dtype: dt.DType, shape: tuple[int, ...], ordinal: int = 0) -> Tensor:
+    """A tensor of ``shape`` on device ``ordinal``, its memory not written, usable
+    from any stream (a pool allocation on cutile's stream, waited for)."""
+    tensor, _, stream = _allocate(dtype, shape, ordinal)
     stream.synchronize()
     return tensor
 
 
-def upload(flat: np.ndarray[Any, Any], dtype: dt.DType, shape: tuple[int, ...]) -> Tensor:
-    """A device tensor holding a copy of the host array ``flat`` (contiguous, of
-    ``dtype``'s numpy type, ``shape``'s element count)."""
-    tensor, buffer, stream = _allocate(dtype, shape)
+def upload(flat: np.ndarray[Any, Any], dtype: dt.DType, shape: tuple[int, ...], ordinal: int = 0) -> Tensor:
+    """A tensor on device ``ordinal`` holding a copy of the host array ``flat``
+    (contiguous, of ``dtype``'s numpy type, ``shape``'s element count)."""
+    tensor, buffer, stream = _allocate(dtype, shape, ordinal)
     if flat.nbytes:
         buffer.copy_from_host(flat.view(np.uint8), stream=stream)
     stream.synchronize()
     return tensor
+
+
+def storage_ordinal(storage: Storage) -> int:
+    """The ordinal of a device storage's device (refused for host memory)."""
+    ordinal = ordinal_of(storage.device)
+    if ordinal is None:
+        raise LaunchError(f"memory on {storage.device} is not device memory")
+    return ordinal
 
 
 def device_memory(storage: Storage) -> DeviceMemory:
@@ -86,13 +134,15 @@ def device_to_numpy(tensor: Tensor) -> np.ndarray[Any, Any]:
     The device is synchronized first: the last writer may have run on any stream
     of a scheduling policy, and the host cannot name it.
     """
-    Device(0).synchronize()
+    ordinal = storage_ordinal(tensor._storage)
+    Device(ordinal).synchronize()
     itemsize = tensor.dtype.itemsize
     start, end = tensor.byte_range()
     raw = np.empty(end - start, dtype=np.uint8)
     if end > start:
-        device_memory(tensor._storage).copy_to_host(raw, offset=start, stream=default_stream())
-        default_stream().synchronize()
+        stream = default_stream(ordinal)
+        device_memory(tensor._storage).copy_to_host(raw, offset=start, stream=stream)
+        stream.synchronize()
     base = start // itemsize
     # (strided as unsigned ints of the same width, then reinterpreted: numpy's as_strided
     # cannot rebuild ml_dtypes' 1-byte floats)
@@ -186,10 +236,11 @@ class LoadedKernel:
     """A compiled kernel loaded on the device, with its prepared launch and the
     recipe that turns a call's arguments into the entry's parameters."""
 
-    def __init__(self, compiled: CompiledKernel) -> None:
+    def __init__(self, compiled: CompiledKernel, ordinal: int = 0) -> None:
         self.compiled = compiled
         self.reads = compiled.reads  # what the code was compiled from
-        self.function = Module.load(compiled.cubin).get_function(compiled.name)
+        self.device = Device(ordinal)  # a module is loaded into one device's context
+        self.function = Module.load(compiled.cubin, self.device).get_function(compiled.name)
         # Only the parameters cutile packs are asked about: probing past the last one
         # is a failing driver call (noise under compute-sanitizer, and it would
         # invalidate a stream capture).
@@ -242,13 +293,13 @@ class LoadedKernel:
         return values
 
 
-def prepare(kernel: Kernel, plan: SignaturePlan, options: CompileOptions) -> LoadedKernel:
-    """The loaded kernel for ``plan``'s specialization: compiled (or found in a cache)
-    and loaded once, then remembered by the plan."""
-    loaded: LoadedKernel | None = plan.loaded_by_options.get(options)
+def prepare(kernel: Kernel, plan: SignaturePlan, options: CompileOptions, ordinal: int = 0) -> LoadedKernel:
+    """The loaded kernel for ``plan``'s specialization on device ``ordinal``: compiled
+    (or found in a cache) and loaded once per device, then remembered by the plan."""
+    loaded: LoadedKernel | None = plan.loaded_by_options.get((options, ordinal))
     if loaded is not None and loaded.reads.changed() is None:
         return loaded
-    key = (plan.spec, options)
+    key = (plan.spec, options, ordinal)
     loaded = kernel._loaded_kernels.get(key)
     changed = loaded.reads.changed() if loaded is not None else None  # (a global it read was rebound)
     if loaded is None or changed is not None:
@@ -258,11 +309,43 @@ def prepare(kernel: Kernel, plan: SignaturePlan, options: CompileOptions) -> Loa
             raise GraphCaptureError(
                 f"{kernel.name} is launched inside a CUDA graph capture {when}; loading a module cannot be "
                 "captured. Warm it up first: run it once, or call .compile() on the launch, before the graph scope")
-        device = Device(0)
-        loaded = LoadedKernel(kernel.compiled(plan.spec, device.sm_name, options))
+        device = Device(ordinal)
+        loaded = LoadedKernel(kernel.compiled(plan.spec, device.sm_name, options), ordinal)
         kernel._loaded_kernels.put(key, loaded)
-    plan.loaded_by_options[options] = loaded
+    plan.loaded_by_options[(options, ordinal)] = loaded
     return loaded
+
+
+def launch_ordinal(kernel: str, arguments: dict[str, Any]) -> int:
+    """The device a launch over ``arguments`` (tensors unpartitioned) runs on: its
+    tensors' (one device, else refused naming the parameters), or the current one."""
+    found: dict[int, list[str]] = {}
+    for param, value in arguments.items():
+        if isinstance(value, Tensor):
+            ordinal = ordinal_of(value._storage.device)
+            if ordinal is not None:
+                found.setdefault(ordinal, []).append(param)
+    if not found:
+        return current_device()
+    if len(found) > 1:
+        raise mixed_devices(kernel, found)
+    return next(iter(found))
+
+
+def mixed_devices(kernel: str, found: dict[int, list[str]]) -> LaunchError:
+    """The error of a launch whose tensors live on several devices."""
+    listed = "; ".join(", ".join(f"'{p}'" for p in params) + f" on cuda:{ordinal}"
+                       for ordinal, params in sorted(found.items()))
+    return LaunchError(f"{kernel}: tensor arguments live on different devices ({listed}); a launch runs on one "
+                       "device: move them there first (tensor.to(device))")
+
+
+def _check_stream(kernel: str, loaded: LoadedKernel, stream: Stream) -> None:
+    if stream.device is not loaded.device:
+        raise LaunchError(
+            f"{kernel}: its tensors are on cuda:{loaded.device.ordinal} but it was given a stream of "
+            f"cuda:{stream.device.ordinal} (a scheduling policy or an op chain of another device); run it "
+            f"under that device's policy: with cutile.device({loaded.device.ordinal}): ...")
 
 
 def _scalar_argument(value: Any, dtype: dt.DType) -> Any:
@@ -294,7 +377,8 @@ def enqueue_bound(kernel: Kernel, binding: ObjectBinding, values: tuple[Any, ...
     assert plan is not None
     if loaded is None or loaded.reads.changed() is not None:
         _check_grid(kernel, plan.grid)
-        loaded = prepare(kernel, plan, DEFAULT_OPTIONS)
+        ordinal = binding.device
+        loaded = prepare(kernel, plan, DEFAULT_OPTIONS, _current_ordinal() if ordinal is None else ordinal)
         names = kernel._param_names
         arguments = {n: (v._tensor if isinstance(v, Partition) else v) for n, v in zip(names, values)}
         binding.packed = tuple(loaded.pack(kernel.name, arguments))
@@ -305,6 +389,8 @@ def enqueue_bound(kernel: Kernel, binding: ObjectBinding, values: tuple[Any, ...
         first = True
     else:
         first = False
+    if stream.device is not loaded.device:
+        _check_stream(kernel.name, loaded, stream)
     packed = binding.packed
     if binding.scalar_slots:
         refilled = list(packed)
@@ -315,7 +401,7 @@ def enqueue_bound(kernel: Kernel, binding: ObjectBinding, values: tuple[Any, ...
     prepared = loaded.prepared
     prepared.set_grid(plan.grid)
     prepared.launch_values(stream, packed)  # the binding's very tuple again: nothing to compare
-    if first:  # it launched: from now on, calls with these objects may take the native path
+    if first and not _multi_device:  # it launched: calls with these objects may take the native path
         _native.arm(kernel, binding, loaded, loaded.function.device.context_handle)
 
 
@@ -323,5 +409,11 @@ def enqueue(kernel: Kernel, plan: SignaturePlan, arguments: dict[str, Any], opti
             stream: Stream) -> None:
     """Queues the launch on ``stream`` without waiting (ownership is the caller's job)."""
     _check_grid(kernel, plan.grid)
-    loaded = prepare(kernel, plan, options)
+    loaded = prepare(kernel, plan, options, launch_ordinal(kernel.name, arguments))
+    if stream.device is not loaded.device:
+        _check_stream(kernel.name, loaded, stream)
     _launch(loaded, plan.grid, stream, loaded.pack(kernel.name, arguments))
+
+
+def _current_ordinal() -> int:
+    return current_device()

@@ -150,6 +150,9 @@ def _device_tensor(pointer: int, device: int, dtype: dt.DType, shape: tuple[int,
         raise InteropError(
             "the array lives on a GPU but cutile runs kernels on the CPU interpreter here; "
             "copy it to the host first (e.g. api.from_numpy(x.cpu().numpy()))")
+    from cutile._gpu import note_device_used
+
+    note_device_used(device)
     start, end = _byte_span(dtype, shape, strides)
     storage = ForeignDeviceStorage(pointer + start, end - start, device, owner)
     storage.readonly = readonly
@@ -220,8 +223,9 @@ def from_dlpack(obj: Any) -> Tensor:
     # DLPack first: it names dtypes exactly (the CUDA Array Interface spells
     # bfloat16 as an anonymous 2-byte type) and orders streams on request.
     if hasattr(obj, "__dlpack__"):
-        device_type, _ = obj.__dlpack_device__() if hasattr(obj, "__dlpack_device__") else (KDL_CPU, 0)
-        stream = _consumer_stream_handle() if device_type in (KDL_CUDA, KDL_CUDA_MANAGED) else None
+        device_type, device_id = obj.__dlpack_device__() if hasattr(obj, "__dlpack_device__") else (KDL_CPU, 0)
+        cuda = device_type in (KDL_CUDA, KDL_CUDA_MANAGED)
+        stream = _consumer_stream_handle(int(device_id)) if cuda else None
         tensor = _from_capsule(_request_capsule(obj, stream), obj)
         if _immutable_producer(obj):  # JAX may not flag its exports read-only
             tensor._storage.readonly = True
@@ -272,12 +276,13 @@ def _order_after(first: Stream, then: Stream) -> None:
     then.wait(event)
 
 
-def _consumer_stream_handle() -> int | None:
+def _consumer_stream_handle(ordinal: int) -> int | None:
+    """cutile's stream on the producer's device, which the producer orders its work before."""
     if _backend.current() != "gpu":
         return None
     from cutile._gpu import default_stream
 
-    return int(default_stream().handle)
+    return int(default_stream(ordinal).handle)
 
 
 def _from_cuda_array_interface(obj: Any, interface: dict[str, Any]) -> Tensor:
@@ -290,6 +295,7 @@ def _from_cuda_array_interface(obj: Any, interface: dict[str, Any]) -> Tensor:
     byte_strides = interface.get("strides")
     strides = _contiguous_strides(shape) if byte_strides is None else _strides_in_elements(
         tuple(int(s) for s in byte_strides), dtype.itemsize, "from_dlpack")
+    device = _current_device_ordinal()
     producer_stream = interface.get("stream")
     if producer_stream not in (None, 0) and _backend.current() == "gpu":
         # Version 3 of the interface: work on the producer's stream must finish
@@ -299,17 +305,16 @@ def _from_cuda_array_interface(obj: Any, interface: dict[str, Any]) -> Tensor:
 
         from cutile._gpu import default_stream
 
-        _order_after(Stream.wrap(int(producer_stream)), default_stream())
-    device = _current_device_ordinal()
+        _order_after(Stream.wrap(int(producer_stream), device), default_stream(device))
     return _device_tensor(int(pointer), device, dtype, shape, strides, obj, bool(readonly))
 
 
 def _current_device_ordinal() -> int:
-    # cutile uses one device (ordinal 0's context); a pointer of another device
-    # would be refused by the driver at launch.
-    from cuda_core import current_device
+    # The CUDA Array Interface names no device: the memory is taken to be on cutile's
+    # current device, so an array of device N is imported inside `cutile.device(N)`.
+    from cutile._device import current_device
 
-    return current_device().ordinal
+    return current_device()
 
 
 def _from_capsule(capsule: Any, producer: Any) -> Tensor:
@@ -438,7 +443,7 @@ def to_dlpack(tensor: Tensor, stream: int | None = None, *, max_version: tuple[i
                            "(pre-1.0) DLPack capsule, which cannot say so; use a consumer that speaks "
                            "DLPack 1.x (numpy >= 2.1) or to_numpy() for a copy")
     if not isinstance(storage, HostStorage):
-        _wait_for_writers()
+        _wait_for_writers(device_id)
         if stream not in (None, -1):
             # The consumer will use its stream (1 and 2 are the legacy and per-thread
             # default streams, handles the driver takes as they are): make it wait for cutile's work.
@@ -446,7 +451,7 @@ def to_dlpack(tensor: Tensor, stream: int | None = None, *, max_version: tuple[i
 
             from cutile._gpu import default_stream
 
-            _order_after(default_stream(), Stream.wrap(stream))
+            _order_after(default_stream(device_id), Stream.wrap(stream, device_id))
     shape = (ctypes.c_int64 * max(tensor.ndim, 1))(*tensor.shape)
     strides = (ctypes.c_int64 * max(tensor.ndim, 1))(*tensor.strides)
     code, bits = _DL_OF[tensor.dtype]
@@ -469,12 +474,12 @@ def to_dlpack(tensor: Tensor, stream: int | None = None, *, max_version: tuple[i
     return _pythonapi.PyCapsule_New(address, name, ctypes.cast(_capsule_destructor, ctypes.c_void_p))
 
 
-def _wait_for_writers() -> None:
-    """The tensor's last writer may have run on any stream of a pool: wait for the
-    device before another library takes the memory."""
+def _wait_for_writers(ordinal: int) -> None:
+    """The tensor's last writer may have run on any stream of its device's pool: wait
+    for that device before another library takes the memory."""
     from cuda_core import Device
 
-    Device(0).synchronize()
+    Device(ordinal).synchronize()
 
 
 def dlpack_device(tensor: Tensor) -> tuple[int, int]:
@@ -490,7 +495,7 @@ def cuda_array_interface(tensor: Tensor) -> dict[str, Any]:
         raise AttributeError("__cuda_array_interface__: the tensor lives in host memory (interpreter backend)")
     readonly = tensor._storage.readonly
     tensor._host_access(not readonly, "__cuda_array_interface__ (sharing the tensor)")
-    _wait_for_writers()
+    _wait_for_writers(dlpack_device(tensor)[1])
     typestr = _TYPESTR_OF[tensor.dtype]
     itemsize = tensor.dtype.itemsize
     contiguous = tensor.is_contiguous

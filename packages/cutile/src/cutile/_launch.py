@@ -296,6 +296,15 @@ class Launch(LaunchBase, Generic[_R]):
             """
 
     def _sync_slow(self) -> Any:
+        ordinal = self._binding.device
+        if ordinal is not None:  # on a GPU: on its tensors' device's streams
+            policy = _gpu.policy_for(ordinal)
+            if policy is not None:
+                with cuda_async.using_policy(policy):
+                    return self._sync_here()
+        return self._sync_here()
+
+    def _sync_here(self) -> Any:
         self._pending = False
         if self._done:
             if self._cancelled:
@@ -366,7 +375,11 @@ class Launch(LaunchBase, Generic[_R]):
 
     def schedule(self, policy: Any = None) -> cuda_async.DeviceFuture[_R]:
         """Queues the launch without waiting; the future's ``result()`` (or ``await``)
-        gives the tensors back."""
+        gives the tensors back. Without ``policy``, a launch on another device than
+        the current one runs on its tensors' device's stream pool."""
+        ordinal = self._binding.device
+        if policy is None and ordinal is not None:
+            policy = _gpu.policy_for(ordinal)
         return self.op.schedule(policy)
 
     def then(self, next_op: Callable[[_R], cuda_async.DeviceOp[_T] | cuda_async.PresentsDeviceOp[_T]]
@@ -437,7 +450,14 @@ def run_plan(kernel: Kernel, plan: SignaturePlan, arguments: dict[str, Any], opt
         values = {n: (v._tensor if type(v) is Partition else v) for n, v in arguments.items()}
         Interpreter(kernel.kernel_ir(plan.spec), plan.grid).run(values, kernel._mutable_names)
         return
-    target = _gpu.default_stream() if stream is None else stream
+    if stream is None:
+        ordinal = binding.device if binding is not None else None
+        if ordinal is None:
+            ordinal = _gpu.launch_ordinal(kernel.name, {n: (v._tensor if type(v) is Partition else v)
+                                                        for n, v in arguments.items()})
+        target = _gpu.default_stream(ordinal)
+    else:
+        target = stream
     if binding is not None and plan is binding.plan and options is DEFAULT_OPTIONS:
         _gpu.enqueue_bound(kernel, binding, tuple(arguments.get(name, MISSING) for name in kernel._param_names), target)
     else:

@@ -154,6 +154,14 @@ else:
     Owned = _PythonOwned
 
 
+def disable_for_devices() -> None:
+    """Makes every binding armed so far miss: a device other than 0 is in use, and the
+    C path cannot check that the default policy's stream is on the tensors' device
+    (`cutile._gpu.note_device_used` arms no binding from then on)."""
+    if module is not None:
+        module.invalidate()
+
+
 def _configure() -> None:
     """Points the module at the driver in use (the real one or a test driver)."""
     global _configured_for

@@ -305,6 +305,13 @@ class Tensor(Owned):
 
         return device_to_numpy(self)
 
+    def to(self, device: int | str) -> Tensor:
+        """A contiguous copy of the tensor on ``device`` (an ordinal or ``"cuda:N"``;
+        always a new tensor, even on the tensor's own device)."""
+        from cutile import api
+
+        return api.copy(self, device=device)
+
     # -- views ------------------------------------------------------------------
     def _view(self, shape: tuple[int, ...], strides: tuple[int, ...], offset: int) -> Tensor:
         self._live("a view")
