@@ -194,9 +194,9 @@ def test_argument_errors_name_the_parameter(change: Any, error: type[Exception],
 def test_operands_sharing_out_are_refused_at_the_call(config: dict[str, int]) -> None:
     a, b, out = _args()
     wide = api.zeros([2, 2 * N])
-    with pytest.raises(cutile.ArgumentError, match="residual and out share memory"):
+    with pytest.raises(cutile.ArgumentError, match="out overlaps the memory of residual"):
         small_m_matmul(a, b, out, residual=out, config=config)
-    with pytest.raises(cutile.ArgumentError, match="bias and out share memory"):
+    with pytest.raises(cutile.ArgumentError, match="out overlaps the memory of bias"):
         small_m_matmul(a, b, wide[:, :N], bias=wide[1, N - 1:2 * N - 1], config=config)
     small_m_matmul(a, b, wide[:, :N], bias=wide[1, N:], config=config).sync()  # beside it: fine
 

@@ -30,7 +30,8 @@ from cutile.core import (
     Constant, DType, Mut, Tensor, arange, bid, f32, i32, minimum, rsqrt, sum, where, zeros,
 )
 from cutile_kernels import _rows
-from cutile_kernels._rows import Output, Plan, RowConfig, RowTuning
+from cutile_kernels._operands import Output, as_tensor, check_same, output, tensor_of
+from cutile_kernels._rows import Plan, RowConfig, RowTuning
 
 
 # -- kernels ----------------------------------------------------------------------------------
@@ -402,7 +403,8 @@ class _Rows:
 
     def __init__(self, function: str, x: Any, name: str = "x") -> None:
         self.function = function
-        self.tensor = _rows.as_tensor(x, function, name)
+        self.operand = as_tensor(x, function, name)  # results are of its kind
+        self.tensor = self.operand.tensor
         self.reads: dict[str, cutile.Tensor] = {name: self.tensor}  # the inputs outputs may not overlap
         self.dtype = _rows.float_dtype(self.tensor, function, name)
         if self.tensor.ndim == 0:
@@ -412,7 +414,6 @@ class _Rows:
         self.rows = int(np.prod(self.shape[:-1], dtype=np.int64))
         if self.cols == 0 and self.rows:
             raise cutile.ArgumentError(f"{function}: {name} has rows of length 0 (its last dim)")
-        self.convert = _rows.converter(x, function)
         self.empty = self.rows == 0
 
     def view(self, tensor: cutile.Tensor, name: str, *, writable: bool = False) -> cutile.Tensor:
@@ -420,14 +421,14 @@ class _Rows:
 
     def like(self, value: Any, name: str) -> cutile.Tensor:
         """Another input of x's shape and dtype, as rows."""
-        tensor = _rows.as_tensor(value, self.function, name)
-        _rows.check_same(tensor, self.shape, self.dtype, self.function, name)
+        tensor = tensor_of(value, self.function, name)
+        check_same(tensor, self.shape, self.dtype, self.function, name)
         self.reads[name] = tensor
         return self.view(tensor, name)
 
     def stats(self, value: Any, name: str) -> cutile.Tensor:
         """A per-row f32 statistic (mean, rstd) given as input: any shape of ``rows`` elements."""
-        tensor = _rows.as_tensor(value, self.function, name)
+        tensor = tensor_of(value, self.function, name)
         self.reads[name] = tensor
         if tensor.dtype != f32 or tensor.size != self.rows:
             raise cutile.ArgumentError(f"{self.function}: {name} must be f32 with one value per row ({self.rows}), "
@@ -451,7 +452,7 @@ def _weight(call: _Rows, value: Any, name: str) -> cutile.Tensor:
 
 def _finish(call: _Rows, results: list[Output]) -> Any:
     def finish() -> Any:
-        made = tuple(result.result(call.convert) for result in results)
+        made = tuple(result.result() for result in results)
         return made[0] if len(made) == 1 else made
     return finish
 
@@ -472,7 +473,7 @@ def _plan_rms_norm(x: Any, weight: Any, eps: float = 1e-6, *, out: Any = None,
     call = _Rows("rms_norm", x)
     w = _weight(call, weight, "weight")
     eps = _rows.check_eps(eps, call.function)
-    result = _rows.output(out, call.shape, call.dtype, call.function, "out", call.reads)
+    result = output(out, call.shape, call.dtype, call.operand, call.function, "out", call.reads)
     if call.empty:
         return Plan(None, _finish(call, [result]))
     chosen = call.config(_TUNING["rms_norm"], config)
@@ -502,8 +503,8 @@ def _plan_add_rms_norm(x: Any, residual: Any, weight: Any, eps: float = 1e-6, *,
     w = _weight(call, weight, "weight")
     eps = _rows.check_eps(eps, call.function)
     given = _rows.outputs(out, 2, call.function, "sum, normed")
-    results = [_rows.output(given[0], call.shape, call.dtype, call.function, "out[0] (sum)", call.reads),
-               _rows.output(given[1], call.shape, call.dtype, call.function, "out[1] (normed)", call.reads)]
+    results = [output(given[0], call.shape, call.dtype, call.operand, call.function, "out[0] (sum)", call.reads),
+               output(given[1], call.shape, call.dtype, call.operand, call.function, "out[1] (normed)", call.reads)]
     if call.empty:
         return Plan(None, _finish(call, results))
     chosen = call.config(_TUNING["add_rms_norm"], config)
@@ -564,10 +565,10 @@ def _plan_layer_norm(x: Any, weight: Any, bias: Any, eps: float = 1e-5, *, retur
         raise cutile.ArgumentTypeError(f"layer_norm: bias has dtype {b.dtype} and weight {w.dtype}; they must agree")
     eps = _rows.check_eps(eps, call.function)
     given = _rows.outputs(out, 3, call.function, "y, mean, rstd") if return_stats else [out, None, None]
-    results = [_rows.output(given[0], call.shape, call.dtype, call.function, "out[0] (y)" if return_stats else "out",
-                            call.reads),
-               _rows.output(given[1], call.stats_shape, f32, call.function, "out[1] (mean)", call.reads),
-               _rows.output(given[2], call.stats_shape, f32, call.function, "out[2] (rstd)", call.reads)]
+    y_name = "out[0] (y)" if return_stats else "out"
+    results = [output(given[0], call.shape, call.dtype, call.operand, call.function, y_name, call.reads),
+               output(given[1], call.stats_shape, f32, call.operand, call.function, "out[1] (mean)", call.reads),
+               output(given[2], call.stats_shape, f32, call.operand, call.function, "out[2] (rstd)", call.reads)]
     finish = _finish(call, results if return_stats else results[:1])
     if call.empty:
         return Plan(None, finish)
@@ -624,9 +625,9 @@ def _plan_layer_norm_backward(dy: Any, x: Any, weight: Any, mean: Any, rstd: Any
     w = _weight(call, weight, "weight")
     m, r = call.stats(mean, "mean"), call.stats(rstd, "rstd")
     given = _rows.outputs(out, 3, call.function, "dx, dweight, dbias")
-    results = [_rows.output(given[0], call.shape, call.dtype, call.function, "out[0] (dx)", call.reads),
-               _rows.output(given[1], [call.cols], w.dtype, call.function, "out[1] (dweight)", call.reads),
-               _rows.output(given[2], [call.cols], w.dtype, call.function, "out[2] (dbias)", call.reads)]
+    results = [output(given[0], call.shape, call.dtype, call.operand, call.function, "out[0] (dx)", call.reads),
+               output(given[1], [call.cols], w.dtype, call.operand, call.function, "out[1] (dweight)", call.reads),
+               output(given[2], [call.cols], w.dtype, call.operand, call.function, "out[2] (dbias)", call.reads)]
     finish = _finish(call, results)
     if call.empty:
         return Plan(None, _zero_gradients(call, results, finish))

@@ -26,6 +26,7 @@ from cutile import tune
 from cutile.core import Constant, Mut, Tensor, arange, bid, cat, cos, exp, extract, f32, sin
 
 from cutile_kernels import _pointwise as pw
+from cutile_kernels._operands import Operand, as_tensor, output
 
 STYLES = ("neox", "gptj")
 SPACE = tune.Space(block_elems=[2048, 4096, 8192, 16384], occupancy=[1, 2, 4])
@@ -145,8 +146,8 @@ def _rope_launch(q: Any, k: Any, positions: Any, theta: float = 10000.0, *, styl
         raise cutile.ArgumentError(f"{fn}(): parameter 'theta' must be a finite number above 1, got {theta!r}")
     if inplace and (out_q is not None or out_k is not None):
         raise cutile.ArgumentError(f"{fn}(): 'inplace=True' writes q and k themselves; do not pass out_q / out_k")
-    qa, ka = pw.as_argument(q, fn, "q"), pw.as_argument(k, fn, "k")
-    pa = pw.as_argument(positions, fn, "positions")
+    qa, ka = as_tensor(q, fn, "q"), as_tensor(k, fn, "k")
+    pa = as_tensor(positions, fn, "positions")
     pw.check_dtype(qa, pw.FLOAT_DTYPES, fn, "q")
     pw.check_same_dtype(qa, ka, fn, "q", "k")
     pw.check_dtype(pa, pw.INT_DTYPES, fn, "positions")
@@ -178,12 +179,10 @@ def _rope_launch(q: Any, k: Any, positions: Any, theta: float = 10000.0, *, styl
     if inplace:
         launch = kernel(q3.partition(tile_q), k3.partition(tile_k), p1, freq_scale, NEOX=neox)
         return pw.Pending(launch, lambda: (q, k))
-    oq = pw.output(out_q, qa.shape, qa.tensor.dtype, qa, fn, "out_q")
-    ok = pw.output(out_k, ka.shape, ka.tensor.dtype, ka, fn, "out_k")
-    pw.check_no_overlap(oq, [(qa, "q"), (ka, "k")], fn, "out_q")
-    pw.check_no_overlap(ok, [(qa, "q"), (ka, "k"), (pw.Argument(oq.tensor, "cutile", None), "out_q")], fn, "out_k")
-    q_out = pw.reshaped(pw.Argument(oq.tensor, "cutile", None), (tokens, heads_q, head_dim), fn, "out_q")
-    k_out = pw.reshaped(pw.Argument(ok.tensor, "cutile", None), (tokens, heads_k, head_dim), fn, "out_k")
+    oq = output(out_q, qa.shape, qa.tensor.dtype, qa, fn, "out_q", {"q": qa.tensor, "k": ka.tensor})
+    ok = output(out_k, ka.shape, ka.tensor.dtype, ka, fn, "out_k", {"q": qa.tensor, "k": ka.tensor, "out_q": oq.tensor})
+    q_out = pw.reshaped(Operand.of(oq.tensor), (tokens, heads_q, head_dim), fn, "out_q")
+    k_out = pw.reshaped(Operand.of(ok.tensor), (tokens, heads_k, head_dim), fn, "out_k")
     launch = kernel(q_out.partition(tile_q), k_out.partition(tile_k), q3, k3, p1, freq_scale, NEOX=neox)
     return pw.Pending(launch, lambda: (oq.result(), ok.result()))
 
