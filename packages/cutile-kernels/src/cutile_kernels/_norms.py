@@ -35,6 +35,31 @@ from cutile_kernels._rows import Plan, RowConfig, RowTuning
 
 
 # -- kernels ----------------------------------------------------------------------------------
+# (plain helpers called from the kernels are inlined into them)
+
+def _column_row(v: Any, c: Any, BN: Any) -> Any:  # noqa: N803 (the tile dims' names)
+    """Chunk ``c`` of a per-column vector (weight, bias) as a (1, BN) f32 row."""
+    return v.load(index=(c,), shape=(BN,)).astype(f32).reshape((1, BN))
+
+
+def _merged_stats(mean: Any, m2: Any, t: Any, c: Any, n: Any, BN: Any) -> tuple[Any, Any]:  # noqa: N803
+    """Rows' running mean and M2 after chunk ``c`` (``t``, of its columns below ``n``):
+    Chan's update; every earlier chunk is whole."""
+    before = (c * BN).astype(f32)
+    count = minimum(n - c * BN, BN).astype(f32)
+    chunk_mean = sum(t, axis=1, keepdims=True) / count
+    d = where(arange(BN, i32).reshape((1, BN)) + c * BN < n, t - chunk_mean, 0.0)
+    delta = chunk_mean - mean
+    after = before + count
+    return (mean + delta * (count / after),
+            m2 + sum(d * d, axis=1, keepdims=True) + delta * delta * (before * count / after))
+
+
+def _dx_terms(dy: Any, x: Any, w: Any, m: Any, r: Any, rows: Any, c: Any, BM: Any, BN: Any) -> tuple[Any, Any]:  # noqa: N803
+    """LayerNorm backward's ``xhat = (x - mean) * rstd`` and ``g = w * dy`` on tile (rows, c)."""
+    xhat = (x.load(index=(rows, c), shape=(BM, BN)).astype(f32) - m) * r
+    return xhat, dy.load(index=(rows, c), shape=(BM, BN)).astype(f32) * _column_row(w, c, BN)
+
 
 @functools.cache
 def rms_norm_kernel(dtype: DType, wdtype: DType, one_pass: bool, hints: _rows.Hints = ()) -> Any:
@@ -42,18 +67,8 @@ def rms_norm_kernel(dtype: DType, wdtype: DType, one_pass: bool, hints: _rows.Hi
     def rms_norm_rows(z: Any, x: Any, w: Any, eps: Any, inv_n: Any, BM: Any, BN: Any) -> None:  # noqa: N803 (the tile dims' names)
         t = x.load(index=(bid(0), 0), shape=(BM, BN)).astype(f32)
         scale = rsqrt(sum(t * t, axis=1, keepdims=True) * inv_n + eps)
-        weight = w.load(index=(0,), shape=(BN,)).astype(f32).reshape((1, BN))
+        weight = _column_row(w, 0, BN)
         z.store((t * scale * weight).astype(dtype))
-    rms_norm_rows.__annotations__ = {
-        "z": Mut[Tensor[dtype, ["BM", "BN"]]],
-        "x": Tensor[dtype, [-1, -1]],
-        "w": Tensor[wdtype, [-1]],
-        "eps": f32,
-        "inv_n": f32,
-        "BM": Constant[int],
-        "BN": Constant[int],
-        "return": None,
-    }
 
     def rms_norm_chunked(z: Any, x: Any, w: Any, eps: Any, inv_n: Any, BM: Any, BN: Any) -> None:  # noqa: N803 (the tile dims' names)
         for idx in z.tiles():
@@ -65,9 +80,9 @@ def rms_norm_kernel(dtype: DType, wdtype: DType, one_pass: bool, hints: _rows.Hi
             scale = rsqrt(squares * inv_n + eps)
             for c in range(z.num_tiles(1)):
                 t = x.load(index=(rows, c), shape=(BM, BN)).astype(f32)
-                weight = w.load(index=(c,), shape=(BN,)).astype(f32).reshape((1, BN))
+                weight = _column_row(w, c, BN)
                 z.store((t * scale * weight).astype(dtype), (rows, c))
-    rms_norm_chunked.__annotations__ = {
+    rms_norm_rows.__annotations__ = rms_norm_chunked.__annotations__ = {
         "z": Mut[Tensor[dtype, ["BM", "BN"]]],
         "x": Tensor[dtype, [-1, -1]],
         "w": Tensor[wdtype, [-1]],
@@ -76,7 +91,7 @@ def rms_norm_kernel(dtype: DType, wdtype: DType, one_pass: bool, hints: _rows.Hi
         "BM": Constant[int],
         "BN": Constant[int],
         "return": None,
-    }
+    }  # one signature
 
     return _entry(rms_norm_rows if one_pass else rms_norm_chunked, dtype, wdtype, hints)
 
@@ -90,20 +105,8 @@ def add_rms_norm_kernel(dtype: DType, wdtype: DType, one_pass: bool, hints: _row
         s.store(total)
         t = total.astype(f32)
         scale = rsqrt(sum(t * t, axis=1, keepdims=True) * inv_n + eps)
-        weight = w.load(index=(0,), shape=(BN,)).astype(f32).reshape((1, BN))
+        weight = _column_row(w, 0, BN)
         z.store((t * scale * weight).astype(dtype))
-    add_rms_norm_rows.__annotations__ = {
-        "s": Mut[Tensor[dtype, ["BM", "BN"]]],
-        "z": Mut[Tensor[dtype, ["BM", "BN"]]],
-        "x": Tensor[dtype, [-1, -1]],
-        "r": Tensor[dtype, [-1, -1]],
-        "w": Tensor[wdtype, [-1]],
-        "eps": f32,
-        "inv_n": f32,
-        "BM": Constant[int],
-        "BN": Constant[int],
-        "return": None,
-    }
 
     def add_rms_norm_chunked(s: Any, z: Any, x: Any, r: Any, w: Any, eps: Any, inv_n: Any, BM: Any, BN: Any) -> None:  # noqa: N803 (the tile dims' names)
         for idx in s.tiles_with(z):
@@ -119,9 +122,9 @@ def add_rms_norm_kernel(dtype: DType, wdtype: DType, one_pass: bool, hints: _row
             for c in range(z.num_tiles(1)):  # (a loop over s's tiles could not index z)
                 t = (x.load(index=(rows, c), shape=(BM, BN)).astype(f32)
                      + r.load(index=(rows, c), shape=(BM, BN)).astype(f32)).astype(dtype).astype(f32)
-                weight = w.load(index=(c,), shape=(BN,)).astype(f32).reshape((1, BN))
+                weight = _column_row(w, c, BN)
                 z.store((t * scale * weight).astype(dtype), (rows, c))
-    add_rms_norm_chunked.__annotations__ = {
+    add_rms_norm_rows.__annotations__ = add_rms_norm_chunked.__annotations__ = {
         "s": Mut[Tensor[dtype, ["BM", "BN"]]],
         "z": Mut[Tensor[dtype, ["BM", "BN"]]],
         "x": Tensor[dtype, [-1, -1]],
@@ -132,7 +135,7 @@ def add_rms_norm_kernel(dtype: DType, wdtype: DType, one_pass: bool, hints: _row
         "BM": Constant[int],
         "BN": Constant[int],
         "return": None,
-    }
+    }  # one signature
 
     return _entry(add_rms_norm_rows if one_pass else add_rms_norm_chunked, dtype, wdtype, hints)
 
@@ -145,8 +148,8 @@ def layer_norm_kernel(dtype: DType, wdtype: DType, hints: _rows.Hints = ()) -> A
         mean = sum(t, axis=1, keepdims=True) * inv_n
         centered = where(arange(BN, i32).reshape((1, BN)) < n, t - mean, 0.0)
         rstd = rsqrt(sum(centered * centered, axis=1, keepdims=True) * inv_n + eps)
-        weight = w.load(index=(0,), shape=(BN,)).astype(f32).reshape((1, BN))
-        bias = b.load(index=(0,), shape=(BN,)).astype(f32).reshape((1, BN))
+        weight = _column_row(w, 0, BN)
+        bias = _column_row(b, 0, BN)
         z.store((centered * rstd * weight + bias).astype(dtype))
         mean_out.store(mean)
         rstd_out.store(rstd)
@@ -178,19 +181,12 @@ def layer_norm_chunked_kernel(dtype: DType, wdtype: DType, hints: _rows.Hints = 
             m2 = zeros((BM, 1), f32)
             for c in range(z.num_tiles(1)):
                 t = x.load(index=(rows, c), shape=(BM, BN)).astype(f32)
-                before = (c * BN).astype(f32)  # every earlier chunk is whole
-                count = minimum(n - c * BN, BN).astype(f32)
-                chunk_mean = sum(t, axis=1, keepdims=True) / count
-                d = where(arange(BN, i32).reshape((1, BN)) + c * BN < n, t - chunk_mean, 0.0)
-                delta = chunk_mean - mean
-                after = before + count
-                mean = mean + delta * (count / after)
-                m2 = m2 + sum(d * d, axis=1, keepdims=True) + delta * delta * (before * count / after)
+                mean, m2 = _merged_stats(mean, m2, t, c, n, BN)
             rstd = rsqrt(m2 * inv_n + eps)
             for c in range(z.num_tiles(1)):
                 t = x.load(index=(rows, c), shape=(BM, BN)).astype(f32)
-                weight = w.load(index=(c,), shape=(BN,)).astype(f32).reshape((1, BN))
-                bias = b.load(index=(c,), shape=(BN,)).astype(f32).reshape((1, BN))
+                weight = _column_row(w, c, BN)
+                bias = _column_row(b, c, BN)
                 z.store(((t - mean) * rstd * weight + bias).astype(dtype), (rows, c))
     layer_norm_chunked.__annotations__ = {
         "z": Mut[Tensor[dtype, ["BM", "BN"]]],
@@ -215,14 +211,7 @@ def layer_norm_stats_kernel(dtype: DType, hints: _rows.Hints = ()) -> Any:
         m2 = zeros((BM, 1), f32)
         for c in range(chunks):
             t = x.load(index=(bid(0), c), shape=(BM, BN)).astype(f32)
-            before = (c * BN).astype(f32)
-            count = minimum(n - c * BN, BN).astype(f32)
-            chunk_mean = sum(t, axis=1, keepdims=True) / count
-            d = where(arange(BN, i32).reshape((1, BN)) + c * BN < n, t - chunk_mean, 0.0)
-            delta = chunk_mean - mean
-            after = before + count
-            mean = mean + delta * (count / after)
-            m2 = m2 + sum(d * d, axis=1, keepdims=True) + delta * delta * (before * count / after)
+            mean, m2 = _merged_stats(mean, m2, t, c, n, BN)
         mean_out.store(mean)
         rstd_out.store(rsqrt(m2 * inv_n + eps))
     layer_norm_stats.__annotations__ = {
@@ -247,8 +236,8 @@ def layer_norm_apply_kernel(dtype: DType, wdtype: DType, hints: _rows.Hints = ()
         t = x.load(index=(bid(0), bid(1)), shape=(BM, BN)).astype(f32)
         m = mean.load(index=(bid(0), 0), shape=(BM, 1))
         r = rstd.load(index=(bid(0), 0), shape=(BM, 1))
-        weight = w.load(index=(bid(1),), shape=(BN,)).astype(f32).reshape((1, BN))
-        bias = b.load(index=(bid(1),), shape=(BN,)).astype(f32).reshape((1, BN))
+        weight = _column_row(w, bid(1), BN)
+        bias = _column_row(b, bid(1), BN)
         z.store(((t - m) * r * weight + bias).astype(dtype))
     layer_norm_apply.__annotations__ = {
         "z": Mut[Tensor[dtype, ["BM", "BN"]]],
@@ -272,23 +261,11 @@ def layer_norm_dx_kernel(dtype: DType, wdtype: DType, one_pass: bool, hints: _ro
         m = mean.load(index=(bid(0), 0), shape=(BM, 1))
         r = rstd.load(index=(bid(0), 0), shape=(BM, 1))
         xhat = (x.load(index=(bid(0), 0), shape=(BM, BN)).astype(f32) - m) * r
-        g = dy.load(index=(bid(0), 0), shape=(BM, BN)).astype(f32) * w.load(
-            index=(0,), shape=(BN,)).astype(f32).reshape((1, BN))  # zero outside the row: w pads with 0
+        # zero outside the row: w pads with 0
+        g = dy.load(index=(bid(0), 0), shape=(BM, BN)).astype(f32) * _column_row(w, 0, BN)
         mean_g = sum(g, axis=1, keepdims=True) * inv_n
         mean_gx = sum(g * xhat, axis=1, keepdims=True) * inv_n
         dx.store(((g - mean_g - xhat * mean_gx) * r).astype(dtype))
-    layer_norm_dx_rows.__annotations__ = {
-        "dx": Mut[Tensor[dtype, ["BM", "BN"]]],
-        "dy": Tensor[dtype, [-1, -1]],
-        "x": Tensor[dtype, [-1, -1]],
-        "w": Tensor[wdtype, [-1]],
-        "mean": Tensor[f32, [-1, -1]],
-        "rstd": Tensor[f32, [-1, -1]],
-        "inv_n": f32,
-        "BM": Constant[int],
-        "BN": Constant[int],
-        "return": None,
-    }
 
     def layer_norm_dx_chunked(dx: Any, dy: Any, x: Any, w: Any, mean: Any, rstd: Any, inv_n: Any, BM: Any, BN: Any) -> None:  # noqa: N803 (the tile dims' names)
         for idx in dx.tiles():
@@ -298,19 +275,15 @@ def layer_norm_dx_kernel(dtype: DType, wdtype: DType, one_pass: bool, hints: _ro
             sum_g = zeros((BM, 1), f32)
             sum_gx = zeros((BM, 1), f32)
             for c in range(dx.num_tiles(1)):
-                xhat = (x.load(index=(rows, c), shape=(BM, BN)).astype(f32) - m) * r
-                g = dy.load(index=(rows, c), shape=(BM, BN)).astype(f32) * w.load(
-                    index=(c,), shape=(BN,)).astype(f32).reshape((1, BN))
+                xhat, g = _dx_terms(dy, x, w, m, r, rows, c, BM, BN)
                 sum_g = sum_g + sum(g, axis=1, keepdims=True)
                 sum_gx = sum_gx + sum(g * xhat, axis=1, keepdims=True)
             mean_g = sum_g * inv_n
             mean_gx = sum_gx * inv_n
             for c in range(dx.num_tiles(1)):
-                xhat = (x.load(index=(rows, c), shape=(BM, BN)).astype(f32) - m) * r
-                g = dy.load(index=(rows, c), shape=(BM, BN)).astype(f32) * w.load(
-                    index=(c,), shape=(BN,)).astype(f32).reshape((1, BN))
+                xhat, g = _dx_terms(dy, x, w, m, r, rows, c, BM, BN)
                 dx.store(((g - mean_g - xhat * mean_gx) * r).astype(dtype), (rows, c))
-    layer_norm_dx_chunked.__annotations__ = {
+    layer_norm_dx_rows.__annotations__ = layer_norm_dx_chunked.__annotations__ = {
         "dx": Mut[Tensor[dtype, ["BM", "BN"]]],
         "dy": Tensor[dtype, [-1, -1]],
         "x": Tensor[dtype, [-1, -1]],
@@ -321,7 +294,7 @@ def layer_norm_dx_kernel(dtype: DType, wdtype: DType, one_pass: bool, hints: _ro
         "BM": Constant[int],
         "BN": Constant[int],
         "return": None,
-    }
+    }  # one signature
 
     return _entry(layer_norm_dx_rows if one_pass else layer_norm_dx_chunked, dtype, wdtype, hints)
 
@@ -764,7 +737,7 @@ def layer_norm_backward_reference(dy: Any, x: Any, weight: Any, mean: Any, rstd:
     return dx, (dy * xhat).sum(axis=0), dy.sum(axis=0)
 
 
-_SOURCE = _rows.source_of(*_FACTORIES)
+_SOURCE = _rows.source_of(*_FACTORIES, _column_row, _merged_stats, _dx_terms)  # (helpers are kernel code)
 _TUNING = {
     "rms_norm": RowTuning("rms_norm", _SOURCE, _build_rms_norm),
     "add_rms_norm": RowTuning("add_rms_norm", _SOURCE, _build_add_rms_norm),
