@@ -59,46 +59,40 @@ def _angles(positions: Any, freq_scale: Any, BT: int, D: int, NEOX: bool) -> tup
     return cos(angle).reshape(shape), sin(angle).reshape(shape)
 
 
+def _store_rotated(out: Any, x: Any, cos_t: Any, sin_t: Any, BT: int, H: int, D: int, NEOX: bool) -> None:
+    """``x`` (BT, H, D, f32) rotated and stored into ``out`` as its dtype (q's store
+    before k's rotation, as the kernels order them)."""
+    out.store(_rotated(x, cos_t, sin_t, BT, H, D, NEOX).astype(out.dtype))
+
+
 @functools.lru_cache(maxsize=None)
 def rope_kernel(dtype: Any, pos_dtype: Any, neox: bool, inplace: bool, occupancy: int) -> Any:
     """The RoPE kernel for one dtype, positions dtype, style and form."""
     hints = {"occupancy": occupancy}
-    rotated, angles = cutile.function(_rotated), cutile.function(_angles)
+    store_rotated, angles = cutile.function(_store_rotated), cutile.function(_angles)
+    # the parameters both forms take after their tensors
+    shared = {"positions": Tensor[pos_dtype, [-1]], "freq_scale": f32, "BT": Constant[int], "HQ": Constant[int],
+              "HK": Constant[int], "D": Constant[int], "NEOX": Constant[bool], "return": None}
     if inplace:
-        def rope_inplace(
-                q: Mut[Tensor[dtype, ["BT", "HQ", "D"]]],  # type: ignore[misc]
-                k: Mut[Tensor[dtype, ["BT", "HK", "D"]]],  # type: ignore[misc]
-                positions: Tensor[pos_dtype, [-1]],  # type: ignore[misc]
-                freq_scale: f32,
-                BT: Constant[int],
-                HQ: Constant[int],
-                HK: Constant[int],
-                D: Constant[int],
-                NEOX: Constant[bool],
-        ) -> None:
+        def rope_inplace(q: Any, k: Any, positions: Any, freq_scale: Any, BT: Any, HQ: Any, HK: Any, D: Any,
+                         NEOX: Any) -> None:
             cos_t, sin_t = angles(positions, freq_scale, BT, D, NEOX)
-            q.store(rotated(q.load().astype(f32), cos_t, sin_t, BT, HQ, D, NEOX).astype(q.dtype))
-            k.store(rotated(k.load().astype(f32), cos_t, sin_t, BT, HK, D, NEOX).astype(k.dtype))
+            store_rotated(q, q.load().astype(f32), cos_t, sin_t, BT, HQ, D, NEOX)
+            store_rotated(k, k.load().astype(f32), cos_t, sin_t, BT, HK, D, NEOX)
+        rope_inplace.__annotations__ = {"q": Mut[Tensor[dtype, ["BT", "HQ", "D"]]],
+                                        "k": Mut[Tensor[dtype, ["BT", "HK", "D"]]], **shared}
         return cutile.entry(hints=hints)(rope_inplace)
 
-    def rope(
-            q_out: Mut[Tensor[dtype, ["BT", "HQ", "D"]]],  # type: ignore[misc]
-            k_out: Mut[Tensor[dtype, ["BT", "HK", "D"]]],  # type: ignore[misc]
-            q: Tensor[dtype, [-1, -1, "D"]],  # type: ignore[misc]
-            k: Tensor[dtype, [-1, -1, "D"]],  # type: ignore[misc]
-            positions: Tensor[pos_dtype, [-1]],  # type: ignore[misc]
-            freq_scale: f32,
-            BT: Constant[int],
-            HQ: Constant[int],
-            HK: Constant[int],
-            D: Constant[int],
-            NEOX: Constant[bool],
-    ) -> None:
+    def rope(q_out: Any, k_out: Any, q: Any, k: Any, positions: Any, freq_scale: Any, BT: Any, HQ: Any, HK: Any,
+             D: Any, NEOX: Any) -> None:
         cos_t, sin_t = angles(positions, freq_scale, BT, D, NEOX)
         tq = q.load(index=(bid(0), 0, 0), shape=(BT, HQ, D)).astype(f32)
         tk = k.load(index=(bid(0), 0, 0), shape=(BT, HK, D)).astype(f32)
-        q_out.store(rotated(tq, cos_t, sin_t, BT, HQ, D, NEOX).astype(q_out.dtype))
-        k_out.store(rotated(tk, cos_t, sin_t, BT, HK, D, NEOX).astype(k_out.dtype))
+        store_rotated(q_out, tq, cos_t, sin_t, BT, HQ, D, NEOX)
+        store_rotated(k_out, tk, cos_t, sin_t, BT, HK, D, NEOX)
+    rope.__annotations__ = {"q_out": Mut[Tensor[dtype, ["BT", "HQ", "D"]]],
+                            "k_out": Mut[Tensor[dtype, ["BT", "HK", "D"]]],
+                            "q": Tensor[dtype, [-1, -1, "D"]], "k": Tensor[dtype, [-1, -1, "D"]], **shared}
     return cutile.entry(hints=hints)(rope)
 
 
@@ -119,7 +113,8 @@ def _setup(config: dict[str, Any], shape: tuple[int, ...]) -> Any:
     return lambda: rope.launch(q, k, positions, config=config).op
 
 
-TUNER = pw.tuner("rope", SPACE, DEFAULT, _setup, inspect.getsource(_rotated) + inspect.getsource(rope_kernel))
+TUNER = pw.tuner("rope", SPACE, DEFAULT, _setup, inspect.getsource(_rotated) + inspect.getsource(_angles) + inspect.getsource(_store_rotated)
+                   + inspect.getsource(rope_kernel))
 
 
 def _rope_launch(q: Any, k: Any, positions: Any, theta: float = 10000.0, *, style: str = "neox",
