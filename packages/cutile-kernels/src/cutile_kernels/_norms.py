@@ -19,6 +19,7 @@ there and mypy's cutile plugin reads only a literal dtype in an annotation.
 """
 
 import functools
+import inspect
 from collections.abc import Mapping
 from typing import Any
 
@@ -82,18 +83,8 @@ def rms_norm_kernel(dtype: DType, wdtype: DType, one_pass: bool, hints: _rows.Hi
                 t = x.load(index=(rows, c), shape=(BM, BN)).astype(f32)
                 weight = _column_row(w, c, BN)
                 z.store((t * scale * weight).astype(dtype), (rows, c))
-    rms_norm_rows.__annotations__ = rms_norm_chunked.__annotations__ = {
-        "z": Mut[Tensor[dtype, ["BM", "BN"]]],
-        "x": Tensor[dtype, [-1, -1]],
-        "w": Tensor[wdtype, [-1]],
-        "eps": f32,
-        "inv_n": f32,
-        "BM": Constant[int],
-        "BN": Constant[int],
-        "return": None,
-    }  # one signature
 
-    return _entry(rms_norm_rows if one_pass else rms_norm_chunked, dtype, wdtype, hints)
+    return _entry(rms_norm_rows if one_pass else rms_norm_chunked, dtype, wdtype, hints, by_name=True)
 
 
 @functools.cache
@@ -124,20 +115,8 @@ def add_rms_norm_kernel(dtype: DType, wdtype: DType, one_pass: bool, hints: _row
                      + r.load(index=(rows, c), shape=(BM, BN)).astype(f32)).astype(dtype).astype(f32)
                 weight = _column_row(w, c, BN)
                 z.store((t * scale * weight).astype(dtype), (rows, c))
-    add_rms_norm_rows.__annotations__ = add_rms_norm_chunked.__annotations__ = {
-        "s": Mut[Tensor[dtype, ["BM", "BN"]]],
-        "z": Mut[Tensor[dtype, ["BM", "BN"]]],
-        "x": Tensor[dtype, [-1, -1]],
-        "r": Tensor[dtype, [-1, -1]],
-        "w": Tensor[wdtype, [-1]],
-        "eps": f32,
-        "inv_n": f32,
-        "BM": Constant[int],
-        "BN": Constant[int],
-        "return": None,
-    }  # one signature
 
-    return _entry(add_rms_norm_rows if one_pass else add_rms_norm_chunked, dtype, wdtype, hints)
+    return _entry(add_rms_norm_rows if one_pass else add_rms_norm_chunked, dtype, wdtype, hints, by_name=True)
 
 
 @functools.cache
@@ -153,21 +132,7 @@ def layer_norm_kernel(dtype: DType, wdtype: DType, hints: _rows.Hints = ()) -> A
         z.store((centered * rstd * weight + bias).astype(dtype))
         mean_out.store(mean)
         rstd_out.store(rstd)
-    layer_norm_rows.__annotations__ = {
-        "z": Mut[Tensor[dtype, ["BM", "BN"]]],
-        "mean_out": Mut[Tensor[f32, ["BM", 1]]],
-        "rstd_out": Mut[Tensor[f32, ["BM", 1]]],
-        "x": Tensor[dtype, [-1, -1]],
-        "w": Tensor[wdtype, [-1]],
-        "b": Tensor[wdtype, [-1]],
-        "eps": f32,
-        "inv_n": f32,
-        "n": i32,
-        "BM": Constant[int],
-        "BN": Constant[int],
-        "return": None,
-    }
-    return _entry(layer_norm_rows, dtype, wdtype, hints)
+    return _entry(layer_norm_rows, dtype, wdtype, hints, by_name=True)
 
 
 @functools.cache
@@ -188,19 +153,7 @@ def layer_norm_chunked_kernel(dtype: DType, wdtype: DType, hints: _rows.Hints = 
                 weight = _column_row(w, c, BN)
                 bias = _column_row(b, c, BN)
                 z.store(((t - mean) * rstd * weight + bias).astype(dtype), (rows, c))
-    layer_norm_chunked.__annotations__ = {
-        "z": Mut[Tensor[dtype, ["BM", "BN"]]],
-        "x": Tensor[dtype, [-1, -1]],
-        "w": Tensor[wdtype, [-1]],
-        "b": Tensor[wdtype, [-1]],
-        "eps": f32,
-        "inv_n": f32,
-        "n": i32,
-        "BM": Constant[int],
-        "BN": Constant[int],
-        "return": None,
-    }
-    return _entry(layer_norm_chunked, dtype, wdtype, hints)
+    return _entry(layer_norm_chunked, dtype, wdtype, hints, by_name=True)
 
 
 @functools.cache
@@ -214,19 +167,7 @@ def layer_norm_stats_kernel(dtype: DType, hints: _rows.Hints = ()) -> Any:
             mean, m2 = _merged_stats(mean, m2, t, c, n, BN)
         mean_out.store(mean)
         rstd_out.store(rsqrt(m2 * inv_n + eps))
-    layer_norm_stats.__annotations__ = {
-        "mean_out": Mut[Tensor[f32, ["BM", 1]]],
-        "rstd_out": Mut[Tensor[f32, ["BM", 1]]],
-        "x": Tensor[dtype, [-1, -1]],
-        "eps": f32,
-        "inv_n": f32,
-        "n": i32,
-        "chunks": i32,
-        "BM": Constant[int],
-        "BN": Constant[int],
-        "return": None,
-    }
-    return _entry(layer_norm_stats, dtype, dtype, hints)
+    return _entry(layer_norm_stats, dtype, dtype, hints, by_name=True)
 
 
 @functools.cache
@@ -239,18 +180,7 @@ def layer_norm_apply_kernel(dtype: DType, wdtype: DType, hints: _rows.Hints = ()
         weight = _column_row(w, bid(1), BN)
         bias = _column_row(b, bid(1), BN)
         z.store(((t - m) * r * weight + bias).astype(dtype))
-    layer_norm_apply.__annotations__ = {
-        "z": Mut[Tensor[dtype, ["BM", "BN"]]],
-        "x": Tensor[dtype, [-1, -1]],
-        "mean": Tensor[f32, [-1, -1]],
-        "rstd": Tensor[f32, [-1, -1]],
-        "w": Tensor[wdtype, [-1]],
-        "b": Tensor[wdtype, [-1]],
-        "BM": Constant[int],
-        "BN": Constant[int],
-        "return": None,
-    }
-    return _entry(layer_norm_apply, dtype, wdtype, hints)
+    return _entry(layer_norm_apply, dtype, wdtype, hints, by_name=True)
 
 
 @functools.cache
@@ -283,20 +213,8 @@ def layer_norm_dx_kernel(dtype: DType, wdtype: DType, one_pass: bool, hints: _ro
             for c in range(dx.num_tiles(1)):
                 xhat, g = _dx_terms(dy, x, w, m, r, rows, c, BM, BN)
                 dx.store(((g - mean_g - xhat * mean_gx) * r).astype(dtype), (rows, c))
-    layer_norm_dx_rows.__annotations__ = layer_norm_dx_chunked.__annotations__ = {
-        "dx": Mut[Tensor[dtype, ["BM", "BN"]]],
-        "dy": Tensor[dtype, [-1, -1]],
-        "x": Tensor[dtype, [-1, -1]],
-        "w": Tensor[wdtype, [-1]],
-        "mean": Tensor[f32, [-1, -1]],
-        "rstd": Tensor[f32, [-1, -1]],
-        "inv_n": f32,
-        "BM": Constant[int],
-        "BN": Constant[int],
-        "return": None,
-    }  # one signature
 
-    return _entry(layer_norm_dx_rows if one_pass else layer_norm_dx_chunked, dtype, wdtype, hints)
+    return _entry(layer_norm_dx_rows if one_pass else layer_norm_dx_chunked, dtype, wdtype, hints, by_name=True)
 
 
 @functools.cache
@@ -360,8 +278,25 @@ def zero_kernel(dtype: DType) -> Any:
     return _entry(zero, dtype, dtype)
 
 
-def _entry(function: Any, dtype: DType, wdtype: DType, hints: _rows.Hints = ()) -> Any:
-    return _rows.entry(function, None, f"{function.__name__}_{dtype}_{wdtype}", hints)
+def _entry(function: Any, dtype: DType, wdtype: DType, hints: _rows.Hints = (), *, by_name: bool = False) -> Any:
+    """``function`` as a kernel; with ``by_name`` its annotations come from its parameters'
+    names (`_parameter_kinds`)."""
+    annotations = None
+    if by_name:
+        kinds = _parameter_kinds(dtype, wdtype)
+        annotations = {name: kinds[name] for name in inspect.signature(function).parameters}
+    return _rows.entry(function, annotations, f"{function.__name__}_{dtype}_{wdtype}", hints)
+
+
+def _parameter_kinds(dtype: DType, wdtype: DType) -> dict[str, Any]:
+    """What each parameter name means in the norm kernels: outputs are (BM, BN) tiles of
+    rows (the per-row statistics (BM, 1) in f32), inputs rows of x's dtype, per-column
+    vectors of the weight's, statistics f32."""
+    tile, stat_tile = Mut[Tensor[dtype, ["BM", "BN"]]], Mut[Tensor[f32, ["BM", 1]]]
+    rows, column, stats = Tensor[dtype, [-1, -1]], Tensor[wdtype, [-1]], Tensor[f32, [-1, -1]]
+    return {"z": tile, "s": tile, "dx": tile, "mean_out": stat_tile, "rstd_out": stat_tile,
+            "x": rows, "r": rows, "dy": rows, "w": column, "b": column, "mean": stats, "rstd": stats,
+            "eps": f32, "inv_n": f32, "n": i32, "chunks": i32, "BM": Constant[int], "BN": Constant[int]}
 
 
 _FACTORIES = (rms_norm_kernel, add_rms_norm_kernel, layer_norm_kernel, layer_norm_chunked_kernel,
