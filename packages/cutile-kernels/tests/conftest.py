@@ -1,6 +1,7 @@
 """cutile-kernels' tests run the kernels on the CPU interpreter, also where a GPU is
 present; tests marked ``gpu`` run on the GPU (and are skipped where there is none).
-`cutile_kernels_testkit` holds their shared inputs, references and checks."""
+`cutile_kernels_testkit` (the row kernels) and `matmul_testkit` (GEMV and split-K) hold
+their shared inputs, references and checks."""
 
 import sys
 from collections.abc import Iterator
@@ -10,7 +11,7 @@ import pytest
 
 from cutile import _backend
 
-sys.path.insert(0, str(Path(__file__).parent))  # for cutile_kernels_testkit
+sys.path.insert(0, str(Path(__file__).parent))  # for the testkit modules
 
 
 @pytest.fixture(autouse=True)

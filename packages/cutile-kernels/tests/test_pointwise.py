@@ -159,7 +159,7 @@ def rope_arguments(**change: Any) -> dict[str, Any]:
 @pytest.mark.parametrize("change, error, words", [
     ({"style": "llama"}, cutile.ArgumentError, "'style' must be 'neox' or 'gptj'"),
     ({"theta": 0.5}, cutile.ArgumentError, "'theta' must be a finite number above 1"),
-    ({"k": "k"}, cutile.ArgumentTypeError, "parameter 'k' must be a cutile Tensor"),
+    ({"k": "k"}, cutile.ArgumentTypeError, "rope: k must be a tensor"),
     ({"k": api.zeros([4, 1, 8], dtype="f16")}, cutile.ArgumentTypeError, "'q' (f32) and 'k' (f16)"),
     ({"q": api.zeros([4, 2, 8], dtype="i32")}, cutile.ArgumentTypeError, "parameter 'q' has dtype i32"),
     ({"positions": api.zeros([4])}, cutile.ArgumentTypeError, "parameter 'positions' has dtype f32"),
@@ -168,8 +168,8 @@ def rope_arguments(**change: Any) -> dict[str, Any]:
     ({"q": api.zeros([4, 2, 12]), "k": api.zeros([4, 1, 12])}, cutile.ArgumentError, "an even power of two"),
     ({"q": api.zeros([8])}, cutile.ArgumentError, "parameter 'q' must have 3 or 4 dimensions"),
     ({"inplace": True, "out_q": api.zeros([4, 2, 8])}, cutile.ArgumentError, "do not pass out_q"),
-    ({"out_q": api.zeros([4, 2, 4])}, cutile.ArgumentError, "parameter 'out_q' has shape [4, 2, 4]"),
-    ({"out_k": api.zeros([4, 1, 8], dtype="bf16")}, cutile.ArgumentTypeError, "'out_k' has dtype bf16"),
+    ({"out_q": api.zeros([4, 2, 4])}, cutile.ArgumentError, "out_q has shape [4, 2, 4]"),
+    ({"out_k": api.zeros([4, 1, 8], dtype="bf16")}, cutile.ArgumentTypeError, "out_k has dtype bf16"),
 ])
 def test_rope_refuses_bad_arguments_naming_them(change: dict[str, Any], error: type[Exception], words: str) -> None:
     with pytest.raises(error, match=re.escape(words)):
@@ -178,7 +178,7 @@ def test_rope_refuses_bad_arguments_naming_them(change: dict[str, Any], error: t
 
 def test_rope_refuses_an_output_overlapping_its_input() -> None:
     q = tensor(np.zeros((4, 2, 8)), "f32")
-    with pytest.raises(cutile.ArgumentError, match="parameter 'out_q' overlaps the memory of parameter 'q'"):
+    with pytest.raises(cutile.ArgumentError, match="out_q overlaps the memory of q"):
         rope(**rope_arguments(q=q, out_q=q.permute(0, 1, 2)))
 
 
@@ -277,12 +277,12 @@ def test_binary_helpers_broadcast_rows(dtype: str, name: str, x_shape: tuple[int
      "parameter 'gate' has dtype i32"),
     (lambda: gelu_mul(api.zeros([4]), api.zeros([4]), "erf"), cutile.ArgumentError, "'approximate' must be"),
     (lambda: gelu(api.zeros([4]), approximate="exact"), cutile.ArgumentError, "'approximate' must be"),
-    (lambda: silu(api.zeros([4]), out=api.zeros([5])), cutile.ArgumentError, "parameter 'out' has shape [5]"),
+    (lambda: silu(api.zeros([4]), out=api.zeros([5])), cutile.ArgumentError, "out has shape [5]"),
     (lambda: silu(api.zeros([4]), out=api.zeros([4], dtype="bf16")), cutile.ArgumentTypeError,
-     "parameter 'out' has dtype bf16; expected f32"),
+     "out has dtype bf16; expected f32"),
     (lambda: relu(api.zeros([0, 4])), cutile.ArgumentError, "is empty"),
     (lambda: relu(api.zeros([4, 6, 2]).permute(1, 0, 2)), cutile.ArgumentError, "must be contiguous"),
-    (lambda: relu([1.0, 2.0]), cutile.ArgumentTypeError, "parameter 'x' must be a cutile Tensor"),
+    (lambda: relu([1.0, 2.0]), cutile.ArgumentTypeError, "relu: x must be a tensor"),
 ])
 def test_element_wise_helpers_refuse_bad_arguments(call: Any, error: type[Exception], words: str) -> None:
     with pytest.raises(error, match=re.escape(words)):
@@ -291,7 +291,7 @@ def test_element_wise_helpers_refuse_bad_arguments(call: Any, error: type[Except
 
 def test_an_output_overlapping_an_input_is_refused() -> None:
     x = api.zeros([64])
-    with pytest.raises(cutile.ArgumentError, match="parameter 'out' overlaps the memory of parameter 'x'"):
+    with pytest.raises(cutile.ArgumentError, match="out overlaps the memory of x"):
         silu(x, out=x)
 
 
@@ -331,7 +331,7 @@ def test_embedding_reads_a_strided_table_and_makes_its_output() -> None:
     (lambda: embedding(api.zeros([4], dtype="i32"), api.zeros([5, 8], dtype="i32")), cutile.ArgumentTypeError,
      "parameter 'table' has dtype i32"),
     (lambda: embedding(api.zeros([4], dtype="i32"), api.zeros([5, 8]), out=api.zeros([4, 9])),
-     cutile.ArgumentError, "parameter 'out' has shape [4, 9]; expected [4, 8]"),
+     cutile.ArgumentError, "out has shape [4, 9]; expected [4, 8]"),
     (lambda: embedding(api.zeros([0], dtype="i32"), api.zeros([5, 8])), cutile.ArgumentError, "must not be empty"),
 ])
 def test_embedding_refuses_bad_arguments(call: Any, error: type[Exception], words: str) -> None:
@@ -395,9 +395,9 @@ def test_argmax_launch_form_is_one_op() -> None:
     (lambda: argmax(api.zeros([4, 8], dtype="i32")), cutile.ArgumentTypeError, "parameter 'x' has dtype i32"),
     (lambda: argmax(api.zeros([4, 0])), cutile.ArgumentError, "is empty"),
     (lambda: argmax(api.zeros([4, 8]), out=api.zeros([4], dtype="i32")), cutile.ArgumentTypeError,
-     "parameter 'out' has dtype i32; expected i64"),
+     "out has dtype i32; expected i64"),
     (lambda: argmax(api.zeros([4, 8]), keepdim=True, out=api.zeros([4], dtype="i64")), cutile.ArgumentError,
-     "parameter 'out' has shape [4]; expected [4, 1]"),
+     "out has shape [4]; expected [4, 1]"),
 ])
 def test_argmax_refuses_bad_arguments(call: Any, error: type[Exception], words: str) -> None:
     with pytest.raises(error, match=re.escape(words)):

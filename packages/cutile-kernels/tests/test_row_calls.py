@@ -25,7 +25,7 @@ W = np.ones(10, np.float32)
 
 @pytest.mark.parametrize("call, error, message", [
     (lambda: softmax(np.ones((4, 10), np.int32)), cutile.ArgumentTypeError, "softmax: x has dtype i32"),
-    (lambda: softmax([[1.0, 2.0]]), cutile.InteropError, "softmax: x:"),
+    (lambda: softmax([[1.0, 2.0]]), cutile.ArgumentTypeError, "softmax: x must be a tensor"),
     (lambda: softmax(X, dim=2), cutile.ArgumentError, "dim 2 is out of range"),
     (lambda: softmax(X, dim=True), cutile.ArgumentError, "dim True"),
     (lambda: softmax(X, out=np.ones((4, 11), np.float32)), cutile.ArgumentError, "softmax: out has shape"),
@@ -63,15 +63,15 @@ def test_errors_name_the_parameter(call: Any, error: type[Exception], message: s
 
 def test_an_out_sharing_memory_with_an_input_is_refused() -> None:
     x = np.random.default_rng(0).standard_normal((4, 10)).astype(np.float32)
-    with pytest.raises(cutile.ArgumentError, match="softmax: out shares memory with x"):
+    with pytest.raises(cutile.ArgumentError, match="softmax: out overlaps the memory of x"):
         softmax(x, out=x)
-    with pytest.raises(cutile.ArgumentError, match="softmax: out shares memory with x"):
+    with pytest.raises(cutile.ArgumentError, match="softmax: out overlaps the memory of x"):
         softmax(x, dim=0, out=x)
     r = x.copy()
-    with pytest.raises(cutile.ArgumentError, match="out\\[1\\] \\(normed\\) shares memory with residual"):
+    with pytest.raises(cutile.ArgumentError, match="out\\[1\\] \\(normed\\) overlaps the memory of residual"):
         add_rms_norm(x, r, W, out=(None, r))
     weights = np.ones((2, 10), np.float32)
-    with pytest.raises(cutile.ArgumentError, match="rms_norm: out shares memory with weight"):
+    with pytest.raises(cutile.ArgumentError, match="rms_norm: out overlaps the memory of weight"):
         rms_norm(np.ones((1, 10), np.float32), weights[0], out=weights[:1])
     halves = np.zeros((8, 10), np.float32)
     softmax(halves[:4], out=halves[4:])  # neighbours in one buffer do not overlap

@@ -3,7 +3,6 @@ every dtype and epilogue, transposed and strided operand views, poisoned outputs
 workspaces, split counts from 1 to past K's chunk count; argument errors; its config
 space and defaults; compiles for sm_90 and sm_100; a GPU run at M = N = 256, K = 16384."""
 
-from collections.abc import Iterator
 from typing import Any
 
 import ml_dtypes
@@ -11,51 +10,15 @@ import numpy as np
 import pytest
 
 import cutile
-from cutile import _backend, api
+from cutile import api
 from cutile.core import bf16, f16, f32
 from cutile.tune import Space
 from cutile_kernels import _splitk
 from cutile_kernels._splitk import default_config, prune_for, space, split_k_matmul
+from matmul_testkit import assert_close, random, reference
 
-NUMPY = {f16: np.float16, bf16: ml_dtypes.bfloat16, f32: np.float32}
-EPS = {f16: 2.0 ** -10, bf16: 2.0 ** -7, f32: 2.0 ** -20}
 M, N, K = 40, 67, 300
 SMALL = {"tile_m": 16, "tile_n": 16, "tile_k": 32}  # 10 chunks of K, the last one a tail
-
-
-@pytest.fixture(autouse=True)
-def chosen_backend(request: pytest.FixtureRequest) -> Iterator[None]:
-    _backend.reset_for_tests("gpu" if request.node.get_closest_marker("gpu") else "interpreter")
-    yield
-    _backend.reset_for_tests(None)
-
-
-def reference(a: Any, b: Any, bias: Any = None, activation: str | None = None, residual: Any = None,
-              alpha: float = 1.0) -> Any:
-    """act(alpha * a @ b + bias) + residual in float64 (GELU: the tanh approximation)."""
-    y = alpha * (np.asarray(a, np.float64) @ np.asarray(b, np.float64))
-    if bias is not None:
-        y = y + np.asarray(bias, np.float64)
-    if activation == "relu":
-        y = np.maximum(y, 0.0)
-    elif activation == "gelu":
-        y = 0.5 * y * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (y + 0.044715 * y ** 3)))
-    elif activation == "silu":
-        y = y / (1.0 + np.exp(-y))
-    if residual is not None:
-        y = y + np.asarray(residual, np.float64)
-    return y
-
-
-def assert_close(got: Any, expected: Any, dtype: Any) -> None:
-    got = np.asarray(got, np.float64)
-    assert np.isfinite(got).all(), "unwritten (NaN-poisoned) elements left in out"
-    scale = float(np.abs(expected).max())
-    np.testing.assert_allclose(got, expected, rtol=4 * EPS[dtype], atol=4 * EPS[dtype] * scale + 1e-5)
-
-
-def random(rng: np.random.Generator, shape: tuple[int, ...], dtype: Any) -> Any:
-    return rng.standard_normal(shape).astype(NUMPY[dtype])
 
 
 @pytest.mark.parametrize("splits", [1, 2, 3, 7, 16])  # 7: the last splits empty; 16: more than K's 10 chunks

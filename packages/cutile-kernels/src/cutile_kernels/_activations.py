@@ -26,6 +26,7 @@ from cutile import tune
 from cutile.core import Constant, Mut, Tensor, bid, exp, f32, load_tile_like, maximum, tanh, where
 
 from cutile_kernels import _pointwise as pw
+from cutile_kernels._operands import Operand, as_tensor, output
 
 SPACE = tune.Space(block_elems=[1024, 2048, 4096, 8192, 16384], occupancy=[1, 2, 4])
 DEFAULT = {"block_elems": 4096, "occupancy": 2}
@@ -189,7 +190,7 @@ def _broadcast_width(x: tuple[int, ...], y: tuple[int, ...]) -> int | None:
 
 def _launch(op: str, operands: list[tuple[Any, str]], out: Any, config: dict[str, Any] | None,
             function: str) -> pw.Pending:
-    arguments = [pw.as_argument(value, function, name) for value, name in operands]
+    arguments = [as_tensor(value, function, name) for value, name in operands]
     first = arguments[0]
     pw.check_dtype(first, pw.FLOAT_DTYPES, function, operands[0][1])
     for argument, (_, name) in zip(arguments[1:], operands[1:]):
@@ -203,9 +204,9 @@ def _launch(op: str, operands: list[tuple[Any, str]], out: Any, config: dict[str
                 f"{function}(): parameter '{operands[1][1]}' of shape {list(arguments[1].shape)} does not "
                 f"broadcast to '{operands[0][1]}' {list(shape)} (it must equal it, or be a suffix of it after "
                 "leading 1s)")
-    result = pw.output(out, shape, first.tensor.dtype, first, function)
-    pw.check_no_overlap(result, [(a, name) for a, (_, name) in zip(arguments, operands)], function, "out")
-    target = pw.Argument(result.tensor, "cutile", None)
+    result = output(out, shape, first.tensor.dtype, first, function, "out",
+                    {name: a.tensor for a, (_, name) in zip(arguments, operands)})
+    target = Operand.of(result.tensor)
     chosen = config if config is not None else TUNER.config((math.prod(shape), len(arguments), width or 0))
     occupancy = int(chosen["occupancy"])
     every = [target, *arguments]

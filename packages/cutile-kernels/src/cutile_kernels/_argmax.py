@@ -25,6 +25,7 @@ import cutile.core as ct
 from cutile.core import Constant, Mut, Tensor, arange, bid, f32, full, i32, i64, where
 
 from cutile_kernels import _pointwise as pw
+from cutile_kernels._operands import Operand, as_tensor, output
 
 #: chunk_tiles 0: as many tiles per chunk as keep at least `TARGET_BLOCKS` blocks
 SPACE = tune.Space(tile_rows=[1, 2, 4], tile_cols=[512, 1024, 2048, 4096], chunk_tiles=[0, 1, 2, 4, 8, 16],
@@ -137,7 +138,7 @@ def _argmax_launch(x: Any, dim: int = -1, keepdim: bool = False, *, out: Any = N
         config: a config of `SPACE` (default: the tuner's for this shape).
     """
     fn = "argmax"
-    xa = pw.as_argument(x, fn, "x")
+    xa = as_tensor(x, fn, "x")
     pw.check_dtype(xa, pw.FLOAT_DTYPES, fn, "x")
     shape = xa.shape
     if not shape:
@@ -152,14 +153,14 @@ def _argmax_launch(x: Any, dim: int = -1, keepdim: bool = False, *, out: Any = N
     if cols >= _NO_INDEX:
         raise cutile.ArgumentError(f"{fn}(): rows of {cols} elements are longer than 2**31 - 2")
     result_shape = (*shape[:-1], 1) if keepdim else shape[:-1]
-    result = pw.output(out, result_shape, "i64", xa, fn)
+    result = output(out, result_shape, "i64", xa, fn)
     chosen = config if config is not None else TUNER.config((rows, cols))
     bm, bn, sub, chunks = plan(chosen, rows, cols)
     x2 = pw.reshaped(xa, (rows, cols), fn, "x")
     values = api.empty([rows, chunks], dtype="f32")
     indices = api.empty([rows, chunks], dtype="i32")
     chunk_kernel, row_kernel = argmax_kernels(xa.tensor.dtype, int(chosen["occupancy"]))
-    flat_out = pw.reshaped(pw.Argument(result.tensor, "cutile", None), (rows,), fn, "out")
+    flat_out = pw.reshaped(Operand.of(result.tensor), (rows,), fn, "out")
     rows_tile = min(pw.next_pow2(rows), max(1, 4096 // pw.next_pow2(chunks)))
     first = chunk_kernel(values.permute(0, 1).partition([bm, 1]), indices.permute(0, 1).partition([bm, 1]), x2,
                          BN=bn, SUB=sub)

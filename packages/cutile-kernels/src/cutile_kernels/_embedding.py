@@ -22,6 +22,7 @@ from cutile import tune
 from cutile.core import Constant, Mut, Tensor, arange, bid, gather, i32
 
 from cutile_kernels import _pointwise as pw
+from cutile_kernels._operands import Operand, as_tensor, output
 
 SPACE = tune.Space(tile_rows=[1, 2, 4, 8, 16, 32], tile_cols=[128, 256, 512, 1024, 2048], occupancy=[1, 2, 4])
 DEFAULT = {"tile_rows": 8, "tile_cols": 1024, "occupancy": 2}
@@ -64,7 +65,7 @@ def _embedding_launch(ids: Any, table: Any, *, out: Any = None, config: dict[str
         config: a config of `SPACE` (default: the tuner's for this shape).
     """
     fn = "embedding"
-    ia, ta = pw.as_argument(ids, fn, "ids"), pw.as_argument(table, fn, "table")
+    ia, ta = as_tensor(ids, fn, "ids"), as_tensor(table, fn, "table")
     pw.check_dtype(ia, pw.INT_DTYPES, fn, "ids")
     pw.check_dtype(ta, pw.FLOAT_DTYPES, fn, "table")
     pw.check_rank(ta, (2,), fn, "table")
@@ -72,12 +73,11 @@ def _embedding_launch(ids: Any, table: Any, *, out: Any = None, config: dict[str
     count = math.prod(ia.shape)
     if count == 0 or vocab == 0 or dim == 0:
         raise cutile.ArgumentError(f"{fn}(): 'ids' {list(ia.shape)} and 'table' {list(ta.shape)} must not be empty")
-    result = pw.output(out, (*ia.shape, dim), ta.tensor.dtype, ia, fn)
-    pw.check_no_overlap(result, [(ia, "ids"), (ta, "table")], fn, "out")
+    result = output(out, (*ia.shape, dim), ta.tensor.dtype, ia, fn, "out", {"ids": ia.tensor, "table": ta.tensor})
     chosen = config if config is not None else TUNER.config((count, vocab, dim))
     tile = [min(int(chosen["tile_rows"]), pw.next_pow2(count)), min(int(chosen["tile_cols"]), pw.next_pow2(dim))]
     flat_ids = pw.reshaped(ia, (count,), fn, "ids")
-    rows = pw.reshaped(pw.Argument(result.tensor, "cutile", None), (count, dim), fn, "out")
+    rows = pw.reshaped(Operand.of(result.tensor), (count, dim), fn, "out")
     kernel = embedding_kernel(ta.tensor.dtype, ia.tensor.dtype, int(chosen["occupancy"]))
     launch = kernel(rows.partition(tile), ta.tensor, flat_ids)
     return pw.Pending(launch, result.result)

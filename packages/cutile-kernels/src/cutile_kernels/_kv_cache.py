@@ -28,6 +28,7 @@ from cutile import api, tune
 from cutile.core import Constant, Mut, Tensor, i32
 
 from cutile_kernels import _pointwise as pw
+from cutile_kernels._operands import Operand, as_tensor
 
 #: tile_rows: new tokens per tile at most; an int start takes the largest power of two up to it
 #: that divides both the start and the token count (tiles of whole new rows), a tensor 1
@@ -90,7 +91,7 @@ def _kv_cache_update_launch(cache: Any, new: Any, positions: Any, *,
         config: a config of `SPACE` (default: the tuner's for this shape).
     """
     fn = "kv_cache_update"
-    ca, na = pw.as_argument(cache, fn, "cache"), pw.as_argument(new, fn, "new")
+    ca, na = as_tensor(cache, fn, "cache"), as_tensor(new, fn, "new")
     pw.check_dtype(ca, pw.FLOAT_DTYPES, fn, "cache")
     pw.check_same_dtype(ca, na, fn, "cache", "new")
     pw.check_rank(ca, (3, 4), fn, "cache")
@@ -108,14 +109,14 @@ def _kv_cache_update_launch(cache: Any, new: Any, positions: Any, *,
     if max_seq >= 2**31:
         raise cutile.ArgumentError(f"{fn}(): a cache of {max_seq} positions is longer than 2**31 - 1")
     start: int | None = None
-    pa: pw.Argument | None = None
+    pa: Operand | None = None
     if isinstance(positions, (int, np.integer)) and not isinstance(positions, bool):
         start = int(positions)
         if not 0 <= start <= max_seq - tokens:
             raise cutile.ArgumentError(f"{fn}(): parameter 'positions' {start}: the {tokens} new tokens must fit in "
                                        f"the cache's {max_seq} positions (start from 0 to {max_seq - tokens})")
     else:
-        pa = pw.as_argument(positions, fn, "positions")
+        pa = as_tensor(positions, fn, "positions")
         pw.check_dtype(pa, pw.INT_DTYPES, fn, "positions")
         if pa.shape != (tokens,):
             raise cutile.ArgumentError(f"{fn}(): parameter 'positions' has shape {list(pa.shape)}; expected "

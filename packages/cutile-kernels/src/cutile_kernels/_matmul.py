@@ -30,7 +30,7 @@ from cutile_kernels import _configs, _gemv, _splitk
 from cutile_kernels._epilogue import Epilogue, check_epilogue
 from cutile_kernels._gemm import Variant, gemm_kernel
 from cutile_kernels._operands import FP8, Operand, as_tensor, check_no_overlap, dtype_named, tensor_of
-from cutile_kernels._splitk import derived
+from cutile_kernels._operands import derived
 
 OUT_DTYPES = (f16, bf16, f32)
 

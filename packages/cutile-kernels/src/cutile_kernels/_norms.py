@@ -19,6 +19,7 @@ there and mypy's cutile plugin reads only a literal dtype in an annotation.
 """
 
 import functools
+import inspect
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,10 +31,36 @@ from cutile.core import (
     Constant, DType, Mut, Tensor, arange, bid, f32, i32, minimum, rsqrt, sum, where, zeros,
 )
 from cutile_kernels import _rows
-from cutile_kernels._rows import Output, Plan, RowConfig, RowTuning
+from cutile_kernels._operands import Output, as_tensor, check_same, output, tensor_of
+from cutile_kernels._rows import Plan, RowConfig, RowTuning
 
 
 # -- kernels ----------------------------------------------------------------------------------
+# (plain helpers called from the kernels are inlined into them)
+
+def _column_row(v: Any, c: Any, BN: Any) -> Any:  # noqa: N803 (the tile dims' names)
+    """Chunk ``c`` of a per-column vector (weight, bias) as a (1, BN) f32 row."""
+    return v.load(index=(c,), shape=(BN,)).astype(f32).reshape((1, BN))
+
+
+def _merged_stats(mean: Any, m2: Any, t: Any, c: Any, n: Any, BN: Any) -> tuple[Any, Any]:  # noqa: N803
+    """Rows' running mean and M2 after chunk ``c`` (``t``, of its columns below ``n``):
+    Chan's update; every earlier chunk is whole."""
+    before = (c * BN).astype(f32)
+    count = minimum(n - c * BN, BN).astype(f32)
+    chunk_mean = sum(t, axis=1, keepdims=True) / count
+    d = where(arange(BN, i32).reshape((1, BN)) + c * BN < n, t - chunk_mean, 0.0)
+    delta = chunk_mean - mean
+    after = before + count
+    return (mean + delta * (count / after),
+            m2 + sum(d * d, axis=1, keepdims=True) + delta * delta * (before * count / after))
+
+
+def _dx_terms(dy: Any, x: Any, w: Any, m: Any, r: Any, rows: Any, c: Any, BM: Any, BN: Any) -> tuple[Any, Any]:  # noqa: N803
+    """LayerNorm backward's ``xhat = (x - mean) * rstd`` and ``g = w * dy`` on tile (rows, c)."""
+    xhat = (x.load(index=(rows, c), shape=(BM, BN)).astype(f32) - m) * r
+    return xhat, dy.load(index=(rows, c), shape=(BM, BN)).astype(f32) * _column_row(w, c, BN)
+
 
 @functools.cache
 def rms_norm_kernel(dtype: DType, wdtype: DType, one_pass: bool, hints: _rows.Hints = ()) -> Any:
@@ -41,18 +68,8 @@ def rms_norm_kernel(dtype: DType, wdtype: DType, one_pass: bool, hints: _rows.Hi
     def rms_norm_rows(z: Any, x: Any, w: Any, eps: Any, inv_n: Any, BM: Any, BN: Any) -> None:  # noqa: N803 (the tile dims' names)
         t = x.load(index=(bid(0), 0), shape=(BM, BN)).astype(f32)
         scale = rsqrt(sum(t * t, axis=1, keepdims=True) * inv_n + eps)
-        weight = w.load(index=(0,), shape=(BN,)).astype(f32).reshape((1, BN))
+        weight = _column_row(w, 0, BN)
         z.store((t * scale * weight).astype(dtype))
-    rms_norm_rows.__annotations__ = {
-        "z": Mut[Tensor[dtype, ["BM", "BN"]]],
-        "x": Tensor[dtype, [-1, -1]],
-        "w": Tensor[wdtype, [-1]],
-        "eps": f32,
-        "inv_n": f32,
-        "BM": Constant[int],
-        "BN": Constant[int],
-        "return": None,
-    }
 
     def rms_norm_chunked(z: Any, x: Any, w: Any, eps: Any, inv_n: Any, BM: Any, BN: Any) -> None:  # noqa: N803 (the tile dims' names)
         for idx in z.tiles():
@@ -64,20 +81,10 @@ def rms_norm_kernel(dtype: DType, wdtype: DType, one_pass: bool, hints: _rows.Hi
             scale = rsqrt(squares * inv_n + eps)
             for c in range(z.num_tiles(1)):
                 t = x.load(index=(rows, c), shape=(BM, BN)).astype(f32)
-                weight = w.load(index=(c,), shape=(BN,)).astype(f32).reshape((1, BN))
+                weight = _column_row(w, c, BN)
                 z.store((t * scale * weight).astype(dtype), (rows, c))
-    rms_norm_chunked.__annotations__ = {
-        "z": Mut[Tensor[dtype, ["BM", "BN"]]],
-        "x": Tensor[dtype, [-1, -1]],
-        "w": Tensor[wdtype, [-1]],
-        "eps": f32,
-        "inv_n": f32,
-        "BM": Constant[int],
-        "BN": Constant[int],
-        "return": None,
-    }
 
-    return _entry(rms_norm_rows if one_pass else rms_norm_chunked, dtype, wdtype, hints)
+    return _entry(rms_norm_rows if one_pass else rms_norm_chunked, dtype, wdtype, hints, by_name=True)
 
 
 @functools.cache
@@ -89,20 +96,8 @@ def add_rms_norm_kernel(dtype: DType, wdtype: DType, one_pass: bool, hints: _row
         s.store(total)
         t = total.astype(f32)
         scale = rsqrt(sum(t * t, axis=1, keepdims=True) * inv_n + eps)
-        weight = w.load(index=(0,), shape=(BN,)).astype(f32).reshape((1, BN))
+        weight = _column_row(w, 0, BN)
         z.store((t * scale * weight).astype(dtype))
-    add_rms_norm_rows.__annotations__ = {
-        "s": Mut[Tensor[dtype, ["BM", "BN"]]],
-        "z": Mut[Tensor[dtype, ["BM", "BN"]]],
-        "x": Tensor[dtype, [-1, -1]],
-        "r": Tensor[dtype, [-1, -1]],
-        "w": Tensor[wdtype, [-1]],
-        "eps": f32,
-        "inv_n": f32,
-        "BM": Constant[int],
-        "BN": Constant[int],
-        "return": None,
-    }
 
     def add_rms_norm_chunked(s: Any, z: Any, x: Any, r: Any, w: Any, eps: Any, inv_n: Any, BM: Any, BN: Any) -> None:  # noqa: N803 (the tile dims' names)
         for idx in s.tiles_with(z):
@@ -118,22 +113,10 @@ def add_rms_norm_kernel(dtype: DType, wdtype: DType, one_pass: bool, hints: _row
             for c in range(z.num_tiles(1)):  # (a loop over s's tiles could not index z)
                 t = (x.load(index=(rows, c), shape=(BM, BN)).astype(f32)
                      + r.load(index=(rows, c), shape=(BM, BN)).astype(f32)).astype(dtype).astype(f32)
-                weight = w.load(index=(c,), shape=(BN,)).astype(f32).reshape((1, BN))
+                weight = _column_row(w, c, BN)
                 z.store((t * scale * weight).astype(dtype), (rows, c))
-    add_rms_norm_chunked.__annotations__ = {
-        "s": Mut[Tensor[dtype, ["BM", "BN"]]],
-        "z": Mut[Tensor[dtype, ["BM", "BN"]]],
-        "x": Tensor[dtype, [-1, -1]],
-        "r": Tensor[dtype, [-1, -1]],
-        "w": Tensor[wdtype, [-1]],
-        "eps": f32,
-        "inv_n": f32,
-        "BM": Constant[int],
-        "BN": Constant[int],
-        "return": None,
-    }
 
-    return _entry(add_rms_norm_rows if one_pass else add_rms_norm_chunked, dtype, wdtype, hints)
+    return _entry(add_rms_norm_rows if one_pass else add_rms_norm_chunked, dtype, wdtype, hints, by_name=True)
 
 
 @functools.cache
@@ -144,26 +127,12 @@ def layer_norm_kernel(dtype: DType, wdtype: DType, hints: _rows.Hints = ()) -> A
         mean = sum(t, axis=1, keepdims=True) * inv_n
         centered = where(arange(BN, i32).reshape((1, BN)) < n, t - mean, 0.0)
         rstd = rsqrt(sum(centered * centered, axis=1, keepdims=True) * inv_n + eps)
-        weight = w.load(index=(0,), shape=(BN,)).astype(f32).reshape((1, BN))
-        bias = b.load(index=(0,), shape=(BN,)).astype(f32).reshape((1, BN))
+        weight = _column_row(w, 0, BN)
+        bias = _column_row(b, 0, BN)
         z.store((centered * rstd * weight + bias).astype(dtype))
         mean_out.store(mean)
         rstd_out.store(rstd)
-    layer_norm_rows.__annotations__ = {
-        "z": Mut[Tensor[dtype, ["BM", "BN"]]],
-        "mean_out": Mut[Tensor[f32, ["BM", 1]]],
-        "rstd_out": Mut[Tensor[f32, ["BM", 1]]],
-        "x": Tensor[dtype, [-1, -1]],
-        "w": Tensor[wdtype, [-1]],
-        "b": Tensor[wdtype, [-1]],
-        "eps": f32,
-        "inv_n": f32,
-        "n": i32,
-        "BM": Constant[int],
-        "BN": Constant[int],
-        "return": None,
-    }
-    return _entry(layer_norm_rows, dtype, wdtype, hints)
+    return _entry(layer_norm_rows, dtype, wdtype, hints, by_name=True)
 
 
 @functools.cache
@@ -177,33 +146,14 @@ def layer_norm_chunked_kernel(dtype: DType, wdtype: DType, hints: _rows.Hints = 
             m2 = zeros((BM, 1), f32)
             for c in range(z.num_tiles(1)):
                 t = x.load(index=(rows, c), shape=(BM, BN)).astype(f32)
-                before = (c * BN).astype(f32)  # every earlier chunk is whole
-                count = minimum(n - c * BN, BN).astype(f32)
-                chunk_mean = sum(t, axis=1, keepdims=True) / count
-                d = where(arange(BN, i32).reshape((1, BN)) + c * BN < n, t - chunk_mean, 0.0)
-                delta = chunk_mean - mean
-                after = before + count
-                mean = mean + delta * (count / after)
-                m2 = m2 + sum(d * d, axis=1, keepdims=True) + delta * delta * (before * count / after)
+                mean, m2 = _merged_stats(mean, m2, t, c, n, BN)
             rstd = rsqrt(m2 * inv_n + eps)
             for c in range(z.num_tiles(1)):
                 t = x.load(index=(rows, c), shape=(BM, BN)).astype(f32)
-                weight = w.load(index=(c,), shape=(BN,)).astype(f32).reshape((1, BN))
-                bias = b.load(index=(c,), shape=(BN,)).astype(f32).reshape((1, BN))
+                weight = _column_row(w, c, BN)
+                bias = _column_row(b, c, BN)
                 z.store(((t - mean) * rstd * weight + bias).astype(dtype), (rows, c))
-    layer_norm_chunked.__annotations__ = {
-        "z": Mut[Tensor[dtype, ["BM", "BN"]]],
-        "x": Tensor[dtype, [-1, -1]],
-        "w": Tensor[wdtype, [-1]],
-        "b": Tensor[wdtype, [-1]],
-        "eps": f32,
-        "inv_n": f32,
-        "n": i32,
-        "BM": Constant[int],
-        "BN": Constant[int],
-        "return": None,
-    }
-    return _entry(layer_norm_chunked, dtype, wdtype, hints)
+    return _entry(layer_norm_chunked, dtype, wdtype, hints, by_name=True)
 
 
 @functools.cache
@@ -214,29 +164,10 @@ def layer_norm_stats_kernel(dtype: DType, hints: _rows.Hints = ()) -> Any:
         m2 = zeros((BM, 1), f32)
         for c in range(chunks):
             t = x.load(index=(bid(0), c), shape=(BM, BN)).astype(f32)
-            before = (c * BN).astype(f32)
-            count = minimum(n - c * BN, BN).astype(f32)
-            chunk_mean = sum(t, axis=1, keepdims=True) / count
-            d = where(arange(BN, i32).reshape((1, BN)) + c * BN < n, t - chunk_mean, 0.0)
-            delta = chunk_mean - mean
-            after = before + count
-            mean = mean + delta * (count / after)
-            m2 = m2 + sum(d * d, axis=1, keepdims=True) + delta * delta * (before * count / after)
+            mean, m2 = _merged_stats(mean, m2, t, c, n, BN)
         mean_out.store(mean)
         rstd_out.store(rsqrt(m2 * inv_n + eps))
-    layer_norm_stats.__annotations__ = {
-        "mean_out": Mut[Tensor[f32, ["BM", 1]]],
-        "rstd_out": Mut[Tensor[f32, ["BM", 1]]],
-        "x": Tensor[dtype, [-1, -1]],
-        "eps": f32,
-        "inv_n": f32,
-        "n": i32,
-        "chunks": i32,
-        "BM": Constant[int],
-        "BN": Constant[int],
-        "return": None,
-    }
-    return _entry(layer_norm_stats, dtype, dtype, hints)
+    return _entry(layer_norm_stats, dtype, dtype, hints, by_name=True)
 
 
 @functools.cache
@@ -246,21 +177,10 @@ def layer_norm_apply_kernel(dtype: DType, wdtype: DType, hints: _rows.Hints = ()
         t = x.load(index=(bid(0), bid(1)), shape=(BM, BN)).astype(f32)
         m = mean.load(index=(bid(0), 0), shape=(BM, 1))
         r = rstd.load(index=(bid(0), 0), shape=(BM, 1))
-        weight = w.load(index=(bid(1),), shape=(BN,)).astype(f32).reshape((1, BN))
-        bias = b.load(index=(bid(1),), shape=(BN,)).astype(f32).reshape((1, BN))
+        weight = _column_row(w, bid(1), BN)
+        bias = _column_row(b, bid(1), BN)
         z.store(((t - m) * r * weight + bias).astype(dtype))
-    layer_norm_apply.__annotations__ = {
-        "z": Mut[Tensor[dtype, ["BM", "BN"]]],
-        "x": Tensor[dtype, [-1, -1]],
-        "mean": Tensor[f32, [-1, -1]],
-        "rstd": Tensor[f32, [-1, -1]],
-        "w": Tensor[wdtype, [-1]],
-        "b": Tensor[wdtype, [-1]],
-        "BM": Constant[int],
-        "BN": Constant[int],
-        "return": None,
-    }
-    return _entry(layer_norm_apply, dtype, wdtype, hints)
+    return _entry(layer_norm_apply, dtype, wdtype, hints, by_name=True)
 
 
 @functools.cache
@@ -271,23 +191,11 @@ def layer_norm_dx_kernel(dtype: DType, wdtype: DType, one_pass: bool, hints: _ro
         m = mean.load(index=(bid(0), 0), shape=(BM, 1))
         r = rstd.load(index=(bid(0), 0), shape=(BM, 1))
         xhat = (x.load(index=(bid(0), 0), shape=(BM, BN)).astype(f32) - m) * r
-        g = dy.load(index=(bid(0), 0), shape=(BM, BN)).astype(f32) * w.load(
-            index=(0,), shape=(BN,)).astype(f32).reshape((1, BN))  # zero outside the row: w pads with 0
+        # zero outside the row: w pads with 0
+        g = dy.load(index=(bid(0), 0), shape=(BM, BN)).astype(f32) * _column_row(w, 0, BN)
         mean_g = sum(g, axis=1, keepdims=True) * inv_n
         mean_gx = sum(g * xhat, axis=1, keepdims=True) * inv_n
         dx.store(((g - mean_g - xhat * mean_gx) * r).astype(dtype))
-    layer_norm_dx_rows.__annotations__ = {
-        "dx": Mut[Tensor[dtype, ["BM", "BN"]]],
-        "dy": Tensor[dtype, [-1, -1]],
-        "x": Tensor[dtype, [-1, -1]],
-        "w": Tensor[wdtype, [-1]],
-        "mean": Tensor[f32, [-1, -1]],
-        "rstd": Tensor[f32, [-1, -1]],
-        "inv_n": f32,
-        "BM": Constant[int],
-        "BN": Constant[int],
-        "return": None,
-    }
 
     def layer_norm_dx_chunked(dx: Any, dy: Any, x: Any, w: Any, mean: Any, rstd: Any, inv_n: Any, BM: Any, BN: Any) -> None:  # noqa: N803 (the tile dims' names)
         for idx in dx.tiles():
@@ -297,32 +205,16 @@ def layer_norm_dx_kernel(dtype: DType, wdtype: DType, one_pass: bool, hints: _ro
             sum_g = zeros((BM, 1), f32)
             sum_gx = zeros((BM, 1), f32)
             for c in range(dx.num_tiles(1)):
-                xhat = (x.load(index=(rows, c), shape=(BM, BN)).astype(f32) - m) * r
-                g = dy.load(index=(rows, c), shape=(BM, BN)).astype(f32) * w.load(
-                    index=(c,), shape=(BN,)).astype(f32).reshape((1, BN))
+                xhat, g = _dx_terms(dy, x, w, m, r, rows, c, BM, BN)
                 sum_g = sum_g + sum(g, axis=1, keepdims=True)
                 sum_gx = sum_gx + sum(g * xhat, axis=1, keepdims=True)
             mean_g = sum_g * inv_n
             mean_gx = sum_gx * inv_n
             for c in range(dx.num_tiles(1)):
-                xhat = (x.load(index=(rows, c), shape=(BM, BN)).astype(f32) - m) * r
-                g = dy.load(index=(rows, c), shape=(BM, BN)).astype(f32) * w.load(
-                    index=(c,), shape=(BN,)).astype(f32).reshape((1, BN))
+                xhat, g = _dx_terms(dy, x, w, m, r, rows, c, BM, BN)
                 dx.store(((g - mean_g - xhat * mean_gx) * r).astype(dtype), (rows, c))
-    layer_norm_dx_chunked.__annotations__ = {
-        "dx": Mut[Tensor[dtype, ["BM", "BN"]]],
-        "dy": Tensor[dtype, [-1, -1]],
-        "x": Tensor[dtype, [-1, -1]],
-        "w": Tensor[wdtype, [-1]],
-        "mean": Tensor[f32, [-1, -1]],
-        "rstd": Tensor[f32, [-1, -1]],
-        "inv_n": f32,
-        "BM": Constant[int],
-        "BN": Constant[int],
-        "return": None,
-    }
 
-    return _entry(layer_norm_dx_rows if one_pass else layer_norm_dx_chunked, dtype, wdtype, hints)
+    return _entry(layer_norm_dx_rows if one_pass else layer_norm_dx_chunked, dtype, wdtype, hints, by_name=True)
 
 
 @functools.cache
@@ -386,8 +278,25 @@ def zero_kernel(dtype: DType) -> Any:
     return _entry(zero, dtype, dtype)
 
 
-def _entry(function: Any, dtype: DType, wdtype: DType, hints: _rows.Hints = ()) -> Any:
-    return _rows.entry(function, None, f"{function.__name__}_{dtype}_{wdtype}", hints)
+def _entry(function: Any, dtype: DType, wdtype: DType, hints: _rows.Hints = (), *, by_name: bool = False) -> Any:
+    """``function`` as a kernel; with ``by_name`` its annotations come from its parameters'
+    names (`_parameter_kinds`)."""
+    annotations = None
+    if by_name:
+        kinds = _parameter_kinds(dtype, wdtype)
+        annotations = {name: kinds[name] for name in inspect.signature(function).parameters}
+    return _rows.entry(function, annotations, f"{function.__name__}_{dtype}_{wdtype}", hints)
+
+
+def _parameter_kinds(dtype: DType, wdtype: DType) -> dict[str, Any]:
+    """What each parameter name means in the norm kernels: outputs are (BM, BN) tiles of
+    rows (the per-row statistics (BM, 1) in f32), inputs rows of x's dtype, per-column
+    vectors of the weight's, statistics f32."""
+    tile, stat_tile = Mut[Tensor[dtype, ["BM", "BN"]]], Mut[Tensor[f32, ["BM", 1]]]
+    rows, column, stats = Tensor[dtype, [-1, -1]], Tensor[wdtype, [-1]], Tensor[f32, [-1, -1]]
+    return {"z": tile, "s": tile, "dx": tile, "mean_out": stat_tile, "rstd_out": stat_tile,
+            "x": rows, "r": rows, "dy": rows, "w": column, "b": column, "mean": stats, "rstd": stats,
+            "eps": f32, "inv_n": f32, "n": i32, "chunks": i32, "BM": Constant[int], "BN": Constant[int]}
 
 
 _FACTORIES = (rms_norm_kernel, add_rms_norm_kernel, layer_norm_kernel, layer_norm_chunked_kernel,
@@ -402,7 +311,8 @@ class _Rows:
 
     def __init__(self, function: str, x: Any, name: str = "x") -> None:
         self.function = function
-        self.tensor = _rows.as_tensor(x, function, name)
+        self.operand = as_tensor(x, function, name)  # results are of its kind
+        self.tensor = self.operand.tensor
         self.reads: dict[str, cutile.Tensor] = {name: self.tensor}  # the inputs outputs may not overlap
         self.dtype = _rows.float_dtype(self.tensor, function, name)
         if self.tensor.ndim == 0:
@@ -412,7 +322,6 @@ class _Rows:
         self.rows = int(np.prod(self.shape[:-1], dtype=np.int64))
         if self.cols == 0 and self.rows:
             raise cutile.ArgumentError(f"{function}: {name} has rows of length 0 (its last dim)")
-        self.convert = _rows.converter(x, function)
         self.empty = self.rows == 0
 
     def view(self, tensor: cutile.Tensor, name: str, *, writable: bool = False) -> cutile.Tensor:
@@ -420,14 +329,14 @@ class _Rows:
 
     def like(self, value: Any, name: str) -> cutile.Tensor:
         """Another input of x's shape and dtype, as rows."""
-        tensor = _rows.as_tensor(value, self.function, name)
-        _rows.check_same(tensor, self.shape, self.dtype, self.function, name)
+        tensor = tensor_of(value, self.function, name)
+        check_same(tensor, self.shape, self.dtype, self.function, name)
         self.reads[name] = tensor
         return self.view(tensor, name)
 
     def stats(self, value: Any, name: str) -> cutile.Tensor:
         """A per-row f32 statistic (mean, rstd) given as input: any shape of ``rows`` elements."""
-        tensor = _rows.as_tensor(value, self.function, name)
+        tensor = tensor_of(value, self.function, name)
         self.reads[name] = tensor
         if tensor.dtype != f32 or tensor.size != self.rows:
             raise cutile.ArgumentError(f"{self.function}: {name} must be f32 with one value per row ({self.rows}), "
@@ -451,7 +360,7 @@ def _weight(call: _Rows, value: Any, name: str) -> cutile.Tensor:
 
 def _finish(call: _Rows, results: list[Output]) -> Any:
     def finish() -> Any:
-        made = tuple(result.result(call.convert) for result in results)
+        made = tuple(result.result() for result in results)
         return made[0] if len(made) == 1 else made
     return finish
 
@@ -472,7 +381,7 @@ def _plan_rms_norm(x: Any, weight: Any, eps: float = 1e-6, *, out: Any = None,
     call = _Rows("rms_norm", x)
     w = _weight(call, weight, "weight")
     eps = _rows.check_eps(eps, call.function)
-    result = _rows.output(out, call.shape, call.dtype, call.function, "out", call.reads)
+    result = output(out, call.shape, call.dtype, call.operand, call.function, "out", call.reads)
     if call.empty:
         return Plan(None, _finish(call, [result]))
     chosen = call.config(_TUNING["rms_norm"], config)
@@ -502,8 +411,8 @@ def _plan_add_rms_norm(x: Any, residual: Any, weight: Any, eps: float = 1e-6, *,
     w = _weight(call, weight, "weight")
     eps = _rows.check_eps(eps, call.function)
     given = _rows.outputs(out, 2, call.function, "sum, normed")
-    results = [_rows.output(given[0], call.shape, call.dtype, call.function, "out[0] (sum)", call.reads),
-               _rows.output(given[1], call.shape, call.dtype, call.function, "out[1] (normed)", call.reads)]
+    results = [output(given[0], call.shape, call.dtype, call.operand, call.function, "out[0] (sum)", call.reads),
+               output(given[1], call.shape, call.dtype, call.operand, call.function, "out[1] (normed)", call.reads)]
     if call.empty:
         return Plan(None, _finish(call, results))
     chosen = call.config(_TUNING["add_rms_norm"], config)
@@ -564,10 +473,10 @@ def _plan_layer_norm(x: Any, weight: Any, bias: Any, eps: float = 1e-5, *, retur
         raise cutile.ArgumentTypeError(f"layer_norm: bias has dtype {b.dtype} and weight {w.dtype}; they must agree")
     eps = _rows.check_eps(eps, call.function)
     given = _rows.outputs(out, 3, call.function, "y, mean, rstd") if return_stats else [out, None, None]
-    results = [_rows.output(given[0], call.shape, call.dtype, call.function, "out[0] (y)" if return_stats else "out",
-                            call.reads),
-               _rows.output(given[1], call.stats_shape, f32, call.function, "out[1] (mean)", call.reads),
-               _rows.output(given[2], call.stats_shape, f32, call.function, "out[2] (rstd)", call.reads)]
+    y_name = "out[0] (y)" if return_stats else "out"
+    results = [output(given[0], call.shape, call.dtype, call.operand, call.function, y_name, call.reads),
+               output(given[1], call.stats_shape, f32, call.operand, call.function, "out[1] (mean)", call.reads),
+               output(given[2], call.stats_shape, f32, call.operand, call.function, "out[2] (rstd)", call.reads)]
     finish = _finish(call, results if return_stats else results[:1])
     if call.empty:
         return Plan(None, finish)
@@ -624,9 +533,9 @@ def _plan_layer_norm_backward(dy: Any, x: Any, weight: Any, mean: Any, rstd: Any
     w = _weight(call, weight, "weight")
     m, r = call.stats(mean, "mean"), call.stats(rstd, "rstd")
     given = _rows.outputs(out, 3, call.function, "dx, dweight, dbias")
-    results = [_rows.output(given[0], call.shape, call.dtype, call.function, "out[0] (dx)", call.reads),
-               _rows.output(given[1], [call.cols], w.dtype, call.function, "out[1] (dweight)", call.reads),
-               _rows.output(given[2], [call.cols], w.dtype, call.function, "out[2] (dbias)", call.reads)]
+    results = [output(given[0], call.shape, call.dtype, call.operand, call.function, "out[0] (dx)", call.reads),
+               output(given[1], [call.cols], w.dtype, call.operand, call.function, "out[1] (dweight)", call.reads),
+               output(given[2], [call.cols], w.dtype, call.operand, call.function, "out[2] (dbias)", call.reads)]
     finish = _finish(call, results)
     if call.empty:
         return Plan(None, _zero_gradients(call, results, finish))
@@ -763,7 +672,7 @@ def layer_norm_backward_reference(dy: Any, x: Any, weight: Any, mean: Any, rstd:
     return dx, (dy * xhat).sum(axis=0), dy.sum(axis=0)
 
 
-_SOURCE = _rows.source_of(*_FACTORIES)
+_SOURCE = _rows.source_of(*_FACTORIES, _column_row, _merged_stats, _dx_terms)  # (helpers are kernel code)
 _TUNING = {
     "rms_norm": RowTuning("rms_norm", _SOURCE, _build_rms_norm),
     "add_rms_norm": RowTuning("add_rms_norm", _SOURCE, _build_add_rms_norm),

@@ -1,15 +1,28 @@
 """Operands of the library's functions: any tensor in, a result of the same kind out.
 
-A function takes cutile tensors or any DLPack / CUDA Array Interface tensor (torch,
-CuPy; numpy on the interpreter backend). `as_tensor` gives the cutile tensor sharing
-its memory (no copy) and remembers the kind, so `Operand.result` can hand back an
-output of that kind: a cutile tensor as it is, a numpy array over the same memory, or
-another library's tensor through its ``from_dlpack`` (sharing the memory too).
+The one argument layer of every function of the library (matmul, GEMV and split-K, the
+row kernels, the pointwise, gather and cache kernels):
+
+- A function takes cutile tensors or any DLPack / CUDA Array Interface tensor (torch,
+  CuPy; numpy on the interpreter backend). `as_tensor` gives the cutile tensor sharing
+  its memory (no copy) and remembers the kind, so `Operand.as_kind` can hand back a
+  result of that kind: a cutile tensor as it is, a numpy array over the same memory, or
+  another library's tensor through its ``from_dlpack`` (sharing the memory too).
+  `cutile_tensor` is for the lower-level functions that take cutile tensors only.
+- `output` checks an ``out=`` (shape, dtype, no byte shared with an input: `check_no_overlap`)
+  or makes a new tensor; `Output.result` is what the caller gets back.
+- `require_live` refuses a tensor consumed by ``partition()``; `dtype_named` parses dtypes.
+- `derived` keeps views made from a caller's cutile tensor while it lives.
+
+Errors name the function and the parameter: ``"{function}: {parameter} ..."``.
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
+import weakref
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,6 +77,36 @@ class Operand:
     kind: str
     original: Any
 
+    @classmethod
+    def of(cls, tensor: cutile.Tensor) -> "Operand":
+        """A cutile tensor the library made (a result's view) as an operand."""
+        return cls(tensor, "cutile", tensor)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(int(n) for n in self.tensor.shape)
+
+    @property
+    def dtype_name(self) -> str:
+        return str(self.tensor.dtype)
+
+    def as_kind(self, tensor: cutile.Tensor, function: str = "") -> Any:
+        """``tensor`` (a new result) as this operand's kind.
+
+        Raises:
+            InteropError: the producer's package has no ``from_dlpack`` (pass out=).
+        """
+        if self.kind == "cutile":
+            return tensor
+        if self.kind == "numpy":
+            return np.asarray(tensor)  # the shared host memory (bf16 through ml_dtypes)
+        library = sys.modules.get(self.kind) or importlib.import_module(self.kind)
+        from_dlpack = getattr(library, "from_dlpack", None)
+        if not callable(from_dlpack):
+            raise cutile.InteropError(f"{function}: cannot make a {type(self.original).__name__} result (its module "
+                                      "has no from_dlpack); pass out=")
+        return from_dlpack(tensor)
+
     def empty_like_kind(self, shape: tuple[int, ...], dtype: Any) -> tuple[cutile.Tensor, Any]:
         """A new tensor of ``shape`` and ``dtype`` for a result of this operand's kind:
         (the cutile tensor kernels write, the object handed back to the caller)."""
@@ -77,8 +120,7 @@ class Operand:
         """``handed`` (from `empty_like_kind`) as this operand's kind."""
         if self.kind in ("cutile", "numpy"):
             return handed
-        library = importlib.import_module(self.kind)
-        return library.from_dlpack(tensor)
+        return self.as_kind(tensor)
 
 
 def tensor_of(value: Any, function: str, parameter: str) -> cutile.Tensor:
@@ -114,22 +156,98 @@ def as_tensor(value: Any, function: str, parameter: str) -> Operand:
     return Operand(tensor, kind, value)
 
 
+def cutile_tensor(value: Any, function: str, parameter: str) -> cutile.Tensor:
+    """``value`` itself, for a function that takes cutile tensors only."""
+    if not isinstance(value, cutile.Tensor):
+        raise cutile.ArgumentTypeError(f"{function}: {parameter} must be a cutile.Tensor, got {type(value).__name__}")
+    return value
+
+
+def require_live(tensor: cutile.Tensor, function: str, parameter: str) -> None:
+    """An `OwnershipError` naming ``parameter`` when the tensor was consumed (``partition()``):
+    a kernel given a cached view of it (`derived`) would not see that."""
+    try:
+        tensor[...]
+    except cutile.OwnershipError as exc:
+        raise cutile.OwnershipError(f"{function}: {parameter}: {exc}") from None
+
+
+def check_same(tensor: cutile.Tensor, shape: Sequence[int], dtype: Any, function: str, parameter: str) -> None:
+    """``tensor`` has ``shape`` and ``dtype`` (an out=, or an input that must match another)."""
+    if tuple(tensor.shape) != tuple(shape):
+        raise cutile.ArgumentError(f"{function}: {parameter} has shape {list(tensor.shape)}; expected {list(shape)}")
+    if str(tensor.dtype) != str(dtype):
+        raise cutile.ArgumentTypeError(f"{function}: {parameter} has dtype {tensor.dtype}; expected {dtype}")
+
+
+@dataclass
+class Output:
+    """Where a kernel writes one result: the cutile tensor, and what the caller gets back."""
+
+    tensor: cutile.Tensor
+    #: the caller's ``out=`` object, or None: the result is made of ``like``'s kind
+    given: Any
+    like: Operand
+    function: str = ""
+
+    def result(self) -> Any:
+        return self.given if self.given is not None else self.like.as_kind(self.tensor, self.function)
+
+
+def output(given: Any, shape: Sequence[int], dtype: Any, like: Operand, function: str, parameter: str = "out",
+           reads: Mapping[str, cutile.Tensor | None] | None = None) -> Output:
+    """The caller's ``out=`` (checked: shape, dtype, no memory shared with ``reads``) or a new
+    tensor of ``shape`` and ``dtype``, its result of ``like``'s kind."""
+    shape = tuple(int(n) for n in shape)
+    if given is None:
+        return Output(api.empty(list(shape), dtype=dtype), None, like, function)
+    tensor = as_tensor(given, function, parameter).tensor
+    check_same(tensor, shape, dtype, function, parameter)
+    check_no_overlap(function, tensor, reads or {}, parameter)
+    return Output(tensor, given, like, function)
+
+
 def span(tensor: cutile.Tensor) -> tuple[str, int, int]:
     """The device and absolute [start, end) byte addresses ``tensor`` touches."""
-    start, end = tensor.byte_range()
+    start, end = tensor.byte_range()  # within its storage, whose first byte lies `offset` elements before
     base = tensor.address() - tensor.offset * tensor.dtype.itemsize
     return tensor.device, base + start, base + end
 
 
-def check_no_overlap(function: str, out: cutile.Tensor, others: dict[str, cutile.Tensor | None]) -> None:
-    """Raises `ArgumentError` naming ``out`` and the input whose memory it overlaps."""
-    device, start, end = span(out)
-    if start == end:
-        return
+def overlaps(x: cutile.Tensor, y: cutile.Tensor) -> bool:
+    """Whether ``x`` and ``y`` touch a common byte (their byte ranges intersect)."""
+    if not (x.size and y.size):
+        return False
+    (x_device, x0, x1), (y_device, y0, y1) = span(x), span(y)
+    return x_device == y_device and x0 < y1 and y0 < x1
+
+
+def check_no_overlap(function: str, out: cutile.Tensor, others: Mapping[str, cutile.Tensor | None],
+                     parameter: str = "out") -> None:
+    """Raises `ArgumentError` naming ``parameter`` and the input whose memory it overlaps:
+    the kernels read the inputs while they write the output (a race)."""
     for name, other in others.items():
-        if other is None:
-            continue
-        o_device, o_start, o_end = span(other)
-        if o_device == device and start < o_end and o_start < end:
-            raise cutile.ArgumentError(f"{function}: out overlaps the memory of {name}; the output must not "
+        if other is not None and overlaps(out, other):
+            raise cutile.ArgumentError(f"{function}: {parameter} overlaps the memory of {name}; the output must not "
                                        "share memory with an input (give another out= or none)")
+
+
+# Views and workspaces made from a caller's tensor, kept while it lives: a loop calling with the
+# same tensors then passes the same objects to the kernels, which keeps the launch fast path.
+_derived: "weakref.WeakKeyDictionary[cutile.Tensor, dict[Any, Any]]" = weakref.WeakKeyDictionary()
+
+
+def derived(tensor: cutile.Tensor, key: Any, make: Callable[[], Any]) -> Any:
+    """``make()``, made once per live ``tensor`` and ``key``.
+
+    Only for cutile tensors: the caller's own, or those the library made. A foreign tensor
+    (torch, CuPy) is imported by `as_tensor` on every call, so that its DLPack stream
+    handshake orders cutile's stream after the producer's work each call; its import is a
+    new object each time and must not be a key here (see `_matmul._LastCall`)."""
+    made = _derived.get(tensor)
+    if made is None:
+        made = _derived[tensor] = {}
+    value = made.get(key)
+    if value is None:
+        value = made[key] = make()
+    return value

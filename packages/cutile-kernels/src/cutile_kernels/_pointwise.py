@@ -1,11 +1,8 @@
-"""Argument and output handling shared by the pointwise, gather and cache kernels.
+"""What the pointwise, gather and cache kernels share: their checks, the call, the tuners.
 
-Each library function takes cutile tensors or any DLPack / CUDA Array Interface array
-(torch, CuPy; numpy on the interpreter), runs on cutile tensors sharing that memory,
-and gives its result back as the caller's kind: a cutile `Tensor` for cutile tensors,
-an array of the caller's library otherwise (its package's ``from_dlpack``; numpy gets
-a copy through ``to_numpy``, the one way numpy takes bf16). ``out=`` is checked
-(shape, dtype, writable kind) and written in place.
+Arguments and results go through `_operands` (any DLPack / CUDA Array Interface array
+in, the caller's kind out, ``out=`` checked and written in place); the checks here
+(dtype, rank, a view of another shape) take its `Operand`.
 
 `Pending` is what every function's ``.launch(...)`` form returns: the launch (or op)
 to run or time (``cutile.bench.do_bench(lambda: fn.launch(...).op)``) and how to make
@@ -15,10 +12,8 @@ the caller's result once it ran.
 from __future__ import annotations
 
 import functools
-import importlib
 import inspect
 import math
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,69 +22,33 @@ from typing import Any, Protocol, cast
 import numpy as np
 
 import cutile
-from cutile import api
+from cutile_kernels._operands import Operand
 
 #: the float dtypes the kernels compute on (in f32) and store back
 FLOAT_DTYPES = ("f16", "bf16", "f32")
 INT_DTYPES = ("i32", "i64")
 
 
-@dataclass(frozen=True)
-class Argument:
-    """A caller's array as a cutile tensor, and how to give results back in its kind."""
-
-    tensor: cutile.Tensor
-    #: "cutile", "numpy", or the top-level module name of another producer (torch, cupy)
-    kind: str
-    original: Any
-
-    @property
-    def dtype(self) -> str:
-        return str(self.tensor.dtype)
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return tuple(int(n) for n in self.tensor.shape)
-
-
-def as_argument(value: Any, function: str, name: str) -> Argument:
-    """``value`` as a tensor of the backend, or an error naming ``function``'s ``name``."""
-    if isinstance(value, cutile.Tensor):
-        return Argument(value, "cutile", value)
-    if isinstance(value, cutile.Partition):
-        raise cutile.ArgumentTypeError(f"{function}(): parameter '{name}' is a Partition; pass the tensor "
-                                       "(unpartition() gives it back)")
-    if not (hasattr(value, "__dlpack__") or hasattr(value, "__cuda_array_interface__")):
-        raise cutile.ArgumentTypeError(f"{function}(): parameter '{name}' must be a cutile Tensor or a DLPack / "
-                                       f"CUDA Array Interface array, got {type(value).__name__}")
-    try:
-        tensor = api.from_dlpack(value)
-    except cutile.CutileError as exc:
-        raise cutile.InteropError(f"{function}(): parameter '{name}' cannot be used here: {exc}") from exc
-    kind = "numpy" if isinstance(value, np.ndarray) else type(value).__module__.split(".")[0]
-    return Argument(tensor, kind, value)
-
-
-def check_dtype(argument: Argument, allowed: Sequence[str], function: str, name: str) -> None:
-    if argument.dtype not in allowed:
-        raise cutile.ArgumentTypeError(f"{function}(): parameter '{name}' has dtype {argument.dtype}; "
+def check_dtype(argument: Operand, allowed: Sequence[str], function: str, name: str) -> None:
+    if argument.dtype_name not in allowed:
+        raise cutile.ArgumentTypeError(f"{function}(): parameter '{name}' has dtype {argument.dtype_name}; "
                                        f"expected one of {', '.join(allowed)}")
 
 
-def check_same_dtype(a: Argument, b: Argument, function: str, name_a: str, name_b: str) -> None:
-    if a.dtype != b.dtype:
-        raise cutile.ArgumentTypeError(f"{function}(): parameters '{name_a}' ({a.dtype}) and '{name_b}' "
-                                       f"({b.dtype}) must have the same dtype")
+def check_same_dtype(a: Operand, b: Operand, function: str, name_a: str, name_b: str) -> None:
+    if a.dtype_name != b.dtype_name:
+        raise cutile.ArgumentTypeError(f"{function}(): parameters '{name_a}' ({a.dtype_name}) and '{name_b}' "
+                                       f"({b.dtype_name}) must have the same dtype")
 
 
-def check_rank(argument: Argument, ranks: Sequence[int], function: str, name: str) -> None:
+def check_rank(argument: Operand, ranks: Sequence[int], function: str, name: str) -> None:
     if len(argument.shape) not in ranks:
         allowed = " or ".join(str(r) for r in ranks)
         raise cutile.ArgumentError(f"{function}(): parameter '{name}' must have {allowed} dimensions, got shape "
                                    f"{list(argument.shape)}")
 
 
-def reshaped(argument: Argument, shape: Sequence[int], function: str, name: str) -> cutile.Tensor:
+def reshaped(argument: Operand, shape: Sequence[int], function: str, name: str) -> cutile.Tensor:
     """A new view of the tensor with ``shape``: partitioning it (for a write) consumes
     the view, never the caller's tensor."""
     tensor = argument.tensor
@@ -100,73 +59,6 @@ def reshaped(argument: Argument, shape: Sequence[int], function: str, name: str)
                                    f"contiguous to be viewed as {list(shape)} (its strides are "
                                    f"{list(tensor.strides)})")
     return tensor.reshape(*shape)
-
-
-@dataclass
-class Output:
-    """Where a kernel writes one result: a cutile tensor, and the caller's view of it."""
-
-    tensor: cutile.Tensor
-    #: the caller's ``out=`` array, or None: a new array of the inputs' kind is made
-    given: Any
-    like: Argument
-
-    def result(self) -> Any:
-        if self.given is not None:
-            return self.given
-        return export(self.tensor, self.like)
-
-
-def export(tensor: cutile.Tensor, like: Argument) -> Any:
-    """``tensor`` as an array of ``like``'s kind."""
-    if like.kind == "cutile":
-        return tensor
-    if like.kind == "numpy":
-        return tensor.to_numpy()
-    module = sys.modules.get(like.kind) or importlib.import_module(like.kind)
-    from_dlpack: Callable[[Any], Any] | None = getattr(module, "from_dlpack", None)
-    if from_dlpack is None:  # a producer whose package has no from_dlpack: the cutile tensor
-        return tensor
-    return from_dlpack(tensor)
-
-
-def output(out: Any, shape: Sequence[int], dtype: Any, like: Argument, function: str,
-           name: str = "out") -> Output:
-    """The tensor a kernel writes: ``out`` checked, or a new one of ``shape`` and ``dtype``."""
-    shape = tuple(int(n) for n in shape)
-    if out is None:
-        return Output(api.empty(list(shape), dtype=dtype), None, like)
-    given = as_argument(out, function, name)
-    if given.shape != shape:
-        raise cutile.ArgumentError(f"{function}(): parameter '{name}' has shape {list(given.shape)}; expected "
-                                   f"{list(shape)}")
-    if given.dtype != str(dtype):
-        raise cutile.ArgumentTypeError(f"{function}(): parameter '{name}' has dtype {given.dtype}; expected "
-                                       f"{dtype}")
-    return Output(given.tensor, out, like)
-
-
-def check_no_overlap(out: Output, inputs: Sequence[tuple[Argument, str]], function: str, name: str) -> None:
-    """An ``out=`` sharing memory with an input would be read while written (a race)."""
-    if out.given is None:
-        return
-    low, high = _span(out.tensor)
-    for argument, input_name in inputs:
-        a, b = _span(argument.tensor)
-        if a < high and low < b and str(out.tensor.device) == str(argument.tensor.device):
-            raise cutile.ArgumentError(f"{function}(): parameter '{name}' overlaps the memory of parameter "
-                                       f"'{input_name}'; pass a separate array (or use the in-place form where "
-                                       "the function has one)")
-
-
-def _span(tensor: cutile.Tensor) -> tuple[int, int]:
-    """The [start, end) addresses a view touches (strides are never negative)."""
-    if tensor.size == 0:
-        return (0, 0)
-    itemsize = tensor.nbytes // tensor.size
-    start = int(tensor.address())
-    last = sum((int(n) - 1) * int(s) for n, s in zip(tensor.shape, tensor.strides))
-    return start, start + (last + 1) * itemsize
 
 
 def next_pow2(n: int) -> int:

@@ -26,6 +26,7 @@ from cutile import tune
 from cutile.core import Constant, Mut, Tensor, arange, bid, cat, cos, exp, extract, f32, sin
 
 from cutile_kernels import _pointwise as pw
+from cutile_kernels._operands import Operand, as_tensor, output
 
 STYLES = ("neox", "gptj")
 SPACE = tune.Space(block_elems=[2048, 4096, 8192, 16384], occupancy=[1, 2, 4])
@@ -58,46 +59,40 @@ def _angles(positions: Any, freq_scale: Any, BT: int, D: int, NEOX: bool) -> tup
     return cos(angle).reshape(shape), sin(angle).reshape(shape)
 
 
+def _store_rotated(out: Any, x: Any, cos_t: Any, sin_t: Any, BT: int, H: int, D: int, NEOX: bool) -> None:
+    """``x`` (BT, H, D, f32) rotated and stored into ``out`` as its dtype (q's store
+    before k's rotation, as the kernels order them)."""
+    out.store(_rotated(x, cos_t, sin_t, BT, H, D, NEOX).astype(out.dtype))
+
+
 @functools.lru_cache(maxsize=None)
 def rope_kernel(dtype: Any, pos_dtype: Any, neox: bool, inplace: bool, occupancy: int) -> Any:
     """The RoPE kernel for one dtype, positions dtype, style and form."""
     hints = {"occupancy": occupancy}
-    rotated, angles = cutile.function(_rotated), cutile.function(_angles)
+    store_rotated, angles = cutile.function(_store_rotated), cutile.function(_angles)
+    # the parameters both forms take after their tensors
+    shared = {"positions": Tensor[pos_dtype, [-1]], "freq_scale": f32, "BT": Constant[int], "HQ": Constant[int],
+              "HK": Constant[int], "D": Constant[int], "NEOX": Constant[bool], "return": None}
     if inplace:
-        def rope_inplace(
-                q: Mut[Tensor[dtype, ["BT", "HQ", "D"]]],  # type: ignore[misc]
-                k: Mut[Tensor[dtype, ["BT", "HK", "D"]]],  # type: ignore[misc]
-                positions: Tensor[pos_dtype, [-1]],  # type: ignore[misc]
-                freq_scale: f32,
-                BT: Constant[int],
-                HQ: Constant[int],
-                HK: Constant[int],
-                D: Constant[int],
-                NEOX: Constant[bool],
-        ) -> None:
+        def rope_inplace(q: Any, k: Any, positions: Any, freq_scale: Any, BT: Any, HQ: Any, HK: Any, D: Any,
+                         NEOX: Any) -> None:
             cos_t, sin_t = angles(positions, freq_scale, BT, D, NEOX)
-            q.store(rotated(q.load().astype(f32), cos_t, sin_t, BT, HQ, D, NEOX).astype(q.dtype))
-            k.store(rotated(k.load().astype(f32), cos_t, sin_t, BT, HK, D, NEOX).astype(k.dtype))
+            store_rotated(q, q.load().astype(f32), cos_t, sin_t, BT, HQ, D, NEOX)
+            store_rotated(k, k.load().astype(f32), cos_t, sin_t, BT, HK, D, NEOX)
+        rope_inplace.__annotations__ = {"q": Mut[Tensor[dtype, ["BT", "HQ", "D"]]],
+                                        "k": Mut[Tensor[dtype, ["BT", "HK", "D"]]], **shared}
         return cutile.entry(hints=hints)(rope_inplace)
 
-    def rope(
-            q_out: Mut[Tensor[dtype, ["BT", "HQ", "D"]]],  # type: ignore[misc]
-            k_out: Mut[Tensor[dtype, ["BT", "HK", "D"]]],  # type: ignore[misc]
-            q: Tensor[dtype, [-1, -1, "D"]],  # type: ignore[misc]
-            k: Tensor[dtype, [-1, -1, "D"]],  # type: ignore[misc]
-            positions: Tensor[pos_dtype, [-1]],  # type: ignore[misc]
-            freq_scale: f32,
-            BT: Constant[int],
-            HQ: Constant[int],
-            HK: Constant[int],
-            D: Constant[int],
-            NEOX: Constant[bool],
-    ) -> None:
+    def rope(q_out: Any, k_out: Any, q: Any, k: Any, positions: Any, freq_scale: Any, BT: Any, HQ: Any, HK: Any,
+             D: Any, NEOX: Any) -> None:
         cos_t, sin_t = angles(positions, freq_scale, BT, D, NEOX)
         tq = q.load(index=(bid(0), 0, 0), shape=(BT, HQ, D)).astype(f32)
         tk = k.load(index=(bid(0), 0, 0), shape=(BT, HK, D)).astype(f32)
-        q_out.store(rotated(tq, cos_t, sin_t, BT, HQ, D, NEOX).astype(q_out.dtype))
-        k_out.store(rotated(tk, cos_t, sin_t, BT, HK, D, NEOX).astype(k_out.dtype))
+        store_rotated(q_out, tq, cos_t, sin_t, BT, HQ, D, NEOX)
+        store_rotated(k_out, tk, cos_t, sin_t, BT, HK, D, NEOX)
+    rope.__annotations__ = {"q_out": Mut[Tensor[dtype, ["BT", "HQ", "D"]]],
+                            "k_out": Mut[Tensor[dtype, ["BT", "HK", "D"]]],
+                            "q": Tensor[dtype, [-1, -1, "D"]], "k": Tensor[dtype, [-1, -1, "D"]], **shared}
     return cutile.entry(hints=hints)(rope)
 
 
@@ -118,7 +113,8 @@ def _setup(config: dict[str, Any], shape: tuple[int, ...]) -> Any:
     return lambda: rope.launch(q, k, positions, config=config).op
 
 
-TUNER = pw.tuner("rope", SPACE, DEFAULT, _setup, inspect.getsource(_rotated) + inspect.getsource(rope_kernel))
+TUNER = pw.tuner("rope", SPACE, DEFAULT, _setup, inspect.getsource(_rotated) + inspect.getsource(_angles) + inspect.getsource(_store_rotated)
+                   + inspect.getsource(rope_kernel))
 
 
 def _rope_launch(q: Any, k: Any, positions: Any, theta: float = 10000.0, *, style: str = "neox",
@@ -145,8 +141,8 @@ def _rope_launch(q: Any, k: Any, positions: Any, theta: float = 10000.0, *, styl
         raise cutile.ArgumentError(f"{fn}(): parameter 'theta' must be a finite number above 1, got {theta!r}")
     if inplace and (out_q is not None or out_k is not None):
         raise cutile.ArgumentError(f"{fn}(): 'inplace=True' writes q and k themselves; do not pass out_q / out_k")
-    qa, ka = pw.as_argument(q, fn, "q"), pw.as_argument(k, fn, "k")
-    pa = pw.as_argument(positions, fn, "positions")
+    qa, ka = as_tensor(q, fn, "q"), as_tensor(k, fn, "k")
+    pa = as_tensor(positions, fn, "positions")
     pw.check_dtype(qa, pw.FLOAT_DTYPES, fn, "q")
     pw.check_same_dtype(qa, ka, fn, "q", "k")
     pw.check_dtype(pa, pw.INT_DTYPES, fn, "positions")
@@ -178,12 +174,10 @@ def _rope_launch(q: Any, k: Any, positions: Any, theta: float = 10000.0, *, styl
     if inplace:
         launch = kernel(q3.partition(tile_q), k3.partition(tile_k), p1, freq_scale, NEOX=neox)
         return pw.Pending(launch, lambda: (q, k))
-    oq = pw.output(out_q, qa.shape, qa.tensor.dtype, qa, fn, "out_q")
-    ok = pw.output(out_k, ka.shape, ka.tensor.dtype, ka, fn, "out_k")
-    pw.check_no_overlap(oq, [(qa, "q"), (ka, "k")], fn, "out_q")
-    pw.check_no_overlap(ok, [(qa, "q"), (ka, "k"), (pw.Argument(oq.tensor, "cutile", None), "out_q")], fn, "out_k")
-    q_out = pw.reshaped(pw.Argument(oq.tensor, "cutile", None), (tokens, heads_q, head_dim), fn, "out_q")
-    k_out = pw.reshaped(pw.Argument(ok.tensor, "cutile", None), (tokens, heads_k, head_dim), fn, "out_k")
+    oq = output(out_q, qa.shape, qa.tensor.dtype, qa, fn, "out_q", {"q": qa.tensor, "k": ka.tensor})
+    ok = output(out_k, ka.shape, ka.tensor.dtype, ka, fn, "out_k", {"q": qa.tensor, "k": ka.tensor, "out_q": oq.tensor})
+    q_out = pw.reshaped(Operand.of(oq.tensor), (tokens, heads_q, head_dim), fn, "out_q")
+    k_out = pw.reshaped(Operand.of(ok.tensor), (tokens, heads_k, head_dim), fn, "out_k")
     launch = kernel(q_out.partition(tile_q), k_out.partition(tile_k), q3, k3, p1, freq_scale, NEOX=neox)
     return pw.Pending(launch, lambda: (oq.result(), ok.result()))
 

@@ -1,7 +1,7 @@
 """What the row kernels (softmax, the norms) share: arguments, outputs, configs, the call.
 
 - Arguments are cutile tensors or any DLPack / CUDA Array Interface tensor (torch, CuPy;
-  numpy on the interpreter), shared without a copy; a row kernel sees them as
+  numpy on the interpreter), shared without a copy (`_operands`); a row kernel sees them as
   ``(rows, cols)``, rows being the product of the leading dims. An input whose leading
   dims cannot be viewed so (not contiguous) is copied first; an ``out=`` must be viewable.
 - Results are of the first input's kind (a torch tensor for torch inputs), or the
@@ -31,6 +31,7 @@ import numpy as np
 import cutile
 from cutile import api, tune
 from cutile.core import Constant, DType, Mut, Tensor, bf16, f16, f32, full
+from cutile_kernels._operands import tensor_of
 
 FLOAT_DTYPES = (f16, bf16, f32)
 
@@ -52,18 +53,6 @@ def next_pow2(n: int) -> int:
 
 
 # -- arguments ----------------------------------------------------------------------------
-
-def as_tensor(value: Any, function: str, name: str) -> cutile.Tensor:
-    """``value`` as a cutile tensor sharing its memory (a cutile tensor is itself)."""
-    if isinstance(value, cutile.Tensor):
-        return value
-    if isinstance(value, cutile.Partition):
-        raise cutile.ArgumentTypeError(f"{function}: {name} is a partition; pass the tensor (unpartition() it)")
-    try:
-        return api.from_dlpack(value)
-    except cutile.CutileError as exc:
-        raise cutile.InteropError(f"{function}: {name}: {exc}") from None
-
 
 def float_dtype(tensor: cutile.Tensor, function: str, name: str) -> DType:
     if tensor.dtype not in FLOAT_DTYPES:
@@ -102,19 +91,12 @@ def _copy_1d(tensor: cutile.Tensor, writable: bool, function: str, name: str) ->
 
 def vector(value: Any, cols: int, function: str, name: str) -> cutile.Tensor:
     """A per-column parameter (weight, bias): a float tensor of shape ``(cols,)``."""
-    tensor = as_tensor(value, function, name)
+    tensor = tensor_of(value, function, name)
     float_dtype(tensor, function, name)
     if tuple(tensor.shape) != (cols,):
         raise cutile.ArgumentError(f"{function}: {name} has shape {list(tensor.shape)}; expected [{cols}] "
                                    "(one value per element of the normalized dim)")
     return tensor
-
-
-def check_same(tensor: cutile.Tensor, shape: Sequence[int], dtype: DType, function: str, name: str) -> None:
-    if tuple(tensor.shape) != tuple(shape):
-        raise cutile.ArgumentError(f"{function}: {name} has shape {list(tensor.shape)}; expected {list(shape)}")
-    if tensor.dtype != dtype:
-        raise cutile.ArgumentTypeError(f"{function}: {name} has dtype {tensor.dtype}; expected {dtype}")
 
 
 def check_eps(eps: Any, function: str) -> float:
@@ -124,58 +106,6 @@ def check_eps(eps: Any, function: str) -> float:
 
 
 # -- outputs --------------------------------------------------------------------------------
-
-def converter(like: Any, function: str) -> Callable[[cutile.Tensor], Any]:
-    """How a new cutile tensor becomes a result of ``like``'s kind."""
-    if isinstance(like, cutile.Tensor):
-        return lambda tensor: tensor
-    if isinstance(like, np.ndarray):
-        return lambda tensor: np.asarray(tensor, copy=False)  # the shared host memory (bf16 through ml_dtypes)
-    library = sys.modules.get(type(like).__module__.split(".", 1)[0])
-    from_dlpack = getattr(library, "from_dlpack", None)
-    if not callable(from_dlpack):
-        raise cutile.InteropError(f"{function}: cannot make a {type(like).__name__} result (its module has no "
-                                  "from_dlpack); pass out=")
-    return lambda tensor: from_dlpack(tensor)
-
-
-@dataclass
-class Output:
-    """One result: the cutile tensor the kernel writes and what the caller gets back."""
-
-    tensor: cutile.Tensor
-    given: Any  # the caller's out= object, or None (the result is made from `tensor`)
-
-    def result(self, convert: Callable[[cutile.Tensor], Any]) -> Any:
-        return self.given if self.given is not None else convert(self.tensor)
-
-
-def output(given: Any, shape: Sequence[int], dtype: DType, function: str, name: str,
-           reads: Mapping[str, cutile.Tensor] | None = None) -> Output:
-    """The caller's ``out`` (checked: shape, dtype, no memory shared with ``reads``) or a new tensor."""
-    if given is None:
-        return Output(api.empty(list(shape), dtype), None)
-    tensor = as_tensor(given, function, name)
-    check_same(tensor, shape, dtype, function, name)
-    check_distinct(tensor, reads or {}, function, name)
-    return Output(tensor, given)
-
-
-def _span(tensor: cutile.Tensor) -> tuple[str, int, int]:
-    start, end = tensor.byte_range()  # within its storage, whose first byte lies `offset` elements before
-    base = tensor.address() - tensor.offset * tensor.dtype.itemsize
-    return tensor.device, base + start, base + end
-
-
-def check_distinct(written: cutile.Tensor, reads: Mapping[str, cutile.Tensor], function: str, name: str) -> None:
-    """An output may not share memory with an input (the kernels read one while writing the other)."""
-    device, start, end = _span(written)
-    for read_name, read in reads.items():
-        other_device, other_start, other_end = _span(read)
-        if device == other_device and start < other_end and other_start < end and written.size and read.size:
-            raise cutile.ArgumentError(f"{function}: {name} shares memory with {read_name}; the kernel reads "
-                                       f"{read_name} while it writes {name}: pass a distinct tensor")
-
 
 def outputs(given: Any, count: int, function: str, names: str) -> list[Any]:
     """``out=`` of a function with ``count`` results: None or a tuple of that many (each may be None)."""

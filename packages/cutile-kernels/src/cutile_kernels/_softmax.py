@@ -24,6 +24,7 @@ from cutile.core import (
     Constant, DType, Mut, Tensor, bid, exp2, f32, full, log2, max, maximum, sum, zeros,
 )
 from cutile_kernels import _rows
+from cutile_kernels._operands import as_tensor, output
 from cutile_kernels._rows import Plan, RowConfig, RowTuning
 
 LOG2E = 1.4426950408889634
@@ -97,7 +98,8 @@ def _launch(out2d: cutile.Tensor, x2d: cutile.Tensor, log: bool, config: RowConf
 
 
 def _plan(function: str, x: Any, dim: Any, out: Any, log: bool, config: Mapping[str, int | str] | None) -> Plan:
-    source = _rows.as_tensor(x, function, "x")
+    operand = as_tensor(x, function, "x")  # the result is of its kind
+    source = operand.tensor
     dtype = _rows.float_dtype(source, function, "x")
     ndim = source.ndim
     if ndim == 0:
@@ -108,21 +110,18 @@ def _plan(function: str, x: Any, dim: Any, out: Any, log: bool, config: Mapping[
     order = [a for a in range(ndim) if a != axis] + [axis]  # the softmax dim last
     inverse = [order.index(a) for a in range(ndim)]
     moved = source if axis == ndim - 1 else source.permute(order)
-    convert = _rows.converter(x, function)
     if out is None:
         result = api.empty(list(moved.shape), dtype)
         given = None
     else:
-        given_tensor = _rows.as_tensor(out, function, "out")
-        _rows.check_same(given_tensor, source.shape, dtype, function, "out")
-        _rows.check_distinct(given_tensor, {"x": source}, function, "out")
+        given_tensor = output(out, source.shape, dtype, operand, function, "out", {"x": source}).tensor
         result = given_tensor if axis == ndim - 1 else given_tensor.permute(order)
         given = out
 
     def finish() -> Any:
         if given is not None:
             return given
-        return convert(result if axis == ndim - 1 else result.permute(inverse))
+        return operand.as_kind(result if axis == ndim - 1 else result.permute(inverse), function)
 
     if source.size == 0:
         if moved.shape[-1] == 0 and source.size == 0 and all(moved.shape[:-1]):

@@ -25,7 +25,6 @@ rounded once to out's dtype.
 
 import functools
 import math
-import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +51,7 @@ from cutile.core import (
     zeros,
 )
 from cutile.tune import Space
+from cutile_kernels._operands import check_no_overlap, cutile_tensor, derived, require_live
 
 __all__ = ["ACTIVATIONS", "Operands", "check_operands", "default_config", "prune_for", "space", "split_k_matmul"]
 
@@ -83,64 +83,21 @@ class Operands:
     alpha: float
 
 
-def _tensor(value: Any, function: str, name: str) -> cutile.Tensor:
-    if not isinstance(value, cutile.Tensor):
-        raise cutile.ArgumentTypeError(f"{function}: {name} must be a cutile.Tensor, got {type(value).__name__}")
-    return value
-
-
-def _require_live(tensor: cutile.Tensor, function: str, name: str) -> None:
-    """An `OwnershipError` naming ``name`` when the object was consumed (``partition()``):
-    the kernels get cached views of b and out, which would not see it."""
-    try:
-        tensor[...]
-    except cutile.OwnershipError as exc:
-        raise cutile.OwnershipError(f"{function}: {name}: {exc}") from None
-
-
 def _float_dtype(tensor: cutile.Tensor, function: str, name: str) -> None:
     if tensor.dtype not in FLOAT_DTYPES:
         raise cutile.ArgumentTypeError(f"{function}: {name} has dtype {tensor.dtype}; expected f16, bf16 or f32")
-
-
-def _span(t: cutile.Tensor) -> tuple[int, int]:
-    """The absolute address range t's elements lie in."""
-    start, end = t.byte_range()
-    base = t.address() - t.offset * t.dtype.itemsize
-    return base + start, base + end
-
-
-def _overlap(x: cutile.Tensor, y: cutile.Tensor) -> bool:
-    (x0, x1), (y0, y1) = _span(x), _span(y)
-    return x.device == y.device and x0 < y1 and y0 < x1
-
-
-# Views and workspaces made from a caller's tensor, kept while it lives: a loop calling with the
-# same tensors then passes the same objects to the kernels, which keeps the launch fast path.
-_derived: "weakref.WeakKeyDictionary[cutile.Tensor, dict[Any, Any]]" = weakref.WeakKeyDictionary()
-
-
-def derived(tensor: cutile.Tensor, key: Any, make: Callable[[], Any]) -> Any:
-    """``make()``, made once per live ``tensor`` and ``key``."""
-    made = _derived.get(tensor)
-    if made is None:
-        made = _derived[tensor] = {}
-    value = made.get(key)
-    if value is None:
-        value = made[key] = make()
-    return value
 
 
 def check_operands(function: str, a: Any, b: Any, out: Any, bias: Any, activation: Any, residual: Any,
                    alpha: Any) -> Operands:
     """The arguments of ``function`` checked (an `ArgumentError` or `ArgumentTypeError`
     naming the parameter), with the weight view the kernels read."""
-    a = _tensor(a, function, "a")
-    b = _tensor(b, function, "b")
-    out = _tensor(out, function, "out")
+    a = cutile_tensor(a, function, "a")
+    b = cutile_tensor(b, function, "b")
+    out = cutile_tensor(out, function, "out")
     for name, t in (("a", a), ("b", b), ("out", out)):
         if t is not a:  # (a goes to the kernels itself: the launch checks it)
-            _require_live(t, function, name)
+            require_live(t, function, name)
         if t.ndim != 2:
             raise cutile.ArgumentError(f"{function}: {name} must be 2-D, got shape {list(t.shape)}")
         _float_dtype(t, function, name)
@@ -158,19 +115,16 @@ def check_operands(function: str, a: Any, b: Any, out: Any, bias: Any, activatio
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha):
         raise cutile.ArgumentError(f"{function}: alpha must be a finite number, got {alpha!r}")
     if bias is not None:
-        bias = _tensor(bias, function, "bias")
+        bias = cutile_tensor(bias, function, "bias")
         _float_dtype(bias, function, "bias")
         if bias.shape != (n,):
             raise cutile.ArgumentError(f"{function}: bias must have shape {[n]}, got {list(bias.shape)}")
     if residual is not None:
-        residual = _tensor(residual, function, "residual")
+        residual = cutile_tensor(residual, function, "residual")
         _float_dtype(residual, function, "residual")
         if residual.shape != (m, n):
             raise cutile.ArgumentError(f"{function}: residual must have shape {[m, n]}, got {list(residual.shape)}")
-    for name, t in (("a", a), ("b", b), ("bias", bias), ("residual", residual)):
-        if t is not None and _overlap(t, out):
-            raise cutile.ArgumentError(f"{function}: {name} and out share memory; out is written, so pass distinct "
-                                       "tensors")
+    check_no_overlap(function, out, {"a": a, "b": b, "bias": bias, "residual": residual})
     # Stride 1 along K: b is the transposed view of an [N, K] matrix; read that.
     weight_nk = b.strides[0] == 1 and b.strides[1] != 1
     return Operands(m, n, k, a, derived(b, "T", lambda: b.T) if weight_nk else b, weight_nk, out,
