@@ -526,3 +526,17 @@ def test_torch_tensors_in_give_torch_tensors_out() -> None:
     assert kv_cache_update(cache, new, torch.tensor([10, 11, 12], device="cuda")) is cache
     torch.cuda.synchronize()
     assert torch.equal(cache[:, 10:13], new) and cache[:, :10].abs().sum() == 0 and cache[:, 13:].abs().sum() == 0
+
+
+def test_pending_work_of_two_launches_is_cancelled_or_run_whole() -> None:
+    x = api.from_numpy(np.random.default_rng(3).standard_normal((4, 300)).astype(np.float32))
+    out = api.empty([4], dtype="i64")
+    pending = argmax.launch(x, out=out)
+    pending.cancel()  # the first launch dropped: its tensors are free again
+    pending = argmax.launch(x, out=out)
+    op = pending.op  # the chain made: from now on it runs whole or not at all
+    with pytest.raises(cutile.OwnershipError, match="cannot be cancelled"):
+        pending.cancel()
+    assert pending.op is op
+    pending.run()
+    np.testing.assert_array_equal(out.to_numpy(), np.argmax(x.to_numpy(), axis=-1))

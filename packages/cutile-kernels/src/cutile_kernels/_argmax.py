@@ -164,9 +164,8 @@ def _argmax_launch(x: Any, dim: int = -1, keepdim: bool = False, *, out: Any = N
     rows_tile = min(pw.next_pow2(rows), max(1, 4096 // pw.next_pow2(chunks)))
     first = chunk_kernel(values.permute(0, 1).partition([bm, 1]), indices.permute(0, 1).partition([bm, 1]), x2,
                          BN=bn, SUB=sub)
-    op = first.then(lambda _: row_kernel(flat_out.partition([rows_tile]), values, indices,
-                                         CP=pw.next_pow2(chunks)))
-    return pw.Pending(op, result.result)
+    return pw.Pending(first, result.result, then=lambda _: row_kernel(flat_out.partition([rows_tile]), values,
+                                                                     indices, CP=pw.next_pow2(chunks)))
 
 
 argmax = pw.library_function(_argmax_launch)

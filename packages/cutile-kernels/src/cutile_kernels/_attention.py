@@ -57,6 +57,8 @@ from cutile.core import (
     mma, sum, where, zeros,
 )
 
+from cutile_kernels._pointwise import Pending
+
 LOG2E = 1.4426950408889634
 HEAD_DIMS = (64, 128)
 
@@ -344,26 +346,6 @@ def _next_pow2(n: int) -> int:
 def _tile_rows(block_m: int, rows: int) -> int:
     """The query tile: ``block_m``, smaller for short sequences (16 at least, mma's)."""
     return builtins.min(block_m, builtins.max(16, _next_pow2(rows)))
-
-
-@dataclass
-class Pending:
-    """The attention's launch, not yet run (``op``: what `cutile.bench.do_bench` times),
-    and how to make the caller's result once it ran."""
-
-    launch: Any
-    finish: Callable[[], Any]
-
-    @property
-    def op(self) -> Any:
-        return self.launch
-
-    def run(self) -> Any:
-        self.launch.sync()
-        return self.finish()
-
-    def cancel(self) -> None:
-        self.launch.cancel()
 
 
 def _prepare(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None = None, out: Any = None,

@@ -50,6 +50,7 @@ from cutile.core import Constant, Mut, Tensor, arange, bid, cdiv, exp2, f32, ful
     zeros
 
 from cutile_kernels._operands import as_tensor
+from cutile_kernels._pointwise import Pending
 
 #: splits 0: chosen from the batch and context (see the module doc); waves: blocks per SM wanted
 #: latency: the K and V loads' hint (0: none); tile_n below 64 leaves the tensor cores unused
@@ -211,33 +212,6 @@ def _setup(config: dict[str, Any], shape: tuple[int, ...]) -> Callable[[], Any]:
 TUNER = _Tuner()
 
 
-class Pending:
-    """The work of one call, not yet run: the split launch and the merge to follow it.
-    ``op`` (the split kernel with the merge as its continuation) is what to run or time
-    (``cutile.bench.do_bench(lambda: f.launch(...).op)``); ``run()`` runs it and gives
-    the result; ``cancel()`` drops the work before ``op`` was taken (the split launch
-    gives its tensors back; an op is no longer cancellable)."""
-
-    def __init__(self, first: Any, merge: Callable[[Any], Any], result: Any) -> None:
-        self._first, self._merge, self.result = first, merge, result
-        self._op: Any = None
-
-    @property
-    def op(self) -> Any:
-        if self._op is None:
-            self._op = self._first.then(self._merge)
-        return self._op
-
-    def run(self) -> Any:
-        self.op.sync()
-        return self.result
-
-    def cancel(self) -> None:
-        if self._op is not None:
-            raise cutile.OwnershipError("decode_attention: this work's op was taken; it can no longer be cancelled")
-        self._first.cancel()
-
-
 def _fail(parameter: str, message: str, kind: type[cutile.CutileError] = cutile.ArgumentError) -> cutile.CutileError:
     return kind(f"decode_attention(): parameter '{parameter}' {message}")
 
@@ -339,8 +313,9 @@ def _decode_attention_launch(q: Any, k_cache: Any, v_cache: Any, seq_lens: Any, 
                          qa, ka, va, la, float(scale) * _LOG2E, split.tiles_per_split,
                          KV_HEADS=kv_heads, GROUP=group, BN=split.tile_n)
     target = oa.permute(0, 1, 2)
-    return Pending(first, lambda _: merge_kernel(target.partition([1, 1, head_dim]), part_acc, part_max, part_sum,
-                                                  KV_HEADS=kv_heads, GROUP=group, SP=next_pow2(split.splits)), out)
+    return Pending(first, lambda: out, then=lambda _: merge_kernel(
+        target.partition([1, 1, head_dim]), part_acc, part_max, part_sum, KV_HEADS=kv_heads, GROUP=group,
+        SP=next_pow2(split.splits)))
 
 
 def _decode_attention(q: Any, k_cache: Any, v_cache: Any, seq_lens: Any, *, scale: float | None = None,

@@ -73,22 +73,33 @@ def positive_int(value: Any, function: str, name: str) -> int:
 
 @dataclass
 class Pending:
-    """A function's work, not yet run: ``launch`` (a cutile Launch, or an op chaining
-    several) and ``finish``, which makes the caller's result once it ran."""
+    """A function's work, not yet run: ``launch`` (a cutile Launch), ``then`` (the rest of
+    the work after it, as `cuda_async.DeviceOp.then` takes it, or None) and ``finish``,
+    which makes the caller's result once it ran. The op chaining them is made when first
+    asked for, so until then the work can still be cancelled."""
 
     launch: Any
     finish: Callable[[], Any]
+    then: Callable[[Any], Any] | None = None
+    _op: Any = None
 
     @property
     def op(self) -> Any:
         """What `cutile.bench.do_bench` takes to time the work on the device alone."""
-        return self.launch
+        if self.then is None:
+            return self.launch
+        if self._op is None:
+            self._op = self.launch.then(self.then)
+        return self._op
 
     def run(self) -> Any:
-        self.launch.sync()
+        self.op.sync()
         return self.finish()
 
     def cancel(self) -> None:
+        """Drops the work unrun, giving its tensors back (refused once its op is made)."""
+        if self._op is not None:
+            raise cutile.OwnershipError("the work is part of an op (its .op was taken); it cannot be cancelled")
         self.launch.cancel()
 
 
