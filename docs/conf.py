@@ -9,7 +9,6 @@ build runs with warnings as errors.
 from __future__ import annotations
 
 import inspect
-from typing import Any
 
 from docutils.nodes import Node
 from sphinx.application import Sphinx

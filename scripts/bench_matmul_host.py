@@ -20,7 +20,6 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
 
 os.environ.setdefault("CUTILE_BACKEND", "gpu")
 os.environ.setdefault("CUDA_CORE_NATIVE", "1")

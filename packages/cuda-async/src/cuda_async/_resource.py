@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Hashable
-from typing import Any
 import cuda_core
 
 from cuda_async import _ledger, _streams

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, cast
 
-import numpy as np
 
 import cutile
 from cutile_kernels._operands import Operand
@@ -63,12 +62,6 @@ def reshaped(argument: Operand, shape: Sequence[int], function: str, name: str) 
 
 def next_pow2(n: int) -> int:
     return 1 << max(0, math.ceil(math.log2(max(1, n))))
-
-
-def positive_int(value: Any, function: str, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) < 1:
-        raise cutile.ArgumentError(f"{function}(): parameter '{name}' must be a positive int, got {value!r}")
-    return int(value)
 
 
 @dataclass

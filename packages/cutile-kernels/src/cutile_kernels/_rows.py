@@ -20,7 +20,6 @@ import functools
 import inspect
 import json
 import math
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
