@@ -17,7 +17,7 @@ from cuda_async import ensure_not_capturing, is_capturing
 from cutile import _native
 from cutile._device import current_device, ordinal_of
 from cutile._errors import GraphCaptureError, LaunchError
-from cutile._tensor import Partition, Storage, Tensor, numpy_dtype
+from cutile._tensor import Partition, Storage, Tensor, numpy_dtype, strided_view
 from cutile_compiler import DEFAULT_OPTIONS, AbiArg, CompiledKernel, CompileOptions
 from cutile_compiler import dtypes as dt
 
@@ -144,12 +144,8 @@ def device_to_numpy(tensor: Tensor) -> np.ndarray[Any, Any]:
         device_memory(tensor._storage).copy_to_host(raw, offset=start, stream=stream)
         stream.synchronize()
     base = start // itemsize
-    # (strided as unsigned ints of the same width, then reinterpreted: numpy's as_strided
-    # cannot rebuild ml_dtypes' 1-byte floats)
-    flat = raw.view(np.dtype(f"u{itemsize}"))
-    view = np.lib.stride_tricks.as_strided(
-        flat[tensor.offset - base:], tensor.shape, tuple(s * itemsize for s in tensor.strides))
-    return np.array(view, copy=True).view(numpy_dtype(tensor.dtype))
+    flat = raw.view(numpy_dtype(tensor.dtype))[tensor.offset - base:]
+    return np.array(strided_view(flat, tensor.shape, tensor.strides), copy=True)
 
 
 def _int_param_type(size: int, signed: bool) -> str:

@@ -17,7 +17,7 @@ import numpy as np
 
 from cutile import _backend
 from cutile._errors import InteropError
-from cutile._tensor import HostStorage, Storage, Tensor, _contiguous_strides, dtype_of, numpy_dtype
+from cutile._tensor import HostStorage, Storage, Tensor, _contiguous_strides, dtype_of, numpy_dtype, strided_view
 from cutile_compiler import dtypes as dt
 
 if TYPE_CHECKING:
@@ -170,11 +170,7 @@ def _host_tensor(array: np.ndarray[Any, Any], dtype: dt.DType) -> Tensor:
     # A flat view of the memory the array spans (starting at its first element);
     # it refers to the array, which keeps the producer alive.
     count = end // itemsize
-    # (strided as unsigned ints of the same size: numpy's as_strided cannot rebuild some
-    # ml_dtypes dtypes from their array interface, float8_e5m2's '<f1')
-    bits = np.dtype(f"u{itemsize}") if itemsize in (1, 2, 4, 8) else array.dtype
-    flat = np.lib.stride_tricks.as_strided(array.view(bits), shape=(count,), strides=(itemsize,)).view(array.dtype) \
-        if count else np.empty(0, array.dtype)
+    flat = strided_view(array, (count,), (1,)) if count else np.empty(0, array.dtype)
     storage = HostStorage(flat)
     storage.readonly = not array.flags.writeable
     return Tensor(storage, dtype, tuple(array.shape), strides, 0)

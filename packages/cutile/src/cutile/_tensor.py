@@ -46,6 +46,17 @@ def dtype_of(value: Any) -> dt.DType:
     return found
 
 
+def strided_view(flat: np.ndarray[Any, Any], shape: tuple[int, ...], strides: tuple[int, ...]) -> np.ndarray[Any, Any]:
+    """The view of ``shape`` and ``strides`` (in elements) over a flat array from its
+    first element, writable where ``flat`` is. Built on unsigned integers of the same
+    width and reinterpreted: numpy's as_strided cannot rebuild some ml_dtypes dtypes
+    (float8_e5m2's '<f1')."""
+    itemsize = flat.dtype.itemsize
+    bits = flat.view(np.dtype(f"u{itemsize}")) if itemsize in (1, 2, 4, 8) else flat
+    view = np.lib.stride_tricks.as_strided(bits, shape, tuple(s * itemsize for s in strides))
+    return view.view(flat.dtype)
+
+
 def overlaps_itself(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
     """Whether two different indices of a strided view reach the same element."""
     dims = sorted((abs(stride), extent) for extent, stride in zip(shape, strides) if extent > 1)
@@ -283,17 +294,11 @@ class Tensor(Owned):
 
     def _raw_host_view(self) -> np.ndarray[Any, Any]:
         """The writable numpy view, without ownership checks (for the interpreter
-        running a launch). Built on same-width unsigned integers and reinterpreted:
-        numpy's as_strided cannot build ml_dtypes' 1-byte floats."""
+        running a launch)."""
         storage = self._storage
         if not isinstance(storage, HostStorage):
             raise InteropError("host_view(): the tensor lives on a GPU; use to_numpy()")
-        flat = storage.array[self.offset:]
-        itemsize = flat.dtype.itemsize
-        raw = np.lib.stride_tricks.as_strided(
-            flat.view(np.dtype(f"u{itemsize}")), self.shape, tuple(s * itemsize for s in self.strides),
-            writeable=True)
-        return raw.view(flat.dtype)
+        return strided_view(storage.array[self.offset:], self.shape, self.strides)
 
     def to_numpy(self) -> np.ndarray[Any, Any]:
         """A copy of the tensor's values as a numpy array (bf16/fp8 as ml_dtypes)."""
