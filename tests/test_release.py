@@ -122,3 +122,24 @@ def test_the_readme_links_the_guides_and_the_sdist_carries_them() -> None:
         included = tomllib.load(file)["tool"]["uv"]["build-backend"]["source-include"]
     assert sorted(included) == ["BASICS.md", "LANGUAGE.md"]
     assert (ROOT / "packages/cutile/LANGUAGE.md").read_bytes() == (ROOT / "packages/cutile-compiler/LANGUAGE.md").read_bytes()
+
+
+# The GPU machine takes the working tree and the packed toolchain (~56 MiB) in one
+# transfer of at most 64 MiB: the tracked files must stay small.
+TRACKED_BYTES_LIMIT = 5 * 1024**2
+
+
+def test_the_tracked_files_stay_within_the_gpu_machines_transfer_budget() -> None:
+    import shutil
+    import subprocess
+
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout: the tracked files are unknown")
+    names = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    paths = [ROOT / name for name in names.decode().split("\0") if name]
+    total = sum(path.lstat().st_size for path in paths if path.exists())
+    assert len(paths) > 100 and total > 1024**2  # (the listing worked)
+    largest = sorted(paths, key=lambda path: path.lstat().st_size if path.exists() else 0)[-3:]
+    assert total <= TRACKED_BYTES_LIMIT, (
+        f"the tracked files total {total / 1024**2:.2f} MiB (limit {TRACKED_BYTES_LIMIT / 1024**2:.0f} MiB); "
+        f"largest: {[str(p.relative_to(ROOT)) for p in largest]}")
