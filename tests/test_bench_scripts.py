@@ -269,15 +269,7 @@ def test_the_parser_has_the_gemm_subcommand_and_its_options(bk: Any) -> None:
         bk.build_parser().parse_args(["gemm", "--dtypes", "f64"])
 
 
-def _has_matmul() -> bool:
-    import cutile_kernels
-
-    return hasattr(cutile_kernels, "matmul")
-
-
-# MERGE: this skip ends by itself once cutile_kernels.matmul lands (branch i15/gemm); the
-# smoke run is the end-to-end check of the script with the real kernel library.
-@pytest.mark.skipif(not _has_matmul(), reason="cutile_kernels.matmul not present")
+# The smoke run is the end-to-end check of the script with the real kernel library.
 def test_gemm_smoke_runs_end_to_end_on_the_interpreter() -> None:
     done = subprocess.run([sys.executable, str(SCRIPTS / "bench_kernels.py"), "gemm", "--smoke"],
                           capture_output=True, text=True, timeout=900, cwd=ROOT)
