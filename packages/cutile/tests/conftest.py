@@ -8,8 +8,10 @@ expects the warning (``pytest.warns``) or cancels the launch."""
 from __future__ import annotations
 
 import contextlib
+import sys
 import warnings
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +20,8 @@ import cuda_async
 import cutile
 from cuda_core.testing import FakeDriver, use_fake_driver
 from cutile import _backend, _gpu
+
+sys.path.insert(0, str(Path(__file__).parent))  # for the shared helpers (located_errors)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -26,32 +26,10 @@ import cutile.core as ct
 from cutile import api
 from cutile.core import Constant, Mut, Tensor, f16, f32, i8, i32
 from cutile_compiler._errors import TileSyntaxError, TileTypeError
+from located_errors import line_of, refused_on_both_paths
 from cutile_compiler._frontend import MAX_NESTING
 
 
-def line_of(function: Any, marker: str) -> int:
-    lines, start = inspect.getsourcelines(function.function if hasattr(function, "function") else function)
-    for offset, text in enumerate(lines):
-        if marker in text:
-            return start + offset
-    raise AssertionError(marker)
-
-
-def refused_on_both_paths(kernel: Any, make_args: Callable[[], list[Any]], marker: str, message: str,
-                          **constants: Any) -> None:
-    """``kernel`` is refused with ``message`` at the line marked ``marker``, with a
-    caret, by ``cutile.compile`` for sm_90 and by the interpreter alike."""
-    for path in ("compile for sm_90", "interpreter"):
-        args = make_args()
-        with pytest.raises(TileTypeError) as info:
-            if path == "interpreter":
-                kernel(*args, **constants).sync()
-            else:
-                cutile.compile(kernel, *args, arch="sm_90", **constants)
-        error = info.value
-        assert message in error.message, (path, error.message)
-        assert error.location is not None and error.location.line == line_of(kernel, marker), (path, str(error))
-        assert str(error).splitlines()[-1].strip().startswith("^"), (path, str(error))
 
 
 def meta_or_zeros(shape: list[int], tile: list[int], dtype: Any = f32) -> Callable[[], list[Any]]:

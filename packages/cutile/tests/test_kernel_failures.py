@@ -3,7 +3,6 @@ and why: a false assert, an index out of bounds, a wrong assume, a race between
 blocks through scatter. (Interpreter only: on the GPU a failed assert or a wild
 access poisons the context for the rest of the process.)"""
 
-import inspect
 
 import numpy as np
 import pytest
@@ -13,14 +12,7 @@ import cutile.core as ct
 from cutile import api
 from cutile._interpreter import KernelRuntimeError
 from cutile.core import Constant, Mut, Tensor, f32, i32, load_tile_like
-
-
-def line_of(function: object, marker: str) -> int:
-    lines, start = inspect.getsourcelines(function)  # type: ignore[arg-type]
-    for offset, text in enumerate(lines):
-        if marker in text:
-            return start + offset
-    raise AssertionError(marker)
+from located_errors import line_of
 
 
 @cutile.entry

@@ -5,7 +5,6 @@ interpreter here and on the GPU where one is. Reads of Mut tensors at other plac
 stay refused in safe kernels, and ``unchecked=True`` needs ``unsafe=True``."""
 
 import importlib.util
-import inspect
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -19,6 +18,7 @@ import cutile.core as ct
 from cutile import api
 from cutile.core import Constant, Mut, Tensor, bf16, f16, f32, i32, i64, u8
 from cutile_compiler import TileTypeError
+from located_errors import line_of
 
 BOTH_BACKENDS = True
 RNG = np.random.default_rng(19)
@@ -53,11 +53,6 @@ def tensor_of(values: np.ndarray, dtype: Any) -> Any:
 
 def result(tensor: Any) -> np.ndarray:
     return np.asarray(tensor.to_numpy()).astype(np.float64)
-
-
-def line_of(kernel: Any, marker: str) -> int:
-    lines, start = inspect.getsourcelines(kernel.function)
-    return start + next(k for k, text in enumerate(lines) if marker in text)
 
 
 # -- the stencils and the lookup of the suite --------------------------------------------------
