@@ -28,11 +28,11 @@ import cutile
 from cutile import tune
 from cutile.core import f32, f8e4m3fn, f8e5m2
 
-from cutile_kernels import _epilogue, _gemm, _tuning
+from cutile_kernels import _epilogue, _gemm, _records, _tuning
 
 _log = logging.getLogger("cutile.kernels")
 
-RECORDS_DIR = Path(__file__).parent / "records"
+RECORDS_DIR = _records.RECORDS_DIR
 
 SPACE = tune.Space(
     tile_m=[64, 128, 256],
@@ -119,9 +119,8 @@ def tuner(dtype: Any, *, space: tune.Space | None = None, records_dir: Path | No
     if found is None:
         name = f"matmul_{dtype.name}"
         source = kernel_source()
-        arch = tune.Provenance.current(name, source, chosen_space).arch
         found = tune.Tuner(name, chosen_space, _tuning.setup(dtype), source=source,
-                           record=record_path(arch, dtype, records_dir), reference=_tuning.reference(dtype),
+                           record=_records.record_path(name, source, chosen_space, folder=records_dir or RECORDS_DIR), reference=_tuning.reference(dtype),
                            bucket=gemm_bucket, on_stale="warn", search_options={"prune": prune})
         _TUNERS[key] = found
     return found

@@ -38,7 +38,6 @@ import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol, cast
 
 import numpy as np
@@ -51,6 +50,7 @@ from cutile.core import Constant, Mut, Tensor, arange, bid, cdiv, exp2, f32, ful
 
 from cutile_kernels._operands import as_tensor
 from cutile_kernels._pointwise import Pending
+from cutile_kernels._records import record_path
 
 #: splits 0: chosen from the batch and context (see the module doc); waves: blocks per SM wanted
 #: latency: the K and V loads' hint (0: none); tile_n below 64 leaves the tensor cores unused
@@ -186,8 +186,7 @@ class _Tuner:
     @functools.cached_property
     def tuner(self) -> Any:
         source = inspect.getsource(decode_kernels)
-        arch = tune.Provenance.current(self.NAME, source, SPACE).arch
-        record = Path(__file__).resolve().parent / "records" / arch / "decode_attention.json"
+        record = record_path(self.NAME, source, SPACE, file="decode_attention")
         return tune.Tuner(self.NAME, SPACE, _setup, source=source, record=record, default=DEFAULT, on_stale="warn")
 
     def config(self, shape: tuple[int, ...]) -> dict[str, Any]:

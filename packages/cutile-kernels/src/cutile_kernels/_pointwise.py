@@ -16,12 +16,12 @@ import inspect
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol, cast
 
 
 import cutile
 from cutile_kernels._operands import Operand
+from cutile_kernels._records import RECORDS_DIR, record_path
 
 #: the float dtypes the kernels compute on (in f32) and store back
 FLOAT_DTYPES = ("f16", "bf16", "f32")
@@ -125,7 +125,7 @@ def library_function(prepare: Callable[..., Pending]) -> LibraryFunction:
 
 #: committed tuning records: ``records/<arch>/<name>.json`` (made on a GPU of that arch
 #: with ``TUNER.make_record``, or ``scripts/bench_pointwise.py --record``)
-RECORDS = Path(__file__).resolve().parent / "records"
+RECORDS = RECORDS_DIR
 
 
 class ArchTuner:
@@ -143,9 +143,9 @@ class ArchTuner:
         from cutile import tune
 
         name = f"cutile_kernels_{self.short_name}"
-        arch = tune.Provenance.current(name, self.source, self.space).arch
-        return tune.Tuner(name, self.space, self.setup, source=self.source,
-                          record=RECORDS / arch / f"{self.short_name}.json", default=self.default, on_stale="warn")
+        record = record_path(name, self.source, self.space, file=self.short_name, folder=RECORDS)
+        return tune.Tuner(name, self.space, self.setup, source=self.source, record=record, default=self.default,
+                          on_stale="warn")
 
     def config(self, shape: Sequence[int]) -> dict[str, Any]:
         return dict(self.tuner.config(shape))

@@ -22,7 +22,6 @@ import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Generic, ParamSpec, TypeVar
 
 import numpy as np
@@ -31,6 +30,7 @@ import cutile
 from cutile import api, tune
 from cutile.core import Constant, DType, Mut, Tensor, bf16, f16, f32, full
 from cutile_kernels._operands import tensor_of
+from cutile_kernels._records import RECORDS_DIR, record_path
 
 FLOAT_DTYPES = (f16, bf16, f32)
 
@@ -44,7 +44,7 @@ ROW_SPACE = tune.Space(tile_rows=[1, 2, 4, 16, 64], tile_cols=[16384, 8192, 4096
 #: registers without spilling (a larger tile is pruned from searches)
 ELEMENTS_PER_WARP = 32 * 64
 
-RECORDS = Path(__file__).parent / "records"
+RECORDS = RECORDS_DIR
 
 
 def next_pow2(n: int) -> int:
@@ -231,9 +231,8 @@ class RowTuning:
         return self._searching
 
     def _make_tuner(self, default: tune.Config | None) -> tune.Tuner:
-        arch = tune.Provenance.current(self.name, self._source, ROW_SPACE).arch  # (records are per arch)
         return tune.Tuner(self.name, ROW_SPACE, self._setup, source=self._source,
-                          record=RECORDS / arch / f"{self.name}.json",
+                          record=record_path(self.name, self._source, ROW_SPACE, folder=RECORDS),
                           reference=lambda shape: lambda result: self._check(),
                           bucket=_bucket, default=default, on_stale="warn")
 
