@@ -55,6 +55,24 @@ def test_random_values_are_seeded_and_well_distributed() -> None:
         api.rand([4], i32)
 
 
+def test_constructors_past_a_launchs_extent_run_in_chunks_with_the_same_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A tensor may hold more elements than a kernel's i32 extents: the fills, ranges, random
+    # numbers and casts launch over slices of it (here slices of 1000, instead of 2^30).
+    from cutile import _fill
+
+    whole = {"rand": api.rand([5, 999], seed=9).to_numpy(), "randn": api.randn([4321], dtype=bf16, seed=4).to_numpy(),
+             "arange": api.arange(3, 3 + 2 * 4321, 2, dtype=i64).to_numpy(), "full": api.full([4321], 2.5).to_numpy(),
+             "astype": api.astype(api.arange(4321, dtype=f32), f16).to_numpy()}
+    monkeypatch.setattr(_fill, "CHUNK", 1000)
+    assert _fill.chunks(2500) == [(0, 1000), (1000, 2000), (2000, 2500)]
+    sliced = {"rand": api.rand([5, 999], seed=9).to_numpy(), "randn": api.randn([4321], dtype=bf16, seed=4).to_numpy(),
+              "arange": api.arange(3, 3 + 2 * 4321, 2, dtype=i64).to_numpy(), "full": api.full([4321], 2.5).to_numpy(),
+              "astype": api.astype(api.arange(4321, dtype=f32), f16).to_numpy()}
+    for name, values in whole.items():
+        np.testing.assert_array_equal(sliced[name], values, err_msg=name)
+    np.testing.assert_array_equal(whole["arange"], np.arange(3, 3 + 2 * 4321, 2))
+
+
 def test_like_copy_astype_linspace_eye() -> None:
     values = np.arange(12, dtype=np.float32).reshape(3, 4)
     base = api.arange(12, dtype=f32).reshape(3, 4)

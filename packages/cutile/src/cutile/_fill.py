@@ -26,6 +26,8 @@ from cutile_compiler.language import Constant, Mut
 # a 4096-element tile streams at full bandwidth.
 GPU_TILE = 4096
 INTERPRETER_TILE = 1 << 16
+#: Elements per launch (a multiple of both tiles): a kernel's tensor extents are i32.
+CHUNK = 1 << 30
 
 _kernels: dict[tuple[str, dt.DType], Kernel] = {}
 
@@ -46,9 +48,9 @@ def _arange(z: Any, start: Any, step: Any, B: Any) -> None:  # noqa: N803
     z.store((start + index * step).astype(OUT))
 
 
-def _random(z: Any, seed: Any, B: Any, NORMAL: Any) -> None:  # noqa: N803
+def _random(z: Any, seed: Any, first_index: Any, B: Any, NORMAL: Any) -> None:  # noqa: N803
     block, _, _ = ct.get_tile_block_id()
-    index = ct.arange(B, ct.u32) + block.astype(ct.u32) * B
+    index = ct.arange(B, ct.u32) + block.astype(ct.u32) * B + first_index
     first = uniform(index, seed)
     if NORMAL:
         second = uniform(index, seed ^ 0x5BD1E995)
@@ -84,8 +86,8 @@ def kernel(kind: str, dtype: dt.DType) -> Kernel:
         made = _specialized(_arange, {"z": mut, "start": work, "step": work, "B": Constant[int]},
                             {"OUT": dtype, "WORK": work})
     else:
-        made = _specialized(_random, {"z": mut, "seed": dt.u32, "B": Constant[int], "NORMAL": Constant[bool]},
-                            {"OUT": dtype})
+        made = _specialized(_random, {"z": mut, "seed": dt.u32, "first_index": dt.u32, "B": Constant[int],
+                                      "NORMAL": Constant[bool]}, {"OUT": dtype})
     _kernels[key] = made
     return made
 
@@ -109,7 +111,15 @@ def cast(source: Tensor, target: Tensor) -> None:
         return
     flat_in, flat_out = source.reshape(source.size), target.reshape(target.size)  # (views check they are live)
     made = cast_kernel(source.dtype, target.dtype)
-    made(flat_out.partition([tile_size(_backend.current(), source.size)]), flat_in).sync()
+    for start, stop in chunks(source.size):
+        part_in, part_out = flat_in[start:stop], flat_out[start:stop]
+        made(part_out.partition([tile_size(_backend.current(), stop - start)]), part_in).sync()
+
+
+def chunks(count: int) -> list[tuple[int, int]]:
+    """``[0, count)`` cut into launches of at most `CHUNK` elements: a kernel's tensor
+    extents are i32, and a tensor may hold more elements than that."""
+    return [(start, min(start + CHUNK, count)) for start in range(0, count, CHUNK)]
 
 
 def tile_size(backend: str, count: int) -> int:
@@ -131,5 +141,13 @@ def run(kind: str, tensor: Tensor, stream: Any = None, **arguments: Any) -> None
     made = kernel(kind, tensor.dtype)
     if kind in ("uniform", "normal"):
         arguments["NORMAL"] = kind == "normal"
-    call = {"z": flat.partition([tile_size(_backend.current(), tensor.size)]), **arguments}
-    run_plan(made, made.plan_for(call), call, DEFAULT_OPTIONS, stream)
+    for start, stop in chunks(tensor.size):
+        part = dict(arguments)
+        if kind in ("uniform", "normal"):  # the element index, counted over the whole tensor
+            # (an index past 2^32 wraps; its high bits change the seed, so no stretch repeats another)
+            part["first_index"] = start % 2**32
+            part["seed"] = (arguments["seed"] ^ (0x9E3779B9 * (start >> 32))) % 2**32
+        elif kind == "arange":
+            part["start"] = arguments["start"] + start * arguments["step"]
+        call = {"z": flat[start:stop].partition([tile_size(_backend.current(), stop - start)]), **part}
+        run_plan(made, made.plan_for(call), call, DEFAULT_OPTIONS, stream)
