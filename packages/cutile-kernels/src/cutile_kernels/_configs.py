@@ -13,8 +13,9 @@ and dtype, verified before use, with defaults where no record holds the shape.
 - Defaults (`default_config`), where no winner is known: the configs that win on sm_90
   in the measured runs: 128x256x64 with 8 worker warps, occupancy 1 and groups of 16
   for large f16/bf16 outputs (128x256 tiles need 8 worker warps there), 128x128 tiles
-  for medium ones, 64-row tiles for short outputs, smaller K tiles for f32 and larger
-  for fp8; every tile dim is cut to the problem (a power of two, at least 16).
+  for medium ones, 64-row tiles for short outputs, smaller K tiles for f32; for fp8
+  128x128x128 tiles (tileiras spills a 128x256 fp8 tile's accumulators on sm_90); every
+  tile dim is cut to the problem (a power of two, at least 16).
 """
 
 from __future__ import annotations
@@ -76,13 +77,14 @@ def gemm_bucket(shape: Any) -> str:
 
 def default_config(m: int, n: int, k: int, dtype: Any) -> dict[str, Any]:
     """The config used where no record holds the shape's bucket (see the module docstring)."""
-    if m >= 1024 and n >= 1024:
+    fp8 = dtype in (f8e4m3fn, f8e5m2)
+    if m >= 1024 and n >= 1024 and not fp8:
         tile_m, tile_n, warps = 128, 256, 8
     elif m >= 256 and n >= 256:
         tile_m, tile_n, warps = 128, 128, 8
     else:
         tile_m, tile_n, warps = 64, 128, 4
-    tile_k = 32 if dtype == f32 else 128 if dtype in (f8e4m3fn, f8e5m2) else 64
+    tile_k = 32 if dtype == f32 else 128 if fp8 else 64
     if dtype == f32:  # f32 tiles hold twice the bytes of f16 ones
         tile_n = min(tile_n, 128)
     return {"tile_m": tile_m, "tile_n": tile_n, "tile_k": tile_k, "num_worker_warps": warps, "occupancy": 1,
