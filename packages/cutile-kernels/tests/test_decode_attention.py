@@ -115,6 +115,10 @@ def test_plan_fills_the_gpu_and_covers_the_context() -> None:
     assert many.splits == 1
     short = plan({"tile_n": 64, "splits": 8, "waves": 2}, 1, 1, 100)
     assert (short.splits, short.tiles_per_split) == (2, 1)
+    # batch 8 x 8 kv heads at 2 blocks per SM: 5 splits (320 blocks) would run a second round
+    # of 264 places a fifth full; 8 (512 blocks) fill two rounds
+    eight = plan({"tile_n": 64, "splits": 0, "waves": 2, "occupancy": 2}, 8, 8, 32768)
+    assert (eight.splits, eight.tiles_per_split) == (8, 64)
 
 
 BAD: list[tuple[str, dict[str, Any], str, type[Exception]]] = [

@@ -23,8 +23,9 @@ Two safe kernels, the second the first's continuation (``then``), so
   8) the N side.
 - merge: one block per (batch, q head) combines the splits by log-sum-exp into ``out``.
 
-The split count fills the GPU: with ``splits`` 0 (the default) it is the fewest that give
-``waves`` blocks per SM over (batch, kv heads), at most one per tile and `AUTO_MAX_SPLITS`;
+The split count fills the GPU: with ``splits`` 0 (the default) it is, from the fewest that
+give ``waves`` blocks per SM over (batch, kv heads) up to twice that, the one whose blocks
+fill their last round of resident blocks best, at most one per tile and `AUTO_MAX_SPLITS`;
 the configs come from `SPACE` through a `cutile.tune` record, else `DEFAULT`. A sequence
 length past ``max_seq`` (or negative) fails the split kernel's assert; a length of 0 gives
 zeros.
@@ -53,9 +54,10 @@ from cutile_kernels._pointwise import Pending
 from cutile_kernels._records import record_path
 
 #: splits 0: chosen from the batch and context (see the module doc); waves: blocks per SM wanted
-#: latency: the K and V loads' hint (0: none); tile_n below 64 leaves the tensor cores unused
-SPACE = tune.Space(tile_n=[32, 64, 128, 256], splits=[0, 1, 2, 4, 8, 16, 32, 64, 128], waves=[1, 2, 4],
-                   occupancy=[1, 2, 4], num_worker_warps=[4, 8], latency=[0, 2, 4, 8])
+#: (read with splits 0 only: `_worth_timing`); latency: the K and V loads' hint (0: none);
+#: tile_n below 64 leaves the tensor cores unused
+SPACE = tune.Space(tile_n=[64, 128], splits=[0, 1, 2, 4, 8, 16, 32, 64], waves=[2, 4],
+                   occupancy=[1, 2, 4], num_worker_warps=[4, 8], latency=[0, 4])
 DEFAULT = {"tile_n": 64, "splits": 0, "waves": 2, "occupancy": 2, "num_worker_warps": 4, "latency": 0}
 SMS = 132  # the H200's SM count: the grid the automatic split count fills
 AUTO_MAX_SPLITS = 64
@@ -170,10 +172,27 @@ def plan(config: dict[str, Any], batch: int, kv_heads: int, max_seq: int) -> Pla
     tiles = -(-max_seq // tile_n)
     wanted = int(config["splits"])
     if wanted == 0:
-        wanted = min(AUTO_MAX_SPLITS, -(-int(config["waves"]) * SMS // (batch * kv_heads)))
+        wanted = _auto_splits(batch * kv_heads, tiles, int(config["waves"]), int(config.get("occupancy", 1)))
     splits = max(1, min(wanted, tiles, MAX_SPLITS))
     per_split = -(-tiles // splits)
     return Plan(tile_n, per_split, -(-tiles // per_split))
+
+
+def _auto_splits(heads: int, tiles: int, waves: int, occupancy: int) -> int:
+    """The split count of ``splits`` 0: from the fewest giving ``waves`` blocks per SM up to
+    twice that, the one whose blocks fill their last round of ``SMS * occupancy`` resident
+    blocks best (the fewest splits among equals): 320 blocks on 264 places run as two
+    rounds, the second a fifth full, where 512 run as two full ones."""
+    slots = SMS * max(1, occupancy)
+    fewest = min(AUTO_MAX_SPLITS, -(-waves * SMS // heads))
+    best, best_fill = 1, -1.0
+    for wanted in range(max(1, fewest), min(2 * max(1, fewest), AUTO_MAX_SPLITS) + 1):
+        per_split = -(-tiles // min(wanted, tiles))
+        blocks = heads * -(-tiles // per_split)
+        fill = blocks / (-(-blocks // slots) * slots)
+        if fill > best_fill + 1e-9:
+            best, best_fill = wanted, fill
+    return best
 
 
 class _Tuner:
@@ -187,7 +206,8 @@ class _Tuner:
     def tuner(self) -> Any:
         source = inspect.getsource(decode_kernels)
         record = record_path(self.NAME, source, SPACE, file="decode_attention")
-        return tune.Tuner(self.NAME, SPACE, _setup, source=source, record=record, default=DEFAULT, on_stale="warn")
+        return tune.Tuner(self.NAME, SPACE, _setup, source=source, record=record, default=DEFAULT, on_stale="warn",
+                          search_options={"prune": _worth_timing})
 
     def config(self, shape: tuple[int, ...]) -> dict[str, Any]:
         return dict(self.tuner.config(shape))
@@ -196,14 +216,28 @@ class _Tuner:
         return getattr(self.tuner, attribute)
 
 
-def _setup(config: dict[str, Any], shape: tuple[int, ...]) -> Callable[[], Any]:
-    """A search's runner for one shape: (batch, q_heads, kv_heads, max_seq, head_dim), bf16,
-    every sequence full."""
+def _worth_timing(config: dict[str, Any]) -> bool:
+    """A search's prune: ``waves`` decides nothing when the split count is given."""
+    return int(config["splits"]) == 0 or int(config["waves"]) == int(DEFAULT["waves"])
+
+
+@functools.lru_cache(maxsize=1)
+def _search_inputs(shape: tuple[int, ...]) -> tuple[Any, ...]:
+    """One shape's inputs, made once for all the configs a search times (a 64 x 32k
+    cache is 8 GiB)."""
     batch, q_heads, kv_heads, max_seq, head_dim = shape
     q = api.randn([batch, q_heads, head_dim], "bf16", seed=1)
     k = api.randn([batch, kv_heads, max_seq, head_dim], "bf16", seed=2)
     v = api.randn([batch, kv_heads, max_seq, head_dim], "bf16", seed=3)
     lens = api.from_numpy(np.full(batch, max_seq, dtype=np.int32))
+    return q, k, v, lens
+
+
+def _setup(config: dict[str, Any], shape: tuple[int, ...]) -> Callable[[], Any]:
+    """A search's runner for one shape: (batch, q_heads, kv_heads, max_seq, head_dim), bf16,
+    every sequence full."""
+    batch, q_heads, _, _, head_dim = shape
+    q, k, v, lens = _search_inputs(shape)
     out = api.empty([batch, q_heads, head_dim], dtype="bf16")
     return lambda: decode_attention.launch(q, k, v, lens, out=out, config=config).op
 
