@@ -366,14 +366,14 @@ def compile_call(a: cutile.Tensor, b: cutile.Tensor, out: cutile.Tensor, config:
 # -- configs --------------------------------------------------------------------------------------
 
 def _splits(n: int, k: int, tile_n: int, tile_k: int) -> int:
-    """Slices of K for at least TARGET_BLOCKS blocks: at most 32, each of at least
-    MIN_STEPS_PER_SPLIT K tiles, then evened out (no empty slice)."""
+    """Slices of K for at least TARGET_BLOCKS blocks: at most about 32, each of at least
+    MIN_STEPS_PER_SPLIT K tiles (none empty)."""
     strips = math.ceil(n / tile_n)
     steps = math.ceil(k / tile_k)
     if strips >= TARGET_BLOCKS or steps < 2 * MIN_STEPS_PER_SPLIT:
         return 1
     wanted = min(32, steps // MIN_STEPS_PER_SPLIT, math.ceil(TARGET_BLOCKS / strips))
-    return max(1, math.ceil(steps / math.ceil(steps / wanted)))
+    return math.ceil(steps / (steps // wanted))  # slices of steps // wanted tiles: at least `wanted` of them
 
 
 def default_config(m: int, n: int, k: int, dtype: Any, *, weight_nk: bool = True) -> dict[str, Any]:
