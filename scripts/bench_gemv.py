@@ -31,6 +31,7 @@ returned launch/op (device time between CUDA events, L2 flushed before each rep)
 """
 
 import argparse
+import functools
 import json
 import math
 import sys
@@ -76,15 +77,15 @@ def space_value(values: tuple[Any, ...], wanted: int) -> int:
 
 def candidates(gemv: Any, weight_nk: bool, m: int, n: int, k: int, itemsize: int) -> list[dict[str, Any]]:
     """The sweep's configs for a case (made from the first shape of its bucket, so that
-    every case of a bucket times the same ones): each tile with its default split, half
-    and twice it, or one slice; the default hints on every tile, the others on the
-    default split of each."""
+    every case of a bucket times the same ones): each tile with its default split, twice
+    it, or one slice; the default hints on every tile, the others on the default split
+    of each."""
     keep = gemv.prune_for(m, n, k, weight_nk=weight_nk, itemsize=itemsize)
     splits_allowed = gemv.SPACE.params["split_k"]
     found: dict[str, dict[str, Any]] = {}
     for method, tile_m, tile_n, tile_k in TILES[(weight_nk, 1 if m == 1 else 16)]:
         auto = gemv._splits(n, k, tile_n, tile_k)
-        for splits in sorted({1, auto, max(1, auto // 2), 2 * auto}):
+        for splits in sorted({1, auto, 2 * auto}):
             for hints in (HINTS if splits == auto else HINTS[:1]):
                 config = {"method": method, "tile_m": tile_m, "tile_n": tile_n, "tile_k": tile_k,
                           "split_k": space_value(splits_allowed, splits), **hints}
@@ -185,6 +186,9 @@ def main(argv: list[str] | None = None) -> int:
         def run(self, config: dict[str, Any]) -> Any:
             return _gemv.small_m_matmul(self.x, self.b, self.out, config=config)
 
+        def through_matmul(self) -> Any:
+            return matmul.launch(self.x, self.b, out=self.out)
+
         def fraction(self, ms: float) -> float:
             return self.n * self.k * self.itemsize / ms / 1e6 / self.copy
 
@@ -250,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"  {case.name} (copy {case.copy:.0f} GB/s), bucket {case.bucket}:")
                     times = bucket_times.setdefault(case.bucket, {})
                     for config in bucket_configs[case.bucket]:
-                        ms, ok = timed(case, lambda config=config: case.run(config))
+                        ms, ok = timed(case, functools.partial(case.run, config))
                         wrong += not ok
                         times.setdefault(json.dumps(config, sort_keys=True), []).append(ms if ok else math.nan)
                         figure = f"{case.fraction(ms):5.2f}" if on_gpu and ok else "  -  "
@@ -305,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
         for n, k in shapes:
             for case in make_cases(dtypes[name], n, k):
                 config = _gemv.choose(case.m, n, k, case.dtype, weight_nk=case.weight_nk)
-                ms, ok = timed(case, lambda case=case: matmul.launch(case.x, case.b, out=case.out))
+                ms, ok = timed(case, case.through_matmul)
                 wrong += not ok
                 ours = case.fraction(ms) if ok and on_gpu else math.nan
                 theirs = math.nan

@@ -88,7 +88,7 @@ DOT_STEP_BYTES = 16 * 1024  # a dot block's weight tile per K step (its products
 MAX_WEIGHT_TILE_BYTES = 32 * 1024  # an mma_t block's weight tile per K step (staged in shared memory)
 DOT_ELEMENTS = 8192  # float32 products a dot block keeps: 64 registers a thread at 4 warps, no spills
 ROW_BYTES = {True: 1024, False: 512}  # bytes of the contiguous axis per tile row (nk: along K; kn: along N)
-MIN_CONTIGUOUS_BYTES = 128  # a narrower contiguous axis wastes DRAM sectors: pruned
+MIN_CONTIGUOUS_BYTES = 64  # a narrower contiguous axis wastes DRAM sectors: pruned
 MIN_STEPS_PER_SPLIT = 2  # K is not split into slices of fewer tile steps
 REDUCE_ELEMENTS = 4096  # the reduction's tile at most (memory bound, spread over the SMs)
 
@@ -428,7 +428,7 @@ def prune(config: Mapping[str, Any]) -> bool:
 def prune_for(m: int, n: int, k: int, *, weight_nk: bool = True, itemsize: int = 2) -> Callable[[Config], bool]:
     """A ``prune`` for `cutile.tune.search` at one shape and layout: False for configs
     that cannot run or win there (a tile_m below M or padding more than the tensor cores
-    need, tiles past N's or K's power of two, a contiguous axis under 128 bytes, splits
+    need, tiles past N's or K's power of two, a contiguous axis under 64 bytes, splits
     when N alone fills the GPU or past K's chunks), and those `prune` drops."""
     rows = next_power_of_two(m)
 
@@ -501,7 +501,7 @@ def tuning_inputs(shape: tuple[int, ...]) -> tuple[Any, Any, cutile.Tensor, cuti
         out = api.empty([m, n], dtype=dtype)
         found = (shape, host_a, host_w, api.from_numpy(host_a, dtype), stored.T if weight_nk else stored, out)
         _INPUTS["latest"] = found
-    return found[1:]  # type: ignore[return-value]
+    return found[1:]
 
 
 def _setup(config: Config, shape: tuple[int, ...]) -> Callable[[], Any]:
