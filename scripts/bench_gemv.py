@@ -234,21 +234,28 @@ def main(argv: list[str] | None = None) -> int:
                     if case.bucket not in bucket_configs:
                         found = candidates(_gemv, case.weight_nk, case.m, n, k, case.itemsize)
                         bucket_configs[case.bucket] = found[:3] if args.smoke else found  # (the interpreter is slow)
-                if on_gpu and args.jobs > 0:  # tileiras runs as a process per compile: threads overlap them
-                    jobs = [(case, config) for case in cases for config in bucket_configs[case.bucket]]
+                # tileiras runs as a process per compile: threads overlap them (smoke: the first shape, for sm_90)
+                if args.jobs > 0 and (on_gpu or (n, k) == shapes[0]):
+                    t0 = time.monotonic()
+                    jobs: list[tuple[Any, tuple[Any, ...], dict[str, int]]] = []
+                    for case in cases:  # (the launches are made here, in one thread; compiled in several)
+                        for config in bucket_configs[case.bucket]:
+                            try:
+                                jobs += _gemv.launches_of(case.x, case.b, case.out, config)
+                            except cutile.CutileError as exc:
+                                print(f"    {json.dumps(config)}: {exc}")
 
-                    def compile_one(job: tuple[Case, dict[str, Any]]) -> bool:
-                        case, config = job
+                    def compile_one(launch: tuple[Any, tuple[Any, ...], dict[str, int]]) -> bool:
+                        kernel, arguments, constants = launch
                         try:
-                            _gemv.compile_call(case.x, case.b, case.out, config, arch)
+                            cutile.compile(kernel, *arguments, arch=arch, **constants)
                         except cutile.CutileError:
-                            return False
+                            return False  # (timed below, where the error is printed)
                         return True
 
-                    t0 = time.monotonic()
                     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
                         compiled = sum(pool.map(compile_one, jobs))
-                    print(f"  N={n} K={k}: compiled {compiled} of {len(jobs)} launches in "
+                    print(f"  N={n} K={k}: compiled {compiled} of {len(jobs)} kernels in "
                           f"{time.monotonic() - t0:.0f} s", flush=True)
                 for case in cases:
                     print(f"  {case.name} (copy {case.copy:.0f} GB/s), bucket {case.bucket}:")

@@ -272,7 +272,7 @@ def steps_per_split(k: int, tile_k: int, splits: int) -> int:
     return math.ceil(math.ceil(k / tile_k) / splits)
 
 
-def _launches(ops: Operands, config: Mapping[str, Any]) -> tuple[Any, ...]:
+def _launches(ops: Operands, config: Mapping[str, Any]) -> tuple[tuple[Any, tuple[Any, ...], dict[str, int]], ...]:
     """What a call launches: (kernel, positional arguments, constants) per kernel, in order."""
     tile_m, tile_n, tile_k, splits = (int(config[key]) for key in ("tile_m", "tile_n", "tile_k", "split_k"))
     method, hints, out = str(config["method"]), hints_of(config), ops.out
@@ -354,12 +354,20 @@ def small_m_matmul(a: cutile.Tensor, b: cutile.Tensor, out: cutile.Tensor, *, bi
     return _run(ops, cfg)
 
 
+def launches_of(a: cutile.Tensor, b: cutile.Tensor, out: cutile.Tensor,
+                config: Mapping[str, Any] | None) -> tuple[tuple[Any, tuple[Any, ...], dict[str, int]], ...]:
+    """What ``small_m_matmul(a, b, out, config=config)`` would launch, not launched:
+    (kernel, positional arguments, constants) per kernel, in order (a sweep makes them
+    in one thread, then compiles them in several: `cutile.compile`)."""
+    ops, cfg = _checked("small_m_matmul", a, b, out, None, None, None, 1.0, config)
+    return _launches(ops, cfg)
+
+
 def compile_call(a: cutile.Tensor, b: cutile.Tensor, out: cutile.Tensor, config: Mapping[str, Any] | None,
                  arch: str) -> None:
     """Compiles what ``small_m_matmul(a, b, out, config=config)`` would launch, for
-    ``arch``, without launching it (a sweep fills the compile caches first, in threads)."""
-    ops, cfg = _checked("small_m_matmul", a, b, out, None, None, None, 1.0, config)
-    for kernel, arguments, constants in _launches(ops, cfg):
+    ``arch``, without launching it."""
+    for kernel, arguments, constants in launches_of(a, b, out, config):
         cutile.compile(kernel, *arguments, arch=arch, **constants)
 
 
