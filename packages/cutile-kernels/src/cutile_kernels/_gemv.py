@@ -19,10 +19,13 @@ shared) and a reduction kernel sums the slices of each output tile in a fixed or
 
 The bandwidth arithmetic behind the defaults (`default_config`): an H200 streams HBM
 at its copy bandwidth when each of its 132 SMs keeps about 32-64 KiB of loads in flight.
-So a weight tile per K step is 16 KiB (``dot``: its products live in registers) or
-32 KiB (``mma_t``: staged in shared memory), a tile's contiguous axis is wide enough for
-16-byte vectors on every lane (nk: a KiB of each weight row; kn: 512 bytes of each), and
-K is split until the grid has at least two blocks per SM (`TARGET_BLOCKS`).
+On sm_90 tileiras loads each weight tile by TMA into a shared-memory pipeline several
+K steps deep, so a block keeps a few steps in flight and two blocks per SM
+(`TARGET_BLOCKS`) reach that: a weight tile per K step is 8-16 KiB (``dot``: at most
+DOT_ELEMENTS products in registers) or 32 KiB (``mma_t``), a tile's contiguous axis is
+wide enough for 16-byte vectors on every lane (nk: a KiB of each weight row; kn: 512
+bytes of each; under 64 bytes a row wastes DRAM sectors), and K is split until the grid
+has at least TARGET_BLOCKS blocks.
 
 The product of a block's tiles is a config key (``method``):
 
@@ -84,7 +87,6 @@ CONFIG_KEYS: dict[str, Choices] = {
     "num_worker_warps": (1, 2, 4, 8, 16, 32), "occupancy": range(1, 33), "latency": range(11),
 }
 TARGET_BLOCKS = 2 * SM_COUNT  # two blocks per SM keep enough loads in flight
-DOT_STEP_BYTES = 16 * 1024  # a dot block's weight tile per K step (its products are registers)
 MAX_WEIGHT_TILE_BYTES = 32 * 1024  # an mma_t block's weight tile per K step (staged in shared memory)
 DOT_ELEMENTS = 8192  # float32 products a dot block keeps: 64 registers a thread at 4 warps, no spills
 ROW_BYTES = {True: 1024, False: 512}  # bytes of the contiguous axis per tile row (nk: along K; kn: along N)
