@@ -67,13 +67,13 @@ def test_each_activation_method_and_layout(activation: str | None, method: str, 
 
 @pytest.mark.parametrize("stored_nk", [True, False], ids=["w.T", "kn"])
 @pytest.mark.parametrize("method", ["dot", "sum", "mma_t"])
-@pytest.mark.parametrize("splits", [1, 2, 5])
+@pytest.mark.parametrize("splits", [1, 2, 4, 5])  # 4: slices of 2 of the 5 K tiles, the last one empty
 @pytest.mark.parametrize("dtype", [f16, bf16, f32], ids=str)
 def test_methods_and_splits_with_tails_in_both_layouts(dtype: Any, splits: int, method: str,
                                                        stored_nk: bool) -> None:
     """Wide tiles of each layout's contiguous axis over N and K that are not multiples of
-    them (the last strip and the last K tile are partial), K split unevenly (5 slices of
-    5 K tiles: the last slice is short), M = 1 and 16, the whole epilogue."""
+    them (the last strip and the last K tile are partial), K split evenly, unevenly and
+    with an empty slice (it stores zeros), M = 1 and 16, the whole epilogue."""
     n, k = 83, 290
     tiles = {"tile_n": 64, "tile_k": 64} if not stored_nk else {"tile_n": 16, "tile_k": 64}
     for m in (1, 16):
