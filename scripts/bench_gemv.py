@@ -192,17 +192,25 @@ def main(argv: list[str] | None = None) -> int:
         def fraction(self, ms: float) -> float:
             return self.n * self.k * self.itemsize / ms / 1e6 / self.copy
 
-    def timed(case: Case, run: Callable[[], Any]) -> tuple[float, bool]:
-        """(median ms, correct): checked first (out poisoned), then timed on the returned launch/op."""
+    refusals: tuple[type[BaseException], ...] = (cutile.CutileError,)
+    if on_gpu:
+        import cuda_core
+
+        refusals += (cuda_core.CudaLaunchError, cuda_core.CudaOutOfMemoryError)
+
+    def timed(case: Case, run: Callable[[], Any]) -> tuple[float, str]:
+        """(median ms, "ok" | "WRONG" | "INVALID"): checked first (out poisoned), then
+        timed on the returned launch/op. INVALID: a config the compiler or the driver
+        refuses (as `cutile.tune.search` marks it), printed with the reason."""
         case.out = api.full([case.m, case.n], np.nan, dtype=case.dtype)
         try:
             run().sync()
-        except cutile.CutileError as exc:
-            print(f"      refused: {exc}")
-            return math.nan, False
+        except refusals as exc:
+            print(f"      refused: {type(exc).__name__}: {exc}")
+            return math.nan, "INVALID"
         if not case.correct():
-            return math.nan, False
-        return median_ms(run), True
+            return math.nan, "WRONG"
+        return median_ms(run), "ok"
 
     def make_cases(dtype: Any, n: int, k: int) -> list[Case]:
         nonlocal seed
@@ -261,11 +269,12 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"  {case.name} (copy {case.copy:.0f} GB/s), bucket {case.bucket}:")
                     times = bucket_times.setdefault(case.bucket, {})
                     for config in bucket_configs[case.bucket]:
-                        ms, ok = timed(case, functools.partial(case.run, config))
-                        wrong += not ok
-                        times.setdefault(json.dumps(config, sort_keys=True), []).append(ms if ok else math.nan)
-                        figure = f"{case.fraction(ms):5.2f}" if on_gpu and ok else "  -  "
-                        print(f"    {figure}  {json.dumps(config)}" + ("" if ok else "  WRONG"), flush=True)
+                        ms, status = timed(case, functools.partial(case.run, config))
+                        wrong += status == "WRONG"
+                        times.setdefault(json.dumps(config, sort_keys=True), []).append(ms)
+                        figure = f"{case.fraction(ms):5.2f}" if on_gpu and status == "ok" else "  -  "
+                        print(f"    {figure}  {json.dumps(config)}" + ("" if status == "ok" else f"  {status}"),
+                              flush=True)
         winners: dict[str, tuple[dict[str, Any], float]] = {}
         for bucket, times in bucket_times.items():
             scored = [(sum(math.log(t) for t in ms) / len(ms), key, ms[0]) for key, ms in times.items()
@@ -300,9 +309,13 @@ def main(argv: list[str] | None = None) -> int:
                     def setup(config: tune.Config, case: Case = case) -> Any:
                         return lambda: case.run(dict(config))
 
-                    result = tune.search(_gemv.SPACE, setup, reference=lambda _, case=case: case.correct(),
-                                         prune=keep, budget=args.tune, reps=max(5, reps // 2),
-                                         paired_reps=max(5, reps // 2))
+                    try:
+                        result = tune.search(_gemv.SPACE, setup, reference=lambda _, case=case: case.correct(),
+                                             prune=keep, budget=args.tune, reps=max(5, reps // 2),
+                                             paired_reps=max(5, reps // 2))
+                    except tune.TuneError:  # (its message lists every config tried)
+                        print(f"  tuned {case.name}: no valid config within {args.tune:g} s")
+                        continue
                     print(f"  tuned {case.name}: {json.dumps(result.best)} "
                           f"({sum(t.status == 'ok' for t in result.trials)} configs timed)")
 
@@ -316,8 +329,9 @@ def main(argv: list[str] | None = None) -> int:
         for n, k in shapes:
             for case in make_cases(dtypes[name], n, k):
                 config = _gemv.choose(case.m, n, k, case.dtype, weight_nk=case.weight_nk)
-                ms, ok = timed(case, case.through_matmul)
-                wrong += not ok
+                ms, status = timed(case, case.through_matmul)
+                ok = status == "ok"
+                wrong += not ok  # (matmul's own choice must run)
                 ours = case.fraction(ms) if ok and on_gpu else math.nan
                 theirs = math.nan
                 if peer:
@@ -328,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
                     worst = min(worst, ours)
                 print(f"{name:>5} {'nk' if case.weight_nk else 'kn':>2} {case.m:3d} {n:7d} {k:6d}  {case.copy:9.0f}  "
                       f"{ours:6.2f}  {theirs:6.2f}  {ours / theirs:13.2f}  {json.dumps(config)}"
-                      + ("" if ok else "  WRONG"), flush=True)
+                      + ("" if ok else f"  {status}"), flush=True)
     if on_gpu:
         print(f"worst GEMV row: {worst:.2f}x of copy bandwidth (target >= {TARGET:.2f}x)"
               f"{'' if worst >= TARGET else ' -- NOT MET'}")
