@@ -14,9 +14,11 @@
   for one to four blocks per SM, the hints), compiled ahead in ``--jobs`` threads, each
   checked then timed: one line per config with its fraction of copy. Per record bucket
   (`_gemv.gemv_bucket`) the winner is the config of the best geometric mean over the
-  bucket's cases. ``--write`` merges the winners into ``records/<arch>/gemv.json`` (the
-  package's, to commit; ``--records-dir`` elsewhere), and the table is then made with
-  the new record (matmul's choices forgotten and asked again).
+  bucket's cases (no new shape is swept past ``--sweep-seconds``, so that the whole
+  run stays within five minutes). ``--write`` merges the winners into
+  ``records/<arch>/gemv.json`` (the package's, to commit; ``--records-dir``
+  elsewhere), and the table is then made with the new record (matmul's choices
+  forgotten and asked again).
 - ``--tune SECONDS``: a `cutile.tune.search` per case over the whole space (pruned for
   the case) with that budget; its winners printed as JSON.
 - ``--splitk``: also the split-K table (small M·N, large K: TFLOP/s against torch).
@@ -107,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tune", type=float, default=0.0, metavar="SECONDS",
                         help="search each case's config space for this many seconds")
     parser.add_argument("--splitk", action="store_true", help="also the split-K table")
+    parser.add_argument("--sweep-seconds", type=float, default=210.0,
+                        help="the sweep starts no new shape past this many seconds (the run's table follows)")
     args = parser.parse_args(argv)
     if args.write and not args.sweep:
         parser.error("--write saves the winners of --sweep: give both")
@@ -237,6 +241,9 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.dtype:
             dtype = dtypes[name]
             for n, k in shapes:
+                if time.monotonic() - started > args.sweep_seconds:
+                    print(f"  N={n} K={k}: not swept (past --sweep-seconds {args.sweep_seconds:g})")
+                    continue
                 cases = make_cases(dtype, n, k)
                 for case in cases:
                     if case.bucket not in bucket_configs:
