@@ -1,6 +1,7 @@
 """small_m_matmul (the GEMV path, M <= 16): numpy float64 references on random inputs with
-tails in N and K, every dtype, epilogue and product method, transposed weight views,
-poisoned outputs, splits of K; argument errors; its config space and defaults; compiles
+tails in N and K, every dtype, epilogue and product method, both weight layouts (the
+transposed view of an [N, K] weight and a [K, N] row-major one), poisoned outputs, splits
+of K; argument errors; its config space, defaults and record (matmul reads it); compiles
 for sm_90 and sm_100; GPU runs at real sizes."""
 
 from typing import Any
@@ -12,9 +13,10 @@ import pytest
 import cutile
 from cutile import api
 from cutile.core import bf16, f16, f32
+from cutile import tune
 from cutile.tune import Space
 from cutile_kernels import _gemv, _splitk
-from cutile_kernels._gemv import default_config, prune_for, small_m_matmul, space
+from cutile_kernels._gemv import SPACE, default_config, prune_for, small_m_matmul
 from matmul_testkit import assert_close, random
 from matmul_testkit import reference as matmul_reference
 
@@ -49,16 +51,41 @@ def test_full_epilogue_matches_float64(m: int, dtype: Any, stored_nk: bool, spli
     assert_close(out.to_numpy(), reference(a, w, bias, "gelu", residual, 0.75), dtype)
 
 
+@pytest.mark.parametrize("stored_nk", [True, False], ids=["w.T", "kn"])
 @pytest.mark.parametrize("tile_m", [4, 16])  # 16: a's rows padded to the tile
-@pytest.mark.parametrize("method", ["mma", "mma_t", "dot"])
+@pytest.mark.parametrize("method", ["mma", "mma_t", "dot", "sum"])
 @pytest.mark.parametrize("activation", [None, "relu", "gelu", "silu"])
-def test_each_activation_and_method(activation: str | None, method: str, tile_m: int) -> None:
+def test_each_activation_method_and_layout(activation: str | None, method: str, tile_m: int,
+                                           stored_nk: bool) -> None:
     rng = np.random.default_rng(7)
     a, w = random(rng, (3, K), bf16), random(rng, (N, K), bf16)
     out = api.full([3, N], np.nan, dtype=bf16)
-    small_m_matmul(api.from_numpy(a), weight_view(w, True), out, activation=activation,
+    small_m_matmul(api.from_numpy(a), weight_view(w, stored_nk), out, activation=activation,
                    config={**SMALL, "method": method, "tile_m": tile_m, "latency": 3}).sync()
     assert_close(out.to_numpy(), reference(a, w, activation=activation), bf16)
+
+
+@pytest.mark.parametrize("stored_nk", [True, False], ids=["w.T", "kn"])
+@pytest.mark.parametrize("method", ["dot", "sum", "mma_t"])
+@pytest.mark.parametrize("splits", [1, 2, 4, 5])  # 4: slices of 2 of the 5 K tiles, the last one empty
+@pytest.mark.parametrize("dtype", [f16, bf16, f32], ids=str)
+def test_methods_and_splits_with_tails_in_both_layouts(dtype: Any, splits: int, method: str,
+                                                       stored_nk: bool) -> None:
+    """Wide tiles of each layout's contiguous axis over N and K that are not multiples of
+    them (the last strip and the last K tile are partial), K split evenly, unevenly and
+    with an empty slice (it stores zeros), M = 1 and 16, the whole epilogue."""
+    n, k = 83, 290
+    tiles = {"tile_n": 64, "tile_k": 64} if not stored_nk else {"tile_n": 16, "tile_k": 64}
+    for m in (1, 16):
+        rng = np.random.default_rng(m + splits)
+        a, w = random(rng, (m, k), dtype), random(rng, (n, k), dtype)
+        bias, residual = random(rng, (n,), dtype), random(rng, (m, n), dtype)
+        out = api.full([m, n], np.nan, dtype=dtype)
+        tile_m = max(m, 8) if method == "mma_t" else m
+        small_m_matmul(api.from_numpy(a), weight_view(w, stored_nk), out, bias=api.from_numpy(bias),
+                       activation="silu", residual=api.from_numpy(residual), alpha=-1.5,
+                       config={**tiles, "method": method, "tile_m": tile_m, "split_k": splits}).sync()
+        assert_close(out.to_numpy(), reference(a, w, bias, "silu", residual, -1.5), dtype)
 
 
 @pytest.mark.parametrize("epilogue", ["bias", "residual", "both"])
@@ -171,14 +198,14 @@ def test_operands_sharing_out_are_refused_at_the_call(config: dict[str, int]) ->
     small_m_matmul(a, b, wide[:, :N], bias=wide[1, N:], config=config).sync()  # beside it: fine
 
 
-@pytest.mark.parametrize("dtype", [f16, bf16, f32], ids=str)
-def test_every_config_of_the_space_is_accepted(dtype: Any) -> None:
-    sp = space(dtype)
-    assert isinstance(sp, Space)
-    defaults = default_config(1, 4096, 4096, dtype)
-    for config in sp.configs():
+def test_every_config_of_the_space_is_accepted() -> None:
+    assert isinstance(SPACE, Space)
+    defaults = default_config(1, 4096, 4096, bf16)
+    for config in SPACE.configs()[::7]:  # (a seventh of them: every value of every key, in many combinations)
         assert _splitk.check_config("small_m_matmul", config, defaults, _gemv.CONFIG_KEYS) == {**defaults, **config}
     assert set(defaults) <= set(_gemv.CONFIG_KEYS)
+    for name, values in SPACE.params.items():
+        assert all(_splitk.check_config("small_m_matmul", {name: v}, defaults, _gemv.CONFIG_KEYS) for v in values)
 
 
 LLM_SHAPES = [(4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096), (151936, 2560)]
@@ -204,6 +231,28 @@ def test_defaults_for_m16_are_transposed_mma_tiles_split_to_fill_the_gpu(n: int,
     assert default_config(3, n, k, bf16)["tile_m"] == 8  # a padded to the tensor cores' 8 columns
 
 
+@pytest.mark.parametrize(("n", "k"), LLM_SHAPES)
+def test_defaults_for_a_kn_weight_read_512_bytes_of_each_row_and_split_k_to_fill_the_gpu(n: int, k: int) -> None:
+    """A [K, N] row-major weight is read along N: each tile row is 512 bytes (16-byte
+    vectors on 32 lanes), and K is split until the strips give two blocks per SM, each
+    slice at least two K tiles and none empty."""
+    for m, method in ((1, "dot"), (16, "mma_t")):
+        config = default_config(m, n, k, bf16, weight_nk=False)
+        assert config["method"] == method
+        strips, steps = -(-n // config["tile_n"]), -(-k // config["tile_k"])
+        if method == "dot":
+            assert config["tile_n"] * 2 == 512 and config["tile_m"] * config["tile_n"] * config["tile_k"] <= \
+                _gemv.DOT_ELEMENTS
+        else:
+            assert config["tile_n"] >= 64 and config["tile_n"] * config["tile_k"] * 2 == _gemv.MAX_WEIGHT_TILE_BYTES
+        assert strips * config["split_k"] >= _gemv.TARGET_BLOCKS
+        per = _gemv.steps_per_split(k, config["tile_k"], config["split_k"])
+        assert per >= _gemv.MIN_STEPS_PER_SPLIT and (config["split_k"] - 1) * per < steps  # no empty slice
+        assert prune_for(m, n, k, weight_nk=False)(config)
+    assert default_config(1, 64, 40, f32, weight_nk=False) == {
+        "tile_m": 1, "tile_n": 64, "tile_k": 64, "split_k": 1, "method": "dot", "num_worker_warps": 4}
+
+
 def test_defaults_split_k_when_n_is_small() -> None:
     config = default_config(1, 512, 16384, bf16)
     blocks = -(-512 // config["tile_n"])
@@ -218,7 +267,10 @@ def test_prune_drops_configs_that_cannot_win() -> None:
             "occupancy": 1}
     assert keep(base)
     assert not keep({**base, "tile_n": 8, "split_k": 2})  # N alone gives 512 blocks
-    assert not keep({**base, "tile_n": 32})  # 32 x 512 products in registers
+    assert not keep({**base, "tile_n": 64})  # 64 x 512 products in registers
+    assert keep({**base, "tile_n": 64, "method": "sum"})  # summed at each step: fewer registers
+    assert not prune_for(1, 4096, 4096, weight_nk=False)(base)  # 16 columns of a [K, N] weight: 32-byte rows
+    assert prune_for(1, 4096, 4096, weight_nk=False)({**base, "tile_n": 256, "tile_k": 32, "split_k": 16})
     assert not keep({**base, "method": "mma_t"})  # 16 weight rows: no tensor cores
     assert not keep({**base, "method": "mma_t", "tile_n": 64})  # 1 row of a: no tensor cores
     assert keep({**base, "method": "mma_t", "tile_n": 64, "tile_m": 8})
@@ -232,42 +284,162 @@ def test_prune_drops_configs_that_cannot_win() -> None:
 
 @pytest.mark.parametrize("arch", ["sm_90", "sm_100"])
 def test_compiles_at_decode_sizes(arch: str) -> None:
-    """Kernels for M = 1 and M = 16 at N = K = 4096 bf16 (the defaults, with hints), the
-    searched product methods, both weight layouts, and a split's partial kernel, compile
-    for both archs. Real (host) tensors, not `api.meta`: their alignment facts let tileiras
-    use TMA, as on the GPU (without them it builds slow element loads, and slowly)."""
+    """Kernels for M = 1 and M = 16 at N = K = 4096 bf16 (the defaults of both layouts,
+    with hints), the searched product methods, and a split's partial and reduction
+    kernels, compile for both archs, with the full epilogue. Real (host) tensors, not
+    `api.meta`: their alignment facts let tileiras use TMA, as on the GPU (without them
+    it builds slow element loads, and slowly)."""
     n = k = 4096
-    cases = [(1, {**default_config(1, n, k, bf16), "num_worker_warps": 8, "occupancy": 2}, "dot", True),
-             (1, {"tile_m": 8, "tile_n": 64, "tile_k": 256, "latency": 6}, "mma_t", True),
-             (1, {"tile_m": 1, "tile_n": 8, "tile_k": 512}, "dot", False),
-             (16, {**default_config(16, n, k, bf16), "split_k": 1}, "mma_t", True)]
-    for m, config, method, stored_nk in cases:
-        direct = _splitk.direct_kernel(bf16, bf16, bf16, bf16, stored_nk, method, 2, True, True,
-                                       _splitk.hints_of(config))
-        compiled = cutile.compile(direct, api.zeros([m, n], dtype=bf16).partition([config["tile_m"], config["tile_n"]]),
-                                  api.zeros([m, k], dtype=bf16), api.zeros([n, k] if stored_nk else [k, n], dtype=bf16),
-                                  api.zeros([n], dtype=bf16), api.zeros([m, n], dtype=bf16), 1.0,
-                                  BK=config["tile_k"], arch=arch)
-        assert compiled.cubin[:4] == b"\x7fELF"
-        assert ("latency = 6" in compiled.mlir) == ("latency" in config)
-    partial = _splitk.partial_kernel(bf16, True, "mma_t", ())
-    compiled = cutile.compile(partial, api.zeros([4, 16, n], dtype=f32).partition([1, 16, 64]),
-                              api.zeros([16, k], dtype=bf16), api.zeros([n, k], dtype=bf16), BK=256, SPLITS=4, arch=arch)
-    assert compiled.cubin[:4] == b"\x7fELF"
+    cases = [(1, True, {**default_config(1, n, k, bf16), "num_worker_warps": 8, "occupancy": 2}),
+             (1, False, default_config(1, n, k, bf16, weight_nk=False)),
+             (16, False, {**default_config(16, n, k, bf16, weight_nk=False), "latency": 6}),
+             (16, True, {**default_config(16, n, k, bf16), "split_k": 1}),
+             (1, True, {"method": "sum", "tile_m": 1, "tile_n": 32, "tile_k": 512, "split_k": 1}),
+             (1, False, {"method": "sum", "tile_m": 1, "tile_n": 256, "tile_k": 64, "split_k": 8}),
+             (1, False, {"method": "mma_t", "tile_m": 8, "tile_n": 128, "tile_k": 128, "split_k": 8})]
+    for m, stored_nk, config in cases:
+        weight = api.zeros([n, k] if stored_nk else [k, n], dtype=bf16)
+        a, out = api.zeros([m, k], dtype=bf16), api.zeros([m, n], dtype=bf16)
+        ops, cfg = _gemv._checked("test", a, weight.T if stored_nk else weight, out, api.zeros([n], dtype=bf16),
+                                  "gelu", api.zeros([m, n], dtype=f32), 1.0, config)
+        launches = _gemv._launches(ops, cfg)
+        assert len(launches) == (1 if cfg["split_k"] == 1 else 2)
+        for kernel, arguments, constants in launches:
+            compiled = cutile.compile(kernel, *arguments, arch=arch, **constants)
+            assert compiled.cubin[:4] == b"\x7fELF"
+        assert ("latency = 6" in cutile.compile(launches[0][0], *launches[0][1], arch=arch, **launches[0][2]).mlir) \
+            == ("latency" in config)
+    _gemv.compile_call(api.zeros([1, k], dtype=bf16), api.zeros([k, n], dtype=bf16), api.zeros([1, n], dtype=bf16),
+                       None, arch)  # (what a sweep runs first)
+
+
+def test_reduction_tiles_spread_over_the_sms() -> None:
+    for m, n in ((1, 4096), (16, 4096), (1, 151936), (16, 151936), (3, 67), (1, 20)):
+        tile_m, tile_n = _gemv.reduce_tiles(m, n)
+        assert tile_m == _splitk.next_power_of_two(m) and tile_m * tile_n <= max(_gemv.REDUCE_ELEMENTS, 16 * tile_m)
+        assert tile_n >= 16 and tile_n & (tile_n - 1) == 0
+        if n >= 16 * _gemv.TARGET_BLOCKS:
+            assert -(-n // tile_n) >= _gemv.TARGET_BLOCKS // 2 or tile_m * tile_n == _gemv.REDUCE_ELEMENTS
+
+
+# -- the record: buckets, fitting, matmul's choice ---------------------------------------------------
+
+def test_buckets_and_fit() -> None:
+    assert _gemv.gemv_bucket((1, 4096, 4096, 2, 1)) == "nk_e2_m1_n4096_k4096"
+    assert _gemv.gemv_bucket((16, 11008, 4096, 2, 0)) == "kn_e2_m16_n16384_k4096"
+    assert _gemv.gemv_bucket((3, 14336, 4096, 2, 0)) == "kn_e2_m16_n16384_k4096"  # M 2-16 share a class
+    assert _gemv.gemv_bucket((1, 20, 5, 4, 1)) == "nk_e4_m1_n64_k64"
+    winner = {"method": "mma_t", "tile_m": 8, "tile_n": 128, "tile_k": 256, "split_k": 12, "num_worker_warps": 4,
+              "occupancy": 1, "latency": 0}
+    fitted = _gemv.fit(winner, 16, 100, 300)
+    assert fitted["tile_m"] == 16 and fitted["tile_n"] == 128 and fitted["tile_k"] == 256
+    assert fitted["split_k"] == 2  # no more slices than K tiles
+    assert _gemv.fit(winner, 3, 4096, 4096) == winner
+
+
+def _write_record(folder: Any, winners: dict[str, dict[str, Any]], source: str | None = None) -> None:
+    gemv_tuner = _gemv.tuner(records_dir=folder)
+    provenance = gemv_tuner.provenance
+    if source is not None:
+        provenance = tune.Provenance.current("gemv", source, SPACE)
+    record = tune.Record(provenance, {b: tune.Winner(c, 0.01) for b, c in winners.items()})
+    assert gemv_tuner.record_path is not None
+    record.save(gemv_tuner.record_path)
+
+
+@pytest.mark.parametrize("stored_nk", [True, False], ids=["w.T", "kn"])
+def test_matmul_takes_the_records_winner_for_each_layout(tmp_path: Any, stored_nk: bool) -> None:
+    from cutile_kernels import _matmul, matmul
+
+    n, k = 70, 200
+    layout = "nk" if stored_nk else "kn"
+    winner = {"method": "sum", "tile_m": 1, "tile_n": 64, "tile_k": 64, "split_k": 3, "num_worker_warps": 4,
+              "occupancy": 1, "latency": 3}
+    _write_record(tmp_path, {f"{layout}_e2_m1_n128_k256": winner})
+    try:
+        _gemv.use_records(tmp_path)
+        assert _gemv.choose(1, n, k, bf16, weight_nk=stored_nk) == winner
+        assert _gemv.choose(1, n, k, bf16, weight_nk=not stored_nk) == default_config(1, n, k, bf16,
+                                                                                       weight_nk=not stored_nk)
+        rng = np.random.default_rng(21)
+        a, w = random(rng, (1, k), bf16), random(rng, (n, k), bf16)
+        bias = random(rng, (n,), bf16)
+        out = api.full([1, n], np.nan, dtype=bf16)
+        matmul(api.from_numpy(a), weight_view(w, stored_nk), out=out, bias=api.from_numpy(bias), activation="relu")
+        assert_close(out.to_numpy(), reference(a, w, bias, "relu"), bf16)
+        plans = [s.plan for s in _matmul._SIGNATURES.values() if s.plan is not None and s.plan.path == "gemv"]
+        assert plans and plans[-1].config == winner
+    finally:
+        _gemv.use_records(None)
+
+
+def test_a_stale_record_is_refused_with_its_reason_and_never_applied(tmp_path: Any,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    winner = {"method": "sum", "tile_m": 1, "tile_n": 64, "tile_k": 64, "split_k": 3, "num_worker_warps": 4,
+              "occupancy": 1, "latency": 3}
+    _write_record(tmp_path, {"nk_e2_m1_n128_k256": winner}, source="other kernels")
+    try:
+        _gemv.use_records(tmp_path)
+        with caplog.at_level("WARNING", logger="cutile.tune"):
+            assert _gemv.choose(1, 70, 200, bf16, weight_nk=True) == default_config(1, 70, 200, bf16)
+        assert "source_hash" in caplog.text
+    finally:
+        _gemv.use_records(None)
+
+
+@pytest.mark.parametrize("stored_nk", [True, False], ids=["w.T", "kn"])
+@pytest.mark.parametrize("dtype", [f16, bf16, f32], ids=str)
+@pytest.mark.parametrize("m", [1, 3, 16])
+def test_matmul_routes_small_m_to_these_kernels_for_both_layouts(m: int, dtype: Any, stored_nk: bool) -> None:
+    from cutile_kernels import _matmul, matmul
+
+    n, k = 75, 130
+    rng = np.random.default_rng(m)
+    a, w = random(rng, (m, k), dtype), random(rng, (n, k), dtype)
+    residual = random(rng, (m, n), dtype)
+    out = api.full([m, n], np.nan, dtype=dtype)
+    b = weight_view(w, stored_nk)
+    matmul(api.from_numpy(a), b, out=out, residual=api.from_numpy(residual), activation="gelu", alpha=0.5)
+    assert_close(out.to_numpy(), reference(a, w, None, "gelu", residual, 0.5), dtype)
+    assert _matmul._choose_path(m, n, k, 2, dtype, f32, False, None) == "gemv"
+    assert _gemv.choose(m, n, k, dtype, weight_nk=stored_nk) == default_config(m, n, k, dtype, weight_nk=stored_nk)
+
+
+def test_the_tuner_searches_a_shape_gated_and_pruned() -> None:
+    """`tuner().tune` (what CUTILE_TUNE=1 runs on first use) times configs the shape's
+    prune keeps, gated against float64 at sampled columns; the others are invalid with
+    the reason."""
+    from cutile.tune import Space as TuneSpace
+
+    result = _gemv.tuner().tune((1, 40, 70, 2, 0), budget=30.0, warmup=1, reps=1, paired_reps=1,
+                                prune=lambda c: c["tile_n"] in (64, 128) and c["tile_k"] in (16, 64)
+                                and c["split_k"] in (1, 2) and c["num_worker_warps"] == 4 and c["occupancy"] == 1
+                                and c["latency"] == 0 and c["tile_m"] in (1, 8))
+    assert isinstance(_gemv.SPACE, TuneSpace)
+    ok = [t for t in result.trials if t.status == "ok"]
+    assert ok and all(prune_for(1, 40, 70, weight_nk=False)(t.config) for t in ok)
+    assert any(t.status == "invalid" and "cannot run or win" in (t.reason or "") for t in result.trials)
 
 
 # -- on the GPU, at real sizes ------------------------------------------------------------------
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("stored_nk", [True, False], ids=["w.T", "kn"])
 @pytest.mark.parametrize("m", [1, 16])
-def test_gpu_decode_layer(m: int) -> None:
+def test_gpu_decode_layer(m: int, stored_nk: bool) -> None:
     rng = np.random.default_rng(m)
-    n = k = 4096
+    n, k = 4096 + 24, 4096 + 40  # tails past the wide tiles
     a, w = random(rng, (m, k), bf16), (random(rng, (n, k), bf16) * 0.05).astype(ml_dtypes.bfloat16)
     bias = random(rng, (n,), bf16)
     out = api.full([m, n], np.nan, dtype=bf16)
-    small_m_matmul(api.from_numpy(a), api.from_numpy(w).T, out, bias=api.from_numpy(bias), activation="silu").sync()
+    small_m_matmul(api.from_numpy(a), weight_view(w, stored_nk), out, bias=api.from_numpy(bias),
+                   activation="silu").sync()
     assert_close(out.to_numpy(), reference(a, w, bias, "silu"), bf16)
+    from cutile_kernels import matmul
+
+    again = api.full([m, n], np.nan, dtype=bf16)  # through matmul: the record's config (or the default)
+    matmul(api.from_numpy(a), weight_view(w, stored_nk), out=again, bias=api.from_numpy(bias), activation="silu")
+    assert_close(again.to_numpy(), reference(a, w, bias, "silu"), bf16)
 
 
 @pytest.mark.gpu
@@ -277,7 +449,14 @@ def test_gpu_decode_layer_other_configs() -> None:
     a, w = random(rng, (1, k), bf16), (random(rng, (n, k), bf16) * 0.05).astype(ml_dtypes.bfloat16)
     for config in ({"split_k": 4}, {"method": "dot", "tile_n": 8, "tile_k": 512},
                    {"method": "mma_t", "tile_m": 8, "tile_n": 64, "tile_k": 256}, {"tile_m": 2},
+                   {"method": "sum", "tile_n": 32, "tile_k": 512},
                    {"num_worker_warps": 8, "occupancy": 2, "latency": 4}):
         out = api.full([1, n], np.nan, dtype=f32)
         small_m_matmul(api.from_numpy(a), api.from_numpy(w).T, out, config=config).sync()
         assert_close(out.to_numpy(), reference(a, w), bf16)  # f32 out; the error is f32 accumulation's
+    for config in ({"method": "dot", "tile_n": 256, "tile_k": 32, "split_k": 8},
+                   {"method": "sum", "tile_n": 256, "tile_k": 64, "split_k": 4},
+                   {"method": "mma_t", "tile_m": 8, "tile_n": 128, "tile_k": 128, "split_k": 6}):
+        out = api.full([1, n], np.nan, dtype=f32)
+        small_m_matmul(api.from_numpy(a), weight_view(w, False), out, config=config).sync()
+        assert_close(out.to_numpy(), reference(a, w), bf16)

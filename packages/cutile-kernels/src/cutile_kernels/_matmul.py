@@ -183,6 +183,13 @@ def _prepare(a: Any, b: Any, *, out: Any, bias: Any, activation: Any, residual: 
     return _Call(plan, ta, tb, out_t, out_handed, result_kind, epilogue, scale_tensors, alpha_total)
 
 
+def forget_plans() -> None:
+    """Drops every cached plan and the remembered last call (the records changed: the
+    next call of each signature asks for its config again)."""
+    _SIGNATURES.clear()
+    matmul._last = None
+
+
 def _checked_alpha(alpha: Any) -> float:
     if isinstance(alpha, float) and math.isfinite(alpha):
         return alpha
@@ -268,9 +275,12 @@ def _make_plan(ta: cutile.Tensor, tb: cutile.Tensor, out_dense: bool, epilogue: 
     rank = 2 if not batched or fold else 3
     rows = batch * m if batched else m
     path = _choose_path(rows, n, k, rank, in_dtype, acc, scale_tensors, config)
-    if path != "tiled":
-        family = _gemv if path == "gemv" else _splitk
-        return _Plan(path, None, family.default_config(rows, n, k, in_dtype), (), (), 0, fold, False, False)
+    if path == "gemv":  # the record's winner for the weight's layout (K contiguous: a w.T view), else a default
+        weight_nk = tb.strides[-2] == 1 and tb.strides[-1] != 1
+        return _Plan(path, None, _gemv.choose(rows, n, k, in_dtype, weight_nk=weight_nk), (), (), 0, fold, False,
+                     False)
+    if path == "split_k":
+        return _Plan(path, None, _splitk.default_config(rows, n, k, in_dtype), (), (), 0, fold, False, False)
     found = _configs.choose(in_dtype, rows, n, k) if config is None else \
         {**_configs.default_config(rows, n, k, in_dtype), **config}
     chosen = _configs.fit_to_problem(found, rows if rank == 2 else m, n, k)  # (a batch's own rows: its tiles')

@@ -1,4 +1,4 @@
-"""Split-K matmul for small M·N and large K, and the kernels it shares with the GEMV path.
+"""Split-K matmul for small M·N and large K, and the operand and config checks the GEMV path shares.
 
 ``split_k_matmul(a, b, out)`` computes ``out = act(alpha * (a @ b) + bias) + residual``
 in two safe kernels: S blocks per output tile each compute the product over one slice
@@ -13,8 +13,7 @@ passed as ``w.T``), the kernels take that [N, K] matrix and load [BN, BK] tiles
 contiguous along K; otherwise they load [BK, BN] tiles of b as it is.
 
 The tile product is ``mma`` (a's tile rows on the tensor cores' M side) or ``mma_t``
-(``(w aᵀ)ᵀ``: the weight tile's columns of out there, for a small M), or for the GEMV
-path ``dot`` (float32 products on the CUDA cores, summed along K at the end). tileiras
+(``(w aᵀ)ᵀ``: the weight tile's columns of out there, for a small M). tileiras
 (13.4, sm_90) uses the tensor cores (HGMMA) only when that M side has 64 rows or more.
 
 Activations: ``"relu"``, ``"gelu"`` (the tanh approximation: ``0.5 x (1 + tanh(√(2/π)
@@ -39,13 +38,11 @@ from cutile.core import (
     cdiv,
     exp,
     f16,
-    fma,
     f32,
     get_tile_block_id,
     maximum,
     minimum,
     mma,
-    sum,
     tanh,
     transpose,
     zeros,
@@ -58,7 +55,6 @@ __all__ = ["ACTIVATIONS", "Operands", "check_operands", "default_config", "prune
 ACTIVATIONS: dict[str | None, int] = {None: 0, "relu": 1, "gelu": 2, "silu": 3}
 FLOAT_DTYPES = (f16, bf16, f32)
 SM_COUNT = 132  # the H200's; a default only decides how many blocks to aim for
-METHODS = ("mma", "mma_t", "dot")
 GELU_SCALE = math.sqrt(2.0 / math.pi)
 
 
@@ -208,31 +204,13 @@ def _product_loop(weight_nk: bool, method: str, latency: int | None) -> Any:
             for k in range(first, last):
                 acc = mma(a.load(index=(bm, k), shape=(BM, BK)), transpose(w.load(index=(bn, k), shape=(BN, BK), latency=latency)), acc)
             return acc
-    elif method == "mma":
+    else:  # "mma"
         @cutile.function
         def product(a: Any, w: Any, bm: Any, bn: Any, first: Any, last: Any, BM: int, BN: int, BK: int) -> Any:
             acc = zeros((BM, BN), f32)
             for k in range(first, last):
                 acc = mma(a.load(index=(bm, k), shape=(BM, BK)), w.load(index=(k, bn), shape=(BK, BN), latency=latency), acc)
             return acc
-    elif weight_nk:  # "dot": f32 products on the CUDA cores, kept per element, summed along K once at the end
-        @cutile.function
-        def product(a: Any, w: Any, bm: Any, bn: Any, first: Any, last: Any, BM: int, BN: int, BK: int) -> Any:
-            acc = zeros((BM, BN, BK), f32)
-            for k in range(first, last):
-                x = a.load(index=(bm, k), shape=(BM, BK)).astype(f32).reshape((BM, 1, BK))
-                wt = w.load(index=(bn, k), shape=(BN, BK), latency=latency).astype(f32).reshape((1, BN, BK))
-                acc = fma(x, wt, acc)  # one FFMA a product (acc + x * wt is not contracted)
-            return sum(acc, axis=2)
-    else:
-        @cutile.function
-        def product(a: Any, w: Any, bm: Any, bn: Any, first: Any, last: Any, BM: int, BN: int, BK: int) -> Any:
-            acc = zeros((BM, BK, BN), f32)
-            for k in range(first, last):
-                x = a.load(index=(bm, k), shape=(BM, BK)).astype(f32).reshape((BM, BK, 1))
-                wt = w.load(index=(k, bn), shape=(BK, BN), latency=latency).astype(f32).reshape((1, BK, BN))
-                acc = fma(x, wt, acc)  # one FFMA a product (acc + x * wt is not contracted)
-            return sum(acc, axis=1)
     return product
 
 
