@@ -37,7 +37,7 @@ from cutile.core import Mut, Tensor, f32, load_tile_like  # noqa: E402
 
 # (annotations evaluated at definition: this file has no `from __future__ import annotations`)
 @cutile.entry
-def add(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], y: Tensor[f32, [-1]]):  # type: ignore[no-untyped-def]
+def add(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], y: Tensor[f32, [-1]]) -> None:
     z.store(load_tile_like(x, z) + load_tile_like(y, z))
 
 
