@@ -2,8 +2,9 @@
 interpreter, else the GPU), optional peers, dtypes by their short names, the
 device-to-device copy that is their bandwidth ceiling, and the two sides their
 tensors live on: `TorchTensors` on the GPU, `InterpreterTensors` (cutile tensors,
-numpy references) for ``--smoke``. Timing is `cutile.bench.do_bench`'s."""
+numpy references) for ``--smoke``; a table of bandwidths timed by `cutile.bench.do_bench`."""
 
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -58,6 +59,36 @@ def torch_copy(torch: Any, moved: int) -> Callable[[], Any]:
     source = torch.empty(max(1, moved // 2), device="cuda", dtype=torch.uint8)
     target = torch.empty_like(source)
     return lambda: target.copy_(source)
+
+
+class BandwidthTable:
+    """Rows of (label, implementation, ms, GB/s) timed by `cutile.bench.do_bench`, and
+    ratio rows (ms NaN, the ratio in the last column), printed as one table."""
+
+    def __init__(self, *, warmup: int, reps: int) -> None:
+        self.warmup, self.reps = warmup, reps
+        self.rows: list[tuple[str, str, float, float]] = []
+
+    def timed(self, label: str, implementation: str, moved: int, fn: Callable[[], Any]) -> float:
+        """Times ``fn`` and gives its GB/s (``moved`` bytes over the median)."""
+        from cutile import bench
+
+        ms = bench.do_bench(fn, warmup=self.warmup, reps=self.reps).median_ms
+        gbs = moved / ms / 1e6
+        self.rows.append((label, implementation, ms, gbs))
+        return gbs
+
+    def ratio(self, label: str, what: str, value: float) -> None:
+        self.rows.append((label, what, math.nan, value))
+
+    def print(self, first: str, width: int) -> None:
+        """The table: ``first`` heads the labels' column, ``width`` the implementations'."""
+        print(f"{first:48s} {'implementation':{width}s} {'ms':>10s} {'GB/s':>9s}")
+        for label, implementation, ms, gbs in self.rows:
+            if math.isnan(ms):
+                print(f"{label:48s} {implementation:{width}s} {'':>10s} {gbs:8.3f}x")
+            else:
+                print(f"{label:48s} {implementation:{width}s} {ms:10.4f} {gbs:9.1f}")
 
 
 class InterpreterTensors:

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from _bench_common import InterpreterTensors, TorchTensors, choose_backend, lacks_gpu
+from _bench_common import BandwidthTable, InterpreterTensors, TorchTensors, choose_backend, lacks_gpu
 
 
 class Checked(Exception):
@@ -55,8 +55,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     choose_backend(args.smoke)
 
-    from cutile import bench
-
     from cutile_kernels._decode_attention import TUNER, decode_attention, plan
 
     if lacks_gpu("bench_decode.py", args.smoke):
@@ -77,13 +75,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"saved {TUNER.record_path} ({', '.join(record.winners)})")
 
     lib: Any = Numpy() if args.smoke else Torch()
-    rows: list[tuple[str, str, float, float]] = []  # shape, implementation, ms, GB/s or ratio
-
-    def timed(label: str, implementation: str, moved: int, fn: Any) -> float:
-        result = bench.do_bench(fn, warmup=warmup, reps=reps)
-        gbs = moved / result.median_ms / 1e6
-        rows.append((label, implementation, result.median_ms, gbs))
-        return gbs
+    table = BandwidthTable(warmup=warmup, reps=reps)
+    timed = table.timed
 
     for dtype in args.dtype:
         for batch, q_heads, kv_heads, context, head_dim in shapes:
@@ -102,17 +95,12 @@ def main(argv: list[str] | None = None) -> int:
             cutile_gbs = timed(label, "cutile", moved,
                                lambda: decode_attention.launch(q, k, v, lens, out=out).op)
             peer_gbs = [timed(label, name, moved, peer) for name, peer in lib.peers(q, k, v, lens).items()]
-            rows.append((label, "cutile / copy", math.nan, cutile_gbs / copy_gbs))
+            table.ratio(label, "cutile / copy", cutile_gbs / copy_gbs)
             if peer_gbs:
-                rows.append((label, "cutile / best SDPA (speedup)", math.nan, cutile_gbs / max(peer_gbs)))
+                table.ratio(label, "cutile / best SDPA (speedup)", cutile_gbs / max(peer_gbs))
             lib.release()
 
-    print(f"{'shape':48s} {'implementation':30s} {'ms':>10s} {'GB/s':>9s}")
-    for label, implementation, ms, gbs in rows:
-        if math.isnan(ms):
-            print(f"{label:48s} {implementation:30s} {'':>10s} {gbs:8.3f}x")
-        else:
-            print(f"{label:48s} {implementation:30s} {ms:10.4f} {gbs:9.1f}")
+    table.print("shape", 30)
     print(f"results: OK ({'interpreter, wall clock: not figures' if args.smoke else 'GPU, device time'}; "
           "target: cutile / copy >= 0.85x and faster than SDPA)")
     return 0
