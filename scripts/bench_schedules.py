@@ -13,8 +13,9 @@
 Each safe/unsafe pair is timed alternately, ``--repeats`` times, and the ratio reported is
 the median of the paired ratios (unsafe time / safe time: above 1.00 the safe kernel is
 faster). Device times are `cutile.bench`'s (``do_bench_paired`` for the pairs, ``do_bench``
-for the peers and the copy): medians, on cutile's stream, the L2 flushed before each rep. Targets (issue "Safe and fast together"): every safe kernel within 1% of its twin;
-the safe GEMM at least 1.00x cuBLAS in fp16 and bf16 with its best config.
+for the peers and the copy): medians, on cutile's stream, the L2 flushed before each rep.
+Targets (issue "Safe and fast together"): every safe kernel within 1% of its twin; the
+safe GEMM at least 1.00x cuBLAS in fp16 and bf16 with its best config.
 
 Needs a GPU and torch (a benchmark peer, never a dependency). On the GPU machine:
 ``scripts/on_gpu_machine.sh python3 scripts/bench_schedules.py``. Kernels are defined in
