@@ -1,7 +1,8 @@
 """What the host-cost benchmarks share: a fake driver on which launches, waits and
 events cost nothing, so what they time is cutile's host work."""
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -34,3 +35,17 @@ def register(fake: FakeDriver, launch: Any) -> None:
     compiled = launch.kernel.compiled(launch.plan().spec, "sm_90")
     fake.kernels[compiled.name] = _gpu.fake_param_layout(compiled.abi)
     launch.cancel()
+
+
+def per_call_us(modes: dict[str, Callable[[int], None]], calls: int, repeats: int, clock: str) -> dict[str, list[float]]:
+    """Each mode's µs per call: ``repeats`` samples of ``calls`` calls, the modes in turn
+    within a repeat (so that a drift of the machine's speed touches them all alike), on
+    the ``"wall"`` or the process's ``"cpu"`` clock."""
+    timer = time.process_time if clock == "cpu" else time.perf_counter
+    samples: dict[str, list[float]] = {name: [] for name in modes}
+    for _ in range(repeats):
+        for name, body in modes.items():
+            start = timer()
+            body(calls)
+            samples[name].append((timer() - start) / calls * 1e6)
+    return samples

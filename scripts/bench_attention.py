@@ -18,11 +18,12 @@ On the GPU machine:
 
 import argparse
 import json
-import os
 import sys
 from typing import Any
 
 import numpy as np
+
+from _bench_common import choose_backend, lacks_gpu, numpy_dtype, optional, torch_dtype
 
 SHAPE = (4, 32, 4096, 128)
 SMOKE_SHAPE = (1, 2, 70, 64)
@@ -41,18 +42,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", default=None, help="a config as JSON (SPACE's keys) instead of the default")
     parser.add_argument("--search", action="store_true", help="time every config of SPACE")
     args = parser.parse_args(argv)
-    if args.smoke:
-        os.environ["CUTILE_BACKEND"] = "interpreter"
+    choose_backend(args.smoke)
 
     import cutile
     from cutile import bench
     from cutile_kernels._attention import DEFAULT, SPACE, attention
 
-    gpu = cutile.backend() == "gpu"
-    if not gpu and not args.smoke:
-        print("bench_attention.py needs a GPU (--smoke runs on the interpreter)", file=sys.stderr)
+    if lacks_gpu("bench_attention.py", args.smoke):
         return 2
-    torch = _optional("torch") if gpu else None
+    gpu = cutile.backend() == "gpu"
+    torch = optional("torch") if gpu else None
     if gpu and (torch is None or not torch.cuda.is_available()):
         print("bench_attention.py needs torch with CUDA on the GPU (the inputs and the peer)", file=sys.stderr)
         return 2
@@ -104,13 +103,6 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failures else 0
 
 
-def _optional(module: str) -> Any:
-    try:
-        return __import__(module)
-    except ImportError:
-        return None
-
-
 class Case:
     """One dtype and causality: inputs (torch on the GPU, numpy on the interpreter), the
     preallocated output, the peer's runner and each config's check and launch."""
@@ -121,20 +113,19 @@ class Case:
         self.dtype, self.causal, self.torch = dtype, causal, torch
         q_shape, kv_shape = (batch, heads, seq, head_dim), (batch, kv_heads, seq, head_dim)
         if torch is not None:
-            torch_dtype = torch.float16 if dtype == "f16" else torch.bfloat16
+            of_dtype = torch_dtype(torch, dtype)
             generator = torch.Generator(device="cuda").manual_seed(0)
-            self.q = torch.randn(q_shape, device="cuda", dtype=torch_dtype, generator=generator)
-            self.k = torch.randn(kv_shape, device="cuda", dtype=torch_dtype, generator=generator)
-            self.v = torch.randn(kv_shape, device="cuda", dtype=torch_dtype, generator=generator)
+            self.q = torch.randn(q_shape, device="cuda", dtype=of_dtype, generator=generator)
+            self.k = torch.randn(kv_shape, device="cuda", dtype=of_dtype, generator=generator)
+            self.v = torch.randn(kv_shape, device="cuda", dtype=of_dtype, generator=generator)
             self.out = torch.empty_like(self.q)
             self.expected = self.sdpa()
             torch.cuda.synchronize()
         else:
-            import ml_dtypes
-            numpy_dtype = np.float16 if dtype == "f16" else ml_dtypes.bfloat16
+            of_dtype = numpy_dtype(dtype)
             rng = np.random.default_rng(0)
-            self.q, self.k, self.v = (rng.standard_normal(s).astype(numpy_dtype) for s in (q_shape, kv_shape, kv_shape))
-            self.out = np.empty(q_shape, numpy_dtype)
+            self.q, self.k, self.v = (rng.standard_normal(s).astype(of_dtype) for s in (q_shape, kv_shape, kv_shape))
+            self.out = np.empty(q_shape, of_dtype)
             q64, k64, v64 = (np.asarray(t, np.float64) for t in (self.q, self.k, self.v))
             self.expected = _reference(q64, k64, v64, causal)
         # cutile tensors over the same memory, imported once (the timed launches skip the import)

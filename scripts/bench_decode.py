@@ -26,11 +26,12 @@ then uses. ``--smoke`` runs small shapes on the CPU interpreter against numpy (C
 
 import argparse
 import math
-import os
 import sys
 from typing import Any
 
 import numpy as np
+
+from _bench_common import BandwidthTable, InterpreterTensors, TorchTensors, choose_backend, lacks_gpu
 
 
 class Checked(Exception):
@@ -52,16 +53,11 @@ def main(argv: list[str] | None = None) -> int:
                              "(packages/cutile-kernels/src/cutile_kernels/records/<arch>/decode_attention.json)")
     parser.add_argument("--budget", type=float, default=30.0, help="seconds of search per shape with --record")
     args = parser.parse_args(argv)
-    if args.smoke:
-        os.environ["CUTILE_BACKEND"] = "interpreter"
-
-    import cutile
-    from cutile import bench
+    choose_backend(args.smoke)
 
     from cutile_kernels._decode_attention import TUNER, decode_attention, plan
 
-    if not args.smoke and cutile.backend() != "gpu":
-        print("bench_decode.py needs a GPU (--smoke runs on the interpreter)", file=sys.stderr)
+    if lacks_gpu("bench_decode.py", args.smoke):
         return 2
     if args.smoke:
         shapes = [(2, 4, 2, 100, 64), (1, 4, 1, 300, 64)]
@@ -79,13 +75,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"saved {TUNER.record_path} ({', '.join(record.winners)})")
 
     lib: Any = Numpy() if args.smoke else Torch()
-    rows: list[tuple[str, str, float, float]] = []  # shape, implementation, ms, GB/s or ratio
-
-    def timed(label: str, implementation: str, moved: int, fn: Any) -> float:
-        result = bench.do_bench(fn, warmup=warmup, reps=reps)
-        gbs = moved / result.median_ms / 1e6
-        rows.append((label, implementation, result.median_ms, gbs))
-        return gbs
+    table = BandwidthTable(warmup=warmup, reps=reps)
+    timed = table.timed
 
     for dtype in args.dtype:
         for batch, q_heads, kv_heads, context, head_dim in shapes:
@@ -104,17 +95,12 @@ def main(argv: list[str] | None = None) -> int:
             cutile_gbs = timed(label, "cutile", moved,
                                lambda: decode_attention.launch(q, k, v, lens, out=out).op)
             peer_gbs = [timed(label, name, moved, peer) for name, peer in lib.peers(q, k, v, lens).items()]
-            rows.append((label, "cutile / copy", math.nan, cutile_gbs / copy_gbs))
+            table.ratio(label, "cutile / copy", cutile_gbs / copy_gbs)
             if peer_gbs:
-                rows.append((label, "cutile / best SDPA (speedup)", math.nan, cutile_gbs / max(peer_gbs)))
+                table.ratio(label, "cutile / best SDPA (speedup)", cutile_gbs / max(peer_gbs))
             lib.release()
 
-    print(f"{'shape':48s} {'implementation':30s} {'ms':>10s} {'GB/s':>9s}")
-    for label, implementation, ms, gbs in rows:
-        if math.isnan(ms):
-            print(f"{label:48s} {implementation:30s} {'':>10s} {gbs:8.3f}x")
-        else:
-            print(f"{label:48s} {implementation:30s} {ms:10.4f} {gbs:9.1f}")
+    table.print("shape", 30)
     print(f"results: OK ({'interpreter, wall clock: not figures' if args.smoke else 'GPU, device time'}; "
           "target: cutile / copy >= 0.85x and faster than SDPA)")
     return 0
@@ -134,26 +120,11 @@ def numpy_reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, lens: np.ndarra
     return out
 
 
-class Numpy:
+class Numpy(InterpreterTensors):
     """--smoke: cutile tensors on the interpreter, references in numpy float64."""
-
-    def __init__(self) -> None:
-        from cutile import api
-
-        self.api = api
-        self.rng = np.random.default_rng(1)
-
-    def randn(self, shape: tuple[int, ...], dtype: str) -> Any:
-        return self.api.from_numpy(self.rng.standard_normal(shape).astype(np.float32), dtype)
-
-    def empty(self, shape: tuple[int, ...], dtype: str) -> Any:
-        return self.api.full(list(shape), np.nan, dtype=dtype)
 
     def lengths(self, batch: int, context: int) -> Any:
         return self.api.from_numpy(np.full(batch, context, dtype=np.int32))
-
-    def nbytes(self, t: Any) -> int:
-        return int(t.nbytes)
 
     def check(self, what: str, out: Any, q: Any, k: Any, v: Any, lens: Any) -> None:
         values = [np.asarray(t.to_numpy()).astype(np.float64) for t in (out, q, k, v)]
@@ -161,41 +132,20 @@ class Numpy:
         if not np.allclose(values[0], expected, rtol=0, atol=2e-2):
             raise Checked(f"{what}: wrong result (largest difference {np.abs(values[0] - expected).max()})")
 
-    def copy_of(self, moved: int) -> Any:
-        source = self.api.zeros([max(1, moved // 8)], dtype="f32")  # read + written: the bytes moved
-        return lambda: self.api.copy(source)
-
     def peers(self, *arguments: Any) -> dict[str, Any]:
         return {}
 
-    def release(self) -> None:
-        pass
 
-
-class Torch:
+class Torch(TorchTensors):
     """On the GPU: torch tensors (decode_attention takes them through DLPack), SDPA peers."""
 
     def __init__(self) -> None:
         import torch
 
-        self.torch = torch
-        self.generator = torch.Generator(device="cuda").manual_seed(1)
-        self.copy_buffers: tuple[Any, Any] | None = None
-
-    def dtype(self, name: str) -> Any:
-        return {"bf16": self.torch.bfloat16, "f16": self.torch.float16}[name]
-
-    def randn(self, shape: tuple[int, ...], dtype: str) -> Any:
-        return self.torch.randn(shape, device="cuda", generator=self.generator, dtype=self.dtype(dtype))
-
-    def empty(self, shape: tuple[int, ...], dtype: str) -> Any:
-        return self.torch.full(shape, float("nan"), device="cuda", dtype=self.dtype(dtype))
+        super().__init__(torch)
 
     def lengths(self, batch: int, context: int) -> Any:
         return self.torch.full((batch,), context, device="cuda", dtype=self.torch.int32)
-
-    def nbytes(self, t: Any) -> int:
-        return int(t.numel() * t.element_size())
 
     def check(self, what: str, out: Any, q: Any, k: Any, v: Any, lens: Any) -> None:
         torch = self.torch
@@ -207,22 +157,12 @@ class Torch:
         if not worst <= 2e-2:
             raise Checked(f"{what}: wrong result (largest difference {worst})")
 
-    def copy_of(self, moved: int) -> Any:
-        source = self.torch.empty(max(1, moved // 4), device="cuda", dtype=self.torch.float16)
-        target = self.torch.empty_like(source)
-        self.copy_buffers = (source, target)
-        return lambda: target.copy_(source)
-
     def peers(self, q: Any, k: Any, v: Any, lens: Any) -> dict[str, Any]:
         torch, sdpa = self.torch, self.torch.nn.functional.scaled_dot_product_attention
         q4 = q[:, :, None]
         mask = (torch.arange(k.shape[2], device="cuda")[None, :] < lens[:, None].long())[:, None, None, :]
         return {"torch SDPA (enable_gqa)": lambda: sdpa(q4, k, v, enable_gqa=True),
                 "torch SDPA (enable_gqa, mask)": lambda: sdpa(q4, k, v, attn_mask=mask, enable_gqa=True)}
-
-    def release(self) -> None:
-        self.copy_buffers = None
-        self.torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":

@@ -6,6 +6,9 @@ cuTile Python, measured in one run on one GPU.
   the device-to-device copy bandwidth measured in the same run (bytes read + written);
 - host cost per launch of a 1024-element add.
 
+Device times are `cutile.bench.do_bench`'s: the median of ``--repeats`` reps on
+cutile's stream, the L2 flushed before each, the host's enqueueing outside the interval.
+
 Kernels are defined in a factory, so this file keeps annotations evaluated at
 definition (no `from __future__ import annotations`).
 
@@ -23,6 +26,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from _bench_common import torch_copy
+
 try:  # NVIDIA's cuTile Python: an optional benchmark peer, never a dependency
     import cuda.tile as ct
 except ImportError as exc:
@@ -30,12 +35,12 @@ except ImportError as exc:
     CT_MISSING = str(exc)
 
 if ct is not None:
-    @ct.kernel
+    @ct.kernel  # type: ignore[untyped-decorator]
     def ct_add(x, y, z, tile: ct.Constant[int]):  # type: ignore[no-untyped-def]
         bid = ct.bid(0)
         ct.store(z, index=(bid,), tile=ct.load(x, index=(bid,), shape=(tile,)) + ct.load(y, index=(bid,), shape=(tile,)))
 
-    @ct.kernel
+    @ct.kernel  # type: ignore[untyped-decorator]
     def ct_saxpy(x, y, z, a, tile: ct.Constant[int]):  # type: ignore[no-untyped-def]
         bid = ct.bid(0)
         result = a * ct.load(x, index=(bid,), shape=(tile,)) + ct.load(y, index=(bid,), shape=(tile,))
@@ -53,7 +58,7 @@ def main() -> int:
     import torch
 
     import cutile
-    from cutile import _gpu, api
+    from cutile import _gpu, api, bench
     from cutile.core import Mut, Tensor, bf16, f32, load_tile_like
 
     if cutile.backend() != "gpu":
@@ -69,41 +74,31 @@ def main() -> int:
     torch_stream = torch.cuda.ExternalStream(int(stream.handle))
     n = 1 << args.log2n
 
-    def device_time_ms(enqueue: Callable[[], None]) -> float:
-        """Median over repeats of one launch between CUDA events on cutile's stream."""
-        from cuda_core import Event
+    def device_time_ms(enqueue: Callable[[], Any]) -> float:
+        return bench.do_bench(enqueue, warmup=3, reps=args.repeats).median_ms
 
-        for _ in range(3):
-            enqueue()
-        samples = []
-        for _ in range(args.repeats):
-            start, end = Event.create(), Event.create()
-            start.record(stream)
-            enqueue()
-            end.record(stream)
-            end.synchronize()
-            samples.append(start.elapsed_ms(end))
-        return statistics.median(samples)
-
+    # (the mypy plugin reads literal dtypes only: hence the kernels' `type: ignore[misc]`)
     def make_kernels(dtype: Any) -> tuple[Any, Any]:
         @cutile.entry
-        def add(z: Mut[Tensor[dtype, ["B"]]], x: Tensor[dtype, [-1]], y: Tensor[dtype, [-1]]):
+        def add(z: Mut[Tensor[dtype, ["B"]]],  # type: ignore[misc, name-defined]
+                x: Tensor[dtype, [-1]], y: Tensor[dtype, [-1]]) -> None:  # type: ignore[misc]
             z.store(load_tile_like(x, z) + load_tile_like(y, z))
 
         @cutile.entry
-        def saxpy(z: Mut[Tensor[dtype, ["B"]]], x: Tensor[dtype, [-1]], y: Tensor[dtype, [-1]], a: dtype):
+        def saxpy(z: Mut[Tensor[dtype, ["B"]]],  # type: ignore[misc, name-defined]
+                  x: Tensor[dtype, [-1]], y: Tensor[dtype, [-1]], a: dtype) -> None:  # type: ignore[misc]
             z.store(a * load_tile_like(x, z) + load_tile_like(y, z))
 
         return add, saxpy
 
-    @triton.jit
-    def triton_add(x_ptr, y_ptr, z_ptr, n, BLOCK: tl.constexpr):
+    @triton.jit  # type: ignore[untyped-decorator]
+    def triton_add(x_ptr, y_ptr, z_ptr, n, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
         offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         mask = offsets < n
         tl.store(z_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask), mask=mask)
 
-    @triton.jit
-    def triton_saxpy(x_ptr, y_ptr, z_ptr, a, n, BLOCK: tl.constexpr):
+    @triton.jit  # type: ignore[untyped-decorator]
+    def triton_saxpy(x_ptr, y_ptr, z_ptr, a, n, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
         offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         mask = offsets < n
         x = tl.load(x_ptr + offsets, mask=mask)
@@ -111,11 +106,7 @@ def main() -> int:
 
     rows: list[tuple[str, str, str, float]] = []
     with torch.cuda.stream(torch_stream):
-        src = torch.randn(n, device="cuda")
-        dst = torch.empty_like(src)
-        copy_ms = device_time_ms(lambda: dst.copy_(src))
-        copy_gbs = 2 * src.numel() * 4 / copy_ms / 1e6
-        del src, dst
+        copy_gbs = 2 * n * 4 / device_time_ms(torch_copy(torch, 2 * n * 4)) / 1e6  # an fp32 tensor of n
         for dtype, torch_dtype in () if args.launch_only else ((f32, torch.float32), (bf16, torch.bfloat16)):
             add, saxpy = make_kernels(dtype)
             itemsize = torch.tensor([], dtype=torch_dtype).element_size()

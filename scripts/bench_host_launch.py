@@ -21,14 +21,13 @@ import os
 import pstats
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
 os.environ.setdefault("CUTILE_BACKEND", "gpu")
 os.environ.setdefault("CUDA_CORE_NATIVE", "1")  # (the fake driver's launches take the native path too)
 
-from _host_bench import free_fake_driver, register  # noqa: E402
+from _host_bench import free_fake_driver, per_call_us, register  # noqa: E402
 import cutile  # noqa: E402
 from cuda_core.testing import FakeDriver  # noqa: E402
 from cutile import _native, api  # noqa: E402
@@ -37,7 +36,7 @@ from cutile.core import Mut, Tensor, f32, load_tile_like  # noqa: E402
 
 # (annotations evaluated at definition: this file has no `from __future__ import annotations`)
 @cutile.entry
-def add(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], y: Tensor[f32, [-1]]):  # type: ignore[no-untyped-def]
+def add(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], y: Tensor[f32, [-1]]) -> None:
     z.store(load_tile_like(x, z) + load_tile_like(y, z))
 
 
@@ -89,13 +88,7 @@ def _run(fake: FakeDriver, args: argparse.Namespace) -> None:
         profiler.runcall(modes[args.profile], args.launches)
         pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
         return
-    clock = time.process_time if args.clock == "cpu" else time.perf_counter
-    samples: dict[str, list[float]] = {name: [] for name in modes}
-    for _ in range(args.repeats):
-        for name, body in modes.items():
-            start = clock()
-            body(args.launches)
-            samples[name].append((clock() - start) / args.launches * 1e6)
+    samples = per_call_us(modes, args.launches, args.repeats, args.clock)
     path = "native launch path" if _native.module is not None else f"Python launch path: {_native.unavailable_reason()}"
     print(f"cutile host cost per launch without a GPU (fake driver; Python {sys.version.split()[0]}; {path}), "
           f"{args.clock} clock, median (min) of {args.repeats} x {args.launches} launches")

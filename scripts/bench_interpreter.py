@@ -23,7 +23,7 @@ from cutile.core import Constant, Mut, Tensor, f32, get_tile_block_id, mma  # no
 
 @cutile.entry
 def gemm(z: Mut[Tensor[f32, ["BM", "BN"]]], x: Tensor[f32, [-1, "K"]], y: Tensor[f32, ["K", -1]],
-         BM: Constant[int], BN: Constant[int], BK: Constant[int], K: Constant[int]):
+         BM: Constant[int], BN: Constant[int], BK: Constant[int], K: Constant[int]) -> None:
     part_x = x.partition([BM, BK])
     part_y = y.partition([BK, BN])
     bm, bn, _ = get_tile_block_id()

@@ -59,6 +59,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from _bench_common import numpy_dtype, torch_dtype
+
 # -- what the gemm sweep covers ---------------------------------------------------------------
 
 SQUARE = (1024, 2048, 4096, 8192, 16384)
@@ -426,9 +428,7 @@ class NumpyWorld(World):
         self.rng = np.random.default_rng(seed)
 
     def dtype(self, name: str) -> Any:
-        import ml_dtypes
-
-        return {"f16": self.np.float16, "bf16": ml_dtypes.bfloat16, "fp8": ml_dtypes.float8_e4m3fn}[name]
+        return numpy_dtype(name)
 
     def gemm_inputs(self, case: GemmCase) -> GemmInputs:
         np = self.np
@@ -476,7 +476,7 @@ class TorchWorld(World):
         torch.backends.cuda.matmul.allow_tf32 = False
 
     def dtype(self, name: str) -> Any:
-        return {"f16": self.torch.float16, "bf16": self.torch.bfloat16, "fp8": self.torch.float8_e4m3fn}[name]
+        return torch_dtype(self.torch, name)
 
     def gemm_inputs(self, case: GemmCase) -> GemmInputs:
         torch = self.torch

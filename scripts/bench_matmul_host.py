@@ -18,13 +18,12 @@ Usage: uv run --frozen python scripts/bench_matmul_host.py [--calls 5000] [--rep
 import argparse
 import os
 import sys
-import time
 from collections.abc import Callable
 
 os.environ.setdefault("CUTILE_BACKEND", "gpu")
 os.environ.setdefault("CUDA_CORE_NATIVE", "1")
 
-from _host_bench import free_fake_driver, register  # noqa: E402
+from _host_bench import free_fake_driver, per_call_us, register  # noqa: E402
 from cuda_core.testing import FakeDriver  # noqa: E402
 from cutile import _native, api  # noqa: E402
 from cutile.core import f16, f32  # noqa: E402
@@ -88,13 +87,7 @@ def _run(fake: FakeDriver, args: argparse.Namespace) -> None:
                                                "epilogue": tuned_epilogue}
     for body in modes.values():
         body(200)
-    clock = time.process_time if args.clock == "cpu" else time.perf_counter
-    samples: dict[str, list[float]] = {name: [] for name in modes}
-    for _ in range(args.repeats):
-        for name, body in modes.items():
-            start = clock()
-            body(args.calls)
-            samples[name].append((clock() - start) / args.calls * 1e6)
+    samples = per_call_us(modes, args.calls, args.repeats, args.clock)
     median = {name: min(values) for name, values in samples.items()}  # the least disturbed repeat
     path = "native launch path" if _native.module is not None else "Python launch path"
     print(f"host cost per call, fake driver ({path}, Python {sys.version.split()[0]}), {args.clock} clock, "

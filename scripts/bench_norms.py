@@ -25,7 +25,6 @@ On the GPU machine:
 """
 
 import argparse
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -33,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from _bench_common import choose_backend, lacks_gpu, optional, torch_copy, torch_dtype
 
 KERNELS = ("softmax", "log_softmax", "rms_norm", "add_rms_norm", "layer_norm", "layer_norm_backward")
 SHAPES = {name: [(16384, 8192)] for name in KERNELS}
@@ -55,17 +56,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds per search (shape and dtype): no config is started past it")
     parser.add_argument("--record-dir", type=Path, help="with --tune: write the records here")
     args = parser.parse_args(argv)
-    if args.smoke:
-        os.environ["CUTILE_BACKEND"] = "interpreter"
+    choose_backend(args.smoke)
 
     import cutile
     from cutile import bench, tune
     from cutile.core import bf16, f16, f32
 
-    gpu = cutile.backend() == "gpu"
-    if not gpu and not args.smoke:
-        print("bench_norms.py needs a GPU (--smoke runs on the interpreter)", file=sys.stderr)
+    if lacks_gpu("bench_norms.py", args.smoke):
         return 2
+    gpu = cutile.backend() == "gpu"
     dtypes = {"f32": f32, "bf16": bf16, "f16": f16}
     chosen_kernels = [k for k in args.kernels.split(",") if k]
     unknown = [k for k in chosen_kernels if k not in KERNELS]
@@ -75,10 +74,10 @@ def main(argv: list[str] | None = None) -> int:
     shapes = SMOKE_SHAPES if args.smoke else SHAPES
     reps, warmup = (2, 1) if args.smoke else (args.reps, 10)
 
-    torch = _optional("torch") if gpu else None
+    torch = optional("torch") if gpu else None
     if torch is not None and not torch.cuda.is_available():
         torch = None
-    triton = _optional("triton") if torch is not None else None
+    triton = optional("triton") if torch is not None else None
     peers = Peers(torch, triton)
     print(f"backend {cutile.backend()}; torch {'yes' if torch else 'no'}; triton {'yes' if triton else 'no'}")
 
@@ -92,13 +91,6 @@ def main(argv: list[str] | None = None) -> int:
                 failures += run_case(name, dtype, rows, cols, peers, bench, reps, warmup)
     print("results: OK" if not failures else f"results: {failures} FAILED")
     return 1 if failures else 0
-
-
-def _optional(module: str) -> Any:
-    try:
-        return __import__(module)
-    except ImportError:
-        return None
 
 
 # -- tuning ------------------------------------------------------------------------------------
@@ -218,7 +210,7 @@ class Case:
         element = int(dtype.itemsize)
         passes = {"add_rms_norm": 4, "layer_norm_backward": 3}.get(name, 2)
         self.bytes = passes * rows * cols * element
-        self.copy = self.copy_runner() if self.torch is not None else None
+        self.copy = torch_copy(self.torch, self.bytes) if self.torch is not None else None
         self.expected = self.reference()
 
     # tensors of the peers' kind: torch on the GPU, else cutile tensors
@@ -226,8 +218,7 @@ class Case:
         from cutile import api
 
         if self.torch is not None:
-            torch_dtype = {"f32": self.torch.float32, "bf16": self.torch.bfloat16, "f16": self.torch.float16}
-            return self.torch.from_numpy(values).cuda().to(torch_dtype[str(self.dtype)])
+            return self.torch.from_numpy(values).cuda().to(torch_dtype(self.torch, str(self.dtype)))
         return api.from_numpy(values, self.dtype)
 
     def empty(self, shape: tuple[int, ...], stats: bool = False) -> Any:
@@ -243,12 +234,6 @@ class Case:
         if self.torch is not None and isinstance(value, self.torch.Tensor):
             return value.detach().float().cpu().numpy().astype(np.float64)
         return np.asarray(value.to_numpy(), dtype=np.float64)
-
-    def copy_runner(self) -> Callable[[], Any]:
-        count = self.bytes // 2  # a copy of n bytes moves 2n
-        source = self.torch.empty(count, dtype=self.torch.uint8, device="cuda")
-        target = self.torch.empty_like(source)
-        return lambda: target.copy_(source)
 
     def release(self) -> None:
         self.inputs.clear()
@@ -317,13 +302,17 @@ class Case:
         # Shared once as cutile tensors (no DLPack exchange inside the timed calls).
         i = {k: api.from_dlpack(v) if self.torch is not None else v for k, v in self.inputs.items()}
         shape = (self.rows, self.cols)
-        own = (lambda t: api.from_dlpack(t)) if self.torch is not None else (lambda t: t)
+        def own(t: Any) -> Any:
+            return api.from_dlpack(t) if self.torch is not None else t
+
         if self.name in ("softmax", "log_softmax", "rms_norm", "layer_norm"):
             out = {"y": self.empty(shape)}
             function = getattr(ck, self.name)
-            args = {"softmax": lambda: (i["x"],), "log_softmax": lambda: (i["x"],),
-                    "rms_norm": lambda: (i["x"], i["w"], EPS),
-                    "layer_norm": lambda: (i["x"], i["w"], i["b"], EPS)}[self.name]()
+            arguments: dict[str, Callable[[], tuple[Any, ...]]] = {
+                "softmax": lambda: (i["x"],), "log_softmax": lambda: (i["x"],),
+                "rms_norm": lambda: (i["x"], i["w"], EPS),
+                "layer_norm": lambda: (i["x"], i["w"], i["b"], EPS)}
+            args = arguments[self.name]()
             y = own(out["y"])
             run = lambda: function.launch(*args, out=y)  # noqa: E731
         elif self.name == "add_rms_norm":
@@ -373,10 +362,11 @@ class Case:
                 dx, dw, db = torch.ops.aten.native_layer_norm_backward(i["dy"], i["x"], [cols], mean, rstd, i["w"],
                                                                        i["b"], [True, True, True])
                 keep(dx=dx, dw=dw, db=db)
-        return self._checked(run, out, lambda _: torch.cuda.synchronize())  # type: ignore[arg-type]
+        return self._checked(run, out, lambda _: torch.cuda.synchronize())
 
     def triton(self) -> tuple[Callable[[], Any], Callable[[], str | None]]:
         kernels, i = self.peers.kernels, self.inputs
+        assert kernels is not None  # (implementations() asks for this peer only where Triton imports)
         block = 1 << max(0, self.cols - 1).bit_length()
         warps = 32 if block >= 65536 else 16 if block >= 8192 else 8
         grid = (self.rows,)
@@ -406,7 +396,7 @@ def triton_kernels() -> dict[str, Any]:
     import triton
     import triton.language as tl
 
-    @triton.jit
+    @triton.jit  # type: ignore[untyped-decorator]
     def softmax(y_ptr, x_ptr, n_cols, BLOCK: tl.constexpr, LOG: tl.constexpr):  # type: ignore[no-untyped-def]
         row = tl.program_id(0).to(tl.int64)
         cols = tl.arange(0, BLOCK)
@@ -421,7 +411,7 @@ def triton_kernels() -> dict[str, Any]:
             y = e / total
         tl.store(y_ptr + row * n_cols + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
 
-    @triton.jit
+    @triton.jit  # type: ignore[untyped-decorator]
     def rms_norm(y_ptr, x_ptr, w_ptr, n_cols, eps, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
         row = tl.program_id(0).to(tl.int64)
         cols = tl.arange(0, BLOCK)
@@ -431,7 +421,7 @@ def triton_kernels() -> dict[str, Any]:
         w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
         tl.store(y_ptr + row * n_cols + cols, (x * scale * w).to(y_ptr.dtype.element_ty), mask=mask)
 
-    @triton.jit
+    @triton.jit  # type: ignore[untyped-decorator]
     def add_rms_norm(s_ptr, y_ptr, x_ptr, r_ptr, w_ptr, n_cols, eps,  # type: ignore[no-untyped-def]
                      BLOCK: tl.constexpr):
         row = tl.program_id(0).to(tl.int64)
@@ -446,7 +436,7 @@ def triton_kernels() -> dict[str, Any]:
         w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
         tl.store(y_ptr + row * n_cols + cols, (t * scale * w).to(y_ptr.dtype.element_ty), mask=mask)
 
-    @triton.jit
+    @triton.jit  # type: ignore[untyped-decorator]
     def layer_norm(y_ptr, x_ptr, w_ptr, b_ptr, n_cols, eps, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
         row = tl.program_id(0).to(tl.int64)
         cols = tl.arange(0, BLOCK)

@@ -12,8 +12,10 @@
 
 Each safe/unsafe pair is timed alternately, ``--repeats`` times, and the ratio reported is
 the median of the paired ratios (unsafe time / safe time: above 1.00 the safe kernel is
-faster). Targets (issue "Safe and fast together"): every safe kernel within 1% of its twin;
-the safe GEMM at least 1.00x cuBLAS in fp16 and bf16 with its best config.
+faster). Device times are `cutile.bench`'s (``do_bench_paired`` for the pairs, ``do_bench``
+for the peers and the copy): medians, on cutile's stream, the L2 flushed before each rep.
+Targets (issue "Safe and fast together"): every safe kernel within 1% of its twin; the
+safe GEMM at least 1.00x cuBLAS in fp16 and bf16 with its best config.
 
 Needs a GPU and torch (a benchmark peer, never a dependency). On the GPU machine:
 ``scripts/on_gpu_machine.sh python3 scripts/bench_schedules.py``. Kernels are defined in
@@ -22,10 +24,11 @@ factories, so this file keeps annotations evaluated at definition (no
 """
 
 import argparse
-import statistics
 import sys
 from collections.abc import Callable
 from typing import Any
+
+from _bench_common import torch_copy
 
 #: GEMM configs: (BM, BN, BK, group, hints). The 2026-12-01 H200 anchors: 128x256x64 with 8
 #: worker warps and group 16 was the best unsafe persistent config (1.015x cuBLAS).
@@ -47,9 +50,11 @@ def gemm_kernels(dtype: Any, hints: dict[str, Any]) -> tuple[Any, Any]:
     import cutile
     from cutile.core import Constant, Mut, Tensor, bid, cdiv, f32, minimum, mma, num_blocks, zeros
 
+    # (the mypy plugin reads literal dtypes only: hence the `type: ignore[misc]`)
     @cutile.entry(hints=hints)
-    def safe_gemm(z: Mut[Tensor[dtype, ["BM", "BN"]]], x: Tensor[dtype, [-1, "K"]], y: Tensor[dtype, ["K", -1]],
-                  BM: Constant[int], BN: Constant[int], BK: Constant[int], K: Constant[int]):
+    def safe_gemm(z: Mut[Tensor[dtype, ["BM", "BN"]]],  # type: ignore[misc, name-defined]
+                  x: Tensor[dtype, [-1, "K"]], y: Tensor[dtype, ["K", -1]],  # type: ignore[misc, name-defined]
+                  BM: Constant[int], BN: Constant[int], BK: Constant[int], K: Constant[int]) -> None:
         part_x = x.partition([BM, BK])
         part_y = y.partition([BK, BN])
         for idx in z.tiles():
@@ -60,8 +65,10 @@ def gemm_kernels(dtype: Any, hints: dict[str, Any]) -> tuple[Any, Any]:
             z.store(acc.astype(dtype), idx)
 
     @cutile.entry(unsafe=True, hints=hints)
-    def unsafe_gemm(z: Mut[Tensor[dtype, ["BM", "BN"]]], x: Tensor[dtype, [-1, "K"]], y: Tensor[dtype, ["K", -1]],
-                    BM: Constant[int], BN: Constant[int], BK: Constant[int], K: Constant[int], GROUP: Constant[int]):
+    def unsafe_gemm(z: Mut[Tensor[dtype, ["BM", "BN"]]],  # type: ignore[misc, name-defined]
+                    x: Tensor[dtype, [-1, "K"]], y: Tensor[dtype, ["K", -1]],  # type: ignore[misc, name-defined]
+                    BM: Constant[int], BN: Constant[int], BK: Constant[int], K: Constant[int],
+                    GROUP: Constant[int]) -> None:
         part_x = x.partition([BM, BK])
         part_y = y.partition([BK, BN])
         part_z = z.partition([BM, BN])
@@ -87,7 +94,7 @@ def row_kernels(hints: dict[str, Any]) -> dict[str, Any]:
                              zeros)
 
     @cutile.entry(hints=hints)
-    def safe_softmax(z: Mut[Tensor[f32, [1, "BN"]]], x: Tensor[f32, [-1, -1]], BN: Constant[int]):
+    def safe_softmax(z: Mut[Tensor[f32, [1, "BN"]]], x: Tensor[f32, [-1, -1]], BN: Constant[int]) -> None:
         for idx in z.tiles():
             r, _ = idx
             row_max = full((1, 1), -float("inf"), f32)
@@ -102,7 +109,7 @@ def row_kernels(hints: dict[str, Any]) -> dict[str, Any]:
                 z.store(exp(t - row_max) / row_sum, (r, c))
 
     @cutile.entry(unsafe=True, hints=hints)
-    def unsafe_softmax(z: Mut[Tensor[f32, [1, "BN"]]], x: Tensor[f32, [-1, -1]], BN: Constant[int]):
+    def unsafe_softmax(z: Mut[Tensor[f32, [1, "BN"]]], x: Tensor[f32, [-1, -1]], BN: Constant[int]) -> None:
         part_z = z.partition([1, BN])
         for r in range(bid(0), part_z.num_tiles(0), num_blocks(0)):
             row_max = full((1, 1), -float("inf"), f32)
@@ -118,7 +125,7 @@ def row_kernels(hints: dict[str, Any]) -> dict[str, Any]:
 
     @cutile.entry(hints=hints)
     def safe_layernorm(z: Mut[Tensor[f32, [1, "BN"]]], x: Tensor[f32, [-1, -1]], w: Tensor[f32, [-1]],
-                       b: Tensor[f32, [-1]], eps: f32, BN: Constant[int]):
+                       b: Tensor[f32, [-1]], eps: f32, BN: Constant[int]) -> None:
         n = x.shape[1].astype(f32)
         for idx in z.tiles():
             r, _ = idx
@@ -138,7 +145,7 @@ def row_kernels(hints: dict[str, Any]) -> dict[str, Any]:
 
     @cutile.entry(unsafe=True, hints=hints)
     def unsafe_layernorm(z: Mut[Tensor[f32, [1, "BN"]]], x: Tensor[f32, [-1, -1]], w: Tensor[f32, [-1]],
-                         b: Tensor[f32, [-1]], eps: f32, BN: Constant[int]):
+                         b: Tensor[f32, [-1]], eps: f32, BN: Constant[int]) -> None:
         n = x.shape[1].astype(f32)
         part_z = z.partition([1, BN])
         for r in range(bid(0), part_z.num_tiles(0), num_blocks(0)):
@@ -210,9 +217,9 @@ def main() -> int:
     import torch
 
     import cutile
-    from cutile import _gpu, api
+    from cutile import _gpu, api, bench
     from cutile.core import bf16, f16
-    from cuda_core import Device, Event
+    from cuda_core import Device
 
     if cutile.backend() != "gpu":
         print("bench_schedules.py needs a GPU", file=sys.stderr)
@@ -221,19 +228,8 @@ def main() -> int:
     torch_stream = torch.cuda.ExternalStream(int(stream.handle))
     sms = Device(0).sm_count
 
-    def device_ms(enqueue: Callable[[], None]) -> float:
-        """One launch between CUDA events on cutile's stream."""
-        start, end = Event.create(), Event.create()
-        start.record(stream)
-        enqueue()
-        end.record(stream)
-        end.synchronize()
-        return start.elapsed_ms(end)
-
-    def median_ms(enqueue: Callable[[], None]) -> float:
-        for _ in range(3):
-            enqueue()
-        return statistics.median(device_ms(enqueue) for _ in range(args.repeats))
+    def median_ms(enqueue: Callable[[], Any]) -> float:
+        return bench.do_bench(enqueue, warmup=3, reps=args.repeats).median_ms
 
     def enqueuer(launch: Any) -> Callable[[], None]:
         """The launch's kernel enqueued again and again on the same arguments (compiled
@@ -246,17 +242,8 @@ def main() -> int:
 
     def paired(safe: Callable[[], None], unsafe: Callable[[], None]) -> tuple[float, float, float]:
         """(safe ms, unsafe ms, median of unsafe/safe) over alternating timings."""
-        for _ in range(3):
-            safe()
-            unsafe()
-        safe_ms, unsafe_ms, ratios = [], [], []
-        for _ in range(args.repeats):
-            s = device_ms(safe)
-            u = device_ms(unsafe)
-            safe_ms.append(s)
-            unsafe_ms.append(u)
-            ratios.append(u / s)
-        return statistics.median(safe_ms), statistics.median(unsafe_ms), statistics.median(ratios)
+        result = bench.do_bench_paired(safe, unsafe, warmup=3, reps=args.repeats)
+        return result.a.median_ms, result.b.median_ms, result.ratio
 
     print(f"device: {torch.cuda.get_device_name(0)} ({sms} SMs), torch {torch.__version__}")
     failures = 0
@@ -300,15 +287,13 @@ def main() -> int:
 
         if args.only in (None, "rows"):
             rows, columns = args.rows, args.columns
-            src = torch.randn(rows, columns, device="cuda")
-            dst = torch.empty_like(src)
-            copy_ms = median_ms(lambda: dst.copy_(src))
             moved = 2 * rows * columns * 4  # each kernel reads x and writes z once at best
+            copy_ms = median_ms(torch_copy(torch, moved))
             copy_gbs = moved / copy_ms / 1e6
             print(f"\nrow kernels {rows}x{columns} f32 (fraction of copy bandwidth, {copy_gbs:.0f} GB/s; "
                   f"'vs twin' = unsafe time / safe time)")
             print(f"{'kernel':10} {'config':20} {'safe':>7} {'unsafe':>7} {'torch':>7} {'vs twin':>8} {'vs torch':>9}")
-            xt = src
+            xt = torch.randn(rows, columns, device="cuda")
             wt, bt = torch.randn(columns, device="cuda"), torch.randn(columns, device="cuda")
             zt = torch.empty_like(xt)
             torch.cuda.synchronize()

@@ -74,80 +74,80 @@ def suite_digests() -> Iterator[tuple[str, str]]:
 FUNCTION: Any = None  # what the kernels below apply, set per case
 DT: Any = dt.f32  # the dtype of their tensors
 ROUNDING: Any = None  # and the float options they pass
-FTZ: Any = False
+FTZ: Any = False  # (mypy's plugin reads literal dtypes, not DT: the kernels' `ignore[misc]`)
 
 
-def k_unary(z: Mut[Tensor[DT, ["B"]]], x: Tensor[DT, [-1]]):
+def k_unary(z: Mut[Tensor[DT, ["B"]]], x: Tensor[DT, [-1]]) -> None:  # type: ignore[misc, name-defined]
     t = load_tile_like(x, z)
     z.store(FUNCTION(t, rounding=ROUNDING, flush_to_zero=FTZ))
 
 
-def k_binary(z: Mut[Tensor[DT, ["B"]]], x: Tensor[DT, [-1]], y: Tensor[DT, [-1]]):
+def k_binary(z: Mut[Tensor[DT, ["B"]]], x: Tensor[DT, [-1]], y: Tensor[DT, [-1]]) -> None:  # type: ignore[misc, name-defined]
     a = load_tile_like(x, z)
     b = load_tile_like(y, z)
     z.store(FUNCTION(a, b, rounding=ROUNDING, flush_to_zero=FTZ))
 
 
-def k_binary_plain(z: Mut[Tensor[DT, ["B"]]], x: Tensor[DT, [-1]], y: Tensor[DT, [-1]]):
+def k_binary_plain(z: Mut[Tensor[DT, ["B"]]], x: Tensor[DT, [-1]], y: Tensor[DT, [-1]]) -> None:  # type: ignore[misc, name-defined]
     a = load_tile_like(x, z)
     b = load_tile_like(y, z)
     z.store(FUNCTION(a, b))
 
 
-def k_binary_const(z: Mut[Tensor[DT, ["B"]]], x: Tensor[DT, [-1]]):
+def k_binary_const(z: Mut[Tensor[DT, ["B"]]], x: Tensor[DT, [-1]]) -> None:  # type: ignore[misc, name-defined]
     a = load_tile_like(x, z)
     z.store(FUNCTION(a, 3) + FUNCTION(2, a))
 
 
-def k_ternary(z: Mut[Tensor[DT, ["B"]]], x: Tensor[DT, [-1]], y: Tensor[DT, [-1]]):
+def k_ternary(z: Mut[Tensor[DT, ["B"]]], x: Tensor[DT, [-1]], y: Tensor[DT, [-1]]) -> None:  # type: ignore[misc, name-defined]
     a = load_tile_like(x, z)
     b = load_tile_like(y, z)
     z.store(FUNCTION(a, b, a, rounding=ROUNDING, flush_to_zero=FTZ))
 
 
-def k_compare(z: Mut[Tensor[DT, ["B"]]], x: Tensor[DT, [-1]], y: Tensor[DT, [-1]]):
+def k_compare(z: Mut[Tensor[DT, ["B"]]], x: Tensor[DT, [-1]], y: Tensor[DT, [-1]]) -> None:  # type: ignore[misc, name-defined]
     a = load_tile_like(x, z)
     b = load_tile_like(y, z)
     z.store(L.where(FUNCTION(a, b), a, b))
 
 
-def k_neg(z: Mut[Tensor[DT, ["B"]]], x: Tensor[DT, [-1]]):
+def k_neg(z: Mut[Tensor[DT, ["B"]]], x: Tensor[DT, [-1]]) -> None:  # type: ignore[misc, name-defined]
     t = load_tile_like(x, z)
     z.store(-t)
 
 
-def k_invert(z: Mut[Tensor[DT, ["B"]]], x: Tensor[DT, [-1]]):
+def k_invert(z: Mut[Tensor[DT, ["B"]]], x: Tensor[DT, [-1]]) -> None:  # type: ignore[misc, name-defined]
     t = load_tile_like(x, z)
     z.store(~t)
 
 
-def k_abs(z: Mut[Tensor[DT, ["B"]]], x: Tensor[DT, [-1]]):
+def k_abs(z: Mut[Tensor[DT, ["B"]]], x: Tensor[DT, [-1]]) -> None:  # type: ignore[misc, name-defined]
     t = load_tile_like(x, z)
     z.store(abs(t) + min(t, t) + max(t, t))
 
 
-def k_not(z: Mut[Tensor[DT, ["B"]]], x: Tensor[DT, [-1]]):
+def k_not(z: Mut[Tensor[DT, ["B"]]], x: Tensor[DT, [-1]]) -> None:  # type: ignore[misc, name-defined]
     t = load_tile_like(x, z)
     if not (t.sum() > 0):
         z.store(t)
 
 
-def k_reduce(z: Mut[Tensor[DT, ["B"]]], x: Tensor[DT, [-1]]):
+def k_reduce(z: Mut[Tensor[DT, ["B"]]], x: Tensor[DT, [-1]]) -> None:  # type: ignore[misc, name-defined]
     t = load_tile_like(x, z)
     z.store(L.broadcast_to(L.reshape(FUNCTION(t), (1,)), (64,)).astype(z.dtype))
 
 
-def k_scan(z: Mut[Tensor[DT, ["B"]]], x: Tensor[DT, [-1]]):
+def k_scan(z: Mut[Tensor[DT, ["B"]]], x: Tensor[DT, [-1]]) -> None:  # type: ignore[misc, name-defined]
     t = load_tile_like(x, z)
     z.store(FUNCTION(t, 0).astype(z.dtype))
 
 
-def k_cast(z: Mut[Tensor[DT, ["B"]]], x: Tensor[DT, [-1]]):
+def k_cast(z: Mut[Tensor[DT, ["B"]]], x: Tensor[DT, [-1]]) -> None:  # type: ignore[misc, name-defined]
     t = load_tile_like(x, z)
     z.store(L.astype(t, FUNCTION, rounding=ROUNDING).astype(z.dtype))
 
 
-def k_bitcast(z: Mut[Tensor[DT, ["B"]]], x: Tensor[DT, [-1]]):
+def k_bitcast(z: Mut[Tensor[DT, ["B"]]], x: Tensor[DT, [-1]]) -> None:  # type: ignore[misc, name-defined]
     t = load_tile_like(x, z)
     z.store(L.bitcast(L.bitcast(t, FUNCTION), z.dtype))
 
@@ -223,7 +223,7 @@ def example_digests() -> Iterator[tuple[str, str]]:
         recorded.append((str(version), hashlib.sha256(data).hexdigest()))
         return data
 
-    ir.write_bytecode = recording  # type: ignore[assignment]
+    ir.write_bytecode = recording
     try:
         for path in sorted((ROOT / "examples").glob("*.py")):
             if path.name == "axpy_ptx.py":  # hand-written PTX, no Tile IR
@@ -242,7 +242,7 @@ def example_digests() -> Iterator[tuple[str, str]]:
             for index, (version, sha) in enumerate(recorded):
                 yield f"example {path.name} #{index} {version}", sha
     finally:
-        ir.write_bytecode = original  # type: ignore[assignment]
+        ir.write_bytecode = original
 
 
 def main() -> int:

@@ -12,7 +12,7 @@ from cutile.core import Mut, Tensor, f32, i32, load_tile_like
 
 
 @cutile.entry
-def axpb(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], a: f32, b: i32):
+def axpb(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], a: f32, b: i32) -> None:
     z.store(a * load_tile_like(x, z) + load_tile_like(z, z) + b.astype(f32))
 
 

@@ -1,7 +1,8 @@
 """cutile-kernels' tests run the kernels on the CPU interpreter, also where a GPU is
 present; tests marked ``gpu`` run on the GPU (and are skipped where there is none).
 `cutile_kernels_testkit` (the row kernels) and `matmul_testkit` (GEMV and split-K) hold
-their shared inputs, references and checks."""
+their shared inputs, references and checks; `host_path_testkit` the host-path tests'
+fake GPU."""
 
 import sys
 from collections.abc import Iterator

@@ -10,35 +10,23 @@ from typing import Any
 
 import pytest
 
-import cuda_async
 import cutile
-from cuda_core.testing import FakeDriver, use_fake_driver
-from cutile import _backend, _gpu, api
+from cuda_core.testing import FakeDriver
+from cutile import api
+from host_path_testkit import fake_gpu, register_layout
 
 from cutile_kernels._decode_attention import decode_attention, decode_kernels, next_pow2, plan
 
 
 @pytest.fixture
 def fake() -> Iterator[FakeDriver]:
-    saved = dict(_gpu._streams)
-    decode_kernels.cache_clear()
-    with use_fake_driver() as driver:
-        _gpu._streams.clear()
-        _backend.reset_for_tests("gpu")
-        try:
-            with cuda_async.using_policy(cuda_async.SingleStream()):
-                yield driver
-        finally:
-            decode_kernels.cache_clear()
-            _gpu._streams.clear()
-            _gpu._streams.update(saved)
-            _backend.reset_for_tests(None)
+    with fake_gpu(decode_kernels) as driver:
+        yield driver
 
 
 def register(fake: FakeDriver, launch: Any) -> None:
-    """Gives the fake the parameter layout of a launch's kernel (as its cubin declares it)."""
-    compiled = launch.kernel.compiled(launch.plan().spec, "sm_90")
-    fake.kernels[compiled.name] = _gpu.fake_param_layout(compiled.abi)
+    """Gives the fake the parameter layout of a launch's kernel, made only for this."""
+    register_layout(fake, launch)
     launch.cancel()
 
 

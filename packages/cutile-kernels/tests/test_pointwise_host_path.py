@@ -11,10 +11,9 @@ from typing import Any
 
 import pytest
 
-import cuda_async
-import cutile
-from cuda_core.testing import FakeDriver, use_fake_driver
-from cutile import _backend, _gpu, api
+from cuda_core.testing import FakeDriver
+from cutile import api
+from host_path_testkit import fake_gpu, register_layout
 
 import cutile_kernels as ck
 
@@ -25,31 +24,14 @@ FACTORIES = [importlib.import_module(f"cutile_kernels._{m}").__dict__[f] for m, 
 
 @pytest.fixture
 def fake() -> Iterator[FakeDriver]:
-    """cutile's GPU backend on a fake driver, with the kernel caches emptied before and
-    after (kernels loaded into the fake must not reach another backend)."""
-    saved = dict(_gpu._streams)
-    for factory in FACTORIES:
-        factory.cache_clear()
-    with use_fake_driver() as driver:
-        _gpu._streams.clear()
-        _backend.reset_for_tests("gpu")
-        try:
-            with cuda_async.using_policy(cuda_async.SingleStream()):
-                yield driver
-        finally:
-            for factory in FACTORIES:
-                factory.cache_clear()
-            _gpu._streams.clear()
-            _gpu._streams.update(saved)
-            _backend.reset_for_tests(None)
+    with fake_gpu(*FACTORIES) as driver:
+        yield driver
 
 
 def run(fake: FakeDriver, pending: Any) -> dict[str, Any]:
     """Registers the pending launch's kernel with the fake (its parameter layout, as the
     cubin declares it), runs it, and gives the launch the driver recorded."""
-    launch = pending.launch
-    compiled = launch.kernel.compiled(launch.plan().spec, "sm_90")
-    fake.kernels[compiled.name] = _gpu.fake_param_layout(compiled.abi)
+    compiled = register_layout(fake, pending.launch)
     pending.run()
     record: dict[str, Any] = fake.launches[-1]
     assert record["function"] == compiled.name

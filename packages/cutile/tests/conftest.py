@@ -21,7 +21,7 @@ import cutile
 from cuda_core.testing import FakeDriver, use_fake_driver
 from cutile import _backend, _gpu
 
-sys.path.insert(0, str(Path(__file__).parent))  # for the shared helpers (located_errors)
+sys.path.insert(0, str(Path(__file__).parent))  # for the shared helpers (located_errors, compiler_suite)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

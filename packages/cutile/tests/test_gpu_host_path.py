@@ -676,26 +676,39 @@ def test_the_python_path_runs_synchronous_launches_on_idle_memory_holding_their_
         del z, x, y, resource, stream  # nothing of the fake GPU may outlive the fake driver
 
 
-def test_a_python_sync_on_busy_memory_asks_the_policy_once(fake_gpu: FakeDriver) -> None:
-    class Counting(cuda_async.SingleStream):
-        asked = 0
+class _CountingPolicy(cuda_async.SingleStream):
+    """One stream, counting how often a stream is asked of it."""
 
-        def next_stream(self) -> Any:
-            Counting.asked += 1
-            return super().next_stream()
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked = 0
 
+    def next_stream(self) -> Any:
+        self.asked += 1
+        return super().next_stream()
+
+
+def _saxpy_and_shift(fake: FakeDriver) -> tuple[Any, Any, Any, Any]:
+    """z and w (partitioned), x, y of 256 floats, with saxpy(z, x, y) and shift(w, x)
+    registered with ``fake`` (neither launched)."""
     x = api.from_numpy(np.zeros(256, np.float32))
     y = api.from_numpy(np.zeros(256, np.float32))
     z = api.empty([256], dtype=f32).partition([128])
     w = api.empty([256], dtype=f32).partition([128])
-    _register(fake_gpu, saxpy(z, x, y, 1.0))
-    _register(fake_gpu, shift(w, x, 1))
-    with cuda_async.using_policy(Counting()):
+    _register(fake, saxpy(z, x, y, 1.0))
+    _register(fake, shift(w, x, 1))
+    return z, x, y, w
+
+
+def test_a_python_sync_on_busy_memory_asks_the_policy_once(fake_gpu: FakeDriver) -> None:
+    z, x, y, w = _saxpy_and_shift(fake_gpu)
+    counting = _CountingPolicy()
+    with cuda_async.using_policy(counting):
         z, x, y = _python_sync(saxpy(z, x, y, 1.0))  # idle: one stream asked for
-        assert Counting.asked == 1
+        assert counting.asked == 1
         future = shift(w, x, 1).schedule()  # a pending job reads x: saxpy's memory is not idle
         z, x, y = _python_sync(saxpy(z, x, y, 1.0))
-        assert Counting.asked == 3  # the schedule's stream, then saxpy's job's, once
+        assert counting.asked == 3  # the schedule's stream, then saxpy's job's, once
         w, x = future.result()
     shift.clear_cache()
 
@@ -809,27 +822,16 @@ def test_a_widened_small_scalar_is_checked_against_its_dtype(native_gpu: FakeDri
 
 
 def test_a_sync_that_the_native_path_leaves_asks_the_policy_once(native_gpu: FakeDriver) -> None:
-    class Counting(cuda_async.SingleStream):
-        asked = 0
-
-        def next_stream(self) -> Any:
-            Counting.asked += 1
-            return super().next_stream()
-
-    x = api.from_numpy(np.zeros(256, np.float32))
-    y = api.from_numpy(np.zeros(256, np.float32))
-    z = api.empty([256], dtype=f32).partition([128])
-    w = api.empty([256], dtype=f32).partition([128])
-    _register(native_gpu, saxpy(z, x, y, 1.0))
-    _register(native_gpu, shift(w, x, 1))
+    z, x, y, w = _saxpy_and_shift(native_gpu)
     z, x, y = saxpy(z, x, y, 1.0).sync()
-    with cuda_async.using_policy(Counting()):
+    counting = _CountingPolicy()
+    with cuda_async.using_policy(counting):
         z, x, y = saxpy(z, x, y, 1.0).sync()  # native
-        assert Counting.asked == 1
+        assert counting.asked == 1
         future = shift(w, x, 1).schedule()  # a pending job reads x: saxpy's resources are not idle
         run = _stats()[1]
         z, x, y = saxpy(z, x, y, 1.0).sync()
-        assert _stats()[1] == run and Counting.asked == 3  # the schedule's stream, then saxpy's, once
+        assert _stats()[1] == run and counting.asked == 3  # the schedule's stream, then saxpy's, once
         w, x = future.result()
 
 

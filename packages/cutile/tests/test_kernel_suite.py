@@ -3,10 +3,6 @@ agrees with numpy in float64: on the interpreter here, on the GPU too where one 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -15,23 +11,14 @@ import pytest
 import cutile
 from cutile import api
 from cutile.core import f16, f32
+from compiler_suite import entries, load_suite
 
 BOTH_BACKENDS = True
 RNG = np.random.default_rng(2026)
 
 
-def load_suite() -> ModuleType:
-    path = Path(__file__).resolve().parents[2] / "cutile-compiler" / "tests" / "suite_kernels.py"
-    spec = importlib.util.spec_from_file_location("cutile_suite_kernels", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("cutile_suite_kernels", module)
-    spec.loader.exec_module(module)
-    return module
-
-
 SUITE = load_suite().SUITE
-KERNELS = {name: cutile.entry(unsafe=unsafe, hints=hints)(function) for name, (function, unsafe, hints) in SUITE.items()}
+KERNELS = entries(SUITE)
 
 
 def normal(*shape: int, dtype: Any = np.float32) -> np.ndarray:

@@ -8,11 +8,7 @@ arguments before any launch, naming the parameter."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Callable
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -22,24 +18,14 @@ import cutile
 from cutile import api
 from cutile.core import Constant, Mut, Tensor, bf16, bid, cdiv, f16, f32, i32, mma, zeros
 from cutile_compiler._opdefs.schedule import PythonArithmetic, schedule_coordinates
+from compiler_suite import entries, load_suite
 
 BOTH_BACKENDS = True
 RNG = np.random.default_rng(14)
 
 
-def load_suite() -> ModuleType:
-    path = Path(__file__).resolve().parents[2] / "cutile-compiler" / "tests" / "suite_kernels.py"
-    spec = importlib.util.spec_from_file_location("cutile_suite_kernels", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("cutile_suite_kernels", module)
-    spec.loader.exec_module(module)
-    return module
-
-
 SUITE = load_suite().SUITE
-KERNELS = {name: cutile.entry(unsafe=unsafe, hints=hints)(function)
-           for name, (function, unsafe, hints) in SUITE.items()}
+KERNELS = entries(SUITE)
 
 
 def normal(*shape: int, dtype: Any = np.float32) -> np.ndarray:

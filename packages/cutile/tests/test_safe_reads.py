@@ -4,10 +4,6 @@ shapes with negative and past-the-end offsets and several dtypes; on the
 interpreter here and on the GPU where one is. Reads of Mut tensors at other places
 stay refused in safe kernels, and ``unchecked=True`` needs ``unsafe=True``."""
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -18,6 +14,7 @@ import cutile.core as ct
 from cutile import api
 from cutile.core import Constant, Mut, Tensor, bf16, f16, f32, i32, i64, u8
 from cutile_compiler import TileTypeError
+from compiler_suite import load_suite
 from located_errors import line_of
 
 BOTH_BACKENDS = True
@@ -25,16 +22,6 @@ RNG = np.random.default_rng(19)
 #: dtype -> the numpy dtype its values are made in (small integers: exact in every one)
 DTYPES = {f32: np.float32, f16: np.float16, bf16: np.float32, i32: np.int32}
 PADDINGS = {"zero": 0.0, "neg_zero": -0.0, "nan": np.nan, "pos_inf": np.inf, "neg_inf": -np.inf}
-
-
-def load_suite() -> ModuleType:
-    path = Path(__file__).resolve().parents[2] / "cutile-compiler" / "tests" / "suite_kernels.py"
-    spec = importlib.util.spec_from_file_location("cutile_suite_kernels", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("cutile_suite_kernels", module)
-    spec.loader.exec_module(module)
-    return module
 
 
 SUITE = load_suite()

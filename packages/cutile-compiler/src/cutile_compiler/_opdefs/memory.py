@@ -45,6 +45,18 @@ def _partition(types: Sequence[KType], op: str) -> PartitionType:
     return types[0]
 
 
+def _checked_padding(op: str, tile_shape: tuple[int, ...], attrs: dict[str, Any]) -> str:
+    """Checks the tile shape of a partition or an element-offset load and gives its
+    ``padding`` attribute, checked too (default ``zero``)."""
+    problem = tile_shape_problem(tile_shape)
+    if problem is not None:
+        raise RuleError(f"{op}: {problem}")
+    padding = attrs.get("padding", "zero")
+    if not (isinstance(padding, str) and padding in PADDINGS):
+        raise RuleError(f"{op}: padding must be one of {', '.join(PADDINGS)}, got {bounded_repr(padding)}")
+    return padding
+
+
 def _check_index_and_tile(types: Sequence[KType], partition: PartitionType, op: str) -> None:
     """Checks the operands after the partition of a tile write: (*index, value),
     with one coordinate per axis and a value of the partition's tile type."""
@@ -83,13 +95,7 @@ class MakePartition(OpDef):
         if len(tile_shape) != tensor.rank:
             raise RuleError(f"partition: a rank-{tensor.rank} tensor is partitioned with {tensor.rank} tile dims, "
                             f"got {list(tile_shape)}")
-        problem = tile_shape_problem(tile_shape)
-        if problem is not None:
-            raise RuleError(f"partition: {problem}")
-        padding = attrs.get("padding", "zero")
-        if not (isinstance(padding, str) and padding in PADDINGS):
-            raise RuleError(f"partition: padding must be one of {', '.join(PADDINGS)}, got {bounded_repr(padding)}")
-        return (PartitionType(tensor, tile_shape, attrs.get("padding", "zero")),)
+        return (PartitionType(tensor, tile_shape, _checked_padding("partition", tile_shape, attrs)),)
 
     def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         return ((args[0], op.attrs["tile_shape"], op.attrs.get("padding", "zero")),)
@@ -247,12 +253,7 @@ class LoadAt(MemoryAccess):
         if len(shape) != tensor.rank:
             raise RuleError(f"load: a rank-{tensor.rank} tensor is read in tiles of rank {tensor.rank}, "
                             f"got shape {list(shape)}")
-        problem = tile_shape_problem(shape)
-        if problem is not None:
-            raise RuleError(f"load: {problem}")
-        padding = attrs.get("padding", "zero")
-        if not (isinstance(padding, str) and padding in PADDINGS):
-            raise RuleError(f"load: padding must be one of {', '.join(PADDINGS)}, got {bounded_repr(padding)}")
+        _checked_padding("load", shape, attrs)
         starts = operand_types[1:]
         if len(starts) != tensor.rank:
             raise RuleError(f"load: at= needs {tensor.rank} element coordinate(s), got {len(starts)}")
