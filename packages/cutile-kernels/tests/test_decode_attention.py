@@ -4,6 +4,7 @@ kernels compiled for sm_90 and sm_100, and GPU runs at the benchmark's shapes.""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -91,10 +92,40 @@ def test_a_zero_length_gives_zeros() -> None:
     np.testing.assert_allclose(got, reference(q, k, v, lens, 1 / 8), atol=4e-3, rtol=0)
 
 
-def test_a_length_past_the_cache_fails_the_kernel_assert() -> None:
+@pytest.mark.parametrize("kind", ["numpy", "list", "cutile"])
+def test_lengths_the_host_holds_are_checked_on_the_host(kind: str) -> None:
+    q, k, v, _ = inputs(2, 4, 1, 16, 64, "f16", [16, 16])
+
+    def lens(values: list[int]) -> Any:
+        return {"numpy": np.array(values, np.int32), "list": values,
+                "cutile": api.from_numpy(np.array(values, np.int64))}[kind]
+    for values, wrong in (([3, 17], "holds 17 at [1]"), ([-1, 2], "holds -1 at [0]")):
+        with pytest.raises(cutile.ArgumentError, match=re.escape(f"parameter 'seq_lens' {wrong}; each length must "
+                                                                 "be from 0 to the caches' max_seq 16")):
+            decode_attention(q, k, v, lens(values))
+    got = decode_attention(q, k, v, lens([16, 5])).astype(np.float64)
+    np.testing.assert_allclose(got, reference(q, k, v, np.array([16, 5]), 1 / 8), atol=4e-3, rtol=0)
+
+
+def test_a_list_of_lengths_must_hold_ints() -> None:
+    q, k, v, _ = inputs(2, 4, 1, 16, 64, "f16", [16, 16])
+    with pytest.raises(cutile.ArgumentTypeError, match="parameter 'seq_lens' must hold ints"):
+        decode_attention(q, k, v, [3, 4.0])
+
+
+def test_device_lengths_past_the_cache_fail_the_split_kernels_assert() -> None:
+    """What a device tensor of lengths meets (the host never reads it): the split kernel's
+    assert, run here on the interpreter by launching the kernel itself."""
     q, k, v, _ = inputs(1, 4, 1, 16, 64, "f16", [16])
-    with pytest.raises(cutile.CutileError, match="must not exceed"):
-        decode_attention(q, k, v, np.array([17], dtype=np.int32))
+    split_kernel, _ = decode_kernels(f16, i32, 1)
+    rows = 8  # the group of 4 q heads padded to the products' 8 columns
+    for length, message in ((17, "must not exceed"), (-1, "must not be negative")):
+        acc, stats = api.empty([1, 1, rows * 64], dtype=f32), [api.empty([1, 1, rows], dtype=f32) for _ in range(2)]
+        with pytest.raises(cutile.KernelRuntimeError, match=message):
+            split_kernel(acc.partition([1, 1, rows * 64]), stats[0].partition([1, 1, rows]),
+                         stats[1].partition([1, 1, rows]), api.from_numpy(q, f16), api.from_numpy(k, f16),
+                         api.from_numpy(v, f16), api.from_numpy(np.array([length], np.int32)), 0.18, 1,
+                         KV_HEADS=1, GROUP=4, BN=16).sync()
 
 
 def test_launch_form_on_cutile_tensors() -> None:
