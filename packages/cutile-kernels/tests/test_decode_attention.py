@@ -247,3 +247,38 @@ def test_a_cache_in_kv_cache_update_layout_through_a_transposed_view() -> None:
     got = decode_attention(q, k_tokens_first.transpose(0, 2, 1, 3), v_tokens_first.transpose(0, 2, 1, 3), lens,
                            config={"splits": 3, "tile_n": 16})
     np.testing.assert_allclose(got.astype(np.float64), reference(q, k, v, lens, 1 / 8), atol=4e-3, rtol=0)
+
+
+DEVICE_ASSERT = """
+import numpy as np
+import cutile
+from cutile import api
+from cutile_kernels import decode_attention, kv_cache_update
+
+try:
+    if {case!r} == "decode_attention":
+        q, k = api.zeros([1, 4, 64], dtype="f16"), api.zeros([1, 1, 16, 64], dtype="f16")
+        decode_attention(q, k, k, api.from_numpy(np.array([17], np.int32))).to_numpy()
+    else:
+        cache = api.zeros([20, 2, 8])
+        kv_cache_update(cache, api.ones([3, 2, 8]), api.from_numpy(np.array([4, 5, 7], np.int32)))
+        cache.to_numpy()
+except cutile.CudaError as exc:
+    print("CudaError:", exc)
+else:
+    print("no error")
+"""
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", ["decode_attention", "kv_cache_update"])
+def test_gpu_device_tensors_out_of_range_fail_the_kernels_assert(case: str) -> None:
+    """What the docstrings say of device lengths and positions: the kernel's assert fails
+    and a synchronizing call raises cutile.CudaError (in a process of its own: the CUDA
+    context is unusable afterwards)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", DEVICE_ASSERT.format(case=case)], capture_output=True, text=True,
+                          timeout=300)
+    assert "CudaError:" in done.stdout, done.stdout + done.stderr

@@ -32,7 +32,7 @@ the interpreter's) are checked on the host: one past ``max_seq`` or negative is 
 kernel (the host reading them would wait for the device, and a CUDA graph replays with
 new ones): there a bad length fails the split kernel's assert, which on the GPU stops
 the kernel, prints the assert's message on the device's output and makes the next
-synchronizing call raise `cutile.CudaError` (CUDA_ERROR_ASSERT), after which the CUDA
+synchronizing call raise a `cutile.CudaError` (the kernel faulted), after which the CUDA
 context is unusable (the process must restart), as after torch's device-side asserts.
 """
 

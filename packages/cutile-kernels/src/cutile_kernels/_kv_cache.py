@@ -16,11 +16,10 @@ interpreter's) are checked on the host: positions that are not consecutive, or t
 pass the cache's end, are an `ArgumentError` naming ``positions``. A positions tensor in
 device memory is read only by the kernel (the host reading it would wait for the
 device), which checks it: ``tiles_within``'s asserts on its range and one assert per
-row that the positions are consecutive. On the GPU a failed assert stops the kernel
-before it writes those rows, prints its message on the device's output and makes the
-next synchronizing call raise `cutile.CudaError` (CUDA_ERROR_ASSERT), after which the
-CUDA context is unusable (the process must restart), as after torch's device-side
-asserts.
+row that the positions are consecutive. On the GPU a failed assert stops the kernel,
+prints its message on the device's output and makes the next synchronizing call raise
+a `cutile.CudaError` (the kernel faulted), after which the CUDA context is unusable
+(the process must restart), as after torch's device-side asserts.
 """
 
 # No `from __future__ import annotations`: kernel annotations name the factory's dtypes, which cutile's
