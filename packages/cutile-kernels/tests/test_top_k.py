@@ -2,8 +2,9 @@
 in order, equal values by increasing index, NaN above every number, below for the
 smallest): one-pass and chunked schedules with tails, many ties, -inf and NaN rows,
 f16 / bf16 / f32, k = 1 against argmax, poisoned outputs, the caller's kinds back, bad
-arguments naming the parameter; the kernels compiled for sm_90 and sm_100; on the GPU
-(marked ``gpu``) against torch.topk at a 152k vocabulary."""
+arguments naming the parameter; the kernels compiled for sm_90 and sm_100; the GPU
+backend's host side (grids) on the fake driver; on the GPU (marked ``gpu``) against
+torch.topk at a 152k vocabulary."""
 
 import re
 from typing import Any
@@ -255,3 +256,58 @@ def test_gpu_matches_torch_topk(dtype: str, rows: int, k: int) -> None:
         assert torch.equal(values.float().nan_to_num(7.5), peer.values.float().nan_to_num(7.5))
         host = x.float().cpu().numpy().astype(NUMPY[{"bfloat16": "bf16", "float16": "f16", "float32": "f32"}[dtype]])
         np.testing.assert_array_equal(indices.cpu().numpy(), reference(host, k, largest)[1])
+
+
+# -- the GPU backend's host side, on cuda_core's fake driver ----------------------------------------
+@pytest.fixture
+def fake() -> Any:
+    """cutile's GPU backend on a fake driver (kernels compile with tileiras for its sm_90;
+    launches are recorded, not run), the kernel cache emptied before and after."""
+    import cuda_async
+    from cuda_core.testing import use_fake_driver
+    from cutile import _backend, _gpu
+
+    saved = dict(_gpu._streams)
+    top_k_kernels.cache_clear()
+    with use_fake_driver() as driver:
+        _gpu._streams.clear()
+        _backend.reset_for_tests("gpu")
+        try:
+            with cuda_async.using_policy(cuda_async.SingleStream()):
+                yield driver
+        finally:
+            top_k_kernels.cache_clear()
+            _gpu._streams.clear()
+            _gpu._streams.update(saved)
+            _backend.reset_for_tests(None)
+
+
+def register(fake: Any, launch: Any) -> None:
+    """Gives the fake the parameter layout of a launch's kernel (as its cubin declares it)."""
+    from cutile import _gpu
+
+    compiled = launch.kernel.compiled(launch.plan().spec, "sm_90")
+    fake.kernels[compiled.name] = _gpu.fake_param_layout(compiled.abi)
+    launch.cancel()
+
+
+def test_gpu_host_path_grids(fake: Any) -> None:
+    """A decode batch over a 152k vocabulary: one block per (row, chunk), then one per row;
+    a short row: the one-pass kernel, a block per row tile. The caller's tensors stay usable."""
+    rows, vocab, k = 3, 151_936, 50
+    x = api.empty([rows, vocab], dtype="bf16")
+    one_pass, chunks, row_kernel = top_k_kernels(bf16, True, 2)
+    candidates = api.empty([rows, 38 * 64], dtype="i64")
+    values, indices = api.empty([rows, k], dtype="bf16"), api.empty([rows, k], dtype="i64")
+    register(fake, chunks(candidates.permute(0, 1).partition([1, 64]), x, BN=4096, K=k))
+    register(fake, row_kernel(values.permute(0, 1).partition([1, 64]), indices.permute(0, 1).partition([1, 64]),
+                              candidates, x, CP=4096, K=k))
+    got = top_k(x, k, out=(values, indices), config=DEFAULT)
+    assert got[0] is values and got[1] is indices
+    assert fake.launches[-2]["grid"] == (rows, 38, 1) and fake.launches[-1]["grid"] == (rows, 1, 1)
+    short = api.empty([5, 300], dtype="bf16")
+    register(fake, one_pass(values.permute(0, 1).partition([2, 8]), indices.permute(0, 1).partition([2, 8]), short,
+                            BN=512, K=5))
+    top_k(short, 5, config={"tile_rows": 2, "tile_cols": 1024, "occupancy": 2})
+    assert fake.launches[-1]["grid"] == (3, 1, 1)
+    top_k.launch(x, k, out=(values, indices), config=DEFAULT).cancel()  # the tensors were given back
