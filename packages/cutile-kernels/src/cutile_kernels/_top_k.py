@@ -13,8 +13,8 @@ round's maximum removes exactly that element. The values returned are read back 
 ``x`` at the chosen columns (a bounds-checked gather), bit for bit the input's.
 
 Two stages, so that a few long rows (sampling over a 152k vocabulary) still fill the
-GPU: the first splits each row into chunks of ``tile_cols`` columns, one block per (row
-tile, chunk), each writing its chunk's k best keys; the second selects each row's k
+GPU: the first splits each row into chunks of ``block_elems // tile_rows`` columns, one
+block per (row tile, chunk), each writing its chunk's k best keys; the second selects each row's k
 best among its chunks' candidates and writes values and indices. A row of one chunk
 takes one kernel doing both. All are safe kernels; the second stage runs as the first's
 continuation (``then``), so ``top_k.launch(...)`` is one op to time.
@@ -41,8 +41,9 @@ from cutile.core import Constant, Mut, Tensor, arange, bid, bitcast, f32, full, 
 from cutile_kernels import _pointwise as pw
 from cutile_kernels._operands import Operand, as_tensor, output
 
-SPACE = tune.Space(tile_rows=[1, 2, 4], tile_cols=[1024, 2048, 4096, 8192], occupancy=[1, 2, 4])
-DEFAULT = {"tile_rows": 1, "tile_cols": 4096, "occupancy": 2}
+#: block_elems: a chunk's elements (tile_rows rows of block_elems // tile_rows columns), an i64 key each
+SPACE = tune.Space(tile_rows=[1, 2, 4], block_elems=[1024, 2048, 4096, 8192], occupancy=[1, 2, 4])
+DEFAULT = {"tile_rows": 1, "block_elems": 4096, "occupancy": 2}
 MAX_K = 64
 #: the second stage's tile of one row's candidates (chunks * next_pow2(k) of them) at most
 MAX_CANDIDATES = 8192
@@ -145,7 +146,7 @@ def plan(config: dict[str, Any], rows: int, cols: int, k: int) -> tuple[int, int
     """
     kp = pw.next_pow2(k)
     bm = min(int(config["tile_rows"]), pw.next_pow2(rows))
-    bn = min(int(config["tile_cols"]), pw.next_pow2(cols))
+    bn = min(max(1, int(config["block_elems"]) // bm), pw.next_pow2(cols))
     while -(-cols // bn) * kp > MAX_CANDIDATES and bn < MAX_TILE_COLS:
         bn *= 2
     chunks = -(-cols // bn)
