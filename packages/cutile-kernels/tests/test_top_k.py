@@ -145,6 +145,7 @@ def test_long_rows_grow_the_chunks_to_keep_the_candidates_in_one_tile() -> None:
     assert plan({"tile_rows": 1, "block_elems": 1024}, 1, 151_936, 64) == (1, 2048, 75, 64)
     assert plan({"tile_rows": 4, "block_elems": 4096}, 3, 100, 5) == (4, 128, 1, 8)
     assert plan({"tile_rows": 4, "block_elems": 4096}, 30, 5000, 5) == (4, 1024, 5, 8)
+    assert plan({"tile_rows": 4, "block_elems": 4096}, 30, 151_936, 64) == (2, 2048, 75, 64)  # grown: 2 rows
     longest = MAX_CANDIDATES // 64 * MAX_TILE_COLS
     assert plan(DEFAULT, 1, longest, 64)[1] == MAX_TILE_COLS
     with pytest.raises(cutile.ArgumentError, match=f"parameter 'x' has rows of {longest + 1} elements; with k=64"):

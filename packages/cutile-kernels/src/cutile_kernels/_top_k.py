@@ -149,6 +149,8 @@ def plan(config: dict[str, Any], rows: int, cols: int, k: int) -> tuple[int, int
     bn = min(max(1, int(config["block_elems"]) // bm), pw.next_pow2(cols))
     while -(-cols // bn) * kp > MAX_CANDIDATES and bn < MAX_TILE_COLS:
         bn *= 2
+    while bm > 1 and bm * bn > int(config["block_elems"]):  # a grown chunk takes fewer rows
+        bm //= 2
     chunks = -(-cols // bn)
     if chunks * kp > MAX_CANDIDATES:
         longest = MAX_CANDIDATES // kp * MAX_TILE_COLS
