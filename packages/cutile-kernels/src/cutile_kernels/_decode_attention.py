@@ -2,8 +2,9 @@
 
 ``q`` is ``(batch, q_heads, head_dim)``, the caches ``(batch, kv_heads, max_seq,
 head_dim)`` (torch SDPA's layout, one head's positions contiguous), ``seq_lens`` the
-``batch`` lengths, an i32 (or i64) tensor or a list of ints: positions at or past a
-sequence's length are ignored (never read into the result, whatever they hold). Grouped-query attention: q head
+``batch`` lengths, an i32 (or i64) tensor or a list of ints (copied to the device on
+each call: a CUDA graph takes a device tensor): positions at or past a sequence's
+length are ignored (never read into the result, whatever they hold). Grouped-query attention: q head
 ``h`` reads kv head ``h // (q_heads // kv_heads)``. f16 and bf16, f32 math; the result
 has q's dtype. The caches may have any strides: a ``(batch, max_seq, kv_heads, head_dim)``
 cache (`kv_cache_update`'s layout) is passed as its transposed view
