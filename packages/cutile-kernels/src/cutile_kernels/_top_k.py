@@ -59,11 +59,11 @@ def _keys(t: Any, first_col: Any, n_cols: Any, BN: int, largest: bool) -> Any:
     cols = (arange(BN, i32) + first_col).reshape((1, BN))
     nan = t != t
     bits = bitcast(where(t == 0.0, 0.0, t), i32)  # -0.0 as 0.0: equal values, one key
-    order = where(nan, 0, where(bits < 0, bits ^ 0x7FFFFFFF, bits))  # signed ints in the floats' order
+    order = where(bits < 0, bits ^ 0x7FFFFFFF, bits)  # signed ints in the floats' order
     if largest:
         order = where(nan, 2**31 - 1, order)
-    else:
-        order = where(nan, -2**31, -order)
+    else:  # (a NaN's order may be -2**31, whose negation overflows: zeroed first)
+        order = where(nan, -2**31, -where(nan, 0, order))
     key = order.astype(i64) * 2**32 + (_NO_INDEX - cols).astype(i64)
     return where(cols < n_cols, key, _NO_KEY)
 
