@@ -1101,7 +1101,7 @@ SUBCOMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable
 SCRIPT_SUBCOMMANDS = {
     "gemv": ("bench_gemv", "GEMV and split-K kernels alone"),
     "norms": ("bench_norms", "softmax, log_softmax, RMSNorm, LayerNorm"),
-    "pointwise": ("bench_pointwise", "rope, silu_mul, embedding, argmax, the KV cache update"),
+    "pointwise": ("bench_pointwise", "rope, silu_mul, embedding, argmax, top_k, the KV cache update"),
     "attention": ("bench_attention", "flash attention forward against SDPA"),
     "decode": ("bench_decode", "decode attention over a KV cache"),
 }

@@ -7,6 +7,8 @@ the device-to-device copy of the same bytes, measured in one run on one GPU.
 - silu_mul: gate and up (4096, 14336) bf16 (bytes: two read, one written);
 - embedding: 4096 rows of a 151936 x 4096 bf16 table (bytes: rows read and written);
 - argmax: 8192 x 151936, fp32 and bf16 (bytes: x read);
+- top_k: k = 50 of 1 and 64 rows of 151936 (LLM sampling), bf16 and fp32, against
+  torch.topk (bytes: x read);
 - kv_cache_update: 4096 new tokens of 8 heads x 128 bf16 into a (16, 8192, 8, 128)
   cache, and a decode step (one token per batch entry of 64) for its latency.
 
@@ -51,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
                              "(packages/cutile-kernels/src/cutile_kernels/records/<arch>/, to commit)")
     parser.add_argument("--budget", type=float, default=60.0, help="seconds of search per shape with --record")
     parser.add_argument("--only", nargs="*", default=None,
-                        help="workloads to run (rope, silu_mul, embedding, argmax, kv_cache_update)")
+                        help="workloads to run (rope, silu_mul, embedding, argmax, top_k, kv_cache_update)")
     args = parser.parse_args(argv)
     if args.smoke:
         os.environ["CUTILE_BACKEND"] = "interpreter"
@@ -64,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.smoke and cutile.backend() != "gpu":
         print("bench_pointwise.py needs a GPU (--smoke runs on the interpreter)", file=sys.stderr)
         return 2
-    wanted = set(args.only) if args.only else {"rope", "silu_mul", "embedding", "argmax", "kv_cache_update"}
+    wanted = set(args.only) if args.only else {"rope", "silu_mul", "embedding", "argmax", "top_k", "kv_cache_update"}
     reps, warmup = (2, 1) if args.smoke else (args.reps, 10)
     if args.record:
         make_records(wanted, args.budget, args.smoke)
@@ -144,6 +146,16 @@ def main(argv: list[str] | None = None) -> int:
             compare(f"argmax bf16 {batch} x {vocab} (decode)", lib.nbytes(x),
                     lambda: ck.argmax.launch(x, out=out).op, lib.peers("argmax", x))
 
+    if "top_k" in wanted:
+        vocab, k = (3001, 8) if small else (151936, 50)
+        for n_rows, dtype in ((1, "bf16"), (64, "bf16"), (64, "f32")):
+            x = lib.randn((n_rows, vocab), dtype)
+            values, indices = lib.empty((n_rows, k), dtype), lib.empty((n_rows, k), "i64")
+            ck.top_k(x, k, out=(values, indices))
+            lib.check_top_k(f"top_k {dtype} {n_rows}", x, k, values, indices)
+            compare(f"top_k {dtype} {n_rows} x {vocab}, k {k}", lib.nbytes(x),
+                    lambda: ck.top_k.launch(x, k, out=(values, indices)).op, lib.peers("top_k", x, k))
+
     if "kv_cache_update" in wanted:
         batch, max_seq, tokens, heads, d = (2, 40, 9, 2, 24) if small else (16, 8192, 4096, 8, 128)
         cache = lib.zeros((batch, max_seq, heads, d), "bf16")
@@ -182,6 +194,7 @@ RECORD_SHAPES: dict[str, tuple[str, list[tuple[int, ...]], list[tuple[int, ...]]
     "silu_mul": ("activations", [(4096 * 14336, 2, 0)], [(2700, 2, 0)]),
     "embedding": ("embedding", [(4096, 151936, 4096)], [(37, 1000, 64)]),
     "argmax": ("argmax", [(8192, 151936), (64, 151936), (1, 151936)], [(5, 3001)]),
+    "top_k": ("top_k", [(1, 151936, 50), (64, 151936, 50)], [(5, 3001, 8)]),
     "kv_cache_update": ("kv_cache", [(16, 8192, 4096, 1024), (64, 8192, 1, 1024)], [(2, 40, 9, 48)]),
 }
 
@@ -262,6 +275,15 @@ class Numpy:
     def argmax_reference(self, x: Any) -> np.ndarray:
         return self.values(x).argmax(-1).astype(np.float64)
 
+    def check_top_k(self, what: str, x: Any, k: int, values: Any, indices: Any) -> None:
+        """Indices in torch.topk's order (values decreasing, ties by increasing index; no
+        NaN in the inputs), values the input's at them."""
+        host = self.values(x)
+        order = np.lexsort((np.broadcast_to(np.arange(host.shape[1]), host.shape), -host), axis=-1)[:, :k]
+        if not np.array_equal(self.values(indices), order):
+            raise Checked(f"{what}: wrong indices")
+        self.check(what, values, np.take_along_axis(host, order, -1), 0.0)
+
     def copy_of(self, moved: int) -> Callable[[], Any]:
         source = self.api.zeros([max(1, moved // 8)], dtype="f32")  # read + written: the bytes moved
         return lambda: self.api.copy(source)
@@ -338,6 +360,15 @@ class Torch:
     def argmax_reference(self, x: Any) -> Any:
         return x.argmax(-1)
 
+    def check_top_k(self, what: str, x: Any, k: int, values: Any, indices: Any) -> None:
+        """Values as torch.topk's, and each the input's at its index (torch's CUDA topk
+        leaves the order of equal values open, so indices are checked through the values;
+        the order of ties is the interpreter tests' job)."""
+        self.check(what, values, self.torch.topk(x, k).values, 0.0)
+        self.check(f"{what} indices", x.gather(-1, indices), values, 0.0)
+        if not bool((indices.sort(-1).values.diff(dim=-1) > 0).all()):
+            raise Checked(f"{what}: an index repeats")
+
     def copy_of(self, moved: int) -> Callable[[], Any]:
         source = self.torch.empty(max(1, moved // 8), device="cuda", dtype=self.torch.float32)
         target = self.torch.empty_like(source)
@@ -362,6 +393,9 @@ class Torch:
             formulations, inputs = {"torch F.embedding": lambda i, t: F.embedding(i, t)}, (ids, table)
         elif workload == "argmax":
             formulations, inputs = {"torch.argmax": lambda x: torch.argmax(x, dim=-1)}, arguments
+        elif workload == "top_k":
+            x, k = arguments
+            formulations, inputs = {"torch.topk": lambda x: torch.topk(x, k, dim=-1)}, (x,)
         else:
             cache, new, start = arguments
             count = new.shape[1]

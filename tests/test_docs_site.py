@@ -58,6 +58,14 @@ def test_the_api_reference_covers_every_public_surface() -> None:
     assert api_pages == {f"api/{page.stem}" for page in (DOCS / "api").glob("*.rst")}
 
 
+def test_the_kernel_library_page_documents_every_name_it_exports() -> None:
+    import cutile_kernels
+
+    page = (DOCS / "api" / "cutile_kernels.rst").read_text()
+    missing = [name for name in cutile_kernels.__all__ if not re.search(rf"cutile_kernels\.{name}\b", page)]
+    assert not missing, f"docs/api/cutile_kernels.rst lacks {missing}"
+
+
 def _build(source: Path) -> subprocess.CompletedProcess[str]:
     """Sphinx as build_docs.sh runs it, with the project's conf.py, over ``source``."""
     shutil.copy(DOCS / "conf.py", source / "conf.py")

@@ -4,6 +4,7 @@ kernels compiled for sm_90 and sm_100, and GPU runs at the benchmark's shapes.""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -91,10 +92,40 @@ def test_a_zero_length_gives_zeros() -> None:
     np.testing.assert_allclose(got, reference(q, k, v, lens, 1 / 8), atol=4e-3, rtol=0)
 
 
-def test_a_length_past_the_cache_fails_the_kernel_assert() -> None:
+@pytest.mark.parametrize("kind", ["numpy", "list", "cutile"])
+def test_lengths_the_host_holds_are_checked_on_the_host(kind: str) -> None:
+    q, k, v, _ = inputs(2, 4, 1, 16, 64, "f16", [16, 16])
+
+    def lens(values: list[int]) -> Any:
+        return {"numpy": np.array(values, np.int32), "list": values,
+                "cutile": api.from_numpy(np.array(values, np.int64))}[kind]
+    for values, wrong in (([3, 17], "holds 17 at [1]"), ([-1, 2], "holds -1 at [0]")):
+        with pytest.raises(cutile.ArgumentError, match=re.escape(f"parameter 'seq_lens' {wrong}; each length must "
+                                                                 "be from 0 to the caches' max_seq 16")):
+            decode_attention(q, k, v, lens(values))
+    got = decode_attention(q, k, v, lens([16, 5])).astype(np.float64)
+    np.testing.assert_allclose(got, reference(q, k, v, np.array([16, 5]), 1 / 8), atol=4e-3, rtol=0)
+
+
+def test_a_list_of_lengths_must_hold_ints() -> None:
+    q, k, v, _ = inputs(2, 4, 1, 16, 64, "f16", [16, 16])
+    with pytest.raises(cutile.ArgumentTypeError, match="parameter 'seq_lens' must hold ints"):
+        decode_attention(q, k, v, [3, 4.0])
+
+
+def test_device_lengths_past_the_cache_fail_the_split_kernels_assert() -> None:
+    """What a device tensor of lengths meets (the host never reads it): the split kernel's
+    assert, run here on the interpreter by launching the kernel itself."""
     q, k, v, _ = inputs(1, 4, 1, 16, 64, "f16", [16])
-    with pytest.raises(cutile.CutileError, match="must not exceed"):
-        decode_attention(q, k, v, np.array([17], dtype=np.int32))
+    split_kernel, _ = decode_kernels(f16, i32, 1)
+    rows = 8  # the group of 4 q heads padded to the products' 8 columns
+    for length, message in ((17, "must not exceed"), (-1, "must not be negative")):
+        acc, stats = api.empty([1, 1, rows * 64], dtype=f32), [api.empty([1, 1, rows], dtype=f32) for _ in range(2)]
+        with pytest.raises(cutile.KernelRuntimeError, match=message):
+            split_kernel(acc.partition([1, 1, rows * 64]), stats[0].partition([1, 1, rows]),
+                         stats[1].partition([1, 1, rows]), api.from_numpy(q, f16), api.from_numpy(k, f16),
+                         api.from_numpy(v, f16), api.from_numpy(np.array([length], np.int32)), 0.18, 1,
+                         KV_HEADS=1, GROUP=4, BN=16).sync()
 
 
 def test_launch_form_on_cutile_tensors() -> None:
@@ -220,3 +251,38 @@ def test_a_cache_in_kv_cache_update_layout_through_a_transposed_view() -> None:
     got = decode_attention(q, k_tokens_first.transpose(0, 2, 1, 3), v_tokens_first.transpose(0, 2, 1, 3), lens,
                            config={"splits": 3, "tile_n": 16})
     np.testing.assert_allclose(got.astype(np.float64), reference(q, k, v, lens, 1 / 8), atol=4e-3, rtol=0)
+
+
+DEVICE_ASSERT = """
+import numpy as np
+import cutile
+from cutile import api
+from cutile_kernels import decode_attention, kv_cache_update
+
+try:
+    if {case!r} == "decode_attention":
+        q, k = api.zeros([1, 4, 64], dtype="f16"), api.zeros([1, 1, 16, 64], dtype="f16")
+        decode_attention(q, k, k, api.from_numpy(np.array([17], np.int32))).to_numpy()
+    else:
+        cache = api.zeros([20, 2, 8])
+        kv_cache_update(cache, api.ones([3, 2, 8]), api.from_numpy(np.array([4, 5, 7], np.int32)))
+        cache.to_numpy()
+except cutile.CudaError as exc:
+    print("CudaError:", exc)
+else:
+    print("no error")
+"""
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", ["decode_attention", "kv_cache_update"])
+def test_gpu_device_tensors_out_of_range_fail_the_kernels_assert(case: str) -> None:
+    """What the docstrings say of device lengths and positions: the kernel's assert fails
+    and a synchronizing call raises cutile.CudaError (in a process of its own: the CUDA
+    context is unusable afterwards)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", DEVICE_ASSERT.format(case=case)], capture_output=True, text=True,
+                          timeout=300)
+    assert "CudaError:" in done.stdout, done.stdout + done.stderr

@@ -1,13 +1,16 @@
 """decode_attention on the GPU backend's host side, on cuda_core's fake driver (no GPU
 needed): the split kernel's grid is (batch x kv heads, splits) as the plan says, the
-merge's (batch, q heads), and the caller's tensors stay usable after the call. The
+merge's (batch, q heads), and the caller's tensors stay usable after the call; lengths
+the host holds (numpy, a list) are checked before any launch, a device tensor's are not. The
 kernels compile with tileiras for the fake sm_90 device; the fake driver records
 launches instead of running them. (The fake's allocations are 1 MiB apart: every tensor
 here stays below that.)"""
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pytest
 
 import cutile
@@ -15,7 +18,7 @@ from cuda_core.testing import FakeDriver
 from cutile import api
 from host_path_testkit import fake_gpu, register_layout
 
-from cutile_kernels._decode_attention import decode_attention, decode_kernels, next_pow2, plan
+from cutile_kernels._decode_attention import DEFAULT, decode_attention, decode_kernels, next_pow2, plan
 
 
 @pytest.fixture
@@ -68,3 +71,39 @@ def test_the_op_once_taken_cannot_be_cancelled(fake: FakeDriver) -> None:
     with pytest.raises(cutile.OwnershipError, match="cannot be cancelled"):
         pending.cancel()
     del pending
+
+
+def register_kernels(fake: FakeDriver, q: Any, k: Any, v: Any, lens: Any, config: dict[str, Any]) -> None:
+    """Gives the fake both kernels' layouts for these operands under ``config`` (a full one)."""
+    batch, q_heads, head_dim = q.shape
+    kv_heads, max_seq = k.shape[1], k.shape[2]
+    split = plan(config, batch, kv_heads, max_seq)
+    split_kernel, merge_kernel = decode_kernels(q.dtype, lens.dtype, config["occupancy"], config["num_worker_warps"],
+                                                config["latency"])
+    acc = api.empty([batch * kv_heads, split.splits, 8 * head_dim], dtype="f32")
+    stats = [api.empty([batch * kv_heads, split.splits, 8], dtype="f32") for _ in range(2)]
+    register(fake, split_kernel(acc.permute(0, 1, 2).partition([1, 1, 8 * head_dim]),
+                                stats[0].permute(0, 1, 2).partition([1, 1, 8]),
+                                stats[1].permute(0, 1, 2).partition([1, 1, 8]), q, k, v, lens, 0.1, split.tiles_per_split,
+                                KV_HEADS=kv_heads, GROUP=q_heads // kv_heads, BN=split.tile_n))
+    register(fake, merge_kernel(api.empty(list(q.shape), dtype=q.dtype).partition([1, 1, head_dim]), acc, stats[0],
+                                stats[1], KV_HEADS=kv_heads, GROUP=q_heads // kv_heads, SP=next_pow2(split.splits)))
+
+
+def test_host_lengths_are_checked_and_uploaded_device_lengths_left_to_the_kernel(fake: FakeDriver) -> None:
+    q, out = api.empty([2, 4, 64], dtype="f16"), api.empty([2, 4, 64], dtype="f16")
+    k, v = api.empty([2, 1, 64, 64], dtype="f16"), api.empty([2, 1, 64, 64], dtype="f16")
+    config = {**DEFAULT, "tile_n": 32, "splits": 1}
+    device_lens = api.from_numpy(np.array([3, 65], np.int32))  # past max_seq: only the kernel sees it
+    register_kernels(fake, q, k, v, device_lens, config)
+    register_kernels(fake, q, k, v, api.empty([2], dtype="i64"), config)  # a list is uploaded as i64
+    before = len(fake.launches)
+    for host_lens in (np.array([3, 65], np.int32), [3, 65]):
+        with pytest.raises(cutile.ArgumentError, match=re.escape("'seq_lens' holds 65 at [1]; each length must be "
+                                                                 "from 0 to the caches' max_seq 64")):
+            decode_attention(q, k, v, host_lens, out=out, config=config)
+    assert len(fake.launches) == before  # refused before any launch
+    decode_attention(q, k, v, [3, 64], out=out, config=config)
+    assert len(fake.launches) == before + 2
+    decode_attention(q, k, v, device_lens, out=out, config=config)  # not read on the host
+    assert len(fake.launches) == before + 4

@@ -8,7 +8,7 @@ import cutile_kernels
 
 DEPENDENCIES = {"cutile"}
 POINTWISE = {"add", "argmax", "div", "embedding", "gelu", "gelu_mul", "kv_cache_update", "mul", "relu", "rope",
-             "sigmoid", "silu", "silu_mul", "sub"}
+             "sigmoid", "silu", "silu_mul", "sub", "top_k"}
 
 
 def test_distribution_declares_exactly_its_layers() -> None:

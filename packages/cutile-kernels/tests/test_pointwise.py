@@ -409,7 +409,7 @@ def test_argmax_refuses_bad_arguments(call: Any, error: type[Exception], words: 
 @pytest.mark.parametrize("cache_shape, tokens, start", [((50, 3, 24), 5, 7), ((2, 40, 2, 36), 1, 39),
                                                         ((3, 17, 1, 8), 17, 0), ((2, 64, 1, 8), 8, 20),
                                                         ((1, 64, 2, 8), 12, 4)])
-@pytest.mark.parametrize("positions_kind", ["int", "i32", "i64"])
+@pytest.mark.parametrize("positions_kind", ["int", "list", "i32", "i64"])
 def test_kv_cache_update_writes_only_the_new_rows(dtype: str, cache_shape: tuple[int, ...], tokens: int, start: int,
                                                   positions_kind: str) -> None:
     before = RNG.standard_normal(cache_shape)
@@ -418,6 +418,8 @@ def test_kv_cache_update_writes_only_the_new_rows(dtype: str, cache_shape: tuple
     cache = tensor(before, dtype)
     if positions_kind == "int":
         positions: Any = start
+    elif positions_kind == "list":
+        positions = list(range(start, start + tokens))
     else:
         positions = api.from_numpy(np.arange(start, start + tokens, dtype=np.dtype(positions_kind.replace("i", "int"))))
     # several column tiles with a tail, blocks looping, several rows per tile where the start allows
@@ -428,13 +430,44 @@ def test_kv_cache_update_writes_only_the_new_rows(dtype: str, cache_shape: tuple
     np.testing.assert_array_equal(read(cache), expected)
 
 
-@pytest.mark.interpreter_only
-def test_kv_cache_update_checks_its_positions_on_the_device() -> None:
+@pytest.mark.parametrize("kind", ["list", "numpy"])
+def test_kv_cache_update_checks_host_positions_on_the_host(kind: str) -> None:
     cache, new = api.zeros([20, 2, 8]), api.ones([3, 2, 8])
-    with pytest.raises(cutile.KernelRuntimeError, match="positions must be consecutive"):
-        kv_cache_update(cache, new, api.from_numpy(np.array([4, 5, 7], np.int32)))
-    with pytest.raises(cutile.KernelRuntimeError, match="tiles_within: the range of axis 1 passes the tile grid"):
-        kv_cache_update(cache, new, api.from_numpy(np.array([18, 19, 20], np.int32)))
+
+    def positions(values: list[int]) -> Any:
+        return values if kind == "list" else np.array(values, np.int32)
+    with pytest.raises(cutile.ArgumentError, match=re.escape("'positions' must be consecutive (start, start + 1, "
+                                                             "...); [2] is 7, expected 6")):
+        kv_cache_update(cache, new, positions([4, 5, 7]))
+    with pytest.raises(cutile.ArgumentError, match="'positions' starts at 18: the 3 new tokens must fit in the "
+                                                   "cache's 20 positions"):
+        kv_cache_update(cache, new, positions([18, 19, 20]))
+    with pytest.raises(cutile.ArgumentError, match=re.escape("'positions' has shape [2]; expected [3]")):
+        kv_cache_update(cache, new, positions([4, 5]))
+    assert not read(cache).any()  # no kernel ran
+
+
+@pytest.mark.interpreter_only
+def test_kv_cache_update_checks_host_tensors_of_positions_on_the_host() -> None:
+    cache, new = api.zeros([20, 2, 8]), api.ones([3, 2, 8])
+    with pytest.raises(cutile.ArgumentError, match="'positions' must be consecutive"):
+        kv_cache_update(cache, new, api.from_numpy(np.array([4, 5, 7], np.int64)))
+    with pytest.raises(cutile.ArgumentTypeError, match="'positions' must hold ints"):
+        kv_cache_update(cache, new, [4, 5, 6.0])
+
+
+@pytest.mark.interpreter_only
+def test_kv_cache_update_kernel_asserts_device_positions() -> None:
+    """What a device tensor of positions meets (the host never reads it): the kernel's own
+    checks, run here on the interpreter by launching the kernel itself."""
+    kernel = importlib.import_module("cutile_kernels._kv_cache").cache_update_kernel(cutile.core.f32, cutile.core.i32)
+    new = api.ones([1, 3, 16])
+    for values, message in (([4, 5, 7], "positions must be consecutive"),
+                            ([18, 19, 20], "tiles_within: the range of axis 1 passes the tile grid")):
+        cache = api.zeros([1, 20, 16])
+        with pytest.raises(cutile.KernelRuntimeError, match=re.escape(message)):
+            kernel(cache.partition([1, 1, 16]).map([1, 1, 1], blocks=2), new,
+                   api.from_numpy(np.array(values, np.int32))).sync()
 
 
 @pytest.mark.interpreter_only

@@ -18,8 +18,8 @@ tile shapes and hints from `cutile.tune` records (else defaults).
 - Transformer pointwise, gather and cache functions, each with a ``.launch(...)`` form
   returning the pending work (for `cutile.bench.do_bench`): `rope` (neox and gptj, in
   place or out of place); `silu_mul`, `gelu_mul`, `silu`, `gelu`, `sigmoid`, `relu`, and
-  `add`, `sub`, `mul`, `div` with row broadcasting; `embedding`; a two-stage `argmax`;
-  `kv_cache_update`.
+  `add`, `sub`, `mul`, `div` with row broadcasting; `embedding`; a two-stage `argmax`
+  and `top_k`; `kv_cache_update`.
 - `attention(q, k, v, *, causal=False, scale=None, out=None, cu_seqlens_q=None,
   cu_seqlens_k=None)`: flash attention forward (SDPA's layout, or packed variable
   lengths through offsets), GQA, f16/bf16, head_dim 64/128; ``attention.launch(..., out=)``.
@@ -47,9 +47,10 @@ from cutile_kernels._argmax import argmax  # noqa: E402
 from cutile_kernels._embedding import embedding  # noqa: E402
 from cutile_kernels._kv_cache import kv_cache_update  # noqa: E402
 from cutile_kernels._rope import rope  # noqa: E402
+from cutile_kernels._top_k import top_k  # noqa: E402
 
 __all__ += ["add", "argmax", "div", "embedding", "gelu", "gelu_mul", "kv_cache_update", "mul", "relu", "rope",
-            "sigmoid", "silu", "silu_mul", "sub"]
+            "sigmoid", "silu", "silu_mul", "sub", "top_k"]
 
 # Attention.
 from cutile_kernels._attention import attention  # noqa: E402

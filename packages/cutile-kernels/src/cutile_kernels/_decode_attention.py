@@ -1,9 +1,10 @@
 """``decode_attention(q, k_cache, v_cache, seq_lens)``: one new query token per sequence.
 
 ``q`` is ``(batch, q_heads, head_dim)``, the caches ``(batch, kv_heads, max_seq,
-head_dim)`` (torch SDPA's layout, one head's positions contiguous), ``seq_lens`` an i32
-(or i64) tensor of shape ``(batch,)``: positions at or past a sequence's length are
-ignored (never read into the result, whatever they hold). Grouped-query attention: q head
+head_dim)`` (torch SDPA's layout, one head's positions contiguous), ``seq_lens`` the
+``batch`` lengths, an i32 (or i64) tensor or a list of ints (copied to the device on
+each call: a CUDA graph takes a device tensor): positions at or past a sequence's
+length are ignored (never read into the result, whatever they hold). Grouped-query attention: q head
 ``h`` reads kv head ``h // (q_heads // kv_heads)``. f16 and bf16, f32 math; the result
 has q's dtype. The caches may have any strides: a ``(batch, max_seq, kv_heads, head_dim)``
 cache (`kv_cache_update`'s layout) is passed as its transposed view
@@ -26,9 +27,15 @@ Two safe kernels, the second the first's continuation (``then``), so
 The split count fills the GPU: with ``splits`` 0 (the default) it is, from the fewest that
 give ``waves`` blocks per SM over (batch, kv heads) up to twice that, the one whose blocks
 fill their last round of resident blocks best, at most one per tile and `AUTO_MAX_SPLITS`;
-the configs come from `SPACE` through a `cutile.tune` record, else `DEFAULT`. A sequence
-length past ``max_seq`` (or negative) fails the split kernel's assert; a length of 0 gives
-zeros.
+the configs come from `SPACE` through a `cutile.tune` record, else `DEFAULT`. A length
+of 0 gives zeros. Lengths the host holds (a list, a numpy array, a tensor in host memory:
+the interpreter's) are checked on the host: one past ``max_seq`` or negative is an
+`ArgumentError` naming ``seq_lens``. Lengths in device memory are read only by the
+kernel (the host reading them would wait for the device, and a CUDA graph replays with
+new ones): there a bad length fails the split kernel's assert, which on the GPU stops
+the kernel, prints the assert's message on the device's output and makes the next
+synchronizing call raise a `cutile.CudaError` (the kernel faulted), after which the CUDA
+context is unusable (the process must restart), as after torch's device-side asserts.
 """
 
 # No `from __future__ import annotations`: kernel annotations name the factory's dtypes, which cutile's
@@ -49,7 +56,7 @@ import cutile.core as ct
 from cutile.core import Constant, Mut, Tensor, arange, bid, cdiv, exp2, f32, full, i32, maximum, minimum, mma, where, \
     zeros
 
-from cutile_kernels._operands import as_tensor
+from cutile_kernels._operands import as_tensor, host_values, integer_values
 from cutile_kernels._pointwise import Pending
 from cutile_kernels._records import record_path
 
@@ -272,8 +279,9 @@ def _decode_attention_launch(q: Any, k_cache: Any, v_cache: Any, seq_lens: Any, 
         q: ``(batch, q_heads, head_dim)``, f16 or bf16; head_dim 64 or 128.
         k_cache, v_cache: ``(batch, kv_heads, max_seq, head_dim)`` of q's dtype, kv_heads
             dividing q_heads (any strides).
-        seq_lens: i32 or i64 of shape ``(batch,)``: each sequence's valid length
-            (0 to max_seq; read on the device).
+        seq_lens: i32 or i64 of shape ``(batch,)``, or a list of ints: each sequence's
+            valid length, 0 to max_seq (checked on the host when the host holds them; a
+            device tensor's are checked by the kernel's assert, see the module doc).
         scale: the scores' factor (default ``1 / sqrt(head_dim)``).
         out: ``(batch, q_heads, head_dim)`` of q's dtype, written (not overlapping an input).
         config: a config of `SPACE` (default: the tuner's for this shape).
@@ -281,7 +289,12 @@ def _decode_attention_launch(q: Any, k_cache: Any, v_cache: Any, seq_lens: Any, 
     qa = as_tensor(q, "decode_attention()", "q").tensor
     ka = as_tensor(k_cache, "decode_attention()", "k_cache").tensor
     va = as_tensor(v_cache, "decode_attention()", "v_cache").tensor
-    la = as_tensor(seq_lens, "decode_attention()", "seq_lens").tensor
+    lens_values = integer_values(seq_lens, "decode_attention", "seq_lens")
+    if lens_values is not None:  # a host argument no kernel reads in place: uploaded
+        la = api.from_numpy(lens_values, device=None if qa.device == "cpu" else qa.device)
+    else:
+        la = as_tensor(seq_lens, "decode_attention()", "seq_lens").tensor
+        lens_values = host_values(la)
     if _dtype_of(qa) not in _DTYPES:
         raise _fail("q", f"has dtype {_dtype_of(qa)}; expected f16 or bf16", cutile.ArgumentTypeError)
     for name, tensor in (("k_cache", ka), ("v_cache", va)):
@@ -309,6 +322,11 @@ def _decode_attention_launch(q: Any, k_cache: Any, v_cache: Any, seq_lens: Any, 
         raise _fail("k_cache", f"has max_seq {max_seq}, past 2**31 - 1")
     if tuple(la.shape) != (batch,):
         raise _fail("seq_lens", f"has shape {list(la.shape)}; expected [{batch}] (one length per sequence)")
+    if lens_values is not None:
+        wrong = np.flatnonzero((lens_values < 0) | (lens_values > max_seq))
+        if wrong.size:
+            raise _fail("seq_lens", f"holds {int(lens_values[wrong[0]])} at [{int(wrong[0])}]; each length must be "
+                                    f"from 0 to the caches' max_seq {max_seq}")
     if scale is None:
         scale = 1.0 / math.sqrt(head_dim)
     elif isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating)) or not math.isfinite(scale):

@@ -2,15 +2,24 @@
 
 The cache is ``(max_seq, heads, head_dim)`` or ``(batch, max_seq, heads, head_dim)``
 (contiguous), ``new`` the same but with its token count in place of ``max_seq``, and
-``positions`` where those tokens go: an int (the first position) or an i32 / i64
-tensor of the consecutive positions ``start, start + 1, ...`` (one per new token,
-shared by every batch entry; the kernel reads the start on the device, so a decode
-loop or a CUDA graph replay moves it without touching the host). Only the new rows
-are written: the cache is a mapped partition of tiles of whole new rows (one token
-per tile, or up to ``tile_rows`` when an int start and the count are multiples of it)
-and the kernel walks the sub-range ``tiles_within`` gives it, a safe kernel. The kernel checks its range
-(past the cache's end: an assert) and, for a positions tensor, that the positions are
-consecutive (an assert per row).
+``positions`` where those tokens go: an int (the first position), a list of ints, or
+an i32 / i64 tensor of the consecutive positions ``start, start + 1, ...`` (one per new
+token, shared by every batch entry; the kernel reads the start of a tensor on the
+device, so a decode loop or a CUDA graph replay moves it without touching the host).
+Only the new rows are written: the cache is a mapped partition of tiles of whole new
+rows (one token per tile, or up to ``tile_rows`` when an int start and the count are
+multiples of it) and the kernel walks the sub-range ``tiles_within`` gives it, a safe
+kernel.
+
+Positions the host holds (an int, a list, a numpy array, a tensor in host memory: the
+interpreter's) are checked on the host: positions that are not consecutive, or that
+pass the cache's end, are an `ArgumentError` naming ``positions``. A positions tensor in
+device memory is read only by the kernel (the host reading it would wait for the
+device), which checks it: ``tiles_within``'s asserts on its range and one assert per
+row that the positions are consecutive. On the GPU a failed assert stops the kernel,
+prints its message on the device's output and makes the next synchronizing call raise
+a `cutile.CudaError` (the kernel faulted), after which the CUDA context is unusable
+(the process must restart), as after torch's device-side asserts.
 """
 
 # No `from __future__ import annotations`: kernel annotations name the factory's dtypes, which cutile's
@@ -28,7 +37,7 @@ from cutile import api, tune
 from cutile.core import Constant, Mut, Tensor, i32
 
 from cutile_kernels import _pointwise as pw
-from cutile_kernels._operands import Operand, as_tensor
+from cutile_kernels._operands import Operand, as_tensor, host_values, integer_values
 
 #: tile_rows: new tokens per tile at most; an int start takes the largest power of two up to it
 #: that divides both the start and the token count (tiles of whole new rows), a tensor 1
@@ -86,8 +95,10 @@ def _kv_cache_update_launch(cache: Any, new: Any, positions: Any, *,
         cache: ``(max_seq, heads, head_dim)`` or ``(batch, max_seq, heads, head_dim)``,
             f16, bf16 or f32, contiguous.
         new: the same layout and dtype with ``tokens`` for ``max_seq`` (contiguous).
-        positions: an int (the first position), or an i32 / i64 tensor of shape
-            ``(tokens,)`` holding consecutive positions.
+        positions: an int (the first position), or a list of ints or an i32 / i64
+            tensor of shape ``(tokens,)`` holding consecutive positions (checked on the
+            host when the host holds them; a device tensor by the kernel's asserts, see
+            the module doc).
         config: a config of `SPACE` (default: the tuner's for this shape).
     """
     fn = "kv_cache_update"
@@ -110,17 +121,27 @@ def _kv_cache_update_launch(cache: Any, new: Any, positions: Any, *,
         raise cutile.ArgumentError(f"{fn}(): a cache of {max_seq} positions is longer than 2**31 - 1")
     start: int | None = None
     pa: Operand | None = None
+    listed = None if isinstance(positions, (int, np.integer)) else integer_values(positions, fn, "positions")
     if isinstance(positions, (int, np.integer)) and not isinstance(positions, bool):
         start = int(positions)
-        if not 0 <= start <= max_seq - tokens:
-            raise cutile.ArgumentError(f"{fn}(): parameter 'positions' {start}: the {tokens} new tokens must fit in "
-                                       f"the cache's {max_seq} positions (start from 0 to {max_seq - tokens})")
+    elif listed is not None:  # host positions no kernel reads in place: the int start's kernel
+        if listed.dtype.kind not in "iu":
+            raise cutile.ArgumentTypeError(f"{fn}(): parameter 'positions' has dtype {listed.dtype}; expected "
+                                           "i32 or i64")
+        _check_positions(listed, tokens, max_seq)
+        start = int(listed[0])
     else:
         pa = as_tensor(positions, fn, "positions")
         pw.check_dtype(pa, pw.INT_DTYPES, fn, "positions")
         if pa.shape != (tokens,):
             raise cutile.ArgumentError(f"{fn}(): parameter 'positions' has shape {list(pa.shape)}; expected "
                                        f"[{tokens}] (one position per new token)")
+        held = host_values(pa.tensor)
+        if held is not None:
+            _check_positions(held, tokens, max_seq)
+    if start is not None and not 0 <= start <= max_seq - tokens:
+        raise cutile.ArgumentError(f"{fn}(): parameter 'positions' {start}: the {tokens} new tokens must fit in "
+                                   f"the cache's {max_seq} positions (start from 0 to {max_seq - tokens})")
     width = math.prod(ca.shape[-2:])
     cache3 = pw.reshaped(ca, (batch, max_seq, width), fn, "cache")
     new3 = pw.reshaped(na, (batch, tokens, width), fn, "new")
@@ -139,6 +160,27 @@ def _kv_cache_update_launch(cache: Any, new: Any, positions: Any, *,
         assert pa is not None
         launch = cache_update_kernel(ca.tensor.dtype, pa.tensor.dtype)(mapped, new3, pa.tensor)
     return pw.Pending(launch, lambda: cache)
+
+
+def _check_positions(values: Any, tokens: int, max_seq: int) -> None:
+    """Host positions: one per new token, consecutive, inside the cache.
+
+    Raises:
+        ArgumentError: naming ``positions``.
+    """
+    fn = "kv_cache_update"
+    if values.shape != (tokens,):
+        raise cutile.ArgumentError(f"{fn}(): parameter 'positions' has shape {list(values.shape)}; expected "
+                                   f"[{tokens}] (one position per new token)")
+    start = int(values[0])
+    apart = np.flatnonzero(values != np.arange(start, start + tokens))
+    if apart.size:
+        at = int(apart[0])
+        raise cutile.ArgumentError(f"{fn}(): parameter 'positions' must be consecutive (start, start + 1, ...); "
+                                   f"[{at}] is {int(values[at])}, expected {start + at}")
+    if not 0 <= start <= max_seq - tokens:
+        raise cutile.ArgumentError(f"{fn}(): parameter 'positions' starts at {start}: the {tokens} new tokens must "
+                                   f"fit in the cache's {max_seq} positions (start from 0 to {max_seq - tokens})")
 
 
 kv_cache_update = pw.library_function(_kv_cache_update_launch)

@@ -12,6 +12,8 @@ row kernels, the pointwise, gather and cache kernels):
 - `output` checks an ``out=`` (shape, dtype, no byte shared with an input: `check_no_overlap`)
   or makes a new tensor; `Output.result` is what the caller gets back.
 - `require_live` refuses a tensor consumed by ``partition()``; `dtype_named` parses dtypes.
+- `integer_values` and `host_values` give the integers of an argument the host holds
+  (lengths, positions), for checks on the host before a kernel reads them.
 - `derived` keeps views made from a caller's cutile tensor while it lives.
 
 Errors name the function and the parameter: ``"{function}: {parameter} ..."``.
@@ -154,6 +156,33 @@ def as_tensor(value: Any, function: str, parameter: str) -> Operand:
     except cutile.InteropError as exc:
         raise cutile.InteropError(f"{function}: {parameter}: {exc}") from None
     return Operand(tensor, kind, value)
+
+
+def integer_values(value: Any, function: str, parameter: str) -> np.ndarray[Any, Any] | None:
+    """The integers of a host argument no kernel can read in place: a list or tuple of
+    ints, or a numpy array on the GPU backend (the caller uploads it, or uses its values);
+    None for anything else (a tensor to import with `as_tensor`).
+
+    Raises:
+        ArgumentTypeError: a list holding something other than ints (naming the parameter).
+    """
+    if isinstance(value, (list, tuple)):
+        if not all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) for v in value):
+            raise cutile.ArgumentTypeError(f"{function}(): parameter '{parameter}' must hold ints, got {value!r}")
+        try:
+            return np.array(value, dtype=np.int64).reshape(len(value))
+        except OverflowError:
+            raise cutile.ArgumentError(f"{function}(): parameter '{parameter}' holds an int past 64 bits") from None
+    if isinstance(value, np.ndarray) and cutile.backend() == "gpu":
+        return value
+    return None
+
+
+def host_values(tensor: cutile.Tensor) -> np.ndarray[Any, Any] | None:
+    """The values of a tensor the host holds (the interpreter's memory), for a function to
+    check before its kernel runs; None for device memory, which the host does not read
+    (that would wait for the device, and a CUDA graph replays without the host)."""
+    return np.asarray(tensor.to_numpy()) if tensor.device == "cpu" else None
 
 
 def cutile_tensor(value: Any, function: str, parameter: str) -> cutile.Tensor:
