@@ -131,7 +131,7 @@ class _AfterTraceRules:
         if self in sys.meta_path:
             sys.meta_path.remove(self)
         spec = importlib.util.find_spec(fullname)
-        loader = getattr(spec, "loader", None)
+        loader: Any = getattr(spec, "loader", None)
         exec_module = getattr(loader, "exec_module", None)
         if spec is None or exec_module is None:
             return spec
@@ -152,4 +152,4 @@ def install_dynamo_skips() -> None:
     if loaded is not None:
         _skip_stack(loaded)
     elif not any(isinstance(finder, _AfterTraceRules) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _AfterTraceRules())  # type: ignore[arg-type]
+        sys.meta_path.insert(0, _AfterTraceRules())
