@@ -15,10 +15,11 @@ graph. Stream order with torch outside ops: packages/cutile/README.md, "PyTorch"
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
+import torch.utils.dlpack
 
 from cutile._errors import ArgumentError, ArgumentTypeError
 from cutile._tensor import Tensor
@@ -29,7 +30,7 @@ __all__ = ["custom_op"]
 
 def custom_op(fn: Callable[..., Any] | None = None, *, name: str, mutates_args: str | Iterable[str] = (),
               schema: str | None = None, fake: Callable[..., Any] | None = None,
-              device_types: str | Iterable[str] | None = None) -> Any:
+              device_types: str | Sequence[str] | None = None) -> Any:
     """Registers ``fn`` as the torch custom op ``name`` (``"namespace::op"``) and returns it
     (a ``torch.library.CustomOpDef``: call it like ``fn``; ``torch.ops.namespace.op`` too).
 
@@ -68,7 +69,7 @@ def custom_op(fn: Callable[..., Any] | None = None, *, name: str, mutates_args: 
     if schema is None:
         try:
             schema = torch.library.infer_schema(fn, mutates_args=mutated)
-        except (ValueError, TypeError) as exc:
+        except (ValueError, TypeError, AttributeError) as exc:  # (an object without a function's attributes)
             raise ArgumentError(
                 f"custom_op: cannot infer the schema of {name} from {getattr(fn, '__qualname__', fn)!r}'s "
                 f"annotations ({exc}); annotate it with torch types or pass schema='(Tensor x) -> Tensor'"
@@ -97,7 +98,7 @@ def _returns_nothing(*args: Any, **kwargs: Any) -> None:
 def _as_torch(result: Any) -> Any:
     """``result`` with each cutile tensor in it as a torch tensor over its memory."""
     if isinstance(result, Tensor):
-        return torch.from_dlpack(result)
+        return torch.utils.dlpack.from_dlpack(result)
     if isinstance(result, (tuple, list)):
         return type(result)(_as_torch(item) for item in result)
     return result
