@@ -322,25 +322,28 @@ class Launch(LaunchBase, Generic[_R]):
         if cuda_async.is_capturing():  # cutile's own graph records it on its capture stream
             return self._sync_here()
         stream = _torch_streams.current_stream(ordinal)
-        if _torch_streams.is_capturing(stream):
-            return self._queue_in_torch_capture(stream)
+        capturing = _torch_streams.is_capturing(stream)
+        if capturing or (_torch_streams.queue_only() and self._binding.torch_only):
+            return self._queue_on_torch_stream(stream, capturing)
         policy = _torch_streams.single_stream_policy(stream)
         if _torch_streams.queue_only():
-            # Queued, not waited for: the dropped future keeps cutile's own memory (if
-            # any) alive until the device is done, and later ops wait for it.
+            # Queued, not waited for: the dropped future keeps cutile's own memory
+            # alive until the device is done, and later ops wait for it.
             self.schedule(policy)
             return self._binding.results(self._values_in_order())
         with cuda_async.using_policy(policy):
             return self._sync_here()
 
-    def _queue_in_torch_capture(self, stream: cuda_core.Stream) -> Any:
-        """Records the launch into the CUDA graph torch is capturing on ``stream``: only
-        the enqueue (no event, no wait: neither is legal there); torch orders its stream
-        and owns the memory, so the holds end here."""
+    def _queue_on_torch_stream(self, stream: cuda_core.Stream, capturing: bool) -> Any:
+        """Queues the launch on torch's ``stream`` (into the CUDA graph torch captures
+        there, when ``capturing``) and nothing else: no event, no wait, no job for
+        cuda_async's poller to query (none is legal during a capture). The memory is
+        torch's, ordered by its stream and kept alive by its allocator, so the holds
+        end here."""
         self._pending = False
         if self._done:
             return self._sync_here()  # (raises: run or cancelled)
-        if not self._binding.torch_only:
+        if capturing and not self._binding.torch_only:
             self._done = True
             self._release()
             others = [param for param, _ in self.kernel._tensor_params

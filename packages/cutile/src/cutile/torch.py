@@ -14,6 +14,7 @@ graph. Stream order with torch outside ops: packages/cutile/README.md, "PyTorch"
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -21,9 +22,10 @@ from typing import Any
 import torch
 import torch.utils.dlpack
 
+import cuda_async
 from cutile._errors import ArgumentError, ArgumentTypeError
 from cutile._tensor import Tensor
-from cutile._torch_streams import torch_op_scope
+from cutile._torch_streams import current_stream, single_stream_policy, torch_op_scope
 
 __all__ = ["custom_op"]
 
@@ -82,13 +84,25 @@ def custom_op(fn: Callable[..., Any] | None = None, *, name: str, mutates_args: 
 
     @functools.wraps(fn)
     def implementation(*args: Any, **kwargs: Any) -> Any:
-        with torch_op_scope():
+        ordinal = _cuda_device_of(args, kwargs)
+        with contextlib.ExitStack() as scope:
+            scope.enter_context(torch_op_scope())
+            if ordinal is not None:  # ops that are not single launches (chains: then) run on torch's stream too
+                scope.enter_context(cuda_async.using_policy(single_stream_policy(current_stream(ordinal))))
             return _as_torch(fn(*args, **kwargs))
 
     op = torch.library.custom_op(name, implementation, mutates_args=mutated, schema=schema,
                                  device_types=device_types)
     op.register_fake(fake if fake is not None else _returns_nothing)
     return op
+
+
+def _cuda_device_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
+    """The device of the first torch CUDA tensor among the arguments (None: none is)."""
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, torch.Tensor) and value.is_cuda:
+            return int(value.device.index if value.device.index is not None else torch.cuda.current_device())
+    return None
 
 
 def _returns_nothing(*args: Any, **kwargs: Any) -> None:
