@@ -67,6 +67,10 @@ class FakeTorch(types.ModuleType):
 
         class _Cuda:
             @staticmethod
+            def is_initialized() -> bool:
+                return True
+
+            @staticmethod
             def current_stream(ordinal: int = 0) -> Any:
                 return types.SimpleNamespace(cuda_stream=int(fake.current.handle))
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ctypes
 import math
-import sys
 import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -99,7 +98,7 @@ def allocate(dtype: dt.DType, shape: tuple[int, ...], ordinal: int = 0) -> Tenso
     from any stream (a pool allocation on cutile's stream, waited for). Inside a
     `cutile.torch.custom_op`, or while torch captures its current stream, the memory
     is torch's instead (its caching allocator, ordered on its stream)."""
-    if _torch_streams.queue_only() or ("torch" in sys.modules and _torch_streams.is_capturing(
+    if _torch_streams.queue_only() or (_torch_streams.torch_cuda_in_use() and _torch_streams.is_capturing(
             _torch_streams.current_stream(ordinal))):
         from cutile._interop import ForeignDeviceStorage
 

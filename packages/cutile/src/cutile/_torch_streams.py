@@ -41,6 +41,13 @@ def is_torch_object(obj: Any) -> bool:
     return any(klass.__module__.split(".", 1)[0] == "torch" for klass in type(obj).__mro__[:-1])
 
 
+def torch_cuda_in_use() -> bool:
+    """Whether torch is imported and has initialized CUDA (else it has no stream work,
+    and no capture, to be ordered with)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and bool(torch.cuda.is_initialized())
+
+
 def current_stream(ordinal: int) -> Any:
     """torch's current stream on device ``ordinal``, as a `cuda_core.Stream` (borrowed)."""
     torch = sys.modules["torch"]
@@ -102,7 +109,7 @@ def dlpack_consumer_stream(ordinal: int, cutile_stream: int | None) -> int | Non
     wait for its current stream), except while torch captures its current stream,
     where a wait from an uncaptured stream would pull that stream into the capture:
     then -1 (no wait; the launch runs on the captured stream itself)."""
-    if cutile_stream is not None and "torch" in sys.modules and is_capturing(current_stream(ordinal)):
+    if cutile_stream is not None and torch_cuda_in_use() and is_capturing(current_stream(ordinal)):
         return -1
     return cutile_stream
 
