@@ -177,11 +177,13 @@ def test_torch_producer_and_consumer_need_no_synchronization() -> None:
             flat = x.view(-1)
             z = _poisoned(flat.shape, torch.float32, "cuda")
             launch = _KERNELS[torch.float32](api.from_dlpack(z).partition([TILE]), api.from_dlpack(flat), 2.0)
+            future: Any = None
             if run == "schedule":
                 future = launch.schedule()  # no host wait
             elif run == "batch":
-                with cutile.batch(wait=False):  # on a cutile stream: ordered by events both ways
+                with cutile.batch(wait=False) as active:  # on a cutile stream: ordered by events both ways
                     launch.sync()
+                future = active.future
             else:
                 launch.sync()
             consumed = z * 3.0  # a torch op reading the output at once
@@ -189,8 +191,8 @@ def test_torch_producer_and_consumer_need_no_synchronization() -> None:
         torch.cuda.synchronize()
         assert not torch.isnan(consumed).any(), run
         torch.testing.assert_close(consumed, expected, rtol=1e-3, atol=1e-3)
-        if run == "schedule":
-            future.result()
+        if future is not None:
+            future.result()  # the holds end (before torch may reuse the memory)
 
 
 @pytest.mark.gpu

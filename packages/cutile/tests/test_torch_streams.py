@@ -227,7 +227,10 @@ def test_exporting_torch_memory_orders_the_consumer_stream_without_a_device_sync
     assert _since(fake, mark) == [("wait", int(consumer.handle), int(torch.current.handle))]
     del capsule
     x.__dlpack__(stream=int(torch.current.handle), max_version=(1, 0))  # torch's own stream: nothing to wait for
+    x.__dlpack__(stream=-1, max_version=(1, 0))  # the consumer asks for no wait
     assert _since(fake, mark) == [("wait", int(consumer.handle), int(torch.current.handle))]
+    x.__dlpack__(max_version=(1, 0))  # no stream: the legacy default one (DLPack's 1)
+    assert _since(fake, mark)[1:] == [("wait", 1, int(torch.current.handle))]
 
 
 def test_import_cutile_imports_no_torch() -> None:
@@ -237,3 +240,22 @@ def test_import_cutile_imports_no_torch() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "CUTILE_BACKEND": "interpreter"})
     assert out.stdout.strip() == "False"
+
+
+def test_dynamo_skips_the_stack_once_its_trace_rules_load(tmp_path: Any) -> None:
+    # A stand-in torch whose dynamo trace rules record what is added to the skip list:
+    # `import cutile` (before torch) arranges for the stack's packages to be added when
+    # the rules load, importing nothing of torch itself.
+    import subprocess
+
+    rules = tmp_path / "torch" / "_dynamo"
+    rules.mkdir(parents=True)
+    (tmp_path / "torch" / "__init__.py").write_text("")
+    (rules / "__init__.py").write_text("")
+    (rules / "trace_rules.py").write_text("SKIPPED = []\ndef add(name):\n    SKIPPED.append(name)\n")
+    code = ("import sys, cutile; assert 'torch' not in sys.modules; "
+            "import torch._dynamo.trace_rules as rules; print(rules.SKIPPED)")
+    path = os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "CUTILE_BACKEND": "interpreter", "PYTHONPATH": path})
+    assert out.stdout.strip() == str(list(_torch_streams._STACK))

@@ -445,9 +445,10 @@ def to_dlpack(tensor: Tensor, stream: int | None = None, *, max_version: tuple[i
                            "DLPack 1.x (numpy >= 2.1) or to_numpy() for a copy")
     if storage.torch_ordered:
         # Its writers ran on torch's current stream (or were joined to it): the
-        # consumer's stream waits for that stream, as DLPack asks of a producer.
-        if stream not in (None, -1):
-            _order_after_torch(device_id, stream)
+        # consumer's stream waits for that stream, as DLPack asks of a producer
+        # (None: the consumer's is the legacy default stream; -1: it asks for no wait).
+        if stream != -1:
+            _order_after_torch(device_id, 1 if stream is None else stream)
     elif not isinstance(storage, HostStorage):
         _wait_for_writers(device_id)
         if stream not in (None, -1):
