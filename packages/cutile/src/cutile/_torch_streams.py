@@ -34,6 +34,7 @@ _in_torch_op: contextvars.ContextVar[bool] = contextvars.ContextVar("cutile_in_t
 # per Stream object, so one handle gets one wrapper.
 _wrapped: dict[tuple[int, int], Any] = {}
 _policies: dict[int, Any] = {}
+_MAX_WRAPPED = 64
 
 
 def is_torch_object(obj: Any) -> bool:
@@ -57,6 +58,9 @@ def current_stream(ordinal: int) -> Any:
     if stream is None:
         from cuda_core import Stream
 
+        if len(_wrapped) >= _MAX_WRAPPED:  # a program making streams without end: start over
+            _wrapped.clear()
+            _policies.clear()
         stream = _wrapped[key] = Stream.wrap(handle, ordinal)
     return stream
 
