@@ -259,3 +259,15 @@ def test_dynamo_skips_the_stack_once_its_trace_rules_load(tmp_path: Any) -> None
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "CUTILE_BACKEND": "interpreter", "PYTHONPATH": path})
     assert out.stdout.strip() == str(list(_torch_streams._STACK))
+
+
+def test_a_copy_of_torch_memory_waits_for_torch_stream(torch_gpu: Any) -> None:
+    fake, torch = torch_gpu
+    x_torch, _, _, x = _operands(torch)
+    mark = len(fake.log)
+    copied = api.copy(x)
+    cutile_stream = int(_gpu.default_stream(0).handle)
+    # (after the result's allocation) the copy's stream waits for torch's, copies, is waited for
+    assert _since(fake, mark)[-2:] == [("wait", cutile_stream, int(torch.current.handle)),
+                                       ("synchronize", cutile_stream, None)]
+    np.testing.assert_array_equal(copied.to_numpy(), np.arange(256, dtype=np.float32))
