@@ -2,7 +2,7 @@
 
 Memory imported from torch (`api.from_dlpack` of a torch CUDA tensor, which is what
 cutile_kernels does with torch arguments) follows torch's stream order: a launch on
-it runs on torch's current stream of its device, or, when a cutile batch or graph
+it runs on torch's current stream of its device, or, when a cutile batch or policy
 puts it on a stream of its own, that stream waits for torch's current stream before
 the kernel and torch's current stream waits for the kernel after it. Under a torch
 CUDA graph capture, and inside a `cutile.torch.custom_op`, such a launch is queued
