@@ -32,6 +32,7 @@ suppress_warnings = ["myst.header"]  # the guide pages start at any heading leve
 autodoc_member_order = "bysource"
 autodoc_typehints = "signature"
 autodoc_default_options = {"members": True, "show-inheritance": True}
+autodoc_mock_imports = ["torch"]  # cutile.torch's page, where torch (optional) is not installed
 # Docstrings write `name` for a reference to a name in scope: a link where the site
 # documents it, else shown as code.
 default_role = "py:obj"

@@ -29,7 +29,8 @@ ALLOWED: dict[str, tuple[str, frozenset[str]]] = {
     "cutile_compiler": ("cutile-compiler", frozenset({"cutile_ir", "numpy"})),
     "cutile": (
         "cutile",
-        frozenset({"cuda_core", "cuda_async", "cutile_ir", "cutile_compiler", "numpy", "ml_dtypes"}),
+        # torch: only `cutile.torch`, the optional PyTorch integration (imported on use)
+        frozenset({"cuda_core", "cuda_async", "cutile_ir", "cutile_compiler", "numpy", "ml_dtypes", "torch"}),
     ),
     "cutile_kernels": ("cutile-kernels", frozenset({"cutile", "numpy"})),
 }

@@ -41,6 +41,8 @@ def _modules(package: ModuleType) -> list[ModuleType]:
     for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
         if info.name == "cutile.mypy_plugin" and importlib.util.find_spec("mypy") is None:
             continue  # mypy's plugin needs mypy (absent on the GPU machine); it defines no error class
+        if info.name == "cutile.torch" and importlib.util.find_spec("torch") is None:
+            continue  # the PyTorch integration needs torch (an optional interop); it defines no error class
         found.append(importlib.import_module(info.name))
     return found
 

@@ -527,6 +527,12 @@ class FakeDriver:
             self.capturing[int(stream)] = []
         return (SUCCESS,)
 
+    def cuStreamIsCapturing(self, stream: Any) -> tuple[Any, Any]:
+        status = real_driver.CUstreamCaptureStatus
+        with self._lock:
+            active = int(stream) in self.capturing
+        return (SUCCESS, status.CU_STREAM_CAPTURE_STATUS_ACTIVE if active else status.CU_STREAM_CAPTURE_STATUS_NONE)
+
     def cuStreamEndCapture(self, stream: Any) -> tuple[Any, Any]:
         handle = next(self._handles)
         with self._lock:

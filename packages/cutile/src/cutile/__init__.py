@@ -78,3 +78,7 @@ __all__ += ["BenchError", "StaleRecordError", "TuneError"]
 
 
 __version__ = "0.1.0"  # the distribution's version (tests/test_release.py keeps them equal)
+
+from cutile._torch_streams import install_dynamo_skips as _install_dynamo_skips  # noqa: E402
+
+_install_dynamo_skips()  # torch.compile's tracer steps around cutile's code (imports no torch)

@@ -67,7 +67,7 @@ class ObjectBinding:
     """
 
     __slots__ = ("checks", "tensor_names", "tensor_positions", "claim_plan", "run_holds", "accesses", "plan",
-                 "loaded", "packed", "scalar_slots", "results", "fast", "device")
+                 "loaded", "packed", "scalar_slots", "results", "fast", "device", "torch_ordered", "torch_only")
 
     _TENSOR, _CONSTANT, _SCALAR = range(3)
     _NO_ACCESSES = cuda_async.AccessSet()
@@ -85,6 +85,10 @@ class ObjectBinding:
 
             raise mixed_devices(kernel.name, found)
         self.device: int | None = next(iter(found)) if found else None
+        # Torch's memory among the tensors (its launches follow torch's stream order),
+        # and whether all of them are (what a torch graph capture may record).
+        self.torch_ordered = any(storage.torch_ordered for _, storage, _, _, _ in ranges)
+        self.torch_only = bool(ranges) and all(storage.torch_ordered for _, storage, _, _, _ in ranges)
         checks: list[tuple[Any, ...]] = []
         tensors = set(tensor_names)
         for name in kernel._param_names:

@@ -14,7 +14,7 @@ import numpy as np
 from cuda_core import PARAM_CTYPES, Device, DeviceBuffer, DeviceMemory, LaunchConfig, Module, PreparedLaunch, Stream
 import cuda_async
 from cuda_async import ensure_not_capturing, is_capturing
-from cutile import _native
+from cutile import _native, _torch_streams
 from cutile._device import current_device, ordinal_of
 from cutile._errors import GraphCaptureError, LaunchError
 from cutile._tensor import Partition, Storage, Tensor, numpy_dtype, strided_view
@@ -95,7 +95,17 @@ def _allocate(dtype: dt.DType, shape: tuple[int, ...], ordinal: int) -> tuple[Te
 
 def allocate(dtype: dt.DType, shape: tuple[int, ...], ordinal: int = 0) -> Tensor:
     """A tensor of ``shape`` on device ``ordinal``, its memory not written, usable
-    from any stream (a pool allocation on cutile's stream, waited for)."""
+    from any stream (a pool allocation on cutile's stream, waited for). Inside a
+    `cutile.torch.custom_op`, or while torch captures its current stream, the memory
+    is torch's instead (its caching allocator, ordered on its stream)."""
+    if _torch_streams.queue_only() or (_torch_streams.torch_cuda_in_use() and _torch_streams.is_capturing(
+            _torch_streams.current_stream(ordinal))):
+        from cutile._interop import ForeignDeviceStorage
+
+        note_device_used(ordinal)
+        nbytes = math.prod(shape) * dtype.itemsize
+        address, owner = _torch_streams.allocate_from_torch(nbytes, ordinal)
+        return Tensor(ForeignDeviceStorage(address, max(nbytes, 1), ordinal, owner, torch_ordered=True), dtype, shape)
     tensor, _, stream = _allocate(dtype, shape, ordinal)
     stream.synchronize()
     return tensor

@@ -18,6 +18,7 @@ import numpy as np
 from cutile import _backend
 from cutile._errors import InteropError
 from cutile._tensor import HostStorage, Storage, Tensor, _contiguous_strides, dtype_of, numpy_dtype, strided_view
+from cutile._torch_streams import dlpack_consumer_stream, is_torch_object
 from cutile_compiler import dtypes as dt
 
 if TYPE_CHECKING:
@@ -116,9 +117,10 @@ _TYPESTR: dict[str, dt.DType] = {
 class ForeignDeviceStorage(Storage):
     """Device memory owned by another library; ``owner`` keeps it alive."""
 
-    def __init__(self, pointer: int, nbytes: int, device: int, owner: Any) -> None:
+    def __init__(self, pointer: int, nbytes: int, device: int, owner: Any, *, torch_ordered: bool = False) -> None:
         super().__init__(nbytes, f"cuda:{device}", pointer)
         self.owner = owner
+        self.torch_ordered = torch_ordered
 
     def device_memory(self) -> Any:
         from cuda_core import DeviceView
@@ -145,7 +147,7 @@ def _byte_span(dtype: dt.DType, shape: tuple[int, ...], strides: tuple[int, ...]
 
 
 def _device_tensor(pointer: int, device: int, dtype: dt.DType, shape: tuple[int, ...],
-                   strides: tuple[int, ...], owner: Any, readonly: bool = False) -> Tensor:
+                   strides: tuple[int, ...], owner: Any, readonly: bool = False, torch_ordered: bool = False) -> Tensor:
     if _backend.current() != "gpu":
         raise InteropError(
             "the array lives on a GPU but cutile runs kernels on the CPU interpreter here; "
@@ -154,7 +156,7 @@ def _device_tensor(pointer: int, device: int, dtype: dt.DType, shape: tuple[int,
 
     note_device_used(device)
     start, end = _byte_span(dtype, shape, strides)
-    storage = ForeignDeviceStorage(pointer + start, end - start, device, owner)
+    storage = ForeignDeviceStorage(pointer + start, end - start, device, owner, torch_ordered=torch_ordered)
     storage.readonly = readonly
     return Tensor(storage, dtype, shape, strides, -start // dtype.itemsize)
 
@@ -221,8 +223,11 @@ def from_dlpack(obj: Any) -> Tensor:
     if hasattr(obj, "__dlpack__"):
         device_type, device_id = obj.__dlpack_device__() if hasattr(obj, "__dlpack_device__") else (KDL_CPU, 0)
         cuda = device_type in (KDL_CUDA, KDL_CUDA_MANAGED)
+        torch_ordered = cuda and is_torch_object(obj)
         stream = _consumer_stream_handle(int(device_id)) if cuda else None
-        tensor = _from_capsule(_request_capsule(obj, stream), obj)
+        if torch_ordered:
+            stream = dlpack_consumer_stream(int(device_id), stream)
+        tensor = _from_capsule(_request_capsule(obj, stream), obj, torch_ordered)
         if _immutable_producer(obj):  # JAX may not flag its exports read-only
             tensor._storage.readonly = True
         return tensor
@@ -313,7 +318,7 @@ def _current_device_ordinal() -> int:
     return current_device()
 
 
-def _from_capsule(capsule: Any, producer: Any) -> Tensor:
+def _from_capsule(capsule: Any, producer: Any, torch_ordered: bool = False) -> Tensor:
     """A tensor over the memory a DLPack capsule (legacy or versioned) describes;
     the capsule is marked used and its deleter runs when cutile is done with it."""
     if _pythonapi.PyCapsule_IsValid(capsule, _VERSIONED):
@@ -345,7 +350,7 @@ def _from_capsule(capsule: Any, producer: Any) -> Tensor:
     if device_type in (KDL_CPU, KDL_CUDA_HOST):
         return _host_memory_tensor(pointer, dtype, shape, strides, owner, readonly)
     if device_type in (KDL_CUDA, KDL_CUDA_MANAGED):
-        return _device_tensor(pointer, tensor.device.device_id, dtype, shape, strides, owner, readonly)
+        return _device_tensor(pointer, tensor.device.device_id, dtype, shape, strides, owner, readonly, torch_ordered)
     raise InteropError(f"from_dlpack: unsupported DLPack device type {device_type}")
 
 
@@ -438,7 +443,13 @@ def to_dlpack(tensor: Tensor, stream: int | None = None, *, max_version: tuple[i
         raise InteropError("__dlpack__: the tensor's memory is read-only and the consumer asked for a legacy "
                            "(pre-1.0) DLPack capsule, which cannot say so; use a consumer that speaks "
                            "DLPack 1.x (numpy >= 2.1) or to_numpy() for a copy")
-    if not isinstance(storage, HostStorage):
+    if storage.torch_ordered:
+        # Its writers ran on torch's current stream (or were joined to it): the
+        # consumer's stream waits for that stream, as DLPack asks of a producer
+        # (None: the consumer's is the legacy default stream; -1: it asks for no wait).
+        if stream != -1:
+            _order_after_torch(device_id, 1 if stream is None else stream)
+    elif not isinstance(storage, HostStorage):
         _wait_for_writers(device_id)
         if stream not in (None, -1):
             # The consumer will use its stream (1 and 2 are the legacy and per-thread
@@ -468,6 +479,20 @@ def to_dlpack(tensor: Tensor, stream: int | None = None, *, max_version: tuple[i
     with _exports_lock:
         _exports[address] = kept  # alive until the consumer's deleter
     return _pythonapi.PyCapsule_New(address, name, ctypes.cast(_capsule_destructor, ctypes.c_void_p))
+
+
+def _order_after_torch(ordinal: int, consumer: int) -> None:
+    """Makes ``consumer`` (a DLPack stream number: 1 and 2 are the legacy and
+    per-thread default streams) wait for torch's current stream, unless it is it."""
+    from cuda_core import Stream
+
+    from cutile._torch_streams import current_stream
+
+    producer = current_stream(ordinal)
+    handle = int(producer.handle)
+    if handle == consumer or (handle == 0 and consumer == 1):
+        return
+    _order_after(producer, Stream.wrap(consumer, ordinal))
 
 
 def _wait_for_writers(ordinal: int) -> None:

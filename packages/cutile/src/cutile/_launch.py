@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any, Generic
 
 import cuda_async
 import cuda_core
-from cutile import _backend, _gpu
+from cutile import _backend, _gpu, _torch_streams
 from cutile._binding import MISSING, ObjectBinding, SignaturePlan, check_strides, wrong_mut_argument, wrong_read_argument
-from cutile._errors import CutileError, LaunchError, OwnershipError
+from cutile._errors import CutileError, GraphCaptureError, LaunchError, OwnershipError
 from cutile._graphs import Graph
 from cutile._native import LaunchBase
 from cutile._tensor import Partition, Storage, Tensor, overlapping, overlaps_itself
@@ -279,11 +279,22 @@ class Launch(LaunchBase, Generic[_R]):
         self._done = True
         self._op = None  # the op refers back to this launch: leave no cycle behind
         binding = self._binding
+        torch_stream = None
+        if binding.torch_ordered and stream is not None and binding.device is not None and not cuda_async.is_capturing():
+            # On a stream other than torch's current one (a batch's, a policy's): it
+            # waits for torch's work on the inputs, and torch's stream for the kernel.
+            torch_stream = _torch_streams.current_stream(binding.device)
+            if int(torch_stream.handle) == int(stream.handle):
+                torch_stream = None
+            else:
+                _order_after(torch_stream, stream)
         if (stream is not None and plan is binding.plan and self._options is DEFAULT_OPTIONS
                 and 0 not in plan.grid and _backend.current() == "gpu"):
             _gpu.enqueue_bound(self.kernel, binding, values, stream)  # (run_plan's case, without names)
         else:
             run_plan(self.kernel, plan, self.arguments, self._options, stream, binding)
+        if torch_stream is not None:
+            _order_after(stream, torch_stream)
         return binding.results(values)
 
     if TYPE_CHECKING:
@@ -297,12 +308,55 @@ class Launch(LaunchBase, Generic[_R]):
 
     def _sync_slow(self) -> Any:
         ordinal = self._binding.device
+        if ordinal is not None and self._binding.torch_ordered:
+            return self._sync_torch_ordered(ordinal)
         if ordinal is not None:  # on a GPU: on its tensors' device's streams
             policy = _gpu.policy_for(ordinal)
             if policy is not None:
                 with cuda_async.using_policy(policy):
                     return self._sync_here()
         return self._sync_here()
+
+    def _sync_torch_ordered(self, ordinal: int) -> Any:
+        """A launch on torch's memory: on torch's current stream (see `_torch_streams`)."""
+        if cuda_async.is_capturing():  # cutile's own graph records it on its capture stream
+            return self._sync_here()
+        stream = _torch_streams.current_stream(ordinal)
+        capturing = _torch_streams.is_capturing(stream)
+        if capturing or (_torch_streams.queue_only() and self._binding.torch_only):
+            return self._queue_on_torch_stream(stream, capturing)
+        policy = _torch_streams.single_stream_policy(stream)
+        if _torch_streams.queue_only():
+            # Queued, not waited for: the dropped future keeps cutile's own memory
+            # alive until the device is done, and later ops wait for it.
+            self.schedule(policy)
+            return self._binding.results(self._values_in_order())
+        with cuda_async.using_policy(policy):
+            return self._sync_here()
+
+    def _queue_on_torch_stream(self, stream: cuda_core.Stream, capturing: bool) -> Any:
+        """Queues the launch on torch's ``stream`` (into the CUDA graph torch captures
+        there, when ``capturing``) and nothing else: no event, no wait, no job for
+        cuda_async's poller to query (none is legal during a capture). The memory is
+        torch's, ordered by its stream and kept alive by its allocator, so the holds
+        end here."""
+        self._pending = False
+        if self._done:
+            return self._sync_here()  # (raises: run or cancelled)
+        if capturing and not self._binding.torch_only:
+            self._done = True
+            self._release()
+            others = [param for param, _ in self.kernel._tensor_params
+                      if not _storage_of(self.arguments[param]).torch_ordered]
+            raise GraphCaptureError(
+                f"{self.description}: torch is capturing its current stream into a CUDA graph, and a launch "
+                f"recorded there may only use torch's memory; parameter(s) {', '.join(repr(p) for p in others)} "
+                "hold cutile's (make them with torch, or inside a cutile.torch.custom_op)")
+        try:
+            return self._execute(stream)
+        finally:
+            self._done = True
+            self._release()
 
     def _sync_here(self) -> Any:
         self._pending = False
@@ -378,6 +432,15 @@ class Launch(LaunchBase, Generic[_R]):
         gives the tensors back. Without ``policy``, a launch on another device than
         the current one runs on its tensors' device's stream pool."""
         ordinal = self._binding.device
+        if policy is None and ordinal is not None and self._binding.torch_ordered:
+            stream = _torch_streams.current_stream(ordinal)
+            if _torch_streams.is_capturing(stream):
+                self._pending = False
+                self._release()
+                raise GraphCaptureError(
+                    f"{self.description}: .schedule() while torch captures its current stream; use .sync(), "
+                    "which records the launch into torch's graph")
+            policy = _torch_streams.single_stream_policy(stream)
         if policy is None and ordinal is not None:
             policy = _gpu.policy_for(ordinal)
         return self.op.schedule(policy)
@@ -404,6 +467,15 @@ class Launch(LaunchBase, Generic[_R]):
 
     def __await__(self) -> Generator[Any, None, _R]:
         return self.op.__await__()
+
+
+def _storage_of(value: Any) -> Storage:
+    return (value._tensor if type(value) is Partition else value)._storage
+
+
+def _order_after(first: cuda_core.Stream, then: cuda_core.Stream) -> None:
+    """Later work on ``then`` waits for the work queued on ``first`` so far (no host wait)."""
+    then.wait(first.record())
 
 
 class LaunchNeverRunWarning(RuntimeWarning):

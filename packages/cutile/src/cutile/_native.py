@@ -179,7 +179,7 @@ def arm(kernel: Kernel, binding: ObjectBinding, loaded: LoadedKernel, context: i
     """Gives ``kernel`` a native binding for ``binding`` (which has just launched
     ``loaded`` with default options), when every parameter is of a kind the C path
     packs; otherwise the kernel keeps the Python path."""
-    if module is None:
+    if module is None or binding.torch_ordered:  # (torch's memory: its stream order, the Python path)
         return
     prepared = loaded.prepared
     config = prepared.config

@@ -78,6 +78,10 @@ class Storage:
     ledger's: by device and absolute address, so that two storages over the same
     memory (one array imported twice through DLPack, say) see each other's holds."""
 
+    # Memory torch owns (imported from a torch tensor, or allocated through torch
+    # inside a `cutile.torch.custom_op`): launches on it follow torch's stream order.
+    torch_ordered = False
+
     def __init__(self, nbytes: int, device: str, base_address: int = 0) -> None:
         self.nbytes = nbytes
         self.device = device
