@@ -167,8 +167,10 @@ def main() -> int:
 
     with torch.cuda.stream(torch_stream):
         add32, _ = make_kernels(f32)
-        xs, ys = api.from_dlpack(small["x"]), api.from_dlpack(small["y"])
-        zs = api.from_dlpack(small["z"]).partition([1024])
+        # cutile's arms launch on cutile's own memory: a launch on torch memory runs on
+        # torch's current stream through the Python path (its ordering with torch's work)
+        xs, ys = api.randn([1024], seed=1), api.randn([1024], seed=2)
+        zs = api.empty([1024], dtype=f32).partition([1024])
 
         def cutile_sync(k: int) -> None:
             nonlocal zs
