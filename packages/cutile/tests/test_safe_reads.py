@@ -160,10 +160,12 @@ def test_constant_offsets_of_a_static_tensor_need_no_branch() -> None:
     p = np.concatenate([np.zeros(3), x, np.zeros(64)])
     np.testing.assert_allclose(z.to_numpy(), p[0:64] + p[43:107] + p[67:131], rtol=1e-6, atol=1e-6)  # f32 sums
     mlir = cutile.compile(constant_offsets, api.meta([64]).partition([64]), api.meta([100]), arch="sm_90").mlir
-    # at -3: over the low edge (a masked pointer load); at 40 inside (a strided view);
-    # at 64 a multiple of the tile, inside (a partition view); no run-time branch
-    assert " if " not in mlir and mlir.count("load_ptr_tko") == 1
-    assert "traversal_strides=[1]" in mlir and "load_view_tko weak %pview" in mlir
+    # at -3: three f32 past a 16-byte boundary, the tiles at -4 (over the low edge: a
+    # masked pointer load) and 0 (a partition view) spliced; at 40 inside (a strided
+    # view stepping 8 elements, the largest power of two dividing 40); at 64 a multiple
+    # of the tile, inside (a partition view); no run-time branch
+    assert " if " not in mlir and mlir.count("load_ptr_tko") == 1 and mlir.count("cat ") == 3
+    assert "traversal_strides=[8]" in mlir and "load_view_tko weak %pview" in mlir
 
 
 def test_loads_at_offsets_compile_for_sm_90_and_sm_100() -> None:
