@@ -9,6 +9,7 @@ tensors) a safe kernel may make is decided by the front end.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -399,6 +400,8 @@ def _dim_value(ctx: Lowering, dim: Any, bits: int) -> Any:
 #: the widest load of one thread, in bytes (a 128-bit vector): the group of elements an
 #: element offset along the contiguous axis is split at (see `_lower_load_at`)
 VECTOR_BYTES = 16
+#: the worker warps tileiras gives a block unless hinted otherwise
+DEFAULT_WORKER_WARPS = 4
 
 
 @dataclass(frozen=True)
@@ -504,8 +507,11 @@ def _spliced_tile(ctx: Lowering, op: Operation, info: Any, starts: list[_Start],
 def _splice_groups(ctx: Lowering, tensor_type: TensorType, info: Any, shape: tuple[int, ...]) -> list[int]:
     """Per axis, the unit `_spliced_tile` splits a start at (1: none). Along the
     contiguous (last, unit-stride) axis, the elements of one vector load, at most the
-    tile's extent (none for elements narrower than a byte, or for a group narrower than
-    the tile in bytecode without strided views)."""
+    tile's extent, where each thread of the block holds whole groups (the tile has at
+    least a group per thread: a splice within a group then stays in its registers;
+    across threads it would go through shared memory); none for elements narrower
+    than a byte, or for a group narrower than the tile in bytecode without strided
+    views."""
     groups = [1] * len(shape)
     bits = tensor_type.dtype.bits
     if bits not in (8, 16, 32, 64) or info.strides is None or info.strides[-1] != 1:
@@ -513,8 +519,18 @@ def _splice_groups(ctx: Lowering, tensor_type: TensorType, info: Any, shape: tup
     group = min(VECTOR_BYTES * 8 // bits, shape[-1])
     if group < shape[-1] and ctx.version < ir.Version.parse("13.3"):
         return groups
+    if math.prod(shape) < group * _threads(ctx):
+        return groups
     groups[-1] = group
     return groups
+
+
+def _threads(ctx: Lowering) -> int:
+    """The threads of a block that hold a tile: 32 per worker warp, `DEFAULT_WORKER_WARPS`
+    unless hinted (the most any target arch is hinted)."""
+    warps = [ctx.hints.values_for(arch).get("num_worker_warps", DEFAULT_WORKER_WARPS)
+             for arch in ctx.hints.target_archs(ctx.arch)]
+    return 32 * max(warps, default=DEFAULT_WORKER_WARPS)
 
 
 def _splice(ctx: Lowering, low: Any, high: Any, axis: int, offset: int, group: int, shape: tuple[int, ...],
