@@ -30,6 +30,7 @@ from cutile_compiler._types import KType, TensorType, TileType
 
 _T = TypeVar("_T")
 
+
 def element_type(dtype: dt.DType) -> ir.ScalarType:
     return dtype.ir_type
 

@@ -240,13 +240,6 @@ def _low_bit(number: int) -> int:
     return _ANY_DIVISOR if number == 0 else min(_ANY_DIVISOR, number & -number)
 
 
-def divisibility(ctx: Lowering, value: Any) -> int:
-    """The largest power of two the compiler can prove divides the integer scalar
-    ``value`` (of the typed IR), by `congruence`; 1 when nothing is known."""
-    modulus, residue = congruence(ctx, value)
-    return modulus if residue == 0 else min(modulus, _low_bit(residue))
-
-
 def _static_int(ctx: Lowering, value: Any) -> int | None:
     """The value of an integer scalar known at compile time (a constant), else None."""
     producer = ctx.producers.get(value)
@@ -467,7 +460,7 @@ def _lower_load_at(ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequenc
     """The tile at element coordinates: one `_tile_at`, or, along the contiguous axis
     one element off a vector boundary (a 16-byte group of elements, ``g``), the two
     tiles at the group boundaries around it, spliced element by element in registers
-    (`_splice`): each is an aligned view load a vector at a time (and TMA-capable),
+    (`_splice`): each an aligned view load that tileiras reads a vector at a time,
     where one tile at the element offset is read one element per load. The tiles of a
     read-only tensor are shared between the loads of one kernel that read the same
     tile (`Lowering.reuse`), so ``x[i, j-1]``, ``x[i, j]`` and ``x[i, j+1]`` read three
