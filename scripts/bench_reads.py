@@ -29,19 +29,72 @@ Targets (issue "Safe reads anywhere"): stencil >= 0.85x copy; checked gather wit
 workload). Every result is checked against numpy. Where torch is installed it is a
 peer measured in the same run (``F.conv2d`` with the 3x3 stencil's weights;
 ``index_select``). ``--check-only`` (or ``--smoke``) runs every variant once on small
-sizes, on the interpreter too.
+sizes, on the interpreter too. ``--sass NVDISASM`` needs no GPU: it compiles each
+stencil variant of the sweep for sm_90 and prints its registers and static counts of
+instructions and memory instructions (``nvdisasm`` from the CUDA toolkit or the
+``nvidia-cuda-nvdisasm`` wheel).
 
 Kernels are defined in a factory, so this file keeps annotations evaluated at
 definition (no `from __future__ import annotations`).
 """
 
 import argparse
+import re
 import statistics
+import struct
+import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
+
+MEMORY_OPS = ("LDG", "STG", "LDS", "STS", "LDSM", "STSM", "UTMA", "LDGSTS", "UBLKCP", "LDL", "STL", "BAR",
+              "SYNCS.ARRIVE", "SHFL")
+
+
+def sass_summary(cubin: bytes, nvdisasm: str) -> tuple[int, int, dict[str, int]]:
+    """(registers per thread, instructions, {memory instruction: count}) of a one-kernel
+    cubin, counted in its code (static counts)."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as file:
+        file.write(cubin)
+        file.flush()
+        text = subprocess.run([nvdisasm, "-c", file.name], capture_output=True, text=True, check=True).stdout
+    mix: dict[str, int] = {}
+    instructions = re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)", text)
+    for mnemonic in instructions:
+        if mnemonic.startswith(MEMORY_OPS):
+            mix[mnemonic] = mix.get(mnemonic, 0) + 1
+    return _register_count(cubin), len(instructions), dict(sorted(mix.items()))
+
+
+def _register_count(cubin: bytes) -> int:
+    """EIATTR_REGCOUNT of the cubin's .nv.info section (ELF64; -1 when absent)."""
+    section_table, = struct.unpack_from("<Q", cubin, 0x28)
+    entry_size, count, names_index = struct.unpack_from("<HHH", cubin, 0x3A)
+
+    def section(i: int) -> tuple[int, ...]:
+        return struct.unpack_from("<IIQQQQIIQQ", cubin, section_table + i * entry_size)
+
+    names_offset = section(names_index)[4]
+    for i in range(count):
+        name_at, _, _, _, offset, size, *_ = section(i)
+        start = names_offset + name_at
+        if cubin[start:cubin.index(b"\0", start)] != b".nv.info":
+            continue
+        position = offset
+        while position < offset + size:
+            form, attribute = cubin[position], cubin[position + 1]
+            if form == 0x04:  # EIFMT_SVAL: a u16 size, then the value
+                length, = struct.unpack_from("<H", cubin, position + 2)
+                if attribute == 0x2F:  # EIATTR_REGCOUNT: (symbol, registers)
+                    return int(struct.unpack_from("<II", cubin, position + 4)[1])
+                position += 4 + length
+            else:  # EIFMT_HVAL carries a u16, EIFMT_NVAL nothing
+                position += 4 if form == 0x03 else 2
+    return -1
 
 
 def main() -> int:
@@ -54,6 +107,9 @@ def main() -> int:
     parser.add_argument("--only", choices=("stencil", "gather"), help="run one workload")
     parser.add_argument("--check-only", "--smoke", action="store_true", dest="check_only",
                         help="only check every kernel's result (runs on the interpreter too, with small sizes)")
+    parser.add_argument("--sass", metavar="NVDISASM",
+                        help="no GPU needed: compile each stencil variant of the sweep for sm_90 and print its "
+                             "registers and memory instructions, disassembled by this nvdisasm")
     args = parser.parse_args()
 
     import cutile
@@ -62,7 +118,7 @@ def main() -> int:
     from cutile import _gpu, api
     from cutile.core import Constant, Mut, Tensor, bf16, f32, i32
 
-    timed = not args.check_only
+    timed = not args.check_only and args.sass is None
     if timed and cutile.backend() != "gpu":
         print("bench_reads.py needs a GPU (--check-only runs anywhere)", file=sys.stderr)
         return 2
@@ -171,6 +227,19 @@ def main() -> int:
 
     rows: list[tuple[str, str, float, float, bool]] = []  # workload, variant, GB/s, fraction of copy, correct
 
+    if args.sass is not None:
+        print(f"{'stencil 2-D fp32, sm_90':42} {'variant':22} {'regs':>4} {'instrs':>6}  memory instructions "
+              "(static counts)")
+        for name, tile, warps in SWEEP:
+            # tensors of the facts a launch gives tileiras (16-byte aligned, dims and strides divisible by 16)
+            out, source = api.empty([512, 512]).partition(list(tile)), api.empty([512, 512])
+            extra = (-1,) if name == "load_at, one tile each" else ()
+            cubin = cutile.compile(STENCILS[name][warps], out, source, *extra, arch="sm_90").cubin
+            registers, instructions, mix = sass_summary(cubin, args.sass)
+            print(f"{name:42} {f'tile {tile[0]}x{tile[1]}, {warps} warps':22} {registers:4} {instructions:6}  "
+                  + ", ".join(f"{count} {op}" for op, count in mix.items()))
+        return 0
+
     # -- the stencil ----------------------------------------------------------------------------
     n = args.size
     rng = np.random.default_rng(0)
@@ -188,8 +257,8 @@ def main() -> int:
             kernel = STENCILS[name][warps]
             out = api.full([n, n], np.nan).partition(list(tile))  # poisoned: every element must be stored
             extra = (-1,) if name == "load_at, one tile each" else ()
-            ms, (out, *_) = launch_ms(kernel, kernel(out, x, *extra), {"y": out._tensor, "x": x,
-                                                                        **({"d": -1} if extra else {})})
+            ms, (out, x, *_) = launch_ms(kernel, kernel(out, x, *extra), {"y": out._tensor, "x": x,
+                                                                           **({"d": -1} if extra else {})})
             correct = bool(np.array_equal(out.unpartition().to_numpy(), x_host if name == "copy" else laplacian))
             del out
             gbs = moved / ms / 1e6
