@@ -39,7 +39,7 @@ def laplacian(y: Mut[Tensor[f32, ["BM", "BN"]]], x: Tensor[f32, [-1, -1]], BM: C
 def main() -> int:
     rng = np.random.default_rng(5)
     line = rng.standard_normal(1001).astype(np.float32)
-    y, _ = fourth_difference(api.empty([1001]).partition([256]), api.from_numpy(line)).sync()
+    y, _ = fourth_difference(api.empty([1001]).partition([512]), api.from_numpy(line)).sync()
     p = np.pad(line.astype(np.float64), 2)
     expected_1d = p[:-4] + p[4:] - 4 * (p[1:-3] + p[3:-1]) + 6 * p[2:-2]
     error_1d = float(np.max(np.abs(y.to_numpy() - expected_1d)))

@@ -19,12 +19,15 @@ from __future__ import annotations
 import shutil
 import stat
 import struct
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
 
 from cutile_compiler import _config, _toolchain
+
+sys.path.insert(0, str(Path(__file__).parent))  # for the shared helpers (suite_kernels, tileir_reference)
 
 # --- a minimal Tile IR bytecode encoder ----------------------------------------------
 

@@ -160,8 +160,12 @@ def test_safe_reads_lower_to_views_inside_and_masked_pointer_loads_at_the_edges(
     # the centre tile is tile-aligned: a partition view, padded outside the tensor
     assert "load_view_tko weak %pview" in stencil
     # a tile one row up is aligned along columns only: a strided view stepping 1 x BN elements
-    assert "traversal_strides=[1,64]" in stencil and "traversal_strides=[32,1]" in stencil
-    # where the tile reaches outside the tensor, a masked pointer load (4 neighbours)
+    assert "traversal_strides=[1,64]" in stencil
+    # a tile one column left or right: the tiles 4 f32 (16 bytes) either side of the
+    # centre, strided views stepping BM x 4, spliced with the centre's (shared) tile
+    assert "traversal_strides=[32,4]" in stencil and "traversal_strides=[32,1]" not in stencil
+    assert stencil.count(" cat ") == 6 and stencil.count("load_view_tko") == 5
+    # where the tile reaches outside the tensor, a masked pointer load (4 of the 5 tiles)
     assert stencil.count("load_ptr_tko") == 4 and stencil.count(" = if ") == 5
     lookup = compiled[("embedding", "sm_100")].mlir
     assert "cmpi less_than" in lookup and "unsigned" in lookup and "load_ptr_tko" in lookup

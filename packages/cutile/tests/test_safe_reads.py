@@ -103,6 +103,29 @@ def test_a_load_at_an_element_offset_pads_outside_the_tensor(d: int, pad: str) -
     np.testing.assert_array_equal(z.to_numpy(), expected.astype(np.float32))
 
 
+def shifted_by_kernel(dtype: Any, pad: str) -> Any:
+    # an offset known at compile time: off a 16-byte boundary, two aligned tiles spliced on the GPU
+    def shifted_by(z: Mut[Tensor[dtype, ["B"]]], x: Tensor[dtype, [-1]], D: Constant[int], B: Constant[int]):
+        z.store(x.load(at=(ct.bid(0) * B + D,), shape=(B,), padding=pad))
+    return cutile.entry(shifted_by)
+
+
+SHIFTED_BY = {(dtype, pad): shifted_by_kernel(dtype, pad) for dtype, pad in
+              ((f32, "nan"), (f16, "neg_inf"), (bf16, "pos_inf"), (i32, "zero"))}
+
+
+@pytest.mark.parametrize("dtype, pad", list(SHIFTED_BY))
+@pytest.mark.parametrize("d", [-3001, -1030, -5, -1, 1, 3, 7, 1021, 1999, 2003])
+def test_a_load_at_a_constant_element_offset_pads_outside_the_tensor(dtype: Any, pad: str, d: int) -> None:
+    n = 2000
+    x = small_ints(n)
+    z = api.full([n], 7, dtype=dtype).partition([1024])
+    z, _ = SHIFTED_BY[(dtype, pad)](z, tensor_of(x, dtype), D=d).sync()
+    at = np.arange(n) + d
+    expected = np.where((at >= 0) & (at < n), x[np.clip(at, 0, n - 1)], PADDINGS[pad] if dtype is not i32 else 0)
+    np.testing.assert_array_equal(result(z), expected)
+
+
 @cutile.entry
 def window(z: Mut[Tensor[i32, ["BM", "BN"]]], x: Tensor[i32, [-1, -1]], di: i64, dj: i32, BM: Constant[int],
            BN: Constant[int]):
@@ -147,10 +170,12 @@ def test_constant_offsets_of_a_static_tensor_need_no_branch() -> None:
     p = np.concatenate([np.zeros(3), x, np.zeros(64)])
     np.testing.assert_allclose(z.to_numpy(), p[0:64] + p[43:107] + p[67:131], rtol=1e-6, atol=1e-6)  # f32 sums
     mlir = cutile.compile(constant_offsets, api.meta([64]).partition([64]), api.meta([100]), arch="sm_90").mlir
-    # at -3: over the low edge (a masked pointer load); at 40 inside (a strided view);
-    # at 64 a multiple of the tile, inside (a partition view); no run-time branch
-    assert " if " not in mlir and mlir.count("load_ptr_tko") == 1
-    assert "traversal_strides=[1]" in mlir and "load_view_tko weak %pview" in mlir
+    # at -3: over the low edge (a masked pointer load; 64 f32 are too few to splice,
+    # under 4 per thread); at 40 inside (a strided view stepping 8 elements, the largest
+    # power of two dividing 40); at 64 a multiple of the tile, inside (a partition
+    # view); no run-time branch
+    assert " if " not in mlir and mlir.count("load_ptr_tko") == 1 and " cat " not in mlir
+    assert "traversal_strides=[8]" in mlir and "load_view_tko weak %pview" in mlir
 
 
 def test_loads_at_offsets_compile_for_sm_90_and_sm_100() -> None:

@@ -14,10 +14,10 @@ to overlap.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import cutile_ir as ir
 
@@ -27,6 +27,9 @@ from cutile_compiler._hints import KernelHints
 from cutile_compiler._ir import Block, KernelIR, Operation, Value
 from cutile_compiler._toolchain import parse_arch
 from cutile_compiler._types import KType, TensorType, TileType
+
+_T = TypeVar("_T")
+
 
 def element_type(dtype: dt.DType) -> ir.ScalarType:
     return dtype.ir_type
@@ -111,6 +114,7 @@ class Lowering:
         self.touched_cache: dict[int, list[TokenChain]] = {}
         self.abi = kernel_abi(kernel)
         self.block_ids: tuple[ir.Value, ...] | None = None
+        self.shared: dict[Hashable, tuple[ir.Block, Any]] = {}  # see `reuse`
         self.builder: ir.Builder
 
     # -- locations and errors --------------------------------------------------------
@@ -296,6 +300,19 @@ class Lowering:
             return None
         return ir.OptimizationHints.of({arch: values for arch in self.hints.target_archs(self.arch)})
 
+    def reuse(self, key: Hashable, build: Callable[[], _T]) -> _T:
+        """What ``build()`` made for ``key`` earlier, where it is visible at the insertion
+        point (made in this block or one enclosing it), else ``build()``'s, remembered
+        for later ops: for values that depend on their key alone (a tile of a read-only
+        tensor at given coordinates), so loads of one tile share one."""
+        block = self.builder.block
+        found = self.shared.get(key)
+        if found is not None and _encloses(found[0], block):
+            return found[1]  # type: ignore[no-any-return]
+        value = build()
+        self.shared[key] = (block, value)
+        return value
+
     def constant(self, value: int | float | bool, ktype: KType) -> ir.Value:
         """A constant tile of ``ktype`` (ops pass their result's `KType`; `tile_type` checks it is a tile)."""
         return self.builder.constant(value, tile_type(ktype))
@@ -311,6 +328,18 @@ class Lowering:
         else:
             converted = self.builder.exti(value, signedness="signed", result_types=[ir.scalar(ir.I32)])
         return converted
+
+
+def _encloses(outer: ir.Block, block: ir.Block) -> bool:
+    """Whether ``block`` is ``outer`` or nested in one of its ops' regions."""
+    current: ir.Block | None = block
+    while current is not None:
+        if current is outer:
+            return True
+        region = current.parent
+        owner = region.parent if region is not None else None
+        current = owner.parent if owner is not None else None
+    return False
 
 
 def lower_kernel(kernel: KernelIR, version: ir.Version | str = "13.3", arch: str | None = None,

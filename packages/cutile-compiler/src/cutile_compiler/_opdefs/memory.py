@@ -9,7 +9,9 @@ tensors) a safe kernel may make is decided by the front end.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -18,7 +20,7 @@ import cutile_ir as ir
 
 from cutile_compiler import _dtypes as dt
 from cutile_compiler._errors import bounded_repr
-from cutile_compiler._ir import Operation
+from cutile_compiler._ir import Operation, Value
 from cutile_compiler._lowering import PartitionInfo, element_type, tile_type
 from cutile_compiler._opdefs._base import EvalContext, Op, MemoryAccess, OpDef, RuleError, check_index, register
 from cutile_compiler._opdefs.debug import DebugOp
@@ -196,29 +198,52 @@ PADDING_VALUES = {"zero": 0.0, "neg_zero": -0.0, "nan": float("nan"), "pos_inf":
 _ANY_DIVISOR = 1 << 30
 
 
-def divisibility(ctx: Lowering, value: Any, depth: int = 0) -> int:
-    """The largest power of two the compiler can prove divides the integer scalar
-    ``value`` (of the typed IR), from how it was computed: constants, ``+``, ``-``,
-    ``*``, negation, integer casts and ``assume(div_by=)``; 1 when nothing is known."""
+def congruence(ctx: Lowering, value: Any, depth: int = 0) -> tuple[int, int]:
+    """``(m, r)`` such that the compiler can prove the integer scalar ``value`` (of the
+    typed IR) is ``r`` modulo ``m``: ``m`` a power of two (at most `_ANY_DIVISOR`, and
+    at most 2**bits of the value's dtype, where arithmetic wraps), ``0 <= r < m``. Read
+    from how the value was computed: constants, ``+``, ``-``, ``*``, negation, integer
+    casts and ``assume(div_by=)``; ``(1, 0)`` when nothing is known."""
     producer = ctx.producers.get(value)
     if producer is None or depth > 32:
-        return 1
+        return 1, 0
     key, operands = producer.opdef.key, producer.operands
+    modulus, residue = 1, 0
     if key is ShapeOp.CONSTANT:
         number = _static_int(ctx, value)
-        if number is None:
-            return 1
-        return _ANY_DIVISOR if number == 0 else min(_ANY_DIVISOR, number & -number)
-    if key is ElementwiseOp.MUL:
-        return min(_ANY_DIVISOR, divisibility(ctx, operands[0], depth + 1) * divisibility(ctx, operands[1], depth + 1))
-    if key in (ElementwiseOp.ADD, ElementwiseOp.SUB):
-        return min(divisibility(ctx, operands[0], depth + 1), divisibility(ctx, operands[1], depth + 1))
-    if key is ElementwiseOp.NEG or (key is ElementwiseOp.CAST and producer.attrs["dtype"].is_integer
-                                    and operands[0].type.dtype.is_integer):  # type: ignore[attr-defined]
-        return divisibility(ctx, operands[0], depth + 1)
-    if key is DebugOp.ASSUME:
-        return max(int(producer.attrs.get("div_by") or 1), divisibility(ctx, operands[0], depth + 1))
-    return 1
+        if number is not None:
+            modulus, residue = _ANY_DIVISOR, number % _ANY_DIVISOR
+    elif key in (ElementwiseOp.ADD, ElementwiseOp.SUB, ElementwiseOp.MUL):
+        (m1, r1), (m2, r2) = (congruence(ctx, operand, depth + 1) for operand in operands[:2])
+        if key is ElementwiseOp.MUL:
+            # (r1 + m1 a)(r2 + m2 b) = r1 r2 + r1 m2 b + r2 m1 a + m1 m2 a b
+            modulus = min(_ANY_DIVISOR, _low_bit(r1) * m2, _low_bit(r2) * m1, m1 * m2)
+            residue = r1 * r2
+        else:
+            modulus = min(m1, m2)
+            residue = r1 + r2 if key is ElementwiseOp.ADD else r1 - r2
+    elif key is ElementwiseOp.NEG:
+        modulus, residue = congruence(ctx, operands[0], depth + 1)
+        residue = -residue
+    elif key is ElementwiseOp.CAST and producer.attrs["dtype"].is_integer \
+            and operands[0].type.dtype.is_integer:  # type: ignore[attr-defined]
+        # truncation and sign or zero extension keep residues modulo 2**(the narrower width)
+        modulus, residue = congruence(ctx, operands[0], depth + 1)
+        modulus = min(modulus, 1 << operands[0].type.dtype.bits)  # type: ignore[attr-defined]
+    elif key is DebugOp.ASSUME:
+        modulus, residue = congruence(ctx, operands[0], depth + 1)
+        div_by = int(producer.attrs.get("div_by") or 1)
+        if div_by > modulus:
+            modulus, residue = div_by, 0
+    dtype = getattr(value.type, "dtype", None)
+    if dtype is not None and dtype.is_integer:
+        modulus = min(modulus, 1 << dtype.bits)
+    return modulus, residue % modulus
+
+
+def _low_bit(number: int) -> int:
+    """The largest power of two dividing ``number`` (`_ANY_DIVISOR` for 0)."""
+    return _ANY_DIVISOR if number == 0 else min(_ANY_DIVISOR, number & -number)
 
 
 def _static_int(ctx: Lowering, value: Any) -> int | None:
@@ -231,6 +256,22 @@ def _static_int(ctx: Lowering, value: Any) -> int | None:
     return None
 
 
+def _linear(ctx: Lowering, value: Any) -> tuple[Any, int]:
+    """``value`` as ``(root, offset)``, ``root + offset`` with a compile-time offset
+    (root None for a constant): how two offsets are known to be equal."""
+    number = _static_int(ctx, value)
+    if number is not None:
+        return None, number
+    producer = ctx.producers.get(value)
+    if producer is not None and producer.opdef.key in (ElementwiseOp.ADD, ElementwiseOp.SUB):
+        (root_a, offset_a), (root_b, offset_b) = (_linear(ctx, operand) for operand in producer.operands[:2])
+        if root_b is None:
+            return root_a, offset_a + offset_b if producer.opdef.key is ElementwiseOp.ADD else offset_a - offset_b
+        if root_a is None and producer.opdef.key is ElementwiseOp.ADD:
+            return root_b, offset_a + offset_b
+    return value, 0
+
+
 class LoadAt(MemoryAccess):
     """``load_at(t, *start) {shape, padding, latency?, allow_tma?}``: the tile of
     ``shape`` whose first element is at element coordinates ``start`` (run-time
@@ -239,13 +280,16 @@ class LoadAt(MemoryAccess):
 
     On the GPU: where the start is inside the tensor (``0 <= start_k < dim_k``, one
     uniform branch per block unless known at compile time), a view load, of a
-    partition view when every start is provably a multiple of the tile (divisibility
-    of how it was computed), else of a strided view advancing one element per index
-    along the axes that are not; elsewhere (a tile hanging over the low edge, or
-    starting past the end), a masked pointer load, or the padding itself when the
-    tile provably lies wholly outside. Tile IR views are indexed only inside their
-    index space, which is why negative starts never reach them."""
-
+    partition view when every start is provably a multiple of the tile (`congruence`
+    of how it was computed), else of a strided view whose traversal stride along each
+    axis is the largest power of two known to divide the start (at most the tile);
+    elsewhere (a tile hanging over the low edge, or starting past the end), a masked
+    pointer load, or the padding itself when the tile provably lies wholly outside.
+    Tile IR views are indexed only inside their index space, which is why negative
+    starts never reach them. A read-only tensor's start a known number of elements
+    past a 16-byte boundary of its contiguous axis is read as the two tiles at the
+    boundaries around it, spliced in registers, and loads of one tile share it (see
+    `_lower_load_at`)."""
 
     def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
         tensor = _tensor(operand_types, "load")
@@ -347,29 +391,204 @@ def _dim_value(ctx: Lowering, dim: Any, bits: int) -> Any:
     return dim
 
 
+#: the widest load of one thread, in bytes (a 128-bit vector): the group of elements an
+#: element offset along the contiguous axis is split at (see `_lower_load_at`)
+VECTOR_BYTES = 16
+#: the worker warps tileiras gives a block unless hinted otherwise
+DEFAULT_WORKER_WARPS = 4
+
+
+@dataclass(frozen=True)
+class _Start:
+    """One coordinate of a tile's first element: a Tile IR integer scalar (None: 0)
+    plus a compile-time ``delta``, with what is known of it (its residue modulo a
+    power of two, its value when static, its ``(root, offset)`` form)."""
+
+    value: Any
+    bits: int
+    extension: str  # how the value widens to i64: "signed" or "unsigned"
+    modulus: int
+    residue: int
+    static: int | None
+    linear: tuple[Any, int]
+    delta: int = 0
+
+    @property
+    def divisor(self) -> int:
+        """The largest power of two known to divide the coordinate."""
+        return self.modulus if self.residue == 0 else min(self.modulus, _low_bit(self.residue))
+
+    def plus(self, delta: int) -> _Start:
+        """The coordinate ``delta`` further on."""
+        root, offset = self.linear
+        return replace(self, residue=(self.residue + delta) % self.modulus,
+                       static=None if self.static is None else self.static + delta,
+                       linear=(root, offset + delta), delta=self.delta + delta)
+
+    def ir_value(self, ctx: Lowering) -> Any:
+        """The coordinate as a Tile IR scalar (made at the insertion point)."""
+        b = ctx.builder
+        width = ir.scalar(ir.I64 if self.bits == 64 else ir.I32)
+        if self.value is None:
+            return b.constant(self.delta, width)
+        if self.delta == 0:
+            return self.value
+        if self.delta < 0:
+            return b.subi(self.value, b.constant(-self.delta, width))
+        return b.addi(self.value, b.constant(self.delta, width))
+
+
+def _start_of(ctx: Lowering, operand: Value, value: Any) -> _Start:
+    """What is known of one coordinate of ``load_at``: ``operand`` of the typed IR,
+    ``value`` its Tile IR scalar. A 32- or 64-bit one is kept as its root plus a
+    constant (`_linear`: ``j - 1`` as ``j`` and -1), so coordinates moved by a constant
+    are computed from the root, as a kernel would write them."""
+    dtype = operand.type.dtype  # type: ignore[attr-defined]
+    bits = 64 if dtype.bits == 64 else 32
+    modulus, residue = congruence(ctx, operand)
+    root, offset = _linear(ctx, operand)
+    # a u32 coordinate widens without its sign (narrower ones are i32 values already)
+    extension = dtype.signedness if dtype.bits == 32 else "signed"
+    if dtype.bits in (32, 64):
+        base = None if root is None else ctx.values[root]
+        delta = offset
+    else:  # wrapping at its own width: no constant moved past the cast
+        base, delta, root, offset = _as_width(ctx, value, operand.type, bits), 0, operand, 0
+    return _Start(base, bits, extension, modulus, residue, _static_int(ctx, operand), (root, offset), delta)
+
+
 def _lower_load_at(ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
-    b = ctx.builder
-    info = args[0]
+    """The tile at element coordinates: one `_tile_at`, or, along the contiguous axis
+    one element off a vector boundary (a 16-byte group of elements, ``g``), the two
+    tiles at the group boundaries around it, spliced element by element in registers
+    (`_splice`): each an aligned view load that tileiras reads a vector at a time,
+    where one tile at the element offset is read one element per load. The tiles of a
+    read-only tensor are shared between the loads of one kernel that read the same
+    tile (`Lowering.reuse`), so ``x[i, j-1]``, ``x[i, j]`` and ``x[i, j+1]`` read three
+    tiles (at ``j - g``, ``j``, ``j + g``), the outer two only for the elements used."""
     tensor_type = op.operands[0].type
     assert isinstance(tensor_type, TensorType)
-    rank = tensor_type.rank
+    info = args[0]
+    starts = [_start_of(ctx, operand, value) for operand, value in zip(op.operands[1:], args[1:])]
+    shape: tuple[int, ...] = op.attrs["shape"]
+    token_in = ctx.token_in(op)
+    if token_in is None:
+        groups = _splice_groups(ctx, tensor_type, info, shape)
+        return (_spliced_tile(ctx, op, info, starts, groups, element_type(tensor_type.dtype)),)
+    tile, token = _tile_at(ctx, op, info, starts, token_in)
+    if token is not None:
+        ctx.token_out(op, token)
+    return (tile,)
+
+
+def _spliced_tile(ctx: Lowering, op: Operation, info: Any, starts: list[_Start], groups: Sequence[int],
+                  element: ir.ScalarType) -> Any:
+    """The tile at ``starts`` of a read-only tensor: along the first axis whose start is
+    a known number of elements past a multiple of its group (``groups[axis]``), the
+    two tiles at the multiples around it spliced (each of them so made in turn along
+    the later axes); else `_tile_at`."""
+    shape: tuple[int, ...] = op.attrs["shape"]
+    for axis, (start, group) in enumerate(zip(starts, groups)):
+        offset = start.residue % group
+        if group > 1 and start.modulus >= group and offset:
+            moved = [list(starts), list(starts)]
+            moved[0][axis], moved[1][axis] = start.plus(-offset), start.plus(group - offset)
+            low, high = (_spliced_tile(ctx, op, info, m, groups, element) for m in moved)
+            return _splice(ctx, low, high, axis, offset, group, shape, element)
+    return _tile_at(ctx, op, info, starts, None)[0]
+
+
+def _splice_groups(ctx: Lowering, tensor_type: TensorType, info: Any, shape: tuple[int, ...]) -> list[int]:
+    """Per axis, the unit `_spliced_tile` splits a start at (1: none). Along the
+    contiguous (last, unit-stride) axis, the elements of one vector load, at most the
+    tile's extent, where each thread of the block holds whole groups (the tile has at
+    least a group per thread: a splice within a group then stays in its registers;
+    across threads it would go through shared memory); none for elements narrower
+    than a byte, or for a group narrower than the tile in bytecode without strided
+    views."""
+    groups = [1] * len(shape)
+    bits = tensor_type.dtype.bits
+    if bits not in (8, 16, 32, 64) or info.strides is None or info.strides[-1] != 1:
+        return groups
+    group = min(VECTOR_BYTES * 8 // bits, shape[-1])
+    if group < shape[-1] and ctx.version < ir.Version.parse("13.3"):
+        return groups
+    if math.prod(shape) < group * _threads(ctx):
+        return groups
+    groups[-1] = group
+    return groups
+
+
+def _threads(ctx: Lowering) -> int:
+    """The threads of a block that hold a tile: 32 per worker warp, `DEFAULT_WORKER_WARPS`
+    unless hinted (the most any target arch is hinted)."""
+    warps = [ctx.hints.values_for(arch).get("num_worker_warps", DEFAULT_WORKER_WARPS)
+             for arch in ctx.hints.target_archs(ctx.arch)]
+    return 32 * max(warps, default=DEFAULT_WORKER_WARPS)
+
+
+def _splice(ctx: Lowering, low: Any, high: Any, axis: int, offset: int, group: int, shape: tuple[int, ...],
+            element: ir.ScalarType) -> Any:
+    """The tile starting ``offset`` elements into ``low`` along ``axis`` (``0 < offset <
+    group``), where ``high`` is ``low`` moved on by ``group`` elements: with the axis
+    cut into groups of ``group``, element k of each group is element ``k + offset`` of
+    low's group, or ``k + offset - group`` of high's. Extracts of one element per group
+    and a tree of cats (along the contiguous axis, moves within each thread's
+    registers)."""
+    b = ctx.builder
+    before, extent, after = shape[:axis], shape[axis], shape[axis + 1:]
+    grouped = (*before, extent // group, group, *after)
+    low, high = (b.reshape(t, result_types=[ir.tile(grouped, element)]) for t in (low, high))
+    zero = b.constant(0, ir.scalar(ir.I32))
+    pieces = []
+    for k in range(group):
+        source, at = (low, k + offset) if k + offset < group else (high, k + offset - group)
+        index = [b.constant(at, ir.scalar(ir.I32)) if a == axis + 1 else zero for a in range(len(grouped))]
+        pieces.append(b.extract(source, index, result_types=[ir.tile((*before, extent // group, 1, *after), element)]))
+    width = 1
+    while len(pieces) > 1:
+        width *= 2
+        joined = ir.tile((*before, extent // group, width, *after), element)
+        pieces = [b.cat(a, c, dim=axis + 1, result_types=[joined]) for a, c in zip(pieces[::2], pieces[1::2])]
+    return b.reshape(pieces[0], result_types=[ir.tile(shape, element)])
+
+
+def _tile_at(ctx: Lowering, op: Operation, info: Any, starts: Sequence[_Start], token_in: Any) -> tuple[Any, Any]:
+    """The tile of op's shape at element coordinates ``starts`` (padding outside the
+    tensor) and the token after it: one view load where every start is inside the
+    tensor, else a masked pointer load, or the padding when the tile provably lies
+    wholly outside (branching once, on a uniform condition, unless known at compile
+    time). A read-only tensor's tile (no token) is shared with later loads of the same
+    tile where it is visible (`Lowering.reuse`)."""
+    tensor_type = op.operands[0].type
+    assert isinstance(tensor_type, TensorType)
     shape: tuple[int, ...] = op.attrs["shape"]
     padding: str = op.attrs.get("padding", "zero")
-    starts = list(op.operands[1:])
-    bits = [64 if s.type.dtype.bits == 64 else 32 for s in starts]  # type: ignore[attr-defined]
-    start_args = [_as_width(ctx, a, s.type, w) for a, s, w in zip(args[1:], starts, bits)]
-    aligned = [divisibility(ctx, s) % extent == 0 for s, extent in zip(starts, shape)]
-    static = [_static_int(ctx, s) for s in starts]
-    if all(v is not None for v in static) and all(isinstance(d, int) for d in info.dims):
-        inside_known: bool | None = all(0 <= int(v) < int(d) for v, d in zip(static, info.dims))  # type: ignore[arg-type]
+    if token_in is not None:
+        return _build_tile_at(ctx, op, info, tensor_type, shape, padding, starts, token_in)
+    hints = tuple(sorted((k, op.attrs[k]) for k in ("latency", "allow_tma") if k in op.attrs))
+    key = ("load_at", info.value, shape, padding, hints, tuple((*s.linear, s.bits) for s in starts))
+    return ctx.reuse(key, lambda: _build_tile_at(ctx, op, info, tensor_type, shape, padding, starts, None))
+
+
+def _build_tile_at(ctx: Lowering, op: Operation, info: Any, tensor_type: TensorType, shape: tuple[int, ...],
+                   padding: str, starts: Sequence[_Start], token_in: Any) -> tuple[Any, Any]:
+    b = ctx.builder
+    rank = tensor_type.rank
+    # the traversal stride of the view along each axis: the largest power of two known to
+    # divide the start, at most the tile (so tileiras sees the alignment it may vectorize by)
+    strides = [min(s.divisor, extent) for s, extent in zip(starts, shape)]
+    aligned = [step == extent for step, extent in zip(strides, shape)]
+    if all(s.static is not None for s in starts) and all(isinstance(d, int) for d in info.dims):
+        inside_known: bool | None = all(0 <= int(s.static) < int(d)  # type: ignore[arg-type]
+                                        for s, d in zip(starts, info.dims))
     else:
         inside_known = None
     view_ok = all(aligned) or ctx.version >= ir.Version.parse("13.3")  # strided views are 13.3+
     result_type = tile_type(op.results[0].type)
-    token_in = ctx.token_in(op)
+    start_args = [s.ir_value(ctx) for s in starts]
 
     def view_load() -> tuple[Any, Any]:
-        strides = [extent if ok else 1 for extent, ok in zip(shape, aligned)]
         padded_with = view_padding(padding, tensor_type.dtype)
         if all(aligned):
             view_type: Any = ir.PartitionViewType(shape, info.view_type, (), padded_with)
@@ -379,8 +598,8 @@ def _lower_load_at(ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequenc
             view = b.make_strided_view(info.view, result_types=[view_type])
         # inside the tensor every start is >= 0 and below an i32 dim: i32 indices, exact quotients
         index = []
-        for start, width, step in zip(start_args, bits, strides):
-            narrow = start if width == 32 else b.trunci(start, result_types=[ir.scalar(ir.I32)])
+        for start, s, step in zip(start_args, starts, strides):
+            narrow = start if s.bits == 32 else b.trunci(start, result_types=[ir.scalar(ir.I32)])
             if step != 1:
                 narrow = b.divi(narrow, b.constant(step, ir.scalar(ir.I32)), signedness="unsigned",
                                 rounding="zero")
@@ -391,19 +610,22 @@ def _lower_load_at(ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequenc
         return ctx.constant(_padding_value(padding, tensor_type.dtype), op.results[0].type), token_in
 
     def pointer_load() -> tuple[Any, Any]:
-        wide = any(w == 64 for w in bits) or not fits_i32_offsets(tensor_type, info)
+        wide = any(s.bits == 64 for s in starts) or not fits_i32_offsets(tensor_type, info)
         index_ir = ir.I64 if wide else ir.I32
+        index_bits = 64 if wide else 32
         inside: Any = None
         linear: Any = None
         for axis in range(rank):
-            along = tuple(shape[axis] if k == axis else 1 for k in range(rank))
+            along = tuple(shape[k] if k == axis else 1 for k in range(rank))
             line = b.iota(result_types=[ir.tile((shape[axis],), index_ir)])
-            start = _as_width(ctx, args[1 + axis], starts[axis].type, 64 if wide else 32)
+            start = start_args[axis]
+            if starts[axis].bits != index_bits:
+                start = b.exti(start, signedness=starts[axis].extension, result_types=[ir.scalar(index_ir)])
             lane = b.addi(line, b.broadcast(b.reshape(start, result_types=[ir.tile((1,), index_ir)]),
                                             result_types=[ir.tile((shape[axis],), index_ir)]))
             if rank > 1:
                 lane = b.reshape(lane, result_types=[ir.tile(along, index_ir)])
-            dim = _dim_value(ctx, info.dims[axis], 64 if wide else 32)
+            dim = _dim_value(ctx, info.dims[axis], index_bits)
             dims = b.broadcast(b.reshape(dim, result_types=[ir.tile((1,) * rank, index_ir)]),
                                result_types=[ir.tile(along, index_ir)])
             # one unsigned compare: a negative coordinate read as unsigned is past any dim
@@ -416,7 +638,7 @@ def _lower_load_at(ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequenc
                 if isinstance(stride, int):
                     step = b.constant(stride, ir.tile(along, index_ir))
                 else:
-                    wide_stride = _dim_value(ctx, stride, 64 if wide else 32)
+                    wide_stride = _dim_value(ctx, stride, index_bits)
                     step = b.broadcast(b.reshape(wide_stride, result_types=[ir.tile((1,) * rank, index_ir)]),
                                        result_types=[ir.tile(along, index_ir)])
                 offset = b.muli(lane, step)
@@ -433,28 +655,23 @@ def _lower_load_at(ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequenc
 
     outside = padding_tile if all(aligned) else pointer_load
     if not view_ok:
-        tile, token = pointer_load()
-    elif inside_known is True:
-        tile, token = view_load()
-    elif inside_known is False:
-        tile, token = outside()
-    else:
-        condition: Any = None
-        for start, width, dim in zip(start_args, bits, info.dims):
-            extent = _dim_value(ctx, dim, width)
-            below = b.cmpi(start, extent, comparison_predicate="less_than", signedness="unsigned")
-            condition = below if condition is None else b.andi(condition, below)
-        chained = token_in is not None
-        with b.if_(condition, [result_type] + ([ir.TOKEN] if chained else [])) as branches:
-            for branch, build in ((branches.then, view_load), (branches.else_, outside)):
-                with branch():
-                    tile, token = build()
-                    b.yield_([tile] + ([token] if chained else []))
-        tile = branches.results[0]
-        token = branches.results[1] if chained else None
-    if token_in is not None and token is not None:
-        ctx.token_out(op, token)
-    return (tile,)
+        return pointer_load()
+    if inside_known is True:
+        return view_load()
+    if inside_known is False:
+        return outside()
+    condition: Any = None
+    for start, s, dim in zip(start_args, starts, info.dims):
+        extent = _dim_value(ctx, dim, s.bits)
+        below = b.cmpi(start, extent, comparison_predicate="less_than", signedness="unsigned")
+        condition = below if condition is None else b.andi(condition, below)
+    chained = token_in is not None
+    with b.if_(condition, [result_type] + ([ir.TOKEN] if chained else [])) as branches:
+        for branch, build in ((branches.then, view_load), (branches.else_, outside)):
+            with branch():
+                tile, token = build()
+                b.yield_([tile] + ([token] if chained else []))
+    return branches.results[0], (branches.results[1] if chained else None)
 
 
 def _latency_hints(ctx: Lowering, op: Operation) -> Any:
