@@ -265,31 +265,17 @@ def test_gpu_matches_torch_topk(dtype: str, rows: int, k: int) -> None:
 def fake() -> Any:
     """cutile's GPU backend on a fake driver (kernels compile with tileiras for its sm_90;
     launches are recorded, not run), the kernel cache emptied before and after."""
-    import cuda_async
-    from cuda_core.testing import use_fake_driver
-    from cutile import _backend, _gpu
+    from host_path_testkit import fake_gpu
 
-    saved = dict(_gpu._streams)
-    top_k_kernels.cache_clear()
-    with use_fake_driver() as driver:
-        _gpu._streams.clear()
-        _backend.reset_for_tests("gpu")
-        try:
-            with cuda_async.using_policy(cuda_async.SingleStream()):
-                yield driver
-        finally:
-            top_k_kernels.cache_clear()
-            _gpu._streams.clear()
-            _gpu._streams.update(saved)
-            _backend.reset_for_tests(None)
+    with fake_gpu(top_k_kernels) as driver:
+        yield driver
 
 
 def register(fake: Any, launch: Any) -> None:
-    """Gives the fake the parameter layout of a launch's kernel (as its cubin declares it)."""
-    from cutile import _gpu
+    """Gives the fake the parameter layout of a launch's kernel, and drops the launch."""
+    from host_path_testkit import register_layout
 
-    compiled = launch.kernel.compiled(launch.plan().spec, "sm_90")
-    fake.kernels[compiled.name] = _gpu.fake_param_layout(compiled.abi)
+    register_layout(fake, launch)
     launch.cancel()
 
 

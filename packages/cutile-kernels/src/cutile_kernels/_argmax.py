@@ -16,7 +16,6 @@ first's continuation (``then``), so ``argmax.launch(...)`` is one op to time.
 
 import functools
 import inspect
-import math
 from typing import Any
 
 import cutile
@@ -141,13 +140,7 @@ def _argmax_launch(x: Any, dim: int = -1, keepdim: bool = False, *, out: Any = N
     xa = as_tensor(x, fn, "x")
     pw.check_dtype(xa, pw.FLOAT_DTYPES, fn, "x")
     shape = xa.shape
-    if not shape:
-        raise cutile.ArgumentError(f"{fn}(): parameter 'x' must have at least one dimension")
-    if isinstance(dim, bool) or not isinstance(dim, int) or dim not in (-1, len(shape) - 1):
-        raise cutile.ArgumentError(f"{fn}(): parameter 'dim' must be the last dim (-1 or {len(shape) - 1}), "
-                                   f"got {dim!r}")
-    cols = shape[-1]
-    rows = math.prod(shape[:-1])
+    rows, cols = pw.rows_over_last_dim(xa, dim, fn)
     if cols == 0 or rows == 0:
         raise cutile.ArgumentError(f"{fn}(): parameter 'x' of shape {list(shape)} is empty")
     if cols >= _NO_INDEX:

@@ -47,6 +47,17 @@ def check_rank(argument: Operand, ranks: Sequence[int], function: str, name: str
                                    f"{list(argument.shape)}")
 
 
+def rows_over_last_dim(argument: Operand, dim: Any, function: str) -> tuple[int, int]:
+    """(rows, columns) of a reduction of ``x`` over its last dim, the only ``dim`` taken."""
+    shape = argument.shape
+    if not shape:
+        raise cutile.ArgumentError(f"{function}(): parameter 'x' must have at least one dimension")
+    if isinstance(dim, bool) or not isinstance(dim, int) or dim not in (-1, len(shape) - 1):
+        raise cutile.ArgumentError(f"{function}(): parameter 'dim' must be the last dim (-1 or {len(shape) - 1}), "
+                                   f"got {dim!r}")
+    return math.prod(shape[:-1]), shape[-1]
+
+
 def reshaped(argument: Operand, shape: Sequence[int], function: str, name: str) -> cutile.Tensor:
     """A new view of the tensor with ``shape``: partitioning it (for a write) consumes
     the view, never the caller's tensor."""

@@ -198,16 +198,10 @@ def _top_k_launch(x: Any, k: int, dim: int = -1, *, largest: bool = True, sorted
     xa = as_tensor(x, fn, "x")
     pw.check_dtype(xa, pw.FLOAT_DTYPES, fn, "x")
     shape = xa.shape
-    if not shape:
-        raise cutile.ArgumentError(f"{fn}(): parameter 'x' must have at least one dimension")
-    if isinstance(dim, bool) or not isinstance(dim, int) or dim not in (-1, len(shape) - 1):
-        raise cutile.ArgumentError(f"{fn}(): parameter 'dim' must be the last dim (-1 or {len(shape) - 1}), "
-                                   f"got {dim!r}")
+    rows, cols = pw.rows_over_last_dim(xa, dim, fn)
     for name, flag in (("largest", largest), ("sorted", sorted)):
         if not isinstance(flag, bool):
             raise cutile.ArgumentTypeError(f"{fn}(): parameter '{name}' must be a bool, got {flag!r}")
-    cols = shape[-1]
-    rows = math.prod(shape[:-1])
     if cols == 0 or rows == 0:
         raise cutile.ArgumentError(f"{fn}(): parameter 'x' of shape {list(shape)} is empty")
     if cols >= _NO_INDEX:
