@@ -30,7 +30,6 @@ stage holds a row's candidates in one tile).
 import builtins
 import functools
 import inspect
-import math
 from typing import Any
 
 import cutile
