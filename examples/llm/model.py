@@ -1,0 +1,346 @@
+"""A dense Qwen3 model on cutile_kernels: prefill over packed prompts and a decode step
+over a KV cache, bf16, with no other library in the forward.
+
+Per layer: RMSNorm -> q/k/v projections -> QK-norm -> RoPE (neox) -> GQA attention
+(prefill: the varlen flash kernel over the packed prompts; decode: `decode_attention`
+over the cache, after `kv_cache_update` wrote the new keys and values) -> output
+projection -> residual add fused with the next RMSNorm (`add_rms_norm`) -> SiLU-gated
+MLP -> residual. The final norm and the LM head (tied to the embedding or not) give f32
+logits of each sequence's last token.
+
+Weights are kept in Hugging Face's layout (``[out_features, in_features]``) and passed to
+`matmul` as their ``.T`` view, which it reads in place (its fast path).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import cutile
+import cutile_kernels as ck
+from cutile import api
+from cutile.core import bf16, f32, i32
+
+#: the dtype of the weights, activations and KV cache
+DTYPE = bf16
+
+
+class ModelError(cutile.ArgumentError):
+    """A config, checkpoint or generation argument the model cannot take (the field or
+    parameter is named)."""
+
+
+@dataclass(frozen=True)
+class Qwen3Config:
+    """The fields of a Hugging Face Qwen3 ``config.json`` this model reads."""
+
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    vocab_size: int
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 1_000_000.0
+    tie_word_embeddings: bool = False
+    max_position_embeddings: int = 40960
+
+    FIELDS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+              "num_key_value_heads", "head_dim", "vocab_size", "rms_norm_eps", "rope_theta",
+              "tie_word_embeddings", "max_position_embeddings")
+
+    def __post_init__(self) -> None:
+        for name in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                     "num_key_value_heads", "head_dim", "vocab_size", "max_position_embeddings"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ModelError(f"Qwen3Config: field '{name}' must be a positive int, got {value!r}")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ModelError(f"Qwen3Config: num_attention_heads ({self.num_attention_heads}) must be a multiple of "
+                             f"num_key_value_heads ({self.num_key_value_heads})")
+        if self.head_dim not in (64, 128):
+            raise ModelError(f"Qwen3Config: field 'head_dim' is {self.head_dim}; the attention kernels take 64 or 128")
+        if not self.rms_norm_eps > 0:
+            raise ModelError(f"Qwen3Config: field 'rms_norm_eps' must be positive, got {self.rms_norm_eps!r}")
+        if not self.rope_theta > 1:
+            raise ModelError(f"Qwen3Config: field 'rope_theta' must be above 1, got {self.rope_theta!r}")
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any], source: str = "config") -> Qwen3Config:
+        missing = [name for name in cls.FIELDS[:7] if name not in values]
+        if "head_dim" in missing and "hidden_size" in values and "num_attention_heads" in values:
+            missing.remove("head_dim")  # older configs leave it to hidden / heads
+            values = {**values, "head_dim": values["hidden_size"] // values["num_attention_heads"]}
+        if missing:
+            raise ModelError(f"{source}: missing the Qwen3 field(s) {', '.join(missing)}")
+        return cls(**{name: values[name] for name in cls.FIELDS if name in values})
+
+    @classmethod
+    def from_json(cls, path: str | Path) -> Qwen3Config:
+        try:
+            values = json.loads(Path(path).read_text())
+        except (OSError, json.JSONDecodeError) as error:
+            raise ModelError(f"config.json: cannot read {path}: {error}") from None
+        if not isinstance(values, dict):
+            raise ModelError(f"config.json: {path} holds no JSON object")
+        return cls.from_dict(values, str(path))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.FIELDS}
+
+    @property
+    def q_size(self) -> int:
+        return self.num_attention_heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        return self.num_key_value_heads * self.head_dim
+
+    def weight_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Every tensor of the checkpoint, by its Hugging Face name."""
+        h, inter = self.hidden_size, self.intermediate_size
+        shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (self.vocab_size, h)}
+        for n in range(self.num_hidden_layers):
+            p = f"model.layers.{n}."
+            shapes |= {p + "input_layernorm.weight": (h,), p + "self_attn.q_proj.weight": (self.q_size, h),
+                       p + "self_attn.k_proj.weight": (self.kv_size, h), p + "self_attn.v_proj.weight": (self.kv_size, h),
+                       p + "self_attn.q_norm.weight": (self.head_dim,), p + "self_attn.k_norm.weight": (self.head_dim,),
+                       p + "self_attn.o_proj.weight": (h, self.q_size), p + "post_attention_layernorm.weight": (h,),
+                       p + "mlp.gate_proj.weight": (inter, h), p + "mlp.up_proj.weight": (inter, h),
+                       p + "mlp.down_proj.weight": (h, inter)}
+        shapes["model.norm.weight"] = (h,)
+        if not self.tie_word_embeddings:
+            shapes["lm_head.weight"] = (self.vocab_size, h)
+        return shapes
+
+    def weight_bytes(self) -> int:
+        """Bytes of the weights (bf16)."""
+        return sum(math.prod(s) for s in self.weight_shapes().values()) * DTYPE.itemsize
+
+    def kv_bytes(self, tokens: int) -> int:
+        """Bytes of the K and V cache entries of ``tokens`` positions over all layers."""
+        return 2 * self.num_hidden_layers * tokens * self.kv_size * DTYPE.itemsize
+
+
+#: the published Qwen3 dense shapes (Hugging Face ``Qwen/Qwen3-*`` config.json), and a
+#: tiny one for the interpreter
+PRESETS: dict[str, Qwen3Config] = {
+    "qwen3-0.6b": Qwen3Config(1024, 3072, 28, 16, 8, 128, 151936, tie_word_embeddings=True),
+    "qwen3-1.7b": Qwen3Config(2048, 6144, 28, 16, 8, 128, 151936, tie_word_embeddings=True),
+    "qwen3-4b": Qwen3Config(2560, 9728, 36, 32, 8, 128, 151936, tie_word_embeddings=True),
+    "qwen3-8b": Qwen3Config(4096, 12288, 36, 32, 8, 128, 151936, tie_word_embeddings=False),
+    "tiny": Qwen3Config(64, 128, 2, 4, 2, 64, 512, tie_word_embeddings=True, max_position_embeddings=256),
+}
+
+
+@dataclass
+class LayerWeights:
+    input_layernorm: cutile.Tensor
+    q_proj: cutile.Tensor
+    k_proj: cutile.Tensor
+    v_proj: cutile.Tensor
+    q_norm: cutile.Tensor
+    k_norm: cutile.Tensor
+    o_proj: cutile.Tensor
+    post_attention_layernorm: cutile.Tensor
+    gate_proj: cutile.Tensor
+    up_proj: cutile.Tensor
+    down_proj: cutile.Tensor
+
+
+@dataclass
+class Qwen3Weights:
+    """Device tensors in Hugging Face's layout; ``lm_head`` is the embedding when tied."""
+
+    embed_tokens: cutile.Tensor
+    layers: list[LayerWeights]
+    norm: cutile.Tensor
+    lm_head: cutile.Tensor
+
+    @classmethod
+    def from_named(cls, config: Qwen3Config, tensors: dict[str, cutile.Tensor]) -> Qwen3Weights:
+        """From tensors keyed by their Hugging Face names (checked against the config's shapes)."""
+        expected = config.weight_shapes()
+        missing = sorted(set(expected) - set(tensors), key=_name_order)
+        if missing:
+            shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+            raise ModelError(f"checkpoint: missing tensor(s) {shown}")
+        for name, shape in expected.items():
+            got = tensors[name]
+            if tuple(got.shape) != shape:
+                raise ModelError(f"checkpoint: tensor '{name}' has shape {list(got.shape)}; the config gives "
+                                 f"{list(shape)}")
+            if got.dtype != DTYPE:
+                raise ModelError(f"checkpoint: tensor '{name}' has dtype {got.dtype} on the device; expected {DTYPE}")
+        layers = []
+        for n in range(config.num_hidden_layers):
+            p = f"model.layers.{n}."
+            layers.append(LayerWeights(
+                tensors[p + "input_layernorm.weight"], tensors[p + "self_attn.q_proj.weight"],
+                tensors[p + "self_attn.k_proj.weight"], tensors[p + "self_attn.v_proj.weight"],
+                tensors[p + "self_attn.q_norm.weight"], tensors[p + "self_attn.k_norm.weight"],
+                tensors[p + "self_attn.o_proj.weight"], tensors[p + "post_attention_layernorm.weight"],
+                tensors[p + "mlp.gate_proj.weight"], tensors[p + "mlp.up_proj.weight"],
+                tensors[p + "mlp.down_proj.weight"]))
+        embed = tensors["model.embed_tokens.weight"]
+        head = embed if config.tie_word_embeddings else tensors["lm_head.weight"]
+        return cls(embed, layers, tensors["model.norm.weight"], head)
+
+
+def _name_order(name: str) -> tuple[int, str]:
+    parts = name.split(".")
+    return (int(parts[2]) if len(parts) > 2 and parts[2].isdigit() else -1, name)
+
+
+@dataclass
+class KVCache:
+    """Per layer K and V of shape ``(batch, max_seq, kv_heads, head_dim)`` (what
+    `kv_cache_update` writes; `decode_attention` reads its ``transpose(1, 2)`` view), and
+    each sequence's length on the host."""
+
+    keys: list[cutile.Tensor]
+    values: list[cutile.Tensor]
+    lengths: list[int] = field(default_factory=list)
+
+    @classmethod
+    def allocate(cls, config: Qwen3Config, batch: int, max_seq: int) -> KVCache:
+        shape = (batch, max_seq, config.num_key_value_heads, config.head_dim)
+        # zeros, not empty: decode_attention's tiles read whole blocks of positions, masked
+        keys = [api.zeros(shape, DTYPE) for _ in range(config.num_hidden_layers)]
+        values = [api.zeros(shape, DTYPE) for _ in range(config.num_hidden_layers)]
+        return cls(keys, values, [0] * batch)
+
+    @property
+    def batch(self) -> int:
+        return int(self.keys[0].shape[0])
+
+    @property
+    def max_seq(self) -> int:
+        return int(self.keys[0].shape[1])
+
+
+def _i32(values: Sequence[int]) -> cutile.Tensor:
+    return api.from_numpy(np.asarray(values, dtype=np.int32))
+
+
+class Qwen3Model:
+    """The forward passes: `prefill` of packed prompts into a fresh cache, and
+    `decode_step` of one token per sequence. Both return f32 logits ``(batch, vocab)``."""
+
+    def __init__(self, config: Qwen3Config, weights: Qwen3Weights) -> None:
+        self.config = config
+        self.weights = weights
+
+    # -- shared pieces ----------------------------------------------------------------
+
+    def _qkv(self, layer: LayerWeights, normed: cutile.Tensor, positions: cutile.Tensor
+             ) -> tuple[cutile.Tensor, cutile.Tensor, cutile.Tensor]:
+        """Projections, QK-norm and RoPE of ``tokens`` rows: q ``(tokens, heads, dim)``,
+        k and v ``(tokens, kv_heads, dim)``."""
+        c = self.config
+        tokens = int(normed.shape[0])
+        q = ck.matmul(normed, layer.q_proj.T).reshape(tokens, c.num_attention_heads, c.head_dim)
+        k = ck.matmul(normed, layer.k_proj.T).reshape(tokens, c.num_key_value_heads, c.head_dim)
+        v = ck.matmul(normed, layer.v_proj.T).reshape(tokens, c.num_key_value_heads, c.head_dim)
+        q, k = ck.qk_norm(q, k, layer.q_norm, layer.k_norm, c.rms_norm_eps)
+        ck.rope(q, k, positions, c.rope_theta, style="neox", inplace=True)
+        return q, k, v
+
+    def _finish_layer(self, layer: LayerWeights, attended: cutile.Tensor, hidden: cutile.Tensor,
+                      next_norm: cutile.Tensor) -> tuple[cutile.Tensor, cutile.Tensor]:
+        """Output projection, residual, MLP and residual; returns the hidden state before
+        the next norm's residual add (the MLP output and the stream to add it to) folded
+        as ``(hidden, normed)`` of the next RMSNorm."""
+        c = self.config
+        tokens = int(attended.shape[0])
+        projected = ck.matmul(attended.reshape(tokens, c.q_size), layer.o_proj.T)
+        hidden, normed = ck.add_rms_norm(projected, hidden, layer.post_attention_layernorm, c.rms_norm_eps)
+        gate = ck.matmul(normed, layer.gate_proj.T)
+        up = ck.matmul(normed, layer.up_proj.T)
+        down = ck.matmul(ck.silu_mul(gate, up), layer.down_proj.T)
+        hidden, normed = ck.add_rms_norm(down, hidden, next_norm, c.rms_norm_eps)
+        return hidden, normed
+
+    def _next_norms(self) -> list[cutile.Tensor]:
+        w = self.weights
+        return [layer.input_layernorm for layer in w.layers[1:]] + [w.norm]
+
+    def _logits(self, normed_rows: cutile.Tensor) -> cutile.Tensor:
+        return ck.matmul(normed_rows, self.weights.lm_head.T, out_dtype=f32)
+
+    # -- prefill ----------------------------------------------------------------------
+
+    def prefill(self, prompts: Sequence[Sequence[int]], cache: KVCache) -> cutile.Tensor:
+        """Runs the prompts (one per cache row, each at least one token) from position
+        0, writes their keys and values into ``cache`` and returns the logits of each
+        prompt's last token, f32 ``(batch, vocab)``."""
+        c, w = self.config, self.weights
+        if len(prompts) != cache.batch:
+            raise ModelError(f"prefill(): {len(prompts)} prompts for a cache of batch {cache.batch}")
+        lengths = [len(p) for p in prompts]
+        for b, n in enumerate(lengths):
+            if not 1 <= n <= cache.max_seq:
+                raise ModelError(f"prefill(): prompt {b} has {n} tokens; expected 1 to the cache's {cache.max_seq}")
+        ids = np.concatenate([np.asarray(p, dtype=np.int64) for p in prompts])
+        if ids.min() < 0 or ids.max() >= c.vocab_size:
+            raise ModelError(f"prefill(): token ids must lie in [0, {c.vocab_size}), got {int(ids.min())} to "
+                             f"{int(ids.max())}")
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+        positions = _i32(np.concatenate([np.arange(n) for n in lengths]))
+        cu_seqlens = api.from_numpy(offsets)
+        hidden = ck.embedding(api.from_numpy(ids.astype(np.int32)), w.embed_tokens)
+        normed = ck.rms_norm(hidden, w.layers[0].input_layernorm, c.rms_norm_eps)
+        for n, (layer, next_norm) in enumerate(zip(w.layers, self._next_norms())):
+            q, k, v = self._qkv(layer, normed, positions)
+            for b in range(cache.batch):
+                start, stop = int(offsets[b]), int(offsets[b + 1])
+                ck.kv_cache_update(cache.keys[n][b], k[start:stop], 0)
+                ck.kv_cache_update(cache.values[n][b], v[start:stop], 0)
+            attended = ck.attention(q, k, v, causal=True, cu_seqlens_q=cu_seqlens, cu_seqlens_k=cu_seqlens)
+            hidden, normed = self._finish_layer(layer, attended, hidden, next_norm)
+        cache.lengths = lengths
+        last = ck.embedding(_i32(offsets[1:] - 1), normed)  # the last row of each prompt (a gather)
+        return self._logits(last)
+
+    # -- decode -----------------------------------------------------------------------
+
+    def decode_step(self, ids: cutile.Tensor, cache: KVCache) -> cutile.Tensor:
+        """One token per sequence (``ids``: i32 or i64 ``(batch,)`` on the device) at
+        position ``cache.lengths[b]``; appends its keys and values and returns f32 logits
+        ``(batch, vocab)``."""
+        c, w = self.config, self.weights
+        batch = cache.batch
+        if tuple(ids.shape) != (batch,):
+            raise ModelError(f"decode_step(): parameter 'ids' has shape {list(ids.shape)}; expected [{batch}]")
+        full = [b for b, n in enumerate(cache.lengths) if n >= cache.max_seq]
+        if full:
+            raise ModelError(f"decode_step(): sequence {full[0]} fills the cache's {cache.max_seq} positions")
+        positions = _i32(cache.lengths)
+        seq_lens = _i32([n + 1 for n in cache.lengths])
+        same_position = len(set(cache.lengths)) == 1
+        hidden = ck.embedding(ids, w.embed_tokens)
+        normed = ck.rms_norm(hidden, w.layers[0].input_layernorm, c.rms_norm_eps)
+        for n, (layer, next_norm) in enumerate(zip(w.layers, self._next_norms())):
+            q, k, v = self._qkv(layer, normed, positions)
+            keys, values = cache.keys[n], cache.values[n]
+            new_k = k.reshape(batch, 1, c.num_key_value_heads, c.head_dim)
+            new_v = v.reshape(batch, 1, c.num_key_value_heads, c.head_dim)
+            if same_position:  # one launch for the batch: every row writes the same position
+                ck.kv_cache_update(keys, new_k, positions[0:1])
+                ck.kv_cache_update(values, new_v, positions[0:1])
+            else:
+                for b in range(batch):
+                    ck.kv_cache_update(keys[b], new_k[b], positions[b:b + 1])
+                    ck.kv_cache_update(values[b], new_v[b], positions[b:b + 1])
+            attended = ck.decode_attention(q, keys.transpose(1, 2), values.transpose(1, 2), seq_lens)
+            hidden, normed = self._finish_layer(layer, attended, hidden, next_norm)
+        cache.lengths = [n + 1 for n in cache.lengths]
+        return self._logits(normed)
