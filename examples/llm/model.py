@@ -227,7 +227,7 @@ class KVCache:
         return int(self.keys[0].shape[1])
 
 
-def _i32(values: Sequence[int]) -> cutile.Tensor:
+def _i32(values: Sequence[int] | np.ndarray[Any, Any]) -> cutile.Tensor:
     return api.from_numpy(np.asarray(values, dtype=np.int32))
 
 
@@ -274,7 +274,8 @@ class Qwen3Model:
         return [layer.input_layernorm for layer in w.layers[1:]] + [w.norm]
 
     def _logits(self, normed_rows: cutile.Tensor) -> cutile.Tensor:
-        return ck.matmul(normed_rows, self.weights.lm_head.T, out_dtype=f32)
+        logits: cutile.Tensor = ck.matmul(normed_rows, self.weights.lm_head.T, out_dtype=f32)
+        return logits
 
     # -- prefill ----------------------------------------------------------------------
 
