@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from examples.llm.generate import generate, sample  # noqa: E402
-from examples.llm.model import PRESETS, KVCache, ModelError, Qwen3Config, Qwen3Model, Qwen3Weights  # noqa: E402
+from examples.llm.model import PRESETS, DecodeGraph, KVCache, ModelError, Qwen3Config, Qwen3Model, Qwen3Weights  # noqa: E402
 from examples.llm.weights import load_checkpoint, random_arrays, random_weights, save_checkpoint  # noqa: E402
 
 needs_safetensors = pytest.mark.skipif(
@@ -143,23 +143,25 @@ def test_tiny_prefill_and_decode_logits_match_the_float64_reference() -> None:
     assert cache.lengths == [len(ids)]
 
 
-def test_tiny_greedy_tokens_match_the_reference_for_16_steps() -> None:
+@pytest.mark.parametrize("graph", [True, False], ids=["graph", "eager"])
+def test_tiny_greedy_tokens_match_the_reference_for_16_steps(graph: bool) -> None:
     arrays = tiny_arrays()
     model, reference = Qwen3Model(TINY, device_weights(TINY, arrays)), Reference(TINY, arrays)
     prompt = np.random.default_rng(5).integers(0, TINY.vocab_size, 9).tolist()
-    result = generate(model, [prompt], 16)
+    result = generate(model, [prompt], 16, graph=graph)
     expected = reference.greedy(prompt, 16)
     assert result.tokens == [expected]
     assert len(set(expected)) > 2  # the test means something: the tokens change
     assert result.steps == 15
 
 
-def test_a_ragged_batch_matches_each_sequence_run_alone() -> None:
+@pytest.mark.parametrize("graph", [True, False], ids=["graph", "eager"])
+def test_a_ragged_batch_matches_each_sequence_run_alone(graph: bool) -> None:
     arrays = tiny_arrays()
     model, reference = Qwen3Model(TINY, device_weights(TINY, arrays)), Reference(TINY, arrays)
     rng = np.random.default_rng(11)
     prompts = [rng.integers(0, TINY.vocab_size, n).tolist() for n in (5, 12, 1)]
-    result = generate(model, prompts, 5)
+    result = generate(model, prompts, 5, graph=graph)
     for b, prompt in enumerate(prompts):
         assert_logits_close(result.first_logits[b], reference.logits(prompt)[-1])
         assert result.tokens[b] == reference.greedy(prompt, 5), f"sequence {b}"
@@ -172,6 +174,49 @@ def test_an_equal_length_batch_writes_the_cache_in_one_launch_per_layer_and_matc
     prompts = [rng.integers(0, TINY.vocab_size, 6).tolist() for _ in range(2)]
     result = generate(model, prompts, 4)
     assert result.tokens == [reference.greedy(p, 4) for p in prompts]
+
+
+def test_graph_replays_give_the_eager_steps_logits_and_sampled_runs_agree() -> None:
+    model = Qwen3Model(TINY, device_weights(TINY, tiny_arrays()))
+    prompts = [[3, 1, 4, 1, 5], [9, 2, 6]]
+    eager_cache, graph_cache = KVCache.allocate(TINY, 2, 12), KVCache.allocate(TINY, 2, 12)
+    first = model.prefill(prompts, eager_cache).to_numpy()
+    model.prefill(prompts, graph_cache)
+    replay = DecodeGraph(model, graph_cache, greedy=True)
+    assert replay.graph.node_count > 0
+    assert graph_cache.lengths == [5, 3]  # the warm-up and the capture do not advance the cache
+    ids = api.from_numpy(first.argmax(-1).astype(np.int64))
+    for _ in range(4):
+        expected = model.decode_step(ids, eager_cache).to_numpy()
+        got = replay.step(ids).to_numpy()
+        np.testing.assert_array_equal(got, expected)
+        assert replay.bufs.next_ids.to_numpy().tolist() == expected.argmax(-1).tolist()
+        ids = api.from_numpy(expected.argmax(-1).astype(np.int64))
+    assert graph_cache.lengths == eager_cache.lengths == [9, 7]
+    with pytest.raises(ModelError, match="'ids' must be i64"):
+        replay.step(api.from_numpy(np.array([1, 2], np.int32)))
+    # temperature sampling: the same seed draws the same tokens either way
+    a = generate(model, prompts, 5, temperature=0.9, top_k=8, seed=4, graph=True)
+    b = generate(model, prompts, 5, temperature=0.9, top_k=8, seed=4, graph=False)
+    assert a.tokens == b.tokens
+
+
+def test_the_captured_step_allocates_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    # What a GPU capture refuses (GraphCaptureError): an allocation or an upload inside it.
+    model = Qwen3Model(TINY, random_weights(TINY, 0))
+    cache = KVCache.allocate(TINY, 2, 8)
+    model.prefill([[1, 2], [3]], cache)
+    replay = DecodeGraph(model, cache, greedy=True)  # warmed up: plans and workspaces made
+    import cutile.api as api_module
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the decode step allocated a tensor")
+
+    monkeypatch.setattr(api_module, "_allocate", refuse)
+    monkeypatch.setattr(api_module, "_from_host", refuse)
+    with pytest.raises(AssertionError):
+        api.empty((2,), "f32")  # the patch holds
+    model.decode_into(replay.ids, replay.positions, replay.seq_lens, cache, replay.bufs, greedy=True)
 
 
 def test_tied_embeddings_use_the_embedding_as_the_lm_head() -> None:

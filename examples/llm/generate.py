@@ -26,7 +26,7 @@ import cutile_kernels as ck
 from cutile import api, bench
 from cutile.core import u8
 
-from .model import PRESETS, KVCache, ModelError, Qwen3Config, Qwen3Model
+from .model import PRESETS, DecodeGraph, KVCache, ModelError, Qwen3Config, Qwen3Model
 from .weights import load_checkpoint, random_weights
 
 
@@ -75,10 +75,12 @@ class Generation:
 
 
 def generate(model: Qwen3Model, prompts: Sequence[Sequence[int]], new_tokens: int, *, temperature: float = 0.0,
-             top_k: int | None = None, seed: int = 0, max_seq: int | None = None,
+             top_k: int | None = None, seed: int = 0, max_seq: int | None = None, graph: bool = True,
              on_step: Callable[[int], None] | None = None) -> Generation:
     """Prefill of ``prompts`` (batch 1 or more, each its own length), then ``new_tokens``
-    tokens per sequence (the first from the prefill's logits, then one decode step each)."""
+    tokens per sequence (the first from the prefill's logits, then one decode step each:
+    replays of a `DecodeGraph` with ``graph``, else eager `Qwen3Model.decode_step` calls).
+    The decode time counts every step, the graph's capture excluded."""
     if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or new_tokens < 1:
         raise ModelError(f"generate(): parameter 'new_tokens' must be an int >= 1, got {new_tokens!r}")
     if not prompts:
@@ -98,14 +100,21 @@ def generate(model: Qwen3Model, prompts: Sequence[Sequence[int]], new_tokens: in
     ids = sample(logits, temperature=temperature, top_k=top_k, rng=rng)
     tokens = [[int(t)] for t in ids.to_numpy()]
     prefilled = time.perf_counter()
+    greedy = temperature == 0 or top_k == 1
+    replay = DecodeGraph(model, cache, greedy=greedy) if graph and new_tokens > 1 else None
+    captured = time.perf_counter()
     for step in range(new_tokens - 1):
-        ids = sample(model.decode_step(ids, cache), temperature=temperature, top_k=top_k, rng=rng)
+        if replay is not None:
+            logits = replay.step(ids)
+            ids = replay.bufs.next_ids if greedy else sample(logits, temperature=temperature, top_k=top_k, rng=rng)
+        else:
+            ids = sample(model.decode_step(ids, cache), temperature=temperature, top_k=top_k, rng=rng)
         for row, token in zip(tokens, ids.to_numpy()):  # the one read per step: the sampled ids
             row.append(int(token))
         if on_step is not None:
             on_step(step + 1)
     done = time.perf_counter()
-    return Generation(tokens, prefilled - started, done - prefilled, new_tokens - 1, first_logits)
+    return Generation(tokens, prefilled - started, done - captured, new_tokens - 1, first_logits)
 
 
 def copy_bandwidth(nbytes: int = 1 << 30) -> float:
@@ -166,6 +175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--new-tokens", type=int, default=None, help="tokens to generate per sequence")
     parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default)")
     parser.add_argument("--top-k", type=int, default=None, help="sample among the k largest logits")
+    parser.add_argument("--eager", action="store_true", help="decode by eager launches, not CUDA graph replays")
     parser.add_argument("--no-roofline", action="store_true", help="skip the copy-bandwidth measurement")
     parser.add_argument("--progress", action="store_true", help="a progress bar on stderr")
     args = parser.parse_args(argv)
@@ -203,12 +213,13 @@ def _run(args: argparse.Namespace) -> int:
     model = Qwen3Model(config, weights)
     on_step = _progress(new_tokens - 1) if args.progress else None
     result = generate(model, prompts, new_tokens, temperature=args.temperature, top_k=args.top_k, seed=args.seed,
-                      on_step=on_step)
+                      graph=not args.eager, on_step=on_step)
     batch = len(prompts)
     prompt_tokens = sum(len(p) for p in prompts)
     print(f"model: {name} ({config.num_hidden_layers} layers, hidden {config.hidden_size}, "
           f"{_size(config.weight_bytes())} of bf16 weights) on the {cutile.backend()} backend")
-    print(f"batch {batch}, prompt lengths {[len(p) for p in prompts]}, {new_tokens} new tokens per sequence")
+    print(f"batch {batch}, prompt lengths {[len(p) for p in prompts]}, {new_tokens} new tokens per sequence, "
+          f"decode {'eager' if args.eager else 'by CUDA graph replays'}")
     print(f"prefill: {1000 * result.prefill_s:.2f} ms ({prompt_tokens / result.prefill_s:.1f} tokens/s)")
     if result.steps:
         step_s = result.decode_s / result.steps

@@ -213,7 +213,7 @@ class KVCache:
     @classmethod
     def allocate(cls, config: Qwen3Config, batch: int, max_seq: int) -> KVCache:
         shape = (batch, max_seq, config.num_key_value_heads, config.head_dim)
-        # zeros, not empty: decode_attention's tiles read whole blocks of positions, masked
+        # zeros, not empty: a tile of positions past a sequence's length (masked) is never memory nothing wrote
         keys = [api.zeros(shape, DTYPE) for _ in range(config.num_hidden_layers)]
         values = [api.zeros(shape, DTYPE) for _ in range(config.num_hidden_layers)]
         return cls(keys, values, [0] * batch)
@@ -231,50 +231,101 @@ def _i32(values: Sequence[int] | np.ndarray[Any, Any]) -> cutile.Tensor:
     return api.from_numpy(np.asarray(values, dtype=np.int32))
 
 
+@dataclass
+class StepBuffers:
+    """Every intermediate of a decode step of ``batch`` tokens, allocated once: the step
+    then allocates nothing (what a CUDA graph capture needs) and its kernels find their
+    plans by the same tensors each time."""
+
+    hidden: tuple[cutile.Tensor, cutile.Tensor]  # the residual stream, ping-ponged by add_rms_norm
+    normed: cutile.Tensor
+    q_raw: cutile.Tensor
+    k_raw: cutile.Tensor
+    v: cutile.Tensor
+    q: cutile.Tensor
+    k: cutile.Tensor
+    attended: cutile.Tensor
+    projected: cutile.Tensor
+    gate: cutile.Tensor
+    up: cutile.Tensor
+    act: cutile.Tensor
+    down: cutile.Tensor
+    logits: cutile.Tensor
+    next_ids: cutile.Tensor
+
+    @classmethod
+    def allocate(cls, c: Qwen3Config, batch: int) -> StepBuffers:
+        def empty(*shape: int) -> cutile.Tensor:
+            return api.empty(shape, DTYPE)
+
+        h, heads, kv, dim = c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim
+        return cls((empty(batch, h), empty(batch, h)), empty(batch, h), empty(batch, c.q_size), empty(batch, c.kv_size),
+                   empty(batch, c.kv_size), empty(batch, heads, dim), empty(batch, kv, dim), empty(batch, heads, dim),
+                   empty(batch, h), empty(batch, c.intermediate_size), empty(batch, c.intermediate_size),
+                   empty(batch, c.intermediate_size), empty(batch, h), api.empty((batch, c.vocab_size), f32),
+                   api.empty((batch,), "i64"))
+
+
 class Qwen3Model:
     """The forward passes: `prefill` of packed prompts into a fresh cache, and
-    `decode_step` of one token per sequence. Both return f32 logits ``(batch, vocab)``."""
+    `decode_step` of one token per sequence (eager, or replayed as a CUDA graph by
+    `DecodeGraph`). Both return f32 logits ``(batch, vocab)``."""
 
     def __init__(self, config: Qwen3Config, weights: Qwen3Weights) -> None:
         self.config = config
         self.weights = weights
+        self._step_buffers: dict[int, StepBuffers] = {}
+
+    def step_buffers(self, batch: int) -> StepBuffers:
+        if batch not in self._step_buffers:
+            self._step_buffers[batch] = StepBuffers.allocate(self.config, batch)
+        return self._step_buffers[batch]
 
     # -- shared pieces ----------------------------------------------------------------
 
-    def _qkv(self, layer: LayerWeights, normed: cutile.Tensor, positions: cutile.Tensor
-             ) -> tuple[cutile.Tensor, cutile.Tensor, cutile.Tensor]:
+    def _qkv(self, layer: LayerWeights, normed: cutile.Tensor, positions: cutile.Tensor,
+             bufs: StepBuffers | None) -> tuple[cutile.Tensor, cutile.Tensor, cutile.Tensor]:
         """Projections, QK-norm and RoPE of ``tokens`` rows: q ``(tokens, heads, dim)``,
-        k and v ``(tokens, kv_heads, dim)``."""
+        k and v ``(tokens, kv_heads, dim)`` (into ``bufs`` when given)."""
         c = self.config
         tokens = int(normed.shape[0])
-        q = ck.matmul(normed, layer.q_proj.T).reshape(tokens, c.num_attention_heads, c.head_dim)
-        k = ck.matmul(normed, layer.k_proj.T).reshape(tokens, c.num_key_value_heads, c.head_dim)
-        v = ck.matmul(normed, layer.v_proj.T).reshape(tokens, c.num_key_value_heads, c.head_dim)
-        q, k = ck.qk_norm(q, k, layer.q_norm, layer.k_norm, c.rms_norm_eps)
+        q = ck.matmul(normed, layer.q_proj.T, out=bufs.q_raw if bufs else None)
+        k = ck.matmul(normed, layer.k_proj.T, out=bufs.k_raw if bufs else None)
+        v = ck.matmul(normed, layer.v_proj.T, out=bufs.v if bufs else None)
+        q, k = ck.qk_norm(q.reshape(tokens, c.num_attention_heads, c.head_dim),
+                          k.reshape(tokens, c.num_key_value_heads, c.head_dim), layer.q_norm, layer.k_norm,
+                          c.rms_norm_eps, out=(bufs.q, bufs.k) if bufs else None)
         ck.rope(q, k, positions, c.rope_theta, style="neox", inplace=True)
-        return q, k, v
+        return q, k, v.reshape(tokens, c.num_key_value_heads, c.head_dim)
 
     def _finish_layer(self, layer: LayerWeights, attended: cutile.Tensor, hidden: cutile.Tensor,
-                      next_norm: cutile.Tensor) -> tuple[cutile.Tensor, cutile.Tensor]:
-        """Output projection, residual, MLP and residual; returns the hidden state before
-        the next norm's residual add (the MLP output and the stream to add it to) folded
-        as ``(hidden, normed)`` of the next RMSNorm."""
+                      next_norm: cutile.Tensor, bufs: StepBuffers | None) -> tuple[cutile.Tensor, cutile.Tensor]:
+        """Output projection, residual add and RMSNorm, the MLP, and its residual add
+        fused with the next norm (the next layer's input norm, or the final one):
+        returns the residual stream and its normed rows."""
         c = self.config
         tokens = int(attended.shape[0])
-        projected = ck.matmul(attended.reshape(tokens, c.q_size), layer.o_proj.T)
-        hidden, normed = ck.add_rms_norm(projected, hidden, layer.post_attention_layernorm, c.rms_norm_eps)
-        gate = ck.matmul(normed, layer.gate_proj.T)
-        up = ck.matmul(normed, layer.up_proj.T)
-        down = ck.matmul(ck.silu_mul(gate, up), layer.down_proj.T)
-        hidden, normed = ck.add_rms_norm(down, hidden, next_norm, c.rms_norm_eps)
-        return hidden, normed
+        other = None if bufs is None else bufs.hidden[1] if hidden is bufs.hidden[0] else bufs.hidden[0]
+        projected = ck.matmul(attended.reshape(tokens, c.q_size), layer.o_proj.T, out=bufs.projected if bufs else None)
+        hidden, normed = ck.add_rms_norm(projected, hidden, layer.post_attention_layernorm, c.rms_norm_eps,
+                                         out=(other, bufs.normed) if bufs else None)
+        gate = ck.matmul(normed, layer.gate_proj.T, out=bufs.gate if bufs else None)
+        up = ck.matmul(normed, layer.up_proj.T, out=bufs.up if bufs else None)
+        act = ck.silu_mul(gate, up, out=bufs.act if bufs else None)
+        down = ck.matmul(act, layer.down_proj.T, out=bufs.down if bufs else None)
+        back = None if bufs is None else bufs.hidden[1] if other is bufs.hidden[0] else bufs.hidden[0]
+        hidden, normed = ck.add_rms_norm(down, hidden, next_norm, c.rms_norm_eps,
+                                         out=(back, bufs.normed) if bufs else None)
+        if bufs is None or back is None:
+            return hidden, normed
+        return back, bufs.normed
 
     def _next_norms(self) -> list[cutile.Tensor]:
         w = self.weights
         return [layer.input_layernorm for layer in w.layers[1:]] + [w.norm]
 
-    def _logits(self, normed_rows: cutile.Tensor) -> cutile.Tensor:
-        logits: cutile.Tensor = ck.matmul(normed_rows, self.weights.lm_head.T, out_dtype=f32)
+    def _logits(self, normed_rows: cutile.Tensor, out: cutile.Tensor | None = None) -> cutile.Tensor:
+        logits: cutile.Tensor = ck.matmul(normed_rows, self.weights.lm_head.T, out_dtype=f32, out=out)
         return logits
 
     # -- prefill ----------------------------------------------------------------------
@@ -300,37 +351,53 @@ class Qwen3Model:
         hidden = ck.embedding(api.from_numpy(ids.astype(np.int32)), w.embed_tokens)
         normed = ck.rms_norm(hidden, w.layers[0].input_layernorm, c.rms_norm_eps)
         for n, (layer, next_norm) in enumerate(zip(w.layers, self._next_norms())):
-            q, k, v = self._qkv(layer, normed, positions)
+            q, k, v = self._qkv(layer, normed, positions, None)
             for b in range(cache.batch):
                 start, stop = int(offsets[b]), int(offsets[b + 1])
                 ck.kv_cache_update(cache.keys[n][b], k[start:stop], 0)
                 ck.kv_cache_update(cache.values[n][b], v[start:stop], 0)
             attended = ck.attention(q, k, v, causal=True, cu_seqlens_q=cu_seqlens, cu_seqlens_k=cu_seqlens)
-            hidden, normed = self._finish_layer(layer, attended, hidden, next_norm)
+            hidden, normed = self._finish_layer(layer, attended, hidden, next_norm, None)
         cache.lengths = lengths
         last = ck.embedding(_i32(offsets[1:] - 1), normed)  # the last row of each prompt (a gather)
         return self._logits(last)
 
     # -- decode -----------------------------------------------------------------------
 
-    def decode_step(self, ids: cutile.Tensor, cache: KVCache) -> cutile.Tensor:
-        """One token per sequence (``ids``: i32 or i64 ``(batch,)`` on the device) at
-        position ``cache.lengths[b]``; appends its keys and values and returns f32 logits
-        ``(batch, vocab)``."""
-        c, w = self.config, self.weights
-        batch = cache.batch
-        if tuple(ids.shape) != (batch,):
-            raise ModelError(f"decode_step(): parameter 'ids' has shape {list(ids.shape)}; expected [{batch}]")
+    def _check_step(self, ids: cutile.Tensor, cache: KVCache) -> None:
+        if tuple(ids.shape) != (cache.batch,):
+            raise ModelError(f"decode_step(): parameter 'ids' has shape {list(ids.shape)}; expected [{cache.batch}]")
         full = [b for b, n in enumerate(cache.lengths) if n >= cache.max_seq]
         if full:
             raise ModelError(f"decode_step(): sequence {full[0]} fills the cache's {cache.max_seq} positions")
+
+    def decode_step(self, ids: cutile.Tensor, cache: KVCache) -> cutile.Tensor:
+        """One token per sequence (``ids``: i32 or i64 ``(batch,)`` on the device) at
+        position ``cache.lengths[b]``; appends its keys and values and returns f32 logits
+        ``(batch, vocab)`` (the model's step buffer for the batch: read it before the
+        next step)."""
+        self._check_step(ids, cache)
         positions = _i32(cache.lengths)
         seq_lens = _i32([n + 1 for n in cache.lengths])
+        logits = self.decode_into(ids, positions, seq_lens, cache, self.step_buffers(cache.batch))
+        cache.lengths = [n + 1 for n in cache.lengths]
+        return logits
+
+    def decode_into(self, ids: cutile.Tensor, positions: cutile.Tensor, seq_lens: cutile.Tensor, cache: KVCache,
+                    bufs: StepBuffers, *, greedy: bool = False) -> cutile.Tensor:
+        """The decode step's work on device tensors alone (it allocates nothing and reads
+        nothing back, so it can be captured): ``positions`` (i32, each sequence's
+        position), ``seq_lens`` (positions + 1); writes the keys and values, the logits
+        into ``bufs.logits`` and, with ``greedy``, their argmax into ``bufs.next_ids``.
+        The cache's host lengths are the caller's to advance."""
+        c, w = self.config, self.weights
+        batch = cache.batch
         same_position = len(set(cache.lengths)) == 1
-        hidden = ck.embedding(ids, w.embed_tokens)
-        normed = ck.rms_norm(hidden, w.layers[0].input_layernorm, c.rms_norm_eps)
+        hidden, normed = bufs.hidden[0], bufs.normed
+        ck.embedding(ids, w.embed_tokens, out=hidden)
+        ck.rms_norm(hidden, w.layers[0].input_layernorm, c.rms_norm_eps, out=normed)
         for n, (layer, next_norm) in enumerate(zip(w.layers, self._next_norms())):
-            q, k, v = self._qkv(layer, normed, positions)
+            q, k, v = self._qkv(layer, normed, positions, bufs)
             keys, values = cache.keys[n], cache.values[n]
             new_k = k.reshape(batch, 1, c.num_key_value_heads, c.head_dim)
             new_v = v.reshape(batch, 1, c.num_key_value_heads, c.head_dim)
@@ -341,7 +408,46 @@ class Qwen3Model:
                 for b in range(batch):
                     ck.kv_cache_update(keys[b], new_k[b], positions[b:b + 1])
                     ck.kv_cache_update(values[b], new_v[b], positions[b:b + 1])
-            attended = ck.decode_attention(q, keys.transpose(1, 2), values.transpose(1, 2), seq_lens)
-            hidden, normed = self._finish_layer(layer, attended, hidden, next_norm)
+            ck.decode_attention(q, keys.transpose(1, 2), values.transpose(1, 2), seq_lens, out=bufs.attended)
+            hidden, normed = self._finish_layer(layer, bufs.attended, hidden, next_norm, bufs)
+        logits = self._logits(normed, out=bufs.logits)
+        if greedy:
+            ck.argmax(bufs.logits, out=bufs.next_ids)
+        return logits
+
+
+class DecodeGraph:
+    """The decode step of one cache captured once as a CUDA graph and replayed per token
+    (on the interpreter, a host graph: the recorded launches run again). A replay's new
+    inputs (the ids, positions and lengths) are copied in by `cutile.Graph.update`; with
+    ``greedy`` the graph also takes the argmax, so the ids stay on the device and the
+    host reads back only what it asks for."""
+
+    def __init__(self, model: Qwen3Model, cache: KVCache, *, greedy: bool) -> None:
+        self.model, self.cache, self.greedy = model, cache, greedy
+        self.bufs = model.step_buffers(cache.batch)
+        self.ids = api.zeros((cache.batch,), "i64")
+        self.positions = _i32(cache.lengths)
+        self.seq_lens = _i32([n + 1 for n in cache.lengths])
+        # One eager step loads every kernel and makes every plan's workspaces (a capture
+        # can do neither). It writes keys and values at each sequence's next position
+        # and nothing else the real steps read: the first replay overwrites them.
+        model.decode_into(self.ids, self.positions, self.seq_lens, cache, self.bufs, greedy=greedy)
+        with cutile.graph_scope("qwen3 decode step") as scope:
+            model.decode_into(self.ids, self.positions, self.seq_lens, cache, self.bufs, greedy=greedy)
+        self.graph = scope.graph
+
+    def step(self, ids: cutile.Tensor) -> cutile.Tensor:
+        """Replays the step for ``ids`` (i64 ``(batch,)``, e.g. the last replay's
+        ``bufs.next_ids``) at the cache's lengths, advances them and returns the logits
+        buffer (``bufs.next_ids`` holds their argmax when greedy)."""
+        cache = self.cache
+        self.model._check_step(ids, cache)
+        if tuple(ids.shape) != tuple(self.ids.shape) or ids.dtype != self.ids.dtype:
+            raise ModelError(f"DecodeGraph.step(): parameter 'ids' must be i64 [{cache.batch}], got {ids.dtype} "
+                             f"{list(ids.shape)}")
+        self.graph.update(replace={self.ids: ids, self.positions: _i32(cache.lengths),
+                                   self.seq_lens: _i32([n + 1 for n in cache.lengths])})
+        self.graph.launch().sync()
         cache.lengths = [n + 1 for n in cache.lengths]
-        return self._logits(normed)
+        return self.bufs.logits
