@@ -389,6 +389,70 @@ def test_the_command_line_reports_bad_arguments_without_a_traceback() -> None:
     assert done.returncode == 2 and "--prompt-ids" in done.stderr
 
 
+class WordTokenizer:
+    """A stand-in for ``tokenizers.Tokenizer`` of a word-level vocabulary (the package's
+    calls: ``from_file``, ``encode(text).ids``, ``decode(ids)``)."""
+
+    def __init__(self, vocab: dict[str, int]) -> None:
+        self.vocab, self.words = vocab, {i: w for w, i in vocab.items()}
+
+    @classmethod
+    def from_file(cls, path: str) -> WordTokenizer:
+        return cls(json.loads(Path(path).read_text())["model"]["vocab"])
+
+    def encode(self, text: str) -> Any:
+        return type("Encoding", (), {"ids": [self.vocab[w] for w in text.split()]})()
+
+    def decode(self, ids: list[int]) -> str:
+        return " ".join(self.words.get(i, "?") for i in ids)
+
+
+def write_word_tokenizer(path: Path, words: int) -> None:
+    path.write_text(json.dumps({"model": {"type": "WordLevel", "vocab": {f"w{i}": i for i in range(words)},
+                                          "unk_token": "w0"}}))
+
+
+def test_the_command_line_tokenizes_the_prompt_and_decodes_the_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from examples.llm.generate import main
+
+    write_word_tokenizer(tmp_path / "tokenizer.json", TINY.vocab_size)
+    monkeypatch.setitem(sys.modules, "tokenizers", type(sys)("tokenizers"))
+    sys.modules["tokenizers"].Tokenizer = WordTokenizer  # type: ignore[attr-defined]
+    assert main(["--tiny", "--tokenizer", str(tmp_path / "tokenizer.json"), "--prompt", "w5 w17 w300",
+                 "--new-tokens", "3", "--no-roofline"]) == 0
+    out = capsys.readouterr().out
+    assert "prompt lengths [3]" in out
+    tokens = [int(t) for t in out.split("sequence 0: ")[1].split("\n")[0].split()]
+    assert f"sequence 0 text: {' '.join(f'w{t}' for t in tokens)!r}" in out
+    assert main(["--tiny", "--prompt", "w1"]) == 2
+    assert "needs --tokenizer" in capsys.readouterr().err
+
+
+def test_a_tokenizer_without_the_package_is_refused_by_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    from examples.llm.generate import main
+
+    write_word_tokenizer(tmp_path / "tokenizer.json", 8)
+    monkeypatch.setitem(sys.modules, "tokenizers", None)  # import tokenizers raises ImportError
+    assert main(["--tiny", "--tokenizer", str(tmp_path / "tokenizer.json"), "--prompt", "w1"]) == 2
+    assert "needs the 'tokenizers' package" in capsys.readouterr().err
+    assert main(["--tiny", "--tokenizer", str(tmp_path / "nothing.json"), "--prompt", "w1"]) == 2
+    assert "no file" in capsys.readouterr().err
+
+
+def test_a_real_tokenizer_json_round_trips(tmp_path: Path) -> None:
+    tokenizers = pytest.importorskip("tokenizers", reason="the optional 'tokenizers' package is not installed")
+    model = tokenizers.models.WordLevel({f"w{i}": i for i in range(TINY.vocab_size)}, unk_token="w0")
+    tokenizer = tokenizers.Tokenizer(model)
+    tokenizer.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    tokenizer.save(str(tmp_path / "tokenizer.json"))
+    done = run_cli("--tiny", "--tokenizer", str(tmp_path / "tokenizer.json"), "--prompt", "w3 w9", "--new-tokens",
+                   "2", "--no-roofline")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "prompt lengths [2]" in done.stdout and "sequence 0 text: 'w" in done.stdout
+
+
 # -- the GPU: the 0.6B shapes against torch -----------------------------------------------
 
 

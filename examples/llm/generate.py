@@ -13,11 +13,13 @@ that of a device-to-device copy measured in the same run.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -56,6 +58,31 @@ def sample(logits: cutile.Tensor, *, temperature: float = 0.0, top_k: int | None
     draws = generator.random((probabilities.shape[0], 1))
     chosen = (np.cumsum(probabilities, axis=-1) < draws).sum(axis=-1)
     return api.from_numpy(np.minimum(chosen, vocab - 1).astype(np.int64))
+
+
+class Tokenizer(Protocol):
+    """What generation asks of a tokenizer (the ``tokenizers`` package's `Tokenizer`)."""
+
+    def encode(self, text: str) -> Any: ...
+
+    def decode(self, ids: list[int]) -> str: ...
+
+
+def load_tokenizer(path: str | Path) -> Tokenizer:
+    """A Hugging Face ``tokenizer.json``, through the ``tokenizers`` package (imported
+    only here: without a tokenizer, prompts and outputs are token ids)."""
+    if not Path(path).is_file():
+        raise ModelError(f"--tokenizer: no file {path}")
+    try:  # (imported by name: it is optional, so type checking does not ask for it)
+        tokenizers = importlib.import_module("tokenizers")
+    except ImportError:
+        raise ModelError("--tokenizer needs the 'tokenizers' package (pip install tokenizers); without it, give "
+                         "token ids (--prompt-ids)") from None
+    try:
+        loaded: Tokenizer = tokenizers.Tokenizer.from_file(str(path))
+    except Exception as error:  # the Rust library raises its own exception type
+        raise ModelError(f"--tokenizer: cannot read {path}: {error}") from None
+    return loaded
 
 
 @dataclass
@@ -172,6 +199,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--prompt-lens", type=_parse_lengths, default=None,
                         help="comma-separated lengths, one sequence each (overrides --batch / --prompt-len)")
     parser.add_argument("--prompt-ids", default=None, help="one prompt's comma-separated token ids")
+    parser.add_argument("--tokenizer", metavar="JSON", default=None,
+                        help="a tokenizer.json (the 'tokenizers' package): --prompt is text, outputs are decoded")
+    parser.add_argument("--prompt", default=None, help="one prompt's text (with --tokenizer)")
     parser.add_argument("--new-tokens", type=int, default=None, help="tokens to generate per sequence")
     parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default)")
     parser.add_argument("--top-k", type=int, default=None, help="sample among the k largest logits")
@@ -202,7 +232,17 @@ def _run(args: argparse.Namespace) -> int:
     small = config.num_hidden_layers <= 2
     new_tokens = args.new_tokens if args.new_tokens is not None else (8 if small else 128)
     rng = np.random.default_rng(args.seed + 1)
-    if args.prompt_ids is not None:
+    tokenizer = load_tokenizer(args.tokenizer) if args.tokenizer is not None else None
+    if args.prompt is not None and tokenizer is None:
+        raise ModelError("--prompt is text: it needs --tokenizer (else give --prompt-ids)")
+    if args.prompt is not None and args.prompt_ids is not None:
+        raise ModelError("give --prompt or --prompt-ids, not both")
+    if args.prompt is not None:
+        assert tokenizer is not None
+        prompts = [list(tokenizer.encode(args.prompt).ids)]
+        if not prompts[0]:
+            raise ModelError(f"--prompt: {args.prompt!r} encodes to no token")
+    elif args.prompt_ids is not None:
         try:
             prompts = [[int(t) for t in args.prompt_ids.split(",")]]
         except ValueError:
@@ -236,6 +276,8 @@ def _run(args: argparse.Namespace) -> int:
     for row, tokens in enumerate(result.tokens[:4]):
         shown = " ".join(str(t) for t in tokens[:16]) + (" ..." if len(tokens) > 16 else "")
         print(f"sequence {row}: {shown}")
+        if tokenizer is not None:
+            print(f"sequence {row} text: {tokenizer.decode(tokens)!r}")
     return 0
 
 
