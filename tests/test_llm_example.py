@@ -237,6 +237,15 @@ def test_random_weights_are_made_on_the_device_with_the_seed() -> None:
     assert not np.array_equal(first, c.layers[0].q_proj.to_numpy().astype(np.float64))
     assert 0.015 < first.std() < 0.025 and abs(first.mean()) < 0.005
     assert a.lm_head is not a.embed_tokens  # untied: its own tensor
+    assert a.layers[1].gate_up_proj is not None  # made stacked: the MLP's first product is one GEMM
+    assert np.array_equal(a.layers[1].up_proj.to_numpy().astype(np.float64),
+                          a.layers[1].gate_up_proj.to_numpy().astype(np.float64)[TINY.intermediate_size:])
+    separate = device_weights(TINY, tiny_arrays())
+    assert separate.layers[0].gate_up_proj is None
+    tensors = {name: api.from_numpy(a) for name, a in tiny_arrays().items()}
+    tensors["model.layers.0.mlp.gate_up_proj.weight"] = api.zeros((3, 64), "bf16")
+    with pytest.raises(ModelError, match="gate_up_proj.weight' is bf16 \\[3, 64\\]"):
+        Qwen3Weights.from_named(TINY, tensors)
     assert tuple(a.lm_head.shape) == (TINY.vocab_size, TINY.hidden_size)
 
 
@@ -296,6 +305,12 @@ def test_a_safetensors_checkpoint_is_written_and_read_back(tmp_path: Path) -> No
     assert np.array_equal(as_f64(weights.layers[1].down_proj), arrays["model.layers.1.mlp.down_proj.weight"].astype(np.float64))
     assert np.array_equal(as_f64(weights.lm_head), arrays["lm_head.weight"].astype(np.float64))
     assert np.array_equal(as_f64(weights.norm), arrays["model.norm.weight"].astype(np.float64))
+    # gate and up stacked for one GEMM, the Hugging Face tensors its halves
+    layer = weights.layers[1]
+    assert layer.gate_up_proj is not None and tuple(layer.gate_up_proj.shape) == (2 * TINY.intermediate_size, 64)
+    assert np.array_equal(as_f64(layer.up_proj), arrays["model.layers.1.mlp.up_proj.weight"].astype(np.float64))
+    assert np.array_equal(as_f64(layer.gate_up_proj)[:TINY.intermediate_size],
+                          arrays["model.layers.1.mlp.gate_proj.weight"].astype(np.float64))
     # The checkpoint's model gives the reference's logits.
     prompt = [4, 8, 15, 16, 23, 42]
     logits = Qwen3Model(config, weights).prefill([prompt], KVCache.allocate(config, 1, 8))

@@ -154,6 +154,14 @@ class LayerWeights:
     gate_proj: cutile.Tensor
     up_proj: cutile.Tensor
     down_proj: cutile.Tensor
+    #: gate_proj and up_proj stacked ``[2 * intermediate, hidden]`` (they are its views):
+    #: the MLP's first product in one GEMM, when the weights were made so
+    gate_up_proj: cutile.Tensor | None = None
+
+
+#: the name under which `Qwen3Weights.from_named` takes a layer's stacked gate and up
+#: projections (not a Hugging Face name: the loaders make it)
+GATE_UP = "mlp.gate_up_proj.weight"
 
 
 @dataclass
@@ -167,7 +175,9 @@ class Qwen3Weights:
 
     @classmethod
     def from_named(cls, config: Qwen3Config, tensors: dict[str, cutile.Tensor]) -> Qwen3Weights:
-        """From tensors keyed by their Hugging Face names (checked against the config's shapes)."""
+        """From tensors keyed by their Hugging Face names (checked against the config's
+        shapes), and optionally each layer's `GATE_UP` stack whose halves are the
+        layer's gate_proj and up_proj tensors."""
         expected = config.weight_shapes()
         missing = sorted(set(expected) - set(tensors), key=_name_order)
         if missing:
@@ -183,13 +193,18 @@ class Qwen3Weights:
         layers = []
         for n in range(config.num_hidden_layers):
             p = f"model.layers.{n}."
+            stacked = tensors.get(p + GATE_UP)
+            if stacked is not None and (tuple(stacked.shape) != (2 * config.intermediate_size, config.hidden_size)
+                                        or stacked.dtype != DTYPE):
+                raise ModelError(f"weights: '{p + GATE_UP}' is {stacked.dtype} {list(stacked.shape)}; expected "
+                                 f"{DTYPE} [{2 * config.intermediate_size}, {config.hidden_size}]")
             layers.append(LayerWeights(
                 tensors[p + "input_layernorm.weight"], tensors[p + "self_attn.q_proj.weight"],
                 tensors[p + "self_attn.k_proj.weight"], tensors[p + "self_attn.v_proj.weight"],
                 tensors[p + "self_attn.q_norm.weight"], tensors[p + "self_attn.k_norm.weight"],
                 tensors[p + "self_attn.o_proj.weight"], tensors[p + "post_attention_layernorm.weight"],
                 tensors[p + "mlp.gate_proj.weight"], tensors[p + "mlp.up_proj.weight"],
-                tensors[p + "mlp.down_proj.weight"]))
+                tensors[p + "mlp.down_proj.weight"], tensors.get(p + GATE_UP)))
         embed = tensors["model.embed_tokens.weight"]
         head = embed if config.tie_word_embeddings else tensors["lm_head.weight"]
         return cls(embed, layers, tensors["model.norm.weight"], head)
@@ -248,6 +263,7 @@ class StepBuffers:
     projected: cutile.Tensor
     gate: cutile.Tensor
     up: cutile.Tensor
+    gate_up: cutile.Tensor
     act: cutile.Tensor
     down: cutile.Tensor
     logits: cutile.Tensor
@@ -262,7 +278,7 @@ class StepBuffers:
         return cls((empty(batch, h), empty(batch, h)), empty(batch, h), empty(batch, c.q_size), empty(batch, c.kv_size),
                    empty(batch, c.kv_size), empty(batch, heads, dim), empty(batch, kv, dim), empty(batch, heads, dim),
                    empty(batch, h), empty(batch, c.intermediate_size), empty(batch, c.intermediate_size),
-                   empty(batch, c.intermediate_size), empty(batch, h), api.empty((batch, c.vocab_size), f32),
+                   empty(batch, 2 * c.intermediate_size), empty(batch, c.intermediate_size), empty(batch, h), api.empty((batch, c.vocab_size), f32),
                    api.empty((batch,), "i64"))
 
 
@@ -309,8 +325,12 @@ class Qwen3Model:
         projected = ck.matmul(attended.reshape(tokens, c.q_size), layer.o_proj.T, out=bufs.projected if bufs else None)
         hidden, normed = ck.add_rms_norm(projected, hidden, layer.post_attention_layernorm, c.rms_norm_eps,
                                          out=(other, bufs.normed) if bufs else None)
-        gate = ck.matmul(normed, layer.gate_proj.T, out=bufs.gate if bufs else None)
-        up = ck.matmul(normed, layer.up_proj.T, out=bufs.up if bufs else None)
+        if layer.gate_up_proj is not None:  # one GEMM; silu_mul reads the two halves in place
+            both = ck.matmul(normed, layer.gate_up_proj.T, out=bufs.gate_up if bufs else None)
+            gate, up = both[:, :c.intermediate_size], both[:, c.intermediate_size:]
+        else:
+            gate = ck.matmul(normed, layer.gate_proj.T, out=bufs.gate if bufs else None)
+            up = ck.matmul(normed, layer.up_proj.T, out=bufs.up if bufs else None)
         act = ck.silu_mul(gate, up, out=bufs.act if bufs else None)
         down = ck.matmul(act, layer.down_proj.T, out=bufs.down if bufs else None)
         back = None if bufs is None else bufs.hidden[1] if other is bufs.hidden[0] else bufs.hidden[0]

@@ -2,10 +2,12 @@
 ``*.safetensors``, read with the ``safetensors`` package), or random weights of a preset's
 shapes made on the device from a seed.
 
-A checkpoint tensor is memory-mapped by safetensors (numpy framework) and copied to the
-device by ``api.from_numpy``: one host-to-device copy per tensor and no host copy in
-between, except for tensors stored in another float dtype, which are converted to bf16 on
-the host first.
+A checkpoint's file is memory-mapped by safetensors (numpy framework), which reads each
+tensor into a host array, copied to the device by ``api.from_numpy`` at once: one
+host-to-device copy per tensor and no other host copy, except for tensors stored in another float dtype (converted to bf16 on the host
+first) and each layer's gate and up projections, stacked on the host into one
+``[2 * intermediate, hidden]`` tensor so that the MLP's first product is one GEMM (the
+two Hugging Face tensors are its halves, views on the device).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from cutile import api
 import cutile
 import cutile_kernels as ck
 
-from .model import DTYPE, ModelError, Qwen3Config, Qwen3Weights
+from .model import DTYPE, GATE_UP, ModelError, Qwen3Config, Qwen3Weights
 
 #: the standard deviation of the random projection and embedding weights
 RANDOM_STD = 0.02
@@ -46,12 +48,13 @@ def load_checkpoint(directory: str | Path) -> tuple[Qwen3Config, Qwen3Weights]:
     safetensors = _safetensors()
     wanted = config.weight_shapes()
     tensors: dict[str, cutile.Tensor] = {}
+    halves: dict[str, np.ndarray[Any, Any]] = {}  # a gate or up projection waiting for the other
     for path in files:
         with safetensors.safe_open(str(path), framework="numpy") as reader:
             for name in reader.keys():
                 if name not in wanted:
                     continue  # e.g. a tied checkpoint's lm_head.weight copy
-                if name in tensors:
+                if name in tensors or name in halves:
                     raise ModelError(f"checkpoint: tensor '{name}' appears in more than one file ({path.name})")
                 array = reader.get_tensor(name)
                 if array.dtype != ml_dtypes.bfloat16:
@@ -59,8 +62,28 @@ def load_checkpoint(directory: str | Path) -> tuple[Qwen3Config, Qwen3Weights]:
                         raise ModelError(f"checkpoint: tensor '{name}' in {path.name} has dtype {array.dtype}; "
                                          "expected a float dtype")
                     array = array.astype(ml_dtypes.bfloat16)
+                if name.endswith(("mlp.gate_proj.weight", "mlp.up_proj.weight")):
+                    prefix = name.rsplit("mlp.", 1)[0]
+                    gate, up = prefix + "mlp.gate_proj.weight", prefix + "mlp.up_proj.weight"
+                    halves[name] = array
+                    if gate in halves and up in halves:  # stacked (a host copy of the two) for one GEMM
+                        if halves[gate].shape == halves[up].shape:
+                            _stack(tensors, prefix, api.from_numpy(np.concatenate([halves.pop(gate),
+                                                                                   halves.pop(up)])))
+                        else:  # (from_named names the one of the wrong shape)
+                            tensors[gate], tensors[up] = api.from_numpy(halves.pop(gate)), api.from_numpy(halves.pop(up))
+                    continue
                 tensors[name] = api.from_numpy(array)
+    tensors |= {name: api.from_numpy(array) for name, array in halves.items()}  # (a half without its pair)
     return config, Qwen3Weights.from_named(config, tensors)
+
+
+def _stack(tensors: dict[str, cutile.Tensor], prefix: str, stacked: cutile.Tensor) -> None:
+    """Names a layer's stacked gate and up projections and their halves."""
+    half = int(stacked.shape[0]) // 2
+    tensors[prefix + GATE_UP] = stacked
+    tensors[prefix + "mlp.gate_proj.weight"] = stacked[:half]
+    tensors[prefix + "mlp.up_proj.weight"] = stacked[half:]
 
 
 def save_checkpoint(directory: str | Path, config: Qwen3Config, arrays: dict[str, np.ndarray[Any, Any]]) -> None:
@@ -98,12 +121,18 @@ def random_weights(config: Qwen3Config, seed: int) -> Qwen3Weights:
     gains are ones), the same for the same seed on every backend."""
     tensors: dict[str, cutile.Tensor] = {}
     scales: dict[int, cutile.Tensor] = {}
-    for index, (name, shape) in enumerate(config.weight_shapes().items()):
-        if len(shape) == 1:
-            tensors[name] = api.ones(shape, DTYPE)
-            continue
+    def normal(shape: tuple[int, ...], index: int) -> cutile.Tensor:
         columns = shape[-1]
         if columns not in scales:
             scales[columns] = api.full((columns,), RANDOM_STD, DTYPE)
-        tensors[name] = ck.mul(api.randn(shape, DTYPE, seed=seed * 100_003 + index), scales[columns])
+        scaled: cutile.Tensor = ck.mul(api.randn(shape, DTYPE, seed=seed * 100_003 + index), scales[columns])
+        return scaled
+
+    for index, (name, shape) in enumerate(config.weight_shapes().items()):
+        if len(shape) == 1:
+            tensors[name] = api.ones(shape, DTYPE)
+        elif name.endswith("mlp.gate_proj.weight"):  # made stacked with up_proj, for one GEMM
+            _stack(tensors, name.removesuffix("mlp.gate_proj.weight"), normal((2 * shape[0], shape[1]), index))
+        elif not name.endswith("mlp.up_proj.weight"):
+            tensors[name] = normal(shape, index)
     return Qwen3Weights.from_named(config, tensors)
