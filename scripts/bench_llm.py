@@ -174,7 +174,7 @@ class ModelBench:
             logits = step.run(torch.from_dlpack(ids), context)
             close(f"batch {batch} context {context}: cutile decode step against torch's",
                   eager, logits.float().cpu().numpy())
-            graphed = step.graphed()
+            graphed = step.graphed(context)
             close(f"batch {batch} context {context}: torch CUDA graph against torch eager",
                   graphed.run(torch.from_dlpack(ids), context).float().cpu().numpy(), logits.float().cpu().numpy())
             torch_state = {"ids": torch.from_dlpack(ids), "position": context}
@@ -248,7 +248,8 @@ class TorchQwen3:
         self.torch, self.c = torch, config
         t = torch.from_dlpack
         self.embed, self.norm, self.head = t(weights.embed_tokens), t(weights.norm), t(weights.lm_head)
-        self.layers = [{name: t(getattr(layer, name)) for name in vars(layer)} for layer in weights.layers]
+        self.layers = [{name: t(tensor) for name, tensor in vars(layer).items() if tensor is not None}
+                       for layer in weights.layers]
         dim = config.head_dim
         self.inv_freq = config.rope_theta ** (-torch.arange(0, dim, 2, device="cuda", dtype=torch.float32) / dim)
 
@@ -276,7 +277,11 @@ class TorchQwen3:
         F = self.torch.nn.functional
         hidden = hidden + attended @ layer["o_proj"].T
         x = self.rms(hidden, layer["post_attention_layernorm"])
-        return hidden + (F.silu(x @ layer["gate_proj"].T) * (x @ layer["up_proj"].T)) @ layer["down_proj"].T
+        if "gate_up_proj" in layer:  # the stacked weight, as the cutile model reads it: one GEMM
+            gate, up = (x @ layer["gate_up_proj"].T).chunk(2, dim=-1)
+        else:
+            gate, up = x @ layer["gate_proj"].T, x @ layer["up_proj"].T
+        return hidden + (F.silu(gate) * up) @ layer["down_proj"].T
 
     def prefill(self, ids: Any) -> Any:
         """The last token's logits (f32, (vocab,)) of one prompt."""
@@ -329,16 +334,18 @@ class TorchDecode:
     def run(self, ids: Any, position: int) -> Any:
         return self.forward(ids, self.torch.tensor([position], device="cuda"))
 
-    def graphed(self) -> Any:
-        return _TorchGraph(self)
+    def graphed(self, position: int) -> Any:
+        """The step captured in a torch CUDA graph; its warm-up and capture write the
+        cache at ``position`` (which the next step there rewrites)."""
+        return _TorchGraph(self, position)
 
 
 class _TorchGraph:
-    def __init__(self, step: TorchDecode) -> None:
+    def __init__(self, step: TorchDecode, position: int) -> None:
         torch = step.torch
         self.torch = torch
         self.ids = torch.zeros(step.batch, dtype=torch.int64, device="cuda")
-        self.position = torch.zeros(1, dtype=torch.int64, device="cuda")
+        self.position = torch.full((1,), position, dtype=torch.int64, device="cuda")
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
