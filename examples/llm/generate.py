@@ -208,6 +208,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--eager", action="store_true", help="decode by eager launches, not CUDA graph replays")
     parser.add_argument("--no-roofline", action="store_true", help="skip the copy-bandwidth measurement")
     parser.add_argument("--progress", action="store_true", help="a progress bar on stderr")
+    parser.add_argument("--no-warmup", action="store_true",
+                        help="time the first run (with its kernel compiles and loads) instead of a second one")
     args = parser.parse_args(argv)
     try:
         return _run(args)
@@ -252,8 +254,11 @@ def _run(args: argparse.Namespace) -> int:
         prompts = [rng.integers(0, config.vocab_size, n).tolist() for n in lengths]
     model = Qwen3Model(config, weights)
     on_step = _progress(new_tokens - 1) if args.progress else None
+    max_seq = max(len(p) for p in prompts) + new_tokens - 1
+    if not args.no_warmup:  # compiles and loads the prefill's kernels (the decode's load before its capture)
+        generate(model, prompts, 1, max_seq=max_seq)
     result = generate(model, prompts, new_tokens, temperature=args.temperature, top_k=args.top_k, seed=args.seed,
-                      graph=not args.eager, on_step=on_step)
+                      max_seq=max_seq, graph=not args.eager, on_step=on_step)
     batch = len(prompts)
     prompt_tokens = sum(len(p) for p in prompts)
     print(f"model: {name} ({config.num_hidden_layers} layers, hidden {config.hidden_size}, "
