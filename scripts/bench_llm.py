@@ -6,7 +6,8 @@ GPU, with the same random weights.
 Shapes: Qwen3-0.6B, 1.7B, 4B and 8B (random weights, bf16), batch 1 and 8, every
 sequence at a context of 512 and 4096 positions. Decode: the mean time of ``--steps``
 greedy steps, each ending with the sampled ids read back to the host (what a generation
-loop waits for); tokens/s counts every sequence of the batch. The roofline: the bytes a
+loop waits for), and for cutile also in replays of 8 steps whose ids stay on the device
+(read back once per replay); tokens/s counts every sequence of the batch. The roofline: the bytes a
 step must read (every weight once, and each sequence's cached keys and values) over the
 bandwidth of a device-to-device copy measured in the same run. Prefill: one
 ``--prefill-len`` prompt, batch 1, the whole forward to the last token's logits, the
@@ -77,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     from examples.llm.model import PRESETS
 
     if args.smoke:
-        models, batches, contexts, steps, prefill_len = ["tiny"], [1, 2], [8], 3, 12
+        models, batches, contexts, steps, prefill_len = ["tiny"], [1, 2], [8], 8, 12
     else:
         models, batches, contexts, steps, prefill_len = args.models, args.batches, args.contexts, args.steps, \
             args.prefill_len
@@ -156,7 +157,7 @@ class ModelBench:
 
         def cutile_graph() -> None:
             replay.step(state["ids"])
-            state["ids"] = replay.bufs.next_ids  # greedy: the argmax stays on the device
+            state["ids"] = replay.last_ids  # greedy: the argmax stays on the device
             state["ids"].to_numpy()  # the host read of the sampled ids
 
         def cutile_eager() -> None:
@@ -165,7 +166,22 @@ class ModelBench:
             state["ids"] = sample(model.decode_step(state["ids"], cache))
             state["ids"].to_numpy()
 
+        chunk = 8 if steps % 8 == 0 else 1
+        several = DecodeGraph(model, cache, greedy=True, steps=chunk)
+        cache.lengths = [context] * batch
+        several.replay(ids)
+        if several.tokens.to_numpy()[0].tolist() != eager.argmax(-1).tolist():
+            raise Checked(f"batch {batch} context {context}: the {chunk}-step graph's first tokens differ from the "
+                          "eager step's argmax")
+
+        def cutile_graph_chunk() -> None:  # `chunk` steps per replay, the ids kept on the device
+            several.replay(state["ids"])
+            state["ids"] = several.last_ids
+            several.tokens.to_numpy()
+
         arms["cutile (CUDA graph)"] = cutile_graph
+        if chunk > 1:
+            arms[f"cutile (graph x{chunk})"] = cutile_graph_chunk
         arms["cutile (eager)"] = cutile_eager
         if self.torch is not None:
             torch = self.torch
@@ -191,6 +207,7 @@ class ModelBench:
             arms["torch (CUDA graph)"] = torch_arm(graphed)
         results: dict[str, float] = {}
         for arm, run in arms.items():
+            calls = steps // chunk if "graph x" in arm else steps
             cache.lengths = [context] * batch
             state["ids"] = ids
             if self.torch is not None:
@@ -201,10 +218,11 @@ class ModelBench:
             if self.torch is not None:
                 torch_state["position"] = context
             started = time.perf_counter()
-            for _ in range(steps):
+            for _ in range(calls):
                 run()
             results[arm] = 1000 * (time.perf_counter() - started) / steps
         replay.graph.close()
+        several.graph.close()
         return results
 
     def prefill(self, length: int) -> dict[str, float]:

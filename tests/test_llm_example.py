@@ -190,23 +190,29 @@ def test_graph_replays_give_the_eager_steps_logits_and_sampled_runs_agree() -> N
         expected = model.decode_step(ids, eager_cache).to_numpy()
         got = replay.step(ids).to_numpy()
         np.testing.assert_array_equal(got, expected)
-        assert replay.bufs.next_ids.to_numpy().tolist() == expected.argmax(-1).tolist()
+        assert replay.last_ids.to_numpy().tolist() == expected.argmax(-1).tolist()
         ids = api.from_numpy(expected.argmax(-1).astype(np.int64))
     assert graph_cache.lengths == eager_cache.lengths == [9, 7]
     with pytest.raises(ModelError, match="'ids' must be i64"):
         replay.step(api.from_numpy(np.array([1, 2], np.int32)))
+    with pytest.raises(ModelError, match="need greedy decoding"):
+        DecodeGraph(model, graph_cache, greedy=False, steps=2)
+    with pytest.raises(ModelError, match="13 positions; the cache has 12"):
+        DecodeGraph(model, graph_cache, greedy=True, steps=4)
     # temperature sampling: the same seed draws the same tokens either way
     a = generate(model, prompts, 5, temperature=0.9, top_k=8, seed=4, graph=True)
     b = generate(model, prompts, 5, temperature=0.9, top_k=8, seed=4, graph=False)
     assert a.tokens == b.tokens
 
 
-def test_the_captured_step_allocates_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_captured_steps_allocate_nothing_and_a_greedy_replay_needs_no_upload(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     # What a GPU capture refuses (GraphCaptureError): an allocation or an upload inside it.
     model = Qwen3Model(TINY, random_weights(TINY, 0))
-    cache = KVCache.allocate(TINY, 2, 8)
+    cache = KVCache.allocate(TINY, 2, 12)
     model.prefill([[1, 2], [3]], cache)
-    replay = DecodeGraph(model, cache, greedy=True)  # warmed up: plans and workspaces made
+    replay = DecodeGraph(model, cache, greedy=True, steps=2)  # warmed up: plans and workspaces made
+    replay.replay(api.from_numpy(np.array([5, 6], np.int64)))  # the device state set from the host
     import cutile.api as api_module
 
     def refuse(*args: Any, **kwargs: Any) -> Any:
@@ -216,7 +222,21 @@ def test_the_captured_step_allocates_nothing(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(api_module, "_from_host", refuse)
     with pytest.raises(AssertionError):
         api.empty((2,), "f32")  # the patch holds
-    model.decode_into(replay.ids, replay.positions, replay.seq_lens, cache, replay.bufs, greedy=True)
+    replay._record()  # what the capture records
+    replay.replay(replay.last_ids)  # the next replay: nothing from the host
+    assert cache.lengths == [6, 5]
+
+
+def test_several_steps_per_replay_keep_the_ids_on_the_device_and_match_the_reference() -> None:
+    arrays = tiny_arrays()
+    model, reference = Qwen3Model(TINY, device_weights(TINY, arrays)), Reference(TINY, arrays)
+    rng = np.random.default_rng(17)
+    prompts = [rng.integers(0, TINY.vocab_size, n).tolist() for n in (7, 4)]
+    result = generate(model, prompts, 12, sync_every=4)  # 11 steps: three replays of 4, the last cut
+    assert result.steps == 11 and [len(t) for t in result.tokens] == [12, 12]
+    assert result.tokens == [reference.greedy(p, 12) for p in prompts]
+    with pytest.raises(ModelError, match="sync_every=4 keeps the ids on the device"):
+        generate(model, prompts, 12, sync_every=4, temperature=1.0)
 
 
 def test_tied_embeddings_use_the_embedding_as_the_lm_head() -> None:
@@ -378,6 +398,8 @@ def run_cli(*arguments: str) -> subprocess.CompletedProcess[str]:
 
 def test_the_command_line_runs_the_tiny_config_and_reports_its_timings() -> None:
     done = run_cli("--tiny", "--prompt-lens", "6,3", "--new-tokens", "4", "--progress")
+    several = run_cli("--tiny", "--new-tokens", "6", "--sync-every", "2", "--no-roofline")
+    assert several.returncode == 0 and "2 steps per replay" in several.stdout, several.stdout + several.stderr
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     assert f"on the {cutile.backend()} backend" in out

@@ -103,17 +103,27 @@ class Generation:
 
 def generate(model: Qwen3Model, prompts: Sequence[Sequence[int]], new_tokens: int, *, temperature: float = 0.0,
              top_k: int | None = None, seed: int = 0, max_seq: int | None = None, graph: bool = True,
-             on_step: Callable[[int], None] | None = None) -> Generation:
+             sync_every: int = 1, on_step: Callable[[int], None] | None = None) -> Generation:
     """Prefill of ``prompts`` (batch 1 or more, each its own length), then ``new_tokens``
-    tokens per sequence (the first from the prefill's logits, then one decode step each:
-    replays of a `DecodeGraph` with ``graph``, else eager `Qwen3Model.decode_step` calls).
-    The decode time counts every step, the graph's capture excluded."""
+    tokens per sequence: the first from the prefill's logits, then one decode step each,
+    by replays of a `DecodeGraph` (``graph``; greedy decoding keeps the ids on the
+    device and reads them back every ``sync_every`` steps, one replay of that many), else
+    by eager `Qwen3Model.decode_step` calls. The decode time counts every step, the
+    graph's capture excluded."""
     if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or new_tokens < 1:
         raise ModelError(f"generate(): parameter 'new_tokens' must be an int >= 1, got {new_tokens!r}")
+    if isinstance(sync_every, bool) or not isinstance(sync_every, int) or sync_every < 1:
+        raise ModelError(f"generate(): parameter 'sync_every' must be an int >= 1, got {sync_every!r}")
     if not prompts:
         raise ModelError("generate(): parameter 'prompts' holds no prompt")
+    greedy = temperature == 0 or top_k == 1
+    if sync_every > 1 and not (graph and greedy):
+        raise ModelError(f"generate(): sync_every={sync_every} keeps the ids on the device, which needs greedy "
+                         "decoding (temperature 0) by graph replays")
     longest = max(len(p) for p in prompts)
-    need = longest + new_tokens - 1  # the last new token is sampled, never fed back
+    steps = new_tokens - 1  # the last new token is sampled, never fed back
+    per_replay = min(sync_every, max(steps, 1))
+    need = longest + -(-steps // per_replay) * per_replay  # (a last replay may run past the steps asked)
     size = need if max_seq is None else max_seq
     if size < need or size > model.config.max_position_embeddings:
         raise ModelError(f"generate(): {longest} prompt tokens and {new_tokens} new need a cache of {need} "
@@ -127,21 +137,27 @@ def generate(model: Qwen3Model, prompts: Sequence[Sequence[int]], new_tokens: in
     ids = sample(logits, temperature=temperature, top_k=top_k, rng=rng)
     tokens = [[int(t)] for t in ids.to_numpy()]
     prefilled = time.perf_counter()
-    greedy = temperature == 0 or top_k == 1
-    replay = DecodeGraph(model, cache, greedy=greedy) if graph and new_tokens > 1 else None
+    replay = DecodeGraph(model, cache, greedy=greedy, steps=per_replay) if graph and steps else None
     captured = time.perf_counter()
-    for step in range(new_tokens - 1):
-        if replay is not None:
-            logits = replay.step(ids)
-            ids = replay.bufs.next_ids if greedy else sample(logits, temperature=temperature, top_k=top_k, rng=rng)
+    done_steps = 0
+    while done_steps < steps:
+        if replay is not None and greedy:
+            replay.replay(ids)
+            ids = replay.last_ids
+            block = replay.tokens.to_numpy()[:steps - done_steps]  # the one read per replay
+        elif replay is not None:
+            ids = sample(replay.replay(ids), temperature=temperature, top_k=top_k, rng=rng)
+            block = ids.to_numpy()[None]
         else:
             ids = sample(model.decode_step(ids, cache), temperature=temperature, top_k=top_k, rng=rng)
-        for row, token in zip(tokens, ids.to_numpy()):  # the one read per step: the sampled ids
-            row.append(int(token))
+            block = ids.to_numpy()[None]  # the one read per step: the sampled ids
+        for row, column in zip(tokens, block.T):
+            row.extend(int(t) for t in column)
+        done_steps += len(block)
         if on_step is not None:
-            on_step(step + 1)
+            on_step(done_steps)
     done = time.perf_counter()
-    return Generation(tokens, prefilled - started, done - captured, new_tokens - 1, first_logits)
+    return Generation(tokens, prefilled - started, done - captured, steps, first_logits)
 
 
 def copy_bandwidth(nbytes: int = 1 << 30) -> float:
@@ -206,6 +222,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default)")
     parser.add_argument("--top-k", type=int, default=None, help="sample among the k largest logits")
     parser.add_argument("--eager", action="store_true", help="decode by eager launches, not CUDA graph replays")
+    parser.add_argument("--sync-every", type=int, default=1, metavar="N",
+                        help="greedy: keep the ids on the device, one graph of N steps per host read")
     parser.add_argument("--no-roofline", action="store_true", help="skip the copy-bandwidth measurement")
     parser.add_argument("--progress", action="store_true", help="a progress bar on stderr")
     parser.add_argument("--no-warmup", action="store_true",
@@ -257,14 +275,17 @@ def _run(args: argparse.Namespace) -> int:
     max_seq = max(len(p) for p in prompts) + new_tokens - 1
     if not args.no_warmup:  # compiles and loads the prefill's kernels (the decode's load before its capture)
         generate(model, prompts, 1, max_seq=max_seq)
+    if args.sync_every > 1:  # a last replay may run past the tokens asked
+        max_seq = max(len(p) for p in prompts) + -(-(new_tokens - 1) // args.sync_every) * args.sync_every
     result = generate(model, prompts, new_tokens, temperature=args.temperature, top_k=args.top_k, seed=args.seed,
-                      max_seq=max_seq, graph=not args.eager, on_step=on_step)
+                      max_seq=max_seq, graph=not args.eager, sync_every=args.sync_every, on_step=on_step)
     batch = len(prompts)
     prompt_tokens = sum(len(p) for p in prompts)
     print(f"model: {name} ({config.num_hidden_layers} layers, hidden {config.hidden_size}, "
           f"{_size(config.weight_bytes())} of bf16 weights) on the {cutile.backend()} backend")
     print(f"batch {batch}, prompt lengths {[len(p) for p in prompts]}, {new_tokens} new tokens per sequence, "
-          f"decode {'eager' if args.eager else 'by CUDA graph replays'}")
+          f"decode {'eager' if args.eager else 'by CUDA graph replays'}"
+          f"{f', {args.sync_every} steps per replay' if args.sync_every > 1 else ''}")
     print(f"prefill: {1000 * result.prefill_s:.2f} ms ({prompt_tokens / result.prefill_s:.1f} tokens/s)")
     if result.steps:
         step_s = result.decode_s / result.steps

@@ -26,7 +26,7 @@ import numpy as np
 import cutile
 import cutile_kernels as ck
 from cutile import api
-from cutile.core import bf16, f32, i32
+from cutile.core import Mut, Tensor, bf16, f32, i32, i64, load_tile_like
 
 #: the dtype of the weights, activations and KV cache
 DTYPE = bf16
@@ -267,7 +267,6 @@ class StepBuffers:
     act: cutile.Tensor
     down: cutile.Tensor
     logits: cutile.Tensor
-    next_ids: cutile.Tensor
 
     @classmethod
     def allocate(cls, c: Qwen3Config, batch: int) -> StepBuffers:
@@ -278,8 +277,8 @@ class StepBuffers:
         return cls((empty(batch, h), empty(batch, h)), empty(batch, h), empty(batch, c.q_size), empty(batch, c.kv_size),
                    empty(batch, c.kv_size), empty(batch, heads, dim), empty(batch, kv, dim), empty(batch, heads, dim),
                    empty(batch, h), empty(batch, c.intermediate_size), empty(batch, c.intermediate_size),
-                   empty(batch, 2 * c.intermediate_size), empty(batch, c.intermediate_size), empty(batch, h), api.empty((batch, c.vocab_size), f32),
-                   api.empty((batch,), "i64"))
+                   empty(batch, 2 * c.intermediate_size), empty(batch, c.intermediate_size), empty(batch, h),
+                   api.empty((batch, c.vocab_size), f32))
 
 
 class Qwen3Model:
@@ -404,12 +403,12 @@ class Qwen3Model:
         return logits
 
     def decode_into(self, ids: cutile.Tensor, positions: cutile.Tensor, seq_lens: cutile.Tensor, cache: KVCache,
-                    bufs: StepBuffers, *, greedy: bool = False) -> cutile.Tensor:
+                    bufs: StepBuffers) -> cutile.Tensor:
         """The decode step's work on device tensors alone (it allocates nothing and reads
         nothing back, so it can be captured): ``positions`` (i32, each sequence's
-        position), ``seq_lens`` (positions + 1); writes the keys and values, the logits
-        into ``bufs.logits`` and, with ``greedy``, their argmax into ``bufs.next_ids``.
-        The cache's host lengths are the caller's to advance."""
+        position), ``seq_lens`` (positions + 1); writes the keys and values and the
+        logits into ``bufs.logits``. The cache's host lengths are the caller's to advance
+        (they say only whether every sequence is at one position)."""
         c, w = self.config, self.weights
         batch = cache.batch
         same_position = len(set(cache.lengths)) == 1
@@ -430,44 +429,114 @@ class Qwen3Model:
                     ck.kv_cache_update(values[b], new_v[b], positions[b:b + 1])
             ck.decode_attention(q, keys.transpose(1, 2), values.transpose(1, 2), seq_lens, out=bufs.attended)
             hidden, normed = self._finish_layer(layer, bufs.attended, hidden, next_norm, bufs)
-        logits = self._logits(normed, out=bufs.logits)
-        if greedy:
-            ck.argmax(bufs.logits, out=bufs.next_ids)
-        return logits
+        return self._logits(normed, out=bufs.logits)
+
+
+# The decode state a graph advances on the device (so a replay needs no upload): each
+# step's positions are the last step's lengths, and its lengths one more.
+@cutile.entry
+def _plus_one(out: Mut[Tensor[i32, ["B"]]], x: Tensor[i32, [-1]]) -> None:
+    out.store(load_tile_like(x, out) + 1)
+
+
+@cutile.entry
+def _copy_i32(out: Mut[Tensor[i32, ["B"]]], x: Tensor[i32, [-1]]) -> None:
+    out.store(load_tile_like(x, out))
+
+
+@cutile.entry
+def _copy_i64(out: Mut[Tensor[i64, ["B"]]], x: Tensor[i64, [-1]]) -> None:
+    out.store(load_tile_like(x, out))
 
 
 class DecodeGraph:
-    """The decode step of one cache captured once as a CUDA graph and replayed per token
-    (on the interpreter, a host graph: the recorded launches run again). A replay's new
-    inputs (the ids, positions and lengths) are copied in by `cutile.Graph.update`; with
-    ``greedy`` the graph also takes the argmax, so the ids stay on the device and the
-    host reads back only what it asks for."""
+    """``steps`` decode steps of one cache captured once as a CUDA graph and replayed
+    (on the interpreter, a host graph: the recorded launches run again).
 
-    def __init__(self, model: Qwen3Model, cache: KVCache, *, greedy: bool) -> None:
-        self.model, self.cache, self.greedy = model, cache, greedy
-        self.bufs = model.step_buffers(cache.batch)
-        self.ids = api.zeros((cache.batch,), "i64")
-        self.positions = _i32(cache.lengths)
-        self.seq_lens = _i32([n + 1 for n in cache.lengths])
-        # One eager step loads every kernel and makes every plan's workspaces (a capture
-        # can do neither). It writes keys and values at each sequence's next position
-        # and nothing else the real steps read: the first replay overwrites them.
-        model.decode_into(self.ids, self.positions, self.seq_lens, cache, self.bufs, greedy=greedy)
-        with cutile.graph_scope("qwen3 decode step") as scope:
-            model.decode_into(self.ids, self.positions, self.seq_lens, cache, self.bufs, greedy=greedy)
+    The graph keeps its state on the device: each step's positions and lengths are made
+    from the last step's by two small kernels, and, with ``greedy``, each step's argmax
+    goes to a row of `tokens` that the next step embeds (the first step reads the last
+    row). A replay then needs nothing from the host: ``replay()`` runs ``steps`` tokens
+    per sequence and the host reads them back once. Without ``greedy`` (``steps`` 1)
+    the host samples each step's logits and gives the ids to the next replay, copied in
+    by `cutile.Graph.update`."""
+
+    def __init__(self, model: Qwen3Model, cache: KVCache, *, greedy: bool, steps: int = 1) -> None:
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ModelError(f"DecodeGraph: parameter 'steps' must be an int >= 1, got {steps!r}")
+        if steps > 1 and not greedy:
+            raise ModelError(f"DecodeGraph: {steps} steps per replay need greedy decoding (sampling reads each "
+                             "step's logits on the host)")
+        self.model, self.cache, self.greedy, self.steps = model, cache, greedy, steps
+        batch = cache.batch
+        self.bufs = model.step_buffers(batch)
+        self.tokens = api.zeros((steps, batch), "i64")  # each step's argmax (greedy)
+        # its rows as views made once: argmax makes its workspace once per out= tensor
+        self._rows = [self.tokens[step] for step in range(steps)]
+        self.ids = api.zeros((batch,), "i64")  # the ids a sampled step embeds (a graph input)
+        self.positions = api.zeros((batch,), i32)
+        self.seq_lens = _i32(cache.lengths)  # the lengths before the next step
+        self._tile = 1 << max(0, batch - 1).bit_length()
+        self._device_lengths: list[int] | None = None  # what seq_lens holds, when known
+        self._check_room(steps)
+        # One eager run loads every kernel and makes every plan's workspaces (a capture can
+        # do neither). It writes keys and values past each sequence's length and nothing
+        # the real steps read before they rewrite it.
+        self._record()
+        with cutile.graph_scope(f"qwen3 decode x{steps}") as scope:
+            self._record()
         self.graph = scope.graph
 
-    def step(self, ids: cutile.Tensor) -> cutile.Tensor:
-        """Replays the step for ``ids`` (i64 ``(batch,)``, e.g. the last replay's
-        ``bufs.next_ids``) at the cache's lengths, advances them and returns the logits
-        buffer (``bufs.next_ids`` holds their argmax when greedy)."""
+    def _check_room(self, steps: int) -> None:
+        cache = self.cache
+        worst = max(cache.lengths) + steps
+        if worst > cache.max_seq:
+            raise ModelError(f"DecodeGraph: {steps} steps after a length of {max(cache.lengths)} need "
+                             f"{worst} positions; the cache has {cache.max_seq}")
+
+    def _record(self) -> None:
+        model, bufs, tile = self.model, self.bufs, [self._tile]
+        for step in range(self.steps):
+            _copy_i32(self.positions[...].partition(tile), self.seq_lens).sync()
+            _plus_one(self.seq_lens[...].partition(tile), self.positions).sync()
+            ids = self._rows[step - 1] if self.greedy else self.ids  # (step 0 reads the last row)
+            model.decode_into(ids, self.positions, self.seq_lens, self.cache, bufs)
+            if self.greedy:
+                ck.argmax(bufs.logits, out=self._rows[step])
+
+    @property
+    def last_ids(self) -> cutile.Tensor:
+        """The last step's argmax (greedy): give it to the next `replay` to go on."""
+        return self._rows[-1]
+
+    def replay(self, ids: cutile.Tensor) -> cutile.Tensor:
+        """Runs ``steps`` steps from ``ids`` (i64 ``(batch,)``: the tokens at each
+        sequence's length) and advances the cache's lengths; returns the logits of the
+        last step (greedy: `tokens` holds every step's argmax)."""
         cache = self.cache
         self.model._check_step(ids, cache)
-        if tuple(ids.shape) != tuple(self.ids.shape) or ids.dtype != self.ids.dtype:
-            raise ModelError(f"DecodeGraph.step(): parameter 'ids' must be i64 [{cache.batch}], got {ids.dtype} "
+        if ids.dtype != self.ids.dtype:
+            raise ModelError(f"DecodeGraph.replay(): parameter 'ids' must be i64 [{cache.batch}], got {ids.dtype} "
                              f"{list(ids.shape)}")
-        self.graph.update(replace={self.ids: ids, self.positions: _i32(cache.lengths),
-                                   self.seq_lens: _i32([n + 1 for n in cache.lengths])})
+        self._check_room(self.steps)
+        tile = [self._tile]
+        if self._device_lengths != cache.lengths:  # the host moved them (or the capture did)
+            _copy_i32(self.seq_lens[...].partition(tile), _i32(cache.lengths)).sync()
+        if self.greedy:
+            last = self.last_ids
+            if (ids.address(), ids.strides) != (last.address(), last.strides):  # not the last replay's own
+                _copy_i64(last[...].partition(tile), ids).sync()
+        else:
+            self.graph.update(replace={self.ids: ids})
         self.graph.launch().sync()
-        cache.lengths = [n + 1 for n in cache.lengths]
+        cache.lengths = [n + self.steps for n in cache.lengths]
+        self._device_lengths = cache.lengths
         return self.bufs.logits
+
+    def step(self, ids: cutile.Tensor) -> cutile.Tensor:
+        """One replay of a one-step graph: the logits of the step (`last_ids` holds
+        their argmax when greedy)."""
+        if self.steps != 1:
+            raise ModelError(f"DecodeGraph.step(): this graph runs {self.steps} steps per replay; use replay()")
+        logits = self.replay(ids)
+        return logits
