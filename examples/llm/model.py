@@ -10,6 +10,10 @@ logits of each sequence's last token.
 
 Weights are kept in Hugging Face's layout (``[out_features, in_features]``) and passed to
 `matmul` as their ``.T`` view, which it reads in place (its fast path).
+
+`DecodeGraph` captures decode steps as a CUDA graph; three one-line cutile kernels of its
+own (copies and a ``+ 1`` of int tensors, which cutile_kernels' float pointwise functions
+do not take) keep the positions and lengths on the device between its steps.
 """
 
 from __future__ import annotations
