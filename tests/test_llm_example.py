@@ -368,6 +368,11 @@ def test_checkpoint_errors_name_the_tensor_or_field(tmp_path: Path) -> None:
     (tmp_path / "bad" / "config.json").write_text(json.dumps({"hidden_size": 64}))
     with pytest.raises(ModelError, match="intermediate_size"):
         load_checkpoint(tmp_path / "bad")
+    for field, value in (("rope_scaling", {"type": "yarn", "factor": 4.0}), ("model_type", "qwen2"),
+                         ("attention_bias", True), ("hidden_act", "gelu")):
+        with pytest.raises(ModelError, match=f"field '{field}' is"):
+            Qwen3Config.from_dict({**TINY.to_dict(), field: value})
+    assert Qwen3Config.from_dict({**TINY.to_dict(), "rope_scaling": None, "model_type": "qwen3"}) == TINY
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "config.json").write_text(json.dumps(TINY.to_dict()))
     with pytest.raises(ModelError, match="no .safetensors file"):

@@ -79,6 +79,13 @@ class Qwen3Config:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any], source: str = "config") -> Qwen3Config:
+        # What this model does not implement is refused, not ignored (it would give wrong logits).
+        unsupported = {"model_type": ("qwen3", None), "hidden_act": ("silu", None), "attention_bias": (False, None),
+                       "use_sliding_window": (False, None), "rope_scaling": (None,)}
+        for name, accepted in unsupported.items():
+            if name in values and values[name] not in accepted:
+                raise ModelError(f"{source}: field '{name}' is {values[name]!r}; this Qwen3 model takes "
+                                 f"{' or '.join(repr(a) for a in accepted if a is not None) or 'null'}")
         missing = [name for name in cls.FIELDS[:7] if name not in values]
         if "head_dim" in missing and "hidden_size" in values and "num_attention_heads" in values:
             missing.remove("head_dim")  # older configs leave it to hidden / heads
