@@ -266,6 +266,9 @@ def test_random_weights_are_made_on_the_device_with_the_seed() -> None:
     tensors["model.layers.0.mlp.gate_up_proj.weight"] = api.zeros((3, 64), "bf16")
     with pytest.raises(ModelError, match="gate_up_proj.weight' is bf16 \\[3, 64\\]"):
         Qwen3Weights.from_named(TINY, tensors)
+    tensors["model.layers.0.mlp.gate_up_proj.weight"] = api.zeros((2 * TINY.intermediate_size, 64), "bf16")
+    with pytest.raises(ModelError, match="as its halves"):
+        Qwen3Weights.from_named(TINY, tensors)  # the right shape, but not the layer's gate and up
     assert tuple(a.lm_head.shape) == (TINY.vocab_size, TINY.hidden_size)
 
 

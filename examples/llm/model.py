@@ -209,6 +209,13 @@ class Qwen3Weights:
                                         or stacked.dtype != DTYPE):
                 raise ModelError(f"weights: '{p + GATE_UP}' is {stacked.dtype} {list(stacked.shape)}; expected "
                                  f"{DTYPE} [{2 * config.intermediate_size}, {config.hidden_size}]")
+            if stacked is not None:  # one GEMM replaces the two: its halves must be them
+                half = config.intermediate_size * config.hidden_size * DTYPE.itemsize
+                gate, up = tensors[p + "mlp.gate_proj.weight"], tensors[p + "mlp.up_proj.weight"]
+                if (gate.address(), up.address()) != (stacked.address(), stacked.address() + half) \
+                        or not (gate.is_contiguous and up.is_contiguous):
+                    raise ModelError(f"weights: '{p + GATE_UP}' must hold the layer's gate_proj and up_proj as its "
+                                     "halves (views of it)")
             layers.append(LayerWeights(
                 tensors[p + "input_layernorm.weight"], tensors[p + "self_attn.q_proj.weight"],
                 tensors[p + "self_attn.k_proj.weight"], tensors[p + "self_attn.v_proj.weight"],
