@@ -25,7 +25,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from examples.llm.generate import generate, sample  # noqa: E402
-from examples.llm.model import PRESETS, DecodeGraph, KVCache, ModelError, Qwen3Config, Qwen3Model, Qwen3Weights  # noqa: E402
+from examples.llm.model import (  # noqa: E402
+    PRESETS, DecodeGraph, KVCache, ModelError, Qwen3Config, Qwen3Model, Qwen3Weights,
+)
 from examples.llm.weights import load_checkpoint, random_arrays, random_weights, save_checkpoint  # noqa: E402
 
 needs_safetensors = pytest.mark.skipif(
@@ -325,7 +327,8 @@ def test_a_safetensors_checkpoint_is_written_and_read_back(tmp_path: Path) -> No
     config, weights = load_checkpoint(tmp_path)
     assert config == TINY
     as_f64 = lambda t: t.to_numpy().astype(np.float64)  # noqa: E731
-    assert np.array_equal(as_f64(weights.layers[1].down_proj), arrays["model.layers.1.mlp.down_proj.weight"].astype(np.float64))
+    assert np.array_equal(as_f64(weights.layers[1].down_proj),
+                          arrays["model.layers.1.mlp.down_proj.weight"].astype(np.float64))
     assert np.array_equal(as_f64(weights.lm_head), arrays["lm_head.weight"].astype(np.float64))
     assert np.array_equal(as_f64(weights.norm), arrays["model.norm.weight"].astype(np.float64))
     # gate and up stacked for one GEMM, the Hugging Face tensors its halves

@@ -122,7 +122,8 @@ class Qwen3Config:
         for n in range(self.num_hidden_layers):
             p = f"model.layers.{n}."
             shapes |= {p + "input_layernorm.weight": (h,), p + "self_attn.q_proj.weight": (self.q_size, h),
-                       p + "self_attn.k_proj.weight": (self.kv_size, h), p + "self_attn.v_proj.weight": (self.kv_size, h),
+                       p + "self_attn.k_proj.weight": (self.kv_size, h),
+                       p + "self_attn.v_proj.weight": (self.kv_size, h),
                        p + "self_attn.q_norm.weight": (self.head_dim,), p + "self_attn.k_norm.weight": (self.head_dim,),
                        p + "self_attn.o_proj.weight": (h, self.q_size), p + "post_attention_layernorm.weight": (h,),
                        p + "mlp.gate_proj.weight": (inter, h), p + "mlp.up_proj.weight": (inter, h),

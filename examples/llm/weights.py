@@ -4,10 +4,11 @@ shapes made on the device from a seed.
 
 A checkpoint's file is memory-mapped by safetensors (numpy framework), which reads each
 tensor into a host array, copied to the device by ``api.from_numpy`` at once: one
-host-to-device copy per tensor and no other host copy, except for tensors stored in another float dtype (converted to bf16 on the host
-first) and each layer's gate and up projections, stacked on the host into one
-``[2 * intermediate, hidden]`` tensor so that the MLP's first product is one GEMM (the
-two Hugging Face tensors are its halves, views on the device).
+host-to-device copy per tensor and no other host copy, except for tensors stored in
+another float dtype (converted to bf16 on the host first) and each layer's gate and up
+projections, stacked on the host into one ``[2 * intermediate, hidden]`` tensor so that
+the MLP's first product is one GEMM (the two Hugging Face tensors are its halves, views
+on the device).
 """
 
 from __future__ import annotations
@@ -71,7 +72,8 @@ def load_checkpoint(directory: str | Path) -> tuple[Qwen3Config, Qwen3Weights]:
                             _stack(tensors, prefix, api.from_numpy(np.concatenate([halves.pop(gate),
                                                                                    halves.pop(up)])))
                         else:  # (from_named names the one of the wrong shape)
-                            tensors[gate], tensors[up] = api.from_numpy(halves.pop(gate)), api.from_numpy(halves.pop(up))
+                            tensors[gate] = api.from_numpy(halves.pop(gate))
+                            tensors[up] = api.from_numpy(halves.pop(up))
                     continue
                 tensors[name] = api.from_numpy(array)
     tensors |= {name: api.from_numpy(array) for name, array in halves.items()}  # (a half without its pair)
