@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
     ("bench_pointwise.py", ["--smoke"], "results: OK"),
     ("bench_decode.py", ["--smoke"], "results: OK"),
     ("bench_attention.py", ["--smoke"], "results: OK"),
+    ("bench_llm.py", ["--smoke"], "results: OK"),
     ("bench_pointwise.py", ["--smoke", "--record", "--budget", "2", "--only", "argmax"],
      "searched cutile_kernels_argmax: 1 buckets"),
     # (its GEMMs' tileiras compiles take minutes on a CI machine: the suite compiles mapped_gemm)

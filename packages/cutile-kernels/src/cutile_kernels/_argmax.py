@@ -24,7 +24,7 @@ import cutile.core as ct
 from cutile.core import Constant, Mut, Tensor, arange, bid, f32, full, i32, i64, where
 
 from cutile_kernels import _pointwise as pw
-from cutile_kernels._operands import Operand, as_tensor, output
+from cutile_kernels._operands import Operand, as_tensor, derived, output
 
 #: chunk_tiles 0: as many tiles per chunk as keep at least `TARGET_BLOCKS` blocks
 SPACE = tune.Space(tile_rows=[1, 2, 4], tile_cols=[512, 1024, 2048, 4096], chunk_tiles=[0, 1, 2, 4, 8, 16],
@@ -150,8 +150,10 @@ def _argmax_launch(x: Any, dim: int = -1, keepdim: bool = False, *, out: Any = N
     chosen = config if config is not None else TUNER.config((rows, cols))
     bm, bn, sub, chunks = plan(chosen, rows, cols)
     x2 = pw.reshaped(xa, (rows, cols), fn, "x")
-    values = api.empty([rows, chunks], dtype="f32")
-    indices = api.empty([rows, chunks], dtype="i32")
+    # The partials per out (made once: a warmed-up call with out= allocates nothing, so it
+    # can be captured in a CUDA graph; out's hold keeps two pending calls from sharing them).
+    values, indices = derived(result.tensor, ("partials", rows, chunks), lambda: (
+        api.empty([rows, chunks], dtype="f32"), api.empty([rows, chunks], dtype="i32")))
     chunk_kernel, row_kernel = argmax_kernels(xa.tensor.dtype, int(chosen["occupancy"]))
     flat_out = pw.reshaped(Operand.of(result.tensor), (rows,), fn, "out")
     rows_tile = min(pw.next_pow2(rows), max(1, 4096 // pw.next_pow2(chunks)))

@@ -56,7 +56,7 @@ import cutile.core as ct
 from cutile.core import Constant, Mut, Tensor, arange, bid, cdiv, exp2, f32, full, i32, maximum, minimum, mma, where, \
     zeros
 
-from cutile_kernels._operands import as_tensor, host_values, integer_values
+from cutile_kernels._operands import as_tensor, derived, host_values, integer_values
 from cutile_kernels._pointwise import Pending
 from cutile_kernels._records import record_path
 
@@ -353,9 +353,13 @@ def _decode_attention_launch(q: Any, k_cache: Any, v_cache: Any, seq_lens: Any, 
     group = q_heads // kv_heads
     rows = max(8, next_pow2(group))  # the products' q-head columns: the group, padded to 8
     split = plan(chosen, batch, kv_heads, max_seq)
-    part_acc = api.empty([batch * kv_heads, split.splits, rows * head_dim], dtype="f32")
-    part_max = api.empty([batch * kv_heads, split.splits, rows], dtype="f32")
-    part_sum = api.empty([batch * kv_heads, split.splits, rows], dtype="f32")
+    # One workspace per out and split plan (made on the first call, so a warmed-up call
+    # allocates nothing and can be captured in a CUDA graph); a second call while the
+    # first is pending is refused by out's hold, so the workspace is never shared.
+    part_acc, part_max, part_sum = derived(oa, ("workspace", split.splits, rows), lambda: (
+        api.empty([batch * kv_heads, split.splits, rows * head_dim], dtype="f32"),
+        api.empty([batch * kv_heads, split.splits, rows], dtype="f32"),
+        api.empty([batch * kv_heads, split.splits, rows], dtype="f32")))
     split_kernel, merge_kernel = decode_kernels(qa.dtype, la.dtype, int(chosen["occupancy"]),
                                                 int(chosen["num_worker_warps"]), int(chosen["latency"]))
     first = split_kernel(part_acc.permute(0, 1, 2).partition([1, 1, rows * head_dim]),

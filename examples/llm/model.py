@@ -1,0 +1,561 @@
+"""A dense Qwen3 model on cutile_kernels: prefill over packed prompts and a decode step
+over a KV cache, bf16, with no other library in the forward.
+
+Per layer: RMSNorm -> q/k/v projections -> QK-norm -> RoPE (neox) -> GQA attention
+(prefill: the varlen flash kernel over the packed prompts; decode: `decode_attention`
+over the cache, after `kv_cache_update` wrote the new keys and values) -> output
+projection -> residual add fused with the next RMSNorm (`add_rms_norm`) -> SiLU-gated
+MLP -> residual. The final norm and the LM head (tied to the embedding or not) give f32
+logits of each sequence's last token.
+
+Weights are kept in Hugging Face's layout (``[out_features, in_features]``) and passed to
+`matmul` as their ``.T`` view, which it reads in place (its fast path).
+
+`DecodeGraph` captures decode steps as a CUDA graph; three one-line cutile kernels of its
+own (copies and a ``+ 1`` of int tensors, which cutile_kernels' float pointwise functions
+do not take) keep the positions and lengths on the device between its steps.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import cutile
+import cutile_kernels as ck
+from cutile import api
+from cutile.core import Mut, Tensor, bf16, f32, i32, i64, load_tile_like
+
+#: the dtype of the weights, activations and KV cache
+DTYPE = bf16
+
+
+class ModelError(cutile.ArgumentError):
+    """A config, checkpoint or generation argument the model cannot take (the field or
+    parameter is named)."""
+
+
+@dataclass(frozen=True)
+class Qwen3Config:
+    """The fields of a Hugging Face Qwen3 ``config.json`` this model reads."""
+
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    vocab_size: int
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 1_000_000.0
+    tie_word_embeddings: bool = False
+    max_position_embeddings: int = 40960
+
+    FIELDS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+              "num_key_value_heads", "head_dim", "vocab_size", "rms_norm_eps", "rope_theta",
+              "tie_word_embeddings", "max_position_embeddings")
+
+    def __post_init__(self) -> None:
+        for name in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                     "num_key_value_heads", "head_dim", "vocab_size", "max_position_embeddings"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ModelError(f"Qwen3Config: field '{name}' must be a positive int, got {value!r}")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ModelError(f"Qwen3Config: num_attention_heads ({self.num_attention_heads}) must be a multiple of "
+                             f"num_key_value_heads ({self.num_key_value_heads})")
+        if self.head_dim not in (64, 128):
+            raise ModelError(f"Qwen3Config: field 'head_dim' is {self.head_dim}; the attention kernels take 64 or 128")
+        if not self.rms_norm_eps > 0:
+            raise ModelError(f"Qwen3Config: field 'rms_norm_eps' must be positive, got {self.rms_norm_eps!r}")
+        if not self.rope_theta > 1:
+            raise ModelError(f"Qwen3Config: field 'rope_theta' must be above 1, got {self.rope_theta!r}")
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any], source: str = "config") -> Qwen3Config:
+        # What this model does not implement is refused, not ignored (it would give wrong logits).
+        unsupported = {"model_type": ("qwen3", None), "hidden_act": ("silu", None), "attention_bias": (False, None),
+                       "use_sliding_window": (False, None), "rope_scaling": (None,)}
+        for name, accepted in unsupported.items():
+            if name in values and values[name] not in accepted:
+                raise ModelError(f"{source}: field '{name}' is {values[name]!r}; this Qwen3 model takes "
+                                 f"{' or '.join(repr(a) for a in accepted if a is not None) or 'null'}")
+        missing = [name for name in cls.FIELDS[:7] if name not in values]
+        if "head_dim" in missing and "hidden_size" in values and "num_attention_heads" in values:
+            missing.remove("head_dim")  # older configs leave it to hidden / heads
+            values = {**values, "head_dim": values["hidden_size"] // values["num_attention_heads"]}
+        if missing:
+            raise ModelError(f"{source}: missing the Qwen3 field(s) {', '.join(missing)}")
+        return cls(**{name: values[name] for name in cls.FIELDS if name in values})
+
+    @classmethod
+    def from_json(cls, path: str | Path) -> Qwen3Config:
+        try:
+            values = json.loads(Path(path).read_text())
+        except (OSError, json.JSONDecodeError) as error:
+            raise ModelError(f"config.json: cannot read {path}: {error}") from None
+        if not isinstance(values, dict):
+            raise ModelError(f"config.json: {path} holds no JSON object")
+        return cls.from_dict(values, str(path))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.FIELDS}
+
+    @property
+    def q_size(self) -> int:
+        return self.num_attention_heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        return self.num_key_value_heads * self.head_dim
+
+    def weight_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Every tensor of the checkpoint, by its Hugging Face name."""
+        h, inter = self.hidden_size, self.intermediate_size
+        shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (self.vocab_size, h)}
+        for n in range(self.num_hidden_layers):
+            p = f"model.layers.{n}."
+            shapes |= {p + "input_layernorm.weight": (h,), p + "self_attn.q_proj.weight": (self.q_size, h),
+                       p + "self_attn.k_proj.weight": (self.kv_size, h),
+                       p + "self_attn.v_proj.weight": (self.kv_size, h),
+                       p + "self_attn.q_norm.weight": (self.head_dim,), p + "self_attn.k_norm.weight": (self.head_dim,),
+                       p + "self_attn.o_proj.weight": (h, self.q_size), p + "post_attention_layernorm.weight": (h,),
+                       p + "mlp.gate_proj.weight": (inter, h), p + "mlp.up_proj.weight": (inter, h),
+                       p + "mlp.down_proj.weight": (h, inter)}
+        shapes["model.norm.weight"] = (h,)
+        if not self.tie_word_embeddings:
+            shapes["lm_head.weight"] = (self.vocab_size, h)
+        return shapes
+
+    def weight_bytes(self) -> int:
+        """Bytes of the weights (bf16)."""
+        return sum(math.prod(s) for s in self.weight_shapes().values()) * DTYPE.itemsize
+
+    def kv_bytes(self, tokens: int) -> int:
+        """Bytes of the K and V cache entries of ``tokens`` positions over all layers."""
+        return 2 * self.num_hidden_layers * tokens * self.kv_size * DTYPE.itemsize
+
+
+#: the published Qwen3 dense shapes (Hugging Face ``Qwen/Qwen3-*`` config.json), and a
+#: tiny one for the interpreter
+PRESETS: dict[str, Qwen3Config] = {
+    "qwen3-0.6b": Qwen3Config(1024, 3072, 28, 16, 8, 128, 151936, tie_word_embeddings=True),
+    "qwen3-1.7b": Qwen3Config(2048, 6144, 28, 16, 8, 128, 151936, tie_word_embeddings=True),
+    "qwen3-4b": Qwen3Config(2560, 9728, 36, 32, 8, 128, 151936, tie_word_embeddings=True),
+    "qwen3-8b": Qwen3Config(4096, 12288, 36, 32, 8, 128, 151936, tie_word_embeddings=False),
+    "tiny": Qwen3Config(64, 128, 2, 4, 2, 64, 512, tie_word_embeddings=True, max_position_embeddings=256),
+}
+
+
+@dataclass
+class LayerWeights:
+    input_layernorm: cutile.Tensor
+    q_proj: cutile.Tensor
+    k_proj: cutile.Tensor
+    v_proj: cutile.Tensor
+    q_norm: cutile.Tensor
+    k_norm: cutile.Tensor
+    o_proj: cutile.Tensor
+    post_attention_layernorm: cutile.Tensor
+    gate_proj: cutile.Tensor
+    up_proj: cutile.Tensor
+    down_proj: cutile.Tensor
+    #: gate_proj and up_proj stacked ``[2 * intermediate, hidden]`` (they are its views):
+    #: the MLP's first product in one GEMM, when the weights were made so
+    gate_up_proj: cutile.Tensor | None = None
+
+
+#: the name under which `Qwen3Weights.from_named` takes a layer's stacked gate and up
+#: projections (not a Hugging Face name: the loaders make it)
+GATE_UP = "mlp.gate_up_proj.weight"
+
+
+@dataclass
+class Qwen3Weights:
+    """Device tensors in Hugging Face's layout; ``lm_head`` is the embedding when tied."""
+
+    embed_tokens: cutile.Tensor
+    layers: list[LayerWeights]
+    norm: cutile.Tensor
+    lm_head: cutile.Tensor
+
+    @classmethod
+    def from_named(cls, config: Qwen3Config, tensors: dict[str, cutile.Tensor]) -> Qwen3Weights:
+        """From tensors keyed by their Hugging Face names (checked against the config's
+        shapes), and optionally each layer's `GATE_UP` stack whose halves are the
+        layer's gate_proj and up_proj tensors."""
+        expected = config.weight_shapes()
+        missing = sorted(set(expected) - set(tensors), key=_name_order)
+        if missing:
+            shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+            raise ModelError(f"checkpoint: missing tensor(s) {shown}")
+        for name, shape in expected.items():
+            got = tensors[name]
+            if tuple(got.shape) != shape:
+                raise ModelError(f"checkpoint: tensor '{name}' has shape {list(got.shape)}; the config gives "
+                                 f"{list(shape)}")
+            if got.dtype != DTYPE:
+                raise ModelError(f"checkpoint: tensor '{name}' has dtype {got.dtype} on the device; expected {DTYPE}")
+        layers = []
+        for n in range(config.num_hidden_layers):
+            p = f"model.layers.{n}."
+            stacked = tensors.get(p + GATE_UP)
+            if stacked is not None and (tuple(stacked.shape) != (2 * config.intermediate_size, config.hidden_size)
+                                        or stacked.dtype != DTYPE):
+                raise ModelError(f"weights: '{p + GATE_UP}' is {stacked.dtype} {list(stacked.shape)}; expected "
+                                 f"{DTYPE} [{2 * config.intermediate_size}, {config.hidden_size}]")
+            if stacked is not None:  # one GEMM replaces the two: its halves must be them
+                half = config.intermediate_size * config.hidden_size * DTYPE.itemsize
+                gate, up = tensors[p + "mlp.gate_proj.weight"], tensors[p + "mlp.up_proj.weight"]
+                if (gate.address(), up.address()) != (stacked.address(), stacked.address() + half) \
+                        or not (gate.is_contiguous and up.is_contiguous):
+                    raise ModelError(f"weights: '{p + GATE_UP}' must hold the layer's gate_proj and up_proj as its "
+                                     "halves (views of it)")
+            layers.append(LayerWeights(
+                tensors[p + "input_layernorm.weight"], tensors[p + "self_attn.q_proj.weight"],
+                tensors[p + "self_attn.k_proj.weight"], tensors[p + "self_attn.v_proj.weight"],
+                tensors[p + "self_attn.q_norm.weight"], tensors[p + "self_attn.k_norm.weight"],
+                tensors[p + "self_attn.o_proj.weight"], tensors[p + "post_attention_layernorm.weight"],
+                tensors[p + "mlp.gate_proj.weight"], tensors[p + "mlp.up_proj.weight"],
+                tensors[p + "mlp.down_proj.weight"], tensors.get(p + GATE_UP)))
+        embed = tensors["model.embed_tokens.weight"]
+        head = embed if config.tie_word_embeddings else tensors["lm_head.weight"]
+        return cls(embed, layers, tensors["model.norm.weight"], head)
+
+
+def _name_order(name: str) -> tuple[int, str]:
+    parts = name.split(".")
+    return (int(parts[2]) if len(parts) > 2 and parts[2].isdigit() else -1, name)
+
+
+@dataclass
+class KVCache:
+    """Per layer K and V of shape ``(batch, max_seq, kv_heads, head_dim)`` (what
+    `kv_cache_update` writes; `decode_attention` reads its ``transpose(1, 2)`` view), and
+    each sequence's length on the host."""
+
+    keys: list[cutile.Tensor]
+    values: list[cutile.Tensor]
+    lengths: list[int] = field(default_factory=list)
+
+    @classmethod
+    def allocate(cls, config: Qwen3Config, batch: int, max_seq: int) -> KVCache:
+        shape = (batch, max_seq, config.num_key_value_heads, config.head_dim)
+        # zeros, not empty: a tile of positions past a sequence's length (masked) is never memory nothing wrote
+        keys = [api.zeros(shape, DTYPE) for _ in range(config.num_hidden_layers)]
+        values = [api.zeros(shape, DTYPE) for _ in range(config.num_hidden_layers)]
+        return cls(keys, values, [0] * batch)
+
+    @property
+    def batch(self) -> int:
+        return int(self.keys[0].shape[0])
+
+    @property
+    def max_seq(self) -> int:
+        return int(self.keys[0].shape[1])
+
+
+def _i32(values: Sequence[int] | np.ndarray[Any, Any]) -> cutile.Tensor:
+    return api.from_numpy(np.asarray(values, dtype=np.int32))
+
+
+@dataclass
+class StepBuffers:
+    """Every intermediate of a decode step of ``batch`` tokens, allocated once: the step
+    then allocates nothing (what a CUDA graph capture needs) and its kernels find their
+    plans by the same tensors each time."""
+
+    hidden: tuple[cutile.Tensor, cutile.Tensor]  # the residual stream, ping-ponged by add_rms_norm
+    normed: cutile.Tensor
+    q_raw: cutile.Tensor
+    k_raw: cutile.Tensor
+    v: cutile.Tensor
+    q: cutile.Tensor
+    k: cutile.Tensor
+    attended: cutile.Tensor
+    projected: cutile.Tensor
+    gate: cutile.Tensor
+    up: cutile.Tensor
+    gate_up: cutile.Tensor
+    act: cutile.Tensor
+    down: cutile.Tensor
+    logits: cutile.Tensor
+
+    @classmethod
+    def allocate(cls, c: Qwen3Config, batch: int) -> StepBuffers:
+        def empty(*shape: int) -> cutile.Tensor:
+            return api.empty(shape, DTYPE)
+
+        h, heads, kv, dim = c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim
+        return cls((empty(batch, h), empty(batch, h)), empty(batch, h), empty(batch, c.q_size), empty(batch, c.kv_size),
+                   empty(batch, c.kv_size), empty(batch, heads, dim), empty(batch, kv, dim), empty(batch, heads, dim),
+                   empty(batch, h), empty(batch, c.intermediate_size), empty(batch, c.intermediate_size),
+                   empty(batch, 2 * c.intermediate_size), empty(batch, c.intermediate_size), empty(batch, h),
+                   api.empty((batch, c.vocab_size), f32))
+
+
+class Qwen3Model:
+    """The forward passes: `prefill` of packed prompts into a fresh cache, and
+    `decode_step` of one token per sequence (eager, or replayed as a CUDA graph by
+    `DecodeGraph`). Both return f32 logits ``(batch, vocab)``."""
+
+    def __init__(self, config: Qwen3Config, weights: Qwen3Weights) -> None:
+        self.config = config
+        self.weights = weights
+        self._step_buffers: dict[int, StepBuffers] = {}
+
+    def step_buffers(self, batch: int) -> StepBuffers:
+        if batch not in self._step_buffers:
+            self._step_buffers[batch] = StepBuffers.allocate(self.config, batch)
+        return self._step_buffers[batch]
+
+    # -- shared pieces ----------------------------------------------------------------
+
+    def _qkv(self, layer: LayerWeights, normed: cutile.Tensor, positions: cutile.Tensor,
+             bufs: StepBuffers | None) -> tuple[cutile.Tensor, cutile.Tensor, cutile.Tensor]:
+        """Projections, QK-norm and RoPE of ``tokens`` rows: q ``(tokens, heads, dim)``,
+        k and v ``(tokens, kv_heads, dim)`` (into ``bufs`` when given)."""
+        c = self.config
+        tokens = int(normed.shape[0])
+        q = ck.matmul(normed, layer.q_proj.T, out=bufs.q_raw if bufs else None)
+        k = ck.matmul(normed, layer.k_proj.T, out=bufs.k_raw if bufs else None)
+        v = ck.matmul(normed, layer.v_proj.T, out=bufs.v if bufs else None)
+        q, k = ck.qk_norm(q.reshape(tokens, c.num_attention_heads, c.head_dim),
+                          k.reshape(tokens, c.num_key_value_heads, c.head_dim), layer.q_norm, layer.k_norm,
+                          c.rms_norm_eps, out=(bufs.q, bufs.k) if bufs else None)
+        ck.rope(q, k, positions, c.rope_theta, style="neox", inplace=True)
+        return q, k, v.reshape(tokens, c.num_key_value_heads, c.head_dim)
+
+    def _finish_layer(self, layer: LayerWeights, attended: cutile.Tensor, hidden: cutile.Tensor,
+                      next_norm: cutile.Tensor, bufs: StepBuffers | None) -> tuple[cutile.Tensor, cutile.Tensor]:
+        """Output projection, residual add and RMSNorm, the MLP, and its residual add
+        fused with the next norm (the next layer's input norm, or the final one):
+        returns the residual stream and its normed rows."""
+        c = self.config
+        tokens = int(attended.shape[0])
+        other = None if bufs is None else bufs.hidden[1] if hidden is bufs.hidden[0] else bufs.hidden[0]
+        projected = ck.matmul(attended.reshape(tokens, c.q_size), layer.o_proj.T, out=bufs.projected if bufs else None)
+        hidden, normed = ck.add_rms_norm(projected, hidden, layer.post_attention_layernorm, c.rms_norm_eps,
+                                         out=(other, bufs.normed) if bufs else None)
+        if layer.gate_up_proj is not None:  # one GEMM; silu_mul reads the two halves in place
+            both = ck.matmul(normed, layer.gate_up_proj.T, out=bufs.gate_up if bufs else None)
+            gate, up = both[:, :c.intermediate_size], both[:, c.intermediate_size:]
+        else:
+            gate = ck.matmul(normed, layer.gate_proj.T, out=bufs.gate if bufs else None)
+            up = ck.matmul(normed, layer.up_proj.T, out=bufs.up if bufs else None)
+        act = ck.silu_mul(gate, up, out=bufs.act if bufs else None)
+        down = ck.matmul(act, layer.down_proj.T, out=bufs.down if bufs else None)
+        back = None if bufs is None else bufs.hidden[1] if other is bufs.hidden[0] else bufs.hidden[0]
+        hidden, normed = ck.add_rms_norm(down, hidden, next_norm, c.rms_norm_eps,
+                                         out=(back, bufs.normed) if bufs else None)
+        if bufs is None or back is None:
+            return hidden, normed
+        return back, bufs.normed
+
+    def _next_norms(self) -> list[cutile.Tensor]:
+        w = self.weights
+        return [layer.input_layernorm for layer in w.layers[1:]] + [w.norm]
+
+    def _logits(self, normed_rows: cutile.Tensor, out: cutile.Tensor | None = None) -> cutile.Tensor:
+        logits: cutile.Tensor = ck.matmul(normed_rows, self.weights.lm_head.T, out_dtype=f32, out=out)
+        return logits
+
+    # -- prefill ----------------------------------------------------------------------
+
+    def prefill(self, prompts: Sequence[Sequence[int]], cache: KVCache) -> cutile.Tensor:
+        """Runs the prompts (one per cache row, each at least one token) from position
+        0, writes their keys and values into ``cache`` and returns the logits of each
+        prompt's last token, f32 ``(batch, vocab)``."""
+        c, w = self.config, self.weights
+        if len(prompts) != cache.batch:
+            raise ModelError(f"prefill(): {len(prompts)} prompts for a cache of batch {cache.batch}")
+        lengths = [len(p) for p in prompts]
+        for b, n in enumerate(lengths):
+            if not 1 <= n <= cache.max_seq:
+                raise ModelError(f"prefill(): prompt {b} has {n} tokens; expected 1 to the cache's {cache.max_seq}")
+        ids = np.concatenate([np.asarray(p, dtype=np.int64) for p in prompts])
+        if ids.min() < 0 or ids.max() >= c.vocab_size:
+            raise ModelError(f"prefill(): token ids must lie in [0, {c.vocab_size}), got {int(ids.min())} to "
+                             f"{int(ids.max())}")
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+        positions = _i32(np.concatenate([np.arange(n) for n in lengths]))
+        cu_seqlens = api.from_numpy(offsets)
+        hidden = ck.embedding(api.from_numpy(ids.astype(np.int32)), w.embed_tokens)
+        normed = ck.rms_norm(hidden, w.layers[0].input_layernorm, c.rms_norm_eps)
+        for n, (layer, next_norm) in enumerate(zip(w.layers, self._next_norms())):
+            q, k, v = self._qkv(layer, normed, positions, None)
+            for b in range(cache.batch):
+                start, stop = int(offsets[b]), int(offsets[b + 1])
+                ck.kv_cache_update(cache.keys[n][b], k[start:stop], 0)
+                ck.kv_cache_update(cache.values[n][b], v[start:stop], 0)
+            attended = ck.attention(q, k, v, causal=True, cu_seqlens_q=cu_seqlens, cu_seqlens_k=cu_seqlens)
+            hidden, normed = self._finish_layer(layer, attended, hidden, next_norm, None)
+        cache.lengths = lengths
+        last = ck.embedding(_i32(offsets[1:] - 1), normed)  # the last row of each prompt (a gather)
+        return self._logits(last)
+
+    # -- decode -----------------------------------------------------------------------
+
+    def _check_step(self, ids: cutile.Tensor, cache: KVCache) -> None:
+        if tuple(ids.shape) != (cache.batch,):
+            raise ModelError(f"decode_step(): parameter 'ids' has shape {list(ids.shape)}; expected [{cache.batch}]")
+        full = [b for b, n in enumerate(cache.lengths) if n >= cache.max_seq]
+        if full:
+            raise ModelError(f"decode_step(): sequence {full[0]} fills the cache's {cache.max_seq} positions")
+
+    def decode_step(self, ids: cutile.Tensor, cache: KVCache) -> cutile.Tensor:
+        """One token per sequence (``ids``: i32 or i64 ``(batch,)`` on the device) at
+        position ``cache.lengths[b]``; appends its keys and values and returns f32 logits
+        ``(batch, vocab)`` (the model's step buffer for the batch: read it before the
+        next step)."""
+        self._check_step(ids, cache)
+        positions = _i32(cache.lengths)
+        seq_lens = _i32([n + 1 for n in cache.lengths])
+        logits = self.decode_into(ids, positions, seq_lens, cache, self.step_buffers(cache.batch))
+        cache.lengths = [n + 1 for n in cache.lengths]
+        return logits
+
+    def decode_into(self, ids: cutile.Tensor, positions: cutile.Tensor, seq_lens: cutile.Tensor, cache: KVCache,
+                    bufs: StepBuffers) -> cutile.Tensor:
+        """The decode step's work on device tensors alone (it allocates nothing and reads
+        nothing back, so it can be captured): ``positions`` (i32, each sequence's
+        position), ``seq_lens`` (positions + 1); writes the keys and values and the
+        logits into ``bufs.logits``. The cache's host lengths are the caller's to advance
+        (they say only whether every sequence is at one position)."""
+        c, w = self.config, self.weights
+        batch = cache.batch
+        same_position = len(set(cache.lengths)) == 1
+        hidden, normed = bufs.hidden[0], bufs.normed
+        ck.embedding(ids, w.embed_tokens, out=hidden)
+        ck.rms_norm(hidden, w.layers[0].input_layernorm, c.rms_norm_eps, out=normed)
+        for n, (layer, next_norm) in enumerate(zip(w.layers, self._next_norms())):
+            q, k, v = self._qkv(layer, normed, positions, bufs)
+            keys, values = cache.keys[n], cache.values[n]
+            new_k = k.reshape(batch, 1, c.num_key_value_heads, c.head_dim)
+            new_v = v.reshape(batch, 1, c.num_key_value_heads, c.head_dim)
+            if same_position:  # one launch for the batch: every row writes the same position
+                ck.kv_cache_update(keys, new_k, positions[0:1])
+                ck.kv_cache_update(values, new_v, positions[0:1])
+            else:
+                for b in range(batch):
+                    ck.kv_cache_update(keys[b], new_k[b], positions[b:b + 1])
+                    ck.kv_cache_update(values[b], new_v[b], positions[b:b + 1])
+            ck.decode_attention(q, keys.transpose(1, 2), values.transpose(1, 2), seq_lens, out=bufs.attended)
+            hidden, normed = self._finish_layer(layer, bufs.attended, hidden, next_norm, bufs)
+        return self._logits(normed, out=bufs.logits)
+
+
+# The decode state a graph advances on the device (so a replay needs no upload): each
+# step's positions are the last step's lengths, and its lengths one more.
+@cutile.entry
+def _plus_one(out: Mut[Tensor[i32, ["B"]]], x: Tensor[i32, [-1]]) -> None:
+    out.store(load_tile_like(x, out) + 1)
+
+
+@cutile.entry
+def _copy_i32(out: Mut[Tensor[i32, ["B"]]], x: Tensor[i32, [-1]]) -> None:
+    out.store(load_tile_like(x, out))
+
+
+@cutile.entry
+def _copy_i64(out: Mut[Tensor[i64, ["B"]]], x: Tensor[i64, [-1]]) -> None:
+    out.store(load_tile_like(x, out))
+
+
+class DecodeGraph:
+    """``steps`` decode steps of one cache captured once as a CUDA graph and replayed
+    (on the interpreter, a host graph: the recorded launches run again).
+
+    The graph keeps its state on the device: each step's positions and lengths are made
+    from the last step's by two small kernels, and, with ``greedy``, each step's argmax
+    goes to a row of `tokens` that the next step embeds (the first step reads the last
+    row). A replay then needs nothing from the host: ``replay()`` runs ``steps`` tokens
+    per sequence and the host reads them back once. Without ``greedy`` (``steps`` 1)
+    the host samples each step's logits and gives the ids to the next replay, copied in
+    by `cutile.Graph.update`."""
+
+    def __init__(self, model: Qwen3Model, cache: KVCache, *, greedy: bool, steps: int = 1) -> None:
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ModelError(f"DecodeGraph: parameter 'steps' must be an int >= 1, got {steps!r}")
+        if steps > 1 and not greedy:
+            raise ModelError(f"DecodeGraph: {steps} steps per replay need greedy decoding (sampling reads each "
+                             "step's logits on the host)")
+        self.model, self.cache, self.greedy, self.steps = model, cache, greedy, steps
+        batch = cache.batch
+        self.bufs = model.step_buffers(batch)
+        self.tokens = api.zeros((steps, batch), "i64")  # each step's argmax (greedy)
+        # its rows as views made once: argmax makes its workspace once per out= tensor
+        self._rows = [self.tokens[step] for step in range(steps)]
+        self.ids = api.zeros((batch,), "i64")  # the ids a sampled step embeds (a graph input)
+        self.positions = api.zeros((batch,), i32)
+        self.seq_lens = _i32(cache.lengths)  # the lengths before the next step
+        self._tile = 1 << max(0, batch - 1).bit_length()
+        self._device_lengths: list[int] | None = None  # what seq_lens holds, when known
+        self._check_room(steps)
+        # One eager run loads every kernel and makes every plan's workspaces (a capture can
+        # do neither). It writes keys and values past each sequence's length and nothing
+        # the real steps read before they rewrite it.
+        self._record()
+        with cutile.graph_scope(f"qwen3 decode x{steps}") as scope:
+            self._record()
+        self.graph = scope.graph
+
+    def _check_room(self, steps: int) -> None:
+        cache = self.cache
+        worst = max(cache.lengths) + steps
+        if worst > cache.max_seq:
+            raise ModelError(f"DecodeGraph: {steps} steps after a length of {max(cache.lengths)} need "
+                             f"{worst} positions; the cache has {cache.max_seq}")
+
+    def _record(self) -> None:
+        model, bufs, tile = self.model, self.bufs, [self._tile]
+        for step in range(self.steps):
+            _copy_i32(self.positions[...].partition(tile), self.seq_lens).sync()
+            _plus_one(self.seq_lens[...].partition(tile), self.positions).sync()
+            ids = self._rows[step - 1] if self.greedy else self.ids  # (step 0 reads the last row)
+            model.decode_into(ids, self.positions, self.seq_lens, self.cache, bufs)
+            if self.greedy:
+                ck.argmax(bufs.logits, out=self._rows[step])
+
+    @property
+    def last_ids(self) -> cutile.Tensor:
+        """The last step's argmax (greedy): give it to the next `replay` to go on."""
+        return self._rows[-1]
+
+    def replay(self, ids: cutile.Tensor) -> cutile.Tensor:
+        """Runs ``steps`` steps from ``ids`` (i64 ``(batch,)``: the tokens at each
+        sequence's length) and advances the cache's lengths; returns the logits of the
+        last step (greedy: `tokens` holds every step's argmax)."""
+        cache = self.cache
+        self.model._check_step(ids, cache)
+        if ids.dtype != self.ids.dtype:
+            raise ModelError(f"DecodeGraph.replay(): parameter 'ids' must be i64 [{cache.batch}], got {ids.dtype} "
+                             f"{list(ids.shape)}")
+        self._check_room(self.steps)
+        tile = [self._tile]
+        if self._device_lengths != cache.lengths:  # the host moved them (or the capture did)
+            _copy_i32(self.seq_lens[...].partition(tile), _i32(cache.lengths)).sync()
+        if self.greedy:
+            last = self.last_ids
+            if (ids.address(), ids.strides) != (last.address(), last.strides):  # not the last replay's own
+                _copy_i64(last[...].partition(tile), ids).sync()
+        else:
+            self.graph.update(replace={self.ids: ids})
+        self.graph.launch().sync()
+        cache.lengths = [n + self.steps for n in cache.lengths]
+        self._device_lengths = cache.lengths
+        return self.bufs.logits
+
+    def step(self, ids: cutile.Tensor) -> cutile.Tensor:
+        """One replay of a one-step graph: the logits of the step (`last_ids` holds
+        their argmax when greedy)."""
+        if self.steps != 1:
+            raise ModelError(f"DecodeGraph.step(): this graph runs {self.steps} steps per replay; use replay()")
+        logits = self.replay(ids)
+        return logits
