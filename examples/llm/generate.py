@@ -32,13 +32,18 @@ from .model import PRESETS, DecodeGraph, KVCache, ModelError, Qwen3Config, Qwen3
 from .weights import load_checkpoint, random_weights
 
 
+#: the largest k `cutile_kernels.top_k` takes
+TOP_K_ON_DEVICE = 64
+
+
 def sample(logits: cutile.Tensor, *, temperature: float = 0.0, top_k: int | None = None,
            rng: np.random.Generator | None = None) -> cutile.Tensor:
     """The next token of each row of f32 ``logits`` ``(batch, vocab)``, an i64 ``(batch,)``
     device tensor: the argmax on the device when ``temperature`` is 0 (greedy), else a
     draw from ``softmax(logits / temperature)``, restricted to the ``top_k`` largest
-    logits when given. Sampling reads the logits back and draws on the host (cutile_kernels
-    has no top-k kernel to keep it on the device)."""
+    logits when given. With ``top_k`` up to `cutile_kernels.top_k`'s limit the k largest
+    are found on the device and only they are read back; otherwise the whole rows are.
+    The draw itself is on the host."""
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0:
         raise ModelError(f"sample(): parameter 'temperature' must be a number >= 0, got {temperature!r}")
     vocab = int(logits.shape[-1])
@@ -49,15 +54,25 @@ def sample(logits: cutile.Tensor, *, temperature: float = 0.0, top_k: int | None
         greedy: cutile.Tensor = ck.argmax(logits)
         return greedy
     generator = rng if rng is not None else np.random.default_rng()
+    if top_k is not None and top_k <= TOP_K_ON_DEVICE:
+        values, indices = ck.top_k(logits, top_k)
+        chosen_among = _draw(values.to_numpy().astype(np.float64) / temperature, generator)
+        picked = np.take_along_axis(indices.to_numpy(), chosen_among[:, None], axis=-1)[:, 0]
+        return api.from_numpy(picked.astype(np.int64))
     scaled = logits.to_numpy().astype(np.float64) / temperature
     if top_k is not None and top_k < vocab:
         kth = np.partition(scaled, vocab - top_k, axis=-1)[:, vocab - top_k:vocab - top_k + 1]
         scaled = np.where(scaled >= kth, scaled, -np.inf)
+    return api.from_numpy(_draw(scaled, generator).astype(np.int64))
+
+
+def _draw(scaled: np.ndarray, generator: np.random.Generator) -> np.ndarray:
+    """Each row's draw from ``softmax(scaled)`` (a column index; -inf columns never)."""
     probabilities = np.exp(scaled - scaled.max(axis=-1, keepdims=True))
     probabilities /= probabilities.sum(axis=-1, keepdims=True)
     draws = generator.random((probabilities.shape[0], 1))
     chosen = (np.cumsum(probabilities, axis=-1) < draws).sum(axis=-1)
-    return api.from_numpy(np.minimum(chosen, vocab - 1).astype(np.int64))
+    return np.asarray(np.minimum(chosen, scaled.shape[-1] - 1))
 
 
 class Tokenizer(Protocol):
