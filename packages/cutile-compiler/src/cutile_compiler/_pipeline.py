@@ -26,6 +26,7 @@ import cutile_ir as ir
 
 from cutile_compiler import _config, _warm
 from cutile_compiler._cache import LRUCache, cached_compile, default_disk_cache
+from cutile_compiler._compiled import CompiledKernel as CompiledKernel
 from cutile_compiler._errors import SourceLocation, TileCompilerError
 from cutile_compiler._hints import KernelHints
 from cutile_compiler._frontend import build_kernel_ir
@@ -46,72 +47,6 @@ from cutile_compiler._toolchain import (
 
 # Under the "cutile" logger, so that one setting silences every note of the stack.
 _log = logging.getLogger("cutile.compiler")
-
-
-class CompiledKernel:
-    """One kernel compiled for one specialization and GPU architecture.
-
-    What a launch needs is always here: ``name`` (the entry), ``arch``, ``abi``,
-    ``cubin`` and ``reads`` (what the compile read from outside its arguments, still
-    holding while ``reads.changed()`` is None). One found by a warm start
-    (``warm``: from its disk manifest, see `_warm`) builds its ``kernel_ir``,
-    ``module`` and ``bytecode`` again only when they are asked for.
-    """
-
-    def __init__(self, name: str, arch: str, abi: tuple[AbiArg, ...], cubin: bytes, bytecode_version: str,
-                 cache_hit: bool, reads: ExternalReads, timings: dict[str, float] | None = None, *,
-                 kernel_ir: KernelIR | None = None, module: ir.Module | None = None, bytecode: bytes | None = None,
-                 rebuild: Callable[[], tuple[KernelIR, ir.Module, bytes]] | None = None,
-                 warm: bool = False) -> None:
-        self.name = name
-        self.arch = arch
-        self.abi = abi
-        self.cubin = cubin
-        self.bytecode_version = bytecode_version
-        self.cache_hit = cache_hit
-        self.reads = reads
-        self.timings = timings if timings is not None else {}
-        self.warm = warm
-        self._built = (kernel_ir, module, bytecode) if kernel_ir is not None and module is not None \
-            and bytecode is not None else None
-        self._rebuild = rebuild
-        self._lock = threading.Lock()
-
-    def _stages(self) -> tuple[KernelIR, ir.Module, bytes]:
-        with self._lock:
-            if self._built is None:
-                assert self._rebuild is not None, "a CompiledKernel has its IR or a way to build it"
-                self._built = self._rebuild()
-            return self._built
-
-    @property
-    def kernel_ir(self) -> KernelIR:
-        """The typed kernel IR (built again on first use for a warm-started kernel)."""
-        return self._stages()[0]
-
-    @property
-    def module(self) -> ir.Module:
-        """The Tile IR module (`cutile_ir`)."""
-        return self._stages()[1]
-
-    @property
-    def bytecode(self) -> bytes:
-        """The Tile IR bytecode given to tileiras."""
-        return self._stages()[2]
-
-    @property
-    def mlir(self) -> str:
-        """The Tile IR as MLIR text (as ``tileirdisasm`` prints it)."""
-        return ir.print_module(self.module)
-
-    @property
-    def ir_text(self) -> str:
-        """The typed kernel IR, readable."""
-        return format_kernel(self.kernel_ir)
-
-    def __repr__(self) -> str:
-        return (f"<CompiledKernel {self.name} for {self.arch}: bytecode {self.bytecode_version}, "
-                f"{len(self.cubin)} bytes of cubin{' (warm start)' if self.warm else ''}>")
 
 
 def _excerpt(filename: str, line: int, column: int) -> str | None:

@@ -52,7 +52,7 @@ from cutile_compiler._signature import KernelSignature, Specialization
 from cutile_compiler._toolchain import CompileOptions, Toolchain
 
 if TYPE_CHECKING:
-    from cutile_compiler._pipeline import CompiledKernel
+    from cutile_compiler._compiled import CompiledKernel
 
 __all__ = ["MANIFEST_LAYOUT", "lookup", "manifest_cache", "manifest_key", "store"]
 
@@ -432,7 +432,7 @@ def lookup(key: str, function: Any, arch: str, cubins: DiskCache | None,
            rebuild: Callable[[], tuple[Any, Any, bytes]]) -> CompiledKernel | None:
     """The compiled kernel of the manifest under ``key`` if every read it records
     still gives the same value here; None otherwise (compile as usual)."""
-    from cutile_compiler._pipeline import CompiledKernel
+    from cutile_compiler._compiled import CompiledKernel
 
     cache = manifest_cache()
     if cache is None or cubins is None:

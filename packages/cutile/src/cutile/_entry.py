@@ -23,9 +23,7 @@ from cutile_compiler import (
     DeviceFunction,
     DType,
     HintError,
-    KernelCompiler,
     KernelHints,
-    KernelIR,
     KernelSignature,
     LRUCache,
     parse_arch,
@@ -40,6 +38,7 @@ if TYPE_CHECKING:
     from typing_extensions import ParamSpec, TypeVar
 
     from cutile._gpu import LoadedKernel
+    from cutile_compiler import KernelCompiler, KernelIR
 
     _P = ParamSpec("_P", default=...)
     _R = TypeVar("_R", default=Any)
@@ -92,9 +91,7 @@ class Kernel(KernelBase, Generic[_P, _R]):
                                        for name, dtype in self._scalar_params.items())
         # Per-kernel caches, bounded: a long-running program that meets many shapes
         # keeps the most recent specializations (ARCHITECTURE.md lists the layers).
-        # The compiler: (spec) -> typed IR, (spec, arch, options) -> compiled kernel.
-        self._compiler = KernelCompiler(function, self.signature, unsafe=unsafe, hints=self.hints,
-                                        cache_size=_CACHE_SIZE)
+        # The compiler (`_compiler`, made on first use): (spec) -> typed IR, (spec, arch, options) -> compiled kernel.
         # (spec, options, device ordinal) -> the compiled kernel loaded on the GPU (`_gpu.LoadedKernel`).
         self._loaded_kernels: LRUCache[tuple[Specialization, CompileOptions, int], LoadedKernel] = LRUCache(_CACHE_SIZE)
         # Call key (dtypes, shapes, strides, alignment, constants; see `call_key`) ->
@@ -106,6 +103,15 @@ class Kernel(KernelBase, Generic[_P, _R]):
         # (Its C copy, once it has launched on the GPU, is the base's ``_native_binding``.)
         self._object_binding: ObjectBinding | None = None
         self._warned_never_run = False  # a launch freed unrun warns once per kernel
+
+    @functools.cached_property
+    def _compiler(self) -> KernelCompiler:
+        # Made by the first compile or interpreter run, not by the decoration: defining
+        # kernels imports none of the compiler's front end, lowering or toolchain.
+        from cutile_compiler import KernelCompiler
+
+        return KernelCompiler(self.function, self.signature, unsafe=self.unsafe, hints=self.hints,
+                              cache_size=_CACHE_SIZE)
 
     def __repr__(self) -> str:
         return f"<cutile kernel {self.name}{' (unsafe)' if self.unsafe else ''}>"

@@ -2,15 +2,36 @@
 
 ``Tensor`` here is cutile's runtime tensor class; subscripted (``Tensor[f32,
 [-1]]``) it is the parameter annotation; ``uniform`` is the device function of
-`api.rand`'s random numbers. Everything else comes from ``cutile_compiler.language``.
+`api.rand`'s random numbers. Everything else comes from ``cutile_compiler.language``,
+whose DSL functions load on first use (importing this module does not load the
+compiler's front end).
 """
 
+from typing import TYPE_CHECKING, Any
+
 from cutile_compiler import language as _language
-from cutile_compiler.language import *  # noqa: F403  (the whole kernel language)
+
+if TYPE_CHECKING:
+    from cutile_compiler.language import *  # noqa: F403  (the whole kernel language)
 from cutile._tensor import Tensor  # type: ignore[assignment]  # over the language's annotation-only Tensor
 
 from cutile._random import uniform  # the counter-based random numbers of api.rand, for kernels
 
-# the language's __all__ is computed from the compiler's registry at run time (static tools
-# read its ``as`` imports), hence getattr
-__all__ = [*getattr(_language, "__all__"), "uniform"]  # ("Tensor" is the runtime class here)
+if not TYPE_CHECKING:  # (static tools read the star import above)
+    def __getattr__(name: str) -> Any:
+        # The language's names on first use, each the language's own object; private
+        # and special names that tools probe for (``__path__``...) are not forwarded.
+        if name == "__all__":
+            value = [*_language.__all__, "uniform"]  # ("Tensor" is the runtime class here)
+        elif name.startswith("_"):
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        else:
+            try:
+                value = getattr(_language, name)
+            except AttributeError:
+                raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+        globals()[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *dir(_language)})
