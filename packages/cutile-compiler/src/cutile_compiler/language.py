@@ -168,16 +168,15 @@ _DECLARED = [
 
 if not TYPE_CHECKING:  # (static tools read the exports off the imports and bindings above)
     def __getattr__(name: str) -> Any:
-        # A DSL function, or ``__all__``, on first use; private and special names
-        # (``__path__``, ``__wrapped__``...) that tools probe for never load the registry.
+        # A DSL function, or ``__all__``, looked up in the registry (loaded by the first
+        # such lookup); private and special names that tools probe for (``__path__``,
+        # ``__wrapped__``...) never load it. Nothing is kept here: a family declared
+        # for a while (`declared`) is reachable exactly while it is registered.
         if name == "__all__":
-            value = [*_DECLARED, *_registry()]
-        elif name.startswith("_") or name not in _registry():
+            return [*_DECLARED, *_registry()]
+        if name.startswith("_") or name not in _registry():
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        else:
-            value = _registry()[name]
-        globals()[name] = value
-        return value
+        return _registry()[name]
 
     def __dir__() -> list[str]:
         return sorted({*globals(), *_DECLARED, *_registry()})

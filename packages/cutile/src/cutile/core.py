@@ -19,19 +19,17 @@ from cutile._random import uniform  # the counter-based random numbers of api.ra
 
 if not TYPE_CHECKING:  # (static tools read the star import above)
     def __getattr__(name: str) -> Any:
-        # The language's names on first use, each the language's own object; private
-        # and special names that tools probe for (``__path__``...) are not forwarded.
+        # The language's names, each the language's own object (its DSL functions load
+        # on first use); private and special names that tools probe for (``__path__``...)
+        # are not forwarded.
         if name == "__all__":
-            value = [*_language.__all__, "uniform"]  # ("Tensor" is the runtime class here)
-        elif name.startswith("_"):
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        else:
+            return [*_language.__all__, "uniform"]  # ("Tensor" is the runtime class here)
+        if not name.startswith("_"):
             try:
-                value = getattr(_language, name)
+                return getattr(_language, name)
             except AttributeError:
-                raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-        globals()[name] = value
-        return value
+                pass
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
     def __dir__() -> list[str]:
         return sorted({*globals(), *dir(_language)})
