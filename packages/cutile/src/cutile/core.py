@@ -13,9 +13,9 @@ from cutile_compiler import language as _language
 
 if TYPE_CHECKING:
     from cutile_compiler.language import *  # noqa: F403  (the whole kernel language)
-from cutile._tensor import Tensor  # type: ignore[assignment]  # over the language's annotation-only Tensor
+from cutile._tensor import Tensor as Tensor  # type: ignore[assignment]  # over the language's annotation-only Tensor
 
-from cutile._random import uniform  # the counter-based random numbers of api.rand, for kernels
+from cutile._random import uniform as uniform  # the counter-based random numbers of api.rand, for kernels
 
 if not TYPE_CHECKING:  # (static tools read the star import above)
     def __getattr__(name: str) -> Any:
