@@ -120,6 +120,9 @@ def test_the_lazy_exports_are_the_declared_ones() -> None:
         assert set(package.__all__) <= set(dir(package))
         with pytest.raises(AttributeError, match=f"module '{package.__name__}' has no attribute 'no_such_name'"):
             getattr(package, "no_such_name")
+    # The two packages' helpers are one text (neither may import the other's privates).
+    sources = [Path(package.__file__).with_name("_lazy.py").read_text() for package in (cutile_ir, cutile_compiler)]
+    assert sources[0].replace("cutile_ir", "cutile_compiler") == sources[1]
 
 
 def _built_cache() -> Path:

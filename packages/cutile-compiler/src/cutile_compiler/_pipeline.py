@@ -18,7 +18,6 @@ import hashlib
 import logging
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +30,7 @@ from cutile_compiler._errors import SourceLocation, TileCompilerError
 from cutile_compiler._hints import KernelHints
 from cutile_compiler._frontend import build_kernel_ir
 from cutile_compiler._ir import KernelIR, format_kernel
-from cutile_compiler._reads import ExternalReads
-from cutile_compiler._lowering import AbiArg, kernel_abi, lower_kernel
+from cutile_compiler._lowering import kernel_abi, lower_kernel
 from cutile_compiler._signature import KernelSignature, Specialization
 from cutile_compiler._source import capture
 from cutile_compiler._toolchain import (

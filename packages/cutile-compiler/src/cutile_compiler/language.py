@@ -8,7 +8,7 @@ mypy plugin reads the annotations as them). Calling a DSL function outside a ker
 documentation. The DSL functions exported are those of the registry,
 `_builtins.DSL_FUNCTIONS`, loaded on first use: the first DSL function asked for
 (``language.load``, ``from ... import load``, ``dir()``, ``__all__``) imports the
-registry with the front end it needs, so that importing the language (and cutile)
+registry (and the op definitions it is declared with), so that importing the language (and cutile)
 does not. Static tools see them through the imports and bindings under
 ``TYPE_CHECKING`` below (a test checks that they and the registry agree): those of
 the element-wise ops bound from the ops' declarations, one line each.

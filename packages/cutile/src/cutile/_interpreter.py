@@ -28,7 +28,6 @@ from cutile_compiler import (
     KernelIR,
     Operation,
     Select,
-    SourceLocation,
     Terminator,
     TileType,
     Value,
