@@ -1,6 +1,6 @@
 """Package exports imported on first use (PEP 562).
 
-A package's ``__init__`` declares its public names once, as ``from .m import x as x``
+A package's ``__init__`` declares its public names once, as ``from .m import x``
 imports under ``if TYPE_CHECKING:`` (what mypy and IDEs read). `lazy_exports` reads
 that block back from the ``__init__``'s source, and the package's ``__getattr__``
 (`exported`) imports a name's module the first time the name is asked for, so that

@@ -107,7 +107,7 @@ class Kernel(KernelBase, Generic[_P, _R]):
     @functools.cached_property
     def _compiler(self) -> KernelCompiler:
         # Made by the first compile or interpreter run, not by the decoration: defining
-        # kernels imports none of the compiler's front end, lowering or toolchain.
+        # kernels imports none of the compiler's front end, lowering or pipeline.
         from cutile_compiler import KernelCompiler
 
         return KernelCompiler(self.function, self.signature, unsafe=self.unsafe, hints=self.hints,
