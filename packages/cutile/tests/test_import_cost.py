@@ -47,6 +47,8 @@ DEFERRED = (
     "cutile_ir._bytecode_reader", "cutile_ir._bytecode_writer", "cutile._interpreter",
     "cuda.bindings", "torch",
 )
+#: of those, what the first ``@cutile.entry`` loads (a kernel's compiler: a warm start needs no more)
+AT_FIRST_KERNEL = {"cutile_compiler._pipeline", "cutile_compiler._warm"}
 
 _LOADED = """
 def loaded():
@@ -61,18 +63,20 @@ from cutile import api
 from cutile.core import Mut, Tensor, f32
 import cutile.core as ct
 
+after_import = loaded()
+
 @cutile.entry
 def twice(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
     z.store(ct.load_tile_like(x, z) * 2)
 
-after_import = loaded()
+after_kernel = loaded()
 dsl_function = ct.load_tile_like  # the language's DSL functions: the registry
 after_dsl = loaded()
 x = api.from_numpy(__import__("numpy").arange(256, dtype="float32"))
 z = api.zeros([256], dtype=f32).partition([128])
 (z, _) = twice(z, x).sync()  # an interpreter run: the front end
 assert z.unpartition().to_numpy()[255] == 510.0
-print(json.dumps({{"import": after_import, "dsl": after_dsl, "run": loaded()}}))
+print(json.dumps({{"import": after_import, "kernel": after_kernel, "dsl": after_dsl, "run": loaded()}}))
 """
 
 
@@ -95,11 +99,13 @@ def _run(script: str, folder: Path, **settings: str | None) -> dict[str, object]
 
 def test_import_cutile_leaves_the_compiler_bindings_and_torch_to_their_first_use(tmp_path: Path) -> None:
     result = _run(_IMPORT_SCRIPT.format(deferred=DEFERRED), tmp_path, CUTILE_BACKEND="interpreter")
-    # importing cutile, its language and api, and decorating a kernel load none of them
+    # importing cutile, its language and api loads none of them
     assert result["import"] == []
+    # the first kernel makes its compiler: the pipeline and the warm start, no front end
+    assert set(result["kernel"]) == AT_FIRST_KERNEL
     # the first DSL function asked for loads the op registry (and what it declares with)
     assert {"cutile_compiler._builtins", "cutile_compiler._opdefs"} <= set(result["dsl"])
-    assert "cutile_compiler._pipeline" not in result["dsl"]
+    assert "cutile_compiler._frontend" not in result["dsl"]
     # the first run loads the front end and the interpreter, still without bindings or torch
     assert {"cutile_compiler._frontend", "cutile._interpreter"} <= set(result["run"])
     assert not [m for m in result["run"] if m.startswith(("cuda.bindings", "torch"))]

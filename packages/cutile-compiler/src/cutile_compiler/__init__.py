@@ -60,11 +60,11 @@ if TYPE_CHECKING:
     from cutile_compiler._frontend import build_kernel_ir
     from cutile_compiler._hints import HintError, KernelHints
     from cutile_compiler._ir import Block, KernelIR, Operation, Value, format_kernel
-    from cutile_compiler._lowering import AbiArg, kernel_abi, lower_kernel
+    from cutile_compiler._lowering import kernel_abi, lower_kernel
     from cutile_compiler._opdefs import Escape, IntegerDivisionByZero, OpDef, Terminator
     from cutile_compiler._opdefs.elementwise import Select
     from cutile_compiler._dtypes import numpy_dtype
-    from cutile_compiler._compiled import CompiledKernel
+    from cutile_compiler._compiled import AbiArg, CompiledKernel
     from cutile_compiler._pipeline import KernelCompiler, compile_kernel
     from cutile_compiler._signature import (
         MAX_DIVISIBILITY,

@@ -1,22 +1,33 @@
-"""`CompiledKernel`: what a compile gives back, a cubin with what a launch needs.
+"""`CompiledKernel`: what a compile gives back, a cubin with what a launch needs
+(its entry's parameters, `AbiArg` each).
 
 Its own module, apart from the compiler's stages, so that the runtime names the
-type (and `cutile` exports it) without importing the front end or the lowering.
+types (and `cutile` exports them) and a warm start rebuilds one from its manifest
+without importing the front end or the lowering.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import cutile_ir as ir
 
+from cutile_compiler import _dtypes as dt
 from cutile_compiler._ir import KernelIR, format_kernel
 from cutile_compiler._reads import ExternalReads
 
-if TYPE_CHECKING:
-    from cutile_compiler._lowering import AbiArg
+
+@dataclass(frozen=True)
+class AbiArg:
+    """One scalar the kernel entry takes: a tensor's base pointer, one of its
+    run-time dims or strides (i32, in elements), or a scalar parameter."""
+
+    param: str
+    kind: str  # "pointer" | "dim" | "stride" | "scalar"
+    axis: int = -1
+    dtype: dt.DType | None = None
 
 
 class CompiledKernel:

@@ -28,11 +28,8 @@ from cutile_compiler._cache import LRUCache, cached_compile, default_disk_cache
 from cutile_compiler._compiled import CompiledKernel as CompiledKernel
 from cutile_compiler._errors import SourceLocation, TileCompilerError
 from cutile_compiler._hints import KernelHints
-from cutile_compiler._frontend import build_kernel_ir
 from cutile_compiler._ir import KernelIR, format_kernel
-from cutile_compiler._lowering import kernel_abi, lower_kernel
 from cutile_compiler._signature import KernelSignature, Specialization
-from cutile_compiler._source import capture
 from cutile_compiler._toolchain import (
     DEFAULT_OPTIONS,
     CompileOptions,
@@ -45,6 +42,23 @@ from cutile_compiler._toolchain import (
 
 # Under the "cutile" logger, so that one setting silences every note of the stack.
 _log = logging.getLogger("cutile.compiler")
+
+
+# The stages, imported by their first use: a warm start (`_warm`) takes a compiled
+# kernel from its manifest without the front end or the lowering.
+def build_kernel_ir(function: Any, signature: KernelSignature, spec: Specialization, *,
+                    unsafe: bool = False) -> KernelIR:
+    """`_frontend.build_kernel_ir`."""
+    from cutile_compiler._frontend import build_kernel_ir as build
+
+    return build(function, signature, spec, unsafe=unsafe)
+
+
+def lower_kernel(kernel: KernelIR, version: str, arch: str, hints: KernelHints | None) -> ir.Module:
+    """`_lowering.lower_kernel`."""
+    from cutile_compiler._lowering import lower_kernel as lower
+
+    return lower(kernel, version, arch, hints)
 
 
 def _excerpt(filename: str, line: int, column: int) -> str | None:
@@ -131,6 +145,8 @@ def compile_kernel(
         kernel_ir = build_kernel_ir(function, signature, spec, unsafe=unsafe)
     name = kernel_ir.name
     if "ast" in dump:
+        from cutile_compiler._source import capture
+
         _dump(name, spec, "ast", "ast.txt", ast.dump(capture(function).tree, indent=2, include_attributes=True))
     if "ir" in dump:
         _dump(name, spec, "ir", "ir.txt", format_kernel(kernel_ir))
@@ -158,6 +174,8 @@ def compile_kernel(
     if _log.isEnabledFor(level):
         _log.log(level, "cutile: %s for %s: front end %.1f ms, %s %.1f ms", name, arch, timings["frontend"] * 1e3,
                  "disk cache" if hit else "tileiras", timings["tileiras"] * 1e3)
+    from cutile_compiler._lowering import kernel_abi
+
     return CompiledKernel(name, arch, kernel_abi(kernel_ir), cubin, version, hit, kernel_ir.reads, timings,
                           kernel_ir=kernel_ir, module=module, bytecode=bytecode)
 

@@ -158,6 +158,12 @@ def _registry() -> Mapping[str, Any]:
     return DSL_FUNCTIONS
 
 
+def _own_functions() -> frozenset[str]:
+    from cutile_compiler._builtins import OWN_FUNCTIONS
+
+    return OWN_FUNCTIONS
+
+
 #: what the module exports besides the DSL functions (the registry's, on first use)
 _DECLARED = [
     "Constant", "DType", "DeviceFunction", "HostCallError", "Mut", "Tensor",
@@ -170,13 +176,18 @@ if not TYPE_CHECKING:  # (static tools read the exports off the imports and bind
     def __getattr__(name: str) -> Any:
         # A DSL function, or ``__all__``, looked up in the registry (loaded by the first
         # such lookup); private and special names that tools probe for (``__path__``,
-        # ``__wrapped__``...) never load it. Nothing is kept here: a family declared
-        # for a while (`declared`) is reachable exactly while it is registered.
+        # ``__wrapped__``...) never load it. The compiler's own functions are then
+        # bound here, as the imports bind them for static tools: later reads are plain
+        # lookups, and a warm start finds a kernel's global `exp` as this module's. A
+        # family declared for a while (`declared`) is reachable exactly while registered.
         if name == "__all__":
             return [*_DECLARED, *_registry()]
         if name.startswith("_") or name not in _registry():
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        return _registry()[name]
+        value = _registry()[name]
+        if name in _own_functions():
+            globals()[name] = value
+        return value
 
     def __dir__() -> list[str]:
         return sorted({*globals(), *_DECLARED, *_registry()})

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from typing_extensions import ParamSpec, TypeVar
 
     from cutile._gpu import LoadedKernel
-    from cutile_compiler import KernelCompiler, KernelIR
+    from cutile_compiler import KernelIR
 
     _P = ParamSpec("_P", default=...)
     _R = TypeVar("_R", default=Any)
@@ -91,7 +91,13 @@ class Kernel(KernelBase, Generic[_P, _R]):
                                        for name, dtype in self._scalar_params.items())
         # Per-kernel caches, bounded: a long-running program that meets many shapes
         # keeps the most recent specializations (ARCHITECTURE.md lists the layers).
-        # The compiler (`_compiler`, made on first use): (spec) -> typed IR, (spec, arch, options) -> compiled kernel.
+        # The compiler: (spec) -> typed IR, (spec, arch, options) -> compiled kernel. Its
+        # module (the pipeline and the warm start) loads with the first kernel, not with
+        # cutile; the front end and the lowering load with the first compile that needs them.
+        from cutile_compiler import KernelCompiler
+
+        self._compiler: KernelCompiler = KernelCompiler(function, self.signature, unsafe=unsafe, hints=self.hints,
+                                                        cache_size=_CACHE_SIZE)
         # (spec, options, device ordinal) -> the compiled kernel loaded on the GPU (`_gpu.LoadedKernel`).
         self._loaded_kernels: LRUCache[tuple[Specialization, CompileOptions, int], LoadedKernel] = LRUCache(_CACHE_SIZE)
         # Call key (dtypes, shapes, strides, alignment, constants; see `call_key`) ->
@@ -103,15 +109,6 @@ class Kernel(KernelBase, Generic[_P, _R]):
         # (Its C copy, once it has launched on the GPU, is the base's ``_native_binding``.)
         self._object_binding: ObjectBinding | None = None
         self._warned_never_run = False  # a launch freed unrun warns once per kernel
-
-    @functools.cached_property
-    def _compiler(self) -> KernelCompiler:
-        # Made by the first compile or interpreter run, not by the decoration: defining
-        # kernels imports none of the compiler's front end, lowering or pipeline.
-        from cutile_compiler import KernelCompiler
-
-        return KernelCompiler(self.function, self.signature, unsafe=self.unsafe, hints=self.hints,
-                              cache_size=_CACHE_SIZE)
 
     def __repr__(self) -> str:
         return f"<cutile kernel {self.name}{' (unsafe)' if self.unsafe else ''}>"
