@@ -1,6 +1,8 @@
-"""What ``import cutile`` and the interpreter backend must not do (build or load a
-native extension, import ``cuda.bindings``), and that the GPU backend still takes
-the native launch path where native code is wanted."""
+"""What ``import cutile`` and the interpreter backend must not do (import the
+compiler's front end, op registry, lowering or toolchain run, cutile_ir's builder,
+``cuda.bindings`` or torch; build or load a native extension), what loads them on
+first use, and that the GPU backend still takes the native launch path where native
+code is wanted."""
 
 from __future__ import annotations
 
@@ -37,6 +39,47 @@ print(json.dumps({"backend": cutile.backend(), "reason": _native.unavailable_rea
 """
 
 
+#: modules ``import cutile`` leaves to their first use (a package stands for its submodules)
+DEFERRED = (
+    "cutile_compiler._builtins", "cutile_compiler._opdefs", "cutile_compiler._frontend", "cutile_compiler._lowering",
+    "cutile_compiler._pipeline", "cutile_compiler._warm", "cutile_compiler._mapped", "cutile_compiler._source",
+    "cutile_ir._builder", "cutile_ir._ops", "cutile_ir._verifier", "cutile_ir._printer", "cutile_ir._attributes",
+    "cutile_ir._bytecode_reader", "cutile_ir._bytecode_writer", "cutile._interpreter",
+    "cuda.bindings", "torch",
+)
+#: of those, what the first ``@cutile.entry`` loads (a kernel's compiler: a warm start needs no more)
+AT_FIRST_KERNEL = {"cutile_compiler._pipeline", "cutile_compiler._warm"}
+
+_LOADED = """
+def loaded():
+    return sorted(m for m in sys.modules if any(m == d or m.startswith(d + ".") for d in {deferred!r}))
+"""
+
+_IMPORT_SCRIPT = """
+import json, sys
+""" + _LOADED + """
+import cutile
+from cutile import api
+from cutile.core import Mut, Tensor, f32
+import cutile.core as ct
+
+after_import = loaded()
+
+@cutile.entry
+def twice(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    z.store(ct.load_tile_like(x, z) * 2)
+
+after_kernel = loaded()
+dsl_function = ct.load_tile_like  # the language's DSL functions: the registry
+after_dsl = loaded()
+x = api.from_numpy(__import__("numpy").arange(256, dtype="float32"))
+z = api.zeros([256], dtype=f32).partition([128])
+(z, _) = twice(z, x).sync()  # an interpreter run: the front end
+assert z.unpartition().to_numpy()[255] == 510.0
+print(json.dumps({{"import": after_import, "kernel": after_kernel, "dsl": after_dsl, "run": loaded()}}))
+"""
+
+
 def _run(script: str, folder: Path, **settings: str | None) -> dict[str, object]:
     """Runs ``script`` (written into ``folder``: kernels need a source file) with
     the environment changed by ``settings`` (None: unset); its last line, as JSON."""
@@ -52,6 +95,40 @@ def _run(script: str, folder: Path, **settings: str | None) -> dict[str, object]
     assert done.returncode == 0, done.stderr
     result: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
+
+
+def test_import_cutile_leaves_the_compiler_bindings_and_torch_to_their_first_use(tmp_path: Path) -> None:
+    result = _run(_IMPORT_SCRIPT.format(deferred=DEFERRED), tmp_path, CUTILE_BACKEND="interpreter")
+    # importing cutile, its language and api loads none of them
+    assert result["import"] == []
+    # the first kernel makes its compiler: the pipeline and the warm start, no front end
+    assert set(result["kernel"]) == AT_FIRST_KERNEL
+    # the first DSL function asked for loads the op registry (and what it declares with)
+    assert {"cutile_compiler._builtins", "cutile_compiler._opdefs"} <= set(result["dsl"])
+    assert "cutile_compiler._frontend" not in result["dsl"]
+    # the first run loads the front end and the interpreter, still without bindings or torch
+    assert {"cutile_compiler._frontend", "cutile._interpreter"} <= set(result["run"])
+    assert not [m for m in result["run"] if m.startswith(("cuda.bindings", "torch"))]
+
+
+def test_the_lazy_exports_are_the_declared_ones() -> None:
+    # Each package's ``__getattr__`` serves exactly the names of its ``__all__``,
+    # every one resolving (the imports under TYPE_CHECKING are the one declaration).
+    import cutile_compiler
+    import cutile_ir
+
+    for package in (cutile_ir, cutile_compiler):
+        exports = package._EXPORTS  # type: ignore[attr-defined]
+        assert set(exports) == set(package.__all__), package.__name__
+        for name in package.__all__:
+            getattr(package, name)  # imports its module (an absent name raises)
+            assert name in vars(package), name  # and keeps it: later reads are plain lookups
+        assert set(package.__all__) <= set(dir(package))
+        with pytest.raises(AttributeError, match=f"module '{package.__name__}' has no attribute 'no_such_name'"):
+            getattr(package, "no_such_name")
+    # The two packages' helpers are one text (neither may import the other's privates).
+    sources = [Path(package.__file__).with_name("_lazy.py").read_text() for package in (cutile_ir, cutile_compiler)]
+    assert sources[0].replace("cutile_ir", "cutile_compiler") == sources[1]
 
 
 def _built_cache() -> Path:

@@ -120,13 +120,13 @@ def enum_member(enum: Any, prefix: str, name: str, what: str) -> Any:
     """The member of a driver enum named ``name`` (any case, ``prefix`` optional),
     e.g. ``enum_member(api.CUdevice_attribute, "CU_DEVICE_ATTRIBUTE_", "warp_size", ...)``;
     an unknown name raises ValueError naming ``what`` and the closest names."""
-    import difflib
-
     key = name.upper()
     if not key.startswith(prefix):
         key = prefix + key
     member = getattr(enum, key, None)
     if member is None:
+        import difflib  # (only to name the closest: a first launch asks for known ones)
+
         close = difflib.get_close_matches(key, [n for n in dir(enum) if n.startswith(prefix)], n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise ValueError(f"{what}: unknown attribute {name!r}{hint}")

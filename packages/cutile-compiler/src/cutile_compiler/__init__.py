@@ -35,57 +35,67 @@ The kernel language itself is `cutile_compiler.language` (re-exported by
 """
 
 
-from cutile_compiler._builtins import DeviceFunction, HostCallError
-from cutile_compiler._cache import CACHE_KINDS, DiskCache, LRUCache, disk_caches
-from cutile_compiler._config import ConfigError
-from cutile_compiler._errors import (
-    ArgumentError,
-    ArgumentTypeError,
-    CutileError,
-    SourceLocation,
-    TensorIndexError,
-    TileCompilerError,
-    TileError,
-    TileSyntaxError,
-    TileTypeError,
-)
-from cutile_compiler._frontend import build_kernel_ir
-from cutile_compiler._hints import HintError, KernelHints
-from cutile_compiler._ir import Block, KernelIR, Operation, Value, format_kernel
-from cutile_compiler._lowering import AbiArg, kernel_abi, lower_kernel
-from cutile_compiler._opdefs import Escape, IntegerDivisionByZero, OpDef, Terminator
-from cutile_compiler._opdefs.elementwise import Select, numpy_dtype
-from cutile_compiler._pipeline import CompiledKernel, KernelCompiler, compile_kernel
-from cutile_compiler._signature import (
-    MAX_DIVISIBILITY,
-    OWNED_AXIS,
-    ConstantAnnotation,
-    KernelSignature,
-    SignatureError,
-    Specialization,
-    SpecializationError,
-    TensorAnnotation,
-    TensorSpec,
-    constant_key,
-    make_tensor_annotation,
-    parse_signature,
-    specialize,
-)
-from cutile_compiler._toolchain import (
-    DEFAULT_OPTIONS,
-    ArchError,
-    CompileOptions,
-    TileirasError,
-    TileirasTimeoutError,
-    Toolchain,
-    ToolchainError,
-    find_toolchain,
-    parse_arch,
-)
-from cutile_ir import Arch
-from cutile_compiler._dtypes import DType
-from cutile_compiler._types import TileType, is_power_of_two, tile_shape_problem
-from cutile_compiler import config, dtypes
+from typing import TYPE_CHECKING, Any
+
+# The public names, declared once: imported here by static tools, and on first use
+# by `__getattr__` below, so that importing the compiler costs only the modules its
+# user touches (the front end, the lowering and cutile_ir's builder load with the
+# first compile).
+if TYPE_CHECKING:
+    from cutile_compiler._device_function import DeviceFunction
+    from cutile_compiler._cache import CACHE_KINDS, DiskCache, LRUCache, disk_caches
+    from cutile_compiler._config import ConfigError
+    from cutile_compiler._errors import (
+        ArgumentError,
+        ArgumentTypeError,
+        CutileError,
+        HostCallError,
+        SourceLocation,
+        TensorIndexError,
+        TileCompilerError,
+        TileError,
+        TileSyntaxError,
+        TileTypeError,
+    )
+    from cutile_compiler._frontend import build_kernel_ir
+    from cutile_compiler._hints import HintError, KernelHints
+    from cutile_compiler._ir import Block, KernelIR, Operation, Value, format_kernel
+    from cutile_compiler._lowering import kernel_abi, lower_kernel
+    from cutile_compiler._opdefs import Escape, IntegerDivisionByZero, OpDef, Terminator
+    from cutile_compiler._opdefs.elementwise import Select
+    from cutile_compiler._dtypes import numpy_dtype
+    from cutile_compiler._compiled import AbiArg, CompiledKernel
+    from cutile_compiler._pipeline import KernelCompiler, compile_kernel
+    from cutile_compiler._signature import (
+        MAX_DIVISIBILITY,
+        OWNED_AXIS,
+        ConstantAnnotation,
+        KernelSignature,
+        SignatureError,
+        Specialization,
+        SpecializationError,
+        TensorAnnotation,
+        TensorSpec,
+        constant_key,
+        make_tensor_annotation,
+        parse_signature,
+        specialize,
+    )
+    from cutile_compiler._toolchain import (
+        DEFAULT_OPTIONS,
+        ArchError,
+        CompileOptions,
+        TileirasError,
+        TileirasTimeoutError,
+        Toolchain,
+        ToolchainError,
+        find_toolchain,
+        parse_arch,
+    )
+    from cutile_ir import Arch
+    from cutile_compiler._dtypes import DType
+    from cutile_compiler._types import TileType, is_power_of_two, tile_shape_problem
+    from cutile_compiler import config, dtypes
 
 __all__ = [
     # compiling
@@ -109,3 +119,15 @@ __all__ = [
 
 
 __version__ = "0.1.0"  # the distribution's version (tests/test_release.py keeps them equal)
+
+
+if not TYPE_CHECKING:  # (static tools see the imports above, not a catch-all __getattr__)
+    from cutile_compiler._lazy import exported as _exported, lazy_exports as _lazy_exports
+
+    _EXPORTS = _lazy_exports(__name__, __file__)
+
+    def __getattr__(name: str) -> Any:
+        return _exported(globals(), _EXPORTS, name)
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *__all__})

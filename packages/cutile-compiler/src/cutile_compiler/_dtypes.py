@@ -24,6 +24,8 @@ import enum
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import numpy as np
+
 import cutile_ir as ir
 
 from cutile_compiler._errors import ArgumentError
@@ -239,3 +241,14 @@ def fits(value: int, dtype: DType) -> bool:
     if dtype.is_signed:
         return -(1 << (dtype.bits - 1)) <= value < (1 << (dtype.bits - 1))
     return 0 <= value < (1 << dtype.bits)
+
+
+def numpy_dtype(dtype: DType) -> np.dtype[Any]:
+    """The numpy dtype storing ``dtype``. numpy knows bf16 and the fp8 formats once
+    ml_dtypes is imported (cutile imports it; the compiler itself needs numpy's view of
+    them only to evaluate tiles, and checks constants through cutile_ir's codec)."""
+    try:
+        return np.dtype(dtype.numpy_name)
+    except TypeError:
+        raise ArgumentError(f"numpy does not know {dtype.numpy_name!r}: import ml_dtypes before "
+                            f"evaluating {dtype} tiles") from None

@@ -69,6 +69,10 @@ class ArgumentTypeError(CutileError, TypeError):
     it cannot take: a dtype, a seed, a kernel. The message names it."""
 
 
+class HostCallError(CutileError, RuntimeError):
+    """A DSL function or device function was called outside a kernel."""
+
+
 class TensorIndexError(CutileError, IndexError):
     """A host-side index of a tensor (``t[...]``) is malformed or out of bounds."""
 

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import cutile_ir as ir
 
 from cutile_compiler import _dtypes as dt
+from cutile_compiler._compiled import AbiArg as AbiArg  # (the entry ABI this module computes)
 from cutile_compiler._errors import SourceLocation, TileCompilerError
 from cutile_compiler._hints import KernelHints
 from cutile_compiler._ir import Block, KernelIR, Operation, Value
@@ -43,17 +44,6 @@ def tile_type(ktype: KType) -> ir.TileType:
 
 # A token chain: a writable tensor parameter's `Value`, or the name of another chain (prints).
 TokenChain = Value | str
-
-
-@dataclass(frozen=True)
-class AbiArg:
-    """One scalar the kernel entry takes: a tensor's base pointer, one of its
-    run-time dims or strides (i32, in elements), or a scalar parameter."""
-
-    param: str
-    kind: str  # "pointer" | "dim" | "stride" | "scalar"
-    axis: int = -1
-    dtype: dt.DType | None = None
 
 
 def kernel_abi(kernel: KernelIR) -> tuple[AbiArg, ...]:

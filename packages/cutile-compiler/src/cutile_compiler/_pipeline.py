@@ -18,7 +18,6 @@ import hashlib
 import logging
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,14 +25,11 @@ import cutile_ir as ir
 
 from cutile_compiler import _config, _warm
 from cutile_compiler._cache import LRUCache, cached_compile, default_disk_cache
+from cutile_compiler._compiled import CompiledKernel as CompiledKernel
 from cutile_compiler._errors import SourceLocation, TileCompilerError
 from cutile_compiler._hints import KernelHints
-from cutile_compiler._frontend import build_kernel_ir
 from cutile_compiler._ir import KernelIR, format_kernel
-from cutile_compiler._reads import ExternalReads
-from cutile_compiler._lowering import AbiArg, kernel_abi, lower_kernel
 from cutile_compiler._signature import KernelSignature, Specialization
-from cutile_compiler._source import capture
 from cutile_compiler._toolchain import (
     DEFAULT_OPTIONS,
     CompileOptions,
@@ -48,70 +44,21 @@ from cutile_compiler._toolchain import (
 _log = logging.getLogger("cutile.compiler")
 
 
-class CompiledKernel:
-    """One kernel compiled for one specialization and GPU architecture.
+# The stages, imported by their first use: a warm start (`_warm`) takes a compiled
+# kernel from its manifest without the front end or the lowering.
+def build_kernel_ir(function: Any, signature: KernelSignature, spec: Specialization, *,
+                    unsafe: bool = False) -> KernelIR:
+    """`_frontend.build_kernel_ir`."""
+    from cutile_compiler._frontend import build_kernel_ir as build
 
-    What a launch needs is always here: ``name`` (the entry), ``arch``, ``abi``,
-    ``cubin`` and ``reads`` (what the compile read from outside its arguments, still
-    holding while ``reads.changed()`` is None). One found by a warm start
-    (``warm``: from its disk manifest, see `_warm`) builds its ``kernel_ir``,
-    ``module`` and ``bytecode`` again only when they are asked for.
-    """
+    return build(function, signature, spec, unsafe=unsafe)
 
-    def __init__(self, name: str, arch: str, abi: tuple[AbiArg, ...], cubin: bytes, bytecode_version: str,
-                 cache_hit: bool, reads: ExternalReads, timings: dict[str, float] | None = None, *,
-                 kernel_ir: KernelIR | None = None, module: ir.Module | None = None, bytecode: bytes | None = None,
-                 rebuild: Callable[[], tuple[KernelIR, ir.Module, bytes]] | None = None,
-                 warm: bool = False) -> None:
-        self.name = name
-        self.arch = arch
-        self.abi = abi
-        self.cubin = cubin
-        self.bytecode_version = bytecode_version
-        self.cache_hit = cache_hit
-        self.reads = reads
-        self.timings = timings if timings is not None else {}
-        self.warm = warm
-        self._built = (kernel_ir, module, bytecode) if kernel_ir is not None and module is not None \
-            and bytecode is not None else None
-        self._rebuild = rebuild
-        self._lock = threading.Lock()
 
-    def _stages(self) -> tuple[KernelIR, ir.Module, bytes]:
-        with self._lock:
-            if self._built is None:
-                assert self._rebuild is not None, "a CompiledKernel has its IR or a way to build it"
-                self._built = self._rebuild()
-            return self._built
+def lower_kernel(kernel: KernelIR, version: str, arch: str, hints: KernelHints | None) -> ir.Module:
+    """`_lowering.lower_kernel`."""
+    from cutile_compiler._lowering import lower_kernel as lower
 
-    @property
-    def kernel_ir(self) -> KernelIR:
-        """The typed kernel IR (built again on first use for a warm-started kernel)."""
-        return self._stages()[0]
-
-    @property
-    def module(self) -> ir.Module:
-        """The Tile IR module (`cutile_ir`)."""
-        return self._stages()[1]
-
-    @property
-    def bytecode(self) -> bytes:
-        """The Tile IR bytecode given to tileiras."""
-        return self._stages()[2]
-
-    @property
-    def mlir(self) -> str:
-        """The Tile IR as MLIR text (as ``tileirdisasm`` prints it)."""
-        return ir.print_module(self.module)
-
-    @property
-    def ir_text(self) -> str:
-        """The typed kernel IR, readable."""
-        return format_kernel(self.kernel_ir)
-
-    def __repr__(self) -> str:
-        return (f"<CompiledKernel {self.name} for {self.arch}: bytecode {self.bytecode_version}, "
-                f"{len(self.cubin)} bytes of cubin{' (warm start)' if self.warm else ''}>")
+    return lower(kernel, version, arch, hints)
 
 
 def _excerpt(filename: str, line: int, column: int) -> str | None:
@@ -198,6 +145,8 @@ def compile_kernel(
         kernel_ir = build_kernel_ir(function, signature, spec, unsafe=unsafe)
     name = kernel_ir.name
     if "ast" in dump:
+        from cutile_compiler._source import capture
+
         _dump(name, spec, "ast", "ast.txt", ast.dump(capture(function).tree, indent=2, include_attributes=True))
     if "ir" in dump:
         _dump(name, spec, "ir", "ir.txt", format_kernel(kernel_ir))
@@ -225,6 +174,8 @@ def compile_kernel(
     if _log.isEnabledFor(level):
         _log.log(level, "cutile: %s for %s: front end %.1f ms, %s %.1f ms", name, arch, timings["frontend"] * 1e3,
                  "disk cache" if hit else "tileiras", timings["tileiras"] * 1e3)
+    from cutile_compiler._lowering import kernel_abi
+
     return CompiledKernel(name, arch, kernel_abi(kernel_ir), cubin, version, hit, kernel_ir.reads, timings,
                           kernel_ir=kernel_ir, module=module, bytecode=bytecode)
 

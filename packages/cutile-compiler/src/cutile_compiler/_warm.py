@@ -39,20 +39,17 @@ import threading
 import types
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cutile_compiler import _config
 from cutile_compiler import _dtypes as dt
-from cutile_compiler._builtins import DeviceFunction
+from cutile_compiler._device_function import DeviceFunction
 from cutile_compiler._cache import DiskCache, cache_key
+from cutile_compiler._compiled import AbiArg, CompiledKernel
 from cutile_compiler._cubin import cubin_problem
-from cutile_compiler._lowering import AbiArg
 from cutile_compiler._reads import ABSENT, ATTRIBUTE, CELL, CELL_EMPTY, CODE, NAME, NAME_ABSENT, ExternalReads
 from cutile_compiler._signature import KernelSignature, Specialization
 from cutile_compiler._toolchain import CompileOptions, Toolchain
-
-if TYPE_CHECKING:
-    from cutile_compiler._pipeline import CompiledKernel
 
 __all__ = ["MANIFEST_LAYOUT", "lookup", "manifest_cache", "manifest_key", "store"]
 
@@ -432,8 +429,6 @@ def lookup(key: str, function: Any, arch: str, cubins: DiskCache | None,
            rebuild: Callable[[], tuple[Any, Any, bytes]]) -> CompiledKernel | None:
     """The compiled kernel of the manifest under ``key`` if every read it records
     still gives the same value here; None otherwise (compile as usual)."""
-    from cutile_compiler._pipeline import CompiledKernel
-
     cache = manifest_cache()
     if cache is None or cubins is None:
         return None

@@ -41,7 +41,7 @@ from cutile_compiler._dtypes import (
     u32,
     u64,
 )
-from cutile_compiler._opdefs.elementwise import numpy_dtype
+from cutile_compiler._dtypes import numpy_dtype
 
 __all__ = [
     "ALL_DTYPES", "TILE_ONLY_DTYPES", "BY_NAME", "BY_NUMPY_NAME", "DType", "Kind", "bf16", "bool_", "converts_losslessly",

@@ -9,31 +9,36 @@ drives all of them. Errors derive from :class:`IRError`.
 """
 
 
-from ._attributes import (
-    ArrayAttr, AtomicRMWMode, BoolAttr, Bounded, ComparisonOrdering, ComparisonPredicate,
-    DenseElements, DictAttr, DivBy, FloatAttr, IntegerAttr, IntegerOverflow, Location,
-    MemoryOrdering, MemoryScope, OptimizationHints, RoundingMode, SameElements, Signedness,
-    StringAttr, SymbolVisibility, TypeAttr, decode_element, encode_element,
-)
-from ._arch import Arch, parse_arch
-from ._builder import Builder, IfOp, RegionOp, add_function, make_op
-from ._bytecode_reader import bytecode_version, read_bytecode
-from ._bytecode_writer import write_bytecode
-from ._printer import print_function, print_module
-from ._errors import ArchError, BytecodeError, IRError, IRTypeError, VerificationError, VersionError
-from ._ir import Block, Function, Global, Module, Operation, Region, Value, differences
-from ._ops import (
-    OPS, Arity, AttrDef, AttrKind, ElementRule, OpDef, OperandDef, RegionRule, ResultDef, accepted_element_types,
-    get_op, ops_in, register_op,
-)
-from ._types import (
-    BF16, DYNAMIC, F16, F32, F4E2M1FN, F64, F8E4M3FN, F8E5M2, F8E5M3FNU, F8E8M0FNU, FLOAT_FORMATS, I1, I4, I8, I16,
-    I32, I64, SCALAR_TYPES, TF32, TOKEN, FloatFormat, FunctionType, GatherScatterViewType, PaddingValue,
-    PartitionViewType, PointerType, ScalarType, StridedViewType, TensorViewType, TileType,
-    TokenType, Type, ptr, scalar, tile,
-)
-from ._verifier import problems, verify
-from ._versions import DEFAULT_VERSION, SUPPORTED_VERSIONS, V13_1, V13_2, V13_3, V13_4, Version
+from typing import TYPE_CHECKING, Any
+
+# The public names, declared once: imported here by static tools, and on first use
+# by `__getattr__` below (importing cutile_ir costs only the modules used).
+if TYPE_CHECKING:
+    from ._attributes import (
+        ArrayAttr, AtomicRMWMode, BoolAttr, Bounded, ComparisonOrdering, ComparisonPredicate,
+        DenseElements, DictAttr, DivBy, FloatAttr, IntegerAttr, IntegerOverflow, Location,
+        MemoryOrdering, MemoryScope, OptimizationHints, RoundingMode, SameElements, Signedness,
+        StringAttr, SymbolVisibility, TypeAttr, decode_element, encode_element,
+    )
+    from ._arch import Arch, parse_arch
+    from ._builder import Builder, IfOp, RegionOp, add_function, make_op
+    from ._bytecode_reader import bytecode_version, read_bytecode
+    from ._bytecode_writer import write_bytecode
+    from ._printer import print_function, print_module
+    from ._errors import ArchError, BytecodeError, IRError, IRTypeError, VerificationError, VersionError
+    from ._ir import Block, Function, Global, Module, Operation, Region, Value, differences
+    from ._ops import (
+        OPS, Arity, AttrDef, AttrKind, ElementRule, OpDef, OperandDef, RegionRule, ResultDef, accepted_element_types,
+        get_op, ops_in, register_op,
+    )
+    from ._types import (
+        BF16, DYNAMIC, F16, F32, F4E2M1FN, F64, F8E4M3FN, F8E5M2, F8E5M3FNU, F8E8M0FNU, FLOAT_FORMATS, I1, I4, I8, I16,
+        I32, I64, SCALAR_TYPES, TF32, TOKEN, FloatFormat, FunctionType, GatherScatterViewType, PaddingValue,
+        PartitionViewType, PointerType, ScalarType, StridedViewType, TensorViewType, TileType,
+        TokenType, Type, ptr, scalar, tile,
+    )
+    from ._verifier import problems, verify
+    from ._versions import DEFAULT_VERSION, SUPPORTED_VERSIONS, V13_1, V13_2, V13_3, V13_4, Version
 
 __all__ = [
     "Arch", "ArchError", "parse_arch",
@@ -54,3 +59,15 @@ __all__ = [
 
 
 __version__ = "0.1.0"  # the distribution's version (tests/test_release.py keeps them equal)
+
+
+if not TYPE_CHECKING:  # (static tools see the imports above, not a catch-all __getattr__)
+    from ._lazy import exported as _exported, lazy_exports as _lazy_exports
+
+    _EXPORTS = _lazy_exports(__name__, __file__)
+
+    def __getattr__(name: str) -> Any:
+        return _exported(globals(), _EXPORTS, name)
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *__all__})

@@ -38,6 +38,7 @@ from cutile._errors import (
     HintError,
     HostCallError,
     InteropError,
+    KernelRuntimeError,
     LaunchError,
     OwnershipError,
     SignatureError,
@@ -51,7 +52,6 @@ from cutile._errors import (
     TileTypeError,
     ToolchainError,
 )
-from cutile._interpreter import KernelRuntimeError
 from cutile_compiler import CompiledKernel
 from cutile._entry import Kernel, compile, entry, function
 from cutile._graphs import Graph, GraphScope, batch, graph_scope

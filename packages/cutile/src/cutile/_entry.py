@@ -23,9 +23,7 @@ from cutile_compiler import (
     DeviceFunction,
     DType,
     HintError,
-    KernelCompiler,
     KernelHints,
-    KernelIR,
     KernelSignature,
     LRUCache,
     parse_arch,
@@ -40,6 +38,7 @@ if TYPE_CHECKING:
     from typing_extensions import ParamSpec, TypeVar
 
     from cutile._gpu import LoadedKernel
+    from cutile_compiler import KernelIR
 
     _P = ParamSpec("_P", default=...)
     _R = TypeVar("_R", default=Any)
@@ -92,9 +91,13 @@ class Kernel(KernelBase, Generic[_P, _R]):
                                        for name, dtype in self._scalar_params.items())
         # Per-kernel caches, bounded: a long-running program that meets many shapes
         # keeps the most recent specializations (ARCHITECTURE.md lists the layers).
-        # The compiler: (spec) -> typed IR, (spec, arch, options) -> compiled kernel.
-        self._compiler = KernelCompiler(function, self.signature, unsafe=unsafe, hints=self.hints,
-                                        cache_size=_CACHE_SIZE)
+        # The compiler: (spec) -> typed IR, (spec, arch, options) -> compiled kernel. Its
+        # module (the pipeline and the warm start) loads with the first kernel, not with
+        # cutile; the front end and the lowering load with the first compile that needs them.
+        from cutile_compiler import KernelCompiler
+
+        self._compiler: KernelCompiler = KernelCompiler(function, self.signature, unsafe=unsafe, hints=self.hints,
+                                                        cache_size=_CACHE_SIZE)
         # (spec, options, device ordinal) -> the compiled kernel loaded on the GPU (`_gpu.LoadedKernel`).
         self._loaded_kernels: LRUCache[tuple[Specialization, CompileOptions, int], LoadedKernel] = LRUCache(_CACHE_SIZE)
         # Call key (dtypes, shapes, strides, alignment, constants; see `call_key`) ->

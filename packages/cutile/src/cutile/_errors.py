@@ -22,6 +22,7 @@ from cutile_compiler import (
     HintError,
     HostCallError,
     SignatureError,
+    SourceLocation,
     SpecializationError,
     TensorIndexError,
     TileCompilerError,
@@ -57,6 +58,17 @@ class GraphUpdateError(CutileError, cuda_async.GraphUpdateError):
     """`Graph.update` was given a tensor the captured graph cannot take: of another
     layout (dtype, shape, strides, device) than the input it replaces, or not a
     tensor; the message names the input's parameter and both layouts."""
+
+
+class KernelRuntimeError(CutileError, RuntimeError):
+    """A kernel did something invalid while the interpreter ran it (a race between
+    blocks, a read of memory nothing wrote, an integer division by zero, a failed assert)."""
+
+    def __init__(self, message: str, location: SourceLocation | None) -> None:
+        where = f"{location}: " if location else ""
+        excerpt = location.excerpt() if location else ""
+        super().__init__(f"{where}{message}" + (f"\n{excerpt}" if excerpt else ""))
+        self.location = location
 
 
 class LaunchError(CutileError, ValueError):

@@ -18,12 +18,13 @@ from cutile import _native, _torch_streams
 from cutile._device import current_device, ordinal_of
 from cutile._errors import GraphCaptureError, LaunchError
 from cutile._tensor import Partition, Storage, Tensor, numpy_dtype, strided_view
-from cutile_compiler import DEFAULT_OPTIONS, AbiArg, CompiledKernel, CompileOptions
+from cutile_compiler import DEFAULT_OPTIONS, CompiledKernel, CompileOptions
 from cutile_compiler import dtypes as dt
 
 if TYPE_CHECKING:
     from cutile._binding import ObjectBinding, SignaturePlan
     from cutile._entry import Kernel
+    from cutile_compiler import AbiArg
 
 
 class DeviceStorage(Storage):

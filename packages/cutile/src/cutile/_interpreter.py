@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from cutile._errors import CutileError
+from cutile._errors import KernelRuntimeError
 from cutile._tensor import HostStorage, Tensor, numpy_dtype
 from cutile import _config
 from cutile_compiler import (
@@ -28,24 +28,12 @@ from cutile_compiler import (
     KernelIR,
     Operation,
     Select,
-    SourceLocation,
     Terminator,
     TileType,
     Value,
 )
 
 _PADDING_VALUES = {"zero": 0.0, "neg_zero": -0.0, "nan": float("nan"), "pos_inf": float("inf"), "neg_inf": float("-inf")}
-
-
-class KernelRuntimeError(CutileError, RuntimeError):
-    """A kernel did something invalid while the interpreter ran it (a race between
-    blocks, a read of memory nothing wrote, an integer division by zero, a failed assert)."""
-
-    def __init__(self, message: str, location: SourceLocation | None) -> None:
-        where = f"{location}: " if location else ""
-        excerpt = location.excerpt() if location else ""
-        super().__init__(f"{where}{message}" + (f"\n{excerpt}" if excerpt else ""))
-        self.location = location
 
 
 #: Kinds of access to an element: bits of `_TensorState.accesses`, below the block that touched it first.

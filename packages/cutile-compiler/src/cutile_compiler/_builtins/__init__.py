@@ -13,7 +13,9 @@ by their keys (``fe.op(MemoryOp.TILE_LOAD, ...)``). The functions of the element
 ops are made from the ops' declarations (`elementwise.define_functions`).
 
 Importing this package imports every family, which fills the registry (in the order
-of the imports below: the order of `DSL_FUNCTIONS` and of the language's `__all__`).
+of the imports below: the order of `DSL_FUNCTIONS` and of the language's `__all__`);
+`OWN_FUNCTIONS` are the names it then holds, the compiler's own (a family declared
+later for a while, `elementwise.declared`, is not among them).
 """
 
 from cutile_compiler._builtins._base import (
@@ -89,3 +91,6 @@ from cutile_compiler._builtins.control import (
 )
 from cutile_compiler._builtins.methods import value_attribute as value_attribute
 from cutile_compiler._builtins.calls import call_object as call_object
+
+#: the compiler's own DSL functions, by name (the language keeps these bound once read)
+OWN_FUNCTIONS: frozenset[str] = frozenset(DSL_FUNCTIONS)

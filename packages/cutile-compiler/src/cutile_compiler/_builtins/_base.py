@@ -6,13 +6,13 @@ check of a kernel's call against a function's one signature (`bind_call`),
 from __future__ import annotations
 
 import ast
-import functools
 import inspect
 from collections.abc import Callable, Sequence
 from typing import Any, Concatenate, Generic, ParamSpec, TYPE_CHECKING, TypeVar
 
 from cutile_compiler import _dtypes as dt
-from cutile_compiler._errors import CutileError
+from cutile_compiler._device_function import DeviceFunction as DeviceFunction
+from cutile_compiler._errors import HostCallError as HostCallError
 from cutile_compiler._ir import Value
 from cutile_compiler._opdefs import MemoryOp
 from cutile_compiler._opdefs._base import RuleError
@@ -30,10 +30,6 @@ Impl = Callable[..., Any]
 Params = ParamSpec("Params")
 #: What picks a member of a family of DSL functions (a reduction's kind, an op's definition)
 Which = TypeVar("Which")
-
-
-class HostCallError(CutileError, RuntimeError):
-    """A DSL function or device function was called outside a kernel."""
 
 
 def user_signature(impl: Impl, hidden: int = 2) -> inspect.Signature:
@@ -127,20 +123,6 @@ def family_member(template: Callable[Concatenate[Which, FrontEnd, ast.Call, Para
     shown = inspect.signature(template)
     impl.__signature__ = shown.replace(parameters=list(shown.parameters.values())[1:])  # type: ignore[attr-defined]
     return Builtin(name, impl, doc)
-
-
-class DeviceFunction:
-    """A Python function called from kernels, inlined at each call (``@cutile.function``)."""
-
-    def __init__(self, function: Callable[..., Any]) -> None:
-        functools.update_wrapper(self, function)
-        self.python_function = function
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        raise HostCallError(f"{self.python_function.__qualname__} is a device function: call it from a kernel")
-
-    def __repr__(self) -> str:
-        return f"<cutile device function {self.python_function.__qualname__}>"
 
 
 # -- helpers ----------------------------------------------------------------------------

@@ -21,7 +21,7 @@ import numpy as np
 
 import cutile_ir as ir
 from cutile_compiler import _dtypes as dt
-from cutile_compiler._errors import ArgumentError
+from cutile_compiler._dtypes import numpy_dtype as numpy_dtype  # (the ops evaluate with it)
 from cutile_compiler._ir import Operation
 from cutile_compiler._lowering import tile_type
 from cutile_compiler._opdefs._base import EvalContext, IntegerDivisionByZero, Op, OpDef, RuleError, register
@@ -38,17 +38,6 @@ BITS: Kinds = frozenset({"int", "uint", "bool"})
 ANY: Kinds = frozenset({"int", "uint", "float", "bool"})
 
 _KIND_WORDS = {FLOAT: "floating-point", INT: "integer", NUMBER: "numeric", BITS: "integer or bool", ANY: "any"}
-
-
-def numpy_dtype(dtype: dt.DType) -> np.dtype[Any]:
-    """The numpy dtype storing ``dtype``. numpy knows bf16 and the fp8 formats once
-    ml_dtypes is imported (cutile imports it; the compiler itself needs numpy's view of
-    them only to evaluate tiles, and checks constants through cutile_ir's codec)."""
-    try:
-        return np.dtype(dtype.numpy_name)
-    except TypeError:
-        raise ArgumentError(f"numpy does not know {dtype.numpy_name!r}: import ml_dtypes before "
-                            f"evaluating {dtype} tiles") from None
 
 
 def tile_operand(types: Sequence[KType], index: int, op: str) -> TileType:
