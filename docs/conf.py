@@ -45,12 +45,13 @@ class KernelLanguageDirective(SphinxDirective):
 
     def run(self) -> list[Node]:
         from cutile_compiler import language
+        from cutile_compiler._builtins import DSL_FUNCTIONS  # the registry the language's exports come from
 
         lines: list[str] = []
         for name in ("Tensor", "Mut", "Constant"):
             lines += [f".. py:data:: {name}", "   :module: cutile_compiler.language", ""]
             lines += _indented(inspect.getdoc(type(getattr(language, name))))
-        for name, function in language.DSL_FUNCTIONS.items():
+        for name, function in DSL_FUNCTIONS.items():
             try:
                 signature = str(inspect.signature(function))
             except (TypeError, ValueError):
