@@ -583,39 +583,49 @@ class _WatchingSync(FakeDriver):
         return super().cuStreamSynchronize(stream)
 
 
-def test_the_native_path_runs_synchronous_launches_holding_their_tensors(make_fake_gpu: FakeGpu) -> None:
+def _five_launches_hold_their_tensors_while_they_wait(fake: Any, driver: "_WatchingSync",
+                                                      sync: Callable[[cutile.Launch], Any]) -> tuple[Any, ...]:
+    """Five saxpy launches run by ``sync`` on idle memory: each holds z while the host
+    waits (another thread may not read it), z is idle after, the stream advanced by five.
+    Gives (z, x, y, z's resource, the stream, its epoch before)."""
     from cuda_async import _streams
 
+    x = api.from_numpy(np.zeros(256, np.float32))
+    y = api.from_numpy(np.zeros(256, np.float32))
+    z = api.empty([256], dtype=f32).partition([128])
+    _register(fake, saxpy(z, x, y, 1.0))
+    z, x, y = sync(saxpy(z, x, y, 1.0))
+    resource = z._tensor._storage.resource
+    seen: list[Any] = []
+
+    def during_the_wait() -> None:
+        seen.append(resource.holders)
+        try:
+            resource.check_available(cuda_async.Access.READ, by="another thread")
+        except cutile.OwnershipError as exc:
+            seen.append(str(exc))
+
+    driver.on_synchronize = during_the_wait
+    stream = cuda_async.default_policy().next_stream()
+    epoch = _streams.current_epoch(stream)
+    for i in range(5):
+        z, x, y = sync(saxpy(z, x, y, float(i)))
+    assert seen[0] == [("launch of saxpy (parameter 'z')", cuda_async.Access.WRITE)]
+    assert "written by the pending op launch of saxpy (parameter 'z'); 'another thread' may not read it" in seen[1]
+    assert not resource.is_held and resource._last_write is None and not resource._reads  # idle again
+    assert _streams.current_epoch(stream) == epoch + 5
+    assert [struct.unpack("<f", r["params"][-1])[0] for r in fake.launches[-5:]] == [0.0, 1.0, 2.0, 3.0, 4.0]
+    return z, x, y, resource, stream, epoch
+
+
+def test_the_native_path_runs_synchronous_launches_holding_their_tensors(make_fake_gpu: FakeGpu) -> None:
     driver = _WatchingSync()
     with make_fake_gpu(driver, kernels=_KERNELS) as fake:
         _require_native()
-        x = api.from_numpy(np.zeros(256, np.float32))
-        y = api.from_numpy(np.zeros(256, np.float32))
-        z = api.empty([256], dtype=f32).partition([128])
-        _register(fake, saxpy(z, x, y, 1.0))
-        z, x, y = saxpy(z, x, y, 1.0).sync()
-        resource = z._tensor._storage.resource
-        seen: list[Any] = []
-
-        def during_the_wait() -> None:
-            seen.append(resource.holders)
-            try:
-                resource.check_available(cuda_async.Access.READ, by="another thread")
-            except cutile.OwnershipError as exc:
-                seen.append(str(exc))
-
-        driver.on_synchronize = during_the_wait
-        stream = cuda_async.default_policy().next_stream()
-        epoch = _streams.current_epoch(stream)
         run = _stats()[1]
-        for i in range(5):
-            z, x, y = saxpy(z, x, y, float(i)).sync()
-        assert _stats()[1] == run + 5
-        assert seen[0] == [("launch of saxpy (parameter 'z')", cuda_async.Access.WRITE)]
-        assert "written by the pending op launch of saxpy (parameter 'z'); 'another thread' may not read it" in seen[1]
-        assert not resource.is_held and resource._last_write is None and not resource._reads  # idle again
-        assert _streams.current_epoch(stream) == epoch + 5
-        assert [struct.unpack("<f", r["params"][-1])[0] for r in fake.launches[-5:]] == [0.0, 1.0, 2.0, 3.0, 4.0]
+        z, x, y, resource, stream, _ = _five_launches_hold_their_tensors_while_they_wait(
+            fake, driver, lambda launch: launch.sync())
+        assert _stats()[1] == run + 5  # the five after the first (which armed the binding)
         z._tensor.to_numpy()
         del z, x, y, resource, stream  # nothing of the fake GPU may outlive the fake driver
 
@@ -632,31 +642,8 @@ def test_the_python_path_runs_synchronous_launches_on_idle_memory_holding_their_
 
     driver = _WatchingSync()
     with make_fake_gpu(driver, kernels=_KERNELS) as fake:
-        x = api.from_numpy(np.zeros(256, np.float32))
-        y = api.from_numpy(np.zeros(256, np.float32))
-        z = api.empty([256], dtype=f32).partition([128])
-        _register(fake, saxpy(z, x, y, 1.0))
-        z, x, y = _python_sync(saxpy(z, x, y, 1.0))
-        resource = z._tensor._storage.resource
-        seen: list[Any] = []
-
-        def during_the_wait() -> None:
-            seen.append(resource.holders)
-            try:
-                resource.check_available(cuda_async.Access.READ, by="another thread")
-            except cutile.OwnershipError as exc:
-                seen.append(str(exc))
-
-        driver.on_synchronize = during_the_wait
-        stream = cuda_async.default_policy().next_stream()
-        epoch = _streams.current_epoch(stream)
-        for i in range(5):
-            z, x, y = _python_sync(saxpy(z, x, y, float(i)))
-        assert seen[0] == [("launch of saxpy (parameter 'z')", cuda_async.Access.WRITE)]
-        assert "written by the pending op launch of saxpy (parameter 'z'); 'another thread' may not read it" in seen[1]
-        assert not resource.is_held and resource._last_write is None and not resource._reads  # idle again
-        assert _streams.current_epoch(stream) == epoch + 5
-        assert [struct.unpack("<f", r["params"][-1])[0] for r in fake.launches[-5:]] == [0.0, 1.0, 2.0, 3.0, 4.0]
+        z, x, y, resource, stream, epoch = _five_launches_hold_their_tensors_while_they_wait(fake, driver,
+                                                                                            _python_sync)
         # A failed launch gives the holds back and does not advance the stream; a failed
         # wait is cuda's error, its holds given back too.
         from cuda_core import CudaError
