@@ -573,3 +573,15 @@ def test_pending_work_of_two_launches_is_cancelled_or_run_whole() -> None:
     assert pending.op is op
     pending.run()
     np.testing.assert_array_equal(out.to_numpy(), np.argmax(x.to_numpy(), axis=-1))
+
+
+def test_do_bench_runs_a_functions_pending_work() -> None:
+    # `.launch(...)` gives a Pending, which presents its op: do_bench times it (the output
+    # is written), never a value it cannot run
+    from cutile import bench
+
+    x = api.from_numpy(np.linspace(-3, 3, 1000, dtype=np.float32))
+    out = api.from_numpy(np.full(1000, np.nan, np.float32))
+    bench.do_bench(lambda: silu.launch(x, out=out), warmup=1, reps=2)
+    values = x.to_numpy().astype(np.float64)
+    np.testing.assert_allclose(out.to_numpy(), values / (1 + np.exp(-values)), rtol=1e-5, atol=1e-6)

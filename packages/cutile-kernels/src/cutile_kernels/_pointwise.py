@@ -96,6 +96,10 @@ class Pending:
             self._op = self.launch.then(self.then)
         return self._op
 
+    def __device_op__(self) -> Any:
+        """The op, for what takes any op (`cutile.bench.do_bench`, ``then``, ``zip``)."""
+        return self.op
+
     def run(self) -> Any:
         self.op.sync()
         return self.finish()

@@ -185,9 +185,8 @@ class _Timer:
 
     def schedule(self, fn: Callable[[], Any], value: Any) -> Any:
         """Queues a launch or op that ``fn`` returned (not yet waited for); else None."""
-        if _is_deferred(value):
-            return value.schedule(self.policy)
-        return None
+        deferred = _deferred(value)
+        return None if deferred is None else deferred.schedule(self.policy)
 
     def untimed(self, fn: Callable[[], Any]) -> None:
         with self.current():
@@ -373,8 +372,9 @@ class _EventTimer(_Timer):
                 return
             queue: Callable[[], Any]
             if kind == _RETURNS:
-                work = fn()  # built on the host, nothing queued yet
-                self._learn_form(fn, work)
+                returned = fn()  # built on the host, nothing queued yet
+                self._learn_form(fn, returned)
+                work = _deferred(returned)
                 queue = lambda: work.schedule(self.policy)  # noqa: E731
             else:
                 queue = lambda: self.schedule(fn, fn())  # noqa: E731
@@ -401,7 +401,17 @@ class _EventTimer(_Timer):
 
 
 def _is_deferred(value: Any) -> bool:
-    return isinstance(value, cuda_async.DeviceOp) or _is_launch(value)
+    return _deferred(value) is not None
+
+
+def _deferred(value: Any) -> Any:
+    """What to schedule for ``value``: a launch or op itself, the op an object presents
+    (`cuda_async.PresentsDeviceOp`: a `cutile_kernels` function's pending work), or None."""
+    if isinstance(value, cuda_async.DeviceOp) or _is_launch(value):
+        return value
+    if hasattr(type(value), "__device_op__"):
+        return value.__device_op__()
+    return None
 
 
 def _is_launch(value: Any) -> bool:
