@@ -76,6 +76,20 @@ def test_dtype_comparisons_fold(dtype: Any, code: float) -> None:
 
 
 @pytest.mark.interpreter_only
+def test_a_tuple_holding_a_run_time_value_is_not_folded() -> None:
+    # (n, 1) == (0, 1) cannot be decided at compile time: refused at the comparison, never False
+    @cutile.entry
+    def compares(z: Mut[Tensor[f32, [4]]], n: i32):
+        a = z.load()
+        if (n, 1) == (0, 1):  # mark
+            a = a + 1.0
+        z.store(a)
+
+    located(compares, lambda: [api.zeros([4]).partition([4]), 0], "# mark",
+            "'==': operands must be tiles or numbers, got tuple of 2", TileTypeError)
+
+
+@pytest.mark.interpreter_only
 @pytest.mark.parametrize("arch", ["sm_90", "sm_100"])
 def test_dtype_branches_compile(arch: str) -> None:
     for dtype in DTYPES:

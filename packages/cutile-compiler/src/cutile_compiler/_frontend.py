@@ -1249,9 +1249,17 @@ def _compile_time_object(left: Any, right: Any) -> bool:
     """Whether ``left == right`` is decided at compile time as Python decides it: both
     are compile-time objects and at least one is a dtype, None or a tuple (numbers and
     strings fold through the operator's own rule)."""
-    if isinstance(left, (Value, _Undefined)) or isinstance(right, (Value, _Undefined)):
+    if not (_known_now(left) and _known_now(right)):
         return False
     return any(isinstance(v, (dt.DType, tuple)) or v is None for v in (left, right))
+
+
+def _known_now(value: Any) -> bool:
+    """No run-time value in ``value`` (a tuple's items included): ``(n, 1) == (0, 1)`` with
+    a run-time ``n`` is the comparison's rule's to refuse, not Python's to fold to False."""
+    if isinstance(value, tuple):
+        return all(_known_now(item) for item in value)
+    return not isinstance(value, (Value, _Undefined))
 
 
 def _constant_object(value: Any) -> bool:
