@@ -10,7 +10,7 @@ import pytest
 import cutile
 import cutile.core as ct
 from cutile import api
-from cutile._interpreter import KernelRuntimeError
+from cutile import KernelRuntimeError
 from cutile.core import Constant, Mut, Tensor, f32, i32, load_tile_like
 from located_errors import line_of
 

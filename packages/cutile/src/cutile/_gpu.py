@@ -385,7 +385,7 @@ def enqueue_bound(kernel: Kernel, binding: ObjectBinding, values: tuple[Any, ...
     if loaded is None or loaded.reads.changed() is not None:
         _check_grid(kernel, plan.grid)
         ordinal = binding.device
-        loaded = prepare(kernel, plan, DEFAULT_OPTIONS, _current_ordinal() if ordinal is None else ordinal)
+        loaded = prepare(kernel, plan, DEFAULT_OPTIONS, current_device() if ordinal is None else ordinal)
         names = kernel._param_names
         arguments = {n: (v._tensor if isinstance(v, Partition) else v) for n, v in zip(names, values)}
         binding.packed = tuple(loaded.pack(kernel.name, arguments))
@@ -421,6 +421,3 @@ def enqueue(kernel: Kernel, plan: SignaturePlan, arguments: dict[str, Any], opti
         _check_stream(kernel.name, loaded, stream)
     _launch(loaded, plan.grid, stream, loaded.pack(kernel.name, arguments))
 
-
-def _current_ordinal() -> int:
-    return current_device()

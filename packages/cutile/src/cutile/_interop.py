@@ -296,7 +296,11 @@ def _from_cuda_array_interface(obj: Any, interface: dict[str, Any]) -> Tensor:
     byte_strides = interface.get("strides")
     strides = _contiguous_strides(shape) if byte_strides is None else _strides_in_elements(
         tuple(int(s) for s in byte_strides), dtype.itemsize, "from_dlpack")
-    device = _current_device_ordinal()
+    # The CUDA Array Interface names no device: the memory is taken to be on cutile's
+    # current device, so an array of device N is imported inside `cutile.device(N)`.
+    from cutile._device import current_device
+
+    device = current_device()
     producer_stream = interface.get("stream")
     if producer_stream not in (None, 0) and _backend.current() == "gpu":
         # Version 3 of the interface: work on the producer's stream must finish
@@ -310,12 +314,6 @@ def _from_cuda_array_interface(obj: Any, interface: dict[str, Any]) -> Tensor:
     return _device_tensor(int(pointer), device, dtype, shape, strides, obj, bool(readonly))
 
 
-def _current_device_ordinal() -> int:
-    # The CUDA Array Interface names no device: the memory is taken to be on cutile's
-    # current device, so an array of device N is imported inside `cutile.device(N)`.
-    from cutile._device import current_device
-
-    return current_device()
 
 
 def _from_capsule(capsule: Any, producer: Any, torch_ordered: bool = False) -> Tensor:
