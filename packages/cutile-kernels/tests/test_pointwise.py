@@ -585,3 +585,15 @@ def test_do_bench_runs_a_functions_pending_work() -> None:
     bench.do_bench(lambda: silu.launch(x, out=out), warmup=1, reps=2)
     values = x.to_numpy().astype(np.float64)
     np.testing.assert_allclose(out.to_numpy(), values / (1 + np.exp(-values)), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda x: silu(x, config={"foo": 1}), r"silu\(\): config key 'foo' is unknown"),
+    (lambda x: silu(x, config={"block_elems": 0}), r"silu\(\): config\['block_elems'\] must be a power of two"),
+    (lambda x: silu(x, config={"block_elems": "big"}), r"config\['block_elems'\] must be a power of two"),
+    (lambda x: argmax(x, config={"tile_rows": -1}), r"argmax\(\): config\['tile_rows'\]"),
+])
+def test_bad_configs_are_refused_naming_the_key(call: Any, message: str) -> None:
+    x = api.from_numpy(np.arange(100, dtype=np.float32))
+    with pytest.raises(cutile.ArgumentError, match=message):
+        call(x)

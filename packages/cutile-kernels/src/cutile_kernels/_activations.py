@@ -207,7 +207,7 @@ def _launch(op: str, operands: list[tuple[Any, str]], out: Any, config: dict[str
     result = output(out, shape, first.tensor.dtype, first, function, "out",
                     {name: a.tensor for a, (_, name) in zip(arguments, operands)})
     target = Operand.of(result.tensor)
-    chosen = config if config is not None else TUNER.config((math.prod(shape), len(arguments), width or 0))
+    chosen = pw.config_of(function, config, SPACE, DEFAULT) if config is not None else TUNER.config((math.prod(shape), len(arguments), width or 0))
     occupancy = int(chosen["occupancy"])
     every = [target, *arguments]
     if math.prod(shape) == 0:

@@ -147,7 +147,7 @@ def _argmax_launch(x: Any, dim: int = -1, keepdim: bool = False, *, out: Any = N
         raise cutile.ArgumentError(f"{fn}(): rows of {cols} elements are longer than 2**31 - 2")
     result_shape = (*shape[:-1], 1) if keepdim else shape[:-1]
     result = output(out, result_shape, "i64", xa, fn)
-    chosen = config if config is not None else TUNER.config((rows, cols))
+    chosen = pw.config_of(fn, config, SPACE, DEFAULT) if config is not None else TUNER.config((rows, cols))
     bm, bn, sub, chunks = plan(chosen, rows, cols)
     x2 = pw.reshaped(xa, (rows, cols), fn, "x")
     # The partials per out (made once: a warmed-up call with out= allocates nothing, so it

@@ -74,7 +74,7 @@ def _embedding_launch(ids: Any, table: Any, *, out: Any = None, config: dict[str
     if count == 0 or vocab == 0 or dim == 0:
         raise cutile.ArgumentError(f"{fn}(): 'ids' {list(ia.shape)} and 'table' {list(ta.shape)} must not be empty")
     result = output(out, (*ia.shape, dim), ta.tensor.dtype, ia, fn, "out", {"ids": ia.tensor, "table": ta.tensor})
-    chosen = config if config is not None else TUNER.config((count, vocab, dim))
+    chosen = pw.config_of(fn, config, SPACE, DEFAULT) if config is not None else TUNER.config((count, vocab, dim))
     tile = [min(int(chosen["tile_rows"]), pw.next_pow2(count)), min(int(chosen["tile_cols"]), pw.next_pow2(dim))]
     flat_ids = pw.reshaped(ia, (count,), fn, "ids")
     rows = pw.reshaped(Operand.of(result.tensor), (count, dim), fn, "out")

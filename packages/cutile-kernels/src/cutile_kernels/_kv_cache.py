@@ -145,7 +145,7 @@ def _kv_cache_update_launch(cache: Any, new: Any, positions: Any, *,
     width = math.prod(ca.shape[-2:])
     cache3 = pw.reshaped(ca, (batch, max_seq, width), fn, "cache")
     new3 = pw.reshaped(na, (batch, tokens, width), fn, "new")
-    chosen = config if config is not None else TUNER.config((batch, max_seq, tokens, width))
+    chosen = pw.config_of(fn, config, SPACE, DEFAULT) if config is not None else TUNER.config((batch, max_seq, tokens, width))
     bw = min(int(chosen["tile_cols"]), pw.next_pow2(width))
     bs = 1
     if start is not None:  # whole tiles of new rows: bs divides the start and the count

@@ -71,6 +71,24 @@ def reshaped(argument: Operand, shape: Sequence[int], function: str, name: str) 
     return tensor.reshape(*shape)
 
 
+def config_of(function: str, config: Any, space: Any, default: dict[str, Any]) -> dict[str, Any]:
+    """A caller's ``config=``: `default` updated by it, each key one of ``space``'s (else
+    an `ArgumentError` naming the key). Values as the space's kind: a power of two where
+    the space's are all powers of two (tile sizes), else an int from the space's least;
+    strings one of the space's. (Counts like ``max_blocks`` take any int from 1.)"""
+    from cutile_kernels._splitk import check_config
+
+    allowed: dict[str, Any] = {}
+    for key, values in space.params.items():
+        if any(isinstance(v, str) for v in values):
+            allowed[key] = tuple(values)
+        elif all(v >= 1 and v & (v - 1) == 0 for v in values):
+            allowed[key] = None  # (check_config: a power of two >= 1)
+        else:
+            allowed[key] = range(0 if min(values) == 0 else 1, 2**31)
+    return check_config(f"{function}()", config, dict(default), allowed)
+
+
 def next_pow2(n: int) -> int:
     return 1 << max(0, math.ceil(math.log2(max(1, n))))
 

@@ -165,7 +165,7 @@ def _rope_launch(q: Any, k: Any, positions: Any, theta: float = 10000.0, *, styl
     q3 = pw.reshaped(qa, (tokens, heads_q, head_dim), fn, "q")
     k3 = pw.reshaped(ka, (tokens, heads_k, head_dim), fn, "k")
     p1 = pw.reshaped(pa, (tokens,), fn, "positions")
-    chosen = config if config is not None else TUNER.config((tokens, heads_q, heads_k, head_dim))
+    chosen = pw.config_of(fn, config, SPACE, DEFAULT) if config is not None else TUNER.config((tokens, heads_q, heads_k, head_dim))
     bt = tokens_per_block(chosen, max(heads_q, heads_k), head_dim, tokens)
     kernel = rope_kernel(qa.tensor.dtype, pa.tensor.dtype, style == "neox", inplace, int(chosen["occupancy"]))
     freq_scale = -2.0 * math.log(float(theta)) / head_dim
