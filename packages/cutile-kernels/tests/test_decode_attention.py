@@ -166,7 +166,8 @@ BAD: list[tuple[str, dict[str, Any], str, type[Exception]]] = [
     ("scale", {"scale": float("nan")}, "'scale' must be a finite", cutile.ArgumentTypeError),
     ("out shape", {"out": np.zeros((3, 8, 32), np.float16)}, "'out' has shape", cutile.ArgumentError),
     ("out dtype", {"out": np.zeros((3, 8, 64), ml_dtypes.bfloat16)}, "'out' has dtype", cutile.ArgumentTypeError),
-    ("config", {"config": {"split": 2}}, "'config' has unknown keys", cutile.ArgumentError),
+    ("config", {"config": {"split": 2}}, "config key 'split' is unknown", cutile.ArgumentError),
+    ("config value", {"config": {"splits": "a"}}, r"config\['splits'\] must be an int", cutile.ArgumentError),
 ]
 
 

@@ -57,7 +57,7 @@ from cutile.core import Constant, Mut, Tensor, arange, bid, cdiv, exp2, f32, ful
     zeros
 
 from cutile_kernels._operands import as_tensor, derived, host_values, integer_values
-from cutile_kernels._pointwise import Pending
+from cutile_kernels._pointwise import Pending, config_of
 from cutile_kernels._records import record_path
 
 #: splits 0: chosen from the batch and context (see the module doc); waves: blocks per SM wanted
@@ -342,14 +342,9 @@ def _decode_attention_launch(q: Any, k_cache: Any, v_cache: Any, seq_lens: Any, 
         if _spans_overlap(oa, tensor):
             raise _fail("out", f"overlaps the memory of parameter '{name}'; pass a separate array")
     if config is not None:
-        unknown = sorted(set(config) - set(DEFAULT))
-        if unknown:
-            raise _fail("config", f"has unknown keys {unknown}; expected keys of {sorted(DEFAULT)}")
-        chosen = {**DEFAULT, **config}
+        chosen = config_of("decode_attention", config, SPACE, DEFAULT)
     else:
         chosen = TUNER.config((batch, q_heads, kv_heads, max_seq, head_dim))
-    if int(chosen["splits"]) < 0:
-        raise _fail("config", f"has splits {chosen['splits']}; expected 0 (automatic) or a positive count")
     group = q_heads // kv_heads
     rows = max(8, next_pow2(group))  # the products' q-head columns: the group, padded to 8
     split = plan(chosen, batch, kv_heads, max_seq)
