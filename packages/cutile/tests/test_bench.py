@@ -260,3 +260,34 @@ def test_on_the_gpu_a_bigger_kernel_takes_longer() -> None:
     assert result.ratio > 4.0
     assert bench.do_bench(lambda: bench_add(zb, xb, yb).sync(), reps=5).median_ms > 0
     np.testing.assert_array_equal(zb.unpartition().to_numpy()[:10], np.full(10, 2.0))
+
+
+@pytest.mark.interpreter_only
+def test_a_rep_the_watchdog_opened_is_refused_and_its_tensors_are_free_after(make_fake_gpu: FakeGpu,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    with make_fake_gpu(kernels=[bench_add]) as fake:
+        z, x, y = _fake_add_arguments(fake)
+        real_deferred = bench._deferred
+        slow = [False]
+
+        def deferred(value: Any) -> Any:  # the timed rep's queueing outlasts the watchdog
+            work = real_deferred(value)
+            if slow[0]:
+                schedule = work.schedule
+
+                def late(policy: Any) -> Any:
+                    time.sleep(0.05)
+                    return schedule(policy)
+                return type("Late", (), {"schedule": staticmethod(late)})()
+            return work
+
+        monkeypatch.setattr(bench, "_deferred", deferred)
+        monkeypatch.setattr(bench._StreamGate, "WATCHDOG_S", 0.01)
+        fn = lambda: bench_add(z, x, y)  # noqa: E731
+        bench.do_bench(fn, warmup=1, reps=1, flush_l2=False)  # learns the form, times one rep
+        slow[0] = True
+        with pytest.raises(cutile.BenchError, match="not enqueued within"):
+            bench.do_bench(fn, warmup=1, reps=1, flush_l2=False)
+        slow[0] = False
+        # the refused rep's launch ran: z is free for the next launch (a pending one would refuse it)
+        bench_add(z, x, y).sync()

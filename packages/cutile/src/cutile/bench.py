@@ -381,6 +381,7 @@ class _EventTimer(_Timer):
             with self._gate.shut(_StreamGate.WATCHDOG_S) as shut:
                 pending = self._bracket(queue)
             if shut.tripped:
+                _wait(pending)  # (the watchdog opened the gate: the rep's work ran; nothing may stay pending)
                 raise BenchError(
                     f"the work of a rep was not enqueued within {_StreamGate.WATCHDOG_S:g} s while the "
                     "bench stream was gated: the function waited for the device (it did not in warm-up) "
