@@ -22,6 +22,8 @@
 - ``--tune SECONDS``: a `cutile.tune.search` per case over the whole space (pruned for
   the case) with that budget; its winners printed as JSON.
 - ``--splitk``: also the split-K table (small M·N, large K: TFLOP/s against torch).
+- ``--shapes NxK ...``: the weights' shapes instead of the five above (a model's, to
+  sweep and record the buckets its projections fall in).
 
 Every result is checked against float64 at sampled columns before it is timed; a WRONG
 row makes the exit status 1. Times are medians of `cutile.bench.do_bench` over the
@@ -96,6 +98,17 @@ def candidates(gemv: Any, weight_nk: bool, m: int, n: int, k: int, itemsize: int
     return list(found.values())
 
 
+def _shape(text: str) -> tuple[int, int]:
+    """``NxK`` as (N, K), both positive."""
+    try:
+        n, k = (int(part) for part in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected NxK (e.g. 4096x2560), got {text!r}") from None
+    if n < 1 or k < 1:
+        raise argparse.ArgumentTypeError(f"N and K must be positive, got {text!r}")
+    return n, k
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU interpreter (results checked)")
@@ -109,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tune", type=float, default=0.0, metavar="SECONDS",
                         help="search each case's config space for this many seconds")
     parser.add_argument("--splitk", action="store_true", help="also the split-K table")
+    parser.add_argument("--shapes", nargs="+", metavar="NxK", type=_shape,
+                        help="the weights' (N, K) instead of the default five (e.g. a model's: 19456x2560)")
     parser.add_argument("--sweep-seconds", type=float, default=210.0,
                         help="the sweep starts no new shape past this many seconds (the run's table follows)")
     args = parser.parse_args(argv)
@@ -165,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     wrong = 0
     seed = 0
     layouts = [name == "nk" for name in args.layout]
-    shapes = SMOKE_GEMV_SHAPES if args.smoke else GEMV_SHAPES
+    shapes = args.shapes or (SMOKE_GEMV_SHAPES if args.smoke else GEMV_SHAPES)
 
     class Case:
         """One (dtype, layout, M, N, K): its operands on the device, the host copies for the gate."""
