@@ -114,6 +114,27 @@ def test_update_holds_the_new_input_during_the_replay() -> None:
     pending.result()
 
 
+def test_replays_without_updates_share_one_access_set_and_an_update_makes_its_own() -> None:
+    z, x, y = HostTensor("z", [0, 0]), HostTensor("x", [1, 2]), HostTensor("y", [3, 4])
+    graph = add(z, x, y).graph()
+    first, second = graph.launch(), graph.launch()
+    assert first.access_set is second.access_set  # merged once: a replay's host cost
+    assert set(first.access_set.accesses) == {(x, ca.Access.READ), (y, ca.Access.READ), (z, ca.Access.WRITE)}
+    first.sync()
+    second.sync()
+    x2 = HostTensor("x2", [10, 20])
+    graph.update(x2)
+    updated = graph.launch()  # reads the new input, writes the captured one it is copied into
+    assert updated.access_set is not first.access_set
+    assert dict(updated.access_set.accesses) == {y: ca.Access.READ, x2: ca.Access.READ, x: ca.Access.WRITE,
+                                                 z: ca.Access.WRITE}
+    updated.sync()
+    assert z.data == [13, 24]
+    again = graph.launch()
+    assert again.access_set is first.access_set
+    again.sync()
+
+
 def test_a_scope_records_several_launches_into_one_graph() -> None:
     counter = Counter()
     x, y = HostTensor("x", [1, 2]), HostTensor("y", [3, 4])

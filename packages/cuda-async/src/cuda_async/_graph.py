@@ -19,9 +19,9 @@ import cuda_core
 from cuda_async import _batch, _capture
 from cuda_async._capture import CaptureState
 from cuda_async._errors import raised
-from cuda_async._op import DeviceOp, record
+from cuda_async._op import DeviceOp, FnOp, record
 from cuda_async._policy import SchedulingPolicy, default_policy
-from cuda_async._resource import Access, Resource, ResourceView
+from cuda_async._resource import Access, AccessSet, Resource, ResourceView
 
 T = TypeVar("T")
 
@@ -55,6 +55,9 @@ class CudaGraph(Generic[T]):
         self._pending: dict[Resource, Resource] = {}
         self._closed = False
         self.launches = 0
+        # What a replay without updates reads and writes, merged once (a decode step's
+        # graph holds hundreds of resources; `launch` is its per-replay host cost).
+        self._replay_accesses: AccessSet | None = None
 
     def __repr__(self) -> str:
         where = "host" if self._executable is None else f"{self._node_count} nodes"
@@ -158,9 +161,14 @@ class CudaGraph(Generic[T]):
             raise ValueError(f"graph {self.name!r} has been closed")
         updates = list(self._pending.items())
         self._pending.clear()
-        reads = [r for r, a in self._accesses.items() if a is Access.READ and r not in dict(updates)]
-        reads += [new for _, new in updates]
-        writes = [r for r, a in self._accesses.items() if a is Access.WRITE] + [old for old, _ in updates]
+        accesses = self._replay_accesses if not updates else None
+        if accesses is None:
+            reads = [r for r, a in self._accesses.items() if a is Access.READ and r not in dict(updates)]
+            reads += [new for _, new in updates]
+            writes = [r for r, a in self._accesses.items() if a is Access.WRITE] + [old for old, _ in updates]
+            accesses = AccessSet(tuple(reads), tuple(writes))
+            if not updates:
+                self._replay_accesses = accesses
 
         def replay(stream: cuda_core.Stream | None) -> T:
             for old, new in updates:
@@ -177,7 +185,7 @@ class CudaGraph(Generic[T]):
             self.launches += 1
             return self.result
 
-        return DeviceOp.from_fn(replay, reads=reads, writes=writes, name=f"replay of {self.name}")
+        return FnOp.from_accesses(replay, accesses, name=f"replay of {self.name}")
 
     def close(self) -> None:
         """Destroys the executable graph; later `launch` calls are refused."""

@@ -385,7 +385,10 @@ class Job:
             if completed and self.streams:
                 used = self.held if not self.retained else {**self.held, **dict.fromkeys(self.retained)}
                 _streams.forget(self.streams, used)
-            for (domain, _, _), (listed, hold) in self.holds.items():
+            # Latest first: a domain's list then gives each back from its end (a graph's
+            # job holds hundreds of ranges of one device: in taking order each removal
+            # would scan the list).
+            for (domain, _, _), (listed, hold) in reversed(self.holds.items()):
                 _ledger.remove(listed, hold)
                 if not listed and type(domain) is tuple and domain not in _ledger.pinned:  # a resource's own: not kept
                     _ledger.holds.pop(domain, None)
