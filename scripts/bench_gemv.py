@@ -23,7 +23,8 @@
   the case) with that budget; its winners printed as JSON.
 - ``--splitk``: also the split-K table (small M·N, large K: TFLOP/s against torch).
 - ``--shapes NxK ...``: the weights' shapes instead of the five above (a model's, to
-  sweep and record the buckets its projections fall in).
+  sweep and record the buckets its projections fall in); ``--rows M ...``: the rows of
+  the cases instead of 1 and 16.
 
 Every result is checked against float64 at sampled columns before it is timed; a WRONG
 row makes the exit status 1. Times are medians of `cutile.bench.do_bench` over the
@@ -122,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tune", type=float, default=0.0, metavar="SECONDS",
                         help="search each case's config space for this many seconds")
     parser.add_argument("--splitk", action="store_true", help="also the split-K table")
+    parser.add_argument("--rows", nargs="+", type=int, default=[1, 16], choices=range(1, 17), metavar="M",
+                        help="the activations' rows (M, 1 to 16) of each case (default: 1 and 16)")
     parser.add_argument("--shapes", nargs="+", metavar="NxK", type=_shape,
                         help="the weights' (N, K) instead of the default five (e.g. a model's: 19456x2560)")
     parser.add_argument("--sweep-seconds", type=float, default=210.0,
@@ -249,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
             stored = api.randn([n, k] if weight_nk else [k, n], dtype=dtype, seed=seed)
             seed += 1
             host_w = stored.to_numpy()
-            made += [Case(dtype, weight_nk, m, n, k, stored, host_w, copy) for m in (1, 16)]
+            made += [Case(dtype, weight_nk, m, n, k, stored, host_w, copy) for m in args.rows]
         return made
 
     # -- the sweep ----------------------------------------------------------------------------------
