@@ -70,6 +70,20 @@ def test_element_wise_functions_pick_the_flat_or_the_row_form(fake: FakeDriver) 
     assert run(fake, ck.silu_mul.launch(fused[:, :300], fused[:, 300:], config=config))["grid"] == (25, 1, 1)
 
 
+def test_a_small_element_wise_call_spreads_over_blocks_under_the_default_config(fake: FakeDriver) -> None:
+    # A decode step's gate and up (one token): the default's 4096-element blocks would
+    # make one to three blocks; it is spread over at least MIN_BLOCKS of >= 256 elements.
+    fused = api.empty([1, 2 * 9728], dtype="bf16")
+    assert run(fake, ck.silu_mul.launch(fused[:, :9728], fused[:, 9728:]))["grid"] == (1, -(-9728 // 1024), 1)
+    gate, up = api.empty([1, 3072], dtype="bf16"), api.empty([1, 3072], dtype="bf16")
+    assert run(fake, ck.silu_mul.launch(gate, up))["grid"] == (3072 // 256, 1, 1)
+    big_gate, big_up = api.empty([200, 300], dtype="bf16"), api.empty([200, 300], dtype="bf16")
+    assert run(fake, ck.silu_mul.launch(big_gate, big_up))["grid"] == (-(-60_000 // 4096), 1, 1)  # the default's
+    # a config given is the caller's: never changed
+    config = {"block_elems": 4096, "occupancy": 2}
+    assert run(fake, ck.silu_mul.launch(gate, up, config=config))["grid"] == (1, 1, 1)
+
+
 def test_embedding_tiles_rows_and_columns(fake: FakeDriver) -> None:
     table, ids = api.empty([100, 2048], dtype="bf16"), api.empty([512], dtype="i32")
     record = run(fake, ck.embedding.launch(ids, table, config={"tile_rows": 8, "tile_cols": 1024, "occupancy": 2}))

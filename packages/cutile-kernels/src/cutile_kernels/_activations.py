@@ -169,6 +169,21 @@ def pointwise_kernel(op: str, dtype: Any, form: str, occupancy: int) -> Any:
     return entry(binary_row_broadcast)
 
 
+#: a small tensor's blocks under the default config: at least this many, of at least
+#: SMALLEST_BLOCK elements (a decode step's [1, 9728] gate in the default's three blocks
+#: is latency-bound: a few blocks each work through thousands of elements)
+MIN_BLOCKS, SMALLEST_BLOCK = 16, 256
+
+
+def spread(config: dict[str, Any], elements: int) -> dict[str, Any]:
+    """The default config with its block shrunk so that ``elements`` make `MIN_BLOCKS`
+    blocks where they can; a record's winner (any other config) as it is."""
+    if config != DEFAULT:
+        return config
+    block = max(SMALLEST_BLOCK, pw.next_pow2(-(-elements // MIN_BLOCKS)))
+    return {**config, "block_elems": min(int(config["block_elems"]), block)}
+
+
 def tile_shape(config: dict[str, Any], rows: int, cols: int) -> list[int]:
     """The config's element budget as a (rows, cols) tile: whole rows where they fit."""
     budget = int(config["block_elems"])
@@ -207,7 +222,8 @@ def _launch(op: str, operands: list[tuple[Any, str]], out: Any, config: dict[str
     result = output(out, shape, first.tensor.dtype, first, function, "out",
                     {name: a.tensor for a, (_, name) in zip(arguments, operands)})
     target = Operand.of(result.tensor)
-    chosen = pw.config_of(function, config, SPACE, DEFAULT) if config is not None else TUNER.config((math.prod(shape), len(arguments), width or 0))
+    chosen = pw.config_of(function, config, SPACE, DEFAULT) if config is not None else \
+        spread(TUNER.config((math.prod(shape), len(arguments), width or 0)), math.prod(shape))
     occupancy = int(chosen["occupancy"])
     every = [target, *arguments]
     if math.prod(shape) == 0:
