@@ -464,6 +464,32 @@ def test_kv_cache_update_of_a_k_and_v_pair_from_a_fused_qkv_output(dtype: str, c
         np.testing.assert_array_equal(read(cache), expected)
 
 
+@pytest.mark.parametrize("dtype", ["bf16", "f32"])
+@pytest.mark.parametrize("cache_shape, tokens, start", [((50, 3, 16), 5, 7), ((2, 40, 5, 8), 1, 39)])
+@pytest.mark.parametrize("positions_kind", ["int", "i32"])
+def test_kv_cache_update_of_one_cache_reads_a_strided_head_slice(dtype: str, cache_shape: tuple[int, ...],
+                                                                 tokens: int, start: int, positions_kind: str) -> None:
+    heads = cache_shape[-2]
+    qkv = RNG.standard_normal((*cache_shape[:-3], tokens, 1 + 2 * heads, cache_shape[-1]))
+    v = tensor(qkv, dtype)[..., 1 + heads:, :]
+    assert not v.is_contiguous
+    before = RNG.standard_normal(cache_shape)
+    cache = tensor(before, dtype)
+    positions = start if positions_kind == "int" else api.from_numpy(np.arange(start, start + tokens, dtype=np.int32))
+    assert kv_cache_update(cache, v, positions, config={"tile_rows": 4, "tile_cols": 16, "max_blocks": 3}) is cache
+    expected = stored(before, dtype)
+    expected[..., start:start + tokens, :, :] = stored(qkv, dtype)[..., 1 + heads:, :]
+    np.testing.assert_array_equal(read(cache), expected)
+
+
+def test_kv_cache_update_of_one_cache_takes_strided_rows_only_of_a_power_of_two_head_dim() -> None:
+    new = api.zeros([2, 4, 12])[:, :2]
+    with pytest.raises(cutile.ArgumentError, match="parameter 'new' of shape \\[2, 2, 12\\] must be contiguous"):
+        kv_cache_update(api.zeros([10, 2, 12]), new, 0)
+    with pytest.raises(cutile.ArgumentError, match="parameter 'cache' of shape \\[10, 2, 8\\] must be contiguous"):
+        kv_cache_update(api.zeros([10, 4, 8])[:, :2], api.zeros([2, 4, 8])[:, :2], 0)
+
+
 def test_kv_cache_update_of_a_pair_is_one_launch() -> None:
     caches = api.zeros([2, 16, 2, 8]), api.zeros([2, 16, 2, 8])
     new = api.ones([2, 1, 2, 8]), api.ones([2, 1, 2, 8])

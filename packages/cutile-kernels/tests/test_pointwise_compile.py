@@ -75,6 +75,10 @@ CASES: dict[str, Callable[[], tuple[Any, tuple[Any, ...], dict[str, Any]]]] = {
                                          .map([1, 1, 1], blocks=528),
                                          meta([16, 4096, 8, 128], dtype=bf16), meta([16, 4096, 8, 128], dtype=bf16),
                                          5), {"BH": 8}),
+    "kv_cache_update heads": lambda: (kv_cache.cache_update_heads_kernel(bf16, i64),
+                                      (meta([8, 4096, 1024], dtype=bf16).partition([1, 1, 1024])
+                                       .map([1, 1, 1], blocks=264),
+                                       meta([8, 1, 8, 128], dtype=bf16), meta([1], dtype=i64)), {"BH": 8}),
     "kv_cache_update pair positions": lambda: (kv_cache.cache_update_pair_kernel(f16, i32),
                                                (meta([1, 512, 640], dtype=f16).partition([1, 1, 256])
                                                 .map([1, 1, 1], blocks=64),

@@ -15,7 +15,8 @@ kernel.
 values in one launch: the two caches (one shape and dtype, contiguous, head_dim a power
 of two) are partitioned alike and walked by one ``tiles_within`` schedule they share,
 each tile ``BH`` whole heads; k and v may have any strides (head slices of a fused QKV
-projection's output are read in place).
+projection's output are read in place). One cache takes new rows of any strides the same
+way (`cache_update_heads_kernel`) when head_dim is a power of two.
 
 Positions the host holds (an int, a list, a numpy array, a tensor in host memory: the
 interpreter's) are checked on the host: positions that are not consecutive, or that
@@ -129,6 +130,42 @@ def cache_update_pair_kernel(dtype: Any, pos_dtype: Any) -> Any:
     return cutile.entry(cache_update_pair)
 
 
+@functools.lru_cache(maxsize=None)
+def cache_update_heads_kernel(dtype: Any, pos_dtype: Any) -> Any:
+    """`cache_update_pair_kernel`'s form for one cache: new rows of any strides (a head
+    slice of a fused QKV output) in ``(1, BS, BH, D)`` tiles."""
+    if pos_dtype is None:
+        def cache_update_heads_at(
+                cache: Mut[Tensor[dtype, [1, "BS", "BW"]]],  # type: ignore[misc]
+                new: Tensor[dtype, [-1, -1, -1, "D"]],  # type: ignore[misc]
+                first_tile: i32,
+                BS: Constant[int],
+                BW: Constant[int],
+                BH: Constant[int],
+                D: Constant[int],
+        ) -> None:
+            for idx in cache.tiles_within((None, (first_tile, new.shape[1] // BS), None)):
+                b, r, c = idx
+                cache.store(new.load(index=(b, r - first_tile, c, 0), shape=(1, BS, BH, D)).reshape((1, BS, BW)), idx)
+        return cutile.entry(cache_update_heads_at)
+
+    def cache_update_heads(
+            cache: Mut[Tensor[dtype, [1, 1, "BW"]]],  # type: ignore[misc]
+            new: Tensor[dtype, [-1, -1, -1, "D"]],  # type: ignore[misc]
+            positions: Tensor[pos_dtype, [-1]],  # type: ignore[misc]
+            BW: Constant[int],
+            BH: Constant[int],
+            D: Constant[int],
+    ) -> None:
+        start = positions.load(index=(0,), shape=(1,)).reshape(()).astype(i32)
+        for idx in cache.tiles_within((None, (start, new.shape[1]), None)):
+            b, r, c = idx
+            here = positions.load(at=(r - start,), shape=(1,)).astype(i32)
+            assert here == r, "kv_cache_update: positions must be consecutive (start, start + 1, ...)"
+            cache.store(new.load(index=(b, r - start, c, 0), shape=(1, 1, BH, D)).reshape((1, 1, BW)), idx)
+    return cutile.entry(cache_update_heads)
+
+
 def _setup(config: dict[str, Any], shape: tuple[int, ...]) -> Any:
     """A search's runner for one shape: (batch, max_seq, new tokens, heads * head_dim), bf16."""
     batch, max_seq, count, width = shape
@@ -150,9 +187,9 @@ def _kv_cache_update_launch(cache: Any, new: Any, positions: Any, *,
         cache: ``(max_seq, heads, head_dim)`` or ``(batch, max_seq, heads, head_dim)``,
             f16, bf16 or f32, contiguous; or a pair ``(k_cache, v_cache)`` of one shape
             and dtype.
-        new: the same layout and dtype with ``tokens`` for ``max_seq`` (contiguous; for a
-            pair of caches, a pair ``(k, v)`` of any strides, e.g. head slices of a fused
-            QKV projection's output).
+        new: the same layout and dtype with ``tokens`` for ``max_seq``; any strides when
+            head_dim is a power of two (e.g. head slices of a fused QKV projection's
+            output), else contiguous; for a pair of caches, a pair ``(k, v)``.
         positions: an int (the first position), or a list of ints or an i32 / i64
             tensor of shape ``(tokens,)`` holding consecutive positions (checked on the
             host when the host holds them; a device tensor by the kernel's asserts, see
@@ -168,6 +205,12 @@ def _kv_cache_update_launch(cache: Any, new: Any, positions: Any, *,
     ca, na = as_tensor(cache, fn, "cache"), as_tensor(new, fn, "new")
     batch, max_seq, tokens = _check_layout(fn, ca, na, "cache", "new")
     start, pa = _positions(fn, positions, tokens, max_seq)
+    head_dim = ca.shape[-1]
+    if not na.tensor.is_contiguous and head_dim & (head_dim - 1) == 0:  # read in place, in tiles of whole heads
+        if not ca.tensor.is_contiguous:
+            raise cutile.ArgumentError(f"{fn}(): parameter 'cache' of shape {list(ca.shape)} must be contiguous "
+                                       f"(its strides are {list(ca.tensor.strides)})")
+        return _heads_launch(fn, [ca], [na], (batch, max_seq, tokens), start, pa, config, lambda: cache)
     width = math.prod(ca.shape[-2:])
     cache3 = pw.reshaped(ca, (batch, max_seq, width), fn, "cache")
     new3 = pw.reshaped(na, (batch, tokens, width), fn, "new")
@@ -271,27 +314,38 @@ def _pair_launch(fn: str, caches: Any, news: Any, positions: Any, config: dict[s
             if overlaps(cache_op.tensor, new_op.tensor):
                 raise cutile.ArgumentError(f"{fn}(): parameter '{new_name}' overlaps the memory of '{cache_name}'")
     start, pa = _positions(fn, positions, tokens, max_seq)
-    heads, head_dim = kc.shape[-2:]
-    if head_dim & (head_dim - 1):
+    if kc.shape[-1] & (kc.shape[-1] - 1):
         raise cutile.ArgumentError(f"{fn}(): a pair of caches takes a head_dim (their last dim) that is a power of "
-                                   f"two, got {head_dim}")
+                                   f"two, got {kc.shape[-1]}")
+    return _heads_launch(fn, [kc, vc], [kn, vn], (batch, max_seq, tokens), start, pa, config, lambda: caches)
+
+
+def _heads_launch(fn: str, caches: list[Operand], news: list[Operand], sizes: tuple[int, int, int],
+                  start: int | None, pa: Operand | None, config: dict[str, Any] | None,
+                  finish: Any) -> pw.Pending:
+    """One launch writing one cache or a K and V pair in tiles of whole heads, the new
+    rows read with any strides (`cache_update_heads_kernel`, `cache_update_pair_kernel`)."""
+    batch, max_seq, tokens = sizes
+    heads, head_dim = caches[0].shape[-2:]
     width = heads * head_dim
-    k3, v3 = (op.tensor.reshape(batch, max_seq, width) for op in (kc, vc))
+    targets = [op.tensor.reshape(batch, max_seq, width) for op in caches]
     # 3-D new rows (any strides) as a batch of one: a read-only view with a leading dim
-    kn4, vn4 = (op.tensor if op.tensor.ndim == 4 else op.tensor.broadcast_to(1, *op.shape) for op in (kn, vn))
+    sources = [op.tensor if op.tensor.ndim == 4 else op.tensor.broadcast_to(1, *op.shape) for op in news]
     chosen = (pw.config_of(fn, config, SPACE, DEFAULT) if config is not None
               else TUNER.config((batch, max_seq, tokens, width)))
     bh = min(pw.next_pow2(heads), max(1, int(chosen["tile_cols"]) // head_dim))  # whole heads per tile
     bs = _tile_rows(chosen, start, tokens)
     items = batch * (tokens // bs) * -(-heads // bh)
     blocks = max(1, min(items, int(chosen["max_blocks"])))
-    mapped = [t.partition([1, bs, bh * head_dim]).map([1, 1, 1], blocks=blocks) for t in (k3, v3)]
+    mapped = [t.partition([1, bs, bh * head_dim]).map([1, 1, 1], blocks=blocks) for t in targets]
+    factory = cache_update_pair_kernel if len(caches) == 2 else cache_update_heads_kernel
+    dtype = caches[0].tensor.dtype
     if start is not None:
-        launch = cache_update_pair_kernel(kc.tensor.dtype, None)(*mapped, kn4, vn4, start // bs, BH=bh)
+        launch = factory(dtype, None)(*mapped, *sources, start // bs, BH=bh)
     else:
         assert pa is not None
-        launch = cache_update_pair_kernel(kc.tensor.dtype, pa.tensor.dtype)(*mapped, kn4, vn4, pa.tensor, BH=bh)
-    return pw.Pending(launch, lambda: caches)
+        launch = factory(dtype, pa.tensor.dtype)(*mapped, *sources, pa.tensor, BH=bh)
+    return pw.Pending(launch, finish)
 
 
 def _check_positions(values: Any, tokens: int, max_seq: int) -> None:
