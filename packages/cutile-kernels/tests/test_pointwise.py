@@ -512,33 +512,48 @@ def test_kv_cache_update_pair_kernel_asserts_device_positions() -> None:
                    api.from_numpy(np.array(values, np.int32)), BH=2).sync()
 
 
-_K, _V = api.zeros([10, 2, 8]), api.zeros([10, 2, 8])
-_NEW = api.zeros([2, 2, 8])
+def zeros(*shape: int, dtype: str = "f32") -> cutile.Tensor:
+    return api.zeros(list(shape), dtype=dtype)
+
+
+def pair_update(cache: tuple[Any, ...] | Any = None, new: tuple[Any, ...] | Any = None, positions: Any = 0) -> Any:
+    """kv_cache_update of the given caches and new rows, else fresh (10, 2, 8) caches and
+    (2, 2, 8) new rows (made when called: on the test's backend)."""
+    return kv_cache_update(cache if cache is not None else (zeros(10, 2, 8), zeros(10, 2, 8)),
+                           new if new is not None else (zeros(2, 2, 8), zeros(2, 2, 8)), positions)
+
+
+def shared_cache() -> Any:
+    cache = zeros(10, 2, 8)
+    return pair_update((cache, cache))
+
+
+def new_in_cache() -> Any:
+    cache = zeros(10, 2, 8)
+    return pair_update((cache, zeros(10, 2, 8)), (cache[:2], zeros(2, 2, 8)))
 
 
 @pytest.mark.parametrize("call, error, words", [
-    (lambda: kv_cache_update((_K, _V, _K), (_NEW, _NEW), 0), cutile.ArgumentError,
+    (lambda: pair_update((zeros(10, 2, 8),) * 3), cutile.ArgumentError,
      "'cache' must be a tensor or a pair (k_cache, v_cache), got 3 items"),
-    (lambda: kv_cache_update((_K, _V), _NEW, 0), cutile.ArgumentError, "takes a pair (k, v) for parameter 'new'"),
-    (lambda: kv_cache_update(_K, (_NEW, _NEW), 0), cutile.ArgumentError, "'new' is a pair"),
-    (lambda: kv_cache_update((_K, api.zeros([10, 3, 8])), (_NEW, _NEW), 0), cutile.ArgumentError,
+    (lambda: pair_update(new=zeros(2, 2, 8)), cutile.ArgumentError, "takes a pair (k, v) for parameter 'new'"),
+    (lambda: pair_update(zeros(10, 2, 8)), cutile.ArgumentError, "'new' is a pair"),
+    (lambda: pair_update((zeros(10, 2, 8), zeros(10, 3, 8))), cutile.ArgumentError,
      "'cache[1]' is f32 [10, 3, 8]; the pair of caches must agree"),
-    (lambda: kv_cache_update((_K, _V), (_NEW, api.zeros([3, 2, 8])), 0), cutile.ArgumentError,
+    (lambda: pair_update(new=(zeros(2, 2, 8), zeros(3, 2, 8))), cutile.ArgumentError,
      "'new[1]' is f32 [3, 2, 8]; the pair of new tensors must agree"),
-    (lambda: kv_cache_update((_K, _V), (_NEW, api.zeros([2, 2, 8], dtype="f16")), 0), cutile.ArgumentError,
+    (lambda: pair_update(new=(zeros(2, 2, 8), zeros(2, 2, 8, dtype="f16"))), cutile.ArgumentError,
      "'new[1]' is f16"),
-    (lambda: kv_cache_update((_K, _K), (_NEW, _NEW), 0), cutile.ArgumentError, "share memory"),
-    (lambda: kv_cache_update((_K, _V), (_K[:2], _NEW), 0), cutile.ArgumentError,
-     "'new[0]' overlaps the memory of 'cache[0]'"),
-    (lambda: kv_cache_update((api.zeros([10, 4, 8])[:, :2], _V), (_NEW, _NEW), 0), cutile.ArgumentError,
+    (shared_cache, cutile.ArgumentError, "share memory"),
+    (new_in_cache, cutile.ArgumentError, "'new[0]' overlaps the memory of 'cache[0]'"),
+    (lambda: pair_update((zeros(10, 4, 8)[:, :2], zeros(10, 2, 8))), cutile.ArgumentError,
      "'cache[0]' of shape [10, 2, 8] must be contiguous"),
-    (lambda: kv_cache_update((api.zeros([10, 2, 12]), api.zeros([10, 2, 12])),
-                             (api.zeros([2, 2, 12]), api.zeros([2, 2, 12])), 0), cutile.ArgumentError,
-     "a power of two, got 12"),
-    (lambda: kv_cache_update((_K, _V), (_NEW, _NEW), 9), cutile.ArgumentError,
+    (lambda: pair_update((zeros(10, 2, 12), zeros(10, 2, 12)), (zeros(2, 2, 12), zeros(2, 2, 12))),
+     cutile.ArgumentError, "a power of two, got 12"),
+    (lambda: pair_update(positions=9), cutile.ArgumentError,
      "the 2 new tokens must fit in the cache's 10 positions"),
-    (lambda: kv_cache_update((_K, _V), (_NEW, _NEW), [4, 6]), cutile.ArgumentError, "must be consecutive"),
-    (lambda: kv_cache_update((_K, _V), (api.zeros([2, 2, 4]), api.zeros([2, 2, 4])), 0), cutile.ArgumentError,
+    (lambda: pair_update(positions=[4, 6]), cutile.ArgumentError, "must be consecutive"),
+    (lambda: pair_update(new=(zeros(2, 2, 4), zeros(2, 2, 4))), cutile.ArgumentError,
      "parameter 'new[0]' of shape [2, 2, 4] must match 'cache[0]' [10, 2, 8]"),
 ])
 def test_kv_cache_update_of_a_pair_refuses_bad_arguments(call: Any, error: type[Exception], words: str) -> None:

@@ -111,6 +111,24 @@ def test_head_slices_of_a_fused_qkv_output_are_read_in_place(dtype: str) -> None
     assert np.isnan(f64(k_written[:, heads + kv_heads:])).all()
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens", [1, 300])
+def test_qk_norm_rope_reads_a_qkv_output_on_the_gpu(tokens: int) -> None:
+    """Qwen3-0.6B's heads (16 q, 8 kv, 128) as slices of the stacked projection's output:
+    a decode step's one token and a prefill's 300."""
+    heads, kv_heads, dim = 16, 8, 128
+    host = normal((tokens, (heads + 2 * kv_heads) * dim), "bf16", seed=20, scale=2.0)
+    by_head = api.from_numpy(host).reshape(tokens, heads + 2 * kv_heads, dim)
+    q, k = by_head[:, :heads], by_head[:, heads:heads + kv_heads]
+    qw, kw = normal((dim,), "bf16", seed=21), normal((dim,), "bf16", seed=22)
+    positions = np.arange(100, 100 + tokens, dtype=np.int32)
+    qr, kr = qk_norm_rope(q, k, api.from_numpy(qw), api.from_numpy(kw), api.from_numpy(positions), 1e-6, 1e6)
+    all_heads = f64(host).reshape(tokens, heads + 2 * kv_heads, dim)
+    close_rotated(qr, rope_reference(rms_reference(all_heads[:, :heads], f64(qw), 1e-6), positions, 1e6, "neox"), "bf16")
+    close_rotated(kr, rope_reference(rms_reference(all_heads[:, heads:heads + kv_heads], f64(kw), 1e-6), positions,
+                                     1e6, "neox"), "bf16")
+
+
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
 def test_qk_norm_takes_other_layouts_and_head_dims(dtype: str) -> None:
     # (batch, heads, seq, head_dim) with GQA and a head dim that is no power of two
