@@ -146,6 +146,24 @@ def test_qk_norm_takes_other_layouts_and_head_dims(dtype: str) -> None:
     check(kn2, rms_reference(f64(k2), f64(w), 1e-6), dtype, scale=4.0)
 
 
+@pytest.mark.parametrize("config", [{"block_elems": 2048, "max_blocks": 3}, {"block_elems": 2048, "max_blocks": 132}])
+def test_tiles_over_heads_and_tokens_and_blocks_that_loop(config: dict[str, int]) -> None:
+    """More heads than a tile holds (q's 40 heads of 128 in tiles of 16), q and k of
+    different tile counts, fewer blocks than tiles (each walks several of q's, then k's)."""
+    q, k = normal((11, 40, 128), "bf16", seed=23, scale=2.0), normal((11, 5, 128), "bf16", seed=24)
+    qw, kw = normal((128,), "bf16", seed=25), normal((128,), "bf16", seed=26)
+    positions = np.arange(20, 31, dtype=np.int32)
+    qr, kr = qk_norm_rope(q, k, qw, kw, positions, 1e-6, 1e4, config=config)
+    close_rotated(qr, rope_reference(rms_reference(f64(q), f64(qw), 1e-6), positions, 1e4, "neox"), "bf16")
+    close_rotated(kr, rope_reference(rms_reference(f64(k), f64(kw), 1e-6), positions, 1e4, "neox"), "bf16")
+    # rows of any count as one token's heads: 1000 and 999 rows of 64
+    q2, k2 = normal((1000, 64), "f32", seed=27), normal((999, 64), "f32", seed=28)
+    w = normal((64,), "f32", seed=29)
+    qn, kn = qk_norm(q2, k2, w, w, config=config)
+    check(qn, rms_reference(f64(q2), f64(w), 1e-6), "f32", scale=4.0)
+    check(kn, rms_reference(f64(k2), f64(w), 1e-6), "f32", scale=4.0)
+
+
 def test_one_launch_for_q_and_k() -> None:
     q, k = api.randn([4, 6, 64], "bf16", seed=1), api.randn([4, 2, 64], "bf16", seed=2)
     w = api.ones([64], "bf16")
@@ -216,23 +234,24 @@ meta = api.meta
 def test_the_kernels_compile(case: str, arch: str) -> None:
     if case == "norm bf16":  # the decode shape: Qwen3's 16 q and 8 kv heads
         kernel = qk_module.qk_norm_kernel(bf16, bf16, bf16, None, 2)
-        arguments: tuple[Any, ...] = (meta([1, 16, 128], dtype=bf16).partition([1, 16, 128]),
-                                      meta([1, 8, 128], dtype=bf16).partition([1, 8, 128]), meta([1, 16, 128], dtype=bf16),
-                                      meta([1, 8, 128], dtype=bf16),
-                                      meta([128], dtype=bf16), meta([128], dtype=bf16), 1e-6, 1 / 128)
+        arguments: tuple[Any, ...] = (
+            meta([1, 16, 128], dtype=bf16).partition([1, 16, 128]).map([1, 1, 1], blocks=1),
+            meta([1, 8, 128], dtype=bf16).partition([1, 8, 128]).map([1, 1, 1], blocks=1),
+            meta([1, 16, 128], dtype=bf16), meta([1, 8, 128], dtype=bf16), meta([128], dtype=bf16),
+            meta([128], dtype=bf16), 1e-6, 1 / 128)
         constants: dict[str, Any] = {}
     elif case == "norm f16 odd dim":
         kernel = qk_module.qk_norm_kernel(f16, f32, f16, None, 1)
-        arguments = (meta([300, 5, 40], dtype=f16).partition([8, 8, 64]),
-                     meta([300, 3, 40], dtype=f16).partition([8, 4, 64]), meta([300, 5, 40], dtype=f16),
-                     meta([300, 3, 40], dtype=f16), meta([40], dtype=f32), meta([40], dtype=f16), 1e-6, 1 / 40)
+        arguments = (meta([300, 5, 40], dtype=f16).partition([8, 8, 64]).map([1, 1, 1], blocks=38),
+                     meta([1, 900, 40], dtype=f16).partition([1, 128, 64]).map([1, 1, 1], blocks=38), meta([300, 5, 40], dtype=f16),
+                     meta([1, 900, 40], dtype=f16), meta([40], dtype=f32), meta([40], dtype=f16), 1e-6, 1 / 40)
         constants = {}
     else:
         neox = case == "rope neox"
         dtype = bf16 if neox else f32
         kernel = qk_module.qk_norm_kernel(dtype, dtype, dtype, i32 if neox else i64, 2)
-        arguments = (meta([4096, 32, 128], dtype=dtype).partition([2, 32, 128]),
-                     meta([4096, 8, 128], dtype=dtype).partition([2, 8, 128]), meta([4096, 32, 128], dtype=dtype),
+        arguments = (meta([4096, 32, 128], dtype=dtype).partition([2, 32, 128]).map([1, 1, 1], blocks=528),
+                     meta([4096, 8, 128], dtype=dtype).partition([8, 8, 128]).map([1, 1, 1], blocks=528), meta([4096, 32, 128], dtype=dtype),
                      meta([4096, 8, 128], dtype=dtype), meta([128], dtype=dtype), meta([128], dtype=dtype),
                      meta([4096], dtype=i32 if neox else i64), 1e-6, 1 / 128, -0.2)
         constants = {"NEOX": neox}

@@ -2,20 +2,21 @@
 q_norm / k_norm), each with its own weight, in one launch; ``qk_norm_rope`` rotates the
 normalized heads by RoPE in the same launch.
 
-One kernel does both tensors: a block takes ``BT`` tokens and every head of q and of k
-(``(BT, heads, head_dim)`` tiles, heads padded to a power of two), normalizes each head
-in fp32 with q's or k's weight and stores it rounded to the dtype. With RoPE, the
-rounded heads are rotated as `rope` rotates them (cos and sin made in the kernel from
-the positions), so ``qk_norm_rope`` gives exactly what ``qk_norm`` followed by
-``rope`` gives, minus one launch and one round trip through memory.
+One kernel does both tensors. q's and k's outputs are mapped partitions of
+``(tokens, heads, head_dim)`` tiles (the head dim whole, as many heads, then tokens, as
+the config's element budget holds; q and k each their own tile shape), and each block
+walks its share of q's tiles, then of k's: any sizes in one launch. A tile's heads are
+normalized in fp32 with q's or k's weight and stored rounded to the dtype. With RoPE,
+the rounded heads are rotated as `rope` rotates them (cos and sin made in the kernel
+from the tile's positions), so ``qk_norm_rope`` gives exactly what ``qk_norm`` followed
+by ``rope`` gives, minus one launch and one round trip through memory.
 
 Layouts. q and k are ``(tokens, heads, head_dim)`` with any strides (e.g. views of a
 fused QKV projection's output: the head axis sliced) or ``(batch, seq, heads,
 head_dim)`` contiguous; k may have fewer heads (GQA). ``qk_norm`` alone takes any
-other leading shapes too (e.g. ``(batch, heads, seq, head_dim)``): the rows of each
-are independent, so contiguous q and k are viewed as ``(g, rows_q / g, head_dim)`` and
-``(g, rows_k / g, head_dim)`` with ``g`` their row counts' gcd (an input of such a
-layout that is not contiguous is copied first, an output must be contiguous).
+other leading shapes too (e.g. ``(batch, heads, seq, head_dim)``): the rows of each are
+independent, so they are the heads of one token (an input of such a layout that is not
+contiguous is copied first, an output must be contiguous).
 """
 
 # No `from __future__ import annotations`: kernel annotations name the factory's dtypes.
@@ -28,67 +29,97 @@ from typing import Any
 
 import cutile
 from cutile import api, tune
-from cutile.core import Constant, Mut, Tensor, bid, f32, rsqrt, sum
+from cutile.core import Constant, Mut, Tensor, arange, cos, exp, f32, rsqrt, sin, sum
 
 from cutile_kernels import _pointwise as pw
 from cutile_kernels import _rows
 from cutile_kernels._operands import Operand, Output, as_tensor, output
-from cutile_kernels._rope import STYLES, _angles, _store_rotated
+from cutile_kernels._rope import STYLES, _rotated
 from cutile_kernels._rows import Plan
 
-#: block_elems: a block's elements of q and k together (whole tokens, a power of two of
-#: them); occupancy: blocks per SM the compiler aims for
-SPACE = tune.Space(block_elems=[2048, 4096, 8192, 16384], occupancy=[1, 2, 4])
-DEFAULT = {"block_elems": 8192, "occupancy": 2}
+#: block_elems: a tile's elements (whole heads of whole tokens, powers of two of them);
+#: max_blocks: the launch's blocks at most; occupancy: blocks per SM the compiler aims for
+SPACE = tune.Space(block_elems=[2048, 4096, 8192, 16384], max_blocks=[132, 264, 528, 1056], occupancy=[1, 2, 4])
+DEFAULT = {"block_elems": 8192, "max_blocks": 528, "occupancy": 2}
 
 
-def _normed_heads(x: Any, w: Any, eps: Any, inv_d: Any, BT: int, H: int, D: int) -> Any:  # noqa: N803
-    """The block's ``(BT, H, D)`` heads of ``x`` RMS-normalized with weight ``w``, in fp32
-    (padded heads and columns read 0 and stay 0)."""
-    t = x.load(index=(bid(0), 0, 0), shape=(BT, H, D)).astype(f32)
-    scale = rsqrt(sum(t * t, axis=2, keepdims=True) * inv_d + eps)
-    return t * scale * w.load(index=(0,), shape=(D,)).astype(f32).reshape((1, 1, D))
+def _normed_heads(x: Any, w: Any, t: Any, h: Any, eps: Any, inv_d: Any, BT: int, BH: int, D: int) -> Any:  # noqa: N803
+    """Tile ``(t, h)`` of ``x``'s ``(BT, BH, D)`` tiles (tokens, heads, head_dim)
+    RMS-normalized per head with weight ``w``, in fp32 (padding reads 0 and stays 0)."""
+    x_tile = x.load(index=(t, h, 0), shape=(BT, BH, D)).astype(f32)
+    scale = rsqrt(sum(x_tile * x_tile, axis=2, keepdims=True) * inv_d + eps)
+    return x_tile * scale * w.load(index=(0,), shape=(D,)).astype(f32).reshape((1, 1, D))
+
+
+def _angles_at(positions: Any, t: Any, freq_scale: Any, BT: int, D: int, NEOX: bool) -> tuple[Any, Any]:  # noqa: N803
+    """cos and sin of token tile ``t``'s angles, shaped to broadcast over `_rotated`'s
+    halves (`_rope._angles` for a tile of a schedule)."""
+    HALF = D // 2
+    pos = positions.load(index=(t,), shape=(BT,)).astype(f32)
+    inv_freq = exp(arange(HALF).astype(f32) * freq_scale)
+    shape = (BT, 1, 1, HALF) if NEOX else (BT, 1, HALF, 1)
+    angle = pos.reshape((BT, 1)) * inv_freq.reshape((1, HALF))
+    return cos(angle).reshape(shape), sin(angle).reshape(shape)
 
 
 @functools.lru_cache(maxsize=None)
 def qk_norm_kernel(dtype: Any, q_wdtype: Any, k_wdtype: Any, pos_dtype: Any, occupancy: int) -> Any:
     """The kernel for one dtype, the weights' dtypes and, with RoPE, the positions'
-    dtype (``pos_dtype`` None: the norm alone)."""
+    dtype (``pos_dtype`` None: the norm alone). q's and k's outputs are mapped
+    partitions of ``(BT, BH, D)`` tiles, each with its own tile shape; every block walks
+    its share of q's tiles, then of k's (one launch for both, whatever their sizes)."""
     hints = {"occupancy": occupancy}
     normed_heads = cutile.function(_normed_heads)
-    tensors = {"q_out": Mut[Tensor[dtype, ["BT", "HQ", "D"]]], "k_out": Mut[Tensor[dtype, ["BT", "HK", "D"]]],
+    tensors = {"q_out": Mut[Tensor[dtype, ["BTQ", "BHQ", "D"]]], "k_out": Mut[Tensor[dtype, ["BTK", "BHK", "D"]]],
                "q": Tensor[dtype, [-1, -1, -1]], "k": Tensor[dtype, [-1, -1, -1]],
                "q_weight": Tensor[q_wdtype, [-1]], "k_weight": Tensor[k_wdtype, [-1]]}
-    constants = {"BT": Constant[int], "HQ": Constant[int], "HK": Constant[int], "D": Constant[int]}
+    constants = {"BTQ": Constant[int], "BHQ": Constant[int], "BTK": Constant[int], "BHK": Constant[int],
+                 "D": Constant[int]}
     if pos_dtype is None:
         def qk_norm_heads(q_out: Any, k_out: Any, q: Any, k: Any, q_weight: Any, k_weight: Any, eps: Any,
-                          inv_d: Any, BT: Any, HQ: Any, HK: Any, D: Any) -> None:  # noqa: N803
-            q_out.store(normed_heads(q, q_weight, eps, inv_d, BT, HQ, D).astype(dtype))
-            k_out.store(normed_heads(k, k_weight, eps, inv_d, BT, HK, D).astype(dtype))
+                          inv_d: Any, BTQ: Any, BHQ: Any, BTK: Any, BHK: Any, D: Any) -> None:  # noqa: N803
+            for idx in q_out.tiles():
+                t, h, _ = idx
+                q_out.store(normed_heads(q, q_weight, t, h, eps, inv_d, BTQ, BHQ, D).astype(dtype), idx)
+            for idx in k_out.tiles():
+                t, h, _ = idx
+                k_out.store(normed_heads(k, k_weight, t, h, eps, inv_d, BTK, BHK, D).astype(dtype), idx)
         qk_norm_heads.__annotations__ = {**tensors, "eps": f32, "inv_d": f32, **constants, "return": None}
         return cutile.entry(hints=hints)(qk_norm_heads)
 
-    store_rotated, angles = cutile.function(_store_rotated), cutile.function(_angles)
+    rotated, angles_at = cutile.function(_rotated), cutile.function(_angles_at)
 
     def qk_norm_rope_heads(q_out: Any, k_out: Any, q: Any, k: Any, q_weight: Any, k_weight: Any, positions: Any,
-                           eps: Any, inv_d: Any, freq_scale: Any, BT: Any, HQ: Any, HK: Any, D: Any,
+                           eps: Any, inv_d: Any, freq_scale: Any, BTQ: Any, BHQ: Any, BTK: Any, BHK: Any, D: Any,
                            NEOX: Any) -> None:  # noqa: N803
-        cos_t, sin_t = angles(positions, freq_scale, BT, D, NEOX)
-        # rounded to the dtype before the rotation: what rope reads after qk_norm stored it
-        nq = normed_heads(q, q_weight, eps, inv_d, BT, HQ, D).astype(dtype).astype(f32)
-        store_rotated(q_out, nq, cos_t, sin_t, BT, HQ, D, NEOX)
-        nk = normed_heads(k, k_weight, eps, inv_d, BT, HK, D).astype(dtype).astype(f32)
-        store_rotated(k_out, nk, cos_t, sin_t, BT, HK, D, NEOX)
+        # each head rounded to the dtype before its rotation: what rope reads after qk_norm stored it
+        for idx in q_out.tiles():
+            t, h, _ = idx
+            cos_t, sin_t = angles_at(positions, t, freq_scale, BTQ, D, NEOX)
+            normed = normed_heads(q, q_weight, t, h, eps, inv_d, BTQ, BHQ, D).astype(dtype).astype(f32)
+            q_out.store(rotated(normed, cos_t, sin_t, BTQ, BHQ, D, NEOX).astype(dtype), idx)
+        for idx in k_out.tiles():
+            t, h, _ = idx
+            cos_t, sin_t = angles_at(positions, t, freq_scale, BTK, D, NEOX)
+            normed = normed_heads(k, k_weight, t, h, eps, inv_d, BTK, BHK, D).astype(dtype).astype(f32)
+            k_out.store(rotated(normed, cos_t, sin_t, BTK, BHK, D, NEOX).astype(dtype), idx)
     qk_norm_rope_heads.__annotations__ = {**tensors, "positions": Tensor[pos_dtype, [-1]], "eps": f32, "inv_d": f32,
                                           "freq_scale": f32, **constants, "NEOX": Constant[bool], "return": None}
     return cutile.entry(hints=hints)(qk_norm_rope_heads)
 
 
-def tokens_per_block(config: Mapping[str, Any], heads_q: int, heads_k: int, head_dim: int, tokens: int) -> int:
-    """The config's element budget per block in whole tokens (a power of two)."""
-    per_token = (pw.next_pow2(heads_q) + pw.next_pow2(heads_k)) * pw.next_pow2(head_dim)
-    budget = max(1, int(config["block_elems"]) // per_token)
-    return min(1 << (budget.bit_length() - 1), pw.next_pow2(tokens))
+def tile_of(config: Mapping[str, Any], tokens: int, heads: int, head_dim: int) -> tuple[int, int, int]:
+    """The ``(tokens, heads, head_dim)`` tile within the config's element budget: the
+    head dim whole, as many heads as fit (all when they do), then as many tokens
+    (powers of two)."""
+    budget, dp = int(config["block_elems"]), pw.next_pow2(head_dim)
+    bh = min(pw.next_pow2(heads), _floor_pow2(max(1, budget // dp)))
+    bt = min(pw.next_pow2(tokens), _floor_pow2(max(1, budget // (bh * dp))))
+    return bt, bh, dp
+
+
+def _floor_pow2(n: int) -> int:
+    return 1 << (n.bit_length() - 1)
 
 
 def _setup(config: dict[str, Any], shape: tuple[int, ...]) -> Any:
@@ -103,15 +134,15 @@ def _setup(config: dict[str, Any], shape: tuple[int, ...]) -> Any:
     return lambda: qk_norm_rope.launch(q, k, weight, weight, positions, out=(q_out, k_out), config=config)
 
 
-TUNER = pw.tuner("qk_norm", SPACE, DEFAULT, _setup, inspect.getsource(_normed_heads) + inspect.getsource(_angles)
-                 + inspect.getsource(_store_rotated) + inspect.getsource(qk_norm_kernel))
+TUNER = pw.tuner("qk_norm", SPACE, DEFAULT, _setup, inspect.getsource(_normed_heads) + inspect.getsource(_angles_at)
+                 + inspect.getsource(_rotated) + inspect.getsource(qk_norm_kernel))
 
 
 class _Heads:
-    """q or k as the kernel's ``(tokens, heads, head_dim)`` view, and its result."""
+    """q or k as the kernel's ``(tokens, heads, head_dim)`` view, and its output's."""
 
-    def __init__(self, operand: Operand, view: cutile.Tensor, result: Output, out_view: cutile.Tensor) -> None:
-        self.operand, self.view, self.result, self.out_view = operand, view, result, out_view
+    def __init__(self, view: cutile.Tensor, out_view: cutile.Tensor) -> None:
+        self.view, self.out_view = view, out_view
 
     @property
     def heads(self) -> int:
@@ -181,50 +212,50 @@ def _plan(fn: str, q: Any, k: Any, q_weight: Any, k_weight: Any, eps: float, rop
         return Plan(None, finish)
 
     q_heads, k_heads = _views(fn, qa, ka, q_result, k_result)
-    tokens = int(q_heads.view.shape[0])
-    chosen = (pw.config_of(fn, config, SPACE, DEFAULT) if config is not None
-              else TUNER.config((tokens, q_heads.heads, k_heads.heads, head_dim)))
-    bt = tokens_per_block(chosen, q_heads.heads, k_heads.heads, head_dim, tokens)
-    hq, hk, dp = pw.next_pow2(q_heads.heads), pw.next_pow2(k_heads.heads), pw.next_pow2(head_dim)
-    targets = (q_heads.out_view.partition([bt, hq, dp]), k_heads.out_view.partition([bt, hk, dp]))
+    shape_key = (int(q_heads.view.shape[0]), q_heads.heads, k_heads.heads, head_dim)
+    chosen = pw.config_of(fn, config, SPACE, DEFAULT) if config is not None else TUNER.config(shape_key)
+    targets = []
+    for heads in (q_heads, k_heads):
+        tile = tile_of(chosen, int(heads.view.shape[0]), heads.heads, head_dim)
+        targets.append(heads.out_view.partition(list(tile)))
+    tiles = [math.prod(target.grid) for target in targets]
+    blocks = max(1, min(max(tiles), int(chosen["max_blocks"])))  # each block: its share of q's tiles, then k's
+    mapped = [target.map([1, 1, 1], blocks=blocks) for target in targets]
     inputs = (q_heads.view, k_heads.view, wq, wk)
     occupancy = int(chosen["occupancy"])
     if positions is None:
-        launch = qk_norm_kernel(dtype, wq.dtype, wk.dtype, None, occupancy)(*targets, *inputs, eps, 1.0 / head_dim)
+        launch = qk_norm_kernel(dtype, wq.dtype, wk.dtype, None, occupancy)(*mapped, *inputs, eps, 1.0 / head_dim)
     else:
         assert rope is not None
         freq_scale = -2.0 * math.log(float(rope[1])) / head_dim
         launch = qk_norm_kernel(dtype, wq.dtype, wk.dtype, positions.dtype, occupancy)(
-            *targets, *inputs, positions, eps, 1.0 / head_dim, freq_scale, NEOX=rope[2] == "neox")
+            *mapped, *inputs, positions, eps, 1.0 / head_dim, freq_scale, NEOX=rope[2] == "neox")
     return Plan(launch, finish)
 
 
 def _views(fn: str, qa: Operand, ka: Operand, q_result: Output, k_result: Output) -> tuple[_Heads, _Heads]:
     """The kernel's ``(tokens, heads, D)`` views of q, k and their outputs: 3-D q and k
     of one token count as they are (any strides), contiguous ``(batch, seq, heads, D)``
-    ones with batch and seq merged, else the rows of each (see the module doc)."""
+    ones with batch and seq merged, else the rows of each as the heads of one token."""
     if _token_layout(qa, ka):
         pairs = ((qa, q_result), (ka, k_result))
         if qa.tensor.ndim == 3:
-            q_heads, k_heads = (_Heads(a, a.tensor.permute(0, 1, 2), r, r.tensor.permute(0, 1, 2)) for a, r in pairs)
+            q_heads, k_heads = (_Heads(a.tensor.permute(0, 1, 2), r.tensor.permute(0, 1, 2)) for a, r in pairs)
             return q_heads, k_heads
         if all(t.is_contiguous for t in (qa.tensor, ka.tensor, q_result.tensor, k_result.tensor)):
             tokens = math.prod(qa.shape[:-2])
-            q_heads, k_heads = (_Heads(a, a.tensor.reshape(tokens, *a.shape[-2:]), r,
-                                       r.tensor.reshape(tokens, *a.shape[-2:])) for a, r in pairs)
+            q_heads, k_heads = (_Heads(a.tensor.reshape(tokens, *a.shape[-2:]), r.tensor.reshape(tokens, *a.shape[-2:]))
+                                for a, r in pairs)
             return q_heads, k_heads
-    head_dim = qa.shape[-1]
-    rows_q, rows_k = qa.tensor.size // head_dim, ka.tensor.size // head_dim
-    group = math.gcd(rows_q, rows_k)
     made = []
-    for operand, result, rows, name in ((qa, q_result, rows_q, "q"), (ka, k_result, rows_k, "k")):
+    for operand, result, name in ((qa, q_result, "q"), (ka, k_result, "k")):
         tensor = operand.tensor if operand.tensor.is_contiguous else api.copy(operand.tensor)  # read-only: as good
         if not result.tensor.is_contiguous:
             raise cutile.ArgumentError(f"{fn}: out ({name}) of shape {list(result.tensor.shape)} is not contiguous; "
                                        "an output of this layout must be (only (tokens, heads, head_dim) outputs "
                                        "may have any strides)")
-        shape = (group, rows // group, head_dim)
-        made.append(_Heads(operand, tensor.reshape(*shape), result, result.tensor.reshape(*shape)))
+        shape = (1, tensor.size // operand.shape[-1], operand.shape[-1])  # its rows as the heads of one token
+        made.append(_Heads(tensor.reshape(*shape), result.tensor.reshape(*shape)))
     return made[0], made[1]
 
 
@@ -240,7 +271,8 @@ def _plan_qk_norm(q: Any, k: Any, q_weight: Any, k_weight: Any, eps: float = 1e-
             heads than q; one dtype (f16, bf16, f32).
         q_weight, k_weight: shape ``(head_dim,)``, f16, bf16 or f32.
         out: None or a tuple ``(q_out, k_out)`` (either may be None).
-        config: a config of `SPACE` (``block_elems``, ``occupancy``) instead of the tuned one.
+        config: a config of `SPACE` (``block_elems``, ``max_blocks``, ``occupancy``) instead of
+            the tuned one.
     Returns:
         ``(q_normed, k_normed)``, of q's and k's kinds.
     """
