@@ -286,9 +286,13 @@ class TorchQwen3:
 
     def qkv(self, layer: dict[str, Any], x: Any, positions: Any) -> tuple[Any, Any, Any]:
         c, n = self.c, x.shape[0]
-        q = (x @ layer["q_proj"].T).view(n, c.num_attention_heads, c.head_dim)
-        k = (x @ layer["k_proj"].T).view(n, c.num_key_value_heads, c.head_dim)
-        v = (x @ layer["v_proj"].T).view(n, c.num_key_value_heads, c.head_dim)
+        if "qkv_proj" in layer:  # the stacked weight, as the cutile model reads it: one GEMM
+            q, k, v = (x @ layer["qkv_proj"].T).split([c.q_size, c.kv_size, c.kv_size], dim=-1)
+        else:
+            q, k, v = x @ layer["q_proj"].T, x @ layer["k_proj"].T, x @ layer["v_proj"].T
+        q = q.reshape(n, c.num_attention_heads, c.head_dim)
+        k = k.reshape(n, c.num_key_value_heads, c.head_dim)
+        v = v.reshape(n, c.num_key_value_heads, c.head_dim)
         return self.rope(self.rms(q, layer["q_norm"]), positions), self.rope(self.rms(k, layer["k_norm"]), positions), v
 
     def mlp_and_residuals(self, layer: dict[str, Any], hidden: Any, attended: Any) -> Any:

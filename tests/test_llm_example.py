@@ -28,7 +28,9 @@ from examples.llm.generate import generate, sample  # noqa: E402
 from examples.llm.model import (  # noqa: E402
     PRESETS, DecodeGraph, KVCache, ModelError, Qwen3Config, Qwen3Model, Qwen3Weights,
 )
-from examples.llm.weights import load_checkpoint, random_arrays, random_weights, save_checkpoint  # noqa: E402
+from examples.llm.weights import (  # noqa: E402
+    from_arrays, load_checkpoint, random_arrays, random_weights, save_checkpoint,
+)
 
 needs_safetensors = pytest.mark.skipif(
     __import__("importlib").util.find_spec("safetensors") is None,
@@ -50,7 +52,11 @@ def tiny_arrays(config: Qwen3Config = TINY, seed: int = 7) -> dict[str, np.ndarr
     return arrays
 
 
-def device_weights(config: Qwen3Config, arrays: dict[str, np.ndarray[Any, Any]]) -> Qwen3Weights:
+def device_weights(config: Qwen3Config, arrays: dict[str, np.ndarray[Any, Any]], stacked: bool = True) -> Qwen3Weights:
+    """The arrays on the device: each layer's projections stacked (q, k, v and gate, up:
+    one GEMM each) as the loaders make them, or each tensor on its own."""
+    if stacked:
+        return from_arrays(config, arrays)
     return Qwen3Weights.from_named(config, {name: api.from_numpy(a) for name, a in arrays.items()})
 
 
@@ -128,9 +134,12 @@ def test_tiny_head_dim_is_one_the_attention_kernels_take() -> None:
         replace(TINY, head_dim=32)
 
 
-def test_tiny_prefill_and_decode_logits_match_the_float64_reference() -> None:
+@pytest.mark.parametrize("stacked", [True, False], ids=["stacked", "separate"])
+def test_tiny_prefill_and_decode_logits_match_the_float64_reference(stacked: bool) -> None:
     arrays = tiny_arrays()
-    model, reference = Qwen3Model(TINY, device_weights(TINY, arrays)), Reference(TINY, arrays)
+    weights = device_weights(TINY, arrays, stacked)
+    assert (weights.layers[0].qkv_proj is not None) == stacked
+    model, reference = Qwen3Model(TINY, weights), Reference(TINY, arrays)
     prompt = np.random.default_rng(3).integers(0, TINY.vocab_size, 13).tolist()
     cache = KVCache.allocate(TINY, 1, 24)
     logits = model.prefill([prompt], cache)
@@ -241,6 +250,63 @@ def test_several_steps_per_replay_keep_the_ids_on_the_device_and_match_the_refer
         generate(model, prompts, 12, sync_every=4, temperature=1.0)
 
 
+# Counts the kernel launches of one eager decode step on the GPU backend over cuda_core's
+# fake driver (the real kernels, compiled for sm_90, launched but not run) for the tiny
+# config with 2 and 3 layers; prints the difference (one layer's launches) as JSON. In a
+# process of its own: kernels loaded into the fake must not reach the interpreter.
+LAUNCH_COUNT = r"""
+import collections, dataclasses, itertools, json, sys
+import ml_dtypes, numpy as np
+import cuda_async
+from cuda_core.testing import use_fake_driver
+from cutile import _backend, _gpu, api
+from examples.llm.model import PRESETS, KVCache, Qwen3Model, Qwen3Weights
+from examples.llm.weights import from_arrays
+
+stacked = sys.argv[1] == "stacked"
+load = _gpu.LoadedKernel.__init__
+with use_fake_driver() as fake, cuda_async.using_policy(cuda_async.SingleStream()):
+    fake._addresses = itertools.count(0x100000000000, 1 << 32)  # room for any tensor between two
+    def loaded(self, compiled, ordinal=0):  # the fake learns each kernel's parameters as it loads
+        fake.kernels[compiled.name] = _gpu.fake_param_layout(compiled.abi)
+        load(self, compiled, ordinal)
+    _gpu.LoadedKernel.__init__ = loaded
+    _backend.reset_for_tests("gpu")
+    counts = []
+    for layers in (2, 3):
+        config = dataclasses.replace(PRESETS["tiny"], num_hidden_layers=layers)
+        arrays = {n: np.zeros(shape, ml_dtypes.bfloat16) for n, shape in config.weight_shapes().items()}
+        weights = from_arrays(config, arrays) if stacked else Qwen3Weights.from_named(
+            config, {n: api.from_numpy(a) for n, a in arrays.items()})
+        model, cache = Qwen3Model(config, weights), KVCache.allocate(config, 1, 32)
+        cache.lengths = [5]
+        ids = api.from_numpy(np.array([3], np.int64))
+        model.decode_step(ids, cache)  # plans and workspaces made
+        first = len(fake.launches)
+        model.decode_step(ids, cache)
+        counts.append(collections.Counter(launch["function"] for launch in fake.launches[first:]))
+print(json.dumps(dict(counts[1] - counts[0])))
+"""
+
+
+@pytest.mark.parametrize("stacked", [True, False], ids=["stacked", "separate"])
+def test_a_decode_step_launches_eleven_kernels_per_layer(stacked: bool) -> None:
+    """Per layer: the QKV GEMV, qk_norm with RoPE in one launch, the K and V cache writes
+    in one, decode attention's split and merge, the output projection, add_rms_norm,
+    the gate_up GEMV, silu_mul, the down GEMV and add_rms_norm (no split-K at the tiny
+    shapes). Separate weights take q, k, v and gate, up GEMVs of their own (14)."""
+    done = subprocess.run([sys.executable, "-c", LAUNCH_COUNT, "stacked" if stacked else "separate"],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "CUTILE_BACKEND": "gpu"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    per_layer = json.loads(done.stdout.strip().splitlines()[-1])
+    # silu_mul reads the stacked gate_up output's strided halves (its "rows" kernel), or two whole tensors
+    silu_mul = {"binary_rows": 1} if stacked else {"binary_flat": 1}
+    assert per_layer == {"gemv_direct": 4 if stacked else 7, "qk_norm_rope_heads": 1, "cache_update_pair": 1,
+                         "decode_split": 1, "decode_merge": 1, "add_rms_norm_rows": 2, **silu_mul}
+    assert sum(per_layer.values()) == (11 if stacked else 14)
+
+
 def test_tied_embeddings_use_the_embedding_as_the_lm_head() -> None:
     config = PRESETS["tiny"]
     arrays = tiny_arrays(config)
@@ -262,8 +328,14 @@ def test_random_weights_are_made_on_the_device_with_the_seed() -> None:
     assert a.layers[1].gate_up_proj is not None  # made stacked: the MLP's first product is one GEMM
     assert np.array_equal(a.layers[1].up_proj.to_numpy().astype(np.float64),
                           a.layers[1].gate_up_proj.to_numpy().astype(np.float64)[TINY.intermediate_size:])
-    separate = device_weights(TINY, tiny_arrays())
-    assert separate.layers[0].gate_up_proj is None
+    assert a.layers[1].qkv_proj is not None  # and q, k, v: the attention's projections in one GEMM
+    qkv = a.layers[1].qkv_proj.to_numpy().astype(np.float64)
+    q_rows, kv_rows = TINY.q_size, TINY.kv_size
+    for part, rows in ((a.layers[1].q_proj, qkv[:q_rows]), (a.layers[1].k_proj, qkv[q_rows:q_rows + kv_rows]),
+                       (a.layers[1].v_proj, qkv[q_rows + kv_rows:])):
+        assert np.array_equal(part.to_numpy().astype(np.float64), rows)
+    separate = device_weights(TINY, tiny_arrays(), stacked=False)
+    assert separate.layers[0].gate_up_proj is None and separate.layers[0].qkv_proj is None
     tensors = {name: api.from_numpy(a) for name, a in tiny_arrays().items()}
     tensors["model.layers.0.mlp.gate_up_proj.weight"] = api.zeros((3, 64), "bf16")
     with pytest.raises(ModelError, match="gate_up_proj.weight' is bf16 \\[3, 64\\]"):
@@ -271,6 +343,22 @@ def test_random_weights_are_made_on_the_device_with_the_seed() -> None:
     tensors["model.layers.0.mlp.gate_up_proj.weight"] = api.zeros((2 * TINY.intermediate_size, 64), "bf16")
     with pytest.raises(ModelError, match="as its halves"):
         Qwen3Weights.from_named(TINY, tensors)  # the right shape, but not the layer's gate and up
+    del tensors["model.layers.0.mlp.gate_up_proj.weight"]
+    qkv_name = "model.layers.0.self_attn.qkv_proj.weight"
+    tensors[qkv_name] = api.zeros((TINY.q_size, 64), "bf16")
+    with pytest.raises(ModelError, match=f"qkv_proj.weight' is bf16 \\[{TINY.q_size}, 64\\]; expected bf16 "
+                                         f"\\[{TINY.q_size + 2 * TINY.kv_size}, 64\\]"):
+        Qwen3Weights.from_named(TINY, tensors)
+    tensors[qkv_name] = api.zeros((TINY.q_size + 2 * TINY.kv_size, 64), "bf16")
+    with pytest.raises(ModelError, match="must hold the layer's q_proj, k_proj, v_proj as its row blocks"):
+        Qwen3Weights.from_named(TINY, tensors)
+    stacked = tensors[qkv_name]  # q and k its row blocks, v not
+    tensors["model.layers.0.self_attn.q_proj.weight"] = stacked[:TINY.q_size]
+    tensors["model.layers.0.self_attn.k_proj.weight"] = stacked[TINY.q_size:TINY.q_size + TINY.kv_size]
+    with pytest.raises(ModelError, match="as its row blocks"):
+        Qwen3Weights.from_named(TINY, tensors)
+    tensors["model.layers.0.self_attn.v_proj.weight"] = stacked[TINY.q_size + TINY.kv_size:]
+    assert Qwen3Weights.from_named(TINY, tensors).layers[0].qkv_proj is stacked
     assert tuple(a.lm_head.shape) == (TINY.vocab_size, TINY.hidden_size)
 
 
@@ -337,6 +425,11 @@ def test_a_safetensors_checkpoint_is_written_and_read_back(tmp_path: Path) -> No
     assert np.array_equal(as_f64(layer.up_proj), arrays["model.layers.1.mlp.up_proj.weight"].astype(np.float64))
     assert np.array_equal(as_f64(layer.gate_up_proj)[:TINY.intermediate_size],
                           arrays["model.layers.1.mlp.gate_proj.weight"].astype(np.float64))
+    # and q, k, v stacked for one GEMM, the Hugging Face tensors its row blocks
+    assert layer.qkv_proj is not None and tuple(layer.qkv_proj.shape) == (TINY.q_size + 2 * TINY.kv_size, 64)
+    assert np.array_equal(as_f64(layer.qkv_proj), np.concatenate(
+        [arrays[f"model.layers.1.self_attn.{name}_proj.weight"] for name in "qkv"]).astype(np.float64))
+    assert np.array_equal(as_f64(layer.v_proj), arrays["model.layers.1.self_attn.v_proj.weight"].astype(np.float64))
     # The checkpoint's model gives the reference's logits.
     prompt = [4, 8, 15, 16, 23, 42]
     logits = Qwen3Model(config, weights).prefill([prompt], KVCache.allocate(config, 1, 8))

@@ -1,9 +1,11 @@
 """A dense Qwen3 model on cutile_kernels: prefill over packed prompts and a decode step
 over a KV cache, bf16, with no other library in the forward.
 
-Per layer: RMSNorm -> q/k/v projections -> QK-norm -> RoPE (neox) -> GQA attention
-(prefill: the varlen flash kernel over the packed prompts; decode: `decode_attention`
-over the cache, after `kv_cache_update` wrote the new keys and values) -> output
+Per layer: RMSNorm -> q/k/v projections (one GEMM of the stacked `QKV` weight when the
+weights were made so; q, k and v are then head slices of its output, read in place) ->
+QK-norm and RoPE (neox) in one launch (`qk_norm_rope`) -> GQA attention (prefill: the
+varlen flash kernel over the packed prompts; decode: `decode_attention` over the cache,
+after one `kv_cache_update` launch wrote the new keys and values) -> output
 projection -> residual add fused with the next RMSNorm (`add_rms_norm`) -> SiLU-gated
 MLP -> residual. The final norm and the LM head (tied to the embedding or not) give f32
 logits of each sequence's last token.
@@ -169,11 +171,16 @@ class LayerWeights:
     #: gate_proj and up_proj stacked ``[2 * intermediate, hidden]`` (they are its views):
     #: the MLP's first product in one GEMM, when the weights were made so
     gate_up_proj: cutile.Tensor | None = None
+    #: q_proj, k_proj and v_proj stacked ``[q_size + 2 * kv_size, hidden]`` (their row
+    #: blocks, views of it): the attention's projections in one GEMM, when made so
+    qkv_proj: cutile.Tensor | None = None
 
 
 #: the name under which `Qwen3Weights.from_named` takes a layer's stacked gate and up
 #: projections (not a Hugging Face name: the loaders make it)
 GATE_UP = "mlp.gate_up_proj.weight"
+#: the name under which it takes a layer's stacked q, k and v projections (the loaders make it)
+QKV = "self_attn.qkv_proj.weight"
 
 
 @dataclass
@@ -189,7 +196,8 @@ class Qwen3Weights:
     def from_named(cls, config: Qwen3Config, tensors: dict[str, cutile.Tensor]) -> Qwen3Weights:
         """From tensors keyed by their Hugging Face names (checked against the config's
         shapes), and optionally each layer's `GATE_UP` stack whose halves are the
-        layer's gate_proj and up_proj tensors."""
+        layer's gate_proj and up_proj tensors and `QKV` stack whose row blocks are its
+        q_proj, k_proj and v_proj tensors."""
         expected = config.weight_shapes()
         missing = sorted(set(expected) - set(tensors), key=_name_order)
         if missing:
@@ -205,28 +213,40 @@ class Qwen3Weights:
         layers = []
         for n in range(config.num_hidden_layers):
             p = f"model.layers.{n}."
-            stacked = tensors.get(p + GATE_UP)
-            if stacked is not None and (tuple(stacked.shape) != (2 * config.intermediate_size, config.hidden_size)
-                                        or stacked.dtype != DTYPE):
-                raise ModelError(f"weights: '{p + GATE_UP}' is {stacked.dtype} {list(stacked.shape)}; expected "
-                                 f"{DTYPE} [{2 * config.intermediate_size}, {config.hidden_size}]")
-            if stacked is not None:  # one GEMM replaces the two: its halves must be them
-                half = config.intermediate_size * config.hidden_size * DTYPE.itemsize
-                gate, up = tensors[p + "mlp.gate_proj.weight"], tensors[p + "mlp.up_proj.weight"]
-                if (gate.address(), up.address()) != (stacked.address(), stacked.address() + half) \
-                        or not (gate.is_contiguous and up.is_contiguous):
-                    raise ModelError(f"weights: '{p + GATE_UP}' must hold the layer's gate_proj and up_proj as its "
-                                     "halves (views of it)")
+            _check_stack(tensors, p, GATE_UP, ("mlp.gate_proj.weight", "mlp.up_proj.weight"),
+                         (config.intermediate_size,) * 2, config.hidden_size, "halves")
+            _check_stack(tensors, p, QKV, ("self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                                           "self_attn.v_proj.weight"),
+                         (config.q_size, config.kv_size, config.kv_size), config.hidden_size, "row blocks")
             layers.append(LayerWeights(
                 tensors[p + "input_layernorm.weight"], tensors[p + "self_attn.q_proj.weight"],
                 tensors[p + "self_attn.k_proj.weight"], tensors[p + "self_attn.v_proj.weight"],
                 tensors[p + "self_attn.q_norm.weight"], tensors[p + "self_attn.k_norm.weight"],
                 tensors[p + "self_attn.o_proj.weight"], tensors[p + "post_attention_layernorm.weight"],
                 tensors[p + "mlp.gate_proj.weight"], tensors[p + "mlp.up_proj.weight"],
-                tensors[p + "mlp.down_proj.weight"], tensors.get(p + GATE_UP)))
+                tensors[p + "mlp.down_proj.weight"], tensors.get(p + GATE_UP), tensors.get(p + QKV)))
         embed = tensors["model.embed_tokens.weight"]
         head = embed if config.tie_word_embeddings else tensors["lm_head.weight"]
         return cls(embed, layers, tensors["model.norm.weight"], head)
+
+
+def _check_stack(tensors: dict[str, cutile.Tensor], prefix: str, stack: str, parts: tuple[str, ...],
+                 rows: tuple[int, ...], hidden: int, what: str) -> None:
+    """A layer's stacked projection, when given, is ``[sum(rows), hidden]`` of the dtype
+    and its parts are its row blocks in order (views of it): one GEMM replaces theirs."""
+    stacked = tensors.get(prefix + stack)
+    if stacked is None:
+        return
+    if tuple(stacked.shape) != (sum(rows), hidden) or stacked.dtype != DTYPE:
+        raise ModelError(f"weights: '{prefix + stack}' is {stacked.dtype} {list(stacked.shape)}; expected "
+                         f"{DTYPE} [{sum(rows)}, {hidden}]")
+    at = stacked.address()
+    for part, count in zip(parts, rows):
+        tensor = tensors[prefix + part]
+        if tensor.address() != at or not tensor.is_contiguous:
+            names = ", ".join(part.rsplit(".", 2)[-2] for part in parts)
+            raise ModelError(f"weights: '{prefix + stack}' must hold the layer's {names} as its {what} (views of it)")
+        at += count * hidden * DTYPE.itemsize
 
 
 def _name_order(name: str) -> tuple[int, str]:
@@ -261,6 +281,15 @@ class KVCache:
         return int(self.keys[0].shape[1])
 
 
+def _head_slices(c: Qwen3Config, qkv: cutile.Tensor) -> tuple[cutile.Tensor, cutile.Tensor, cutile.Tensor]:
+    """q, k and v as head slices of a stacked projection's ``(tokens, q_size + 2 *
+    kv_size)`` output: ``(tokens, heads, dim)``, ``(tokens, kv_heads, dim)`` twice
+    (strided views, no copy)."""
+    heads, kv = c.num_attention_heads, c.num_key_value_heads
+    by_head = qkv.reshape(int(qkv.shape[0]), heads + 2 * kv, c.head_dim)
+    return by_head[:, :heads], by_head[:, heads:heads + kv], by_head[:, heads + kv:]
+
+
 def _i32(values: Sequence[int] | np.ndarray[Any, Any]) -> cutile.Tensor:
     return api.from_numpy(np.asarray(values, dtype=np.int32))
 
@@ -276,6 +305,10 @@ class StepBuffers:
     q_raw: cutile.Tensor
     k_raw: cutile.Tensor
     v: cutile.Tensor
+    qkv: cutile.Tensor  # the stacked projection's output, and its q, k, v head slices (views made once)
+    qkv_q: cutile.Tensor
+    qkv_k: cutile.Tensor
+    qkv_v: cutile.Tensor
     q: cutile.Tensor
     k: cutile.Tensor
     attended: cutile.Tensor
@@ -293,8 +326,10 @@ class StepBuffers:
             return api.empty(shape, DTYPE)
 
         h, heads, kv, dim = c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim
+        qkv = empty(batch, c.q_size + 2 * c.kv_size)
+        q, k, v = _head_slices(c, qkv)
         return cls((empty(batch, h), empty(batch, h)), empty(batch, h), empty(batch, c.q_size), empty(batch, c.kv_size),
-                   empty(batch, c.kv_size), empty(batch, heads, dim), empty(batch, kv, dim), empty(batch, heads, dim),
+                   empty(batch, c.kv_size), qkv, q, k, v, empty(batch, heads, dim), empty(batch, kv, dim), empty(batch, heads, dim),
                    empty(batch, h), empty(batch, c.intermediate_size), empty(batch, c.intermediate_size),
                    empty(batch, 2 * c.intermediate_size), empty(batch, c.intermediate_size), empty(batch, h),
                    api.empty((batch, c.vocab_size), f32))
@@ -319,18 +354,27 @@ class Qwen3Model:
 
     def _qkv(self, layer: LayerWeights, normed: cutile.Tensor, positions: cutile.Tensor,
              bufs: StepBuffers | None) -> tuple[cutile.Tensor, cutile.Tensor, cutile.Tensor]:
-        """Projections, QK-norm and RoPE of ``tokens`` rows: q ``(tokens, heads, dim)``,
-        k and v ``(tokens, kv_heads, dim)`` (into ``bufs`` when given)."""
+        """Projections, then QK-norm and RoPE in one launch, of ``tokens`` rows: q
+        ``(tokens, heads, dim)``, k and v ``(tokens, kv_heads, dim)`` (into ``bufs`` when
+        given; v is a head slice of the stacked projection's output when there is one)."""
         c = self.config
         tokens = int(normed.shape[0])
-        q = ck.matmul(normed, layer.q_proj.T, out=bufs.q_raw if bufs else None)
-        k = ck.matmul(normed, layer.k_proj.T, out=bufs.k_raw if bufs else None)
-        v = ck.matmul(normed, layer.v_proj.T, out=bufs.v if bufs else None)
-        q, k = ck.qk_norm(q.reshape(tokens, c.num_attention_heads, c.head_dim),
-                          k.reshape(tokens, c.num_key_value_heads, c.head_dim), layer.q_norm, layer.k_norm,
-                          c.rms_norm_eps, out=(bufs.q, bufs.k) if bufs else None)
-        ck.rope(q, k, positions, c.rope_theta, style="neox", inplace=True)
-        return q, k, v.reshape(tokens, c.num_key_value_heads, c.head_dim)
+        if layer.qkv_proj is not None:  # one GEMM; q, k and v are head slices of its output
+            if bufs is not None:
+                ck.matmul(normed, layer.qkv_proj.T, out=bufs.qkv)
+                q_raw, k_raw, v = bufs.qkv_q, bufs.qkv_k, bufs.qkv_v
+            else:
+                q_raw, k_raw, v = _head_slices(c, ck.matmul(normed, layer.qkv_proj.T))
+        else:
+            q_raw = ck.matmul(normed, layer.q_proj.T, out=bufs.q_raw if bufs else None).reshape(
+                tokens, c.num_attention_heads, c.head_dim)
+            k_raw = ck.matmul(normed, layer.k_proj.T, out=bufs.k_raw if bufs else None).reshape(
+                tokens, c.num_key_value_heads, c.head_dim)
+            v = ck.matmul(normed, layer.v_proj.T, out=bufs.v if bufs else None).reshape(
+                tokens, c.num_key_value_heads, c.head_dim)
+        q, k = ck.qk_norm_rope(q_raw, k_raw, layer.q_norm, layer.k_norm, positions, c.rms_norm_eps, c.rope_theta,
+                               style="neox", out=(bufs.q, bufs.k) if bufs else None)
+        return q, k, v
 
     def _finish_layer(self, layer: LayerWeights, attended: cutile.Tensor, hidden: cutile.Tensor,
                       next_norm: cutile.Tensor, bufs: StepBuffers | None) -> tuple[cutile.Tensor, cutile.Tensor]:
@@ -392,8 +436,7 @@ class Qwen3Model:
             q, k, v = self._qkv(layer, normed, positions, None)
             for b in range(cache.batch):
                 start, stop = int(offsets[b]), int(offsets[b + 1])
-                ck.kv_cache_update(cache.keys[n][b], k[start:stop], 0)
-                ck.kv_cache_update(cache.values[n][b], v[start:stop], 0)
+                ck.kv_cache_update((cache.keys[n][b], cache.values[n][b]), (k[start:stop], v[start:stop]), 0)
             attended = ck.attention(q, k, v, causal=True, cu_seqlens_q=cu_seqlens, cu_seqlens_k=cu_seqlens)
             hidden, normed = self._finish_layer(layer, attended, hidden, next_norm, None)
         cache.lengths = lengths
@@ -437,18 +480,20 @@ class Qwen3Model:
         for n, (layer, next_norm) in enumerate(zip(w.layers, self._next_norms())):
             q, k, v = self._qkv(layer, normed, positions, bufs)
             keys, values = cache.keys[n], cache.values[n]
-            new_k = k.reshape(batch, 1, c.num_key_value_heads, c.head_dim)
-            new_v = v.reshape(batch, 1, c.num_key_value_heads, c.head_dim)
             if same_position:  # one launch for the batch: every row writes the same position
-                ck.kv_cache_update(keys, new_k, positions[0:1])
-                ck.kv_cache_update(values, new_v, positions[0:1])
-            else:
+                ck.kv_cache_update((keys, values), _one_token(k, v), positions[0:1])
+            else:  # (k[b:b + 1] is sequence b's one new token)
                 for b in range(batch):
-                    ck.kv_cache_update(keys[b], new_k[b], positions[b:b + 1])
-                    ck.kv_cache_update(values[b], new_v[b], positions[b:b + 1])
+                    ck.kv_cache_update((keys[b], values[b]), (k[b:b + 1], v[b:b + 1]), positions[b:b + 1])
             ck.decode_attention(q, keys.transpose(1, 2), values.transpose(1, 2), seq_lens, out=bufs.attended)
             hidden, normed = self._finish_layer(layer, bufs.attended, hidden, next_norm, bufs)
         return self._logits(normed, out=bufs.logits)
+
+
+def _one_token(k: cutile.Tensor, v: cutile.Tensor) -> tuple[cutile.Tensor, cutile.Tensor]:
+    """A decode step's k and v ``(batch, kv_heads, dim)`` as ``(batch, 1, kv_heads,
+    dim)``: one new token per sequence (v may be a strided head slice, so not by reshape)."""
+    return k.broadcast_to(1, *k.shape).permute(1, 0, 2, 3), v.broadcast_to(1, *v.shape).permute(1, 0, 2, 3)
 
 
 # The decode state a graph advances on the device (so a replay needs no upload): each

@@ -430,6 +430,137 @@ def test_kv_cache_update_writes_only_the_new_rows(dtype: str, cache_shape: tuple
     np.testing.assert_array_equal(read(cache), expected)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("cache_shape, tokens, start", [((50, 3, 16), 5, 7), ((2, 40, 5, 8), 1, 39),
+                                                        ((3, 17, 1, 32), 17, 0), ((2, 64, 2, 8), 8, 20)])
+@pytest.mark.parametrize("positions_kind", ["int", "list", "i32", "i64"])
+def test_kv_cache_update_of_a_k_and_v_pair_from_a_fused_qkv_output(dtype: str, cache_shape: tuple[int, ...],
+                                                                   tokens: int, start: int,
+                                                                   positions_kind: str) -> None:
+    """One launch writes both caches; k and v are head slices of one (..., tokens, q + 2 kv
+    heads, head_dim) buffer (strided, read in place)."""
+    heads, head_dim = cache_shape[-2:]
+    lead = cache_shape[:-3]
+    qkv = RNG.standard_normal((*lead, tokens, 3 + 2 * heads, head_dim))
+    buffer = tensor(qkv, dtype)
+    k, v = buffer[..., 3:3 + heads, :], buffer[..., 3 + heads:, :]
+    assert not k.is_contiguous and not v.is_contiguous
+    keys, values = RNG.standard_normal(cache_shape), RNG.standard_normal(cache_shape)
+    k_cache, v_cache = tensor(keys, dtype), tensor(values, dtype)
+    if positions_kind == "int":
+        positions: Any = start
+    elif positions_kind == "list":
+        positions = list(range(start, start + tokens))
+    else:
+        positions = api.from_numpy(np.arange(start, start + tokens, dtype=np.dtype(positions_kind.replace("i", "int"))))
+    # several head tiles with a tail (5 heads in tiles of 2), blocks looping, several rows per tile
+    config = {"tile_rows": 4, "tile_cols": 16, "max_blocks": 3}
+    caches = kv_cache_update((k_cache, v_cache), (k, v), positions, config=config)
+    assert caches[0] is k_cache and caches[1] is v_cache
+    written = stored(qkv, dtype)
+    for cache, before, first in ((k_cache, keys, 3), (v_cache, values, 3 + heads)):
+        expected = stored(before, dtype)
+        expected[..., start:start + tokens, :, :] = written[..., first:first + heads, :]
+        np.testing.assert_array_equal(read(cache), expected)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f32"])
+@pytest.mark.parametrize("cache_shape, tokens, start", [((50, 3, 16), 5, 7), ((2, 40, 5, 8), 1, 39)])
+@pytest.mark.parametrize("positions_kind", ["int", "i32"])
+def test_kv_cache_update_of_one_cache_reads_a_strided_head_slice(dtype: str, cache_shape: tuple[int, ...],
+                                                                 tokens: int, start: int, positions_kind: str) -> None:
+    heads = cache_shape[-2]
+    qkv = RNG.standard_normal((*cache_shape[:-3], tokens, 1 + 2 * heads, cache_shape[-1]))
+    v = tensor(qkv, dtype)[..., 1 + heads:, :]
+    assert not v.is_contiguous
+    before = RNG.standard_normal(cache_shape)
+    cache = tensor(before, dtype)
+    positions = start if positions_kind == "int" else api.from_numpy(np.arange(start, start + tokens, dtype=np.int32))
+    assert kv_cache_update(cache, v, positions, config={"tile_rows": 4, "tile_cols": 16, "max_blocks": 3}) is cache
+    expected = stored(before, dtype)
+    expected[..., start:start + tokens, :, :] = stored(qkv, dtype)[..., 1 + heads:, :]
+    np.testing.assert_array_equal(read(cache), expected)
+
+
+def test_kv_cache_update_of_one_cache_takes_strided_rows_only_of_a_power_of_two_head_dim() -> None:
+    new = api.zeros([2, 4, 12])[:, :2]
+    with pytest.raises(cutile.ArgumentError, match="parameter 'new' of shape \\[2, 2, 12\\] must be contiguous"):
+        kv_cache_update(api.zeros([10, 2, 12]), new, 0)
+    with pytest.raises(cutile.ArgumentError, match="parameter 'cache' of shape \\[10, 2, 8\\] must be contiguous"):
+        kv_cache_update(api.zeros([10, 4, 8])[:, :2], api.zeros([2, 4, 8])[:, :2], 0)
+
+
+def test_kv_cache_update_of_a_pair_is_one_launch() -> None:
+    caches = api.zeros([2, 16, 2, 8]), api.zeros([2, 16, 2, 8])
+    new = api.ones([2, 1, 2, 8]), api.ones([2, 1, 2, 8])
+    pending = kv_cache_update.launch(caches, new, api.from_numpy(np.array([3], np.int32)))
+    assert isinstance(pending.op, cutile.Launch)
+    pending.cancel()
+
+
+@pytest.mark.interpreter_only
+def test_kv_cache_update_pair_kernel_asserts_device_positions() -> None:
+    kernel = importlib.import_module("cutile_kernels._kv_cache").cache_update_pair_kernel(cutile.core.f32,
+                                                                                          cutile.core.i32)
+    new = api.ones([1, 3, 2, 8])
+    for values, message in (([4, 5, 7], "positions must be consecutive"),
+                            ([18, 19, 20], "tiles_within: the range of axis 1 passes the tile grid")):
+        k_cache, v_cache = api.zeros([1, 20, 16]), api.zeros([1, 20, 16])
+        with pytest.raises(cutile.KernelRuntimeError, match=re.escape(message)):
+            kernel(k_cache.partition([1, 1, 16]).map([1, 1, 1], blocks=2),
+                   v_cache.partition([1, 1, 16]).map([1, 1, 1], blocks=2), new, new,
+                   api.from_numpy(np.array(values, np.int32)), BH=2).sync()
+
+
+def zeros(*shape: int, dtype: str = "f32") -> cutile.Tensor:
+    return api.zeros(list(shape), dtype=dtype)
+
+
+def pair_update(cache: tuple[Any, ...] | Any = None, new: tuple[Any, ...] | Any = None, positions: Any = 0) -> Any:
+    """kv_cache_update of the given caches and new rows, else fresh (10, 2, 8) caches and
+    (2, 2, 8) new rows (made when called: on the test's backend)."""
+    return kv_cache_update(cache if cache is not None else (zeros(10, 2, 8), zeros(10, 2, 8)),
+                           new if new is not None else (zeros(2, 2, 8), zeros(2, 2, 8)), positions)
+
+
+def shared_cache() -> Any:
+    cache = zeros(10, 2, 8)
+    return pair_update((cache, cache))
+
+
+def new_in_cache() -> Any:
+    cache = zeros(10, 2, 8)
+    return pair_update((cache, zeros(10, 2, 8)), (cache[:2], zeros(2, 2, 8)))
+
+
+@pytest.mark.parametrize("call, error, words", [
+    (lambda: pair_update((zeros(10, 2, 8),) * 3), cutile.ArgumentError,
+     "'cache' must be a tensor or a pair (k_cache, v_cache), got 3 items"),
+    (lambda: pair_update(new=zeros(2, 2, 8)), cutile.ArgumentError, "takes a pair (k, v) for parameter 'new'"),
+    (lambda: pair_update(zeros(10, 2, 8)), cutile.ArgumentError, "'new' is a pair"),
+    (lambda: pair_update((zeros(10, 2, 8), zeros(10, 3, 8))), cutile.ArgumentError,
+     "'cache[1]' is f32 [10, 3, 8]; the pair of caches must agree"),
+    (lambda: pair_update(new=(zeros(2, 2, 8), zeros(3, 2, 8))), cutile.ArgumentError,
+     "'new[1]' is f32 [3, 2, 8]; the pair of new tensors must agree"),
+    (lambda: pair_update(new=(zeros(2, 2, 8), zeros(2, 2, 8, dtype="f16"))), cutile.ArgumentError,
+     "'new[1]' is f16"),
+    (shared_cache, cutile.ArgumentError, "share memory"),
+    (new_in_cache, cutile.ArgumentError, "'new[0]' overlaps the memory of 'cache[0]'"),
+    (lambda: pair_update((zeros(10, 4, 8)[:, :2], zeros(10, 2, 8))), cutile.ArgumentError,
+     "'cache[0]' of shape [10, 2, 8] must be contiguous"),
+    (lambda: pair_update((zeros(10, 2, 12), zeros(10, 2, 12)), (zeros(2, 2, 12), zeros(2, 2, 12))),
+     cutile.ArgumentError, "a power of two, got 12"),
+    (lambda: pair_update(positions=9), cutile.ArgumentError,
+     "the 2 new tokens must fit in the cache's 10 positions"),
+    (lambda: pair_update(positions=[4, 6]), cutile.ArgumentError, "must be consecutive"),
+    (lambda: pair_update(new=(zeros(2, 2, 4), zeros(2, 2, 4))), cutile.ArgumentError,
+     "parameter 'new[0]' of shape [2, 2, 4] must match 'cache[0]' [10, 2, 8]"),
+])
+def test_kv_cache_update_of_a_pair_refuses_bad_arguments(call: Any, error: type[Exception], words: str) -> None:
+    with pytest.raises(error, match=re.escape(words)):
+        call()
+
+
 @pytest.mark.parametrize("kind", ["list", "numpy"])
 def test_kv_cache_update_checks_host_positions_on_the_host(kind: str) -> None:
     cache, new = api.zeros([20, 2, 8]), api.ones([3, 2, 8])

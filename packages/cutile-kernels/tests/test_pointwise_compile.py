@@ -1,6 +1,6 @@
 """Every kernel behind rope, the element-wise functions, embedding, argmax and
-kv_cache_update compiles with tileiras for sm_90 and sm_100 at the shapes the
-benchmarks use (no GPU needed: `cutile.compile` over `api.meta` placeholders)."""
+kv_cache_update (one cache, and a K and V pair) compiles with tileiras for sm_90 and
+sm_100 at the shapes the benchmarks use (no GPU needed: `cutile.compile` over `api.meta` placeholders)."""
 
 import importlib
 from collections.abc import Callable
@@ -68,6 +68,24 @@ CASES: dict[str, Callable[[], tuple[Any, tuple[Any, ...], dict[str, Any]]]] = {
                                           (meta([1, 512, 576], dtype=f16).partition([1, 1, 512])
                                            .map([1, 1, 1], blocks=64),
                                            meta([1, 7, 576], dtype=f16), meta([7], dtype=i64)), {}),
+    "kv_cache_update pair at": lambda: (kv_cache.cache_update_pair_kernel(bf16, None),
+                                        (meta([16, 8192, 1024], dtype=bf16).partition([1, 16, 1024])
+                                         .map([1, 1, 1], blocks=528),
+                                         meta([16, 8192, 1024], dtype=bf16).partition([1, 16, 1024])
+                                         .map([1, 1, 1], blocks=528),
+                                         meta([16, 4096, 8, 128], dtype=bf16), meta([16, 4096, 8, 128], dtype=bf16),
+                                         5), {"BH": 8}),
+    "kv_cache_update heads": lambda: (kv_cache.cache_update_heads_kernel(bf16, i64),
+                                      (meta([8, 4096, 1024], dtype=bf16).partition([1, 1, 1024])
+                                       .map([1, 1, 1], blocks=264),
+                                       meta([8, 1, 8, 128], dtype=bf16), meta([1], dtype=i64)), {"BH": 8}),
+    "kv_cache_update pair positions": lambda: (kv_cache.cache_update_pair_kernel(f16, i32),
+                                               (meta([1, 512, 640], dtype=f16).partition([1, 1, 256])
+                                                .map([1, 1, 1], blocks=64),
+                                                meta([1, 512, 640], dtype=f16).partition([1, 1, 256])
+                                                .map([1, 1, 1], blocks=64),
+                                                meta([1, 1, 10, 64], dtype=f16), meta([1, 1, 10, 64], dtype=f16),
+                                                meta([1], dtype=i32)), {"BH": 4}),
 }
 
 

@@ -78,6 +78,10 @@ def streamed(z: Mut[Tensor[f32, [16, 8]]], w: Mut[Tensor[f32, [16, 8]]], x: Tens
             z.store(t, idx)
         for idx in z.tiles_within(((1, 2), None)):
             z.store(t, idx)  # <- two sub-grids
+    if KIND == 16:
+        for idx in z.tiles_within(((1, 2), None), w):  # <- tiles_within with w
+            z.store(t, idx)
+            w.store(t, idx)
     if KIND == 15:  # one sub-grid, iterated twice: accepted
         for idx in z.tiles_within(((1, 2), None)):
             z.store(t, idx)
@@ -114,6 +118,14 @@ def test_tiles_with_needs_equal_tile_and_map_shapes_and_grids() -> None:
                           KIND=11)
     refused_on_both_paths(streamed, grids([2, 1], w_shape=[48, 48]), "# <- tiles_with",
                           "tiles_with(): this launch passes 'z' with a 3x5 tile grid and 'w' with 3x6", KIND=11)
+
+
+def test_tiles_within_with_partners_needs_equal_tile_and_map_shapes_and_grids() -> None:
+    refused_on_both_paths(streamed, grids([2, 1], [1, 1]), "# <- tiles_within with w",
+                          "tiles_within(): 'z' has tile [16, 8] and map [2, 1], 'w' tile [16, 8] and map [1, 1]",
+                          KIND=16)
+    refused_on_both_paths(streamed, grids([2, 1], w_shape=[48, 48]), "# <- tiles_within with w",
+                          "tiles_within(): this launch passes 'z' with a 3x5 tile grid and 'w' with 3x6", KIND=16)
 
 
 def test_tiles_with_of_equal_partitions_runs() -> None:

@@ -127,6 +127,30 @@ def test_a_sub_range_update_writes_only_its_tiles(rows_per_tile: int, start: int
     np.testing.assert_array_equal(z.to_numpy(), expected)
 
 
+@cutile.entry
+def pair_update(keys: Mut[Tensor[f32, ["BS", "D"]]], values: Mut[Tensor[f32, ["BS", "D"]]],
+                new_keys: Tensor[f32, [-1, -1]], new_values: Tensor[f32, [-1, -1]], start: i32, BS: Constant[int],
+                D: Constant[int]):
+    """Two caches' sub-range in one schedule: ``tiles_within``'s partner (values) stores at
+    the keys' minted indices."""
+    for idx in keys.tiles_within(((start, cdiv(new_keys.shape[0], BS)), None), values):
+        r, c = idx
+        keys.store(new_keys.load(index=(r - start, c), shape=(BS, D)), idx)
+        values.store(new_values.load(index=(r - start, c), shape=(BS, D)), idx)
+
+
+@pytest.mark.parametrize("start, count, blocks", [(5, 13, 3), (0, 64, 8), (63, 1, 2)])
+def test_a_sub_range_schedule_shared_by_two_partitions(start: int, count: int, blocks: int) -> None:
+    keys, values = normal(64, 16), normal(64, 16)
+    new_keys, new_values = normal(count, 16), normal(count, 16)
+    k = api.from_numpy(keys.copy()).partition([1, 16]).map([1, 1], blocks=blocks)
+    v = api.from_numpy(values.copy()).partition([1, 16]).map([1, 1], blocks=blocks)
+    k, v, _, _ = pair_update(k, v, api.from_numpy(new_keys), api.from_numpy(new_values), start).sync()
+    keys[start:start + count], values[start:start + count] = new_keys, new_values
+    np.testing.assert_array_equal(k.to_numpy(), keys)
+    np.testing.assert_array_equal(v.to_numpy(), values)
+
+
 @pytest.mark.interpreter_only
 def test_a_sub_range_past_the_grid_fails_its_run_time_check() -> None:
     z = api.zeros([64, 16]).partition([4, 16]).map([1, 1], blocks=2)

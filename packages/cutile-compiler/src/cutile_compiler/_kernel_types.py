@@ -106,9 +106,10 @@ class MutTensorView(TensorView, Protocol):
         """This mapped partition's schedule, whose indices the stores of ``others``
         (mapped partitions of the same tile shape, map and tile grid) accept too."""
 
-    def tiles_within(self, ranges: Any) -> Iterator[Any]:
+    def tiles_within(self, ranges: Any, *others: MutTensorView) -> Iterator[Any]:
         """The schedule of a sub-grid of this mapped partition: one ``(start, count)``
-        of tiles, or None (the whole axis), per axis."""
+        of tiles, or None (the whole axis), per axis; the stores of ``others`` (as
+        `tiles_with`'s) accept its indices too."""
 
     def num_tiles(self, axis: int) -> Any:
         """How many tiles this tensor's partition has along ``axis`` (a partial last

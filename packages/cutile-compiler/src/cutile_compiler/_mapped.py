@@ -197,34 +197,42 @@ def tensor_tiles_with(fe: FrontEnd, node: ast.Call, tensor: Value, *others: Any)
     if not others:
         raise fe.type_error("tiles_with() takes the other mapped partitions whose stores share the indices, "
                             "e.g. z.tiles_with(w)", node)
+    return TileSchedule(_partners(fe, node, z, others, "tiles_with()", 0), (None,) * z.type.rank, node)  # type: ignore[attr-defined]
+
+
+def _partners(fe: FrontEnd, node: ast.Call, z: Value, others: Sequence[Any], what: str,
+              first: int) -> tuple[Value, ...]:
+    """z and the mapped partitions sharing its schedule (``others``, the call's arguments
+    from position ``first``): each of z's tile shape, map shape and tile grid."""
     partners = [z]
     zt = z.type
     assert isinstance(zt, TensorType) and zt.tile_shape is not None and zt.map_shape is not None
-    for position, other in enumerate(others):
+    for position, other in enumerate(others, first):
         where = node.args[position] if position < len(node.args) else node
-        w = _mapped_tensor(fe, other, where, "tiles_with()'s argument")
+        w = _mapped_tensor(fe, other, where, f"{what}'s argument")
         if any(w is p for p in partners):
-            raise fe.type_error(f"tiles_with(): '{w.name}' is passed twice", where)
+            raise fe.type_error(f"{what}: '{w.name}' is passed twice", where)
         wt = w.type
         assert isinstance(wt, TensorType) and wt.tile_shape is not None and wt.map_shape is not None
         if wt.tile_shape != zt.tile_shape or wt.map_shape != zt.map_shape:
             raise fe.type_error(
-                f"tiles_with(): '{z.name}' has tile {list(zt.tile_shape)} and map {_map_text(zt.map_shape)}, "
+                f"{what}: '{z.name}' has tile {list(zt.tile_shape)} and map {_map_text(zt.map_shape)}, "
                 f"'{w.name}' tile {list(wt.tile_shape)} and map {_map_text(wt.map_shape)}; partitions sharing a "
                 "schedule need equal tile and map shapes", where)
         z_grid, w_grid = static_tile_counts(fe, z), static_tile_counts(fe, w)
         if z_grid != w_grid:
             raise fe.type_error(
-                f"tiles_with(): this launch passes '{z.name}' with a {'x'.join(map(str, z_grid))} tile grid and "
+                f"{what}: this launch passes '{z.name}' with a {'x'.join(map(str, z_grid))} tile grid and "
                 f"'{w.name}' with {'x'.join(map(str, w_grid))}; partitions sharing a schedule need equal grids", where)
         partners.append(w)
-    return TileSchedule(tuple(partners), (None,) * zt.rank, node)
+    return tuple(partners)
 
 
-def tensor_tiles_within(fe: FrontEnd, node: ast.Call, tensor: Value, ranges: Any) -> TileSchedule:
-    """``z.tiles_within(ranges)``: the schedule of a sub-grid, one ``(start, count)`` of
-    tiles per axis (``None``: the whole axis; an owned axis takes only None). Starts
-    and counts may be run-time values, the same for every block."""
+def tensor_tiles_within(fe: FrontEnd, node: ast.Call, tensor: Value, ranges: Any, *others: Any) -> TileSchedule:
+    """``z.tiles_within(ranges, w, ...)``: the schedule of a sub-grid, one ``(start,
+    count)`` of tiles per axis (``None``: the whole axis; an owned axis takes only None).
+    Starts and counts may be run-time values, the same for every block. The stores of
+    ``others`` (as `tensor_tiles_with`'s) accept its indices too."""
     z = _mapped_tensor(fe, tensor, node, "tiles_within()")
     zt = z.type
     assert isinstance(zt, TensorType) and zt.map_shape is not None
@@ -270,7 +278,7 @@ def tensor_tiles_within(fe: FrontEnd, node: ast.Call, tensor: Value, ranges: Any
             raise fe.type_error(f"tiles_within(): the range [{start}, {start + count}) of axis {axis} passes the "
                                 f"{grid[axis]} tiles of '{z.name}' in this launch", where)
         checked.append((start, count))
-    return TileSchedule((z,), tuple(checked), node)
+    return TileSchedule(_partners(fe, node, z, others, "tiles_within()", 1), tuple(checked), node)
 
 
 def tensor_num_tiles(fe: FrontEnd, node: ast.Call, tensor: Value, axis: Any) -> Value:

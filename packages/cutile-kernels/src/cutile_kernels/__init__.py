@@ -12,8 +12,9 @@ tile shapes and hints from `cutile.tune` records (else defaults).
   that streams the weight once, few output tiles over a long K to a split-K pair of
   kernels, the rest to a persistent grouped GEMM.
 - `GEMM_SPACE`: the tiled GEMM's tuning space (the keys a ``config=`` may set).
-- Row kernels: `softmax`, `log_softmax`, `rms_norm`, `add_rms_norm`, `qk_norm`,
-  `layer_norm`, `layer_norm_backward` (``f.launch(..., out=)`` gives the pending launch);
+- Row kernels: `softmax`, `log_softmax`, `rms_norm`, `add_rms_norm`, `qk_norm` (q and
+  k in one launch), `qk_norm_rope` (the same with RoPE fused), `layer_norm`,
+  `layer_norm_backward` (``f.launch(..., out=)`` gives the pending launch);
   `default_config` is their config without a record.
 - Transformer pointwise, gather and cache functions, each with a ``.launch(...)`` form
   returning the pending work (for `cutile.bench.do_bench`): `rope` (neox and gptj, in
@@ -35,11 +36,12 @@ __all__ = ["GEMM_SPACE", "Matmul", "matmul"]
 
 # Row kernels: softmax and the norms (_softmax.py, _norms.py; shared handling in _rows.py).
 from cutile_kernels._rows import default_config  # noqa: E402
-from cutile_kernels._norms import add_rms_norm, layer_norm, layer_norm_backward, qk_norm, rms_norm  # noqa: E402
+from cutile_kernels._norms import add_rms_norm, layer_norm, layer_norm_backward, rms_norm  # noqa: E402
+from cutile_kernels._qk_norm import qk_norm, qk_norm_rope  # noqa: E402
 from cutile_kernels._softmax import log_softmax, softmax  # noqa: E402
 
 __all__ += ["add_rms_norm", "default_config", "layer_norm", "layer_norm_backward", "log_softmax", "qk_norm",
-            "rms_norm", "softmax"]
+            "qk_norm_rope", "rms_norm", "softmax"]
 
 # Transformer pointwise, gather and cache functions (shared handling in _pointwise.py).
 from cutile_kernels._activations import add, div, gelu, gelu_mul, mul, relu, sigmoid, silu, silu_mul, sub  # noqa: E402

@@ -11,6 +11,13 @@ rows (one token per tile, or up to ``tile_rows`` when an int start and the count
 multiples of it) and the kernel walks the sub-range ``tiles_within`` gives it, a safe
 kernel.
 
+``kv_cache_update((k_cache, v_cache), (k, v), positions)`` writes a layer's keys and
+values in one launch: the two caches (one shape and dtype, contiguous, head_dim a power
+of two) are partitioned alike and walked by one ``tiles_within`` schedule they share,
+each tile ``BH`` whole heads; k and v may have any strides (head slices of a fused QKV
+projection's output are read in place). One cache takes new rows of any strides the same
+way (`cache_update_heads_kernel`) when head_dim is a power of two.
+
 Positions the host holds (an int, a list, a numpy array, a tensor in host memory: the
 interpreter's) are checked on the host: positions that are not consecutive, or that
 pass the cache's end, are an `ArgumentError` naming ``positions``. A positions tensor in
@@ -37,7 +44,7 @@ from cutile import api, tune
 from cutile.core import Constant, Mut, Tensor, i32
 
 from cutile_kernels import _pointwise as pw
-from cutile_kernels._operands import Operand, as_tensor, host_values, integer_values
+from cutile_kernels._operands import Operand, as_tensor, host_values, integer_values, overlaps
 
 #: tile_rows: new tokens per tile at most; an int start takes the largest power of two up to it
 #: that divides both the start and the token count (tiles of whole new rows), a tensor 1
@@ -76,6 +83,89 @@ def cache_update_kernel(dtype: Any, pos_dtype: Any) -> Any:
     return cutile.entry(cache_update)
 
 
+@functools.lru_cache(maxsize=None)
+def cache_update_pair_kernel(dtype: Any, pos_dtype: Any) -> Any:
+    """The update of a K and a V cache in one launch: the caches as ``(batch, max_seq,
+    heads * head_dim)`` in tiles of ``BH`` whole heads (``BW = BH * D``) that one sub-grid
+    schedule gives both; the new rows ``(batch, tokens, heads, head_dim)`` are read with
+    any strides as ``(1, BS, BH, D)`` tiles. ``pos_dtype`` None takes the start as a
+    scalar."""
+    if pos_dtype is None:
+        def cache_update_pair_at(
+                k_cache: Mut[Tensor[dtype, [1, "BS", "BW"]]],  # type: ignore[misc]
+                v_cache: Mut[Tensor[dtype, [1, "BS", "BW"]]],  # type: ignore[misc]
+                k_new: Tensor[dtype, [-1, -1, -1, "D"]],  # type: ignore[misc]
+                v_new: Tensor[dtype, [-1, -1, -1, "D"]],  # type: ignore[misc]
+                first_tile: i32,
+                BS: Constant[int],
+                BW: Constant[int],
+                BH: Constant[int],
+                D: Constant[int],
+        ) -> None:
+            for idx in k_cache.tiles_within((None, (first_tile, k_new.shape[1] // BS), None), v_cache):
+                b, r, c = idx
+                at = (b, r - first_tile, c, 0)
+                k_cache.store(k_new.load(index=at, shape=(1, BS, BH, D)).reshape((1, BS, BW)), idx)
+                v_cache.store(v_new.load(index=at, shape=(1, BS, BH, D)).reshape((1, BS, BW)), idx)
+        return cutile.entry(cache_update_pair_at)
+
+    def cache_update_pair(
+            k_cache: Mut[Tensor[dtype, [1, 1, "BW"]]],  # type: ignore[misc]
+            v_cache: Mut[Tensor[dtype, [1, 1, "BW"]]],  # type: ignore[misc]
+            k_new: Tensor[dtype, [-1, -1, -1, "D"]],  # type: ignore[misc]
+            v_new: Tensor[dtype, [-1, -1, -1, "D"]],  # type: ignore[misc]
+            positions: Tensor[pos_dtype, [-1]],  # type: ignore[misc]
+            BW: Constant[int],
+            BH: Constant[int],
+            D: Constant[int],
+    ) -> None:
+        start = positions.load(index=(0,), shape=(1,)).reshape(()).astype(i32)
+        for idx in k_cache.tiles_within((None, (start, k_new.shape[1]), None), v_cache):
+            b, r, c = idx
+            here = positions.load(at=(r - start,), shape=(1,)).astype(i32)
+            assert here == r, "kv_cache_update: positions must be consecutive (start, start + 1, ...)"
+            at = (b, r - start, c, 0)
+            k_cache.store(k_new.load(index=at, shape=(1, 1, BH, D)).reshape((1, 1, BW)), idx)
+            v_cache.store(v_new.load(index=at, shape=(1, 1, BH, D)).reshape((1, 1, BW)), idx)
+    return cutile.entry(cache_update_pair)
+
+
+@functools.lru_cache(maxsize=None)
+def cache_update_heads_kernel(dtype: Any, pos_dtype: Any) -> Any:
+    """`cache_update_pair_kernel`'s form for one cache: new rows of any strides (a head
+    slice of a fused QKV output) in ``(1, BS, BH, D)`` tiles."""
+    if pos_dtype is None:
+        def cache_update_heads_at(
+                cache: Mut[Tensor[dtype, [1, "BS", "BW"]]],  # type: ignore[misc]
+                new: Tensor[dtype, [-1, -1, -1, "D"]],  # type: ignore[misc]
+                first_tile: i32,
+                BS: Constant[int],
+                BW: Constant[int],
+                BH: Constant[int],
+                D: Constant[int],
+        ) -> None:
+            for idx in cache.tiles_within((None, (first_tile, new.shape[1] // BS), None)):
+                b, r, c = idx
+                cache.store(new.load(index=(b, r - first_tile, c, 0), shape=(1, BS, BH, D)).reshape((1, BS, BW)), idx)
+        return cutile.entry(cache_update_heads_at)
+
+    def cache_update_heads(
+            cache: Mut[Tensor[dtype, [1, 1, "BW"]]],  # type: ignore[misc]
+            new: Tensor[dtype, [-1, -1, -1, "D"]],  # type: ignore[misc]
+            positions: Tensor[pos_dtype, [-1]],  # type: ignore[misc]
+            BW: Constant[int],
+            BH: Constant[int],
+            D: Constant[int],
+    ) -> None:
+        start = positions.load(index=(0,), shape=(1,)).reshape(()).astype(i32)
+        for idx in cache.tiles_within((None, (start, new.shape[1]), None)):
+            b, r, c = idx
+            here = positions.load(at=(r - start,), shape=(1,)).astype(i32)
+            assert here == r, "kv_cache_update: positions must be consecutive (start, start + 1, ...)"
+            cache.store(new.load(index=(b, r - start, c, 0), shape=(1, 1, BH, D)).reshape((1, 1, BW)), idx)
+    return cutile.entry(cache_update_heads)
+
+
 def _setup(config: dict[str, Any], shape: tuple[int, ...]) -> Any:
     """A search's runner for one shape: (batch, max_seq, new tokens, heads * head_dim), bf16."""
     batch, max_seq, count, width = shape
@@ -89,12 +179,17 @@ TUNER = pw.tuner("kv_cache_update", SPACE, DEFAULT, _setup, inspect.getsource(ca
 
 def _kv_cache_update_launch(cache: Any, new: Any, positions: Any, *,
                             config: dict[str, Any] | None = None) -> pw.Pending:
-    """Writes ``new`` into ``cache`` at ``positions`` (in place) and returns the cache.
+    """Writes ``new`` into ``cache`` at ``positions`` (in place) and returns the cache;
+    given a pair of caches ``(k_cache, v_cache)`` and a pair ``(k, v)``, writes both in
+    one launch and returns the pair of caches.
 
     Args:
         cache: ``(max_seq, heads, head_dim)`` or ``(batch, max_seq, heads, head_dim)``,
-            f16, bf16 or f32, contiguous.
-        new: the same layout and dtype with ``tokens`` for ``max_seq`` (contiguous).
+            f16, bf16 or f32, contiguous; or a pair ``(k_cache, v_cache)`` of one shape
+            and dtype.
+        new: the same layout and dtype with ``tokens`` for ``max_seq``; any strides when
+            head_dim is a power of two (e.g. head slices of a fused QKV projection's
+            output), else contiguous; for a pair of caches, a pair ``(k, v)``.
         positions: an int (the first position), or a list of ints or an i32 / i64
             tensor of shape ``(tokens,)`` holding consecutive positions (checked on the
             host when the host holds them; a device tensor by the kernel's asserts, see
@@ -102,23 +197,59 @@ def _kv_cache_update_launch(cache: Any, new: Any, positions: Any, *,
         config: a config of `SPACE` (default: the tuner's for this shape).
     """
     fn = "kv_cache_update"
+    if isinstance(cache, (tuple, list)):
+        return _pair_launch(fn, cache, new, positions, config)
+    if isinstance(new, (tuple, list)):
+        raise cutile.ArgumentError(f"{fn}(): parameter 'new' is a pair; a pair of new tensors goes with a pair of "
+                                   "caches (k_cache, v_cache)")
     ca, na = as_tensor(cache, fn, "cache"), as_tensor(new, fn, "new")
-    pw.check_dtype(ca, pw.FLOAT_DTYPES, fn, "cache")
-    pw.check_same_dtype(ca, na, fn, "cache", "new")
-    pw.check_rank(ca, (3, 4), fn, "cache")
+    batch, max_seq, tokens = _check_layout(fn, ca, na, "cache", "new")
+    start, pa = _positions(fn, positions, tokens, max_seq)
+    head_dim = ca.shape[-1]
+    if not na.tensor.is_contiguous and head_dim & (head_dim - 1) == 0:  # read in place, in tiles of whole heads
+        if not ca.tensor.is_contiguous:
+            raise cutile.ArgumentError(f"{fn}(): parameter 'cache' of shape {list(ca.shape)} must be contiguous "
+                                       f"(its strides are {list(ca.tensor.strides)})")
+        return _heads_launch(fn, [ca], [na], (batch, max_seq, tokens), start, pa, config, lambda: cache)
+    width = math.prod(ca.shape[-2:])
+    cache3 = pw.reshaped(ca, (batch, max_seq, width), fn, "cache")
+    new3 = pw.reshaped(na, (batch, tokens, width), fn, "new")
+    chosen = pw.config_of(fn, config, SPACE, DEFAULT) if config is not None else TUNER.config((batch, max_seq, tokens, width))
+    bw = min(int(chosen["tile_cols"]), pw.next_pow2(width))
+    bs = _tile_rows(chosen, start, tokens)
+    items = batch * (tokens // bs) * -(-width // bw)
+    blocks = max(1, min(items, int(chosen["max_blocks"])))
+    mapped = cache3.partition([1, bs, bw]).map([1, 1, 1], blocks=blocks)
+    if start is not None:
+        launch = cache_update_kernel(ca.tensor.dtype, None)(mapped, new3, start // bs)
+    else:
+        assert pa is not None
+        launch = cache_update_kernel(ca.tensor.dtype, pa.tensor.dtype)(mapped, new3, pa.tensor)
+    return pw.Pending(launch, lambda: cache)
+
+
+def _check_layout(fn: str, ca: Operand, na: Operand, cache_name: str, new_name: str) -> tuple[int, int, int]:
+    """A cache and its new rows agree: (batch, max_seq, tokens)."""
+    pw.check_dtype(ca, pw.FLOAT_DTYPES, fn, cache_name)
+    pw.check_same_dtype(ca, na, fn, cache_name, new_name)
+    pw.check_rank(ca, (3, 4), fn, cache_name)
     if len(na.shape) != len(ca.shape):
-        raise cutile.ArgumentError(f"{fn}(): parameter 'new' {list(na.shape)} must have the rank of 'cache' "
-                                   f"{list(ca.shape)}")
-    batched = len(ca.shape) == 4
-    batch = ca.shape[0] if batched else 1
+        raise cutile.ArgumentError(f"{fn}(): parameter '{new_name}' {list(na.shape)} must have the rank of "
+                                   f"'{cache_name}' {list(ca.shape)}")
+    batch = ca.shape[0] if len(ca.shape) == 4 else 1
     max_seq, tokens = ca.shape[-3], na.shape[-3]
     if na.shape[:-3] != ca.shape[:-3] or na.shape[-2:] != ca.shape[-2:]:
-        raise cutile.ArgumentError(f"{fn}(): parameter 'new' of shape {list(na.shape)} must match 'cache' "
-                                   f"{list(ca.shape)} but for its token count (dim {len(ca.shape) - 3})")
+        raise cutile.ArgumentError(f"{fn}(): parameter '{new_name}' of shape {list(na.shape)} must match "
+                                   f"'{cache_name}' {list(ca.shape)} but for its token count (dim {len(ca.shape) - 3})")
     if tokens == 0:
-        raise cutile.ArgumentError(f"{fn}(): parameter 'new' holds no tokens (shape {list(na.shape)})")
+        raise cutile.ArgumentError(f"{fn}(): parameter '{new_name}' holds no tokens (shape {list(na.shape)})")
     if max_seq >= 2**31:
         raise cutile.ArgumentError(f"{fn}(): a cache of {max_seq} positions is longer than 2**31 - 1")
+    return batch, max_seq, tokens
+
+
+def _positions(fn: str, positions: Any, tokens: int, max_seq: int) -> tuple[int | None, Operand | None]:
+    """The first position the host knows (an int start), or the tensor a kernel reads."""
     start: int | None = None
     pa: Operand | None = None
     listed = None if isinstance(positions, (int, np.integer)) else integer_values(positions, fn, "positions")
@@ -142,24 +273,79 @@ def _kv_cache_update_launch(cache: Any, new: Any, positions: Any, *,
     if start is not None and not 0 <= start <= max_seq - tokens:
         raise cutile.ArgumentError(f"{fn}(): parameter 'positions' {start}: the {tokens} new tokens must fit in "
                                    f"the cache's {max_seq} positions (start from 0 to {max_seq - tokens})")
-    width = math.prod(ca.shape[-2:])
-    cache3 = pw.reshaped(ca, (batch, max_seq, width), fn, "cache")
-    new3 = pw.reshaped(na, (batch, tokens, width), fn, "new")
-    chosen = pw.config_of(fn, config, SPACE, DEFAULT) if config is not None else TUNER.config((batch, max_seq, tokens, width))
-    bw = min(int(chosen["tile_cols"]), pw.next_pow2(width))
+    return start, pa
+
+
+def _tile_rows(chosen: dict[str, Any], start: int | None, tokens: int) -> int:
+    """New tokens per tile: with an int start, the largest power of two up to the
+    config's that divides the start and the count (whole tiles of new rows), else 1."""
     bs = 1
-    if start is not None:  # whole tiles of new rows: bs divides the start and the count
+    if start is not None:
         while bs * 2 <= int(chosen["tile_rows"]) and start % (bs * 2) == 0 and tokens % (bs * 2) == 0:
             bs *= 2
-    items = batch * (tokens // bs) * -(-width // bw)
+    return bs
+
+
+def _pair_launch(fn: str, caches: Any, news: Any, positions: Any, config: dict[str, Any] | None) -> pw.Pending:
+    """K and V caches updated in one launch (`cache_update_pair_kernel`)."""
+    if len(caches) != 2:
+        raise cutile.ArgumentError(f"{fn}(): parameter 'cache' must be a tensor or a pair (k_cache, v_cache), got "
+                                   f"{len(caches)} items")
+    if not isinstance(news, (tuple, list)) or len(news) != 2:
+        raise cutile.ArgumentError(f"{fn}(): a pair of caches takes a pair (k, v) for parameter 'new'")
+    kc, vc = as_tensor(caches[0], fn, "cache[0]"), as_tensor(caches[1], fn, "cache[1]")
+    kn, vn = as_tensor(news[0], fn, "new[0]"), as_tensor(news[1], fn, "new[1]")
+    batch, max_seq, tokens = _check_layout(fn, kc, kn, "cache[0]", "new[0]")
+    if vc.shape != kc.shape or str(vc.tensor.dtype) != str(kc.tensor.dtype):
+        raise cutile.ArgumentError(f"{fn}(): parameter 'cache[1]' is {vc.tensor.dtype} {list(vc.shape)}; the pair "
+                                   f"of caches must agree ('cache[0]' is {kc.tensor.dtype} {list(kc.shape)})")
+    if vn.shape != kn.shape or str(vn.tensor.dtype) != str(kn.tensor.dtype):
+        raise cutile.ArgumentError(f"{fn}(): parameter 'new[1]' is {vn.tensor.dtype} {list(vn.shape)}; the pair "
+                                   f"of new tensors must agree ('new[0]' is {kn.tensor.dtype} {list(kn.shape)})")
+    for operand, name in ((kc, "cache[0]"), (vc, "cache[1]")):
+        if not operand.tensor.is_contiguous:
+            raise cutile.ArgumentError(f"{fn}(): parameter '{name}' of shape {list(operand.shape)} must be contiguous "
+                                       f"(its strides are {list(operand.tensor.strides)})")
+    if overlaps(kc.tensor, vc.tensor):
+        raise cutile.ArgumentError(f"{fn}(): parameters 'cache[0]' and 'cache[1]' share memory; K and V need "
+                                   "caches of their own")
+    for cache_op, cache_name in ((kc, "cache[0]"), (vc, "cache[1]")):
+        for new_op, new_name in ((kn, "new[0]"), (vn, "new[1]")):
+            if overlaps(cache_op.tensor, new_op.tensor):
+                raise cutile.ArgumentError(f"{fn}(): parameter '{new_name}' overlaps the memory of '{cache_name}'")
+    start, pa = _positions(fn, positions, tokens, max_seq)
+    if kc.shape[-1] & (kc.shape[-1] - 1):
+        raise cutile.ArgumentError(f"{fn}(): a pair of caches takes a head_dim (their last dim) that is a power of "
+                                   f"two, got {kc.shape[-1]}")
+    return _heads_launch(fn, [kc, vc], [kn, vn], (batch, max_seq, tokens), start, pa, config, lambda: caches)
+
+
+def _heads_launch(fn: str, caches: list[Operand], news: list[Operand], sizes: tuple[int, int, int],
+                  start: int | None, pa: Operand | None, config: dict[str, Any] | None,
+                  finish: Any) -> pw.Pending:
+    """One launch writing one cache or a K and V pair in tiles of whole heads, the new
+    rows read with any strides (`cache_update_heads_kernel`, `cache_update_pair_kernel`)."""
+    batch, max_seq, tokens = sizes
+    heads, head_dim = caches[0].shape[-2:]
+    width = heads * head_dim
+    targets = [op.tensor.reshape(batch, max_seq, width) for op in caches]
+    # 3-D new rows (any strides) as a batch of one: a read-only view with a leading dim
+    sources = [op.tensor if op.tensor.ndim == 4 else op.tensor.broadcast_to(1, *op.shape) for op in news]
+    chosen = (pw.config_of(fn, config, SPACE, DEFAULT) if config is not None
+              else TUNER.config((batch, max_seq, tokens, width)))
+    bh = min(pw.next_pow2(heads), max(1, int(chosen["tile_cols"]) // head_dim))  # whole heads per tile
+    bs = _tile_rows(chosen, start, tokens)
+    items = batch * (tokens // bs) * -(-heads // bh)
     blocks = max(1, min(items, int(chosen["max_blocks"])))
-    mapped = cache3.partition([1, bs, bw]).map([1, 1, 1], blocks=blocks)
+    mapped = [t.partition([1, bs, bh * head_dim]).map([1, 1, 1], blocks=blocks) for t in targets]
+    factory = cache_update_pair_kernel if len(caches) == 2 else cache_update_heads_kernel
+    dtype = caches[0].tensor.dtype
     if start is not None:
-        launch = cache_update_kernel(ca.tensor.dtype, None)(mapped, new3, start // bs)
+        launch = factory(dtype, None)(*mapped, *sources, start // bs, BH=bh)
     else:
         assert pa is not None
-        launch = cache_update_kernel(ca.tensor.dtype, pa.tensor.dtype)(mapped, new3, pa.tensor)
-    return pw.Pending(launch, lambda: cache)
+        launch = factory(dtype, pa.tensor.dtype)(*mapped, *sources, pa.tensor, BH=bh)
+    return pw.Pending(launch, finish)
 
 
 def _check_positions(values: Any, tokens: int, max_seq: int) -> None:

@@ -1,5 +1,6 @@
-"""Row normalizations: `rms_norm`, `add_rms_norm`, `qk_norm`, `layer_norm` and
-`layer_norm_backward`, over the last dim of any leading shape.
+"""Row normalizations: `rms_norm`, `add_rms_norm`, `layer_norm` and
+`layer_norm_backward`, over the last dim of any leading shape (`qk_norm` is in
+`_qk_norm`: one launch for q and k).
 
 Each is a safe kernel in fp32 arithmetic (f16, bf16, f32 tensors; the weight may be of
 another of those dtypes). A row that fits one tile of the config is read once (plain
@@ -429,29 +430,6 @@ def _plan_add_rms_norm(x: Any, residual: Any, weight: Any, eps: float = 1e-6, *,
     return Plan(launch, _finish(call, results))
 
 
-def _plan_qk_norm(q: Any, k: Any, q_weight: Any, k_weight: Any, eps: float = 1e-6, *, out: Any = None,
-                  config: Mapping[str, int | str] | None = None) -> Plan:
-    """RMSNorm over the head dim of queries and keys (Qwen3's q_norm / k_norm).
-
-    Args:
-        q, k: laid out ``(batch, heads, seq, head_dim)`` or ``(tokens, heads, head_dim)``
-            (any leading shape: the head dim is last); k may have fewer heads than q.
-        q_weight, k_weight: shape ``(head_dim,)``.
-        out: None or a tuple ``(q_out, k_out)`` (either may be None).
-    Returns:
-        ``(q_normed, k_normed)``, of q's and k's kinds.
-    """
-    q_call, k_call = _Rows("qk_norm", q, "q"), _Rows("qk_norm", k, "k")
-    if q_call.cols != k_call.cols:
-        raise cutile.ArgumentError(f"qk_norm: q's head dim is {q_call.cols} and k's {k_call.cols}; they must agree")
-    given = _rows.outputs(out, 2, "qk_norm", "q_out, k_out")
-    q_plan = _plan_rms_norm(q, q_weight, eps, out=given[0], config=config)
-    k_plan = _plan_rms_norm(k, k_weight, eps, out=given[1], config=config)
-    works = [p.work for p in (q_plan, k_plan) if p.work is not None]
-    work = works[0].then(works[1]) if len(works) == 2 else works[0] if works else None
-    return Plan(work, lambda: (q_plan.finish(), k_plan.finish()))
-
-
 def _plan_layer_norm(x: Any, weight: Any, bias: Any, eps: float = 1e-5, *, return_stats: bool = False,
                      out: Any = None, config: Mapping[str, int | str] | None = None) -> Plan:
     """LayerNorm over the last dim: ``(x - mean) * rsqrt(var + eps) * weight + bias``
@@ -584,7 +562,6 @@ def _zero_gradients(call: _Rows, results: list[Output], finish: Any) -> Any:
 
 rms_norm = _rows.row_function(_plan_rms_norm)
 add_rms_norm = _rows.row_function(_plan_add_rms_norm)
-qk_norm = _rows.row_function(_plan_qk_norm)
 layer_norm = _rows.row_function(_plan_layer_norm)
 layer_norm_backward = _rows.row_function(_plan_layer_norm_backward)
 
