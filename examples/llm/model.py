@@ -415,7 +415,8 @@ class Qwen3Model:
     def prefill(self, prompts: Sequence[Sequence[int]], cache: KVCache) -> cutile.Tensor:
         """Runs the prompts (one per cache row, each at least one token) from position
         0, writes their keys and values into ``cache`` and returns the logits of each
-        prompt's last token, f32 ``(batch, vocab)``."""
+        prompt's last token, f32 ``(batch, vocab)``. Each layer is a `cutile.batch`
+        (batches do not nest: not called inside one)."""
         c, w = self.config, self.weights
         if len(prompts) != cache.batch:
             raise ModelError(f"prefill(): {len(prompts)} prompts for a cache of batch {cache.batch}")
@@ -433,12 +434,16 @@ class Qwen3Model:
         hidden = ck.embedding(api.from_numpy(ids.astype(np.int32)), w.embed_tokens)
         normed = ck.rms_norm(hidden, w.layers[0].input_layernorm, c.rms_norm_eps)
         for n, (layer, next_norm) in enumerate(zip(w.layers, self._next_norms())):
-            q, k, v = self._qkv(layer, normed, positions, None)
-            for b in range(cache.batch):
-                start, stop = int(offsets[b]), int(offsets[b + 1])
-                ck.kv_cache_update((cache.keys[n][b], cache.values[n][b]), (k[start:stop], v[start:stop]), 0)
-            attended = ck.attention(q, k, v, causal=True, cu_seqlens_q=cu_seqlens, cu_seqlens_k=cu_seqlens)
-            hidden, normed = self._finish_layer(layer, attended, hidden, next_norm, None)
+            # A layer's launches queued on one stream without a wait each (the host makes
+            # the next while the device runs); its end waits, so that the layer's
+            # intermediates are freed before the next layer makes its own.
+            with cutile.batch(f"qwen3 prefill, layer {n}"):
+                q, k, v = self._qkv(layer, normed, positions, None)
+                for b in range(cache.batch):
+                    start, stop = int(offsets[b]), int(offsets[b + 1])
+                    ck.kv_cache_update((cache.keys[n][b], cache.values[n][b]), (k[start:stop], v[start:stop]), 0)
+                attended = ck.attention(q, k, v, causal=True, cu_seqlens_q=cu_seqlens, cu_seqlens_k=cu_seqlens)
+                hidden, normed = self._finish_layer(layer, attended, hidden, next_norm, None)
         cache.lengths = lengths
         last = ck.embedding(_i32(offsets[1:] - 1), normed)  # the last row of each prompt (a gather)
         return self._logits(last)
@@ -456,11 +461,12 @@ class Qwen3Model:
         """One token per sequence (``ids``: i32 or i64 ``(batch,)`` on the device) at
         position ``cache.lengths[b]``; appends its keys and values and returns f32 logits
         ``(batch, vocab)`` (the model's step buffer for the batch: read it before the
-        next step)."""
+        next step). The step is one `cutile.batch` (not called inside one)."""
         self._check_step(ids, cache)
         positions = _i32(cache.lengths)
         seq_lens = _i32([n + 1 for n in cache.lengths])
-        logits = self.decode_into(ids, positions, seq_lens, cache, self.step_buffers(cache.batch))
+        with cutile.batch("qwen3 decode step"):  # the step's launches without a wait each
+            logits = self.decode_into(ids, positions, seq_lens, cache, self.step_buffers(cache.batch))
         cache.lengths = [n + 1 for n in cache.lengths]
         return logits
 
