@@ -408,7 +408,7 @@ def enqueue_bound(kernel: Kernel, binding: ObjectBinding, values: tuple[Any, ...
     prepared = loaded.prepared
     prepared.set_grid(plan.grid)
     prepared.launch_values(stream, packed)  # the binding's very tuple again: nothing to compare
-    if first and not _multi_device:  # it launched: calls with these objects may take the native path
+    if first and not _multi_device:  # it launched: later calls with it may take the native path
         _native.arm(kernel, binding, loaded, loaded.function.device.context_handle)
 
 

@@ -13,8 +13,10 @@ launch takes the Python path, and the GPU backend says so once (a warning of the
 ``cutile.backend`` logger).
 
 What the C code does is a subset of the Python path's work, for one state
-(the same objects as the kernel's last call, nothing else pending, inside a
-batch's steady state); every other case, and every error, is the Python code's.
+(the same objects as the kernel's last armed call, or, through `launch_bound`, new
+objects over an armed binding's memory in its layouts; nothing else pending, inside a
+batch's steady state or on idle memory); every other case, and every error, is the
+Python code's.
 """
 
 from __future__ import annotations
@@ -200,10 +202,7 @@ def arm(kernel: Kernel, binding: ObjectBinding, loaded: LoadedKernel, context: i
     checks: list[tuple[Any, ...]] = []  # (kind, target, value, packed_as, slot, range): one shape for the C parser
     for index, (kind, *rest) in enumerate(binding.checks):
         name = kernel._param_names[index]
-        if kind == ObjectBinding._TENSOR:
-            target = rest[0]()
-            if target is None:
-                return
+        if kind == ObjectBinding._TENSOR:  # (its object may be gone: then only `launch_bound` matches it)
             checks.append((kind, rest[0], None, 0, 0, 0))
         elif kind == ObjectBinding._CONSTANT:
             checks.append((kind, rest[0], rest[1], 0, 0, 0))
@@ -223,8 +222,20 @@ def arm(kernel: Kernel, binding: ObjectBinding, loaded: LoadedKernel, context: i
     run = binding.run_holds  # a synchronous run's holds
     results = tuple(kernel._param_names.index(name) for name in binding.tensor_names)
     fast = module.NativeObjectBinding(
-        binding, binding.accesses, binding.claim_plan, run, kernel._launch_description, Launch, tuple(checks), results,
+        weakref.ref(binding), binding.accesses, binding.claim_plan, run, kernel._launch_description, Launch, tuple(checks), results,
         int(prepared.function.handle), context, tuple(config.grid), tuple(config.block),
         config.shared_memory, packed, loaded.reads.entries)
     kernel._native_binding = fast
-    binding.fast = weakref.ref(fast)
+    binding.fast = fast
+
+
+def launch_bound(kernel: Kernel, binding: ObjectBinding, values: tuple[Any, ...]) -> Any:
+    """The launch, made in C, of a call of ``kernel`` with every parameter's value in
+    order (``values``) whose memory, layouts and constants are ``binding``'s (its
+    `cutile._binding.layout_key`) when its native binding may run it (every object
+    unconsumed, the scalars of its types and in range, nothing else holding the memory);
+    otherwise None."""
+    fast = binding.fast
+    if fast is None:
+        return None
+    return module.launch_bound(kernel, fast, values)

@@ -60,7 +60,7 @@ typedef struct {
 
 typedef struct {
     PyObject_HEAD
-    PyObject *owner;        /* the Python ObjectBinding */
+    PyObject *owner;        /* a weak reference to the Python ObjectBinding (which holds this object) */
     PyObject *access_set;   /* its cuda_async.AccessSet, */
     PyObject *claim;        /* the ClaimPlan of a launch's pending holds, */
     PyObject *run;          /* and the ClaimPlan of a synchronous run's (owned by a Job kept for it) */
@@ -185,6 +185,7 @@ static void fast_dealloc(NativeObjectBinding *self) {
 
 /* NativeObjectBinding(owner, access_set, claim, run, name, launch_type, checks, results, function, context,
  *             grid, block, shared_memory, packed, reads)
+ *   owner:   a weak reference to the ObjectBinding (it holds this object: no cycle)
  *   checks:  per argument (kind, target, value, packed_as, slot, range): a tensor (0, weakref, None, 0, 0, 0),
  *            a constant (1, type, value, 0, 0, 0), a scalar (2, type, None, packed_as, slot, range):
  *            packed_as the cubin's C type, range the dtype's
@@ -201,6 +202,8 @@ static PyObject *fast_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) 
                           &PyList_Type, &reads))
         return NULL;
     if (!configured) return PyErr_Format(PyExc_RuntimeError, "NativeObjectBinding: configure the module first");
+    if (!PyWeakref_CheckRef(owner))
+        return PyErr_Format(PyExc_TypeError, "NativeObjectBinding: the owner must be a weak reference");
     if (!PyType_IsSubtype((PyTypeObject *)launch_type, &LaunchBaseType))
         return PyErr_Format(PyExc_TypeError, "NativeObjectBinding: the launch type must derive from LaunchBase");
     Py_ssize_t nbytes = PyBytes_GET_SIZE(packed);
@@ -317,27 +320,88 @@ static void remember_site(LaunchBase *launch) {
     launch->site_lasti = PyFrame_GetLasti(caller);
 }
 
-static PyObject *fast_call(KernelBase *kernel, NativeObjectBinding *fb, PyObject *args) {
-    int matched = arguments_match(fb, args);
-    if (matched <= 0) return NULL;
-    /* Another hold that may conflict (a pending launch, a running op but the batch's
-     * own): the Python path refuses the call, naming both parameters. */
+/* The binding's owner (a new reference), or NULL once it is gone (then the binding misses). */
+static PyObject *owner_of(NativeObjectBinding *fb) {
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject *owner = NULL;
+    if (PyWeakref_GetRef(fb->owner, &owner) <= 0) { PyErr_Clear(); return NULL; }
+    return owner;
+#else
+    PyObject *owner = PyWeakref_GetObject(fb->owner);
+    return owner == Py_None ? NULL : Py_NewRef(owner);
+#endif
+}
+
+/* The launch of `kernel` over `args` on the binding: its holds claimed, pending. NULL
+ * without an error set: a miss (another hold may conflict: the Python path refuses the
+ * call, naming both parameters; or the binding's owner is gone). */
+static PyObject *make_launch(PyObject *kernel, NativeObjectBinding *fb, PyObject *args) {
+    PyObject *owner = owner_of(fb);
+    if (owner == NULL) return NULL;
     int taken = batch_api->claim(fb->claim);
-    if (taken <= 0) return NULL;
+    if (taken <= 0) { Py_DECREF(owner); return NULL; }
     LaunchBase *launch = (LaunchBase *)fb->launch_type->tp_alloc(fb->launch_type, 0);
     if (launch == NULL) {
         batch_api->drop(fb->claim); /* queued: the lock may be another thread's now */
+        Py_DECREF(owner);
         return NULL;
     }
-    launch->kernel = Py_NewRef((PyObject *)kernel);
+    launch->kernel = Py_NewRef(kernel);
     launch->fast = Py_NewRef((PyObject *)fb);
     launch->args = Py_NewRef(args);
     launch->claim = Py_NewRef(fb->claim);
-    launch->binding = Py_NewRef(fb->owner);
+    launch->binding = owner;
     launch->pending = 1;
-    remember_site(launch);
     native_calls++;
     return (PyObject *)launch;
+}
+
+static PyObject *fast_call(KernelBase *kernel, NativeObjectBinding *fb, PyObject *args) {
+    int matched = arguments_match(fb, args);
+    if (matched <= 0) return NULL;
+    PyObject *launch = make_launch((PyObject *)kernel, fb, args);
+    if (launch != NULL) remember_site((LaunchBase *)launch);
+    return launch;
+}
+
+/* 1: `args` (every parameter's value in order, of a call whose memory, layouts and
+ * constants the Python caller matched to the binding's: `cutile._binding.layout_key`)
+ * may launch on it: every tensor object unconsumed, every scalar of the binding's type
+ * and within its dtype; 0: a miss (the Python path raises what is wrong); -1: error. */
+static int arguments_usable(NativeObjectBinding *fb, PyObject *args) {
+    if (PyTuple_GET_SIZE(args) != fb->nargs) return 0;
+    for (Py_ssize_t i = 0; i < fb->nargs; i++) {
+        Check *check = &fb->checks[i];
+        PyObject *value = PyTuple_GET_ITEM(args, i);
+        if (check->kind == CHECK_TENSOR) {
+            if (!PyObject_TypeCheck(value, &OwnedType)) return 0;
+            PyObject *consumed_by = ((Owned *)value)->consumed_by;
+            if (consumed_by != NULL && consumed_by != Py_None) return 0;
+        } else if (check->kind == CHECK_SCALAR) {
+            if (Py_TYPE(value) != check->type) return 0;
+            unsigned char scratch[SLOT];
+            int fits = pack_scalar(check->range, value, scratch);
+            if (fits <= 0) return fits;
+        }
+    }
+    return 1;
+}
+
+/* launch_bound(kernel, binding, args): the launch of a call with other objects over
+ * the binding's memory in its layouts (see `arguments_usable`), or None (a miss). */
+static PyObject *launch_bound(PyObject *module, PyObject *const *argv, Py_ssize_t argc) {
+    if (argc != 3 || !PyObject_TypeCheck(argv[1], &FastBindingType) || !PyTuple_CheckExact(argv[2]))
+        return PyErr_Format(PyExc_TypeError, "launch_bound(kernel, binding, args: tuple)");
+    NativeObjectBinding *fb = (NativeObjectBinding *)argv[1];
+    PyObject *launch = NULL;
+    if (fb->armed && fb->generation == generation) {
+        Py_INCREF(fb);
+        int usable = arguments_usable(fb, argv[2]);
+        if (usable > 0) launch = make_launch(argv[0], fb, argv[2]);
+        Py_DECREF(fb);
+        if (usable < 0) return NULL;
+    }
+    return launch != NULL ? launch : Py_NewRef(Py_None);
 }
 
 static PyObject *kernel_call(KernelBase *self, PyObject *args, PyObject *kwargs) {
@@ -670,6 +734,8 @@ static PyObject *stats(PyObject *module, PyObject *unused) {
 static PyMethodDef module_methods[] = {
     {"invalidate", invalidate, METH_NOARGS, "Makes every binding armed so far miss (the driver changed)."},
     {"stats", stats, METH_NOARGS, "(launches made, launches run) by the native path so far."},
+    {"launch_bound", (PyCFunction)(void (*)(void))launch_bound, METH_FASTCALL,
+     "The launch of a call whose memory and layouts match a binding's, or None."},
     {"configure_python", configure_python, METH_VARARGS, "Hands over the Python paths and the never-run warning."},
     {"use_api", use_api, METH_O, "Hands over cuda_async's C API (its capsule)."},
     {"configure", configure, METH_VARARGS, "Hands over the driver's entry points."},
