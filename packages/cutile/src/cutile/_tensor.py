@@ -323,11 +323,14 @@ class Tensor(Owned):
 
     # -- views ------------------------------------------------------------------
     def _view(self, shape: tuple[int, ...], strides: tuple[int, ...], offset: int) -> Tensor:
-        self._live("a view")
-        return Tensor(self._storage, self.dtype, shape, strides, offset)
+        if self._consumed_by is not None:
+            self._live("a view")  # raises, naming the consumer
+        return _made_view(self._storage, self.dtype, shape, strides, offset)
 
     def __getitem__(self, key: Any) -> Tensor:
         """A view by basic indexing: ints, slices (any step) and ``...``; no copy."""
+        if key is Ellipsis:  # the whole tensor (a new object, the usual way to make one)
+            return self._view(self.shape, self.strides, self.offset)
         items = key if isinstance(key, tuple) else (key,)
         if sum(item is Ellipsis for item in items) > 1:
             raise TensorIndexError("an index can only have a single ellipsis ('...')")
@@ -390,7 +393,7 @@ class Tensor(Owned):
     @property
     def T(self) -> Tensor:  # noqa: N802 - numpy's name
         """All dims reversed (the transpose of a matrix)."""
-        return self.permute(tuple(reversed(range(self.ndim))))
+        return self._view(self.shape[::-1], self.strides[::-1], self.offset)
 
     def broadcast_to(self, *shape: Any) -> Tensor:
         """A view of ``shape`` repeating this tensor as numpy broadcasts (new leading
@@ -459,7 +462,7 @@ class Tensor(Owned):
         """
         shape = checked_tile_shape(tile_shape, self.shape)
         self._consume("partition()")
-        return Partition(Tensor(self._storage, self.dtype, self.shape, self.strides, self.offset), shape,
+        return Partition(_made_view(self._storage, self.dtype, self.shape, self.strides, self.offset), shape,
                          _from_tensor=True)
 
 
@@ -572,6 +575,21 @@ def checked_tile_shape(tile_shape: Any, shape: tuple[int, ...]) -> tuple[int, ..
         raise LaunchError(f"partition(tile_shape={list(items)}): at most 3 dims (one per grid axis), "
                           f"the tensor has {len(shape)}")
     return tuple(dims)
+
+
+def _made_view(storage: Storage, dtype: dt.DType, shape: tuple[int, ...], strides: tuple[int, ...],
+               offset: int) -> Tensor:
+    """`Tensor` over ``storage`` from a shape, strides and offset already checked and
+    made of ints (a view of a tensor): without the constructor's conversions."""
+    view = Tensor.__new__(Tensor)
+    view._storage = storage
+    view.dtype = dtype
+    view.shape = shape
+    view.strides = strides
+    view.offset = offset
+    view._consumed_by = None
+    view._byte_range = None
+    return view
 
 
 def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
