@@ -143,12 +143,13 @@ class ObjectBinding:
         # The holds of the tensor arguments' bytes in cuda_async's ledger: pending from
         # the call (the claim, the native path's too), then the running op's.
         description = kernel._launch_description
+        labels = kernel._hold_labels
         spans = []
         for param, storage, start, end, mutable in ranges:
             low, high = storage.base_address + start, storage.base_address + end
             resource = storage.resource
-            spans.append((resource, storage.device, low, high, mutable, f"{description} (parameter '{param}')",
-                          f"{kernel.name}: parameter '{param}'", resource.name))
+            label, by = labels[param]
+            spans.append((resource, storage.device, low, high, mutable, label, by, resource.name))
         self.claim_plan = cuda_async.ClaimPlan(span[1:] for span in spans)
         # A synchronous run's holds while its memory is idle: the same spans, running,
         # owned by a job kept for it (`cuda_async.begin_idle_run`; the native path's too).

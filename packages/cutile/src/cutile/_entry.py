@@ -85,6 +85,9 @@ class Kernel(KernelBase, Generic[_P, _R]):
         self._tensor_params = tuple((p.name, p.annotation.mutable) for p in self.signature.parameters
                                     if isinstance(p.annotation, TensorAnnotation))
         self._mutable_names = frozenset(name for name, mutable in self._tensor_params if mutable)
+        # How a hold of each tensor parameter is named in others' messages, and in its own.
+        self._hold_labels = {name: (f"{self._launch_description} (parameter '{name}')", f"{self.name}: parameter '{name}'")
+                             for name, _ in self._tensor_params}
         self._scalar_params = {p.name: p.annotation for p in self.signature.parameters
                                if isinstance(p.annotation, DType)}
         self._constant_params = frozenset(p.name for p in self.signature.parameters if p.is_constant)

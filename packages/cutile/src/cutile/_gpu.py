@@ -265,6 +265,8 @@ class LoadedKernel:
         for arg in compiled.abi:
             code = {"pointer": _POINTER, "dim": _DIM, "stride": _STRIDE}.get(arg.kind, _SCALAR)
             self.recipe.append((arg.param, code, arg.axis if code in (_DIM, _STRIDE) else 0, arg.dtype))
+        # What `cutile._native.arm` derives from the recipe, once (set there).
+        self.native_layout: Any = None
         self.converts_scalars = any(
             code == _SCALAR and dtype is not None and (dtype in _RAW_SCALARS or dtype.is_bool)
             for _, code, _, dtype in self.recipe)

@@ -22,6 +22,7 @@ Python code's.
 from __future__ import annotations
 
 import logging
+import struct
 import sys
 import weakref
 from pathlib import Path
@@ -42,6 +43,9 @@ _SOURCE = Path(__file__).parent / "native" / "_native_launch.c"
 # packs them) -> the codes of native/_native_launch.c's `enum { P_I8 = 1, ... }`,
 # which names each P_ + the C type (test_native_codes.py checks the two agree).
 _SCALAR_CODES = {"i8": 1, "i16": 2, "i32": 3, "i64": 4, "u8": 5, "u16": 6, "u32": 7, "u64": 8, "f32": 9, "f64": 10}
+# Each C type as `struct` packs it into an 8-byte little-endian slot (as ctypes does).
+_SLOT_FORMATS = {"i8": "b7x", "i16": "h6x", "i32": "i4x", "i64": "q", "u8": "B7x", "u16": "H6x", "u32": "I4x",
+                 "u64": "Q", "f32": "f4x", "f64": "d", "ptr": "Q"}
 
 
 _reason: str | None = None
@@ -198,7 +202,12 @@ def arm(kernel: Kernel, binding: ObjectBinding, loaded: LoadedKernel, context: i
     from cutile._binding import ObjectBinding
     from cutile._launch import Launch  # (it imports this module, for LaunchBase)
 
-    slot_of = {param: index for index, (param, code, _, _) in enumerate(loaded.recipe) if code == _gpu._SCALAR}
+    layout = loaded.native_layout
+    if layout is None:  # (per loaded kernel: its scalars' slots, and its parameters' packing)
+        layout = loaded.native_layout = (
+            {param: index for index, (param, code, _, _) in enumerate(loaded.recipe) if code == _gpu._SCALAR},
+            struct.Struct("<" + "".join(_SLOT_FORMATS[t] for t in types)))
+    slot_of, slots = layout
     checks: list[tuple[Any, ...]] = []  # (kind, target, value, packed_as, slot, range): one shape for the C parser
     for index, (kind, *rest) in enumerate(binding.checks):
         name = kernel._param_names[index]
@@ -218,7 +227,10 @@ def arm(kernel: Kernel, binding: ObjectBinding, loaded: LoadedKernel, context: i
                 return
             checks.append((kind, rest[0], None, packed_as, slot, accepts))
     # One 8-byte slot per parameter, little-endian like the device.
-    packed = b"".join(bytes(PARAM_CTYPES[t](v)).ljust(8, b"\0") for t, v in zip(types, binding.packed))
+    try:
+        packed = slots.pack(*binding.packed)
+    except (struct.error, OverflowError):  # (a value struct refuses where ctypes converts: ctypes's bytes)
+        packed = b"".join(bytes(PARAM_CTYPES[t](v)).ljust(8, b"\0") for t, v in zip(types, binding.packed))
     run = binding.run_holds  # a synchronous run's holds
     results = tuple(kernel._param_names.index(name) for name in binding.tensor_names)
     fast = module.NativeObjectBinding(
