@@ -362,6 +362,8 @@ class Tensor(Owned):
 
     def reshape(self, *shape: Any) -> Tensor:
         """A view with another shape (the tensor must be contiguous; one dim may be -1)."""
+        if all(type(d) is int and d >= 0 for d in shape) and math.prod(shape) == self.size and self.is_contiguous:
+            return self._view(shape, _contiguous_strides(shape), self.offset)  # (the usual case: dims given whole)
         dims = list(shape[0] if len(shape) == 1 and isinstance(shape[0], (list, tuple)) else shape)
         if dims.count(-1) > 1:
             raise ArgumentError("reshape: only one dimension can be -1")
@@ -380,6 +382,8 @@ class Tensor(Owned):
     def permute(self, *axes: Any) -> Tensor:
         """A view with the dimensions reordered: result dim i is this tensor's dim axes[i]."""
         order = tuple(axes[0] if len(axes) == 1 and isinstance(axes[0], (list, tuple)) else axes)
+        if order == _IDENTITY[:len(order)] and len(order) == len(self.shape):  # (a new view, as is)
+            return self._view(self.shape, self.strides, self.offset)
         if sorted(order) != list(range(self.ndim)):
             raise ArgumentError(f"permute: {list(order)} is not a permutation of {self.ndim} dims")
         return self._view(tuple(self.shape[a] for a in order), tuple(self.strides[a] for a in order), self.offset)
@@ -558,6 +562,10 @@ def checked_tile_shape(tile_shape: Any, shape: tuple[int, ...]) -> tuple[int, ..
     (the language's tile rule, `tile_shape_problem`: at most 2**24 elements too). `Tensor.partition` and
     `api.meta(...).partition` both check here; a `LaunchError` names the argument."""
     items = tuple(tile_shape) if isinstance(tile_shape, (list, tuple)) else (tile_shape,)
+    plain = all(type(extent) is int for extent in items)  # (True == 1 and hashes alike: ints only)
+    key = (items, len(shape))
+    if plain and key in _CHECKED_TILES:
+        return items
     if len(items) != len(shape):
         raise LaunchError(f"partition(tile_shape={list(items)}): a rank-{len(shape)} tensor (shape {list(shape)}) "
                           f"needs {len(shape)} tile dims, got {len(items)}")
@@ -574,7 +582,16 @@ def checked_tile_shape(tile_shape: Any, shape: tuple[int, ...]) -> tuple[int, ..
     if len(shape) > 3:
         raise LaunchError(f"partition(tile_shape={list(items)}): at most 3 dims (one per grid axis), "
                           f"the tensor has {len(shape)}")
+    if plain and len(_CHECKED_TILES) < 4096:
+        _CHECKED_TILES.add(key)
     return tuple(dims)
+
+
+# (tile shape of ints, rank) that passed `checked_tile_shape`: what it checks depends on nothing else
+_CHECKED_TILES: set[tuple[tuple[int, ...], int]] = set()
+
+
+_IDENTITY = tuple(range(32))
 
 
 def _made_view(storage: Storage, dtype: dt.DType, shape: tuple[int, ...], strides: tuple[int, ...],
@@ -593,6 +610,18 @@ def _made_view(storage: Storage, dtype: dt.DType, shape: tuple[int, ...], stride
 
 
 def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    found = _CONTIGUOUS.get(shape)
+    if found is None:
+        if len(_CONTIGUOUS) >= 4096:
+            _CONTIGUOUS.clear()
+        found = _CONTIGUOUS[shape] = _strides_of(shape)
+    return found
+
+
+_CONTIGUOUS: dict[tuple[int, ...], tuple[int, ...]] = {}  # shape -> its row-major strides (shapes recur)
+
+
+def _strides_of(shape: tuple[int, ...]) -> tuple[int, ...]:
     strides = []
     step = 1
     for extent in reversed(shape):
