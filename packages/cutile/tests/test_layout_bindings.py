@@ -197,3 +197,25 @@ def test_f32_scalars_overflow_as_numpy_casts_them(value: float) -> None:
         with pytest.raises(cutile.LaunchError, match="overflows it"):
             _binding.scalar_value("k", "a", cutile.core.f32, value)
 
+
+
+def test_a_new_bindings_first_launch_runs_natively_once_its_kernel_is_loaded(gpu: FakeDriver, made: list[Any]) -> None:
+    if _native.module is None:
+        pytest.skip("native code is turned off (CUDA_CORE_NATIVE=0)")
+    z, x, y = _buffers()
+    compiled = _register(gpu, axpy(z[:256].partition([128]), x[:256], y[:256], 1.0))
+    axpy(z[:256].partition([128]), x[:256], y[:256], 1.0).sync()  # loads the kernel
+    for step in range(3):  # new memory each call (a step's fresh inputs): a binding each, run in C
+        fresh = api.from_numpy(np.full(256, float(step), np.float32))
+        runs = int(_native.module.stats()[1])
+        made.clear()
+        axpy(z[:256].partition([128]), fresh, y[:256], 2.0).sync()
+        assert len(made) == 1 and made[0].fast is not None
+        assert int(_native.module.stats()[1]) == runs + 1
+        launched = _params(compiled, gpu.launches[-1])
+        assert launched["x.pointer"] == fresh.address() and launched["a.scalar"] == 2.0
+    # A launch changed before it runs (an explicit grid) is the Python path's, as before.
+    fresh = api.from_numpy(np.zeros(256, np.float32))
+    runs = int(_native.module.stats()[1])
+    axpy(z[:256].partition([128]), fresh, y[:256], 2.0).grid(2).sync()
+    assert int(_native.module.stats()[1]) == runs

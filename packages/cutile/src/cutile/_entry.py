@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, Protocol, overload
 
 from cutile._binding import MISSING, ObjectBinding, SignaturePlan, call_key, describe_call, layout_key, scalar_value
+from cutile import _gpu
 from cutile._errors import ArgumentTypeError, LaunchError
 from cutile._launch import Launch, warn_never_run
 from cutile._native import KernelBase, configure_python, launch_bound
@@ -159,8 +160,11 @@ class Kernel(KernelBase, Generic[_P, _R]):
             if name in arguments:
                 arguments[name] = scalar_value(self.name, name, dtype, arguments[name])
         launch = Launch(self, arguments)
+        binding = launch._binding
         if key is not None:
-            self._bindings.put(key, launch._binding)
+            self._bindings.put(key, binding)
+            if _gpu.arm_at_call(self, binding, arguments):  # (its kernel loaded already: the run may be C's)
+                launch._attach(binding.fast, tuple(arguments.get(name, MISSING) for name in self._param_names))
         return launch
 
     def _checked_scalars(self, args: tuple[Any, ...]) -> tuple[Any, ...]:

@@ -121,6 +121,9 @@ class _PythonLaunchBase:
     def _detach(self) -> None:
         """Leaves the launch to the Python path (the native base's; nothing here)."""
 
+    def _attach(self, fast: Any, values: tuple[Any, ...]) -> None:
+        """Lets the native sync run the launch (the native base's; nothing here)."""
+
     def __del__(self) -> None:
         state = self.__dict__
         claim = state.get("_claim")

@@ -586,6 +586,20 @@ static PyObject *launch_sync(LaunchBase *self, PyObject *unused) {
     return PyObject_CallOneArg(python_sync, (PyObject *)self);
 }
 
+/* _attach(binding, args): a launch made by the Python path over `binding`'s claim, now
+ * armed (`cutile._gpu.arm_at_call`), may run in C: every parameter's value in order is
+ * `args`. Nothing changes when the claim is not the binding's, or the launch has run. */
+static PyObject *launch_attach(LaunchBase *self, PyObject *const *argv, Py_ssize_t argc) {
+    if (argc != 2 || !PyObject_TypeCheck(argv[0], &FastBindingType) || !PyTuple_CheckExact(argv[1]))
+        return PyErr_Format(PyExc_TypeError, "_attach(binding, args: tuple)");
+    NativeObjectBinding *fb = (NativeObjectBinding *)argv[0];
+    if (self->fast == NULL && self->claim == fb->claim && !self->done && PyTuple_GET_SIZE(argv[1]) == fb->nargs) {
+        self->fast = Py_NewRef((PyObject *)fb);
+        Py_XSETREF(self->args, Py_NewRef(argv[1]));
+    }
+    Py_RETURN_NONE;
+}
+
 /* The Python code changes what the launch runs (grid, options) or runs it itself:
  * the native sync no longer may. */
 static PyObject *launch_detach(LaunchBase *self, PyObject *unused) {
@@ -623,6 +637,8 @@ static PyMethodDef launch_methods[] = {
     {"sync", (PyCFunction)launch_sync, METH_NOARGS,
      "Runs the launch to completion and returns its tensor arguments (one as itself, several as a tuple)."},
     {"_detach", (PyCFunction)launch_detach, METH_NOARGS, "Leaves the launch to the Python path."},
+    {"_attach", (PyCFunction)(void (*)(void))launch_attach, METH_FASTCALL,
+     "Lets the native sync run the launch on an armed binding (its values in order)."},
     {NULL, NULL, 0, NULL}};
 static PyMemberDef launch_members[] = {
     {"kernel", T_OBJECT_EX, offsetof(LaunchBase, kernel), 0, NULL},
