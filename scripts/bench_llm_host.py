@@ -60,7 +60,7 @@ def registering_kernels(fake: FakeDriver) -> Iterator[None]:
 
 class LaunchCounter:
     """Counts the kernel launches of a run: the Python path's driver calls and the
-    native path's (`cutile._native`'s counter)."""
+    native path's (`cutile._native`'s counters: its runs, and its launches for ops)."""
 
     def __init__(self, fake: FakeDriver) -> None:
         self.python = 0
@@ -72,8 +72,8 @@ class LaunchCounter:
         fake.cuLaunchKernel = launch  # type: ignore[method-assign, assignment]
 
     def total(self) -> int:
-        native = _native.module.stats()[1] if _native.module is not None else 0
-        return self.python + int(native)
+        native = int(_native.module.stats()[1]) + int(_native.module.enqueued()) if _native.module is not None else 0
+        return self.python + native
 
 
 def free_allocations(fake: FakeDriver) -> None:

@@ -219,3 +219,22 @@ def test_a_new_bindings_first_launch_runs_natively_once_its_kernel_is_loaded(gpu
     runs = int(_native.module.stats()[1])
     axpy(z[:256].partition([128]), fresh, y[:256], 2.0).grid(2).sync()
     assert int(_native.module.stats()[1]) == runs
+
+
+def test_an_ops_launches_over_armed_bindings_are_queued_in_c(gpu: FakeDriver) -> None:
+    if _native.module is None:
+        pytest.skip("native code is turned off (CUDA_CORE_NATIVE=0)")
+    z, x, y = _buffers()
+    compiled = _register(gpu, axpy(z[:256].partition([128]), x[:256], y[:256], 1.0))
+    axpy(z[:256].partition([128]), x[:256], y[:256], 1.0).sync()  # armed
+    axpy(z[256:512].partition([128]), x[:256], y[:256], 1.0).sync()
+    gpu.launches.clear()
+    queued = int(_native.module.enqueued())
+    op = axpy(z[:256].partition([128]), x[:256], y[:256], 3.0).then(
+        lambda _: axpy(z[256:512].partition([128]), x[:256], y[:256], 4.0))
+    op.sync()
+    assert int(_native.module.enqueued()) == queued + 2
+    launched = [_params(compiled, launch) for launch in gpu.launches]
+    assert [(p["z.pointer"] - z.address(), p["a.scalar"]) for p in launched] == [(0, 3.0), (1024, 4.0)]
+    # The op's holds were the job's: both outputs are free again.
+    axpy(z[:256].partition([128]), x[:256], y[:256], 1.0).sync()

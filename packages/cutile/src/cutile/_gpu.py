@@ -437,8 +437,10 @@ def arm_at_call(kernel: Kernel, binding: ObjectBinding, arguments: dict[str, Any
     if 0 in plan.grid or max(plan.grid) > _MAX_GRID:
         return False
     ordinal = current_device() if binding.device is None else binding.device
+    # (Were a global the compile read rebound since, the native sync would see it and
+    # leave the run to the Python path, which compiles again.)
     loaded = plan.loaded_by_options.get((DEFAULT_OPTIONS, ordinal))
-    if loaded is None or loaded.reads.changed() is not None:
+    if loaded is None:
         return False
     try:
         packed = tuple(loaded.pack(kernel.name, {n: (v._tensor if type(v) is Partition else v)

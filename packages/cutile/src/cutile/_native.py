@@ -235,7 +235,7 @@ def arm(kernel: Kernel, binding: ObjectBinding, loaded: LoadedKernel, context: i
     except (struct.error, OverflowError):  # (a value struct refuses where ctypes converts: ctypes's bytes)
         packed = b"".join(bytes(PARAM_CTYPES[t](v)).ljust(8, b"\0") for t, v in zip(types, binding.packed))
     run = binding.run_holds  # a synchronous run's holds
-    results = tuple(kernel._param_names.index(name) for name in binding.tensor_names)
+    results = binding.tensor_positions
     fast = module.NativeObjectBinding(
         weakref.ref(binding), binding.accesses, binding.claim_plan, run, kernel._launch_description, Launch, tuple(checks), results,
         int(prepared.function.handle), context, tuple(config.grid), tuple(config.block),

@@ -44,6 +44,7 @@ static PyObject *python_sync;        /* Python: Launch._sync_slow(launch), every
 static int configured;
 static unsigned long generation; /* bumped by each configure: a binding armed under another driver misses */
 static unsigned long long native_calls, native_syncs; /* launches made and run here (tests) */
+static unsigned long long native_enqueues;             /* launches an op queued through `enqueue` */
 
 enum { CHECK_TENSOR, CHECK_CONSTANT, CHECK_SCALAR };
 enum { P_I8 = 1, P_I16, P_I32, P_I64, P_U8, P_U16, P_U32, P_U64, P_F32, P_F64 };
@@ -570,6 +571,46 @@ static PyObject *fast_sync(LaunchBase *self, NativeObjectBinding *fb) {
     return results_of(fb, self->args);
 }
 
+/* enqueue(binding, args, stream): the launch of `args` (every parameter's value in
+ * order, over the binding's memory) queued on `stream` (a CUstream handle) for an op
+ * that holds its memory (cuda_async's job: no ledger work here). True when it was
+ * enqueued; False (nothing done) when the binding cannot (disarmed, another driver, a
+ * global the compile read rebound, a scalar it does not pack): the Python path then
+ * enqueues it. A driver error raises. */
+static PyObject *enqueue_bound(PyObject *module, PyObject *const *argv, Py_ssize_t argc) {
+    unsigned long long stream;
+    if (argc != 3 || !PyObject_TypeCheck(argv[0], &FastBindingType) || !PyTuple_CheckExact(argv[1]))
+        return PyErr_Format(PyExc_TypeError, "enqueue(binding, args: tuple, stream: int)");
+    stream = PyLong_AsUnsignedLongLong(argv[2]);
+    if (stream == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    NativeObjectBinding *fb = (NativeObjectBinding *)argv[0];
+    PyObject *args = argv[1];
+    if (!fb->armed || fb->generation != generation || PyTuple_GET_SIZE(args) != fb->nargs) Py_RETURN_FALSE;
+    Py_INCREF(fb);
+    PyObject *result = Py_False;
+    if (reads_current(fb->reads)) {
+        unsigned char params[MAX_PARAMS * SLOT];
+        void *pointers[MAX_PARAMS];
+        memcpy(params, fb->packed, fb->nparams * SLOT);
+        for (Py_ssize_t p = 0; p < fb->nparams; p++) pointers[p] = params + p * SLOT;
+        int packed = 1;
+        for (Py_ssize_t s = 0; s < fb->nscalars && packed > 0; s++) {
+            Check *check = &fb->checks[fb->scalar_checks[s]];
+            PyObject *value = PyTuple_GET_ITEM(args, fb->scalar_checks[s]);
+            packed = Py_TYPE(value) == check->type ? pack_scalar(check->code, value, params + (Py_ssize_t)check->slot * SLOT) : 0;
+        }
+        if (packed < 0) result = NULL;
+        else if (packed > 0) {
+            int waited = 0;
+            int err = launch_on(fb, stream, pointers, 0, &waited);
+            if (err) { raise_driver_error(err, "", fb->name); result = NULL; }
+            else { native_enqueues++; result = Py_True; }
+        }
+    }
+    Py_DECREF(fb);
+    return result == NULL ? NULL : Py_NewRef(result);
+}
+
 static PyObject *launch_sync(LaunchBase *self, PyObject *unused) {
     NativeObjectBinding *fb = (NativeObjectBinding *)self->fast;
     if (fb != NULL && fb->armed && fb->generation == generation && self->claim == fb->claim && !self->done) {
@@ -747,9 +788,16 @@ static PyObject *stats(PyObject *module, PyObject *unused) {
     return Py_BuildValue("KK", native_calls, native_syncs);
 }
 
+static PyObject *enqueued(PyObject *module, PyObject *unused) {
+    return PyLong_FromUnsignedLongLong(native_enqueues);
+}
+
 static PyMethodDef module_methods[] = {
     {"invalidate", invalidate, METH_NOARGS, "Makes every binding armed so far miss (the driver changed)."},
     {"stats", stats, METH_NOARGS, "(launches made, launches run) by the native path so far."},
+    {"enqueued", enqueued, METH_NOARGS, "Launches ops queued through `enqueue` so far."},
+    {"enqueue", (PyCFunction)(void (*)(void))enqueue_bound, METH_FASTCALL,
+     "Queues a launch of the binding's memory on a stream, for an op that holds it; False: not done."},
     {"launch_bound", (PyCFunction)(void (*)(void))launch_bound, METH_FASTCALL,
      "The launch of a call whose memory and layouts match a binding's, or None."},
     {"configure_python", configure_python, METH_VARARGS, "Hands over the Python paths and the never-run warning."},
