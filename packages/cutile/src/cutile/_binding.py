@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import inspect
 import math
-import operator
 import struct
 import weakref
 from collections.abc import Callable
@@ -121,25 +120,21 @@ class ObjectBinding:
         # and whether all of them are (what a torch graph capture may record).
         self.torch_ordered = any(storage.torch_ordered for _, storage, _, _, _ in ranges)
         self.torch_only = bool(ranges) and all(storage.torch_ordered for _, storage, _, _, _ in ranges)
-        checks: list[tuple[Any, ...]] = []
-        tensors = set(tensor_names)
-        for name in kernel._param_names:
-            value = arguments.get(name, MISSING)
-            if name in tensors:  # (a dead object only stops matching by identity: its memory may live on)
-                checks.append((ObjectBinding._TENSOR, weakref.ref(value)))
-            elif name in kernel._constant_params:
-                checks.append((ObjectBinding._CONSTANT, type(value), value))
-            else:  # a run-time scalar: its type may select the code, its value never
-                checks.append((ObjectBinding._SCALAR, type(value)))
-        self.checks = tuple(checks)
+        # Per parameter in order: a tensor by its object (weakly: a dead object only stops
+        # matching by identity, its memory may live on), a constant by type and value, a
+        # run-time scalar by its type (which may select the code; its value never does).
+        get = arguments.get
+        self.checks: tuple[tuple[Any, ...], ...] = tuple((0, weakref.ref(get(name))) if kind == 0 else
+                            (1, type(value := get(name, MISSING)), value) if kind == 1 else
+                            (2, type(get(name, MISSING)))
+                            for name, kind in zip(kernel._param_names, kernel._param_kinds))
         self.tensor_names = tensor_names
         # Where they are among every parameter's value in order (a call's positional
-        # arguments, which a call with the binding's objects keeps as they are).
-        self.tensor_positions = tuple(kernel._param_names.index(name) for name in tensor_names)
-        # What a run returns, from the values in order: the tensor arguments, one as
-        # itself, several as a tuple.
-        self.results: Callable[[tuple[Any, ...]], Any] = (
-            operator.itemgetter(*self.tensor_positions) if tensor_names else (lambda values: ()))
+        # arguments, which a call with the binding's objects keeps as they are), and what
+        # a run returns from those values: the tensor arguments, one as itself, several
+        # as a tuple (the kernel's tensor parameters, all of them: the same for every binding).
+        self.tensor_positions = kernel._tensor_positions
+        self.results: Callable[[tuple[Any, ...]], Any] = kernel._results_of
         # The holds of the tensor arguments' bytes in cuda_async's ledger: pending from
         # the call (the claim, the native path's too), then the running op's.
         description = kernel._launch_description

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import operator
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, Protocol, overload
 
@@ -93,6 +94,14 @@ class Kernel(KernelBase, Generic[_P, _R]):
                                if isinstance(p.annotation, DType)}
         self._constant_params = frozenset(p.name for p in self.signature.parameters if p.is_constant)
         self._constant_flags = tuple(name in self._constant_params for name in self._param_names)
+        # Per parameter in order: 0 a tensor, 1 a constant, 2 a run-time scalar (`ObjectBinding.checks`);
+        # where the tensors are among them, and what a run returns of those values.
+        tensor_names = {name for name, _ in self._tensor_params}
+        self._param_kinds = tuple(0 if name in tensor_names else 1 if name in self._constant_params else 2
+                                  for name in self._param_names)
+        self._tensor_positions = tuple(self._param_names.index(name) for name, _ in self._tensor_params)
+        self._results_of: Callable[[tuple[Any, ...]], Any] = (
+            operator.itemgetter(*self._tensor_positions) if self._tensor_positions else (lambda values: ()))
         self._scalar_positions = tuple((self._param_names.index(name), name, dtype)
                                        for name, dtype in self._scalar_params.items())
         # Per-kernel caches, bounded: a long-running program that meets many shapes
