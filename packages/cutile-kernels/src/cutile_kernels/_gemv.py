@@ -319,10 +319,11 @@ def _checked(function: str, a: Any, b: Any, out: Any, bias: Any, activation: Any
                                    "(use split_k_matmul or matmul)")
     # The merged config depends on the shape, dtype, weight layout and config= alone: a
     # call with those of an earlier one takes its (read-only) result.
-    key: tuple[Any, ...] | None = (function, ops.m, ops.n, ops.k, ops.a.dtype, ops.weight_nk, None)
+    shape = (function, ops.m, ops.n, ops.k, ops.a.dtype, ops.weight_nk)
+    key: tuple[Any, ...] | None = (*shape, None)
     if config is not None:
         try:
-            key = (*key[:-1], tuple(config.items())) if type(config) is dict else None
+            key = (*shape, tuple(config.items())) if type(config) is dict else None
             hash(key)
         except TypeError:  # an unhashable value: check_config names it
             key = None

@@ -102,6 +102,61 @@ def _kv_cache_update_launch(cache: Any, new: Any, positions: Any, *,
         config: a config of `SPACE` (default: the tuner's for this shape).
     """
     fn = "kv_cache_update"
+    # What the checks below find depends on the layouts alone (and an int start's value):
+    # a call with those of an earlier one skips them (positions the host holds are
+    # checked on every call, their values may change).
+    key = _checks_key(cache, new, positions) if config is None else None
+    checked = _CHECKED.get(key) if key is not None else None
+    if checked is not None:
+        ca, na = Operand(cache, "cutile", cache), Operand(new, "cutile", new)
+        batch, max_seq, tokens, start = checked
+        pa = None if start is not None else Operand(positions, "cutile", positions)
+    else:
+        ca, na, pa, batch, max_seq, tokens, start = _checked(cache, new, positions)
+        if key is not None:
+            if len(_CHECKED) >= 1024:
+                _CHECKED.clear()
+            _CHECKED[key] = (batch, max_seq, tokens, start)
+    width = math.prod(ca.shape[-2:])
+    cache3 = pw.reshaped(ca, (batch, max_seq, width), fn, "cache")
+    new3 = pw.reshaped(na, (batch, tokens, width), fn, "new")
+    chosen = pw.config_of(fn, config, SPACE, DEFAULT) if config is not None else TUNER.config((batch, max_seq, tokens, width))
+    bw = min(int(chosen["tile_cols"]), pw.next_pow2(width))
+    bs = 1
+    if start is not None:  # whole tiles of new rows: bs divides the start and the count
+        while bs * 2 <= int(chosen["tile_rows"]) and start % (bs * 2) == 0 and tokens % (bs * 2) == 0:
+            bs *= 2
+    items = batch * (tokens // bs) * -(-width // bw)
+    blocks = max(1, min(items, int(chosen["max_blocks"])))
+    mapped = cache3.partition([1, bs, bw]).map([1, 1, 1], blocks=blocks)
+    if start is not None:
+        launch = cache_update_kernel(ca.tensor.dtype, None)(mapped, new3, start // bs)
+    else:
+        assert pa is not None
+        launch = cache_update_kernel(ca.tensor.dtype, pa.tensor.dtype)(mapped, new3, pa.tensor)
+    return pw.Pending(launch, lambda: cache)
+
+
+# (cache layout, new layout, positions: an int's value or a device tensor's layout) -> what the checks found
+_CHECKED: dict[tuple[Any, ...], tuple[int, int, int, int | None]] = {}
+
+
+def _checks_key(cache: Any, new: Any, positions: Any) -> tuple[Any, ...] | None:
+    tensor = cutile.Tensor
+    if type(cache) is not tensor or type(new) is not tensor:
+        return None
+    if type(positions) is int:
+        where: tuple[Any, ...] = (int, positions)
+    elif type(positions) is tensor and positions.device != "cpu":  # (host values: checked per call)
+        where = (tensor, positions.dtype, positions.shape)
+    else:
+        return None
+    return (cache.dtype, cache.shape, cache.strides, new.dtype, new.shape, new.strides, where)
+
+
+def _checked(cache: Any, new: Any, positions: Any) -> tuple[Operand, Operand, Operand | None, int, int, int, int | None]:
+    """The arguments checked: (cache, new, positions' tensor or None, batch, max_seq, tokens, an int start or None)."""
+    fn = "kv_cache_update"
     ca, na = as_tensor(cache, fn, "cache"), as_tensor(new, fn, "new")
     pw.check_dtype(ca, pw.FLOAT_DTYPES, fn, "cache")
     pw.check_same_dtype(ca, na, fn, "cache", "new")
@@ -142,24 +197,7 @@ def _kv_cache_update_launch(cache: Any, new: Any, positions: Any, *,
     if start is not None and not 0 <= start <= max_seq - tokens:
         raise cutile.ArgumentError(f"{fn}(): parameter 'positions' {start}: the {tokens} new tokens must fit in "
                                    f"the cache's {max_seq} positions (start from 0 to {max_seq - tokens})")
-    width = math.prod(ca.shape[-2:])
-    cache3 = pw.reshaped(ca, (batch, max_seq, width), fn, "cache")
-    new3 = pw.reshaped(na, (batch, tokens, width), fn, "new")
-    chosen = pw.config_of(fn, config, SPACE, DEFAULT) if config is not None else TUNER.config((batch, max_seq, tokens, width))
-    bw = min(int(chosen["tile_cols"]), pw.next_pow2(width))
-    bs = 1
-    if start is not None:  # whole tiles of new rows: bs divides the start and the count
-        while bs * 2 <= int(chosen["tile_rows"]) and start % (bs * 2) == 0 and tokens % (bs * 2) == 0:
-            bs *= 2
-    items = batch * (tokens // bs) * -(-width // bw)
-    blocks = max(1, min(items, int(chosen["max_blocks"])))
-    mapped = cache3.partition([1, bs, bw]).map([1, 1, 1], blocks=blocks)
-    if start is not None:
-        launch = cache_update_kernel(ca.tensor.dtype, None)(mapped, new3, start // bs)
-    else:
-        assert pa is not None
-        launch = cache_update_kernel(ca.tensor.dtype, pa.tensor.dtype)(mapped, new3, pa.tensor)
-    return pw.Pending(launch, lambda: cache)
+    return ca, na, pa, batch, max_seq, tokens, start
 
 
 def _check_positions(values: Any, tokens: int, max_seq: int) -> None:
