@@ -84,6 +84,10 @@ class Kernel(KernelBase, Generic[_P, _R]):
         # A call with every argument positional maps them without inspect's binding.
         self._plain_positional = all(p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
                                      for p in self._python_signature.parameters.values())
+        # ... and every one may be passed by keyword too: a call `_values_in_order` takes
+        # binds as inspect would bind it.
+        self._keywords_bind = all(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+                                  for p in self._python_signature.parameters.values())
         self._tensor_params = tuple((p.name, p.annotation.mutable) for p in self.signature.parameters
                                     if isinstance(p.annotation, TensorAnnotation))
         self._mutable_names = frozenset(name for name, mutable in self._tensor_params if mutable)
@@ -159,6 +163,8 @@ class Kernel(KernelBase, Generic[_P, _R]):
                 return Launch(self, None, binding, self._checked_scalars(values) if self._scalar_positions else values)
         if plain:
             arguments = dict(zip(self._param_names, args))
+        elif values is not None and self._keywords_bind:  # (what bind_partial gives such a call)
+            arguments = {name: value for name, value in zip(self._param_names, values) if value is not MISSING}
         else:
             try:
                 bound = self._python_signature.bind_partial(*args, **kwargs)
