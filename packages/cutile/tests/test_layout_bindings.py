@@ -238,3 +238,31 @@ def test_an_ops_launches_over_armed_bindings_are_queued_in_c(gpu: FakeDriver) ->
     assert [(p["z.pointer"] - z.address(), p["a.scalar"]) for p in launched] == [(0, 3.0), (1024, 4.0)]
     # The op's holds were the job's: both outputs are free again.
     axpy(z[:256].partition([128]), x[:256], y[:256], 1.0).sync()
+
+
+def test_a_layout_hits_launch_left_unrun_warns_at_its_call_line_and_takes_every_path(gpu: FakeDriver) -> None:
+    import sys
+    import warnings
+
+    z, x, y = _buffers()
+    _register(gpu, axpy(z[:256].partition([128]), x[:256], y[:256], 1.0))
+    axpy(z[:256].partition([128]), x[:256], y[:256], 1.0).sync()  # armed
+    axpy._warned_never_run = False
+    with pytest.warns(cutile.LaunchNeverRunWarning) as caught:
+        line = sys._getframe().f_lineno + 1
+        axpy(z[:256].partition([128]), x[:256], y[:256], 2.0)  # new objects, freed at once
+    (warning,) = [w for w in caught if issubclass(w.category, cutile.LaunchNeverRunWarning)]
+    assert (warning.filename, warning.lineno) == (__file__, line)
+    with warnings.catch_warnings(record=True) as quiet:
+        warnings.simplefilter("always")
+        with cutile.batch():
+            for i in range(3):
+                axpy(z[:256].partition([128]), x[:256], y[:256], float(i)).sync()
+        axpy(z[:256].partition([128]), x[:256], y[:256], 5.0).cancel()
+        axpy(z[:256].partition([128]), x[:256], y[:256], 6.0).op.sync()
+        future = axpy(z[:256].partition([128]), x[:256], y[:256], 7.0).schedule()
+        future.result()
+    assert not [w for w in quiet if issubclass(w.category, cutile.LaunchNeverRunWarning)]
+    pending = axpy(z[:256].partition([128]), x[:256], y[:256], 8.0)
+    assert pending.arguments["a"] == 8.0 and pending.arguments["x"].shape == (256,)
+    pending.cancel()
