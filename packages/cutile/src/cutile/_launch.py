@@ -123,6 +123,10 @@ class Launch(LaunchBase, Generic[_R]):
     def _values_in_order(self) -> tuple[Any, ...]:
         """Every parameter's value in order (`MISSING` where not given)."""
         values: tuple[Any, ...] | None = self.__dict__.get("_values")
+        if values is None and self._args is not None:
+            # Made in C (or attached there): every value in order, the scalars of the
+            # binding's types and checked in C (what their conversion gives back as is).
+            values = self._values = self._args
         if values is None:
             arguments = self.arguments
             values = self._values = tuple(arguments.get(name, MISSING) for name in self.kernel._param_names)
