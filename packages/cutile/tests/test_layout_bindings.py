@@ -21,7 +21,7 @@ import pytest
 import cutile
 from cuda_core.testing import FakeDriver
 from cutile import _binding, _entry, _gpu, _native, api
-from cutile.core import Mut, Tensor, f32, load_tile_like
+from cutile.core import Constant, Mut, Tensor, f32, load_tile_like
 
 pytestmark = pytest.mark.interpreter_only  # runs once, on its own fake GPU
 
@@ -266,3 +266,25 @@ def test_a_layout_hits_launch_left_unrun_warns_at_its_call_line_and_takes_every_
     pending = axpy(z[:256].partition([128]), x[:256], y[:256], 8.0)
     assert pending.arguments["a"] == 8.0 and pending.arguments["x"].shape == (256,)
     pending.cancel()
+
+
+@cutile.entry
+def mapped_scale(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], B: Constant[int]):
+    for idx in z.tiles():
+        z.store(x.load(index=idx, shape=(B,)) * 2.0, idx)
+
+
+def test_a_binding_armed_at_its_call_launches_on_its_own_grid(gpu: FakeDriver) -> None:
+    # One loaded kernel, several grids (a mapped partition's block count is no part of the
+    # specialization): a binding armed at its call, before its first launch, launches on
+    # its own grid, not on the one the kernel's last launch set.
+    mapped_scale.clear_cache()
+    z, x, _ = _buffers()
+    _register(gpu, mapped_scale(z[...].partition([128]).map([1], blocks=2), x, 128))
+    for blocks in (2, 4, 3):
+        mapped_scale(z[...].partition([128]).map([1], blocks=blocks), x, 128).sync()
+        assert gpu.launches[-1]["grid"] == (blocks, 1, 1)
+    fresh = api.from_numpy(np.zeros(1024, np.float32))  # a new binding of the first layout's plan
+    mapped_scale(z[...].partition([128]).map([1], blocks=2), fresh, 128).sync()
+    assert gpu.launches[-1]["grid"] == (2, 1, 1)
+    mapped_scale.clear_cache()

@@ -202,7 +202,6 @@ def arm(kernel: Kernel, binding: ObjectBinding, loaded: LoadedKernel, context: i
     except NativeUnavailable:
         return
     from cutile import _gpu
-    from cutile._binding import ObjectBinding
     from cutile._launch import Launch  # (it imports this module, for LaunchBase)
 
     layout = loaded.native_layout
@@ -214,9 +213,9 @@ def arm(kernel: Kernel, binding: ObjectBinding, loaded: LoadedKernel, context: i
     checks: list[tuple[Any, ...]] = []  # (kind, target, value, packed_as, slot, range): one shape for the C parser
     for index, (kind, *rest) in enumerate(binding.checks):
         name = kernel._param_names[index]
-        if kind == ObjectBinding._TENSOR:  # (its object may be gone: then only `launch_bound` matches it)
+        if kind == 0:  # a tensor (its object may be gone: then only `launch_bound` matches it)
             checks.append((kind, rest[0], None, 0, 0, 0))
-        elif kind == ObjectBinding._CONSTANT:
+        elif kind == 1:  # a constant
             checks.append((kind, rest[0], rest[1], 0, 0, 0))
         else:
             slot = slot_of.get(name)
@@ -235,10 +234,13 @@ def arm(kernel: Kernel, binding: ObjectBinding, loaded: LoadedKernel, context: i
     except (struct.error, OverflowError):  # (a value struct refuses where ctypes converts: ctypes's bytes)
         packed = b"".join(bytes(PARAM_CTYPES[t](v)).ljust(8, b"\0") for t, v in zip(types, binding.packed))
     run = binding.run_holds  # a synchronous run's holds
+    # The binding's grid (the prepared launch's is the last launch's of this kernel, which
+    # may be another binding's: a binding armed at its call has not launched yet).
+    grid = binding.plan.grid if binding.plan is not None else config.grid
     results = binding.tensor_positions
     fast = module.NativeObjectBinding(
         weakref.ref(binding), binding.accesses, binding.claim_plan, run, kernel._launch_description, Launch, tuple(checks), results,
-        int(prepared.function.handle), context, tuple(config.grid), tuple(config.block),
+        int(prepared.function.handle), context, tuple(grid), tuple(config.block),
         config.shared_memory, packed, loaded.reads.entries)
     kernel._native_binding = fast
     binding.fast = fast
