@@ -3,10 +3,11 @@
 
 Runs the model (Qwen3-0.6B's shapes, ``--layers`` layers, a small vocabulary, zero
 weights) on the GPU backend against cuda_core.testing.FakeDriver with launches, waits
-and events made free (as scripts/bench_matmul_host.py does), so what is timed is host
-work: cutile_kernels' per-call work, the launches' checks and bindings, cuda_async's
-ledger (device allocations are made free too). Prints µs per eager decode step (one token, a ``--context``-position cache) and
-per prefill of a ``--prompt``-token prompt, and µs per kernel launch of each.
+and events made free (as scripts/bench_matmul_host.py does), and device allocations
+too, so what is timed is host work: cutile_kernels' per-call work, the launches' checks
+and bindings, cuda_async's ledger. Prints µs per eager decode step (one token over a
+``--context``-position cache) and per prefill of a ``--prompt``-token prompt, and µs
+per kernel launch of each (``--profile``: a cProfile of one sample instead).
 Needs tileiras (it compiles the kernels for sm_90), not a GPU.
 
 Usage: uv run --frozen python scripts/bench_llm_host.py [--layers 4] [--steps 20] [--prefills 5]
