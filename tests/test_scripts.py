@@ -18,6 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
     ("bench_compile.py", ["--repeat", "1"], "gemm 128x128x64"),
     ("bench_host_launch.py", ["--launches", "200", "--repeats", "1"], "inside cutile.batch()"),
     ("bench_matmul_host.py", ["--calls", "50", "--repeats", "1"], "matmul(a, b, out=out)"),
+    ("bench_llm_host.py", ["--layers", "1", "--steps", "2", "--prefills", "1", "--prompt", "16", "--context", "16",
+                           "--repeats", "1"], "µs per launch"),
     ("bench_interpreter.py", [], "GEMM"),
     ("bench_import.py", ["--processes", "2", "--importtime", "3"], "import cutile: "),
     ("bytecode_digests.py", [], "suite add sm_90 13.3: "),

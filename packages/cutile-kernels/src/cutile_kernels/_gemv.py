@@ -317,12 +317,31 @@ def _checked(function: str, a: Any, b: Any, out: Any, bias: Any, activation: Any
     if ops.m > MAX_M:
         raise cutile.ArgumentError(f"{function}: a has {ops.m} rows; this path takes 1 to {MAX_M} "
                                    "(use split_k_matmul or matmul)")
-    cfg = check_config(function, config, default_config(ops.m, ops.n, ops.k, ops.a.dtype, weight_nk=ops.weight_nk),
-                       CONFIG_KEYS)
-    if cfg["tile_m"] < ops.m:
-        raise cutile.ArgumentError(f"{function}: config['tile_m'] is {cfg['tile_m']}; a block takes all "
-                                   f"{ops.m} rows of a, so it must be at least {next_power_of_two(ops.m)}")
+    # The merged config depends on the shape, dtype, weight layout and config= alone: a
+    # call with those of an earlier one takes its (read-only) result.
+    shape = (function, ops.m, ops.n, ops.k, ops.a.dtype, ops.weight_nk)
+    key: tuple[Any, ...] | None = (*shape, None)
+    if config is not None:
+        try:
+            key = (*shape, tuple(config.items())) if type(config) is dict else None
+            hash(key)
+        except TypeError:  # an unhashable value: check_config names it
+            key = None
+    cfg = _CONFIGS.get(key) if key is not None else None
+    if cfg is None:
+        cfg = check_config(function, config, default_config(ops.m, ops.n, ops.k, ops.a.dtype,
+                                                            weight_nk=ops.weight_nk), CONFIG_KEYS)
+        if cfg["tile_m"] < ops.m:
+            raise cutile.ArgumentError(f"{function}: config['tile_m'] is {cfg['tile_m']}; a block takes all "
+                                       f"{ops.m} rows of a, so it must be at least {next_power_of_two(ops.m)}")
+        if key is not None:
+            if len(_CONFIGS) >= 1024:
+                _CONFIGS.clear()
+            _CONFIGS[key] = cfg
     return ops, cfg
+
+
+_CONFIGS: dict[tuple[Any, ...], dict[str, Any]] = {}  # (function, shape, dtype, layout, config=) -> merged config
 
 
 def small_m_matmul(a: cutile.Tensor, b: cutile.Tensor, out: cutile.Tensor, *, bias: cutile.Tensor | None = None,

@@ -202,9 +202,23 @@ def _kv_cache_update_launch(cache: Any, new: Any, positions: Any, *,
     if isinstance(new, (tuple, list)):
         raise cutile.ArgumentError(f"{fn}(): parameter 'new' is a pair; a pair of new tensors goes with a pair of "
                                    "caches (k_cache, v_cache)")
-    ca, na = as_tensor(cache, fn, "cache"), as_tensor(new, fn, "new")
-    batch, max_seq, tokens = _check_layout(fn, ca, na, "cache", "new")
-    start, pa = _positions(fn, positions, tokens, max_seq)
+    # What the checks below find depends on the layouts alone (and an int start's value):
+    # a call with those of an earlier one skips them (positions the host holds are
+    # checked on every call, their values may change).
+    key = _checks_key(cache, new, positions) if config is None else None
+    checked = _CHECKED.get(key) if key is not None else None
+    if checked is not None:
+        ca, na = Operand(cache, "cutile", cache), Operand(new, "cutile", new)
+        batch, max_seq, tokens, start = checked
+        pa = None if start is not None else Operand(positions, "cutile", positions)
+    else:
+        ca, na = as_tensor(cache, fn, "cache"), as_tensor(new, fn, "new")
+        batch, max_seq, tokens = _check_layout(fn, ca, na, "cache", "new")
+        start, pa = _positions(fn, positions, tokens, max_seq)
+        if key is not None:
+            if len(_CHECKED) >= 1024:
+                _CHECKED.clear()
+            _CHECKED[key] = (batch, max_seq, tokens, start)
     head_dim = ca.shape[-1]
     if not na.tensor.is_contiguous and head_dim & (head_dim - 1) == 0:  # read in place, in tiles of whole heads
         if not ca.tensor.is_contiguous:
@@ -226,6 +240,23 @@ def _kv_cache_update_launch(cache: Any, new: Any, positions: Any, *,
         assert pa is not None
         launch = cache_update_kernel(ca.tensor.dtype, pa.tensor.dtype)(mapped, new3, pa.tensor)
     return pw.Pending(launch, lambda: cache)
+
+
+# (cache layout, new layout, positions: an int's value or a device tensor's layout) -> what the checks found
+_CHECKED: dict[tuple[Any, ...], tuple[int, int, int, int | None]] = {}
+
+
+def _checks_key(cache: Any, new: Any, positions: Any) -> tuple[Any, ...] | None:
+    tensor = cutile.Tensor
+    if type(cache) is not tensor or type(new) is not tensor:
+        return None
+    if type(positions) is int:
+        where: tuple[Any, ...] = (int, positions)
+    elif type(positions) is tensor and positions.device != "cpu":  # (host values: checked per call)
+        where = (tensor, positions.dtype, positions.shape)
+    else:
+        return None
+    return (cache.dtype, cache.shape, cache.strides, new.dtype, new.shape, new.strides, where)
 
 
 def _check_layout(fn: str, ca: Operand, na: Operand, cache_name: str, new_name: str) -> tuple[int, int, int]:

@@ -21,6 +21,7 @@ there and mypy's cutile plugin reads only a literal dtype in an annotation.
 
 import functools
 import inspect
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -320,7 +321,7 @@ class _Rows:
             raise cutile.ArgumentError(f"{function}: {name} is a scalar; expected at least one dim")
         self.shape = tuple(self.tensor.shape)
         self.cols = self.shape[-1]
-        self.rows = int(np.prod(self.shape[:-1], dtype=np.int64))
+        self.rows = math.prod(self.shape[:-1])
         if self.cols == 0 and self.rows:
             raise cutile.ArgumentError(f"{function}: {name} has rows of length 0 (its last dim)")
         self.empty = self.rows == 0

@@ -86,7 +86,7 @@ class Operand:
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return tuple(int(n) for n in self.tensor.shape)
+        return self.tensor.shape  # (a cutile tensor's shape is a tuple of ints)
 
     @property
     def dtype_name(self) -> str:

@@ -87,7 +87,60 @@ def _float_dtype(tensor: cutile.Tensor, function: str, name: str) -> None:
 def check_operands(function: str, a: Any, b: Any, out: Any, bias: Any, activation: Any, residual: Any,
                    alpha: Any) -> Operands:
     """The arguments of ``function`` checked (an `ArgumentError` or `ArgumentTypeError`
-    naming the parameter), with the weight view the kernels read."""
+    naming the parameter), with the weight view the kernels read. What the checks find
+    depends only on the operands' layouts and addresses (and the activation): a call
+    with those of an earlier call skips them, and checks only what can change between
+    calls (a consumed tensor, alpha)."""
+    key = _layout_key(function, a, b, out, bias, activation, residual)
+    found = _CHECKED.get(key) if key is not None else None
+    if found is None:
+        found = _checked_layout(function, a, b, out, bias, activation, residual, alpha)
+        if key is not None:
+            if len(_CHECKED) >= _CHECKED_SIZE:
+                _CHECKED.clear()  # (a program that meets ever new addresses: keep it bounded)
+            _CHECKED[key] = found
+    else:
+        for name, t in (("b", b), ("out", out)):
+            if t is not a:  # (a goes to the kernels itself: the launch checks it)
+                require_live(t, function, name)
+        _check_alpha(function, alpha)
+    m, n, k, weight_nk = found
+    return Operands(m, n, k, a, derived(b, "T", lambda: b.T) if weight_nk else b, weight_nk, out,
+                    bias if bias is not None else derived(a, "row", lambda: a[0]),
+                    residual if residual is not None else a,
+                    bias is not None, residual is not None, ACTIVATIONS[activation], float(alpha))
+
+
+# (function, operand layouts and addresses, activation) -> (m, n, k, weight_nk) of a call that passed the checks
+_CHECKED: dict[tuple[Any, ...], tuple[int, int, int, bool]] = {}
+_CHECKED_SIZE = 1024
+
+
+def _layout(t: Any) -> tuple[Any, ...]:
+    return (t.dtype, t.shape, t.strides, t.device, t.address())
+
+
+def _layout_key(function: str, a: Any, b: Any, out: Any, bias: Any, activation: Any,
+                residual: Any) -> tuple[Any, ...] | None:
+    """What `_checked_layout` depends on, for cutile tensors (None for anything else)."""
+    tensor = cutile.Tensor
+    if type(a) is not tensor or type(b) is not tensor or type(out) is not tensor or not (
+            activation is None or type(activation) is str):
+        return None
+    if (bias is not None and type(bias) is not tensor) or (residual is not None and type(residual) is not tensor):
+        return None
+    return (function, _layout(a), _layout(b), _layout(out), bias if bias is None else _layout(bias),
+            residual if residual is None else _layout(residual), activation)
+
+
+def _check_alpha(function: str, alpha: Any) -> None:
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha):
+        raise cutile.ArgumentError(f"{function}: alpha must be a finite number, got {alpha!r}")
+
+
+def _checked_layout(function: str, a: Any, b: Any, out: Any, bias: Any, activation: Any, residual: Any,
+                    alpha: Any) -> tuple[int, int, int, bool]:
+    """Every check of `check_operands`: (m, n, k, whether b is an [N, K] weight's transpose)."""
     a = cutile_tensor(a, function, "a")
     b = cutile_tensor(b, function, "b")
     out = cutile_tensor(out, function, "out")
@@ -108,8 +161,7 @@ def check_operands(function: str, a: Any, b: Any, out: Any, bias: Any, activatio
         raise cutile.ArgumentError(f"{function}: empty operands (a {list(a.shape)}, b {list(b.shape)})")
     if activation not in ACTIVATIONS:
         raise cutile.ArgumentError(f"{function}: activation must be None, 'relu', 'gelu' or 'silu', got {activation!r}")
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha):
-        raise cutile.ArgumentError(f"{function}: alpha must be a finite number, got {alpha!r}")
+    _check_alpha(function, alpha)
     if bias is not None:
         bias = cutile_tensor(bias, function, "bias")
         _float_dtype(bias, function, "bias")
@@ -122,11 +174,7 @@ def check_operands(function: str, a: Any, b: Any, out: Any, bias: Any, activatio
             raise cutile.ArgumentError(f"{function}: residual must have shape {[m, n]}, got {list(residual.shape)}")
     check_no_overlap(function, out, {"a": a, "b": b, "bias": bias, "residual": residual})
     # Stride 1 along K: b is the transposed view of an [N, K] matrix; read that.
-    weight_nk = b.strides[0] == 1 and b.strides[1] != 1
-    return Operands(m, n, k, a, derived(b, "T", lambda: b.T) if weight_nk else b, weight_nk, out,
-                    bias if bias is not None else derived(a, "row", lambda: a[0]),
-                    residual if residual is not None else a,
-                    bias is not None, residual is not None, ACTIVATIONS[activation], float(alpha))
+    return m, n, k, b.strides[0] == 1 and b.strides[1] != 1
 
 
 Choices = tuple[Any, ...] | range | None

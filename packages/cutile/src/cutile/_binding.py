@@ -2,19 +2,20 @@
 
 `describe_call` turns arguments into a specialization and a grid (errors name the
 parameter); `call_key` is what those depend on, cheaply, the key of a kernel's
-`SignaturePlan`s; `ObjectBinding` is what the very objects of the kernel's last
-call imply (the holds of their byte ranges, accesses, packed GPU parameters), reused while
-a loop passes them again. The argument checks shared by the launch live here too.
+`SignaturePlan`s; `ObjectBinding` is what a call's memory and layouts imply (the holds of
+their byte ranges, accesses, packed GPU parameters), reused while later calls pass the
+same objects, or new views of the same memory in the same layouts (`layout_key`). The
+argument checks shared by the launch live here too.
 """
 
 from __future__ import annotations
 
 import inspect
 import math
-import operator
+import struct
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import cuda_async
 from cutile._errors import LaunchError
@@ -55,19 +56,49 @@ class SignaturePlan:
 MISSING = object()  # an argument not given (the launch and the binding tell it apart from None)
 
 
-class ObjectBinding:
-    """What one call's tensor objects imply, computed once and reused while a loop
-    passes the very same objects (and constants): the holds of their checked byte
-    ranges (`cuda_async.ClaimPlan`), the resources the op reads and writes, the plan,
-    and the packed GPU parameters.
+def layout_key(kernel: Kernel, values: tuple[Any, ...]) -> tuple[Any, ...]:
+    """What an `ObjectBinding` of a call with every parameter's value in order
+    (``values``, `MISSING` where not given) depends on: per tensor or partition its
+    storage (by identity: the binding holds it weakly and never matches once it is
+    freed), offset, shape, strides, dtype and partition layout; per constant its type
+    and value (`constant_key`); per run-time scalar its type. Two calls with equal keys
+    differ only in their view objects and scalar values. (It may hold an unhashable
+    constant: the caller's lookup then fails with TypeError.)"""
+    key: list[Any] = []
+    for value, constant in zip(values, kernel._constant_flags):
+        kind = type(value)
+        if kind is Partition:
+            tensor = value._tensor
+            key.append((Partition, id(tensor._storage), tensor.offset, tensor.shape, tensor.strides, tensor.dtype,
+                        value.tile_shape, value.map_shape, value.blocks))
+        elif kind is Tensor:
+            key.append((Tensor, id(value._storage), value.offset, value.shape, value.strides, value.dtype))
+        elif value is MISSING:
+            key.append(MISSING)
+        elif constant:
+            key.append((kind, constant_key(value)))
+        else:  # a run-time scalar: its type may select the code, its value never
+            key.append(kind)
+    return tuple(key)
 
-    Objects are remembered by weak reference: a binding never keeps a tensor alive.
-    What can change between calls (an object consumed, a pending launch holding the
-    memory, ops in flight) is still checked on every call.
+
+class ObjectBinding:
+    """What one call's tensor arguments imply, computed once and reused by later calls
+    that pass the very same objects (and constants: `matches`), or other view objects
+    over the same storages in the same layouts (the kernel's bindings by `layout_key`):
+    the holds of their checked byte ranges (`cuda_async.ClaimPlan`), the resources the
+    op reads and writes, the plan, and the packed GPU parameters.
+
+    Objects and storages are remembered by weak reference: a binding never keeps a
+    tensor or its memory alive, and once one of its storages is freed it is ``dead``
+    (its references to the memory dropped) and matches no call again. What can change
+    between calls (an object consumed, a pending launch holding the memory, ops in
+    flight) is still checked on every call.
     """
 
     __slots__ = ("checks", "tensor_names", "tensor_positions", "claim_plan", "run_holds", "accesses", "plan",
-                 "loaded", "packed", "scalar_slots", "results", "fast", "device", "torch_ordered", "torch_only")
+                 "loaded", "packed", "scalar_slots", "results", "fast", "device", "torch_ordered", "torch_only",
+                 "storages", "dead", "__weakref__")
 
     _TENSOR, _CONSTANT, _SCALAR = range(3)
     _NO_ACCESSES = cuda_async.AccessSet()
@@ -89,34 +120,31 @@ class ObjectBinding:
         # and whether all of them are (what a torch graph capture may record).
         self.torch_ordered = any(storage.torch_ordered for _, storage, _, _, _ in ranges)
         self.torch_only = bool(ranges) and all(storage.torch_ordered for _, storage, _, _, _ in ranges)
-        checks: list[tuple[Any, ...]] = []
-        tensors = set(tensor_names)
-        for name in kernel._param_names:
-            value = arguments.get(name, MISSING)
-            if name in tensors:
-                checks.append((ObjectBinding._TENSOR, weakref.ref(value, self._forget)))
-            elif name in kernel._constant_params:
-                checks.append((ObjectBinding._CONSTANT, type(value), value))
-            else:  # a run-time scalar: its type may select the code, its value never
-                checks.append((ObjectBinding._SCALAR, type(value)))
-        self.checks = tuple(checks)
+        # Per parameter in order: a tensor by its object (weakly: a dead object only stops
+        # matching by identity, its memory may live on), a constant by type and value, a
+        # run-time scalar by its type (which may select the code; its value never does).
+        get = arguments.get
+        self.checks: tuple[tuple[Any, ...], ...] = tuple((0, weakref.ref(get(name))) if kind == 0 else
+                            (1, type(value := get(name, MISSING)), value) if kind == 1 else
+                            (2, type(get(name, MISSING)))
+                            for name, kind in zip(kernel._param_names, kernel._param_kinds))
         self.tensor_names = tensor_names
         # Where they are among every parameter's value in order (a call's positional
-        # arguments, which a call with the binding's objects keeps as they are).
-        self.tensor_positions = tuple(kernel._param_names.index(name) for name in tensor_names)
-        # What a run returns, from the values in order: the tensor arguments, one as
-        # itself, several as a tuple.
-        self.results: Callable[[tuple[Any, ...]], Any] = (
-            operator.itemgetter(*self.tensor_positions) if tensor_names else (lambda values: ()))
+        # arguments, which a call with the binding's objects keeps as they are), and what
+        # a run returns from those values: the tensor arguments, one as itself, several
+        # as a tuple (the kernel's tensor parameters, all of them: the same for every binding).
+        self.tensor_positions = kernel._tensor_positions
+        self.results: Callable[[tuple[Any, ...]], Any] = kernel._results_of
         # The holds of the tensor arguments' bytes in cuda_async's ledger: pending from
         # the call (the claim, the native path's too), then the running op's.
         description = kernel._launch_description
+        labels = kernel._hold_labels
         spans = []
         for param, storage, start, end, mutable in ranges:
             low, high = storage.base_address + start, storage.base_address + end
             resource = storage.resource
-            spans.append((resource, storage.device, low, high, mutable, f"{description} (parameter '{param}')",
-                          f"{kernel.name}: parameter '{param}'", resource.name))
+            label, by = labels[param]
+            spans.append((resource, storage.device, low, high, mutable, label, by, resource.name))
         self.claim_plan = cuda_async.ClaimPlan(span[1:] for span in spans)
         # A synchronous run's holds while its memory is idle: the same spans, running,
         # owned by a job kept for it (`cuda_async.begin_idle_run`; the native path's too).
@@ -129,17 +157,24 @@ class ObjectBinding:
         self.packed: tuple[Any, ...] = ()
         # (parameter slot, position among the values, dtype) of each scalar: refilled on every call
         self.scalar_slots: list[tuple[int, int, DType]] = []
-        self.fast: weakref.ref[Any] | None = None  # the kernel's native binding made from this one
+        # Its native binding (`cutile._native.arm`, once it launched), which refers back
+        # to it weakly.
+        self.fast: Any = None
+        # The storages, weakly: when one is freed (its address free for reuse) the
+        # binding dies. (Its key in the kernel's bindings holds their ids.)
+        self.dead = False
+        self.storages = tuple(weakref.ref(storage, self._forget) for _, storage, _, _, _ in ranges)
 
     def _forget(self, _dead: Any) -> None:
-        # One of the objects is gone, so the binding can never match again: drop what
-        # refers to memory (storages, resources) so that the memory can be freed.
+        # One of the storages is gone, so the binding can never match again: drop what
+        # refers to memory (resources) so that the memory can be freed.
         # (It may run while the interpreter shuts down, when module globals are gone:
         # it uses only what the class holds.)
+        self.dead = True
         self.accesses = self._NO_ACCESSES
         self.loaded = None
         self.packed = ()
-        fast = self.fast() if self.fast is not None else None
+        fast, self.fast = self.fast, None
         if fast is not None:
             fast.disarm()
 
@@ -198,6 +233,17 @@ def scalar_value(kernel: str, param: str, dtype: DType, value: Any) -> bool | in
     refused; explicit inf and NaN pass, a finite value rounds to the nearest.
     Every backend's scalars pass through here (the native path refuses in C what
     this refuses, and leaves the error to this function)."""
+    kind = type(value)
+    if kind is float and dtype.is_float:  # the usual cases, without the general checks below
+        real: float = value
+        if math.isfinite(real) and not _fits_float(real, dtype):
+            _float_overflow(kernel, param, dtype, value, real)
+        return real
+    if kind is int and dtype.is_integer:
+        number: int = value
+        if not dt.fits(number, dtype):
+            raise LaunchError(f"{kernel}: parameter '{param}' is a {dtype} scalar; {number} does not fit")
+        return number
     import numbers
 
     import numpy as np
@@ -227,14 +273,21 @@ def scalar_value(kernel: str, param: str, dtype: DType, value: Any) -> bool | in
     else:  # (a value wider than f64, np.longdouble say, may have become inf here)
         finite = math.isfinite(real) or bool(np.isfinite(given))
     if finite and not _fits_float(real, dtype):
-        import ml_dtypes
-
-        finfo: Any = ml_dtypes.finfo
-        largest = float(finfo(numpy_dtype(dtype)).max)
-        shown = repr(value) if len(repr(value)) <= 40 else f"{real:g}" if math.isfinite(real) else "an integer beyond f64"
-        raise LaunchError(f"{kernel}: parameter '{param}' is a {dtype} scalar; {shown} overflows it "
-                          f"(its largest finite value is {largest:g})")
+        _float_overflow(kernel, param, dtype, value, real)
     return real
+
+
+def _float_overflow(kernel: str, param: str, dtype: DType, value: Any, real: float) -> NoReturn:
+    import ml_dtypes
+
+    finfo: Any = ml_dtypes.finfo
+    largest = float(finfo(numpy_dtype(dtype)).max)
+    shown = repr(value) if len(repr(value)) <= 40 else f"{real:g}" if math.isfinite(real) else "an integer beyond f64"
+    raise LaunchError(f"{kernel}: parameter '{param}' is a {dtype} scalar; {shown} overflows it "
+                      f"(its largest finite value is {largest:g})")
+
+
+_F32 = struct.Struct("<f")
 
 
 def _fits_float(value: float, dtype: DType) -> bool:
@@ -244,6 +297,12 @@ def _fits_float(value: float, dtype: DType) -> bool:
     if not math.isfinite(value):
         return False
     if dtype is dt.f64:
+        return True
+    if dtype is dt.f32:  # (struct rounds to nearest as numpy's cast does, and refuses an overflow)
+        try:
+            _F32.pack(value)
+        except OverflowError:
+            return False
         return True
     with np.errstate(over="ignore", invalid="ignore"):
         return bool(np.isfinite(np.asarray(value, dtype=np.float64).astype(numpy_dtype(dtype))))

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import functools
 import inspect
+import operator
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, Protocol, overload
 
-from cutile._binding import MISSING, ObjectBinding, SignaturePlan, call_key, describe_call, scalar_value
+from cutile._binding import MISSING, ObjectBinding, SignaturePlan, call_key, describe_call, layout_key, scalar_value
+from cutile import _gpu
 from cutile._errors import ArgumentTypeError, LaunchError
 from cutile._launch import Launch, warn_never_run
-from cutile._native import KernelBase, configure_python
+from cutile._native import KernelBase, configure_python, launch_bound
 from cutile_compiler import (
     CompiledKernel,
     CompileOptions,
@@ -49,6 +51,7 @@ else:
     _R = TypeVar("_R")
 _Q = ParamSpec("_Q")
 _CACHE_SIZE = 256  # specializations kept per kernel
+_BINDINGS = 128  # object bindings kept per kernel (by layout key: the memory and layouts of a call)
 
 
 class Kernel(KernelBase, Generic[_P, _R]):
@@ -81,12 +84,28 @@ class Kernel(KernelBase, Generic[_P, _R]):
         # A call with every argument positional maps them without inspect's binding.
         self._plain_positional = all(p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
                                      for p in self._python_signature.parameters.values())
+        # ... and every one may be passed by keyword too: a call `_values_in_order` takes
+        # binds as inspect would bind it.
+        self._keywords_bind = all(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+                                  for p in self._python_signature.parameters.values())
         self._tensor_params = tuple((p.name, p.annotation.mutable) for p in self.signature.parameters
                                     if isinstance(p.annotation, TensorAnnotation))
         self._mutable_names = frozenset(name for name, mutable in self._tensor_params if mutable)
+        # How a hold of each tensor parameter is named in others' messages, and in its own.
+        self._hold_labels = {name: (f"{self._launch_description} (parameter '{name}')", f"{self.name}: parameter '{name}'")
+                             for name, _ in self._tensor_params}
         self._scalar_params = {p.name: p.annotation for p in self.signature.parameters
                                if isinstance(p.annotation, DType)}
         self._constant_params = frozenset(p.name for p in self.signature.parameters if p.is_constant)
+        self._constant_flags = tuple(name in self._constant_params for name in self._param_names)
+        # Per parameter in order: 0 a tensor, 1 a constant, 2 a run-time scalar (`ObjectBinding.checks`);
+        # where the tensors are among them, and what a run returns of those values.
+        tensor_names = {name for name, _ in self._tensor_params}
+        self._param_kinds = tuple(0 if name in tensor_names else 1 if name in self._constant_params else 2
+                                  for name in self._param_names)
+        self._tensor_positions = tuple(self._param_names.index(name) for name, _ in self._tensor_params)
+        self._results_of: Callable[[tuple[Any, ...]], Any] = (
+            operator.itemgetter(*self._tensor_positions) if self._tensor_positions else (lambda values: ()))
         self._scalar_positions = tuple((self._param_names.index(name), name, dtype)
                                        for name, dtype in self._scalar_params.items())
         # Per-kernel caches, bounded: a long-running program that meets many shapes
@@ -104,8 +123,13 @@ class Kernel(KernelBase, Generic[_P, _R]):
         # its plan (spec, grid, loaded kernel): a call with another key's arguments
         # skips describing them and finding the loaded kernel again.
         self._plans: LRUCache[tuple[Any, ...], SignaturePlan] = LRUCache(4 * _CACHE_SIZE)
-        # The last call's objects and what they imply: a loop that passes the same
-        # objects again skips every check and computation that depends only on them.
+        # Layout key (storages, offsets, shapes, strides, dtypes, partition layouts,
+        # constants, scalar types; see `layout_key`) -> what a call with them implies: a
+        # call with new view objects over the same memory (a ``.T``, a reshape, a new
+        # partition per call) skips every check and computation that depends only on them.
+        self._bindings: LRUCache[tuple[Any, ...], ObjectBinding] = LRUCache(_BINDINGS)
+        # The last new call's binding, matched by its objects' identity (cheaper than a
+        # key): a loop that passes the same objects again.
         # (Its C copy, once it has launched on the GPU, is the base's ``_native_binding``.)
         self._object_binding: ObjectBinding | None = None
         self._warned_never_run = False  # a launch freed unrun warns once per kernel
@@ -117,16 +141,30 @@ class Kernel(KernelBase, Generic[_P, _R]):
         def __call__(self, *args: _P.args, **kwargs: _P.kwargs) -> Launch[_R]: ...
 
     def _call(self, *args: Any, **kwargs: Any) -> Launch[Any]:
-        if not kwargs and len(args) == len(self._param_names) and self._plain_positional:
+        plain = not kwargs and len(args) == len(self._param_names) and self._plain_positional
+        # Every parameter's value in order (constants by keyword and inferred ones left
+        # out, a GEMM's ``BK=64``, are `MISSING`); None: a call the slow path must see.
+        values = args if plain else self._values_in_order(args, kwargs)
+        key = None
+        if values is not None:
             binding = self._object_binding
-            if binding is not None and binding.matches(args):
-                return Launch(self, None, binding, self._checked_scalars(args) if self._scalar_positions else args)
+            if binding is not None and binding.matches(values):  # the last new call's very objects
+                return Launch(self, None, binding, self._checked_scalars(values) if self._scalar_positions else values)
+            key = layout_key(self, values)
+            try:
+                binding = self._bindings.get(key)
+            except TypeError:  # an unhashable constant: the slow path sees it
+                key = binding = None
+            if binding is not None and not binding.dead:  # new objects over the same memory and layouts
+                if binding.fast is not None:
+                    launch = launch_bound(self, binding, values)
+                    if launch is not None:
+                        return launch  # type: ignore[no-any-return]
+                return Launch(self, None, binding, self._checked_scalars(values) if self._scalar_positions else values)
+        if plain:
             arguments = dict(zip(self._param_names, args))
-        elif (values := self._values_in_order(args, kwargs)) is not None and (
-                (binding := self._object_binding) is not None and binding.matches(values)):
-            # Constants by keyword and inferred ones left out (a GEMM's ``BK=64``): the
-            # same objects as the last call's, in signature order, reuse its binding.
-            return Launch(self, None, binding, self._checked_scalars(values) if self._scalar_positions else values)
+        elif values is not None and self._keywords_bind:  # (what bind_partial gives such a call)
+            arguments = {name: value for name, value in zip(self._param_names, values) if value is not MISSING}
         else:
             try:
                 bound = self._python_signature.bind_partial(*args, **kwargs)
@@ -136,7 +174,13 @@ class Kernel(KernelBase, Generic[_P, _R]):
         for name, dtype in self._scalar_params.items():
             if name in arguments:
                 arguments[name] = scalar_value(self.name, name, dtype, arguments[name])
-        return Launch(self, arguments)
+        launch = Launch(self, arguments)
+        binding = launch._binding
+        if key is not None:
+            self._bindings.put(key, binding)
+            if _gpu.arm_at_call(self, binding, arguments):  # (its kernel loaded already: the run may be C's)
+                launch._attach(binding.fast, tuple(arguments.get(name, MISSING) for name in self._param_names))
+        return launch
 
     def _checked_scalars(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
         """Every parameter's value in order (`MISSING` for an inferred constant left
@@ -149,7 +193,7 @@ class Kernel(KernelBase, Generic[_P, _R]):
     def _positional_arguments(self, args: tuple[Any, ...]) -> dict[str, Any]:
         """Every argument by name, from a call that passed all of them by position,
         its scalars checked and converted."""
-        arguments = dict(zip(self._param_names, args))
+        arguments = {name: value for name, value in zip(self._param_names, args) if value is not MISSING}
         for name, dtype in self._scalar_params.items():
             arguments[name] = scalar_value(self.name, name, dtype, arguments[name])
         return arguments
@@ -182,6 +226,7 @@ class Kernel(KernelBase, Generic[_P, _R]):
         self._compiler.clear()
         self._loaded_kernels = LRUCache(_CACHE_SIZE)
         self._plans = LRUCache(4 * _CACHE_SIZE)
+        self._bindings = LRUCache(_BINDINGS)
         self._object_binding = None
         self._native_binding = None
 

@@ -265,6 +265,8 @@ class LoadedKernel:
         for arg in compiled.abi:
             code = {"pointer": _POINTER, "dim": _DIM, "stride": _STRIDE}.get(arg.kind, _SCALAR)
             self.recipe.append((arg.param, code, arg.axis if code in (_DIM, _STRIDE) else 0, arg.dtype))
+        # What `cutile._native.arm` derives from the recipe, once (set there).
+        self.native_layout: Any = None
         self.converts_scalars = any(
             code == _SCALAR and dtype is not None and (dtype in _RAW_SCALARS or dtype.is_bool)
             for _, code, _, dtype in self.recipe)
@@ -408,8 +410,51 @@ def enqueue_bound(kernel: Kernel, binding: ObjectBinding, values: tuple[Any, ...
     prepared = loaded.prepared
     prepared.set_grid(plan.grid)
     prepared.launch_values(stream, packed)  # the binding's very tuple again: nothing to compare
-    if first and not _multi_device:  # it launched: calls with these objects may take the native path
+    if first and not _multi_device:  # it launched: later calls with it may take the native path
         _native.arm(kernel, binding, loaded, loaded.function.device.context_handle)
+
+
+def arm_at_call(kernel: Kernel, binding: ObjectBinding, arguments: dict[str, Any]) -> bool:
+    """Prepares a new ``binding`` (made by a call with ``arguments``, scalars converted)
+    as its first launch would (its plan, loaded kernel and packed parameters) and arms
+    its native binding, when that launch's kernel is already loaded (compiling and
+    loading stay the run's) and it would run with default options: then the call's
+    launch, like later calls over the same memory and layouts, may run in C. Whether it
+    did; anything unusual (an error the run reports, another device in use, torch's
+    memory) leaves the binding to its first run."""
+    if _multi_device or _native.module is None or binding.torch_ordered or binding.plan is not None:
+        return False
+    from cutile import _backend
+    from cutile._errors import CutileError
+
+    if _backend.current() != "gpu":
+        return False
+
+    try:
+        plan = kernel.plan_for(arguments)
+    except CutileError:
+        return False  # (the run raises it, as without this)
+    if 0 in plan.grid or max(plan.grid) > _MAX_GRID:
+        return False
+    ordinal = current_device() if binding.device is None else binding.device
+    # (Were a global the compile read rebound since, the native sync would see it and
+    # leave the run to the Python path, which compiles again.)
+    loaded = plan.loaded_by_options.get((DEFAULT_OPTIONS, ordinal))
+    if loaded is None:
+        return False
+    try:
+        packed = tuple(loaded.pack(kernel.name, {n: (v._tensor if type(v) is Partition else v)
+                                                 for n, v in arguments.items()}))
+    except CutileError:
+        return False
+    names = kernel._param_names
+    binding.plan = plan
+    binding.packed = packed
+    binding.scalar_slots = [(index, names.index(param), dtype) for index, (param, code, _, dtype) in enumerate(loaded.recipe)
+                            if code == _SCALAR and dtype is not None]
+    binding.loaded = loaded
+    _native.arm(kernel, binding, loaded, loaded.function.device.context_handle)
+    return binding.fast is not None
 
 
 def enqueue(kernel: Kernel, plan: SignaturePlan, arguments: dict[str, Any], options: CompileOptions,

@@ -20,6 +20,7 @@ from cutile import _backend, _gpu, _torch_streams
 from cutile._binding import MISSING, ObjectBinding, SignaturePlan, check_strides, wrong_mut_argument, wrong_read_argument
 from cutile._errors import CutileError, GraphCaptureError, LaunchError, OwnershipError
 from cutile._graphs import Graph
+from cutile import _native
 from cutile._native import LaunchBase
 from cutile._tensor import Partition, Storage, Tensor, overlapping, overlaps_itself
 from cutile_compiler import DEFAULT_OPTIONS, CompileOptions, HintError, KernelHints, Specialization
@@ -122,6 +123,10 @@ class Launch(LaunchBase, Generic[_R]):
     def _values_in_order(self) -> tuple[Any, ...]:
         """Every parameter's value in order (`MISSING` where not given)."""
         values: tuple[Any, ...] | None = self.__dict__.get("_values")
+        if values is None and self._args is not None:
+            # Made in C (or attached there): every value in order, the scalars of the
+            # binding's types and checked in C (what their conversion gives back as is).
+            values = self._values = self._args
         if values is None:
             arguments = self.arguments
             values = self._values = tuple(arguments.get(name, MISSING) for name in self.kernel._param_names)
@@ -290,7 +295,11 @@ class Launch(LaunchBase, Generic[_R]):
                 _order_after(torch_stream, stream)
         if (stream is not None and plan is binding.plan and self._options is DEFAULT_OPTIONS
                 and 0 not in plan.grid and _backend.current() == "gpu"):
-            _gpu.enqueue_bound(self.kernel, binding, values, stream)  # (run_plan's case, without names)
+            fast = binding.fast  # an op's launch: queued in C when its binding is armed (for this device)
+            loaded = binding.loaded
+            if fast is None or loaded is None or stream.device is not loaded.device or not _native.module.enqueue(
+                    fast, values, int(stream.handle)):
+                _gpu.enqueue_bound(self.kernel, binding, values, stream)  # (run_plan's case, without names)
         else:
             run_plan(self.kernel, plan, self.arguments, self._options, stream, binding)
         if torch_stream is not None:

@@ -13,13 +13,16 @@ launch takes the Python path, and the GPU backend says so once (a warning of the
 ``cutile.backend`` logger).
 
 What the C code does is a subset of the Python path's work, for one state
-(the same objects as the kernel's last call, nothing else pending, inside a
-batch's steady state); every other case, and every error, is the Python code's.
+(the same objects as the kernel's last armed call, or, through `launch_bound`, new
+objects over an armed binding's memory in its layouts; nothing else pending, inside a
+batch's steady state or on idle memory); every other case, and every error, is the
+Python code's.
 """
 
 from __future__ import annotations
 
 import logging
+import struct
 import sys
 import weakref
 from pathlib import Path
@@ -40,6 +43,9 @@ _SOURCE = Path(__file__).parent / "native" / "_native_launch.c"
 # packs them) -> the codes of native/_native_launch.c's `enum { P_I8 = 1, ... }`,
 # which names each P_ + the C type (test_native_codes.py checks the two agree).
 _SCALAR_CODES = {"i8": 1, "i16": 2, "i32": 3, "i64": 4, "u8": 5, "u16": 6, "u32": 7, "u64": 8, "f32": 9, "f64": 10}
+# Each C type as `struct` packs it into an 8-byte little-endian slot (as ctypes does).
+_SLOT_FORMATS = {"i8": "b7x", "i16": "h6x", "i32": "i4x", "i64": "q", "u8": "B7x", "u16": "H6x", "u32": "I4x",
+                 "u64": "Q", "f32": "f4x", "f64": "d", "ptr": "Q"}
 
 
 _reason: str | None = None
@@ -114,6 +120,9 @@ class _PythonLaunchBase:
 
     def _detach(self) -> None:
         """Leaves the launch to the Python path (the native base's; nothing here)."""
+
+    def _attach(self, fast: Any, values: tuple[Any, ...]) -> None:
+        """Lets the native sync run the launch (the native base's; nothing here)."""
 
     def __del__(self) -> None:
         state = self.__dict__
@@ -193,19 +202,20 @@ def arm(kernel: Kernel, binding: ObjectBinding, loaded: LoadedKernel, context: i
     except NativeUnavailable:
         return
     from cutile import _gpu
-    from cutile._binding import ObjectBinding
     from cutile._launch import Launch  # (it imports this module, for LaunchBase)
 
-    slot_of = {param: index for index, (param, code, _, _) in enumerate(loaded.recipe) if code == _gpu._SCALAR}
+    layout = loaded.native_layout
+    if layout is None:  # (per loaded kernel: its scalars' slots, and its parameters' packing)
+        layout = loaded.native_layout = (
+            {param: index for index, (param, code, _, _) in enumerate(loaded.recipe) if code == _gpu._SCALAR},
+            struct.Struct("<" + "".join(_SLOT_FORMATS[t] for t in types)))
+    slot_of, slots = layout
     checks: list[tuple[Any, ...]] = []  # (kind, target, value, packed_as, slot, range): one shape for the C parser
     for index, (kind, *rest) in enumerate(binding.checks):
         name = kernel._param_names[index]
-        if kind == ObjectBinding._TENSOR:
-            target = rest[0]()
-            if target is None:
-                return
+        if kind == 0:  # a tensor (its object may be gone: then only `launch_bound` matches it)
             checks.append((kind, rest[0], None, 0, 0, 0))
-        elif kind == ObjectBinding._CONSTANT:
+        elif kind == 1:  # a constant
             checks.append((kind, rest[0], rest[1], 0, 0, 0))
         else:
             slot = slot_of.get(name)
@@ -219,12 +229,30 @@ def arm(kernel: Kernel, binding: ObjectBinding, loaded: LoadedKernel, context: i
                 return
             checks.append((kind, rest[0], None, packed_as, slot, accepts))
     # One 8-byte slot per parameter, little-endian like the device.
-    packed = b"".join(bytes(PARAM_CTYPES[t](v)).ljust(8, b"\0") for t, v in zip(types, binding.packed))
+    try:
+        packed = slots.pack(*binding.packed)
+    except (struct.error, OverflowError):  # (a value struct refuses where ctypes converts: ctypes's bytes)
+        packed = b"".join(bytes(PARAM_CTYPES[t](v)).ljust(8, b"\0") for t, v in zip(types, binding.packed))
     run = binding.run_holds  # a synchronous run's holds
-    results = tuple(kernel._param_names.index(name) for name in binding.tensor_names)
+    # The binding's grid (the prepared launch's is the last launch's of this kernel, which
+    # may be another binding's: a binding armed at its call has not launched yet).
+    grid = binding.plan.grid if binding.plan is not None else config.grid
+    results = binding.tensor_positions
     fast = module.NativeObjectBinding(
-        binding, binding.accesses, binding.claim_plan, run, kernel._launch_description, Launch, tuple(checks), results,
-        int(prepared.function.handle), context, tuple(config.grid), tuple(config.block),
+        weakref.ref(binding), binding.accesses, binding.claim_plan, run, kernel._launch_description, Launch, tuple(checks), results,
+        int(prepared.function.handle), context, tuple(grid), tuple(config.block),
         config.shared_memory, packed, loaded.reads.entries)
     kernel._native_binding = fast
-    binding.fast = weakref.ref(fast)
+    binding.fast = fast
+
+
+def launch_bound(kernel: Kernel, binding: ObjectBinding, values: tuple[Any, ...]) -> Any:
+    """The launch, made in C, of a call of ``kernel`` with every parameter's value in
+    order (``values``) whose memory, layouts and constants are ``binding``'s (its
+    `cutile._binding.layout_key`) when its native binding may run it (every object
+    unconsumed, the scalars of its types and in range, nothing else holding the memory);
+    otherwise None."""
+    fast = binding.fast
+    if fast is None:
+        return None
+    return module.launch_bound(kernel, fast, values)

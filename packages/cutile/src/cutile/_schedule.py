@@ -55,6 +55,24 @@ def checked_map(map_shape: Any, blocks: Any, shape: tuple[int, ...], tile_shape:
     naming the argument otherwise. ``blocks=None`` is the device's SM count (the
     interpreter's `INTERPRETER_BLOCKS`), or the streamed tile count when smaller."""
     items = tuple(map_shape) if isinstance(map_shape, (list, tuple)) else (map_shape,)
+    # A map of ints (and OWNED) with a given block count: what it checks depends on the
+    # arguments alone, so a result is remembered (the usual calls repeat them).
+    key = (items, blocks, shape, tile_shape) if type(blocks) is int and all(
+        type(m) is int or m is OWNED for m in items) else None
+    found = _CHECKED_MAPS.get(key) if key is not None else None
+    if found is not None:
+        return found
+    found = _checked_map(items, blocks, shape, tile_shape, device)
+    if key is not None and len(_CHECKED_MAPS) < 4096:
+        _CHECKED_MAPS[key] = found
+    return found
+
+
+_CHECKED_MAPS: dict[tuple[Any, ...], tuple[tuple[int, ...], int]] = {}
+
+
+def _checked_map(items: tuple[Any, ...], blocks: Any, shape: tuple[int, ...], tile_shape: tuple[int, ...],
+                 device: str) -> tuple[tuple[int, ...], int]:
     spelled = "[" + ", ".join("OWNED" if m is OWNED else repr(m) for m in items) + "]"
     where = f"map(map_shape={spelled})"
     if len(items) != len(tile_shape):

@@ -323,11 +323,14 @@ class Tensor(Owned):
 
     # -- views ------------------------------------------------------------------
     def _view(self, shape: tuple[int, ...], strides: tuple[int, ...], offset: int) -> Tensor:
-        self._live("a view")
-        return Tensor(self._storage, self.dtype, shape, strides, offset)
+        if self._consumed_by is not None:
+            self._live("a view")  # raises, naming the consumer
+        return _made_view(self._storage, self.dtype, shape, strides, offset)
 
     def __getitem__(self, key: Any) -> Tensor:
         """A view by basic indexing: ints, slices (any step) and ``...``; no copy."""
+        if key is Ellipsis:  # the whole tensor (a new object, the usual way to make one)
+            return self._view(self.shape, self.strides, self.offset)
         items = key if isinstance(key, tuple) else (key,)
         if sum(item is Ellipsis for item in items) > 1:
             raise TensorIndexError("an index can only have a single ellipsis ('...')")
@@ -359,6 +362,8 @@ class Tensor(Owned):
 
     def reshape(self, *shape: Any) -> Tensor:
         """A view with another shape (the tensor must be contiguous; one dim may be -1)."""
+        if all(type(d) is int and d >= 0 for d in shape) and math.prod(shape) == self.size and self.is_contiguous:
+            return self._view(shape, _contiguous_strides(shape), self.offset)  # (the usual case: dims given whole)
         dims = list(shape[0] if len(shape) == 1 and isinstance(shape[0], (list, tuple)) else shape)
         if dims.count(-1) > 1:
             raise ArgumentError("reshape: only one dimension can be -1")
@@ -377,6 +382,8 @@ class Tensor(Owned):
     def permute(self, *axes: Any) -> Tensor:
         """A view with the dimensions reordered: result dim i is this tensor's dim axes[i]."""
         order = tuple(axes[0] if len(axes) == 1 and isinstance(axes[0], (list, tuple)) else axes)
+        if order == _IDENTITY[:len(order)] and len(order) == len(self.shape):  # (a new view, as is)
+            return self._view(self.shape, self.strides, self.offset)
         if sorted(order) != list(range(self.ndim)):
             raise ArgumentError(f"permute: {list(order)} is not a permutation of {self.ndim} dims")
         return self._view(tuple(self.shape[a] for a in order), tuple(self.strides[a] for a in order), self.offset)
@@ -390,7 +397,7 @@ class Tensor(Owned):
     @property
     def T(self) -> Tensor:  # noqa: N802 - numpy's name
         """All dims reversed (the transpose of a matrix)."""
-        return self.permute(tuple(reversed(range(self.ndim))))
+        return self._view(self.shape[::-1], self.strides[::-1], self.offset)
 
     def broadcast_to(self, *shape: Any) -> Tensor:
         """A view of ``shape`` repeating this tensor as numpy broadcasts (new leading
@@ -459,7 +466,7 @@ class Tensor(Owned):
         """
         shape = checked_tile_shape(tile_shape, self.shape)
         self._consume("partition()")
-        return Partition(Tensor(self._storage, self.dtype, self.shape, self.strides, self.offset), shape,
+        return Partition(_made_view(self._storage, self.dtype, self.shape, self.strides, self.offset), shape,
                          _from_tensor=True)
 
 
@@ -555,6 +562,10 @@ def checked_tile_shape(tile_shape: Any, shape: tuple[int, ...]) -> tuple[int, ..
     (the language's tile rule, `tile_shape_problem`: at most 2**24 elements too). `Tensor.partition` and
     `api.meta(...).partition` both check here; a `LaunchError` names the argument."""
     items = tuple(tile_shape) if isinstance(tile_shape, (list, tuple)) else (tile_shape,)
+    plain = all(type(extent) is int for extent in items)  # (True == 1 and hashes alike: ints only)
+    key = (items, len(shape))
+    if plain and key in _CHECKED_TILES:
+        return items
     if len(items) != len(shape):
         raise LaunchError(f"partition(tile_shape={list(items)}): a rank-{len(shape)} tensor (shape {list(shape)}) "
                           f"needs {len(shape)} tile dims, got {len(items)}")
@@ -571,10 +582,46 @@ def checked_tile_shape(tile_shape: Any, shape: tuple[int, ...]) -> tuple[int, ..
     if len(shape) > 3:
         raise LaunchError(f"partition(tile_shape={list(items)}): at most 3 dims (one per grid axis), "
                           f"the tensor has {len(shape)}")
+    if plain and len(_CHECKED_TILES) < 4096:
+        _CHECKED_TILES.add(key)
     return tuple(dims)
 
 
+# (tile shape of ints, rank) that passed `checked_tile_shape`: what it checks depends on nothing else
+_CHECKED_TILES: set[tuple[tuple[int, ...], int]] = set()
+
+
+_IDENTITY = tuple(range(32))
+
+
+def _made_view(storage: Storage, dtype: dt.DType, shape: tuple[int, ...], strides: tuple[int, ...],
+               offset: int) -> Tensor:
+    """`Tensor` over ``storage`` from a shape, strides and offset already checked and
+    made of ints (a view of a tensor): without the constructor's conversions."""
+    view = Tensor.__new__(Tensor)
+    view._storage = storage
+    view.dtype = dtype
+    view.shape = shape
+    view.strides = strides
+    view.offset = offset
+    view._consumed_by = None
+    view._byte_range = None
+    return view
+
+
 def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    found = _CONTIGUOUS.get(shape)
+    if found is None:
+        if len(_CONTIGUOUS) >= 4096:
+            _CONTIGUOUS.clear()
+        found = _CONTIGUOUS[shape] = _strides_of(shape)
+    return found
+
+
+_CONTIGUOUS: dict[tuple[int, ...], tuple[int, ...]] = {}  # shape -> its row-major strides (shapes recur)
+
+
+def _strides_of(shape: tuple[int, ...]) -> tuple[int, ...]:
     strides = []
     step = 1
     for extent in reversed(shape):

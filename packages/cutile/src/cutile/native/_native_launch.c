@@ -44,6 +44,7 @@ static PyObject *python_sync;        /* Python: Launch._sync_slow(launch), every
 static int configured;
 static unsigned long generation; /* bumped by each configure: a binding armed under another driver misses */
 static unsigned long long native_calls, native_syncs; /* launches made and run here (tests) */
+static unsigned long long native_enqueues;             /* launches an op queued through `enqueue` */
 
 enum { CHECK_TENSOR, CHECK_CONSTANT, CHECK_SCALAR };
 enum { P_I8 = 1, P_I16, P_I32, P_I64, P_U8, P_U16, P_U32, P_U64, P_F32, P_F64 };
@@ -60,7 +61,7 @@ typedef struct {
 
 typedef struct {
     PyObject_HEAD
-    PyObject *owner;        /* the Python ObjectBinding */
+    PyObject *owner;        /* a weak reference to the Python ObjectBinding (which holds this object) */
     PyObject *access_set;   /* its cuda_async.AccessSet, */
     PyObject *claim;        /* the ClaimPlan of a launch's pending holds, */
     PyObject *run;          /* and the ClaimPlan of a synchronous run's (owned by a Job kept for it) */
@@ -185,6 +186,7 @@ static void fast_dealloc(NativeObjectBinding *self) {
 
 /* NativeObjectBinding(owner, access_set, claim, run, name, launch_type, checks, results, function, context,
  *             grid, block, shared_memory, packed, reads)
+ *   owner:   a weak reference to the ObjectBinding (it holds this object: no cycle)
  *   checks:  per argument (kind, target, value, packed_as, slot, range): a tensor (0, weakref, None, 0, 0, 0),
  *            a constant (1, type, value, 0, 0, 0), a scalar (2, type, None, packed_as, slot, range):
  *            packed_as the cubin's C type, range the dtype's
@@ -201,6 +203,8 @@ static PyObject *fast_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) 
                           &PyList_Type, &reads))
         return NULL;
     if (!configured) return PyErr_Format(PyExc_RuntimeError, "NativeObjectBinding: configure the module first");
+    if (!PyWeakref_CheckRef(owner))
+        return PyErr_Format(PyExc_TypeError, "NativeObjectBinding: the owner must be a weak reference");
     if (!PyType_IsSubtype((PyTypeObject *)launch_type, &LaunchBaseType))
         return PyErr_Format(PyExc_TypeError, "NativeObjectBinding: the launch type must derive from LaunchBase");
     Py_ssize_t nbytes = PyBytes_GET_SIZE(packed);
@@ -317,27 +321,88 @@ static void remember_site(LaunchBase *launch) {
     launch->site_lasti = PyFrame_GetLasti(caller);
 }
 
-static PyObject *fast_call(KernelBase *kernel, NativeObjectBinding *fb, PyObject *args) {
-    int matched = arguments_match(fb, args);
-    if (matched <= 0) return NULL;
-    /* Another hold that may conflict (a pending launch, a running op but the batch's
-     * own): the Python path refuses the call, naming both parameters. */
+/* The binding's owner (a new reference), or NULL once it is gone (then the binding misses). */
+static PyObject *owner_of(NativeObjectBinding *fb) {
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject *owner = NULL;
+    if (PyWeakref_GetRef(fb->owner, &owner) <= 0) { PyErr_Clear(); return NULL; }
+    return owner;
+#else
+    PyObject *owner = PyWeakref_GetObject(fb->owner);
+    return owner == Py_None ? NULL : Py_NewRef(owner);
+#endif
+}
+
+/* The launch of `kernel` over `args` on the binding: its holds claimed, pending. NULL
+ * without an error set: a miss (another hold may conflict: the Python path refuses the
+ * call, naming both parameters; or the binding's owner is gone). */
+static PyObject *make_launch(PyObject *kernel, NativeObjectBinding *fb, PyObject *args) {
+    PyObject *owner = owner_of(fb);
+    if (owner == NULL) return NULL;
     int taken = batch_api->claim(fb->claim);
-    if (taken <= 0) return NULL;
+    if (taken <= 0) { Py_DECREF(owner); return NULL; }
     LaunchBase *launch = (LaunchBase *)fb->launch_type->tp_alloc(fb->launch_type, 0);
     if (launch == NULL) {
         batch_api->drop(fb->claim); /* queued: the lock may be another thread's now */
+        Py_DECREF(owner);
         return NULL;
     }
-    launch->kernel = Py_NewRef((PyObject *)kernel);
+    launch->kernel = Py_NewRef(kernel);
     launch->fast = Py_NewRef((PyObject *)fb);
     launch->args = Py_NewRef(args);
     launch->claim = Py_NewRef(fb->claim);
-    launch->binding = Py_NewRef(fb->owner);
+    launch->binding = owner;
     launch->pending = 1;
-    remember_site(launch);
     native_calls++;
     return (PyObject *)launch;
+}
+
+static PyObject *fast_call(KernelBase *kernel, NativeObjectBinding *fb, PyObject *args) {
+    int matched = arguments_match(fb, args);
+    if (matched <= 0) return NULL;
+    PyObject *launch = make_launch((PyObject *)kernel, fb, args);
+    if (launch != NULL) remember_site((LaunchBase *)launch);
+    return launch;
+}
+
+/* 1: `args` (every parameter's value in order, of a call whose memory, layouts and
+ * constants the Python caller matched to the binding's: `cutile._binding.layout_key`)
+ * may launch on it: every tensor object unconsumed, every scalar of the binding's type
+ * and within its dtype; 0: a miss (the Python path raises what is wrong); -1: error. */
+static int arguments_usable(NativeObjectBinding *fb, PyObject *args) {
+    if (PyTuple_GET_SIZE(args) != fb->nargs) return 0;
+    for (Py_ssize_t i = 0; i < fb->nargs; i++) {
+        Check *check = &fb->checks[i];
+        PyObject *value = PyTuple_GET_ITEM(args, i);
+        if (check->kind == CHECK_TENSOR) {
+            if (!PyObject_TypeCheck(value, &OwnedType)) return 0;
+            PyObject *consumed_by = ((Owned *)value)->consumed_by;
+            if (consumed_by != NULL && consumed_by != Py_None) return 0;
+        } else if (check->kind == CHECK_SCALAR) {
+            if (Py_TYPE(value) != check->type) return 0;
+            unsigned char scratch[SLOT];
+            int fits = pack_scalar(check->range, value, scratch);
+            if (fits <= 0) return fits;
+        }
+    }
+    return 1;
+}
+
+/* launch_bound(kernel, binding, args): the launch of a call with other objects over
+ * the binding's memory in its layouts (see `arguments_usable`), or None (a miss). */
+static PyObject *launch_bound(PyObject *module, PyObject *const *argv, Py_ssize_t argc) {
+    if (argc != 3 || !PyObject_TypeCheck(argv[1], &FastBindingType) || !PyTuple_CheckExact(argv[2]))
+        return PyErr_Format(PyExc_TypeError, "launch_bound(kernel, binding, args: tuple)");
+    NativeObjectBinding *fb = (NativeObjectBinding *)argv[1];
+    PyObject *launch = NULL;
+    if (fb->armed && fb->generation == generation) {
+        Py_INCREF(fb);
+        int usable = arguments_usable(fb, argv[2]);
+        if (usable > 0) launch = make_launch(argv[0], fb, argv[2]);
+        Py_DECREF(fb);
+        if (usable < 0) return NULL;
+    }
+    return launch != NULL ? launch : Py_NewRef(Py_None);
 }
 
 static PyObject *kernel_call(KernelBase *self, PyObject *args, PyObject *kwargs) {
@@ -506,6 +571,46 @@ static PyObject *fast_sync(LaunchBase *self, NativeObjectBinding *fb) {
     return results_of(fb, self->args);
 }
 
+/* enqueue(binding, args, stream): the launch of `args` (every parameter's value in
+ * order, over the binding's memory) queued on `stream` (a CUstream handle) for an op
+ * that holds its memory (cuda_async's job: no ledger work here). True when it was
+ * enqueued; False (nothing done) when the binding cannot (disarmed, another driver, a
+ * global the compile read rebound, a scalar it does not pack): the Python path then
+ * enqueues it. A driver error raises. */
+static PyObject *enqueue_bound(PyObject *module, PyObject *const *argv, Py_ssize_t argc) {
+    unsigned long long stream;
+    if (argc != 3 || !PyObject_TypeCheck(argv[0], &FastBindingType) || !PyTuple_CheckExact(argv[1]))
+        return PyErr_Format(PyExc_TypeError, "enqueue(binding, args: tuple, stream: int)");
+    stream = PyLong_AsUnsignedLongLong(argv[2]);
+    if (stream == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    NativeObjectBinding *fb = (NativeObjectBinding *)argv[0];
+    PyObject *args = argv[1];
+    if (!fb->armed || fb->generation != generation || PyTuple_GET_SIZE(args) != fb->nargs) Py_RETURN_FALSE;
+    Py_INCREF(fb);
+    PyObject *result = Py_False;
+    if (reads_current(fb->reads)) {
+        unsigned char params[MAX_PARAMS * SLOT];
+        void *pointers[MAX_PARAMS];
+        memcpy(params, fb->packed, fb->nparams * SLOT);
+        for (Py_ssize_t p = 0; p < fb->nparams; p++) pointers[p] = params + p * SLOT;
+        int packed = 1;
+        for (Py_ssize_t s = 0; s < fb->nscalars && packed > 0; s++) {
+            Check *check = &fb->checks[fb->scalar_checks[s]];
+            PyObject *value = PyTuple_GET_ITEM(args, fb->scalar_checks[s]);
+            packed = Py_TYPE(value) == check->type ? pack_scalar(check->code, value, params + (Py_ssize_t)check->slot * SLOT) : 0;
+        }
+        if (packed < 0) result = NULL;
+        else if (packed > 0) {
+            int waited = 0;
+            int err = launch_on(fb, stream, pointers, 0, &waited);
+            if (err) { raise_driver_error(err, "", fb->name); result = NULL; }
+            else { native_enqueues++; result = Py_True; }
+        }
+    }
+    Py_DECREF(fb);
+    return result == NULL ? NULL : Py_NewRef(result);
+}
+
 static PyObject *launch_sync(LaunchBase *self, PyObject *unused) {
     NativeObjectBinding *fb = (NativeObjectBinding *)self->fast;
     if (fb != NULL && fb->armed && fb->generation == generation && self->claim == fb->claim && !self->done) {
@@ -520,6 +625,20 @@ static PyObject *launch_sync(LaunchBase *self, PyObject *unused) {
     }
     if (python_sync == NULL) return PyErr_Format(PyExc_RuntimeError, "cutile._native_launch: configure_python first");
     return PyObject_CallOneArg(python_sync, (PyObject *)self);
+}
+
+/* _attach(binding, args): a launch made by the Python path over `binding`'s claim, now
+ * armed (`cutile._gpu.arm_at_call`), may run in C: every parameter's value in order is
+ * `args`. Nothing changes when the claim is not the binding's, or the launch has run. */
+static PyObject *launch_attach(LaunchBase *self, PyObject *const *argv, Py_ssize_t argc) {
+    if (argc != 2 || !PyObject_TypeCheck(argv[0], &FastBindingType) || !PyTuple_CheckExact(argv[1]))
+        return PyErr_Format(PyExc_TypeError, "_attach(binding, args: tuple)");
+    NativeObjectBinding *fb = (NativeObjectBinding *)argv[0];
+    if (self->fast == NULL && self->claim == fb->claim && !self->done && PyTuple_GET_SIZE(argv[1]) == fb->nargs) {
+        self->fast = Py_NewRef((PyObject *)fb);
+        Py_XSETREF(self->args, Py_NewRef(argv[1]));
+    }
+    Py_RETURN_NONE;
 }
 
 /* The Python code changes what the launch runs (grid, options) or runs it itself:
@@ -559,6 +678,8 @@ static PyMethodDef launch_methods[] = {
     {"sync", (PyCFunction)launch_sync, METH_NOARGS,
      "Runs the launch to completion and returns its tensor arguments (one as itself, several as a tuple)."},
     {"_detach", (PyCFunction)launch_detach, METH_NOARGS, "Leaves the launch to the Python path."},
+    {"_attach", (PyCFunction)(void (*)(void))launch_attach, METH_FASTCALL,
+     "Lets the native sync run the launch on an armed binding (its values in order)."},
     {NULL, NULL, 0, NULL}};
 static PyMemberDef launch_members[] = {
     {"kernel", T_OBJECT_EX, offsetof(LaunchBase, kernel), 0, NULL},
@@ -667,9 +788,18 @@ static PyObject *stats(PyObject *module, PyObject *unused) {
     return Py_BuildValue("KK", native_calls, native_syncs);
 }
 
+static PyObject *enqueued(PyObject *module, PyObject *unused) {
+    return PyLong_FromUnsignedLongLong(native_enqueues);
+}
+
 static PyMethodDef module_methods[] = {
     {"invalidate", invalidate, METH_NOARGS, "Makes every binding armed so far miss (the driver changed)."},
     {"stats", stats, METH_NOARGS, "(launches made, launches run) by the native path so far."},
+    {"enqueued", enqueued, METH_NOARGS, "Launches ops queued through `enqueue` so far."},
+    {"enqueue", (PyCFunction)(void (*)(void))enqueue_bound, METH_FASTCALL,
+     "Queues a launch of the binding's memory on a stream, for an op that holds it; False: not done."},
+    {"launch_bound", (PyCFunction)(void (*)(void))launch_bound, METH_FASTCALL,
+     "The launch of a call whose memory and layouts match a binding's, or None."},
     {"configure_python", configure_python, METH_VARARGS, "Hands over the Python paths and the never-run warning."},
     {"use_api", use_api, METH_O, "Hands over cuda_async's C API (its capsule)."},
     {"configure", configure, METH_VARARGS, "Hands over the driver's entry points."},

@@ -1,0 +1,290 @@
+"""A kernel's bindings by layout, on a fake driver (no GPU needed): a call with new view
+objects over the memory and layouts of an earlier call reuses that call's binding (its
+holds, accesses, plan and packed parameters, and its native binding), while another
+offset, stride, shape, storage or partition misses; a binding never keeps memory alive
+and never matches once its storage is freed; everything that can change between calls
+(consumed objects, pending holds, scalars) is still checked on every call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import itertools
+import struct
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+import cutile
+from cuda_core.testing import FakeDriver
+from cutile import _binding, _entry, _gpu, _native, api
+from cutile.core import Constant, Mut, Tensor, f32, load_tile_like
+
+pytestmark = pytest.mark.interpreter_only  # runs once, on its own fake GPU
+
+
+@cutile.entry
+def axpy(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], y: Tensor[f32, [-1]], a: f32):
+    z.store(a * load_tile_like(x, z) + load_tile_like(y, z))
+
+
+FakeGpu = Callable[..., contextlib.AbstractContextManager[FakeDriver]]
+
+
+@pytest.fixture
+def gpu(make_fake_gpu: FakeGpu) -> Iterator[FakeDriver]:
+    with make_fake_gpu(kernels=(axpy,)) as fake:
+        yield fake
+
+
+@pytest.fixture
+def made(monkeypatch: pytest.MonkeyPatch) -> list[_binding.ObjectBinding]:
+    """Every `ObjectBinding` made meanwhile."""
+    bindings: list[_binding.ObjectBinding] = []
+    original = _binding.ObjectBinding.__init__
+
+    def init(self: _binding.ObjectBinding, *args: Any) -> None:
+        original(self, *args)
+        bindings.append(self)
+
+    monkeypatch.setattr(_binding.ObjectBinding, "__init__", init)
+    return bindings
+
+
+def _register(fake: FakeDriver, launch: cutile.Launch) -> Any:
+    compiled = launch.kernel.compiled(launch.plan().spec, "sm_90")
+    fake.kernels[compiled.name] = _gpu.fake_param_layout(compiled.abi)
+    launch.cancel()
+    return compiled
+
+
+def _params(compiled: Any, launch: dict[str, Any]) -> dict[str, Any]:
+    """The launch's parameters by (parameter, kind): pointers as addresses, dims and
+    strides as ints, the f32 scalar as a float."""
+    out: dict[str, Any] = {}
+    for arg, raw in zip(compiled.abi, launch["params"]):
+        name = f"{arg.param}.{arg.kind}{arg.axis if arg.kind in ('dim', 'stride') else ''}"
+        out[name] = (struct.unpack("<Q", raw)[0] if arg.kind == "pointer" else struct.unpack("<f", raw)[0]
+                     if arg.kind == "scalar" else struct.unpack("<i", raw)[0])
+    return out
+
+
+def _buffers(n: int = 1024) -> tuple[cutile.Tensor, cutile.Tensor, cutile.Tensor]:
+    x = api.from_numpy(np.arange(n, dtype=np.float32))
+    y = api.from_numpy(np.ones(n, np.float32))
+    z = api.empty([n], dtype=f32)
+    return z, x, y
+
+
+def _native_made() -> int:
+    return int(_native.module.stats()[0]) if _native.module is not None else 0
+
+
+def test_new_views_of_the_same_memory_reuse_one_binding(gpu: FakeDriver, made: list[Any]) -> None:
+    z, x, y = _buffers()
+    compiled = _register(gpu, axpy(z[:256].partition([128]), x[:256], y[:256], 1.0))
+    made.clear()
+    gpu.launches.clear()
+    native_before = _native_made()
+    for i in range(6):  # every argument a new object each call
+        axpy(z[:256].partition([128]), x[:256], y[:256], float(i)).sync()
+    assert made == []  # the binding of the launch `_register` cancelled serves them all
+    params = [_params(compiled, launch) for launch in gpu.launches]
+    assert [p["a.scalar"] for p in params] == [float(i) for i in range(6)]  # scalars refilled per call
+    assert all(p["x.pointer"] == x.address() and p["z.pointer"] == z.address() for p in params)
+    if _native.module is not None:  # once armed (after its first launch), the native path makes them
+        assert _native_made() - native_before == 5
+    # Constants by keyword and a mix of positions find it too.
+    axpy(z[:256].partition([128]), x[:256], y[:256], a=7.0).sync()
+    assert made == [] and _params(compiled, gpu.launches[-1])["a.scalar"] == 7.0
+
+
+@pytest.mark.parametrize("change", ["offset", "stride", "shape", "storage", "tile"])
+def test_another_layout_or_storage_misses(gpu: FakeDriver, made: list[Any], change: str) -> None:
+    z, x, y = _buffers()
+    first = _register(gpu, axpy(z[:256].partition([128]), x[:256], y[:256], 1.0))
+    axpy(z[:256].partition([128]), x[:256], y[:256], 1.0).sync()
+    made.clear()
+    other = api.from_numpy(np.zeros(1024, np.float32))
+    xs = {"offset": x[256:512], "stride": x[::4], "shape": x[:128], "storage": other[:256], "tile": x[:256]}[change]
+    n = 128 if change == "shape" else 256
+    ys, tile = y[:n], [64] if change in ("tile", "shape") else [128]
+    compiled = _register(gpu, axpy(z[:n].partition(tile), xs, ys, 1.0))  # (another specialization, maybe)
+    axpy(z[:n].partition(tile), xs, ys, 1.0).sync()
+    assert len(made) == 1  # a binding of its own (made by the launch `_register` cancelled)
+    launched = _params(compiled, gpu.launches[-1])
+    assert launched["x.pointer"] == xs.address()
+    assert launched["x.dim0"] == xs.shape[0] and launched.get("x.stride0", 1) == xs.strides[0]  # (1: static)
+    # ... and the first layout still finds its own binding. (The fake driver knows one
+    # parameter layout per kernel name: the first specialization's again.)
+    gpu.kernels[first.name] = _gpu.fake_param_layout(first.abi)
+    made.clear()
+    axpy(z[:256].partition([128]), x[:256], y[:256], 2.0).sync()
+    assert made == []
+    assert _params(first, gpu.launches[-1])["x.pointer"] == x.address()
+
+
+def test_a_binding_keeps_no_memory_alive_and_dies_with_its_storage(gpu: FakeDriver, made: list[Any]) -> None:
+    z, x, y = _buffers()
+    _register(gpu, axpy(z[:256].partition([128]), x[:256], y[:256], 1.0))
+    other = api.from_numpy(np.zeros(1024, np.float32))
+    made.clear()
+    axpy(z[:256].partition([128]), other[:256], y[:256], 1.0).sync()
+    (binding,) = made
+    key = next(k for k, b in axpy._bindings._data.items() if b is binding)
+    address = other.address()
+    assert address in gpu.memory and not binding.dead
+    del other
+    gc.collect()
+    # The memory is freed although the kernel still holds the binding: dead, it matches nothing.
+    assert address not in gpu.memory
+    assert binding.dead and binding.accesses.accesses == () and binding.fast is None
+    assert axpy._bindings.get(key) is binding
+    # New memory at the very address (and, as CPython may reuse the storage's id, under the
+    # dead binding's key: a forged one here) makes a binding of its own.
+    gpu._addresses = itertools.chain([address], gpu._addresses)  # type: ignore[attr-defined]
+    again = api.from_numpy(np.full(1024, 3.0, np.float32))
+    assert again.address() == address
+    made.clear()
+    values = (z[:256].partition([128]), again[:256], y[:256], 1.0)
+    axpy._bindings.put(_binding.layout_key(axpy, values), binding)
+    axpy(*values).sync()
+    assert len(made) == 1 and made[0] is not binding and not made[0].dead
+
+
+def test_a_layout_hit_still_checks_what_changes_between_calls(gpu: FakeDriver, made: list[Any]) -> None:
+    z, x, y = _buffers()
+    _register(gpu, axpy(z[:256].partition([128]), x[:256], y[:256], 1.0))
+    for _ in range(2):  # the second round: the binding is armed (the native path's checks)
+        axpy(z[:256].partition([128]), x[:256], y[:256], 1.0).sync()
+        # A consumed object: the partition was handed back.
+        consumed = z[:256].partition([128])
+        consumed.unpartition()
+        with pytest.raises(cutile.OwnershipError, match="consumed"):
+            axpy(consumed, x[:256], y[:256], 1.0)
+        # Another pending launch holds the output: a new view of it is refused, naming both.
+        pending = axpy(z[:256].partition([128]), x[:256], y[:256], 1.0)
+        with pytest.raises(cutile.OwnershipError, match="parameter 'z'"):
+            axpy(z[:256].partition([128]), x[:256], y[:256], 1.0)
+        pending.cancel()
+        # A scalar its dtype cannot hold.
+        with pytest.raises(cutile.LaunchError, match="parameter 'a' is a f32 scalar; 1e\\+39 overflows it"):
+            axpy(z[:256].partition([128]), x[:256], y[:256], 1e39)
+        with pytest.raises(cutile.LaunchError, match="parameter 'a' is a f32 scalar, got 'one'"):
+            axpy(z[:256].partition([128]), x[:256], y[:256], "one")
+    assert len(made) == 1
+
+
+def test_the_bindings_are_bounded(gpu: FakeDriver) -> None:
+    z, x, y = _buffers(4096)
+    _register(gpu, axpy(z[:128].partition([128]), x[:128], y[:128], 1.0))
+    for offset in range(0, 4096 - 128, 16):  # more layouts than a kernel keeps
+        axpy(z[:128].partition([128]), x[offset:offset + 128], y[:128], 1.0).sync()
+    assert len(axpy._bindings._data) == _entry._BINDINGS
+
+
+@pytest.mark.parametrize("value", [1.0, -0.0, 3.4028234e38, 3.4028235677973366e38, 3.4028235677973367e38, 1e39,
+                                   -1e39, float("inf"), float("nan"), 1e-50])
+def test_f32_scalars_overflow_as_numpy_casts_them(value: float) -> None:
+    with np.errstate(over="ignore"):
+        fits = not np.isfinite(value) or bool(np.isfinite(np.float32(value)))
+    if fits:
+        assert _binding.scalar_value("k", "a", cutile.core.f32, value) == value or value != value
+    else:
+        with pytest.raises(cutile.LaunchError, match="overflows it"):
+            _binding.scalar_value("k", "a", cutile.core.f32, value)
+
+
+
+def test_a_new_bindings_first_launch_runs_natively_once_its_kernel_is_loaded(gpu: FakeDriver, made: list[Any]) -> None:
+    if _native.module is None:
+        pytest.skip("native code is turned off (CUDA_CORE_NATIVE=0)")
+    z, x, y = _buffers()
+    compiled = _register(gpu, axpy(z[:256].partition([128]), x[:256], y[:256], 1.0))
+    axpy(z[:256].partition([128]), x[:256], y[:256], 1.0).sync()  # loads the kernel
+    for step in range(3):  # new memory each call (a step's fresh inputs): a binding each, run in C
+        fresh = api.from_numpy(np.full(256, float(step), np.float32))
+        runs = int(_native.module.stats()[1])
+        made.clear()
+        axpy(z[:256].partition([128]), fresh, y[:256], 2.0).sync()
+        assert len(made) == 1 and made[0].fast is not None
+        assert int(_native.module.stats()[1]) == runs + 1
+        launched = _params(compiled, gpu.launches[-1])
+        assert launched["x.pointer"] == fresh.address() and launched["a.scalar"] == 2.0
+    # A launch changed before it runs (an explicit grid) is the Python path's, as before.
+    fresh = api.from_numpy(np.zeros(256, np.float32))
+    runs = int(_native.module.stats()[1])
+    axpy(z[:256].partition([128]), fresh, y[:256], 2.0).grid(2).sync()
+    assert int(_native.module.stats()[1]) == runs
+
+
+def test_an_ops_launches_over_armed_bindings_are_queued_in_c(gpu: FakeDriver) -> None:
+    if _native.module is None:
+        pytest.skip("native code is turned off (CUDA_CORE_NATIVE=0)")
+    z, x, y = _buffers()
+    compiled = _register(gpu, axpy(z[:256].partition([128]), x[:256], y[:256], 1.0))
+    axpy(z[:256].partition([128]), x[:256], y[:256], 1.0).sync()  # armed
+    axpy(z[256:512].partition([128]), x[:256], y[:256], 1.0).sync()
+    gpu.launches.clear()
+    queued = int(_native.module.enqueued())
+    op = axpy(z[:256].partition([128]), x[:256], y[:256], 3.0).then(
+        lambda _: axpy(z[256:512].partition([128]), x[:256], y[:256], 4.0))
+    op.sync()
+    assert int(_native.module.enqueued()) == queued + 2
+    launched = [_params(compiled, launch) for launch in gpu.launches]
+    assert [(p["z.pointer"] - z.address(), p["a.scalar"]) for p in launched] == [(0, 3.0), (1024, 4.0)]
+    # The op's holds were the job's: both outputs are free again.
+    axpy(z[:256].partition([128]), x[:256], y[:256], 1.0).sync()
+
+
+def test_a_layout_hits_launch_left_unrun_warns_at_its_call_line_and_takes_every_path(gpu: FakeDriver) -> None:
+    import sys
+    import warnings
+
+    z, x, y = _buffers()
+    _register(gpu, axpy(z[:256].partition([128]), x[:256], y[:256], 1.0))
+    axpy(z[:256].partition([128]), x[:256], y[:256], 1.0).sync()  # armed
+    axpy._warned_never_run = False
+    with pytest.warns(cutile.LaunchNeverRunWarning) as caught:
+        line = sys._getframe().f_lineno + 1
+        axpy(z[:256].partition([128]), x[:256], y[:256], 2.0)  # new objects, freed at once
+    (warning,) = [w for w in caught if issubclass(w.category, cutile.LaunchNeverRunWarning)]
+    assert (warning.filename, warning.lineno) == (__file__, line)
+    with warnings.catch_warnings(record=True) as quiet:
+        warnings.simplefilter("always")
+        with cutile.batch():
+            for i in range(3):
+                axpy(z[:256].partition([128]), x[:256], y[:256], float(i)).sync()
+        axpy(z[:256].partition([128]), x[:256], y[:256], 5.0).cancel()
+        axpy(z[:256].partition([128]), x[:256], y[:256], 6.0).op.sync()
+        future = axpy(z[:256].partition([128]), x[:256], y[:256], 7.0).schedule()
+        future.result()
+    assert not [w for w in quiet if issubclass(w.category, cutile.LaunchNeverRunWarning)]
+    pending = axpy(z[:256].partition([128]), x[:256], y[:256], 8.0)
+    assert pending.arguments["a"] == 8.0 and pending.arguments["x"].shape == (256,)
+    pending.cancel()
+
+
+@cutile.entry
+def mapped_scale(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], B: Constant[int]):
+    for idx in z.tiles():
+        z.store(x.load(index=idx, shape=(B,)) * 2.0, idx)
+
+
+def test_a_binding_armed_at_its_call_launches_on_its_own_grid(gpu: FakeDriver) -> None:
+    # One loaded kernel, several grids (a mapped partition's block count is no part of the
+    # specialization): a binding armed at its call, before its first launch, launches on
+    # its own grid, not on the one the kernel's last launch set.
+    mapped_scale.clear_cache()
+    z, x, _ = _buffers()
+    _register(gpu, mapped_scale(z[...].partition([128]).map([1], blocks=2), x, 128))
+    for blocks in (2, 4, 3):
+        mapped_scale(z[...].partition([128]).map([1], blocks=blocks), x, 128).sync()
+        assert gpu.launches[-1]["grid"] == (blocks, 1, 1)
+    fresh = api.from_numpy(np.zeros(1024, np.float32))  # a new binding of the first layout's plan
+    mapped_scale(z[...].partition([128]).map([1], blocks=2), fresh, 128).sync()
+    assert gpu.launches[-1]["grid"] == (2, 1, 1)
+    mapped_scale.clear_cache()
