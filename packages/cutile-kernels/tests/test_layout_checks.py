@@ -58,6 +58,11 @@ def test_gemv_calls_with_remembered_layouts_compute_and_still_refuse_what_change
     same_error_without_memo(lambda: small_m_matmul(a, shared.T, shared[:2, :40], config=CONFIG))
     # A config's values are checked as before (a bad one is never remembered).
     same_error_without_memo(lambda: small_m_matmul(a, w.T, out, config={**CONFIG, "tile_m": 1, "split_k": 0}))
+    # Values equal to a remembered config's but of another type (16.0 == 16, True == 1) are
+    # refused as a first call refuses them.
+    for good, odd in (({"tile_n": 16}, {"tile_n": 16.0}), ({"split_k": 1}, {"split_k": True})):
+        small_m_matmul(a, w.T, out, config=good).sync()
+        same_error_without_memo(lambda: small_m_matmul(a, w.T, out, config=odd))  # noqa: B023 (called at once)
 
 
 def test_kv_cache_update_with_remembered_checks_writes_and_still_checks_host_positions() -> None:

@@ -323,7 +323,8 @@ def _checked(function: str, a: Any, b: Any, out: Any, bias: Any, activation: Any
     key: tuple[Any, ...] | None = (*shape, None)
     if config is not None:
         try:
-            key = (*shape, tuple(config.items())) if type(config) is dict else None
+            # (values with their types: True == 1 and 16.0 == 16, which check_config refuses)
+            key = (*shape, tuple((k, type(v), v) for k, v in config.items())) if type(config) is dict else None
             hash(key)
         except TypeError:  # an unhashable value: check_config names it
             key = None
