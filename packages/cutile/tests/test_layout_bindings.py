@@ -288,3 +288,35 @@ def test_a_binding_armed_at_its_call_launches_on_its_own_grid(gpu: FakeDriver) -
     mapped_scale(z[...].partition([128]).map([1], blocks=2), fresh, 128).sync()
     assert gpu.launches[-1]["grid"] == (2, 1, 1)
     mapped_scale.clear_cache()
+
+
+@cutile.entry
+def scaled(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], c: Constant[float]):
+    z.store(load_tile_like(x, z) * c)
+
+
+def test_a_constant_of_another_sign_or_type_makes_its_own_binding(make_fake_gpu: FakeGpu,
+                                                                  made: list[Any]) -> None:
+    # 0.0 == -0.0 and 1 == 1.0, but they compile differently: the layout key keeps them apart.
+    with make_fake_gpu(kernels=(scaled,)) as fake:
+        z, x, _ = _buffers()
+        _register(fake, scaled(z[:256].partition([128]), x[:256], 0.0))
+        for _ in range(2):
+            scaled(z[:256].partition([128]), x[:256], 0.0).sync()
+        made.clear()
+        negative = scaled(z[:256].partition([128]), x[:256], -0.0)
+        assert len(made) == 1  # not the 0.0 binding
+        positive = scaled(z[256:512].partition([128]), x[:256], 0.0)
+        assert negative.plan().spec != positive.plan().spec
+        negative.cancel()
+        positive.cancel()
+
+
+def test_numpy_and_int_scalars_on_a_layout_hit_are_packed_as_the_dtype(gpu: FakeDriver) -> None:
+    z, x, y = _buffers()
+    compiled = _register(gpu, axpy(z[:256].partition([128]), x[:256], y[:256], np.float32(1.0)))
+    for value in (1.5, 2.5, 3.0):  # other scalar types than the binding's: the Python path packs them
+        axpy(z[:256].partition([128]), x[:256], y[:256], np.float32(value)).sync()
+        assert _params(compiled, gpu.launches[-1])["a.scalar"] == value
+        axpy(z[:256].partition([128]), x[:256], y[:256], int(value)).sync()
+        assert _params(compiled, gpu.launches[-1])["a.scalar"] == int(value)
