@@ -16,7 +16,8 @@
   (`_gemv.gemv_bucket`) the winner is the config of the best geometric mean over the
   bucket's cases (no new shape is swept past ``--sweep-seconds``, so that the whole
   run stays within five minutes). ``--write`` merges the winners into
-  ``records/<arch>/gemv.json`` (the package's, to commit; ``--records-dir``
+  ``records/<arch>/gemv.json`` after every shape (a run stopped by a time limit keeps
+  the buckets it finished; the package's file, to commit; ``--records-dir``
   elsewhere), and the table is then made with the new record (matmul's choices
   forgotten and asked again).
 - ``--tune SECONDS``: a `cutile.tune.search` per case over the whole space (pruned for
@@ -265,6 +266,38 @@ def main(argv: list[str] | None = None) -> int:
               f"({'median of %d reps, L2 flushed' % reps if on_gpu else 'results checked only, wall clock'}); "
               "fraction of copy bandwidth per config")
         arch = tuner.provenance.arch if on_gpu else "sm_90"
+
+        def settle(bucket_times: dict[str, dict[str, list[float]]], *, final: bool) -> None:
+            """Each bucket's winner so far (the best geometric mean over its cases),
+            merged into the record with ``--write``: after every shape, so that a run
+            stopped by its time limit keeps the buckets it finished; printed at the end."""
+            winners: dict[str, tuple[dict[str, Any], float]] = {}
+            for bucket, times in bucket_times.items():
+                scored = [(sum(math.log(t) for t in ms) / len(ms), key, ms[0]) for key, ms in times.items()
+                          if all(math.isfinite(t) for t in ms)]
+                if scored:
+                    _, key, first_ms = min(scored)
+                    winners[bucket] = (json.loads(key), first_ms)
+                    if final:
+                        print(f"  winner of {bucket}: {key}")
+            if not args.write or not winners:
+                return
+            path = tuner.record_path
+            assert path is not None
+            record = tune.Record(tuner.provenance)
+            if path.exists():
+                try:
+                    record = tune.Record.load(path, tuner.provenance)  # merged into: runs add buckets
+                except tune.TuneError as exc:
+                    print(f"replacing {path}: {exc}")
+            for bucket, (config, ms) in winners.items():
+                record.winners[bucket] = tune.Winner(config, ms)
+            record.save(path)
+            tune.Record.load(path, tuner.provenance)  # it loads back, verified
+            print(f"wrote {path} ({len(record.winners)} buckets)" + ("; matmul's choices are asked again" if final
+                                                                      else ""), flush=True)
+            _gemv.use_records(path.parent.parent)
+
         for name in args.dtype:
             dtype = dtypes[name]
             for n, k in shapes:
@@ -309,29 +342,8 @@ def main(argv: list[str] | None = None) -> int:
                         figure = f"{case.fraction(ms):5.2f}" if on_gpu and status == "ok" else "  -  "
                         print(f"    {figure}  {json.dumps(config)}" + ("" if status == "ok" else f"  {status}"),
                               flush=True)
-        winners: dict[str, tuple[dict[str, Any], float]] = {}
-        for bucket, times in bucket_times.items():
-            scored = [(sum(math.log(t) for t in ms) / len(ms), key, ms[0]) for key, ms in times.items()
-                      if all(math.isfinite(t) for t in ms)]
-            if scored:
-                _, key, first_ms = min(scored)
-                winners[bucket] = (json.loads(key), first_ms)
-                print(f"  winner of {bucket}: {key}")
-        if args.write:
-            path = tuner.record_path
-            assert path is not None
-            record = tune.Record(tuner.provenance)
-            if path.exists():
-                try:
-                    record = tune.Record.load(path, tuner.provenance)  # merged into: runs add buckets
-                except tune.TuneError as exc:
-                    print(f"replacing {path}: {exc}")
-            for bucket, (config, ms) in winners.items():
-                record.winners[bucket] = tune.Winner(config, ms)
-            record.save(path)
-            tune.Record.load(path, tuner.provenance)  # it loads back, verified
-            print(f"wrote {path} ({len(record.winners)} buckets); matmul's choices are asked again")
-            _gemv.use_records(path.parent.parent)
+                settle(bucket_times, final=False)
+        settle(bucket_times, final=True)
 
     # -- searches -----------------------------------------------------------------------------------
     if args.tune:
