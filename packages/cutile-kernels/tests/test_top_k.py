@@ -203,7 +203,11 @@ BAD: list[tuple[str, Any, type[Exception], str]] = [
      cutile.ArgumentTypeError, "out[0] has dtype f16; expected f32"),
     ("out overlaps x", lambda: overlapping_out(), cutile.ArgumentError, "out[0] overlaps the memory of x"),
     ("config", lambda: top_k(zeros([4, 100]), 2, config={"tile_cols": 8}), cutile.ArgumentError,
-     "parameter 'config' has unknown keys ['tile_cols']"),
+     "config key 'tile_cols' is unknown"),
+    ("config zero rows", lambda: top_k(zeros([4, 100]), 2, config={"tile_rows": 0}), cutile.ArgumentError,
+     "config['tile_rows'] must be a power of two >= 1, got 0"),
+    ("config not a number", lambda: top_k(zeros([4, 100]), 2, config={"block_elems": "x"}), cutile.ArgumentError,
+     "config['block_elems'] must be a power of two >= 1, got 'x'"),
     ("not a tensor", lambda: top_k([1.0, 2.0], 1), cutile.ArgumentTypeError, "x must be a tensor"),
 ]
 

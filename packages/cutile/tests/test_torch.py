@@ -133,6 +133,10 @@ def test_custom_op_refuses_what_it_cannot_register() -> None:
         cutile.torch.custom_op(cutile_kernels.softmax, name="cutile_test::no_schema", fake=lambda x: x)
     with pytest.raises(cutile.ArgumentTypeError, match="fn must be callable"):
         cutile.torch.custom_op(3, name="cutile_test::three")  # type: ignore[arg-type]
+    with pytest.raises(cutile.ArgumentTypeError, match="mutates_args must be 'unknown' or parameter names"):
+        cutile.torch.custom_op(_axpb_into, name="cutile_test::bad_mutates", mutates_args=None)  # type: ignore[arg-type]
+    with pytest.raises(cutile.ArgumentTypeError, match="schema must be a str"):
+        cutile.torch.custom_op(_axpb, name="cutile_test::bad_schema", schema=3, fake=lambda x, a: x)  # type: ignore[arg-type]
 
 
 def test_dlpack_both_ways_with_torch_on_the_cpu() -> None:

@@ -385,14 +385,6 @@ def launches_of(a: cutile.Tensor, b: cutile.Tensor, out: cutile.Tensor,
     return _launches(ops, cfg)
 
 
-def compile_call(a: cutile.Tensor, b: cutile.Tensor, out: cutile.Tensor, config: Mapping[str, Any] | None,
-                 arch: str) -> None:
-    """Compiles what ``small_m_matmul(a, b, out, config=config)`` would launch, for
-    ``arch``, without launching it."""
-    for kernel, arguments, constants in launches_of(a, b, out, config):
-        cutile.compile(kernel, *arguments, arch=arch, **constants)
-
-
 # -- configs --------------------------------------------------------------------------------------
 
 def _splits(n: int, k: int, tile_n: int, tile_k: int) -> int:

@@ -27,7 +27,6 @@ stage holds a row's candidates in one tile).
 # No `from __future__ import annotations`: kernel annotations name the factory's dtypes, which cutile's
 # mypy plugin cannot read (it takes literal dtypes such as f32): hence their `type: ignore[misc]`.
 
-import builtins
 import functools
 import inspect
 from typing import Any
@@ -210,14 +209,7 @@ def _top_k_launch(x: Any, k: int, dim: int = -1, *, largest: bool = True, sorted
     if not 1 <= k <= min(MAX_K, cols):
         why = f"the rows have {cols} elements" if k > cols and cols < MAX_K else f"top_k takes at most {MAX_K}"
         raise cutile.ArgumentError(f"{fn}(): parameter 'k' is {k}; expected 1 to {min(MAX_K, cols)} ({why})")
-    if config is not None:
-        unknown = builtins.sorted(set(config) - set(DEFAULT))
-        if unknown:
-            raise cutile.ArgumentError(f"{fn}(): parameter 'config' has unknown keys {unknown}; expected keys of "
-                                       f"{builtins.sorted(DEFAULT)}")
-        chosen = {**DEFAULT, **config}
-    else:
-        chosen = TUNER.config((rows, cols, k))
+    chosen = pw.config_of(fn, config, SPACE, DEFAULT) if config is not None else TUNER.config((rows, cols, k))
     bm, bn, chunks, kp = plan(chosen, rows, cols, k)
     result_shape = (*shape[:-1], k)
     out_values, out_indices = _out_pair(out, fn)

@@ -96,15 +96,14 @@ class ObjectBinding:
     flight) is still checked on every call.
     """
 
-    __slots__ = ("checks", "tensor_names", "tensor_positions", "claim_plan", "run_holds", "accesses", "plan",
+    __slots__ = ("checks", "tensor_positions", "claim_plan", "run_holds", "accesses", "plan",
                  "loaded", "packed", "scalar_slots", "results", "fast", "device", "torch_ordered", "torch_only",
                  "storages", "dead", "__weakref__")
 
-    _TENSOR, _CONSTANT, _SCALAR = range(3)
     _NO_ACCESSES = cuda_async.AccessSet()
 
     def __init__(self, kernel: Kernel, arguments: dict[str, Any],
-                 ranges: list[tuple[str, Storage, int, int, bool]], tensor_names: list[str]) -> None:
+                 ranges: list[tuple[str, Storage, int, int, bool]]) -> None:
         # The device the launch runs on: its tensors' (None: none on a GPU, the current
         # device's); tensors of several devices are refused here, before any work.
         found: dict[int, list[str]] = {}
@@ -128,7 +127,6 @@ class ObjectBinding:
                             (1, type(value := get(name, MISSING)), value) if kind == 1 else
                             (2, type(get(name, MISSING)))
                             for name, kind in zip(kernel._param_names, kernel._param_kinds))
-        self.tensor_names = tensor_names
         # Where they are among every parameter's value in order (a call's positional
         # arguments, which a call with the binding's objects keeps as they are), and what
         # a run returns from those values: the tensor arguments, one as itself, several
@@ -183,7 +181,7 @@ class ObjectBinding:
         only as the same object: 0.0 and -0.0 are equal but compile differently)."""
         for check, value in zip(self.checks, args):
             kind = check[0]
-            if kind == 0:  # ObjectBinding._TENSOR (literals: this loop runs on every call)
+            if kind == 0:  # a tensor (kinds 0/1/2: tensor, constant, scalar, as the C side's CHECK_* codes)
                 target = check[1]()
                 if target is None or target is not value:  # a dead reference must not match None
                     return False

@@ -20,6 +20,7 @@ from cutile import _backend, _gpu, _torch_streams
 from cutile._binding import MISSING, ObjectBinding, SignaturePlan, check_strides, wrong_mut_argument, wrong_read_argument
 from cutile._errors import CutileError, GraphCaptureError, LaunchError, OwnershipError
 from cutile._graphs import Graph
+from cutile._interop import _order_after
 from cutile import _native
 from cutile._native import LaunchBase
 from cutile._tensor import Partition, Storage, Tensor, overlapping, overlaps_itself
@@ -66,9 +67,8 @@ class Launch(LaunchBase, Generic[_R]):
         if binding is None:
             assert arguments is not None
             self._arguments = arguments
-            self._tensor_names: list[str] = []
             ranges = self._checked_ranges()
-            binding = ObjectBinding(kernel, arguments, ranges, self._tensor_names)
+            binding = ObjectBinding(kernel, arguments, ranges)
             kernel._object_binding = binding
             kernel._native_binding = None  # the native path's binding was the previous one's
         else:
@@ -185,7 +185,6 @@ class Launch(LaunchBase, Generic[_R]):
             check_strides(name, param, tensor)
             start, end = tensor.byte_range()
             ranges.append((param, tensor._storage, start, end, mutable))
-        self._tensor_names = [r[0] for r in ranges]
         return ranges
 
     def grid(self, x: int, y: int = 1, z: int = 1) -> Launch[_R]:
@@ -480,11 +479,6 @@ class Launch(LaunchBase, Generic[_R]):
 
 def _storage_of(value: Any) -> Storage:
     return (value._tensor if type(value) is Partition else value)._storage
-
-
-def _order_after(first: cuda_core.Stream, then: cuda_core.Stream) -> None:
-    """Later work on ``then`` waits for the work queued on ``first`` so far (no host wait)."""
-    then.wait(first.record())
 
 
 class LaunchNeverRunWarning(RuntimeWarning):

@@ -307,9 +307,10 @@ def copy(tensor: Tensor, *, device: DeviceLike = None) -> Tensor:
             Device(source).synchronize()
         stream = default_stream(ordinal)
         if storage.torch_ordered and source == ordinal:  # torch's memory: after torch's work on it
+            from cutile._interop import _order_after
             from cutile._torch_streams import current_stream
 
-            stream.wait(current_stream(source).record())
+            _order_after(current_stream(source), stream)
         target.copy_from(device_memory(storage), end - start, src_offset=start, stream=stream)
         stream.synchronize()
         return result

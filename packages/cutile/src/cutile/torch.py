@@ -67,7 +67,13 @@ def custom_op(fn: Callable[..., Any] | None = None, *, name: str, mutates_args: 
         raise ArgumentTypeError(f"custom_op: fake must be callable, got {type(fake).__name__}")
     if not isinstance(name, str) or name.count("::") != 1 or not all(name.split("::")):
         raise ArgumentError(f"custom_op: name must be 'namespace::op', got {name!r}")
-    mutated: str | tuple[str, ...] = mutates_args if isinstance(mutates_args, str) else tuple(mutates_args)
+    mutated: str | tuple[str, ...] = mutates_args if isinstance(mutates_args, str) else \
+        tuple(mutates_args) if isinstance(mutates_args, Iterable) else (None,)
+    if not isinstance(mutated, str) and not all(isinstance(a, str) for a in mutated):
+        raise ArgumentTypeError(f"custom_op: mutates_args must be 'unknown' or parameter names, got {mutates_args!r}")
+    if schema is not None and not isinstance(schema, str):
+        raise ArgumentTypeError(f"custom_op: schema must be a str like '(Tensor x) -> Tensor', got "
+                                f"{type(schema).__name__}")
     if schema is None:
         try:
             schema = torch.library.infer_schema(fn, mutates_args=mutated)

@@ -27,6 +27,7 @@ from cutile_compiler._opdefs.debug import DebugOp
 from cutile_compiler._opdefs.elementwise import ElementwiseOp
 from cutile_compiler._opdefs.shape import ShapeOp
 from cutile_compiler._opdefs.pointer import check_atomic_dtype, check_writable, fits_i32_offsets, rmw_update, tile_ir_atomic_mode
+from cutile_compiler._signature import divisibility
 from cutile_compiler._types import KType, PartitionType, TensorType, TileType, tile_shape_problem
 
 if TYPE_CHECKING:
@@ -217,7 +218,7 @@ def congruence(ctx: Lowering, value: Any, depth: int = 0) -> tuple[int, int]:
         (m1, r1), (m2, r2) = (congruence(ctx, operand, depth + 1) for operand in operands[:2])
         if key is ElementwiseOp.MUL:
             # (r1 + m1 a)(r2 + m2 b) = r1 r2 + r1 m2 b + r2 m1 a + m1 m2 a b
-            modulus = min(_ANY_DIVISOR, _low_bit(r1) * m2, _low_bit(r2) * m1, m1 * m2)
+            modulus = min(_ANY_DIVISOR, divisibility(r1, _ANY_DIVISOR) * m2, divisibility(r2, _ANY_DIVISOR) * m1, m1 * m2)
             residue = r1 * r2
         else:
             modulus = min(m1, m2)
@@ -239,11 +240,6 @@ def congruence(ctx: Lowering, value: Any, depth: int = 0) -> tuple[int, int]:
     if dtype is not None and dtype.is_integer:
         modulus = min(modulus, 1 << dtype.bits)
     return modulus, residue % modulus
-
-
-def _low_bit(number: int) -> int:
-    """The largest power of two dividing ``number`` (`_ANY_DIVISOR` for 0)."""
-    return _ANY_DIVISOR if number == 0 else min(_ANY_DIVISOR, number & -number)
 
 
 def _static_int(ctx: Lowering, value: Any) -> int | None:
@@ -416,7 +412,7 @@ class _Start:
     @property
     def divisor(self) -> int:
         """The largest power of two known to divide the coordinate."""
-        return self.modulus if self.residue == 0 else min(self.modulus, _low_bit(self.residue))
+        return self.modulus if self.residue == 0 else min(self.modulus, divisibility(self.residue, _ANY_DIVISOR))
 
     def plus(self, delta: int) -> _Start:
         """The coordinate ``delta`` further on."""
