@@ -100,6 +100,8 @@ class ObjectBinding:
                  "loaded", "packed", "scalar_slots", "results", "fast", "device", "torch_ordered", "torch_only",
                  "storages", "dead", "__weakref__")
 
+    # The kinds of ``checks`` (the C side's CHECK_* codes, which test_native_codes.py holds equal)
+    _TENSOR, _CONSTANT, _SCALAR = range(3)
     _NO_ACCESSES = cuda_async.AccessSet()
 
     def __init__(self, kernel: Kernel, arguments: dict[str, Any],
