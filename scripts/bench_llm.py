@@ -16,8 +16,12 @@ median of three runs after a warm-up.
 The torch model is written here (RMSNorm, RoPE, SDPA with ``enable_gqa``; the decode
 step over a static cache with a length mask, so a torch CUDA graph can replay it) and
 reads the cutile model's weights and KV cache in place through DLPack. Before timing,
-one decode step of each arm is checked against the others (bf16 tolerance; a mismatch
-stops the script), and the prefill logits against torch's.
+one decode step of each arm is checked (a mismatch stops the script): cutile's graph
+replay against its eager step (exactly), torch's graph against torch eager, and cutile's
+and torch's bf16 logits against the same model in float32 (the weights and the cached
+keys and values as float32 copies): cutile passes when its largest difference from the
+float32 logits is within 3% of their largest value or within twice torch bf16's (bf16
+rounding compounds over a deep model's layers, in both). The prefill logits likewise.
 
     scripts/on_gpu_machine.sh python3 scripts/bench_llm.py [--models qwen3-4b ...] [--batches 1 8]
         [--contexts 512 4096] [--steps 64] [--prefill-len 2048]
@@ -54,6 +58,20 @@ def close(what: str, got: np.ndarray[Any, Any], expected: np.ndarray[Any, Any], 
     worst = float(np.abs(got - expected).max())
     if not np.all(np.isfinite(got)) or worst > tolerance * scale:
         raise Checked(f"{what}: largest difference {worst:.4g} against a largest value {scale:.4g}")
+
+
+def close_to_float32(what: str, got: np.ndarray[Any, Any], peer: np.ndarray[Any, Any],
+                     exact: np.ndarray[Any, Any], tolerance: float = 0.03) -> None:
+    """Checks ``got`` (cutile's bf16 logits) against ``exact`` (the float32 model's): within
+    ``tolerance`` of exact's largest value, or within twice the difference of ``peer``
+    (torch's bf16 logits) from exact; prints both differences."""
+    scale = float(np.abs(exact).max())
+    worst, peer_worst = float(np.abs(got - exact).max()), float(np.abs(peer - exact).max())
+    print(f"  check, {what}: largest difference from the float32 model: cutile {worst:.4g}, torch bf16 "
+          f"{peer_worst:.4g} (largest logit {scale:.4g})")
+    if not np.all(np.isfinite(got)) or worst > max(tolerance * scale, 2 * peer_worst):
+        raise Checked(f"{what}: cutile's largest difference from the float32 model is {worst:.4g}, torch bf16's "
+                      f"{peer_worst:.4g}, against a largest value {scale:.4g}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,11 +145,12 @@ class ModelBench:
 
             self.torch = torch
             self.reference = TorchQwen3(torch, config, self.model.weights)
+            self.exact = TorchQwen3(torch, config, self.model.weights, dtype=torch.float32)
 
     def release(self) -> None:
         self.model = None  # type: ignore[assignment]
         if self.torch is not None:
-            self.reference = None  # type: ignore[assignment]
+            self.reference = self.exact = None  # type: ignore[assignment]
             self.torch.cuda.empty_cache()
 
     def decode(self, batch: int, context: int, steps: int) -> dict[str, float]:
@@ -188,8 +207,9 @@ class ModelBench:
             step = self.reference.decode_step(cache)
             cache.lengths = [context] * batch
             logits = step.run(torch.from_dlpack(ids), context)
-            close(f"batch {batch} context {context}: cutile decode step against torch's",
-                  eager, logits.float().cpu().numpy())
+            exact = self.exact.decode_step(cache).run(torch.from_dlpack(ids), context)
+            close_to_float32(f"batch {batch} context {context}, decode step", eager, logits.float().cpu().numpy(),
+                             exact.cpu().numpy())
             graphed = step.graphed(context)
             close(f"batch {batch} context {context}: torch CUDA graph against torch eager",
                   graphed.run(torch.from_dlpack(ids), context).float().cpu().numpy(), logits.float().cpu().numpy())
@@ -241,7 +261,7 @@ class ModelBench:
         if self.torch is not None:
             ids = self.torch.tensor(prompt, device="cuda")
             expected = self.reference.prefill(ids).cpu().numpy()
-            close(f"prefill of {length}: cutile against torch", logits[0], expected[0])
+            close_to_float32(f"prefill of {length}", logits[0], expected[0], self.exact.prefill(ids).cpu().numpy()[0])
 
             def torch_prefill() -> None:
                 self.reference.prefill(ids).cpu()
@@ -260,11 +280,16 @@ class ModelBench:
 
 
 class TorchQwen3:
-    """The same Qwen3 in torch, on the cutile weights' memory (DLPack)."""
+    """The same Qwen3 in torch, on the cutile weights' memory (DLPack); with ``dtype``,
+    on copies of them in that dtype (float32: the reference the bf16 arms are checked
+    against)."""
 
-    def __init__(self, torch: Any, config: Any, weights: Any) -> None:
-        self.torch, self.c = torch, config
-        t = torch.from_dlpack
+    def __init__(self, torch: Any, config: Any, weights: Any, dtype: Any = None) -> None:
+        self.torch, self.c, self.dtype = torch, config, dtype
+
+        def t(tensor: Any) -> Any:
+            shared = torch.from_dlpack(tensor)
+            return shared if dtype is None else shared.to(dtype)
         self.embed, self.norm, self.head = t(weights.embed_tokens), t(weights.norm), t(weights.lm_head)
         self.layers = [{name: t(tensor) for name, tensor in vars(layer).items() if tensor is not None}
                        for layer in weights.layers]
@@ -330,8 +355,12 @@ class TorchDecode:
     def __init__(self, model: TorchQwen3, cache: Any) -> None:
         torch = model.torch
         self.model, self.torch = model, torch
-        self.keys = [torch.from_dlpack(k) for k in cache.keys]  # (batch, max_seq, kv_heads, dim)
-        self.values = [torch.from_dlpack(v) for v in cache.values]
+        def t(tensor: Any) -> Any:  # the cache's memory, or a copy in the model's dtype
+            shared = torch.from_dlpack(tensor)
+            return shared if model.dtype is None else shared.to(model.dtype)
+
+        self.keys = [t(k) for k in cache.keys]  # (batch, max_seq, kv_heads, dim)
+        self.values = [t(v) for v in cache.values]
         self.batch, self.max_seq = int(cache.batch), int(cache.max_seq)
         self.slots = torch.arange(self.max_seq, device="cuda")
 

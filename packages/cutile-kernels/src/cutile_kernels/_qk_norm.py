@@ -39,8 +39,10 @@ from cutile_kernels._rows import Plan
 
 #: block_elems: a tile's elements (whole heads of whole tokens, powers of two of them);
 #: max_blocks: the launch's blocks at most; occupancy: blocks per SM the compiler aims for
-SPACE = tune.Space(block_elems=[2048, 4096, 8192, 16384], max_blocks=[132, 264, 528, 1056], occupancy=[1, 2, 4])
-DEFAULT = {"block_elems": 8192, "max_blocks": 528, "occupancy": 2}
+#: (a decode step has one token: its few heads need small tiles to spread over blocks)
+SPACE = tune.Space(block_elems=[128, 256, 512, 1024, 2048, 4096, 8192, 16384], max_blocks=[132, 264, 528, 1056],
+                   occupancy=[1, 2, 4])
+DEFAULT = {"block_elems": 1024, "max_blocks": 528, "occupancy": 2}  # (larger tiles ran several times slower on sm_90)
 
 
 def _normed_heads(x: Any, w: Any, t: Any, h: Any, eps: Any, inv_d: Any, BT: int, BH: int, D: int) -> Any:  # noqa: N803
