@@ -96,3 +96,32 @@ def test_the_domains_of_resources_of_their_own_do_not_accumulate() -> None:
         del resource
     gc.collect()
     assert len(_ledger.holds) <= before + 1
+
+
+def test_a_fresh_jobs_holds_on_one_domain_are_taken_and_given_back_whole_and_still_checked() -> None:
+    domain = "test:bulk"
+    tensors = [ca.Resource(f"tensor {i}", span=(domain, 100 * i, 100 * i + 50)) for i in range(4)]
+
+    def access(first: int, written: bool) -> ca.AccessSet:
+        chosen = tuple(tensors[first:first + 2])
+        spans = tuple((t, domain, t.span[1], t.span[2], written, f"launch (parameter '{t.name}')") for t in chosen)
+        return ca.AccessSet(() if written else chosen, chosen if written else (), spans=spans)
+
+    a, b = ca.Job("a"), ca.Job("b")
+    a.acquire(access(0, True), "a", None)  # tensors 0, 1 written
+    with pytest.raises(ca.OwnershipError,
+                       match=r"tensor 1 is written by the pending op launch \(parameter 'tensor 1'\)"):
+        ca.Job("c").acquire(access(1, False), "c", None)  # overlaps tensor 1: refused, nothing taken
+    assert [h[3] for h in _ledger.holds[domain]] == ["launch (parameter 'tensor 0')", "launch (parameter 'tensor 1')"]
+    b.acquire(access(2, False), "b", None)  # tensors 2, 3 read: disjoint
+    assert [h[4] for h in _ledger.holds[domain]] == [a, a, b, b]
+    a.release(completed=True)  # a's holds are not the end of the list: given back one by one
+    assert [h[4] for h in _ledger.holds[domain]] == [b, b]
+    b.release(completed=True)  # the end of the list: given back at once
+    assert _ledger.holds[domain] == []
+    again = ca.Job("again")
+    again.acquire(access(1, True), "again", None)  # tensor 1 is free again
+    again.acquire(access(0, True), "again", None)  # a job holding something takes the general path
+    assert [h[0] for h in _ledger.holds[domain]] == [100, 200, 0]
+    again.release(completed=True)
+    assert _ledger.holds[domain] == []

@@ -161,7 +161,7 @@ class AccessSet:
     (``"launch of add (parameter 'z')"``: the hold and a conflict it meets are named
     so) or is None (the op's name)."""
 
-    __slots__ = ("accesses", "interest", "spans", "hold_keys")
+    __slots__ = ("accesses", "interest", "spans", "hold_keys", "only_domain", "keys", "resources")
 
     def __init__(self, reads: tuple[Resource, ...] = (), writes: tuple[Resource, ...] = (),
                  spans: tuple[Span, ...] | None = None) -> None:
@@ -176,6 +176,14 @@ class AccessSet:
         # (domain, start, end) and writes of each hold: how a job finds its own (`Job.holds`).
         self.hold_keys: tuple[tuple[tuple[Hashable, int, int], bool], ...] = tuple(
             ((domain, start, end), writes) for _, domain, start, end, writes, _ in spans)
+        # For a job holding nothing yet (a graph replay's, say): its holds taken in bulk
+        # when they are distinct ranges of one device's domain (`Job.acquire`).
+        self.keys = tuple(key for key, _ in self.hold_keys)
+        self.resources = dict.fromkeys(span[0] for span in spans)
+        domains = {key[0] for key in self.keys}
+        only = next(iter(domains)) if len(domains) == 1 else None
+        self.only_domain: Hashable | None = (
+            only if only is not None and type(only) is not tuple and len(set(self.keys)) == len(self.keys) else None)
 
 
 def interest_of(accesses: tuple[tuple[Resource, Access], ...]) -> dict[object, int]:
@@ -259,6 +267,18 @@ class Job:
             held = self.held
             holds = self.holds
             spans = access_set.spans
+            domain = access_set.only_domain
+            if not holds and domain is not None:  # a fresh job's holds on one device: taken in bulk
+                self._check_locked(spans, op_name)
+                listed = _ledger.domain_list(domain)
+                taken = [(start, end, writes, label or op_name, self, resource.name)
+                         for resource, _, start, end, writes, label in spans]
+                listed.extend(taken)
+                holds.update(zip(access_set.keys, [(listed, hold) for hold in taken]))
+                held.update(access_set.resources)
+                if stream is not None:
+                    self._wait_for(access_set, stream)
+                return
             # The usual case in a loop: the job holds all of them already, as strongly.
             for _, domain, start, end, writes, _ in spans:
                 mine = holds.get((domain, start, end))
@@ -276,16 +296,20 @@ class Job:
                         _ledger.remove(listed, previous[1])
                     holds[key] = (listed, hold)
                 held[resource] = None
-            if stream is None:
-                return
-            for resource, access in access_set.accesses:
-                last = resource._last_write
-                if last is not None and last[0] is not stream:
-                    _streams.wait_point(stream, last[0], last[1])
-                if access is Access.WRITE and resource._reads:
-                    for other, (epoch, _) in list(resource._reads.items()):
-                        if other is not stream:
-                            _streams.wait_point(stream, other, epoch)
+            if stream is not None:
+                self._wait_for(access_set, stream)
+
+    def _wait_for(self, access_set: AccessSet, stream: cuda_core.Stream) -> None:
+        """Makes ``stream`` wait (events) for the earlier conflicting accesses of
+        ``access_set``'s resources on other streams (the caller holds the ledger's lock)."""
+        for resource, access in access_set.accesses:
+            last = resource._last_write
+            if last is not None and last[0] is not stream:
+                _streams.wait_point(stream, last[0], last[1])
+            if access is Access.WRITE and resource._reads:
+                for other, (epoch, _) in list(resource._reads.items()):
+                    if other is not stream:
+                        _streams.wait_point(stream, other, epoch)
 
     def is_steady(self, access_set: AccessSet, stream: cuda_core.Stream, state: _streams.StreamState) -> bool:
         """Whether a leaf op over ``access_set`` finds the state a leaf op repeated in
@@ -387,7 +411,15 @@ class Job:
                 _streams.forget(self.streams, used)
             # Latest first: a domain's list then gives each back from its end (a graph's
             # job holds hundreds of ranges of one device: in taking order each removal
-            # would scan the list).
+            # would scan the list); all at once when they are the end of one list.
+            count = len(self.holds)
+            if count:
+                (domain, _, _), (listed, _) = next(iter(self.holds.items()))
+                if len(listed) >= count and listed[-count:] == [hold for _, hold in self.holds.values()]:
+                    del listed[-count:]
+                    self.holds.clear()
+                    if not listed and type(domain) is tuple and domain not in _ledger.pinned:
+                        _ledger.holds.pop(domain, None)
             for (domain, _, _), (listed, hold) in reversed(self.holds.items()):
                 _ledger.remove(listed, hold)
                 if not listed and type(domain) is tuple and domain not in _ledger.pinned:  # a resource's own: not kept
