@@ -205,7 +205,8 @@ def is_live(resource: object, access: int, stream: cuda_core.Stream, epoch: int)
 class Job:
     """One submission: the holds it took, the streams it used, its completion."""
 
-    __slots__ = ("name", "parent", "streams", "held", "holds", "holds_all_of", "retained", "released", "__weakref__")
+    __slots__ = ("name", "parent", "streams", "held", "holds", "domains", "holds_all_of", "retained", "released",
+                 "__weakref__")
 
     def __init__(self, name: str, *, parent: Job | None = None) -> None:
         self.name = name
@@ -213,7 +214,9 @@ class Job:
         self.streams: dict[cuda_core.Stream, None] = {}
         self.held: dict[Resource, None] = {}
         # Its holds in the ledger, by (domain, start, end): (the domain's list, the hold).
-        self.holds: dict[tuple[Hashable, int, int], tuple[list[_ledger.Hold], _ledger.Hold]] = {}
+        self.holds: dict[tuple[Hashable, int, int], tuple[_ledger.DomainHolds, _ledger.Hold]] = {}
+        # The domains it holds ranges of (their lists give its holds back at once).
+        self.domains: dict[Hashable, _ledger.DomainHolds] = {}
         # The last access set every hold of which the job was found to hold as strongly
         # (its holds only grow stronger until `release`): a loop's op is asked once.
         self.holds_all_of: AccessSet | None = None
@@ -273,7 +276,8 @@ class Job:
                 listed = _ledger.domain_list(domain)
                 taken = [(start, end, writes, label or op_name, self, resource.name)
                          for resource, _, start, end, writes, label in spans]
-                listed.extend(taken)
+                listed.take(self, taken)
+                self.domains[domain] = listed
                 holds.update(zip(access_set.keys, [(listed, hold) for hold in taken]))
                 held.update(access_set.resources)
                 if stream is not None:
@@ -291,9 +295,10 @@ class Job:
                 if previous is None or (writes and not previous[1][2]):
                     listed = _ledger.domain_list(domain)
                     hold = (start, end, writes, label or op_name, self, resource.name)
-                    listed.append(hold)
+                    listed.take(self, [hold])
+                    self.domains[domain] = listed
                     if previous is not None:
-                        _ledger.remove(listed, previous[1])
+                        listed.give_back(self, previous[1])
                     holds[key] = (listed, hold)
                 held[resource] = None
             if stream is not None:
@@ -409,21 +414,13 @@ class Job:
             if completed and self.streams:
                 used = self.held if not self.retained else {**self.held, **dict.fromkeys(self.retained)}
                 _streams.forget(self.streams, used)
-            # Latest first: a domain's list then gives each back from its end (a graph's
-            # job holds hundreds of ranges of one device: in taking order each removal
-            # would scan the list); all at once when they are the end of one list.
-            count = len(self.holds)
-            if count:
-                (domain, _, _), (listed, _) = next(iter(self.holds.items()))
-                if len(listed) >= count and listed[-count:] == [hold for _, hold in self.holds.values()]:
-                    del listed[-count:]
-                    self.holds.clear()
-                    if not listed and type(domain) is tuple and domain not in _ledger.pinned:
-                        _ledger.holds.pop(domain, None)
-            for (domain, _, _), (listed, hold) in reversed(self.holds.items()):
-                _ledger.remove(listed, hold)
+            # By domain: a domain's list gives a job's holds back at once (a graph's job
+            # holds hundreds of ranges of one device).
+            for domain, listed in self.domains.items():
+                listed.give_back_all(self)
                 if not listed and type(domain) is tuple and domain not in _ledger.pinned:  # a resource's own: not kept
                     _ledger.holds.pop(domain, None)
+            self.domains.clear()
             self.holds.clear()
             self.holds_all_of = None
             if completed:
