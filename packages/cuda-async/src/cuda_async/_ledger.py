@@ -205,6 +205,15 @@ class ClaimPlan:
         self._takes = tuple(zip(lists, entries))
         self._gives = self._takes[::-1]  # latest first
 
+    def over(self, ranges: list[tuple[int, int]]) -> ClaimPlan:
+        """The same holds (domains, accesses, labels) over other byte ranges, one
+        (start, end) per hold: another call's memory in the same layouts."""
+        plan: ClaimPlan = ClaimPlan.__new__(ClaimPlan)
+        entries = tuple((start, end, w, label, None, what)
+                        for (start, end), (_, _, w, label, _, what) in zip(ranges, self.entries, strict=True))
+        plan._made(self.lists, entries, self.labels, self.requesters)
+        return plan
+
     def owned_by(self, owner: Job) -> ClaimPlan:
         """The same holds as running ones of ``owner`` (a native synchronous run's)."""
         plan: ClaimPlan = ClaimPlan.__new__(ClaimPlan)
