@@ -174,21 +174,22 @@ class AccessSet:
             spans = tuple((r, *r.span, a is Access.WRITE, None) for r, a in self.accesses)
         self.spans: tuple[Span, ...] = spans
         # (domain, start, end) and writes of each hold: how a job finds its own (`Job.holds`).
+        keys = [(domain, start, end) for _, domain, start, end, _, _ in spans]
         self.hold_keys: tuple[tuple[tuple[Hashable, int, int], bool], ...] = tuple(
-            ((domain, start, end), writes) for _, domain, start, end, writes, _ in spans)
+            zip(keys, [span[4] for span in spans]))
         # For a job holding nothing yet (a graph replay's, say): its holds taken in bulk
         # when they are distinct ranges of one device's domain (`Job.acquire`).
-        self.keys = tuple(key for key, _ in self.hold_keys)
-        self.resources = dict.fromkeys(span[0] for span in spans)
-        domains = {key[0] for key in self.keys}
+        self.keys = tuple(keys)
+        self.resources = dict.fromkeys([span[0] for span in spans])
+        domains = {key[0] for key in keys}
         only = next(iter(domains)) if len(domains) == 1 else None
         self.only_domain: Hashable | None = (
-            only if only is not None and type(only) is not tuple and len(set(self.keys)) == len(self.keys) else None)
+            only if only is not None and type(only) is not tuple and len(set(keys)) == len(keys) else None)
 
 
 def interest_of(accesses: tuple[tuple[Resource, Access], ...]) -> dict[object, int]:
     """``accesses`` as the per-stream bookkeeping keeps them: resource -> 1 (read) or 2 (write)."""
-    return {r: int(a) for r, a in accesses}
+    return {r: 2 if a is _WRITE else 1 for r, a in accesses}
 
 
 def is_live(resource: object, access: int, stream: cuda_core.Stream, epoch: int) -> bool:
