@@ -118,6 +118,9 @@ def drain_dropped() -> None:
         release_locked(plan)
 
 
+_SMALL_GROUP = 8  # a job holding at most this many ranges of a domain: its holds are scanned before it is asked
+
+
 def conflict(held: DomainHolds, start: int, end: int, writes: bool,
              exempt: Callable[[Any], bool] | None = None) -> Hold | None:
     """The first hold of ``held`` that a ``writes`` access to ``[start, end)``
@@ -126,13 +129,19 @@ def conflict(held: DomainHolds, start: int, end: int, writes: bool,
     front = held.front
     if front:
         for owner, group in held.owners.items():
-            if owner.released or (exempt is not None and exempt(owner)):
-                continue
-            for hold in group:
-                if hold[0] < end and start < hold[1] and (writes or hold[2]):
-                    return hold
-    for index in range(front, len(held)):
-        hold = held[index]
+            if len(group) > _SMALL_GROUP:  # asked once, before its holds
+                if owner.released or (exempt is not None and exempt(owner)):
+                    continue
+                for hold in group:
+                    if hold[0] < end and start < hold[1] and (writes or hold[2]):
+                        return hold
+            else:  # asked only if one of its holds conflicts
+                for hold in group:
+                    if hold[0] < end and start < hold[1] and (writes or hold[2]):
+                        if owner.released or (exempt is not None and exempt(owner)):
+                            break
+                        return hold
+    for hold in held[front:] if front else held:
         if hold[0] < end and start < hold[1] and (writes or hold[2]):
             owner = hold[4]
             if owner is not None and (owner.released or (exempt is not None and exempt(owner))):
