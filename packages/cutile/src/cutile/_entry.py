@@ -156,10 +156,9 @@ class Kernel(KernelBase, Generic[_P, _R]):
             except TypeError:  # an unhashable constant: the slow path sees it
                 key = binding = None
             if binding is not None and not binding.dead:  # new objects over the same memory and layouts
-                if binding.fast is not None:
-                    launch = launch_bound(self, binding, values)
-                    if launch is not None:
-                        return launch  # type: ignore[no-any-return]
+                launch = launch_bound(self, binding, values)
+                if launch is not None:
+                    return launch  # type: ignore[no-any-return]
                 return Launch(self, None, binding, self._checked_scalars(values) if self._scalar_positions else values)
         if plain:
             arguments = dict(zip(self._param_names, args))

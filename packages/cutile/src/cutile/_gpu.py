@@ -377,6 +377,18 @@ def _launch(loaded: LoadedKernel, grid: tuple[int, int, int], stream: Stream, va
     prepared.launch(stream, *values)
 
 
+def _bind_loaded(kernel: Kernel, binding: ObjectBinding, loaded: LoadedKernel, arguments: dict[str, Any]) -> None:
+    """Makes ``loaded`` the kernel ``binding`` launches, with its parameters packed
+    once from ``arguments`` (by name; a partition as its tensor) and the slots of the
+    scalars each launch refills. Raises the packing's `CutileError` (nothing set)."""
+    names = kernel._param_names
+    binding.packed = tuple(loaded.pack(kernel.name, {n: (v._tensor if isinstance(v, Partition) else v)
+                                                     for n, v in arguments.items()}))
+    binding.scalar_slots = [(index, names.index(param), dtype) for index, (param, code, _, dtype) in enumerate(loaded.recipe)
+                            if code == _SCALAR and dtype is not None]
+    binding.loaded = loaded
+
+
 def enqueue_bound(kernel: Kernel, binding: ObjectBinding, values: tuple[Any, ...], stream: Stream) -> None:
     """`enqueue` for a call whose tensors are its binding's (default options, no
     explicit grid), ``values`` every parameter's value in order: the parameters are
@@ -388,13 +400,7 @@ def enqueue_bound(kernel: Kernel, binding: ObjectBinding, values: tuple[Any, ...
         _check_grid(kernel, plan.grid)
         ordinal = binding.device
         loaded = prepare(kernel, plan, DEFAULT_OPTIONS, current_device() if ordinal is None else ordinal)
-        names = kernel._param_names
-        arguments = {n: (v._tensor if isinstance(v, Partition) else v) for n, v in zip(names, values)}
-        binding.packed = tuple(loaded.pack(kernel.name, arguments))
-        binding.scalar_slots = [(index, names.index(param), dtype)
-                                for index, (param, code, _, dtype) in enumerate(loaded.recipe)
-                                if code == _SCALAR and dtype is not None]
-        binding.loaded = loaded
+        _bind_loaded(kernel, binding, loaded, dict(zip(kernel._param_names, values)))
         first = True
     else:
         first = False
@@ -443,16 +449,10 @@ def arm_at_call(kernel: Kernel, binding: ObjectBinding, arguments: dict[str, Any
     if loaded is None:
         return False
     try:
-        packed = tuple(loaded.pack(kernel.name, {n: (v._tensor if type(v) is Partition else v)
-                                                 for n, v in arguments.items()}))
+        _bind_loaded(kernel, binding, loaded, arguments)
     except CutileError:
         return False
-    names = kernel._param_names
     binding.plan = plan
-    binding.packed = packed
-    binding.scalar_slots = [(index, names.index(param), dtype) for index, (param, code, _, dtype) in enumerate(loaded.recipe)
-                            if code == _SCALAR and dtype is not None]
-    binding.loaded = loaded
     _native.arm(kernel, binding, loaded, loaded.function.device.context_handle)
     return binding.fast is not None
 

@@ -283,18 +283,25 @@ static PyMethodDef fast_methods[] = {
     {NULL, NULL, 0, NULL}};
 
 /* -- kernel(*args) ----------------------------------------------------------------------- */
-/* 1: the arguments are the binding's and none was consumed; 0: a miss; -1: error. */
-static int arguments_match(NativeObjectBinding *fb, PyObject *args) {
+/* 1: `args` (every parameter's value in order) may launch on the binding; 0: a miss (the
+ * Python path raises what is wrong); -1: error. With `same_objects`, they must be the
+ * binding's very tensors and equal constants; without, the Python caller matched their
+ * memory, layouts and constants to the binding's (`cutile._binding.layout_key`). Either
+ * way every tensor object is unconsumed and every scalar of the binding's type and
+ * within its dtype. */
+static int arguments_match(NativeObjectBinding *fb, PyObject *args, int same_objects) {
     if (PyTuple_GET_SIZE(args) != fb->nargs) return 0;
     for (Py_ssize_t i = 0; i < fb->nargs; i++) {
         Check *check = &fb->checks[i];
         PyObject *value = PyTuple_GET_ITEM(args, i);
         if (check->kind == CHECK_TENSOR) {
-            if (cuda_async_referent(check->ref) != value) return 0; /* a dead reference gives None */
+            if (same_objects && cuda_async_referent(check->ref) != value) return 0; /* a dead reference gives None */
             /* (a tensor or partition: an Owned, whose consumer is this file's member) */
             if (!PyObject_TypeCheck(value, &OwnedType)) return 0;
             PyObject *consumed_by = ((Owned *)value)->consumed_by;
             if (consumed_by != NULL && consumed_by != Py_None) return 0;
+        } else if (check->kind == CHECK_CONSTANT && !same_objects) {
+            continue;
         } else if (Py_TYPE(value) != check->type) {
             return 0;
         } else if (check->kind == CHECK_CONSTANT && value != check->ref) {
@@ -357,72 +364,42 @@ static PyObject *make_launch(PyObject *kernel, NativeObjectBinding *fb, PyObject
     return (PyObject *)launch;
 }
 
-static PyObject *fast_call(KernelBase *kernel, NativeObjectBinding *fb, PyObject *args) {
-    int matched = arguments_match(fb, args);
-    if (matched <= 0) return NULL;
-    PyObject *launch = make_launch((PyObject *)kernel, fb, args);
-    if (launch != NULL) remember_site((LaunchBase *)launch);
+/* The launch of `kernel` over `args` on the binding when they match (`arguments_match`);
+ * NULL without an error set: a miss. */
+static PyObject *bound_launch(PyObject *kernel, NativeObjectBinding *fb, PyObject *args, int same_objects) {
+    if (!fb->armed || fb->generation != generation) return NULL;
+    Py_INCREF(fb); /* the checks may drop the kernel's reference (a weakref callback) */
+    int matched = arguments_match(fb, args, same_objects);
+    PyObject *launch = matched > 0 ? make_launch(kernel, fb, args) : NULL;
+    Py_DECREF(fb);
     return launch;
 }
 
-/* 1: `args` (every parameter's value in order, of a call whose memory, layouts and
- * constants the Python caller matched to the binding's: `cutile._binding.layout_key`)
- * may launch on it: every tensor object unconsumed, every scalar of the binding's type
- * and within its dtype; 0: a miss (the Python path raises what is wrong); -1: error. */
-static int arguments_usable(NativeObjectBinding *fb, PyObject *args) {
-    if (PyTuple_GET_SIZE(args) != fb->nargs) return 0;
-    for (Py_ssize_t i = 0; i < fb->nargs; i++) {
-        Check *check = &fb->checks[i];
-        PyObject *value = PyTuple_GET_ITEM(args, i);
-        if (check->kind == CHECK_TENSOR) {
-            if (!PyObject_TypeCheck(value, &OwnedType)) return 0;
-            PyObject *consumed_by = ((Owned *)value)->consumed_by;
-            if (consumed_by != NULL && consumed_by != Py_None) return 0;
-        } else if (check->kind == CHECK_SCALAR) {
-            if (Py_TYPE(value) != check->type) return 0;
-            unsigned char scratch[SLOT];
-            int fits = pack_scalar(check->range, value, scratch);
-            if (fits <= 0) return fits;
-        }
-    }
-    return 1;
-}
-
 /* launch_bound(kernel, binding, args): the launch of a call with other objects over
- * the binding's memory in its layouts (see `arguments_usable`), or None (a miss). */
+ * the binding's memory in its layouts, or None (a miss). */
 static PyObject *launch_bound(PyObject *module, PyObject *const *argv, Py_ssize_t argc) {
     if (argc != 3 || !PyObject_TypeCheck(argv[1], &FastBindingType) || !PyTuple_CheckExact(argv[2]))
         return PyErr_Format(PyExc_TypeError, "launch_bound(kernel, binding, args: tuple)");
-    NativeObjectBinding *fb = (NativeObjectBinding *)argv[1];
-    PyObject *launch = NULL;
-    if (fb->armed && fb->generation == generation) {
-        Py_INCREF(fb);
-        int usable = arguments_usable(fb, argv[2]);
-        if (usable > 0) launch = make_launch(argv[0], fb, argv[2]);
-        Py_DECREF(fb);
-        if (usable < 0) return NULL;
-    }
-    return launch != NULL ? launch : Py_NewRef(Py_None);
+    PyObject *launch = bound_launch(argv[0], (NativeObjectBinding *)argv[1], argv[2], 0);
+    return launch != NULL || PyErr_Occurred() ? launch : Py_NewRef(Py_None);
 }
 
 static PyObject *kernel_call(KernelBase *self, PyObject *args, PyObject *kwargs) {
-    NativeObjectBinding *fb = (NativeObjectBinding *)self->fast;
-    if (fb != NULL && fb->armed && fb->generation == generation && (kwargs == NULL || PyDict_GET_SIZE(kwargs) == 0)) {
-        Py_INCREF(fb); /* the call may drop the kernel's reference (a weakref callback) */
-        PyObject *launch = fast_call(self, fb, args);
-        Py_DECREF(fb);
-        if (launch != NULL || PyErr_Occurred()) return launch;
+    PyObject *launch = NULL;
+    if (self->fast != NULL && (kwargs == NULL || PyDict_GET_SIZE(kwargs) == 0))
+        launch = bound_launch((PyObject *)self, (NativeObjectBinding *)self->fast, args, 1);
+    if (launch == NULL && !PyErr_Occurred()) {
+        if (python_call == NULL) return PyErr_Format(PyExc_RuntimeError, "cutile._native_launch: configure_python first");
+        Py_ssize_t n = PyTuple_GET_SIZE(args);
+        PyObject *small[16], **stack = n < 16 ? small : PyMem_Malloc((n + 1) * sizeof(PyObject *));
+        if (stack == NULL) return PyErr_NoMemory();
+        stack[0] = (PyObject *)self;
+        for (Py_ssize_t i = 0; i < n; i++) stack[i + 1] = PyTuple_GET_ITEM(args, i);
+        launch = PyObject_VectorcallDict(python_call, stack, n + 1, kwargs);
+        if (stack != small) PyMem_Free(stack);
     }
-    if (python_call == NULL) return PyErr_Format(PyExc_RuntimeError, "cutile._native_launch: configure_python first");
-    Py_ssize_t n = PyTuple_GET_SIZE(args);
-    PyObject *small[16], **stack = n < 16 ? small : PyMem_Malloc((n + 1) * sizeof(PyObject *));
-    if (stack == NULL) return PyErr_NoMemory();
-    stack[0] = (PyObject *)self;
-    for (Py_ssize_t i = 0; i < n; i++) stack[i + 1] = PyTuple_GET_ITEM(args, i);
-    PyObject *result = PyObject_VectorcallDict(python_call, stack, n + 1, kwargs);
-    if (stack != small) PyMem_Free(stack);
-    if (result != NULL && PyObject_TypeCheck(result, &LaunchBaseType)) remember_site((LaunchBase *)result);
-    return result;
+    if (launch != NULL && PyObject_TypeCheck(launch, &LaunchBaseType)) remember_site((LaunchBase *)launch);
+    return launch;
 }
 
 static void kernel_dealloc(KernelBase *self) {
@@ -535,20 +512,28 @@ static void raise_driver_error(int err, const char *doing, PyObject *name) {
     if (!PyErr_Occurred()) PyErr_Format(PyExc_RuntimeError, "%s%U failed with CUDA error %d", doing, name, err);
 }
 
-/* The launch in a batch's steady state, or run synchronously on idle resources;
- * NULL without an error set: a miss (nothing changed). */
-static PyObject *fast_sync(LaunchBase *self, NativeObjectBinding *fb) {
-    if (!reads_current(fb->reads)) return NULL;
-    unsigned char params[MAX_PARAMS * SLOT];
-    void *pointers[MAX_PARAMS];
+/* The binding's parameters with the scalars of `args` (every parameter's value in order)
+ * packed in, and a pointer to each: 1; 0 a miss (a scalar its C type cannot hold, or,
+ * with `same_types`, not of the binding's type); -1 error. */
+static int pack_params(NativeObjectBinding *fb, PyObject *args, int same_types, unsigned char *params, void **pointers) {
     memcpy(params, fb->packed, fb->nparams * SLOT);
     for (Py_ssize_t p = 0; p < fb->nparams; p++) pointers[p] = params + p * SLOT;
     for (Py_ssize_t s = 0; s < fb->nscalars; s++) {
         Check *check = &fb->checks[fb->scalar_checks[s]];
-        int packed = pack_scalar(check->code, PyTuple_GET_ITEM(self->args, fb->scalar_checks[s]),
-                                 params + (Py_ssize_t)check->slot * SLOT);
-        if (packed <= 0) return NULL;
+        PyObject *value = PyTuple_GET_ITEM(args, fb->scalar_checks[s]);
+        if (same_types && Py_TYPE(value) != check->type) return 0;
+        int packed = pack_scalar(check->code, value, params + (Py_ssize_t)check->slot * SLOT);
+        if (packed <= 0) return packed;
     }
+    return 1;
+}
+
+/* The launch in a batch's steady state, or run synchronously on idle resources;
+ * NULL without an error set: a miss (nothing changed). */
+static PyObject *fast_sync(LaunchBase *self, NativeObjectBinding *fb) {
+    unsigned char params[MAX_PARAMS * SLOT];
+    void *pointers[MAX_PARAMS];
+    if (!reads_current(fb->reads) || pack_params(fb, self->args, 0, params, pointers) <= 0) return NULL;
     PyObject *access_set = fb->access_set;
     CudaAsyncBatchTxn txn;
     CudaAsyncSyncTxn sync;
@@ -588,24 +573,15 @@ static PyObject *enqueue_bound(PyObject *module, PyObject *const *argv, Py_ssize
     if (!fb->armed || fb->generation != generation || PyTuple_GET_SIZE(args) != fb->nargs) Py_RETURN_FALSE;
     Py_INCREF(fb);
     PyObject *result = Py_False;
-    if (reads_current(fb->reads)) {
-        unsigned char params[MAX_PARAMS * SLOT];
-        void *pointers[MAX_PARAMS];
-        memcpy(params, fb->packed, fb->nparams * SLOT);
-        for (Py_ssize_t p = 0; p < fb->nparams; p++) pointers[p] = params + p * SLOT;
-        int packed = 1;
-        for (Py_ssize_t s = 0; s < fb->nscalars && packed > 0; s++) {
-            Check *check = &fb->checks[fb->scalar_checks[s]];
-            PyObject *value = PyTuple_GET_ITEM(args, fb->scalar_checks[s]);
-            packed = Py_TYPE(value) == check->type ? pack_scalar(check->code, value, params + (Py_ssize_t)check->slot * SLOT) : 0;
-        }
-        if (packed < 0) result = NULL;
-        else if (packed > 0) {
-            int waited = 0;
-            int err = launch_on(fb, stream, pointers, 0, &waited);
-            if (err) { raise_driver_error(err, "", fb->name); result = NULL; }
-            else { native_enqueues++; result = Py_True; }
-        }
+    unsigned char params[MAX_PARAMS * SLOT];
+    void *pointers[MAX_PARAMS];
+    int packed = reads_current(fb->reads) ? pack_params(fb, args, 1, params, pointers) : 0;
+    if (packed < 0) result = NULL;
+    else if (packed > 0) {
+        int waited = 0;
+        int err = launch_on(fb, stream, pointers, 0, &waited);
+        if (err) { raise_driver_error(err, "", fb->name); result = NULL; }
+        else { native_enqueues++; result = Py_True; }
     }
     Py_DECREF(fb);
     return result == NULL ? NULL : Py_NewRef(result);
