@@ -428,12 +428,14 @@ def arm_at_call(kernel: Kernel, binding: ObjectBinding, arguments: dict[str, Any
     launch, like later calls over the same memory and layouts, may run in C. Whether it
     did; anything unusual (an error the run reports, another device in use, torch's
     memory) leaves the binding to its first run."""
-    if _multi_device or _native.module is None or binding.torch_ordered or binding.plan is not None:
+    if _multi_device or binding.torch_ordered or binding.plan is not None:
         return False
     from cutile import _backend
     from cutile._errors import CutileError
 
-    if _backend.current() != "gpu":
+    # (No native module yet: no launch has run on the GPU backend, so no kernel is
+    # loaded; the first run's `_native.arm` loads it.)
+    if _backend.current() != "gpu" or _native.module is None:
         return False
 
     try:
