@@ -275,8 +275,7 @@ def test_native_code_is_built_and_loaded_at_the_first_gpu_launch_not_at_import(t
     result = _run(_FIRST_USE_SCRIPT, tmp_path, CUDA_CORE_NATIVE="1", CUDA_CORE_NATIVE_DIR=str(cache),
                   CUTILE_BACKEND="gpu")
     # importing cutile and its kernel library, and a kernel's first call: nothing built or loaded
-    assert result["import"] == result["before_run"] == ["cuda_async._native_batch"]  # (its locks, at import)
-    assert len(result["import_cache"]) == 1
+    assert result["import"] == [] and result["import_cache"] == [] and result["before_run"] == []
     assert "not loaded yet" in str(result["reason"])
     # the first run builds both extensions (into the cache) and loads them; the kernel
     # made before then takes the C path from its next call on: 5 launches made and run in C
