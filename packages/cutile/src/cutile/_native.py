@@ -98,10 +98,9 @@ def load() -> Any:
     from cutile._launch import Launch, warn_never_run
     from cutile._tensor import Owned
 
-    loaded.use_api(batch.API)
     # Its C reads these classes' slots and installs its paths on them; for every call
     # and sync it does not run, it calls their Python paths.
-    loaded.configure_classes(Kernel, Launch, Owned, Kernel._call, Launch._sync_slow, warn_never_run)
+    loaded.configure_classes(batch.API, Kernel, Launch, Owned, Kernel._call, Launch._sync_slow, warn_never_run)
     # A kernel armed under one driver (a test's fake, say) must not launch through another.
     on_driver_change(loaded.invalidate)
     module = loaded

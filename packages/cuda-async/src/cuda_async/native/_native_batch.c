@@ -612,17 +612,12 @@ static PyObject *install_locks(PyObject *self, PyObject *args) {
     int collecting = PyGC_Disable();
     int safe = others_outside(folder);
     for (Py_ssize_t i = 0; safe == 1 && i < PyList_GET_SIZE(places); i++) {
-        PyObject *place = PyList_GET_ITEM(places, i), *old;
-        if (!PyTuple_Check(place) || PyTuple_GET_SIZE(place) != 3 || !PyDict_Check(PyTuple_GET_ITEM(place, 0)) ||
-            !Py_IS_TYPE(PyTuple_GET_ITEM(place, 2), &RLockType)) {
-            PyErr_SetString(PyExc_TypeError, "install_locks: places are (dict, name, RLock)");
-            safe = -1;
-        } else if ((old = PyDict_GetItemWithError(PyTuple_GET_ITEM(place, 0), PyTuple_GET_ITEM(place, 1))) == NULL) {
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_KeyError, "install_locks: no such global");
-            safe = -1;
-        } else {
+        PyObject *dict, *name, *lock, *old;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(places, i), "O!UO!", &PyDict_Type, &dict, &name, &RLockType, &lock) ||
+            (old = PyDict_GetItemWithError(dict, name)) == NULL)
+            safe = PyErr_Occurred() ? -1 : 0; /* (no such global: not installed) */
+        else
             safe = unheld(old);
-        }
     }
     for (Py_ssize_t i = 0; safe == 1 && i < PyList_GET_SIZE(places); i++) { /* (existing keys: no allocation) */
         PyObject *place = PyList_GET_ITEM(places, i);

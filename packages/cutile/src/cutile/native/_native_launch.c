@@ -330,26 +330,15 @@ static void remember_site(PyObject *launch) {
     set_launch(launch, L_SITE_LASTI, lasti_object);
 }
 
-/* The binding's owner (a new reference), or NULL once it is gone (then the binding misses). */
-static PyObject *owner_of(NativeObjectBinding *fb) {
-#if PY_VERSION_HEX >= 0x030D0000
-    PyObject *owner = NULL;
-    if (PyWeakref_GetRef(fb->owner, &owner) <= 0) { PyErr_Clear(); return NULL; }
-    return owner;
-#else
-    PyObject *owner = PyWeakref_GetObject(fb->owner);
-    return owner == Py_None ? NULL : Py_NewRef(owner);
-#endif
-}
-
 /* The launch of `kernel` over `args` on the binding: its holds claimed, pending. NULL
  * without an error set: a miss (another hold may conflict: the Python path refuses the
  * call, naming both parameters; or the binding's owner is gone). */
 static PyObject *minus_one; /* (a launch's `_site_lasti` until its site is known) */
 
 static PyObject *make_launch(PyObject *kernel, NativeObjectBinding *fb, PyObject *args) {
-    PyObject *owner = owner_of(fb);
-    if (owner == NULL) return NULL;
+    PyObject *owner = cuda_async_referent(fb->owner); /* (the Python ObjectBinding; None once gone) */
+    if (owner == Py_None) return NULL;
+    Py_INCREF(owner);
     int taken = batch_api->claim(fb->claim);
     if (taken <= 0) { Py_DECREF(owner); return NULL; }
     PyObject *launch = launch_type->tp_alloc(launch_type, 0); /* (its slots NULL, its dict made on use) */
@@ -625,7 +614,8 @@ static int slot_offset(PyTypeObject *type, const char *name, Py_ssize_t *offset)
     return 0;
 }
 
-/* configure_classes(kernel, launch, owned, call, sync, never_run): cutile's classes,
+/* configure_classes(api, kernel, launch, owned, call, sync, never_run): cuda_async's C
+ * API (batch_api.h: its capsule), then cutile's classes,
  * whose slots this file reads and on which it installs the fast paths: Kernel's call
  * slot (a heap type's slot set here: Kernel has no subclass and its __call__ is never
  * reassigned, which would reset it), Launch.sync (a method descriptor of Launch) and
@@ -634,12 +624,17 @@ static int slot_offset(PyTypeObject *type, const char *name, Py_ssize_t *offset)
  * never_run(kernel, code, lasti) for a launch freed while pending. Once, before any
  * binding is made. */
 static PyObject *configure_classes(PyObject *module, PyObject *args) {
-    PyObject *call, *sync, *hook;
+    PyObject *capsule, *call, *sync, *hook;
     PyTypeObject *kernel, *launch, *owned;
-    if (!PyArg_ParseTuple(args, "O!O!O!OOO", &PyType_Type, &kernel, &PyType_Type, &launch, &PyType_Type, &owned,
-                          &call, &sync, &hook))
+    if (!PyArg_ParseTuple(args, "OO!O!O!OOO", &capsule, &PyType_Type, &kernel, &PyType_Type, &launch, &PyType_Type,
+                          &owned, &call, &sync, &hook))
         return NULL;
     if (kernel_type != NULL) return PyErr_Format(PyExc_RuntimeError, "configure_classes: configured already");
+    const CudaAsyncBatchAPI *api = PyCapsule_GetPointer(capsule, CUDA_ASYNC_BATCH_API_CAPSULE);
+    if (api == NULL) return NULL;
+    if (api->version != CUDA_ASYNC_BATCH_API_VERSION)
+        return PyErr_Format(PyExc_RuntimeError, "cuda_async's batch API is version %d, expected %d", api->version,
+                            CUDA_ASYNC_BATCH_API_VERSION);
     if (!(kernel->tp_flags & launch->tp_flags & Py_TPFLAGS_HEAPTYPE))
         return PyErr_Format(PyExc_TypeError, "configure_classes: Kernel and Launch must be Python classes");
     if (slot_offset(kernel, "_native_binding", &kernel_binding_at) < 0 ||
@@ -660,20 +655,10 @@ static PyObject *configure_classes(PyObject *module, PyObject *args) {
     kernel_type = (PyTypeObject *)Py_NewRef(kernel);
     launch_type = (PyTypeObject *)Py_NewRef(launch);
     owned_type = (PyTypeObject *)Py_NewRef(owned);
+    batch_api = api;
     python_call = Py_NewRef(call);
     python_sync = Py_NewRef(sync);
     never_run_hook = Py_NewRef(hook);
-    Py_RETURN_NONE;
-}
-
-/* use_api(capsule): cuda_async's C API (batch_api.h), before any launch. */
-static PyObject *use_api(PyObject *module, PyObject *capsule) {
-    const CudaAsyncBatchAPI *api = PyCapsule_GetPointer(capsule, CUDA_ASYNC_BATCH_API_CAPSULE);
-    if (api == NULL) return NULL;
-    if (api->version != CUDA_ASYNC_BATCH_API_VERSION)
-        return PyErr_Format(PyExc_RuntimeError, "cuda_async's batch API is version %d, expected %d", api->version,
-                            CUDA_ASYNC_BATCH_API_VERSION);
-    batch_api = api;
     Py_RETURN_NONE;
 }
 
@@ -683,8 +668,7 @@ static PyObject *configure(PyObject *module, PyObject *args) {
     unsigned long long launch, get_current, set_current, synchronize;
     if (!PyArg_ParseTuple(args, "KKKKO", &launch, &get_current, &set_current, &synchronize, &raiser))
         return NULL;
-    if (batch_api == NULL || kernel_type == NULL)
-        return PyErr_Format(PyExc_RuntimeError, "configure: call use_api and configure_classes first");
+    if (kernel_type == NULL) return PyErr_Format(PyExc_RuntimeError, "configure: call configure_classes first");
     if (!launch || !get_current || !set_current || !synchronize) return PyErr_Format(PyExc_ValueError, "configure: null entry point");
     cu_launch_kernel = (launch_kernel_fn)(uintptr_t)launch;
     cu_ctx_get_current = (ctx_get_fn)(uintptr_t)get_current;
@@ -733,8 +717,7 @@ static PyMethodDef module_methods[] = {
     {"launch_bound", (PyCFunction)(void (*)(void))launch_bound, METH_FASTCALL,
      "The launch of a call whose memory and layouts match a binding's, or None."},
     {"configure_classes", configure_classes, METH_VARARGS,
-     "Hands over cutile's classes (and installs the fast paths), the Python paths and the never-run warning."},
-    {"use_api", use_api, METH_O, "Hands over cuda_async's C API (its capsule)."},
+     "Hands over cuda_async's C API, cutile's classes (installing the fast paths), the Python paths and the never-run hook."},
     {"configure", configure, METH_VARARGS, "Hands over the driver's entry points."},
     {"null_entry_points", null_entry_points, METH_NOARGS, "Driver stand-ins that do nothing (benchmarks)."},
     {NULL, NULL, 0, NULL}};
