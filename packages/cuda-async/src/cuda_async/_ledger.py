@@ -20,10 +20,10 @@ the same lock; nothing else touches them.
 from __future__ import annotations
 
 import collections
+import threading
 from collections.abc import Callable, Hashable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from cuda_async import _native
 from cuda_async._errors import raised
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 # (start, end, writes, label, owner: Job | None while pending, what)
 Hold = tuple[int, int, bool, str, Any, str]
 
-lock = _native.rlock()  # (native: cuda_async._native_batch takes it from C)
+lock = threading.RLock()  # (the native one once the extension is loaded: `_native.batch_api`)
 holds: dict[Hashable, list[Hold]] = {}
 # Domains whose list a plan keeps: never removed when empty (device domains never are).
 pinned: set[Hashable] = set()
