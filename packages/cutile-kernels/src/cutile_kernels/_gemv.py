@@ -488,12 +488,9 @@ _CONFIGS: dict[tuple[Any, ...], dict[str, Any]] = {}  # (function, shape, dtype,
 
 def small_m_matmul(a: cutile.Tensor, b: cutile.Tensor, out: cutile.Tensor, *, bias: cutile.Tensor | None = None,
                    activation: str | None = None, residual: cutile.Tensor | None = None, alpha: float = 1.0,
-                   config: Mapping[str, Any] | None = None, prologue: Prologue | None = None) -> Any:
+                   config: Mapping[str, Any] | None = None) -> Any:
     """``out = act(alpha * (a @ b) + bias) + residual`` for 1 <= M <= 16, streaming the
-    weight b once; with a ``prologue``, ``a`` in that product is the prologue's function
-    of a (``rms_norm(a, extra, eps)``, or ``silu(a) * extra``), computed as each tile of
-    a is loaded (checked by the caller: `cutile_kernels.rms_norm_matmul`,
-    `cutile_kernels.silu_mul_matmul`).
+    weight b once.
 
     Args:
         a: [M, K], f16, bf16 or f32 (any strides), M from 1 to 16.
@@ -517,6 +514,19 @@ def small_m_matmul(a: cutile.Tensor, b: cutile.Tensor, out: cutile.Tensor, *, bi
             including an M outside 1-16.
     """
     ops, cfg = _checked("small_m_matmul", a, b, out, bias, activation, residual, alpha, config)
+    return _run(ops, cfg)
+
+
+def prologue_matmul(function: str, a: cutile.Tensor, b: cutile.Tensor, out: cutile.Tensor, prologue: Prologue, *,
+                    bias: cutile.Tensor | None = None, activation: str | None = None,
+                    residual: cutile.Tensor | None = None, alpha: float = 1.0,
+                    config: Mapping[str, Any] | None = None) -> Any:
+    """`small_m_matmul` with ``a`` in the product replaced by the prologue's function of
+    it (``rms_norm(a, extra, eps)``, or ``silu(a) * extra``), computed as each tile of a
+    is loaded: one launch (or the split's two). The prologue's operand is checked by the
+    caller (`cutile_kernels.rms_norm_matmul`, `cutile_kernels.silu_mul_matmul`), whose
+    name (``function``) the errors of the rest give."""
+    ops, cfg = _checked(function, a, b, out, bias, activation, residual, alpha, config)
     return _run(ops, cfg, prologue)
 
 
@@ -727,6 +737,7 @@ def use_records(records_dir: Path | str | None) -> None:
 
     _RECORDS_DIR[0] = Path(records_dir) if records_dir is not None else _records.RECORDS_DIR
     _TUNERS.clear()
+    _CHOSEN.clear()
     _matmul.forget_plans()
 
 
@@ -741,3 +752,18 @@ def choose(m: int, n: int, k: int, dtype: Any, *, weight_nk: bool) -> dict[str, 
     except tune.TuneError:  # no winner for the bucket, no search asked for
         return default_config(m, n, k, dtype, weight_nk=weight_nk)
 
+
+
+_CHOSEN: dict[tuple[Any, ...], dict[str, Any]] = {}  # (m, n, k, dtype, weight_nk) -> choose's config
+
+
+def chosen(m: int, n: int, k: int, dtype: Any, *, weight_nk: bool) -> dict[str, Any]:
+    """`choose`, asked once per shape, dtype and layout (until `use_records`): the
+    fused functions' config lookup (matmul keeps its own plans)."""
+    key = (m, n, k, dtype, weight_nk)
+    found = _CHOSEN.get(key)
+    if found is None:
+        if len(_CHOSEN) >= 1024:
+            _CHOSEN.clear()
+        found = _CHOSEN[key] = choose(m, n, k, dtype, weight_nk=weight_nk)
+    return found
