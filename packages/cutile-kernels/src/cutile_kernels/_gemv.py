@@ -294,19 +294,34 @@ def prologue_direct_kernel(prologue: str, in_dtype: Any, extra_dtype: Any, out_d
     row_scale = _row_scale(prologue)
     finish = _finish(activation, has_bias, has_residual, out_dtype)
 
-    def gemv_prologue_direct(out: Mut[Tensor[out_dtype, ["BM", "BN"]]], a: Tensor[in_dtype, [-1, -1]],  # type: ignore[misc, name-defined]  # dtypes of the factory
-                             extra: _extra_annotation(prologue, extra_dtype),  # type: ignore[valid-type]
-                             w: _weight_annotation(in_dtype),  # type: ignore[valid-type]
-                             bias: Tensor[bias_dtype, [-1]], residual: Tensor[residual_dtype, [-1, -1]],  # type: ignore[misc]  # dtypes of the factory
-                             alpha: f32, eps: f32, inv_k: f32,
-                             BM: Constant[int], BN: Constant[int], BK: Constant[int]) -> None:
+    @cutile.function
+    def body(out: Any, a: Any, extra: Any, w: Any, bias: Any, residual: Any, alpha: Any, eps: Any, inv_k: Any,
+             BM: int, BN: int, BK: int) -> None:
         _, bn, _ = get_tile_block_id()
         scale = row_scale(a, eps, inv_k, BM, BK)
         acc = product(a, extra, scale, w, bn, 0, cdiv(a.shape[1], BK), BM, BN, BK)
         out.store(finish(acc, alpha, bias, residual, bn, BM, BN))
 
-    gemv_prologue_direct.__name__ = f"gemv_{prologue}_direct"  # (the kernel's name: the profiler's)
-    return cutile.entry(hints=entry_hints(hints))(gemv_prologue_direct)
+    # One entry per prologue, each named for it (the profiler's names): the same body.
+    if prologue == "rms_norm":
+        def gemv_rms_norm_direct(out: Mut[Tensor[out_dtype, ["BM", "BN"]]], a: Tensor[in_dtype, [-1, -1]],  # type: ignore[misc, name-defined]  # dtypes of the factory
+                                 extra: _extra_annotation(prologue, extra_dtype),  # type: ignore[valid-type]
+                                 w: _weight_annotation(in_dtype),  # type: ignore[valid-type]
+                                 bias: Tensor[bias_dtype, [-1]], residual: Tensor[residual_dtype, [-1, -1]],  # type: ignore[misc]  # dtypes of the factory
+                                 alpha: f32, eps: f32, inv_k: f32,
+                                 BM: Constant[int], BN: Constant[int], BK: Constant[int]) -> None:
+            body(out, a, extra, w, bias, residual, alpha, eps, inv_k, BM, BN, BK)
+        entry: Any = gemv_rms_norm_direct
+    else:
+        def gemv_silu_mul_direct(out: Mut[Tensor[out_dtype, ["BM", "BN"]]], a: Tensor[in_dtype, [-1, -1]],  # type: ignore[misc, name-defined]  # dtypes of the factory
+                                 extra: _extra_annotation(prologue, extra_dtype),  # type: ignore[valid-type]
+                                 w: _weight_annotation(in_dtype),  # type: ignore[valid-type]
+                                 bias: Tensor[bias_dtype, [-1]], residual: Tensor[residual_dtype, [-1, -1]],  # type: ignore[misc]  # dtypes of the factory
+                                 alpha: f32, eps: f32, inv_k: f32,
+                                 BM: Constant[int], BN: Constant[int], BK: Constant[int]) -> None:
+            body(out, a, extra, w, bias, residual, alpha, eps, inv_k, BM, BN, BK)
+        entry = gemv_silu_mul_direct
+    return cutile.entry(hints=entry_hints(hints))(entry)
 
 
 @functools.cache
@@ -338,11 +353,9 @@ def prologue_partial_kernel(prologue: str, in_dtype: Any, extra_dtype: Any, weig
     product = _product(weight_nk, method, dict(hints).get("latency"), prologue, in_dtype)
     row_scale = _row_scale(prologue)
 
-    def gemv_prologue_partial(partial: Mut[Tensor[f32, [1, "BM", "BN"]]], a: Tensor[in_dtype, [-1, -1]],  # type: ignore[misc, name-defined]  # dtypes of the factory
-                              extra: _extra_annotation(prologue, extra_dtype),  # type: ignore[valid-type]
-                              w: _weight_annotation(in_dtype),  # type: ignore[valid-type]
-                              steps_per_split: i32, eps: f32, inv_k: f32,
-                              BM: Constant[int], BN: Constant[int], BK: Constant[int]) -> None:
+    @cutile.function
+    def body(partial: Any, a: Any, extra: Any, w: Any, steps_per_split: Any, eps: Any, inv_k: Any, BM: int, BN: int,
+             BK: int) -> None:
         split, _, bn = get_tile_block_id()
         steps = cdiv(a.shape[1], BK)
         scale = row_scale(a, eps, inv_k, BM, BK)
@@ -350,8 +363,23 @@ def prologue_partial_kernel(prologue: str, in_dtype: Any, extra_dtype: Any, weig
                       minimum((split + 1) * steps_per_split, steps), BM, BN, BK)
         partial.store(acc.reshape((1, BM, BN)))
 
-    gemv_prologue_partial.__name__ = f"gemv_{prologue}_partial"
-    return cutile.entry(hints=entry_hints(hints))(gemv_prologue_partial)
+    if prologue == "rms_norm":
+        def gemv_rms_norm_partial(partial: Mut[Tensor[f32, [1, "BM", "BN"]]], a: Tensor[in_dtype, [-1, -1]],  # type: ignore[misc, name-defined]  # dtypes of the factory
+                                  extra: _extra_annotation(prologue, extra_dtype),  # type: ignore[valid-type]
+                                  w: _weight_annotation(in_dtype),  # type: ignore[valid-type]
+                                  steps_per_split: i32, eps: f32, inv_k: f32,
+                                  BM: Constant[int], BN: Constant[int], BK: Constant[int]) -> None:
+            body(partial, a, extra, w, steps_per_split, eps, inv_k, BM, BN, BK)
+        entry: Any = gemv_rms_norm_partial
+    else:
+        def gemv_silu_mul_partial(partial: Mut[Tensor[f32, [1, "BM", "BN"]]], a: Tensor[in_dtype, [-1, -1]],  # type: ignore[misc, name-defined]  # dtypes of the factory
+                                  extra: _extra_annotation(prologue, extra_dtype),  # type: ignore[valid-type]
+                                  w: _weight_annotation(in_dtype),  # type: ignore[valid-type]
+                                  steps_per_split: i32, eps: f32, inv_k: f32,
+                                  BM: Constant[int], BN: Constant[int], BK: Constant[int]) -> None:
+            body(partial, a, extra, w, steps_per_split, eps, inv_k, BM, BN, BK)
+        entry = gemv_silu_mul_partial
+    return cutile.entry(hints=entry_hints(hints))(entry)
 
 
 @functools.cache
