@@ -341,3 +341,32 @@ def test_the_prologue_kernels_compile(prologue: str, arch: str) -> None:
         for kernel, arguments, constants in launches:
             compiled = cutile.compile(kernel, *arguments, arch=arch, **constants)
             assert compiled.cubin[:4] == b"\x7fELF"
+
+
+# -- on the GPU, at the Qwen3-4B decode shapes ---------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("stored_nk", [True, False], ids=["w.T", "kn"])
+@pytest.mark.parametrize("m", [1, 16])
+def test_gpu_prologues_at_decode_shapes(m: int, stored_nk: bool) -> None:
+    """The QKV GEMV (6144 x 2560) with the input norm and the down GEMV (2560 x 9728)
+    with silu_mul and the residual, the record's config (or the default), against the
+    two kernels they replace and float64."""
+    rng = np.random.default_rng(m)
+    h, inner, qkv = 2560, 9728, 6144
+    x, norm_w = random(rng, (m, h), bf16), random(rng, (h,), bf16)
+    w_qkv = (random(rng, (qkv, h), bf16) * 0.05).astype(NUMPY[bf16])
+    out = poisoned(m, qkv, bf16)
+    ck.rms_norm_matmul(api.from_numpy(x), api.from_numpy(norm_w), weight_view(w_qkv, stored_nk), EPS, out=out)
+    assert_close(out.to_numpy(), matmul_reference(rms_reference(x, norm_w, bf16), w_qkv.T), bf16)
+    two = ck.matmul(ck.rms_norm(api.from_numpy(x), api.from_numpy(norm_w), EPS), weight_view(w_qkv, stored_nk))
+    # (a normed value may differ in its last bit where the sums of squares' orders differ)
+    assert_close(out.to_numpy(), two.to_numpy().astype(np.float64), bf16)
+    gate_up = random(rng, (m, 2 * inner), bf16)
+    w_down = (random(rng, (h, inner), bf16) * 0.05).astype(NUMPY[bf16])
+    residual = random(rng, (m, h), bf16)
+    out = poisoned(m, h, bf16)
+    ck.silu_mul_matmul(api.from_numpy(gate_up), weight_view(w_down, stored_nk), out=out,
+                       residual=api.from_numpy(residual))
+    left = silu_mul_reference(gate_up[:, :inner], gate_up[:, inner:], bf16)
+    assert_close(out.to_numpy(), matmul_reference(left, w_down.T, residual=residual), bf16)
