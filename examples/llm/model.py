@@ -9,9 +9,10 @@ after one `kv_cache_update` launch wrote the new keys and values) -> output
 projection with the residual add as its epilogue -> RMSNorm -> SiLU-gated MLP -> residual
 (its down projection's epilogue). The final norm and the LM head (tied to the embedding
 or not) give f32 logits of each sequence's last token. Each RMSNorm is the prologue of the
-GEMM that reads it (`rms_norm_matmul`), and SiLU-and-multiply the down projection's
-(`silu_mul_matmul`): in decode (at most 16 rows) each is one GEMV launch, so a layer
-launches no norm or pointwise kernel of its own.
+GEMV that reads it in decode (`rms_norm_matmul`), and SiLU-and-multiply the down
+projection's (`silu_mul_matmul`): each is one GEMV launch (at most 16 rows), so a decode
+layer launches no norm or pointwise kernel of its own. Prefill makes each norm once for
+the GEMMs that read it.
 
 Weights are kept in Hugging Face's layout (``[out_features, in_features]``) and passed to
 `matmul` as their ``.T`` view, which it reads in place (its fast path).
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -350,28 +351,39 @@ class Qwen3Model:
 
     # -- shared pieces ----------------------------------------------------------------
 
+    def _normed_projections(self, hidden: cutile.Tensor, norm: cutile.Tensor,
+                            decode: bool) -> Callable[[cutile.Tensor, cutile.Tensor | None], cutile.Tensor]:
+        """What projects the RMSNorm of ``hidden`` by a weight ([out, in], into an out=
+        or a new tensor): in decode each GEMV computes the norm as its prologue
+        (`rms_norm_matmul`: no launch of its own); in prefill the norm is made once, and
+        read by every projection's GEMM."""
+        eps = self.config.rms_norm_eps
+        if decode:
+            return lambda weight, out: ck.rms_norm_matmul(hidden, norm, weight.T, eps, out=out)
+        normed = ck.rms_norm(hidden, norm, eps)
+        return lambda weight, out: ck.matmul(normed, weight.T, out=out)
+
     def _qkv(self, layer: LayerWeights, hidden: cutile.Tensor, positions: cutile.Tensor,
              bufs: StepBuffers | None) -> tuple[cutile.Tensor, cutile.Tensor, cutile.Tensor]:
-        """The input norm and projections (the norm as each GEMM's prologue), then
-        QK-norm and RoPE in one launch, of ``tokens`` rows of the residual stream: q
-        ``(tokens, heads, dim)``, k and v ``(tokens, kv_heads, dim)`` (into ``bufs`` when
-        given; v is a head slice of the stacked projection's output when there is one)."""
+        """The input norm and projections, then QK-norm and RoPE in one launch, of
+        ``tokens`` rows of the residual stream: q ``(tokens, heads, dim)``, k and v
+        ``(tokens, kv_heads, dim)`` (decode: into ``bufs``; v is a head slice of the
+        stacked projection's output when there is one)."""
         c = self.config
         tokens = int(hidden.shape[0])
-        norm, eps = layer.input_layernorm, c.rms_norm_eps
+        project = self._normed_projections(hidden, layer.input_layernorm, bufs is not None)
         if layer.qkv_proj is not None:  # one GEMM; q, k and v are head slices of its output
             if bufs is not None:
-                ck.rms_norm_matmul(hidden, norm, layer.qkv_proj.T, eps, out=bufs.qkv)
+                project(layer.qkv_proj, bufs.qkv)
                 q_raw, k_raw, v = bufs.qkv_q, bufs.qkv_k, bufs.qkv_v
             else:
-                q_raw, k_raw, v = _head_slices(c, ck.rms_norm_matmul(hidden, norm, layer.qkv_proj.T, eps))
+                q_raw, k_raw, v = _head_slices(c, project(layer.qkv_proj, None))
         else:
-            q_raw = ck.rms_norm_matmul(hidden, norm, layer.q_proj.T, eps, out=bufs.q_raw if bufs else None).reshape(
-                tokens, c.num_attention_heads, c.head_dim)
-            k_raw = ck.rms_norm_matmul(hidden, norm, layer.k_proj.T, eps, out=bufs.k_raw if bufs else None).reshape(
-                tokens, c.num_key_value_heads, c.head_dim)
-            v = ck.rms_norm_matmul(hidden, norm, layer.v_proj.T, eps, out=bufs.v if bufs else None).reshape(
-                tokens, c.num_key_value_heads, c.head_dim)
+            q_raw = project(layer.q_proj, bufs.q_raw if bufs else None).reshape(tokens, c.num_attention_heads,
+                                                                                c.head_dim)
+            k_raw = project(layer.k_proj, bufs.k_raw if bufs else None).reshape(tokens, c.num_key_value_heads,
+                                                                                c.head_dim)
+            v = project(layer.v_proj, bufs.v if bufs else None).reshape(tokens, c.num_key_value_heads, c.head_dim)
         q, k = ck.qk_norm_rope(q_raw, k_raw, layer.q_norm, layer.k_norm, positions, c.rms_norm_eps, c.rope_theta,
                                style="neox", out=(bufs.q, bufs.k) if bufs else None)
         return q, k, v
@@ -379,21 +391,21 @@ class Qwen3Model:
     def _finish_layer(self, layer: LayerWeights, attended: cutile.Tensor, hidden: cutile.Tensor,
                       bufs: StepBuffers | None) -> cutile.Tensor:
         """The output projection with the residual add as its epilogue, the MLP (the
-        post-attention norm the gate and up GEMM's prologue, silu_mul the down GEMM's,
-        the residual add its epilogue): returns the residual stream. With ``bufs`` the
-        stream goes hidden[0] -> hidden[1] -> hidden[0] (an output is never the
-        residual it adds)."""
+        post-attention norm made as `_normed_projections` makes it, silu_mul the down
+        GEMM's prologue, the residual add its epilogue): returns the residual stream.
+        In decode the stream goes hidden[0] -> hidden[1] -> hidden[0] (an output is
+        never the residual it adds)."""
         c = self.config
         tokens = int(attended.shape[0])
-        eps, norm = c.rms_norm_eps, layer.post_attention_layernorm
         middle = ck.matmul(attended.reshape(tokens, c.q_size), layer.o_proj.T, residual=hidden,
                            out=bufs.hidden[1] if bufs else None)
+        project = self._normed_projections(middle, layer.post_attention_layernorm, bufs is not None)
         gate_up: cutile.Tensor | tuple[cutile.Tensor, cutile.Tensor]
         if layer.gate_up_proj is not None:  # one GEMM; the down GEMM reads its two halves in place
-            gate_up = ck.rms_norm_matmul(middle, norm, layer.gate_up_proj.T, eps, out=bufs.gate_up if bufs else None)
+            gate_up = project(layer.gate_up_proj, bufs.gate_up if bufs else None)
         else:
-            gate_up = (ck.rms_norm_matmul(middle, norm, layer.gate_proj.T, eps, out=bufs.gate if bufs else None),
-                       ck.rms_norm_matmul(middle, norm, layer.up_proj.T, eps, out=bufs.up if bufs else None))
+            gate_up = (project(layer.gate_proj, bufs.gate if bufs else None),
+                       project(layer.up_proj, bufs.up if bufs else None))
         result: cutile.Tensor = ck.silu_mul_matmul(gate_up, layer.down_proj.T, residual=middle,
                                                    out=bufs.hidden[0] if bufs else None)
         return result
