@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import cutile
-from cutile import api
+from cutile import api, tune
 from cutile.core import bf16, f16, f32
 import cutile_kernels as ck
 from cutile_kernels import _gemv
@@ -148,6 +148,22 @@ def test_every_dtype_with_the_whole_epilogue(m: int, dtype: Any, splits: int, pr
     assert_within_one_ulp(out.to_numpy(), two.to_numpy(), dtype)
 
 
+@pytest.mark.parametrize(("method", "rows", "k"), [("mma_t", 16, 1100), ("dot", 1, 9000)])
+def test_the_sum_of_squares_in_several_loads(method: str, rows: int, k: int) -> None:
+    """K past the prologue's load of squares (`_gemv.squares_tile`: 512 columns for 16
+    rows, 8192 for one): the sum runs over several, the last one partial."""
+    tile = tile_m(method, rows)
+    assert _gemv.squares_tile("rms_norm", tile, k) < k
+    rng = np.random.default_rng(k)
+    x, norm_w, w = random(rng, (rows, k), bf16), random(rng, (k,), bf16), random(rng, (40, k), bf16)
+    out = poisoned(rows, 40, bf16)
+    config = {"method": method, "tile_m": tile, "tile_n": 16 if method == "dot" else 64, "tile_k": 256,
+              "split_k": 2}
+    ck.rms_norm_matmul(api.from_numpy(x), api.from_numpy(norm_w), weight_view(w, True), EPS, out=out,
+                       config=config)
+    assert_close(out.to_numpy(), matmul_reference(rms_reference(x, norm_w, bf16), w.T), bf16)
+
+
 @pytest.mark.parametrize("activation", ["relu", "silu"])
 def test_a_wider_out_and_epilogue_operands_of_other_dtypes(activation: str) -> None:
     """An f32 out (the LM head's logits) of bf16 operands, an f32 bias, an f16 residual,
@@ -202,6 +218,52 @@ def test_a_decode_loop_ping_pongs_the_residual_stream(splits: int) -> None:
         expected = rounded(matmul_reference(left, w.T, residual=rounded(expected, bf16)), bf16)
         assert_close(dst.to_numpy(), expected, bf16)
         expected = dst.to_numpy().astype(np.float64)
+
+
+# -- configs: the GEMV record's ------------------------------------------------------------------
+
+def _write_record(folder: Any, winners: dict[str, dict[str, Any]], source: str | None = None) -> None:
+    gemv_tuner = _gemv.tuner(records_dir=folder)
+    provenance = gemv_tuner.provenance
+    if source is not None:
+        provenance = tune.Provenance.current("gemv", source, _gemv.SPACE)
+    record = tune.Record(provenance, {b: tune.Winner(c, 0.01) for b, c in winners.items()})
+    assert gemv_tuner.record_path is not None
+    record.save(gemv_tuner.record_path)
+
+
+WINNER = {"method": "sum", "tile_m": 1, "tile_n": 64, "tile_k": 64, "split_k": 3, "num_worker_warps": 4,
+          "occupancy": 1, "latency": 3}
+
+
+def test_the_fused_calls_take_the_gemv_records_winner(tmp_path: Any) -> None:
+    n, k = 70, 200
+    _write_record(tmp_path, {"nk_e2_m1_n128_k256": WINNER})
+    try:
+        _gemv.use_records(tmp_path)
+        rng = np.random.default_rng(23)
+        x, norm_w, w = random(rng, (1, k), bf16), random(rng, (k,), bf16), random(rng, (n, k), bf16)
+        work = ck.rms_norm_matmul.launch(api.from_numpy(x), api.from_numpy(norm_w), weight_view(w, True), EPS,
+                                         out=poisoned(1, n, bf16))
+        assert not isinstance(work, cutile.Launch)  # the winner's split of K: the partials, then their sum
+        work.sync()
+        assert _gemv.chosen(1, n, k, bf16, weight_nk=True) == WINNER
+        assert _gemv.chosen(1, n, k, bf16, weight_nk=False) == _gemv.default_config(1, n, k, bf16, weight_nk=False)
+    finally:
+        _gemv.use_records(None)
+    assert _gemv.chosen(1, n, k, bf16, weight_nk=True) != WINNER  # (the choices are forgotten with the records)
+
+
+def test_a_stale_record_is_refused_with_a_warning_and_the_defaults_used(tmp_path: Any,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    _write_record(tmp_path, {"nk_e2_m1_n128_k256": WINNER}, source="the kernels before a change")
+    try:
+        _gemv.use_records(tmp_path)
+        with caplog.at_level("WARNING", logger="cutile.tune"):
+            assert _gemv.chosen(1, 70, 200, bf16, weight_nk=True) == _gemv.default_config(1, 70, 200, bf16)
+        assert "stale" in caplog.text and "source_hash" in caplog.text
+    finally:
+        _gemv.use_records(None)
 
 
 # -- more than 16 rows: the two kernels -------------------------------------------------------------

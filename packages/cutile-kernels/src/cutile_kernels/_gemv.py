@@ -97,6 +97,7 @@ ROW_BYTES = {True: 1024, False: 512}  # bytes of the contiguous axis per tile ro
 MIN_CONTIGUOUS_BYTES = 64  # a narrower contiguous axis wastes DRAM sectors: pruned
 MIN_STEPS_PER_SPLIT = 2  # K is not split into slices of fewer tile steps
 REDUCE_ELEMENTS = 4096  # the reduction's tile at most (memory bound, spread over the SMs)
+SQUARES_ELEMENTS = 8192  # a's elements per load of the rms_norm prologue's sum of squares (64 registers a thread)
 
 #: the tuning space of the records (one for every dtype: the record's buckets hold the
 #: dtype's size); `prune_for` drops what cannot run or win at a shape
@@ -138,21 +139,32 @@ def _load_a(prologue: str | None, in_dtype: Any) -> Any:
 
 def _row_scale(prologue: str | None) -> Any:
     """The device function giving the ``scale`` `_load_a` takes: for rms_norm each row's
-    ``rsqrt(sum(a^2) * inv_k + eps)`` (a's rows over all of K, in BK chunks: a is at
-    most 16 rows, read from L2), else a placeholder the product never reads."""
+    ``rsqrt(sum(a^2) * inv_k + eps)`` (a's rows over all of K in [BM, BS] chunks, BS from
+    `squares_tile`: a is at most 16 rows, read from L2, in as few loads as the registers
+    take, since the weight's stream waits for it), else a placeholder the product never
+    reads."""
     if prologue == "rms_norm":
         @cutile.function
-        def row_scale(a: Any, eps: Any, inv_k: Any, BM: int, BK: int) -> Any:
+        def row_scale(a: Any, eps: Any, inv_k: Any, BM: int, BS: int) -> Any:
             squares = zeros((BM, 1), f32)
-            for k in range(cdiv(a.shape[1], BK)):
-                t = a.load(index=(0, k), shape=(BM, BK)).astype(f32)
+            for k in range(cdiv(a.shape[1], BS)):
+                t = a.load(index=(0, k), shape=(BM, BS)).astype(f32)
                 squares = squares + sum(t * t, axis=1, keepdims=True)
             return rsqrt(squares * inv_k + eps)
     else:
         @cutile.function
-        def row_scale(a: Any, eps: Any, inv_k: Any, BM: int, BK: int) -> Any:
+        def row_scale(a: Any, eps: Any, inv_k: Any, BM: int, BS: int) -> Any:
             return zeros((BM, 1), f32)
     return row_scale
+
+
+def squares_tile(prologue: str, tile_m: int, k: int) -> int:
+    """The columns of a the rms_norm prologue sums the squares of per load, for a block
+    of ``tile_m`` rows: all of K's power of two where SQUARES_ELEMENTS allows (one load
+    for one row up to K = 8192), else that many elements; 16 for silu_mul (unread)."""
+    if prologue != "rms_norm":
+        return 16
+    return max(16, min(next_power_of_two(k), SQUARES_ELEMENTS // tile_m))
 
 
 def _product(weight_nk: bool, method: str, latency: int | None, prologue: str | None = None,
@@ -296,9 +308,9 @@ def prologue_direct_kernel(prologue: str, in_dtype: Any, extra_dtype: Any, out_d
 
     @cutile.function
     def body(out: Any, a: Any, extra: Any, w: Any, bias: Any, residual: Any, alpha: Any, eps: Any, inv_k: Any,
-             BM: int, BN: int, BK: int) -> None:
+             BM: int, BN: int, BK: int, BS: int) -> None:
         _, bn, _ = get_tile_block_id()
-        scale = row_scale(a, eps, inv_k, BM, BK)
+        scale = row_scale(a, eps, inv_k, BM, BS)
         acc = product(a, extra, scale, w, bn, 0, cdiv(a.shape[1], BK), BM, BN, BK)
         out.store(finish(acc, alpha, bias, residual, bn, BM, BN))
 
@@ -309,8 +321,9 @@ def prologue_direct_kernel(prologue: str, in_dtype: Any, extra_dtype: Any, out_d
                                  w: _weight_annotation(in_dtype),  # type: ignore[valid-type]
                                  bias: Tensor[bias_dtype, [-1]], residual: Tensor[residual_dtype, [-1, -1]],  # type: ignore[misc]  # dtypes of the factory
                                  alpha: f32, eps: f32, inv_k: f32,
-                                 BM: Constant[int], BN: Constant[int], BK: Constant[int]) -> None:
-            body(out, a, extra, w, bias, residual, alpha, eps, inv_k, BM, BN, BK)
+                                 BM: Constant[int], BN: Constant[int], BK: Constant[int],
+                                 BS: Constant[int]) -> None:
+            body(out, a, extra, w, bias, residual, alpha, eps, inv_k, BM, BN, BK, BS)
         entry: Any = gemv_rms_norm_direct
     else:
         def gemv_silu_mul_direct(out: Mut[Tensor[out_dtype, ["BM", "BN"]]], a: Tensor[in_dtype, [-1, -1]],  # type: ignore[misc, name-defined]  # dtypes of the factory
@@ -318,8 +331,9 @@ def prologue_direct_kernel(prologue: str, in_dtype: Any, extra_dtype: Any, out_d
                                  w: _weight_annotation(in_dtype),  # type: ignore[valid-type]
                                  bias: Tensor[bias_dtype, [-1]], residual: Tensor[residual_dtype, [-1, -1]],  # type: ignore[misc]  # dtypes of the factory
                                  alpha: f32, eps: f32, inv_k: f32,
-                                 BM: Constant[int], BN: Constant[int], BK: Constant[int]) -> None:
-            body(out, a, extra, w, bias, residual, alpha, eps, inv_k, BM, BN, BK)
+                                 BM: Constant[int], BN: Constant[int], BK: Constant[int],
+                                 BS: Constant[int]) -> None:
+            body(out, a, extra, w, bias, residual, alpha, eps, inv_k, BM, BN, BK, BS)
         entry = gemv_silu_mul_direct
     return cutile.entry(hints=entry_hints(hints))(entry)
 
@@ -355,10 +369,10 @@ def prologue_partial_kernel(prologue: str, in_dtype: Any, extra_dtype: Any, weig
 
     @cutile.function
     def body(partial: Any, a: Any, extra: Any, w: Any, steps_per_split: Any, eps: Any, inv_k: Any, BM: int, BN: int,
-             BK: int) -> None:
+             BK: int, BS: int) -> None:
         split, _, bn = get_tile_block_id()
         steps = cdiv(a.shape[1], BK)
-        scale = row_scale(a, eps, inv_k, BM, BK)
+        scale = row_scale(a, eps, inv_k, BM, BS)
         acc = product(a, extra, scale, w, bn, minimum(split * steps_per_split, steps),
                       minimum((split + 1) * steps_per_split, steps), BM, BN, BK)
         partial.store(acc.reshape((1, BM, BN)))
@@ -368,16 +382,18 @@ def prologue_partial_kernel(prologue: str, in_dtype: Any, extra_dtype: Any, weig
                                   extra: _extra_annotation(prologue, extra_dtype),  # type: ignore[valid-type]
                                   w: _weight_annotation(in_dtype),  # type: ignore[valid-type]
                                   steps_per_split: i32, eps: f32, inv_k: f32,
-                                  BM: Constant[int], BN: Constant[int], BK: Constant[int]) -> None:
-            body(partial, a, extra, w, steps_per_split, eps, inv_k, BM, BN, BK)
+                                  BM: Constant[int], BN: Constant[int], BK: Constant[int],
+                                 BS: Constant[int]) -> None:
+            body(partial, a, extra, w, steps_per_split, eps, inv_k, BM, BN, BK, BS)
         entry: Any = gemv_rms_norm_partial
     else:
         def gemv_silu_mul_partial(partial: Mut[Tensor[f32, [1, "BM", "BN"]]], a: Tensor[in_dtype, [-1, -1]],  # type: ignore[misc, name-defined]  # dtypes of the factory
                                   extra: _extra_annotation(prologue, extra_dtype),  # type: ignore[valid-type]
                                   w: _weight_annotation(in_dtype),  # type: ignore[valid-type]
                                   steps_per_split: i32, eps: f32, inv_k: f32,
-                                  BM: Constant[int], BN: Constant[int], BK: Constant[int]) -> None:
-            body(partial, a, extra, w, steps_per_split, eps, inv_k, BM, BN, BK)
+                                  BM: Constant[int], BN: Constant[int], BK: Constant[int],
+                                 BS: Constant[int]) -> None:
+            body(partial, a, extra, w, steps_per_split, eps, inv_k, BM, BN, BK, BS)
         entry = gemv_silu_mul_partial
     return cutile.entry(hints=entry_hints(hints))(entry)
 
@@ -447,7 +463,8 @@ def _launches(ops: Operands, config: Mapping[str, Any],
                                         ops.residual.dtype, ops.weight_nk, method, ops.activation, ops.has_bias,
                                         ops.has_residual, hints)
         return ((kernel, (out_tiles((tile_m, tile_n)), ops.a, prologue.extra, ops.weight, ops.bias, ops.residual,
-                          ops.alpha, prologue.eps, 1.0 / ops.k), {"BK": tile_k}),)
+                          ops.alpha, prologue.eps, 1.0 / ops.k),
+                 {"BK": tile_k, "BS": squares_tile(prologue.kind, tile_m, ops.k)}),)
     # One workspace per out and split count: a second call while the first is pending is
     # refused (the workspace is held), as it would be for out.
     workspace = derived(out, ("gemv_workspace", splits), lambda: api.empty([splits, ops.m, ops.n], dtype=f32))
@@ -462,7 +479,7 @@ def _launches(ops: Operands, config: Mapping[str, Any],
         partial = (prologue_partial_kernel(prologue.kind, ops.a.dtype, prologue.extra.dtype, ops.weight_nk, method,
                                            hints),
                    (workspace_tiles, ops.a, prologue.extra, ops.weight, steps, prologue.eps, 1.0 / ops.k),
-                   {"BK": tile_k})
+                   {"BK": tile_k, "BS": squares_tile(prologue.kind, tile_m, ops.k)})
     reduce = reduce_kernel(out.dtype, ops.bias.dtype, ops.residual.dtype, ops.activation, ops.has_bias,
                            ops.has_residual)
     return (partial, (reduce, (out_tiles(reduce_tiles(ops.m, ops.n)), workspace, ops.bias, ops.residual, ops.alpha),
