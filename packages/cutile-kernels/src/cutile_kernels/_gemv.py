@@ -40,6 +40,16 @@ The product of a block's tiles is a config key (``method``):
 - ``mma``: a's rows on the M side (below 64 rows tileiras computes it without tensor
   cores: accepted, not searched).
 
+A **prologue** (`prologue_matmul`; `cutile_kernels.rms_norm_matmul` and
+`cutile_kernels.silu_mul_matmul` check and call it) replaces a in the product by a row
+function of it, computed as each [tile_m, tile_k] tile of a is loaded, in float32 and
+rounded to a's dtype (the numbers that function would have stored): ``rms_norm`` (each
+block first sums the squares of its rows of a over all of K, in loads of up to
+SQUARES_ELEMENTS, then scales each tile by ``rsqrt(mean + eps) * norm_weight[k-chunk]``)
+or ``silu_mul`` (a is gate, a second operand up: ``silu(gate) * up``). The prologue is a
+closure constant of its own kernels (``gemv_<prologue>_direct``, ``_partial``; the
+reduction is shared); the plain kernels have none. It takes the plain GEMV's configs.
+
 Configs come from the committed `cutile.tune` record ``records/<arch>/gemv.json``
 (`tuner`, `choose`: one winner per bucket of layout, dtype size, M class and N, K
 powers of two; made by ``scripts/bench_gemv.py --write``), else `default_config`.
