@@ -88,8 +88,8 @@ from cutile_kernels._splitk import (
     next_power_of_two,
 )
 
-__all__ = ["MAX_M", "PROLOGUES", "Prologue", "SPACE", "choose", "default_config", "gemv_bucket", "prune", "prune_for", "small_m_matmul",
-           "tuner", "use_records"]
+__all__ = ["MAX_M", "PROLOGUES", "Prologue", "SPACE", "choose", "chosen", "default_config", "gemv_bucket",
+           "prologue_matmul", "prune", "prune_for", "small_m_matmul", "tuner", "use_records"]
 
 MAX_M = 16
 METHODS = ("dot", "sum", "mma_t", "mma")
