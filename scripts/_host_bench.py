@@ -22,7 +22,7 @@ def free_fake_driver() -> Iterator[FakeDriver]:
     fake.cuStreamSynchronize = free  # type: ignore[method-assign]
     fake.cuEventRecord = free  # type: ignore[method-assign]
     fake.cuCtxSetCurrent = free  # type: ignore[method-assign]
-    if _native.module is not None:  # the native path calls C stand-ins that do nothing
+    if _native.load() is not None:  # the native path (loaded now, not at the first launch) calls C stand-ins that do nothing
         null = EntryPoints(*_native.module.null_entry_points())
         fake.native_entry_points = lambda: null  # type: ignore[method-assign]
     with use_fake_driver(fake), cuda_async.using_policy(cuda_async.SingleStream()):

@@ -20,7 +20,7 @@ x_host = np.random.default_rng(0).standard_normal(1000).astype(np.float32)
 x = api.from_numpy(x_host)
 z = api.zeros([1000], dtype=f32).partition([128])
 expected = np.zeros(1000, np.float64)
-before = _native.module.stats() if _native.module else None
+before = _native.load().stats() if _native.load() is not None else None  # (loaded now: it loads at the first launch)
 z, x = axpb(z, x, 0.5, 1).sync()
 expected += 0.5 * x_host + 1
 with cutile.batch():

@@ -1,5 +1,6 @@
-"""cuda_async's native extension: the reentrant lock C code takes, and the batch
-steady state (native/batch_api.h), checked against the Python path it mirrors."""
+"""cuda_async's native extension: the reentrant locks C code takes (put in place of
+threading's when it is loaded), and the batch steady state (native/batch_api.h),
+checked against the Python path it mirrors."""
 
 from __future__ import annotations
 
@@ -27,9 +28,15 @@ def native() -> object:
         pytest.skip("native code is turned off (CUDA_CORE_NATIVE=0)")
 
 
-def test_the_native_lock_is_reentrant_and_excludes_other_threads(native: object) -> None:
-    lock = _native.rlock()
-    assert type(lock).__name__ == "RLock"
+def test_the_native_locks_are_in_place_and_reentrant_and_exclude_other_threads(native: object) -> None:
+    from cuda_async import _ledger, _resource
+
+    # The extension put its locks in place of the threading ones, in every global.
+    lock = _ledger.lock
+    assert type(lock) is native.RLock  # type: ignore[attr-defined]
+    assert _resource._ledger_lock is lock and type(_streams._lock) is type(lock)  # type: ignore[attr-defined]
+    assert _resource._streams_lock is _streams._lock  # type: ignore[attr-defined]
+    lock = native.RLock()  # type: ignore[attr-defined]
     with lock:
         with lock:  # reentrant
             assert lock._is_owned()
@@ -138,3 +145,45 @@ def test_a_repeat_is_refused_outside_the_steady_state(fake_driver: FakeDriver, n
             release.set()
             thread.join(5)
         assert repeat(accesses) == int(active.stream.handle)
+
+
+_INSTALL_SCRIPT = """
+import sys, threading
+import cuda_async
+from cuda_async import _ledger, _native, _streams
+
+assert "cuda_async._native_batch" not in sys.modules  # (importing builds and loads nothing native)
+assert type(_ledger.lock) is type(threading.RLock())
+before = _ledger.lock
+inside, leave = threading.Event(), threading.Event()
+
+def holder():
+    with _ledger.lock:  # another thread inside the bookkeeping: the locks wait for it to leave
+        inside.set()
+        leave.wait(10)
+
+thread = threading.Thread(target=holder)
+thread.start()
+inside.wait(10)
+threading.Timer(0.01, leave.set).start()
+module = _native.batch_api()
+assert leave.is_set()  # (put in place only once the holder had let go)
+thread.join(10)
+print(type(_ledger.lock) is module.RLock, type(_streams._lock) is module.RLock, _ledger.lock is not before)
+"""
+
+
+def test_the_native_locks_are_put_in_place_only_when_no_other_thread_is_inside(tmp_path: object) -> None:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if not enabled():
+        pytest.skip("native code is turned off (CUDA_CORE_NATIVE=0)")
+    script = Path(str(tmp_path)) / "install.py"
+    script.write_text(_INSTALL_SCRIPT)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, CUDA_CORE_NATIVE="1"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "True", "True"]

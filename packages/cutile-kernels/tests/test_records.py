@@ -18,6 +18,7 @@ from cutile import tune
 from cutile.core import bf16, f16, f32, f8e4m3fn
 
 from cutile_kernels import _configs, _matmul, matmul
+from cutile_kernels._records import RECORDS_DIR
 
 pytestmark = pytest.mark.skipif(cutile.backend() != "interpreter", reason="the records of the interpreter backend")
 
@@ -163,3 +164,38 @@ def test_cutile_tune_searches_a_bucket_on_first_use_and_caches_the_winner(record
     cached = tmp_path / "cache" / "tune" / "matmul_f32.json"
     provenance = tune.Provenance.current("matmul_f32", _configs.kernel_source(), _configs.SMOKE_SPACE)
     assert _configs.gemm_bucket((M, N, K)) in tune.Record.load(cached, provenance).winners
+
+
+def _committed_provenance(stem: str) -> Any:
+    """The provenance the library computes now for the committed record ``stem``.json."""
+    from cutile_kernels import _decode_attention, _gemv, _norms, _qk_norm, _softmax
+
+    makers: dict[str, Any] = {
+        "gemv": lambda: _gemv.tuner().provenance,
+        "qk_norm": lambda: _qk_norm.TUNER.tuner.provenance,
+        "softmax": lambda: _softmax.tuning().tuner.provenance,
+        "log_softmax": lambda: _softmax.tuning(log=True).tuner.provenance,
+        "rms_norm": lambda: _norms.tuning("rms_norm").tuner.provenance,
+        "add_rms_norm": lambda: _norms.tuning("add_rms_norm").tuner.provenance,
+        "decode_attention": lambda: _decode_attention.TUNER.tuner.provenance,
+        "matmul_f16": lambda: _configs.tuner(f16).provenance,
+        "matmul_bf16": lambda: _configs.tuner(bf16).provenance,
+        "matmul_f8e4m3fn": lambda: _configs.tuner(f8e4m3fn).provenance,
+    }
+    assert stem in makers, f"records/{stem}.json has no entry here: add its tuner"
+    return makers[stem]()
+
+
+@pytest.mark.parametrize("path", sorted(RECORDS_DIR.glob("*/*.json")),
+                         ids=lambda path: f"{path.parent.name}/{path.stem}")
+def test_every_committed_record_matches_its_kernels_source_and_space(path: Path) -> None:
+    """A kernel's source or search space edited after its record was made stales the record
+    (refused at call time with a warning, the defaults used): re-make it on that GPU."""
+    import json
+
+    recorded = json.loads(path.read_text())["provenance"]
+    current = _committed_provenance(path.stem)
+    for field in ("kernel", "source_hash", "space_hash", "cutile_version"):
+        assert recorded[field] == getattr(current, field), (
+            f"{path.parent.name}/{path.name}: {field} {recorded[field]!r} is not the kernel's "
+            f"{getattr(current, field)!r} -- re-make the record on that GPU (its kernel's sweep or tune script)")

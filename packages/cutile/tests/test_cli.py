@@ -94,6 +94,7 @@ def test_info_says_whether_launches_take_the_native_path(in_use: bool, cache_dir
 
     from cutile import _native
 
+    monkeypatch.setattr(_native, "_tried", True)  # (as after a first launch, which loaded it or said why not)
     if in_use:
         monkeypatch.setattr(_native, "module", SimpleNamespace(__file__="/somewhere/_cutile_native.so"))
     else:

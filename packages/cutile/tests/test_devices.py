@@ -227,7 +227,7 @@ def test_to_moves_a_copy_to_another_device(two_gpus: FakeDriver, dtype: dt.DType
 
 @pytest.mark.interpreter_only
 def test_the_native_path_never_launches_off_device_zero(make_fake_gpu: FakeGpu) -> None:
-    if _native.module is None:
+    if _native.load() is None:
         pytest.skip("native code is turned off (CUDA_CORE_NATIVE=0)")
     with make_fake_gpu(FakeDriver(devices=2), kernels=(saxpy,)) as fake:
         z, x, y = _saxpy_on(fake, 0)

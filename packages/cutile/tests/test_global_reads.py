@@ -235,7 +235,7 @@ def fake_gpu(make_fake_gpu: Any) -> Iterator[_Loads]:
 @pytest.mark.parametrize("what", list(CHANGES))
 @pytest.mark.parametrize("native", [True, False], ids=["native path", "python path"])
 def test_the_gpu_path_loads_the_code_of_the_current_value(native: bool, what: str, fake_gpu: _Loads) -> None:
-    if native and _native.module is None:
+    if native and _native.load() is None:
         pytest.skip(f"the native launch path is unavailable: {_native.unavailable_reason()}")
     change, change_to_equal = CHANGES[what]
 

@@ -299,7 +299,7 @@ def _require_native() -> None:
     its absence fails a test; only CUDA_CORE_NATIVE=0 turns it off (a skip)."""
     from cuda_core._native import enabled
 
-    if _native.module is None:
+    if _native.load() is None:
         if enabled():
             pytest.fail(f"the native launch path could not be built: {_native.unavailable_reason()}")
         pytest.skip("native code is turned off (CUDA_CORE_NATIVE=0)")
@@ -440,13 +440,18 @@ def test_a_native_launch_is_a_complete_object(native_gpu: FakeDriver) -> None:
 
 def test_the_native_launch_code_reads_no_python_attribute_of_cutile_or_cuda_async() -> None:
     # cutile's C reaches cuda_async only through its C API (batch_api.h), and cutile's
-    # objects only through its own C types' members: no attribute lookup by name, no
-    # slot descriptor (the one attribute read is of a user's module, a compile's read).
+    # objects only through the slots of the three classes handed to it (their offsets
+    # taken once from those classes' own member descriptors): no attribute lookup by
+    # name, no descriptor call (the one attribute read is of a user's module, a
+    # compile's read).
     import re
     from pathlib import Path
 
     source = (Path(_native.__file__).parent / "native" / "_native_launch.c").read_text()
     assert "tp_descr_get" not in source and "GetAttrString" not in source
+    assert source.count("tp_dict") == 1 and source.count("slot_offset(") == 4  # (its definition and three uses)
+    assert re.findall(r"slot_offset\((\w+), \"(\w+)\"", source) == [("kernel", "_native_binding"),
+                                                                  ("owned", "_consumed_by")]
     assert re.findall(r"PyObject_GetAttr\((\w+)", source) == ["where"]
     assert "CallMethod" not in source and "InternFromString" not in source  # no method looked up by name
     assert re.findall(r'#include "(\w+\.h)"', source) == ["batch_api.h"]
@@ -529,9 +534,6 @@ from cutile.core import Mut, Tensor, f32, load_tile_like
 def add(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
     z.store(load_tile_like(x, z) + load_tile_like(x, z))
 
-assert _native.module is None
-print("reason:", _native.unavailable_reason())
-_native.note_if_unavailable()
 with use_fake_driver() as fake:
     _backend.reset_for_tests("gpu")
     with cuda_async.using_policy(cuda_async.SingleStream()):
@@ -547,6 +549,8 @@ with use_fake_driver() as fake:
         print("launches:", len(fake.launches))
         del z, x
         add.clear_cache()
+assert _native.module is None  # (the first launch tried to load it, and said why not)
+print("reason:", _native.unavailable_reason())
 """
 
 

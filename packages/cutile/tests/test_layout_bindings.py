@@ -203,7 +203,7 @@ def test_f32_scalars_overflow_as_numpy_casts_them(value: float) -> None:
 
 
 def test_a_new_bindings_first_launch_runs_natively_once_its_kernel_is_loaded(gpu: FakeDriver, made: list[Any]) -> None:
-    if _native.module is None:
+    if _native.load() is None:
         pytest.skip("native code is turned off (CUDA_CORE_NATIVE=0)")
     z, x, y = _buffers()
     compiled = _register(gpu, axpy(z[:256].partition([128]), x[:256], y[:256], 1.0))
@@ -225,7 +225,7 @@ def test_a_new_bindings_first_launch_runs_natively_once_its_kernel_is_loaded(gpu
 
 
 def test_an_ops_launches_over_armed_bindings_are_queued_in_c(gpu: FakeDriver) -> None:
-    if _native.module is None:
+    if _native.load() is None:
         pytest.skip("native code is turned off (CUDA_CORE_NATIVE=0)")
     z, x, y = _buffers()
     compiled = _register(gpu, axpy(z[:256].partition([128]), x[:256], y[:256], 1.0))

@@ -27,10 +27,10 @@ job holds hundreds of ranges, a claim or an acquire looks at a few holds.
 from __future__ import annotations
 
 import collections
+import threading
 from collections.abc import Callable, Hashable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from cuda_async import _native
 from cuda_async._errors import raised
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 # (start, end, writes, label, owner: Job | None while pending, what)
 Hold = tuple[int, int, bool, str, Any, str]
 
-lock = _native.rlock()  # (native: cuda_async._native_batch takes it from C)
+lock = threading.RLock()  # (the native one once the extension is loaded: `_native.batch_api`)
 
 
 class DomainHolds(list[Hold]):

@@ -1,54 +1,56 @@
 """cuda_async's C interface for native launch paths of the layers above
-(``native/batch_api.h``): the steady state of a leaf op repeated in a `batch`,
-and `rlock`, the reentrant lock cuda_async's bookkeeping is guarded by, which
-C code takes without a Python call.
+(``native/batch_api.h``): the steady state of a leaf op repeated in a `batch`.
 
-The extension is loaded (built once, then from the disk cache) at import, by
-`cuda_core.native.load_extension`: the locks made with `rlock` at import must be
-the native ones from the start. Without it (no C compiler or Python headers,
-``CUDA_CORE_NATIVE=0``, or under the default ``auto`` no GPU to serve) the locks
-are `threading.RLock` and `batch_api` raises: callers take their Python paths.
-The Python path stays the reference: every state but the steady one is its.
+Importing cuda_async builds and loads nothing native: the extension is built (once,
+then loaded from the disk cache, by `cuda_core.native.load_extension`) at the first
+`batch_api` call, i.e. when a layer above first takes its native path. cuda_async's
+bookkeeping is guarded by two reentrant locks, `_ledger.lock` and `_streams._lock`:
+`threading.RLock`s until then; the first `batch_api` call puts the extension's
+``RLock``s (which its C code takes without a Python call) in their place, at a moment
+when that is safe (neither is held and no other thread runs cuda_async's code, so no
+thread holds a reference to an old one it is about to take; it waits a moment for
+such a thread to leave). Without the extension (no C compiler or Python headers,
+``CUDA_CORE_NATIVE=0``, or under the default ``auto`` no GPU to serve) `batch_api`
+raises: callers take their Python paths. The Python path stays the reference: every
+state but the steady one is its.
 """
 
 from __future__ import annotations
 
-import threading
+import time
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 from cuda_core.native import NativeUnavailable, load_extension
 
 NATIVE_DIR = Path(__file__).parent / "native"  # the C source and batch_api.h (for callers' builds)
 
-_module: ModuleType | None
-_reason: str | None
-try:
-    _module = load_extension("cuda_async._native_batch", NATIVE_DIR / "_native_batch.c", (NATIVE_DIR,))
-    _reason = None
-except (NativeUnavailable, OSError) as exc:
-    _module, _reason = None, str(exc)
-_configured = False
-
-
-def rlock() -> Any:
-    """A reentrant lock: the native one (which C callers take directly) when the
-    extension is available, else `threading.RLock`."""
-    return _module.RLock() if _module is not None else threading.RLock()
+_module: ModuleType | None = None
+_INSTALL_TRIES = 50  # (1 ms apart)
 
 
 def batch_api() -> ModuleType:
-    """The configured extension; its ``API`` capsule is a ``CudaAsyncBatchAPI``.
-    Raises `cuda_core.native.NativeUnavailable` with the reason."""
-    global _configured
+    """The configured extension (built and loaded at the first call); its ``API``
+    capsule is a ``CudaAsyncBatchAPI``. Raises `cuda_core.native.NativeUnavailable`
+    with the reason."""
+    global _module
     if _module is None:
-        raise NativeUnavailable(_reason or "cuda_async's native extension is unavailable")
-    if not _configured:
-        from cuda_async import _batch, _capture, _ledger, _policy, _streams
+        module = load_extension("cuda_async._native_batch", NATIVE_DIR / "_native_batch.c", (NATIVE_DIR,))
+        from cuda_async import _batch, _capture, _ledger, _policy, _resource, _streams
         from cuda_async._ledger import ClaimPlan
         from cuda_async._resource import AccessSet, Job, Resource
 
+        # Every global that holds one of the two locks.
+        ledger_lock, streams_lock = module.RLock(), module.RLock()
+        places = [(vars(_ledger), "lock", ledger_lock), (vars(_resource), "_ledger_lock", ledger_lock),
+                  (vars(_streams), "_lock", streams_lock), (vars(_resource), "_streams_lock", streams_lock)]
+        for _ in range(_INSTALL_TRIES):
+            if module.install_locks(places, str(Path(__file__).parent)):
+                break
+            time.sleep(0.001)  # (held, or another thread is inside cuda_async: let it leave)
+        else:
+            raise NativeUnavailable("another thread stayed inside cuda_async's bookkeeping while its native "
+                                    "locks were to be put in place")
         # The slot descriptors of cuda_async's own state that its C API reads and writes.
         descriptors = {
             f"{cls.__name__}.{name}": vars(cls)[name]
@@ -57,8 +59,8 @@ def batch_api() -> ModuleType:
                                (AccessSet, ("accesses", "interest")), (ClaimPlan, ("lists", "entries")))
             for name in names
         }
-        _module.configure(_batch._active, _ledger.lock, _streams._lock, descriptors, _capture._active,
-                          _policy, _policy._scoped, _policy.RoundRobin, _policy.SingleStream, _streams.state,
-                          _ledger.dropped)
-        _configured = True
+        module.configure(_batch._active, _ledger.lock, _streams._lock, descriptors, _capture._active,
+                         _policy, _policy._scoped, _policy.RoundRobin, _policy.SingleStream, _streams.state,
+                         _ledger.dropped)
+        _module = module
     return _module

@@ -20,7 +20,7 @@ import cuda_core
 from cuda_async import _ledger, _streams
 from cuda_async._ledger import refusal
 
-_ledger_lock = _ledger.lock
+_ledger_lock = _ledger.lock  # (both replaced with the native ones by `_native.batch_api`)
 _streams_lock = _streams._lock
 
 

@@ -10,6 +10,7 @@ work that stays on one stream.
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -17,9 +18,8 @@ from dataclasses import dataclass, field
 
 import cuda_core
 
-from cuda_async import _native
 
-_lock = _native.rlock()  # (native: cuda_async._native_batch takes it from C)
+_lock = threading.RLock()  # (the native one once the extension is loaded: `_native.batch_api`)
 
 
 _HISTORY = 16  # events kept per stream

@@ -143,7 +143,7 @@ def _native() -> dict[str, Any]:
 
     from cutile import _native as launch_path
 
-    module = launch_path.module
+    module = launch_path.load()  # (built and loaded now if no launch has: what a launch would find)
     if module is not None:
         return {"in_use": True, "module": str(getattr(module, "__file__", "")), "cache": str(native.cache_dir())}
     return {"in_use": False, "why": launch_path.unavailable_reason(), "cache": str(native.cache_dir())}

@@ -71,10 +71,7 @@ def current() -> str:
         else:
             reason = gpu_unavailable_reason()
             if reason is None:
-                _chosen = "gpu"
-                from cutile import _native
-
-                _native.note_if_unavailable()
+                _chosen = "gpu"  # (the native launch path is loaded at the first launch: `cutile._native.load`)
             elif requested == "gpu":
                 raise BackendError(f"CUTILE_BACKEND=gpu but no GPU can be used: {reason}")
             else:

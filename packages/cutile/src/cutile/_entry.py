@@ -12,6 +12,7 @@ import collections
 import functools
 import inspect
 import operator
+import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, Protocol, overload
 
@@ -28,8 +29,8 @@ from cutile._binding import (
 )
 from cutile import _gpu
 from cutile._errors import ArgumentTypeError, LaunchError
-from cutile._launch import Launch, warn_never_run
-from cutile._native import KernelBase, configure_python, launch_bound
+from cutile._launch import Launch
+from cutile._native import launch_bound
 import cuda_async
 from cutile_compiler import (
     CompiledKernel,
@@ -70,7 +71,7 @@ _BINDINGS = 1024
 _SHAPES = 256
 
 
-class Kernel(KernelBase, Generic[_P, _R]):
+class Kernel(Generic[_P, _R]):
     """A ``@cutile.entry`` function. Calling it returns a lazy `Launch`.
 
     To a type checker it is ``Kernel[P, R]``: ``P`` the parameters of a launch and
@@ -79,9 +80,13 @@ class Kernel(KernelBase, Generic[_P, _R]):
     cutile.mypy_plugin``), ``P`` says what a launch takes (a `Tensor`, a
     `Partition` for a ``Mut`` tensor, numbers) and ``R`` the tensors it gives back.
 
-    Its base is the native launch path's (`cutile._native`): a call with the
-    last call's objects is answered in C; any other goes to ``_call``.
+    Once the native module is loaded (`cutile._native`), its C function is the
+    class's call slot: a call with the last call's objects is answered in C; any
+    other goes to ``_call``. ``_native_binding`` (a slot, which that C reads) is the
+    kernel's native binding, or None.
     """
+
+    __slots__ = ("_native_binding", "__dict__", "__weakref__")
 
     def __init__(self, function: Callable[..., Any], *, unsafe: bool = False,
                  hints: Mapping[str, Any] | None = None) -> None:
@@ -153,8 +158,9 @@ class Kernel(KernelBase, Generic[_P, _R]):
         self._shapes: LRUCache[tuple[Any, ...], BindingShape] = LRUCache(_SHAPES)
         # The last new call's binding, matched by its objects' identity (cheaper than a
         # key): a loop that passes the same objects again.
-        # (Its C copy, once it has launched on the GPU, is the base's ``_native_binding``.)
+        # (Its C copy, once it has launched on the GPU, is ``_native_binding``.)
         self._object_binding: ObjectBinding | None = None
+        self._native_binding: Any = None
         self._warned_never_run = False  # a launch freed unrun warns once per kernel
 
     def __repr__(self) -> str:
@@ -162,6 +168,13 @@ class Kernel(KernelBase, Generic[_P, _R]):
 
     if TYPE_CHECKING:
         def __call__(self, *args: _P.args, **kwargs: _P.kwargs) -> Launch[_R]: ...
+    else:
+        def __call__(self, *args, **kwargs):
+            # (Once the native module is loaded, its C function is the call slot instead.)
+            launch = self._call(*args, **kwargs)
+            caller = sys._getframe(1)  # where the launch is made (for the warning if it never runs)
+            launch._site_code, launch._site_lasti = caller.f_code, caller.f_lasti
+            return launch
 
     def _call(self, *args: Any, **kwargs: Any) -> Launch[Any]:
         plain = not kwargs and len(args) == len(self._param_names) and self._plain_positional
@@ -183,10 +196,11 @@ class Kernel(KernelBase, Generic[_P, _R]):
             except TypeError:  # an unhashable constant: the slow path sees it
                 key = binding = None
             if binding is not None and not binding.dead:  # new objects over the same memory and layouts
-                if binding.fast is not None or (binding.unarmed and _gpu.arm_prepared(self, binding)):
-                    launch = launch_bound(self, binding, values)
-                    if launch is not None:
-                        return launch  # type: ignore[no-any-return]
+                if binding.unarmed:  # called again: worth arming
+                    _gpu.arm_prepared(self, binding)
+                launch = launch_bound(self, binding, values)
+                if launch is not None:
+                    return launch  # type: ignore[no-any-return]
                 return Launch(self, None, binding, self._checked_scalars(values) if self._scalar_positions else values)
             if key is not None:
                 shape = self._shapes.get(shape_key(self, values))
@@ -213,7 +227,7 @@ class Kernel(KernelBase, Generic[_P, _R]):
             # (Its kernel loaded already: the run may be C's. In a batch a launch over new
             # memory runs in Python: its binding is armed if it is called again.)
             if _gpu.arm_at_call(self, binding, arguments, arm=cuda_async.current_batch() is None):
-                launch._attach(binding.fast, tuple(arguments.get(name, MISSING) for name in self._param_names))
+                launch._attach(binding, tuple(arguments.get(name, MISSING) for name in self._param_names))
             if binding.loaded is not None:  # prepared: later calls in its layouts over other memory start here
                 self._shapes.put(shape_key(self, values), BindingShape(self, binding, values))
         return launch
@@ -309,8 +323,6 @@ class Kernel(KernelBase, Generic[_P, _R]):
         return self._compiler.compile(spec, arch, options)
 
 
-# The native base calls these for every call and sync its C code does not run.
-configure_python(Kernel._call, Launch._sync_slow, warn_never_run)
 
 
 class KernelDecorator(Protocol):

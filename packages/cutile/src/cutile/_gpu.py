@@ -377,6 +377,18 @@ def _launch(loaded: LoadedKernel, grid: tuple[int, int, int], stream: Stream, va
     prepared.launch(stream, *values)
 
 
+def _bind_loaded(kernel: Kernel, binding: ObjectBinding, loaded: LoadedKernel, arguments: dict[str, Any]) -> None:
+    """Makes ``loaded`` the kernel ``binding`` launches, with its parameters packed
+    once from ``arguments`` (by name; a partition as its tensor) and the slots of the
+    scalars each launch refills. Raises the packing's `CutileError` (nothing set)."""
+    names = kernel._param_names
+    binding.packed = tuple(loaded.pack(kernel.name, {n: (v._tensor if isinstance(v, Partition) else v)
+                                                     for n, v in arguments.items()}))
+    binding.scalar_slots = [(index, names.index(param), dtype) for index, (param, code, _, dtype) in enumerate(loaded.recipe)
+                            if code == _SCALAR and dtype is not None]
+    binding.loaded = loaded
+
+
 def enqueue_bound(kernel: Kernel, binding: ObjectBinding, values: tuple[Any, ...], stream: Stream) -> None:
     """`enqueue` for a call whose tensors are its binding's (default options, no
     explicit grid), ``values`` every parameter's value in order: the parameters are
@@ -388,13 +400,7 @@ def enqueue_bound(kernel: Kernel, binding: ObjectBinding, values: tuple[Any, ...
         _check_grid(kernel, plan.grid)
         ordinal = binding.device
         loaded = prepare(kernel, plan, DEFAULT_OPTIONS, current_device() if ordinal is None else ordinal)
-        names = kernel._param_names
-        arguments = {n: (v._tensor if isinstance(v, Partition) else v) for n, v in zip(names, values)}
-        binding.packed = tuple(loaded.pack(kernel.name, arguments))
-        binding.scalar_slots = [(index, names.index(param), dtype)
-                                for index, (param, code, _, dtype) in enumerate(loaded.recipe)
-                                if code == _SCALAR and dtype is not None]
-        binding.loaded = loaded
+        _bind_loaded(kernel, binding, loaded, dict(zip(kernel._param_names, values)))
         first = True
     else:
         first = False
@@ -424,12 +430,14 @@ def arm_at_call(kernel: Kernel, binding: ObjectBinding, arguments: dict[str, Any
     did; anything unusual (an error the run reports, another device in use, torch's
     memory) leaves the binding to its first run. Without ``arm`` the binding is only
     prepared (``binding.unarmed``: `arm_prepared` arms it); ``plan``: the call's, known."""
-    if _multi_device or _native.module is None or binding.torch_ordered or binding.plan is not plan:
+    if _multi_device or binding.torch_ordered or binding.plan is not plan:
         return False
     from cutile import _backend
     from cutile._errors import CutileError
 
-    if _backend.current() != "gpu":
+    # (No native module yet: no launch has run on the GPU backend, so no kernel is
+    # loaded; the first run's `_native.arm` loads it.)
+    if _backend.current() != "gpu" or _native.module is None:
         return False
 
     if plan is None:
@@ -446,16 +454,10 @@ def arm_at_call(kernel: Kernel, binding: ObjectBinding, arguments: dict[str, Any
     if loaded is None:
         return False
     try:
-        packed = tuple(loaded.pack(kernel.name, {n: (v._tensor if type(v) is Partition else v)
-                                                 for n, v in arguments.items()}))
+        _bind_loaded(kernel, binding, loaded, arguments)
     except CutileError:
         return False
-    names = kernel._param_names
     binding.plan = plan
-    binding.packed = packed
-    binding.scalar_slots = [(index, names.index(param), dtype) for index, (param, code, _, dtype) in enumerate(loaded.recipe)
-                            if code == _SCALAR and dtype is not None]
-    binding.loaded = loaded
     if not arm:
         binding.unarmed = True
         return False

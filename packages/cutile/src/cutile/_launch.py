@@ -30,7 +30,6 @@ from cutile._errors import CutileError, GraphCaptureError, LaunchError, Ownershi
 from cutile._graphs import Graph
 from cutile._interop import _order_after
 from cutile import _native
-from cutile._native import LaunchBase
 from cutile._tensor import Partition, Storage, Tensor, overlaps_itself
 from cutile_compiler import DEFAULT_OPTIONS, CompileOptions, HintError, KernelHints, Specialization
 
@@ -47,18 +46,25 @@ else:
 _T = TypeVar("_T")
 
 
-class Launch(LaunchBase, Generic[_R]):
+class Launch(Generic[_R]):
     """One pending launch of a kernel; it holds its tensor arguments until it runs.
 
     ``.sync()`` runs it and returns the tensor arguments (in signature order);
     ``.grid(x, y, z)`` sets the grid when no Mut tensor decides it.
 
-    The native path makes launches too (its base's C members: the kernel, the
-    binding, the claim, the positional arguments, done, pending and where it was
-    made); what it
-    does not set has a class default here, so such a launch is complete as made.
+    The native path makes launches too, setting the slots below (the fields its C
+    reads and writes); what it does not set has a class default here, so such a
+    launch is complete as made. Once the native module is loaded, ``sync`` and the
+    finalizer are its C functions (`cutile._native`).
     To a type checker it is ``Launch[R]``, ``R`` what ``.sync()`` returns (see `Kernel`).
     """
+
+    # kernel, binding; the native binding while the native sync may run the launch;
+    # every parameter's value in order (a launch made or attached there); run (or
+    # cancelled); the claim of its pending holds until its op takes them; made but
+    # neither run nor handed to an op (freed so, it warns); where it was made.
+    __slots__ = ("kernel", "_binding", "_fast", "_args", "_done", "_claim", "_pending", "_site_code", "_site_lasti",
+                 "__dict__", "__weakref__")
 
     _explicit_grid: tuple[int, int, int] | None = None
     _options: CompileOptions = DEFAULT_OPTIONS
@@ -94,9 +100,14 @@ class Launch(LaunchBase, Generic[_R]):
         plan = binding.claim_plan
         cuda_async.claim(plan)
         self._claim: cuda_async.ClaimPlan | None = plan
-        # Until it runs, joins an op, or is cancelled; the kernel's call (the native
-        # base's or the Python one) records where it was made.
+        self._fast: Any = None
+        self._args: Any = None  # (a tuple where set)
+        self._done = False
+        # Until it runs, joins an op, or is cancelled; the kernel's call (C's or
+        # Python's) records where it was made.
         self._pending = True
+        self._site_code: Any = None
+        self._site_lasti = -1
 
     def _hand_over_claim(self) -> cuda_async.ClaimPlan | None:
         """The launch's pending holds, for its op's job to take over (once)."""
@@ -111,8 +122,39 @@ class Launch(LaunchBase, Generic[_R]):
             self._claim = None
             claim.release()
 
-    # A launch dropped without running holds nothing: its base gives the claim back
-    # (`ClaimPlan.drop`) when it is freed.
+    def __del__(self) -> None:
+        # A launch dropped without running holds nothing: it gives the claim back
+        # (queued), and one freed while pending warns. (The native module puts its C
+        # finalizer in place of this.)
+        try:
+            claim, pending = self._claim, self._pending
+        except AttributeError:  # (its __init__ raised before it claimed anything)
+            return
+        if claim is not None:
+            claim.drop()
+        if pending:
+            warn_never_run(self.kernel, self._site_code, self._site_lasti)
+
+    def sync(self) -> _R:
+        """Runs the launch to completion and returns its tensor arguments.
+
+        One tensor argument is returned as itself; several as a tuple.
+        (Once the native module is loaded, its C method stands in for this one: it
+        runs a launch in a batch's steady state or on idle memory and hands every
+        other case to `_sync_slow`.)
+        """
+        return self._sync_slow()  # type: ignore[no-any-return]
+
+    def _attach(self, binding: ObjectBinding, values: tuple[Any, ...]) -> None:
+        """Lets the native sync run the launch, made by the Python path over
+        ``binding``'s claim, now armed (`cutile._gpu.arm_at_call`): every parameter's
+        value in order is ``values``. Nothing changes once it has run or changed."""
+        if self._fast is None and self._claim is binding.claim_plan and not self._done:
+            self._fast, self._args = binding.fast, values
+
+    def _detach(self) -> None:
+        """Leaves the launch to the Python path (what it runs changes)."""
+        self._fast = None
 
     @property
     def arguments(self) -> dict[str, Any]:
@@ -301,15 +343,6 @@ class Launch(LaunchBase, Generic[_R]):
         if torch_stream is not None:
             _order_after(stream, torch_stream)
         return binding.results(values)
-
-    if TYPE_CHECKING:
-        def sync(self) -> _R:
-            """Runs the launch to completion and returns its tensor arguments.
-
-            One tensor argument is returned as itself; several as a tuple.
-            (The native base's ``sync`` runs a launch in a batch's steady state
-            and hands every other case to `_sync_slow`.)
-            """
 
     def _sync_slow(self) -> Any:
         ordinal = self._binding.device

@@ -2,15 +2,20 @@
 ``kernel(*args).sync()`` in C, so that a loop of launches costs little more than
 the driver call.
 
-The module is loaded at import (built once, then from the disk cache, by
-`cuda_core.native.load_extension`, with cuda_async's batch API header,
-`cuda_async.NATIVE_INCLUDE_DIR`), as it provides the C bases of `cutile.Kernel` and
-`cutile.Launch`, fixed when those classes are defined. Where native code is not
-wanted (under the default ``CUDA_CORE_NATIVE=auto``: no CUDA driver library, or
-``CUTILE_BACKEND=interpreter``), or cannot be built (no C compiler, no Python
-headers), or ``CUDA_CORE_NATIVE=0``, `KernelBase` and `LaunchBase` are plain classes, every
-launch takes the Python path, and the GPU backend says so once (a warning of the
-``cutile.backend`` logger).
+Importing cutile builds and loads nothing native. The module is built (once, then
+loaded from the disk cache, by `cuda_core.native.load_extension`, with cuda_async's
+batch API header, `cuda_async.NATIVE_INCLUDE_DIR`) and loaded by `load`, at the first
+launch run on the GPU backend (`arm`, which that run calls to give the kernel its
+native binding): the interpreter never reaches it. Loading hands the module
+cutile's classes, which are plain Python classes with ``__slots__`` for the fields
+its C reads (`cutile.Kernel`'s native binding, `cutile.Launch`'s state, the consumer
+of a tensor or partition); the module installs its fast paths on them (Kernel's call
+slot, ``Launch.sync``, Launch's finalizer), so that every kernel and launch, made
+before or after, takes them. Where native code is not wanted (under the default
+``CUDA_CORE_NATIVE=auto``: no CUDA driver library, or ``CUTILE_BACKEND=interpreter``),
+or cannot be built (no C compiler, no Python headers), or ``CUDA_CORE_NATIVE=0``, the
+classes keep their Python methods, every launch takes the Python path, and the first
+GPU launch says so once (a warning of the ``cutile.backend`` logger).
 
 What the C code does is a subset of the Python path's work, for one state
 (the same objects as the kernel's last armed call, or, through `launch_bound`, new
@@ -23,10 +28,8 @@ from __future__ import annotations
 
 import logging
 import struct
-import sys
 import weakref
 from pathlib import Path
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from cuda_core import PARAM_CTYPES
@@ -48,26 +51,19 @@ _SLOT_FORMATS = {"i8": "b7x", "i16": "h6x", "i32": "i4x", "i64": "q", "u8": "B7x
                  "u64": "Q", "f32": "f4x", "f64": "d", "ptr": "Q"}
 
 
-_reason: str | None = None
-try:
-    from cuda_async import NATIVE_INCLUDE_DIR as _BATCH_HEADERS
-    from cuda_async import native_batch_api as _batch_api
-
-    _batch_api()  # cutile's extension calls cuda_async's: without it, neither
-    module: Any = load_extension("cutile._native_launch", _SOURCE, (_BATCH_HEADERS,))
-except (NativeUnavailable, OSError) as exc:
-    module = None
-    _reason = str(exc)
-
+#: the loaded module (None until `load` has loaded it, and where it cannot be)
+module: Any = None
+_reason: str | None = None  # why `load` could not
+_tried = False
 _configured_for: Any = None  # the driver entry points the module was configured with
-#: called as hook(kernel, code, lasti) for a launch freed while pending (`configure_python`)
-_never_run_hook: Callable[[Any, Any, int], None] | None = None
 _told = False
 _log = logging.getLogger("cutile.backend")
 
 
 def unavailable_reason() -> str | None:
     """Why launches take the Python path (None when the native path is in use)."""
+    if not _tried:
+        return "not loaded yet (it is built and loaded at the first launch on the GPU backend)"
     return _reason
 
 
@@ -81,86 +77,34 @@ def note_if_unavailable() -> None:
                      "which costs more host time per launch", _reason)
 
 
-class _PythonKernelBase:
-    """`Kernel`'s base without the native module: calls go to ``_call``."""
+def load() -> Any:
+    """The native module, built and loaded at the first call (then the same one), with
+    cutile's classes handed over; None where it is unavailable (`unavailable_reason`
+    says why; the first call warns, `note_if_unavailable`)."""
+    global module, _reason, _tried
+    if _tried:
+        return module
+    _tried = True
+    try:
+        from cuda_async import NATIVE_INCLUDE_DIR, native_batch_api
 
-    _native_binding: Any = None  # (the C base's member: always None here)
+        batch = native_batch_api()  # cutile's extension calls cuda_async's: without it, neither
+        loaded = load_extension("cutile._native_launch", _SOURCE, (NATIVE_INCLUDE_DIR,))
+    except (NativeUnavailable, OSError) as exc:
+        _reason = str(exc)
+        note_if_unavailable()
+        return None
+    from cutile._entry import Kernel
+    from cutile._launch import Launch, warn_never_run
+    from cutile._tensor import Owned
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        launch = self._call(*args, **kwargs)  # type: ignore[attr-defined]
-        caller = sys._getframe(1)  # where the launch is made (for the warning if it never runs)
-        launch._site_code, launch._site_lasti = caller.f_code, caller.f_lasti
-        return launch
-
-
-class _PythonOwned:
-    """The base of `Tensor` and `Partition` without the native module (the C one
-    keeps ``_consumed_by`` where the native path reads it)."""
-
-    __slots__ = ("_consumed_by",)
-
-
-class _PythonLaunchBase:
-    """`Launch`'s base without the native module: ``sync`` is ``_sync_slow``, a
-    launch freed with its claim gives it back, and one freed while pending warns."""
-
-    # (the native base's C members: the claim, the positional arguments of a launch
-    # made in C, done, pending, and where the launch was made)
-    _claim: Any = None
-    _args: Any = None
-    _done = False
-    _pending = False
-    _site_code: Any = None
-    _site_lasti = -1
-
-    def sync(self) -> Any:
-        """Runs the launch to completion and returns its tensor arguments (one as
-        itself, several as a tuple)."""
-        return self._sync_slow()  # type: ignore[attr-defined]
-
-    def _detach(self) -> None:
-        """Leaves the launch to the Python path (the native base's; nothing here)."""
-
-    def _attach(self, fast: Any, values: tuple[Any, ...]) -> None:
-        """Lets the native sync run the launch (the native base's; nothing here)."""
-
-    def __del__(self) -> None:
-        state = self.__dict__
-        claim = state.get("_claim")
-        if claim is not None:
-            claim.drop()
-        if state.get("_pending") and _never_run_hook is not None:
-            _never_run_hook(state.get("kernel"), state.get("_site_code"), state.get("_site_lasti", -1))
-
-
-def configure_python(call: Callable[..., Any], sync: Callable[[Any], Any],
-                     never_run: Callable[[Any, Any, int], None]) -> None:
-    """Hands the native bases what they call: ``call(kernel, *args, **kwargs)``, the
-    Python path of a call; ``sync(launch)``, that of a sync; and ``never_run(kernel,
-    code, lasti)`` for a launch freed while pending, with the code object and
-    instruction offset of the call that made it (None, -1 when unknown). The Python
-    bases call the same methods by name."""
-    global _never_run_hook
-    _never_run_hook = never_run
-    if module is not None:
-        module.configure_python(call, sync, never_run)
-
-
-if TYPE_CHECKING:
-    KernelBase = _PythonKernelBase
-    LaunchBase = _PythonLaunchBase
-    Owned = _PythonOwned
-elif module is not None:
-    module.use_api(_batch_api().API)
+    # Its C reads these classes' slots and installs its paths on them; for every call
+    # and sync it does not run, it calls their Python paths.
+    loaded.configure_classes(batch.API, Kernel, Launch, Owned, Kernel._call, Launch._sync_slow, warn_never_run)
     # A kernel armed under one driver (a test's fake, say) must not launch through another.
-    on_driver_change(module.invalidate)
-    KernelBase = module.KernelBase
-    LaunchBase = module.LaunchBase
-    Owned = module.Owned
-else:
-    KernelBase = _PythonKernelBase
-    LaunchBase = _PythonLaunchBase
-    Owned = _PythonOwned
+    on_driver_change(loaded.invalidate)
+    module = loaded
+    return module
 
 
 def disable_for_devices() -> None:
@@ -186,9 +130,10 @@ def _configure() -> None:
 
 def arm(kernel: Kernel, binding: ObjectBinding, loaded: LoadedKernel, context: int) -> None:
     """Gives ``kernel`` a native binding for ``binding`` (which has just launched
-    ``loaded`` with default options), when every parameter is of a kind the C path
-    packs; otherwise the kernel keeps the Python path."""
-    if module is None or binding.torch_ordered:  # (torch's memory: its stream order, the Python path)
+    ``loaded`` with default options, or is about to: `cutile._gpu.arm_at_call`), when
+    every parameter is of a kind the C path packs; otherwise the kernel keeps the
+    Python path. The first call loads the module (`load`)."""
+    if load() is None or binding.torch_ordered:  # (torch's memory: its stream order, the Python path)
         return
     prepared = loaded.prepared
     config = prepared.config
@@ -202,7 +147,6 @@ def arm(kernel: Kernel, binding: ObjectBinding, loaded: LoadedKernel, context: i
     except NativeUnavailable:
         return
     from cutile import _gpu
-    from cutile._launch import Launch  # (it imports this module, for LaunchBase)
 
     layout = loaded.native_layout
     if layout is None:  # (per loaded kernel: its scalars' slots, and its parameters' packing)
@@ -239,7 +183,7 @@ def arm(kernel: Kernel, binding: ObjectBinding, loaded: LoadedKernel, context: i
     grid = binding.plan.grid if binding.plan is not None else config.grid
     results = binding.tensor_positions
     fast = module.NativeObjectBinding(
-        weakref.ref(binding), binding.accesses, binding.claim_plan, run, kernel._launch_description, Launch, tuple(checks), results,
+        weakref.ref(binding), binding.accesses, binding.claim_plan, run, kernel._launch_description, tuple(checks), results,
         int(prepared.function.handle), context, tuple(grid), tuple(config.block),
         config.shared_memory, packed, loaded.reads.entries)
     kernel._native_binding = fast
@@ -253,6 +197,6 @@ def launch_bound(kernel: Kernel, binding: ObjectBinding, values: tuple[Any, ...]
     unconsumed, the scalars of its types and in range, nothing else holding the memory);
     otherwise None."""
     fast = binding.fast
-    if fast is None:
+    if fast is None:  # (armed: the module is loaded)
         return None
     return module.launch_bound(kernel, fast, values)

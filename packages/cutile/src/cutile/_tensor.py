@@ -23,7 +23,6 @@ import ml_dtypes  # noqa: F401  (registers bfloat16 and float8 with numpy)
 import numpy as np
 
 from cuda_async import Resource, check_access, ensure_not_capturing
-from cutile._native import Owned
 from cutile._errors import ArgumentError, ArgumentTypeError, InteropError, LaunchError, OwnershipError, TensorIndexError
 from cutile_compiler import dtypes as dt
 from cutile_compiler import TensorAnnotation, TensorSpec, is_power_of_two, make_tensor_annotation, tile_shape_problem
@@ -192,6 +191,13 @@ class TensorLayout:
     def __str__(self) -> str:
         offset = f", offset {self.offset}" if self.offset else ""
         return f"{self.dtype}{list(self.shape)} (strides {list(self.strides)}{offset}) on {self.device}"
+
+
+class Owned:
+    """The base of `Tensor` and `Partition`: who consumed the object (None while it
+    may be used), a slot the native launch path reads (`cutile._native`)."""
+
+    __slots__ = ("_consumed_by",)
 
 
 class Tensor(Owned):

@@ -572,6 +572,62 @@ static PyObject *configure(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* Whether no thread but this one runs code of the files under `folder` (cuda_async's):
+ * one that does may hold a reference to a lock it is about to take. 1 yes, 0 no, -1 error. */
+static int others_outside(PyObject *folder) {
+    PyThreadState *me = PyThreadState_Get();
+    for (PyThreadState *t = PyInterpreterState_ThreadHead(PyThreadState_GetInterpreter(me)); t; t = PyThreadState_Next(t)) {
+        PyFrameObject *frame = t == me ? NULL : PyThreadState_GetFrame(t);
+        while (frame != NULL) {
+            PyCodeObject *code = PyFrame_GetCode(frame);
+            Py_ssize_t inside = PyUnicode_Tailmatch(code->co_filename, folder, 0, PY_SSIZE_T_MAX, -1);
+            PyFrameObject *back = inside ? NULL : PyFrame_GetBack(frame);
+            Py_DECREF(code);
+            Py_DECREF(frame);
+            if (inside) return inside < 0 ? -1 : 0;
+            frame = back;
+        }
+    }
+    return 1;
+}
+
+/* Whether no thread holds `lock` (a threading lock: its own methods are asked). -1: error. */
+static int unheld(PyObject *lock) {
+    PyObject *mine = PyObject_CallMethod(lock, "_is_owned", NULL), *got = NULL;
+    if (mine == Py_False) got = PyObject_CallMethod(lock, "acquire", "O", Py_False);
+    int free = got == Py_True;
+    if (free) Py_XDECREF(PyObject_CallMethod(lock, "release", NULL));
+    Py_XDECREF(mine); Py_XDECREF(got);
+    return PyErr_Occurred() ? -1 : free;
+}
+
+/* install_locks(places, folder): puts native locks in place of cuda_async's threading
+ * locks, as the values of every (module dict, name, native lock) of `places`, all at
+ * once (no Python code runs meanwhile: the collector is off), when that is safe: no
+ * old lock held and no other thread inside cuda_async (`folder`). True: installed;
+ * False: not now (nothing changed). */
+static PyObject *install_locks(PyObject *self, PyObject *args) {
+    PyObject *places, *folder;
+    if (!PyArg_ParseTuple(args, "O!U", &PyList_Type, &places, &folder)) return NULL;
+    int collecting = PyGC_Disable();
+    int safe = others_outside(folder);
+    for (Py_ssize_t i = 0; safe == 1 && i < PyList_GET_SIZE(places); i++) {
+        PyObject *dict, *name, *lock, *old;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(places, i), "O!UO!", &PyDict_Type, &dict, &name, &RLockType, &lock) ||
+            (old = PyDict_GetItemWithError(dict, name)) == NULL)
+            safe = PyErr_Occurred() ? -1 : 0; /* (no such global: not installed) */
+        else
+            safe = unheld(old);
+    }
+    for (Py_ssize_t i = 0; safe == 1 && i < PyList_GET_SIZE(places); i++) { /* (existing keys: no allocation) */
+        PyObject *place = PyList_GET_ITEM(places, i);
+        if (PyDict_SetItem(PyTuple_GET_ITEM(place, 0), PyTuple_GET_ITEM(place, 1), PyTuple_GET_ITEM(place, 2)) < 0)
+            safe = -1;
+    }
+    if (collecting) PyGC_Enable();
+    return safe < 0 ? NULL : PyBool_FromLong(safe);
+}
+
 /* For tests: run begin/commit from Python (an AccessSet and the ClaimPlan of its
  * spans). Returns the stream handle, or None when the state is not the steady one. */
 static PyObject *repeat(PyObject *self, PyObject *args) {
@@ -588,6 +644,7 @@ static PyObject *repeat(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"configure", configure, METH_VARARGS, "Hands over the ContextVar, the locks and the slot descriptors."},
+    {"install_locks", install_locks, METH_VARARGS, "Puts native locks in place of cuda_async's, when safe: whether it did."},
     {"repeat", repeat, METH_VARARGS, "begin + commit for an AccessSet and its ClaimPlan (tests): the stream handle, or None."},
     {NULL, NULL, 0, NULL}};
 

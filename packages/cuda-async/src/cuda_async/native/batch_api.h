@@ -6,9 +6,10 @@
  * are the plan's. The caller holds them; this API reads and changes the ledger
  * and cuda_async's bookkeeping, which nothing else in C touches.
  *
- * Locks: the ledger and the stream bookkeeping are guarded by
- * `cuda_async._native.rlock()` locks, reentrant locks that C code takes without a
- * Python call (`lock_try_acquire` / `lock_release`).
+ * Locks: the ledger and the stream bookkeeping are guarded by the extension's
+ * `RLock`s (put in place of cuda_async's `threading.RLock`s when it is loaded),
+ * reentrant locks that C code takes without a Python call (`lock_try_acquire` /
+ * `lock_release`).
  *
  * Every function answers 0 for a state it does not handle (nothing changed): the
  * caller takes its Python path, which handles every case and raises every error.

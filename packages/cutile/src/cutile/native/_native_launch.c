@@ -18,7 +18,13 @@
  * instruction, no line lookup); freed while still pending, it hands that to
  * cutile's never-run hook (`configure_python`), which warns.
  * Anything else misses and runs the Python code, which is the reference and
- * raises every error: this file never decides that something is wrong. */
+ * raises every error: this file never decides that something is wrong.
+ *
+ * cutile's Kernel, Launch and Owned (the base of Tensor and Partition) are Python
+ * classes; `configure_classes` hands them over when the module is loaded (the first
+ * launch on the GPU backend). The fields read here are `__slots__` of those very
+ * classes (found from their member descriptors), and the fast paths are installed on
+ * them: Kernel's call slot, Launch.sync and Launch's finalizer. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
@@ -66,7 +72,6 @@ typedef struct {
     PyObject *claim;        /* the ClaimPlan of a launch's pending holds, */
     PyObject *run;          /* and the ClaimPlan of a synchronous run's (owned by a Job kept for it) */
     PyObject *name;         /* "launch of NAME", for driver errors */
-    PyTypeObject *launch_type;
     Py_ssize_t nargs;
     Check *checks;
     Py_ssize_t nresults;
@@ -83,32 +88,26 @@ typedef struct {
     PyObject *weakrefs;
 } NativeObjectBinding;
 
-typedef struct {
-    PyObject_HEAD
-    PyObject *fast;         /* NativeObjectBinding or NULL */
-} KernelBase;
+/* cutile's classes (`configure_classes`) and the offsets of the slots read here: the
+ * kernel's native binding, an Owned's consumer (None while it may be used) and a
+ * launch's fields (`_fast`: the NativeObjectBinding while the native sync may run it;
+ * `_args`: every parameter's value in order; `_claim`: its pending holds until its op
+ * takes them; `_pending`: made, neither run nor handed to an op; `_site_*`: where it
+ * was made). */
+static PyTypeObject *kernel_type, *launch_type, *owned_type;
+static Py_ssize_t kernel_binding_at, consumed_by_at;
+enum { L_KERNEL, L_FAST, L_ARGS, L_DONE, L_CLAIM, L_BINDING, L_PENDING, L_SITE_CODE, L_SITE_LASTI, L_COUNT };
+static const char *launch_slots[L_COUNT] = {"kernel", "_fast", "_args", "_done", "_claim", "_binding", "_pending",
+                                            "_site_code", "_site_lasti"};
+static Py_ssize_t launch_at[L_COUNT];
+#define FIELD(obj, offset) (*(PyObject **)((char *)(obj) + (offset)))
+#define LAUNCH(obj, which) FIELD(obj, launch_at[which])
 
-typedef struct {
-    PyObject_HEAD
-    PyObject *kernel;
-    PyObject *fast;         /* NativeObjectBinding while the native sync may run it (`_detach` ends it) */
-    PyObject *args;         /* `_args`: the call's positional arguments (a launch made here) */
-    char done;              /* `_done`: run (or cancelled) */
-    PyObject *claim;        /* `_claim`: the ClaimPlan of its pending holds, until its op takes them */
-    PyObject *binding;      /* `_binding` */
-    char pending;           /* `_pending`: made, neither run nor handed to an op; freed so, it warns */
-    PyObject *site_code;    /* `_site_code`, `_site_lasti`: the caller's code and instruction */
-    int site_lasti;
-} LaunchBase;
+static void set_launch(PyObject *launch, int which, PyObject *value) {
+    Py_XSETREF(LAUNCH(launch, which), Py_NewRef(value));
+}
 
-/* The base of cutile's Tensor and Partition: `_consumed_by` (None or NULL while the
- * object may be used; else who consumed it), read here without a Python call. */
-typedef struct {
-    PyObject_HEAD
-    PyObject *consumed_by;
-} Owned;
-
-static PyTypeObject FastBindingType, KernelBaseType, LaunchBaseType, OwnedType;
+static PyTypeObject FastBindingType;
 
 /* -- helpers ---------------------------------------------------------------------------- */
 
@@ -175,7 +174,6 @@ static void fast_dealloc(NativeObjectBinding *self) {
     Py_XDECREF(self->claim);
     Py_XDECREF(self->run);
     Py_XDECREF(self->name);
-    Py_XDECREF(self->launch_type);
     Py_XDECREF(self->reads);
     PyMem_Free(self->checks);
     PyMem_Free(self->results);
@@ -184,7 +182,7 @@ static void fast_dealloc(NativeObjectBinding *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* NativeObjectBinding(owner, access_set, claim, run, name, launch_type, checks, results, function, context,
+/* NativeObjectBinding(owner, access_set, claim, run, name, checks, results, function, context,
  *             grid, block, shared_memory, packed, reads)
  *   owner:   a weak reference to the ObjectBinding (it holds this object: no cycle)
  *   checks:  per argument (kind, target, value, packed_as, slot, range): a tensor (0, weakref, None, 0, 0, 0),
@@ -194,19 +192,17 @@ static void fast_dealloc(NativeObjectBinding *self) {
  *   results: argument indices of the tensors a run returns
  *   packed:  bytes, 8 per parameter (scalars are refilled per call) */
 static PyObject *fast_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    PyObject *owner, *access_set, *claim, *run, *name, *launch_type, *checks, *results, *packed, *reads;
+    PyObject *owner, *access_set, *claim, *run, *name, *checks, *results, *packed, *reads;
     unsigned long long function, context;
     unsigned grid[3], block[3], shared_memory;
-    if (!PyArg_ParseTuple(args, "OOOOUO!O!O!KK(III)(III)ISO!", &owner, &access_set, &claim, &run, &name, &PyType_Type,
-                          &launch_type, &PyTuple_Type, &checks, &PyTuple_Type, &results, &function, &context,
+    if (!PyArg_ParseTuple(args, "OOOOUO!O!KK(III)(III)ISO!", &owner, &access_set, &claim, &run, &name,
+                          &PyTuple_Type, &checks, &PyTuple_Type, &results, &function, &context,
                           &grid[0], &grid[1], &grid[2], &block[0], &block[1], &block[2], &shared_memory, &packed,
                           &PyList_Type, &reads))
         return NULL;
     if (!configured) return PyErr_Format(PyExc_RuntimeError, "NativeObjectBinding: configure the module first");
     if (!PyWeakref_CheckRef(owner))
         return PyErr_Format(PyExc_TypeError, "NativeObjectBinding: the owner must be a weak reference");
-    if (!PyType_IsSubtype((PyTypeObject *)launch_type, &LaunchBaseType))
-        return PyErr_Format(PyExc_TypeError, "NativeObjectBinding: the launch type must derive from LaunchBase");
     Py_ssize_t nbytes = PyBytes_GET_SIZE(packed);
     if (nbytes % SLOT || nbytes / SLOT > MAX_PARAMS)
         return PyErr_Format(PyExc_ValueError, "NativeObjectBinding: packed parameters must be 8 bytes each, at most %d", MAX_PARAMS);
@@ -217,7 +213,6 @@ static PyObject *fast_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) 
     self->claim = Py_NewRef(claim);
     self->run = Py_NewRef(run);
     self->name = Py_NewRef(name);
-    self->launch_type = (PyTypeObject *)Py_NewRef(launch_type);
     self->reads = Py_NewRef(reads);
     self->function = (void *)(uintptr_t)function;
     self->context = (void *)(uintptr_t)context;
@@ -283,18 +278,24 @@ static PyMethodDef fast_methods[] = {
     {NULL, NULL, 0, NULL}};
 
 /* -- kernel(*args) ----------------------------------------------------------------------- */
-/* 1: the arguments are the binding's and none was consumed; 0: a miss; -1: error. */
-static int arguments_match(NativeObjectBinding *fb, PyObject *args) {
+/* 1: `args` (every parameter's value in order) may launch on the binding; 0: a miss (the
+ * Python path raises what is wrong); -1: error. With `same_objects`, they must be the
+ * binding's very tensors and equal constants; without, the Python caller matched their
+ * memory, layouts and constants to the binding's (`cutile._binding.layout_key`). Either
+ * way every tensor object is unconsumed and every scalar of the binding's type and
+ * within its dtype. */
+static int arguments_match(NativeObjectBinding *fb, PyObject *args, int same_objects) {
     if (PyTuple_GET_SIZE(args) != fb->nargs) return 0;
     for (Py_ssize_t i = 0; i < fb->nargs; i++) {
         Check *check = &fb->checks[i];
         PyObject *value = PyTuple_GET_ITEM(args, i);
         if (check->kind == CHECK_TENSOR) {
-            if (cuda_async_referent(check->ref) != value) return 0; /* a dead reference gives None */
-            /* (a tensor or partition: an Owned, whose consumer is this file's member) */
-            if (!PyObject_TypeCheck(value, &OwnedType)) return 0;
-            PyObject *consumed_by = ((Owned *)value)->consumed_by;
+            if (same_objects && cuda_async_referent(check->ref) != value) return 0; /* a dead reference gives None */
+            if (!PyObject_TypeCheck(value, owned_type)) return 0; /* (a tensor or partition) */
+            PyObject *consumed_by = FIELD(value, consumed_by_at);
             if (consumed_by != NULL && consumed_by != Py_None) return 0;
+        } else if (check->kind == CHECK_CONSTANT && !same_objects) {
+            continue;
         } else if (Py_TYPE(value) != check->type) {
             return 0;
         } else if (check->kind == CHECK_CONSTANT && value != check->ref) {
@@ -313,138 +314,84 @@ static int arguments_match(NativeObjectBinding *fb, PyObject *args) {
 /* Where the launch is made: the running Python frame's code and instruction (the
  * kernel's caller, as kernel_call is C). A reference to the code, not the frame, so
  * that no locals are kept; the line is looked up only if a warning needs it. */
-static void remember_site(LaunchBase *launch) {
-    if (launch->site_code != NULL) return;
+static void remember_site(PyObject *launch) {
+    static PyObject *lasti_object; /* (the last one, for a loop's repeated call) */
+    PyObject *code = LAUNCH(launch, L_SITE_CODE);
+    if (code != NULL && code != Py_None) return;
     PyFrameObject *caller = PyEval_GetFrame(); /* borrowed; NULL when called from C alone */
     if (caller == NULL) return;
-    launch->site_code = (PyObject *)PyFrame_GetCode(caller);
-    launch->site_lasti = PyFrame_GetLasti(caller);
-}
-
-/* The binding's owner (a new reference), or NULL once it is gone (then the binding misses). */
-static PyObject *owner_of(NativeObjectBinding *fb) {
-#if PY_VERSION_HEX >= 0x030D0000
-    PyObject *owner = NULL;
-    if (PyWeakref_GetRef(fb->owner, &owner) <= 0) { PyErr_Clear(); return NULL; }
-    return owner;
-#else
-    PyObject *owner = PyWeakref_GetObject(fb->owner);
-    return owner == Py_None ? NULL : Py_NewRef(owner);
-#endif
+    int lasti = PyFrame_GetLasti(caller);
+    if (lasti_object == NULL || PyLong_AsLong(lasti_object) != lasti) {
+        PyObject *made = PyLong_FromLong(lasti);
+        if (made == NULL) { PyErr_Clear(); return; }
+        Py_XSETREF(lasti_object, made);
+    }
+    Py_XSETREF(LAUNCH(launch, L_SITE_CODE), (PyObject *)PyFrame_GetCode(caller));
+    set_launch(launch, L_SITE_LASTI, lasti_object);
 }
 
 /* The launch of `kernel` over `args` on the binding: its holds claimed, pending. NULL
  * without an error set: a miss (another hold may conflict: the Python path refuses the
  * call, naming both parameters; or the binding's owner is gone). */
+static PyObject *minus_one; /* (a launch's `_site_lasti` until its site is known) */
+
 static PyObject *make_launch(PyObject *kernel, NativeObjectBinding *fb, PyObject *args) {
-    PyObject *owner = owner_of(fb);
-    if (owner == NULL) return NULL;
+    PyObject *owner = cuda_async_referent(fb->owner); /* (the Python ObjectBinding; None once gone) */
+    if (owner == Py_None) return NULL;
+    Py_INCREF(owner);
     int taken = batch_api->claim(fb->claim);
     if (taken <= 0) { Py_DECREF(owner); return NULL; }
-    LaunchBase *launch = (LaunchBase *)fb->launch_type->tp_alloc(fb->launch_type, 0);
+    PyObject *launch = launch_type->tp_alloc(launch_type, 0); /* (its slots NULL, its dict made on use) */
     if (launch == NULL) {
         batch_api->drop(fb->claim); /* queued: the lock may be another thread's now */
         Py_DECREF(owner);
         return NULL;
     }
-    launch->kernel = Py_NewRef(kernel);
-    launch->fast = Py_NewRef((PyObject *)fb);
-    launch->args = Py_NewRef(args);
-    launch->claim = Py_NewRef(fb->claim);
-    launch->binding = owner;
-    launch->pending = 1;
+    PyObject *values[L_COUNT] = {kernel, (PyObject *)fb, args, Py_False, fb->claim, owner, Py_True, Py_None, minus_one};
+    for (int i = 0; i < L_COUNT; i++) LAUNCH(launch, i) = Py_NewRef(values[i]);
+    Py_DECREF(owner);
     native_calls++;
-    return (PyObject *)launch;
-}
-
-static PyObject *fast_call(KernelBase *kernel, NativeObjectBinding *fb, PyObject *args) {
-    int matched = arguments_match(fb, args);
-    if (matched <= 0) return NULL;
-    PyObject *launch = make_launch((PyObject *)kernel, fb, args);
-    if (launch != NULL) remember_site((LaunchBase *)launch);
     return launch;
 }
 
-/* 1: `args` (every parameter's value in order, of a call whose memory, layouts and
- * constants the Python caller matched to the binding's: `cutile._binding.layout_key`)
- * may launch on it: every tensor object unconsumed, every scalar of the binding's type
- * and within its dtype; 0: a miss (the Python path raises what is wrong); -1: error. */
-static int arguments_usable(NativeObjectBinding *fb, PyObject *args) {
-    if (PyTuple_GET_SIZE(args) != fb->nargs) return 0;
-    for (Py_ssize_t i = 0; i < fb->nargs; i++) {
-        Check *check = &fb->checks[i];
-        PyObject *value = PyTuple_GET_ITEM(args, i);
-        if (check->kind == CHECK_TENSOR) {
-            if (!PyObject_TypeCheck(value, &OwnedType)) return 0;
-            PyObject *consumed_by = ((Owned *)value)->consumed_by;
-            if (consumed_by != NULL && consumed_by != Py_None) return 0;
-        } else if (check->kind == CHECK_SCALAR) {
-            if (Py_TYPE(value) != check->type) return 0;
-            unsigned char scratch[SLOT];
-            int fits = pack_scalar(check->range, value, scratch);
-            if (fits <= 0) return fits;
-        }
-    }
-    return 1;
+/* The launch of `kernel` over `args` on the binding when they match (`arguments_match`);
+ * NULL without an error set: a miss. */
+static PyObject *bound_launch(PyObject *kernel, NativeObjectBinding *fb, PyObject *args, int same_objects) {
+    if (!fb->armed || fb->generation != generation) return NULL;
+    Py_INCREF(fb); /* the checks may drop the kernel's reference (a weakref callback) */
+    int matched = arguments_match(fb, args, same_objects);
+    PyObject *launch = matched > 0 ? make_launch(kernel, fb, args) : NULL;
+    Py_DECREF(fb);
+    return launch;
 }
 
 /* launch_bound(kernel, binding, args): the launch of a call with other objects over
- * the binding's memory in its layouts (see `arguments_usable`), or None (a miss). */
+ * the binding's memory in its layouts, or None (a miss). */
 static PyObject *launch_bound(PyObject *module, PyObject *const *argv, Py_ssize_t argc) {
     if (argc != 3 || !PyObject_TypeCheck(argv[1], &FastBindingType) || !PyTuple_CheckExact(argv[2]))
         return PyErr_Format(PyExc_TypeError, "launch_bound(kernel, binding, args: tuple)");
-    NativeObjectBinding *fb = (NativeObjectBinding *)argv[1];
-    PyObject *launch = NULL;
-    if (fb->armed && fb->generation == generation) {
-        Py_INCREF(fb);
-        int usable = arguments_usable(fb, argv[2]);
-        if (usable > 0) launch = make_launch(argv[0], fb, argv[2]);
-        Py_DECREF(fb);
-        if (usable < 0) return NULL;
+    PyObject *launch = bound_launch(argv[0], (NativeObjectBinding *)argv[1], argv[2], 0);
+    return launch != NULL || PyErr_Occurred() ? launch : Py_NewRef(Py_None);
+}
+
+/* Kernel's call slot (`configure_classes`). */
+static PyObject *kernel_call(PyObject *self, PyObject *args, PyObject *kwargs) {
+    PyObject *launch = NULL, *fast = FIELD(self, kernel_binding_at);
+    if (fast != NULL && Py_IS_TYPE(fast, &FastBindingType) && (kwargs == NULL || PyDict_GET_SIZE(kwargs) == 0))
+        launch = bound_launch(self, (NativeObjectBinding *)fast, args, 1);
+    if (launch == NULL && !PyErr_Occurred()) {
+        if (python_call == NULL) return PyErr_Format(PyExc_RuntimeError, "cutile._native_launch: configure_python first");
+        Py_ssize_t n = PyTuple_GET_SIZE(args);
+        PyObject *small[16], **stack = n < 16 ? small : PyMem_Malloc((n + 1) * sizeof(PyObject *));
+        if (stack == NULL) return PyErr_NoMemory();
+        stack[0] = self;
+        for (Py_ssize_t i = 0; i < n; i++) stack[i + 1] = PyTuple_GET_ITEM(args, i);
+        launch = PyObject_VectorcallDict(python_call, stack, n + 1, kwargs);
+        if (stack != small) PyMem_Free(stack);
     }
-    return launch != NULL ? launch : Py_NewRef(Py_None);
+    if (launch != NULL && Py_IS_TYPE(launch, launch_type)) remember_site(launch);
+    return launch;
 }
-
-static PyObject *kernel_call(KernelBase *self, PyObject *args, PyObject *kwargs) {
-    NativeObjectBinding *fb = (NativeObjectBinding *)self->fast;
-    if (fb != NULL && fb->armed && fb->generation == generation && (kwargs == NULL || PyDict_GET_SIZE(kwargs) == 0)) {
-        Py_INCREF(fb); /* the call may drop the kernel's reference (a weakref callback) */
-        PyObject *launch = fast_call(self, fb, args);
-        Py_DECREF(fb);
-        if (launch != NULL || PyErr_Occurred()) return launch;
-    }
-    if (python_call == NULL) return PyErr_Format(PyExc_RuntimeError, "cutile._native_launch: configure_python first");
-    Py_ssize_t n = PyTuple_GET_SIZE(args);
-    PyObject *small[16], **stack = n < 16 ? small : PyMem_Malloc((n + 1) * sizeof(PyObject *));
-    if (stack == NULL) return PyErr_NoMemory();
-    stack[0] = (PyObject *)self;
-    for (Py_ssize_t i = 0; i < n; i++) stack[i + 1] = PyTuple_GET_ITEM(args, i);
-    PyObject *result = PyObject_VectorcallDict(python_call, stack, n + 1, kwargs);
-    if (stack != small) PyMem_Free(stack);
-    if (result != NULL && PyObject_TypeCheck(result, &LaunchBaseType)) remember_site((LaunchBase *)result);
-    return result;
-}
-
-static void kernel_dealloc(KernelBase *self) {
-    Py_CLEAR(self->fast);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static PyObject *kernel_get_fast(KernelBase *self, void *closure) {
-    return Py_NewRef(self->fast ? self->fast : Py_None);
-}
-
-static int kernel_set_fast(KernelBase *self, PyObject *value, void *closure) {
-    if (value != NULL && value != Py_None && !PyObject_TypeCheck(value, &FastBindingType)) {
-        PyErr_SetString(PyExc_TypeError, "_native_binding takes a NativeObjectBinding or None");
-        return -1;
-    }
-    Py_XSETREF(self->fast, (value == NULL || value == Py_None) ? NULL : Py_NewRef(value));
-    return 0;
-}
-
-static PyGetSetDef kernel_getset[] = {
-    {"_native_binding", (getter)kernel_get_fast, (setter)kernel_set_fast, "the native binding, or None", NULL}, {NULL}};
 
 /* -- the compile's reads ----------------------------------------------------------------- */
 /* cutile_compiler._reads's kinds of entry (kind, where, key, value). */
@@ -535,29 +482,37 @@ static void raise_driver_error(int err, const char *doing, PyObject *name) {
     if (!PyErr_Occurred()) PyErr_Format(PyExc_RuntimeError, "%s%U failed with CUDA error %d", doing, name, err);
 }
 
-/* The launch in a batch's steady state, or run synchronously on idle resources;
- * NULL without an error set: a miss (nothing changed). */
-static PyObject *fast_sync(LaunchBase *self, NativeObjectBinding *fb) {
-    if (!reads_current(fb->reads)) return NULL;
-    unsigned char params[MAX_PARAMS * SLOT];
-    void *pointers[MAX_PARAMS];
+/* The binding's parameters with the scalars of `args` (every parameter's value in order)
+ * packed in, and a pointer to each: 1; 0 a miss (a scalar its C type cannot hold, or,
+ * with `same_types`, not of the binding's type); -1 error. */
+static int pack_params(NativeObjectBinding *fb, PyObject *args, int same_types, unsigned char *params, void **pointers) {
     memcpy(params, fb->packed, fb->nparams * SLOT);
     for (Py_ssize_t p = 0; p < fb->nparams; p++) pointers[p] = params + p * SLOT;
     for (Py_ssize_t s = 0; s < fb->nscalars; s++) {
         Check *check = &fb->checks[fb->scalar_checks[s]];
-        int packed = pack_scalar(check->code, PyTuple_GET_ITEM(self->args, fb->scalar_checks[s]),
-                                 params + (Py_ssize_t)check->slot * SLOT);
-        if (packed <= 0) return NULL;
+        PyObject *value = PyTuple_GET_ITEM(args, fb->scalar_checks[s]);
+        if (same_types && Py_TYPE(value) != check->type) return 0;
+        int packed = pack_scalar(check->code, value, params + (Py_ssize_t)check->slot * SLOT);
+        if (packed <= 0) return packed;
     }
+    return 1;
+}
+
+/* The launch in a batch's steady state, or run synchronously on idle resources;
+ * NULL without an error set: a miss (nothing changed). */
+static PyObject *fast_sync(PyObject *self, NativeObjectBinding *fb, PyObject *args) {
+    unsigned char params[MAX_PARAMS * SLOT];
+    void *pointers[MAX_PARAMS];
+    if (!reads_current(fb->reads) || pack_params(fb, args, 0, params, pointers) <= 0) return NULL;
     PyObject *access_set = fb->access_set;
     CudaAsyncBatchTxn txn;
     CudaAsyncSyncTxn sync;
-    int in_batch = batch_api->begin(access_set, self->claim, &txn);
-    if (in_batch < 0 || (!in_batch && batch_api->sync_begin(access_set, self->claim, fb->run, &sync) <= 0))
+    int in_batch = batch_api->begin(access_set, fb->claim, &txn);
+    if (in_batch < 0 || (!in_batch && batch_api->sync_begin(access_set, fb->claim, fb->run, &sync) <= 0))
         return NULL;
-    Py_CLEAR(self->claim); /* the batch job's holds cover it now, or the run's replace it */
-    self->done = 1; /* from here on the launch has run, whatever the driver says */
-    self->pending = 0;
+    set_launch(self, L_CLAIM, Py_None); /* the batch job's holds cover it now, or the run's replace it */
+    set_launch(self, L_DONE, Py_True); /* from here on the launch has run, whatever the driver says */
+    set_launch(self, L_PENDING, Py_False);
     int waited = 0; /* (a run's holds keep other threads off the resources during its wait) */
     int err = launch_on(fb, in_batch ? txn.stream_handle : sync.stream_handle, pointers, !in_batch, &waited);
     if (in_batch) {
@@ -568,7 +523,7 @@ static PyObject *fast_sync(LaunchBase *self, NativeObjectBinding *fb) {
         if (batch_api->sync_end(&sync, waited) < 0 || err) return NULL; /* waited: the launch was enqueued */
     }
     native_syncs++;
-    return results_of(fb, self->args);
+    return results_of(fb, args);
 }
 
 /* enqueue(binding, args, stream): the launch of `args` (every parameter's value in
@@ -588,161 +543,122 @@ static PyObject *enqueue_bound(PyObject *module, PyObject *const *argv, Py_ssize
     if (!fb->armed || fb->generation != generation || PyTuple_GET_SIZE(args) != fb->nargs) Py_RETURN_FALSE;
     Py_INCREF(fb);
     PyObject *result = Py_False;
-    if (reads_current(fb->reads)) {
-        unsigned char params[MAX_PARAMS * SLOT];
-        void *pointers[MAX_PARAMS];
-        memcpy(params, fb->packed, fb->nparams * SLOT);
-        for (Py_ssize_t p = 0; p < fb->nparams; p++) pointers[p] = params + p * SLOT;
-        int packed = 1;
-        for (Py_ssize_t s = 0; s < fb->nscalars && packed > 0; s++) {
-            Check *check = &fb->checks[fb->scalar_checks[s]];
-            PyObject *value = PyTuple_GET_ITEM(args, fb->scalar_checks[s]);
-            packed = Py_TYPE(value) == check->type ? pack_scalar(check->code, value, params + (Py_ssize_t)check->slot * SLOT) : 0;
-        }
-        if (packed < 0) result = NULL;
-        else if (packed > 0) {
-            int waited = 0;
-            int err = launch_on(fb, stream, pointers, 0, &waited);
-            if (err) { raise_driver_error(err, "", fb->name); result = NULL; }
-            else { native_enqueues++; result = Py_True; }
-        }
+    unsigned char params[MAX_PARAMS * SLOT];
+    void *pointers[MAX_PARAMS];
+    int packed = reads_current(fb->reads) ? pack_params(fb, args, 1, params, pointers) : 0;
+    if (packed < 0) result = NULL;
+    else if (packed > 0) {
+        int waited = 0;
+        int err = launch_on(fb, stream, pointers, 0, &waited);
+        if (err) { raise_driver_error(err, "", fb->name); result = NULL; }
+        else { native_enqueues++; result = Py_True; }
     }
     Py_DECREF(fb);
     return result == NULL ? NULL : Py_NewRef(result);
 }
 
-static PyObject *launch_sync(LaunchBase *self, PyObject *unused) {
-    NativeObjectBinding *fb = (NativeObjectBinding *)self->fast;
-    if (fb != NULL && fb->armed && fb->generation == generation && self->claim == fb->claim && !self->done) {
-        Py_INCREF(fb);
-        PyObject *result = fast_sync(self, fb);
-        Py_DECREF(fb);
+/* Launch.sync (`configure_classes`). */
+static PyObject *launch_sync(PyObject *self, PyObject *unused) {
+    PyObject *fast = LAUNCH(self, L_FAST), *args = LAUNCH(self, L_ARGS);
+    NativeObjectBinding *fb = (NativeObjectBinding *)fast;
+    if (fast != NULL && Py_IS_TYPE(fast, &FastBindingType) && fb->armed && fb->generation == generation &&
+        LAUNCH(self, L_CLAIM) == fb->claim && LAUNCH(self, L_DONE) == Py_False && args != NULL &&
+        PyTuple_CheckExact(args) && PyTuple_GET_SIZE(args) == fb->nargs) {
+        Py_INCREF(fb); Py_INCREF(args);
+        PyObject *result = fast_sync(self, fb, args);
+        Py_DECREF(fb); Py_DECREF(args);
         if (result != NULL) return result;
         if (PyErr_Occurred()) {
-            self->pending = 0; /* refused by an error, as the Python path's: no never-run warning later */
+            set_launch(self, L_PENDING, Py_False); /* refused by an error, as the Python path's: no warning later */
             return NULL;
         }
     }
-    if (python_sync == NULL) return PyErr_Format(PyExc_RuntimeError, "cutile._native_launch: configure_python first");
-    return PyObject_CallOneArg(python_sync, (PyObject *)self);
+    return PyObject_CallOneArg(python_sync, self);
 }
 
-/* _attach(binding, args): a launch made by the Python path over `binding`'s claim, now
- * armed (`cutile._gpu.arm_at_call`), may run in C: every parameter's value in order is
- * `args`. Nothing changes when the claim is not the binding's, or the launch has run. */
-static PyObject *launch_attach(LaunchBase *self, PyObject *const *argv, Py_ssize_t argc) {
-    if (argc != 2 || !PyObject_TypeCheck(argv[0], &FastBindingType) || !PyTuple_CheckExact(argv[1]))
-        return PyErr_Format(PyExc_TypeError, "_attach(binding, args: tuple)");
-    NativeObjectBinding *fb = (NativeObjectBinding *)argv[0];
-    if (self->fast == NULL && self->claim == fb->claim && !self->done && PyTuple_GET_SIZE(argv[1]) == fb->nargs) {
-        self->fast = Py_NewRef((PyObject *)fb);
-        Py_XSETREF(self->args, Py_NewRef(argv[1]));
-    }
-    Py_RETURN_NONE;
-}
-
-/* The Python code changes what the launch runs (grid, options) or runs it itself:
- * the native sync no longer may. */
-static PyObject *launch_detach(LaunchBase *self, PyObject *unused) {
-    Py_CLEAR(self->fast);
-    Py_RETURN_NONE;
-}
-
-/* A launch freed while pending: the hook warns (once per kernel). The launch itself is
- * half torn down (a Python subclass's attributes are gone), so it gets the C members. */
-static void warn_never_run(LaunchBase *self) {
-    if (never_run_hook == NULL || self->kernel == NULL) return;
-    PyObject *warned = PyObject_CallFunction(never_run_hook, "OOi", self->kernel,
-                                             self->site_code ? self->site_code : Py_None, self->site_lasti);
-    if (warned == NULL) PyErr_WriteUnraisable(self->kernel); /* e.g. the warning filtered as an error */
-    Py_XDECREF(warned);
-}
-
-static void launch_dealloc(LaunchBase *self) {
+/* Launch's finalizer (`configure_classes`): a launch freed while pending warns (the
+ * hook, once per kernel), and one freed with its claim gives it back (queued). */
+static void launch_finalize(PyObject *self) {
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
-    if (self->pending) warn_never_run(self);
-    if (self->claim != NULL && self->claim != Py_None && batch_api != NULL)
-        batch_api->drop(self->claim); /* dropped with its holds: given back (queued) */
-    Py_CLEAR(self->kernel);
-    Py_CLEAR(self->fast);
-    Py_CLEAR(self->args);
-    Py_CLEAR(self->claim);
-    Py_CLEAR(self->binding);
-    Py_CLEAR(self->site_code);
+    PyObject *kernel = LAUNCH(self, L_KERNEL), *claim = LAUNCH(self, L_CLAIM);
+    if (LAUNCH(self, L_PENDING) == Py_True && kernel != NULL) {
+        PyObject *code = LAUNCH(self, L_SITE_CODE), *lasti = LAUNCH(self, L_SITE_LASTI);
+        PyObject *warned = PyObject_CallFunctionObjArgs(never_run_hook, kernel, code ? code : Py_None,
+                                                        lasti ? lasti : minus_one, NULL);
+        if (warned == NULL) PyErr_WriteUnraisable(kernel); /* e.g. the warning filtered as an error */
+        Py_XDECREF(warned);
+    }
+    if (claim != NULL && claim != Py_None) batch_api->drop(claim);
     PyErr_Restore(type, value, tb);
-    Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static PyMethodDef launch_methods[] = {
-    {"sync", (PyCFunction)launch_sync, METH_NOARGS,
-     "Runs the launch to completion and returns its tensor arguments (one as itself, several as a tuple)."},
-    {"_detach", (PyCFunction)launch_detach, METH_NOARGS, "Leaves the launch to the Python path."},
-    {"_attach", (PyCFunction)(void (*)(void))launch_attach, METH_FASTCALL,
-     "Lets the native sync run the launch on an armed binding (its values in order)."},
-    {NULL, NULL, 0, NULL}};
-static PyMemberDef launch_members[] = {
-    {"kernel", T_OBJECT_EX, offsetof(LaunchBase, kernel), 0, NULL},
-    {"_claim", T_OBJECT, offsetof(LaunchBase, claim), 0, NULL},
-    {"_args", T_OBJECT, offsetof(LaunchBase, args), READONLY, NULL},
-    {"_done", T_BOOL, offsetof(LaunchBase, done), 0, NULL},
-    {"_binding", T_OBJECT_EX, offsetof(LaunchBase, binding), 0, NULL},
-    {"_pending", T_BOOL, offsetof(LaunchBase, pending), 0, NULL},
-    {"_site_code", T_OBJECT, offsetof(LaunchBase, site_code), 0, NULL},
-    {"_site_lasti", T_INT, offsetof(LaunchBase, site_lasti), 0, NULL},
-    {NULL}};
-
-/* -- Owned ------------------------------------------------------------------------------- */
-static void owned_dealloc(Owned *self) {
-    /* (Its consumer is a string: no cycle to collect. A subclass's dealloc has
-     * untracked the object and drops the reference to its heap type.) */
-    Py_CLEAR(self->consumed_by);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static PyMemberDef owned_members[] = {
-    {"_consumed_by", T_OBJECT, offsetof(Owned, consumed_by), 0, "who consumed the object, or None"}, {NULL}};
+static PyMethodDef launch_sync_def = {"sync", launch_sync, METH_NOARGS,
+    "Runs the launch to completion and returns its tensor arguments (one as itself, several as a tuple)."};
 
 /* -- module ------------------------------------------------------------------------------ */
 static PyTypeObject FastBindingType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "cutile._native_launch.NativeObjectBinding",
     .tp_basicsize = sizeof(NativeObjectBinding), .tp_dealloc = (destructor)fast_dealloc, .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = fast_new, .tp_methods = fast_methods, .tp_weaklistoffset = offsetof(NativeObjectBinding, weakrefs)};
-static PyTypeObject KernelBaseType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "cutile._native_launch.KernelBase",
-    .tp_basicsize = sizeof(KernelBase), .tp_dealloc = (destructor)kernel_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE, .tp_new = PyType_GenericNew,
-    .tp_call = (ternaryfunc)kernel_call, .tp_getset = kernel_getset};
-static PyTypeObject OwnedType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "cutile._native_launch.Owned",
-    .tp_basicsize = sizeof(Owned), .tp_dealloc = (destructor)owned_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE, .tp_new = PyType_GenericNew, .tp_members = owned_members};
-static PyTypeObject LaunchBaseType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "cutile._native_launch.LaunchBase",
-    .tp_basicsize = sizeof(LaunchBase), .tp_dealloc = (destructor)launch_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE, .tp_new = PyType_GenericNew,
-    .tp_methods = launch_methods, .tp_members = launch_members};
 
-/* configure_python(call, sync, never_run): the Python path of a call (call(kernel, *args,
- * **kwargs)) and of a sync (sync(launch)), and the hook called as never_run(kernel, code,
- * lasti) for a launch freed while pending. */
-static PyObject *configure_python(PyObject *module, PyObject *args) {
-    PyObject *call, *sync, *hook;
-    if (!PyArg_ParseTuple(args, "OOO", &call, &sync, &hook)) return NULL;
-    Py_XSETREF(python_call, Py_NewRef(call));
-    Py_XSETREF(python_sync, Py_NewRef(sync));
-    Py_XSETREF(never_run_hook, Py_NewRef(hook));
-    Py_RETURN_NONE;
+/* The offset of the object slot `name` of the class `type` (its own `__slots__` entry). */
+static int slot_offset(PyTypeObject *type, const char *name, Py_ssize_t *offset) {
+    PyObject *d = PyDict_GetItemString(type->tp_dict, name);
+    if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type) || PyDescr_TYPE(d) != type ||
+        ((PyMemberDescrObject *)d)->d_member->type != T_OBJECT_EX) {
+        PyErr_Format(PyExc_TypeError, "configure_classes: %s.%s is not a slot of that class", type->tp_name, name);
+        return -1;
+    }
+    *offset = ((PyMemberDescrObject *)d)->d_member->offset;
+    return 0;
 }
 
-/* use_api(capsule): cuda_async's C API (batch_api.h), before any launch. */
-static PyObject *use_api(PyObject *module, PyObject *capsule) {
+/* configure_classes(api, kernel, launch, owned, call, sync, never_run): cuda_async's C
+ * API (batch_api.h: its capsule), then cutile's classes,
+ * whose slots this file reads and on which it installs the fast paths: Kernel's call
+ * slot (a heap type's slot set here: Kernel has no subclass and its __call__ is never
+ * reassigned, which would reset it), Launch.sync (a method descriptor of Launch) and
+ * Launch's finalizer (in place of its Python __del__); then the Python path of a call
+ * (call(kernel, *args, **kwargs)) and of a sync (sync(launch)), and the hook called as
+ * never_run(kernel, code, lasti) for a launch freed while pending. Once, before any
+ * binding is made. */
+static PyObject *configure_classes(PyObject *module, PyObject *args) {
+    PyObject *capsule, *call, *sync, *hook;
+    PyTypeObject *kernel, *launch, *owned;
+    if (!PyArg_ParseTuple(args, "OO!O!O!OOO", &capsule, &PyType_Type, &kernel, &PyType_Type, &launch, &PyType_Type,
+                          &owned, &call, &sync, &hook))
+        return NULL;
+    if (kernel_type != NULL) return PyErr_Format(PyExc_RuntimeError, "configure_classes: configured already");
     const CudaAsyncBatchAPI *api = PyCapsule_GetPointer(capsule, CUDA_ASYNC_BATCH_API_CAPSULE);
     if (api == NULL) return NULL;
     if (api->version != CUDA_ASYNC_BATCH_API_VERSION)
         return PyErr_Format(PyExc_RuntimeError, "cuda_async's batch API is version %d, expected %d", api->version,
                             CUDA_ASYNC_BATCH_API_VERSION);
+    if (!(kernel->tp_flags & launch->tp_flags & Py_TPFLAGS_HEAPTYPE))
+        return PyErr_Format(PyExc_TypeError, "configure_classes: Kernel and Launch must be Python classes");
+    if (slot_offset(kernel, "_native_binding", &kernel_binding_at) < 0 ||
+        slot_offset(owned, "_consumed_by", &consumed_by_at) < 0)
+        return NULL;
+    for (int i = 0; i < L_COUNT; i++)
+        if (slot_offset(launch, launch_slots[i], &launch_at[i]) < 0) return NULL;
+    PyObject *method = PyDescr_NewMethod(launch, &launch_sync_def);
+    if (method == NULL || PyObject_SetAttrString((PyObject *)launch, "sync", method) < 0) {
+        Py_XDECREF(method);
+        return NULL;
+    }
+    Py_DECREF(method);
+    kernel->tp_call = kernel_call;
+    launch->tp_finalize = launch_finalize;
+    PyType_Modified(kernel);
+    PyType_Modified(launch);
+    kernel_type = (PyTypeObject *)Py_NewRef(kernel);
+    launch_type = (PyTypeObject *)Py_NewRef(launch);
+    owned_type = (PyTypeObject *)Py_NewRef(owned);
     batch_api = api;
+    python_call = Py_NewRef(call);
+    python_sync = Py_NewRef(sync);
+    never_run_hook = Py_NewRef(hook);
     Py_RETURN_NONE;
 }
 
@@ -752,7 +668,7 @@ static PyObject *configure(PyObject *module, PyObject *args) {
     unsigned long long launch, get_current, set_current, synchronize;
     if (!PyArg_ParseTuple(args, "KKKKO", &launch, &get_current, &set_current, &synchronize, &raiser))
         return NULL;
-    if (batch_api == NULL) return PyErr_Format(PyExc_RuntimeError, "configure: call use_api first");
+    if (kernel_type == NULL) return PyErr_Format(PyExc_RuntimeError, "configure: call configure_classes first");
     if (!launch || !get_current || !set_current || !synchronize) return PyErr_Format(PyExc_ValueError, "configure: null entry point");
     cu_launch_kernel = (launch_kernel_fn)(uintptr_t)launch;
     cu_ctx_get_current = (ctx_get_fn)(uintptr_t)get_current;
@@ -800,8 +716,8 @@ static PyMethodDef module_methods[] = {
      "Queues a launch of the binding's memory on a stream, for an op that holds it; False: not done."},
     {"launch_bound", (PyCFunction)(void (*)(void))launch_bound, METH_FASTCALL,
      "The launch of a call whose memory and layouts match a binding's, or None."},
-    {"configure_python", configure_python, METH_VARARGS, "Hands over the Python paths and the never-run warning."},
-    {"use_api", use_api, METH_O, "Hands over cuda_async's C API (its capsule)."},
+    {"configure_classes", configure_classes, METH_VARARGS,
+     "Hands over cuda_async's C API, cutile's classes (installing the fast paths), the Python paths and the never-run hook."},
     {"configure", configure, METH_VARARGS, "Hands over the driver's entry points."},
     {"null_entry_points", null_entry_points, METH_NOARGS, "Driver stand-ins that do nothing (benchmarks)."},
     {NULL, NULL, 0, NULL}};
@@ -810,12 +726,10 @@ static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "cutile._native_l
                                         NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__native_launch(void) {
-    struct { const char *name; PyTypeObject *type; } types[] = {
-        {"NativeObjectBinding", &FastBindingType}, {"KernelBase", &KernelBaseType},
-        {"LaunchBase", &LaunchBaseType}, {"Owned", &OwnedType}};
+    if (minus_one == NULL && (minus_one = PyLong_FromLong(-1)) == NULL) return NULL;
     PyObject *m = PyModule_Create(&module_def);
-    for (size_t i = 0; m != NULL && i < sizeof types / sizeof *types; i++)
-        if (PyType_Ready(types[i].type) < 0 || PyModule_AddObjectRef(m, types[i].name, (PyObject *)types[i].type) < 0)
-            Py_CLEAR(m);
+    if (m != NULL && (PyType_Ready(&FastBindingType) < 0 ||
+                      PyModule_AddObjectRef(m, "NativeObjectBinding", (PyObject *)&FastBindingType) < 0))
+        Py_CLEAR(m);
     return m;
 }
