@@ -23,9 +23,6 @@
 - ``--tune SECONDS``: a `cutile.tune.search` per case over the whole space (pruned for
   the case) with that budget; its winners printed as JSON.
 - ``--splitk``: also the split-K table (small M·N, large K: TFLOP/s against torch).
-- ``--prologues``: also, per case, `rms_norm_matmul` and `silu_mul_matmul` (the GEMV
-  with a prologue on a, the plain GEMV's config) beside the plain GEMV, as fractions of
-  copy (each checked against float64 first).
 - ``--shapes NxK ...``: the weights' shapes instead of the five above (a model's, to
   sweep and record the buckets its projections fall in); ``--rows M ...``: the rows of
   the cases instead of 1 and 16.
@@ -127,8 +124,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tune", type=float, default=0.0, metavar="SECONDS",
                         help="search each case's config space for this many seconds")
     parser.add_argument("--splitk", action="store_true", help="also the split-K table")
-    parser.add_argument("--prologues", action="store_true",
-                        help="also the table of the GEMV with the rms_norm and silu_mul prologues")
     parser.add_argument("--rows", nargs="+", type=int, default=[1, 16], choices=range(1, 17), metavar="M",
                         help="the activations' rows (M, 1 to 16) of each case (default: 1 and 16)")
     parser.add_argument("--shapes", nargs="+", metavar="NxK", type=_shape,
@@ -397,42 +392,6 @@ def main(argv: list[str] | None = None) -> int:
     if on_gpu:
         print(f"worst GEMV row: {worst:.2f}x of copy bandwidth (target >= {TARGET:.2f}x)"
               f"{'' if worst >= TARGET else ' -- NOT MET'}")
-
-    # -- prologues ---------------------------------------------------------------------------------
-    if args.prologues:
-        from cutile_kernels import rms_norm_matmul, silu_mul_matmul
-
-        print(f"\nthe GEMV with a prologue (rms_norm_matmul, silu_mul_matmul: the plain GEMV's config) on the "
-              f"{cutile.backend()} backend; GB/s of weight read as a fraction of copy")
-        print(f"{'dtype':>5} {'w':>2} {'M':>3} {'N':>7} {'K':>6}  {'plain':>6}  {'rms_norm':>8}  {'silu_mul':>8}")
-        for name in args.dtype:
-            for n, k in shapes:
-                for case in make_cases(dtypes[name], n, k):
-                    plain_ms, plain_status = timed(case, case.through_matmul)
-                    wrong += plain_status != "ok"
-                    numpy_dtype = case.host_x.dtype
-                    norm_weight = api.randn([k], dtype=case.dtype, seed=seed)
-                    gate_up = api.randn([case.m, 2 * k], dtype=case.dtype, seed=seed + 1)
-                    seed += 2
-                    x64 = case.host_x.astype(np.float64)
-                    normed = x64 / np.sqrt((x64 * x64).mean(axis=1, keepdims=True) + 1e-6) \
-                        * norm_weight.to_numpy().astype(np.float64)
-                    g, u = (part.astype(np.float64) for part in np.split(gate_up.to_numpy(), 2, axis=1))
-                    figures = []
-                    for left, run in (
-                            (normed, lambda case=case, w=norm_weight: rms_norm_matmul.launch(
-                                case.x, w, case.b, 1e-6, out=case.out)),
-                            (g / (1.0 + np.exp(-g)) * u, lambda case=case, both=gate_up: silu_mul_matmul.launch(
-                                both, case.b, out=case.out))):
-                        plain_x, case.host_x = case.host_x, left.astype(numpy_dtype)  # (the gate's reference)
-                        ms, status = timed(case, run)
-                        case.host_x = plain_x
-                        wrong += status != "ok"
-                        figures.append(f"{case.fraction(ms):8.2f}" if on_gpu and status == "ok" else f"{status:>8}")
-                    plain = f"{case.fraction(plain_ms):6.2f}" if on_gpu and plain_status == "ok" else \
-                        f"{plain_status if plain_status != 'ok' else '-':>6}"
-                    print(f"{name:>5} {'nk' if case.weight_nk else 'kn':>2} {case.m:3d} {n:7d} {k:6d}  {plain}  "
-                          f"{figures[0]}  {figures[1]}", flush=True)
 
     # -- split-K ------------------------------------------------------------------------------------
     if args.splitk:

@@ -6,13 +6,9 @@ weights were made so; q, k and v are then head slices of its output, read in pla
 QK-norm and RoPE (neox) in one launch (`qk_norm_rope`) -> GQA attention (prefill: the
 varlen flash kernel over the packed prompts; decode: `decode_attention` over the cache,
 after one `kv_cache_update` launch wrote the new keys and values) -> output
-projection with the residual add as its epilogue -> RMSNorm -> SiLU-gated MLP -> residual
-(its down projection's epilogue). The final norm and the LM head (tied to the embedding
-or not) give f32 logits of each sequence's last token. Each RMSNorm is the prologue of the
-GEMV that reads it in decode (`rms_norm_matmul`), and SiLU-and-multiply the down
-projection's (`silu_mul_matmul`): each is one GEMV launch (at most 16 rows), so a decode
-layer launches no norm or pointwise kernel of its own. Prefill makes each norm once for
-the GEMMs that read it.
+projection -> residual add fused with the next RMSNorm (`add_rms_norm`) -> SiLU-gated
+MLP -> residual. The final norm and the LM head (tied to the embedding or not) give f32
+logits of each sequence's last token.
 
 Weights are kept in Hugging Face's layout (``[out_features, in_features]``) and passed to
 `matmul` as their ``.T`` view, which it reads in place (its fast path).
@@ -26,7 +22,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -304,7 +300,8 @@ class StepBuffers:
     then allocates nothing (what a CUDA graph capture needs) and its kernels find their
     plans by the same tensors each time."""
 
-    hidden: tuple[cutile.Tensor, cutile.Tensor]  # the residual stream, ping-ponged by the layer's GEMMs
+    hidden: tuple[cutile.Tensor, cutile.Tensor]  # the residual stream, ping-ponged by add_rms_norm
+    normed: cutile.Tensor
     q_raw: cutile.Tensor
     k_raw: cutile.Tensor
     v: cutile.Tensor
@@ -315,9 +312,12 @@ class StepBuffers:
     q: cutile.Tensor
     k: cutile.Tensor
     attended: cutile.Tensor
+    projected: cutile.Tensor
     gate: cutile.Tensor
     up: cutile.Tensor
     gate_up: cutile.Tensor
+    act: cutile.Tensor
+    down: cutile.Tensor
     logits: cutile.Tensor
 
     @classmethod
@@ -328,10 +328,11 @@ class StepBuffers:
         h, heads, kv, dim = c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim
         qkv = empty(batch, c.q_size + 2 * c.kv_size)
         q, k, v = _head_slices(c, qkv)
-        return cls((empty(batch, h), empty(batch, h)), empty(batch, c.q_size), empty(batch, c.kv_size),
-                   empty(batch, c.kv_size), qkv, q, k, v, empty(batch, heads, dim), empty(batch, kv, dim),
-                   empty(batch, heads, dim), empty(batch, c.intermediate_size), empty(batch, c.intermediate_size),
-                   empty(batch, 2 * c.intermediate_size), api.empty((batch, c.vocab_size), f32))
+        return cls((empty(batch, h), empty(batch, h)), empty(batch, h), empty(batch, c.q_size), empty(batch, c.kv_size),
+                   empty(batch, c.kv_size), qkv, q, k, v, empty(batch, heads, dim), empty(batch, kv, dim), empty(batch, heads, dim),
+                   empty(batch, h), empty(batch, c.intermediate_size), empty(batch, c.intermediate_size),
+                   empty(batch, 2 * c.intermediate_size), empty(batch, c.intermediate_size), empty(batch, h),
+                   api.empty((batch, c.vocab_size), f32))
 
 
 class Qwen3Model:
@@ -351,69 +352,62 @@ class Qwen3Model:
 
     # -- shared pieces ----------------------------------------------------------------
 
-    def _normed_projections(self, hidden: cutile.Tensor, norm: cutile.Tensor,
-                            decode: bool) -> Callable[[cutile.Tensor, cutile.Tensor | None], cutile.Tensor]:
-        """What projects the RMSNorm of ``hidden`` by a weight ([out, in], into an out=
-        or a new tensor): in decode each GEMV computes the norm as its prologue
-        (`rms_norm_matmul`: no launch of its own); in prefill the norm is made once, and
-        read by every projection's GEMM."""
-        eps = self.config.rms_norm_eps
-        if decode:
-            return lambda weight, out: ck.rms_norm_matmul(hidden, norm, weight.T, eps, out=out)
-        normed = ck.rms_norm(hidden, norm, eps)
-        return lambda weight, out: ck.matmul(normed, weight.T, out=out)
-
-    def _qkv(self, layer: LayerWeights, hidden: cutile.Tensor, positions: cutile.Tensor,
+    def _qkv(self, layer: LayerWeights, normed: cutile.Tensor, positions: cutile.Tensor,
              bufs: StepBuffers | None) -> tuple[cutile.Tensor, cutile.Tensor, cutile.Tensor]:
-        """The input norm and projections, then QK-norm and RoPE in one launch, of
-        ``tokens`` rows of the residual stream: q ``(tokens, heads, dim)``, k and v
-        ``(tokens, kv_heads, dim)`` (decode: into ``bufs``; v is a head slice of the
-        stacked projection's output when there is one)."""
+        """Projections, then QK-norm and RoPE in one launch, of ``tokens`` rows: q
+        ``(tokens, heads, dim)``, k and v ``(tokens, kv_heads, dim)`` (into ``bufs`` when
+        given; v is a head slice of the stacked projection's output when there is one)."""
         c = self.config
-        tokens = int(hidden.shape[0])
-        project = self._normed_projections(hidden, layer.input_layernorm, bufs is not None)
+        tokens = int(normed.shape[0])
         if layer.qkv_proj is not None:  # one GEMM; q, k and v are head slices of its output
             if bufs is not None:
-                project(layer.qkv_proj, bufs.qkv)
+                ck.matmul(normed, layer.qkv_proj.T, out=bufs.qkv)
                 q_raw, k_raw, v = bufs.qkv_q, bufs.qkv_k, bufs.qkv_v
             else:
-                q_raw, k_raw, v = _head_slices(c, project(layer.qkv_proj, None))
+                q_raw, k_raw, v = _head_slices(c, ck.matmul(normed, layer.qkv_proj.T))
         else:
-            q_raw = project(layer.q_proj, bufs.q_raw if bufs else None).reshape(tokens, c.num_attention_heads,
-                                                                                c.head_dim)
-            k_raw = project(layer.k_proj, bufs.k_raw if bufs else None).reshape(tokens, c.num_key_value_heads,
-                                                                                c.head_dim)
-            v = project(layer.v_proj, bufs.v if bufs else None).reshape(tokens, c.num_key_value_heads, c.head_dim)
+            q_raw = ck.matmul(normed, layer.q_proj.T, out=bufs.q_raw if bufs else None).reshape(
+                tokens, c.num_attention_heads, c.head_dim)
+            k_raw = ck.matmul(normed, layer.k_proj.T, out=bufs.k_raw if bufs else None).reshape(
+                tokens, c.num_key_value_heads, c.head_dim)
+            v = ck.matmul(normed, layer.v_proj.T, out=bufs.v if bufs else None).reshape(
+                tokens, c.num_key_value_heads, c.head_dim)
         q, k = ck.qk_norm_rope(q_raw, k_raw, layer.q_norm, layer.k_norm, positions, c.rms_norm_eps, c.rope_theta,
                                style="neox", out=(bufs.q, bufs.k) if bufs else None)
         return q, k, v
 
     def _finish_layer(self, layer: LayerWeights, attended: cutile.Tensor, hidden: cutile.Tensor,
-                      bufs: StepBuffers | None) -> cutile.Tensor:
-        """The output projection with the residual add as its epilogue, the MLP (the
-        post-attention norm made as `_normed_projections` makes it, silu_mul the down
-        GEMM's prologue, the residual add its epilogue): returns the residual stream.
-        In decode the stream goes hidden[0] -> hidden[1] -> hidden[0] (an output is
-        never the residual it adds)."""
+                      next_norm: cutile.Tensor, bufs: StepBuffers | None) -> tuple[cutile.Tensor, cutile.Tensor]:
+        """Output projection, residual add and RMSNorm, the MLP, and its residual add
+        fused with the next norm (the next layer's input norm, or the final one):
+        returns the residual stream and its normed rows."""
         c = self.config
         tokens = int(attended.shape[0])
-        middle = ck.matmul(attended.reshape(tokens, c.q_size), layer.o_proj.T, residual=hidden,
-                           out=bufs.hidden[1] if bufs else None)
-        project = self._normed_projections(middle, layer.post_attention_layernorm, bufs is not None)
-        gate_up: cutile.Tensor | tuple[cutile.Tensor, cutile.Tensor]
-        if layer.gate_up_proj is not None:  # one GEMM; the down GEMM reads its two halves in place
-            gate_up = project(layer.gate_up_proj, bufs.gate_up if bufs else None)
+        other = None if bufs is None else bufs.hidden[1] if hidden is bufs.hidden[0] else bufs.hidden[0]
+        projected = ck.matmul(attended.reshape(tokens, c.q_size), layer.o_proj.T, out=bufs.projected if bufs else None)
+        hidden, normed = ck.add_rms_norm(projected, hidden, layer.post_attention_layernorm, c.rms_norm_eps,
+                                         out=(other, bufs.normed) if bufs else None)
+        if layer.gate_up_proj is not None:  # one GEMM; silu_mul reads the two halves in place
+            both = ck.matmul(normed, layer.gate_up_proj.T, out=bufs.gate_up if bufs else None)
+            gate, up = both[:, :c.intermediate_size], both[:, c.intermediate_size:]
         else:
-            gate_up = (project(layer.gate_proj, bufs.gate if bufs else None),
-                       project(layer.up_proj, bufs.up if bufs else None))
-        result: cutile.Tensor = ck.silu_mul_matmul(gate_up, layer.down_proj.T, residual=middle,
-                                                   out=bufs.hidden[0] if bufs else None)
-        return result
+            gate = ck.matmul(normed, layer.gate_proj.T, out=bufs.gate if bufs else None)
+            up = ck.matmul(normed, layer.up_proj.T, out=bufs.up if bufs else None)
+        act = ck.silu_mul(gate, up, out=bufs.act if bufs else None)
+        down = ck.matmul(act, layer.down_proj.T, out=bufs.down if bufs else None)
+        back = None if bufs is None else bufs.hidden[1] if other is bufs.hidden[0] else bufs.hidden[0]
+        hidden, normed = ck.add_rms_norm(down, hidden, next_norm, c.rms_norm_eps,
+                                         out=(back, bufs.normed) if bufs else None)
+        if bufs is None or back is None:
+            return hidden, normed
+        return back, bufs.normed
 
-    def _logits(self, hidden_rows: cutile.Tensor, out: cutile.Tensor | None = None) -> cutile.Tensor:
-        """The final norm (the LM head GEMM's prologue) and the LM head: f32 logits."""
-        logits: cutile.Tensor = ck.rms_norm_matmul(hidden_rows, self.weights.norm, self.weights.lm_head.T,
-                                                   self.config.rms_norm_eps, out_dtype=f32, out=out)
+    def _next_norms(self) -> list[cutile.Tensor]:
+        w = self.weights
+        return [layer.input_layernorm for layer in w.layers[1:]] + [w.norm]
+
+    def _logits(self, normed_rows: cutile.Tensor, out: cutile.Tensor | None = None) -> cutile.Tensor:
+        logits: cutile.Tensor = ck.matmul(normed_rows, self.weights.lm_head.T, out_dtype=f32, out=out)
         return logits
 
     # -- prefill ----------------------------------------------------------------------
@@ -438,19 +432,20 @@ class Qwen3Model:
         positions = _i32(np.concatenate([np.arange(n) for n in lengths]))
         cu_seqlens = api.from_numpy(offsets)
         hidden = ck.embedding(api.from_numpy(ids.astype(np.int32)), w.embed_tokens)
-        for n, layer in enumerate(w.layers):
+        normed = ck.rms_norm(hidden, w.layers[0].input_layernorm, c.rms_norm_eps)
+        for n, (layer, next_norm) in enumerate(zip(w.layers, self._next_norms())):
             # A layer's launches queued on one stream without a wait each (the host makes
             # the next while the device runs); its end waits, so that the layer's
             # intermediates are freed before the next layer makes its own.
             with cutile.batch(f"qwen3 prefill, layer {n}"):
-                q, k, v = self._qkv(layer, hidden, positions, None)
+                q, k, v = self._qkv(layer, normed, positions, None)
                 for b in range(cache.batch):
                     start, stop = int(offsets[b]), int(offsets[b + 1])
                     ck.kv_cache_update((cache.keys[n][b], cache.values[n][b]), (k[start:stop], v[start:stop]), 0)
                 attended = ck.attention(q, k, v, causal=True, cu_seqlens_q=cu_seqlens, cu_seqlens_k=cu_seqlens)
-                hidden = self._finish_layer(layer, attended, hidden, None)
+                hidden, normed = self._finish_layer(layer, attended, hidden, next_norm, None)
         cache.lengths = lengths
-        last = ck.embedding(_i32(offsets[1:] - 1), hidden)  # the last row of each prompt (a gather)
+        last = ck.embedding(_i32(offsets[1:] - 1), normed)  # the last row of each prompt (a gather)
         return self._logits(last)
 
     # -- decode -----------------------------------------------------------------------
@@ -485,10 +480,11 @@ class Qwen3Model:
         c, w = self.config, self.weights
         batch = cache.batch
         same_position = len(set(cache.lengths)) == 1
-        hidden = bufs.hidden[0]  # each layer's stream in and out (through hidden[1] between)
+        hidden, normed = bufs.hidden[0], bufs.normed
         ck.embedding(ids, w.embed_tokens, out=hidden)
-        for n, layer in enumerate(w.layers):
-            q, k, v = self._qkv(layer, hidden, positions, bufs)
+        ck.rms_norm(hidden, w.layers[0].input_layernorm, c.rms_norm_eps, out=normed)
+        for n, (layer, next_norm) in enumerate(zip(w.layers, self._next_norms())):
+            q, k, v = self._qkv(layer, normed, positions, bufs)
             keys, values = cache.keys[n], cache.values[n]
             if same_position:  # one launch for the batch: every row writes the same position
                 ck.kv_cache_update((keys, values), _one_token(k, v), positions[0:1])
@@ -496,8 +492,8 @@ class Qwen3Model:
                 for b in range(batch):
                     ck.kv_cache_update((keys[b], values[b]), (k[b:b + 1], v[b:b + 1]), positions[b:b + 1])
             ck.decode_attention(q, keys.transpose(1, 2), values.transpose(1, 2), seq_lens, out=bufs.attended)
-            hidden = self._finish_layer(layer, bufs.attended, hidden, bufs)
-        return self._logits(hidden, out=bufs.logits)
+            hidden, normed = self._finish_layer(layer, bufs.attended, hidden, next_norm, bufs)
+        return self._logits(normed, out=bufs.logits)
 
 
 def _one_token(k: cutile.Tensor, v: cutile.Tensor) -> tuple[cutile.Tensor, cutile.Tensor]:

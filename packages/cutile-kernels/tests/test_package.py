@@ -21,13 +21,10 @@ def test_distribution_declares_exactly_its_layers() -> None:
 def test_public_names_are_documented() -> None:
     assert set(cutile_kernels.__all__) == {
         "GEMM_SPACE", "Matmul", "matmul", "add_rms_norm", "default_config", "layer_norm", "layer_norm_backward",
-        "log_softmax", "qk_norm", "qk_norm_rope", "rms_norm", "softmax", "attention", "decode_attention",
-        "rms_norm_matmul", "silu_mul_matmul", *POINTWISE}
+        "log_softmax", "qk_norm", "qk_norm_rope", "rms_norm", "softmax", "attention", "decode_attention", *POINTWISE}
     for name in cutile_kernels.__all__:
         assert getattr(cutile_kernels, name).__doc__
     assert cutile_kernels.matmul.launch.__doc__
-    for name in ("rms_norm_matmul", "silu_mul_matmul"):  # (the fused functions' pending form)
-        assert callable(getattr(cutile_kernels, name).launch), name
     for name in POINTWISE:  # functions with the pending-work form of the same arguments
         function = getattr(cutile_kernels, name)
         assert callable(function) and callable(function.launch), name

@@ -12,11 +12,6 @@ tile shapes and hints from `cutile.tune` records (else defaults).
   that streams the weight once, few output tiles over a long K to a split-K pair of
   kernels, the rest to a persistent grouped GEMM.
 - `GEMM_SPACE`: the tiled GEMM's tuning space (the keys a ``config=`` may set).
-- `rms_norm_matmul(x, norm_weight, b, eps=1e-6, *, out=None, bias=None, activation=None,
-  residual=None, alpha=1.0)` and `silu_mul_matmul(gate_up, b, *, ...)`: RMSNorm, or
-  SwiGLU's ``silu(gate) * up``, as the matmul's left operand, with its epilogue: one
-  GEMV launch computing it as it loads x at most 16 rows; the row function, then
-  `matmul`, for more.
 - Row kernels: `softmax`, `log_softmax`, `rms_norm`, `add_rms_norm`, `qk_norm` (q and
   k in one launch), `qk_norm_rope` (the same with RoPE fused), `layer_norm`,
   `layer_norm_backward` (``f.launch(..., out=)`` gives the pending launch);
@@ -38,11 +33,6 @@ from cutile_kernels._configs import SPACE as GEMM_SPACE
 from cutile_kernels._matmul import Matmul, matmul
 
 __all__ = ["GEMM_SPACE", "Matmul", "matmul"]
-
-# Row functions fused into the matmul after them (one GEMV launch at most 16 rows).
-from cutile_kernels._fused import rms_norm_matmul, silu_mul_matmul  # noqa: E402
-
-__all__ += ["rms_norm_matmul", "silu_mul_matmul"]
 
 # Row kernels: softmax and the norms (_softmax.py, _norms.py; shared handling in _rows.py).
 from cutile_kernels._rows import default_config  # noqa: E402

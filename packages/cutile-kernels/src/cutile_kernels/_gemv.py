@@ -40,16 +40,6 @@ The product of a block's tiles is a config key (``method``):
 - ``mma``: a's rows on the M side (below 64 rows tileiras computes it without tensor
   cores: accepted, not searched).
 
-A **prologue** (`prologue_matmul`; `cutile_kernels.rms_norm_matmul` and
-`cutile_kernels.silu_mul_matmul` check and call it) replaces a in the product by a row
-function of it, computed as each [tile_m, tile_k] tile of a is loaded, in float32 and
-rounded to a's dtype (the numbers that function would have stored): ``rms_norm`` (each
-block first sums the squares of its rows of a over all of K, in loads of up to
-SQUARES_ELEMENTS, then scales each tile by ``rsqrt(mean + eps) * norm_weight[k-chunk]``)
-or ``silu_mul`` (a is gate, a second operand up: ``silu(gate) * up``). The prologue is a
-closure constant of its own kernels (``gemv_<prologue>_direct``, ``_partial``; the
-reduction is shared); the plain kernels have none. It takes the plain GEMV's configs.
-
 Configs come from the committed `cutile.tune` record ``records/<arch>/gemv.json``
 (`tuner`, `choose`: one winner per bucket of layout, dtype size, M class and N, K
 powers of two; made by ``scripts/bench_gemv.py --write``), else `default_config`.
@@ -62,7 +52,6 @@ import inspect
 import math
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +59,7 @@ import numpy as np
 
 import cutile
 from cutile import api, tune
-from cutile.core import Constant, Mut, Tensor, cdiv, exp, f32, fma, get_tile_block_id, i32, minimum, mma, rsqrt, sum, \
+from cutile.core import Constant, Mut, Tensor, cdiv, f32, fma, get_tile_block_id, i32, minimum, mma, sum, \
     transpose, zeros
 from cutile.tune import Config, Space
 
@@ -88,14 +77,11 @@ from cutile_kernels._splitk import (
     next_power_of_two,
 )
 
-__all__ = ["MAX_M", "PROLOGUES", "Prologue", "SPACE", "choose", "chosen", "default_config", "gemv_bucket",
-           "prologue_matmul", "prune", "prune_for", "small_m_matmul", "tuner", "use_records"]
+__all__ = ["MAX_M", "SPACE", "choose", "default_config", "gemv_bucket", "prune", "prune_for", "small_m_matmul",
+           "tuner", "use_records"]
 
 MAX_M = 16
 METHODS = ("dot", "sum", "mma_t", "mma")
-#: what a GEMV may compute a from as it loads it (`Prologue`; `cutile_kernels.rms_norm_matmul`,
-#: `cutile_kernels.silu_mul_matmul`)
-PROLOGUES = ("rms_norm", "silu_mul")
 CONFIG_KEYS: dict[str, Choices] = {
     "tile_m": (1, 2, 4, 8, 16), "tile_n": None, "tile_k": None, "split_k": range(1, 65), "method": METHODS,
     "num_worker_warps": (1, 2, 4, 8, 16, 32), "occupancy": range(1, 33), "latency": range(11),
@@ -107,7 +93,6 @@ ROW_BYTES = {True: 1024, False: 512}  # bytes of the contiguous axis per tile ro
 MIN_CONTIGUOUS_BYTES = 64  # a narrower contiguous axis wastes DRAM sectors: pruned
 MIN_STEPS_PER_SPLIT = 2  # K is not split into slices of fewer tile steps
 REDUCE_ELEMENTS = 4096  # the reduction's tile at most (memory bound, spread over the SMs)
-SQUARES_ELEMENTS = 8192  # a's elements per load of the rms_norm prologue's sum of squares (64 registers a thread)
 
 #: the tuning space of the records (one for every dtype: the record's buckets hold the
 #: dtype's size); `prune_for` drops what cannot run or win at a shape
@@ -121,141 +106,74 @@ SPACE = Space(method=["dot", "sum", "mma_t"], tile_m=[1, 2, 8, 16], tile_n=[8, 1
 # kernel, its untaken branches folded away) and per hints. K is read from a's shape at run time,
 # so one kernel serves every K; the tiles come from the output's partition and BK.
 
-def _load_a(prologue: str | None, in_dtype: Any) -> Any:
-    """The device function giving a's [BM, BK] tile ``k`` as the product's left side, of
-    a's dtype: a's tile itself, or (a prologue) computed from it in float32 and rounded
-    to the dtype, as storing that function's output and loading it back would give.
-    ``extra`` is the prologue's second operand (the norm weight [K], or up [M, K] beside
-    a = gate), ``scale`` the rows' ``rsqrt(mean(a^2) + eps)`` [BM, 1] (rms_norm; unused
-    otherwise)."""
-    if prologue == "rms_norm":  # rms_norm's (t * scale) * weight, in its order
-        @cutile.function
-        def load_a(a: Any, extra: Any, scale: Any, k: Any, BM: int, BK: int) -> Any:
-            t = a.load(index=(0, k), shape=(BM, BK)).astype(f32)
-            weight = extra.load(index=(k,), shape=(BK,)).astype(f32).reshape((1, BK))
-            return (t * scale * weight).astype(in_dtype)
-    elif prologue == "silu_mul":  # silu_mul's gate / (1 + exp(-gate)) * up
-        @cutile.function
-        def load_a(a: Any, extra: Any, scale: Any, k: Any, BM: int, BK: int) -> Any:
-            gate = a.load(index=(0, k), shape=(BM, BK)).astype(f32)
-            up = extra.load(index=(0, k), shape=(BM, BK)).astype(f32)
-            return (gate / (1.0 + exp(-gate)) * up).astype(in_dtype)
-    else:
-        @cutile.function
-        def load_a(a: Any, extra: Any, scale: Any, k: Any, BM: int, BK: int) -> Any:
-            return a.load(index=(0, k), shape=(BM, BK))
-    return load_a
-
-
-def _row_scale(prologue: str | None) -> Any:
-    """The device function giving the ``scale`` `_load_a` takes: for rms_norm each row's
-    ``rsqrt(sum(a^2) * inv_k + eps)`` (a's rows over all of K in [BM, BS] chunks, BS from
-    `squares_tile`: a is at most 16 rows, read from L2, in as few loads as the registers
-    take, since the weight's stream waits for it), else a placeholder the product never
-    reads."""
-    if prologue == "rms_norm":
-        @cutile.function
-        def row_scale(a: Any, eps: Any, inv_k: Any, BM: int, BS: int) -> Any:
-            squares = zeros((BM, 1), f32)
-            for k in range(cdiv(a.shape[1], BS)):
-                t = a.load(index=(0, k), shape=(BM, BS)).astype(f32)
-                squares = squares + sum(t * t, axis=1, keepdims=True)
-            return rsqrt(squares * inv_k + eps)
-    else:
-        @cutile.function
-        def row_scale(a: Any, eps: Any, inv_k: Any, BM: int, BS: int) -> Any:
-            return zeros((BM, 1), f32)
-    return row_scale
-
-
-def squares_tile(prologue: str, tile_m: int, k: int) -> int:
-    """The columns of a the rms_norm prologue sums the squares of per load, for a block
-    of ``tile_m`` rows: all of K's power of two where SQUARES_ELEMENTS allows (one load
-    for one row up to K = 8192), else that many elements; 16 for silu_mul (unread)."""
-    if prologue != "rms_norm":
-        return 16
-    return max(16, min(next_power_of_two(k), SQUARES_ELEMENTS // tile_m))
-
-
-def _product(weight_nk: bool, method: str, latency: int | None, prologue: str | None = None,
-             in_dtype: Any = None) -> Any:
-    """The device function summing load_a(k-chunk) @ weight[k-chunk, bn-strip] over the K
-    chunks [first, last) into a float32 [BM, BN] tile (`_load_a`: a's tile, or the
-    prologue's)."""
-    load_a = _load_a(prologue, in_dtype)
+def _product(weight_nk: bool, method: str, latency: int | None) -> Any:
+    """The device function summing a[:, k-chunk] @ weight[k-chunk, bn-strip] over the K
+    chunks [first, last) into a float32 [BM, BN] tile."""
     if method == "mma_t" and weight_nk:
         @cutile.function
-        def product(a: Any, extra: Any, scale: Any, w: Any, bn: Any, first: Any, last: Any, BM: int, BN: int,
-                    BK: int) -> Any:
+        def product(a: Any, w: Any, bn: Any, first: Any, last: Any, BM: int, BN: int, BK: int) -> Any:
             acc = zeros((BN, BM), f32)
             for k in range(first, last):
                 acc = mma(w.load(index=(bn, k), shape=(BN, BK), latency=latency),
-                          transpose(load_a(a, extra, scale, k, BM, BK)), acc)
+                          transpose(a.load(index=(0, k), shape=(BM, BK))), acc)
             return transpose(acc)
     elif method == "mma_t":
         @cutile.function
-        def product(a: Any, extra: Any, scale: Any, w: Any, bn: Any, first: Any, last: Any, BM: int, BN: int,
-                    BK: int) -> Any:
+        def product(a: Any, w: Any, bn: Any, first: Any, last: Any, BM: int, BN: int, BK: int) -> Any:
             acc = zeros((BN, BM), f32)
             for k in range(first, last):
                 acc = mma(transpose(w.load(index=(k, bn), shape=(BK, BN), latency=latency)),
-                          transpose(load_a(a, extra, scale, k, BM, BK)), acc)
+                          transpose(a.load(index=(0, k), shape=(BM, BK))), acc)
             return transpose(acc)
     elif method == "mma" and weight_nk:
         @cutile.function
-        def product(a: Any, extra: Any, scale: Any, w: Any, bn: Any, first: Any, last: Any, BM: int, BN: int,
-                    BK: int) -> Any:
+        def product(a: Any, w: Any, bn: Any, first: Any, last: Any, BM: int, BN: int, BK: int) -> Any:
             acc = zeros((BM, BN), f32)
             for k in range(first, last):
-                acc = mma(load_a(a, extra, scale, k, BM, BK),
+                acc = mma(a.load(index=(0, k), shape=(BM, BK)),
                           transpose(w.load(index=(bn, k), shape=(BN, BK), latency=latency)), acc)
             return acc
     elif method == "mma":
         @cutile.function
-        def product(a: Any, extra: Any, scale: Any, w: Any, bn: Any, first: Any, last: Any, BM: int, BN: int,
-                    BK: int) -> Any:
+        def product(a: Any, w: Any, bn: Any, first: Any, last: Any, BM: int, BN: int, BK: int) -> Any:
             acc = zeros((BM, BN), f32)
             for k in range(first, last):
-                acc = mma(load_a(a, extra, scale, k, BM, BK), w.load(index=(k, bn), shape=(BK, BN), latency=latency),
+                acc = mma(a.load(index=(0, k), shape=(BM, BK)), w.load(index=(k, bn), shape=(BK, BN), latency=latency),
                           acc)
             return acc
     elif method == "dot" and weight_nk:  # products kept per element, summed along K once at the end
         @cutile.function
-        def product(a: Any, extra: Any, scale: Any, w: Any, bn: Any, first: Any, last: Any, BM: int, BN: int,
-                    BK: int) -> Any:
+        def product(a: Any, w: Any, bn: Any, first: Any, last: Any, BM: int, BN: int, BK: int) -> Any:
             acc = zeros((BM, BN, BK), f32)
             for k in range(first, last):
-                x = load_a(a, extra, scale, k, BM, BK).astype(f32).reshape((BM, 1, BK))
+                x = a.load(index=(0, k), shape=(BM, BK)).astype(f32).reshape((BM, 1, BK))
                 wt = w.load(index=(bn, k), shape=(BN, BK), latency=latency).astype(f32).reshape((1, BN, BK))
                 acc = fma(x, wt, acc)  # one FFMA a product (acc + x * wt is not contracted)
             return sum(acc, axis=2)
     elif method == "dot":
         @cutile.function
-        def product(a: Any, extra: Any, scale: Any, w: Any, bn: Any, first: Any, last: Any, BM: int, BN: int,
-                    BK: int) -> Any:
+        def product(a: Any, w: Any, bn: Any, first: Any, last: Any, BM: int, BN: int, BK: int) -> Any:
             acc = zeros((BM, BK, BN), f32)
             for k in range(first, last):
-                x = load_a(a, extra, scale, k, BM, BK).astype(f32).reshape((BM, BK, 1))
+                x = a.load(index=(0, k), shape=(BM, BK)).astype(f32).reshape((BM, BK, 1))
                 wt = w.load(index=(k, bn), shape=(BK, BN), latency=latency).astype(f32).reshape((1, BK, BN))
                 acc = fma(x, wt, acc)
             return sum(acc, axis=1)
     elif weight_nk:  # "sum": summed along K at every step
         @cutile.function
-        def product(a: Any, extra: Any, scale: Any, w: Any, bn: Any, first: Any, last: Any, BM: int, BN: int,
-                    BK: int) -> Any:
+        def product(a: Any, w: Any, bn: Any, first: Any, last: Any, BM: int, BN: int, BK: int) -> Any:
             acc = zeros((BM, BN), f32)
             for k in range(first, last):
-                x = load_a(a, extra, scale, k, BM, BK).astype(f32).reshape((BM, 1, BK))
+                x = a.load(index=(0, k), shape=(BM, BK)).astype(f32).reshape((BM, 1, BK))
                 wt = w.load(index=(bn, k), shape=(BN, BK), latency=latency).astype(f32).reshape((1, BN, BK))
                 acc = acc + sum(x * wt, axis=2)
             return acc
     else:
         @cutile.function
-        def product(a: Any, extra: Any, scale: Any, w: Any, bn: Any, first: Any, last: Any, BM: int, BN: int,
-                    BK: int) -> Any:
+        def product(a: Any, w: Any, bn: Any, first: Any, last: Any, BM: int, BN: int, BK: int) -> Any:
             acc = zeros((BM, BN), f32)
             for k in range(first, last):
-                x = load_a(a, extra, scale, k, BM, BK).astype(f32).reshape((BM, BK, 1))
+                x = a.load(index=(0, k), shape=(BM, BK)).astype(f32).reshape((BM, BK, 1))
                 wt = w.load(index=(k, bn), shape=(BK, BN), latency=latency).astype(f32).reshape((1, BK, BN))
                 acc = acc + sum(x * wt, axis=1)
             return acc
@@ -295,57 +213,10 @@ def direct_kernel(in_dtype: Any, out_dtype: Any, bias_dtype: Any, residual_dtype
                     bias: Tensor[bias_dtype, [-1]], residual: Tensor[residual_dtype, [-1, -1]], alpha: f32,  # type: ignore[misc]  # dtypes of the factory
                     BM: Constant[int], BN: Constant[int], BK: Constant[int]) -> None:
         _, bn, _ = get_tile_block_id()
-        acc = product(a, a, 0.0, w, bn, 0, cdiv(a.shape[1], BK), BM, BN, BK)
+        acc = product(a, w, bn, 0, cdiv(a.shape[1], BK), BM, BN, BK)
         out.store(finish(acc, alpha, bias, residual, bn, BM, BN))
 
     return gemv_direct
-
-
-def _extra_annotation(prologue: str, extra_dtype: Any) -> Any:
-    """The prologue's second operand: the norm weight [K], or up [M, K]."""
-    return Tensor[extra_dtype, [-1]] if prologue == "rms_norm" else Tensor[extra_dtype, [-1, -1]]
-
-
-@functools.cache
-def prologue_direct_kernel(prologue: str, in_dtype: Any, extra_dtype: Any, out_dtype: Any, bias_dtype: Any,
-                           residual_dtype: Any, weight_nk: bool, method: str, activation: int, has_bias: bool,
-                           has_residual: bool, hints: tuple[tuple[str, int], ...]) -> cutile.Kernel[..., Any]:
-    """`direct_kernel` with a prologue (`PROLOGUES`) on a: ``extra`` its second operand,
-    ``eps`` and ``inv_k`` (1 / K) rms_norm's (unread by silu_mul)."""
-    product = _product(weight_nk, method, dict(hints).get("latency"), prologue, in_dtype)
-    row_scale = _row_scale(prologue)
-    finish = _finish(activation, has_bias, has_residual, out_dtype)
-
-    @cutile.function
-    def body(out: Any, a: Any, extra: Any, w: Any, bias: Any, residual: Any, alpha: Any, eps: Any, inv_k: Any,
-             BM: int, BN: int, BK: int, BS: int) -> None:
-        _, bn, _ = get_tile_block_id()
-        scale = row_scale(a, eps, inv_k, BM, BS)
-        acc = product(a, extra, scale, w, bn, 0, cdiv(a.shape[1], BK), BM, BN, BK)
-        out.store(finish(acc, alpha, bias, residual, bn, BM, BN))
-
-    # One entry per prologue, each named for it (the profiler's names): the same body.
-    if prologue == "rms_norm":
-        def gemv_rms_norm_direct(out: Mut[Tensor[out_dtype, ["BM", "BN"]]], a: Tensor[in_dtype, [-1, -1]],  # type: ignore[misc, name-defined]  # dtypes of the factory
-                                 extra: _extra_annotation(prologue, extra_dtype),  # type: ignore[valid-type]
-                                 w: _weight_annotation(in_dtype),  # type: ignore[valid-type]
-                                 bias: Tensor[bias_dtype, [-1]], residual: Tensor[residual_dtype, [-1, -1]],  # type: ignore[misc]  # dtypes of the factory
-                                 alpha: f32, eps: f32, inv_k: f32,
-                                 BM: Constant[int], BN: Constant[int], BK: Constant[int],
-                                 BS: Constant[int]) -> None:
-            body(out, a, extra, w, bias, residual, alpha, eps, inv_k, BM, BN, BK, BS)
-        entry: Any = gemv_rms_norm_direct
-    else:
-        def gemv_silu_mul_direct(out: Mut[Tensor[out_dtype, ["BM", "BN"]]], a: Tensor[in_dtype, [-1, -1]],  # type: ignore[misc, name-defined]  # dtypes of the factory
-                                 extra: _extra_annotation(prologue, extra_dtype),  # type: ignore[valid-type]
-                                 w: _weight_annotation(in_dtype),  # type: ignore[valid-type]
-                                 bias: Tensor[bias_dtype, [-1]], residual: Tensor[residual_dtype, [-1, -1]],  # type: ignore[misc]  # dtypes of the factory
-                                 alpha: f32, eps: f32, inv_k: f32,
-                                 BM: Constant[int], BN: Constant[int], BK: Constant[int],
-                                 BS: Constant[int]) -> None:
-            body(out, a, extra, w, bias, residual, alpha, eps, inv_k, BM, BN, BK, BS)
-        entry = gemv_silu_mul_direct
-    return cutile.entry(hints=entry_hints(hints))(entry)
 
 
 @functools.cache
@@ -362,50 +233,11 @@ def partial_kernel(in_dtype: Any, weight_nk: bool, method: str,
                      steps_per_split: i32, BM: Constant[int], BN: Constant[int], BK: Constant[int]) -> None:
         split, _, bn = get_tile_block_id()
         steps = cdiv(a.shape[1], BK)
-        acc = product(a, a, 0.0, w, bn, minimum(split * steps_per_split, steps),
+        acc = product(a, w, bn, minimum(split * steps_per_split, steps),
                       minimum((split + 1) * steps_per_split, steps), BM, BN, BK)
         partial.store(acc.reshape((1, BM, BN)))
 
     return gemv_partial
-
-
-@functools.cache
-def prologue_partial_kernel(prologue: str, in_dtype: Any, extra_dtype: Any, weight_nk: bool, method: str,
-                            hints: tuple[tuple[str, int], ...]) -> cutile.Kernel[..., Any]:
-    """`partial_kernel` with a prologue on a (each slice's block finds rms_norm's row
-    scale over all of K itself)."""
-    product = _product(weight_nk, method, dict(hints).get("latency"), prologue, in_dtype)
-    row_scale = _row_scale(prologue)
-
-    @cutile.function
-    def body(partial: Any, a: Any, extra: Any, w: Any, steps_per_split: Any, eps: Any, inv_k: Any, BM: int, BN: int,
-             BK: int, BS: int) -> None:
-        split, _, bn = get_tile_block_id()
-        steps = cdiv(a.shape[1], BK)
-        scale = row_scale(a, eps, inv_k, BM, BS)
-        acc = product(a, extra, scale, w, bn, minimum(split * steps_per_split, steps),
-                      minimum((split + 1) * steps_per_split, steps), BM, BN, BK)
-        partial.store(acc.reshape((1, BM, BN)))
-
-    if prologue == "rms_norm":
-        def gemv_rms_norm_partial(partial: Mut[Tensor[f32, [1, "BM", "BN"]]], a: Tensor[in_dtype, [-1, -1]],  # type: ignore[misc, name-defined]  # dtypes of the factory
-                                  extra: _extra_annotation(prologue, extra_dtype),  # type: ignore[valid-type]
-                                  w: _weight_annotation(in_dtype),  # type: ignore[valid-type]
-                                  steps_per_split: i32, eps: f32, inv_k: f32,
-                                  BM: Constant[int], BN: Constant[int], BK: Constant[int],
-                                 BS: Constant[int]) -> None:
-            body(partial, a, extra, w, steps_per_split, eps, inv_k, BM, BN, BK, BS)
-        entry: Any = gemv_rms_norm_partial
-    else:
-        def gemv_silu_mul_partial(partial: Mut[Tensor[f32, [1, "BM", "BN"]]], a: Tensor[in_dtype, [-1, -1]],  # type: ignore[misc, name-defined]  # dtypes of the factory
-                                  extra: _extra_annotation(prologue, extra_dtype),  # type: ignore[valid-type]
-                                  w: _weight_annotation(in_dtype),  # type: ignore[valid-type]
-                                  steps_per_split: i32, eps: f32, inv_k: f32,
-                                  BM: Constant[int], BN: Constant[int], BK: Constant[int],
-                                 BS: Constant[int]) -> None:
-            body(partial, a, extra, w, steps_per_split, eps, inv_k, BM, BN, BK, BS)
-        entry = gemv_silu_mul_partial
-    return cutile.entry(hints=entry_hints(hints))(entry)
 
 
 @functools.cache
@@ -442,19 +274,7 @@ def steps_per_split(k: int, tile_k: int, splits: int) -> int:
     return math.ceil(math.ceil(k / tile_k) / splits)
 
 
-@dataclass(frozen=True)
-class Prologue:
-    """A checked prologue on a (`PROLOGUES`): ``kind``, its second operand ``extra``
-    (rms_norm: the norm weight [K]; silu_mul: up [M, K], a being gate) and rms_norm's
-    ``eps``."""
-
-    kind: str
-    extra: cutile.Tensor
-    eps: float = 0.0
-
-
-def _launches(ops: Operands, config: Mapping[str, Any],
-              prologue: Prologue | None = None) -> tuple[tuple[Any, tuple[Any, ...], dict[str, int]], ...]:
+def _launches(ops: Operands, config: Mapping[str, Any]) -> tuple[tuple[Any, tuple[Any, ...], dict[str, int]], ...]:
     """What a call launches: (kernel, positional arguments, constants) per kernel, in order."""
     tile_m, tile_n, tile_k, splits = (int(config[key]) for key in ("tile_m", "tile_n", "tile_k", "split_k"))
     method, hints, out = str(config["method"]), hints_of(config), ops.out
@@ -464,41 +284,25 @@ def _launches(ops: Operands, config: Mapping[str, Any],
         return derived(out, ("gemv_tiles", tile), lambda: out[...].partition(list(tile)))
 
     if splits == 1:
-        if prologue is None:
-            kernel = direct_kernel(ops.a.dtype, out.dtype, ops.bias.dtype, ops.residual.dtype, ops.weight_nk, method,
-                                   ops.activation, ops.has_bias, ops.has_residual, hints)
-            return ((kernel, (out_tiles((tile_m, tile_n)), ops.a, ops.weight, ops.bias, ops.residual, ops.alpha),
-                     {"BK": tile_k}),)
-        kernel = prologue_direct_kernel(prologue.kind, ops.a.dtype, prologue.extra.dtype, out.dtype, ops.bias.dtype,
-                                        ops.residual.dtype, ops.weight_nk, method, ops.activation, ops.has_bias,
-                                        ops.has_residual, hints)
-        return ((kernel, (out_tiles((tile_m, tile_n)), ops.a, prologue.extra, ops.weight, ops.bias, ops.residual,
-                          ops.alpha, prologue.eps, 1.0 / ops.k),
-                 {"BK": tile_k, "BS": squares_tile(prologue.kind, tile_m, ops.k)}),)
+        kernel = direct_kernel(ops.a.dtype, out.dtype, ops.bias.dtype, ops.residual.dtype, ops.weight_nk, method,
+                               ops.activation, ops.has_bias, ops.has_residual, hints)
+        return ((kernel, (out_tiles((tile_m, tile_n)), ops.a, ops.weight, ops.bias, ops.residual, ops.alpha),
+                 {"BK": tile_k}),)
     # One workspace per out and split count: a second call while the first is pending is
     # refused (the workspace is held), as it would be for out.
     workspace = derived(out, ("gemv_workspace", splits), lambda: api.empty([splits, ops.m, ops.n], dtype=f32))
     workspace_tiles = derived(workspace, ("gemv_tiles", tile_m, tile_n),
                               lambda: workspace[...].partition([1, tile_m, tile_n]))
-    steps = steps_per_split(ops.k, tile_k, splits)
-    partial: tuple[Any, tuple[Any, ...], dict[str, int]]
-    if prologue is None:
-        partial = (partial_kernel(ops.a.dtype, ops.weight_nk, method, hints),
-                   (workspace_tiles, ops.a, ops.weight, steps), {"BK": tile_k})
-    else:
-        partial = (prologue_partial_kernel(prologue.kind, ops.a.dtype, prologue.extra.dtype, ops.weight_nk, method,
-                                           hints),
-                   (workspace_tiles, ops.a, prologue.extra, ops.weight, steps, prologue.eps, 1.0 / ops.k),
-                   {"BK": tile_k, "BS": squares_tile(prologue.kind, tile_m, ops.k)})
+    partial = partial_kernel(ops.a.dtype, ops.weight_nk, method, hints)
     reduce = reduce_kernel(out.dtype, ops.bias.dtype, ops.residual.dtype, ops.activation, ops.has_bias,
                            ops.has_residual)
-    return (partial, (reduce, (out_tiles(reduce_tiles(ops.m, ops.n)), workspace, ops.bias, ops.residual, ops.alpha),
-                      {}))
+    return ((partial, (workspace_tiles, ops.a, ops.weight, steps_per_split(ops.k, tile_k, splits)), {"BK": tile_k}),
+            (reduce, (out_tiles(reduce_tiles(ops.m, ops.n)), workspace, ops.bias, ops.residual, ops.alpha), {}))
 
 
-def _run(ops: Operands, config: Mapping[str, Any], prologue: Prologue | None = None) -> Any:
+def _run(ops: Operands, config: Mapping[str, Any]) -> Any:
     """The launch (one slice of K) or the op (partial sums, then their reduction)."""
-    launches = _launches(ops, config, prologue)
+    launches = _launches(ops, config)
     kernel, arguments, constants = launches[0]
     first = kernel(*arguments, **constants)
     if len(launches) == 1:
@@ -570,19 +374,6 @@ def small_m_matmul(a: cutile.Tensor, b: cutile.Tensor, out: cutile.Tensor, *, bi
     """
     ops, cfg = _checked("small_m_matmul", a, b, out, bias, activation, residual, alpha, config)
     return _run(ops, cfg)
-
-
-def prologue_matmul(function: str, a: cutile.Tensor, b: cutile.Tensor, out: cutile.Tensor, prologue: Prologue, *,
-                    bias: cutile.Tensor | None = None, activation: str | None = None,
-                    residual: cutile.Tensor | None = None, alpha: float = 1.0,
-                    config: Mapping[str, Any] | None = None) -> Any:
-    """`small_m_matmul` with ``a`` in the product replaced by the prologue's function of
-    it (``rms_norm(a, extra, eps)``, or ``silu(a) * extra``), computed as each tile of a
-    is loaded: one launch (or the split's two). The prologue's operand is checked by the
-    caller (`cutile_kernels.rms_norm_matmul`, `cutile_kernels.silu_mul_matmul`), whose
-    name (``function``) the errors of the rest give."""
-    ops, cfg = _checked(function, a, b, out, bias, activation, residual, alpha, config)
-    return _run(ops, cfg, prologue)
 
 
 def launches_of(a: cutile.Tensor, b: cutile.Tensor, out: cutile.Tensor,
@@ -792,7 +583,6 @@ def use_records(records_dir: Path | str | None) -> None:
 
     _RECORDS_DIR[0] = Path(records_dir) if records_dir is not None else _records.RECORDS_DIR
     _TUNERS.clear()
-    _CHOSEN.clear()
     _matmul.forget_plans()
 
 
@@ -807,18 +597,3 @@ def choose(m: int, n: int, k: int, dtype: Any, *, weight_nk: bool) -> dict[str, 
     except tune.TuneError:  # no winner for the bucket, no search asked for
         return default_config(m, n, k, dtype, weight_nk=weight_nk)
 
-
-
-_CHOSEN: dict[tuple[Any, ...], dict[str, Any]] = {}  # (m, n, k, dtype, weight_nk) -> choose's config
-
-
-def chosen(m: int, n: int, k: int, dtype: Any, *, weight_nk: bool) -> dict[str, Any]:
-    """`choose`, asked once per shape, dtype and layout (until `use_records`): the
-    fused functions' config lookup (matmul keeps its own plans)."""
-    key = (m, n, k, dtype, weight_nk)
-    found = _CHOSEN.get(key)
-    if found is None:
-        if len(_CHOSEN) >= 1024:
-            _CHOSEN.clear()
-        found = _CHOSEN[key] = choose(m, n, k, dtype, weight_nk=weight_nk)
-    return found
