@@ -125,3 +125,87 @@ def test_a_fresh_jobs_holds_on_one_domain_are_taken_and_given_back_whole_and_sti
     assert [h[0] for h in _ledger.holds[domain]] == [100, 200, 0]
     again.release(completed=True)
     assert _ledger.holds[domain] == []
+
+
+def test_a_domains_job_holds_stay_before_its_other_holds_and_an_exempt_job_is_skipped_whole() -> None:
+    domain = "test:front"
+    tensors = [ca.Resource(f"tensor {i}", span=(domain, 100 * i, 100 * i + 50)) for i in range(6)]
+
+    def access(index: int, written: bool = True) -> ca.AccessSet:
+        t = tensors[index]
+        spans = ((t, domain, t.span[1], t.span[2], written, f"launch (parameter '{t.name}')"),)
+        return ca.AccessSet(() if written else (t,), (t,) if written else (), spans=spans)
+
+    job, other = ca.Job("job"), ca.Job("other")
+    job.acquire(access(0), "job", None)
+    pending = _plan(domain, (200, 250, True, "p"))
+    ca.claim(pending)
+    other.acquire(access(3, written=False), "other", None)  # a read: another owner, taken after the claim
+    job.acquire(access(1), "job", None)
+    listed = _ledger.holds[domain]
+    # The jobs' holds in the order taken, the pending claim after them.
+    assert [(h[0], h[4]) for h in listed] == [(0, job), (300, other), (100, job), (200, None)]
+    assert listed.front == 3 and list(listed.owners) == [job, other]
+    assert [h[0] for h in listed.owners[job]] == [0, 100]
+    # A claim joining `job` passes its holds.
+    joined = _plan(domain, (10, 20, True, "a"), (110, 120, False, "b"))
+    joined.claim(lambda owner: owner is job)
+    joined.release()
+    # Everything else is still refused, by whichever hold it meets.
+    with pytest.raises(ca.OwnershipError, match=r"tensor 1 is written by the pending op launch \(parameter 'tensor 1'\)"):
+        ca.claim(_plan(domain, (120, 130, False, "c")))
+    with pytest.raises(ca.OwnershipError, match=r"held by the pending launch of k \(parameter 'p'\), which writes it"):
+        _plan(domain, (210, 220, False, "d")).claim(lambda owner: True)  # pending holds are never exempt
+    with pytest.raises(ca.OwnershipError, match=r"tensor 3 is read by the pending op"):
+        _plan(domain, (300, 310, True, "e")).claim(lambda owner: owner is job)
+    ca.claim(read := _plan(domain, (300, 310, False, "f")))  # reads share
+    read.release()
+    with pytest.raises(ca.OwnershipError, match="tensor 0 is written"):
+        ca.check_access(domain, 0, 1, False, "the host")
+    # A job upgrading a read to a write gives the read back from the front.
+    other.acquire(access(3), "other", None)
+    assert [(h[0], h[2], h[4]) for h in listed] == [(0, True, job), (100, True, job), (300, True, other),
+                                                    (200, True, None)]
+    assert listed.front == 3 and [h[2] for h in listed.owners[other]] == [True]
+    job.release(completed=True)  # another owner's holds stay, in order, before the claim
+    assert [(h[0], h[4]) for h in listed] == [(300, other), (200, None)]
+    assert listed.front == 1 and list(listed.owners) == [other]
+    ca.claim(again := _plan(domain, (0, 150, True, "g")))  # job's memory is free
+    again.release()
+    other.release(completed=True)
+    assert listed == [(200, 250, True, "launch of k (parameter 'p')", None, "memory")] and listed.front == 0
+    pending.release()
+    assert listed == [] and not listed.owners
+
+
+def test_a_check_among_a_batch_jobs_many_holds_finds_what_it_must() -> None:
+    # The decode step's state: one job holding hundreds of ranges of the device, each
+    # new op checking its spans. The job's own holds are exempt for its ops, and met by
+    # everyone else's.
+    domain = "test:many"
+    job = ca.Job("batch")
+    for i in range(300):
+        r = ca.Resource(f"tensor {i}", span=(domain, 1000 * i, 1000 * i + 512))
+        job.acquire(ca.AccessSet((), (r,), spans=((r, domain, 1000 * i, 1000 * i + 512, True, None),)), "batch", None)
+    listed = _ledger.holds[domain]
+    assert listed.front == len(listed) == 300
+    mine = lambda owner: owner is job  # noqa: E731
+    group = listed.owners[job]
+
+    class Unread(list):  # type: ignore[type-arg]
+        def __iter__(self):  # type: ignore[no-untyped-def]
+            raise AssertionError("an exempt job's holds were scanned")
+
+    for i in range(0, 300, 7):
+        joined = _plan(domain, (1000 * i, 1000 * i + 8, True, "z"))
+        listed.owners[job] = Unread(group)  # (a check joining the job does not look at its holds)
+        joined.claim(mine)
+        listed.owners[job] = group
+        assert listed[-1] is joined.entries[0] and listed.front == 300
+        with pytest.raises(ca.OwnershipError, match=rf"tensor {i} is written by the pending op 'batch'"):
+            ca.claim(_plan(domain, (1000 * i + 500, 1000 * i + 600, False, "x")))
+        joined.release()
+    ca.claim(gap := _plan(domain, (512, 1000, True, "gap")))  # between two holds: free
+    gap.release()
+    job.release(completed=True)
+    assert listed == [] and listed.front == 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import itertools
+import weakref
 import struct
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+import cuda_async
 import cutile
 from cuda_core.testing import FakeDriver
 from cutile import _binding, _entry, _gpu, _native, api
@@ -179,9 +181,10 @@ def test_a_layout_hit_still_checks_what_changes_between_calls(gpu: FakeDriver, m
 
 
 def test_the_bindings_are_bounded(gpu: FakeDriver) -> None:
-    z, x, y = _buffers(4096)
+    layouts = _entry._BINDINGS + 8  # more layouts than a kernel keeps
+    z, x, y = _buffers(16 * layouts + 128)
     _register(gpu, axpy(z[:128].partition([128]), x[:128], y[:128], 1.0))
-    for offset in range(0, 4096 - 128, 16):  # more layouts than a kernel keeps
+    for offset in range(0, 16 * layouts, 16):
         axpy(z[:128].partition([128]), x[offset:offset + 128], y[:128], 1.0).sync()
     assert len(axpy._bindings._data) == _entry._BINDINGS
 
@@ -320,3 +323,201 @@ def test_numpy_and_int_scalars_on_a_layout_hit_are_packed_as_the_dtype(gpu: Fake
         assert _params(compiled, gpu.launches[-1])["a.scalar"] == value
         axpy(z[:256].partition([128]), x[:256], y[:256], int(value)).sync()
         assert _params(compiled, gpu.launches[-1])["a.scalar"] == int(value)
+
+
+@pytest.fixture
+def planned(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """What a call checked and planned from scratch meanwhile: its argument kinds and
+    ranges (`Launch._argument_ranges`) and its plan (`Kernel.plan_for`)."""
+    seen: list[str] = []
+    ranges, plan_for = cutile.Launch._argument_ranges, _entry.Kernel.plan_for
+
+    def argument_ranges(self: cutile.Launch, **kwargs: Any) -> Any:
+        seen.append("ranges")
+        return ranges(self, **kwargs)
+
+    def planning(self: _entry.Kernel, *args: Any) -> Any:
+        seen.append("plan")
+        return plan_for(self, *args)
+
+    monkeypatch.setattr(cutile.Launch, "_argument_ranges", argument_ranges)
+    monkeypatch.setattr(_entry.Kernel, "plan_for", planning)
+    return seen
+
+
+def _known_shape(fake: FakeDriver) -> tuple[cutile.Tensor, cutile.Tensor, Any]:
+    """z and y, and the compiled axpy, after calls that loaded the kernel and made the
+    shape of axpy(z[:256] partitioned by 128, x[:256] of a fresh storage, y[:256])."""
+    z, x, y = _buffers()
+    compiled = _register(fake, axpy(z[:256].partition([128]), x[:256], y[:256], 1.0))
+    axpy(z[:256].partition([128]), x[:256], y[:256], 1.0).sync()  # loads the kernel
+    axpy(z[:256].partition([128]), api.from_numpy(np.zeros(1024, np.float32))[:256], y[:256], 1.0).sync()
+    return z, y, compiled
+
+
+def test_new_memory_in_an_earlier_calls_layouts_is_bound_without_checking_the_layouts_again(
+        gpu: FakeDriver, made: list[Any], planned: list[str]) -> None:
+    z, y, compiled = _known_shape(gpu)
+    for step in range(3):  # a step's fresh input: new memory in the same layouts each call
+        fresh = api.from_numpy(np.full(1024, float(step), np.float32))
+        made.clear()
+        planned.clear()
+        runs = int(_native.module.stats()[1]) if _native.module is not None else 0
+        axpy(z[:256].partition([128]), fresh[:256], y[:256], 3.0 + step).sync()
+        assert len(made) == 1 and planned == []  # a binding of its own, no kind, stride or plan checked again
+        launched = _params(compiled, gpu.launches[-1])
+        assert launched["x.pointer"] == fresh.address() and launched["z.pointer"] == z.address()
+        assert launched["a.scalar"] == 3.0 + step and launched["x.dim0"] == 256
+        if _native.module is not None:  # outside a batch it runs in C at once, as a fresh binding
+            assert made[0].fast is not None and int(_native.module.stats()[1]) == runs + 1
+        # Its memory is free again, and its binding found by the next call over it.
+        made.clear()
+        axpy(z[:256].partition([128]), fresh[:256], y[:256], 1.0).sync()
+        assert made == []
+    # Another layout (an offset, hence an alignment) plans afresh.
+    other = api.from_numpy(np.zeros(1024, np.float32))
+    made.clear()
+    axpy(z[:256].partition([128]), other[1:257], y[:256], 1.0).sync()
+    assert len(made) == 1 and "plan" in planned and "ranges" in planned
+
+
+def test_in_a_batch_a_binding_over_new_memory_is_armed_when_it_is_called_again(gpu: FakeDriver,
+                                                                             made: list[Any]) -> None:
+    if _native.module is None:
+        pytest.skip("native code is turned off (CUDA_CORE_NATIVE=0)")
+    z, y, compiled = _known_shape(gpu)
+    fresh = api.from_numpy(np.ones(1024, np.float32))
+    with cutile.batch():
+        made.clear()
+        axpy(z[:256].partition([128]), fresh[:256], y[:256], 2.0).sync()
+        (binding,) = made
+        assert binding.fast is None and binding.unarmed  # prepared, not armed: it may never be called again
+        calls, runs = (int(n) for n in _native.module.stats()[:2])
+        for i in range(3):
+            axpy(z[:256].partition([128]), fresh[:256], y[:256], float(i)).sync()
+        assert binding.fast is not None and not binding.unarmed and made == [binding]
+        assert int(_native.module.stats()[0]) == calls + 3 and int(_native.module.stats()[1]) > runs
+    assert [_params(compiled, launch)["a.scalar"] for launch in gpu.launches[-4:]] == [2.0, 0.0, 1.0, 2.0]
+    assert all(_params(compiled, launch)["x.pointer"] == fresh.address() for launch in gpu.launches[-4:])
+
+
+def test_a_call_in_a_known_shape_still_refuses_what_a_fresh_binding_refuses(gpu: FakeDriver, made: list[Any],
+                                                                             planned: list[str]) -> None:
+    from cutile._interop import ForeignDeviceStorage
+
+    z, x, y = _buffers()
+    _register(gpu, axpy(z[:256].partition([128]), x[:256], y[:256], 1.0))
+
+    def foreign(tensor: cutile.Tensor) -> cutile.Tensor:  # another storage over the same memory
+        storage = tensor._storage
+        return cutile.Tensor(ForeignDeviceStorage(storage.base_address, storage.nbytes, 0, tensor), tensor.dtype,
+                             tensor.shape)
+
+    a, b = api.from_numpy(np.zeros(1024, np.float32)), api.from_numpy(np.zeros(1024, np.float32))
+    axpy(foreign(a)[:256].partition([128]), foreign(b)[:256], y[:256], 1.0).sync()  # loads the kernel
+    axpy(foreign(a)[:256].partition([128]), foreign(b)[:256], y[:256], 1.0).sync()  # the shape of this layout
+    # The same layouts over other memory: a binding made from the shape...
+    made.clear()
+    planned.clear()
+    c = api.from_numpy(np.zeros(1024, np.float32))
+    values = (foreign(c)[:256].partition([128]), foreign(a)[:256], y[:256], 1.0)
+    assert _binding.shape_key(axpy, values) == _binding.shape_key(
+        axpy, (foreign(a)[:256].partition([128]), foreign(b)[:256], y[:256], 1.0))
+    axpy(*values).sync()
+    assert len(made) == 1 and planned == []
+    # ... but one whose written partition's memory is also an input's (two storages over one
+    # allocation, as two imports of an array are) is refused, as a fresh binding refuses it.
+    made.clear()
+    shared = (foreign(c)[:256].partition([128]), foreign(c)[:256], y[:256], 1.0)
+    assert _binding.shape_key(axpy, shared) == _binding.shape_key(axpy, values)
+    with pytest.raises(cutile.LaunchError, match="parameters 'z' and 'x' share memory and 'z' is written"):
+        axpy(*shared)
+    assert made == [] and planned == []
+    # A consumed object: the partition was handed back.
+    d = api.from_numpy(np.zeros(1024, np.float32))
+    consumed = foreign(d)[:256].partition([128])
+    consumed.unpartition()
+    with pytest.raises(cutile.OwnershipError, match=r"axpy: parameter 'z': this partition was consumed by unpartition\(\)"):
+        axpy(consumed, foreign(a)[:256], y[:256], 1.0)
+    # Memory a pending launch holds: refused at the call, naming both parameters.
+    pending = axpy(foreign(d)[:256].partition([128]), foreign(a)[:256], y[:256], 1.0)
+    with pytest.raises(cutile.OwnershipError, match=r"axpy: parameter 'x': the tensor is held by the pending launch "
+                                                    r"of axpy \(parameter 'z'\), which writes it"):
+        axpy(foreign(c)[:256].partition([128]), foreign(d)[:256], y[:256], 1.0)
+    pending.cancel()
+    # A scalar its dtype cannot hold.
+    with pytest.raises(cutile.LaunchError, match="parameter 'a' is a f32 scalar; 1e\\+39 overflows it"):
+        axpy(foreign(d)[:256].partition([128]), foreign(c)[:256], y[:256], 1e39)
+    assert planned == []
+    # Read-only memory is another shape: the fresh binding's check refuses it.
+    readonly = foreign(d)
+    readonly._storage.readonly = True
+    with pytest.raises(cutile.LaunchError, match="parameter 'z' is Mut\\[...\\] but its memory is read-only"):
+        axpy(readonly[:256].partition([128]), foreign(c)[:256], y[:256], 1.0)
+    # Nothing was left held: the memory is free for the next call.
+    axpy(foreign(d)[:256].partition([128]), foreign(c)[:256], y[:256], 1.0).sync()
+
+
+def test_bindings_whose_memory_is_freed_leave_the_kernels_bindings_and_are_freed_at_once(gpu: FakeDriver,
+                                                                                       made: list[Any]) -> None:
+    z, y, _ = _known_shape(gpu)
+    before = len(axpy._bindings)
+    gc.disable()  # (freed by reference counting: a binding is in no cycle)
+    try:
+        refs = []
+        for _ in range(20):
+            fresh = api.from_numpy(np.zeros(1024, np.float32))
+            made.clear()
+            axpy(z[:256].partition([128]), fresh[:256], y[:256], 1.0).sync()
+            refs.append(weakref.ref(made[0]))
+            made.clear()
+            del fresh  # its binding dies, and is dropped from the kernel's at the next new binding
+        assert len(axpy._bindings) <= before + 1
+        assert sum(ref() is not None for ref in refs) <= 1  # (the last, still the kernel's last binding)
+    finally:
+        gc.enable()
+
+
+def test_claims_and_runs_made_in_c_sit_after_the_jobs_holds_in_the_ledger(gpu: FakeDriver) -> None:
+    # cuda_async's C API appends claims and a synchronous run's holds to a domain's list
+    # and removes them by identity; the jobs' holds stay at the list's front.
+    if _native.module is None:
+        pytest.skip("native code is turned off (CUDA_CORE_NATIVE=0)")
+    from cuda_async import _ledger
+
+    z, x, y = _buffers()
+    _register(gpu, axpy(z[:256].partition([128]), x[:256], y[:256], 1.0))
+    for _ in range(2):  # both bindings armed
+        axpy(z[:256].partition([128]), x[:256], y[:256], 1.0).sync()
+        axpy(z[256:512].partition([128]), x[:256], y[:256], 1.0).sync()
+    listed = _ledger.holds[z.device]
+    w = api.empty([1024], dtype=f32)
+
+    def owners() -> list[Any]:
+        return [hold[4] for hold in listed]
+
+    calls = int(_native.module.stats()[0])
+    with cutile.batch():
+        axpy(z[:256].partition([128]), x[:256], y[:256], 1.0).sync()  # the batch's job holds z[:256], x, y
+        (job,) = listed.owners
+        pending = axpy(z[256:512].partition([128]), x[:256], y[:256], 2.0)  # claimed in C
+        assert int(_native.module.stats()[0]) > calls
+        assert listed.front == 3 and owners() == [job] * 3 + [None] * 3
+        axpy(w[:256].partition([128]), x[:256], y[:256], 3.0).sync()  # new memory: the job's hold, before the claim
+        assert listed.front == 4 and owners() == [job] * 4 + [None] * 3
+        with pytest.raises(cutile.OwnershipError, match=r"held by the pending launch of axpy \(parameter 'z'\)"):
+            axpy(w[:256].partition([128]), z[256:512], y[:256], 1.0)  # the claim is still met
+        pending.sync()
+        assert owners() == [job] * 5 and listed.front == 5
+    assert listed == [] and listed.front == 0
+    # A synchronous run in C (on the pool's other stream) beside another job's holds: its
+    # holds go after them, and back.
+    runs = int(_native.module.stats()[1])
+    with cuda_async.using_policy(cuda_async.RoundRobin(2)):
+        future = axpy(w[:256].partition([128]), w[512:768], w[768:1024], 1.0).schedule()
+        assert listed.front == 3
+        axpy(z[:256].partition([128]), x[:256], y[:256], 4.0).sync()
+        assert int(_native.module.stats()[1]) == runs + 1
+        assert listed.front == len(listed) == 3 and len(listed.owners) == 1
+        future.result()
+    assert listed == [] and listed.front == 0 and not listed.owners

@@ -41,7 +41,7 @@ is the holds and streams of one submission.
 """
 
 
-from cuda_async._batch import Batch, batch, begin_step as begin_batch_step
+from cuda_async._batch import Batch, batch, begin_step as begin_batch_step, current as current_batch
 from cuda_async._capture import ensure_not_capturing, is_capturing
 from cuda_async._errors import BatchError, GraphCaptureError, GraphUpdateError, OwnershipError, use_error_classes
 from cuda_async._future import DeviceFuture, set_await_spin
@@ -101,6 +101,7 @@ __all__ = [
     "batch",
     "begin_batch_step",
     "begin_idle_run",
+    "current_batch",
     "check_access",
     "claim",
     "default_policy",

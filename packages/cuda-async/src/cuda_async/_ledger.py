@@ -11,10 +11,17 @@ space of one `Resource`) with an access, a label for messages and an owner:
 
 A write excludes every other overlapping hold; reads exclude writes. Holds are
 tuples ``(start, end, writes, label, owner, what)`` (``what``: the resource's name,
-for messages) in one list per domain, released by identity; a domain's list is
-never replaced, so a plan may keep it. cuda_async's C API (native/batch_api.h)
-takes and gives back holds on these lists for the native launch paths, under
-the same lock; nothing else touches them.
+for messages) in one list per domain (a `DomainHolds`), released by identity; a
+domain's list is never replaced, so a plan may keep it. cuda_async's C API
+(native/batch_api.h) takes and gives back holds on these lists for the native
+launch paths, under the same lock; nothing else touches them.
+
+A domain's list keeps the holds of jobs (taken and given back by `Job`, in Python
+only) at its front, also grouped by owner, and every other hold (pending claims,
+synchronous runs' holds: the C API's too, which appends them and removes them by
+identity) after them. A check skips the holds of a job it exempts (the batch or
+job an op joins, its own) as one group, and scans the others: in a batch whose
+job holds hundreds of ranges, a claim or an acquire looks at a few holds.
 """
 
 from __future__ import annotations
@@ -33,7 +40,58 @@ if TYPE_CHECKING:
 Hold = tuple[int, int, bool, str, Any, str]
 
 lock = threading.RLock()  # (the native one once the extension is loaded: `_native.batch_api`)
-holds: dict[Hashable, list[Hold]] = {}
+
+
+class DomainHolds(list[Hold]):
+    """The holds of one domain: a list, as the C API reads and changes it (it appends
+    holds and removes them by identity; their order means nothing to it), whose first
+    ``front`` items are the holds of jobs, also kept in ``owners`` by job in the
+    order taken. Only `take` and `give_back` (a `Job`'s, under the lock) change the
+    front; every other hold is appended after it and removed from there."""
+
+    __slots__ = ("front", "owners")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.front = 0
+        self.owners: dict[Any, list[Hold]] = {}
+
+    def take(self, owner: Any, taken: list[Hold]) -> None:
+        """Adds running holds of the job ``owner`` (the caller holds `lock`)."""
+        front = self.front
+        self[front:front] = taken
+        self.front = front + len(taken)
+        group = self.owners.get(owner)
+        if group is None:
+            self.owners[owner] = list(taken)
+        else:
+            group.extend(taken)
+
+    def give_back(self, owner: Any, hold: Hold) -> None:
+        """Removes one running hold that `take` added for the job ``owner`` (the caller
+        holds `lock`). A job's holds in a domain differ from each other and from every
+        other hold (their owner, their range), so it is found by equality."""
+        group = self.owners[owner]
+        del self[self.index(hold, 0, self.front)]
+        self.front -= 1
+        group.remove(hold)
+        if not group:
+            del self.owners[owner]
+
+    def give_back_all(self, owner: Any) -> None:
+        """Removes every running hold of the job ``owner`` (the caller holds `lock`)."""
+        group = self.owners.pop(owner, None)
+        if group is None:
+            return
+        front = self.front
+        if not self.owners:  # they are the whole front
+            del self[:front]
+        else:
+            self[:front] = [hold for hold in self[:front] if hold[4] is not owner]
+        self.front = front - len(group)
+
+
+holds: dict[Hashable, DomainHolds] = {}
 # Domains whose list a plan keeps: never removed when empty (device domains never are).
 pinned: set[Hashable] = set()
 # Claims given back by the garbage collector (a launch freed unrun): it may run in
@@ -42,11 +100,11 @@ pinned: set[Hashable] = set()
 dropped: collections.deque[ClaimPlan] = collections.deque()
 
 
-def domain_list(domain: Hashable) -> list[Hold]:
+def domain_list(domain: Hashable) -> DomainHolds:
     """The holds of ``domain`` (the caller holds `lock`)."""
     found = holds.get(domain)
     if found is None:
-        found = holds[domain] = []
+        found = holds[domain] = DomainHolds()
     return found
 
 
@@ -60,11 +118,30 @@ def drain_dropped() -> None:
         release_locked(plan)
 
 
-def conflict(held: list[Hold], start: int, end: int, writes: bool,
+_SMALL_GROUP = 8  # a job holding at most this many ranges of a domain: its holds are scanned before it is asked
+
+
+def conflict(held: DomainHolds, start: int, end: int, writes: bool,
              exempt: Callable[[Any], bool] | None = None) -> Hold | None:
     """The first hold of ``held`` that a ``writes`` access to ``[start, end)``
-    conflicts with, skipping running holds whose owner ``exempt`` accepts."""
-    for hold in held:
+    conflicts with, skipping running holds whose owner ``exempt`` accepts: the jobs'
+    holds owner by owner (an exempt one's as a whole), then the others in order."""
+    front = held.front
+    if front:
+        for owner, group in held.owners.items():
+            if len(group) > _SMALL_GROUP:  # asked once, before its holds
+                if owner.released or (exempt is not None and exempt(owner)):
+                    continue
+                for hold in group:
+                    if hold[0] < end and start < hold[1] and (writes or hold[2]):
+                        return hold
+            else:  # asked only if one of its holds conflicts
+                for hold in group:
+                    if hold[0] < end and start < hold[1] and (writes or hold[2]):
+                        if owner.released or (exempt is not None and exempt(owner)):
+                            break
+                        return hold
+    for hold in held[front:] if front else held:
         if hold[0] < end and start < hold[1] and (writes or hold[2]):
             owner = hold[4]
             if owner is not None and (owner.released or (exempt is not None and exempt(owner))):
@@ -129,13 +206,22 @@ class ClaimPlan:
         entries: tuple[Hold, ...] = tuple((s, e, w, label, None, what) for _, s, e, w, label, _, what in listed)
         self._made(lists, entries, tuple(span[4] for span in listed), tuple(span[5] for span in listed))
 
-    def _made(self, lists: tuple[list[Hold], ...], entries: tuple[Hold, ...], labels: tuple[str, ...],
+    def _made(self, lists: tuple[DomainHolds, ...], entries: tuple[Hold, ...], labels: tuple[str, ...],
               requesters: tuple[str, ...]) -> None:
         self.lists, self.entries, self.labels, self.requesters = lists, entries, labels, requesters
         # What `claim` and `release_locked` walk on every call, zipped once.
         self._checks = tuple(zip(lists, entries, labels, requesters))
         self._takes = tuple(zip(lists, entries))
         self._gives = self._takes[::-1]  # latest first
+
+    def over(self, ranges: list[tuple[int, int]]) -> ClaimPlan:
+        """The same holds (domains, accesses, labels) over other byte ranges, one
+        (start, end) per hold: another call's memory in the same layouts."""
+        plan: ClaimPlan = ClaimPlan.__new__(ClaimPlan)
+        entries = tuple((start, end, w, label, None, what)
+                        for (start, end), (_, _, w, label, _, what) in zip(ranges, self.entries, strict=True))
+        plan._made(self.lists, entries, self.labels, self.requesters)
+        return plan
 
     def owned_by(self, owner: Job) -> ClaimPlan:
         """The same holds as running ones of ``owner`` (a native synchronous run's)."""
@@ -171,12 +257,13 @@ class ClaimPlan:
         dropped.append(self)
 
 
-def remove(held: list[Hold], hold: Hold) -> None:
-    """Removes ``hold`` from ``held`` by identity (the latest such entry)."""
+def remove(held: DomainHolds, hold: Hold) -> None:
+    """Removes ``hold``, a hold after the jobs' (a claim's, a run's), from ``held``
+    by identity (the latest such entry)."""
     if held and held[-1] is hold:  # the usual case: the latest holds go first
         held.pop()
         return
-    for index in range(len(held) - 1, -1, -1):
+    for index in range(len(held) - 1, held.front - 1, -1):
         if held[index] is hold:
             del held[index]
             return

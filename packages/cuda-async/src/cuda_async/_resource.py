@@ -174,21 +174,22 @@ class AccessSet:
             spans = tuple((r, *r.span, a is Access.WRITE, None) for r, a in self.accesses)
         self.spans: tuple[Span, ...] = spans
         # (domain, start, end) and writes of each hold: how a job finds its own (`Job.holds`).
+        keys = [(domain, start, end) for _, domain, start, end, _, _ in spans]
         self.hold_keys: tuple[tuple[tuple[Hashable, int, int], bool], ...] = tuple(
-            ((domain, start, end), writes) for _, domain, start, end, writes, _ in spans)
+            zip(keys, [span[4] for span in spans]))
         # For a job holding nothing yet (a graph replay's, say): its holds taken in bulk
         # when they are distinct ranges of one device's domain (`Job.acquire`).
-        self.keys = tuple(key for key, _ in self.hold_keys)
-        self.resources = dict.fromkeys(span[0] for span in spans)
-        domains = {key[0] for key in self.keys}
+        self.keys = tuple(keys)
+        self.resources = dict.fromkeys([span[0] for span in spans])
+        domains = {key[0] for key in keys}
         only = next(iter(domains)) if len(domains) == 1 else None
         self.only_domain: Hashable | None = (
-            only if only is not None and type(only) is not tuple and len(set(self.keys)) == len(self.keys) else None)
+            only if only is not None and type(only) is not tuple and len(set(keys)) == len(keys) else None)
 
 
 def interest_of(accesses: tuple[tuple[Resource, Access], ...]) -> dict[object, int]:
     """``accesses`` as the per-stream bookkeeping keeps them: resource -> 1 (read) or 2 (write)."""
-    return {r: int(a) for r, a in accesses}
+    return {r: 2 if a is _WRITE else 1 for r, a in accesses}
 
 
 def is_live(resource: object, access: int, stream: cuda_core.Stream, epoch: int) -> bool:
@@ -205,7 +206,8 @@ def is_live(resource: object, access: int, stream: cuda_core.Stream, epoch: int)
 class Job:
     """One submission: the holds it took, the streams it used, its completion."""
 
-    __slots__ = ("name", "parent", "streams", "held", "holds", "holds_all_of", "retained", "released", "__weakref__")
+    __slots__ = ("name", "parent", "streams", "held", "holds", "domains", "holds_all_of", "retained", "released",
+                 "__weakref__")
 
     def __init__(self, name: str, *, parent: Job | None = None) -> None:
         self.name = name
@@ -213,7 +215,9 @@ class Job:
         self.streams: dict[cuda_core.Stream, None] = {}
         self.held: dict[Resource, None] = {}
         # Its holds in the ledger, by (domain, start, end): (the domain's list, the hold).
-        self.holds: dict[tuple[Hashable, int, int], tuple[list[_ledger.Hold], _ledger.Hold]] = {}
+        self.holds: dict[tuple[Hashable, int, int], tuple[_ledger.DomainHolds, _ledger.Hold]] = {}
+        # The domains it holds ranges of (their lists give its holds back at once).
+        self.domains: dict[Hashable, _ledger.DomainHolds] = {}
         # The last access set every hold of which the job was found to hold as strongly
         # (its holds only grow stronger until `release`): a loop's op is asked once.
         self.holds_all_of: AccessSet | None = None
@@ -273,7 +277,8 @@ class Job:
                 listed = _ledger.domain_list(domain)
                 taken = [(start, end, writes, label or op_name, self, resource.name)
                          for resource, _, start, end, writes, label in spans]
-                listed.extend(taken)
+                listed.take(self, taken)
+                self.domains[domain] = listed
                 holds.update(zip(access_set.keys, [(listed, hold) for hold in taken]))
                 held.update(access_set.resources)
                 if stream is not None:
@@ -291,9 +296,10 @@ class Job:
                 if previous is None or (writes and not previous[1][2]):
                     listed = _ledger.domain_list(domain)
                     hold = (start, end, writes, label or op_name, self, resource.name)
-                    listed.append(hold)
+                    listed.take(self, [hold])
+                    self.domains[domain] = listed
                     if previous is not None:
-                        _ledger.remove(listed, previous[1])
+                        listed.give_back(self, previous[1])
                     holds[key] = (listed, hold)
                 held[resource] = None
             if stream is not None:
@@ -409,21 +415,13 @@ class Job:
             if completed and self.streams:
                 used = self.held if not self.retained else {**self.held, **dict.fromkeys(self.retained)}
                 _streams.forget(self.streams, used)
-            # Latest first: a domain's list then gives each back from its end (a graph's
-            # job holds hundreds of ranges of one device: in taking order each removal
-            # would scan the list); all at once when they are the end of one list.
-            count = len(self.holds)
-            if count:
-                (domain, _, _), (listed, _) = next(iter(self.holds.items()))
-                if len(listed) >= count and listed[-count:] == [hold for _, hold in self.holds.values()]:
-                    del listed[-count:]
-                    self.holds.clear()
-                    if not listed and type(domain) is tuple and domain not in _ledger.pinned:
-                        _ledger.holds.pop(domain, None)
-            for (domain, _, _), (listed, hold) in reversed(self.holds.items()):
-                _ledger.remove(listed, hold)
+            # By domain: a domain's list gives a job's holds back at once (a graph's job
+            # holds hundreds of ranges of one device).
+            for domain, listed in self.domains.items():
+                listed.give_back_all(self)
                 if not listed and type(domain) is tuple and domain not in _ledger.pinned:  # a resource's own: not kept
                     _ledger.holds.pop(domain, None)
+            self.domains.clear()
             self.holds.clear()
             self.holds_all_of = None
             if completed:

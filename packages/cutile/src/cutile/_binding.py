@@ -4,12 +4,16 @@
 parameter); `call_key` is what those depend on, cheaply, the key of a kernel's
 `SignaturePlan`s; `ObjectBinding` is what a call's memory and layouts imply (the holds of
 their byte ranges, accesses, packed GPU parameters), reused while later calls pass the
-same objects, or new views of the same memory in the same layouts (`layout_key`). The
-argument checks shared by the launch live here too.
+same objects, or new views of the same memory in the same layouts (`layout_key`);
+`BindingShape` is what the bindings of calls in the same layouts over any memory share
+(`shape_key`), from which a call over new memory makes its binding without checking
+again what depends only on the layouts. The argument checks shared by the launch live
+here too.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import struct
@@ -19,7 +23,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import cuda_async
 from cutile._errors import LaunchError
-from cutile._tensor import Partition, Storage, Tensor
+from cutile._tensor import Partition, Storage, Tensor, overlapping
 from cutile_compiler import dtypes as dt
 from cutile_compiler import (
     MAX_DIVISIBILITY,
@@ -82,6 +86,55 @@ def layout_key(kernel: Kernel, values: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(key)
 
 
+def shape_key(kernel: Kernel, values: tuple[Any, ...]) -> tuple[Any, ...]:
+    """`layout_key` without the memory: per tensor or partition, instead of its
+    storage's identity, what a binding's checks and the specialization read of the
+    storage (its kind, device, whether it is read-only or torch's, its base address
+    modulo `MAX_DIVISIBILITY`) and which earlier tensor argument's storage it is, if
+    any. Calls with equal keys differ only in their objects, their memory's addresses
+    and their scalar values: the checks of kinds, strides, read-only memory,
+    self-overlapping Mut partitions and devices, and the plan, come out the same."""
+    key: list[Any] = []
+    storages: list[Storage] = []
+    for value, constant in zip(values, kernel._constant_flags):
+        kind = type(value)
+        if kind is Partition or kind is Tensor:
+            tensor = value._tensor if kind is Partition else value
+            storage = tensor._storage
+            for shared, seen in enumerate(storages):
+                if seen is storage:
+                    break
+            else:
+                shared = len(storages)
+                storages.append(storage)
+            facts = (kind, shared, type(storage), storage.device, storage.readonly, storage.torch_ordered,
+                     storage.base_address % MAX_DIVISIBILITY, tensor.offset, tensor.shape, tensor.strides, tensor.dtype)
+            key.append(facts + (value.tile_shape, value.map_shape, value.blocks) if kind is Partition else facts)
+        elif value is MISSING:
+            key.append(MISSING)
+        elif constant:
+            key.append((kind, constant_key(value)))
+        else:
+            key.append(kind)
+    return tuple(key)
+
+
+def check_overlaps(kernel: str, ranges: list[tuple[str, Storage, int, int, bool]]) -> None:
+    """Refuses memory passed twice where one copy is written (``ranges``: each tensor
+    argument's parameter, storage, byte range in it and whether it is written)."""
+    for i, (a, storage_a, start_a, end_a, writes_a) in enumerate(ranges):
+        for b, storage_b, start_b, end_b, writes_b in ranges[i + 1:]:
+            # By absolute address: two storages may wrap the same memory
+            # (an array imported twice through DLPack, say).
+            if (writes_a or writes_b) and overlapping(
+                    storage_a.device, storage_a.base_address + start_a, storage_a.base_address + end_a,
+                    storage_b.device, storage_b.base_address + start_b, storage_b.base_address + end_b):
+                written = a if writes_a else b
+                raise LaunchError(
+                    f"{kernel}: parameters '{a}' and '{b}' share memory and '{written}' is written; "
+                    "pass distinct tensors")
+
+
 class ObjectBinding:
     """What one call's tensor arguments imply, computed once and reused by later calls
     that pass the very same objects (and constants: `matches`), or other view objects
@@ -98,37 +151,45 @@ class ObjectBinding:
 
     __slots__ = ("checks", "tensor_positions", "claim_plan", "run_holds", "accesses", "plan",
                  "loaded", "packed", "scalar_slots", "results", "fast", "device", "torch_ordered", "torch_only",
-                 "storages", "dead", "__weakref__")
+                 "storages", "dead", "unarmed", "home", "__weakref__")
 
     # The kinds of ``checks`` (the C side's CHECK_* codes, which test_native_codes.py holds equal)
     _TENSOR, _CONSTANT, _SCALAR = range(3)
     _NO_ACCESSES = cuda_async.AccessSet()
 
-    def __init__(self, kernel: Kernel, arguments: dict[str, Any],
-                 ranges: list[tuple[str, Storage, int, int, bool]]) -> None:
-        # The device the launch runs on: its tensors' (None: none on a GPU, the current
-        # device's); tensors of several devices are refused here, before any work.
-        found: dict[int, list[str]] = {}
-        for param, storage, _, _, _ in ranges:
-            if storage.device.startswith("cuda:"):
-                found.setdefault(int(storage.device[5:]), []).append(param)
-        if len(found) > 1:
-            from cutile._gpu import mixed_devices
+    def __init__(self, kernel: Kernel, arguments: dict[str, Any] | tuple[Any, ...],
+                 ranges: list[tuple[str, Storage, int, int, bool]], shape: BindingShape | None = None) -> None:
+        """The binding of a call with ``arguments`` (by name, or every parameter's value
+        in order), whose tensor arguments' byte ranges ``ranges`` are checked. With
+        ``shape``, the binding of another call in the same layouts (`shape_key`): what
+        depends only on them is taken from it."""
+        if shape is not None:
+            self.device: int | None = shape.device
+            self.torch_ordered, self.torch_only = shape.torch_ordered, shape.torch_only
+        else:
+            # The device the launch runs on: its tensors' (None: none on a GPU, the current
+            # device's); tensors of several devices are refused here, before any work.
+            found: dict[int, list[str]] = {}
+            for param, storage, _, _, _ in ranges:
+                if storage.device.startswith("cuda:"):
+                    found.setdefault(int(storage.device[5:]), []).append(param)
+            if len(found) > 1:
+                from cutile._gpu import mixed_devices
 
-            raise mixed_devices(kernel.name, found)
-        self.device: int | None = next(iter(found)) if found else None
-        # Torch's memory among the tensors (its launches follow torch's stream order),
-        # and whether all of them are (what a torch graph capture may record).
-        self.torch_ordered = any(storage.torch_ordered for _, storage, _, _, _ in ranges)
-        self.torch_only = bool(ranges) and all(storage.torch_ordered for _, storage, _, _, _ in ranges)
+                raise mixed_devices(kernel.name, found)
+            self.device = next(iter(found)) if found else None
+            # Torch's memory among the tensors (its launches follow torch's stream order),
+            # and whether all of them are (what a torch graph capture may record).
+            self.torch_ordered = any(storage.torch_ordered for _, storage, _, _, _ in ranges)
+            self.torch_only = bool(ranges) and all(storage.torch_ordered for _, storage, _, _, _ in ranges)
         # Per parameter in order: a tensor by its object (weakly: a dead object only stops
         # matching by identity, its memory may live on), a constant by type and value, a
         # run-time scalar by its type (which may select the code; its value never does).
-        get = arguments.get
-        self.checks: tuple[tuple[Any, ...], ...] = tuple((0, weakref.ref(get(name))) if kind == 0 else
-                            (1, type(value := get(name, MISSING)), value) if kind == 1 else
-                            (2, type(get(name, MISSING)))
-                            for name, kind in zip(kernel._param_names, kernel._param_kinds))
+        values = arguments if type(arguments) is tuple else tuple(
+            arguments.get(name, MISSING) for name in kernel._param_names)  # type: ignore[union-attr]
+        self.checks: tuple[tuple[Any, ...], ...] = tuple((0, weakref.ref(value)) if kind == 0 else
+                                                         (1, type(value), value) if kind == 1 else (2, type(value))
+                                                         for value, kind in zip(values, kernel._param_kinds))
         # Where they are among every parameter's value in order (a call's positional
         # arguments, which a call with the binding's objects keeps as they are), and what
         # a run returns from those values: the tensor arguments, one as itself, several
@@ -143,40 +204,64 @@ class ObjectBinding:
         for param, storage, start, end, mutable in ranges:
             low, high = storage.base_address + start, storage.base_address + end
             resource = storage.resource
-            label, by = labels[param]
-            spans.append((resource, storage.device, low, high, mutable, label, by, resource.name))
-        self.claim_plan = cuda_async.ClaimPlan(span[1:] for span in spans)
+            spans.append((resource, storage.device, low, high, mutable, labels[param][0]))
+        if shape is not None:  # the same domains, accesses and labels: only the ranges differ
+            self.claim_plan = shape.claim_plan.over([(span[2], span[3]) for span in spans])
+        else:
+            self.claim_plan = cuda_async.ClaimPlan(
+                (domain, low, high, mutable, label, labels[param][1], resource.name)
+                for (resource, domain, low, high, mutable, label), (param, *_) in zip(spans, ranges))
         # A synchronous run's holds while its memory is idle: the same spans, running,
         # owned by a job kept for it (`cuda_async.begin_idle_run`; the native path's too).
         self.run_holds = self.claim_plan.owned_by(cuda_async.Job(description))
-        writes = [storage.resource for _, storage, _, _, mutable in ranges if mutable]
-        reads = [storage.resource for _, storage, _, _, mutable in ranges if not mutable]
-        self.accesses = cuda_async.AccessSet(tuple(reads), tuple(writes), spans=tuple(span[:6] for span in spans))
+        writes = tuple(span[0] for span in spans if span[4])
+        reads = tuple(span[0] for span in spans if not span[4])
+        self.accesses = cuda_async.AccessSet(reads, writes, spans=tuple(spans))
         self.plan: SignaturePlan | None = None  # set by the first Launch.plan() without an explicit grid
         self.loaded: LoadedKernel | None = None  # the loaded kernel ``packed`` was packed for
         self.packed: tuple[Any, ...] = ()
         # (parameter slot, position among the values, dtype) of each scalar: refilled on every call
         self.scalar_slots: list[tuple[int, int, DType]] = []
         # Its native binding (`cutile._native.arm`, once it launched), which refers back
-        # to it weakly.
+        # to it weakly; ``unarmed``: prepared for one (plan, loaded kernel, packed
+        # parameters) but left to its next call (made in a batch, where a launch over new
+        # memory does not run in C: arming pays only if it is called again).
         self.fast: Any = None
+        self.unarmed = False
         # The storages, weakly: when one is freed (its address free for reuse) the
-        # binding dies. (Its key in the kernel's bindings holds their ids.)
+        # binding dies, and tells the kernel's bindings (``home``: their queue of dead
+        # ones, and its key there), which drop it at their next change. The callback
+        # holds the binding weakly: a binding is in no reference cycle, so one dropped
+        # is freed at once, not by the garbage collector.
         self.dead = False
-        self.storages = tuple(weakref.ref(storage, self._forget) for _, storage, _, _, _ in ranges)
+        self.home: tuple[Any, Any] | None = None
+        forget = functools.partial(ObjectBinding._storage_freed, weakref.ref(self))
+        self.storages = tuple(weakref.ref(storage, forget) for _, storage, _, _, _ in ranges)
 
-    def _forget(self, _dead: Any) -> None:
+    @staticmethod
+    def _storage_freed(binding: weakref.ref[ObjectBinding], _dead: Any) -> None:
+        found = binding()
+        if found is not None:
+            found._forget()
+
+    def _forget(self) -> None:
         # One of the storages is gone, so the binding can never match again: drop what
         # refers to memory (resources) so that the memory can be freed.
         # (It may run while the interpreter shuts down, when module globals are gone:
         # it uses only what the class holds.)
+        if self.dead:
+            return
         self.dead = True
         self.accesses = self._NO_ACCESSES
         self.loaded = None
         self.packed = ()
+        self.unarmed = False
         fast, self.fast = self.fast, None
         if fast is not None:
             fast.disarm()
+        home = self.home
+        if home is not None:
+            home[0].append((home[1], self))
 
     def matches(self, args: tuple[Any, ...]) -> bool:
         """Whether ``args`` are this binding's tensor objects and constants (floats
@@ -192,6 +277,49 @@ class ObjectBinding:
             elif kind == 1 and value is not check[2] and (type(value) is float or value != check[2]):
                 return False
         return True
+
+
+class BindingShape:
+    """What the bindings of calls in one layout over any memory share (one `shape_key`):
+    made from the first such call's binding once that is prepared for the GPU (its
+    plan and loaded kernel found), it makes the binding of a later call over other
+    memory checking only what depends on the memory (objects consumed, memory passed
+    twice where one copy is written): every check of a fresh binding that depends on
+    the layouts alone (argument kinds, strides, read-only memory, Mut partitions whose
+    elements share memory, devices, the specialization) came out the same for it."""
+
+    __slots__ = ("tensors", "claim_plan", "device", "torch_ordered", "torch_only", "plan")
+
+    def __init__(self, kernel: Kernel, binding: ObjectBinding, values: tuple[Any, ...]) -> None:
+        assert binding.plan is not None
+        # Per tensor parameter: its name, position among the values, byte range in its
+        # storage, and whether it is written (a Mut partition).
+        tensors = []
+        for (param, mutable), position in zip(kernel._tensor_params, kernel._tensor_positions):
+            value = values[position]
+            start, end = (value._tensor if mutable else value).byte_range()
+            tensors.append((param, position, start, end, mutable))
+        self.tensors = tuple(tensors)
+        self.claim_plan: cuda_async.ClaimPlan = binding.claim_plan  # (its domains, accesses and labels)
+        self.device: int | None = binding.device
+        self.torch_ordered: bool = binding.torch_ordered
+        self.torch_only: bool = binding.torch_only
+        self.plan: SignaturePlan = binding.plan
+
+    def bind(self, kernel: Kernel, values: tuple[Any, ...]) -> ObjectBinding:
+        """The binding of a call with every parameter's value in order (``values``, its
+        scalars checked) whose `shape_key` is this one's, its plan this one's."""
+        name = kernel.name
+        ranges: list[tuple[str, Storage, int, int, bool]] = []
+        for param, position, start, end, mutable in self.tensors:
+            value = values[position]
+            if value._consumed_by is not None:
+                value._live(f"{name}: parameter '{param}'")  # raises, naming the consumer
+            ranges.append((param, (value._tensor if mutable else value)._storage, start, end, mutable))
+        check_overlaps(name, ranges)
+        binding = ObjectBinding(kernel, values, ranges, self)
+        binding.plan = self.plan
+        return binding
 
 
 def check_strides(kernel: str, param: str, tensor: Tensor) -> None:

@@ -8,6 +8,7 @@ and the last call's `ObjectBinding` (ARCHITECTURE.md names each layer).
 
 from __future__ import annotations
 
+import collections
 import functools
 import inspect
 import operator
@@ -15,11 +16,22 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, Protocol, overload
 
-from cutile._binding import MISSING, ObjectBinding, SignaturePlan, call_key, describe_call, layout_key, scalar_value
+from cutile._binding import (
+    MISSING,
+    BindingShape,
+    ObjectBinding,
+    SignaturePlan,
+    call_key,
+    describe_call,
+    layout_key,
+    scalar_value,
+    shape_key,
+)
 from cutile import _gpu
 from cutile._errors import ArgumentTypeError, LaunchError
 from cutile._launch import Launch
 from cutile._native import launch_bound
+import cuda_async
 from cutile_compiler import (
     CompiledKernel,
     CompileOptions,
@@ -52,7 +64,11 @@ else:
     _R = TypeVar("_R")
 _Q = ParamSpec("_Q")
 _CACHE_SIZE = 256  # specializations kept per kernel
-_BINDINGS = 128  # object bindings kept per kernel (by layout key: the memory and layouts of a call)
+# Object bindings kept per kernel (by layout key: the memory and layouts of a call; a
+# model's layers each pass their own weights: a decode step calls one GEMV kernel over
+# a few hundred), and binding shapes (by shape key: the layouts alone).
+_BINDINGS = 1024
+_SHAPES = 256
 
 
 class Kernel(Generic[_P, _R]):
@@ -133,6 +149,13 @@ class Kernel(Generic[_P, _R]):
         # call with new view objects over the same memory (a ``.T``, a reshape, a new
         # partition per call) skips every check and computation that depends only on them.
         self._bindings: LRUCache[tuple[Any, ...], ObjectBinding] = LRUCache(_BINDINGS)
+        # (key, binding) of the bindings whose memory was freed since (queued by the
+        # bindings; dropped from ``_bindings`` at its next change).
+        self._dead_bindings: collections.deque[tuple[tuple[Any, ...], ObjectBinding]] = collections.deque()
+        # Shape key (the layout key without the memory; see `shape_key`) -> what the
+        # bindings of such calls share: a call with new memory in the layouts of an
+        # earlier call (a step's fresh intermediates) makes its binding from it.
+        self._shapes: LRUCache[tuple[Any, ...], BindingShape] = LRUCache(_SHAPES)
         # The last new call's binding, matched by its objects' identity (cheaper than a
         # key): a loop that passes the same objects again.
         # (Its C copy, once it has launched on the GPU, is ``_native_binding``.)
@@ -162,6 +185,10 @@ class Kernel(Generic[_P, _R]):
         if values is not None:
             binding = self._object_binding
             if binding is not None and binding.matches(values):  # the last new call's very objects
+                if binding.unarmed and _gpu.arm_prepared(self, binding):  # called again: worth arming
+                    launch = launch_bound(self, binding, values)
+                    if launch is not None:
+                        return launch  # type: ignore[no-any-return]
                 return Launch(self, None, binding, self._checked_scalars(values) if self._scalar_positions else values)
             key = layout_key(self, values)
             try:
@@ -169,10 +196,16 @@ class Kernel(Generic[_P, _R]):
             except TypeError:  # an unhashable constant: the slow path sees it
                 key = binding = None
             if binding is not None and not binding.dead:  # new objects over the same memory and layouts
+                if binding.unarmed:  # called again: worth arming
+                    _gpu.arm_prepared(self, binding)
                 launch = launch_bound(self, binding, values)
                 if launch is not None:
                     return launch  # type: ignore[no-any-return]
                 return Launch(self, None, binding, self._checked_scalars(values) if self._scalar_positions else values)
+            if key is not None:
+                shape = self._shapes.get(shape_key(self, values))
+                if shape is not None:  # new memory in the layouts of an earlier call
+                    return self._call_in_shape(shape, key, values)
         if plain:
             arguments = dict(zip(self._param_names, args))
         elif values is not None and self._keywords_bind:  # (what bind_partial gives such a call)
@@ -189,10 +222,43 @@ class Kernel(Generic[_P, _R]):
         launch = Launch(self, arguments)
         binding = launch._binding
         if key is not None:
-            self._bindings.put(key, binding)
-            if _gpu.arm_at_call(self, binding, arguments):  # (its kernel loaded already: the run may be C's)
+            assert values is not None
+            self._keep(key, binding)
+            # (Its kernel loaded already: the run may be C's. In a batch a launch over new
+            # memory runs in Python: its binding is armed if it is called again.)
+            if _gpu.arm_at_call(self, binding, arguments, arm=cuda_async.current_batch() is None):
                 launch._attach(binding, tuple(arguments.get(name, MISSING) for name in self._param_names))
+            if binding.loaded is not None:  # prepared: later calls in its layouts over other memory start here
+                self._shapes.put(shape_key(self, values), BindingShape(self, binding, values))
         return launch
+
+    def _call_in_shape(self, shape: BindingShape, key: tuple[Any, ...], values: tuple[Any, ...]) -> Launch[Any]:
+        """The launch of a call with every parameter's value in order (``values``, of
+        layout key ``key``) over memory no binding holds, in the layouts of ``shape``."""
+        if self._scalar_positions:
+            values = self._checked_scalars(values)
+        binding = shape.bind(self, values)  # (checks what depends on the memory)
+        self._keep(key, binding)
+        self._object_binding = binding
+        self._native_binding = None  # (the previous binding's)
+        arguments = {name: value for name, value in zip(self._param_names, values) if value is not MISSING}
+        if _gpu.arm_at_call(self, binding, arguments, arm=cuda_async.current_batch() is None, plan=shape.plan):
+            launch = launch_bound(self, binding, values)
+            if launch is not None:
+                return launch  # type: ignore[no-any-return]
+        return Launch(self, None, binding, values)
+
+    def _keep(self, key: tuple[Any, ...], binding: ObjectBinding) -> None:
+        """Keeps a new binding under its layout key, after dropping the bindings whose
+        memory was freed (they match nothing, and would crowd out live ones)."""
+        dead = self._dead_bindings
+        bindings = self._bindings
+        while dead:
+            old_key, old = dead.popleft()
+            if bindings.get(old_key) is old:
+                bindings.pop(old_key)
+        bindings.put(key, binding)
+        binding.home = (dead, key)
 
     def _checked_scalars(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
         """Every parameter's value in order (`MISSING` for an inferred constant left
@@ -239,6 +305,8 @@ class Kernel(Generic[_P, _R]):
         self._loaded_kernels = LRUCache(_CACHE_SIZE)
         self._plans = LRUCache(4 * _CACHE_SIZE)
         self._bindings = LRUCache(_BINDINGS)
+        self._dead_bindings = collections.deque()
+        self._shapes = LRUCache(_SHAPES)
         self._object_binding = None
         self._native_binding = None
 

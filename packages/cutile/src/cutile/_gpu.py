@@ -420,15 +420,17 @@ def enqueue_bound(kernel: Kernel, binding: ObjectBinding, values: tuple[Any, ...
         _native.arm(kernel, binding, loaded, loaded.function.device.context_handle)
 
 
-def arm_at_call(kernel: Kernel, binding: ObjectBinding, arguments: dict[str, Any]) -> bool:
+def arm_at_call(kernel: Kernel, binding: ObjectBinding, arguments: dict[str, Any], *, arm: bool = True,
+                plan: SignaturePlan | None = None) -> bool:
     """Prepares a new ``binding`` (made by a call with ``arguments``, scalars converted)
     as its first launch would (its plan, loaded kernel and packed parameters) and arms
     its native binding, when that launch's kernel is already loaded (compiling and
     loading stay the run's) and it would run with default options: then the call's
     launch, like later calls over the same memory and layouts, may run in C. Whether it
     did; anything unusual (an error the run reports, another device in use, torch's
-    memory) leaves the binding to its first run."""
-    if _multi_device or binding.torch_ordered or binding.plan is not None:
+    memory) leaves the binding to its first run. Without ``arm`` the binding is only
+    prepared (``binding.unarmed``: `arm_prepared` arms it); ``plan``: the call's, known."""
+    if _multi_device or binding.torch_ordered or binding.plan is not plan:
         return False
     from cutile import _backend
     from cutile._errors import CutileError
@@ -438,10 +440,11 @@ def arm_at_call(kernel: Kernel, binding: ObjectBinding, arguments: dict[str, Any
     if _backend.current() != "gpu" or _native.module is None:
         return False
 
-    try:
-        plan = kernel.plan_for(arguments)
-    except CutileError:
-        return False  # (the run raises it, as without this)
+    if plan is None:
+        try:
+            plan = kernel.plan_for(arguments)
+        except CutileError:
+            return False  # (the run raises it, as without this)
     if 0 in plan.grid or max(plan.grid) > _MAX_GRID:
         return False
     ordinal = current_device() if binding.device is None else binding.device
@@ -455,6 +458,20 @@ def arm_at_call(kernel: Kernel, binding: ObjectBinding, arguments: dict[str, Any
     except CutileError:
         return False
     binding.plan = plan
+    if not arm:
+        binding.unarmed = True
+        return False
+    _native.arm(kernel, binding, loaded, loaded.function.device.context_handle)
+    return binding.fast is not None
+
+
+def arm_prepared(kernel: Kernel, binding: ObjectBinding) -> bool:
+    """Arms the native binding of a ``binding`` `arm_at_call` prepared without arming
+    (once: whether it is armed)."""
+    binding.unarmed = False
+    loaded = binding.loaded
+    if _multi_device or loaded is None:
+        return False
     _native.arm(kernel, binding, loaded, loaded.function.device.context_handle)
     return binding.fast is not None
 

@@ -17,12 +17,20 @@ from typing import TYPE_CHECKING, Any, Generic
 import cuda_async
 import cuda_core
 from cutile import _backend, _gpu, _torch_streams
-from cutile._binding import MISSING, ObjectBinding, SignaturePlan, check_strides, wrong_mut_argument, wrong_read_argument
+from cutile._binding import (
+    MISSING,
+    ObjectBinding,
+    SignaturePlan,
+    check_overlaps,
+    check_strides,
+    wrong_mut_argument,
+    wrong_read_argument,
+)
 from cutile._errors import CutileError, GraphCaptureError, LaunchError, OwnershipError
 from cutile._graphs import Graph
 from cutile._interop import _order_after
 from cutile import _native
-from cutile._tensor import Partition, Storage, Tensor, overlapping, overlaps_itself
+from cutile._tensor import Partition, Storage, Tensor, overlaps_itself
 from cutile_compiler import DEFAULT_OPTIONS, CompileOptions, HintError, KernelHints, Specialization
 
 if TYPE_CHECKING:
@@ -181,19 +189,8 @@ class Launch(Generic[_R]):
     def _checked_ranges(self) -> list[tuple[str, Storage, int, int, bool]]:
         """The tensor arguments' byte ranges, checked for kinds and for memory passed
         twice where one copy is written."""
-        name = self.kernel.name
         ranges = self._argument_ranges()
-        for i, (a, storage_a, start_a, end_a, writes_a) in enumerate(ranges):
-            for b, storage_b, start_b, end_b, writes_b in ranges[i + 1:]:
-                # By absolute address: two storages may wrap the same memory
-                # (an array imported twice through DLPack, say).
-                if (writes_a or writes_b) and overlapping(
-                        storage_a.device, storage_a.base_address + start_a, storage_a.base_address + end_a,
-                        storage_b.device, storage_b.base_address + start_b, storage_b.base_address + end_b):
-                    written = a if writes_a else b
-                    raise LaunchError(
-                        f"{name}: parameters '{a}' and '{b}' share memory and '{written}' is written; "
-                        "pass distinct tensors")
+        check_overlaps(self.kernel.name, ranges)
         return ranges
 
     def _argument_ranges(self, *, live: bool = True) -> list[tuple[str, Storage, int, int, bool]]:
