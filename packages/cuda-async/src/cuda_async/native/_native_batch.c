@@ -133,14 +133,13 @@ static PyTypeObject RLockType = {
     .tp_doc = "A reentrant lock that C code can take without a Python call."};
 static PyObject *one;
 
+/* The slot `which` of `obj` (a new reference), and its setter. */
 static inline PyObject *get(int which, PyObject *obj) {
-    PyObject *d = descriptors[which];
-    return Py_TYPE(d)->tp_descr_get(d, obj, (PyObject *)Py_TYPE(obj));
+    return Py_TYPE(descriptors[which])->tp_descr_get(descriptors[which], obj, (PyObject *)Py_TYPE(obj));
 }
 
 static inline int set(int which, PyObject *obj, PyObject *value) {
-    PyObject *d = descriptors[which];
-    return Py_TYPE(d)->tp_descr_set(d, obj, value);
+    return Py_TYPE(descriptors[which])->tp_descr_set(descriptors[which], obj, value);
 }
 
 static void clear_txn(CudaAsyncBatchTxn *txn) {
@@ -206,39 +205,32 @@ static int plan_apply(PyObject *plan, int append) {
     return each_hold(plan, append ? take_hold : give_back_hold, NULL) < 0 ? -1 : 0;
 }
 
-/* The job of the batch open on this thread/task (a new reference), or None. */
-static PyObject *batch_job(void) {
-    PyObject *batch = NULL, *fast = NULL, *job = Py_None;
-    if (PyContextVar_Get(active_batch, Py_None, &batch) < 0) return NULL;
-    if (batch != Py_None && (fast = get(D_BATCH_FAST, batch)) == NULL) { Py_DECREF(batch); return NULL; }
-    if (fast != NULL && PyTuple_Check(fast)) job = PyTuple_GET_ITEM(fast, 0);
-    Py_INCREF(job);
-    Py_XDECREF(fast); Py_DECREF(batch);
-    return job;
-}
-
 /* Takes `plan`'s pending holds when none conflicts with a hold but the running ones
- * of the batch open on this thread (the op joins it). 1 taken, 0 not the simple
+ * of the batch open on this thread/task (the op joins it). 1 taken, 0 not the simple
  * case (nothing taken: the Python path decides, and names a conflict), -1 error. */
 static int claim(PyObject *plan) {
     if (!configured) return 0;
-    PyObject *joined = batch_job();
-    if (joined == NULL) return -1;
-    if (!lock_try_acquire(ledger_lock)) { Py_DECREF(joined); return 0; }
-    int result = PyObject_Length(dropped_claims) == 0; /* the Python path gives those back first */
-    if (result) result = each_hold(plan, unshared, joined == Py_None ? NULL : joined);
-    if (result == 1 && plan_apply(plan, 1) < 0) result = -1; /* appended after every check */
-    lock_release(ledger_lock);
-    Py_DECREF(joined);
+    PyObject *batch = NULL, *fast = NULL;
+    if (PyContextVar_Get(active_batch, Py_None, &batch) < 0) return -1;
+    if (batch != Py_None && (fast = get(D_BATCH_FAST, batch)) == NULL) { Py_DECREF(batch); return -1; }
+    PyObject *joined = fast != NULL && PyTuple_Check(fast) ? PyTuple_GET_ITEM(fast, 0) : Py_None; /* the batch's job */
+    int result = 0;
+    if (lock_try_acquire(ledger_lock)) {
+        result = PyObject_Length(dropped_claims) == 0; /* the Python path gives those back first */
+        if (result) result = each_hold(plan, unshared, joined == Py_None ? NULL : joined);
+        if (result == 1 && plan_apply(plan, 1) < 0) result = -1; /* appended after every check */
+        lock_release(ledger_lock);
+    }
+    Py_XDECREF(fast); Py_DECREF(batch);
     return result;
 }
 
 /* Queues `plan`'s holds to be given back by the next user of the ledger (safe in a
  * finalizer); an exception being raised stays the one raised. */
 static void drop(PyObject *plan) {
+    if (dropped_claims == NULL) return; /* never configured: nothing held */
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
-    if (dropped_claims == NULL) { PyErr_Restore(type, value, tb); return; } /* never configured: nothing held */
     PyObject *appended = PyObject_CallMethod(dropped_claims, "append", "O", plan);
     if (appended == NULL) PyErr_WriteUnraisable(dropped_claims);
     Py_XDECREF(appended);
@@ -385,12 +377,13 @@ typedef struct { PyObject *ref, *state; unsigned long long handle; } StreamFacts
 static StreamFacts stream_cache[STREAM_CACHE_SIZE];
 static unsigned stream_cache_turn;
 
+/* The handle and state of `stream`: 1, or -1 on an error. */
 static int stream_facts(PyObject *stream, unsigned long long *handle, PyObject **state) {
     for (int i = 0; i < STREAM_CACHE_SIZE && stream_cache[i].ref != NULL; i++)
         if (cuda_async_referent(stream_cache[i].ref) == stream) {
             *handle = stream_cache[i].handle;
             *state = Py_NewRef(stream_cache[i].state);
-            return 0;
+            return 1;
         }
     PyObject *raw = PyObject_GetAttr(stream, str_handle), *number = raw ? PyNumber_Long(raw) : NULL;
     PyObject *found = number ? PyObject_CallOneArg(stream_state, stream) : NULL;
@@ -406,14 +399,17 @@ static int stream_facts(PyObject *stream, unsigned long long *handle, PyObject *
     stream_cache[slot] = (StreamFacts){ref, Py_NewRef(found), *handle};
     Py_XDECREF(old.ref); Py_XDECREF(old.state); /* after: freeing a state may run Python code */
     *state = found;
-    return 0;
+    return 1;
 }
 
 /* Whether the memory is idle: no running hold on any span of `plan`, no recorded
- * access of `accesses`. */
-static int idle(PyObject *accesses, PyObject *plan) {
-    int ok = each_hold(plan, unshared, Py_None);
-    return ok == 1 ? accesses_on(accesses, NULL) : ok;
+ * access of `access_set`'s. */
+static int idle(PyObject *access_set, PyObject *plan) {
+    PyObject *accesses = get(D_ACCESSES, access_set);
+    int ok = accesses == NULL ? -1 : each_hold(plan, unshared, Py_None);
+    if (ok == 1) ok = accesses_on(accesses, NULL);
+    Py_XDECREF(accesses);
+    return ok;
 }
 
 /* The default policy's next stream: `default_policy().next_stream()`, with the
@@ -459,38 +455,30 @@ static int sync_begin(PyObject *access_set, PyObject *claimed, PyObject *run, Cu
     if (batch != Py_None) return 0;
     /* Memory not idle: the Python path, without asking the policy for a stream
      * twice (asked below; re-checked after, as the policy may run any code). */
-    PyObject *listed = get(D_ACCESSES, access_set);
-    if (listed == NULL) return -1;
-    if (!lock_try_acquire(ledger_lock)) { Py_DECREF(listed); return 0; }
-    int ready = idle(listed, claimed);
+    if (!lock_try_acquire(ledger_lock)) return 0;
+    int ready = idle(access_set, claimed);
     lock_release(ledger_lock);
-    Py_DECREF(listed);
     if (ready <= 0) return ready;
-    PyObject *stream = next_stream();
-    if (stream == NULL) return -1;
-    if (stream == Py_None) { Py_DECREF(stream); return 0; } /* host mode: the Python path */
-    int failed = stream_facts(stream, &txn->stream_handle, &txn->state);
-    Py_DECREF(stream);
-    if (failed) return -1;
+    PyObject *stream = next_stream(); /* (None: host mode, the Python path) */
+    ready = stream == NULL ? -1 : stream == Py_None ? 0 : stream_facts(stream, &txn->stream_handle, &txn->state);
+    Py_XDECREF(stream);
+    if (ready <= 0) return ready;
     if (!lock_try_acquire(ledger_lock)) { clear_sync(txn); return 0; }
     if (!lock_try_acquire(streams_lock)) { lock_release(ledger_lock); clear_sync(txn); return 0; }
-    int result = -1;
-    PyObject *accesses = get(D_ACCESSES, access_set);
-    PyObject *pending = accesses ? get(D_STATE_INTEREST, txn->state) : NULL;
-    if (pending != NULL) {
-        /* Another op's access points not yet marked: the Python path decides about events. */
-        result = (PyDict_Check(pending) && PyDict_GET_SIZE(pending) == 0) ? idle(accesses, claimed) : 0;
-        /* The claim's pending holds become the run's (the job's running ones). */
-        if (result == 1 && plan_apply(run, 1) < 0) result = -1;
-        if (result == 1 && plan_apply(claimed, 0) < 0) { /* (out of memory) leave no run hold behind */
-            PyObject *type, *value, *tb;
-            PyErr_Fetch(&type, &value, &tb);
-            if (plan_apply(run, 0) < 0) PyErr_Clear();
-            PyErr_Restore(type, value, tb);
-            result = -1;
-        }
+    /* Another op's access points not yet marked: the Python path decides about events. */
+    PyObject *pending = get(D_STATE_INTEREST, txn->state);
+    int result = pending == NULL ? -1 : PyDict_Check(pending) && PyDict_GET_SIZE(pending) == 0;
+    Py_XDECREF(pending);
+    if (result == 1) result = idle(access_set, claimed);
+    /* The claim's pending holds become the run's (the job's running ones). */
+    if (result == 1 && plan_apply(run, 1) < 0) result = -1;
+    if (result == 1 && plan_apply(claimed, 0) < 0) { /* (out of memory) leave no run hold behind */
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        if (plan_apply(run, 0) < 0) PyErr_Clear();
+        PyErr_Restore(type, value, tb);
+        result = -1;
     }
-    Py_XDECREF(accesses); Py_XDECREF(pending);
     lock_release(streams_lock);
     lock_release(ledger_lock);
     if (result != 1) { clear_sync(txn); return result; }
@@ -598,14 +586,12 @@ static PyObject *install_locks(PyObject *self, PyObject *args) {
  * spans). Returns the stream handle, or None when the state is not the steady one. */
 static PyObject *repeat(PyObject *self, PyObject *args) {
     PyObject *access_set, *plan;
-    if (!PyArg_ParseTuple(args, "OO", &access_set, &plan)) return NULL;
     CudaAsyncBatchTxn txn;
+    if (!PyArg_ParseTuple(args, "OO", &access_set, &plan)) return NULL;
     int begun = txn_begin(access_set, plan, &txn);
-    if (begun < 0) return NULL;
-    if (begun == 0) Py_RETURN_NONE;
+    if (begun <= 0) return begun < 0 ? NULL : Py_NewRef(Py_None);
     unsigned long long handle = txn.stream_handle;
-    if (txn_commit(access_set, &txn) < 0) return NULL;
-    return PyLong_FromUnsignedLongLong(handle);
+    return txn_commit(access_set, &txn) < 0 ? NULL : PyLong_FromUnsignedLongLong(handle);
 }
 
 static PyMethodDef methods[] = {
@@ -625,10 +611,10 @@ PyMODINIT_FUNC PyInit__native_batch(void) {
         if ((*names[i].name = PyUnicode_InternFromString(names[i].text)) == NULL) return NULL;
     if ((one = PyLong_FromLong(1)) == NULL) return NULL;
     if (PyType_Ready(&RLockType) < 0) return NULL;
-    PyObject *m = PyModule_Create(&module);
-    if (m == NULL) return NULL;
-    if (PyModule_AddObjectRef(m, "RLock", (PyObject *)&RLockType) < 0) { Py_DECREF(m); return NULL; }
-    PyObject *capsule = PyCapsule_New(&api, CUDA_ASYNC_BATCH_API_CAPSULE, NULL);
-    if (capsule == NULL || PyModule_AddObject(m, "API", capsule) < 0) { Py_XDECREF(capsule); Py_DECREF(m); return NULL; }
+    PyObject *m = PyModule_Create(&module), *capsule = PyCapsule_New(&api, CUDA_ASYNC_BATCH_API_CAPSULE, NULL);
+    if (m == NULL || capsule == NULL || PyModule_AddObjectRef(m, "RLock", (PyObject *)&RLockType) < 0 ||
+        PyModule_AddObjectRef(m, "API", capsule) < 0)
+        Py_CLEAR(m);
+    Py_XDECREF(capsule);
     return m;
 }

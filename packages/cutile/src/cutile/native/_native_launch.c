@@ -221,17 +221,13 @@ static PyObject *fast_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) 
         if (!PyTuple_Check(spec) || !PyArg_ParseTuple(spec, "iOOiii", &check->kind, &target, &value, &check->code,
                                                       &check->slot, &check->range))
             goto bad_check;
-        if (check->kind == CHECK_TENSOR && PyWeakref_CheckRef(target)) {
-            check->ref = Py_NewRef(target);
-        } else if (check->kind == CHECK_CONSTANT && PyType_Check(target)) {
-            check->type = (PyTypeObject *)Py_NewRef(target);
-            check->ref = Py_NewRef(value);
-        } else if (check->kind == CHECK_SCALAR && PyType_Check(target) && check->code >= P_I8 && check->code <= P_F64 &&
-                   check->range >= P_I8 && check->range <= P_F64 && check->slot >= 0 && check->slot < self->nparams) {
-            check->type = (PyTypeObject *)Py_NewRef(target);
-        } else {
-            goto bad_check;
-        }
+        int valid = check->kind == CHECK_TENSOR ? PyWeakref_CheckRef(target)
+                  : check->kind == CHECK_CONSTANT ? PyType_Check(target)
+                  : check->kind == CHECK_SCALAR && PyType_Check(target) && check->code >= P_I8 && check->code <= P_F64 &&
+                    check->range >= P_I8 && check->range <= P_F64 && check->slot >= 0 && check->slot < self->nparams;
+        if (!valid) goto bad_check;
+        if (check->kind != CHECK_TENSOR) check->type = (PyTypeObject *)Py_NewRef(target);
+        if (check->kind != CHECK_SCALAR) check->ref = Py_NewRef(check->kind == CHECK_TENSOR ? target : value);
     }
     self->nresults = nresults;
     for (Py_ssize_t i = 0; i < nresults; i++) {
@@ -393,8 +389,7 @@ static int reads_current(PyObject *reads) {
             break;
         case READ_CELL:
         case READ_CELL_EMPTY:
-            if (!PyCell_Check(where)) return 0;
-            if (PyCell_GET(where) != (kind == READ_CELL ? value : NULL)) return 0;
+            if (!PyCell_Check(where) || PyCell_GET(where) != (kind == READ_CELL ? value : NULL)) return 0;
             break;
         case READ_ATTRIBUTE:
             Py_INCREF(entry); /* a property runs Python code, which may refresh the list */
@@ -537,11 +532,9 @@ static PyObject *launch_sync(PyObject *self, PyObject *unused) {
         Py_INCREF(fb); Py_INCREF(args);
         PyObject *result = fast_sync(self, fb, args);
         Py_DECREF(fb); Py_DECREF(args);
-        if (result != NULL) return result;
-        if (PyErr_Occurred()) {
-            set_launch(self, L_PENDING, Py_False); /* refused by an error, as the Python path's: no warning later */
-            return NULL;
-        }
+        if (result == NULL && PyErr_Occurred()) /* refused by an error, as the Python path's: no warning later */
+            set_launch(self, L_PENDING, Py_False);
+        if (result != NULL || PyErr_Occurred()) return result;
     }
     return PyObject_CallOneArg(python_sync, self);
 }
@@ -654,11 +647,10 @@ static int null_get_current(void **out) { *out = null_context; return 0; }
 static int null_set_current(void *context) { null_context = context; return 0; }
 static int null_synchronize(void *stream) { return 0; }
 
+#define ADDRESS(f) (unsigned long long)(uintptr_t)(f)
 static PyObject *null_entry_points(PyObject *module, PyObject *unused) {
-    return Py_BuildValue("KKKK", (unsigned long long)(uintptr_t)null_launch,
-                         (unsigned long long)(uintptr_t)null_get_current,
-                         (unsigned long long)(uintptr_t)null_set_current,
-                         (unsigned long long)(uintptr_t)null_synchronize);
+    return Py_BuildValue("KKKK", ADDRESS(null_launch), ADDRESS(null_get_current), ADDRESS(null_set_current),
+                         ADDRESS(null_synchronize));
 }
 
 static PyObject *invalidate(PyObject *module, PyObject *unused) {
