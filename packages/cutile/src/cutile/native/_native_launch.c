@@ -460,8 +460,8 @@ static int pack_params(NativeObjectBinding *fb, PyObject *args, int same_types, 
     for (Py_ssize_t p = 0; p < fb->nparams; p++) pointers[p] = params + p * SLOT;
     for (Py_ssize_t i = 0; i < fb->nargs; i++) {
         Check *check = &fb->checks[i];
-        PyObject *value = PyTuple_GET_ITEM(args, i);
         if (check->kind != CHECK_SCALAR) continue;
+        PyObject *value = PyTuple_GET_ITEM(args, i);
         if (same_types && Py_TYPE(value) != check->type) return 0;
         int packed = pack_scalar(check->code, value, params + (Py_ssize_t)check->slot * SLOT);
         if (packed <= 0) return packed;
