@@ -24,7 +24,7 @@ static PyObject *dropped_claims;    /* cuda_async._ledger.dropped: claims given 
 static PyObject *active_captures;   /* cuda_async._capture._active: every thread's capture */
 static PyObject *policy_module;     /* cuda_async._policy: its _scoped ContextVar, _default, default_policy */
 static PyObject *scoped_policy;     /* cuda_async._policy._scoped */
-static PyTypeObject *round_robin_type, *single_stream_type;
+static PyObject *round_robin_type, *single_stream_type;
 static PyObject *stream_state;      /* cuda_async._streams.state */
 static PyObject *str_next_stream, *str_handle, *str_default, *str_default_policy, *str_streams, *str_counter,
     *str_stream;
@@ -93,17 +93,14 @@ static int lock_wait(RLockObject *self, int interruptible) {
     return 0;
 }
 
-static PyObject *rlock_enter(RLockObject *self, PyObject *unused) {
-    if (lock_wait(self, 1) < 0) return NULL;
-    Py_RETURN_TRUE;
-}
-
+/* acquire(blocking=True), and __enter__ (as threading's RLock's). */
 static PyObject *rlock_acquire(RLockObject *self, PyObject *const *args, Py_ssize_t nargs) {
     int blocking = 1;
     if (nargs > 1) return PyErr_Format(PyExc_TypeError, "acquire() takes at most one argument (blocking)");
     if (nargs == 1 && (blocking = PyObject_IsTrue(args[0])) < 0) return NULL;
     if (!blocking) return PyBool_FromLong(lock_try_acquire((PyObject *)self));
-    return rlock_enter(self, NULL);
+    if (lock_wait(self, 1) < 0) return NULL;
+    Py_RETURN_TRUE;
 }
 
 static PyObject *rlock_release(RLockObject *self, PyObject *unused) {
@@ -124,7 +121,7 @@ static PyObject *rlock_is_owned(RLockObject *self, PyObject *unused) {
 static PyMethodDef rlock_methods[] = {
     {"acquire", (PyCFunction)(void (*)(void))rlock_acquire, METH_FASTCALL, "acquire(blocking=True) -> bool"},
     {"release", (PyCFunction)rlock_release, METH_NOARGS, NULL},
-    {"__enter__", (PyCFunction)rlock_enter, METH_NOARGS, NULL},
+    {"__enter__", (PyCFunction)(void (*)(void))rlock_acquire, METH_FASTCALL, NULL},
     {"__exit__", (PyCFunction)(void (*)(void))rlock_exit, METH_FASTCALL, NULL},
     {"_is_owned", (PyCFunction)rlock_is_owned, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL}};
@@ -136,14 +133,13 @@ static PyTypeObject RLockType = {
     .tp_doc = "A reentrant lock that C code can take without a Python call."};
 static PyObject *one;
 
+/* The slot `which` of `obj` (a new reference), and its setter. */
 static inline PyObject *get(int which, PyObject *obj) {
-    PyObject *d = descriptors[which];
-    return Py_TYPE(d)->tp_descr_get(d, obj, (PyObject *)Py_TYPE(obj));
+    return Py_TYPE(descriptors[which])->tp_descr_get(descriptors[which], obj, (PyObject *)Py_TYPE(obj));
 }
 
 static inline int set(int which, PyObject *obj, PyObject *value) {
-    PyObject *d = descriptors[which];
-    return Py_TYPE(d)->tp_descr_set(d, obj, value);
+    return Py_TYPE(descriptors[which])->tp_descr_set(descriptors[which], obj, value);
 }
 
 static void clear_txn(CudaAsyncBatchTxn *txn) {
@@ -166,126 +162,120 @@ static int span_of(PyObject *hold, Span *span) {
     return PyErr_Occurred() ? -1 : 0;
 }
 
-/* Whether a hold of `list` but those of the job `own` (NULL: none) overlaps the
- * span of the hold `entry` in a conflicting way (writes on either side): 1 yes, 0
- * no, -1 error. `running_only`: pending holds do not count, and any running one does. */
-static int overlapping(PyObject *list, PyObject *entry, PyObject *own, int running_only) {
-    Span span, other;
-    if (span_of(entry, &span) < 0) return -1;
-    span.writes |= running_only;
-    for (Py_ssize_t j = 0; j < PyList_GET_SIZE(list); j++) {
-        PyObject *hold = PyList_GET_ITEM(list, j), *owner = PyTuple_GET_ITEM(hold, 4);
-        if ((own != NULL && owner == own) || (running_only && owner == Py_None)) continue; /* before any number */
-        if (span_of(hold, &other) < 0) return -1;
-        if (other.start < span.end && span.start < other.end && (span.writes || other.writes)) return 1;
-    }
-    return 0;
+/* Calls `visit(list, hold, context)` for each hold of `plan` and the ledger list it
+ * goes in, while it answers 1: 1, or its first other answer (0; -1 on an error).
+ * (Inlined: each caller's `visit` is then a direct call.) */
+static inline Py_ALWAYS_INLINE int each_hold(PyObject *plan, int (*visit)(PyObject *, PyObject *, PyObject *), PyObject *context) {
+    PyObject *lists = get(D_LISTS, plan), *entries = lists ? get(D_ENTRIES, plan) : NULL;
+    int result = entries != NULL ? 1 : -1;
+    for (Py_ssize_t i = 0; result == 1 && i < PyTuple_GET_SIZE(entries); i++)
+        result = visit(PyTuple_GET_ITEM(lists, i), PyTuple_GET_ITEM(entries, i), context);
+    Py_XDECREF(lists); Py_XDECREF(entries);
+    return result;
 }
 
-static int remove_hold(PyObject *list, PyObject *hold) {
+/* 1 when no hold of `list` but those of the job `own` (NULL: none) overlaps the span
+ * of the hold `entry` in a conflicting way (writes on either side), 0 when one does,
+ * -1 error. `own` None: pending holds (owned by None, before any number) do not
+ * count, and any running one does. */
+static int unshared(PyObject *list, PyObject *entry, PyObject *own) {
+    Span span, other;
+    if (span_of(entry, &span) < 0) return -1;
+    span.writes |= own == Py_None;
+    for (Py_ssize_t j = 0; j < PyList_GET_SIZE(list); j++) {
+        PyObject *hold = PyList_GET_ITEM(list, j);
+        if (PyTuple_GET_ITEM(hold, 4) == own) continue;
+        if (span_of(hold, &other) < 0) return -1;
+        if (other.start < span.end && span.start < other.end && (span.writes || other.writes)) return 0;
+    }
+    return 1;
+}
+
+static int take_hold(PyObject *list, PyObject *hold, PyObject *unused) {
+    return PyList_Append(list, hold) < 0 ? -1 : 1;
+}
+
+static int give_back_hold(PyObject *list, PyObject *hold, PyObject *unused) {
     for (Py_ssize_t j = PyList_GET_SIZE(list) - 1; j >= 0; j--)
-        if (PyList_GET_ITEM(list, j) == hold) return PyList_SetSlice(list, j, j + 1, NULL);
-    return 0;
+        if (PyList_GET_ITEM(list, j) == hold) return PyList_SetSlice(list, j, j + 1, NULL) < 0 ? -1 : 1;
+    return 1;
 }
 
 /* Gives back (remove) or takes (append) every hold of `plan`. 0, or -1 on an error. */
-static int plan_apply(PyObject *plan, int append) {
-    PyObject *lists = get(D_LISTS, plan), *entries = lists ? get(D_ENTRIES, plan) : NULL;
-    int failed = entries == NULL;
-    for (Py_ssize_t i = 0; !failed && i < PyTuple_GET_SIZE(entries); i++) {
-        PyObject *list = PyTuple_GET_ITEM(lists, i), *hold = PyTuple_GET_ITEM(entries, i);
-        failed = (append ? PyList_Append(list, hold) : remove_hold(list, hold)) < 0;
-    }
-    Py_XDECREF(lists); Py_XDECREF(entries);
-    return failed ? -1 : 0;
-}
-
-/* The job of the batch open on this thread/task (a new reference), or None. */
-static PyObject *batch_job(void) {
-    PyObject *batch = NULL, *fast = NULL, *job = Py_None;
-    if (PyContextVar_Get(active_batch, Py_None, &batch) < 0) return NULL;
-    if (batch != Py_None && (fast = get(D_BATCH_FAST, batch)) == NULL) { Py_DECREF(batch); return NULL; }
-    if (fast != NULL && PyTuple_Check(fast)) job = PyTuple_GET_ITEM(fast, 0);
-    Py_INCREF(job);
-    Py_XDECREF(fast); Py_DECREF(batch);
-    return job;
+static inline Py_ALWAYS_INLINE int plan_apply(PyObject *plan, int append) {
+    return each_hold(plan, append ? take_hold : give_back_hold, NULL) < 0 ? -1 : 0;
 }
 
 /* Takes `plan`'s pending holds when none conflicts with a hold but the running ones
- * of the batch open on this thread (the op joins it). 1 taken, 0 not the simple
+ * of the batch open on this thread/task (the op joins it). 1 taken, 0 not the simple
  * case (nothing taken: the Python path decides, and names a conflict), -1 error. */
 static int claim(PyObject *plan) {
     if (!configured) return 0;
-    PyObject *joined = batch_job();
-    if (joined == NULL) return -1;
-    if (!lock_try_acquire(ledger_lock)) { Py_DECREF(joined); return 0; }
-    int result = PyObject_Length(dropped_claims) == 0; /* the Python path gives those back first */
-    PyObject *lists = result ? get(D_LISTS, plan) : NULL, *entries = lists ? get(D_ENTRIES, plan) : NULL;
-    if (result && entries == NULL) result = -1;
-    for (Py_ssize_t i = 0; result == 1 && i < PyTuple_GET_SIZE(entries); i++) {
-        int found = overlapping(PyTuple_GET_ITEM(lists, i), PyTuple_GET_ITEM(entries, i),
-                                joined == Py_None ? NULL : joined, 0);
-        result = found < 0 ? -1 : !found;
+    PyObject *batch = NULL, *fast = NULL;
+    if (PyContextVar_Get(active_batch, Py_None, &batch) < 0) return -1;
+    if (batch != Py_None && (fast = get(D_BATCH_FAST, batch)) == NULL) { Py_DECREF(batch); return -1; }
+    PyObject *joined = fast != NULL && PyTuple_Check(fast) ? PyTuple_GET_ITEM(fast, 0) : Py_None; /* the batch's job */
+    int result = 0;
+    if (lock_try_acquire(ledger_lock)) {
+        result = PyObject_Length(dropped_claims) == 0; /* the Python path gives those back first */
+        if (result) result = each_hold(plan, unshared, joined == Py_None ? NULL : joined);
+        if (result == 1 && plan_apply(plan, 1) < 0) result = -1; /* appended after every check */
+        lock_release(ledger_lock);
     }
-    if (result == 1 && plan_apply(plan, 1) < 0) result = -1; /* appended after every check */
-    lock_release(ledger_lock);
-    Py_XDECREF(lists); Py_XDECREF(entries); Py_DECREF(joined);
+    Py_XDECREF(fast); Py_DECREF(batch);
     return result;
 }
 
 /* Queues `plan`'s holds to be given back by the next user of the ledger (safe in a
  * finalizer); an exception being raised stays the one raised. */
 static void drop(PyObject *plan) {
+    if (dropped_claims == NULL) return; /* never configured: nothing held */
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
-    if (dropped_claims == NULL) { PyErr_Restore(type, value, tb); return; } /* never configured: nothing held */
     PyObject *appended = PyObject_CallMethod(dropped_claims, "append", "O", plan);
     if (appended == NULL) PyErr_WriteUnraisable(dropped_claims);
     Py_XDECREF(appended);
     PyErr_Restore(type, value, tb);
 }
 
-/* Whether `job` holds every span of `plan` as strongly (running), and every access
- * of `accesses` has its last points on `stream` (no wait needed). -1: error. */
-static int steady(PyObject *accesses, PyObject *plan, PyObject *job, PyObject *stream) {
-    PyObject *lists = get(D_LISTS, plan), *entries = lists ? get(D_ENTRIES, plan) : NULL;
-    int ok = entries != NULL ? 1 : -1;
-    for (Py_ssize_t i = 0; ok == 1 && i < PyTuple_GET_SIZE(entries); i++) {
-        PyObject *list = PyTuple_GET_ITEM(lists, i), *entry = PyTuple_GET_ITEM(entries, i);
-        Span span, other;
-        if (span_of(entry, &span) < 0) { ok = -1; break; }
-        ok = 0;
-        for (Py_ssize_t j = 0; !ok && j < PyList_GET_SIZE(list); j++) {
-            PyObject *hold = PyList_GET_ITEM(list, j);
-            if (PyTuple_GET_ITEM(hold, 4) != job) continue;
-            int writes = PyTuple_GET_ITEM(hold, 2) == Py_True || !span.writes;
-            if (PyTuple_GET_ITEM(hold, 0) == PyTuple_GET_ITEM(entry, 0) &&
-                PyTuple_GET_ITEM(hold, 1) == PyTuple_GET_ITEM(entry, 1)) { ok = writes; continue; } /* the same ints */
-            if (span_of(hold, &other) < 0) { ok = -1; break; }
-            ok = other.start == span.start && other.end == span.end && writes;
-        }
+/* 1 when the job `job` holds the span of the hold `entry` as strongly (running), 0
+ * when not, -1 error. */
+static int held_by(PyObject *list, PyObject *entry, PyObject *job) {
+    Span span, other;
+    if (span_of(entry, &span) < 0) return -1;
+    int ok = 0;
+    for (Py_ssize_t j = 0; !ok && j < PyList_GET_SIZE(list); j++) {
+        PyObject *hold = PyList_GET_ITEM(list, j);
+        if (PyTuple_GET_ITEM(hold, 4) != job) continue;
+        int writes = PyTuple_GET_ITEM(hold, 2) == Py_True || !span.writes;
+        if (PyTuple_GET_ITEM(hold, 0) == PyTuple_GET_ITEM(entry, 0) &&
+            PyTuple_GET_ITEM(hold, 1) == PyTuple_GET_ITEM(entry, 1)) { ok = writes; continue; } /* the same ints */
+        if (span_of(hold, &other) < 0) return -1;
+        ok = other.start == span.start && other.end == span.end && writes;
     }
-    Py_XDECREF(lists); Py_XDECREF(entries);
-    if (ok != 1) return ok;
-    Py_ssize_t n = PyTuple_GET_SIZE(accesses);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *pair = PyTuple_GET_ITEM(accesses, i);
-        PyObject *resource = PyTuple_GET_ITEM(pair, 0);
-        long access = PyLong_AsLong(PyTuple_GET_ITEM(pair, 1));
+    return ok;
+}
+
+/* Whether every access of `accesses` has its last points on `stream` (no wait needed:
+ * the last write on it and, for a write, no read on another); with `stream` NULL,
+ * whether none has any recorded access. -1: error. */
+static int accesses_on(PyObject *accesses, PyObject *stream) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(accesses); i++) {
+        PyObject *pair = PyTuple_GET_ITEM(accesses, i), *resource = PyTuple_GET_ITEM(pair, 0);
+        long access = stream ? PyLong_AsLong(PyTuple_GET_ITEM(pair, 1)) : 0; /* (idle: any access) */
         if (access == -1 && PyErr_Occurred()) return -1;
         PyObject *last = get(D_LAST_WRITE, resource);
         if (last == NULL) return -1;
-        ok = last == Py_None || (PyTuple_Check(last) && PyTuple_GET_ITEM(last, 0) == stream);
+        int ok = last == Py_None || (stream && PyTuple_Check(last) && PyTuple_GET_ITEM(last, 0) == stream);
         Py_DECREF(last);
-        if (!ok) return 0;
-        if (access == 2) { /* a write waits for readers on other streams */
+        if (ok && (access == 2 || stream == NULL)) { /* a write waits for readers on other streams */
             PyObject *reads = get(D_READS, resource);
             if (reads == NULL) return -1;
             Py_ssize_t count = PyDict_GET_SIZE(reads);
-            ok = count == 0 || (count == 1 && PyDict_Contains(reads, stream) == 1);
+            ok = count == 0 || (stream && count == 1 && PyDict_Contains(reads, stream) == 1);
             Py_DECREF(reads);
-            if (!ok) return 0;
         }
+        if (!ok) return 0;
     }
     return 1;
 }
@@ -313,34 +303,34 @@ static int txn_begin(PyObject *access_set, PyObject *plan, CudaAsyncBatchTxn *tx
     /* A capture anywhere on this thread (an asyncio task may hold one across an
      * await while another runs a batch): DeviceOp.sync records; the Python path. */
     if (!configured || PyList_GET_SIZE(active_captures) != 0) return 0;
-    PyObject *batch = NULL;
-    if (PyContextVar_Get(active_batch, Py_None, &batch) < 0) return -1;
-    if (batch == Py_None) { Py_DECREF(batch); return 0; }
-    PyObject *fast = get(D_BATCH_FAST, batch); /* (job, points, stream, state, handle); None once closed */
-    if (fast == NULL) { Py_DECREF(batch); return -1; }
-    if (!PyTuple_Check(fast) || PyTuple_GET_SIZE(fast) != 5) { Py_DECREF(fast); Py_DECREF(batch); return 0; }
-    unsigned long long handle = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(fast, 4));
-    if (PyErr_Occurred()) { Py_DECREF(fast); Py_DECREF(batch); return -1; }
-    txn->batch = batch;
-    txn->job = Py_NewRef(PyTuple_GET_ITEM(fast, 0));
-    txn->points = Py_NewRef(PyTuple_GET_ITEM(fast, 1));
-    txn->stream = Py_NewRef(PyTuple_GET_ITEM(fast, 2));
-    txn->state = Py_NewRef(PyTuple_GET_ITEM(fast, 3));
-    txn->stream_handle = handle;
-    Py_DECREF(fast);
+    if (PyContextVar_Get(active_batch, Py_None, &txn->batch) < 0) return -1;
+    /* The batch's (job, points, stream, state, handle); None once closed. */
+    PyObject *fast = txn->batch == Py_None ? Py_NewRef(Py_None) : get(D_BATCH_FAST, txn->batch);
+    int result = fast == NULL ? -1 : PyTuple_Check(fast) && PyTuple_GET_SIZE(fast) == 5;
+    if (result == 1) {
+        PyObject **fields[] = {&txn->job, &txn->points, &txn->stream, &txn->state};
+        for (int i = 0; i < 4; i++) *fields[i] = Py_NewRef(PyTuple_GET_ITEM(fast, i));
+        txn->stream_handle = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(fast, 4));
+        if (PyErr_Occurred()) result = -1;
+    }
+    Py_XDECREF(fast);
+    if (result != 1) { clear_txn(txn); return result; }
 
     /* Held by another thread: it is changing the ledger; the Python path waits for it. */
     if (!lock_try_acquire(ledger_lock)) { clear_txn(txn); return 0; }
     if (!lock_try_acquire(streams_lock)) { lock_release(ledger_lock); clear_txn(txn); return 0; }
 
-    int result = 0;
+    result = 0;
     PyObject *interest = get(D_INTEREST, access_set);
     PyObject *accesses = interest ? get(D_ACCESSES, access_set) : NULL;
     PyObject *pending = accesses ? get(D_STATE_INTEREST, txn->state) : NULL;
     PyObject *streams = pending ? get(D_JOB_STREAMS, txn->job) : NULL;
     if (streams == NULL) result = -1;
-    else if (superseded(pending, interest) == 1 && PyDict_Contains(streams, txn->stream) == 1)
-        result = steady(accesses, plan, txn->job, txn->stream);
+    else if (superseded(pending, interest) == 1 && PyDict_Contains(streams, txn->stream) == 1) {
+        /* The steady state: the job holds every span as strongly, no access needs a wait. */
+        result = each_hold(plan, held_by, txn->job);
+        if (result == 1) result = accesses_on(accesses, txn->stream);
+    }
     if (result == 0 && PyErr_Occurred()) result = -1;
     if (result == 1 && plan_apply(plan, 0) < 0) result = -1; /* the batch job's holds cover the claim's */
     Py_XDECREF(interest); Py_XDECREF(accesses); Py_XDECREF(pending); Py_XDECREF(streams);
@@ -348,41 +338,34 @@ static int txn_begin(PyObject *access_set, PyObject *plan, CudaAsyncBatchTxn *tx
     return result;
 }
 
+/* Adds one to the int in the slot `which` of `obj`: 0, or -1 on an error. */
+static int increment(int which, PyObject *obj) {
+    PyObject *value = get(which, obj), *next = value ? PyNumber_Add(value, one) : NULL;
+    int failed = next == NULL || set(which, obj, next) < 0;
+    Py_XDECREF(value); Py_XDECREF(next);
+    return failed ? -1 : 0;
+}
+
 static int txn_commit(PyObject *access_set, CudaAsyncBatchTxn *txn) {
-    int failed = 0;
-    PyObject *epoch = NULL, *next = NULL, *write = NULL, *read = NULL, *interest = NULL, *accesses = NULL, *ops = NULL;
-    epoch = get(D_STATE_EPOCH, txn->state);
-    next = epoch ? PyNumber_Add(epoch, one) : NULL;
-    interest = next ? get(D_INTEREST, access_set) : NULL;
-    accesses = interest ? get(D_ACCESSES, access_set) : NULL;
-    write = accesses ? PyTuple_Pack(3, txn->stream, next, txn->job) : NULL;
-    read = write ? PyTuple_Pack(2, next, txn->job) : NULL;
-    if (read == NULL || set(D_STATE_EPOCH, txn->state, next) < 0 || set(D_STATE_INTEREST, txn->state, interest) < 0) {
-        failed = 1;
-    } else {
-        Py_ssize_t n = PyTuple_GET_SIZE(accesses);
-        for (Py_ssize_t i = 0; i < n && !failed; i++) {
-            PyObject *pair = PyTuple_GET_ITEM(accesses, i);
-            PyObject *resource = PyTuple_GET_ITEM(pair, 0);
-            long access = PyLong_AsLong(PyTuple_GET_ITEM(pair, 1));
-            PyObject *reads = get(D_READS, resource);
-            if (reads == NULL) { failed = 1; break; }
-            if (access == 2) {
-                if (set(D_LAST_WRITE, resource, write) < 0) failed = 1;
-                else PyDict_Clear(reads);
-            } else if (PyDict_SetItem(reads, txn->stream, read) < 0) {
-                failed = 1;
-            }
-            Py_DECREF(reads);
-        }
-        if (!failed && PyDict_SetItem(txn->points, txn->stream, next) < 0) failed = 1;
-        ops = failed ? NULL : get(D_BATCH_OPS, txn->batch);
-        PyObject *more = ops ? PyNumber_Add(ops, one) : NULL;
-        if (more == NULL || set(D_BATCH_OPS, txn->batch, more) < 0) failed = 1;
-        Py_XDECREF(more);
+    PyObject *epoch = get(D_STATE_EPOCH, txn->state), *next = epoch ? PyNumber_Add(epoch, one) : NULL;
+    PyObject *interest = next ? get(D_INTEREST, access_set) : NULL;
+    PyObject *accesses = interest ? get(D_ACCESSES, access_set) : NULL;
+    PyObject *write = accesses ? PyTuple_Pack(3, txn->stream, next, txn->job) : NULL;
+    PyObject *read = write ? PyTuple_Pack(2, next, txn->job) : NULL;
+    int failed = read == NULL || set(D_STATE_EPOCH, txn->state, next) < 0 ||
+                 set(D_STATE_INTEREST, txn->state, interest) < 0;
+    for (Py_ssize_t i = 0; !failed && i < PyTuple_GET_SIZE(accesses); i++) {
+        PyObject *pair = PyTuple_GET_ITEM(accesses, i), *resource = PyTuple_GET_ITEM(pair, 0);
+        long access = PyLong_AsLong(PyTuple_GET_ITEM(pair, 1));
+        PyObject *reads = get(D_READS, resource);
+        failed = reads == NULL ||
+                 (access == 2 ? set(D_LAST_WRITE, resource, write) : PyDict_SetItem(reads, txn->stream, read)) < 0;
+        if (!failed && access == 2) PyDict_Clear(reads); /* a write supersedes the reads */
+        Py_XDECREF(reads);
     }
+    failed = failed || PyDict_SetItem(txn->points, txn->stream, next) < 0 || increment(D_BATCH_OPS, txn->batch) < 0;
     Py_XDECREF(epoch); Py_XDECREF(next); Py_XDECREF(write); Py_XDECREF(read);
-    Py_XDECREF(interest); Py_XDECREF(accesses); Py_XDECREF(ops);
+    Py_XDECREF(interest); Py_XDECREF(accesses);
     txn_abort(txn); /* unlocks */
     return failed ? -1 : 0;
 }
@@ -395,12 +378,13 @@ typedef struct { PyObject *ref, *state; unsigned long long handle; } StreamFacts
 static StreamFacts stream_cache[STREAM_CACHE_SIZE];
 static unsigned stream_cache_turn;
 
+/* The handle and state of `stream`: 1, or -1 on an error. */
 static int stream_facts(PyObject *stream, unsigned long long *handle, PyObject **state) {
     for (int i = 0; i < STREAM_CACHE_SIZE && stream_cache[i].ref != NULL; i++)
         if (cuda_async_referent(stream_cache[i].ref) == stream) {
             *handle = stream_cache[i].handle;
             *state = Py_NewRef(stream_cache[i].state);
-            return 0;
+            return 1;
         }
     PyObject *raw = PyObject_GetAttr(stream, str_handle), *number = raw ? PyNumber_Long(raw) : NULL;
     PyObject *found = number ? PyObject_CallOneArg(stream_state, stream) : NULL;
@@ -416,27 +400,16 @@ static int stream_facts(PyObject *stream, unsigned long long *handle, PyObject *
     stream_cache[slot] = (StreamFacts){ref, Py_NewRef(found), *handle};
     Py_XDECREF(old.ref); Py_XDECREF(old.state); /* after: freeing a state may run Python code */
     *state = found;
-    return 0;
+    return 1;
 }
 
 /* Whether the memory is idle: no running hold on any span of `plan`, no recorded
- * access of `accesses`. */
-static int idle(PyObject *accesses, PyObject *plan) {
-    PyObject *lists = get(D_LISTS, plan), *entries = lists ? get(D_ENTRIES, plan) : NULL;
-    int ok = entries != NULL ? 1 : -1;
-    for (Py_ssize_t i = 0; ok == 1 && i < PyTuple_GET_SIZE(entries); i++) {
-        int found = overlapping(PyTuple_GET_ITEM(lists, i), PyTuple_GET_ITEM(entries, i), NULL, 1);
-        ok = found < 0 ? -1 : !found;
-    }
-    Py_XDECREF(lists); Py_XDECREF(entries);
-    Py_ssize_t n = PyTuple_GET_SIZE(accesses);
-    for (Py_ssize_t i = 0; ok == 1 && i < n; i++) {
-        PyObject *resource = PyTuple_GET_ITEM(PyTuple_GET_ITEM(accesses, i), 0);
-        PyObject *last = get(D_LAST_WRITE, resource);
-        PyObject *reads = last ? get(D_READS, resource) : NULL;
-        ok = reads == NULL ? -1 : last == Py_None && PyDict_GET_SIZE(reads) == 0;
-        Py_XDECREF(last); Py_XDECREF(reads);
-    }
+ * access of `access_set`'s. */
+static int idle(PyObject *access_set, PyObject *plan) {
+    PyObject *accesses = get(D_ACCESSES, access_set);
+    int ok = accesses == NULL ? -1 : each_hold(plan, unshared, Py_None);
+    if (ok == 1) ok = accesses_on(accesses, NULL);
+    Py_XDECREF(accesses);
     return ok;
 }
 
@@ -449,7 +422,7 @@ static PyObject *next_stream(void) {
     if (policy == Py_None) Py_SETREF(policy, PyObject_GetAttr(policy_module, str_default));
     if (policy == Py_None) Py_SETREF(policy, PyObject_CallMethodNoArgs(policy_module, str_default_policy));
     if (policy == NULL) return NULL;
-    PyTypeObject *type = Py_TYPE(policy);
+    PyObject *type = (PyObject *)Py_TYPE(policy);
     if (type == single_stream_type || type == round_robin_type) {
         held = PyObject_GetAttr(policy, type == single_stream_type ? str_stream : str_streams);
         if (held == NULL) PyErr_Clear(); /* then asked as any other policy */
@@ -483,38 +456,30 @@ static int sync_begin(PyObject *access_set, PyObject *claimed, PyObject *run, Cu
     if (batch != Py_None) return 0;
     /* Memory not idle: the Python path, without asking the policy for a stream
      * twice (asked below; re-checked after, as the policy may run any code). */
-    PyObject *listed = get(D_ACCESSES, access_set);
-    if (listed == NULL) return -1;
-    if (!lock_try_acquire(ledger_lock)) { Py_DECREF(listed); return 0; }
-    int ready = idle(listed, claimed);
+    if (!lock_try_acquire(ledger_lock)) return 0;
+    int ready = idle(access_set, claimed);
     lock_release(ledger_lock);
-    Py_DECREF(listed);
     if (ready <= 0) return ready;
-    PyObject *stream = next_stream();
-    if (stream == NULL) return -1;
-    if (stream == Py_None) { Py_DECREF(stream); return 0; } /* host mode: the Python path */
-    int failed = stream_facts(stream, &txn->stream_handle, &txn->state);
-    Py_DECREF(stream);
-    if (failed) return -1;
+    PyObject *stream = next_stream(); /* (None: host mode, the Python path) */
+    ready = stream == NULL ? -1 : stream == Py_None ? 0 : stream_facts(stream, &txn->stream_handle, &txn->state);
+    Py_XDECREF(stream);
+    if (ready <= 0) return ready;
     if (!lock_try_acquire(ledger_lock)) { clear_sync(txn); return 0; }
     if (!lock_try_acquire(streams_lock)) { lock_release(ledger_lock); clear_sync(txn); return 0; }
-    int result = -1;
-    PyObject *accesses = get(D_ACCESSES, access_set);
-    PyObject *pending = accesses ? get(D_STATE_INTEREST, txn->state) : NULL;
-    if (pending != NULL) {
-        /* Another op's access points not yet marked: the Python path decides about events. */
-        result = (PyDict_Check(pending) && PyDict_GET_SIZE(pending) == 0) ? idle(accesses, claimed) : 0;
-        /* The claim's pending holds become the run's (the job's running ones). */
-        if (result == 1 && plan_apply(run, 1) < 0) result = -1;
-        if (result == 1 && plan_apply(claimed, 0) < 0) { /* (out of memory) leave no run hold behind */
-            PyObject *type, *value, *tb;
-            PyErr_Fetch(&type, &value, &tb);
-            if (plan_apply(run, 0) < 0) PyErr_Clear();
-            PyErr_Restore(type, value, tb);
-            result = -1;
-        }
+    /* Another op's access points not yet marked: the Python path decides about events. */
+    PyObject *pending = get(D_STATE_INTEREST, txn->state);
+    int result = pending == NULL ? -1 : PyDict_Check(pending) && PyDict_GET_SIZE(pending) == 0;
+    Py_XDECREF(pending);
+    if (result == 1) result = idle(access_set, claimed);
+    /* The claim's pending holds become the run's (the job's running ones). */
+    if (result == 1 && plan_apply(run, 1) < 0) result = -1;
+    if (result == 1 && plan_apply(claimed, 0) < 0) { /* (out of memory) leave no run hold behind */
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        if (plan_apply(run, 0) < 0) PyErr_Clear();
+        PyErr_Restore(type, value, tb);
+        result = -1;
     }
-    Py_XDECREF(accesses); Py_XDECREF(pending);
     lock_release(streams_lock);
     lock_release(ledger_lock);
     if (result != 1) { clear_sync(txn); return result; }
@@ -530,12 +495,8 @@ static int sync_end(CudaAsyncSyncTxn *txn, int ran) {
     lock_wait((RLockObject *)streams_lock, 0);
     int failed = plan_apply(txn->run, 0) < 0; /* (out of memory only: its error is raised) */
     if (failed && type != NULL) PyErr_Clear(); /* the launch's error matters more */
-    if (ran && !failed) { /* the stream advanced by one op, as Job.record counts */
-        PyObject *epoch = get(D_STATE_EPOCH, txn->state);
-        PyObject *next = epoch ? PyNumber_Add(epoch, one) : NULL;
-        if (next == NULL || set(D_STATE_EPOCH, txn->state, next) < 0) failed = 1;
-        Py_XDECREF(epoch); Py_XDECREF(next);
-    }
+    if (ran && !failed) /* the stream advanced by one op, as Job.record counts */
+        failed = increment(D_STATE_EPOCH, txn->state) < 0;
     lock_release(streams_lock);
     lock_release(ledger_lock);
     clear_sync(txn);
@@ -558,16 +519,10 @@ static PyObject *configure(PyObject *self, PyObject *args) {
             return PyErr_Format(PyExc_TypeError, "configure: %s is not a slot descriptor", descriptor_names[i]);
         Py_XSETREF(descriptors[i], Py_NewRef(d));
     }
-    Py_XSETREF(active_batch, Py_NewRef(var));
-    Py_XSETREF(active_captures, Py_NewRef(captures));
-    Py_XSETREF(policy_module, Py_NewRef(policies));
-    Py_XSETREF(scoped_policy, Py_NewRef(scoped));
-    Py_XSETREF(round_robin_type, (PyTypeObject *)Py_NewRef(round_robin));
-    Py_XSETREF(single_stream_type, (PyTypeObject *)Py_NewRef(single_stream));
-    Py_XSETREF(stream_state, Py_NewRef(state));
-    Py_XSETREF(ledger_lock, Py_NewRef(ledger));
-    Py_XSETREF(streams_lock, Py_NewRef(streams));
-    Py_XSETREF(dropped_claims, Py_NewRef(dropped));
+    PyObject **into[] = {&active_batch, &active_captures, &policy_module, &scoped_policy, &round_robin_type,
+                         &single_stream_type, &stream_state, &ledger_lock, &streams_lock, &dropped_claims};
+    PyObject *values[] = {var, captures, policies, scoped, round_robin, single_stream, state, ledger, streams, dropped};
+    for (size_t i = 0; i < sizeof into / sizeof *into; i++) Py_XSETREF(*into[i], Py_NewRef(values[i]));
     configured = 1;
     Py_RETURN_NONE;
 }
@@ -621,8 +576,7 @@ static PyObject *install_locks(PyObject *self, PyObject *args) {
     }
     for (Py_ssize_t i = 0; safe == 1 && i < PyList_GET_SIZE(places); i++) { /* (existing keys: no allocation) */
         PyObject *place = PyList_GET_ITEM(places, i);
-        if (PyDict_SetItem(PyTuple_GET_ITEM(place, 0), PyTuple_GET_ITEM(place, 1), PyTuple_GET_ITEM(place, 2)) < 0)
-            safe = -1;
+        safe = PyDict_SetItem(PyTuple_GET_ITEM(place, 0), PyTuple_GET_ITEM(place, 1), PyTuple_GET_ITEM(place, 2)) < 0 ? -1 : 1;
     }
     if (collecting) PyGC_Enable();
     return safe < 0 ? NULL : PyBool_FromLong(safe);
@@ -632,14 +586,12 @@ static PyObject *install_locks(PyObject *self, PyObject *args) {
  * spans). Returns the stream handle, or None when the state is not the steady one. */
 static PyObject *repeat(PyObject *self, PyObject *args) {
     PyObject *access_set, *plan;
-    if (!PyArg_ParseTuple(args, "OO", &access_set, &plan)) return NULL;
     CudaAsyncBatchTxn txn;
+    if (!PyArg_ParseTuple(args, "OO", &access_set, &plan)) return NULL;
     int begun = txn_begin(access_set, plan, &txn);
-    if (begun < 0) return NULL;
-    if (begun == 0) Py_RETURN_NONE;
+    if (begun <= 0) return begun < 0 ? NULL : Py_NewRef(Py_None);
     unsigned long long handle = txn.stream_handle;
-    if (txn_commit(access_set, &txn) < 0) return NULL;
-    return PyLong_FromUnsignedLongLong(handle);
+    return txn_commit(access_set, &txn) < 0 ? NULL : PyLong_FromUnsignedLongLong(handle);
 }
 
 static PyMethodDef methods[] = {
@@ -659,10 +611,10 @@ PyMODINIT_FUNC PyInit__native_batch(void) {
         if ((*names[i].name = PyUnicode_InternFromString(names[i].text)) == NULL) return NULL;
     if ((one = PyLong_FromLong(1)) == NULL) return NULL;
     if (PyType_Ready(&RLockType) < 0) return NULL;
-    PyObject *m = PyModule_Create(&module);
-    if (m == NULL) return NULL;
-    if (PyModule_AddObjectRef(m, "RLock", (PyObject *)&RLockType) < 0) { Py_DECREF(m); return NULL; }
-    PyObject *capsule = PyCapsule_New(&api, CUDA_ASYNC_BATCH_API_CAPSULE, NULL);
-    if (capsule == NULL || PyModule_AddObject(m, "API", capsule) < 0) { Py_XDECREF(capsule); Py_DECREF(m); return NULL; }
+    PyObject *m = PyModule_Create(&module), *capsule = PyCapsule_New(&api, CUDA_ASYNC_BATCH_API_CAPSULE, NULL);
+    if (m == NULL || capsule == NULL || PyModule_AddObjectRef(m, "RLock", (PyObject *)&RLockType) < 0 ||
+        PyModule_AddObjectRef(m, "API", capsule) < 0)
+        Py_CLEAR(m);
+    Py_XDECREF(capsule);
     return m;
 }

@@ -16,7 +16,7 @@
  * otherwise the Python path compiles again (at the run, as the Python path checks).
  * A launch made here remembers where it was made (the caller's code object and
  * instruction, no line lookup); freed while still pending, it hands that to
- * cutile's never-run hook (`configure_python`), which warns.
+ * cutile's never-run hook (`configure_classes`), which warns.
  * Anything else misses and runs the Python code, which is the reference and
  * raises every error: this file never decides that something is wrong.
  *
@@ -29,28 +29,24 @@
 #include <Python.h>
 #include <structmember.h>
 #include <math.h>
-#include <string.h>
 #include "batch_api.h"
 
 typedef int (*launch_kernel_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                                 void *, void **, void **);
 typedef int (*ctx_get_fn)(void **);
-typedef int (*ctx_set_fn)(void *);
-typedef int (*stream_sync_fn)(void *);
+typedef int (*handle_fn)(void *); /* cuCtxSetCurrent, cuStreamSynchronize */
 
-static const CudaAsyncBatchAPI *batch_api;
-static launch_kernel_fn cu_launch_kernel;
+static const CudaAsyncBatchAPI *batch_api; /* (set by configure_classes) */
+static launch_kernel_fn cu_launch_kernel;  /* (set by configure, with the other entry points) */
 static ctx_get_fn cu_ctx_get_current;
-static ctx_set_fn cu_ctx_set_current;
-static stream_sync_fn cu_stream_synchronize;
+static handle_fn cu_ctx_set_current, cu_stream_synchronize;
 static PyObject *raise_launch_error; /* Python: (code, what) -> raises cuda_core's error */
 static PyObject *never_run_hook;     /* Python: (kernel, code, lasti) -> warns of a launch freed unrun */
 static PyObject *python_call;        /* Python: Kernel._call(kernel, *args, **kwargs), every other call */
 static PyObject *python_sync;        /* Python: Launch._sync_slow(launch), every other sync */
-static int configured;
 static unsigned long generation; /* bumped by each configure: a binding armed under another driver misses */
-static unsigned long long native_calls, native_syncs; /* launches made and run here (tests) */
-static unsigned long long native_enqueues;             /* launches an op queued through `enqueue` */
+/* (tests) launches made and run here, and launches an op queued through `enqueue` */
+static unsigned long long native_calls, native_syncs, native_enqueues;
 
 enum { CHECK_TENSOR, CHECK_CONSTANT, CHECK_SCALAR };
 enum { P_I8 = 1, P_I16, P_I32, P_I64, P_U8, P_U16, P_U32, P_U64, P_F32, P_F64 };
@@ -73,15 +69,13 @@ typedef struct {
     PyObject *run;          /* and the ClaimPlan of a synchronous run's (owned by a Job kept for it) */
     PyObject *name;         /* "launch of NAME", for driver errors */
     Py_ssize_t nargs;
-    Check *checks;
+    Check *checks;          /* (one block with `results` and `packed`) */
     Py_ssize_t nresults;
     Py_ssize_t *results;    /* argument indices of the tensors a run returns */
     void *function, *context;
     unsigned grid[3], block[3], shared_memory;
     Py_ssize_t nparams;
     unsigned char *packed;  /* nparams * SLOT bytes: the parameters, scalars refilled per call */
-    Py_ssize_t nscalars;
-    Py_ssize_t *scalar_checks;
     PyObject *reads;        /* the compile's ExternalReads.entries (a list cutile_compiler may refresh) */
     int armed;
     unsigned long generation;
@@ -94,7 +88,7 @@ typedef struct {
  * `_args`: every parameter's value in order; `_claim`: its pending holds until its op
  * takes them; `_pending`: made, neither run nor handed to an op; `_site_*`: where it
  * was made). */
-static PyTypeObject *kernel_type, *launch_type, *owned_type;
+static PyTypeObject *launch_type, *owned_type;
 static Py_ssize_t kernel_binding_at, consumed_by_at;
 enum { L_KERNEL, L_FAST, L_ARGS, L_DONE, L_CLAIM, L_BINDING, L_PENDING, L_SITE_CODE, L_SITE_LASTI, L_COUNT };
 static const char *launch_slots[L_COUNT] = {"kernel", "_fast", "_args", "_done", "_claim", "_binding", "_pending",
@@ -111,17 +105,27 @@ static PyTypeObject FastBindingType;
 
 /* -- helpers ---------------------------------------------------------------------------- */
 
+/* After a conversion's error: 0 (cleared) when it was an overflow, else -1. */
+static int overflow_misses(void) {
+    if (!PyErr_ExceptionMatches(PyExc_OverflowError)) return -1;
+    PyErr_Clear();
+    return 0;
+}
+
+/* The values of each integer C type but u64, and its size: it is packed as the low
+ * bytes of a long long (the host is little-endian, as the device). */
+static const struct { long long min, max; size_t size; } int_types[] = {
+    [P_I8] = {INT8_MIN, INT8_MAX, 1}, [P_I16] = {INT16_MIN, INT16_MAX, 2}, [P_I32] = {INT32_MIN, INT32_MAX, 4},
+    [P_I64] = {LLONG_MIN, LLONG_MAX, 8}, [P_U8] = {0, UINT8_MAX, 1}, [P_U16] = {0, UINT16_MAX, 2},
+    [P_U32] = {0, UINT32_MAX, 4}};
+
 /* A scalar argument written into an 8-byte slot; 0 when it does not fit (the Python
  * path then raises the error), -1 on an error. */
 static int pack_scalar(int code, PyObject *value, unsigned char *slot) {
     memset(slot, 0, SLOT);
     if (code == P_F32 || code == P_F64) {
         double d = PyFloat_AsDouble(value);
-        if (d == -1.0 && PyErr_Occurred()) {
-            if (!PyErr_ExceptionMatches(PyExc_OverflowError)) return -1;
-            PyErr_Clear(); /* an int beyond f64 */
-            return 0;
-        }
+        if (d == -1.0 && PyErr_Occurred()) return overflow_misses(); /* (an int beyond f64) */
         if (code == P_F32) {
             float f = (float)d;
             if (isinf(f) && isfinite(d)) return 0; /* a finite value f32 cannot hold (inf and NaN pass) */
@@ -132,53 +136,39 @@ static int pack_scalar(int code, PyObject *value, unsigned char *slot) {
     }
     if (code == P_U64) {
         unsigned long long u = PyLong_AsUnsignedLongLong(value);
-        if (u == (unsigned long long)-1 && PyErr_Occurred()) {
-            if (!PyErr_ExceptionMatches(PyExc_OverflowError)) return -1;
-            PyErr_Clear();
-            return 0;
-        }
+        if (u == (unsigned long long)-1 && PyErr_Occurred()) return overflow_misses();
         memcpy(slot, &u, sizeof u);
         return 1;
     }
     int overflow = 0;
     long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
     if (v == -1 && PyErr_Occurred()) return -1;
-    if (overflow) return 0;
-    switch (code) {
-    case P_I8:  if (v < INT8_MIN || v > INT8_MAX) return 0; { int8_t x = (int8_t)v; memcpy(slot, &x, 1); } break;
-    case P_I16: if (v < INT16_MIN || v > INT16_MAX) return 0; { int16_t x = (int16_t)v; memcpy(slot, &x, 2); } break;
-    case P_I32: if (v < INT32_MIN || v > INT32_MAX) return 0; { int32_t x = (int32_t)v; memcpy(slot, &x, 4); } break;
-    case P_I64: memcpy(slot, &v, 8); break;
-    case P_U8:  if (v < 0 || v > UINT8_MAX) return 0; { uint8_t x = (uint8_t)v; memcpy(slot, &x, 1); } break;
-    case P_U16: if (v < 0 || v > UINT16_MAX) return 0; { uint16_t x = (uint16_t)v; memcpy(slot, &x, 2); } break;
-    case P_U32: if (v < 0 || v > (long long)UINT32_MAX) return 0; { uint32_t x = (uint32_t)v; memcpy(slot, &x, 4); } break;
-    default: return 0;
-    }
+    if (overflow || code < P_I8 || code > P_U32 || v < int_types[code].min || v > int_types[code].max) return 0;
+    memcpy(slot, &v, int_types[code].size);
     return 1;
 }
 
 /* -- NativeObjectBinding ---------------------------------------------------------------- */
-static void fast_clear_contents(NativeObjectBinding *self) {
+/* disarm(): forgets the objects (also at deallocation); later calls miss. */
+static PyObject *fast_disarm(NativeObjectBinding *self, PyObject *unused) {
     for (Py_ssize_t i = 0; i < self->nargs; i++) {
         Py_CLEAR(self->checks[i].ref);
         Py_CLEAR(self->checks[i].type);
     }
     Py_CLEAR(self->access_set); /* it refers to the memory */
     self->armed = 0;
+    Py_RETURN_NONE;
 }
 
 static void fast_dealloc(NativeObjectBinding *self) {
     if (self->weakrefs != NULL) PyObject_ClearWeakRefs((PyObject *)self);
-    fast_clear_contents(self);
+    Py_DECREF(fast_disarm(self, NULL));
     Py_XDECREF(self->owner);
     Py_XDECREF(self->claim);
     Py_XDECREF(self->run);
     Py_XDECREF(self->name);
     Py_XDECREF(self->reads);
     PyMem_Free(self->checks);
-    PyMem_Free(self->results);
-    PyMem_Free(self->packed);
-    PyMem_Free(self->scalar_checks);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -200,7 +190,8 @@ static PyObject *fast_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) 
                           &grid[0], &grid[1], &grid[2], &block[0], &block[1], &block[2], &shared_memory, &packed,
                           &PyList_Type, &reads))
         return NULL;
-    if (!configured) return PyErr_Format(PyExc_RuntimeError, "NativeObjectBinding: configure the module first");
+    if (cu_launch_kernel == NULL)
+        return PyErr_Format(PyExc_RuntimeError, "NativeObjectBinding: configure the module first");
     if (!PyWeakref_CheckRef(owner))
         return PyErr_Format(PyExc_TypeError, "NativeObjectBinding: the owner must be a weak reference");
     Py_ssize_t nbytes = PyBytes_GET_SIZE(packed);
@@ -208,50 +199,38 @@ static PyObject *fast_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) 
         return PyErr_Format(PyExc_ValueError, "NativeObjectBinding: packed parameters must be 8 bytes each, at most %d", MAX_PARAMS);
     NativeObjectBinding *self = (NativeObjectBinding *)type->tp_alloc(type, 0);
     if (self == NULL) return NULL;
-    self->owner = Py_NewRef(owner);
-    self->access_set = Py_NewRef(access_set);
-    self->claim = Py_NewRef(claim);
-    self->run = Py_NewRef(run);
-    self->name = Py_NewRef(name);
-    self->reads = Py_NewRef(reads);
+    PyObject **fields[] = {&self->owner, &self->access_set, &self->claim, &self->run, &self->name, &self->reads};
+    PyObject *values[] = {owner, access_set, claim, run, name, reads};
+    for (size_t i = 0; i < sizeof fields / sizeof *fields; i++) *fields[i] = Py_NewRef(values[i]);
     self->function = (void *)(uintptr_t)function;
     self->context = (void *)(uintptr_t)context;
     memcpy(self->grid, grid, sizeof grid);
     memcpy(self->block, block, sizeof block);
     self->shared_memory = shared_memory;
     self->nparams = nbytes / SLOT;
-    self->packed = PyMem_Malloc(nbytes ? nbytes : 1);
-    if (self->packed == NULL) { PyErr_NoMemory(); goto fail; }
+    Py_ssize_t nargs = PyTuple_GET_SIZE(checks), nresults = PyTuple_GET_SIZE(results);
+    self->checks = PyMem_Calloc(1, nargs * sizeof(Check) + nresults * sizeof(Py_ssize_t) + nbytes + 1);
+    if (self->checks == NULL) { PyErr_NoMemory(); goto fail; }
+    self->results = (Py_ssize_t *)(self->checks + nargs);
+    self->packed = (unsigned char *)(self->results + nresults);
     memcpy(self->packed, PyBytes_AS_STRING(packed), nbytes);
-
-    Py_ssize_t nargs = PyTuple_GET_SIZE(checks);
-    self->checks = PyMem_Calloc(nargs ? nargs : 1, sizeof(Check));
-    self->scalar_checks = PyMem_Calloc(nargs ? nargs : 1, sizeof(Py_ssize_t));
-    if (self->checks == NULL || self->scalar_checks == NULL) { PyErr_NoMemory(); goto fail; }
-    self->nargs = nargs; /* set once the arrays exist: the deallocator walks them */
+    self->nargs = nargs; /* set once the block exists: the deallocator walks it */
     for (Py_ssize_t i = 0; i < self->nargs; i++) {
         PyObject *spec = PyTuple_GET_ITEM(checks, i), *target, *value;
         Check *check = &self->checks[i];
         if (!PyTuple_Check(spec) || !PyArg_ParseTuple(spec, "iOOiii", &check->kind, &target, &value, &check->code,
                                                       &check->slot, &check->range))
             goto bad_check;
-        if (check->kind == CHECK_TENSOR && PyWeakref_CheckRef(target)) {
-            check->ref = Py_NewRef(target);
-        } else if (check->kind == CHECK_CONSTANT && PyType_Check(target)) {
-            check->type = (PyTypeObject *)Py_NewRef(target);
-            check->ref = Py_NewRef(value);
-        } else if (check->kind == CHECK_SCALAR && PyType_Check(target) && check->code >= P_I8 && check->code <= P_F64 &&
-                   check->range >= P_I8 && check->range <= P_F64 && check->slot >= 0 && check->slot < self->nparams) {
-            check->type = (PyTypeObject *)Py_NewRef(target);
-            self->scalar_checks[self->nscalars++] = i;
-        } else {
-            goto bad_check;
-        }
+        int valid = check->kind == CHECK_TENSOR ? PyWeakref_CheckRef(target)
+                  : check->kind == CHECK_CONSTANT ? PyType_Check(target)
+                  : check->kind == CHECK_SCALAR && PyType_Check(target) && check->code >= P_I8 && check->code <= P_F64 &&
+                    check->range >= P_I8 && check->range <= P_F64 && check->slot >= 0 && check->slot < self->nparams;
+        if (!valid) goto bad_check;
+        if (check->kind != CHECK_TENSOR) check->type = (PyTypeObject *)Py_NewRef(target);
+        if (check->kind != CHECK_SCALAR) check->ref = Py_NewRef(check->kind == CHECK_TENSOR ? target : value);
     }
-    self->nresults = PyTuple_GET_SIZE(results);
-    self->results = PyMem_Calloc(self->nresults ? self->nresults : 1, sizeof(Py_ssize_t));
-    if (self->results == NULL) { PyErr_NoMemory(); goto fail; }
-    for (Py_ssize_t i = 0; i < self->nresults; i++) {
+    self->nresults = nresults;
+    for (Py_ssize_t i = 0; i < nresults; i++) {
         self->results[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(results, i));
         if (self->results[i] < 0 || self->results[i] >= self->nargs) {
             if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "NativeObjectBinding: result index out of range");
@@ -266,11 +245,6 @@ bad_check:
 fail:
     Py_DECREF(self);
     return NULL;
-}
-
-static PyObject *fast_disarm(NativeObjectBinding *self, PyObject *unused) {
-    fast_clear_contents(self);
-    Py_RETURN_NONE;
 }
 
 static PyMethodDef fast_methods[] = {
@@ -340,17 +314,15 @@ static PyObject *make_launch(PyObject *kernel, NativeObjectBinding *fb, PyObject
     if (owner == Py_None) return NULL;
     Py_INCREF(owner);
     int taken = batch_api->claim(fb->claim);
-    if (taken <= 0) { Py_DECREF(owner); return NULL; }
-    PyObject *launch = launch_type->tp_alloc(launch_type, 0); /* (its slots NULL, its dict made on use) */
-    if (launch == NULL) {
+    PyObject *launch = taken > 0 ? launch_type->tp_alloc(launch_type, 0) : NULL; /* (its slots NULL, its dict made on use) */
+    if (launch != NULL) {
+        PyObject *values[L_COUNT] = {kernel, (PyObject *)fb, args, Py_False, fb->claim, owner, Py_True, Py_None, minus_one};
+        for (int i = 0; i < L_COUNT; i++) LAUNCH(launch, i) = Py_NewRef(values[i]);
+        native_calls++;
+    } else if (taken > 0) {
         batch_api->drop(fb->claim); /* queued: the lock may be another thread's now */
-        Py_DECREF(owner);
-        return NULL;
     }
-    PyObject *values[L_COUNT] = {kernel, (PyObject *)fb, args, Py_False, fb->claim, owner, Py_True, Py_None, minus_one};
-    for (int i = 0; i < L_COUNT; i++) LAUNCH(launch, i) = Py_NewRef(values[i]);
     Py_DECREF(owner);
-    native_calls++;
     return launch;
 }
 
@@ -380,7 +352,6 @@ static PyObject *kernel_call(PyObject *self, PyObject *args, PyObject *kwargs) {
     if (fast != NULL && Py_IS_TYPE(fast, &FastBindingType) && (kwargs == NULL || PyDict_GET_SIZE(kwargs) == 0))
         launch = bound_launch(self, (NativeObjectBinding *)fast, args, 1);
     if (launch == NULL && !PyErr_Occurred()) {
-        if (python_call == NULL) return PyErr_Format(PyExc_RuntimeError, "cutile._native_launch: configure_python first");
         Py_ssize_t n = PyTuple_GET_SIZE(args);
         PyObject *small[16], **stack = n < 16 ? small : PyMem_Malloc((n + 1) * sizeof(PyObject *));
         if (stack == NULL) return PyErr_NoMemory();
@@ -418,8 +389,7 @@ static int reads_current(PyObject *reads) {
             break;
         case READ_CELL:
         case READ_CELL_EMPTY:
-            if (!PyCell_Check(where)) return 0;
-            if (PyCell_GET(where) != (kind == READ_CELL ? value : NULL)) return 0;
+            if (!PyCell_Check(where) || PyCell_GET(where) != (kind == READ_CELL ? value : NULL)) return 0;
             break;
         case READ_ATTRIBUTE:
             Py_INCREF(entry); /* a property runs Python code, which may refresh the list */
@@ -488,9 +458,10 @@ static void raise_driver_error(int err, const char *doing, PyObject *name) {
 static int pack_params(NativeObjectBinding *fb, PyObject *args, int same_types, unsigned char *params, void **pointers) {
     memcpy(params, fb->packed, fb->nparams * SLOT);
     for (Py_ssize_t p = 0; p < fb->nparams; p++) pointers[p] = params + p * SLOT;
-    for (Py_ssize_t s = 0; s < fb->nscalars; s++) {
-        Check *check = &fb->checks[fb->scalar_checks[s]];
-        PyObject *value = PyTuple_GET_ITEM(args, fb->scalar_checks[s]);
+    for (Py_ssize_t i = 0; i < fb->nargs; i++) {
+        Check *check = &fb->checks[i];
+        if (check->kind != CHECK_SCALAR) continue;
+        PyObject *value = PyTuple_GET_ITEM(args, i);
         if (same_types && Py_TYPE(value) != check->type) return 0;
         int packed = pack_scalar(check->code, value, params + (Py_ssize_t)check->slot * SLOT);
         if (packed <= 0) return packed;
@@ -533,28 +504,22 @@ static PyObject *fast_sync(PyObject *self, NativeObjectBinding *fb, PyObject *ar
  * global the compile read rebound, a scalar it does not pack): the Python path then
  * enqueues it. A driver error raises. */
 static PyObject *enqueue_bound(PyObject *module, PyObject *const *argv, Py_ssize_t argc) {
-    unsigned long long stream;
     if (argc != 3 || !PyObject_TypeCheck(argv[0], &FastBindingType) || !PyTuple_CheckExact(argv[1]))
         return PyErr_Format(PyExc_TypeError, "enqueue(binding, args: tuple, stream: int)");
-    stream = PyLong_AsUnsignedLongLong(argv[2]);
+    unsigned long long stream = PyLong_AsUnsignedLongLong(argv[2]);
     if (stream == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
     NativeObjectBinding *fb = (NativeObjectBinding *)argv[0];
     PyObject *args = argv[1];
     if (!fb->armed || fb->generation != generation || PyTuple_GET_SIZE(args) != fb->nargs) Py_RETURN_FALSE;
-    Py_INCREF(fb);
-    PyObject *result = Py_False;
     unsigned char params[MAX_PARAMS * SLOT];
     void *pointers[MAX_PARAMS];
-    int packed = reads_current(fb->reads) ? pack_params(fb, args, 1, params, pointers) : 0;
-    if (packed < 0) result = NULL;
-    else if (packed > 0) {
-        int waited = 0;
-        int err = launch_on(fb, stream, pointers, 0, &waited);
-        if (err) { raise_driver_error(err, "", fb->name); result = NULL; }
-        else { native_enqueues++; result = Py_True; }
-    }
+    Py_INCREF(fb);
+    int enqueued = reads_current(fb->reads) ? pack_params(fb, args, 1, params, pointers) : 0, waited = 0;
+    int err = enqueued > 0 ? launch_on(fb, stream, pointers, 0, &waited) : 0;
+    if (err) { raise_driver_error(err, "", fb->name); enqueued = -1; }
+    else if (enqueued > 0) native_enqueues++;
     Py_DECREF(fb);
-    return result == NULL ? NULL : Py_NewRef(result);
+    return enqueued < 0 ? NULL : PyBool_FromLong(enqueued);
 }
 
 /* Launch.sync (`configure_classes`). */
@@ -567,11 +532,9 @@ static PyObject *launch_sync(PyObject *self, PyObject *unused) {
         Py_INCREF(fb); Py_INCREF(args);
         PyObject *result = fast_sync(self, fb, args);
         Py_DECREF(fb); Py_DECREF(args);
-        if (result != NULL) return result;
-        if (PyErr_Occurred()) {
-            set_launch(self, L_PENDING, Py_False); /* refused by an error, as the Python path's: no warning later */
-            return NULL;
-        }
+        if (result == NULL && PyErr_Occurred()) /* refused by an error, as the Python path's: no warning later */
+            set_launch(self, L_PENDING, Py_False);
+        if (result != NULL || PyErr_Occurred()) return result;
     }
     return PyObject_CallOneArg(python_sync, self);
 }
@@ -629,7 +592,7 @@ static PyObject *configure_classes(PyObject *module, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OO!O!O!OOO", &capsule, &PyType_Type, &kernel, &PyType_Type, &launch, &PyType_Type,
                           &owned, &call, &sync, &hook))
         return NULL;
-    if (kernel_type != NULL) return PyErr_Format(PyExc_RuntimeError, "configure_classes: configured already");
+    if (batch_api != NULL) return PyErr_Format(PyExc_RuntimeError, "configure_classes: configured already");
     const CudaAsyncBatchAPI *api = PyCapsule_GetPointer(capsule, CUDA_ASYNC_BATCH_API_CAPSULE);
     if (api == NULL) return NULL;
     if (api->version != CUDA_ASYNC_BATCH_API_VERSION)
@@ -643,16 +606,13 @@ static PyObject *configure_classes(PyObject *module, PyObject *args) {
     for (int i = 0; i < L_COUNT; i++)
         if (slot_offset(launch, launch_slots[i], &launch_at[i]) < 0) return NULL;
     PyObject *method = PyDescr_NewMethod(launch, &launch_sync_def);
-    if (method == NULL || PyObject_SetAttrString((PyObject *)launch, "sync", method) < 0) {
-        Py_XDECREF(method);
-        return NULL;
-    }
-    Py_DECREF(method);
+    int failed = method == NULL || PyObject_SetAttrString((PyObject *)launch, "sync", method) < 0;
+    Py_XDECREF(method);
+    if (failed) return NULL;
     kernel->tp_call = kernel_call;
     launch->tp_finalize = launch_finalize;
     PyType_Modified(kernel);
     PyType_Modified(launch);
-    kernel_type = (PyTypeObject *)Py_NewRef(kernel);
     launch_type = (PyTypeObject *)Py_NewRef(launch);
     owned_type = (PyTypeObject *)Py_NewRef(owned);
     batch_api = api;
@@ -668,15 +628,14 @@ static PyObject *configure(PyObject *module, PyObject *args) {
     unsigned long long launch, get_current, set_current, synchronize;
     if (!PyArg_ParseTuple(args, "KKKKO", &launch, &get_current, &set_current, &synchronize, &raiser))
         return NULL;
-    if (kernel_type == NULL) return PyErr_Format(PyExc_RuntimeError, "configure: call configure_classes first");
+    if (batch_api == NULL) return PyErr_Format(PyExc_RuntimeError, "configure: call configure_classes first");
     if (!launch || !get_current || !set_current || !synchronize) return PyErr_Format(PyExc_ValueError, "configure: null entry point");
     cu_launch_kernel = (launch_kernel_fn)(uintptr_t)launch;
     cu_ctx_get_current = (ctx_get_fn)(uintptr_t)get_current;
-    cu_ctx_set_current = (ctx_set_fn)(uintptr_t)set_current;
-    cu_stream_synchronize = (stream_sync_fn)(uintptr_t)synchronize;
+    cu_ctx_set_current = (handle_fn)(uintptr_t)set_current;
+    cu_stream_synchronize = (handle_fn)(uintptr_t)synchronize;
     generation++;
     Py_XSETREF(raise_launch_error, Py_NewRef(raiser));
-    configured = 1;
     Py_RETURN_NONE;
 }
 
@@ -688,11 +647,10 @@ static int null_get_current(void **out) { *out = null_context; return 0; }
 static int null_set_current(void *context) { null_context = context; return 0; }
 static int null_synchronize(void *stream) { return 0; }
 
+#define ADDRESS(f) (unsigned long long)(uintptr_t)(f)
 static PyObject *null_entry_points(PyObject *module, PyObject *unused) {
-    return Py_BuildValue("KKKK", (unsigned long long)(uintptr_t)null_launch,
-                         (unsigned long long)(uintptr_t)null_get_current,
-                         (unsigned long long)(uintptr_t)null_set_current,
-                         (unsigned long long)(uintptr_t)null_synchronize);
+    return Py_BuildValue("KKKK", ADDRESS(null_launch), ADDRESS(null_get_current), ADDRESS(null_set_current),
+                         ADDRESS(null_synchronize));
 }
 
 static PyObject *invalidate(PyObject *module, PyObject *unused) {
@@ -722,8 +680,7 @@ static PyMethodDef module_methods[] = {
     {"null_entry_points", null_entry_points, METH_NOARGS, "Driver stand-ins that do nothing (benchmarks)."},
     {NULL, NULL, 0, NULL}};
 
-static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "cutile._native_launch", NULL, -1, module_methods,
-                                        NULL, NULL, NULL, NULL};
+static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "cutile._native_launch", NULL, -1, module_methods};
 
 PyMODINIT_FUNC PyInit__native_launch(void) {
     if (minus_one == NULL && (minus_one = PyLong_FromLong(-1)) == NULL) return NULL;
