@@ -127,7 +127,7 @@ def conflict(held: DomainHolds, start: int, end: int, writes: bool,
     conflicts with, skipping running holds whose owner ``exempt`` accepts: the jobs'
     holds owner by owner (an exempt one's as a whole), then the others in order."""
     front = held.front
-    if front:
+    if front > _SMALL_GROUP:  # (a few jobs' holds: scanned with the others, as one list, below)
         for owner, group in held.owners.items():
             if len(group) > _SMALL_GROUP:  # asked once, before its holds
                 if owner.released or (exempt is not None and exempt(owner)):
@@ -141,7 +141,7 @@ def conflict(held: DomainHolds, start: int, end: int, writes: bool,
                         if owner.released or (exempt is not None and exempt(owner)):
                             break
                         return hold
-    for hold in held[front:] if front else held:
+    for hold in held[front:] if front > _SMALL_GROUP else held:
         if hold[0] < end and start < hold[1] and (writes or hold[2]):
             owner = hold[4]
             if owner is not None and (owner.released or (exempt is not None and exempt(owner))):
