@@ -20,6 +20,7 @@ import cuda_async
 import cutile
 from cuda_core.testing import FakeDriver, use_fake_driver
 from cutile import _backend, _gpu, _native, api
+from fake_add_script import FAKE_ADD_PRELUDE
 from cutile.core import Mut, Tensor, bid, bool_, f16, f32, i8, i32, i64, load_tile_like, tf32
 
 pytestmark = pytest.mark.interpreter_only  # runs once, on its own fake GPU
@@ -523,25 +524,11 @@ def test_a_driver_error_in_the_native_path_is_cudas_error(native_gpu: FakeDriver
     z._tensor.to_numpy()  # the batch ended: nothing holds z
 
 
-_WITHOUT_NATIVE_SCRIPT = """
-import numpy as np
-import cuda_async, cutile
-from cuda_core.testing import use_fake_driver
-from cutile import _backend, _gpu, _native, api
-from cutile.core import Mut, Tensor, f32, load_tile_like
-
-@cutile.entry
-def add(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
-    z.store(load_tile_like(x, z) + load_tile_like(x, z))
-
+_WITHOUT_NATIVE_SCRIPT = FAKE_ADD_PRELUDE + """
 with use_fake_driver() as fake:
     _backend.reset_for_tests("gpu")
     with cuda_async.using_policy(cuda_async.SingleStream()):
-        x = api.from_numpy(np.ones(256, np.float32))
-        z = api.empty([256], dtype=f32).partition([128])
-        first = add(z, x)
-        compiled = add.compiled(first.plan().spec, "sm_90")
-        fake.kernels[compiled.name] = _gpu.fake_param_layout(compiled.abi)
+        z, x, first = first_add(fake)
         del first
         with cutile.batch():
             for _ in range(10):

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from cuda_core import native
+from fake_add_script import FAKE_ADD_PRELUDE
 
 _INTERPRETER_SCRIPT = """
 import json, sys
@@ -184,24 +185,11 @@ def test_auto_without_a_driver_library_builds_and_loads_nothing(tmp_path: Path) 
 
 _FAKE_GPU_SCRIPT = """
 import json, sys
-import numpy as np
-import cuda_async, cutile
-from cuda_core.testing import use_fake_driver
-from cutile import _backend, _gpu, _native, api
-from cutile.core import Mut, Tensor, f32, load_tile_like
-
-@cutile.entry
-def add(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
-    z.store(load_tile_like(x, z) + load_tile_like(x, z))
-
+""" + FAKE_ADD_PRELUDE + """
 with use_fake_driver() as fake:
     _backend.reset_for_tests("gpu")
     with cuda_async.using_policy(cuda_async.SingleStream()):
-        x = api.from_numpy(np.ones(256, np.float32))
-        z = api.empty([256], dtype=f32).partition([128])
-        first = add(z, x)
-        compiled = add.compiled(first.plan().spec, "sm_90")
-        fake.kernels[compiled.name] = _gpu.fake_param_layout(compiled.abi)
+        z, x, first = first_add(fake)
         del first
         with cutile.batch():
             for _ in range(10):
@@ -232,26 +220,14 @@ def native_modules():
 def cached():
     return sorted(p.name for p in Path(os.environ["CUDA_CORE_NATIVE_DIR"]).rglob("*") if p.is_file())
 
-import numpy as np
-import cuda_async, cutile, cutile_kernels
-from cuda_core.testing import use_fake_driver
-from cutile import _backend, _gpu, _native, api
-from cutile.core import Mut, Tensor, f32, load_tile_like
-
+import cutile_kernels
+""" + FAKE_ADD_PRELUDE + """
 report = {"import": native_modules(), "import_cache": cached(), "reason": _native.unavailable_reason()}
-
-@cutile.entry  # (defined before anything native is loaded)
-def add(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
-    z.store(load_tile_like(x, z) + load_tile_like(x, z))
 
 with use_fake_driver() as fake:
     _backend.reset_for_tests("gpu")
     with cuda_async.using_policy(cuda_async.SingleStream()):
-        x = api.from_numpy(np.ones(256, np.float32))
-        z = api.empty([256], dtype=f32).partition([128])
-        launch = add(z, x)
-        compiled = add.compiled(launch.plan().spec, "sm_90")
-        fake.kernels[compiled.name] = _gpu.fake_param_layout(compiled.abi)
+        z, x, launch = first_add(fake)
         report["before_run"] = native_modules()
         z, x = launch.sync()  # the first launch run on the GPU backend: built, loaded, armed
         report["first_run"] = native_modules()
