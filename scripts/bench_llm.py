@@ -286,15 +286,17 @@ class TorchQwen3:
 
     def __init__(self, torch: Any, config: Any, weights: Any, dtype: Any = None) -> None:
         self.torch, self.c, self.dtype = torch, config, dtype
-
-        def t(tensor: Any) -> Any:
-            shared = torch.from_dlpack(tensor)
-            return shared if dtype is None else shared.to(dtype)
+        t = self.own
         self.embed, self.norm, self.head = t(weights.embed_tokens), t(weights.norm), t(weights.lm_head)
         self.layers = [{name: t(tensor) for name, tensor in vars(layer).items() if tensor is not None}
                        for layer in weights.layers]
         dim = config.head_dim
         self.inv_freq = config.rope_theta ** (-torch.arange(0, dim, 2, device="cuda", dtype=torch.float32) / dim)
+
+    def own(self, tensor: Any) -> Any:
+        """A cutile tensor as this model reads it: its memory (DLPack), or a copy in the model's dtype."""
+        shared = self.torch.from_dlpack(tensor)
+        return shared if self.dtype is None else shared.to(self.dtype)
 
     def rms(self, x: Any, w: Any) -> Any:
         x32 = x.float()
@@ -355,12 +357,8 @@ class TorchDecode:
     def __init__(self, model: TorchQwen3, cache: Any) -> None:
         torch = model.torch
         self.model, self.torch = model, torch
-        def t(tensor: Any) -> Any:  # the cache's memory, or a copy in the model's dtype
-            shared = torch.from_dlpack(tensor)
-            return shared if model.dtype is None else shared.to(model.dtype)
-
-        self.keys = [t(k) for k in cache.keys]  # (batch, max_seq, kv_heads, dim)
-        self.values = [t(v) for v in cache.values]
+        self.keys = [model.own(k) for k in cache.keys]  # (batch, max_seq, kv_heads, dim)
+        self.values = [model.own(v) for v in cache.values]
         self.batch, self.max_seq = int(cache.batch), int(cache.max_seq)
         self.slots = torch.arange(self.max_seq, device="cuda")
 

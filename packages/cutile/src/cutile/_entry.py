@@ -323,8 +323,6 @@ class Kernel(Generic[_P, _R]):
         return self._compiler.compile(spec, arch, options)
 
 
-
-
 class KernelDecorator(Protocol):
     """What ``cutile.entry(unsafe=..., hints=...)`` returns: applied to a function, the kernel."""
 

@@ -461,8 +461,7 @@ def arm_at_call(kernel: Kernel, binding: ObjectBinding, arguments: dict[str, Any
     if not arm:
         binding.unarmed = True
         return False
-    _native.arm(kernel, binding, loaded, loaded.function.device.context_handle)
-    return binding.fast is not None
+    return arm_prepared(kernel, binding)
 
 
 def arm_prepared(kernel: Kernel, binding: ObjectBinding) -> bool:

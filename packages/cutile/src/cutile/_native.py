@@ -71,7 +71,7 @@ def note_if_unavailable() -> None:
     """Warns once (``cutile.backend`` logger) that the GPU backend launches through
     Python, unless the user turned native code off."""
     global _told
-    if module is None and not _told and enabled():
+    if not _told and enabled():  # (called where loading failed)
         _told = True
         _log.warning("cutile: the native launch path is unavailable (%s); launches take the Python path, "
                      "which costs more host time per launch", _reason)
