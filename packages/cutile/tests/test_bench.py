@@ -63,11 +63,11 @@ def test_paired_alternates_the_arms_and_gives_b_over_a() -> None:
             time.sleep(seconds)
         return run
 
-    result = bench.do_bench_paired(arm("a", 0.001), arm("b", 0.004), warmup=1, reps=4)
+    result = bench.do_bench_paired(arm("a", 0.002), arm("b", 0.012), warmup=1, reps=4)
     assert order[:2] == ["a", "b"]  # warm-up
     assert order[2:] == ["a", "b", "b", "a", "a", "b", "b", "a"]
     assert len(result.ratios) == 4 and result.timing == "wall-clock"
-    assert all(r > 1.5 for r in result.ratios)
+    assert result.ratio > 1.5  # (the median of the reps' b/a: one rep may stall on a loaded machine)
     assert result.ratio == pytest.approx(float(np.median(result.ratios)))
     assert result.a.median_ms < result.b.median_ms
     assert "b/a=" in repr(result)
