@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             record.save(TUNER.record_path)
             recorded = {bucket: dict(winner.config) for bucket, winner in record.winners.items()}
-            print(f"saved {TUNER.record_path}: " + ", ".join(f"{bucket} {winner.config} {winner.ms:.4f} ms"
+            print(f"saved {TUNER.record_path}: " + ", ".join(f"{bucket} {winner.config} {winner.median_ms:.4f} ms"
                                                              for bucket, winner in record.winners.items()))
     print(f"backend {cutile.backend()}; shape {shape}, kv heads {kv_heads}")
     print(f"{'dtype':5s} {'causal':6s} {'impl':8s} {'ms':>9s} {'TFLOP/s':>8s} {'x sdpa':>7s}  config / check")
