@@ -11,28 +11,41 @@ cache (`kv_cache_update`'s layout) is passed as its transposed view
 (``k.transpose(1, 2)`` in torch, no copy); each tile then reads ``head_dim`` contiguous
 elements per position.
 
-Two safe kernels, the second the first's continuation (``then``), so
-``decode_attention.launch(...)`` is one op to time:
+One launch or two, of safe kernels (``decode_attention.launch(...)`` is one op to time
+either way):
 
-- split: one block per (batch, kv head, split of the context). It loads the q heads of
-  its kv head together (so each K/V byte is read once), walks its split's tiles of
-  ``tile_n`` positions up to the sequence's length with an online softmax (exp2, the
-  scale folded in), and writes its partial result to an f32 workspace: the running
-  maximum, the sum of exponentials and the weighted sum of V, per q head. Its products
-  are transposed (``K qᵀ`` and ``Vᵀ pᵀ``): the positions and head_dim take the tensor
-  cores' M side, which tileiras uses only from 64 rows, and the group's q heads (padded to
-  8) the N side.
-- merge: one block per (batch, q head) combines the splits by log-sum-exp into ``out``.
+- one launch (``decode_whole``, a plan of one split): one block per (batch, kv head, part
+  of its q heads) walks the whole context and writes the normalized result into ``out``
+  (no workspace). A block takes ``heads_per_block`` q heads: the kv head's whole group by
+  default (each K/V byte read once), fewer with ``head_blocks`` (more blocks for a small
+  batch, each reading the kv head's context: its other blocks' reads of the same lines
+  meet in L2).
+- two launches, the second the first's continuation (``then``). Split: one block per
+  (batch, kv head, split of the context). It loads the q heads of its kv head together
+  (so each K/V byte is read once), walks its split's tiles up to the sequence's length
+  and writes its partial result to an f32 workspace: the running maximum, the sum of
+  exponentials and the weighted sum of V, per q head. Merge: one block per (batch, q
+  head) combines the splits by log-sum-exp into ``out``.
 
-The split count fills the GPU: with ``splits`` 0 (the default) it is, from the fewest that
-give ``waves`` blocks per SM over (batch, kv heads) up to twice that, the one whose blocks
-fill their last round of resident blocks best, at most one per tile and `AUTO_MAX_SPLITS`;
-the configs come from `SPACE` through a `cutile.tune` record, else `DEFAULT`. A length
+Both walk tiles of ``tile_n`` positions with an online softmax (exp2, the scale folded
+in). Their products are transposed (``K qᵀ`` and ``Vᵀ pᵀ``): the positions and head_dim
+take the tensor cores' M side, which tileiras uses only from 64 rows, and the block's q
+heads (padded to 8) the N side.
+
+With ``splits`` 0 (the default) the split count fills the GPU: from the fewest that give
+``waves`` blocks per SM over (batch, kv heads) up to twice that, the one whose blocks fill
+their last round of resident blocks best, at most one per tile and `AUTO_MAX_SPLITS`;
+then one launch replaces the two where a cost model (`_one_launch_wins`: rounds of
+resident blocks, each one block's walk, against the HBM bandwidth and the second launch's
+cost) expects it to be faster: always where the count is 1 (from batch 33 with 8 kv
+heads), at short contexts otherwise. The plan depends on the shapes and the config only,
+never on the lengths' values (a CUDA graph replays with new ones). The configs come from
+`SPACE` through a `cutile.tune` record, else `DEFAULT`. A length
 of 0 gives zeros. Lengths the host holds (a list, a numpy array, a tensor in host memory:
 the interpreter's) are checked on the host: one past ``max_seq`` or negative is an
 `ArgumentError` naming ``seq_lens``. Lengths in device memory are read only by the
 kernel (the host reading them would wait for the device, and a CUDA graph replays with
-new ones): there a bad length fails the split kernel's assert, which on the GPU stops
+new ones): there a bad length fails the kernels' assert, which on the GPU stops
 the kernel, prints the assert's message on the device's output and makes the next
 synchronizing call raise a `cutile.CudaError` (the kernel faulted), after which the CUDA
 context is unusable (the process must restart), as after torch's device-side asserts.
