@@ -66,8 +66,8 @@ import numpy as np
 import cutile
 from cutile import api, tune
 import cutile.core as ct
-from cutile.core import Constant, Mut, Tensor, arange, bid, cdiv, exp2, extract, f32, full, i32, maximum, minimum, mma, \
-    where, zeros
+from cutile.core import Constant, Mut, Tensor, arange, bid, cdiv, exp2, extract, f32, full, i32, maximum, minimum, \
+    mma, where, zeros
 
 from cutile_kernels._operands import as_tensor, derived, host_values, integer_values
 from cutile_kernels._pointwise import Pending, config_of
