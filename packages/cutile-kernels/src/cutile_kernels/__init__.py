@@ -25,8 +25,8 @@ tile shapes and hints from `cutile.tune` records (else defaults).
   cu_seqlens_k=None)`: flash attention forward (SDPA's layout, or packed variable
   lengths through offsets), GQA, f16/bf16, head_dim 64/128; ``attention.launch(..., out=)``.
 - `decode_attention(q, k_cache, v_cache, seq_lens, *, scale=None, out=None)`: one new
-  token per sequence against its KV cache, GQA, split over the context with a
-  log-sum-exp merge; ``decode_attention.launch(..., out=)`` gives the pending op.
+  token per sequence against its KV cache, GQA, in one launch or split over the context
+  with a log-sum-exp merge; ``decode_attention.launch(..., out=)`` gives the pending op.
 """
 
 from cutile_kernels._configs import SPACE as GEMM_SPACE
