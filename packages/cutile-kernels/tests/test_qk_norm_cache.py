@@ -204,7 +204,7 @@ def test_one_launch_and_its_kernel_names() -> None:
         launch = qk_norm_rope_cache.launch(q, k, v, w, w, positions, caches, out=api.empty([2, 6, 64], "bf16"),
                                            k_out=k_out)
         assert isinstance(launch, cutile.Launch)  # one kernel, not an op of several
-        assert launch.kernel.__name__ == name
+        assert launch.kernel.name == name
         launch.cancel()
 
 

@@ -73,6 +73,7 @@ def qk_norm_rope_cache_kernel(dtype: Any, q_wdtype: Any, k_wdtype: Any, pos_dtyp
 
     # The cache loop, the same in both forms: rows start .. start + count of every batch
     # entry (token b * count + j at row start + j), one position and BHC heads a tile.
+    kernel: Any
     if with_k:
         def qk_norm_rope_cache_heads(q_out: Any, k_out: Any, k_cache: Any, v_cache: Any, q: Any, k: Any, v: Any,
                                      q_weight: Any, k_weight: Any, positions: Any, count: Any, eps: Any, inv_d: Any,
