@@ -148,6 +148,39 @@ def test_head_slices_of_a_fused_qkv_output_are_read_in_place(dtype: str) -> None
     assert np.isnan(v_cache[:3]).all() and np.isnan(v_cache[9:]).all()
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens, batch", [(4, 4), (300, 1)], ids=["decode batch 4", "prefill 300"])
+def test_qwen3_shapes_on_the_gpu(tokens: int, batch: int) -> None:
+    """Qwen3-4B's heads (32 q, 8 kv, 128) as slices of the stacked projection's output,
+    positions on the device: a decode step of 4 sequences at one position, and a prefill
+    of 300 tokens into one sequence's cache with k's output too."""
+    heads, kv_heads, dim, max_seq = 32, 8, 128, 512
+    host = normal((tokens, (heads + 2 * kv_heads) * dim), "bf16", seed=30, scale=2.0)
+    by_head = api.from_numpy(host).reshape(tokens, heads + 2 * kv_heads, dim)
+    q, k, v = by_head[:, :heads], by_head[:, heads:heads + kv_heads], by_head[:, heads + kv_heads:]
+    qw, kw = normal((dim,), "bf16", seed=31), normal((dim,), "bf16", seed=32)
+    count = tokens // batch
+    pos = np.tile(np.arange(100, 100 + count), batch)
+    shape = (batch, max_seq, kv_heads, dim) if batch > 1 else (max_seq, kv_heads, dim)
+    caches = nan_caches(shape, "bf16")
+    k_out = api.full([tokens, kv_heads, dim], np.nan, dtype=bf16) if batch == 1 else None
+    q_rotated = qk_norm_rope_cache(q, k, v, api.from_numpy(qw), api.from_numpy(kw),
+                                   api.from_numpy(pos.astype(np.int32)), caches, 1e-6, 1e6, k_out=k_out)
+    all_heads = f64(host).reshape(tokens, heads + 2 * kv_heads, dim)
+    close(q_rotated.to_numpy(), rope_reference(rms_reference(all_heads[:, :heads], f64(qw), 1e-6), pos, 1e6,
+                                                "neox"), "bf16")
+    k_expected = rope_reference(rms_reference(all_heads[:, heads:heads + kv_heads], f64(kw), 1e-6), pos, 1e6, "neox")
+    if k_out is not None:
+        close(k_out.to_numpy(), k_expected, "bf16")
+    k_cache, v_cache = by_entry(caches[0]), by_entry(caches[1])
+    rows = slice(100, 100 + count)
+    close(k_cache[:, rows], k_expected.reshape(batch, count, kv_heads, dim), "bf16")
+    np.testing.assert_array_equal(v_cache[:, rows], all_heads[:, heads + kv_heads:].reshape(batch, count, kv_heads,
+                                                                                             dim))
+    assert np.isnan(k_cache[:, :100]).all() and np.isnan(k_cache[:, 100 + count:]).all()
+    assert np.isnan(v_cache[:, :100]).all() and np.isnan(v_cache[:, 100 + count:]).all()
+
+
 @pytest.mark.parametrize("config", [{"block_elems": 256, "max_blocks": 3}, {"block_elems": 2048, "max_blocks": 132}])
 def test_cache_tiles_of_a_few_heads_and_blocks_that_loop(config: dict[str, int]) -> None:
     """5 kv heads of 128 in cache tiles of 2 (a tail), 40 q heads; 3 blocks walk many of
