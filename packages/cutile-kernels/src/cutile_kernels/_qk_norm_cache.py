@@ -5,7 +5,7 @@ fused in: one kernel fewer per attention layer).
 The kernel walks three schedules, each block its share of each: q's output, a mapped
 partition of ``(tokens, heads, head_dim)`` tiles as in `qk_norm_rope` (and k's, when a
 ``k_out`` is given); then the K and V caches, viewed ``(batch, max_seq, heads *
-head_dim)`` and partitioned in tiles of one position and ``BH`` whole heads, walked by
+head_dim)`` and partitioned in tiles of one position and ``BHC`` whole heads, walked by
 one ``tiles_within`` sub-grid the two caches share: the rows ``start .. start + count``
 of every batch entry (``start`` read on the device from ``positions``). A cache tile's
 heads are k's normalized and rotated as for k's output (the same numbers) and v's as
@@ -126,14 +126,15 @@ def qk_norm_rope_cache_kernel(dtype: Any, q_wdtype: Any, k_wdtype: Any, pos_dtyp
 
 
 def _setup(config: dict[str, Any], shape: tuple[int, ...]) -> Any:
-    """A search's runner for one shape (batch, q heads, k heads, head_dim): a decode step
-    of one token per batch entry at one position, bf16, into caches of 4096 positions."""
-    batch, heads_q, heads_k, head_dim = shape
-    qkv = api.randn([batch, heads_q + 2 * heads_k, head_dim], "bf16", seed=1)
+    """A search's runner for one shape (tokens, q heads, k heads, head_dim), bf16: the
+    tokens of one sequence from position 1000 (a batch of as many sequences at one
+    position has the same tiles), q, k and v head slices of a fused QKV output."""
+    tokens, heads_q, heads_k, head_dim = shape
+    qkv = api.randn([tokens, heads_q + 2 * heads_k, head_dim], "bf16", seed=1)
     q, k, v = qkv[:, :heads_q], qkv[:, heads_q:heads_q + heads_k], qkv[:, heads_q + heads_k:]
-    caches = tuple(api.zeros([batch, 4096, heads_k, head_dim], "bf16") for _ in range(2))
-    q_out, weight = api.empty([batch, heads_q, head_dim], "bf16"), api.ones([head_dim], "bf16")
-    positions = api.full([batch], 1000, dtype="i32")
+    caches = tuple(api.zeros([1000 + tokens, heads_k, head_dim], "bf16") for _ in range(2))
+    q_out, weight = api.empty([tokens, heads_q, head_dim], "bf16"), api.ones([head_dim], "bf16")
+    positions = api.arange(1000, 1000 + tokens, dtype="i32")
     return lambda: qk_norm_rope_cache.launch(q, k, v, weight, weight, positions, caches, out=q_out, config=config)
 
 
