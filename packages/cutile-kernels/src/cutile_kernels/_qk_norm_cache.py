@@ -206,8 +206,8 @@ def _plan_qk_norm_rope_cache(q: Any, k: Any, v: Any, q_weight: Any, k_weight: An
     Args:
         q, k, v: ``(tokens, heads, head_dim)`` (any strides: e.g. head slices of a fused
             QKV projection's output) or ``(batch, seq, heads, head_dim)`` (contiguous),
-            one dtype (f16, bf16, f32); k and v of one shape, with fewer heads than q
-            or as many (GQA); head_dim an even power of two. v is written as it is.
+            one dtype (f16, bf16, f32); k and v of one shape (k may have fewer heads
+            than q: GQA); head_dim an even power of two. v is written as it is.
         q_weight, k_weight: the norms' weights, shape ``(head_dim,)``.
         positions: i32 or i64, q's leading shape: each token's position (RoPE's angle
             and its cache row).
