@@ -48,7 +48,13 @@ from cutile_kernels._rows import Plan
 #: token's heads); max_blocks: the launch's blocks at most; occupancy: blocks per SM
 SPACE = tune.Space(block_elems=[128, 256, 512, 1024, 2048, 4096, 8192, 16384], max_blocks=[132, 264, 528, 1056],
                    occupancy=[1, 2, 4])
-DEFAULT = {"block_elems": 1024, "max_blocks": 528, "occupancy": 2}  # qk_norm's default
+#: the configs where the record has no winner: qk_norm's sm_90 winners at Qwen3's shapes
+#: (BENCHMARKS.md, run Q1), whose q and k tiles are this kernel's: a decode step's few
+#: tokens (up to DECODE_TOKENS) small tiles on one block per SM, more tokens 1024-element
+#: tiles at occupancy 4
+DEFAULT = {"block_elems": 1024, "max_blocks": 528, "occupancy": 4}
+DECODE_DEFAULT = {"block_elems": 256, "max_blocks": 528, "occupancy": 1}
+DECODE_TOKENS = 8
 
 
 @functools.lru_cache(maxsize=None)
@@ -138,9 +144,11 @@ def _setup(config: dict[str, Any], shape: tuple[int, ...]) -> Any:
     return lambda: qk_norm_rope_cache.launch(q, k, v, weight, weight, positions, caches, out=q_out, config=config)
 
 
-TUNER = pw.tuner("qk_norm_rope_cache", SPACE, DEFAULT, _setup, inspect.getsource(_normed_heads)
-                 + inspect.getsource(_angles_at) + inspect.getsource(_rotated)
-                 + inspect.getsource(qk_norm_rope_cache_kernel))
+_SOURCE = (inspect.getsource(_normed_heads) + inspect.getsource(_angles_at) + inspect.getsource(_rotated)
+           + inspect.getsource(qk_norm_rope_cache_kernel))
+TUNER = pw.tuner("qk_norm_rope_cache", SPACE, DEFAULT, _setup, _SOURCE)
+#: the same record and cache (one name), with decode's default
+DECODE_TUNER = pw.tuner("qk_norm_rope_cache", SPACE, DECODE_DEFAULT, _setup, _SOURCE)
 
 
 def _as_tokens(tensor: cutile.Tensor) -> cutile.Tensor:
@@ -295,8 +303,9 @@ def _plan_qk_norm_rope_cache(q: Any, k: Any, v: Any, q_weight: Any, k_weight: An
     def finish() -> Any:
         return q_result.result()
 
-    chosen = (pw.config_of(fn, config, SPACE, DEFAULT) if config is not None
-              else TUNER.config((tokens, heads_q, heads_k, head_dim)))
+    tuner = DECODE_TUNER if tokens <= DECODE_TOKENS else TUNER
+    chosen = (pw.config_of(fn, config, SPACE, tuner.default) if config is not None
+              else tuner.config((tokens, heads_q, heads_k, head_dim)))
     q_view, q_target = _as_tokens(qa.tensor), _as_tokens(q_result.tensor)
     targets = [q_target.partition(list(tile_of(chosen, tokens, heads_q, head_dim)))]
     if k_result is not None:
