@@ -178,9 +178,8 @@ class ArchTuner:
 
         name = f"cutile_kernels_{self.short_name}"
         record = record_path(name, self.source, self.space, file=self.short_name, folder=RECORDS)
-        bucket = {} if self.bucket_of is None else {"bucket": self.bucket_of}
         return tune.Tuner(name, self.space, self.setup, source=self.source, record=record, default=self.default,
-                          on_stale="warn", **bucket)
+                          on_stale="warn", bucket=self.bucket_of or tune.shape_bucket)
 
     def config(self, shape: Sequence[int]) -> dict[str, Any]:
         return dict(self.tuner.config(shape))
