@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from cutile_kernels_testkit import DTYPES, TOLERANCE, f64, normal
+from cutile_kernels_testkit import DTYPES, TOLERANCE, f64, normal, rope_reference
 
 import cutile
 from cutile import api
@@ -25,19 +25,6 @@ def rms_reference(x: Any, w: Any, eps: float) -> Any:
     return x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps) * w
 
 
-def rope_reference(x: Any, positions: Any, theta: float, style: str) -> Any:
-    d = x.shape[-1]
-    inv_freq = theta ** (-2.0 * np.arange(d // 2) / d)
-    angle = np.asarray(positions).astype(np.float64)[..., None, None] * inv_freq
-    c, s = np.cos(angle), np.sin(angle)
-    out = np.empty_like(x)
-    if style == "neox":
-        x1, x2 = x[..., : d // 2], x[..., d // 2:]
-        out[..., : d // 2], out[..., d // 2:] = x1 * c - x2 * s, x2 * c + x1 * s
-    else:
-        x1, x2 = x[..., 0::2], x[..., 1::2]
-        out[..., 0::2], out[..., 1::2] = x1 * c - x2 * s, x2 * c + x1 * s
-    return out
 
 
 def close(got: Any, expected: Any, dtype: str) -> None:

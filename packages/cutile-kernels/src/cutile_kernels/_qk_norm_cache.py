@@ -77,8 +77,22 @@ def qk_norm_rope_cache_kernel(dtype: Any, q_wdtype: Any, k_wdtype: Any, pos_dtyp
 
     heads = cutile.function(rotated_heads)
 
-    # The cache loop, the same in both forms: rows start .. start + count of every batch
-    # entry (token b * count + j at row start + j), one position and BHC heads a tile.
+    def write_cache_rows(k_cache: Any, v_cache: Any, k: Any, v: Any, k_weight: Any, positions: Any, count: Any,
+                         eps: Any, inv_d: Any, freq_scale: Any, BHC: int, BW: int, D: int, NEOX: bool) -> None:  # noqa: N803
+        """The cache loop of both forms: rows start .. start + count of every batch entry
+        (token b * count + j at row start + j), one position and BHC heads a tile."""
+        start = positions.load(index=(0,), shape=(1,)).reshape(()).astype(i32)
+        for idx in k_cache.tiles_within((None, (start, count), None), v_cache):
+            b, r, c = idx
+            token = b * count + (r - start)
+            here = positions.load(at=(token,), shape=(1,)).astype(i32)
+            assert here == r, "qk_norm_rope_cache: positions must be start, start + 1, ... in every batch entry"
+            rows = heads(k, k_weight, positions, token, c, eps, inv_d, freq_scale, 1, BHC, D, NEOX)
+            k_cache.store(rows.reshape((1, 1, BW)), idx)
+            v_cache.store(v.load(index=(token, c, 0), shape=(1, BHC, D)).reshape((1, 1, BW)), idx)
+
+    cache_rows = cutile.function(write_cache_rows)
+
     kernel: Any
     if with_k:
         def qk_norm_rope_cache_heads(q_out: Any, k_out: Any, k_cache: Any, v_cache: Any, q: Any, k: Any, v: Any,
@@ -91,15 +105,7 @@ def qk_norm_rope_cache_kernel(dtype: Any, q_wdtype: Any, k_wdtype: Any, pos_dtyp
             for idx in k_out.tiles():
                 t, h, _ = idx
                 k_out.store(heads(k, k_weight, positions, t, h, eps, inv_d, freq_scale, BTK, BHK, D, NEOX), idx)
-            start = positions.load(index=(0,), shape=(1,)).reshape(()).astype(i32)
-            for idx in k_cache.tiles_within((None, (start, count), None), v_cache):
-                b, r, c = idx
-                token = b * count + (r - start)
-                here = positions.load(at=(token,), shape=(1,)).astype(i32)
-                assert here == r, "qk_norm_rope_cache: positions must be start, start + 1, ... in every batch entry"
-                rows = heads(k, k_weight, positions, token, c, eps, inv_d, freq_scale, 1, BHC, D, NEOX)
-                k_cache.store(rows.reshape((1, 1, BW)), idx)
-                v_cache.store(v.load(index=(token, c, 0), shape=(1, BHC, D)).reshape((1, 1, BW)), idx)
+            cache_rows(k_cache, v_cache, k, v, k_weight, positions, count, eps, inv_d, freq_scale, BHC, BW, D, NEOX)
         kernel = qk_norm_rope_cache_heads
     else:
         def qk_norm_rope_cache_q(q_out: Any, k_cache: Any, v_cache: Any, q: Any, k: Any, v: Any, q_weight: Any,
@@ -108,15 +114,7 @@ def qk_norm_rope_cache_kernel(dtype: Any, q_wdtype: Any, k_wdtype: Any, pos_dtyp
             for idx in q_out.tiles():
                 t, h, _ = idx
                 q_out.store(heads(q, q_weight, positions, t, h, eps, inv_d, freq_scale, BTQ, BHQ, D, NEOX), idx)
-            start = positions.load(index=(0,), shape=(1,)).reshape(()).astype(i32)
-            for idx in k_cache.tiles_within((None, (start, count), None), v_cache):
-                b, r, c = idx
-                token = b * count + (r - start)
-                here = positions.load(at=(token,), shape=(1,)).astype(i32)
-                assert here == r, "qk_norm_rope_cache: positions must be start, start + 1, ... in every batch entry"
-                rows = heads(k, k_weight, positions, token, c, eps, inv_d, freq_scale, 1, BHC, D, NEOX)
-                k_cache.store(rows.reshape((1, 1, BW)), idx)
-                v_cache.store(v.load(index=(token, c, 0), shape=(1, BHC, D)).reshape((1, 1, BW)), idx)
+            cache_rows(k_cache, v_cache, k, v, k_weight, positions, count, eps, inv_d, freq_scale, BHC, BW, D, NEOX)
         kernel = qk_norm_rope_cache_q
     annotations: dict[str, Any] = {
         "q_out": Mut[Tensor[dtype, ["BTQ", "BHQ", "D"]]], "k_out": Mut[Tensor[dtype, ["BTK", "BHK", "D"]]],
