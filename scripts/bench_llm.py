@@ -105,7 +105,6 @@ def main(argv: list[str] | None = None) -> int:
     header = (f"{'model':11s} {'batch':>5s} {'context':>7s} {'arm':24s} {'ms/step':>9s} {'tokens/s':>10s} "
               f"{'of roofline':>11s}")
     print(header)
-    prefill_rows: list[str] = []
     for name in models:
         config = PRESETS[name]
         bench = ModelBench(config, args.seed, smoke=args.smoke)
@@ -118,13 +117,11 @@ def main(argv: list[str] | None = None) -> int:
                           f"{100 * floor_ms / ms:10.1f}%")
                 print(f"{name:11s} {batch:5d} {context:7d} {'roofline':24s} {floor_ms:9.3f} "
                       f"{1000 * batch / floor_ms:10.1f} {'':>11s}")
-        if prefill_len:
+        if prefill_len:  # (printed as measured: a run cut short keeps its rows)
             for arm, ms in bench.prefill(prefill_len).items():
-                prefill_rows.append(f"{name:11s} {'prefill ' + str(prefill_len):16s} {arm:24s} {ms:10.2f} ms "
-                                    f"{1000 * prefill_len / ms:10.1f} tokens/s")
+                print(f"{name:11s} {'prefill ' + str(prefill_len):16s} {arm:24s} {ms:10.2f} ms "
+                      f"{1000 * prefill_len / ms:10.1f} tokens/s")
         bench.release()
-    for row in prefill_rows:
-        print(row)
     print(f"results: OK ({'interpreter, wall clock: not figures' if args.smoke else 'GPU, host clock per step'})")
     return 0
 
