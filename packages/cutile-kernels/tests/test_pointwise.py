@@ -77,8 +77,9 @@ def close(result: Any, expected: np.ndarray, dtype: str, scale: float = 1.0) -> 
 # -- rope ---------------------------------------------------------------------------------------
 
 
-#: (q shape, k heads): tokens with a tail, GQA, and a 4-D (batch, seq) layout
-ROPE_SHAPES = [((13, 6, 16), 2), ((2, 7, 4, 32), 4), ((1, 3, 64), 1)]
+#: (q shape, k heads): tokens with a tail, GQA, and a 4-D (batch, seq) layout; the last two
+#: have enough tokens for the table of angles (`_rope.TABLE_TOKENS`)
+ROPE_SHAPES = [((13, 6, 16), 2), ((2, 7, 4, 32), 4), ((1, 3, 64), 1), ((70, 4, 16), 2), ((3, 25, 2, 32), 1)]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -105,6 +106,29 @@ def test_rope_rotates_q_and_k_at_their_positions(dtype: str, style: str, q_shape
         np.testing.assert_array_equal(read(qt), stored(q, dtype))  # inputs untouched
     close(q_out, rope_reference(stored(q, dtype), positions, theta, style), dtype, scale)
     close(k_out, rope_reference(stored(k, dtype), positions, theta, style), dtype, scale)
+
+
+@pytest.mark.parametrize("inplace", [False, True])
+@pytest.mark.parametrize("style", ["neox", "gptj"])
+def test_rope_by_its_table_of_angles_equals_rope_computing_them(style: str, inplace: bool,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call of many tokens makes its cos and sin table first (two launches): the same
+    f32 angles as the one launch computing them, so the same bits."""
+    from cutile_kernels import _rope
+
+    assert 70 >= _rope.TABLE_TOKENS
+    q, k = RNG.standard_normal((70, 4, 16)), RNG.standard_normal((70, 2, 16))
+    pos = api.from_numpy(RNG.integers(0, 4000, 70).astype(np.int32))
+    results = []
+    for table_tokens in (_rope.TABLE_TOKENS, 10**9):
+        monkeypatch.setattr(_rope, "TABLE_TOKENS", table_tokens)
+        qt, kt = tensor(q, "bf16"), tensor(k, "bf16")
+        pending = rope.launch(qt, kt, pos, 1e6, style=style, inplace=inplace)
+        assert (pending.then is not None) == (table_tokens <= 70)  # the table's launch, then the rotation
+        pending.run()
+        results.append([read(t) for t in pending.finish()])
+    for tabled, computed in zip(*results):
+        np.testing.assert_array_equal(tabled, computed)
 
 
 def test_rope_reads_strided_q_and_k_and_returns_new_tensors() -> None:

@@ -11,6 +11,11 @@ q and k are ``(tokens, heads, head_dim)`` (any strides) or ``(batch, seq, heads,
 head_dim)`` (contiguous); positions has their leading shape (``(tokens,)`` or
 ``(batch, seq)``), i32 or i64. k may have fewer heads than q (GQA). One launch rotates
 both: each block takes a few tokens and every head of q and k, sharing its angles.
+A call of at least `TABLE_TOKENS` tokens (a prefill) makes the cos and sin table of its
+tokens first, one launch with one angle per thread, and rotates reading it: computed in
+the rotation's layout, sin and cos are evaluated many times over per thread (about 40 on
+sm_90, some 30 instructions an element), which kept such calls far below the copy
+bandwidth. Both ways compute the same f32 angles, so they give the same results.
 """
 
 # No `from __future__ import annotations`: kernel annotations name the factory's dtypes, which cutile's
@@ -22,13 +27,16 @@ import math
 from typing import Any
 
 import cutile
-from cutile import tune
+from cutile import api, tune
 from cutile.core import Constant, Mut, Tensor, arange, bid, cat, cos, exp, extract, f32, sin
 
 from cutile_kernels import _pointwise as pw
-from cutile_kernels._operands import Operand, as_tensor, output
+from cutile_kernels._operands import Operand, as_tensor, derived, output
 
 STYLES = ("neox", "gptj")
+#: calls of this many tokens or more rotate by a table of their cos and sin (module doc)
+TABLE_TOKENS = 64
+TABLE_TILE_TOKENS = 16  # the table kernel's tokens per block
 SPACE = tune.Space(block_elems=[2048, 4096, 8192, 16384], occupancy=[1, 2, 4])
 DEFAULT = {"block_elems": 8192, "occupancy": 2}
 
@@ -59,6 +67,16 @@ def _angles(positions: Any, freq_scale: Any, BT: int, D: int, NEOX: bool) -> tup
     return cos(angle).reshape(shape), sin(angle).reshape(shape)
 
 
+def _tabled_angles(table: Any, freq_scale: Any, BT: int, D: int, NEOX: bool) -> tuple[Any, Any]:
+    """`_angles` read from a table of ``(tokens, D)``: each token's cos then sin
+    (``freq_scale`` is the table's, unused: `_angles`' parameters)."""
+    HALF = D // 2
+    shape = (BT, 1, 1, HALF) if NEOX else (BT, 1, HALF, 1)
+    cos_t = table.load(index=(bid(0), 0), shape=(BT, HALF)).reshape(shape)
+    sin_t = table.load(index=(bid(0), 1), shape=(BT, HALF)).reshape(shape)
+    return cos_t, sin_t
+
+
 def _store_rotated(out: Any, x: Any, cos_t: Any, sin_t: Any, BT: int, H: int, D: int, NEOX: bool) -> None:
     """``x`` (BT, H, D, f32) rotated and stored into ``out`` as its dtype (q's store
     before k's rotation, as the kernels order them)."""
@@ -66,13 +84,29 @@ def _store_rotated(out: Any, x: Any, cos_t: Any, sin_t: Any, BT: int, H: int, D:
 
 
 @functools.lru_cache(maxsize=None)
-def rope_kernel(dtype: Any, pos_dtype: Any, neox: bool, inplace: bool, occupancy: int) -> Any:
-    """The RoPE kernel for one dtype, positions dtype, style and form."""
+def angle_table_kernel(pos_dtype: Any) -> Any:
+    """The kernel writing each token's cos and sin (``(tokens, head_dim)`` f32: the
+    half-dim angles' cos, then their sin), `_angles`' values."""
+    def rope_angle_table(table: Any, positions: Any, freq_scale: Any, BT: Any, D: Any) -> None:
+        HALF = D // 2
+        pos = positions.load(index=(bid(0),), shape=(BT,)).astype(f32)
+        angle = pos.reshape((BT, 1)) * exp(arange(HALF).astype(f32) * freq_scale).reshape((1, HALF))
+        table.store(cat(cos(angle), sin(angle), 1))
+    rope_angle_table.__annotations__ = {"table": Mut[Tensor[f32, ["BT", "D"]]], "positions": Tensor[pos_dtype, [-1]],
+                                        "freq_scale": f32, "BT": Constant[int], "D": Constant[int], "return": None}
+    return cutile.entry(rope_angle_table)
+
+
+@functools.lru_cache(maxsize=None)
+def rope_kernel(dtype: Any, pos_dtype: Any, neox: bool, inplace: bool, occupancy: int, tabled: bool = False) -> Any:
+    """The RoPE kernel for one dtype, positions dtype, style and form; ``tabled``: its
+    angles read from `angle_table_kernel`'s table (passed for the positions)."""
     hints = {"occupancy": occupancy}
-    store_rotated, angles = cutile.function(_store_rotated), cutile.function(_angles)
+    store_rotated, angles = cutile.function(_store_rotated), cutile.function(_tabled_angles if tabled else _angles)
     # the parameters both forms take after their tensors
-    shared = {"positions": Tensor[pos_dtype, [-1]], "freq_scale": f32, "BT": Constant[int], "HQ": Constant[int],
-              "HK": Constant[int], "D": Constant[int], "NEOX": Constant[bool], "return": None}
+    shared = {"positions": Tensor[f32, [-1, "D"]] if tabled else Tensor[pos_dtype, [-1]], "freq_scale": f32,
+              "BT": Constant[int], "HQ": Constant[int], "HK": Constant[int], "D": Constant[int],
+              "NEOX": Constant[bool], "return": None}
     if inplace:
         def rope_inplace(q: Any, k: Any, positions: Any, freq_scale: Any, BT: Any, HQ: Any, HK: Any, D: Any,
                          NEOX: Any) -> None:
@@ -113,8 +147,9 @@ def _setup(config: dict[str, Any], shape: tuple[int, ...]) -> Any:
     return lambda: rope.launch(q, k, positions, config=config).op
 
 
-TUNER = pw.tuner("rope", SPACE, DEFAULT, _setup, inspect.getsource(_rotated) + inspect.getsource(_angles) + inspect.getsource(_store_rotated)
-                   + inspect.getsource(rope_kernel))
+TUNER = pw.tuner("rope", SPACE, DEFAULT, _setup, inspect.getsource(_rotated) + inspect.getsource(_angles)
+                 + inspect.getsource(_tabled_angles) + inspect.getsource(_store_rotated)
+                 + inspect.getsource(angle_table_kernel) + inspect.getsource(rope_kernel))
 
 
 def _rope_launch(q: Any, k: Any, positions: Any, theta: float = 10000.0, *, style: str = "neox",
@@ -167,19 +202,34 @@ def _rope_launch(q: Any, k: Any, positions: Any, theta: float = 10000.0, *, styl
     p1 = pw.reshaped(pa, (tokens,), fn, "positions")
     chosen = pw.config_of(fn, config, SPACE, DEFAULT) if config is not None else TUNER.config((tokens, heads_q, heads_k, head_dim))
     bt = tokens_per_block(chosen, max(heads_q, heads_k), head_dim, tokens)
-    kernel = rope_kernel(qa.tensor.dtype, pa.tensor.dtype, style == "neox", inplace, int(chosen["occupancy"]))
+    tabled = tokens >= TABLE_TOKENS
+    kernel = rope_kernel(qa.tensor.dtype, pa.tensor.dtype, style == "neox", inplace, int(chosen["occupancy"]), tabled)
     freq_scale = -2.0 * math.log(float(theta)) / head_dim
     tile_q, tile_k = [bt, pw.next_pow2(heads_q), head_dim], [bt, pw.next_pow2(heads_k), head_dim]
     neox = style == "neox"
     if inplace:
-        launch = kernel(q3.partition(tile_q), k3.partition(tile_k), p1, freq_scale, NEOX=neox)
-        return pw.Pending(launch, lambda: (q, k))
-    oq = output(out_q, qa.shape, qa.tensor.dtype, qa, fn, "out_q", {"q": qa.tensor, "k": ka.tensor})
-    ok = output(out_k, ka.shape, ka.tensor.dtype, ka, fn, "out_k", {"q": qa.tensor, "k": ka.tensor, "out_q": oq.tensor})
-    q_out = pw.reshaped(Operand.of(oq.tensor), (tokens, heads_q, head_dim), fn, "out_q")
-    k_out = pw.reshaped(Operand.of(ok.tensor), (tokens, heads_k, head_dim), fn, "out_k")
-    launch = kernel(q_out.partition(tile_q), k_out.partition(tile_k), q3, k3, p1, freq_scale, NEOX=neox)
-    return pw.Pending(launch, lambda: (oq.result(), ok.result()))
+        written, finish = qa.tensor, (lambda: (q, k))
+    else:
+        oq = output(out_q, qa.shape, qa.tensor.dtype, qa, fn, "out_q", {"q": qa.tensor, "k": ka.tensor})
+        ok = output(out_k, ka.shape, ka.tensor.dtype, ka, fn, "out_k",
+                    {"q": qa.tensor, "k": ka.tensor, "out_q": oq.tensor})
+        q3o = pw.reshaped(Operand.of(oq.tensor), (tokens, heads_q, head_dim), fn, "out_q")
+        k3o = pw.reshaped(Operand.of(ok.tensor), (tokens, heads_k, head_dim), fn, "out_k")
+        written, finish = oq.tensor, (lambda: (oq.result(), ok.result()))
+
+    def rotate(angles: Any) -> Any:
+        if inplace:
+            return kernel(q3.partition(tile_q), k3.partition(tile_k), angles, freq_scale, NEOX=neox)
+        return kernel(q3o.partition(tile_q), k3o.partition(tile_k), q3, k3, angles, freq_scale, NEOX=neox)
+
+    if not tabled:
+        return pw.Pending(rotate(p1), finish)
+    # The table per written tensor (made once: a warmed-up call allocates nothing, so it can
+    # be captured in a CUDA graph; that tensor's hold keeps two pending calls from sharing it).
+    table = derived(written, ("rope_table", tokens, head_dim), lambda: api.empty([tokens, head_dim], dtype=f32))
+    first = angle_table_kernel(pa.tensor.dtype)(table[...].partition([TABLE_TILE_TOKENS, head_dim]), p1,
+                                                freq_scale)
+    return pw.Pending(first, finish, then=lambda _: rotate(table))
 
 
 rope = pw.library_function(_rope_launch)
