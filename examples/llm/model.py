@@ -25,7 +25,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,6 +33,9 @@ import cutile
 import cutile_kernels as ck
 from cutile import api
 from cutile.core import Mut, Tensor, bf16, f32, i32, i64, load_tile_like
+
+if TYPE_CHECKING:
+    from cuda_async import Batch
 
 #: the dtype of the weights, activations and KV cache
 DTYPE = bf16
@@ -416,7 +419,7 @@ class Qwen3Model:
         """Runs the prompts (one per cache row, each at least one token) from position
         0, writes their keys and values into ``cache`` and returns the logits of each
         prompt's last token, f32 ``(batch, vocab)``. Each layer is a `cutile.batch`
-        (batches do not nest: not called inside one)."""
+        continuing the one before (batches do not nest: not called inside one)."""
         c, w = self.config, self.weights
         if len(prompts) != cache.batch:
             raise ModelError(f"prefill(): {len(prompts)} prompts for a cache of batch {cache.batch}")
@@ -431,22 +434,32 @@ class Qwen3Model:
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
         positions = _i32(np.concatenate([np.arange(n) for n in lengths]))
         cu_seqlens = api.from_numpy(offsets)
-        hidden = ck.embedding(api.from_numpy(ids.astype(np.int32)), w.embed_tokens)
-        normed = ck.rms_norm(hidden, w.layers[0].input_layernorm, c.rms_norm_eps)
-        for n, (layer, next_norm) in enumerate(zip(w.layers, self._next_norms())):
-            # A layer's launches queued on one stream without a wait each (the host makes
-            # the next while the device runs); its end waits, so that the layer's
-            # intermediates are freed before the next layer makes its own.
-            with cutile.batch(f"qwen3 prefill, layer {n}"):
-                q, k, v = self._qkv(layer, normed, positions, None)
-                for b in range(cache.batch):
-                    start, stop = int(offsets[b]), int(offsets[b + 1])
-                    ck.kv_cache_update((cache.keys[n][b], cache.values[n][b]), (k[start:stop], v[start:stop]), 0)
-                attended = ck.attention(q, k, v, causal=True, cu_seqlens_q=cu_seqlens, cu_seqlens_k=cu_seqlens)
-                hidden, normed = self._finish_layer(layer, attended, hidden, next_norm, None)
+        last_rows = _i32(offsets[1:] - 1)  # the last row of each prompt
+        tokens = api.from_numpy(ids.astype(np.int32))
+        # Each layer is a batch (its launches queued on one stream without a wait each)
+        # that continues the layer before's: the host queues layer n + 1 while the device
+        # runs layer n, then waits for layer n - 1 (whose intermediates are so freed:
+        # at most two layers' are alive).
+        with cutile.batch("qwen3 prefill, embedding", wait=False) as previous:
+            hidden = ck.embedding(tokens, w.embed_tokens)
+            normed = ck.rms_norm(hidden, w.layers[0].input_layernorm, c.rms_norm_eps)
+        try:
+            for n, (layer, next_norm) in enumerate(zip(w.layers, self._next_norms())):
+                with cutile.batch(f"qwen3 prefill, layer {n}", wait=False, after=previous) as active:
+                    q, k, v = self._qkv(layer, normed, positions, None)
+                    for b in range(cache.batch):
+                        start, stop = int(offsets[b]), int(offsets[b + 1])
+                        ck.kv_cache_update((cache.keys[n][b], cache.values[n][b]), (k[start:stop], v[start:stop]), 0)
+                    attended = ck.attention(q, k, v, causal=True, cu_seqlens_q=cu_seqlens, cu_seqlens_k=cu_seqlens)
+                    hidden, normed = self._finish_layer(layer, attended, hidden, next_norm, None)
+                done, previous = previous, active
+                _wait_for(done)
+            with cutile.batch("qwen3 prefill, logits", after=previous):  # (its end waits)
+                logits = self._logits(ck.embedding(last_rows, normed))  # (a gather of the last rows)
+        finally:
+            _wait_for(previous)  # (done, or an error ended the loop: its work is waited for)
         cache.lengths = lengths
-        last = ck.embedding(_i32(offsets[1:] - 1), normed)  # the last row of each prompt (a gather)
-        return self._logits(last)
+        return logits
 
     # -- decode -----------------------------------------------------------------------
 
@@ -494,6 +507,12 @@ class Qwen3Model:
             ck.decode_attention(q, keys.transpose(1, 2), values.transpose(1, 2), seq_lens, out=bufs.attended)
             hidden, normed = self._finish_layer(layer, bufs.attended, hidden, next_norm, bufs)
         return self._logits(normed, out=bufs.logits)
+
+
+def _wait_for(batch: Batch) -> None:
+    """Waits for the work of a batch that ended with ``wait=False`` (and frees its tensors)."""
+    if batch.future is not None:
+        batch.future.result()
 
 
 def _one_token(k: cutile.Tensor, v: cutile.Tensor) -> tuple[cutile.Tensor, cutile.Tensor]:
