@@ -145,7 +145,7 @@ def _run(fake: FakeDriver, args: argparse.Namespace) -> None:
         modes[args.profile](args.steps if args.profile == "decode" else args.prefills)
         profile.disable()
         text = io.StringIO()
-        pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(60)
+        pstats.Stats(profile, stream=text).sort_stats(os.environ.get("PROF_SORT", "tottime")).print_stats(int(os.environ.get("PROF_N", "60")))
         print(text.getvalue())
         return
     counts = {"decode": args.steps, "prefill": args.prefills}

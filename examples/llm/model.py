@@ -322,6 +322,10 @@ class StepBuffers:
     act: cutile.Tensor
     down: cutile.Tensor
     logits: cutile.Tensor
+    #: an eager step's positions and lengths (i32 ``(batch,)``), written on the device from
+    #: the host's lengths: its kernels then find their plans by the same tensors each step
+    positions: cutile.Tensor
+    seq_lens: cutile.Tensor
 
     @classmethod
     def allocate(cls, c: Qwen3Config, batch: int) -> StepBuffers:
@@ -335,7 +339,7 @@ class StepBuffers:
                    empty(batch, c.kv_size), qkv, q, k, v, empty(batch, heads, dim), empty(batch, kv, dim), empty(batch, heads, dim),
                    empty(batch, h), empty(batch, c.intermediate_size), empty(batch, c.intermediate_size),
                    empty(batch, 2 * c.intermediate_size), empty(batch, c.intermediate_size), empty(batch, h),
-                   api.empty((batch, c.vocab_size), f32))
+                   api.empty((batch, c.vocab_size), f32), api.empty((batch,), i32), api.empty((batch,), i32))
 
 
 class Qwen3Model:
@@ -476,10 +480,16 @@ class Qwen3Model:
         ``(batch, vocab)`` (the model's step buffer for the batch: read it before the
         next step). The step is one `cutile.batch` (not called inside one)."""
         self._check_step(ids, cache)
-        positions = _i32(cache.lengths)
-        seq_lens = _i32([n + 1 for n in cache.lengths])
+        bufs = self.step_buffers(cache.batch)
+        tile = [_pow2_at_least(cache.batch)]
+        lengths = _i32(cache.lengths)
+        # (a batch of their own: a kernel may read the positions on the host, as the
+        # interpreter's cache update does to check them, once they are written)
+        with cutile.batch("qwen3 decode positions"):
+            _copy_i32(bufs.positions[...].partition(tile), lengths).sync()
+            _plus_one(bufs.seq_lens[...].partition(tile), bufs.positions).sync()
         with cutile.batch("qwen3 decode step"):  # the step's launches without a wait each
-            logits = self.decode_into(ids, positions, seq_lens, cache, self.step_buffers(cache.batch))
+            logits = self.decode_into(ids, bufs.positions, bufs.seq_lens, cache, bufs)
         cache.lengths = [n + 1 for n in cache.lengths]
         return logits
 
@@ -507,6 +517,11 @@ class Qwen3Model:
             ck.decode_attention(q, keys.transpose(1, 2), values.transpose(1, 2), seq_lens, out=bufs.attended)
             hidden, normed = self._finish_layer(layer, bufs.attended, hidden, next_norm, bufs)
         return self._logits(normed, out=bufs.logits)
+
+
+def _pow2_at_least(n: int) -> int:
+    """The tile of the small i32 kernels over ``n`` sequences."""
+    return 1 << max(0, n - 1).bit_length()
 
 
 def _wait_for(batch: Batch) -> None:
@@ -565,7 +580,7 @@ class DecodeGraph:
         self.ids = api.zeros((batch,), "i64")  # the ids a sampled step embeds (a graph input)
         self.positions = api.zeros((batch,), i32)
         self.seq_lens = _i32(cache.lengths)  # the lengths before the next step
-        self._tile = 1 << max(0, batch - 1).bit_length()
+        self._tile = _pow2_at_least(batch)
         self._device_lengths: list[int] | None = None  # what seq_lens holds, when known
         self._check_room(steps)
         # One eager run loads every kernel and makes every plan's workspaces (a capture can

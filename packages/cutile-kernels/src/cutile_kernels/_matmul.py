@@ -30,7 +30,7 @@ from cutile_kernels import _configs, _gemv, _splitk
 from cutile_kernels._epilogue import Epilogue, check_epilogue
 from cutile_kernels._gemm import Variant, gemm_kernel
 from cutile_kernels._operands import FP8, Operand, as_tensor, check_no_overlap, dtype_named, tensor_of
-from cutile_kernels._operands import derived
+from cutile_kernels._operands import derived, require_live
 
 OUT_DTYPES = (f16, bf16, f32)
 
@@ -74,6 +74,7 @@ class _Plan:
 
 
 _PLAN_LIMIT = 4096  # call signatures kept (then forgotten all at once)
+_LAST_CALLS = 1024  # calls remembered by their objects (`Matmul._call`; then forgotten all at once)
 
 
 @dataclass
@@ -90,6 +91,8 @@ class _Call:
     scales: tuple[cutile.Tensor, cutile.Tensor] | None
     alpha: float
     positional: tuple[Any, ...] | None = None  # the tiled kernel's arguments, made on the first launch
+    # the GEMV path's (kernel, arguments, constants) per launch, made on the first launch
+    gemv_launches: tuple[tuple[Any, tuple[Any, ...], dict[str, int]], ...] | None = None
 
 
 def _scales(scale_a: Any, scale_b: Any) -> tuple[float, tuple[cutile.Tensor, cutile.Tensor] | None]:
@@ -187,7 +190,7 @@ def forget_plans() -> None:
     """Drops every cached plan and the remembered last call (the records changed: the
     next call of each signature asks for its config again)."""
     _SIGNATURES.clear()
-    matmul._last = None
+    matmul._last.clear()
 
 
 def _checked_alpha(alpha: Any) -> float:
@@ -367,14 +370,27 @@ def _launch_call(call: _Call) -> Any:
     plan = call.plan
     assert plan is not None
     if plan.kernel is None:
-        family = _gemv.small_m_matmul if plan.path == "gemv" else _splitk.split_k_matmul
         epilogue = call.epilogue
-        return family(call.a, call.b, call.out, bias=epilogue.bias, activation=epilogue.activation,
-                      residual=epilogue.residual, alpha=call.alpha, config=plan.config)
+        if plan.path == "gemv":
+            # A call's GEMV launches depend on its operands' layouts and addresses and its
+            # epilogue alone (fixed for the call): made once, then only the consumable
+            # operands checked again (as `_gemv.check_operands` does for a known layout).
+            if call.gemv_launches is None:
+                ops, cfg = _gemv._checked("small_m_matmul", call.a, call.b, call.out, epilogue.bias,
+                                          epilogue.activation, epilogue.residual, call.alpha, plan.config)
+                call.gemv_launches = _gemv._launches(ops, cfg)
+            else:
+                require_live(call.b, "small_m_matmul", "b")
+                require_live(call.out, "small_m_matmul", "out")
+            return _gemv.run_launches(call.gemv_launches)
+        return _splitk.split_k_matmul(call.a, call.b, call.out, bias=epilogue.bias, activation=epilogue.activation,
+                                      residual=epilogue.residual, alpha=call.alpha, config=plan.config)
     if call.positional is None:
         arguments, constants = _kernel_arguments(call)
         # Every parameter by position (the tile's BM, BN too): the call the native launch path takes.
         call.positional = (*arguments, plan.tile[-2], plan.tile[-1], constants["BK"], constants["K"])
+    else:  # (the kernel writes a cached partition of out: a consumed out is refused here)
+        require_live(call.out, "matmul", "out")
     return plan.kernel(*call.positional)
 
 
@@ -387,8 +403,9 @@ def _compile_call(call: _Call, arch: str) -> None:
 
 
 class _LastCall:
-    """The last call on cutile tensors with ``out=`` given: its tensor arguments (weakly) and its other
-    arguments, and what they made. A loop that passes the same objects again skips the
+    """The last call on cutile tensors with ``out=`` given of some tensor objects: its
+    tensor arguments (weakly) and its other arguments, and what they made. A loop that
+    passes the same objects again (a model's layers, each with its own weights) skips the
     operands' conversion, the checks and the plan lookup (all decided by those objects,
     whose shapes, strides and memory do not change) and launches the kernel on the very
     arguments of last time; what can change (a consumed tensor, a pending launch holding
@@ -420,14 +437,16 @@ class Matmul:
     call's launch, pending (for `cutile.bench.do_bench`, `cutile.batch`, graphs)."""
 
     def __init__(self) -> None:
-        self._last: _LastCall | None = None
+        # by the ids of the tensor arguments (their objects are compared, weakly, on a hit)
+        self._last: dict[tuple[int, ...], _LastCall] = {}
 
     def _call(self, a: Any, b: Any, out: Any, bias: Any, activation: Any, residual: Any, alpha: Any, scale_a: Any,
               scale_b: Any, out_dtype: Any, accumulate_dtype: Any, allow_tf32: Any, config: Any) -> _Call:
         """The checked call: the last one again when its objects and arguments are."""
         tensors = (a, b, out, bias, residual, scale_a if not isinstance(scale_a, (int, float)) else None,
                    scale_b if not isinstance(scale_b, (int, float)) else None)
-        last = self._last
+        ids = tuple(map(id, tensors))
+        last = self._last.get(ids)
         if out is not None and config is None and last is not None:
             others = (activation, alpha, scale_a if tensors[5] is None else None,
                       scale_b if tensors[6] is None else None, out_dtype, accumulate_dtype, allow_tf32)
@@ -443,9 +462,15 @@ class Matmul:
                 t is None or type(t) is cutile.Tensor for t in tensors):
             others = (activation, alpha, scale_a if tensors[5] is None else None,
                       scale_b if tensors[6] is None else None, out_dtype, accumulate_dtype, allow_tf32)
-            self._last = _remember(tensors, others, call)
+            remembered = _remember(tensors, others, call)
+            if remembered is not None:
+                if len(self._last) >= _LAST_CALLS:
+                    self._last.clear()  # (a program of ever new objects: kept bounded)
+                self._last[ids] = remembered
+            else:
+                self._last.pop(ids, None)
         else:
-            self._last = None
+            self._last.pop(ids, None)
         return call
 
     def __call__(self, a: Any, b: Any, *, out: Any = None, bias: Any = None, activation: str | None = None,
