@@ -259,31 +259,25 @@ def test_repeated_calls_reuse_one_plan() -> None:
     assert len(_matmul._SIGNATURES) == plans + 1
 
 
-def _remembered(a: Any, b: Any, out: Any, bias: Any = None) -> Any:
-    """The call `matmul` remembers for these objects (no residual, no scale tensors)."""
-    return matmul._last.get(tuple(map(id, (a, b, out, bias, None, None, None))))
-
-
 def test_a_call_repeating_the_last_ones_objects_reuses_its_checked_call_and_nothing_stale() -> None:
     rng = np.random.default_rng(41)
     an, bn, bias_n = rand(rng, (40, 30), f32), rand(rng, (30, 20), f32), rand(rng, (20,), f32)
     a, b, bias = api.from_numpy(an), api.from_numpy(bn), api.from_numpy(bias_n)
     out = api.full([40, 20], np.nan)
     matmul(a, b, out=out, bias=bias)
-    remembered = _remembered(a, b, out, bias)
+    remembered = matmul._last
     assert remembered is not None
     matmul(a, b, out=out, bias=bias)
-    assert _remembered(a, b, out, bias) is remembered  # the same objects and arguments: the same checked call
+    assert matmul._last is remembered  # the same objects and arguments: the same checked call
     close(out, reference(an, bn, bias=bias_n), f32)
     matmul(a, b, out=out, bias=bias, alpha=3.0)  # another argument: checked again, and right
-    assert _remembered(a, b, out, bias) is not remembered
+    assert matmul._last is not remembered
     close(out, reference(an, bn, bias=bias_n, alpha=3.0), f32)
     other = api.full([40, 20], np.nan)
     matmul(a, b, out=other, bias=bias, alpha=3.0)  # another out: its own call
     close(other, reference(an, bn, bias=bias_n, alpha=3.0), f32)
-    numpy_out = np.full((40, 20), np.nan, np.float32)
-    matmul(an, bn, out=numpy_out)  # numpy (a foreign kind): imported every call, never remembered
-    assert _remembered(an, bn, numpy_out) is None
+    matmul(an, bn, out=np.full((40, 20), np.nan, np.float32))  # numpy (a foreign kind): imported every call
+    assert matmul._last is None
     matmul(a, b, out=other, bias=bias, alpha=3.0)
     whole = a.partition([8, 8])  # a consumed: the launch still refuses it, naming it
     with pytest.raises(cutile.OwnershipError, match="consumed"):
@@ -292,43 +286,41 @@ def test_a_call_repeating_the_last_ones_objects_reuses_its_checked_call_and_noth
 
 
 @pytest.mark.parametrize("rows", [3, 40], ids=["gemv", "tiled"])
-def test_calls_of_several_layers_each_reuse_their_own_call_and_only_their_own(rows: int) -> None:
-    """A model's layers call with their own weights in turn: each set of objects keeps
-    its checked call (and the GEMV path its launches); another layout, dtype or stride
-    (new objects) is checked afresh, and a bad argument is still refused."""
+def test_a_repeated_call_reuses_its_launch_arguments_and_still_refuses_what_changed(rows: int) -> None:
+    """A call repeating the last one's objects launches on the arguments made the first
+    time (the GEMV path's launches too); a call in another layout, dtype or stride is
+    checked and planned afresh; bad arguments and a consumed out are still refused."""
     rng = np.random.default_rng(43)
-    xn = rand(rng, (rows, 64), bf16)
-    weights_n = [rand(rng, (48, 64), bf16) for _ in range(3)]  # [out, in], passed as .T
-    x = api.from_numpy(xn)
-    weights = [api.from_numpy(w) for w in weights_n]
-    outs = [api.full([rows, 48], np.nan, bf16) for _ in weights]  # poisoned: the first calls write them
-    views = [w.T for w in weights]  # (the model's weight views, made once)
-    for w_t, out in zip(views, outs):
-        matmul(x, w_t, out=out)
-    first = [_remembered(x, w_t, out) for w_t, out in zip(views, outs)]
-    assert all(call is not None for call in first) and len({id(c) for c in first}) == 3
-    for w_t, out, wn in zip(views, outs, weights_n):
-        matmul(x, w_t, out=out)
-        close(out, reference(xn, wn.T), bf16)
-    assert [_remembered(x, w_t, out) for w_t, out in zip(views, outs)] == first  # each layer's own call again
+    xn, wn = rand(rng, (rows, 64), bf16), rand(rng, (48, 64), bf16)  # the weight [out, in], passed as .T
+    x, w = api.from_numpy(xn), api.from_numpy(wn)
+    w_t = w.T
+    out = api.full([rows, 48], np.nan, bf16)  # poisoned: the first call writes it
+    matmul(x, w_t, out=out)
+    remembered = matmul._last
+    assert remembered is not None
     if rows <= 16:
-        assert all(call.call.gemv_launches is not None for call in first)  # made at the first launch, kept
-    # Another stride (a copy of the weight, [in, out] row-major), another dtype: checked afresh.
-    strided = api.from_numpy(np.ascontiguousarray(weights_n[0].T))
-    matmul(x, strided, out=outs[0])
-    close(outs[0], reference(xn, weights_n[0].T), bf16)
-    f32_out = api.full([rows, 48], np.nan, f32)
-    matmul(x, views[0], out=f32_out)
-    assert _remembered(x, views[0], f32_out) is not first[0]
-    close(f32_out, reference(xn, weights_n[0].T), bf16)
-    # Bad arguments after the cached calls are still refused, naming the parameter.
+        assert remembered.call.gemv_launches is not None  # made at the first launch
+    matmul(x, w_t, out=out)
+    assert matmul._last is remembered
+    close(out, reference(xn, wn.T), bf16)
+    strided = api.from_numpy(np.ascontiguousarray(wn.T))  # [in, out] row-major: another stride
+    other = api.full([rows, 48], np.nan, bf16)
+    matmul(x, strided, out=other)
+    assert matmul._last is not remembered and matmul._last is not None
+    assert matmul._last.call is not remembered.call
+    close(other, reference(xn, wn.T), bf16)
+    f32_out = api.full([rows, 48], np.nan, f32)  # another dtype of out
+    matmul(x, w_t, out=f32_out)
+    close(f32_out, reference(xn, wn.T), bf16)
+    matmul(x, w_t, out=out)
     with pytest.raises(cutile.ArgumentError, match="out"):
-        matmul(x, views[0], out=api.full([rows, 47], np.nan, bf16))
+        matmul(x, w_t, out=api.full([rows, 47], np.nan, bf16))
     with pytest.raises(cutile.ArgumentError, match="alpha"):
-        matmul(x, views[1], out=outs[1], alpha=float("inf"))
-    taken = outs[2].partition([1, 16])  # out consumed: the cached call's launch refuses it
+        matmul(x, w_t, out=out, alpha=float("inf"))
+    matmul(x, w_t, out=out)  # remembered again
+    taken = out.partition([1, 16])  # out consumed: the remembered call's launch refuses it
     with pytest.raises(cutile.OwnershipError, match="consumed"):
-        matmul(x, views[2], out=outs[2])
+        matmul(x, w_t, out=out)
     del taken
 
 

@@ -74,7 +74,6 @@ class _Plan:
 
 
 _PLAN_LIMIT = 4096  # call signatures kept (then forgotten all at once)
-_LAST_CALLS = 1024  # calls remembered by their objects (`Matmul._call`; then forgotten all at once)
 
 
 @dataclass
@@ -190,7 +189,7 @@ def forget_plans() -> None:
     """Drops every cached plan and the remembered last call (the records changed: the
     next call of each signature asks for its config again)."""
     _SIGNATURES.clear()
-    matmul._last.clear()
+    matmul._last = None
 
 
 def _checked_alpha(alpha: Any) -> float:
@@ -403,9 +402,8 @@ def _compile_call(call: _Call, arch: str) -> None:
 
 
 class _LastCall:
-    """The last call on cutile tensors with ``out=`` given of some tensor objects: its
-    tensor arguments (weakly) and its other arguments, and what they made. A loop that
-    passes the same objects again (a model's layers, each with its own weights) skips the
+    """The last call on cutile tensors with ``out=`` given: its tensor arguments (weakly) and its other
+    arguments, and what they made. A loop that passes the same objects again skips the
     operands' conversion, the checks and the plan lookup (all decided by those objects,
     whose shapes, strides and memory do not change) and launches the kernel on the very
     arguments of last time; what can change (a consumed tensor, a pending launch holding
@@ -437,16 +435,14 @@ class Matmul:
     call's launch, pending (for `cutile.bench.do_bench`, `cutile.batch`, graphs)."""
 
     def __init__(self) -> None:
-        # by the ids of the tensor arguments (their objects are compared, weakly, on a hit)
-        self._last: dict[tuple[int, ...], _LastCall] = {}
+        self._last: _LastCall | None = None
 
     def _call(self, a: Any, b: Any, out: Any, bias: Any, activation: Any, residual: Any, alpha: Any, scale_a: Any,
               scale_b: Any, out_dtype: Any, accumulate_dtype: Any, allow_tf32: Any, config: Any) -> _Call:
         """The checked call: the last one again when its objects and arguments are."""
         tensors = (a, b, out, bias, residual, scale_a if not isinstance(scale_a, (int, float)) else None,
                    scale_b if not isinstance(scale_b, (int, float)) else None)
-        ids = tuple(map(id, tensors))
-        last = self._last.get(ids)
+        last = self._last
         if out is not None and config is None and last is not None:
             others = (activation, alpha, scale_a if tensors[5] is None else None,
                       scale_b if tensors[6] is None else None, out_dtype, accumulate_dtype, allow_tf32)
@@ -462,15 +458,9 @@ class Matmul:
                 t is None or type(t) is cutile.Tensor for t in tensors):
             others = (activation, alpha, scale_a if tensors[5] is None else None,
                       scale_b if tensors[6] is None else None, out_dtype, accumulate_dtype, allow_tf32)
-            remembered = _remember(tensors, others, call)
-            if remembered is not None:
-                if len(self._last) >= _LAST_CALLS:
-                    self._last.clear()  # (a program of ever new objects: kept bounded)
-                self._last[ids] = remembered
-            else:
-                self._last.pop(ids, None)
+            self._last = _remember(tensors, others, call)
         else:
-            self._last.pop(ids, None)
+            self._last = None
         return call
 
     def __call__(self, a: Any, b: Any, *, out: Any = None, bias: Any = None, activation: str | None = None,
