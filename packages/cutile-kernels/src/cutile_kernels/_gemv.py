@@ -302,11 +302,7 @@ def _launches(ops: Operands, config: Mapping[str, Any]) -> tuple[tuple[Any, tupl
 
 def _run(ops: Operands, config: Mapping[str, Any]) -> Any:
     """The launch (one slice of K) or the op (partial sums, then their reduction)."""
-    return run_launches(_launches(ops, config))
-
-
-def run_launches(launches: tuple[tuple[Any, tuple[Any, ...], dict[str, int]], ...]) -> Any:
-    """The pending launch or op of what `_launches` made."""
+    launches = _launches(ops, config)
     kernel, arguments, constants = launches[0]
     first = kernel(*arguments, **constants)
     if len(launches) == 1:

@@ -381,7 +381,12 @@ def _launch_call(call: _Call) -> Any:
             else:
                 require_live(call.b, "small_m_matmul", "b")
                 require_live(call.out, "small_m_matmul", "out")
-            return _gemv.run_launches(call.gemv_launches)
+            launches = call.gemv_launches  # (run as `_gemv._run` runs them)
+            first = launches[0][0](*launches[0][1], **launches[0][2])
+            if len(launches) == 1:
+                return first
+            reduce, reduce_arguments, _ = launches[1]
+            return first.then(lambda _: reduce(*reduce_arguments))
         return _splitk.split_k_matmul(call.a, call.b, call.out, bias=epilogue.bias, activation=epilogue.activation,
                                       residual=epilogue.residual, alpha=call.alpha, config=plan.config)
     if call.positional is None:
