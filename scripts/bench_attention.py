@@ -7,13 +7,19 @@ against float64 numpy), then timed with `cutile.bench.do_bench` (L2 flushed; cut
 the launch form, ``attention.launch(..., out=)``, on cutile tensors imported once, so the
 device alone is timed). FLOPs are ``4 * batch * heads * seq_q * seq_k * head_dim``, half
 of it causal. ``--search`` times every config of `SPACE` (each checked first) and prints
-the best; ``--config`` times one (JSON). ``--smoke`` runs it all on the CPU interpreter
-with tiny shapes (CI runs it).
+the best; ``--config`` times one (JSON); otherwise each row runs the config the library
+chooses for its shape (the committed record's winner, else the default). ``--record`` first
+searches the configs (``--budget`` seconds per shape) at the benchmark's shapes and at the
+Qwen3 prefill shapes (`LLM_SHAPES`: 2048 causal bf16 tokens, 32 or 16 q heads over 8 kv
+heads) and saves the winners as ``cutile_kernels/records/<arch>/attention.json`` (to commit).
+``--smoke`` runs it all on the CPU interpreter with tiny shapes (CI runs it; a smoke
+record is not saved).
 
 On the GPU machine:
 
     scripts/on_gpu_machine.sh python3 scripts/bench_attention.py
     scripts/on_gpu_machine.sh python3 scripts/bench_attention.py --search --dtypes f16
+    scripts/on_gpu_machine.sh python3 scripts/bench_attention.py --record --budget 30
 """
 
 import argparse
@@ -29,6 +35,8 @@ SHAPE = (4, 32, 4096, 128)
 SMOKE_SHAPE = (1, 2, 70, 64)
 SMOKE_CONFIG = {"block_m": 32, "block_n": 16, "num_worker_warps": 4, "occupancy": 1}
 TOLERANCE = {"f16": 4e-3, "bf16": 2.5e-2}
+#: the Qwen3 prefills of examples/llm (one 2048-token prompt, GQA over 8 kv heads, d 128)
+LLM_SHAPES = [(1, heads, 8, 2048, 2048, 128, 1, 1) for heads in (32, 16)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,12 +49,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--config", default=None, help="a config as JSON (SPACE's keys) instead of the default")
     parser.add_argument("--search", action="store_true", help="time every config of SPACE")
+    parser.add_argument("--record", action="store_true",
+                        help="first search the configs at the benchmark's and the Qwen3 prefill shapes and save the "
+                             "record (packages/cutile-kernels/src/cutile_kernels/records/<arch>/attention.json)")
+    parser.add_argument("--budget", type=float, default=30.0, help="seconds of search per shape with --record")
     args = parser.parse_args(argv)
     choose_backend(args.smoke)
 
     import cutile
     from cutile import bench
-    from cutile_kernels._attention import DEFAULT, SPACE, attention
+    from cutile_kernels._attention import DEFAULT, SPACE, TUNER, _shape_key, attention
 
     if lacks_gpu("bench_attention.py", args.smoke):
         return 2
@@ -59,17 +71,36 @@ def main(argv: list[str] | None = None) -> int:
     batch, heads, seq, head_dim = shape
     kv_heads = args.kv_heads or (1 if args.smoke else heads)
     reps, warmup = (2, 1) if args.smoke else (args.reps, 5)
-    if args.search:
-        configs: list[dict[str, Any]] = [dict(c) for c in SPACE.configs()]
-    elif args.config:
-        configs = [{**DEFAULT, **json.loads(args.config)}]
-    else:
-        configs = [SMOKE_CONFIG if args.smoke else dict(DEFAULT)]
-    print(f"backend {cutile.backend()}; shape {shape}, kv heads {kv_heads}; {len(configs)} config(s)")
+    dtypes = [d for d in args.dtypes.split(",") if d]
+    causals = [c.strip().lower() == "true" for c in args.causal.split(",") if c]
+    from cutile.core import bf16, f16
+    keys = {(dtype, causal): _shape_key(batch, heads, kv_heads, seq, seq, head_dim, causal,
+                                        bf16 if dtype == "bf16" else f16)
+            for dtype in dtypes for causal in causals}
+    recorded: dict[str, dict[str, Any]] = {}  # --record's winners by bucket (what the timed rows run)
+    if args.record:
+        shapes = list(keys.values()) + ([] if args.smoke else LLM_SHAPES)
+        record = TUNER.make_record(shapes, budget=args.budget, **({"warmup": 1, "reps": 1} if args.smoke else {}))
+        if args.smoke:  # a record of interpreter timings is no record to commit
+            print(f"searched {TUNER.name}: {len(record.winners)} buckets (not saved)")
+        else:
+            record.save(TUNER.record_path)
+            recorded = {bucket: dict(winner.config) for bucket, winner in record.winners.items()}
+            print(f"saved {TUNER.record_path}: " + ", ".join(f"{bucket} {winner.config} {winner.median_ms:.4f} ms"
+                                                             for bucket, winner in record.winners.items()))
+    print(f"backend {cutile.backend()}; shape {shape}, kv heads {kv_heads}")
     print(f"{'dtype':5s} {'causal':6s} {'impl':8s} {'ms':>9s} {'TFLOP/s':>8s} {'x sdpa':>7s}  config / check")
     failures = 0
-    for dtype in [d for d in args.dtypes.split(",") if d]:
-        for causal in [c.strip().lower() == "true" for c in args.causal.split(",") if c]:
+    for dtype in dtypes:
+        for causal in causals:
+            if args.search:
+                configs: list[dict[str, Any]] = [dict(c) for c in SPACE.configs()]
+            elif args.config:
+                configs = [{**DEFAULT, **json.loads(args.config)}]
+            else:  # what a call of this shape runs: the record's winner, else the default
+                key = keys[dtype, causal]
+                chosen = recorded.get(TUNER.bucket(key)) or dict(TUNER.config(key))
+                configs = [SMOKE_CONFIG if args.smoke else chosen]
             flops = 4 * batch * heads * seq * seq * head_dim * (0.5 if causal else 1.0)
             case = Case(dtype, causal, batch, heads, kv_heads, seq, head_dim, torch)
             sdpa_ms = None

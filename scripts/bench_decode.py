@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     if lacks_gpu("bench_decode.py", args.smoke):
         return 2
     if args.smoke:
-        shapes = [(2, 4, 2, 100, 64), (1, 4, 1, 300, 64)]
+        shapes = [(2, 4, 2, 100, 64), (1, 4, 1, 1500, 64)]  # one launch, two
         reps, warmup = 2, 1
     else:
         shapes = [(b, Q_HEADS, KV_HEADS, n, HEAD_DIM) for b in BATCHES for n in CONTEXTS]
@@ -88,8 +88,9 @@ def main(argv: list[str] | None = None) -> int:
             decode_attention(q, k, v, lens, out=out)
             lib.check(f"{dtype} batch {batch} context {context}", out, q, k, v, lens)
             config = TUNER.config((batch, q_heads, kv_heads, context, head_dim))
-            split = plan(config, batch, kv_heads, context)
-            label = f"{dtype} b={batch} ctx={context} ({split.splits} splits, tile {split.tile_n})"
+            split = plan(config, (batch, q_heads, kv_heads, context, head_dim))
+            form = f"1 launch, {split.heads_per_block} q/block" if split.one_launch else f"{split.splits} splits"
+            label = f"{dtype} b={batch} ctx={context} ({form}, tile {split.tile_n})"
             moved = 2 * lib.nbytes(k)
             copy_gbs = timed(label, "copy (same bytes)", moved, lib.copy_of(moved))
             cutile_gbs = timed(label, "cutile", moved,

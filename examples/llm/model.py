@@ -3,9 +3,9 @@ over a KV cache, bf16, with no other library in the forward.
 
 Per layer: RMSNorm -> q/k/v projections (one GEMM of the stacked `QKV` weight when the
 weights were made so; q, k and v are then head slices of its output, read in place) ->
-QK-norm and RoPE (neox) in one launch (`qk_norm_rope`) -> GQA attention (prefill: the
-varlen flash kernel over the packed prompts; decode: `decode_attention` over the cache,
-after one `kv_cache_update` launch wrote the new keys and values) -> output
+QK-norm and RoPE (neox), with the new keys and values written into the KV cache, in one
+launch (`qk_norm_rope_cache`) -> GQA attention (prefill: the varlen flash kernel over the
+packed prompts; decode: `decode_attention` over the cache) -> output
 projection -> residual add fused with the next RMSNorm (`add_rms_norm`) -> SiLU-gated
 MLP -> residual. The final norm and the LM head (tied to the embedding or not) give f32
 logits of each sequence's last token.
@@ -260,7 +260,7 @@ def _name_order(name: str) -> tuple[int, str]:
 @dataclass
 class KVCache:
     """Per layer K and V of shape ``(batch, max_seq, kv_heads, head_dim)`` (what
-    `kv_cache_update` writes; `decode_attention` reads its ``transpose(1, 2)`` view), and
+    `qk_norm_rope_cache` writes; `decode_attention` reads its ``transpose(1, 2)`` view), and
     each sequence's length on the host."""
 
     keys: list[cutile.Tensor]
@@ -313,7 +313,6 @@ class StepBuffers:
     qkv_k: cutile.Tensor
     qkv_v: cutile.Tensor
     q: cutile.Tensor
-    k: cutile.Tensor
     attended: cutile.Tensor
     projected: cutile.Tensor
     gate: cutile.Tensor
@@ -332,11 +331,11 @@ class StepBuffers:
         def empty(*shape: int) -> cutile.Tensor:
             return api.empty(shape, DTYPE)
 
-        h, heads, kv, dim = c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim
+        h, heads, dim = c.hidden_size, c.num_attention_heads, c.head_dim
         qkv = empty(batch, c.q_size + 2 * c.kv_size)
         q, k, v = _head_slices(c, qkv)
         return cls((empty(batch, h), empty(batch, h)), empty(batch, h), empty(batch, c.q_size), empty(batch, c.kv_size),
-                   empty(batch, c.kv_size), qkv, q, k, v, empty(batch, heads, dim), empty(batch, kv, dim), empty(batch, heads, dim),
+                   empty(batch, c.kv_size), qkv, q, k, v, empty(batch, heads, dim), empty(batch, heads, dim),
                    empty(batch, h), empty(batch, c.intermediate_size), empty(batch, c.intermediate_size),
                    empty(batch, 2 * c.intermediate_size), empty(batch, c.intermediate_size), empty(batch, h),
                    api.empty((batch, c.vocab_size), f32), api.empty((batch,), i32), api.empty((batch,), i32))
@@ -359,29 +358,35 @@ class Qwen3Model:
 
     # -- shared pieces ----------------------------------------------------------------
 
-    def _qkv(self, layer: LayerWeights, normed: cutile.Tensor, positions: cutile.Tensor,
-             bufs: StepBuffers | None) -> tuple[cutile.Tensor, cutile.Tensor, cutile.Tensor]:
-        """Projections, then QK-norm and RoPE in one launch, of ``tokens`` rows: q
-        ``(tokens, heads, dim)``, k and v ``(tokens, kv_heads, dim)`` (into ``bufs`` when
-        given; v is a head slice of the stacked projection's output when there is one)."""
+    def _projections(self, layer: LayerWeights, normed: cutile.Tensor,
+                     bufs: StepBuffers | None) -> tuple[cutile.Tensor, cutile.Tensor, cutile.Tensor]:
+        """The q, k and v projections of ``tokens`` rows: ``(tokens, heads, dim)``,
+        ``(tokens, kv_heads, dim)`` twice (into ``bufs`` when given; head slices of the
+        stacked projection's output when there is one)."""
         c = self.config
         tokens = int(normed.shape[0])
         if layer.qkv_proj is not None:  # one GEMM; q, k and v are head slices of its output
             if bufs is not None:
                 ck.matmul(normed, layer.qkv_proj.T, out=bufs.qkv)
-                q_raw, k_raw, v = bufs.qkv_q, bufs.qkv_k, bufs.qkv_v
-            else:
-                q_raw, k_raw, v = _head_slices(c, ck.matmul(normed, layer.qkv_proj.T))
-        else:
-            q_raw = ck.matmul(normed, layer.q_proj.T, out=bufs.q_raw if bufs else None).reshape(
-                tokens, c.num_attention_heads, c.head_dim)
-            k_raw = ck.matmul(normed, layer.k_proj.T, out=bufs.k_raw if bufs else None).reshape(
-                tokens, c.num_key_value_heads, c.head_dim)
-            v = ck.matmul(normed, layer.v_proj.T, out=bufs.v if bufs else None).reshape(
-                tokens, c.num_key_value_heads, c.head_dim)
-        q, k = ck.qk_norm_rope(q_raw, k_raw, layer.q_norm, layer.k_norm, positions, c.rms_norm_eps, c.rope_theta,
-                               style="neox", out=(bufs.q, bufs.k) if bufs else None)
-        return q, k, v
+                return bufs.qkv_q, bufs.qkv_k, bufs.qkv_v
+            return _head_slices(c, ck.matmul(normed, layer.qkv_proj.T))
+        q_raw = ck.matmul(normed, layer.q_proj.T, out=bufs.q_raw if bufs else None).reshape(
+            tokens, c.num_attention_heads, c.head_dim)
+        k_raw = ck.matmul(normed, layer.k_proj.T, out=bufs.k_raw if bufs else None).reshape(
+            tokens, c.num_key_value_heads, c.head_dim)
+        v = ck.matmul(normed, layer.v_proj.T, out=bufs.v if bufs else None).reshape(
+            tokens, c.num_key_value_heads, c.head_dim)
+        return q_raw, k_raw, v
+
+    def _rotate_and_cache(self, layer: LayerWeights, raw: tuple[cutile.Tensor, cutile.Tensor, cutile.Tensor],
+                          positions: cutile.Tensor, caches: tuple[cutile.Tensor, cutile.Tensor], q_out: cutile.Tensor,
+                          k_out: cutile.Tensor | None = None) -> None:
+        """QK-norm and RoPE of q and k into ``q_out`` (and ``k_out``), the rotated k and v
+        written into ``caches`` at the positions: one launch."""
+        c = self.config
+        q_raw, k_raw, v = raw
+        ck.qk_norm_rope_cache(q_raw, k_raw, v, layer.q_norm, layer.k_norm, positions, caches, c.rms_norm_eps,
+                              c.rope_theta, style="neox", out=q_out, k_out=k_out)
 
     def _finish_layer(self, layer: LayerWeights, attended: cutile.Tensor, hidden: cutile.Tensor,
                       next_norm: cutile.Tensor, bufs: StepBuffers | None) -> tuple[cutile.Tensor, cutile.Tensor]:
@@ -437,23 +442,31 @@ class Qwen3Model:
                              f"{int(ids.max())}")
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
         positions = _i32(np.concatenate([np.arange(n) for n in lengths]))
+        tokens = int(offsets[-1])
         cu_seqlens = api.from_numpy(offsets)
         last_rows = _i32(offsets[1:] - 1)  # the last row of each prompt
-        tokens = api.from_numpy(ids.astype(np.int32))
+        token_ids = api.from_numpy(ids.astype(np.int32))
         # Each layer is a batch (its launches queued on one stream without a wait each)
         # that continues the layer before's: the host queues layer n + 1 while the device
         # runs layer n, then waits for layer n - 1 (whose intermediates are so freed:
         # at most two layers' are alive).
         with cutile.batch("qwen3 prefill, embedding", wait=False) as previous:
-            hidden = ck.embedding(tokens, w.embed_tokens)
+            hidden = ck.embedding(token_ids, w.embed_tokens)
             normed = ck.rms_norm(hidden, w.layers[0].input_layernorm, c.rms_norm_eps)
         try:
             for n, (layer, next_norm) in enumerate(zip(w.layers, self._next_norms())):
                 with cutile.batch(f"qwen3 prefill, layer {n}", wait=False, after=previous) as active:
-                    q, k, v = self._qkv(layer, normed, positions, None)
-                    for b in range(cache.batch):
-                        start, stop = int(offsets[b]), int(offsets[b + 1])
-                        ck.kv_cache_update((cache.keys[n][b], cache.values[n][b]), (k[start:stop], v[start:stop]), 0)
+                    q_raw, k_raw, v = self._projections(layer, normed, None)
+                    q = api.empty((tokens, c.num_attention_heads, c.head_dim), DTYPE)
+                    k = api.empty((tokens, c.num_key_value_heads, c.head_dim), DTYPE)
+                    keys, values = cache.keys[n], cache.values[n]
+                    if len(set(lengths)) == 1:  # one launch: prompt b's tokens are the b-th block of the packed rows
+                        self._rotate_and_cache(layer, (q_raw, k_raw, v), positions, (keys, values), q, k)
+                    else:  # a launch per prompt, into its own entry of the cache
+                        for b in range(cache.batch):
+                            rows = slice(int(offsets[b]), int(offsets[b + 1]))
+                            self._rotate_and_cache(layer, (q_raw[rows], k_raw[rows], v[rows]), positions[rows],
+                                                   (keys[b], values[b]), q[rows], k[rows])
                     attended = ck.attention(q, k, v, causal=True, cu_seqlens_q=cu_seqlens, cu_seqlens_k=cu_seqlens)
                     hidden, normed = self._finish_layer(layer, attended, hidden, next_norm, None)
                 done, previous = previous, active
@@ -507,14 +520,16 @@ class Qwen3Model:
         ck.embedding(ids, w.embed_tokens, out=hidden)
         ck.rms_norm(hidden, w.layers[0].input_layernorm, c.rms_norm_eps, out=normed)
         for n, (layer, next_norm) in enumerate(zip(w.layers, self._next_norms())):
-            q, k, v = self._qkv(layer, normed, positions, bufs)
+            q_raw, k_raw, v = self._projections(layer, normed, bufs)
             keys, values = cache.keys[n], cache.values[n]
-            if same_position:  # one launch for the batch: every row writes the same position
-                ck.kv_cache_update((keys, values), _one_token(k, v), positions[0:1])
-            else:  # (k[b:b + 1] is sequence b's one new token)
+            if same_position:  # one launch for the batch: every sequence's token at the same position
+                self._rotate_and_cache(layer, (q_raw, k_raw, v), positions, (keys, values), bufs.q)
+            else:  # a launch per sequence (row b is its one new token), into its own entry of the cache
                 for b in range(batch):
-                    ck.kv_cache_update((keys[b], values[b]), (k[b:b + 1], v[b:b + 1]), positions[b:b + 1])
-            ck.decode_attention(q, keys.transpose(1, 2), values.transpose(1, 2), seq_lens, out=bufs.attended)
+                    row = slice(b, b + 1)
+                    self._rotate_and_cache(layer, (q_raw[row], k_raw[row], v[row]), positions[row],
+                                           (keys[b], values[b]), bufs.q[row])
+            ck.decode_attention(bufs.q, keys.transpose(1, 2), values.transpose(1, 2), seq_lens, out=bufs.attended)
             hidden, normed = self._finish_layer(layer, bufs.attended, hidden, next_norm, bufs)
         return self._logits(normed, out=bufs.logits)
 
@@ -528,12 +543,6 @@ def _wait_for(batch: Batch) -> None:
     """Waits for the work of a batch that ended with ``wait=False`` (and frees its tensors)."""
     if batch.future is not None:
         batch.future.result()
-
-
-def _one_token(k: cutile.Tensor, v: cutile.Tensor) -> tuple[cutile.Tensor, cutile.Tensor]:
-    """A decode step's k and v ``(batch, kv_heads, dim)`` as ``(batch, 1, kv_heads,
-    dim)``: one new token per sequence (v may be a strided head slice, so not by reshape)."""
-    return k.broadcast_to(1, *k.shape).permute(1, 0, 2, 3), v.broadcast_to(1, *v.shape).permute(1, 0, 2, 3)
 
 
 # The decode state a graph advances on the device (so a replay needs no upload): each

@@ -41,3 +41,19 @@ def check(result: Any, expected: Any, dtype: str, scale: float = 1.0) -> None:
     assert got.shape == expected.shape
     assert np.isfinite(got).all(), "an element was not written"
     np.testing.assert_allclose(got, expected, rtol=rtol, atol=atol * scale)
+
+
+def rope_reference(x: Any, positions: Any, theta: float, style: str) -> Any:
+    """RoPE in float64 at ``positions`` (x's leading shape; every head alike)."""
+    d = x.shape[-1]
+    inv_freq = theta ** (-2.0 * np.arange(d // 2) / d)
+    angle = np.asarray(positions).astype(np.float64)[..., None, None] * inv_freq  # (..., 1, d/2): every head
+    c, s = np.cos(angle), np.sin(angle)
+    out = np.empty_like(x)
+    if style == "neox":
+        x1, x2 = x[..., : d // 2], x[..., d // 2:]
+        out[..., : d // 2], out[..., d // 2:] = x1 * c - x2 * s, x2 * c + x1 * s
+    else:
+        x1, x2 = x[..., 0::2], x[..., 1::2]
+        out[..., 0::2], out[..., 1::2] = x1 * c - x2 * s, x2 * c + x1 * s
+    return out

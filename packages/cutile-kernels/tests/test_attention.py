@@ -190,6 +190,14 @@ def test_bad_offsets_and_overlap() -> None:
         attention(q, k, k, out=q, cu_seqlens_q=cu, cu_seqlens_k=cu)
 
 
+def test_the_tuners_buckets_keep_causal_and_dtype_apart() -> None:
+    """Rounding extents up to powers of two puts 0 and 1 in one bucket: the flags must
+    stay whole, or a causal winner would serve non-causal calls (and f16 bf16)."""
+    buckets = {TUNER.bucket((1, 32, 8, 2048, 2048, 128, causal, is_bf16)) for causal in (0, 1) for is_bf16 in (0, 1)}
+    assert len(buckets) == 4
+    assert TUNER.bucket((1, 32, 8, 2000, 2000, 128, 1, 1)) == TUNER.bucket((1, 32, 8, 2048, 2048, 128, 1, 1))
+
+
 def test_the_tuner_searches_the_space_and_defaults_to_default() -> None:
     shape = (1, 2, 1, 20, 20, 64, 1, 0)  # batch, heads, kv heads, seq q, seq k, head dim, causal, bf16
     found = TUNER.tune(shape, warmup=1, reps=1, paired_reps=2, budget=20)

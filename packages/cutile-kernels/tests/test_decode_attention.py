@@ -1,6 +1,7 @@
 """decode_attention against a float64 numpy reference on the interpreter (GQA, ragged
-lengths, several split counts, poisoned outputs and caches), its argument errors, its
-kernels compiled for sm_90 and sm_100, and GPU runs at the benchmark's shapes."""
+lengths, several split counts, one launch and two, poisoned outputs and caches), its
+plans, its argument errors, its kernels compiled for sm_90 and sm_100, and GPU runs at
+the benchmark's shapes."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ import cutile
 from cutile import api
 from cutile.core import bf16, f16, f32, i32
 
-from cutile_kernels._decode_attention import decode_attention, decode_kernels, next_pow2, plan
+from cutile_kernels._decode_attention import DEFAULT, Plan, decode_attention, decode_kernels, decode_whole_kernel, \
+    distinct_launches, next_pow2, plan
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 NP_DTYPES = {"f16": np.float16, "bf16": ml_dtypes.bfloat16}
@@ -78,6 +80,32 @@ def test_split_counts_give_the_same_result(config: dict[str, Any]) -> None:
     np.testing.assert_allclose(got, expected, atol=2e-3, rtol=0)
 
 
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("head_blocks", [1, 2, 4])
+def test_one_launch_matches_float64(dtype: str, head_blocks: int) -> None:
+    """One launch (splits 1): a block per 4, 2 or 1 q heads of a kv head walks the whole
+    context (lengths 1, 37, 100 of 100: tails of tiles of 16 and 32) into a poisoned out."""
+    q, k, v, lens = inputs(*SMALL, dtype, LENS, seed=6)
+    out = poisoned(q.shape, dtype)
+    for tile_n in (16, 32):
+        out[:] = np.nan
+        decode_attention(q, k, v, lens, out=out, config={"splits": 1, "tile_n": tile_n, "head_blocks": head_blocks})
+        tolerance = 2e-2 if dtype == "bf16" else 4e-3
+        np.testing.assert_allclose(out.astype(np.float64), reference(q, k, v, lens, 1 / 8), atol=tolerance, rtol=0)
+
+
+def test_one_launch_with_a_group_of_three_a_zero_length_and_tokens_first_caches() -> None:
+    """9 q heads over 3 kv heads (blocks of one q head), head_dim 128, a sequence of length
+    0 (zeros), caches passed as transposed views of (batch, max_seq, kv_heads, head_dim)."""
+    q, k, v, lens = inputs(3, 9, 3, 70, 128, "bf16", [0, 70, 33], seed=7)
+    k_view = np.ascontiguousarray(k.transpose(0, 2, 1, 3)).transpose(0, 2, 1, 3)
+    v_view = np.ascontiguousarray(v.transpose(0, 2, 1, 3)).transpose(0, 2, 1, 3)
+    out = poisoned(q.shape, "bf16")
+    decode_attention(q, k_view, v_view, lens.astype(np.int64), scale=0.2, out=out, config={"splits": 1, "tile_n": 32})
+    assert np.all(out[0].astype(np.float64) == 0)
+    np.testing.assert_allclose(out.astype(np.float64), reference(q, k, v, lens, 0.2), atol=2e-2, rtol=0)
+
+
 def test_scale_and_odd_group_and_i64_lengths() -> None:
     # 6 q heads over 2 kv heads: a group of 3 (padded to the MMA's rows), head_dim 128
     q, k, v, lens = inputs(2, 6, 2, 45, 128, "bf16", [45, 20], seed=2)
@@ -128,6 +156,16 @@ def test_device_lengths_past_the_cache_fail_the_split_kernels_assert() -> None:
                          KV_HEADS=1, GROUP=4, BN=16).sync()
 
 
+def test_device_lengths_past_the_cache_fail_the_one_launch_kernels_assert() -> None:
+    q, k, v, _ = inputs(1, 4, 1, 16, 64, "f16", [16])
+    whole = decode_whole_kernel(f16, i32, 1)
+    for length, message in ((17, "must not exceed"), (-1, "must not be negative")):
+        with pytest.raises(cutile.KernelRuntimeError, match=message):
+            whole(api.empty([1, 4, 64], dtype=f16).partition([1, 4, 64]), api.from_numpy(q, f16),
+                  api.from_numpy(k, f16), api.from_numpy(v, f16), api.from_numpy(np.array([length], np.int32)),
+                  0.18, GROUP=4, GP=8, BN=16).sync()
+
+
 def test_launch_form_on_cutile_tensors() -> None:
     q, k, v, lens = inputs(*SMALL, "bf16", LENS, seed=4)
     out = api.full(list(q.shape), np.nan, dtype=bf16)
@@ -139,17 +177,50 @@ def test_launch_form_on_cutile_tensors() -> None:
 
 
 def test_plan_fills_the_gpu_and_covers_the_context() -> None:
-    one = plan({"tile_n": 64, "splits": 0, "waves": 2}, 1, 8, 32768)
+    one = plan({"tile_n": 64, "splits": 0, "waves": 2}, (1, 32, 8, 32768, 128))
     # 2 waves over 8 kv heads want 33 splits of 512 tiles: 16 tiles each, so 32 splits (256 blocks)
     assert (one.splits, one.tiles_per_split) == (32, 16)
-    many = plan({"tile_n": 64, "splits": 0, "waves": 2}, 64, 8, 1024)
-    assert many.splits == 1
-    short = plan({"tile_n": 64, "splits": 8, "waves": 2}, 1, 1, 100)
+    many = plan({"tile_n": 64, "splits": 0, "waves": 2}, (64, 32, 8, 1024, 128))
+    assert many == Plan(64, 16, 1, 4)  # one split: one launch, a block per kv head
+    short = plan({"tile_n": 64, "splits": 8, "waves": 2}, (1, 1, 1, 100, 64))
     assert (short.splits, short.tiles_per_split) == (2, 1)
     # batch 8 x 8 kv heads at 2 blocks per SM: 5 splits (320 blocks) would run a second round
     # of 264 places a fifth full; 8 (512 blocks) fill two rounds
-    eight = plan({"tile_n": 64, "splits": 0, "waves": 2, "occupancy": 2}, 8, 8, 32768)
+    eight = plan({"tile_n": 64, "splits": 0, "waves": 2, "occupancy": 2}, (8, 32, 8, 32768, 128))
     assert (eight.splits, eight.tiles_per_split) == (8, 64)
+
+
+@pytest.mark.parametrize("batch,max_seq,splits", [(1, 256, 1), (1, 512, 8), (1, 1024, 16), (1, 32768, 32),
+                                                  (8, 256, 1), (8, 1024, 4), (16, 512, 1), (16, 8192, 4),
+                                                  (32, 1024, 1), (64, 32768, 1)])
+def test_the_default_weighs_one_launch_against_two(batch: int, max_seq: int, splits: int) -> None:
+    """splits 0: one launch where a block's walk of the whole context costs less than two
+    launches' smaller walks plus the merge (the cost model's figures in the module)."""
+    chosen = plan(DEFAULT, (batch, 32, 8, max_seq, 128))
+    assert chosen.splits == splits
+    assert chosen.one_launch == (splits == 1)
+    assert chosen.tiles_per_split * chosen.splits * chosen.tile_n >= max_seq  # the context is covered
+
+
+@pytest.mark.parametrize("group,head_blocks,heads", [(4, 1, 4), (4, 2, 2), (4, 4, 1), (4, 8, 1), (3, 1, 1),
+                                                     (6, 1, 2), (6, 2, 2), (6, 4, 1), (1, 2, 1), (16, 4, 4)])
+def test_one_launch_blocks_take_a_power_of_two_of_a_groups_heads(group: int, head_blocks: int, heads: int) -> None:
+    one = plan({**DEFAULT, "splits": 1, "head_blocks": head_blocks}, (2, 2 * group, 2, 300, 64))
+    assert (one.splits, one.heads_per_block) == (1, heads)
+    two = plan({**DEFAULT, "splits": 2, "head_blocks": head_blocks}, (2, 2 * group, 2, 300, 64))
+    assert (two.splits, two.heads_per_block) == (2, group)  # a split block takes the whole group
+
+
+def test_a_search_times_each_distinct_launch_once() -> None:
+    """At batch 1 x context 100 (2 tiles of 64): splits 2 to 64 are one plan, head_blocks
+    matters for one launch only, waves for splits 0 only."""
+    worth = distinct_launches((1, 8, 2, 100, 64))
+    base = {**DEFAULT, "tile_n": 64}
+    assert worth({**base, "splits": 2}) and not worth({**base, "splits": 64})
+    assert worth({**base, "splits": 1}) and worth({**base, "splits": 1, "head_blocks": 2})
+    assert not worth({**base, "splits": 2, "head_blocks": 2})
+    assert not worth({**base, "splits": 2, "waves": 4})
+    assert worth({**base, "splits": 2, "occupancy": 4})
 
 
 BAD: list[tuple[str, dict[str, Any], str, type[Exception]]] = [
@@ -214,6 +285,22 @@ def test_kernels_compile(arch: str, dtype: Any) -> None:
     assert "occupancy = 2" in split.mlir
     if arch == "sm_90":
         assert "num_worker_warps_per_cta = 8" in split.mlir
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "sm_100"])
+@pytest.mark.parametrize("heads", [4, 1])
+def test_one_launch_kernel_compiles(arch: str, heads: int) -> None:
+    """Batch 1 at the benchmark's heads, a 1k cache: a block per kv head or per q head."""
+    batch, q_heads, kv_heads, max_seq, head_dim = 1, 32, 8, 1024, 128
+    whole = decode_whole_kernel(bf16, i32, 1, 4, 4)
+    meta = api.meta
+    compiled = cutile.compile(whole, meta([batch, q_heads, head_dim], dtype=bf16).partition([1, heads, head_dim]),
+                              meta([batch, q_heads, head_dim], dtype=bf16),
+                              meta([batch, kv_heads, max_seq, head_dim], dtype=bf16),
+                              meta([batch, kv_heads, max_seq, head_dim], dtype=bf16), meta([batch], dtype=i32),
+                              0.127, GROUP=q_heads // kv_heads, GP=8, BN=64, arch=arch)
+    assert compiled.cubin
+    assert "occupancy = 1" in compiled.mlir
 
 
 @pytest.mark.gpu
@@ -287,48 +374,3 @@ def test_gpu_device_tensors_out_of_range_fail_the_kernels_assert(case: str) -> N
     done = subprocess.run([sys.executable, "-c", DEVICE_ASSERT.format(case=case)], capture_output=True, text=True,
                           timeout=300)
     assert "CudaError:" in done.stdout, done.stdout + done.stderr
-
-
-def test_a_call_in_known_layouts_takes_its_plan_and_still_checks_the_lengths() -> None:
-    """decode_attention of cutile tensors with out given keeps its plan by the operands'
-    layouts and memory: a call in them again (new values in the same memory, new view
-    objects) takes it and computes right; other caches (another stride) or another scale
-    are planned afresh; lengths past the caches and a consumed out are still refused."""
-    from cutile_kernels import _decode_attention as module
-
-    q_n, k_n, v_n, lens_n = inputs(*SMALL, "bf16", LENS, seed=3)
-    q, k, v, lens = (api.from_numpy(a) for a in (q_n, k_n, v_n, lens_n))
-    out = api.from_numpy(poisoned(q_n.shape, "bf16"))
-    module._PLANS.clear()
-    decode_attention(q, k, v, lens, out=out)
-    np.testing.assert_allclose(out.to_numpy().astype(np.float64), reference(q_n, k_n, v_n, lens_n, 1 / 8),
-                               atol=2e-2, rtol=0)
-    assert len(module._PLANS) == 1
-    kept = next(iter(module._PLANS.values()))
-    new_q, new_k, new_v, _ = inputs(*SMALL, "bf16", [5, 100, 2], seed=4)
-    new_lens = np.array([5, 100, 2], np.int32)
-    for tensor, values in ((q, new_q), (k, new_k), (v, new_v), (lens, new_lens)):
-        tensor.host_view()[...] = values
-    out.host_view()[...] = np.nan
-    view = out[...]
-    assert decode_attention(q[...], k[...], v[...], lens[...], out=view) is view
-    assert len(module._PLANS) == 1 and next(iter(module._PLANS.values())) is kept
-    np.testing.assert_allclose(out.to_numpy().astype(np.float64), reference(new_q, new_k, new_v, new_lens, 1 / 8),
-                               atol=2e-2, rtol=0)
-    # The caches as a transposed view of (batch, max_seq, kv_heads, dim) memory: another stride.
-    k_t = api.from_numpy(np.ascontiguousarray(new_k.transpose(0, 2, 1, 3))).transpose(1, 2)
-    decode_attention(q, k_t, v, lens, out=out, scale=0.5)
-    np.testing.assert_allclose(out.to_numpy().astype(np.float64), reference(new_q, new_k, new_v, new_lens, 0.5),
-                               atol=2e-2, rtol=0)
-    decode_attention(q, k, v, lens, out=out, scale=0.5)  # another scale over the known memory
-    np.testing.assert_allclose(out.to_numpy().astype(np.float64), reference(new_q, new_k, new_v, new_lens, 0.5),
-                               atol=2e-2, rtol=0)
-    assert len(module._PLANS) == 3
-    lens.host_view()[...] = [5, 101, 2]  # past max_seq: refused on the host, as before any plan was kept
-    with pytest.raises(cutile.ArgumentError, match=r"seq_lens' holds 101 at \[1\]"):
-        decode_attention(q, k, v, lens, out=out)
-    lens.host_view()[...] = new_lens
-    taken = out.partition([1, 1, 64])
-    with pytest.raises(cutile.OwnershipError, match="consumed"):
-        decode_attention(q, k, v, lens, out=out)
-    del taken

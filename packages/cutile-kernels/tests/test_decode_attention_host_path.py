@@ -1,6 +1,8 @@
 """decode_attention on the GPU backend's host side, on cuda_core's fake driver (no GPU
 needed): the split kernel's grid is (batch x kv heads, splits) as the plan says, the
-merge's (batch, q heads), and the caller's tensors stay usable after the call; lengths
+merge's (batch, q heads), a plan of one split is one launch of grid (batch, q heads /
+heads per block) whether a config or the default asks for it, and the caller's tensors
+stay usable after the call; lengths
 the host holds (numpy, a list) are checked before any launch, a device tensor's are not. The
 kernels compile with tileiras for the fake sm_90 device; the fake driver records
 launches instead of running them. (The fake's allocations are 1 MiB apart: every tensor
@@ -18,7 +20,8 @@ from cuda_core.testing import FakeDriver
 from cutile import api
 from host_path_testkit import fake_gpu, register_layout
 
-from cutile_kernels._decode_attention import DEFAULT, decode_attention, decode_kernels, next_pow2, plan
+from cutile_kernels._decode_attention import DEFAULT, TUNER, decode_attention, decode_kernels, decode_whole_kernel, \
+    next_pow2, plan
 
 
 @pytest.fixture
@@ -42,8 +45,9 @@ def test_grids_follow_the_plan(fake: FakeDriver, batch: int, max_seq: int, confi
     v = api.empty([batch, kv_heads, max_seq, head_dim], dtype="bf16")
     lens = api.empty([batch], dtype="i32")
     out = api.empty([batch, q_heads, head_dim], dtype="bf16")
-    split = plan({**config}, batch, kv_heads, max_seq)
-    full = {"occupancy": 2, "num_worker_warps": 4, "latency": 0, **config}
+    full = {**DEFAULT, **config}
+    split = plan(full, (batch, q_heads, kv_heads, max_seq, head_dim))
+    assert not split.one_launch
     split_kernel, merge_kernel = decode_kernels(q.dtype, lens.dtype, 2, 4, 0)
     acc = api.empty([batch * kv_heads, split.splits, 8 * head_dim], dtype="f32")
     stats = [api.empty([batch * kv_heads, split.splits, 8], dtype="f32") for _ in range(2)]
@@ -63,10 +67,11 @@ def test_grids_follow_the_plan(fake: FakeDriver, batch: int, max_seq: int, confi
     decode_attention.launch(q, k, v, lens, out=out, config=full).cancel()
 
 
-def test_the_op_once_taken_cannot_be_cancelled(fake: FakeDriver) -> None:
+def test_the_two_launches_op_once_taken_cannot_be_cancelled(fake: FakeDriver) -> None:
     q, out = api.empty([1, 4, 64], dtype="f16"), api.empty([1, 4, 64], dtype="f16")
     k, v = api.empty([1, 1, 64, 64], dtype="f16"), api.empty([1, 1, 64, 64], dtype="f16")
-    pending = decode_attention.launch(q, k, v, api.empty([1], dtype="i32"), out=out)
+    pending = decode_attention.launch(q, k, v, api.empty([1], dtype="i32"), out=out,
+                                      config={"splits": 2, "tile_n": 32})
     assert pending.op is pending.op
     with pytest.raises(cutile.OwnershipError, match="cannot be cancelled"):
         pending.cancel()
@@ -77,7 +82,14 @@ def register_kernels(fake: FakeDriver, q: Any, k: Any, v: Any, lens: Any, config
     """Gives the fake both kernels' layouts for these operands under ``config`` (a full one)."""
     batch, q_heads, head_dim = q.shape
     kv_heads, max_seq = k.shape[1], k.shape[2]
-    split = plan(config, batch, kv_heads, max_seq)
+    split = plan(config, (batch, q_heads, kv_heads, max_seq, head_dim))
+    if split.one_launch:
+        whole = decode_whole_kernel(q.dtype, lens.dtype, config["occupancy"], config["num_worker_warps"],
+                                    config["latency"])
+        heads = split.heads_per_block
+        register(fake, whole(api.empty(list(q.shape), dtype=q.dtype).partition([1, heads, head_dim]), q, k, v, lens,
+                             0.1, GROUP=q_heads // kv_heads, GP=max(8, heads), BN=split.tile_n))
+        return
     split_kernel, merge_kernel = decode_kernels(q.dtype, lens.dtype, config["occupancy"], config["num_worker_warps"],
                                                 config["latency"])
     acc = api.empty([batch * kv_heads, split.splits, 8 * head_dim], dtype="f32")
@@ -104,6 +116,45 @@ def test_host_lengths_are_checked_and_uploaded_device_lengths_left_to_the_kernel
             decode_attention(q, k, v, host_lens, out=out, config=config)
     assert len(fake.launches) == before  # refused before any launch
     decode_attention(q, k, v, [3, 64], out=out, config=config)
-    assert len(fake.launches) == before + 2
+    assert len(fake.launches) == before + 1  # one split: one launch
     decode_attention(q, k, v, device_lens, out=out, config=config)  # not read on the host
-    assert len(fake.launches) == before + 4
+    assert len(fake.launches) == before + 2
+
+
+@pytest.mark.parametrize("head_blocks,heads", [(1, 4), (2, 2), (4, 1)])
+def test_one_split_is_one_launch_over_the_outputs_head_blocks(fake: FakeDriver, head_blocks: int,
+                                                                heads: int) -> None:
+    batch, q_heads, kv_heads, max_seq, head_dim = 3, 8, 2, 200, 64
+    q, out = api.empty([batch, q_heads, head_dim], dtype="f16"), api.empty([batch, q_heads, head_dim], dtype="f16")
+    k = api.empty([batch, kv_heads, max_seq, head_dim], dtype="f16")
+    v = api.empty([batch, kv_heads, max_seq, head_dim], dtype="f16")
+    lens = api.empty([batch], dtype="i32")
+    config = {**DEFAULT, "splits": 1, "head_blocks": head_blocks}
+    register_kernels(fake, q, k, v, lens, config)
+    before = len(fake.launches)
+    assert decode_attention(q, k, v, lens, out=out, config=config) is out
+    assert len(fake.launches) == before + 1
+    assert fake.launches[-1]["grid"] == (batch, q_heads // heads, 1)
+
+
+@pytest.mark.parametrize("batch,max_seq,launches", [(2, 256, 1), (3, 256, 1), (1, 2048, 2)])
+def test_the_tuners_config_reaches_the_one_launch_path(fake: FakeDriver, monkeypatch: pytest.MonkeyPatch,
+                                                       batch: int, max_seq: int, launches: int) -> None:
+    """No config given: the tuner's (here its default: no record for the fake's arch is
+    read) decides, and a plan of one split runs as one launch."""
+    monkeypatch.setattr(TUNER.tuner, "_winners", {})  # no record nor cached winner
+    monkeypatch.setattr(TUNER.tuner, "_chosen", {})
+    q_heads, kv_heads, head_dim = 8, 2, 64
+    q, out = api.empty([batch, q_heads, head_dim], dtype="bf16"), api.empty([batch, q_heads, head_dim], dtype="bf16")
+    k = api.empty([batch, kv_heads, max_seq, head_dim], dtype="bf16")
+    v = api.empty([batch, kv_heads, max_seq, head_dim], dtype="bf16")
+    lens = api.empty([batch], dtype="i32")
+    assert TUNER.config((batch, q_heads, kv_heads, max_seq, head_dim)) == DEFAULT
+    register_kernels(fake, q, k, v, lens, DEFAULT)
+    before = len(fake.launches)
+    decode_attention(q, k, v, lens, out=out)
+    assert len(fake.launches) == before + launches
+    if launches == 1:
+        assert fake.launches[-1]["grid"] == (batch, kv_heads, 1)  # a block per kv head and its 4 q heads
+    else:
+        assert fake.launches[-2]["grid"] == (batch * kv_heads, 32, 1)  # 32 splits of 64 positions

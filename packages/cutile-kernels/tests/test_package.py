@@ -21,7 +21,8 @@ def test_distribution_declares_exactly_its_layers() -> None:
 def test_public_names_are_documented() -> None:
     assert set(cutile_kernels.__all__) == {
         "GEMM_SPACE", "Matmul", "matmul", "add_rms_norm", "default_config", "layer_norm", "layer_norm_backward",
-        "log_softmax", "qk_norm", "qk_norm_rope", "rms_norm", "softmax", "attention", "decode_attention", *POINTWISE}
+        "log_softmax", "qk_norm", "qk_norm_rope", "qk_norm_rope_cache", "rms_norm", "softmax", "attention",
+        "decode_attention", *POINTWISE}
     for name in cutile_kernels.__all__:
         assert getattr(cutile_kernels, name).__doc__
     assert cutile_kernels.matmul.launch.__doc__

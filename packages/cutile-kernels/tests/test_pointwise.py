@@ -32,6 +32,7 @@ from cutile_kernels import (
     silu_mul,
     sub,
 )
+from cutile_kernels_testkit import rope_reference
 
 RNG = np.random.default_rng(16)
 DTYPES = ["f32", "f16", "bf16"]
@@ -74,19 +75,6 @@ def close(result: Any, expected: np.ndarray, dtype: str, scale: float = 1.0) -> 
 
 
 # -- rope ---------------------------------------------------------------------------------------
-def rope_reference(x: np.ndarray, positions: np.ndarray, theta: float, style: str) -> np.ndarray:
-    d = x.shape[-1]
-    inv_freq = theta ** (-2.0 * np.arange(d // 2) / d)
-    angle = positions.astype(np.float64)[..., None, None] * inv_freq  # (..., 1, d/2): every head
-    c, s = np.cos(angle), np.sin(angle)
-    out = np.empty_like(x)
-    if style == "neox":
-        x1, x2 = x[..., : d // 2], x[..., d // 2:]
-        out[..., : d // 2], out[..., d // 2:] = x1 * c - x2 * s, x2 * c + x1 * s
-    else:
-        x1, x2 = x[..., 0::2], x[..., 1::2]
-        out[..., 0::2], out[..., 1::2] = x1 * c - x2 * s, x2 * c + x1 * s
-    return out
 
 
 #: (q shape, k heads): tokens with a tail, GQA, and a 4-D (batch, seq) layout

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from cutile_kernels_testkit import DTYPES, TOLERANCE, check, f64, normal, poisoned
+from cutile_kernels_testkit import DTYPES, TOLERANCE, check, f64, normal, poisoned, rope_reference
 
 import cutile
 from cutile import api
@@ -22,19 +22,6 @@ def rms_reference(x: Any, w: Any, eps: float) -> Any:
     return x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps) * w
 
 
-def rope_reference(x: Any, positions: Any, theta: float, style: str) -> Any:
-    d = x.shape[-1]
-    inv_freq = theta ** (-2.0 * np.arange(d // 2) / d)
-    angle = positions.astype(np.float64)[..., None, None] * inv_freq
-    c, s = np.cos(angle), np.sin(angle)
-    out = np.empty_like(x)
-    if style == "neox":
-        x1, x2 = x[..., : d // 2], x[..., d // 2:]
-        out[..., : d // 2], out[..., d // 2:] = x1 * c - x2 * s, x2 * c + x1 * s
-    else:
-        x1, x2 = x[..., 0::2], x[..., 1::2]
-        out[..., 0::2], out[..., 1::2] = x1 * c - x2 * s, x2 * c + x1 * s
-    return out
 
 
 def close_rotated(result: Any, expected: Any, dtype: str) -> None:

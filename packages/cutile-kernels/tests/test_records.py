@@ -168,7 +168,8 @@ def test_cutile_tune_searches_a_bucket_on_first_use_and_caches_the_winner(record
 
 def _committed_provenance(stem: str) -> Any:
     """The provenance the library computes now for the committed record ``stem``.json."""
-    from cutile_kernels import _decode_attention, _gemv, _norms, _qk_norm, _softmax
+    from cutile_kernels import (_activations, _argmax, _attention, _decode_attention, _embedding, _gemv, _kv_cache,
+                                _norms, _qk_norm, _rope, _softmax, _top_k)
 
     makers: dict[str, Any] = {
         "gemv": lambda: _gemv.tuner().provenance,
@@ -178,6 +179,15 @@ def _committed_provenance(stem: str) -> Any:
         "rms_norm": lambda: _norms.tuning("rms_norm").tuner.provenance,
         "add_rms_norm": lambda: _norms.tuning("add_rms_norm").tuner.provenance,
         "decode_attention": lambda: _decode_attention.TUNER.tuner.provenance,
+        "attention": lambda: _attention.TUNER.tuner.provenance,
+        "layer_norm": lambda: _norms.tuning("layer_norm").tuner.provenance,
+        "layer_norm_backward": lambda: _norms.tuning("layer_norm_backward").tuner.provenance,
+        "pointwise": lambda: _activations.TUNER.tuner.provenance,
+        "argmax": lambda: _argmax.TUNER.tuner.provenance,
+        "embedding": lambda: _embedding.TUNER.tuner.provenance,
+        "kv_cache_update": lambda: _kv_cache.TUNER.tuner.provenance,
+        "rope": lambda: _rope.TUNER.tuner.provenance,
+        "top_k": lambda: _top_k.TUNER.tuner.provenance,
         "matmul_f16": lambda: _configs.tuner(f16).provenance,
         "matmul_bf16": lambda: _configs.tuner(bf16).provenance,
         "matmul_f8e4m3fn": lambda: _configs.tuner(f8e4m3fn).provenance,

@@ -13,7 +13,8 @@ tile shapes and hints from `cutile.tune` records (else defaults).
   kernels, the rest to a persistent grouped GEMM.
 - `GEMM_SPACE`: the tiled GEMM's tuning space (the keys a ``config=`` may set).
 - Row kernels: `softmax`, `log_softmax`, `rms_norm`, `add_rms_norm`, `qk_norm` (q and
-  k in one launch), `qk_norm_rope` (the same with RoPE fused), `layer_norm`,
+  k in one launch), `qk_norm_rope` (the same with RoPE fused), `qk_norm_rope_cache`
+  (the same, writing the rotated keys and the values into a KV cache too), `layer_norm`,
   `layer_norm_backward` (``f.launch(..., out=)`` gives the pending launch);
   `default_config` is their config without a record.
 - Transformer pointwise, gather and cache functions, each with a ``.launch(...)`` form
@@ -25,8 +26,8 @@ tile shapes and hints from `cutile.tune` records (else defaults).
   cu_seqlens_k=None)`: flash attention forward (SDPA's layout, or packed variable
   lengths through offsets), GQA, f16/bf16, head_dim 64/128; ``attention.launch(..., out=)``.
 - `decode_attention(q, k_cache, v_cache, seq_lens, *, scale=None, out=None)`: one new
-  token per sequence against its KV cache, GQA, split over the context with a
-  log-sum-exp merge; ``decode_attention.launch(..., out=)`` gives the pending op.
+  token per sequence against its KV cache, GQA, in one launch or split over the context
+  with a log-sum-exp merge; ``decode_attention.launch(..., out=)`` gives the pending op.
 """
 
 from cutile_kernels._configs import SPACE as GEMM_SPACE
@@ -38,10 +39,11 @@ __all__ = ["GEMM_SPACE", "Matmul", "matmul"]
 from cutile_kernels._rows import default_config  # noqa: E402
 from cutile_kernels._norms import add_rms_norm, layer_norm, layer_norm_backward, rms_norm  # noqa: E402
 from cutile_kernels._qk_norm import qk_norm, qk_norm_rope  # noqa: E402
+from cutile_kernels._qk_norm_cache import qk_norm_rope_cache  # noqa: E402
 from cutile_kernels._softmax import log_softmax, softmax  # noqa: E402
 
 __all__ += ["add_rms_norm", "default_config", "layer_norm", "layer_norm_backward", "log_softmax", "qk_norm",
-            "qk_norm_rope", "rms_norm", "softmax"]
+            "qk_norm_rope", "qk_norm_rope_cache", "rms_norm", "softmax"]
 
 # Transformer pointwise, gather and cache functions (shared handling in _pointwise.py).
 from cutile_kernels._activations import add, div, gelu, gelu_mul, mul, relu, sigmoid, silu, silu_mul, sub  # noqa: E402

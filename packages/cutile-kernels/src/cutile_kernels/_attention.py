@@ -44,7 +44,7 @@ import functools
 import importlib
 import inspect
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +57,7 @@ from cutile.core import (
     mma, sum, where, zeros,
 )
 
+from cutile_kernels import _pointwise as pw
 from cutile_kernels._pointwise import Pending
 
 LOG2E = 1.4426950408889634
@@ -292,11 +293,19 @@ def _shape_key(batch: int, heads: int, kv_heads: int, seq_q: int, seq_k: int, he
     return (batch, heads, kv_heads, seq_q, seq_k, head_dim, int(causal), int(dtype == bf16))
 
 
-#: the configs per shape: the disk cache's winner (``CUTILE_CACHE_DIR/tune``), else a search
-#: on first use with ``CUTILE_TUNE=1``, else `DEFAULT` (varlen calls take the dense shape
+#: the configs per shape: the committed record's winner for the shape's bucket
+#: (``records/<arch>/attention.json``, made by ``scripts/bench_attention.py --record``), else
+#: the disk cache's winner (``CUTILE_CACHE_DIR/tune``), else a search on first use with
+#: ``CUTILE_TUNE=1``, else `DEFAULT` (varlen calls take the dense shape
 #: ``(1, heads, kv_heads, total_q, total_k, ...)``'s)
-TUNER = tune.Tuner("cutile_kernels_attention", SPACE, _tuning_setup, default=DEFAULT, on_stale="warn",
-                   source="\n".join(inspect.getsource(f.__wrapped__) for f in (dense_kernel, varlen_kernel)))
+def _bucket(shape: Sequence[int]) -> str:
+    """A shape key's bucket: the extents rounded up to powers of two, the causal and dtype
+    flags kept (rounding would put 0 and 1 in one bucket)."""
+    return f"{tune.shape_bucket(shape[:6])}x{'causal' if shape[6] else 'full'}x{'bf16' if shape[7] else 'f16'}"
+
+
+TUNER = pw.tuner("attention", SPACE, DEFAULT, _tuning_setup,
+                 "\n".join(inspect.getsource(f.__wrapped__) for f in (dense_kernel, varlen_kernel)), bucket=_bucket)
 
 
 def _config(config: Mapping[str, Any] | None, shape: tuple[int, ...]) -> dict[str, int]:

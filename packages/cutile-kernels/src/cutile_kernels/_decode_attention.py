@@ -11,28 +11,41 @@ cache (`kv_cache_update`'s layout) is passed as its transposed view
 (``k.transpose(1, 2)`` in torch, no copy); each tile then reads ``head_dim`` contiguous
 elements per position.
 
-Two safe kernels, the second the first's continuation (``then``), so
-``decode_attention.launch(...)`` is one op to time:
+One launch or two, of safe kernels (``decode_attention.launch(...)`` is one op to time
+either way):
 
-- split: one block per (batch, kv head, split of the context). It loads the q heads of
-  its kv head together (so each K/V byte is read once), walks its split's tiles of
-  ``tile_n`` positions up to the sequence's length with an online softmax (exp2, the
-  scale folded in), and writes its partial result to an f32 workspace: the running
-  maximum, the sum of exponentials and the weighted sum of V, per q head. Its products
-  are transposed (``K qᵀ`` and ``Vᵀ pᵀ``): the positions and head_dim take the tensor
-  cores' M side, which tileiras uses only from 64 rows, and the group's q heads (padded to
-  8) the N side.
-- merge: one block per (batch, q head) combines the splits by log-sum-exp into ``out``.
+- one launch (``decode_whole``, a plan of one split): one block per (batch, kv head, part
+  of its q heads) walks the whole context and writes the normalized result into ``out``
+  (no workspace). A block takes ``heads_per_block`` q heads: the kv head's whole group by
+  default (each K/V byte read once), fewer with ``head_blocks`` (more blocks for a small
+  batch, each reading the kv head's context: its other blocks' reads of the same lines
+  meet in L2).
+- two launches, the second the first's continuation (``then``). Split: one block per
+  (batch, kv head, split of the context). It loads the q heads of its kv head together
+  (so each K/V byte is read once), walks its split's tiles up to the sequence's length
+  and writes its partial result to an f32 workspace: the running maximum, the sum of
+  exponentials and the weighted sum of V, per q head. Merge: one block per (batch, q
+  head) combines the splits by log-sum-exp into ``out``.
 
-The split count fills the GPU: with ``splits`` 0 (the default) it is, from the fewest that
-give ``waves`` blocks per SM over (batch, kv heads) up to twice that, the one whose blocks
-fill their last round of resident blocks best, at most one per tile and `AUTO_MAX_SPLITS`;
-the configs come from `SPACE` through a `cutile.tune` record, else `DEFAULT`. A length
+Both walk tiles of ``tile_n`` positions with an online softmax (exp2, the scale folded
+in). Their products are transposed (``K qᵀ`` and ``Vᵀ pᵀ``): the positions and head_dim
+take the tensor cores' M side, which tileiras uses only from 64 rows, and the block's q
+heads (padded to 8) the N side.
+
+With ``splits`` 0 (the default) the split count fills the GPU: from the fewest that give
+``waves`` blocks per SM over (batch, kv heads) up to twice that, the one whose blocks fill
+their last round of resident blocks best, at most one per tile and `AUTO_MAX_SPLITS`;
+then one launch replaces the two where a cost model (`_one_launch_wins`: rounds of
+resident blocks, each one block's walk, against the HBM bandwidth and the second launch's
+cost) expects it to be faster: always where the count is 1 (from batch 33 with 8 kv
+heads), at short contexts otherwise. The plan depends on the shapes and the config only,
+never on the lengths' values (a CUDA graph replays with new ones). The configs come from
+`SPACE` through a `cutile.tune` record, else `DEFAULT`. A length
 of 0 gives zeros. Lengths the host holds (a list, a numpy array, a tensor in host memory:
 the interpreter's) are checked on the host: one past ``max_seq`` or negative is an
 `ArgumentError` naming ``seq_lens``. Lengths in device memory are read only by the
 kernel (the host reading them would wait for the device, and a CUDA graph replays with
-new ones): there a bad length fails the split kernel's assert, which on the GPU stops
+new ones): there a bad length fails the kernels' assert, which on the GPU stops
 the kernel, prints the assert's message on the device's output and makes the next
 synchronizing call raise a `cutile.CudaError` (the kernel faulted), after which the CUDA
 context is unusable (the process must restart), as after torch's device-side asserts.
@@ -46,32 +59,81 @@ import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol, cast
+from typing import Any, Protocol, cast
 
 import numpy as np
 
 import cutile
 from cutile import api, tune
 import cutile.core as ct
-from cutile.core import Constant, Mut, Tensor, arange, bid, cdiv, exp2, f32, full, i32, maximum, minimum, mma, where, \
-    zeros
+from cutile.core import Constant, Mut, Tensor, arange, bid, cdiv, exp2, extract, f32, full, i32, maximum, minimum, \
+    mma, where, zeros
 
 from cutile_kernels._operands import as_tensor, derived, host_values, integer_values
 from cutile_kernels._pointwise import Pending, config_of
 from cutile_kernels._records import record_path
 
-#: splits 0: chosen from the batch and context (see the module doc); waves: blocks per SM wanted
-#: (read with splits 0 only: `_worth_timing`); latency: the K and V loads' hint (0: none);
-#: tile_n below 64 leaves the tensor cores unused
-SPACE = tune.Space(tile_n=[64, 128], splits=[0, 1, 2, 4, 8, 16, 32, 64], waves=[2, 4],
-                   occupancy=[1, 2, 4], num_worker_warps=[4, 8], latency=[0, 4])
-DEFAULT = {"tile_n": 64, "splits": 0, "waves": 2, "occupancy": 2, "num_worker_warps": 4, "latency": 0}
+#: splits 0: chosen from the batch and context, one launch or two (see the module doc); 1: one
+#: launch; more: two. waves: blocks per SM wanted (read with splits 0 only); head_blocks: in one
+#: launch, at least this many blocks share a kv head, each with a part of its q heads (read by one
+#: launch only); latency: the K and V loads' hint (0: none); tile_n below 64 leaves the tensor cores
+#: unused. The order is the search's (the last varies fastest): a search cut short by its budget
+#: has tried the launch forms first, the hints last.
+SPACE = tune.Space(num_worker_warps=[4, 8], latency=[0, 4], tile_n=[64, 128], occupancy=[2, 4, 1], waves=[2, 4],
+                   head_blocks=[1, 2, 4], splits=[0, 1, 2, 4, 8, 16, 32, 64])
+DEFAULT = {"num_worker_warps": 4, "latency": 0, "tile_n": 64, "occupancy": 2, "waves": 2, "head_blocks": 1,
+           "splits": 0}
 SMS = 132  # the H200's SM count: the grid the automatic split count fills
 AUTO_MAX_SPLITS = 64
 MAX_SPLITS = 128  # the merge holds a head's splits in one tile
+# What splits 0 weighs one launch against two by (H200 estimates; a record's winner, timed, decides
+# at its shapes): the second launch, the gap before it and the merge cost SECOND_LAUNCH_US (2.6 us
+# of merge and ~2 us of gap in the Qwen3-4B decode step); a block walks its positions of K and V
+# at BLOCK_GBS (a 64-position tile of d 128 in 1.4 us: a split kernel of one tile per block takes
+# 5.4 us where a small kernel takes ~2.5, and later tiles' loads overlap some of the math) and all
+# blocks together at most at HBM_GBS.
+SECOND_LAUNCH_US = 4.5
+BLOCK_GBS = 24.0
+HBM_GBS = 4000.0
 _LOG2E = 1.4426950408889634
 _DTYPES = ("f16", "bf16")
 _INDEX_DTYPES = ("i32", "i64")
+
+
+def _length(seq_lens: Any, b: Any, k: Any) -> Any:
+    """(Kernel code, inlined.) Sequence ``b``'s length, checked against the cache."""
+    seq_len = seq_lens.load(at=(b,), shape=(1,)).reshape(()).astype(i32)
+    assert seq_len >= 0, "decode_attention: seq_lens must not be negative"
+    assert seq_len <= k.shape[2], "decode_attention: seq_lens must not exceed the caches' max_seq"
+    return seq_len
+
+
+def _walk(q_cols: Any, k: Any, v: Any, b: Any, h: Any, first: Any, last: Any, seq_len: Any, scale_log2: Any,
+          load_latency: Any, GP: int, D: int, BN: int) -> Any:
+    """(Kernel code, inlined.) The online softmax of the ``GP`` q columns ``q_cols``
+    (``(D, GP)``) over tiles ``first`` to ``last`` of BN positions of kv head (b, h):
+    the running maximum and sum of exponentials ``(1, GP)`` and the weighted sum of V
+    ``(D, GP)``, positions from ``seq_len`` on left out."""
+    # transposed products (positions, q heads): the tile's BN positions and head_dim take
+    # the tensor cores' M side, which tileiras fills only from 64 rows (the group is 1-16 heads)
+    col_max = full((1, GP), -float("inf"), f32)
+    col_sum = zeros((1, GP), f32)
+    acc = zeros((D, GP), f32)
+    for n in range(first, last):
+        kt = k.load(index=(b, h, n, 0), shape=(1, 1, BN, D), latency=load_latency).reshape((BN, D))
+        s = mma(kt, q_cols, zeros((BN, GP), f32)) * scale_log2
+        valid = (arange(BN, i32) + n * BN).reshape((BN, 1)) < seq_len
+        s = where(valid, s, -float("inf"))
+        new_max = maximum(col_max, ct.max(s, axis=0, keepdims=True))  # finite: position n * BN is valid
+        p = exp2(s - new_max)
+        alpha = exp2(col_max - new_max)
+        col_sum = col_sum * alpha + ct.sum(p, axis=0, keepdims=True)
+        vt = v.load(index=(b, h, n, 0), shape=(1, 1, BN, D), latency=load_latency).reshape((BN, D))
+        # a cache past the length may hold anything (NaN): 0 * NaN would reach the sum
+        vt = where(valid, vt, zeros((BN, D), v.dtype))
+        acc = mma(vt.T, p.astype(v.dtype), acc * alpha)
+        col_max = new_max
+    return col_max, col_sum, acc
 
 
 @functools.lru_cache(maxsize=None)
@@ -101,32 +163,12 @@ def decode_kernels(dtype: Any, index_dtype: Any, occupancy: int, num_worker_warp
     ) -> None:
         b = bid(0) // KV_HEADS
         h = bid(0) % KV_HEADS
-        seq_len = seq_lens.load(at=(b,), shape=(1,)).reshape(()).astype(i32)
-        assert seq_len >= 0, "decode_attention: seq_lens must not be negative"
-        assert seq_len <= k.shape[2], "decode_attention: seq_lens must not exceed the caches' max_seq"
+        seq_len = _length(seq_lens, b, k)
         # q heads past the group (GP > GROUP) read other heads or padding: their results are never merged
         q_cols = q.load(at=(b, h * GROUP, 0), shape=(1, GP, D)).reshape((GP, D)).T
         first = bid(1) * tiles_per_split
         last = minimum(first + tiles_per_split, cdiv(seq_len, BN))
-        # transposed products (positions, q heads): the tile's BN positions and head_dim take
-        # the tensor cores' M side, which tileiras fills only from 64 rows (the group is 1-16 heads)
-        col_max = full((1, GP), -float("inf"), f32)
-        col_sum = zeros((1, GP), f32)
-        acc = zeros((D, GP), f32)
-        for n in range(first, last):
-            kt = k.load(index=(b, h, n, 0), shape=(1, 1, BN, D), latency=load_latency).reshape((BN, D))
-            s = mma(kt, q_cols, zeros((BN, GP), f32)) * scale_log2
-            valid = (arange(BN, i32) + n * BN).reshape((BN, 1)) < seq_len
-            s = where(valid, s, -float("inf"))
-            new_max = maximum(col_max, ct.max(s, axis=0, keepdims=True))  # finite: position n * BN is valid
-            p = exp2(s - new_max)
-            alpha = exp2(col_max - new_max)
-            col_sum = col_sum * alpha + ct.sum(p, axis=0, keepdims=True)
-            vt = v.load(index=(b, h, n, 0), shape=(1, 1, BN, D), latency=load_latency).reshape((BN, D))
-            # a cache past the length may hold anything (NaN): 0 * NaN would reach the sum
-            vt = where(valid, vt, zeros((BN, D), dtype))
-            acc = mma(vt.T, p.astype(dtype), acc * alpha)
-            col_max = new_max
+        col_max, col_sum, acc = _walk(q_cols, k, v, b, h, first, last, seq_len, scale_log2, load_latency, GP, D, BN)
         part_acc.store(acc.T.reshape((1, 1, GD)))
         part_max.store(col_max.reshape((1, 1, GP)))
         part_sum.store(col_sum.reshape((1, 1, GP)))
@@ -159,37 +201,98 @@ def decode_kernels(dtype: Any, index_dtype: Any, occupancy: int, num_worker_warp
     return entry(decode_split), cutile.entry(decode_merge)
 
 
+@functools.lru_cache(maxsize=None)
+def decode_whole_kernel(dtype: Any, index_dtype: Any, occupancy: int, num_worker_warps: int = 4,
+                        latency: int = 0) -> Any:
+    """The one-launch kernel for one cache dtype and seq_lens dtype, with its hints
+    (``latency`` 0: its loads have none)."""
+    entry = cutile.entry(hints={"occupancy": occupancy, "num_worker_warps": num_worker_warps})
+    load_latency = latency if latency > 0 else None
+
+    def decode_whole(
+            out: Mut[Tensor[dtype, [1, "HB", "D"]]],  # type: ignore[misc]
+            q: Tensor[dtype, [-1, -1, "D"]],  # type: ignore[misc]
+            k: Tensor[dtype, [-1, -1, -1, "D"]],  # type: ignore[misc]
+            v: Tensor[dtype, [-1, -1, -1, "D"]],  # type: ignore[misc]
+            seq_lens: Tensor[index_dtype, [-1]],  # type: ignore[misc]
+            scale_log2: f32,
+            GROUP: Constant[int],
+            HB: Constant[int],
+            GP: Constant[int],
+            D: Constant[int],
+            BN: Constant[int],
+    ) -> None:
+        b = bid(0)
+        head = bid(1) * HB  # the block's first q head; its HB heads share kv head h (HB divides GROUP)
+        h = head // GROUP
+        seq_len = _length(seq_lens, b, k)
+        # q heads past the block's (GP > HB) read other heads or padding: their columns are never stored
+        q_cols = q.load(at=(b, head, 0), shape=(1, GP, D)).reshape((GP, D)).T
+        _, col_sum, acc = _walk(q_cols, k, v, b, h, 0, cdiv(seq_len, BN), seq_len, scale_log2, load_latency, GP, D,
+                                BN)
+        total = col_sum.T
+        result = where(total > 0.0, acc.T / where(total > 0.0, total, 1.0), 0.0)  # a length of 0: zeros
+        out.store(extract(result, (0, 0), (HB, D)).astype(dtype).reshape((1, HB, D)))
+
+    return entry(decode_whole)
+
+
 def next_pow2(n: int) -> int:
     return 1 << max(0, math.ceil(math.log2(max(1, n))))
 
 
 @dataclass(frozen=True)
 class Plan:
-    """How a call splits the context: tiles of ``tile_n`` positions, ``tiles_per_split``
-    of them per block, ``splits`` blocks per (batch, kv head)."""
+    """How a call walks the context: tiles of ``tile_n`` positions, ``tiles_per_split`` of
+    them per block, ``splits`` blocks per (batch, kv head) and q-head group. One split is
+    one launch, whose blocks each take ``heads_per_block`` q heads of a kv head; more are
+    two (split, then merge), whose split blocks each take a kv head's whole group."""
 
     tile_n: int
     tiles_per_split: int
     splits: int
+    heads_per_block: int
+
+    @property
+    def one_launch(self) -> bool:
+        return self.splits == 1
 
 
-def plan(config: dict[str, Any], batch: int, kv_heads: int, max_seq: int) -> Plan:
-    """The split of a (batch, kv_heads, max_seq) cache under ``config``."""
+def plan(config: dict[str, Any], shape: tuple[int, ...]) -> Plan:
+    """The walk of a (batch, q_heads, kv_heads, max_seq, head_dim) call under ``config``."""
+    batch, q_heads, kv_heads, max_seq, head_dim = shape
     tile_n = min(int(config["tile_n"]), max(16, next_pow2(max_seq)))
     tiles = -(-max_seq // tile_n)
     wanted = int(config["splits"])
+    group = q_heads // kv_heads
+    heads_per_block = _heads_per_block(group, int(config.get("head_blocks", 1)))
     if wanted == 0:
-        wanted = _auto_splits(batch * kv_heads, tiles, int(config["waves"]), int(config.get("occupancy", 1)))
+        heads, occupancy = batch * kv_heads, int(config.get("occupancy", 1))
+        wanted = _auto_splits(heads, tiles, int(config["waves"]), occupancy)
+        if wanted > 1 and _one_launch_wins(heads, group // heads_per_block, tiles, wanted, occupancy,
+                                           tile_n * head_dim * 4):
+            wanted = 1
     splits = max(1, min(wanted, tiles, MAX_SPLITS))
     per_split = -(-tiles // splits)
-    return Plan(tile_n, per_split, -(-tiles // per_split))
+    splits = -(-tiles // per_split)
+    return Plan(tile_n, per_split, splits, heads_per_block if splits == 1 else group)
+
+
+def _heads_per_block(group: int, head_blocks: int) -> int:
+    """The q heads of one block of a one-launch grid: the largest power of two (a tile's
+    extent) that divides the group into at least ``head_blocks`` parts (1 for a group of 3)."""
+    most = max(1, group // max(1, head_blocks))
+    heads = 1
+    while group % (heads * 2) == 0 and heads * 2 <= most:
+        heads *= 2
+    return heads
 
 
 def _auto_splits(heads: int, tiles: int, waves: int, occupancy: int) -> int:
-    """The split count of ``splits`` 0: from the fewest giving ``waves`` blocks per SM up to
-    twice that, the one whose blocks fill their last round of ``SMS * occupancy`` resident
-    blocks best (the fewest splits among equals): 320 blocks on 264 places run as two
-    rounds, the second a fifth full, where 512 run as two full ones."""
+    """The split count of ``splits`` 0 for two launches: from the fewest giving ``waves``
+    blocks per SM up to twice that, the one whose blocks fill their last round of ``SMS *
+    occupancy`` resident blocks best (the fewest splits among equals): 320 blocks on 264
+    places run as two rounds, the second a fifth full, where 512 run as two full ones."""
     slots = SMS * max(1, occupancy)
     fewest = min(AUTO_MAX_SPLITS, -(-waves * SMS // heads))
     best, best_fill = 1, -1.0
@@ -202,6 +305,26 @@ def _auto_splits(heads: int, tiles: int, waves: int, occupancy: int) -> int:
     return best
 
 
+def _one_launch_wins(heads: int, head_blocks: int, tiles: int, splits: int, occupancy: int, tile_bytes: int) -> bool:
+    """Whether one launch (``head_blocks`` blocks per (batch, kv head), each walking the
+    whole context) is expected to beat ``splits`` blocks per (batch, kv head) and a merge:
+    each form takes its rounds of ``SMS * occupancy`` resident blocks, each round one
+    block's walk, or the whole cache's read at HBM bandwidth if longer (a kv head's blocks
+    share their reads in L2); two launches add SECOND_LAUNCH_US. With 8 kv heads of d 128
+    and a block per kv head, one launch wins at batch 1 to 8 up to 256 positions, at batch
+    16 up to 512, from batch 32 always."""
+    slots = SMS * max(1, occupancy)
+    per_split = -(-tiles // min(splits, tiles))
+    floor_us = heads * tiles * tile_bytes / (HBM_GBS * 1e3)
+    walk_us = tile_bytes / (BLOCK_GBS * 1e3)  # one tile by one block
+
+    def rounds(blocks: int) -> int:
+        return -(-blocks // slots)
+    one = max(floor_us, rounds(heads * head_blocks) * tiles * walk_us)
+    two = max(floor_us, rounds(heads * -(-tiles // per_split)) * per_split * walk_us) + SECOND_LAUNCH_US
+    return one <= two
+
+
 class _Tuner:
     """The `cutile.tune.Tuner` of decode attention, made on first use (when the arch is
     known): its record is ``records/<arch>/decode_attention.json``; without a record's
@@ -211,10 +334,10 @@ class _Tuner:
 
     @functools.cached_property
     def tuner(self) -> Any:
-        source = inspect.getsource(decode_kernels)
+        source = "".join(inspect.getsource(f) for f in (_length, _walk, decode_kernels, decode_whole_kernel))
         record = record_path(self.NAME, source, SPACE, file="decode_attention")
-        return tune.Tuner(self.NAME, SPACE, _setup, source=source, record=record, default=DEFAULT, on_stale="warn",
-                          search_options={"prune": _worth_timing})
+        return _DecodeTuner(self.NAME, SPACE, _setup, source=source, record=record, default=DEFAULT,
+                            on_stale="warn")
 
     def config(self, shape: tuple[int, ...]) -> dict[str, Any]:
         return dict(self.tuner.config(shape))
@@ -223,9 +346,28 @@ class _Tuner:
         return getattr(self.tuner, attribute)
 
 
-def _worth_timing(config: dict[str, Any]) -> bool:
-    """A search's prune: ``waves`` decides nothing when the split count is given."""
-    return int(config["splits"]) == 0 or int(config["waves"]) == int(DEFAULT["waves"])
+class _DecodeTuner(tune.Tuner):
+    """A search of one shape times each distinct launch once: configs that give the same
+    plan and hints (``waves`` with a given split count, ``head_blocks`` with two launches,
+    split counts past the tile count) are pruned after the first."""
+
+    def tune(self, shape: Any, **options: Any) -> tune.SearchResult:
+        return super().tune(shape, **{"prune": distinct_launches(tuple(int(n) for n in shape)), **options})
+
+
+def distinct_launches(shape: tuple[int, ...]) -> Callable[[dict[str, Any]], bool]:
+    """A search's prune for ``shape``: True for the first config of each launch (plan and
+    hints) in the order asked."""
+    seen: set[tuple[Any, ...]] = set()
+
+    def worth_timing(config: dict[str, Any]) -> bool:
+        launch = (plan(config, shape), int(config["occupancy"]), int(config["num_worker_warps"]),
+                  int(config["latency"]))
+        if launch in seen:
+            return False
+        seen.add(launch)
+        return True
+    return worth_timing
 
 
 @functools.lru_cache(maxsize=1)
@@ -271,70 +413,6 @@ def _spans_overlap(a: cutile.Tensor, b: cutile.Tensor) -> bool:
     return a0 < b1 and b0 < a1
 
 
-class _Kept(NamedTuple):
-    """What a checked call launches, from its operands' layouts alone: the split, the
-    kernels and their constants, the scores' factor and the caches' max_seq."""
-
-    split: Plan
-    rows: int
-    kernels: tuple[Any, Any]
-    batch: int
-    kv_heads: int
-    group: int
-    head_dim: int
-    max_seq: int
-    scale: float
-
-
-# (the operands' layouts and memory, scale) -> the plan of a call in them (the memory is in
-# the key: out's overlap checks depend on it); only for cutile tensors and no config=
-_PLANS: dict[tuple[Any, ...], _Kept] = {}
-_PLANS_SIZE = 1024
-
-
-def _layout(t: Any) -> tuple[Any, ...] | None:
-    return (t.dtype, t.shape, t.strides, t.device, t.address()) if type(t) is cutile.Tensor else None
-
-
-def _key(q: Any, k_cache: Any, v_cache: Any, seq_lens: Any, scale: Any, out: Any, config: Any) -> tuple[Any, ...] | None:
-    if config is not None or type(scale) not in (float, int, type(None)):
-        return None
-    layouts = (_layout(q), _layout(k_cache), _layout(v_cache), _layout(seq_lens), _layout(out))
-    return None if None in layouts else (*layouts, type(scale), scale)
-
-
-def _launch_kept(kept: _Kept, qa: cutile.Tensor, ka: cutile.Tensor, va: cutile.Tensor, la: cutile.Tensor,
-                 oa: cutile.Tensor, out: Any) -> Pending:
-    """The split launch, then the merge, of a checked call."""
-    split, rows, head_dim = kept.split, kept.rows, kept.head_dim
-    kv_heads, group = kept.kv_heads, kept.group
-    rows_of = kept.batch * kv_heads
-    # One workspace per out and split plan (made on the first call, so a warmed-up call
-    # allocates nothing and can be captured in a CUDA graph); a second call while the
-    # first is pending is refused by out's hold, so the workspace is never shared.
-    part_acc, part_max, part_sum = derived(oa, ("workspace", split.splits, rows), lambda: (
-        api.empty([rows_of, split.splits, rows * head_dim], dtype="f32"),
-        api.empty([rows_of, split.splits, rows], dtype="f32"),
-        api.empty([rows_of, split.splits, rows], dtype="f32")))
-    split_kernel, merge_kernel = kept.kernels
-    target = oa.permute(0, 1, 2)  # (first: a view refuses a consumed out before anything is launched)
-    first = split_kernel(part_acc.permute(0, 1, 2).partition([1, 1, rows * head_dim]),
-                         part_max.permute(0, 1, 2).partition([1, 1, rows]),
-                         part_sum.permute(0, 1, 2).partition([1, 1, rows]),
-                         qa, ka, va, la, kept.scale * _LOG2E, split.tiles_per_split,
-                         KV_HEADS=kv_heads, GROUP=group, BN=split.tile_n)
-    return Pending(first, lambda: out, then=lambda _: merge_kernel(
-        target.partition([1, 1, head_dim]), part_acc, part_max, part_sum, KV_HEADS=kv_heads, GROUP=group,
-        SP=next_pow2(split.splits)))
-
-
-def _check_lengths(lens_values: Any, max_seq: int) -> None:
-    wrong = np.flatnonzero((lens_values < 0) | (lens_values > max_seq))
-    if wrong.size:
-        raise _fail("seq_lens", f"holds {int(lens_values[wrong[0]])} at [{int(wrong[0])}]; each length must be "
-                                f"from 0 to the caches' max_seq {max_seq}")
-
-
 def _decode_attention_launch(q: Any, k_cache: Any, v_cache: Any, seq_lens: Any, *, scale: float | None = None,
                              out: Any, config: dict[str, Any] | None = None) -> Pending:
     """Attention of one query token per sequence over its cached keys and values.
@@ -350,13 +428,6 @@ def _decode_attention_launch(q: Any, k_cache: Any, v_cache: Any, seq_lens: Any, 
         out: ``(batch, q_heads, head_dim)`` of q's dtype, written (not overlapping an input).
         config: a config of `SPACE` (default: the tuner's for this shape).
     """
-    key = _key(q, k_cache, v_cache, seq_lens, scale, out, config)
-    kept = _PLANS.get(key) if key is not None else None
-    if kept is not None:  # every check but the lengths' values (on the host) came out so for these layouts
-        lens_values = host_values(seq_lens)
-        if lens_values is not None:
-            _check_lengths(lens_values, kept.max_seq)
-        return _launch_kept(kept, q, k_cache, v_cache, seq_lens, out, out)
     qa = as_tensor(q, "decode_attention()", "q").tensor
     ka = as_tensor(k_cache, "decode_attention()", "k_cache").tensor
     va = as_tensor(v_cache, "decode_attention()", "v_cache").tensor
@@ -394,7 +465,10 @@ def _decode_attention_launch(q: Any, k_cache: Any, v_cache: Any, seq_lens: Any, 
     if tuple(la.shape) != (batch,):
         raise _fail("seq_lens", f"has shape {list(la.shape)}; expected [{batch}] (one length per sequence)")
     if lens_values is not None:
-        _check_lengths(lens_values, max_seq)
+        wrong = np.flatnonzero((lens_values < 0) | (lens_values > max_seq))
+        if wrong.size:
+            raise _fail("seq_lens", f"holds {int(lens_values[wrong[0]])} at [{int(wrong[0])}]; each length must be "
+                                    f"from 0 to the caches' max_seq {max_seq}")
     if scale is None:
         scale = 1.0 / math.sqrt(head_dim)
     elif isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating)) or not math.isfinite(scale):
@@ -414,16 +488,33 @@ def _decode_attention_launch(q: Any, k_cache: Any, v_cache: Any, seq_lens: Any, 
     else:
         chosen = TUNER.config((batch, q_heads, kv_heads, max_seq, head_dim))
     group = q_heads // kv_heads
+    split = plan(chosen, (batch, q_heads, kv_heads, max_seq, head_dim))
+    hints = (int(chosen["occupancy"]), int(chosen["num_worker_warps"]), int(chosen["latency"]))
+    scale_log2 = float(scale) * _LOG2E
+    if split.one_launch:  # the whole context per block, normalized into out: no workspace, no merge
+        heads = split.heads_per_block
+        whole = decode_whole_kernel(qa.dtype, la.dtype, *hints)
+        launch = whole(oa.permute(0, 1, 2).partition([1, heads, head_dim]), qa, ka, va, la, scale_log2,
+                       GROUP=group, GP=max(8, heads), BN=split.tile_n)
+        return Pending(launch, lambda: out)
     rows = max(8, next_pow2(group))  # the products' q-head columns: the group, padded to 8
-    kernels = decode_kernels(qa.dtype, la.dtype, int(chosen["occupancy"]), int(chosen["num_worker_warps"]),
-                             int(chosen["latency"]))
-    kept = _Kept(plan(chosen, batch, kv_heads, max_seq), rows, kernels, batch, kv_heads, group, head_dim, max_seq,
-                 float(scale))
-    if key is not None:  # (cutile tensors: read as they are, as the kept plan reads them)
-        if len(_PLANS) >= _PLANS_SIZE:
-            _PLANS.clear()  # (a program that meets ever new memory: kept bounded)
-        _PLANS[key] = kept
-    return _launch_kept(kept, qa, ka, va, la, oa, out)
+    # One workspace per out and split plan (made on the first call, so a warmed-up call
+    # allocates nothing and can be captured in a CUDA graph); a second call while the
+    # first is pending is refused by out's hold, so the workspace is never shared.
+    part_acc, part_max, part_sum = derived(oa, ("workspace", split.splits, rows), lambda: (
+        api.empty([batch * kv_heads, split.splits, rows * head_dim], dtype="f32"),
+        api.empty([batch * kv_heads, split.splits, rows], dtype="f32"),
+        api.empty([batch * kv_heads, split.splits, rows], dtype="f32")))
+    split_kernel, merge_kernel = decode_kernels(qa.dtype, la.dtype, *hints)
+    first = split_kernel(part_acc.permute(0, 1, 2).partition([1, 1, rows * head_dim]),
+                         part_max.permute(0, 1, 2).partition([1, 1, rows]),
+                         part_sum.permute(0, 1, 2).partition([1, 1, rows]),
+                         qa, ka, va, la, scale_log2, split.tiles_per_split,
+                         KV_HEADS=kv_heads, GROUP=group, BN=split.tile_n)
+    target = oa.permute(0, 1, 2)
+    return Pending(first, lambda: out, then=lambda _: merge_kernel(
+        target.partition([1, 1, head_dim]), part_acc, part_max, part_sum, KV_HEADS=kv_heads, GROUP=group,
+        SP=next_pow2(split.splits)))
 
 
 def _decode_attention(q: Any, k_cache: Any, v_cache: Any, seq_lens: Any, *, scale: float | None = None,

@@ -168,8 +168,9 @@ class ArchTuner:
     record is logged and not used, so a new toolchain never makes a call fail."""
 
     def __init__(self, name: str, space: Any, default: dict[str, Any], setup: Callable[..., Any],
-                 source: Any) -> None:
+                 source: Any, bucket: Callable[[Sequence[int]], str] | None = None) -> None:
         self.short_name, self.space, self.default, self.setup, self.source = name, space, default, setup, source
+        self.bucket_of = bucket
 
     @functools.cached_property
     def tuner(self) -> Any:
@@ -178,7 +179,7 @@ class ArchTuner:
         name = f"cutile_kernels_{self.short_name}"
         record = record_path(name, self.source, self.space, file=self.short_name, folder=RECORDS)
         return tune.Tuner(name, self.space, self.setup, source=self.source, record=record, default=self.default,
-                          on_stale="warn")
+                          on_stale="warn", bucket=self.bucket_of or tune.shape_bucket)
 
     def config(self, shape: Sequence[int]) -> dict[str, Any]:
         return dict(self.tuner.config(shape))
@@ -187,6 +188,8 @@ class ArchTuner:
         return getattr(self.tuner, attribute)
 
 
-def tuner(name: str, space: Any, default: dict[str, Any], setup: Callable[..., Any], source: Any) -> ArchTuner:
-    """The tuner of one function (see `ArchTuner`)."""
-    return ArchTuner(name, space, default, setup, source)
+def tuner(name: str, space: Any, default: dict[str, Any], setup: Callable[..., Any], source: Any,
+          bucket: Callable[[Sequence[int]], str] | None = None) -> ArchTuner:
+    """The tuner of one function (see `ArchTuner`); ``bucket`` as `cutile.tune.Tuner`'s
+    (default: each extent rounded up to a power of two)."""
+    return ArchTuner(name, space, default, setup, source, bucket)

@@ -253,23 +253,7 @@ def _checked_plan(fn: str, q: Any, k: Any, q_weight: Any, k_weight: Any, eps: fl
 
     positions: cutile.Tensor | None = None
     if rope is not None:
-        pos_value, theta, style = rope
-        if style not in STYLES:
-            raise cutile.ArgumentError(f"{fn}: parameter 'style' must be 'neox' or 'gptj', got {style!r}")
-        if not isinstance(theta, (int, float)) or isinstance(theta, bool) or not theta > 1.0 or math.isinf(theta):
-            raise cutile.ArgumentError(f"{fn}: parameter 'theta' must be a finite number above 1, got {theta!r}")
-        if not _token_layout(qa, ka):
-            raise cutile.ArgumentError(f"{fn}: q {list(qa.shape)} and k {list(ka.shape)} must be (tokens, heads, "
-                                       "head_dim) or (batch, seq, heads, head_dim) with the same leading dims")
-        if head_dim < 2 or head_dim & (head_dim - 1):
-            raise cutile.ArgumentError(f"{fn}: head_dim (the last dim of 'q') must be an even power of two, got "
-                                       f"{head_dim}")
-        pa = as_tensor(pos_value, fn, "positions")
-        pw.check_dtype(pa, pw.INT_DTYPES, fn, "positions")
-        if pa.shape != qa.shape[:-2]:
-            raise cutile.ArgumentError(f"{fn}: parameter 'positions' has shape {list(pa.shape)}; expected q's "
-                                       f"leading shape {list(qa.shape[:-2])} (one position per token)")
-        positions = pw.reshaped(pa, (math.prod(pa.shape),), fn, "positions")
+        positions = check_rope(fn, qa, ka, rope)
         if qa.tensor.ndim == 4:  # batch and seq merged into tokens: RoPE needs the token axis
             for tensor, name in ((qa.tensor, "q"), (ka.tensor, "k"), (q_result.tensor, "out[0] (q)"),
                                  (k_result.tensor, "out[1] (k)")):
@@ -313,6 +297,29 @@ def _checked_plan(fn: str, q: Any, k: Any, q_weight: Any, k_weight: Any, eps: fl
         kept = _Planned(kernel, tile_shapes, blocks, 1.0 / head_dim, freq_scale,
                         rope is not None and rope[2] == "neox")
     return Plan(launch, finish), kept
+
+
+def check_rope(fn: str, qa: Operand, ka: Operand, rope: tuple[Any, float, str]) -> cutile.Tensor:
+    """RoPE's arguments ``(positions, theta, style)`` checked against q and k (their
+    layout, an even power-of-two head dim): the positions as a 1-D tensor, one per token."""
+    pos_value, theta, style = rope
+    if style not in STYLES:
+        raise cutile.ArgumentError(f"{fn}: parameter 'style' must be 'neox' or 'gptj', got {style!r}")
+    if not isinstance(theta, (int, float)) or isinstance(theta, bool) or not theta > 1.0 or math.isinf(theta):
+        raise cutile.ArgumentError(f"{fn}: parameter 'theta' must be a finite number above 1, got {theta!r}")
+    if not _token_layout(qa, ka):
+        raise cutile.ArgumentError(f"{fn}: q {list(qa.shape)} and k {list(ka.shape)} must be (tokens, heads, "
+                                   "head_dim) or (batch, seq, heads, head_dim) with the same leading dims")
+    head_dim = qa.shape[-1]
+    if head_dim < 2 or head_dim & (head_dim - 1):
+        raise cutile.ArgumentError(f"{fn}: head_dim (the last dim of 'q') must be an even power of two, got "
+                                   f"{head_dim}")
+    pa = as_tensor(pos_value, fn, "positions")
+    pw.check_dtype(pa, pw.INT_DTYPES, fn, "positions")
+    if pa.shape != qa.shape[:-2]:
+        raise cutile.ArgumentError(f"{fn}: parameter 'positions' has shape {list(pa.shape)}; expected q's "
+                                   f"leading shape {list(qa.shape[:-2])} (one position per token)")
+    return pw.reshaped(pa, (math.prod(pa.shape),), fn, "positions")
 
 
 def _views(fn: str, qa: Operand, ka: Operand, q_result: Output, k_result: Output) -> tuple[_Heads, _Heads]:
