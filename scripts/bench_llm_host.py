@@ -11,7 +11,7 @@ per kernel launch of each (``--profile``: a cProfile of one sample instead).
 Needs tileiras (it compiles the kernels for sm_90), not a GPU.
 
 Usage: uv run --frozen python scripts/bench_llm_host.py [--layers 4] [--steps 20] [--prefills 5]
-    [--prompt 512] [--context 512] [--repeats 3] [--clock cpu] [--profile decode|prefill]
+    [--prompt 512] [--context 512] [--repeats 3] [--clock cpu] [--profile decode|prefill] [--sort tottime]
 """
 
 from __future__ import annotations
@@ -105,6 +105,8 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--clock", choices=["wall", "cpu"], default="cpu")
     parser.add_argument("--profile", choices=["decode", "prefill"], help="print a cProfile of one sample instead")
+    parser.add_argument("--sort", default="tottime", help="the profile's order (pstats: tottime, cumulative, ...)")
+    parser.add_argument("--callees", help="with --profile: print what the functions matching this pattern call")
     args = parser.parse_args()
     with free_fake_driver() as fake:
         _run(fake, args)
@@ -145,7 +147,8 @@ def _run(fake: FakeDriver, args: argparse.Namespace) -> None:
         modes[args.profile](args.steps if args.profile == "decode" else args.prefills)
         profile.disable()
         text = io.StringIO()
-        pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(60)
+        stats = pstats.Stats(profile, stream=text).sort_stats(args.sort)
+        stats.print_callees(args.callees) if args.callees else stats.print_stats(60)
         print(text.getvalue())
         return
     counts = {"decode": args.steps, "prefill": args.prefills}

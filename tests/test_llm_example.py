@@ -307,6 +307,70 @@ def test_a_decode_step_launches_nine_kernels_per_layer(stacked: bool) -> None:
     assert sum(per_layer.values()) == (9 if stacked else 12)
 
 
+# Runs a prefill of the tiny config with 2 and 3 layers on the GPU backend over the fake
+# driver and notes, at each host wait for kernels (an event synchronize, a stream's but
+# cutile's own, which allocations use), how many had been launched; prints both runs'.
+PREFILL_WAITS = r"""
+import dataclasses, itertools, json
+import ml_dtypes, numpy as np
+from cuda_core.testing import use_fake_driver
+from cutile import _backend, _gpu, api
+from examples.llm.model import PRESETS, KVCache, Qwen3Model
+from examples.llm.weights import from_arrays
+
+load = _gpu.LoadedKernel.__init__
+with use_fake_driver() as fake:  # (the default policy: its streams are not the allocations')
+    fake._addresses = itertools.count(0x100000000000, 1 << 32)
+    def loaded(self, compiled, ordinal=0):
+        fake.kernels[compiled.name] = _gpu.fake_param_layout(compiled.abi)
+        load(self, compiled, ordinal)
+    _gpu.LoadedKernel.__init__ = loaded
+    _backend.reset_for_tests("gpu")
+    waits = []
+    def waiting(*args, _call, _original):
+        # (cutile's own stream, where allocations are made and waited for, runs no kernel of a prefill)
+        if _call == "cuEventSynchronize" or int(args[0]) != int(_gpu.default_stream(0).handle):
+            waits.append([_call, len(fake.launches)])
+        return _original(*args)
+    for call in ("cuEventSynchronize", "cuStreamSynchronize"):
+        setattr(fake, call, lambda *args, _call=call, _original=getattr(fake, call): waiting(
+            *args, _call=_call, _original=_original))
+    runs = []
+    for layers in (2, 3):
+        config = dataclasses.replace(PRESETS["tiny"], num_hidden_layers=layers)
+        arrays = {n: np.zeros(shape, ml_dtypes.bfloat16) for n, shape in config.weight_shapes().items()}
+        model, cache = Qwen3Model(config, from_arrays(config, arrays)), KVCache.allocate(config, 1, 32)
+        model.prefill([[1, 2, 3, 4, 5]], cache)  # plans and kernels made
+        first = len(fake.launches)
+        del waits[:]
+        model.prefill([[1, 2, 3, 4, 5]], cache)
+        launched = fake.launches[first:]
+        assert all(launch["stream"] != int(_gpu.default_stream(0).handle) for launch in launched)
+        runs.append({"launches": len(launched), "waits": [[c, n - first] for c, n in waits]})
+print(json.dumps(runs))
+"""
+
+
+def test_a_prefill_queues_each_layer_before_waiting_for_the_one_before() -> None:
+    """The host waits for layer n - 1 only after queueing layer n (the device then runs
+    layer n while the host queues layer n + 1): once per layer (and for the embedding
+    after layer 0), and for the stream once at the end."""
+    done = subprocess.run([sys.executable, "-c", PREFILL_WAITS], capture_output=True, text=True, timeout=600,
+                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), "CUTILE_BACKEND": "gpu"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    two, three = json.loads(done.stdout.strip().splitlines()[-1])
+    per_layer = three["launches"] - two["launches"]
+    before = two["launches"] - 2 * per_layer  # the embedding and first norm, the gather and LM head
+    assert per_layer > 5 and before > 0
+    for run, layers in ((two, 2), (three, 3)):
+        calls = [call for call, _ in run["waits"]]
+        # the embedding's and each layer's but the last, the final batch's stream synchronize, the last layer's
+        assert calls == ["cuEventSynchronize"] * layers + ["cuStreamSynchronize", "cuEventSynchronize"], calls
+        for n, (_, launched) in enumerate(run["waits"][1:layers]):
+            assert launched >= (n + 2) * per_layer, (n, launched, per_layer)  # layer n + 1 queued first
+        assert run["waits"][0][1] >= per_layer  # the embedding waited for after layer 0 was queued
+
+
 def test_tied_embeddings_use_the_embedding_as_the_lm_head() -> None:
     config = PRESETS["tiny"]
     arrays = tiny_arrays(config)

@@ -25,7 +25,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,6 +33,9 @@ import cutile
 import cutile_kernels as ck
 from cutile import api
 from cutile.core import Mut, Tensor, bf16, f32, i32, i64, load_tile_like
+
+if TYPE_CHECKING:
+    from cuda_async import Batch
 
 #: the dtype of the weights, activations and KV cache
 DTYPE = bf16
@@ -318,6 +321,10 @@ class StepBuffers:
     act: cutile.Tensor
     down: cutile.Tensor
     logits: cutile.Tensor
+    #: an eager step's positions and lengths (i32 ``(batch,)``), written on the device from
+    #: the host's lengths: its kernels then find their plans by the same tensors each step
+    positions: cutile.Tensor
+    seq_lens: cutile.Tensor
 
     @classmethod
     def allocate(cls, c: Qwen3Config, batch: int) -> StepBuffers:
@@ -331,7 +338,7 @@ class StepBuffers:
                    empty(batch, c.kv_size), qkv, q, k, v, empty(batch, heads, dim), empty(batch, heads, dim),
                    empty(batch, h), empty(batch, c.intermediate_size), empty(batch, c.intermediate_size),
                    empty(batch, 2 * c.intermediate_size), empty(batch, c.intermediate_size), empty(batch, h),
-                   api.empty((batch, c.vocab_size), f32))
+                   api.empty((batch, c.vocab_size), f32), api.empty((batch,), i32), api.empty((batch,), i32))
 
 
 class Qwen3Model:
@@ -421,7 +428,7 @@ class Qwen3Model:
         """Runs the prompts (one per cache row, each at least one token) from position
         0, writes their keys and values into ``cache`` and returns the logits of each
         prompt's last token, f32 ``(batch, vocab)``. Each layer is a `cutile.batch`
-        (batches do not nest: not called inside one)."""
+        continuing the one before (batches do not nest: not called inside one)."""
         c, w = self.config, self.weights
         if len(prompts) != cache.batch:
             raise ModelError(f"prefill(): {len(prompts)} prompts for a cache of batch {cache.batch}")
@@ -437,29 +444,39 @@ class Qwen3Model:
         positions = _i32(np.concatenate([np.arange(n) for n in lengths]))
         tokens = int(offsets[-1])
         cu_seqlens = api.from_numpy(offsets)
-        hidden = ck.embedding(api.from_numpy(ids.astype(np.int32)), w.embed_tokens)
-        normed = ck.rms_norm(hidden, w.layers[0].input_layernorm, c.rms_norm_eps)
-        for n, (layer, next_norm) in enumerate(zip(w.layers, self._next_norms())):
-            # A layer's launches queued on one stream without a wait each (the host makes
-            # the next while the device runs); its end waits, so that the layer's
-            # intermediates are freed before the next layer makes its own.
-            with cutile.batch(f"qwen3 prefill, layer {n}"):
-                q_raw, k_raw, v = self._projections(layer, normed, None)
-                q = api.empty((tokens, c.num_attention_heads, c.head_dim), DTYPE)
-                k = api.empty((tokens, c.num_key_value_heads, c.head_dim), DTYPE)
-                keys, values = cache.keys[n], cache.values[n]
-                if len(set(lengths)) == 1:  # one launch: prompt b's tokens are the b-th block of the packed rows
-                    self._rotate_and_cache(layer, (q_raw, k_raw, v), positions, (keys, values), q, k)
-                else:  # a launch per prompt, into its own entry of the cache
-                    for b in range(cache.batch):
-                        rows = slice(int(offsets[b]), int(offsets[b + 1]))
-                        self._rotate_and_cache(layer, (q_raw[rows], k_raw[rows], v[rows]), positions[rows],
-                                               (keys[b], values[b]), q[rows], k[rows])
-                attended = ck.attention(q, k, v, causal=True, cu_seqlens_q=cu_seqlens, cu_seqlens_k=cu_seqlens)
-                hidden, normed = self._finish_layer(layer, attended, hidden, next_norm, None)
+        last_rows = _i32(offsets[1:] - 1)  # the last row of each prompt
+        token_ids = api.from_numpy(ids.astype(np.int32))
+        # Each layer is a batch (its launches queued on one stream without a wait each)
+        # that continues the layer before's: the host queues layer n + 1 while the device
+        # runs layer n, then waits for layer n - 1 (whose intermediates are so freed:
+        # at most two layers' are alive).
+        with cutile.batch("qwen3 prefill, embedding", wait=False) as previous:
+            hidden = ck.embedding(token_ids, w.embed_tokens)
+            normed = ck.rms_norm(hidden, w.layers[0].input_layernorm, c.rms_norm_eps)
+        try:
+            for n, (layer, next_norm) in enumerate(zip(w.layers, self._next_norms())):
+                with cutile.batch(f"qwen3 prefill, layer {n}", wait=False, after=previous) as active:
+                    q_raw, k_raw, v = self._projections(layer, normed, None)
+                    q = api.empty((tokens, c.num_attention_heads, c.head_dim), DTYPE)
+                    k = api.empty((tokens, c.num_key_value_heads, c.head_dim), DTYPE)
+                    keys, values = cache.keys[n], cache.values[n]
+                    if len(set(lengths)) == 1:  # one launch: prompt b's tokens are the b-th block of the packed rows
+                        self._rotate_and_cache(layer, (q_raw, k_raw, v), positions, (keys, values), q, k)
+                    else:  # a launch per prompt, into its own entry of the cache
+                        for b in range(cache.batch):
+                            rows = slice(int(offsets[b]), int(offsets[b + 1]))
+                            self._rotate_and_cache(layer, (q_raw[rows], k_raw[rows], v[rows]), positions[rows],
+                                                   (keys[b], values[b]), q[rows], k[rows])
+                    attended = ck.attention(q, k, v, causal=True, cu_seqlens_q=cu_seqlens, cu_seqlens_k=cu_seqlens)
+                    hidden, normed = self._finish_layer(layer, attended, hidden, next_norm, None)
+                done, previous = previous, active
+                _wait_for(done)
+            with cutile.batch("qwen3 prefill, logits", after=previous):  # (its end waits)
+                logits = self._logits(ck.embedding(last_rows, normed))  # (a gather of the last rows)
+        finally:
+            _wait_for(previous)  # (done, or an error ended the loop: its work is waited for)
         cache.lengths = lengths
-        last = ck.embedding(_i32(offsets[1:] - 1), normed)  # the last row of each prompt (a gather)
-        return self._logits(last)
+        return logits
 
     # -- decode -----------------------------------------------------------------------
 
@@ -476,10 +493,16 @@ class Qwen3Model:
         ``(batch, vocab)`` (the model's step buffer for the batch: read it before the
         next step). The step is one `cutile.batch` (not called inside one)."""
         self._check_step(ids, cache)
-        positions = _i32(cache.lengths)
-        seq_lens = _i32([n + 1 for n in cache.lengths])
+        bufs = self.step_buffers(cache.batch)
+        tile = [_pow2_at_least(cache.batch)]
+        lengths = _i32(cache.lengths)
+        # (a batch of their own: a kernel may read the positions on the host, as the
+        # interpreter's cache update does to check them, once they are written)
+        with cutile.batch("qwen3 decode positions"):
+            _copy_i32(bufs.positions[...].partition(tile), lengths).sync()
+            _plus_one(bufs.seq_lens[...].partition(tile), bufs.positions).sync()
         with cutile.batch("qwen3 decode step"):  # the step's launches without a wait each
-            logits = self.decode_into(ids, positions, seq_lens, cache, self.step_buffers(cache.batch))
+            logits = self.decode_into(ids, bufs.positions, bufs.seq_lens, cache, bufs)
         cache.lengths = [n + 1 for n in cache.lengths]
         return logits
 
@@ -509,6 +532,17 @@ class Qwen3Model:
             ck.decode_attention(bufs.q, keys.transpose(1, 2), values.transpose(1, 2), seq_lens, out=bufs.attended)
             hidden, normed = self._finish_layer(layer, bufs.attended, hidden, next_norm, bufs)
         return self._logits(normed, out=bufs.logits)
+
+
+def _pow2_at_least(n: int) -> int:
+    """The tile of the small i32 kernels over ``n`` sequences."""
+    return 1 << max(0, n - 1).bit_length()
+
+
+def _wait_for(batch: Batch) -> None:
+    """Waits for the work of a batch that ended with ``wait=False`` (and frees its tensors)."""
+    if batch.future is not None:
+        batch.future.result()
 
 
 # The decode state a graph advances on the device (so a replay needs no upload): each
@@ -555,7 +589,7 @@ class DecodeGraph:
         self.ids = api.zeros((batch,), "i64")  # the ids a sampled step embeds (a graph input)
         self.positions = api.zeros((batch,), i32)
         self.seq_lens = _i32(cache.lengths)  # the lengths before the next step
-        self._tile = 1 << max(0, batch - 1).bit_length()
+        self._tile = _pow2_at_least(batch)
         self._device_lengths: list[int] | None = None  # what seq_lens holds, when known
         self._check_room(steps)
         # One eager run loads every kernel and makes every plan's workspaces (a capture can

@@ -139,3 +139,109 @@ def test_sync_on_the_host_inside_a_device_batch_runs_on_the_host(fake_driver: Fa
         op.sync_on(None)
         op.sync()
     assert ran_on[0] is None and ran_on[1] is not None
+
+
+def test_a_batch_after_another_uses_what_it_holds_on_its_stream_without_waiting(fake_driver: FakeDriver) -> None:
+    x, y = ca.Resource("x"), ca.Resource("y")
+    fake_driver.hold_events = True
+    with ca.batch("layer 0", policy=ca.RoundRobin(2), wait=False) as first:
+        kernel(fake_driver, "write x", writes=[x]).sync()
+    with ca.batch("layer 1", wait=False, after=first) as second:
+        kernel(fake_driver, "read x, write y", reads=[x], writes=[y]).sync()  # not refused: ordered by the stream
+        kernel(fake_driver, "write x again", writes=[x]).sync()
+    streams = kernels_by_stream(fake_driver)
+    assert len(set(streams.values())) == 1 and fake_driver.calls["cuStreamWaitEvent"] == 0
+    assert fake_driver.calls["cuStreamSynchronize"] == 0
+    # The first batch's holds stay until its future completes; the host may not read x meanwhile.
+    assert x.holders == [("write x", ca.Access.WRITE), ("write x again", ca.Access.WRITE)]
+    with pytest.raises(ca.OwnershipError, match="x is written by the pending op"):
+        x.check_available(ca.Access.READ, by="the host")
+    fake_driver.finish_events()
+    assert first.future is not None and second.future is not None
+    first.future.result()
+    assert y.is_held and x.is_held  # the second batch's own holds
+    second.future.result()
+    assert [x.is_held, y.is_held] == [False, False]
+
+
+def test_a_job_outside_the_following_batch_is_still_refused(fake_driver: FakeDriver) -> None:
+    import threading
+
+    x = ca.Resource("x")
+    fake_driver.hold_events = True
+    with ca.batch("layer 0", policy=ca.RoundRobin(2), wait=False) as first:
+        kernel(fake_driver, "write x", writes=[x]).sync()
+    errors: list[BaseException] = []
+
+    def other_thread() -> None:  # not in the following batch: a job of its own
+        try:
+            kernel(fake_driver, "other", reads=[x]).sync()
+        except ca.OwnershipError as exc:
+            errors.append(exc)
+
+    with ca.batch("layer 1", wait=False, after=first) as second:
+        worker = threading.Thread(target=other_thread)
+        worker.start()
+        worker.join()
+    assert len(errors) == 1 and "x is written by the pending op 'write x'" in str(errors[0])
+    fake_driver.finish_events()
+    assert first.future is not None and second.future is not None
+    first.future.result()
+    second.future.result()
+
+
+def test_a_host_op_in_a_following_batch_may_not_touch_what_the_device_work_before_holds(fake_driver: FakeDriver) -> None:
+    x = ca.Resource("x")
+    fake_driver.hold_events = True
+    with ca.batch("layer 0", policy=ca.RoundRobin(2), wait=False) as first:
+        kernel(fake_driver, "write x", writes=[x]).sync()
+    on_host = ca.DeviceOp.from_fn(lambda stream: None, reads=[x], name="host read")
+    with pytest.raises(ca.OwnershipError, match="x is written by the pending op 'write x'"):
+        with ca.batch("layer 1", after=first):
+            on_host.sync_on(None)  # not ordered after the device's work by any stream
+    fake_driver.finish_events()
+    assert first.future is not None
+    first.future.result()
+    assert not x.is_held
+
+
+def test_a_batch_after_another_on_the_host_runs_at_once() -> None:
+    z, x, y = HostTensor("tensor z", [0, 0]), HostTensor("tensor x", [1, 2]), HostTensor("tensor y", [3, 4])
+    with ca.batch("first", wait=False) as first:
+        add(z, x, y).sync()
+    with ca.batch("second", after=first):
+        scale(z, 2.0).sync()  # reads and writes what the first holds (its work is done)
+    assert z.data == [8, 12] and z.is_held  # the first batch's hold, until its future is observed
+    assert first.future is not None
+    first.future.result()
+    assert not z.is_held
+
+
+def test_after_takes_only_a_batch_that_ended_without_waiting() -> None:
+    with ca.batch("waited") as waited:
+        pass
+    with pytest.raises(ca.BatchError, match="'after' must be a batch that ended with wait=False; 'waited' waited"):
+        with ca.batch("next", after=waited):
+            pass
+    import threading
+
+    errors: list[BaseException] = []
+
+    def other_thread(open_batch: ca.Batch) -> None:
+        try:
+            with ca.batch("next", after=open_batch):
+                pass
+        except ca.BatchError as exc:
+            errors.append(exc)
+
+    with ca.batch("open", wait=False) as open_batch:
+        worker = threading.Thread(target=other_thread, args=(open_batch,))
+        worker.start()
+        worker.join()
+    assert len(errors) == 1 and "'open' is still open" in str(errors[0])
+    with pytest.raises(ca.BatchError, match="give 'policy' or 'after', not both"):
+        with ca.batch("next", policy=ca.SingleStream(), after=open_batch):
+            pass
+    with pytest.raises(TypeError, match="parameter 'after' takes a Batch, got str"):
+        with ca.batch("next", after="open"):  # type: ignore[arg-type]
+            pass

@@ -374,3 +374,54 @@ def test_gpu_device_tensors_out_of_range_fail_the_kernels_assert(case: str) -> N
     done = subprocess.run([sys.executable, "-c", DEVICE_ASSERT.format(case=case)], capture_output=True, text=True,
                           timeout=300)
     assert "CudaError:" in done.stdout, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("shape, lens, new_lens", [(SMALL, LENS, [5, 100, 2]), ((1, 8, 2, 3000, 64), [2000], [2999])],
+                         ids=["one_launch", "split"])
+def test_a_call_in_known_layouts_takes_its_plan_and_still_checks_the_lengths(
+        shape: tuple[int, ...], lens: list[int], new_lens: list[int]) -> None:
+    """decode_attention of cutile tensors with out given keeps its plan by the operands'
+    layouts and memory: a call in them again (new values in the same memory, new view
+    objects) takes it and computes right; other caches (another stride) or another scale
+    are planned afresh; lengths past the caches and a consumed out are still refused."""
+    from cutile_kernels import _decode_attention as module
+
+    q_n, k_n, v_n, lens_n = inputs(*shape, "bf16", lens, seed=3)
+    q, k, v, lens = (api.from_numpy(a) for a in (q_n, k_n, v_n, lens_n))
+    out = api.from_numpy(poisoned(q_n.shape, "bf16"))
+    module._PLANS.clear()
+    decode_attention(q, k, v, lens, out=out)
+    np.testing.assert_allclose(out.to_numpy().astype(np.float64), reference(q_n, k_n, v_n, lens_n, 1 / 8),
+                               atol=2e-2, rtol=0)
+    assert len(module._PLANS) == 1
+    kept = next(iter(module._PLANS.values()))
+    assert kept.split.one_launch is (shape == SMALL)
+    new_q, new_k, new_v, _ = inputs(*shape, "bf16", new_lens, seed=4)
+    new_lens_n = np.array(new_lens, np.int32)
+    for tensor, values in ((q, new_q), (k, new_k), (v, new_v), (lens, new_lens_n)):
+        tensor.host_view()[...] = values
+    out.host_view()[...] = np.nan
+    view = out[...]
+    assert decode_attention(q[...], k[...], v[...], lens[...], out=view) is view
+    assert len(module._PLANS) == 1 and next(iter(module._PLANS.values())) is kept
+    np.testing.assert_allclose(out.to_numpy().astype(np.float64), reference(new_q, new_k, new_v, new_lens_n, 1 / 8),
+                               atol=2e-2, rtol=0)
+    # The caches as a transposed view of (batch, max_seq, kv_heads, dim) memory: another stride.
+    k_t = api.from_numpy(np.ascontiguousarray(new_k.transpose(0, 2, 1, 3))).transpose(1, 2)
+    decode_attention(q, k_t, v, lens, out=out, scale=0.5)
+    np.testing.assert_allclose(out.to_numpy().astype(np.float64), reference(new_q, new_k, new_v, new_lens_n, 0.5),
+                               atol=2e-2, rtol=0)
+    decode_attention(q, k, v, lens, out=out, scale=0.5)  # another scale over the known memory
+    np.testing.assert_allclose(out.to_numpy().astype(np.float64), reference(new_q, new_k, new_v, new_lens_n, 0.5),
+                               atol=2e-2, rtol=0)
+    assert len(module._PLANS) == 3
+    past = list(new_lens)
+    past[-1] = shape[3] + 1  # past max_seq: refused on the host, as before any plan was kept
+    lens.host_view()[...] = past
+    with pytest.raises(cutile.ArgumentError, match=rf"seq_lens' holds {shape[3] + 1} at \[{len(past) - 1}\]"):
+        decode_attention(q, k, v, lens, out=out)
+    lens.host_view()[...] = new_lens_n
+    taken = out.partition([1, 1, shape[4]])
+    with pytest.raises(cutile.OwnershipError, match="consumed"):
+        decode_attention(q, k, v, lens, out=out)
+    del taken

@@ -285,6 +285,45 @@ def test_a_call_repeating_the_last_ones_objects_reuses_its_checked_call_and_noth
     del whole
 
 
+@pytest.mark.parametrize("rows", [3, 40], ids=["gemv", "tiled"])
+def test_a_repeated_call_reuses_its_launch_arguments_and_still_refuses_what_changed(rows: int) -> None:
+    """A call repeating the last one's objects launches on the arguments made the first
+    time (the GEMV path's launches too); a call in another layout, dtype or stride is
+    checked and planned afresh; bad arguments and a consumed out are still refused."""
+    rng = np.random.default_rng(43)
+    xn, wn = rand(rng, (rows, 64), bf16), rand(rng, (48, 64), bf16)  # the weight [out, in], passed as .T
+    x, w = api.from_numpy(xn), api.from_numpy(wn)
+    w_t = w.T
+    out = api.full([rows, 48], np.nan, bf16)  # poisoned: the first call writes it
+    matmul(x, w_t, out=out)
+    remembered = matmul._last
+    assert remembered is not None
+    if rows <= 16:
+        assert remembered.call.gemv_launches is not None  # made at the first launch
+    matmul(x, w_t, out=out)
+    assert matmul._last is remembered
+    close(out, reference(xn, wn.T), bf16)
+    strided = api.from_numpy(np.ascontiguousarray(wn.T))  # [in, out] row-major: another stride
+    other = api.full([rows, 48], np.nan, bf16)
+    matmul(x, strided, out=other)
+    assert matmul._last is not remembered and matmul._last is not None
+    assert matmul._last.call is not remembered.call
+    close(other, reference(xn, wn.T), bf16)
+    f32_out = api.full([rows, 48], np.nan, f32)  # another dtype of out
+    matmul(x, w_t, out=f32_out)
+    close(f32_out, reference(xn, wn.T), bf16)
+    matmul(x, w_t, out=out)
+    with pytest.raises(cutile.ArgumentError, match="out"):
+        matmul(x, w_t, out=api.full([rows, 47], np.nan, bf16))
+    with pytest.raises(cutile.ArgumentError, match="alpha"):
+        matmul(x, w_t, out=out, alpha=float("inf"))
+    matmul(x, w_t, out=out)  # remembered again
+    taken = out.partition([1, 16])  # out consumed: the remembered call's launch refuses it
+    with pytest.raises(cutile.OwnershipError, match="consumed"):
+        matmul(x, w_t, out=out)
+    del taken
+
+
 def test_torch_tensors_in_and_out() -> None:
     torch = pytest.importorskip("torch", reason="torch is not installed here")
     rng = np.random.default_rng(41)
@@ -312,3 +351,49 @@ def test_a_transposed_operand_is_read_through_its_contiguous_transpose() -> None
     assert plans and plans[-1].a_transposed
     assert isinstance(got, cutile.Tensor) and got.shape == (M, N)
     close(matmul(api.from_numpy(a).T, api.from_numpy(weight).T, config=TINY), reference(a.T, weight.T), bf16)
+
+
+@pytest.mark.parametrize("k", [64, 4096], ids=["direct", "split_k"])
+def test_gemv_calls_of_new_objects_in_known_layouts_take_their_plan(k: int) -> None:
+    """A model's layer calls matmul(x, w.T, out=o) with a new w.T view each time: the
+    GEMV path keeps its plan by the operands' layouts and memory, so a call of new objects
+    over the same memory takes it (new values computed right); another layout, dtype or
+    epilogue is planned afresh; a bad alpha and a consumed out are still refused."""
+    from cutile_kernels import _matmul
+
+    rng = np.random.default_rng(47)
+    xn, wn, bias_n = rand(rng, (2, k), bf16), rand(rng, (40, k), bf16), rand(rng, (40,), bf16)
+    x, w, bias = api.from_numpy(xn), api.from_numpy(wn), api.from_numpy(bias_n)
+    out = api.full([2, 40], np.nan, bf16)
+    _matmul._GEMV_CALLS.clear()
+    matmul(x, w.T, out=out)
+    close(out, reference(xn, wn.T), bf16)
+    assert len(_matmul._GEMV_CALLS) == 1
+    kept = next(iter(_matmul._GEMV_CALLS.values()))
+    assert (kept.config["split_k"] > 1) is (k == 4096)
+    new_x = rand(rng, (2, k), bf16)
+    x.host_view()[...] = new_x
+    out.host_view()[...] = np.nan
+    assert matmul(x[...], w.T, out=out[...]) is not None  # new objects over the same memory
+    assert len(_matmul._GEMV_CALLS) == 1 and next(iter(_matmul._GEMV_CALLS.values())) is kept
+    close(out, reference(new_x, wn.T), bf16)
+    out.host_view()[...] = np.nan
+    matmul(x, w.T, out=out, bias=bias, activation="silu", alpha=0.5)  # another epilogue: its own plan
+    close(out, reference(new_x, wn.T, bias=bias_n, activation="silu", alpha=0.5), bf16)
+    matmul(x, w.T, out=out, bias=bias, activation="silu", alpha=2.0)  # alpha is a run-time value
+    close(out, reference(new_x, wn.T, bias=bias_n, activation="silu", alpha=2.0), bf16)
+    f32_out = api.full([2, 40], np.nan, f32)  # another dtype of out
+    matmul(x, w.T, out=f32_out)
+    close(f32_out, reference(new_x, wn.T), bf16)
+    row_major = api.from_numpy(np.ascontiguousarray(wn.T))  # [K, N] row-major: another stride
+    matmul(x, row_major, out=out)
+    close(out, reference(new_x, wn.T), bf16)
+    assert len(_matmul._GEMV_CALLS) == 4
+    with pytest.raises(cutile.ArgumentError, match="alpha"):
+        matmul(x, w.T, out=out, alpha=float("nan"))
+    with pytest.raises(cutile.ArgumentError, match="out"):
+        matmul(x, w.T, out=api.full([2, 41], np.nan, bf16))  # another shape: checked (and refused)
+    taken = out.partition([1, 8])
+    with pytest.raises(cutile.OwnershipError, match="consumed"):
+        matmul(x, w.T, out=out)
+    del taken

@@ -177,3 +177,55 @@ def test_launch_forms(config: dict[str, int]) -> None:
     check(z, layer_norm_reference(f64(x), f64(w), f64(b), 1e-5)[0], "f32", scale=4.0)
     with pytest.raises(cutile.ArgumentError, match="out= is required"):
         rms_norm.launch(x, w)
+
+
+@pytest.mark.parametrize("cols", [100, 20000], ids=["one_pass", "long_rows"])
+def test_add_rms_norm_in_known_layouts_takes_its_plan_and_still_checks_what_can_change(cols: int) -> None:
+    """add_rms_norm of 2-D cutile tensors with both outputs given keeps its plan by the
+    operands' layouts and memory: a call in them again (new values in the same memory,
+    new view objects) takes it and computes right; another stride, dtype or memory is
+    planned afresh; a bad eps or a consumed output is still refused."""
+    from cutile_kernels import _norms
+
+    rows, dtype = 3, "bf16"
+    xs, rs = normal((rows, cols), dtype, seed=41), normal((rows, cols), dtype, seed=42)
+    x, r, w = api.from_numpy(xs), api.from_numpy(rs), api.from_numpy(normal((cols,), dtype, seed=43))
+    out = (poisoned((rows, cols), dtype), poisoned((rows, cols), dtype))
+    plans = _norms._ADD_RMS_NORM_PLANS
+    plans.clear()
+
+    def expect(total: Any, normed: Any, x_values: Any, r_values: Any, weight: Any) -> None:
+        rounded = f64((f64(x_values) + f64(r_values)).astype(x_values.dtype))
+        check(total, rounded, dtype, scale=4.0)
+        check(normed, rms_reference(rounded, f64(weight.to_numpy()), 1e-6), dtype, scale=4.0)
+
+    total, normed = add_rms_norm(x, r, w, 1e-6, out=out)
+    assert total is out[0] and normed is out[1]
+    expect(*out, xs, rs, w)
+    assert len(plans) == 1
+    kept = next(iter(plans.values()))
+    assert kept.one_pass is (cols == 100)
+    new_x, new_r = normal((rows, cols), dtype, seed=44, scale=3.0), normal((rows, cols), dtype, seed=45)
+    x.host_view()[...], r.host_view()[...] = new_x, new_r
+    for t in out:
+        t.host_view()[...] = np.nan
+    views = (out[0][...], out[1][...])
+    total, normed = add_rms_norm(x[...], r[...], w, 1e-6, out=views)
+    assert total is views[0] and normed is views[1]  # (the caller's objects, as a fresh plan gives them)
+    assert len(plans) == 1 and next(iter(plans.values())) is kept
+    expect(*out, new_x, new_r, w)
+    wide = api.from_numpy(normal((rows, cols + 8), dtype, seed=46))  # a strided x: another layout
+    add_rms_norm(wide[:, :cols], r, w, 1e-6, out=out)
+    expect(*out, wide.to_numpy()[:, :cols], new_r, w)
+    other_w = api.from_numpy(normal((cols,), "f32", seed=47))  # another dtype of the weight
+    add_rms_norm(x, r, other_w, 1e-6, out=out)
+    expect(*out, new_x, new_r, other_w)
+    assert len(plans) == 3
+    with pytest.raises(cutile.ArgumentError, match="eps must be a finite number"):
+        add_rms_norm(x, r, w, float("nan"), out=out)
+    with pytest.raises(cutile.ArgumentError, match="residual"):
+        add_rms_norm(x, api.from_numpy(normal((rows, cols - 1), dtype, seed=48)), w, 1e-6, out=out)
+    taken = out[0].partition([1, 4])
+    with pytest.raises(cutile.OwnershipError, match="consumed"):
+        add_rms_norm(x, r, w, 1e-6, out=out)
+    del taken

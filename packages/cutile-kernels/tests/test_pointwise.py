@@ -740,3 +740,59 @@ def test_bad_configs_are_refused_naming_the_key(call: Any, message: str) -> None
     x = api.from_numpy(np.arange(100, dtype=np.float32))
     with pytest.raises(cutile.ArgumentError, match=message):
         call(x)
+
+
+@pytest.mark.parametrize("positions_kind", ["int", "i32"])
+def test_kv_cache_update_of_a_pair_in_known_layouts_takes_its_plan_and_still_checks_positions(
+        positions_kind: str) -> None:
+    """A pair update of cutile tensors keeps its plan by the operands' layouts and memory
+    (and an int start): a call in them again (new values, new view objects) takes it and
+    writes right; another start or stride is planned afresh; positions the host holds
+    past the cache and a consumed cache are still refused."""
+    kv_cache = importlib.import_module("cutile_kernels._kv_cache")
+    max_seq, heads, dim, tokens = 24, 3, 16, 2
+    k_cache, v_cache = tensor(np.zeros((max_seq, heads, dim)), "bf16"), tensor(np.zeros((max_seq, heads, dim)), "bf16")
+    qkv = tensor(RNG.standard_normal((tokens, 1 + 2 * heads, dim)), "bf16")
+    k, v = qkv[..., 1:1 + heads, :], qkv[..., 1 + heads:, :]  # strided head slices
+    start = 5
+
+    def positions_at(at: int) -> Any:
+        return at if positions_kind == "int" else api.from_numpy(np.arange(at, at + tokens, dtype=np.int32))
+
+    def check_written(at: int) -> None:
+        written = qkv.to_numpy().astype(np.float64)
+        for cache, first in ((k_cache, 1), (v_cache, 1 + heads)):
+            np.testing.assert_array_equal(read(cache)[at:at + tokens], written[:, first:first + heads])
+
+    kv_cache._PAIR_PLANS.clear()
+    positions = positions_at(start)
+    caches = kv_cache_update((k_cache, v_cache), (k, v), positions)
+    assert caches[0] is k_cache and caches[1] is v_cache
+    check_written(start)
+    assert len(kv_cache._PAIR_PLANS) == 1
+    kept = next(iter(kv_cache._PAIR_PLANS.values()))
+    qkv.host_view()[...] = RNG.standard_normal(qkv.shape)  # new values in the same memory
+    kv_cache_update((k_cache, v_cache), (qkv[..., 1:1 + heads, :], qkv[..., 1 + heads:, :]), positions)
+    assert len(kv_cache._PAIR_PLANS) == 1 and next(iter(kv_cache._PAIR_PLANS.values())) is kept
+    check_written(start)
+    if positions_kind == "i32":  # the same tensor, a new position in it: checked and written there
+        positions.host_view()[...] = [9, 10]
+        kv_cache_update((k_cache, v_cache), (k, v), positions)
+        check_written(9)
+        positions.host_view()[...] = [max_seq - 1, max_seq]
+        with pytest.raises(cutile.ArgumentError, match="positions"):
+            kv_cache_update((k_cache, v_cache), (k, v), positions)
+        positions.host_view()[...] = [start, start + 1]
+    else:  # another start: its own plan
+        kv_cache_update((k_cache, v_cache), (k, v), 9)
+        check_written(9)
+        assert len(kv_cache._PAIR_PLANS) == 2
+        with pytest.raises(cutile.ArgumentError, match="positions"):
+            kv_cache_update((k_cache, v_cache), (k, v), max_seq)
+    contiguous_k = tensor(qkv.to_numpy()[..., 1:1 + heads, :].astype(np.float32), "bf16")  # another stride
+    kv_cache_update((k_cache, v_cache), (contiguous_k, v), positions)
+    check_written(start)
+    taken = v_cache.partition([1, 1, dim])
+    with pytest.raises(cutile.OwnershipError, match="consumed"):
+        kv_cache_update((k_cache, v_cache), (k, v), positions)
+    del taken

@@ -244,3 +244,63 @@ def test_the_kernels_compile(case: str, arch: str) -> None:
         constants = {"NEOX": neox}
     compiled = cutile.compile(kernel, *arguments, arch=arch, **constants)
     assert compiled.cubin
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f32"])
+def test_a_call_in_known_layouts_takes_its_plan_and_still_checks_what_can_change(dtype: str) -> None:
+    """qk_norm_rope of cutile tensors with both outputs given keeps its plan by the
+    operands' layouts and memory: a call in them again (new values in the same memory,
+    new view objects) takes it and computes right; another dtype, stride or memory is
+    planned afresh; a bad eps or a consumed output is still refused."""
+    tokens, heads, kv_heads, dim, theta = 5, 4, 2, 64, 1e6
+    arrays = [normal((tokens, heads, dim), dtype, seed=21), normal((tokens, kv_heads, dim), dtype, seed=22)]
+    q, k = (api.from_numpy(a) for a in arrays)
+    qw, kw = api.from_numpy(normal((dim,), dtype, seed=23)), api.from_numpy(normal((dim,), dtype, seed=24))
+    positions_n = np.arange(3, 3 + tokens).astype(np.int32)
+    positions = api.from_numpy(positions_n)
+    out = (poisoned((tokens, heads, dim), dtype), poisoned((tokens, kv_heads, dim), dtype))
+    qk_module._PLANS.clear()
+
+    def expect(q_values: Any, k_values: Any) -> tuple[Any, Any]:
+        return tuple(rope_reference(rms_reference(f64(x), f64(w.to_numpy()), 1e-6), positions_n, theta, "neox")
+                     for x, w in ((q_values, qw), (k_values, kw)))
+
+    qk_norm_rope(q, k, qw, kw, positions, 1e-6, theta, out=out)
+    assert len(qk_module._PLANS) == 1
+    planned = next(iter(qk_module._PLANS.values()))
+    for result, expected in zip(out, expect(*arrays)):
+        close_rotated(result, expected, dtype)
+    # New values in the same memory, poisoned outputs, new view objects: the kept plan, right results.
+    new_q, new_k = normal(q.shape, dtype, seed=25, scale=2.0), normal(k.shape, dtype, seed=26)
+    q.host_view()[...], k.host_view()[...] = new_q, new_k
+    for t in out:
+        t.host_view()[...] = np.nan
+    views = (out[0][...], out[1][...])
+    qk_norm_rope(q[...], k[...], qw, kw, positions[...], 1e-6, theta, out=views)
+    assert len(qk_module._PLANS) == 1 and next(iter(qk_module._PLANS.values())) is planned
+    for result, expected in zip(out, expect(new_q, new_k)):
+        close_rotated(result, expected, dtype)
+    # Another dtype of the weight, strided head slices, other memory: planned afresh (and right).
+    other_w = api.from_numpy(normal((dim,), "f32", seed=27))
+    qk_norm_rope(q, k, other_w, kw, positions, 1e-6, theta, out=out)
+    close_rotated(out[0], rope_reference(rms_reference(f64(new_q), f64(other_w.to_numpy()), 1e-6), positions_n,
+                                         theta, "neox"), dtype)
+    wide = api.from_numpy(normal((tokens, heads + 2 * kv_heads, dim), dtype, seed=28))
+    q_slice, k_slice = wide[:, :heads], wide[:, heads:heads + kv_heads]
+    qk_norm_rope(q_slice, k_slice, qw, kw, positions, 1e-6, theta, out=out)
+    expected = expect(wide.to_numpy()[:, :heads], wide.to_numpy()[:, heads:heads + kv_heads])
+    close_rotated(out[0], expected[0], dtype)
+    close_rotated(out[1], expected[1], dtype)
+    assert len(qk_module._PLANS) == 3
+    # Another theta: not the kept plan's rotation.
+    qk_norm_rope(q, k, qw, kw, positions, 1e-6, 1e4, out=out)
+    close_rotated(out[0], rope_reference(rms_reference(f64(new_q), f64(qw.to_numpy()), 1e-6), positions_n, 1e4,
+                                         "neox"), dtype)
+    assert len(qk_module._PLANS) == 4
+    # What can change between calls in known layouts is still checked.
+    with pytest.raises(cutile.ArgumentError, match="eps must be a finite number"):
+        qk_norm_rope(q, k, qw, kw, positions, -1.0, theta, out=out)
+    taken = out[1].partition([1, 1, dim])
+    with pytest.raises(cutile.OwnershipError, match="consumed"):
+        qk_norm_rope(q, k, qw, kw, positions, 1e-6, theta, out=out)
+    del taken

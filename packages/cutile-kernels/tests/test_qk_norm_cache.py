@@ -334,3 +334,64 @@ def test_the_kernels_compile(with_k: bool) -> None:
                   meta([tokens], dtype=i64 if with_k else i32), tokens // 4, 1e-6, 1 / 128, -0.2]
     compiled = cutile.compile(kernel, *arguments, arch="sm_90", BHC=8, NEOX=not with_k)
     assert compiled.cubin
+
+
+@pytest.mark.parametrize("with_k_out", [False, True], ids=["decode", "k_out"])
+def test_a_call_in_known_layouts_takes_its_plan_and_still_checks_what_can_change(with_k_out: bool) -> None:
+    """A call of cutile tensors with out given keeps its plan by the operands' layouts and
+    memory: a call in them again (new values in the same memory, new view objects) takes
+    it and computes right; another stride or theta is planned afresh; a bad eps, host
+    positions past the cache and a consumed tensor are still refused."""
+    batch, heads, kv_heads, dim, max_seq, theta = 3, 4, 2, 64, 12, 1e6
+    arrays = [normal((batch, heads, dim), "bf16", seed=31), normal((batch, kv_heads, dim), "bf16", seed=32),
+              normal((batch, kv_heads, dim), "bf16", seed=33)]
+    q, k, v = (api.from_numpy(a) for a in arrays)
+    qw, kw = api.from_numpy(normal((dim,), "bf16", seed=34)), api.from_numpy(normal((dim,), "bf16", seed=35))
+    positions = api.from_numpy(np.full(batch, 4, np.int32))
+    caches = nan_caches((batch, max_seq, kv_heads, dim), "bf16")
+    out = api.full([batch, heads, dim], np.nan, dtype=bf16)
+    k_out = api.full([batch, kv_heads, dim], np.nan, dtype=bf16) if with_k_out else None
+    cache_module._PLANS.clear()
+
+    def check(q_values: Any, k_values: Any, v_values: Any, at: int, used_theta: float = theta) -> None:
+        pos = np.full(batch, at)
+        close(out.to_numpy(), rope_reference(rms_reference(f64(q_values), f64(qw.to_numpy()), 1e-6), pos,
+                                             used_theta, "neox"), "bf16")
+        k_expected = rope_reference(rms_reference(f64(k_values), f64(kw.to_numpy()), 1e-6), pos, used_theta, "neox")
+        if k_out is not None:
+            close(k_out.to_numpy(), k_expected, "bf16")
+        close(by_entry(caches[0])[:, at], k_expected, "bf16")
+        np.testing.assert_array_equal(by_entry(caches[1])[:, at], f64(v_values))
+
+    assert qk_norm_rope_cache(q, k, v, qw, kw, positions, caches, 1e-6, theta, out=out, k_out=k_out) is out
+    check(*arrays, 4)
+    assert len(cache_module._PLANS) == 1
+    kept = next(iter(cache_module._PLANS.values()))
+    new = [normal(a.shape, "bf16", seed=36 + i, scale=2.0) for i, a in enumerate(arrays)]
+    for tensor, values in zip((q, k, v), new):
+        tensor.host_view()[...] = values
+    positions.host_view()[...] = 7  # a new position in the same memory: checked on the host, written there
+    view = out[...]
+    k_view = None if k_out is None else k_out[...]
+    assert qk_norm_rope_cache(q[...], k[...], v[...], qw, kw, positions[...], (caches[0][...], caches[1][...]),
+                              1e-6, theta, out=view, k_out=k_view) is view
+    assert len(cache_module._PLANS) == 1 and next(iter(cache_module._PLANS.values())) is kept
+    check(*new, 7)
+    qk_norm_rope_cache(q, k, v, qw, kw, positions, caches, 1e-6, 1e4, out=out, k_out=k_out)  # another theta
+    check(*new, 7, used_theta=1e4)
+    wide = api.from_numpy(normal((batch, heads + 2 * kv_heads, dim), "bf16", seed=40))  # strided head slices
+    q_s, k_s, v_s = wide[:, :heads], wide[:, heads:heads + kv_heads], wide[:, heads + kv_heads:]
+    qk_norm_rope_cache(q_s, k_s, v_s, qw, kw, positions, caches, 1e-6, theta, out=out, k_out=k_out)
+    whole = wide.to_numpy()
+    check(whole[:, :heads], whole[:, heads:heads + kv_heads], whole[:, heads + kv_heads:], 7)
+    assert len(cache_module._PLANS) == 3
+    with pytest.raises(cutile.ArgumentError, match="eps must be a finite number"):
+        qk_norm_rope_cache(q, k, v, qw, kw, positions, caches, -1.0, theta, out=out, k_out=k_out)
+    positions.host_view()[...] = max_seq
+    with pytest.raises(cutile.ArgumentError, match="parameter 'positions' starts at 12"):
+        qk_norm_rope_cache(q, k, v, qw, kw, positions, caches, 1e-6, theta, out=out, k_out=k_out)
+    positions.host_view()[...] = 7
+    taken = out.partition([1, 1, dim])
+    with pytest.raises(cutile.OwnershipError, match="consumed"):
+        qk_norm_rope_cache(q, k, v, qw, kw, positions, caches, 1e-6, theta, out=out, k_out=k_out)
+    del taken

@@ -59,8 +59,13 @@ class Batch:
             self._fast = (run.job, run.points, stream, self._state, int(stream.handle))
         job = run.job
         # Whether a running hold's owner is the batch's job (or a shared op's sub-job
-        # of it): ops made in the block join it, so their claims leave its holds out.
-        self.joins: Callable[[Job], bool] = lambda owner: owner is job or owner.parent is job
+        # of it): ops made in the block join it, so their claims leave its holds out;
+        # so do the holds of the job it follows (`batch(after=...)`: ordered before it).
+        follows = job.follows
+        if follows is None:
+            self.joins: Callable[[Job], bool] = lambda owner: owner is job or owner.parent is job
+        else:
+            self.joins = lambda owner: owner is job or owner.parent is job or owner is follows or owner.parent is follows
 
     def close(self) -> None:
         """Ends the batch: later ops are refused."""
@@ -115,7 +120,8 @@ def current() -> Batch | None:
 
 
 @contextmanager
-def batch(name: str = "batch", *, policy: SchedulingPolicy | None = None, wait: bool = True) -> Iterator[Batch]:
+def batch(name: str = "batch", *, policy: SchedulingPolicy | None = None, wait: bool = True,
+          after: Batch | None = None) -> Iterator[Batch]:
     """Runs the ops started on this thread inside the block as one job, enqueued
     in order and returned at once; the block's end waits for them.
 
@@ -130,6 +136,18 @@ def batch(name: str = "batch", *, policy: SchedulingPolicy | None = None, wait: 
             stream it gives is the batch's stream; `zip` may fork onto others).
         wait: with False, the block's end does not wait: ``batch.future`` (a
             `DeviceFuture`) completes, and gives the holds back, when the work is done.
+        after: an ended ``wait=False`` batch whose work this one continues: its ops
+            are queued on that batch's stream after that work, so they may use what
+            its job still holds (an output of its last op, say) without waiting for
+            it; its holds stay until its future completes (the host waits for it, or
+            for this batch, before reading what it wrote). The host can so queue one
+            step while the device runs the one before (``policy`` is ``after``'s).
+
+    >>> with cuda_async.batch("layer 0", wait=False) as first:
+    ...     x = layer(x).sync()
+    >>> with cuda_async.batch("layer 1", wait=False, after=first) as second:
+    ...     x = layer(x).sync()        # reads the x layer 0 writes: ordered by the stream
+    >>> first.future.result()          # layer 0 done (its memory can be freed)
     """
     from cuda_async._future import DeviceFuture, completion_events
     from cuda_async._op import Run
@@ -138,9 +156,15 @@ def batch(name: str = "batch", *, policy: SchedulingPolicy | None = None, wait: 
         raise raised.graph_capture(f"batch {name!r} cannot start inside a CUDA graph capture (a capture records, a batch runs)")
     if current() is not None:
         raise raised.batch(f"batch {name!r}: the batch {current().name!r} is already active on this thread (batches do not nest)")  # type: ignore[union-attr]
-    chosen = policy if policy is not None else default_policy()
-    job = Job(name)
-    active = Batch(name, Run(job, chosen), chosen.next_stream())
+    if after is None:
+        chosen = policy if policy is not None else default_policy()
+        job = Job(name)
+        active = Batch(name, Run(job, chosen), chosen.next_stream())
+    else:
+        _check_after(name, after, policy)
+        follows = after.run.job
+        job = Job(name, follows=None if follows.released else follows)
+        active = Batch(name, Run(job, after.run.policy), after.stream)
     token = _active.set(active)
     try:
         yield active
@@ -154,3 +178,16 @@ def batch(name: str = "batch", *, policy: SchedulingPolicy | None = None, wait: 
         job.finish()
     else:
         active.future = DeviceFuture(job, None, completion_events(job))
+
+
+def _check_after(name: str, after: Batch, policy: SchedulingPolicy | None) -> None:
+    """``after`` must be a batch that ended without waiting (its future holds its job)."""
+    if not isinstance(after, Batch):
+        raise TypeError(f"batch {name!r}: parameter 'after' takes a Batch, got {type(after).__name__}")
+    if policy is not None:
+        raise raised.batch(f"batch {name!r}: give 'policy' or 'after', not both (a batch continuing another runs "
+                           "on its stream)")
+    if not after.closed or after.future is None:
+        state = "is still open" if not after.closed else "waited at its end"
+        raise raised.batch(f"batch {name!r}: parameter 'after' must be a batch that ended with wait=False; "
+                           f"{after.name!r} {state}")

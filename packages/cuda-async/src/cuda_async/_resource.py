@@ -206,12 +206,16 @@ def is_live(resource: object, access: int, stream: cuda_core.Stream, epoch: int)
 class Job:
     """One submission: the holds it took, the streams it used, its completion."""
 
-    __slots__ = ("name", "parent", "streams", "held", "holds", "domains", "holds_all_of", "retained", "released",
-                 "__weakref__")
+    __slots__ = ("name", "parent", "follows", "streams", "held", "holds", "domains", "holds_all_of", "retained",
+                 "released", "__weakref__")
 
-    def __init__(self, name: str, *, parent: Job | None = None) -> None:
+    def __init__(self, name: str, *, parent: Job | None = None, follows: Job | None = None) -> None:
         self.name = name
         self.parent = parent
+        # The job whose work this one's is queued after on the same stream (a batch
+        # continuing another, `batch(after=...)`): its holds are no conflict for this
+        # job's ops, as the stream orders them after its work.
+        self.follows = follows
         self.streams: dict[cuda_core.Stream, None] = {}
         self.held: dict[Resource, None] = {}
         # Its holds in the ledger, by (domain, start, end): (the domain's list, the hold).
@@ -236,10 +240,17 @@ class Job:
             _ledger.drain_dropped()
             self._check_locked(access_set.spans, op_name)
 
-    def _check_locked(self, spans: tuple[Span, ...], op_name: str) -> None:
+    def _check_locked(self, spans: tuple[Span, ...], op_name: str, on_stream: bool = True) -> None:
         holds = _ledger.holds
         parent = self.parent
-        mine = lambda owner: owner is self or owner is parent  # noqa: E731
+        follows = self.follows if parent is None else parent.follows
+        # An op run on the host is ordered after the followed job's work only when that
+        # ran on the host too (used no stream: it is done).
+        if follows is None or (not on_stream and follows.streams):
+            mine = lambda owner: owner is self or owner is parent  # noqa: E731
+        else:
+            mine = lambda owner: (owner is self or owner is parent or owner is follows  # noqa: E731
+                                  or owner.parent is follows)
         for _, domain, start, end, writes, label in spans:
             held = holds.get(domain)
             if held:
@@ -273,7 +284,7 @@ class Job:
             spans = access_set.spans
             domain = access_set.only_domain
             if not holds and domain is not None:  # a fresh job's holds on one device: taken in bulk
-                self._check_locked(spans, op_name)
+                self._check_locked(spans, op_name, stream is not None)
                 listed = _ledger.domain_list(domain)
                 taken = [(start, end, writes, label or op_name, self, resource.name)
                          for resource, _, start, end, writes, label in spans]
@@ -288,7 +299,7 @@ class Job:
             for _, domain, start, end, writes, _ in spans:
                 mine = holds.get((domain, start, end))
                 if mine is None or (writes and not mine[1][2]):
-                    self._check_locked(spans, op_name)
+                    self._check_locked(spans, op_name, stream is not None)
                     break
             for resource, domain, start, end, writes, label in spans:
                 key = (domain, start, end)
@@ -436,3 +447,4 @@ class Job:
                                 del reads[stream]
             self.held.clear()
             self.retained.clear()
+            self.follows = None  # (an earlier job matters only while this one runs)

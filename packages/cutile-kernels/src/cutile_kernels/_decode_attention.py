@@ -59,7 +59,7 @@ import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import Any, NamedTuple, Protocol, cast
 
 import numpy as np
 
@@ -413,6 +413,75 @@ def _spans_overlap(a: cutile.Tensor, b: cutile.Tensor) -> bool:
     return a0 < b1 and b0 < a1
 
 
+class _Kept(NamedTuple):
+    """What a checked call launches, from its operands' layouts alone: the split plan,
+    its kernels' hints and constants, the scores' factor and the caches' max_seq."""
+
+    split: Plan
+    hints: tuple[int, int, int]
+    batch: int
+    kv_heads: int
+    group: int
+    head_dim: int
+    max_seq: int
+    scale_log2: float
+
+
+# (the operands' layouts and memory, scale) -> the plan of a call in them (the memory is in
+# the key: out's overlap checks depend on it); only for cutile tensors and no config=
+_PLANS: dict[tuple[Any, ...], _Kept] = {}
+_PLANS_SIZE = 1024
+
+
+def _layout(t: Any) -> tuple[Any, ...] | None:
+    return (t.dtype, t.shape, t.strides, t.device, t.address()) if type(t) is cutile.Tensor else None
+
+
+def _key(q: Any, k_cache: Any, v_cache: Any, seq_lens: Any, scale: Any, out: Any, config: Any) -> tuple[Any, ...] | None:
+    if config is not None or type(scale) not in (float, int, type(None)):
+        return None
+    layouts = (_layout(q), _layout(k_cache), _layout(v_cache), _layout(seq_lens), _layout(out))
+    return None if None in layouts else (*layouts, type(scale), scale)
+
+
+def _check_lengths(lens_values: Any, max_seq: int) -> None:
+    wrong = np.flatnonzero((lens_values < 0) | (lens_values > max_seq))
+    if wrong.size:
+        raise _fail("seq_lens", f"holds {int(lens_values[wrong[0]])} at [{int(wrong[0])}]; each length must be "
+                                f"from 0 to the caches' max_seq {max_seq}")
+
+
+def _launch_kept(kept: _Kept, qa: cutile.Tensor, ka: cutile.Tensor, va: cutile.Tensor, la: cutile.Tensor,
+                 oa: cutile.Tensor, out: Any) -> Pending:
+    """The launch (or the split launch, then the merge) of a checked call."""
+    split, group, head_dim = kept.split, kept.group, kept.head_dim
+    target = oa.permute(0, 1, 2)  # (first: a view refuses a consumed out before anything is launched)
+    if split.one_launch:  # the whole context per block, normalized into out: no workspace, no merge
+        heads = split.heads_per_block
+        whole = decode_whole_kernel(qa.dtype, la.dtype, *kept.hints)
+        launch = whole(target.partition([1, heads, head_dim]), qa, ka, va, la, kept.scale_log2,
+                       GROUP=group, GP=max(8, heads), BN=split.tile_n)
+        return Pending(launch, lambda: out)
+    batch, kv_heads = kept.batch, kept.kv_heads
+    rows = max(8, next_pow2(group))  # the products' q-head columns: the group, padded to 8
+    # One workspace per out and split plan (made on the first call, so a warmed-up call
+    # allocates nothing and can be captured in a CUDA graph); a second call while the
+    # first is pending is refused by out's hold, so the workspace is never shared.
+    part_acc, part_max, part_sum = derived(oa, ("workspace", split.splits, rows), lambda: (
+        api.empty([batch * kv_heads, split.splits, rows * head_dim], dtype="f32"),
+        api.empty([batch * kv_heads, split.splits, rows], dtype="f32"),
+        api.empty([batch * kv_heads, split.splits, rows], dtype="f32")))
+    split_kernel, merge_kernel = decode_kernels(qa.dtype, la.dtype, *kept.hints)
+    first = split_kernel(part_acc.permute(0, 1, 2).partition([1, 1, rows * head_dim]),
+                         part_max.permute(0, 1, 2).partition([1, 1, rows]),
+                         part_sum.permute(0, 1, 2).partition([1, 1, rows]),
+                         qa, ka, va, la, kept.scale_log2, split.tiles_per_split,
+                         KV_HEADS=kv_heads, GROUP=group, BN=split.tile_n)
+    return Pending(first, lambda: out, then=lambda _: merge_kernel(
+        target.partition([1, 1, head_dim]), part_acc, part_max, part_sum, KV_HEADS=kv_heads, GROUP=group,
+        SP=next_pow2(split.splits)))
+
+
 def _decode_attention_launch(q: Any, k_cache: Any, v_cache: Any, seq_lens: Any, *, scale: float | None = None,
                              out: Any, config: dict[str, Any] | None = None) -> Pending:
     """Attention of one query token per sequence over its cached keys and values.
@@ -428,6 +497,13 @@ def _decode_attention_launch(q: Any, k_cache: Any, v_cache: Any, seq_lens: Any, 
         out: ``(batch, q_heads, head_dim)`` of q's dtype, written (not overlapping an input).
         config: a config of `SPACE` (default: the tuner's for this shape).
     """
+    key = _key(q, k_cache, v_cache, seq_lens, scale, out, config)
+    kept = _PLANS.get(key) if key is not None else None
+    if kept is not None:  # every check but the lengths' values (on the host) came out so for these layouts
+        lens_values = host_values(seq_lens)
+        if lens_values is not None:
+            _check_lengths(lens_values, kept.max_seq)
+        return _launch_kept(kept, q, k_cache, v_cache, seq_lens, out, out)
     qa = as_tensor(q, "decode_attention()", "q").tensor
     ka = as_tensor(k_cache, "decode_attention()", "k_cache").tensor
     va = as_tensor(v_cache, "decode_attention()", "v_cache").tensor
@@ -465,10 +541,7 @@ def _decode_attention_launch(q: Any, k_cache: Any, v_cache: Any, seq_lens: Any, 
     if tuple(la.shape) != (batch,):
         raise _fail("seq_lens", f"has shape {list(la.shape)}; expected [{batch}] (one length per sequence)")
     if lens_values is not None:
-        wrong = np.flatnonzero((lens_values < 0) | (lens_values > max_seq))
-        if wrong.size:
-            raise _fail("seq_lens", f"holds {int(lens_values[wrong[0]])} at [{int(wrong[0])}]; each length must be "
-                                    f"from 0 to the caches' max_seq {max_seq}")
+        _check_lengths(lens_values, max_seq)
     if scale is None:
         scale = 1.0 / math.sqrt(head_dim)
     elif isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating)) or not math.isfinite(scale):
@@ -490,31 +563,12 @@ def _decode_attention_launch(q: Any, k_cache: Any, v_cache: Any, seq_lens: Any, 
     group = q_heads // kv_heads
     split = plan(chosen, (batch, q_heads, kv_heads, max_seq, head_dim))
     hints = (int(chosen["occupancy"]), int(chosen["num_worker_warps"]), int(chosen["latency"]))
-    scale_log2 = float(scale) * _LOG2E
-    if split.one_launch:  # the whole context per block, normalized into out: no workspace, no merge
-        heads = split.heads_per_block
-        whole = decode_whole_kernel(qa.dtype, la.dtype, *hints)
-        launch = whole(oa.permute(0, 1, 2).partition([1, heads, head_dim]), qa, ka, va, la, scale_log2,
-                       GROUP=group, GP=max(8, heads), BN=split.tile_n)
-        return Pending(launch, lambda: out)
-    rows = max(8, next_pow2(group))  # the products' q-head columns: the group, padded to 8
-    # One workspace per out and split plan (made on the first call, so a warmed-up call
-    # allocates nothing and can be captured in a CUDA graph); a second call while the
-    # first is pending is refused by out's hold, so the workspace is never shared.
-    part_acc, part_max, part_sum = derived(oa, ("workspace", split.splits, rows), lambda: (
-        api.empty([batch * kv_heads, split.splits, rows * head_dim], dtype="f32"),
-        api.empty([batch * kv_heads, split.splits, rows], dtype="f32"),
-        api.empty([batch * kv_heads, split.splits, rows], dtype="f32")))
-    split_kernel, merge_kernel = decode_kernels(qa.dtype, la.dtype, *hints)
-    first = split_kernel(part_acc.permute(0, 1, 2).partition([1, 1, rows * head_dim]),
-                         part_max.permute(0, 1, 2).partition([1, 1, rows]),
-                         part_sum.permute(0, 1, 2).partition([1, 1, rows]),
-                         qa, ka, va, la, scale_log2, split.tiles_per_split,
-                         KV_HEADS=kv_heads, GROUP=group, BN=split.tile_n)
-    target = oa.permute(0, 1, 2)
-    return Pending(first, lambda: out, then=lambda _: merge_kernel(
-        target.partition([1, 1, head_dim]), part_acc, part_max, part_sum, KV_HEADS=kv_heads, GROUP=group,
-        SP=next_pow2(split.splits)))
+    kept = _Kept(split, hints, batch, kv_heads, group, head_dim, max_seq, float(scale) * _LOG2E)
+    if key is not None:  # (cutile tensors: read as they are, as the kept plan reads them)
+        if len(_PLANS) >= _PLANS_SIZE:
+            _PLANS.clear()  # (a program that meets ever new memory: kept bounded)
+        _PLANS[key] = kept
+    return _launch_kept(kept, qa, ka, va, la, oa, out)
 
 
 def _decode_attention(q: Any, k_cache: Any, v_cache: Any, seq_lens: Any, *, scale: float | None = None,

@@ -35,7 +35,7 @@ a `cutile.CudaError` (the kernel faulted), after which the CUDA context is unusa
 import functools
 import inspect
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -317,8 +317,53 @@ def _tile_rows(chosen: dict[str, Any], start: int | None, tokens: int) -> int:
     return bs
 
 
+class _KeptPair(NamedTuple):
+    """What a checked pair update launches, from its operands' layouts (and an int
+    start's value) alone: the kernel, the shapes it views, the tile and block count."""
+
+    kernel: Any
+    sizes: tuple[int, int, int]  # batch, max_seq, new tokens
+    width: int
+    tile: tuple[int, int, int]
+    blocks: int
+    bh: int
+    start_tile: int | None  # an int start, in tiles of new rows (None: the positions tensor)
+
+
+# (the operands' layouts and memory, an int start) -> the plan of a pair update in them (the
+# memory is in the key: the overlap checks depend on it); only for cutile tensors and no config=
+_PAIR_PLANS: dict[tuple[Any, ...], _KeptPair] = {}
+_PLANS_SIZE = 1024
+
+
+def _layout(t: Any) -> tuple[Any, ...] | None:
+    return (t.dtype, t.shape, t.strides, t.device, t.address()) if type(t) is cutile.Tensor else None
+
+
+def _pair_key(caches: Any, news: Any, positions: Any, config: Any) -> tuple[Any, ...] | None:
+    if config is not None or type(caches) is not tuple or type(news) is not tuple or len(caches) != 2 \
+            or len(news) != 2:
+        return None
+    start = positions if type(positions) is int else None
+    layouts = (*map(_layout, caches), *map(_layout, news), _layout(positions) if start is None else ("start", start))
+    return None if None in layouts else layouts
+
+
 def _pair_launch(fn: str, caches: Any, news: Any, positions: Any, config: dict[str, Any] | None) -> pw.Pending:
     """K and V caches updated in one launch (`cache_update_pair_kernel`)."""
+    key = _pair_key(caches, news, positions, config)
+    kept = _PAIR_PLANS.get(key) if key is not None else None
+    if kept is not None:  # every check but the positions' values (on the host) came out so for these layouts
+        batch, max_seq, tokens = kept.sizes
+        if kept.start_tile is None:
+            held = host_values(positions)
+            if held is not None:
+                _check_positions(held, tokens, max_seq)
+        targets = [c.reshape(batch, max_seq, kept.width) for c in caches]  # (a view refuses a consumed cache)
+        sources = [n if n.ndim == 4 else n.broadcast_to(1, *n.shape) for n in news]
+        mapped = [t.partition(list(kept.tile)).map([1, 1, 1], blocks=kept.blocks) for t in targets]
+        last = kept.start_tile if kept.start_tile is not None else positions
+        return pw.Pending(kept.kernel(*mapped, *sources, last, BH=kept.bh), lambda: caches)
     if len(caches) != 2:
         raise cutile.ArgumentError(f"{fn}(): parameter 'cache' must be a tensor or a pair (k_cache, v_cache), got "
                                    f"{len(caches)} items")
@@ -348,12 +393,14 @@ def _pair_launch(fn: str, caches: Any, news: Any, positions: Any, config: dict[s
     if kc.shape[-1] & (kc.shape[-1] - 1):
         raise cutile.ArgumentError(f"{fn}(): a pair of caches takes a head_dim (their last dim) that is a power of "
                                    f"two, got {kc.shape[-1]}")
-    return _heads_launch(fn, [kc, vc], [kn, vn], (batch, max_seq, tokens), start, pa, config, lambda: caches)
+    as_given = all(op.tensor is t for op, t in zip((kc, vc, kn, vn), (*caches, *news)))
+    return _heads_launch(fn, [kc, vc], [kn, vn], (batch, max_seq, tokens), start, pa, config, lambda: caches,
+                         key if as_given and (pa is None or pa.tensor is positions) else None)
 
 
 def _heads_launch(fn: str, caches: list[Operand], news: list[Operand], sizes: tuple[int, int, int],
                   start: int | None, pa: Operand | None, config: dict[str, Any] | None,
-                  finish: Any) -> pw.Pending:
+                  finish: Any, key: tuple[Any, ...] | None = None) -> pw.Pending:
     """One launch writing one cache or a K and V pair in tiles of whole heads, the new
     rows read with any strides (`cache_update_heads_kernel`, `cache_update_pair_kernel`)."""
     batch, max_seq, tokens = sizes
@@ -371,11 +418,17 @@ def _heads_launch(fn: str, caches: list[Operand], news: list[Operand], sizes: tu
     mapped = [t.partition([1, bs, bh * head_dim]).map([1, 1, 1], blocks=blocks) for t in targets]
     factory = cache_update_pair_kernel if len(caches) == 2 else cache_update_heads_kernel
     dtype = caches[0].tensor.dtype
+    kernel = factory(dtype, None if pa is None else pa.tensor.dtype)
     if start is not None:
-        launch = factory(dtype, None)(*mapped, *sources, start // bs, BH=bh)
+        launch = kernel(*mapped, *sources, start // bs, BH=bh)
     else:
         assert pa is not None
-        launch = factory(dtype, pa.tensor.dtype)(*mapped, *sources, pa.tensor, BH=bh)
+        launch = kernel(*mapped, *sources, pa.tensor, BH=bh)
+    if key is not None:  # (a pair of cutile tensors read as they are: what `_pair_launch` keeps)
+        if len(_PAIR_PLANS) >= _PLANS_SIZE:
+            _PAIR_PLANS.clear()  # (a program that meets ever new memory: kept bounded)
+        _PAIR_PLANS[key] = _KeptPair(kernel, sizes, width, (1, bs, bh * head_dim), blocks, bh,
+                                     None if start is None else start // bs)
     return pw.Pending(launch, finish)
 
 

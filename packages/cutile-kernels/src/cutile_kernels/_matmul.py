@@ -21,7 +21,7 @@ import math
 import weakref
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 import cutile
 from cutile.core import bf16, f16, f32
@@ -30,7 +30,7 @@ from cutile_kernels import _configs, _gemv, _splitk
 from cutile_kernels._epilogue import Epilogue, check_epilogue
 from cutile_kernels._gemm import Variant, gemm_kernel
 from cutile_kernels._operands import FP8, Operand, as_tensor, check_no_overlap, dtype_named, tensor_of
-from cutile_kernels._operands import derived
+from cutile_kernels._operands import derived, require_live
 
 OUT_DTYPES = (f16, bf16, f32)
 
@@ -90,6 +90,79 @@ class _Call:
     scales: tuple[cutile.Tensor, cutile.Tensor] | None
     alpha: float
     positional: tuple[Any, ...] | None = None  # the tiled kernel's arguments, made on the first launch
+    # the GEMV path's (kernel, arguments, constants) per launch, made on the first launch
+    gemv_launches: tuple[tuple[Any, tuple[Any, ...], dict[str, int]], ...] | None = None
+    gemv_kept: _GemvKept | None = None  # what a call in the same layouts keeps of it (`_GEMV_CALLS`)
+
+
+class _GemvKept(NamedTuple):
+    """What a checked GEMV-path call with ``out=`` of 2-D cutile tensors launches, from
+    its operands' layouts alone: the problem's sizes, the weight's layout, the
+    activation's code and the merged config."""
+
+    m: int
+    n: int
+    k: int
+    weight_nk: bool
+    activation: int
+    config: dict[str, Any]
+
+
+# (the operands' layouts and memory, activation, dtypes, allow_tf32) -> a GEMV-path call's
+# plan: a call of new objects in known layouts (a model's layers, each a weight's new .T view)
+# skips the signature lookup and the checks (the memory is in the key: the overlap checks
+# depend on it); nothing memory holds is kept
+_GEMV_CALLS: dict[tuple[Any, ...], _GemvKept] = {}
+
+
+def _tensor_key(t: Any) -> tuple[Any, ...] | None:
+    if type(t) is not cutile.Tensor or t.ndim != 2:
+        return None
+    return (t.dtype, t.shape, t.strides, t.device, t.address())
+
+
+def _gemv_key(a: Any, b: Any, out: Any, bias: Any, residual: Any, activation: Any, out_dtype: Any,
+              accumulate_dtype: Any, allow_tf32: Any) -> tuple[Any, ...] | None:
+    """The key of `_GEMV_CALLS` for a call of 2-D cutile tensors (bias 1-D) with out=,
+    or None."""
+    if type(activation) not in (str, type(None)) or type(allow_tf32) is not bool:
+        return None
+    layouts = (_tensor_key(a), _tensor_key(b), _tensor_key(out),
+               None if residual is None else _tensor_key(residual))
+    if None in layouts[:3] or (residual is not None and layouts[3] is None):
+        return None
+    if bias is None:
+        bias_key: tuple[Any, ...] | None = None
+    elif type(bias) is cutile.Tensor and bias.ndim == 1:
+        bias_key = (bias.dtype, bias.shape, bias.strides, bias.device, bias.address())
+    else:
+        return None
+    key = (*layouts, bias_key, activation, out_dtype, accumulate_dtype, allow_tf32)
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _gemv_launch(kept: _GemvKept, a: cutile.Tensor, b: cutile.Tensor, out: cutile.Tensor, bias: Any, residual: Any,
+                 alpha: Any) -> Any:
+    """The launch (or the partial sums, then their reduction) of a GEMV call in known
+    layouts: what can change checked (alpha; b and out not consumed, as their cached
+    views would not see it; a and the others the launch checks)."""
+    alpha = _checked_alpha(alpha)
+    require_live(b, "small_m_matmul", "b")
+    require_live(out, "small_m_matmul", "out")
+    ops = _splitk.Operands(kept.m, kept.n, kept.k, a, derived(b, "T", lambda: b.T) if kept.weight_nk else b,
+                         kept.weight_nk, out, bias if bias is not None else derived(a, "row", lambda: a[0]),
+                         residual if residual is not None else a, bias is not None, residual is not None,
+                         kept.activation, alpha)
+    launches = _gemv._launches(ops, kept.config)
+    first = launches[0][0](*launches[0][1], **launches[0][2])
+    if len(launches) == 1:
+        return first
+    reduce, reduce_arguments, _ = launches[1]
+    return first.then(lambda _: reduce(*reduce_arguments))
 
 
 def _scales(scale_a: Any, scale_b: Any) -> tuple[float, tuple[cutile.Tensor, cutile.Tensor] | None]:
@@ -187,6 +260,7 @@ def forget_plans() -> None:
     """Drops every cached plan and the remembered last call (the records changed: the
     next call of each signature asks for its config again)."""
     _SIGNATURES.clear()
+    _GEMV_CALLS.clear()
     matmul._last = None
 
 
@@ -367,14 +441,33 @@ def _launch_call(call: _Call) -> Any:
     plan = call.plan
     assert plan is not None
     if plan.kernel is None:
-        family = _gemv.small_m_matmul if plan.path == "gemv" else _splitk.split_k_matmul
         epilogue = call.epilogue
-        return family(call.a, call.b, call.out, bias=epilogue.bias, activation=epilogue.activation,
-                      residual=epilogue.residual, alpha=call.alpha, config=plan.config)
+        if plan.path == "gemv":
+            # A call's GEMV launches depend on its operands' layouts and addresses and its
+            # epilogue alone (fixed for the call): made once, then only the consumable
+            # operands checked again (as `_gemv.check_operands` does for a known layout).
+            if call.gemv_launches is None:
+                ops, cfg = _gemv._checked("small_m_matmul", call.a, call.b, call.out, epilogue.bias,
+                                          epilogue.activation, epilogue.residual, call.alpha, plan.config)
+                call.gemv_launches = _gemv._launches(ops, cfg)
+                call.gemv_kept = _GemvKept(ops.m, ops.n, ops.k, ops.weight_nk, ops.activation, cfg)
+            else:
+                require_live(call.b, "small_m_matmul", "b")
+                require_live(call.out, "small_m_matmul", "out")
+            launches = call.gemv_launches  # (run as `_gemv._run` runs them)
+            first = launches[0][0](*launches[0][1], **launches[0][2])
+            if len(launches) == 1:
+                return first
+            reduce, reduce_arguments, _ = launches[1]
+            return first.then(lambda _: reduce(*reduce_arguments))
+        return _splitk.split_k_matmul(call.a, call.b, call.out, bias=epilogue.bias, activation=epilogue.activation,
+                                      residual=epilogue.residual, alpha=call.alpha, config=plan.config)
     if call.positional is None:
         arguments, constants = _kernel_arguments(call)
         # Every parameter by position (the tile's BM, BN too): the call the native launch path takes.
         call.positional = (*arguments, plan.tile[-2], plan.tile[-1], constants["BK"], constants["K"])
+    else:  # (the kernel writes a cached partition of out: a consumed out is refused here)
+        require_live(call.out, "matmul", "out")
     return plan.kernel(*call.positional)
 
 
@@ -479,10 +572,23 @@ class Matmul:
         Raises:
             ArgumentError, ArgumentTypeError, InteropError: a bad argument, named.
         """
+        key = None
+        if out is not None and config is None and scale_a is None and scale_b is None:
+            key = _gemv_key(a, b, out, bias, residual, activation, out_dtype, accumulate_dtype, allow_tf32)
+            kept = _GEMV_CALLS.get(key) if key is not None else None
+            if kept is not None:
+                _gemv_launch(kept, a, b, out, bias, residual, alpha).sync()
+                return out
         call = self._call(a, b, out, bias, activation, residual, alpha, scale_a, scale_b, out_dtype,
                           accumulate_dtype, allow_tf32, config)
         if call.plan is not None:
             _launch_call(call).sync()
+            # (2-D cutile tensors as given, no scales: what `_gemv_launch` takes)
+            if key is not None and call.gemv_kept is not None and call.a is a and call.b is b and call.out is out \
+                    and call.epilogue.bias is bias and call.epilogue.residual is residual:
+                if len(_GEMV_CALLS) >= _PLAN_LIMIT:
+                    _GEMV_CALLS.clear()  # (a program that meets ever new memory: kept bounded)
+                _GEMV_CALLS[key] = call.gemv_kept
         return call.out_handed if call.result_kind is None else call.result_kind.result(call.out, call.out_handed)
 
     def launch(self, a: Any, b: Any, *, out: Any = None, bias: Any = None, activation: str | None = None,

@@ -23,7 +23,7 @@ import functools
 import inspect
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -396,6 +396,40 @@ def _plan_rms_norm(x: Any, weight: Any, eps: float = 1e-6, *, out: Any = None,
     return Plan(launch, _finish(call, [result]))
 
 
+class _AddRmsNormPlan(NamedTuple):
+    """What a checked `add_rms_norm` of 2-D cutile tensors with both outputs given
+    launches, from its layouts alone: the kernel, its tile and whether a row takes one
+    pass, the blocks per SM of a persistent one, and ``1 / cols``."""
+
+    kernel: Any
+    tile: tuple[int, int]
+    one_pass: bool
+    occupancy: int
+    inv_cols: float
+
+
+# (the operands' layouts and memory) -> the plan of an add_rms_norm call in them (the memory
+# is in the key: the outputs' overlap checks depend on it)
+_ADD_RMS_NORM_PLANS: dict[tuple[Any, ...], _AddRmsNormPlan] = {}
+_PLANS_SIZE = 1024
+
+
+def _layout(t: Any) -> tuple[Any, ...] | None:
+    if type(t) is not cutile.Tensor or t.ndim != 2:
+        return None
+    return (t.dtype, t.shape, t.strides, t.device, t.address())
+
+
+def _add_rms_norm_key(x: Any, residual: Any, weight: Any, out: Any, config: Any) -> tuple[Any, ...] | None:
+    """The key of a call of 2-D cutile tensors (the weight 1-D), both outputs given and no config=."""
+    if config is not None or type(out) is not tuple or len(out) != 2 or type(weight) is not cutile.Tensor:
+        return None
+    layouts = (_layout(x), _layout(residual), _layout(out[0]), _layout(out[1]))
+    if None in layouts:
+        return None
+    return (*layouts, weight.dtype, weight.shape, weight.strides, weight.device, weight.address())
+
+
 def _plan_add_rms_norm(x: Any, residual: Any, weight: Any, eps: float = 1e-6, *, out: Any = None,
                        config: Mapping[str, int | str] | None = None) -> Plan:
     """The residual add and RMSNorm of a transformer block in one pass:
@@ -408,6 +442,18 @@ def _plan_add_rms_norm(x: Any, residual: Any, weight: Any, eps: float = 1e-6, *,
     Returns:
         ``(sum, normed)``, of x's kind.
     """
+    key = _add_rms_norm_key(x, residual, weight, out, config)
+    kept = _ADD_RMS_NORM_PLANS.get(key) if key is not None else None
+    if kept is not None:  # every check but those of what can change (eps, consumed tensors) came out so
+        eps = _rows.check_eps(eps, "add_rms_norm")
+        s, z = out[0].permute(0, 1), out[1].permute(0, 1)  # (a view refuses a consumed tensor)
+        if kept.one_pass:
+            targets = (s.partition(list(kept.tile)), z.partition(list(kept.tile)))
+        else:
+            targets = (_rows.persistent(s, kept.tile, kept.occupancy), _rows.persistent(z, kept.tile, kept.occupancy))
+        launch = kept.kernel(*targets, x.permute(0, 1), residual.permute(0, 1), weight, eps, kept.inv_cols)
+        sum_out, normed_out = out
+        return Plan(launch, lambda: (sum_out, normed_out))
     call = _Rows("add_rms_norm", x)
     r = call.like(residual, "residual")
     w = _weight(call, weight, "weight")
@@ -426,8 +472,13 @@ def _plan_add_rms_norm(x: Any, residual: Any, weight: Any, eps: float = 1e-6, *,
     else:
         targets = (_rows.persistent(s, (tile_rows, tile_cols), chosen.occupancy),
                    _rows.persistent(z, (tile_rows, tile_cols), chosen.occupancy))
-    launch = add_rms_norm_kernel(call.dtype, w.dtype, one_pass, chosen.hints)(*targets, call.view(call.tensor, "x"), r,
-                                                                               w, eps, 1.0 / call.cols)
+    kernel = add_rms_norm_kernel(call.dtype, w.dtype, one_pass, chosen.hints)
+    launch = kernel(*targets, call.view(call.tensor, "x"), r, w, eps, 1.0 / call.cols)
+    if key is not None:  # (2-D cutile tensors: read as they are, as the kept plan reads them)
+        if len(_ADD_RMS_NORM_PLANS) >= _PLANS_SIZE:
+            _ADD_RMS_NORM_PLANS.clear()  # (a program that meets ever new memory: kept bounded)
+        _ADD_RMS_NORM_PLANS[key] = _AddRmsNormPlan(kernel, (tile_rows, tile_cols), one_pass, chosen.occupancy,
+                                                   1.0 / call.cols)
     return Plan(launch, _finish(call, results))
 
 

@@ -157,8 +157,78 @@ def _token_layout(q: Operand, k: Operand) -> bool:
     return q.tensor.ndim in (3, 4) and q.tensor.ndim == k.tensor.ndim and q.shape[:-2] == k.shape[:-2]
 
 
+class _Planned:
+    """What a checked call of (tokens, heads, head_dim) cutile tensors with both outputs
+    given launches, made from its layouts alone (`_layout_key`): the kernel, the tiles
+    and block count, and the kernel's constant scalars."""
+
+    __slots__ = ("kernel", "tiles", "blocks", "inv_dim", "freq_scale", "neox")
+
+    def __init__(self, kernel: Any, tiles: list[tuple[int, ...]], blocks: int, inv_dim: float,
+                 freq_scale: float | None, neox: bool) -> None:
+        self.kernel, self.tiles, self.blocks = kernel, tiles, blocks
+        self.inv_dim, self.freq_scale, self.neox = inv_dim, freq_scale, neox
+
+
+# (fn, the operands' layouts and addresses, RoPE's theta and style) -> a call's launch plan:
+# what the checks, the config and the tiles came to for them (the memory is in the key: the
+# outputs' overlap checks depend on it)
+_PLANS: dict[tuple[Any, ...], _Planned] = {}
+_PLANS_SIZE = 1024
+
+
+def _tensor_layout(t: Any) -> tuple[Any, ...] | None:
+    if type(t) is not cutile.Tensor:
+        return None
+    return (t.dtype, t.shape, t.strides, t.device, t.address())
+
+
+def _layout_key(fn: str, q: Any, k: Any, q_weight: Any, k_weight: Any, rope: tuple[Any, float, str] | None,
+                out: Any, config: Mapping[str, Any] | None) -> tuple[Any, ...] | None:
+    """The key of `_PLANS` for a call of cutile tensors, q and k 3-D, both outputs given
+    and no config= (None for any other call: it takes the checks every time)."""
+    if config is not None or type(out) is not tuple or len(out) != 2:
+        return None
+    tensors = (q, k, q_weight, k_weight, out[0], out[1]) + ((rope[0],) if rope is not None else ())
+    layouts = tuple(map(_tensor_layout, tensors))
+    if None in layouts or q.ndim != 3:
+        return None
+    theta, style = (rope[1], rope[2]) if rope is not None else (None, None)
+    if type(style) not in (str, type(None)) or type(theta) not in (int, float, type(None)):
+        return None
+    return (fn, layouts, type(theta), theta, style)
+
+
 def _plan(fn: str, q: Any, k: Any, q_weight: Any, k_weight: Any, eps: float, rope: tuple[Any, float, str] | None,
           out: Any, config: Mapping[str, Any] | None) -> Plan:
+    key = _layout_key(fn, q, k, q_weight, k_weight, rope, out, config)
+    planned = _PLANS.get(key) if key is not None else None
+    if planned is not None:  # every check but those of what can change (eps, consumed tensors) came out so
+        eps = _rows.check_eps(eps, fn)
+        q_out, k_out = out
+        views = (q_out.permute(0, 1, 2), k_out.permute(0, 1, 2))  # (a view refuses a consumed tensor)
+        mapped = [view.partition(list(tile)).map([1, 1, 1], blocks=planned.blocks)
+                  for view, tile in zip(views, planned.tiles)]
+        inputs = (q.permute(0, 1, 2), k.permute(0, 1, 2), q_weight, k_weight)
+        finish = lambda: (q_out, k_out)  # noqa: E731
+        if rope is None:
+            return Plan(planned.kernel(*mapped, *inputs, eps, planned.inv_dim), finish)
+        return Plan(planned.kernel(*mapped, *inputs, rope[0].permute(0), eps, planned.inv_dim, planned.freq_scale,
+                                   NEOX=planned.neox), finish)
+    made = _checked_plan(fn, q, k, q_weight, k_weight, eps, rope, out, config)
+    plan, planned = made
+    if key is not None and planned is not None:
+        if len(_PLANS) >= _PLANS_SIZE:
+            _PLANS.clear()  # (a program that meets ever new memory: kept bounded)
+        _PLANS[key] = planned
+    return plan
+
+
+def _checked_plan(fn: str, q: Any, k: Any, q_weight: Any, k_weight: Any, eps: float,
+                  rope: tuple[Any, float, str] | None, out: Any,
+                  config: Mapping[str, Any] | None) -> tuple[Plan, _Planned | None]:
+    """The call checked and planned, and what `_plan` keeps of it for a call in the same
+    layouts (None: nothing to keep)."""
     qa, ka = as_tensor(q, fn, "q"), as_tensor(k, fn, "k")
     dtype = _rows.float_dtype(qa.tensor, fn, "q")
     _rows.float_dtype(ka.tensor, fn, "k")
@@ -195,14 +265,15 @@ def _plan(fn: str, q: Any, k: Any, q_weight: Any, k_weight: Any, eps: float, rop
         if qa.tensor.size or ka.tensor.size:
             raise cutile.ArgumentError(f"{fn}: q {list(qa.shape)} and k {list(ka.shape)} must both hold rows or "
                                        "both be empty")
-        return Plan(None, finish)
+        return Plan(None, finish), None
 
     q_heads, k_heads = _views(fn, qa, ka, q_result, k_result)
     shape_key = (int(q_heads.view.shape[0]), q_heads.heads, k_heads.heads, head_dim)
     chosen = pw.config_of(fn, config, SPACE, DEFAULT) if config is not None else TUNER.config(shape_key)
-    targets = []
+    targets, tile_shapes = [], []
     for heads in (q_heads, k_heads):
         tile = tile_of(chosen, int(heads.view.shape[0]), heads.heads, head_dim)
+        tile_shapes.append(tuple(tile))
         targets.append(heads.out_view.partition(list(tile)))
     tiles = [math.prod(target.grid) for target in targets]
     blocks = max(1, min(max(tiles), int(chosen["max_blocks"])))  # each block: its share of q's tiles, then k's
@@ -210,13 +281,22 @@ def _plan(fn: str, q: Any, k: Any, q_weight: Any, k_weight: Any, eps: float, rop
     inputs = (q_heads.view, k_heads.view, wq, wk)
     occupancy = int(chosen["occupancy"])
     if positions is None:
-        launch = qk_norm_kernel(dtype, wq.dtype, wk.dtype, None, occupancy)(*mapped, *inputs, eps, 1.0 / head_dim)
+        kernel = qk_norm_kernel(dtype, wq.dtype, wk.dtype, None, occupancy)
+        launch = kernel(*mapped, *inputs, eps, 1.0 / head_dim)
+        freq_scale = None
     else:
         assert rope is not None
         freq_scale = -2.0 * math.log(float(rope[1])) / head_dim
-        launch = qk_norm_kernel(dtype, wq.dtype, wk.dtype, positions.dtype, occupancy)(
-            *mapped, *inputs, positions, eps, 1.0 / head_dim, freq_scale, NEOX=rope[2] == "neox")
-    return Plan(launch, finish)
+        kernel = qk_norm_kernel(dtype, wq.dtype, wk.dtype, positions.dtype, occupancy)
+        launch = kernel(*mapped, *inputs, positions, eps, 1.0 / head_dim, freq_scale, NEOX=rope[2] == "neox")
+    # Kept for a call in the same layouts only where it reads its operands as they are
+    # (3-D q and k, positions 1-D, the weights as given).
+    kept = None
+    reads_as_given = wq is q_weight and wk is k_weight and qa.tensor is q and ka.tensor is k
+    if qa.tensor.ndim == 3 and _token_layout(qa, ka) and reads_as_given and (rope is None or rope[0].ndim == 1):
+        kept = _Planned(kernel, tile_shapes, blocks, 1.0 / head_dim, freq_scale,
+                        rope is not None and rope[2] == "neox")
+    return Plan(launch, finish), kept
 
 
 def check_rope(fn: str, qa: Operand, ka: Operand, rope: tuple[Any, float, str]) -> cutile.Tensor:

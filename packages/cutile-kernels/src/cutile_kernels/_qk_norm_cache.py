@@ -29,7 +29,7 @@ import functools
 import inspect
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -202,6 +202,45 @@ def _check_positions(fn: str, values: Any, batch: int, count: int, max_seq: int)
                                    f"{max_seq - count})")
 
 
+class _Kept(NamedTuple):
+    """What a checked call of 3-D cutile tensors with ``out`` given launches, from its
+    layouts alone: the kernel, the output tiles, the cache tile's heads, the block count,
+    the caches' view and the kernel's constants."""
+
+    kernel: Any
+    tiles: tuple[tuple[int, ...], ...]  # q's out, then k_out's when given
+    bhc: int
+    blocks: int
+    caches_shape: tuple[int, int, int]  # (batch, max_seq, heads * head_dim)
+    per_entry: int  # tokens per batch entry
+    inv_dim: float
+    freq_scale: float
+    neox: bool
+
+
+# (the operands' layouts and memory, theta, style) -> the plan of a call in them (the memory
+# is in the key: the overlap checks depend on it); only for cutile tensors and no config=
+_PLANS: dict[tuple[Any, ...], _Kept] = {}
+_PLANS_SIZE = 1024
+
+
+def _layout(t: Any) -> tuple[Any, ...] | None:
+    return (t.dtype, t.shape, t.strides, t.device, t.address()) if type(t) is cutile.Tensor else None
+
+
+def _key(tensors: tuple[Any, ...], k_out: Any, theta: Any, style: Any, config: Any) -> tuple[Any, ...] | None:
+    """The key of `_PLANS` for a call of cutile tensors, q 3-D and positions 1-D, out given
+    and no config= (None for any other call: it takes the checks every time)."""
+    if config is not None or type(theta) not in (int, float) or type(style) is not str:
+        return None
+    layouts = tuple(map(_layout, tensors)) + ((None,) if k_out is None else (_layout(k_out),))
+    if None in layouts[:-1] or (k_out is not None and layouts[-1] is None):
+        return None
+    if tensors[0].ndim != 3 or tensors[5].ndim != 1:  # (q, positions)
+        return None
+    return (*layouts, type(theta), theta, style)
+
+
 def _plan_qk_norm_rope_cache(q: Any, k: Any, v: Any, q_weight: Any, k_weight: Any, positions: Any, kv_cache: Any,
                              eps: float = 1e-6, theta: float = 10000.0, *, style: str = "neox", out: Any = None,
                              k_out: Any = None, config: Mapping[str, Any] | None = None) -> Plan:
@@ -242,6 +281,11 @@ def _plan_qk_norm_rope_cache(q: Any, k: Any, v: Any, q_weight: Any, k_weight: An
             that are not consecutive per batch entry or pass the cache's end).
     """
     fn = "qk_norm_rope_cache"
+    pair = tuple(kv_cache) if type(kv_cache) is tuple and len(kv_cache) == 2 else (None, None)
+    key = _key((q, k, v, q_weight, k_weight, positions, *pair, out), k_out, theta, style, config)
+    kept = _PLANS.get(key) if key is not None else None
+    if kept is not None:  # every check but those of what can change (eps, host positions, liveness) came out so
+        return _launch_kept(kept, fn, q, k, v, q_weight, k_weight, positions, pair, eps, out, k_out)
     qa, ka, va = as_tensor(q, fn, "q"), as_tensor(k, fn, "k"), as_tensor(v, fn, "v")
     dtype = _rows.float_dtype(qa.tensor, fn, "q")
     for operand, name in ((ka, "k"), (va, "v")):
@@ -318,7 +362,36 @@ def _plan_qk_norm_rope_cache(q: Any, k: Any, v: Any, q_weight: Any, k_weight: An
                                        int(chosen["occupancy"]))
     launch = kernel(*mapped, q_view, _as_tokens(ka.tensor), _as_tokens(va.tensor), wq, wk, pos, count, eps,
                     1.0 / head_dim, -2.0 * math.log(float(theta)) / head_dim, BHC=bhc, NEOX=style == "neox")
+    as_given = all(op.tensor is t for op, t in zip((qa, ka, va, kc, vc), (q, k, v, *pair))) and wq is q_weight \
+        and wk is k_weight
+    if key is not None and as_given:  # (3-D cutile tensors read as they are: as `_launch_kept` reads them)
+        if len(_PLANS) >= _PLANS_SIZE:
+            _PLANS.clear()  # (a program that meets ever new memory: kept bounded)
+        _PLANS[key] = _Kept(kernel, tuple(tuple(target.tile_shape) for target in targets), bhc, blocks,
+                            (batch, max_seq, heads_k * head_dim), count, 1.0 / head_dim,
+                            -2.0 * math.log(float(theta)) / head_dim, style == "neox")
     return Plan(launch, finish)
+
+
+def _launch_kept(kept: _Kept, fn: str, q: cutile.Tensor, k: cutile.Tensor, v: cutile.Tensor,
+                 q_weight: cutile.Tensor, k_weight: cutile.Tensor, positions: cutile.Tensor, caches: tuple[Any, ...],
+                 eps: Any, out: cutile.Tensor, k_out: cutile.Tensor | None) -> Plan:
+    """The launch of a call in known layouts: its views made again (each refuses a
+    consumed tensor), eps and the positions the host holds checked."""
+    eps = _rows.check_eps(eps, fn)
+    batch, max_seq, width = kept.caches_shape
+    held = host_values(positions)
+    if held is not None:
+        _check_positions(fn, held, batch, kept.per_entry, max_seq)
+    outputs = [out] if k_out is None else [out, k_out]
+    targets = [t.permute(0, 1, 2).partition(list(tile)) for t, tile in zip(outputs, kept.tiles)]
+    cache_tile = [1, 1, kept.bhc * q.shape[-1]]  # whole heads of one token
+    targets += [c.reshape(batch, max_seq, width).partition(cache_tile) for c in caches]
+    mapped = [target.map([1, 1, 1], blocks=kept.blocks) for target in targets]
+    launch = kept.kernel(*mapped, q.permute(0, 1, 2), k.permute(0, 1, 2), v.permute(0, 1, 2), q_weight, k_weight,
+                         positions.permute(0), kept.per_entry, eps, kept.inv_dim, kept.freq_scale, BHC=kept.bhc,
+                         NEOX=kept.neox)
+    return Plan(launch, lambda: out)
 
 
 qk_norm_rope_cache = _rows.row_function(_plan_qk_norm_rope_cache)

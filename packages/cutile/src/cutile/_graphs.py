@@ -89,7 +89,8 @@ def graph_scope(name: str = "graph") -> Iterator[GraphScope]:
 
 
 @contextlib.contextmanager
-def batch(name: str = "batch", *, wait: bool = True) -> Iterator[cuda_async.Batch]:
+def batch(name: str = "batch", *, wait: bool = True,
+          after: cuda_async.Batch | None = None) -> Iterator[cuda_async.Batch]:
     """Launches synced on this thread inside the block are enqueued in order on one
     stream, as one job, and return at once; the block's end waits for all of them.
 
@@ -102,9 +103,19 @@ def batch(name: str = "batch", *, wait: bool = True) -> Iterator[cuda_async.Batc
     Until the block ends the batch holds every tensor it used: the host may not
     read what it writes (`OwnershipError`). With ``wait=False`` the end does not
     wait; ``batch.future`` completes (and frees the tensors) when the work is done.
+    With ``after`` (a batch that ended with ``wait=False``) the launches continue
+    that batch's stream: they may use what it still holds (its outputs) at once, so
+    the host queues this batch while the device runs that one; wait for its future
+    before reading what it wrote.
     On the interpreter every launch runs at once, as always.
+
+    >>> with cutile.batch("layer 0", wait=False) as first:
+    ...     h = layer(h)
+    >>> with cutile.batch("layer 1", wait=False, after=first) as second:
+    ...     h = layer(h)                            # reads layer 0's output at once
+    >>> first.future.result()                       # layer 0 done: its tensors are free
     """
     _backend.current()  # the backend's policy decides the batch's stream
-    with cuda_async.batch(name, wait=wait) as active:
+    with cuda_async.batch(name, wait=wait, after=after) as active:
         yield active
 
