@@ -35,10 +35,10 @@ MAX_CHUNKS = 4096  # the second stage holds a row's chunks in one tile
 _NO_INDEX = 2**31 - 1
 
 
-def _tile_max(t: Any, cols: Any) -> tuple[Any, Any]:
-    """Each row's (maximum, first position) of t (rows x BN, f32) whose elements are at
-    positions ``cols`` (a tile that broadcasts to t's shape); a NaN is the maximum (its
-    value NaN)."""
+def _tile_max(t: Any, first_col: Any, BN: int) -> tuple[Any, Any]:
+    """Each row's (maximum, first position) of t (rows x BN, f32) whose column 0 is at
+    ``first_col``; a NaN is the maximum (its value NaN)."""
+    cols = (arange(BN, i32) + first_col).reshape((1, BN))
     nan = t != t
     clean = where(nan, -float("inf"), t)
     top = ct.max(clean, axis=1, keepdims=True)
@@ -68,22 +68,17 @@ def argmax_kernels(dtype: Any, occupancy: int) -> tuple[Any, Any]:
             BN: Constant[int],
             SUB: Constant[int],
     ) -> None:
-        # Each element keeps the best of its column in the chunk's tiles (no reduction per
-        # tile: a tile's three cross-thread reductions held bf16 rows below the copy rate);
-        # the chunk's maximum is then that of the kept elements.
-        best = full((BM, BN), -float("inf"), f32)
-        best_index = full((BM, BN), _NO_INDEX, i32)
-        cols = arange(BN, i32).reshape((1, BN))
+        best = full((BM, 1), -float("inf"), f32)
+        best_index = full((BM, 1), _NO_INDEX, i32)
         for s in range(SUB):
             tile = bid(1) * SUB + s
             t = x.load(index=(bid(0), tile), shape=(BM, BN), padding="neg_inf").astype(f32)
-            at = cols + tile * BN
-            take = better(t, at, best, best_index)
-            best = where(take, t, best)
-            best_index = where(take, at, best_index)
-        value, index = tile_max(best, best_index)
-        values.store(value)
-        indices.store(index)
+            value, index = tile_max(t, tile * BN, BN)
+            take = better(value, index, best, best_index)
+            best = where(take, value, best)
+            best_index = where(take, index, best_index)
+        values.store(best)
+        indices.store(best_index)
 
     def argmax_rows(
             out: Mut[Tensor[i64, ["BM"]]],
@@ -127,8 +122,7 @@ def _setup(config: dict[str, Any], shape: tuple[int, ...]) -> Any:
     return lambda: argmax.launch(x, config=config).op
 
 
-TUNER = pw.tuner("argmax", SPACE, DEFAULT, _setup,
-                 inspect.getsource(argmax_kernels) + inspect.getsource(_tile_max) + inspect.getsource(_better))
+TUNER = pw.tuner("argmax", SPACE, DEFAULT, _setup, inspect.getsource(argmax_kernels) + inspect.getsource(_tile_max))
 
 
 def _argmax_launch(x: Any, dim: int = -1, keepdim: bool = False, *, out: Any = None,
