@@ -9,9 +9,12 @@ device alone is timed). FLOPs are ``4 * batch * heads * seq_q * seq_k * head_dim
 of it causal. ``--search`` times every config of `SPACE` (each checked first) and prints
 the best; ``--config`` times one (JSON); otherwise each row runs the config the library
 chooses for its shape (the committed record's winner, else the default). ``--record`` first
-searches the configs (``--budget`` seconds per shape) at the benchmark's shapes and at the
-Qwen3 prefill shapes (`LLM_SHAPES`: 2048 causal bf16 tokens, 32 or 16 q heads over 8 kv
-heads) and saves the winners as ``cutile_kernels/records/<arch>/attention.json`` (to commit).
+searches the configs (``--budget`` seconds per shape) at the benchmark's shapes and saves
+the winners as ``cutile_kernels/records/<arch>/attention.json`` (to commit). The search
+times the dense kernel; variable-length calls take their dense shape's bucket, so only
+shapes the varlen kernel was seen to compile and run well with are recorded (a winner of
+64x128 tiles, 4 warps, occupancy 2 at a Qwen3 prefill shape failed in tileiras for the
+varlen kernel on sm_90).
 ``--smoke`` runs it all on the CPU interpreter with tiny shapes (CI runs it; a smoke
 record is not saved).
 
@@ -35,8 +38,6 @@ SHAPE = (4, 32, 4096, 128)
 SMOKE_SHAPE = (1, 2, 70, 64)
 SMOKE_CONFIG = {"block_m": 32, "block_n": 16, "num_worker_warps": 4, "occupancy": 1}
 TOLERANCE = {"f16": 4e-3, "bf16": 2.5e-2}
-#: the Qwen3 prefills of examples/llm (one 2048-token prompt, GQA over 8 kv heads, d 128)
-LLM_SHAPES = [(1, heads, 8, 2048, 2048, 128, 1, 1) for heads in (32, 16)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", default=None, help="a config as JSON (SPACE's keys) instead of the default")
     parser.add_argument("--search", action="store_true", help="time every config of SPACE")
     parser.add_argument("--record", action="store_true",
-                        help="first search the configs at the benchmark's and the Qwen3 prefill shapes and save the "
+                        help="first search the configs at the benchmark's shapes and save the "
                              "record (packages/cutile-kernels/src/cutile_kernels/records/<arch>/attention.json)")
     parser.add_argument("--budget", type=float, default=30.0, help="seconds of search per shape with --record")
     args = parser.parse_args(argv)
@@ -79,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
             for dtype in dtypes for causal in causals}
     recorded: dict[str, dict[str, Any]] = {}  # --record's winners by bucket (what the timed rows run)
     if args.record:
-        shapes = list(keys.values()) + ([] if args.smoke else LLM_SHAPES)
+        shapes = list(keys.values())
         record = TUNER.make_record(shapes, budget=args.budget, **({"warmup": 1, "reps": 1} if args.smoke else {}))
         if args.smoke:  # a record of interpreter timings is no record to commit
             print(f"searched {TUNER.name}: {len(record.winners)} buckets (not saved)")
