@@ -69,7 +69,8 @@ import cutile.core as ct
 from cutile.core import Constant, Mut, Tensor, arange, bid, cdiv, exp2, extract, f32, full, i32, maximum, minimum, \
     mma, where, zeros
 
-from cutile_kernels._operands import as_tensor, derived, host_values, integer_values
+from cutile_kernels._operands import (KeptPlans, as_tensor, derived, host_values, integer_values,
+                                      memory_layout)
 from cutile_kernels._pointwise import Pending, config_of
 from cutile_kernels._records import record_path
 
@@ -429,18 +430,13 @@ class _Kept(NamedTuple):
 
 # (the operands' layouts and memory, scale) -> the plan of a call in them (the memory is in
 # the key: out's overlap checks depend on it); only for cutile tensors and no config=
-_PLANS: dict[tuple[Any, ...], _Kept] = {}
-_PLANS_SIZE = 1024
-
-
-def _layout(t: Any) -> tuple[Any, ...] | None:
-    return (t.dtype, t.shape, t.strides, t.device, t.address()) if type(t) is cutile.Tensor else None
+_PLANS: KeptPlans[_Kept] = KeptPlans()
 
 
 def _key(q: Any, k_cache: Any, v_cache: Any, seq_lens: Any, scale: Any, out: Any, config: Any) -> tuple[Any, ...] | None:
     if config is not None or type(scale) not in (float, int, type(None)):
         return None
-    layouts = (_layout(q), _layout(k_cache), _layout(v_cache), _layout(seq_lens), _layout(out))
+    layouts = tuple(map(memory_layout, (q, k_cache, v_cache, seq_lens, out)))
     return None if None in layouts else (*layouts, type(scale), scale)
 
 
@@ -565,9 +561,7 @@ def _decode_attention_launch(q: Any, k_cache: Any, v_cache: Any, seq_lens: Any, 
     hints = (int(chosen["occupancy"]), int(chosen["num_worker_warps"]), int(chosen["latency"]))
     kept = _Kept(split, hints, batch, kv_heads, group, head_dim, max_seq, float(scale) * _LOG2E)
     if key is not None:  # (cutile tensors: read as they are, as the kept plan reads them)
-        if len(_PLANS) >= _PLANS_SIZE:
-            _PLANS.clear()  # (a program that meets ever new memory: kept bounded)
-        _PLANS[key] = kept
+        _PLANS.keep(key, kept)
     return _launch_kept(kept, qa, ka, va, la, oa, out)
 
 

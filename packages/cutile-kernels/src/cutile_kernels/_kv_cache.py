@@ -44,7 +44,7 @@ from cutile import api, tune
 from cutile.core import Constant, Mut, Tensor, i32
 
 from cutile_kernels import _pointwise as pw
-from cutile_kernels._operands import Operand, as_tensor, host_values, integer_values, overlaps
+from cutile_kernels._operands import KeptPlans, Operand, as_tensor, host_values, integer_values, memory_layout, overlaps
 
 #: tile_rows: new tokens per tile at most; an int start takes the largest power of two up to it
 #: that divides both the start and the token count (tiles of whole new rows), a tensor 1
@@ -332,12 +332,7 @@ class _KeptPair(NamedTuple):
 
 # (the operands' layouts and memory, an int start) -> the plan of a pair update in them (the
 # memory is in the key: the overlap checks depend on it); only for cutile tensors and no config=
-_PAIR_PLANS: dict[tuple[Any, ...], _KeptPair] = {}
-_PLANS_SIZE = 1024
-
-
-def _layout(t: Any) -> tuple[Any, ...] | None:
-    return (t.dtype, t.shape, t.strides, t.device, t.address()) if type(t) is cutile.Tensor else None
+_PAIR_PLANS: KeptPlans[_KeptPair] = KeptPlans()
 
 
 def _pair_key(caches: Any, news: Any, positions: Any, config: Any) -> tuple[Any, ...] | None:
@@ -345,7 +340,8 @@ def _pair_key(caches: Any, news: Any, positions: Any, config: Any) -> tuple[Any,
             or len(news) != 2:
         return None
     start = positions if type(positions) is int else None
-    layouts = (*map(_layout, caches), *map(_layout, news), _layout(positions) if start is None else ("start", start))
+    layouts = (*map(memory_layout, caches), *map(memory_layout, news),
+               memory_layout(positions) if start is None else ("start", start))
     return None if None in layouts else layouts
 
 
@@ -425,10 +421,8 @@ def _heads_launch(fn: str, caches: list[Operand], news: list[Operand], sizes: tu
         assert pa is not None
         launch = kernel(*mapped, *sources, pa.tensor, BH=bh)
     if key is not None:  # (a pair of cutile tensors read as they are: what `_pair_launch` keeps)
-        if len(_PAIR_PLANS) >= _PLANS_SIZE:
-            _PAIR_PLANS.clear()  # (a program that meets ever new memory: kept bounded)
-        _PAIR_PLANS[key] = _KeptPair(kernel, sizes, width, (1, bs, bh * head_dim), blocks, bh,
-                                     None if start is None else start // bs)
+        _PAIR_PLANS.keep(key, _KeptPair(kernel, sizes, width, (1, bs, bh * head_dim), blocks, bh,
+                                        None if start is None else start // bs))
     return pw.Pending(launch, finish)
 
 

@@ -30,7 +30,7 @@ from cutile_kernels import _configs, _gemv, _splitk
 from cutile_kernels._epilogue import Epilogue, check_epilogue
 from cutile_kernels._gemm import Variant, gemm_kernel
 from cutile_kernels._operands import FP8, Operand, as_tensor, check_no_overlap, dtype_named, tensor_of
-from cutile_kernels._operands import derived, require_live
+from cutile_kernels._operands import KeptPlans, derived, memory_layout, require_live
 
 OUT_DTYPES = (f16, bf16, f32)
 
@@ -112,13 +112,11 @@ class _GemvKept(NamedTuple):
 # plan: a call of new objects in known layouts (a model's layers, each a weight's new .T view)
 # skips the signature lookup and the checks (the memory is in the key: the overlap checks
 # depend on it); nothing memory holds is kept
-_GEMV_CALLS: dict[tuple[Any, ...], _GemvKept] = {}
+_GEMV_CALLS: KeptPlans[_GemvKept] = KeptPlans(_PLAN_LIMIT)
 
 
 def _tensor_key(t: Any) -> tuple[Any, ...] | None:
-    if type(t) is not cutile.Tensor or t.ndim != 2:
-        return None
-    return (t.dtype, t.shape, t.strides, t.device, t.address())
+    return memory_layout(t) if type(t) is cutile.Tensor and t.ndim == 2 else None
 
 
 def _gemv_key(a: Any, b: Any, out: Any, bias: Any, residual: Any, activation: Any, out_dtype: Any,
@@ -134,7 +132,7 @@ def _gemv_key(a: Any, b: Any, out: Any, bias: Any, residual: Any, activation: An
     if bias is None:
         bias_key: tuple[Any, ...] | None = None
     elif type(bias) is cutile.Tensor and bias.ndim == 1:
-        bias_key = (bias.dtype, bias.shape, bias.strides, bias.device, bias.address())
+        bias_key = memory_layout(bias)
     else:
         return None
     key = (*layouts, bias_key, activation, out_dtype, accumulate_dtype, allow_tf32)
@@ -586,9 +584,7 @@ class Matmul:
             # (2-D cutile tensors as given, no scales: what `_gemv_launch` takes)
             if key is not None and call.gemv_kept is not None and call.a is a and call.b is b and call.out is out \
                     and call.epilogue.bias is bias and call.epilogue.residual is residual:
-                if len(_GEMV_CALLS) >= _PLAN_LIMIT:
-                    _GEMV_CALLS.clear()  # (a program that meets ever new memory: kept bounded)
-                _GEMV_CALLS[key] = call.gemv_kept
+                _GEMV_CALLS.keep(key, call.gemv_kept)
         return call.out_handed if call.result_kind is None else call.result_kind.result(call.out, call.out_handed)
 
     def launch(self, a: Any, b: Any, *, out: Any = None, bias: Any = None, activation: str | None = None,

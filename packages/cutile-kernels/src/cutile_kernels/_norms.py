@@ -33,7 +33,7 @@ from cutile.core import (
     Constant, DType, Mut, Tensor, arange, bid, f32, i32, minimum, rsqrt, sum, where, zeros,
 )
 from cutile_kernels import _rows
-from cutile_kernels._operands import Output, as_tensor, check_same, output, tensor_of
+from cutile_kernels._operands import KeptPlans, Output, as_tensor, check_same, memory_layout, output, tensor_of
 from cutile_kernels._rows import Plan, RowConfig, RowTuning
 
 
@@ -410,14 +410,11 @@ class _AddRmsNormPlan(NamedTuple):
 
 # (the operands' layouts and memory) -> the plan of an add_rms_norm call in them (the memory
 # is in the key: the outputs' overlap checks depend on it)
-_ADD_RMS_NORM_PLANS: dict[tuple[Any, ...], _AddRmsNormPlan] = {}
-_PLANS_SIZE = 1024
+_ADD_RMS_NORM_PLANS: KeptPlans[_AddRmsNormPlan] = KeptPlans()
 
 
 def _layout(t: Any) -> tuple[Any, ...] | None:
-    if type(t) is not cutile.Tensor or t.ndim != 2:
-        return None
-    return (t.dtype, t.shape, t.strides, t.device, t.address())
+    return memory_layout(t) if type(t) is cutile.Tensor and t.ndim == 2 else None
 
 
 def _add_rms_norm_key(x: Any, residual: Any, weight: Any, out: Any, config: Any) -> tuple[Any, ...] | None:
@@ -427,7 +424,7 @@ def _add_rms_norm_key(x: Any, residual: Any, weight: Any, out: Any, config: Any)
     layouts = (_layout(x), _layout(residual), _layout(out[0]), _layout(out[1]))
     if None in layouts:
         return None
-    return (*layouts, weight.dtype, weight.shape, weight.strides, weight.device, weight.address())
+    return (*layouts, memory_layout(weight))
 
 
 def _plan_add_rms_norm(x: Any, residual: Any, weight: Any, eps: float = 1e-6, *, out: Any = None,
@@ -475,10 +472,8 @@ def _plan_add_rms_norm(x: Any, residual: Any, weight: Any, eps: float = 1e-6, *,
     kernel = add_rms_norm_kernel(call.dtype, w.dtype, one_pass, chosen.hints)
     launch = kernel(*targets, call.view(call.tensor, "x"), r, w, eps, 1.0 / call.cols)
     if key is not None:  # (2-D cutile tensors: read as they are, as the kept plan reads them)
-        if len(_ADD_RMS_NORM_PLANS) >= _PLANS_SIZE:
-            _ADD_RMS_NORM_PLANS.clear()  # (a program that meets ever new memory: kept bounded)
-        _ADD_RMS_NORM_PLANS[key] = _AddRmsNormPlan(kernel, (tile_rows, tile_cols), one_pass, chosen.occupancy,
-                                                   1.0 / call.cols)
+        _ADD_RMS_NORM_PLANS.keep(key, _AddRmsNormPlan(kernel, (tile_rows, tile_cols), one_pass, chosen.occupancy,
+                                                      1.0 / call.cols))
     return Plan(launch, _finish(call, results))
 
 

@@ -26,7 +26,7 @@ import sys
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
@@ -280,3 +280,44 @@ def derived(tensor: cutile.Tensor, key: Any, make: Callable[[], Any]) -> Any:
     if value is None:
         value = made[key] = make()
     return value
+
+
+def memory_layout(t: Any) -> tuple[Any, ...] | None:
+    """What a plan kept by layout reads of an operand: a cutile tensor's dtype, shape,
+    strides, device and address (the memory is part of it: overlap checks depend on it);
+    None for anything else (plans are kept for cutile tensors only)."""
+    if type(t) is not cutile.Tensor:
+        return None
+    return (t.dtype, t.shape, t.strides, t.device, t.address())
+
+
+Kept = TypeVar("Kept")
+
+
+class KeptPlans(Generic[Kept]):
+    """Calls' plans by their operands' layouts (`memory_layout`), at most ``size`` of
+    them: a program that meets ever new memory forgets them all at once rather than grow."""
+
+    def __init__(self, size: int = 1024) -> None:
+        self.size = size
+        self._plans: dict[tuple[Any, ...], Kept] = {}
+
+    def get(self, key: tuple[Any, ...]) -> Kept | None:
+        return self._plans.get(key)
+
+    def keep(self, key: tuple[Any, ...], plan: Kept) -> None:
+        if len(self._plans) >= self.size:
+            self._plans.clear()
+        self._plans[key] = plan
+
+    def clear(self) -> None:
+        self._plans.clear()
+
+    def __len__(self) -> int:
+        return len(self._plans)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._plans
+
+    def values(self) -> list[Kept]:
+        return list(self._plans.values())

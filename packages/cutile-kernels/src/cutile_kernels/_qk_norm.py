@@ -33,7 +33,7 @@ from cutile.core import Constant, Mut, Tensor, arange, cos, exp, f32, rsqrt, sin
 
 from cutile_kernels import _pointwise as pw
 from cutile_kernels import _rows
-from cutile_kernels._operands import Operand, Output, as_tensor, output
+from cutile_kernels._operands import KeptPlans, Operand, Output, as_tensor, memory_layout, output
 from cutile_kernels._rope import STYLES, _rotated
 from cutile_kernels._rows import Plan
 
@@ -173,14 +173,7 @@ class _Planned:
 # (fn, the operands' layouts and addresses, RoPE's theta and style) -> a call's launch plan:
 # what the checks, the config and the tiles came to for them (the memory is in the key: the
 # outputs' overlap checks depend on it)
-_PLANS: dict[tuple[Any, ...], _Planned] = {}
-_PLANS_SIZE = 1024
-
-
-def _tensor_layout(t: Any) -> tuple[Any, ...] | None:
-    if type(t) is not cutile.Tensor:
-        return None
-    return (t.dtype, t.shape, t.strides, t.device, t.address())
+_PLANS: KeptPlans[_Planned] = KeptPlans()
 
 
 def _layout_key(fn: str, q: Any, k: Any, q_weight: Any, k_weight: Any, rope: tuple[Any, float, str] | None,
@@ -190,7 +183,7 @@ def _layout_key(fn: str, q: Any, k: Any, q_weight: Any, k_weight: Any, rope: tup
     if config is not None or type(out) is not tuple or len(out) != 2:
         return None
     tensors = (q, k, q_weight, k_weight, out[0], out[1]) + ((rope[0],) if rope is not None else ())
-    layouts = tuple(map(_tensor_layout, tensors))
+    layouts = tuple(map(memory_layout, tensors))
     if None in layouts or q.ndim != 3:
         return None
     theta, style = (rope[1], rope[2]) if rope is not None else (None, None)
@@ -218,9 +211,7 @@ def _plan(fn: str, q: Any, k: Any, q_weight: Any, k_weight: Any, eps: float, rop
     made = _checked_plan(fn, q, k, q_weight, k_weight, eps, rope, out, config)
     plan, planned = made
     if key is not None and planned is not None:
-        if len(_PLANS) >= _PLANS_SIZE:
-            _PLANS.clear()  # (a program that meets ever new memory: kept bounded)
-        _PLANS[key] = planned
+        _PLANS.keep(key, planned)
     return plan
 
 

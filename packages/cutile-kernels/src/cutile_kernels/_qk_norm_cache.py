@@ -39,7 +39,7 @@ from cutile.core import Constant, Mut, Tensor, f32, i32
 
 from cutile_kernels import _pointwise as pw
 from cutile_kernels import _rows
-from cutile_kernels._operands import Operand, Output, as_tensor, host_values, output, overlaps
+from cutile_kernels._operands import KeptPlans, Operand, Output, as_tensor, host_values, memory_layout, output, overlaps
 from cutile_kernels._qk_norm import _angles_at, _normed_heads, check_rope, tile_of
 from cutile_kernels._rope import _rotated
 from cutile_kernels._rows import Plan
@@ -220,12 +220,7 @@ class _Kept(NamedTuple):
 
 # (the operands' layouts and memory, theta, style) -> the plan of a call in them (the memory
 # is in the key: the overlap checks depend on it); only for cutile tensors and no config=
-_PLANS: dict[tuple[Any, ...], _Kept] = {}
-_PLANS_SIZE = 1024
-
-
-def _layout(t: Any) -> tuple[Any, ...] | None:
-    return (t.dtype, t.shape, t.strides, t.device, t.address()) if type(t) is cutile.Tensor else None
+_PLANS: KeptPlans[_Kept] = KeptPlans()
 
 
 def _key(tensors: tuple[Any, ...], k_out: Any, theta: Any, style: Any, config: Any) -> tuple[Any, ...] | None:
@@ -233,7 +228,7 @@ def _key(tensors: tuple[Any, ...], k_out: Any, theta: Any, style: Any, config: A
     and no config= (None for any other call: it takes the checks every time)."""
     if config is not None or type(theta) not in (int, float) or type(style) is not str:
         return None
-    layouts = tuple(map(_layout, tensors)) + ((None,) if k_out is None else (_layout(k_out),))
+    layouts = tuple(map(memory_layout, tensors)) + ((None,) if k_out is None else (memory_layout(k_out),))
     if None in layouts[:-1] or (k_out is not None and layouts[-1] is None):
         return None
     if tensors[0].ndim != 3 or tensors[5].ndim != 1:  # (q, positions)
@@ -365,11 +360,9 @@ def _plan_qk_norm_rope_cache(q: Any, k: Any, v: Any, q_weight: Any, k_weight: An
     as_given = all(op.tensor is t for op, t in zip((qa, ka, va, kc, vc), (q, k, v, *pair))) and wq is q_weight \
         and wk is k_weight
     if key is not None and as_given:  # (3-D cutile tensors read as they are: as `_launch_kept` reads them)
-        if len(_PLANS) >= _PLANS_SIZE:
-            _PLANS.clear()  # (a program that meets ever new memory: kept bounded)
-        _PLANS[key] = _Kept(kernel, tuple(tuple(target.tile_shape) for target in targets), bhc, blocks,
-                            (batch, max_seq, heads_k * head_dim), count, 1.0 / head_dim,
-                            -2.0 * math.log(float(theta)) / head_dim, style == "neox")
+        _PLANS.keep(key, _Kept(kernel, tuple(tuple(target.tile_shape) for target in targets), bhc, blocks,
+                               (batch, max_seq, heads_k * head_dim), count, 1.0 / head_dim,
+                               -2.0 * math.log(float(theta)) / head_dim, style == "neox"))
     return Plan(launch, finish)
 
 
