@@ -164,6 +164,27 @@ def test_a_batch_after_another_uses_what_it_holds_on_its_stream_without_waiting(
     assert [x.is_held, y.is_held] == [False, False]
 
 
+def test_a_fork_in_a_following_batch_waits_for_the_work_before(fake_driver: FakeDriver) -> None:
+    """A zip's second branch runs on another stream, where the earlier batch's holds
+    being no conflict would be a race: its stream waits for x's recorded write point on
+    the batch stream (the ordering every reader on another stream gets)."""
+    x, y, z = ca.Resource("x"), ca.Resource("y"), ca.Resource("z")
+    fake_driver.hold_events = True
+    with ca.batch("layer 0", policy=ca.RoundRobin(2), wait=False) as first:
+        kernel(fake_driver, "write x", writes=[x]).sync()
+    with ca.batch("layer 1", wait=False, after=first) as second:
+        ca.zip(kernel(fake_driver, "write y", writes=[y]), kernel(fake_driver, "read x, write z", reads=[x],
+                                                                 writes=[z])).sync()
+    streams = kernels_by_stream(fake_driver)
+    assert streams["read x, write z"] != streams["write x"]  # (the branch's own stream)
+    waits = [(stream, detail) for call, stream, detail in fake_driver.log if call == "wait"]
+    assert any(stream == streams["read x, write z"] for stream, _ in waits), fake_driver.log
+    fake_driver.finish_events()
+    assert first.future is not None and second.future is not None
+    first.future.result()
+    second.future.result()
+
+
 def test_a_job_outside_the_following_batch_is_still_refused(fake_driver: FakeDriver) -> None:
     import threading
 
