@@ -80,6 +80,20 @@ def test_split_counts_give_the_same_result(config: dict[str, Any]) -> None:
     np.testing.assert_allclose(got, expected, atol=2e-3, rtol=0)
 
 
+def test_one_out_over_caches_of_other_kv_heads_gets_a_workspace_of_their_shape() -> None:
+    """The split form's workspace is made once per out; out's shape fixes the batch but not
+    the kv heads, so a call with more kv heads must not reuse a smaller workspace."""
+    from cutile import api
+
+    out = api.from_numpy(poisoned((2, 8, 64), "f16"))
+    for kv_heads, seed in ((2, 3), (4, 4)):
+        q, k, v, lens = inputs(2, 8, kv_heads, 32, 64, "f16", [32, 20], seed=seed)
+        decode_attention(api.from_numpy(q), api.from_numpy(k), api.from_numpy(v), api.from_numpy(lens), out=out,
+                         config={"splits": 2, "tile_n": 16})
+        np.testing.assert_allclose(out.to_numpy().astype(np.float64), reference(q, k, v, lens, 1 / 8), atol=4e-3,
+                                   rtol=0)
+
+
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 @pytest.mark.parametrize("head_blocks", [1, 2, 4])
 def test_one_launch_matches_float64(dtype: str, head_blocks: int) -> None:

@@ -463,7 +463,8 @@ def _launch_kept(kept: _Kept, qa: cutile.Tensor, ka: cutile.Tensor, va: cutile.T
     # One workspace per out and split plan (made on the first call, so a warmed-up call
     # allocates nothing and can be captured in a CUDA graph); a second call while the
     # first is pending is refused by out's hold, so the workspace is never shared.
-    part_acc, part_max, part_sum = derived(oa, ("workspace", split.splits, rows), lambda: (
+    # (keyed by every extent of it: out's shape fixes the batch but not the kv heads)
+    part_acc, part_max, part_sum = derived(oa, ("workspace", batch * kv_heads, split.splits, rows, head_dim), lambda: (
         api.empty([batch * kv_heads, split.splits, rows * head_dim], dtype="f32"),
         api.empty([batch * kv_heads, split.splits, rows], dtype="f32"),
         api.empty([batch * kv_heads, split.splits, rows], dtype="f32")))
