@@ -226,6 +226,26 @@ def test_a_host_op_in_a_following_batch_may_not_touch_what_the_device_work_befor
     assert not x.is_held
 
 
+def test_a_host_op_after_device_work_on_what_it_holds_waits_for_that_work(fake_driver: FakeDriver) -> None:
+    """Holding a resource already (its own batch's device op, or a followed batch's)
+    does not order a host op after the device work on it: the host waits for it first."""
+    x = ca.Resource("x")
+    fake_driver.hold_events = True
+    seen: list[int] = []
+    with ca.batch("layer 0", policy=ca.RoundRobin(2), wait=False) as first:
+        kernel(fake_driver, "write x", writes=[x]).sync()
+    with ca.batch("layer 1", wait=False, after=first) as second:
+        kernel(fake_driver, "read x", reads=[x]).sync()  # (the job holds x now)
+        on_host = ca.DeviceOp.from_fn(lambda stream: seen.append(fake_driver.calls["cuEventSynchronize"]),
+                                      reads=[x], name="host read")
+        on_host.sync_on(None)
+    assert seen and seen[0] >= 1  # the write's event was waited for before the host read ran
+    fake_driver.finish_events()
+    assert first.future is not None and second.future is not None
+    first.future.result()
+    second.future.result()
+
+
 def test_a_batch_after_another_on_the_host_runs_at_once() -> None:
     z, x, y = HostTensor("tensor z", [0, 0]), HostTensor("tensor x", [1, 2]), HostTensor("tensor y", [3, 4])
     with ca.batch("first", wait=False) as first:

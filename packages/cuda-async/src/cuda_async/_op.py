@@ -274,6 +274,7 @@ class FnOp(DeviceOp[T]):
             return self.fn(stream)
         if stream is None:
             run.holder.acquire(self.access_set, self.name, stream, claim)
+            _after_device_work(self.access_set)
             return self.fn(stream)
         job = run.job
         if run.holder is job:
@@ -501,6 +502,21 @@ def submit(op: DeviceOp[T], policy: SchedulingPolicy) -> tuple[Job, T]:
         raise
     finally:
         walking.pop()
+
+
+def _after_device_work(access_set: AccessSet) -> None:
+    """Blocks the host until the device work an op run on the host must follow is done:
+    each resource's last write and, for a write, the reads since. The holds do not order
+    it: they may be its own job's (a device op before it in the batch) or a followed
+    batch's (`batch(after=...)`), and no stream orders a host op after them."""
+    for resource, access in access_set.accesses:
+        last = resource._last_write
+        points = [] if last is None else [(last[0], last[1])]
+        if access is Access.WRITE and resource._reads:
+            points += [(other, epoch) for other, (epoch, _) in list(resource._reads.items())]
+        for stream, epoch in points:
+            event, _ = _streams.event_covering(stream, epoch)
+            event.synchronize()
 
 
 _walks = threading.local()
