@@ -142,6 +142,8 @@ def batch(name: str = "batch", *, policy: SchedulingPolicy | None = None, wait: 
             it; its holds stay until its future completes (the host waits for it, or
             for this batch, before reading what it wrote). The host can so queue one
             step while the device runs the one before (``policy`` is ``after``'s).
+            Only the named batch's holds are exempt: what a batch before it still
+            holds is refused (wait for that one first, as a chain of steps does).
 
     >>> with cuda_async.batch("layer 0", wait=False) as first:
     ...     x = layer(x).sync()
