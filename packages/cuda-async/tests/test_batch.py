@@ -141,6 +141,22 @@ def test_sync_on_the_host_inside_a_device_batch_runs_on_the_host(fake_driver: Fa
     assert ran_on[0] is None and ran_on[1] is not None
 
 
+def _layer_writing(fake_driver: FakeDriver, x: ca.Resource) -> ca.Batch:
+    """A batch writing x on a two-stream pool, ended without waiting, its events held."""
+    fake_driver.hold_events = True
+    with ca.batch("layer 0", policy=ca.RoundRobin(2), wait=False) as first:
+        kernel(fake_driver, "write x", writes=[x]).sync()
+    return first
+
+
+def _finish(fake_driver: FakeDriver, *batches: ca.Batch) -> None:
+    """Completes the held events, then each batch's future."""
+    fake_driver.finish_events()
+    for done in batches:
+        assert done.future is not None
+        done.future.result()
+
+
 def test_a_batch_after_another_uses_what_it_holds_on_its_stream_without_waiting(fake_driver: FakeDriver) -> None:
     x, y = ca.Resource("x"), ca.Resource("y")
     fake_driver.hold_events = True
@@ -169,9 +185,7 @@ def test_a_fork_in_a_following_batch_waits_for_the_work_before(fake_driver: Fake
     being no conflict would be a race: its stream waits for x's recorded write point on
     the batch stream (the ordering every reader on another stream gets)."""
     x, y, z = ca.Resource("x"), ca.Resource("y"), ca.Resource("z")
-    fake_driver.hold_events = True
-    with ca.batch("layer 0", policy=ca.RoundRobin(2), wait=False) as first:
-        kernel(fake_driver, "write x", writes=[x]).sync()
+    first = _layer_writing(fake_driver, x)
     with ca.batch("layer 1", wait=False, after=first) as second:
         ca.zip(kernel(fake_driver, "write y", writes=[y]), kernel(fake_driver, "read x, write z", reads=[x],
                                                                  writes=[z])).sync()
@@ -179,19 +193,14 @@ def test_a_fork_in_a_following_batch_waits_for_the_work_before(fake_driver: Fake
     assert streams["read x, write z"] != streams["write x"]  # (the branch's own stream)
     waits = [(stream, detail) for call, stream, detail in fake_driver.log if call == "wait"]
     assert any(stream == streams["read x, write z"] for stream, _ in waits), fake_driver.log
-    fake_driver.finish_events()
-    assert first.future is not None and second.future is not None
-    first.future.result()
-    second.future.result()
+    _finish(fake_driver, first, second)
 
 
 def test_a_job_outside_the_following_batch_is_still_refused(fake_driver: FakeDriver) -> None:
     import threading
 
     x = ca.Resource("x")
-    fake_driver.hold_events = True
-    with ca.batch("layer 0", policy=ca.RoundRobin(2), wait=False) as first:
-        kernel(fake_driver, "write x", writes=[x]).sync()
+    first = _layer_writing(fake_driver, x)
     errors: list[BaseException] = []
 
     def other_thread() -> None:  # not in the following batch: a job of its own
@@ -205,10 +214,7 @@ def test_a_job_outside_the_following_batch_is_still_refused(fake_driver: FakeDri
         worker.start()
         worker.join()
     assert len(errors) == 1 and "x is written by the pending op 'write x'" in str(errors[0])
-    fake_driver.finish_events()
-    assert first.future is not None and second.future is not None
-    first.future.result()
-    second.future.result()
+    _finish(fake_driver, first, second)
 
 
 def test_a_host_op_in_a_following_batch_may_not_touch_what_the_device_work_before_holds(fake_driver: FakeDriver) -> None:
@@ -230,20 +236,15 @@ def test_a_host_op_after_device_work_on_what_it_holds_waits_for_that_work(fake_d
     """Holding a resource already (its own batch's device op, or a followed batch's)
     does not order a host op after the device work on it: the host waits for it first."""
     x = ca.Resource("x")
-    fake_driver.hold_events = True
     seen: list[int] = []
-    with ca.batch("layer 0", policy=ca.RoundRobin(2), wait=False) as first:
-        kernel(fake_driver, "write x", writes=[x]).sync()
+    first = _layer_writing(fake_driver, x)
     with ca.batch("layer 1", wait=False, after=first) as second:
         kernel(fake_driver, "read x", reads=[x]).sync()  # (the job holds x now)
         on_host = ca.DeviceOp.from_fn(lambda stream: seen.append(fake_driver.calls["cuEventSynchronize"]),
                                       reads=[x], name="host read")
         on_host.sync_on(None)
     assert seen and seen[0] >= 1  # the write's event was waited for before the host read ran
-    fake_driver.finish_events()
-    assert first.future is not None and second.future is not None
-    first.future.result()
-    second.future.result()
+    _finish(fake_driver, first, second)
 
 
 def test_a_batch_after_another_on_the_host_runs_at_once() -> None:
