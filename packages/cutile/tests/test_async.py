@@ -181,3 +181,9 @@ def test_every_path_raises_cutile_errors() -> None:
         with pytest.raises(cutile.GraphCaptureError, match="cannot start inside a CUDA graph capture"):
             with cutile.batch():
                 pass
+
+
+def test_batch_after_refuses_what_is_not_a_batch() -> None:
+    with pytest.raises(cutile.ArgumentTypeError, match="parameter 'after' must be a batch .* got str"):
+        with cutile.batch("next", after="layer 0"):  # type: ignore[arg-type]
+            pass

@@ -155,8 +155,15 @@ def _gemv_launch(kept: _GemvKept, a: cutile.Tensor, b: cutile.Tensor, out: cutil
                          kept.weight_nk, out, bias if bias is not None else derived(a, "row", lambda: a[0]),
                          residual if residual is not None else a, bias is not None, residual is not None,
                          kept.activation, alpha)
-    launches = _gemv._launches(ops, kept.config)
-    first = launches[0][0](*launches[0][1], **launches[0][2])
+    return _run_gemv(_gemv._launches(ops, kept.config))
+
+
+def _run_gemv(launches: tuple[tuple[Any, tuple[Any, ...], dict[str, int]], ...]) -> Any:
+    """The GEMV path's launch (one slice of K) or op (partial sums, then their reduction),
+    from `_gemv._launches`' list. (`_gemv._run` does the same from the operands; changing
+    _gemv.py to share this would stale the gemv record, whose provenance hashes the module.)"""
+    kernel, arguments, constants = launches[0]
+    first = kernel(*arguments, **constants)
     if len(launches) == 1:
         return first
     reduce, reduce_arguments, _ = launches[1]
@@ -452,12 +459,7 @@ def _launch_call(call: _Call) -> Any:
             else:
                 require_live(call.b, "small_m_matmul", "b")
                 require_live(call.out, "small_m_matmul", "out")
-            launches = call.gemv_launches  # (run as `_gemv._run` runs them)
-            first = launches[0][0](*launches[0][1], **launches[0][2])
-            if len(launches) == 1:
-                return first
-            reduce, reduce_arguments, _ = launches[1]
-            return first.then(lambda _: reduce(*reduce_arguments))
+            return _run_gemv(call.gemv_launches)
         return _splitk.split_k_matmul(call.a, call.b, call.out, bias=epilogue.bias, activation=epilogue.activation,
                                       residual=epilogue.residual, alpha=call.alpha, config=plan.config)
     if call.positional is None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import cuda_async
 from cutile import _backend
-from cutile._errors import GraphUpdateError
+from cutile._errors import ArgumentTypeError, GraphUpdateError
 from cutile._tensor import Partition, Tensor
 
 
@@ -107,7 +107,7 @@ def batch(name: str = "batch", *, wait: bool = True,
     that batch's stream: they may use what it still holds (its outputs) at once, so
     the host queues this batch while the device runs that one; wait for its future
     before reading what it wrote.
-    On the interpreter every launch runs at once, as always.
+    On the interpreter every launch runs at once.
 
     >>> with cutile.batch("layer 0", wait=False) as first:
     ...     h = layer(h)
@@ -115,6 +115,9 @@ def batch(name: str = "batch", *, wait: bool = True,
     ...     h = layer(h)                            # reads layer 0's output at once
     >>> first.future.result()                       # layer 0 done: its tensors are free
     """
+    if after is not None and not isinstance(after, cuda_async.Batch):
+        raise ArgumentTypeError(f"batch(): parameter 'after' must be a batch (what `with cutile.batch(..., "
+                                f"wait=False) as b` gives), got {type(after).__name__}")
     _backend.current()  # the backend's policy decides the batch's stream
     with cuda_async.batch(name, wait=wait, after=after) as active:
         yield active
