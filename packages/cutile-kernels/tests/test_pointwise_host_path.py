@@ -69,9 +69,9 @@ def test_rope_of_many_tokens_makes_its_table_of_angles_first(fake: FakeDriver) -
     register_layout(fake, pending.launch)  # the table's kernel
     rotation = _rope.rope_kernel(q.dtype, positions.dtype, True, False, 2, True)
     table = api.empty([100, 64], dtype="f32")
-    made_for_its_layout = rotation(api.empty([100, 8, 64], dtype="bf16").partition([2, 8, 64]),
-                                   api.empty([100, 2, 64], dtype="bf16").partition([2, 2, 64]), q, k, table, 0.5,
-                                   NEOX=True)
+    made_for_its_layout = rotation(*_rope.partitions(api.empty([100, 8, 64], dtype="bf16"),
+                                                     api.empty([100, 2, 64], dtype="bf16"), 2, True),
+                                   q, k, table, 0.5, D=64, NEOX=True)
     register_layout(fake, made_for_its_layout)
     made_for_its_layout.cancel()
     before = len(fake.launches)
