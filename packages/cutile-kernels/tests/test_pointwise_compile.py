@@ -28,12 +28,12 @@ def rope_cases() -> dict[str, Callable[[], tuple[Any, tuple[Any, ...], dict[str,
             angles = meta([4096, 128], dtype=f32) if tabled else meta([4096], dtype=i64)
             cases[f"rope {style}{' tabled' if tabled else ''}"] = lambda neox=neox, tabled=tabled, angles=angles: (
                 rope.rope_kernel(bf16, i64, neox, False, 2, tabled),
-                (*rope.partitions(meta([4096, 32, 128], dtype=bf16), meta([4096, 8, 128], dtype=bf16), 2, neox),
+                (*rope.partitions(meta([4096, 32, 128], dtype=bf16), meta([4096, 8, 128], dtype=bf16), 2048, neox),
                  meta([4096, 32, 128], dtype=bf16), meta([4096, 8, 128], dtype=bf16), angles, -0.14),
                 {"D": 128, "NEOX": neox})
         cases[f"rope in place {style}"] = lambda neox=neox: (
             rope.rope_kernel(f16, i32, neox, True, 1),
-            (*rope.partitions(meta([100, 28, 64], dtype=f16), meta([100, 4, 64], dtype=f16), 4, neox),
+            (*rope.partitions(meta([100, 28, 64], dtype=f16), meta([100, 4, 64], dtype=f16), 25, neox),
              meta([100], dtype=i32), -0.2),
             {"D": 64, "NEOX": neox})
     return cases

@@ -70,7 +70,7 @@ def test_rope_of_many_tokens_makes_its_table_of_angles_first(fake: FakeDriver) -
     rotation = _rope.rope_kernel(q.dtype, positions.dtype, True, False, 2, True)
     table = api.empty([100, 64], dtype="f32")
     made_for_its_layout = rotation(*_rope.partitions(api.empty([100, 8, 64], dtype="bf16"),
-                                                     api.empty([100, 2, 64], dtype="bf16"), 2, True),
+                                                     api.empty([100, 2, 64], dtype="bf16"), 50, True),
                                    q, k, table, 0.5, D=64, NEOX=True)
     register_layout(fake, made_for_its_layout)
     made_for_its_layout.cancel()
