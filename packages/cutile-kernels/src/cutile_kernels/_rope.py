@@ -250,6 +250,10 @@ def _rope_launch(q: Any, k: Any, positions: Any, theta: float = 10000.0, *, styl
     if pa.shape != lead:
         raise cutile.ArgumentError(f"{fn}(): parameter 'positions' has shape {list(pa.shape)}; expected q's "
                                    f"leading shape {list(lead)} (one position per token)")
+    for operand, name in ((qa, "q"), (ka, "k")):
+        if math.prod(operand.shape) == 0:  # (a mapped partition has a tile per axis at least)
+            raise cutile.ArgumentError(f"{fn}(): parameter '{name}' of shape {list(operand.shape)} is empty; rope "
+                                       "rotates at least one token of at least one head")
     tokens = math.prod(lead)
     heads_q, heads_k = qa.shape[-2], ka.shape[-2]
     q3 = pw.reshaped(qa, (tokens, heads_q, head_dim), fn, "q")
