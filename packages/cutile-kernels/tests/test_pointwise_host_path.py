@@ -51,11 +51,11 @@ def test_kv_cache_update_runs_its_blocks_over_the_new_rows_only(fake: FakeDriver
     kv_cache_update_again.cancel()
 
 
-def test_rope_runs_one_block_per_token_tile(fake: FakeDriver) -> None:
+def test_rope_runs_one_block_per_config_share_of_tokens(fake: FakeDriver) -> None:
     q, k = api.empty([40, 8, 64], dtype="bf16"), api.empty([40, 2, 64], dtype="bf16")
     positions = api.empty([40], dtype="i64")
     record = run(fake, ck.rope.launch(q, k, positions, config={"block_elems": 1024, "occupancy": 2}))
-    assert record["grid"] == (20, 1, 1)  # 2 tokens of 8 heads x 64 per block
+    assert record["grid"] == (20, 1, 1)  # 2 tokens of 8 heads x 64 per block, each block walking its two
     record = run(fake, ck.rope.launch(q, k, positions, inplace=True, config={"block_elems": 512, "occupancy": 1}))
     assert record["grid"] == (40, 1, 1)
 
