@@ -131,6 +131,27 @@ def test_rope_by_its_table_of_angles_equals_rope_computing_them(style: str, inpl
         np.testing.assert_array_equal(tabled, computed)
 
 
+@pytest.mark.parametrize("style", ["neox", "gptj"])
+@pytest.mark.parametrize("inplace", [False, True])
+@pytest.mark.parametrize("tokens", [13, 67])  # angles computed, and from the table; a tail of the blocks' share
+@pytest.mark.parametrize("pos_dtype", [np.int32, np.int64])
+def test_rope_blocks_walking_several_tokens_each_rotate_every_one(style: str, inplace: bool, tokens: int,
+                                                                   pos_dtype: Any) -> None:
+    """A config of several tokens per block: each block's schedule walks them, through q's
+    tiles and then k's (5 q heads, padded to 8, and 3 k heads: 4 tokens a block)."""
+    q, k = RNG.standard_normal((tokens, 5, 32)), RNG.standard_normal((tokens, 3, 32))
+    positions = RNG.integers(0, 3000, tokens)
+    qt, kt, pos = tensor(q, "bf16"), tensor(k, "bf16"), api.from_numpy(positions.astype(pos_dtype))
+    config = {"block_elems": 1024, "occupancy": 1}
+    if inplace:
+        q_out, k_out = rope(qt, kt, pos, 1e6, style=style, inplace=True, config=config)
+    else:
+        q_out, k_out = rope(qt, kt, pos, 1e6, style=style, out_q=poisoned(q.shape, "bf16"),
+                            out_k=poisoned(k.shape, "bf16"), config=config)
+    close(q_out, rope_reference(stored(q, "bf16"), positions, 1e6, style), "bf16")
+    close(k_out, rope_reference(stored(k, "bf16"), positions, 1e6, style), "bf16")
+
+
 def test_rope_reads_strided_q_and_k_and_returns_new_tensors() -> None:
     fused = RNG.standard_normal((9, 12, 16))  # q: heads 0-7, k: heads 8-11 of one projection
     qkv = tensor(fused, "f32")
@@ -179,6 +200,9 @@ def rope_arguments(**change: Any) -> dict[str, Any]:
     ({"k": api.zeros([4, 1, 4])}, cutile.ArgumentError, "parameter 'k' of shape [4, 1, 4]"),
     ({"q": api.zeros([4, 2, 12]), "k": api.zeros([4, 1, 12])}, cutile.ArgumentError, "an even power of two"),
     ({"q": api.zeros([8])}, cutile.ArgumentError, "parameter 'q' must have 3 or 4 dimensions"),
+    ({"q": api.zeros([0, 2, 8]), "k": api.zeros([0, 1, 8]), "positions": api.zeros([0], dtype="i32")},
+     cutile.ArgumentError, "parameter 'q' of shape [0, 2, 8] is empty"),
+    ({"k": api.zeros([4, 0, 8])}, cutile.ArgumentError, "parameter 'k' of shape [4, 0, 8] is empty"),
     ({"inplace": True, "out_q": api.zeros([4, 2, 8])}, cutile.ArgumentError, "do not pass out_q"),
     ({"out_q": api.zeros([4, 2, 4])}, cutile.ArgumentError, "out_q has shape [4, 2, 4]"),
     ({"out_k": api.zeros([4, 1, 8], dtype="bf16")}, cutile.ArgumentTypeError, "out_k has dtype bf16"),

@@ -23,17 +23,19 @@ meta = api.meta
 def rope_cases() -> dict[str, Callable[[], tuple[Any, tuple[Any, ...], dict[str, Any]]]]:
     cases: dict[str, Callable[[], tuple[Any, tuple[Any, ...], dict[str, Any]]]] = {}
     for neox in (True, False):
-        cases[f"rope {'neox' if neox else 'gptj'}"] = lambda neox=neox: (
-            rope.rope_kernel(bf16, i64, neox, False, 2),
-            (meta([4096, 32, 128], dtype=bf16).partition([2, 32, 128]),
-             meta([4096, 8, 128], dtype=bf16).partition([2, 8, 128]), meta([4096, 32, 128], dtype=bf16),
-             meta([4096, 8, 128], dtype=bf16), meta([4096], dtype=i64), -0.14),
-            {"NEOX": neox})
-        cases[f"rope in place {'neox' if neox else 'gptj'}"] = lambda neox=neox: (
+        style = "neox" if neox else "gptj"
+        for tabled in (False, True):
+            angles = meta([4096, 128], dtype=f32) if tabled else meta([4096], dtype=i64)
+            cases[f"rope {style}{' tabled' if tabled else ''}"] = lambda neox=neox, tabled=tabled, angles=angles: (
+                rope.rope_kernel(bf16, i64, neox, False, 2, tabled),
+                (*rope.partitions(meta([4096, 32, 128], dtype=bf16), meta([4096, 8, 128], dtype=bf16), 2048, neox),
+                 meta([4096, 32, 128], dtype=bf16), meta([4096, 8, 128], dtype=bf16), angles, -0.14),
+                {"D": 128, "NEOX": neox})
+        cases[f"rope in place {style}"] = lambda neox=neox: (
             rope.rope_kernel(f16, i32, neox, True, 1),
-            (meta([100, 28, 64], dtype=f16).partition([4, 32, 64]), meta([100, 4, 64], dtype=f16).partition([4, 4, 64]),
+            (*rope.partitions(meta([100, 28, 64], dtype=f16), meta([100, 4, 64], dtype=f16), 25, neox),
              meta([100], dtype=i32), -0.2),
-            {"NEOX": neox})
+            {"D": 64, "NEOX": neox})
     return cases
 
 

@@ -51,11 +51,11 @@ def test_kv_cache_update_runs_its_blocks_over_the_new_rows_only(fake: FakeDriver
     kv_cache_update_again.cancel()
 
 
-def test_rope_runs_one_block_per_token_tile(fake: FakeDriver) -> None:
+def test_rope_runs_one_block_per_config_share_of_tokens(fake: FakeDriver) -> None:
     q, k = api.empty([40, 8, 64], dtype="bf16"), api.empty([40, 2, 64], dtype="bf16")
     positions = api.empty([40], dtype="i64")
     record = run(fake, ck.rope.launch(q, k, positions, config={"block_elems": 1024, "occupancy": 2}))
-    assert record["grid"] == (20, 1, 1)  # 2 tokens of 8 heads x 64 per block
+    assert record["grid"] == (20, 1, 1)  # 2 tokens of 8 heads x 64 per block, each block walking its two
     record = run(fake, ck.rope.launch(q, k, positions, inplace=True, config={"block_elems": 512, "occupancy": 1}))
     assert record["grid"] == (40, 1, 1)
 
@@ -69,9 +69,9 @@ def test_rope_of_many_tokens_makes_its_table_of_angles_first(fake: FakeDriver) -
     register_layout(fake, pending.launch)  # the table's kernel
     rotation = _rope.rope_kernel(q.dtype, positions.dtype, True, False, 2, True)
     table = api.empty([100, 64], dtype="f32")
-    made_for_its_layout = rotation(api.empty([100, 8, 64], dtype="bf16").partition([2, 8, 64]),
-                                   api.empty([100, 2, 64], dtype="bf16").partition([2, 2, 64]), q, k, table, 0.5,
-                                   NEOX=True)
+    made_for_its_layout = rotation(*_rope.partitions(api.empty([100, 8, 64], dtype="bf16"),
+                                                     api.empty([100, 2, 64], dtype="bf16"), 50, True),
+                                   q, k, table, 0.5, D=64, NEOX=True)
     register_layout(fake, made_for_its_layout)
     made_for_its_layout.cancel()
     before = len(fake.launches)

@@ -10,7 +10,16 @@ with nothing on the host to update.
 q and k are ``(tokens, heads, head_dim)`` (any strides) or ``(batch, seq, heads,
 head_dim)`` (contiguous); positions has their leading shape (``(tokens,)`` or
 ``(batch, seq)``), i32 or i64. k may have fewer heads than q (GQA). One launch rotates
-both: each block takes a few tokens and every head of q and k, sharing its angles.
+both: its written tensors are mapped partitions of one token's heads a tile, and each
+block walks its share of the tokens through q's tiles, then the same tokens through k's.
+neox rotates halves: its tiles are half heads, the halves axis owned by each item, so a
+block loads a head's two halves as two tiles and stores the rotated halves as two tiles
+(splitting a loaded head and joining the rotated halves with `cat` moved every element
+through shared memory on sm_90, which held the kernel near half the copy bandwidth).
+gptj's pairs are adjacent elements: its tiles are whole heads, split and joined in
+registers. A tile holds one token: with several, sm_90's code broadcast their angles
+over the heads through shared memory.
+
 A call of at least `TABLE_TOKENS` tokens (a prefill) makes the cos and sin table of its
 tokens first, one launch with one angle per thread, and rotates reading it: computed in
 the rotation's layout, sin and cos are evaluated many times over per thread (about 40 on
@@ -37,7 +46,9 @@ STYLES = ("neox", "gptj")
 #: calls of this many tokens or more rotate by a table of their cos and sin (module doc)
 TABLE_TOKENS = 64
 TABLE_TILE_TOKENS = 16  # the table kernel's tokens per block
-SPACE = tune.Space(block_elems=[2048, 4096, 8192, 16384], occupancy=[1, 2, 4])
+#: block_elems: the elements a block rotates (whole tokens of q's heads, a power of two of
+#: them, walked one token at a time): it sets the launch's blocks; occupancy: blocks per SM
+SPACE = tune.Space(block_elems=[2048, 4096, 8192, 16384, 32768, 65536], occupancy=[1, 2, 4])
 DEFAULT = {"block_elems": 8192, "occupancy": 2}
 
 
@@ -56,31 +67,54 @@ def _rotated(x: Any, cos_t: Any, sin_t: Any, BT: int, H: int, D: int, NEOX: bool
     return joined.reshape((BT, H, D))
 
 
-def _angles(positions: Any, freq_scale: Any, BT: int, D: int, NEOX: bool) -> tuple[Any, Any]:
-    """cos and sin of ``position * exp(i * freq_scale)`` for the block's tokens, shaped to
-    broadcast over `_rotated`'s halves (``freq_scale = -2 ln(theta) / head_dim``)."""
+def _angles(positions: Any, t: Any, freq_scale: Any, D: int, NEOX: bool) -> tuple[Any, Any]:
+    """cos and sin of ``position * exp(i * freq_scale)`` for token ``t``, shaped to
+    broadcast over a tile's halves (neox: ``(1, 1, HALF)``, the tiles of either half;
+    gptj: `_rotated`'s) (``freq_scale = -2 ln(theta) / head_dim``)."""
     HALF = D // 2
-    pos = positions.load(index=(bid(0),), shape=(BT,)).astype(f32)
+    pos = positions.load(index=(t,), shape=(1,)).astype(f32)
     inv_freq = exp(arange(HALF).astype(f32) * freq_scale)
-    shape = (BT, 1, 1, HALF) if NEOX else (BT, 1, HALF, 1)
-    angle = pos.reshape((BT, 1)) * inv_freq.reshape((1, HALF))
+    shape = (1, 1, HALF) if NEOX else (1, 1, HALF, 1)
+    angle = pos.reshape((1, 1)) * inv_freq.reshape((1, HALF))
     return cos(angle).reshape(shape), sin(angle).reshape(shape)
 
 
-def _tabled_angles(table: Any, freq_scale: Any, BT: int, D: int, NEOX: bool) -> tuple[Any, Any]:
+def _tabled_angles(table: Any, t: Any, freq_scale: Any, D: int, NEOX: bool) -> tuple[Any, Any]:
     """`_angles` read from a table of ``(tokens, D)``: each token's cos then sin
     (``freq_scale`` is the table's, unused: `_angles`' parameters)."""
     HALF = D // 2
-    shape = (BT, 1, 1, HALF) if NEOX else (BT, 1, HALF, 1)
-    cos_t = table.load(index=(bid(0), 0), shape=(BT, HALF)).reshape(shape)
-    sin_t = table.load(index=(bid(0), 1), shape=(BT, HALF)).reshape(shape)
+    shape = (1, 1, HALF) if NEOX else (1, 1, HALF, 1)
+    cos_t = table.load(index=(t, 0), shape=(1, HALF)).reshape(shape)
+    sin_t = table.load(index=(t, 1), shape=(1, HALF)).reshape(shape)
     return cos_t, sin_t
 
 
-def _store_rotated(out: Any, x: Any, cos_t: Any, sin_t: Any, BT: int, H: int, D: int, NEOX: bool) -> None:
-    """``x`` (BT, H, D, f32) rotated and stored into ``out`` as its dtype (q's store
-    before k's rotation, as the kernels order them)."""
-    out.store(_rotated(x, cos_t, sin_t, BT, H, D, NEOX).astype(out.dtype))
+def _tile_at(x: Any, index: Any, H: int, DT: int, INPLACE: bool) -> Any:
+    """``x``'s ``(1, H, DT)`` tile at ``index``, in f32 (in place ``x`` is the mapped
+    partition written: its tile is loaded at the schedule's index, no shape given)."""
+    if INPLACE:
+        tile = x.load(index)
+    else:
+        tile = x.load(index=index, shape=(1, H, DT))
+    return tile.astype(f32)
+
+
+def _rotate_tile(out: Any, x: Any, idx: Any, cos_t: Any, sin_t: Any, H: int, DT: int, NEOX: bool,
+                 INPLACE: bool) -> None:
+    """Schedule item ``idx`` of ``out`` (a mapped partition of ``(1, H, DT)`` tiles) made
+    from the same tile of ``x`` (``out`` itself in place). neox: ``DT`` is half the head
+    dim and the halves axis is owned (its two tiles are the halves): each half is loaded
+    and stored as a tile of its own, with no split or join of registers (a join moved
+    the data through shared memory). gptj: whole heads, split and joined by `_rotated`."""
+    t, h, _ = idx
+    if NEOX:
+        x1 = _tile_at(x, (t, h, 0), H, DT, INPLACE)
+        x2 = _tile_at(x, (t, h, 1), H, DT, INPLACE)
+        out.store((x1 * cos_t - x2 * sin_t).astype(out.dtype), (t, h, 0))
+        out.store((x2 * cos_t + x1 * sin_t).astype(out.dtype), (t, h, 1))
+    else:
+        whole = _tile_at(x, idx, H, DT, INPLACE)
+        out.store(_rotated(whole, cos_t, sin_t, 1, H, DT, NEOX).astype(out.dtype), idx)
 
 
 @functools.lru_cache(maxsize=None)
@@ -100,38 +134,58 @@ def angle_table_kernel(pos_dtype: Any) -> Any:
 @functools.lru_cache(maxsize=None)
 def rope_kernel(dtype: Any, pos_dtype: Any, neox: bool, inplace: bool, occupancy: int, tabled: bool = False) -> Any:
     """The RoPE kernel for one dtype, positions dtype, style and form; ``tabled``: its
-    angles read from `angle_table_kernel`'s table (passed for the positions)."""
+    angles read from `angle_table_kernel`'s table (passed for the positions).
+
+    The written tensors (q_out and k_out, or q and k in place) are mapped partitions of
+    one token's heads a tile, ``(1, HQ or HK, DT)`` (`partitions`): each block rotates
+    its share of q's tokens, then the same share of k's (both have a tile per token and
+    the launch's blocks, so the same tokens: the angles read again come from L1 or L2).
+    ``D`` is the head dim, ``DT`` a tile's share of it (`_rotate_tile`)."""
     hints = {"occupancy": occupancy}
-    store_rotated, angles = cutile.function(_store_rotated), cutile.function(_tabled_angles if tabled else _angles)
+    rotate_tile, angles = cutile.function(_rotate_tile), cutile.function(_tabled_angles if tabled else _angles)
     # the parameters both forms take after their tensors
     shared = {"positions": Tensor[f32, [-1, "D"]] if tabled else Tensor[pos_dtype, [-1]], "freq_scale": f32,
-              "BT": Constant[int], "HQ": Constant[int], "HK": Constant[int], "D": Constant[int],
+              "HQ": Constant[int], "HK": Constant[int], "DT": Constant[int], "D": Constant[int],
               "NEOX": Constant[bool], "return": None}
     if inplace:
-        def rope_inplace(q: Any, k: Any, positions: Any, freq_scale: Any, BT: Any, HQ: Any, HK: Any, D: Any,
+        def rope_inplace(q: Any, k: Any, positions: Any, freq_scale: Any, HQ: Any, HK: Any, DT: Any, D: Any,
                          NEOX: Any) -> None:
-            cos_t, sin_t = angles(positions, freq_scale, BT, D, NEOX)
-            store_rotated(q, q.load().astype(f32), cos_t, sin_t, BT, HQ, D, NEOX)
-            store_rotated(k, k.load().astype(f32), cos_t, sin_t, BT, HK, D, NEOX)
-        rope_inplace.__annotations__ = {"q": Mut[Tensor[dtype, ["BT", "HQ", "D"]]],
-                                        "k": Mut[Tensor[dtype, ["BT", "HK", "D"]]], **shared}
+            for idx in q.tiles():
+                cos_t, sin_t = angles(positions, idx[0], freq_scale, D, NEOX)
+                rotate_tile(q, q, idx, cos_t, sin_t, HQ, DT, NEOX, True)
+            for idx in k.tiles():
+                cos_t, sin_t = angles(positions, idx[0], freq_scale, D, NEOX)
+                rotate_tile(k, k, idx, cos_t, sin_t, HK, DT, NEOX, True)
+        rope_inplace.__annotations__ = {"q": Mut[Tensor[dtype, [1, "HQ", "DT"]]],
+                                        "k": Mut[Tensor[dtype, [1, "HK", "DT"]]], **shared}
         return cutile.entry(hints=hints)(rope_inplace)
 
-    def rope(q_out: Any, k_out: Any, q: Any, k: Any, positions: Any, freq_scale: Any, BT: Any, HQ: Any, HK: Any,
+    def rope(q_out: Any, k_out: Any, q: Any, k: Any, positions: Any, freq_scale: Any, HQ: Any, HK: Any, DT: Any,
              D: Any, NEOX: Any) -> None:
-        cos_t, sin_t = angles(positions, freq_scale, BT, D, NEOX)
-        tq = q.load(index=(bid(0), 0, 0), shape=(BT, HQ, D)).astype(f32)
-        tk = k.load(index=(bid(0), 0, 0), shape=(BT, HK, D)).astype(f32)
-        store_rotated(q_out, tq, cos_t, sin_t, BT, HQ, D, NEOX)
-        store_rotated(k_out, tk, cos_t, sin_t, BT, HK, D, NEOX)
-    rope.__annotations__ = {"q_out": Mut[Tensor[dtype, ["BT", "HQ", "D"]]],
-                            "k_out": Mut[Tensor[dtype, ["BT", "HK", "D"]]],
-                            "q": Tensor[dtype, [-1, -1, "D"]], "k": Tensor[dtype, [-1, -1, "D"]], **shared}
+        for idx in q_out.tiles():
+            cos_t, sin_t = angles(positions, idx[0], freq_scale, D, NEOX)
+            rotate_tile(q_out, q, idx, cos_t, sin_t, HQ, DT, NEOX, False)
+        for idx in k_out.tiles():
+            cos_t, sin_t = angles(positions, idx[0], freq_scale, D, NEOX)
+            rotate_tile(k_out, k, idx, cos_t, sin_t, HK, DT, NEOX, False)
+    rope.__annotations__ = {"q_out": Mut[Tensor[dtype, [1, "HQ", "DT"]]], "k_out": Mut[Tensor[dtype, [1, "HK", "DT"]]],
+                            "q": Tensor[dtype, [-1, -1, -1]], "k": Tensor[dtype, [-1, -1, -1]], **shared}
     return cutile.entry(hints=hints)(rope)
 
 
+def partitions(q: cutile.Tensor, k: cutile.Tensor, blocks: int, neox: bool) -> tuple[cutile.Partition, cutile.Partition]:
+    """q and k (``(tokens, heads, head_dim)``, written) as `rope_kernel`'s mapped
+    partitions on ``blocks`` blocks: a tile is one token's heads, the head dim whole
+    (gptj) or halved, the halves axis owned (neox). One token a tile: with several,
+    sm_90's code broadcast their angles over the heads through shared memory."""
+    width, halves = (q.shape[2] // 2, cutile.OWNED) if neox else (q.shape[2], 1)
+    return (q.partition([1, pw.next_pow2(q.shape[1]), width]).map([1, 1, halves], blocks=blocks),
+            k.partition([1, pw.next_pow2(k.shape[1]), width]).map([1, 1, halves], blocks=blocks))
+
+
 def tokens_per_block(config: dict[str, Any], heads: int, head_dim: int, tokens: int) -> int:
-    """The config's element budget per block in whole tokens (a power of two)."""
+    """The config's element budget per block in whole tokens (a power of two): the
+    tokens each block walks."""
     per_token = pw.next_pow2(heads) * head_dim
     budget = max(1, int(config["block_elems"]) // per_token)
     return min(1 << (budget.bit_length() - 1), pw.next_pow2(tokens))
@@ -148,8 +202,9 @@ def _setup(config: dict[str, Any], shape: tuple[int, ...]) -> Any:
 
 
 TUNER = pw.tuner("rope", SPACE, DEFAULT, _setup, inspect.getsource(_rotated) + inspect.getsource(_angles)
-                 + inspect.getsource(_tabled_angles) + inspect.getsource(_store_rotated)
-                 + inspect.getsource(angle_table_kernel) + inspect.getsource(rope_kernel))
+                 + inspect.getsource(_tabled_angles) + inspect.getsource(_tile_at) + inspect.getsource(_rotate_tile)
+                 + inspect.getsource(angle_table_kernel) + inspect.getsource(rope_kernel)
+                 + inspect.getsource(partitions))
 
 
 def _rope_launch(q: Any, k: Any, positions: Any, theta: float = 10000.0, *, style: str = "neox",
@@ -195,17 +250,20 @@ def _rope_launch(q: Any, k: Any, positions: Any, theta: float = 10000.0, *, styl
     if pa.shape != lead:
         raise cutile.ArgumentError(f"{fn}(): parameter 'positions' has shape {list(pa.shape)}; expected q's "
                                    f"leading shape {list(lead)} (one position per token)")
+    for operand, name in ((qa, "q"), (ka, "k")):
+        if math.prod(operand.shape) == 0:  # (a mapped partition has a tile per axis at least)
+            raise cutile.ArgumentError(f"{fn}(): parameter '{name}' of shape {list(operand.shape)} is empty; rope "
+                                       "rotates at least one token of at least one head")
     tokens = math.prod(lead)
     heads_q, heads_k = qa.shape[-2], ka.shape[-2]
     q3 = pw.reshaped(qa, (tokens, heads_q, head_dim), fn, "q")
     k3 = pw.reshaped(ka, (tokens, heads_k, head_dim), fn, "k")
     p1 = pw.reshaped(pa, (tokens,), fn, "positions")
     chosen = pw.config_of(fn, config, SPACE, DEFAULT) if config is not None else TUNER.config((tokens, heads_q, heads_k, head_dim))
-    bt = tokens_per_block(chosen, max(heads_q, heads_k), head_dim, tokens)
+    blocks = -(-tokens // tokens_per_block(chosen, max(heads_q, heads_k), head_dim, tokens))
     tabled = tokens >= TABLE_TOKENS
     kernel = rope_kernel(qa.tensor.dtype, pa.tensor.dtype, style == "neox", inplace, int(chosen["occupancy"]), tabled)
     freq_scale = -2.0 * math.log(float(theta)) / head_dim
-    tile_q, tile_k = [bt, pw.next_pow2(heads_q), head_dim], [bt, pw.next_pow2(heads_k), head_dim]
     neox = style == "neox"
     if inplace:
         written, finish = qa.tensor, (lambda: (q, k))
@@ -219,8 +277,8 @@ def _rope_launch(q: Any, k: Any, positions: Any, theta: float = 10000.0, *, styl
 
     def rotate(angles: Any) -> Any:
         if inplace:
-            return kernel(q3.partition(tile_q), k3.partition(tile_k), angles, freq_scale, NEOX=neox)
-        return kernel(q3o.partition(tile_q), k3o.partition(tile_k), q3, k3, angles, freq_scale, NEOX=neox)
+            return kernel(*partitions(q3, k3, blocks, neox), angles, freq_scale, D=head_dim, NEOX=neox)
+        return kernel(*partitions(q3o, k3o, blocks, neox), q3, k3, angles, freq_scale, D=head_dim, NEOX=neox)
 
     if not tabled:
         return pw.Pending(rotate(p1), finish)
