@@ -133,9 +133,9 @@ def _row_moments(t: Any, shift: Any, n: Any, inv_n: Any, eps: Any, BM: Any, BN: 
     """``d = t - shift`` (zero past column ``n`` when ``MASKED``), the rows' mean of d and
     their rstd, from one sweep: the sums of d and d^2 are one reduction (no second one
     waiting on the mean), ``var = E[d^2] - E[d]^2`` clamped at 0. Its rounding error is
-    that of E[d^2] times ``1 + (shift - mean)^2 / var``: about 1 for a shift within a few
+    that of E[d^2] times ``1 + (shift - mean)^2 / var``: a few for a shift within a few
     deviations of the mean, whatever the mean (no cancellation), and at most about ``n``
-    (the shift the row's one outlier)."""
+    (when the shift is the row's one outlier)."""
     d = t - shift
     if MASKED:
         d = where(arange(BN, i32).reshape((1, BN)) < n, d, 0.0)
