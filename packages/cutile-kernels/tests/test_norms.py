@@ -112,7 +112,8 @@ def test_layer_norm_of_rows_with_a_large_mean(schedule: str, cols: int) -> None:
     expected, mean, rstd = layer_norm_reference(f64(x), f64(w), f64(b), 1e-5)
     y = layer_norm(x, w, b, 1e-5, out=poisoned(x.shape, "f32"), config=CONFIGS[schedule])
     check(y, expected, "f32", scale=4.0)
-    y, m, r = layer_norm(x, w, b, 1e-5, return_stats=True, out=(poisoned(x.shape, "f32"), None, None),
+    stats = api.full([x.shape[0], 1], np.nan), api.full([x.shape[0], 1], np.nan)
+    y, m, r = layer_norm(x, w, b, 1e-5, return_stats=True, out=(poisoned(x.shape, "f32"), *stats),
                          config=CONFIGS[schedule])
     check(r, rstd, "f32")
     check(m, mean, "f32")
@@ -130,8 +131,10 @@ def test_layer_norm_of_rows_whose_first_element_is_an_outlier() -> None:
     x[:, 0] = 1e3
     w, b = np.ones(cols, np.float32), np.zeros(cols, np.float32)
     _, _, rstd = layer_norm_reference(f64(x), f64(w), f64(b), 1e-5)
-    _, _, r = layer_norm(x, w, b, 1e-5, return_stats=True, config=ONE_PASS)
-    np.testing.assert_allclose(f64(r), rstd, rtol=cols * 2.0**-24)
+    rstd_out = api.full([x.shape[0], 1], np.nan)
+    _, _, r = layer_norm(x, w, b, 1e-5, return_stats=True, out=(None, None, rstd_out), config=ONE_PASS)
+    assert r is rstd_out
+    np.testing.assert_allclose(f64(rstd_out.to_numpy()), rstd, rtol=cols * 2.0**-24)
 
 
 def test_layer_norm_stats_of_leading_shapes() -> None:
