@@ -9,7 +9,8 @@ persistent kernel whose outputs are mapped ``[1, OWNED]`` (each schedule item ow
 rows whole), reading the row a second time soon after the first (mostly from L2).
 LayerNorm's statistics are of each row less its first element (read as a tile of its own),
 so that a large mean does not cancel the variance: a one-pass row sums ``d`` and ``d^2`` in
-one reduction (`_row_moments`), a chunked one combines its chunks by Chan's parallel update
+one reduction (`_row_moments`; in f64 for f32 rows, so that an outlier first element does not
+cancel it either), a chunked one combines its chunks by Chan's parallel update
 of mean and sum of squares. The one-pass kernel masks the columns past the row only when
 its tile is wider (``MASKED``), and writes the mean and rstd only in the variant of calls
 that return them.
@@ -34,7 +35,7 @@ import numpy as np
 import cutile
 from cutile import api, tune
 from cutile.core import (
-    Constant, DType, Mut, Tensor, arange, bid, f32, fma, i32, maximum, minimum, reduce, rsqrt, sum, where, zeros,
+    Constant, DType, Mut, Tensor, arange, bid, f32, f64, fma, i32, maximum, minimum, reduce, rsqrt, sum, where, zeros,
 )
 from cutile_kernels import _rows
 from cutile_kernels._operands import KeptPlans, Output, as_tensor, check_same, memory_layout, output, tensor_of
@@ -129,19 +130,29 @@ def add_rms_norm_kernel(dtype: DType, wdtype: DType, one_pass: bool, hints: _row
     return _entry(add_rms_norm_rows if one_pass else add_rms_norm_chunked, dtype, wdtype, hints, by_name=True)
 
 
-def _row_moments(t: Any, shift: Any, n: Any, inv_n: Any, eps: Any, BM: Any, BN: Any, MASKED: Any) -> tuple[Any, Any, Any]:  # noqa: N803
+def _row_moments(t: Any, shift: Any, n: Any, inv_n: Any, eps: Any, BM: Any, BN: Any, MASKED: Any, WIDE: Any) -> tuple[Any, Any, Any]:  # noqa: N803
     """``d = t - shift`` (zero past column ``n`` when ``MASKED``), the rows' mean of d and
     their rstd, from one sweep: the sums of d and d^2 are one reduction (no second one
-    waiting on the mean), ``var = E[d^2] - E[d]^2`` clamped at 0. Its rounding error is
-    that of E[d^2] times ``1 + (shift - mean)^2 / var``: a few for a shift within a few
-    deviations of the mean, whatever the mean (no cancellation), and at most about ``n``
-    (when the shift is the row's one outlier)."""
+    waiting on the mean), ``var = E[d^2] - E[d]^2`` clamped at 0. In f32 its rounding error
+    is that of E[d^2] times ``1 + (shift - mean)^2 / var``: a few for a shift within a few
+    deviations of the mean, whatever the mean (no cancellation), but up to about ``n``
+    when the shift is the row's one outlier. ``WIDE`` (f32 rows) sums in f64, which bounds
+    it by ``n * 2^-53`` for any shift; for 16-bit rows the f32 bound is below their
+    precision."""
     d = t - shift
     if MASKED:
         d = where(arange(BN, i32).reshape((1, BN)) < n, d, 0.0)
-    sums, squares = reduce((d, d * d), 1, lambda acc, e: (acc[0] + e[0], acc[1] + e[1]), (0.0, 0.0))
-    mean_d = sums.reshape((BM, 1)) * inv_n
-    var = maximum(squares.reshape((BM, 1)) * inv_n - mean_d * mean_d, 0.0)
+    if WIDE:
+        e = d.astype(f64)
+        sums, squares = reduce((e, e * e), 1, lambda acc, v: (acc[0] + v[0], acc[1] + v[1]), (0.0, 0.0))
+        inv = inv_n.astype(f64)
+        mean_wide = sums.reshape((BM, 1)) * inv
+        mean_d = mean_wide.astype(f32)
+        var = maximum(squares.reshape((BM, 1)) * inv - mean_wide * mean_wide, 0.0).astype(f32)
+    else:
+        sums, squares = reduce((d, d * d), 1, lambda acc, e: (acc[0] + e[0], acc[1] + e[1]), (0.0, 0.0))
+        mean_d = sums.reshape((BM, 1)) * inv_n
+        var = maximum(squares.reshape((BM, 1)) * inv_n - mean_d * mean_d, 0.0)
     return d, mean_d, rsqrt(var + eps)
 
 
@@ -150,7 +161,7 @@ def _layer_norm_tile(z: Any, x: Any, w: Any, b: Any, eps: Any, inv_n: Any, n: An
     shift is each row's first element, a (BM, 1) load of its own (not waiting on the tile)."""
     t = x.load(index=(bid(0), 0), shape=(BM, BN)).astype(f32)
     shift = x.load(index=(bid(0), 0), shape=(BM, 1)).astype(f32)
-    d, mean_d, rstd = _row_moments(t, shift, n, inv_n, eps, BM, BN, MASKED)
+    d, mean_d, rstd = _row_moments(t, shift, n, inv_n, eps, BM, BN, MASKED, x.dtype == f32)
     z.store(fma(d - mean_d, rstd * _column_row(w, 0, BN), _column_row(b, 0, BN)).astype(z.dtype))
     return shift + mean_d, rstd
 
