@@ -84,13 +84,15 @@ def test_qk_norm(layout: tuple[int, ...], dtype: str) -> None:
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
 @pytest.mark.parametrize("schedule", ["one_pass", "chunked", "tuned"])
 @pytest.mark.parametrize("return_stats", [False, True])
-def test_layer_norm(dtype: str, schedule: str, return_stats: bool) -> None:
-    x = normal(SHAPE, dtype, seed=15, scale=2.0, shift=5.0)  # a mean far from 0: the variance must not cancel
-    w, b = normal((SHAPE[1],), dtype, seed=16), normal((SHAPE[1],), dtype, seed=17)
+@pytest.mark.parametrize("cols", [300, 256])  # one pass: a tile wider than the rows (masked), and as wide
+def test_layer_norm(dtype: str, schedule: str, return_stats: bool, cols: int) -> None:
+    shape = (SHAPE[0], cols)
+    x = normal(shape, dtype, seed=15, scale=2.0, shift=5.0)  # a mean far from 0: the variance must not cancel
+    w, b = normal((cols,), dtype, seed=16), normal((cols,), dtype, seed=17)
     expected, mean, rstd = layer_norm_reference(f64(x), f64(w), f64(b), 1e-5)
-    out = poisoned(SHAPE, dtype)
+    out = poisoned(shape, dtype)
     if return_stats:
-        stats = api.full([SHAPE[0], 1], np.nan), api.full([SHAPE[0], 1], np.nan)
+        stats = api.full([shape[0], 1], np.nan), api.full([shape[0], 1], np.nan)
         y, m, r = layer_norm(x, w, b, 1e-5, return_stats=True, out=(out, *stats), config=CONFIGS[schedule])
         assert y is out and m is stats[0] and r is stats[1]
         check(m, mean, "f32", scale=5.0)
@@ -98,6 +100,43 @@ def test_layer_norm(dtype: str, schedule: str, return_stats: bool) -> None:
     else:
         assert layer_norm(x, w, b, 1e-5, out=out, config=CONFIGS[schedule]) is out
     check(out, expected, dtype, scale=4.0)
+
+
+@pytest.mark.parametrize("schedule", ["one_pass", "chunked"])
+@pytest.mark.parametrize("cols", [1024, 1000])
+def test_layer_norm_of_rows_with_a_large_mean(schedule: str, cols: int) -> None:
+    """Rows of 1e4 + N(0, 1) in f32: E[x^2] - E[x]^2 would lose every digit of the
+    variance (1e8 against 1, at an f32 ulp of 1e8 of 8); the statistics must not."""
+    x = normal((19, cols), "f32", seed=21, shift=1e4)
+    w, b = normal((cols,), "f32", seed=22), normal((cols,), "f32", seed=23)
+    expected, mean, rstd = layer_norm_reference(f64(x), f64(w), f64(b), 1e-5)
+    y = layer_norm(x, w, b, 1e-5, out=poisoned(x.shape, "f32"), config=CONFIGS[schedule])
+    check(y, expected, "f32", scale=4.0)
+    stats = api.full([x.shape[0], 1], np.nan), api.full([x.shape[0], 1], np.nan)
+    y, m, r = layer_norm(x, w, b, 1e-5, return_stats=True, out=(poisoned(x.shape, "f32"), *stats),
+                         config=CONFIGS[schedule])
+    check(r, rstd, "f32")
+    check(m, mean, "f32")
+    # The chunked rows with their statistics are normalized by the stored f32 mean,
+    # rounded by up to half an ulp of 1e4 (5e-4): that is their error (as torch's).
+    check(y, expected, "f32", scale=4.0 if schedule == "one_pass" else 1e3)
+
+
+@pytest.mark.parametrize("dtype, rtol", [("f32", 1e-6), ("bf16", 4096 * 2.0**-24)])
+def test_layer_norm_of_rows_whose_first_element_is_an_outlier(dtype: str, rtol: float) -> None:
+    """The one-pass statistics are shifted by each row's first element: an outlier there
+    (1e3 in N(0, 1)) amplifies E[d^2]'s rounding by about the row length. f32 rows sum in
+    f64, which leaves rstd at f32 precision; 16-bit rows sum in f32, within ``cols * 2^-24``
+    (below their own precision)."""
+    cols = 4096
+    x = normal((8, cols), dtype, seed=24)
+    x[:, 0] = 1e3
+    w, b = np.ones(cols, np.float32), np.zeros(cols, np.float32)
+    _, _, rstd = layer_norm_reference(f64(x), f64(w), f64(b), 1e-5)
+    rstd_out = api.full([x.shape[0], 1], np.nan)
+    _, _, r = layer_norm(x, w, b, 1e-5, return_stats=True, out=(None, None, rstd_out), config=ONE_PASS)
+    assert r is rstd_out
+    np.testing.assert_allclose(f64(rstd_out.to_numpy()), rstd, rtol=rtol)
 
 
 def test_layer_norm_stats_of_leading_shapes() -> None:

@@ -7,8 +7,13 @@ another of those dtypes). A row that fits one tile of the config is read once (p
 partitions, one block per ``tile_rows`` rows); a longer one is walked in column chunks by a
 persistent kernel whose outputs are mapped ``[1, OWNED]`` (each schedule item owns its
 rows whole), reading the row a second time soon after the first (mostly from L2).
-LayerNorm's statistics are combined chunk by chunk (Chan's parallel update of mean and
-sum of squares), not from a sum of squares, so a large mean does not cancel the variance.
+LayerNorm's statistics are of each row less its first element (read as a tile of its own),
+so that a large mean does not cancel the variance: a one-pass row sums ``d`` and ``d^2`` in
+one reduction (`_row_moments`; in f64 for f32 rows, so that an outlier first element does not
+cancel it either), a chunked one combines its chunks by Chan's parallel update
+of mean and sum of squares. The one-pass kernel masks the columns past the row only when
+its tile is wider (``MASKED``), and writes the mean and rstd only in the variant of calls
+that return them.
 
 LayerNorm's backward is three kernels: ``dx`` per row (as the forward), then ``dweight``
 and ``dbias`` as column sums in two safe stages: blocks of ``(split, column tile)`` sum
@@ -30,7 +35,7 @@ import numpy as np
 import cutile
 from cutile import api, tune
 from cutile.core import (
-    Constant, DType, Mut, Tensor, arange, bid, f32, i32, minimum, rsqrt, sum, where, zeros,
+    Constant, DType, Mut, Tensor, arange, bid, f32, f64, fma, i32, maximum, minimum, reduce, rsqrt, sum, where, zeros,
 )
 from cutile_kernels import _rows
 from cutile_kernels._operands import KeptPlans, Output, as_tensor, check_same, memory_layout, output, tensor_of
@@ -45,13 +50,17 @@ def _column_row(v: Any, c: Any, BN: Any) -> Any:  # noqa: N803 (the tile dims' n
     return v.load(index=(c,), shape=(BN,)).astype(f32).reshape((1, BN))
 
 
-def _merged_stats(mean: Any, m2: Any, t: Any, c: Any, n: Any, BN: Any) -> tuple[Any, Any]:  # noqa: N803
-    """Rows' running mean and M2 after chunk ``c`` (``t``, of its columns below ``n``):
-    Chan's update; every earlier chunk is whole."""
+def _merged_stats(mean: Any, m2: Any, x: Any, shift: Any, rows: Any, c: Any, n: Any, BM: Any, BN: Any) -> tuple[Any, Any]:  # noqa: N803
+    """Rows' running mean and M2 of ``x - shift`` after chunk ``c`` (of the columns below
+    ``n``): Chan's update; every earlier chunk is whole. The shift (a value of each row)
+    keeps the chunks' sums small whatever the rows' mean, so that their rounding does
+    not reach the variance."""
+    in_row = arange(BN, i32).reshape((1, BN)) + c * BN < n
+    t = where(in_row, x.load(index=(rows, c), shape=(BM, BN)).astype(f32) - shift, 0.0)
     before = (c * BN).astype(f32)
     count = minimum(n - c * BN, BN).astype(f32)
     chunk_mean = sum(t, axis=1, keepdims=True) / count
-    d = where(arange(BN, i32).reshape((1, BN)) + c * BN < n, t - chunk_mean, 0.0)
+    d = where(in_row, t - chunk_mean, 0.0)
     delta = chunk_mean - mean
     after = before + count
     return (mean + delta * (count / after),
@@ -121,37 +130,72 @@ def add_rms_norm_kernel(dtype: DType, wdtype: DType, one_pass: bool, hints: _row
     return _entry(add_rms_norm_rows if one_pass else add_rms_norm_chunked, dtype, wdtype, hints, by_name=True)
 
 
+def _row_moments(t: Any, shift: Any, n: Any, inv_n: Any, eps: Any, BM: Any, BN: Any, MASKED: Any, WIDE: Any) -> tuple[Any, Any, Any]:  # noqa: N803
+    """``d = t - shift`` (zero past column ``n`` when ``MASKED``), the rows' mean of d and
+    their rstd, from one sweep: the sums of d and d^2 are one reduction (no second one
+    waiting on the mean), ``var = E[d^2] - E[d]^2`` clamped at 0. In f32 its rounding error
+    is that of E[d^2] times ``1 + (shift - mean)^2 / var``: a few for a shift within a few
+    deviations of the mean, whatever the mean (no cancellation), but up to about ``n``
+    when the shift is the row's one outlier. ``WIDE`` (f32 rows) sums in f64, which bounds
+    it by ``n * 2^-53`` for any shift; for 16-bit rows the f32 bound is below their
+    precision."""
+    d = t - shift
+    if MASKED:
+        d = where(arange(BN, i32).reshape((1, BN)) < n, d, 0.0)
+    if WIDE:
+        e = d.astype(f64)
+        sums, squares = reduce((e, e * e), 1, lambda acc, v: (acc[0] + v[0], acc[1] + v[1]), (0.0, 0.0))
+        inv = inv_n.astype(f64)
+        mean_wide = sums.reshape((BM, 1)) * inv
+        mean_d = mean_wide.astype(f32)
+        var = maximum(squares.reshape((BM, 1)) * inv - mean_wide * mean_wide, 0.0).astype(f32)
+    else:
+        sums, squares = reduce((d, d * d), 1, lambda acc, e: (acc[0] + e[0], acc[1] + e[1]), (0.0, 0.0))
+        mean_d = sums.reshape((BM, 1)) * inv_n
+        var = maximum(squares.reshape((BM, 1)) * inv_n - mean_d * mean_d, 0.0)
+    return d, mean_d, rsqrt(var + eps)
+
+
+def _layer_norm_tile(z: Any, x: Any, w: Any, b: Any, eps: Any, inv_n: Any, n: Any, BM: Any, BN: Any, MASKED: Any) -> tuple[Any, Any]:  # noqa: N803
+    """Block's (BM, BN) rows of x normalized into z; returns their mean and rstd. The
+    shift is each row's first element, a (BM, 1) load of its own (not waiting on the tile)."""
+    t = x.load(index=(bid(0), 0), shape=(BM, BN)).astype(f32)
+    shift = x.load(index=(bid(0), 0), shape=(BM, 1)).astype(f32)
+    d, mean_d, rstd = _row_moments(t, shift, n, inv_n, eps, BM, BN, MASKED, x.dtype == f32)
+    z.store(fma(d - mean_d, rstd * _column_row(w, 0, BN), _column_row(b, 0, BN)).astype(z.dtype))
+    return shift + mean_d, rstd
+
+
 @functools.cache
-def layer_norm_kernel(dtype: DType, wdtype: DType, hints: _rows.Hints = ()) -> Any:
-    """LayerNorm of rows that fit one tile, writing each row's mean and rstd too."""
-    def layer_norm_rows(z: Any, mean_out: Any, rstd_out: Any, x: Any, w: Any, b: Any, eps: Any, inv_n: Any, n: Any, BM: Any, BN: Any) -> None:  # noqa: N803 (the tile dims' names)
-        t = x.load(index=(bid(0), 0), shape=(BM, BN)).astype(f32)
-        mean = sum(t, axis=1, keepdims=True) * inv_n
-        centered = where(arange(BN, i32).reshape((1, BN)) < n, t - mean, 0.0)
-        rstd = rsqrt(sum(centered * centered, axis=1, keepdims=True) * inv_n + eps)
-        weight = _column_row(w, 0, BN)
-        bias = _column_row(b, 0, BN)
-        z.store((centered * rstd * weight + bias).astype(dtype))
+def layer_norm_kernel(dtype: DType, wdtype: DType, stats: bool, hints: _rows.Hints = ()) -> Any:
+    """LayerNorm of rows that fit one tile (`_layer_norm_tile`); with ``stats`` it writes
+    each row's mean and rstd too. ``MASKED``: the tile is wider than the rows."""
+    def layer_norm_rows(z: Any, x: Any, w: Any, b: Any, eps: Any, inv_n: Any, n: Any, BM: Any, BN: Any, MASKED: Any) -> None:  # noqa: N803 (the tile dims' names)
+        _layer_norm_tile(z, x, w, b, eps, inv_n, n, BM, BN, MASKED)
+
+    def layer_norm_rows_stats(z: Any, mean_out: Any, rstd_out: Any, x: Any, w: Any, b: Any, eps: Any, inv_n: Any, n: Any, BM: Any, BN: Any, MASKED: Any) -> None:  # noqa: N803 (the tile dims' names)
+        mean, rstd = _layer_norm_tile(z, x, w, b, eps, inv_n, n, BM, BN, MASKED)
         mean_out.store(mean)
         rstd_out.store(rstd)
-    return _entry(layer_norm_rows, dtype, wdtype, hints, by_name=True)
+    return _entry(layer_norm_rows_stats if stats else layer_norm_rows, dtype, wdtype, hints, by_name=True)
 
 
 @functools.cache
 def layer_norm_chunked_kernel(dtype: DType, wdtype: DType, hints: _rows.Hints = ()) -> Any:
     """LayerNorm of rows of any length on an output mapped ``[1, OWNED]``: the statistics
-    chunk by chunk (Chan's update), then the normalized chunks."""
+    chunk by chunk (Chan's update, shifted by each row's first element), then the
+    normalized chunks."""
     def layer_norm_chunked(z: Any, x: Any, w: Any, b: Any, eps: Any, inv_n: Any, n: Any, BM: Any, BN: Any) -> None:  # noqa: N803 (the tile dims' names)
         for idx in z.tiles():
             rows, _ = idx
+            shift = x.load(index=(rows, 0), shape=(BM, 1)).astype(f32)
             mean = zeros((BM, 1), f32)
             m2 = zeros((BM, 1), f32)
             for c in range(z.num_tiles(1)):
-                t = x.load(index=(rows, c), shape=(BM, BN)).astype(f32)
-                mean, m2 = _merged_stats(mean, m2, t, c, n, BN)
+                mean, m2 = _merged_stats(mean, m2, x, shift, rows, c, n, BM, BN)
             rstd = rsqrt(m2 * inv_n + eps)
             for c in range(z.num_tiles(1)):
-                t = x.load(index=(rows, c), shape=(BM, BN)).astype(f32)
+                t = x.load(index=(rows, c), shape=(BM, BN)).astype(f32) - shift
                 weight = _column_row(w, c, BN)
                 bias = _column_row(b, c, BN)
                 z.store(((t - mean) * rstd * weight + bias).astype(dtype), (rows, c))
@@ -160,14 +204,15 @@ def layer_norm_chunked_kernel(dtype: DType, wdtype: DType, hints: _rows.Hints = 
 
 @functools.cache
 def layer_norm_stats_kernel(dtype: DType, hints: _rows.Hints = ()) -> Any:
-    """Each row's mean and rstd, its columns in chunks of BN (Chan's update)."""
+    """Each row's mean and rstd, its columns in chunks of BN (Chan's update, shifted by
+    the row's first element)."""
     def layer_norm_stats(mean_out: Any, rstd_out: Any, x: Any, eps: Any, inv_n: Any, n: Any, chunks: Any, BM: Any, BN: Any) -> None:  # noqa: N803 (the tile dims' names)
+        shift = x.load(index=(bid(0), 0), shape=(BM, 1)).astype(f32)
         mean = zeros((BM, 1), f32)
         m2 = zeros((BM, 1), f32)
         for c in range(chunks):
-            t = x.load(index=(bid(0), c), shape=(BM, BN)).astype(f32)
-            mean, m2 = _merged_stats(mean, m2, t, c, n, BN)
-        mean_out.store(mean)
+            mean, m2 = _merged_stats(mean, m2, x, shift, bid(0), c, n, BM, BN)
+        mean_out.store(mean + shift)
         rstd_out.store(rsqrt(m2 * inv_n + eps))
     return _entry(layer_norm_stats, dtype, dtype, hints, by_name=True)
 
@@ -298,12 +343,8 @@ def _parameter_kinds(dtype: DType, wdtype: DType) -> dict[str, Any]:
     rows, column, stats = Tensor[dtype, [-1, -1]], Tensor[wdtype, [-1]], Tensor[f32, [-1, -1]]
     return {"z": tile, "s": tile, "dx": tile, "mean_out": stat_tile, "rstd_out": stat_tile,
             "x": rows, "r": rows, "dy": rows, "w": column, "b": column, "mean": stats, "rstd": stats,
-            "eps": f32, "inv_n": f32, "n": i32, "chunks": i32, "BM": Constant[int], "BN": Constant[int]}
-
-
-_FACTORIES = (rms_norm_kernel, add_rms_norm_kernel, layer_norm_kernel, layer_norm_chunked_kernel,
-              layer_norm_stats_kernel, layer_norm_apply_kernel, layer_norm_dx_kernel, layer_norm_partials_kernel,
-              column_sum_kernel, zero_kernel)
+            "eps": f32, "inv_n": f32, "n": i32, "chunks": i32, "BM": Constant[int], "BN": Constant[int],
+            "MASKED": Constant[bool]}
 
 
 # -- calls ---------------------------------------------------------------------------------------
@@ -499,26 +540,31 @@ def _plan_layer_norm(x: Any, weight: Any, bias: Any, eps: float = 1e-5, *, retur
     eps = _rows.check_eps(eps, call.function)
     given = _rows.outputs(out, 3, call.function, "y, mean, rstd") if return_stats else [out, None, None]
     y_name = "out[0] (y)" if return_stats else "out"
-    results = [output(given[0], call.shape, call.dtype, call.operand, call.function, y_name, call.reads),
-               output(given[1], call.stats_shape, f32, call.operand, call.function, "out[1] (mean)", call.reads),
-               output(given[2], call.stats_shape, f32, call.operand, call.function, "out[2] (rstd)", call.reads)]
-    finish = _finish(call, results if return_stats else results[:1])
+    results = [output(given[0], call.shape, call.dtype, call.operand, call.function, y_name, call.reads)]
+    if return_stats:  # (made only when returned: the kernels without them write none)
+        results += [output(given[1], call.stats_shape, f32, call.operand, call.function, "out[1] (mean)", call.reads),
+                    output(given[2], call.stats_shape, f32, call.operand, call.function, "out[2] (rstd)", call.reads)]
+    finish = _finish(call, results)
     if call.empty:
         return Plan(None, finish)
     chosen = call.config(_TUNING["layer_norm"], config)
     tile_rows, tile_cols, one_pass = chosen.tile(call.cols)
     x2d = call.view(call.tensor, "x")
     z = call.view(results[0].tensor, "out", writable=True)
-    mean, rstd = (r.tensor.reshape(call.rows, 1) for r in results[1:])
     scalars = (eps, 1.0 / call.cols, call.cols)
-    if one_pass:
-        launch = layer_norm_kernel(call.dtype, w.dtype, chosen.hints)(z.partition([tile_rows, tile_cols]),
-                                                        mean.partition([tile_rows, 1]), rstd.partition([tile_rows, 1]),
-                                                        x2d, w, b, *scalars)
-        return Plan(launch, finish)
     if not return_stats:
-        launch = layer_norm_chunked_kernel(call.dtype, w.dtype, chosen.hints)(
-            _rows.persistent(z, (tile_rows, tile_cols), chosen.occupancy), x2d, w, b, *scalars)
+        if one_pass:
+            launch = layer_norm_kernel(call.dtype, w.dtype, False, chosen.hints)(
+                z.partition([tile_rows, tile_cols]), x2d, w, b, *scalars, MASKED=tile_cols > call.cols)
+        else:
+            launch = layer_norm_chunked_kernel(call.dtype, w.dtype, chosen.hints)(
+                _rows.persistent(z, (tile_rows, tile_cols), chosen.occupancy), x2d, w, b, *scalars)
+        return Plan(launch, finish)
+    mean, rstd = (r.tensor.reshape(call.rows, 1) for r in results[1:])
+    if one_pass:
+        launch = layer_norm_kernel(call.dtype, w.dtype, True, chosen.hints)(
+            z.partition([tile_rows, tile_cols]), mean.partition([tile_rows, 1]), rstd.partition([tile_rows, 1]),
+            x2d, w, b, *scalars, MASKED=tile_cols > call.cols)
         return Plan(launch, finish)
     chunks = -(-call.cols // tile_cols)
     stats = layer_norm_stats_kernel(call.dtype, chosen.hints)(mean.partition([tile_rows, 1]),
@@ -696,12 +742,22 @@ def layer_norm_backward_reference(dy: Any, x: Any, weight: Any, mean: Any, rstd:
     return dx, (dy * xhat).sum(axis=0), dy.sum(axis=0)
 
 
-_SOURCE = _rows.source_of(*_FACTORIES, _column_row, _merged_stats, _dx_terms)  # (helpers are kernel code)
+#: what each function's record hashes: the factories of the kernels it launches and the
+#: helpers they inline (so that editing one function's kernels stales its record alone)
+_SOURCES = {
+    "rms_norm": _rows.source_of(rms_norm_kernel, _column_row),
+    "add_rms_norm": _rows.source_of(add_rms_norm_kernel, _column_row),
+    "layer_norm": _rows.source_of(layer_norm_kernel, layer_norm_chunked_kernel, layer_norm_stats_kernel,
+                                  layer_norm_apply_kernel, _layer_norm_tile, _row_moments, _merged_stats, _column_row),
+    "layer_norm_backward": _rows.source_of(layer_norm_dx_kernel, layer_norm_partials_kernel, column_sum_kernel,
+                                           zero_kernel, _dx_terms, _column_row),
+}
 _TUNING = {
-    "rms_norm": RowTuning("rms_norm", _SOURCE, _build_rms_norm),
-    "add_rms_norm": RowTuning("add_rms_norm", _SOURCE, _build_add_rms_norm),
-    "layer_norm": RowTuning("layer_norm", _SOURCE, _build_layer_norm),
-    "layer_norm_backward": RowTuning("layer_norm_backward", _SOURCE, _build_layer_norm_backward),
+    "rms_norm": RowTuning("rms_norm", _SOURCES["rms_norm"], _build_rms_norm),
+    "add_rms_norm": RowTuning("add_rms_norm", _SOURCES["add_rms_norm"], _build_add_rms_norm),
+    "layer_norm": RowTuning("layer_norm", _SOURCES["layer_norm"], _build_layer_norm),
+    "layer_norm_backward": RowTuning("layer_norm_backward", _SOURCES["layer_norm_backward"],
+                                     _build_layer_norm_backward),
 }
 
 
