@@ -3,9 +3,10 @@
 A row that fits one tile (``next_pow2(cols) <= tile_cols``) is read once: one block per
 ``tile_rows`` rows, plain partitions. A longer row is walked in column chunks by a
 persistent kernel whose output is mapped ``[1, OWNED]`` (each schedule item owns its
-rows whole): an online max and sum over the chunks, then the chunks again, normalized;
-the second read of a row comes soon after the first, mostly from L2. fp32 throughout
-the arithmetic; the exponentials are ``exp2`` with log2(e) folded in.
+rows whole): an online max and sum per lane of the chunk over the chunks, from the
+last, then the chunks again from the first, normalized (`chunked_kernel`). fp32
+throughout the arithmetic; the exponentials are ``exp2`` with log2(e) folded in (the
+chunked kernel's flush to zero: a result below 2**-126 of the row's largest is 0).
 
 Kernels are made per dtype by factories. Their parameters' annotations are set as
 objects after each ``def`` (``kernel.__annotations__``), since the dtype is a variable
@@ -21,7 +22,7 @@ import numpy as np
 import cutile
 from cutile import api, tune
 from cutile.core import (
-    Constant, DType, Mut, Tensor, bid, exp2, f32, full, log2, max, maximum, sum, zeros,
+    Constant, DType, Mut, Tensor, bid, exp2, f32, fma, full, log2, max, maximum, minimum, sum, where, zeros,
 )
 from cutile_kernels import _rows
 from cutile_kernels._operands import as_tensor, output
@@ -29,6 +30,9 @@ from cutile_kernels._rows import Plan, RowConfig, RowTuning
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
+#: where a running max starts: finite, so that a lane that has seen only -inf (padding,
+#: -inf entries) never computes exp2(-inf - -inf) (NaN); max(LOWEST, -inf) stays LOWEST
+LOWEST = -3.4028234663852886e38
 
 
 @functools.cache
@@ -56,27 +60,41 @@ def one_pass_kernel(dtype: DType, log: bool, hints: _rows.Hints = ()) -> Any:
 @functools.cache
 def chunked_kernel(dtype: DType, log: bool, hints: _rows.Hints = ()) -> Any:
     """Softmax (``log``: log-softmax) of rows of any length, in (BM, BN) chunks, on an
-    output mapped ``[1, OWNED]``."""
+    output mapped ``[1, OWNED]``.
+
+    Pass 1 keeps a running max ``m`` and sum ``s`` (of ``exp2(t - m)``) per lane of the
+    chunk, in registers: no block-wide reduction in the loop, one exp2 an element (the
+    smaller of ``m`` and ``t`` relative to the larger); the lanes are reduced once a row.
+    It walks the chunks from the last, so that the chunks pass 2 reads first (from the
+    first) are those read last, still in L2. Both loops load chunk ``c + 1`` before
+    chunk ``c``'s math (a chunk past either end reads padding only), which lets tileiras
+    keep several chunks' loads in flight."""
     def softmax_chunked(z: Any, x: Any, BM: Any, BN: Any) -> None:  # noqa: N803 (the tile dims' names)
         for idx in z.tiles():
             rows, _ = idx
-            row_max = full((BM, 1), -float("inf"), f32)
-            row_sum = zeros((BM, 1), f32)
-            for c in range(z.num_tiles(1)):
-                t = x.load(index=(rows, c), shape=(BM, BN), padding="neg_inf").astype(f32) * LOG2E
-                new_max = maximum(row_max, max(t, axis=1, keepdims=True))
-                row_sum = row_sum * exp2(row_max - new_max) + sum(exp2(t - new_max), axis=1, keepdims=True)
-                row_max = new_max
-            if log:
-                shift = row_max + log2(row_sum)
-                for c in range(z.num_tiles(1)):
-                    t = x.load(index=(rows, c), shape=(BM, BN), padding="neg_inf").astype(f32) * LOG2E
+            chunks = z.num_tiles(1)
+            m = full((BM, BN), LOWEST, f32)  # each lane's running max (log2 units)
+            s = zeros((BM, BN), f32)  # each lane's sum of exp2(t - m)
+            ahead = x.load(index=(rows, chunks - 1), shape=(BM, BN), padding="neg_inf")
+            for c in range(chunks):
+                t = ahead.astype(f32) * LOG2E
+                ahead = x.load(index=(rows, chunks - 2 - c), shape=(BM, BN), padding="neg_inf")
+                larger = maximum(m, t)
+                e = exp2(minimum(m, t) - larger, flush_to_zero=True)
+                s = where(t > m, fma(s, e, 1.0), s + e)
+                m = larger
+            row_max = max(m, axis=1, keepdims=True)
+            row_sum = sum(s * exp2(m - row_max, flush_to_zero=True), axis=1, keepdims=True)
+            shift = row_max + log2(row_sum)
+            scale = 1.0 / row_sum
+            ahead = x.load(index=(rows, 0), shape=(BM, BN), padding="neg_inf")
+            for c in range(chunks):
+                t = ahead.astype(f32) * LOG2E
+                ahead = x.load(index=(rows, c + 1), shape=(BM, BN), padding="neg_inf")
+                if log:
                     z.store(((t - shift) * LN2).astype(dtype), (rows, c))
-            else:
-                scale = 1.0 / row_sum
-                for c in range(z.num_tiles(1)):
-                    t = x.load(index=(rows, c), shape=(BM, BN), padding="neg_inf").astype(f32) * LOG2E
-                    z.store((exp2(t - row_max) * scale).astype(dtype), (rows, c))
+                else:
+                    z.store((exp2(t - row_max, flush_to_zero=True) * scale).astype(dtype), (rows, c))
     softmax_chunked.__annotations__ = {
         "z": Mut[Tensor[dtype, ["BM", "BN"]]],
         "x": Tensor[dtype, [-1, -1]],
