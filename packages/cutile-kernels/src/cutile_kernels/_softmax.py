@@ -194,8 +194,42 @@ def _build(log: bool) -> _rows.Build:
     return build
 
 
+def default_config(rows: int, cols: int, dtype: Any) -> tune.Config:
+    """`_rows.default_config`, but a row longer than its widest tile goes in chunks of
+    4096 columns (8192 at two bytes an element) on one block an SM: the chunked kernel's
+    registers hold several chunks in flight (see `fits`), and a row's chunks stay in L2
+    between its two passes when few rows are in flight."""
+    config = _rows.default_config(rows, cols, dtype)
+    if RowConfig.of(config).tile(cols)[2]:
+        return config
+    chunk = 4096 if _rows.itemsize_of(dtype) == 4 else 8192
+    return {"tile_rows": 1, "tile_cols": chunk, "occupancy": 1, "num_worker_warps": 8}
+
+
+#: 32-bit registers an SM has (sm_90, sm_100)
+SM_REGISTERS = 65536
+
+
+def fits(config: tune.Config, cols: int) -> bool:
+    """`_rows.fits`, and for the chunked kernel a config whose registers hold it: a
+    thread keeps about four f32 values per element of the chunk it holds (the running
+    max and sum, the chunk, the next ones in flight) and some 64 registers besides;
+    tileiras gives a block 4 warps beside its worker warps (its TMA stores) and spills
+    past that budget (as its sm_90 code shows)."""
+    if not _rows.fits(config, cols):
+        return False
+    row = RowConfig.of(config)
+    tile_rows, tile_cols, one_pass = row.tile(cols)
+    if one_pass:
+        return True
+    registers = SM_REGISTERS // (32 * row.occupancy * (row.num_worker_warps + 4))  # a thread's
+    held = tile_rows * tile_cols // (32 * row.num_worker_warps)  # chunk elements a thread holds
+    return registers >= 64 and registers >= 4 * held
+
+
 _SOURCE = _rows.source_of(one_pass_kernel, chunked_kernel)
-_TUNING = {False: RowTuning("softmax", _SOURCE, _build(False)), True: RowTuning("log_softmax", _SOURCE, _build(True))}
+_TUNING = {log: RowTuning(f"{'log_' if log else ''}softmax", _SOURCE, _build(log), default=default_config, fit=fits)
+           for log in (False, True)}
 
 
 def tuning(log: bool = False) -> RowTuning:
