@@ -196,14 +196,14 @@ def _build(log: bool) -> _rows.Build:
 
 def default_config(rows: int, cols: int, dtype: Any) -> tune.Config:
     """`_rows.default_config`, but a row longer than its widest tile goes in chunks of
-    4096 columns (8192 at two bytes an element) on one block an SM: the chunked kernel's
-    registers hold several chunks in flight (see `fits`), and a row's chunks stay in L2
-    between its two passes when few rows are in flight."""
+    8192 columns on one block an SM: the chunked kernel's registers then hold a chunk in
+    flight beside the one it works on (see `fits`; fewer instructions an element than
+    chunks of 4096, whose loads tileiras pipelines deeper at the cost of register
+    moves), and with few rows in flight a row's chunks stay in L2 between its passes."""
     config = _rows.default_config(rows, cols, dtype)
     if RowConfig.of(config).tile(cols)[2]:
         return config
-    chunk = 4096 if _rows.itemsize_of(dtype) == 4 else 8192
-    return {"tile_rows": 1, "tile_cols": chunk, "occupancy": 1, "num_worker_warps": 8}
+    return {"tile_rows": 1, "tile_cols": 8192, "occupancy": 1, "num_worker_warps": 8}
 
 
 #: 32-bit registers an SM has (sm_90, sm_100)
