@@ -22,7 +22,7 @@ import numpy as np
 import cutile
 from cutile import api, tune
 from cutile.core import (
-    Constant, DType, Mut, Tensor, bid, exp2, f32, fma, full, log2, max, maximum, minimum, sum, where, zeros,
+    Constant, DType, Mut, Tensor, bid, exp2, f32, fma, full, log2, max, maximum, sum, where, zeros,
 )
 from cutile_kernels import _rows
 from cutile_kernels._operands import as_tensor, output
@@ -62,39 +62,40 @@ def chunked_kernel(dtype: DType, log: bool, hints: _rows.Hints = ()) -> Any:
     """Softmax (``log``: log-softmax) of rows of any length, in (BM, BN) chunks, on an
     output mapped ``[1, OWNED]``.
 
-    Pass 1 keeps a running max ``m`` and sum ``s`` (of ``exp2(t - m)``) per lane of the
-    chunk, in registers: no block-wide reduction in the loop, one exp2 an element (the
-    smaller of ``m`` and ``t`` relative to the larger); the lanes are reduced once a row.
-    It walks the chunks from the last, so that the chunks pass 2 reads first (from the
-    first) are those read last, still in L2. Both loops load chunk ``c + 1`` before
-    chunk ``c``'s math (a chunk past either end reads padding only), which lets tileiras
-    keep several chunks' loads in flight."""
+    Pass 1 keeps a running max ``m`` and sum ``s`` (of ``exp(x - m)``) per lane of the
+    chunk, in registers: no block-wide reduction in the loop, one exp2 an element (of
+    ``-|x - m|``, the smaller of the two relative to the larger); the lanes are reduced
+    once a row. The maxima are of x itself (not of ``x * log2(e)``, whose rounding at
+    large magnitudes would not cancel in ``x - max``). Pass 1 walks the chunks from the
+    last, so that the chunks pass 2 reads first (from the first) are those read last,
+    still in L2. Both loops load chunk ``c + 1`` before chunk ``c``'s math (a chunk past
+    either end reads padding only), which lets tileiras keep loads in flight."""
     def softmax_chunked(z: Any, x: Any, BM: Any, BN: Any) -> None:  # noqa: N803 (the tile dims' names)
         for idx in z.tiles():
             rows, _ = idx
             chunks = z.num_tiles(1)
-            m = full((BM, BN), LOWEST, f32)  # each lane's running max (log2 units)
-            s = zeros((BM, BN), f32)  # each lane's sum of exp2(t - m)
+            m = full((BM, BN), LOWEST, f32)  # each lane's running max
+            s = zeros((BM, BN), f32)  # each lane's sum of exp(x - m)
             ahead = x.load(index=(rows, chunks - 1), shape=(BM, BN), padding="neg_inf")
             for c in range(chunks):
-                t = ahead.astype(f32) * LOG2E
+                t = ahead.astype(f32)
                 ahead = x.load(index=(rows, chunks - 2 - c), shape=(BM, BN), padding="neg_inf")
-                larger = maximum(m, t)
-                e = exp2(minimum(m, t) - larger, flush_to_zero=True)
+                # NaN stays NaN in e (maxf and minf would drop it on sm_90): its row's sum is NaN
+                e = exp2(abs(t - m) * -LOG2E, flush_to_zero=True)
                 s = where(t > m, fma(s, e, 1.0), s + e)
-                m = larger
+                m = maximum(m, t)
             row_max = max(m, axis=1, keepdims=True)
-            row_sum = sum(s * exp2(m - row_max, flush_to_zero=True), axis=1, keepdims=True)
-            shift = row_max + log2(row_sum)
+            row_sum = sum(s * exp2((m - row_max) * LOG2E, flush_to_zero=True), axis=1, keepdims=True)
+            shift = row_max + log2(row_sum) * LN2  # log-softmax is x - shift
             scale = 1.0 / row_sum
             ahead = x.load(index=(rows, 0), shape=(BM, BN), padding="neg_inf")
             for c in range(chunks):
-                t = ahead.astype(f32) * LOG2E
+                t = ahead.astype(f32)
                 ahead = x.load(index=(rows, c + 1), shape=(BM, BN), padding="neg_inf")
                 if log:
-                    z.store(((t - shift) * LN2).astype(dtype), (rows, c))
+                    z.store((t - shift).astype(dtype), (rows, c))
                 else:
-                    z.store((exp2(t - row_max, flush_to_zero=True) * scale).astype(dtype), (rows, c))
+                    z.store((exp2((t - row_max) * LOG2E, flush_to_zero=True) * scale).astype(dtype), (rows, c))
     softmax_chunked.__annotations__ = {
         "z": Mut[Tensor[dtype, ["BM", "BN"]]],
         "x": Tensor[dtype, [-1, -1]],
