@@ -10,7 +10,7 @@ from cutile_kernels_testkit import CHUNKED, CONFIGS, ONE_PASS, check, f64, norma
 import cutile
 from cutile.core import bf16, f32
 from cutile_kernels import log_softmax, softmax
-from cutile_kernels._rows import ROW_SPACE, default_config as rows_default
+from cutile_kernels._rows import ROW_SPACE, default_config as rows_default, fits as rows_fits
 from cutile_kernels._softmax import default_config, fits
 
 
@@ -156,18 +156,22 @@ def test_large_and_tiny_values_in_chunks() -> None:
 
 def test_the_long_row_default_and_pruning() -> None:
 
-    for dtype in (f32, bf16):
-        assert default_config(8192, 151936, dtype) == {"tile_rows": 1, "tile_cols": 8192, "occupancy": 1,
+    for dtype, chunk in ((f32, 8192), (bf16, 16384), (np.float16, 16384)):
+        assert default_config(8192, 151936, dtype) == {"tile_rows": 1, "tile_cols": chunk, "occupancy": 1,
                                                        "num_worker_warps": 8}
     assert default_config(64, 8192, f32) == rows_default(64, 8192, f32)  # one pass: the rows' default
     for dtype in (f32, bf16):
         assert fits(default_config(8192, 151936, dtype), 151936)
     kept = [c for c in ROW_SPACE.configs() if fits(c, 151936)]
-    # (chunked configs whose registers spilled in tileiras's sm_90 code are pruned)
-    for spilled in [(4096, 4, 8), (8192, 2, 8), (16384, 1, 8), (2048, 4, 8)]:
+    # (chunked configs below the register budget, which spilled in tileiras's sm_90 code, are
+    # pruned; those that held are kept)
+    for spilled in [(4096, 4, 8), (2048, 4, 8), (16384, 2, 8), (8192, 4, 4)]:
         assert dict(zip(("tile_cols", "occupancy", "num_worker_warps"), spilled), tile_rows=1) not in kept
-    for held in [(4096, 1, 8), (4096, 2, 8), (8192, 1, 8), (2048, 4, 4), (4096, 2, 4), (2048, 2, 8)]:
+    for held in [(4096, 1, 8), (4096, 2, 8), (8192, 1, 8), (2048, 4, 4), (4096, 2, 4), (2048, 2, 8), (16384, 1, 8)]:
         assert dict(zip(("tile_cols", "occupancy", "num_worker_warps"), held), tile_rows=1) in kept
+    stacked: dict[str, int | str] = {"tile_rows": 8, "tile_cols": 2048, "occupancy": 2,
+                                     "num_worker_warps": 8}  # 64 elements a thread
+    assert rows_fits(stacked, 151936) and stacked not in kept
     one_pass: dict[str, int | str] = {"tile_rows": 1, "tile_cols": 8192, "occupancy": 4, "num_worker_warps": 8}
     assert fits(one_pass, 8192) and not fits(one_pass, 8193)  # the rule is the chunked kernel's
 

@@ -197,14 +197,15 @@ def _build(log: bool) -> _rows.Build:
 
 def default_config(rows: int, cols: int, dtype: Any) -> tune.Config:
     """`_rows.default_config`, but a row longer than its widest tile goes in chunks of
-    8192 columns on one block an SM: the chunked kernel's registers then hold a chunk in
-    flight beside the one it works on (see `fits`; fewer instructions an element than
-    chunks of 4096, whose loads tileiras pipelines deeper at the cost of register
-    moves), and with few rows in flight a row's chunks stay in L2 between its passes."""
+    32 KiB (8192 columns of f32, 16384 of two bytes) on one block an SM: the chunked
+    kernel's registers then hold a chunk in flight beside the one it works on (fewer
+    instructions an element than smaller chunks, whose loads tileiras pipelines deeper
+    at the cost of register moves), and with few rows in flight more of a row's chunks
+    stay in L2 between its passes."""
     config = _rows.default_config(rows, cols, dtype)
     if RowConfig.of(config).tile(cols)[2]:
         return config
-    return {"tile_rows": 1, "tile_cols": 8192, "occupancy": 1, "num_worker_warps": 8}
+    return {"tile_rows": 1, "tile_cols": 32768 // _rows.itemsize_of(dtype), "occupancy": 1, "num_worker_warps": 8}
 
 
 #: 32-bit registers an SM has (sm_90, sm_100)
@@ -212,11 +213,11 @@ SM_REGISTERS = 65536
 
 
 def fits(config: tune.Config, cols: int) -> bool:
-    """`_rows.fits`, and for the chunked kernel a config whose registers hold it: a
-    thread keeps about four f32 values per element of the chunk it holds (the running
-    max and sum, the chunk, the next ones in flight) and some 64 registers besides;
-    tileiras gives a block 4 warps beside its worker warps (its TMA stores) and spills
-    past that budget (as its sm_90 code shows)."""
+    """`_rows.fits`, and for the chunked kernel a config whose registers may hold it:
+    at least 64 a thread and 2.5 per chunk element it holds (the running max and sum,
+    the chunk, the next one in flight). Tileiras gives a block 4 warps beside its worker
+    warps (its TMA stores); configs below that budget spilled in its sm_90 code, and
+    some just above it spill a little (f32 chunks of 16384): a search finds those slow."""
     if not _rows.fits(config, cols):
         return False
     row = RowConfig.of(config)
@@ -225,7 +226,7 @@ def fits(config: tune.Config, cols: int) -> bool:
         return True
     registers = SM_REGISTERS // (32 * row.occupancy * (row.num_worker_warps + 4))  # a thread's
     held = tile_rows * tile_cols // (32 * row.num_worker_warps)  # chunk elements a thread holds
-    return registers >= 64 and registers >= 4 * held
+    return registers >= 64 and 2 * registers >= 5 * held
 
 
 _SOURCE = _rows.source_of(one_pass_kernel, chunked_kernel)
