@@ -31,7 +31,7 @@ from cutile_kernels._rows import Plan, RowConfig, RowTuning
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 #: where a running max starts: finite, so that a lane that has seen only -inf (padding,
-#: -inf entries) never computes exp2(-inf - -inf) (NaN); max(LOWEST, -inf) stays LOWEST
+#: -inf entries) never computes -inf - -inf (NaN); max(LOWEST, -inf) stays LOWEST
 LOWEST = -3.4028234663852886e38
 
 
