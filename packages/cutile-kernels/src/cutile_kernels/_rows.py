@@ -169,7 +169,7 @@ def default_config(rows: int, cols: int, dtype: Any) -> tune.Config:
     2 blocks an SM. Longer rows go in chunks of 4096 columns, 4 blocks an SM, which keeps
     a row's chunks in L2 between its two passes.
     """
-    itemsize = _itemsize(dtype)
+    itemsize = itemsize_of(dtype)
     widest = 8192 if itemsize == 4 else 16384
     whole = next_pow2(cols)
     if whole > widest:
@@ -180,7 +180,8 @@ def default_config(rows: int, cols: int, dtype: Any) -> tune.Config:
     return {"tile_rows": tile_rows, "tile_cols": widest, "occupancy": 2, "num_worker_warps": warps}
 
 
-def _itemsize(dtype: Any) -> int:
+def itemsize_of(dtype: Any) -> int:
+    """Bytes an element of ``dtype`` (a cutile dtype, a numpy one or anything with ``itemsize``)."""
     if isinstance(dtype, DType):
         return int(dtype.itemsize)
     try:
@@ -210,14 +211,25 @@ def fits(config: tune.Config, cols: int) -> bool:
 Build = Callable[[tune.Config, int, int, DType], tuple[Callable[[], Any], Callable[[], bool]]]
 
 
+#: ``default(rows, cols, dtype)``: a kernel's config without a record (`default_config`'s form)
+Default = Callable[[int, int, Any], tune.Config]
+#: ``fit(config, cols)``: whether a config is worth a trial (`fits`'s form)
+Fit = Callable[[tune.Config, int], bool]
+
+
 class RowTuning:
     """The configs of one row kernel: `cutile.tune.Tuner` over `ROW_SPACE` with the
-    committed record ``records/<arch>/<name>.json``, shapes ``(rows, cols, itemsize)``."""
+    committed record ``records/<arch>/<name>.json``, shapes ``(rows, cols, itemsize)``;
+    ``default`` and ``fit`` are the kernel's `default_config` and `fits` where its
+    kernels need others."""
 
-    def __init__(self, name: str, source: str, build: Build) -> None:
+    def __init__(self, name: str, source: str, build: Build, default: Default = default_config,
+                 fit: Fit = fits) -> None:
         self.name = name
         self._source = source
         self._build = build
+        self._default = default
+        self._fit = fit
         self._check: Callable[[], bool] = lambda: False
         self._searching: tune.Tuner | None = None  # (made on first use: the arch is the backend's)
         self._answering: dict[str, tune.Tuner] = {}  # per default config: the tuner that answers calls
@@ -243,18 +255,18 @@ class RowTuning:
 
     def config(self, rows: int, cols: int, dtype: DType) -> RowConfig:
         """The config of a call: the record's winner of its bucket, else the tuner's
-        cache, else a search (``CUTILE_TUNE=1``), else `default_config`."""
+        cache, else a search (``CUTILE_TUNE=1``), else the kernel's default (`default_config`)."""
         key = (next_pow2(rows), next_pow2(cols), int(dtype.itemsize))
         chosen = self._chosen.get(key)
         if chosen is None:
-            default = default_config(rows, cols, dtype)
-            # The tuner takes one default; `default_config` depends on the shape, so
+            default = self._default(rows, cols, dtype)
+            # The tuner takes one default; the default depends on the shape, so
             # there is a tuner per default it gives (a few), all reading one record.
             name = json.dumps(default, sort_keys=True)
             if name not in self._answering:
                 self._answering[name] = self._make_tuner(default)
             tuner = self._answering[name]
-            tuner.search_options["prune"] = lambda config: fits(config, cols)
+            tuner.search_options["prune"] = lambda config: self._fit(config, cols)
             chosen = self._chosen[key] = RowConfig.of(tuner.config((rows, cols, int(dtype.itemsize))))
         return chosen
 
@@ -264,7 +276,8 @@ class RowTuning:
 
     def search(self, rows: int, cols: int, dtype: DType, **options: Any) -> tune.SearchResult:
         """A search for one shape (``dtype``: f32, or any 2-byte dtype, searched as bf16)."""
-        return self.tuner.tune((rows, cols, int(dtype.itemsize)), prune=lambda config: fits(config, cols), **options)
+        return self.tuner.tune((rows, cols, int(dtype.itemsize)), prune=lambda config: self._fit(config, cols),
+                               **options)
 
     def record(self, shapes: Sequence[tuple[int, int, DType]], **options: Any) -> tune.Record:
         """The record of the winners for ``shapes`` (to save as ``records/<arch>/<name>.json``)."""

@@ -3,9 +3,10 @@
 A row that fits one tile (``next_pow2(cols) <= tile_cols``) is read once: one block per
 ``tile_rows`` rows, plain partitions. A longer row is walked in column chunks by a
 persistent kernel whose output is mapped ``[1, OWNED]`` (each schedule item owns its
-rows whole): an online max and sum over the chunks, then the chunks again, normalized;
-the second read of a row comes soon after the first, mostly from L2. fp32 throughout
-the arithmetic; the exponentials are ``exp2`` with log2(e) folded in.
+rows whole): an online max and sum per lane of the chunk over the chunks, from the
+last, then the chunks again from the first, normalized (`chunked_kernel`). fp32
+throughout the arithmetic; the exponentials are ``exp2`` with log2(e) folded in (the
+chunked kernel's flush to zero: a result below 2**-126 of the row's largest is 0).
 
 Kernels are made per dtype by factories. Their parameters' annotations are set as
 objects after each ``def`` (``kernel.__annotations__``), since the dtype is a variable
@@ -21,7 +22,7 @@ import numpy as np
 import cutile
 from cutile import api, tune
 from cutile.core import (
-    Constant, DType, Mut, Tensor, bid, exp2, f32, full, log2, max, maximum, sum, zeros,
+    Constant, DType, Mut, Tensor, bid, exp2, f32, fma, full, log2, max, maximum, sum, where, zeros,
 )
 from cutile_kernels import _rows
 from cutile_kernels._operands import as_tensor, output
@@ -29,6 +30,9 @@ from cutile_kernels._rows import Plan, RowConfig, RowTuning
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
+#: where a running max starts: finite, so that a lane that has seen only -inf (padding,
+#: -inf entries) never computes -inf - -inf (NaN); max(LOWEST, -inf) stays LOWEST
+LOWEST = -3.4028234663852886e38
 
 
 @functools.cache
@@ -56,27 +60,42 @@ def one_pass_kernel(dtype: DType, log: bool, hints: _rows.Hints = ()) -> Any:
 @functools.cache
 def chunked_kernel(dtype: DType, log: bool, hints: _rows.Hints = ()) -> Any:
     """Softmax (``log``: log-softmax) of rows of any length, in (BM, BN) chunks, on an
-    output mapped ``[1, OWNED]``."""
+    output mapped ``[1, OWNED]``.
+
+    Pass 1 keeps a running max ``m`` and sum ``s`` (of ``exp(x - m)``) per lane of the
+    chunk, in registers: no block-wide reduction in the loop, one exp2 an element (of
+    ``-|x - m|``, the smaller of the two relative to the larger); the lanes are reduced
+    once a row. The maxima are of x itself (not of ``x * log2(e)``, whose rounding at
+    large magnitudes would not cancel in ``x - max``). Pass 1 walks the chunks from the
+    last, so that the chunks pass 2 reads first (from the first) are those read last,
+    still in L2. Both loops load chunk ``c + 1`` before chunk ``c``'s math (a chunk past
+    either end reads padding only), which lets tileiras keep loads in flight."""
     def softmax_chunked(z: Any, x: Any, BM: Any, BN: Any) -> None:  # noqa: N803 (the tile dims' names)
         for idx in z.tiles():
             rows, _ = idx
-            row_max = full((BM, 1), -float("inf"), f32)
-            row_sum = zeros((BM, 1), f32)
-            for c in range(z.num_tiles(1)):
-                t = x.load(index=(rows, c), shape=(BM, BN), padding="neg_inf").astype(f32) * LOG2E
-                new_max = maximum(row_max, max(t, axis=1, keepdims=True))
-                row_sum = row_sum * exp2(row_max - new_max) + sum(exp2(t - new_max), axis=1, keepdims=True)
-                row_max = new_max
-            if log:
-                shift = row_max + log2(row_sum)
-                for c in range(z.num_tiles(1)):
-                    t = x.load(index=(rows, c), shape=(BM, BN), padding="neg_inf").astype(f32) * LOG2E
-                    z.store(((t - shift) * LN2).astype(dtype), (rows, c))
-            else:
-                scale = 1.0 / row_sum
-                for c in range(z.num_tiles(1)):
-                    t = x.load(index=(rows, c), shape=(BM, BN), padding="neg_inf").astype(f32) * LOG2E
-                    z.store((exp2(t - row_max) * scale).astype(dtype), (rows, c))
+            chunks = z.num_tiles(1)
+            m = full((BM, BN), LOWEST, f32)  # each lane's running max
+            s = zeros((BM, BN), f32)  # each lane's sum of exp(x - m)
+            ahead = x.load(index=(rows, chunks - 1), shape=(BM, BN), padding="neg_inf")
+            for c in range(chunks):
+                t = ahead.astype(f32)
+                ahead = x.load(index=(rows, chunks - 2 - c), shape=(BM, BN), padding="neg_inf")
+                # NaN stays NaN in e (maxf and minf would drop it on sm_90): its row's sum is NaN
+                e = exp2(abs(t - m) * -LOG2E, flush_to_zero=True)
+                s = where(t > m, fma(s, e, 1.0), s + e)
+                m = maximum(m, t)
+            row_max = max(m, axis=1, keepdims=True)
+            row_sum = sum(s * exp2((m - row_max) * LOG2E, flush_to_zero=True), axis=1, keepdims=True)
+            shift = row_max + log2(row_sum) * LN2  # log-softmax is x - shift
+            scale = 1.0 / row_sum
+            ahead = x.load(index=(rows, 0), shape=(BM, BN), padding="neg_inf")
+            for c in range(chunks):
+                t = ahead.astype(f32)
+                ahead = x.load(index=(rows, c + 1), shape=(BM, BN), padding="neg_inf")
+                if log:
+                    z.store((t - shift).astype(dtype), (rows, c))
+                else:
+                    z.store((exp2((t - row_max) * LOG2E, flush_to_zero=True) * scale).astype(dtype), (rows, c))
     softmax_chunked.__annotations__ = {
         "z": Mut[Tensor[dtype, ["BM", "BN"]]],
         "x": Tensor[dtype, [-1, -1]],
@@ -176,8 +195,43 @@ def _build(log: bool) -> _rows.Build:
     return build
 
 
+def default_config(rows: int, cols: int, dtype: Any) -> tune.Config:
+    """`_rows.default_config`, but a row longer than its widest tile goes in chunks of
+    32 KiB (8192 columns of f32, 16384 of two bytes) on one block an SM: the chunked
+    kernel's registers then hold a chunk in flight beside the one it works on (fewer
+    instructions an element than smaller chunks, whose loads tileiras pipelines deeper
+    at the cost of register moves), and with few rows in flight more of a row's chunks
+    stay in L2 between its passes."""
+    config = _rows.default_config(rows, cols, dtype)
+    if RowConfig.of(config).tile(cols)[2]:
+        return config
+    return {"tile_rows": 1, "tile_cols": 32768 // _rows.itemsize_of(dtype), "occupancy": 1, "num_worker_warps": 8}
+
+
+#: 32-bit registers an SM has (sm_90, sm_100)
+SM_REGISTERS = 65536
+
+
+def fits(config: tune.Config, cols: int) -> bool:
+    """`_rows.fits`, and for the chunked kernel a config whose registers may hold it:
+    at least 64 a thread and 2.5 per chunk element it holds (the running max and sum,
+    the chunk, the next one in flight). Tileiras gives a block 4 warps beside its worker
+    warps (its TMA stores); configs below that budget spilled in its sm_90 code, and
+    some just above it spill a little (f32 chunks of 16384): a search finds those slow."""
+    if not _rows.fits(config, cols):
+        return False
+    row = RowConfig.of(config)
+    tile_rows, tile_cols, one_pass = row.tile(cols)
+    if one_pass:
+        return True
+    registers = SM_REGISTERS // (32 * row.occupancy * (row.num_worker_warps + 4))  # a thread's
+    held = tile_rows * tile_cols // (32 * row.num_worker_warps)  # chunk elements a thread holds
+    return registers >= 64 and 2 * registers >= 5 * held
+
+
 _SOURCE = _rows.source_of(one_pass_kernel, chunked_kernel)
-_TUNING = {False: RowTuning("softmax", _SOURCE, _build(False)), True: RowTuning("log_softmax", _SOURCE, _build(True))}
+_TUNING = {log: RowTuning(f"{'log_' if log else ''}softmax", _SOURCE, _build(log), default=default_config, fit=fits)
+           for log in (False, True)}
 
 
 def tuning(log: bool = False) -> RowTuning:
