@@ -380,6 +380,66 @@ def test_argmax_ranks_nan_first_and_handles_infinities(config: dict[str, Any] | 
     np.testing.assert_array_equal(result.to_numpy(), [7, 100, 0, 4999, 2048])  # torch.argmax's answers
 
 
+def special_rows(cols: int) -> np.ndarray:
+    """Rows whose answers hang on NaN, infinities, signed zeros and tile edges (values
+    every dtype holds exactly)."""
+    x = RNG.integers(-50, 50, (10, cols)).astype(np.float64)
+    x[0, [0, 3000]] = np.nan  # a NaN first
+    x[1, 1234], x[1, 2500] = -np.nan, np.nan  # a negative NaN is a NaN too
+    x[2] = -np.inf
+    x[3] = -np.abs(x[3]) - 1
+    x[3, [100, 300]] = [0.0, -0.0]  # -0.0 equals 0.0: the first zero
+    x[4] = -np.abs(x[4]) - 1
+    x[4, [100, 300]] = [-0.0, 0.0]
+    x[5, cols - 1] = np.inf  # the last column (in the last tile's tail)
+    x[6, cols - 1] = np.nan
+    x[7] = -np.abs(x[7]) - 1  # all negative: the least negative
+    x[8, [2048, 4097]] = 1000.0  # the first tile's edge
+    x[9, [1, 2]] = [np.inf, np.nan]  # NaN beats +inf
+    return x
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("config", ARGMAX_CONFIGS)
+def test_argmax_ranks_nan_signed_zeros_and_infinities_as_torch(dtype: str, config: dict[str, Any] | None) -> None:
+    x = special_rows(5000)
+    out = api.full([10], -7, dtype="i64")
+    argmax(tensor(x, dtype), out=out, config=config)
+    expected = [0, 1234, 0, 100, 100, 4999, 4999, int(x[7].argmax()), 2048, 2]  # torch.argmax's answers
+    assert expected == x.argmax(-1).tolist()
+    np.testing.assert_array_equal(out.to_numpy(), expected)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_argmax_of_16_bit_values_orders_them_all(dtype: str) -> None:
+    # each row: every value of the dtype up to a threshold (-inf for the others), shuffled,
+    # so the answer is where the threshold lies only if no smaller value ranks above it
+    bits = np.arange(2**16, dtype=np.uint16)
+    every = bits.view(np.float16).astype(np.float32) if dtype == "f16" else \
+        (bits.astype(np.uint32) << 16).view(np.float32)
+    every = every[~np.isnan(every)].astype(np.float64)
+    tiny = float(every[every > 0].min())  # the least subnormal
+    largest = float(every[every < np.inf].max())
+    thresholds = [-largest, -1.5, -tiny, 0.0, tiny, 1.0, largest, np.inf]
+    rows = np.stack([RNG.permutation(np.where(every <= threshold, every, -np.inf)) for threshold in thresholds])
+    np.testing.assert_array_equal(argmax(tensor(rows, dtype)).to_numpy(), rows.argmax(-1))
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("shape", [(3, 9001), (2, 4096)])
+@pytest.mark.parametrize("chunk_tiles", [4, 16])
+def test_argmax_of_chunks_of_several_groups(monkeypatch: pytest.MonkeyPatch, dtype: str, shape: tuple[int, int],
+                                            chunk_tiles: int) -> None:
+    from cutile_kernels import _argmax
+
+    monkeypatch.setattr(_argmax, "GROUP_TILES", 2)  # groups of 2 tiles: a chunk of 4 or 16 has 2 or 8
+    x = RNG.integers(-20, 20, shape).astype(np.float64)
+    x[0, -1] = 100.0  # in the last group (of the last chunk: its later groups past the row's end)
+    x[1, [700, 3000]] = [np.nan, 100.0]
+    config = {"tile_rows": 1, "tile_cols": 512, "chunk_tiles": chunk_tiles, "occupancy": 1}
+    np.testing.assert_array_equal(argmax(tensor(x, dtype), config=config).to_numpy(), x.argmax(-1))
+
+
 def test_argmax_over_a_long_row_splits_it_into_chunks() -> None:
     x = RNG.standard_normal((1, 152_000))
     x[0, 151_999] = 10.0
