@@ -440,6 +440,18 @@ def test_argmax_of_chunks_of_several_groups(monkeypatch: pytest.MonkeyPatch, dty
     np.testing.assert_array_equal(argmax(tensor(x, dtype), config=config).to_numpy(), x.argmax(-1))
 
 
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_argmax_groups_of_wide_tiles_fit_a_keys_columns(dtype: str) -> None:
+    # tiles of 8192 columns: groups of 8 (65536 columns, what a key's low half holds)
+    x = RNG.integers(-20, 20, (2, 140_000)).astype(np.float64)
+    x[0, [65_535, 65_536, 139_999]] = 50.0
+    x[1, 131_072] = np.nan
+    config = {"tile_rows": 1, "tile_cols": 8192, "chunk_tiles": 16, "occupancy": 1}
+    np.testing.assert_array_equal(argmax(tensor(x, dtype), config=config).to_numpy(), [65_535, 131_072])
+    with pytest.raises(cutile.ArgumentError, match=re.escape("config['tile_cols'] of 131072 is more than the 65536")):
+        argmax(tensor(x, dtype), config=dict(config, tile_cols=131_072))
+
+
 def test_argmax_over_a_long_row_splits_it_into_chunks() -> None:
     x = RNG.standard_normal((1, 152_000))
     x[0, 151_999] = 10.0
