@@ -353,7 +353,8 @@ def test_embedding_refuses_bad_arguments(call: Any, error: type[Exception], word
 
 # -- argmax -------------------------------------------------------------------------------------
 ARGMAX_CONFIGS = [None, {"tile_rows": 2, "tile_cols": 512, "chunk_tiles": 1, "occupancy": 1},
-                  {"tile_rows": 4, "tile_cols": 1024, "chunk_tiles": 4, "occupancy": 1}]
+                  {"tile_rows": 4, "tile_cols": 1024, "chunk_tiles": 4, "occupancy": 1},
+                  {"tile_rows": 1, "tile_cols": 1024, "chunk_tiles": 16, "occupancy": 2}]  # (rows of 16 tiles: one pass)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -450,6 +451,18 @@ def test_argmax_groups_of_wide_tiles_fit_a_keys_columns(dtype: str) -> None:
     np.testing.assert_array_equal(argmax(tensor(x, dtype), config=config).to_numpy(), [65_535, 131_072])
     with pytest.raises(cutile.ArgumentError, match=re.escape("config['tile_cols'] of 131072 is more than the 65536")):
         argmax(tensor(x, dtype), config=dict(config, tile_cols=131_072))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_argmax_of_rows_of_one_chunk_is_one_launch(dtype: str) -> None:
+    x = special_rows(5000)
+    one_chunk = {"tile_rows": 2, "tile_cols": 512, "chunk_tiles": 16, "occupancy": 1}  # 10 tiles a row
+    pending = argmax.launch(tensor(x, dtype), config=one_chunk)
+    assert pending.then is None  # no second stage
+    np.testing.assert_array_equal(pending.run().to_numpy(), x.argmax(-1))
+    two_stages = argmax.launch(tensor(x, dtype), config=dict(one_chunk, chunk_tiles=8))
+    assert two_stages.then is not None
+    two_stages.cancel()
 
 
 def test_argmax_over_a_long_row_splits_it_into_chunks() -> None:
@@ -777,7 +790,7 @@ def test_torch_tensors_in_give_torch_tensors_out() -> None:
 
 
 def test_pending_work_of_two_launches_is_cancelled_or_run_whole() -> None:
-    x = api.from_numpy(np.random.default_rng(3).standard_normal((4, 300)).astype(np.float32))
+    x = api.from_numpy(np.random.default_rng(3).standard_normal((4, 3000)).astype(np.float32))  # two chunks a row
     out = api.empty([4], dtype="i64")
     pending = argmax.launch(x, out=out)
     pending.cancel()  # the first launch dropped: its tensors are free again

@@ -8,7 +8,8 @@ Two stages, so that a few long rows (decode over a 152k vocabulary) still fill t
 GPU: the first splits every row into chunks of ``tile_cols * chunk_tiles`` columns,
 one block per (row tile, chunk), each writing its chunk's maximum and first position;
 the second reduces each row's chunks. Both are safe kernels; the second runs as the
-first's continuation (``then``), so ``argmax.launch(...)`` is one op to time.
+first's continuation (``then``), so ``argmax.launch(...)`` is one op to time. Rows of
+one chunk take one launch (a block per row tile writes the result).
 
 The first stage of f16 and bf16 rows does one integer maximum per element and one
 reduction per group of tiles (`GROUP_TILES`): each element is an i32 *key*, the
@@ -31,14 +32,15 @@ from typing import Any
 import cutile
 from cutile import api, tune
 import cutile.core as ct
-from cutile.core import Constant, Mut, Tensor, arange, bf16, bid, f32, full, i16, i32, i64, static_range, where
+from cutile.core import Constant, Mut, Tensor, arange, bf16, bid, f16, f32, full, i16, i32, i64, static_range, where
 
 from cutile_kernels import _pointwise as pw
 from cutile_kernels._operands import Operand, as_tensor, derived, output
 
-#: chunk_tiles 0: as many tiles per chunk as keep at least `TARGET_BLOCKS` blocks
-#: (tile_rows 4 is left out: with 4096 columns the 16-bit kernel's 16 unrolled tiles took tileiras 28 s to compile)
-SPACE = tune.Space(tile_rows=[1, 2], tile_cols=[512, 1024, 2048, 4096], chunk_tiles=[0, 1, 2, 4, 8, 16],
+#: chunk_tiles 0: as many tiles per chunk as keep at least `TARGET_BLOCKS` blocks (at most 16); 32 to 128
+#: make a 152k-column row one chunk: one launch, a block a row. (tile_rows 4 is left out: with 4096
+#: columns the 16-bit kernel's 16 unrolled tiles took tileiras 28 s to compile.)
+SPACE = tune.Space(tile_rows=[1, 2], tile_cols=[512, 1024, 2048, 4096], chunk_tiles=[0, 1, 2, 4, 8, 16, 32, 64, 128],
                    occupancy=[1, 2, 4])
 DEFAULT = {"tile_rows": 1, "tile_cols": 2048, "chunk_tiles": 0, "occupancy": 2}
 TARGET_BLOCKS = 1024
@@ -89,11 +91,46 @@ def _better(value: Any, index: Any, best: Any, best_index: Any) -> Any:
     return (value > best) | ((value != value) & (best == best)) | (best_index == _NO_INDEX)
 
 
+def _chunk_max(x: Any, row_tile: Any, first_tile: Any, tiles: Any, BM: int, BN: int) -> tuple[Any, Any]:
+    """The (maximum, first position) of each row of row tile ``row_tile`` of x over its
+    ``tiles`` tiles from ``first_tile``: three reductions per tile."""
+    best = full((BM, 1), -float("inf"), f32)
+    best_index = full((BM, 1), _NO_INDEX, i32)
+    for s in range(tiles):
+        tile = first_tile + s
+        t = x.load(index=(row_tile, tile), shape=(BM, BN), padding="neg_inf").astype(f32)
+        value, index = _tile_max(t, tile * BN, BN)
+        take = _better(value, index, best, best_index)
+        best = where(take, value, best)
+        best_index = where(take, index, best_index)
+    return best, best_index
+
+
+def _chunk_max16(x: Any, row_tile: Any, first_tile: Any, groups: Any, BM: int, BN: int,
+                 GROUP: int) -> tuple[Any, Any]:
+    """As `_chunk_max` over ``groups`` groups of GROUP tiles of an f16 or bf16 x: one
+    i32 maximum per element, one reduction per group."""
+    best = full((BM, 1), -float("inf"), f32)
+    best_index = full((BM, 1), _NO_INDEX, i32)
+    low = 0xFFFF - arange(BN, i32).reshape((1, BN))
+    for g in range(groups):
+        group_tile = first_tile + g * GROUP
+        running = full((BM, BN), _NO_KEY, i32)
+        for s in static_range(GROUP):
+            t = x.load(index=(row_tile, group_tile + s), shape=(BM, BN), padding="neg_inf")
+            running = ct.maximum(running, _keys16(t, low) - s * BN)  # (the column in the group)
+        top = ct.max(running, axis=1, keepdims=True)
+        value = _value16(top >> 16, x.dtype)
+        index = group_tile * BN + (0xFFFF - (top & 0xFFFF))
+        take = _better(value, index, best, best_index)
+        best = where(take, value, best)
+        best_index = where(take, index, best_index)
+    return best, best_index
+
+
 @functools.lru_cache(maxsize=None)
-def argmax_kernels(dtype: Any, occupancy: int) -> tuple[Any, Any]:
-    """The two stages for one dtype."""
-    tile_max, better = cutile.function(_tile_max), cutile.function(_better)
-    keys16, value16 = cutile.function(_keys16), cutile.function(_value16)
+def argmax_kernels(dtype: Any, occupancy: int) -> tuple[Any, Any, Any]:
+    """The two stages for one dtype, and the one pass of rows that are one chunk."""
     entry = cutile.entry(hints={"occupancy": occupancy})
 
     def argmax_chunks(
@@ -104,15 +141,7 @@ def argmax_kernels(dtype: Any, occupancy: int) -> tuple[Any, Any]:
             BN: Constant[int],
             SUB: Constant[int],
     ) -> None:
-        best = full((BM, 1), -float("inf"), f32)
-        best_index = full((BM, 1), _NO_INDEX, i32)
-        for s in range(SUB):
-            tile = bid(1) * SUB + s
-            t = x.load(index=(bid(0), tile), shape=(BM, BN), padding="neg_inf").astype(f32)
-            value, index = tile_max(t, tile * BN, BN)
-            take = better(value, index, best, best_index)
-            best = where(take, value, best)
-            best_index = where(take, index, best_index)
+        best, best_index = _chunk_max(x, bid(0), bid(1) * SUB, SUB, BM, BN)
         values.store(best)
         indices.store(best_index)
 
@@ -125,23 +154,25 @@ def argmax_kernels(dtype: Any, occupancy: int) -> tuple[Any, Any]:
             SUB: Constant[int],
             GROUP: Constant[int],
     ) -> None:
-        best = full((BM, 1), -float("inf"), f32)
-        best_index = full((BM, 1), _NO_INDEX, i32)
-        low = 0xFFFF - arange(BN, i32).reshape((1, BN))
-        for g in range(SUB // GROUP):
-            first_tile = bid(1) * SUB + g * GROUP
-            running = full((BM, BN), _NO_KEY, i32)
-            for s in static_range(GROUP):
-                t = x.load(index=(bid(0), first_tile + s), shape=(BM, BN), padding="neg_inf")
-                running = ct.maximum(running, keys16(t, low) - s * BN)  # (the column in the group)
-            top = ct.max(running, axis=1, keepdims=True)
-            value = value16(top >> 16, dtype)
-            index = first_tile * BN + (0xFFFF - (top & 0xFFFF))
-            take = better(value, index, best, best_index)  # (a later group's padding never wins)
-            best = where(take, value, best)
-            best_index = where(take, index, best_index)
+        first_tile = bid(1) * SUB
+        # the chunk's groups that hold columns of the row (a run-time count: a loop tileiras need not unroll)
+        groups = ct.minimum(SUB // GROUP, ct.cdiv(ct.cdiv(x.shape[1], BN) - first_tile, GROUP))
+        best, best_index = _chunk_max16(x, bid(0), first_tile, groups, BM, BN, GROUP)
         values.store(best)
         indices.store(best_index)
+
+    def argmax_one_pass(
+            out: Mut[Tensor[i64, ["BM"]]],
+            x: Tensor[dtype, [-1, -1]],  # type: ignore[misc]
+            BM: Constant[int],
+            BN: Constant[int],
+            GROUP: Constant[int],
+    ) -> None:
+        if x.dtype in (f16, bf16):
+            _, best_index = _chunk_max16(x, bid(0), 0, ct.cdiv(x.shape[1], GROUP * BN), BM, BN, GROUP)
+        else:
+            _, best_index = _chunk_max(x, bid(0), 0, ct.cdiv(x.shape[1], BN), BM, BN)
+        out.store(best_index.reshape((BM,)).astype(i64))
 
     def argmax_rows(
             out: Mut[Tensor[i64, ["BM"]]],
@@ -161,7 +192,7 @@ def argmax_kernels(dtype: Any, occupancy: int) -> tuple[Any, Any]:
         out.store(where(at_nan < _NO_INDEX, at_nan, at_top).astype(i64))
 
     chunks = argmax_chunks16 if is_16_bit(dtype) else argmax_chunks
-    return entry(chunks), entry(argmax_rows)
+    return entry(chunks), entry(argmax_rows), entry(argmax_one_pass)
 
 
 def is_16_bit(dtype: Any) -> bool:
@@ -196,7 +227,7 @@ def _setup(config: dict[str, Any], shape: tuple[int, ...]) -> Any:
 
 
 TUNER = pw.tuner("argmax", SPACE, DEFAULT, _setup, "".join(
-    inspect.getsource(f) for f in (argmax_kernels, _tile_max, _keys16, _value16, _better)))
+    inspect.getsource(f) for f in (argmax_kernels, _chunk_max, _chunk_max16, _tile_max, _keys16, _value16, _better)))
 
 
 def _argmax_launch(x: Any, dim: int = -1, keepdim: bool = False, *, out: Any = None,
@@ -228,12 +259,14 @@ def _argmax_launch(x: Any, dim: int = -1, keepdim: bool = False, *, out: Any = N
         raise cutile.ArgumentError(f"{fn}(): config['tile_cols'] of {bn} is more than the {KEY_COLS} columns a tile of "
                                    f"{xa.tensor.dtype} rows may have")
     x2 = pw.reshaped(xa, (rows, cols), fn, "x")
+    chunk_kernel, row_kernel, one_pass = argmax_kernels(xa.tensor.dtype, int(chosen["occupancy"]))
+    flat_out = pw.reshaped(Operand.of(result.tensor), (rows,), fn, "out")
+    if chunks == 1:  # rows of one chunk: one launch, no partials
+        return pw.Pending(one_pass(flat_out.partition([bm]), x2, BN=bn, GROUP=group), result.result)
     # The partials per out (made once: a warmed-up call with out= allocates nothing, so it
     # can be captured in a CUDA graph; out's hold keeps two pending calls from sharing them).
     values, indices = derived(result.tensor, ("partials", rows, chunks), lambda: (
         api.empty([rows, chunks], dtype="f32"), api.empty([rows, chunks], dtype="i32")))
-    chunk_kernel, row_kernel = argmax_kernels(xa.tensor.dtype, int(chosen["occupancy"]))
-    flat_out = pw.reshaped(Operand.of(result.tensor), (rows,), fn, "out")
     rows_tile = min(pw.next_pow2(rows), max(1, 4096 // pw.next_pow2(chunks)))
     groups = {"GROUP": group} if keys else {}
     first = chunk_kernel(values.permute(0, 1).partition([bm, 1]), indices.permute(0, 1).partition([bm, 1]), x2,
