@@ -122,13 +122,13 @@ def test_layer_norm_of_rows_with_a_large_mean(schedule: str, cols: int) -> None:
     check(y, expected, "f32", scale=4.0 if schedule == "one_pass" else 1e3)
 
 
-@pytest.mark.parametrize("dtype, rtol", [("f32", 1e-6), ("bf16", 4096 * 2.0**-24)])
-def test_layer_norm_of_rows_whose_first_element_is_an_outlier(dtype: str, rtol: float) -> None:
+@pytest.mark.parametrize("dtype, cols, rtol", [("f32", 4096, 1e-6), ("f32", 4000, 1e-6), ("f32", 768, 1e-6),
+                                               ("bf16", 4096, 4096 * 2.0**-24)])
+def test_layer_norm_of_rows_whose_first_element_is_an_outlier(dtype: str, cols: int, rtol: float) -> None:
     """The one-pass statistics are shifted by each row's first element: an outlier there
     (1e3 in N(0, 1)) amplifies E[d^2]'s rounding by about the row length. f32 rows sum in
-    f64, which leaves rstd at f32 precision; 16-bit rows sum in f32, within ``cols * 2^-24``
-    (below their own precision)."""
-    cols = 4096
+    f64 (1 / n too: any row length), which leaves rstd at f32 precision; 16-bit rows sum in
+    f32, within ``cols * 2^-24`` (below their own precision)."""
     x = normal((8, cols), dtype, seed=24)
     x[:, 0] = 1e3
     w, b = np.ones(cols, np.float32), np.zeros(cols, np.float32)
@@ -137,6 +137,19 @@ def test_layer_norm_of_rows_whose_first_element_is_an_outlier(dtype: str, rtol: 
     _, _, r = layer_norm(x, w, b, 1e-5, return_stats=True, out=(None, None, rstd_out), config=ONE_PASS)
     assert r is rstd_out
     np.testing.assert_allclose(f64(rstd_out.to_numpy()), rstd, rtol=rtol)
+
+
+@pytest.mark.parametrize("config", [ONE_PASS, CHUNKED], ids=["one_pass", "chunked"])
+def test_layer_norm_of_a_row_holding_nan_or_inf_is_nan(config: dict[str, int]) -> None:
+    """A NaN or an infinity in a row makes its rstd and every output NaN, as torch's (the
+    variance's clamp at 0 must keep a NaN: sm_90's maxf drops it)."""
+    x = normal((4, 300), "f32", seed=31)
+    x[0, 5], x[1, 7], x[2, 0] = np.nan, np.inf, -np.inf
+    w, b = np.ones(300, np.float32), np.zeros(300, np.float32)
+    y, _, rstd = layer_norm(x, w, b, return_stats=True, config=config)
+    y, rstd = np.asarray(y), np.asarray(rstd)
+    assert np.isnan(rstd[:3]).all() and np.isnan(y[:3]).all()
+    assert np.isfinite(y[3]).all() and np.isfinite(rstd[3]).all()
 
 
 def test_layer_norm_stats_of_leading_shapes() -> None:

@@ -171,7 +171,7 @@ def test_the_long_row_default_and_pruning() -> None:
         assert dict(zip(("tile_cols", "occupancy", "num_worker_warps"), held), tile_rows=1) in kept
     stacked: dict[str, int | str] = {"tile_rows": 8, "tile_cols": 2048, "occupancy": 2,
                                      "num_worker_warps": 8}  # 64 elements a thread
-    assert rows_fits(stacked, 151936) and stacked not in kept
+    assert rows_fits(stacked, 151936) and not fits(stacked, 151936)
     one_pass: dict[str, int | str] = {"tile_rows": 1, "tile_cols": 8192, "occupancy": 4, "num_worker_warps": 8}
     assert fits(one_pass, 8192) and not fits(one_pass, 8193)  # the rule is the chunked kernel's
 

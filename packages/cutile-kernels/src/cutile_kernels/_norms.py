@@ -133,26 +133,29 @@ def add_rms_norm_kernel(dtype: DType, wdtype: DType, one_pass: bool, hints: _row
 def _row_moments(t: Any, shift: Any, n: Any, inv_n: Any, eps: Any, BM: Any, BN: Any, MASKED: Any, WIDE: Any) -> tuple[Any, Any, Any]:  # noqa: N803
     """``d = t - shift`` (zero past column ``n`` when ``MASKED``), the rows' mean of d and
     their rstd, from one sweep: the sums of d and d^2 are one reduction (no second one
-    waiting on the mean), ``var = E[d^2] - E[d]^2`` clamped at 0. In f32 its rounding error
-    is that of E[d^2] times ``1 + (shift - mean)^2 / var``: a few for a shift within a few
-    deviations of the mean, whatever the mean (no cancellation), but up to about ``n``
-    when the shift is the row's one outlier. ``WIDE`` (f32 rows) sums in f64, which bounds
-    it by ``n * 2^-53`` for any shift; for 16-bit rows the f32 bound is below their
-    precision."""
+    waiting on the mean), ``var = E[d^2] - E[d]^2`` clamped at 0 (by a select: ``maxf``
+    drops a NaN on sm_90, and a NaN or infinite row must give a NaN rstd). In f32 its
+    rounding error is that of E[d^2] times ``1 + (shift - mean)^2 / var``: a few for a shift
+    within a few deviations of the mean, whatever the mean (no cancellation), but up to
+    about ``n`` when the shift is the row's one outlier. ``WIDE`` (f32 rows) sums in f64,
+    with ``1 / n`` in f64 too (an f32 ``1 / n`` would bring its rounding back times
+    ``mean_d^2``), which bounds it by about ``n * 2^-53`` for any shift; for 16-bit rows
+    the f32 bound is below their precision."""
     d = t - shift
     if MASKED:
         d = where(arange(BN, i32).reshape((1, BN)) < n, d, 0.0)
     if WIDE:
         e = d.astype(f64)
         sums, squares = reduce((e, e * e), 1, lambda acc, v: (acc[0] + v[0], acc[1] + v[1]), (0.0, 0.0))
-        inv = inv_n.astype(f64)
+        inv = 1.0 / n.astype(f64)
         mean_wide = sums.reshape((BM, 1)) * inv
         mean_d = mean_wide.astype(f32)
-        var = maximum(squares.reshape((BM, 1)) * inv - mean_wide * mean_wide, 0.0).astype(f32)
+        raw = (squares.reshape((BM, 1)) * inv - mean_wide * mean_wide).astype(f32)
     else:
         sums, squares = reduce((d, d * d), 1, lambda acc, e: (acc[0] + e[0], acc[1] + e[1]), (0.0, 0.0))
         mean_d = sums.reshape((BM, 1)) * inv_n
-        var = maximum(squares.reshape((BM, 1)) * inv_n - mean_d * mean_d, 0.0)
+        raw = squares.reshape((BM, 1)) * inv_n - mean_d * mean_d
+    var = where(raw < 0.0, 0.0, raw)  # (a NaN stays)
     return d, mean_d, rsqrt(var + eps)
 
 
@@ -742,15 +745,17 @@ def layer_norm_backward_reference(dy: Any, x: Any, weight: Any, mean: Any, rstd:
     return dx, (dy * xhat).sum(axis=0), dy.sum(axis=0)
 
 
-#: what each function's record hashes: the factories of the kernels it launches and the
-#: helpers they inline (so that editing one function's kernels stales its record alone)
+#: what each function's record hashes: the factories of the kernels it launches, the
+#: helpers they inline and their parameters' kinds (so that editing one function's kernels
+#: stales its record alone)
 _SOURCES = {
-    "rms_norm": _rows.source_of(rms_norm_kernel, _column_row),
-    "add_rms_norm": _rows.source_of(add_rms_norm_kernel, _column_row),
+    "rms_norm": _rows.source_of(rms_norm_kernel, _column_row, _parameter_kinds),
+    "add_rms_norm": _rows.source_of(add_rms_norm_kernel, _column_row, _parameter_kinds),
     "layer_norm": _rows.source_of(layer_norm_kernel, layer_norm_chunked_kernel, layer_norm_stats_kernel,
-                                  layer_norm_apply_kernel, _layer_norm_tile, _row_moments, _merged_stats, _column_row),
+                                  layer_norm_apply_kernel, _layer_norm_tile, _row_moments, _merged_stats, _column_row,
+                                  _parameter_kinds),
     "layer_norm_backward": _rows.source_of(layer_norm_dx_kernel, layer_norm_partials_kernel, column_sum_kernel,
-                                           zero_kernel, _dx_terms, _column_row),
+                                           zero_kernel, _dx_terms, _column_row, _parameter_kinds),
 }
 _TUNING = {
     "rms_norm": RowTuning("rms_norm", _SOURCES["rms_norm"], _build_rms_norm),

@@ -191,6 +191,11 @@ def tokens_per_block(config: dict[str, Any], heads: int, head_dim: int, tokens: 
     return min(1 << (budget.bit_length() - 1), pw.next_pow2(tokens))
 
 
+def block_count(config: dict[str, Any], heads: int, head_dim: int, tokens: int) -> int:
+    """The launch's blocks for a config: ``tokens`` over `tokens_per_block`."""
+    return -(-tokens // tokens_per_block(config, heads, head_dim, tokens))
+
+
 def _setup(config: dict[str, Any], shape: tuple[int, ...]) -> Any:
     """A search's runner for one shape (bf16, the dtype models run in; the bucket does not
     hold the dtype)."""
@@ -204,7 +209,8 @@ def _setup(config: dict[str, Any], shape: tuple[int, ...]) -> Any:
 TUNER = pw.tuner("rope", SPACE, DEFAULT, _setup, inspect.getsource(_rotated) + inspect.getsource(_angles)
                  + inspect.getsource(_tabled_angles) + inspect.getsource(_tile_at) + inspect.getsource(_rotate_tile)
                  + inspect.getsource(angle_table_kernel) + inspect.getsource(rope_kernel)
-                 + inspect.getsource(partitions))
+                 + inspect.getsource(partitions) + inspect.getsource(tokens_per_block)
+                 + inspect.getsource(block_count) + f"TABLE_TOKENS={TABLE_TOKENS} TABLE_TILE_TOKENS={TABLE_TILE_TOKENS}")
 
 
 def _rope_launch(q: Any, k: Any, positions: Any, theta: float = 10000.0, *, style: str = "neox",
@@ -260,7 +266,7 @@ def _rope_launch(q: Any, k: Any, positions: Any, theta: float = 10000.0, *, styl
     k3 = pw.reshaped(ka, (tokens, heads_k, head_dim), fn, "k")
     p1 = pw.reshaped(pa, (tokens,), fn, "positions")
     chosen = pw.config_of(fn, config, SPACE, DEFAULT) if config is not None else TUNER.config((tokens, heads_q, heads_k, head_dim))
-    blocks = -(-tokens // tokens_per_block(chosen, max(heads_q, heads_k), head_dim, tokens))
+    blocks = block_count(chosen, max(heads_q, heads_k), head_dim, tokens)
     tabled = tokens >= TABLE_TOKENS
     kernel = rope_kernel(qa.tensor.dtype, pa.tensor.dtype, style == "neox", inplace, int(chosen["occupancy"]), tabled)
     freq_scale = -2.0 * math.log(float(theta)) / head_dim

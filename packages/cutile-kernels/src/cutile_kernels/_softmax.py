@@ -22,7 +22,7 @@ import numpy as np
 import cutile
 from cutile import api, tune
 from cutile.core import (
-    Constant, DType, Mut, Tensor, bid, exp2, f32, fma, full, log2, max, maximum, sum, where, zeros,
+    Constant, DType, Mut, Tensor, bid, exp2, f32, fma, full, log2, max, maximum, minimum, sum, where, zeros,
 )
 from cutile_kernels import _rows
 from cutile_kernels._operands import as_tensor, output
@@ -68,8 +68,9 @@ def chunked_kernel(dtype: DType, log: bool, hints: _rows.Hints = ()) -> Any:
     once a row. The maxima are of x itself (not of ``x * log2(e)``, whose rounding at
     large magnitudes would not cancel in ``x - max``). Pass 1 walks the chunks from the
     last, so that the chunks pass 2 reads first (from the first) are those read last,
-    still in L2. Both loops load chunk ``c + 1`` before chunk ``c``'s math (a chunk past
-    either end reads padding only), which lets tileiras keep loads in flight."""
+    still in L2. Both loops load chunk ``c + 1`` before chunk ``c``'s math, which lets
+    tileiras keep loads in flight (the last iteration's is clamped to a chunk in range: a
+    view is indexed only inside its index space; that load is of a chunk already read)."""
     def softmax_chunked(z: Any, x: Any, BM: Any, BN: Any) -> None:  # noqa: N803 (the tile dims' names)
         for idx in z.tiles():
             rows, _ = idx
@@ -79,7 +80,7 @@ def chunked_kernel(dtype: DType, log: bool, hints: _rows.Hints = ()) -> Any:
             ahead = x.load(index=(rows, chunks - 1), shape=(BM, BN), padding="neg_inf")
             for c in range(chunks):
                 t = ahead.astype(f32)
-                ahead = x.load(index=(rows, chunks - 2 - c), shape=(BM, BN), padding="neg_inf")
+                ahead = x.load(index=(rows, maximum(chunks - 2 - c, 0)), shape=(BM, BN), padding="neg_inf")
                 # NaN stays NaN in e (maxf and minf would drop it on sm_90): its row's sum is NaN
                 e = exp2(abs(t - m) * -LOG2E, flush_to_zero=True)
                 s = where(t > m, fma(s, e, 1.0), s + e)
@@ -91,7 +92,7 @@ def chunked_kernel(dtype: DType, log: bool, hints: _rows.Hints = ()) -> Any:
             ahead = x.load(index=(rows, 0), shape=(BM, BN), padding="neg_inf")
             for c in range(chunks):
                 t = ahead.astype(f32)
-                ahead = x.load(index=(rows, c + 1), shape=(BM, BN), padding="neg_inf")
+                ahead = x.load(index=(rows, minimum(c + 1, chunks - 1)), shape=(BM, BN), padding="neg_inf")
                 if log:
                     z.store((t - shift).astype(dtype), (rows, c))
                 else:
@@ -229,7 +230,8 @@ def fits(config: tune.Config, cols: int) -> bool:
     return registers >= 64 and 2 * registers >= 5 * held
 
 
-_SOURCE = _rows.source_of(one_pass_kernel, chunked_kernel)
+# (the constants the kernels read are part of what they compute)
+_SOURCE = _rows.source_of(one_pass_kernel, chunked_kernel) + f"\nLOG2E={LOG2E} LN2={LN2} LOWEST={LOWEST}"
 _TUNING = {log: RowTuning(f"{'log_' if log else ''}softmax", _SOURCE, _build(log), default=default_config, fit=fits)
            for log in (False, True)}
 
