@@ -399,7 +399,9 @@ class Qwen3Model:
 
     def prefill_buffers(self, lengths: Sequence[int]) -> PrefillBuffers:
         """The prefill buffers of prompts of ``lengths``: the last prefill's when its
-        lengths were these, else new ones (the last ones are dropped first)."""
+        lengths were these, else new ones (the last ones are dropped first: the model
+        holds one layer's intermediates of its last prefill, as it holds a decode
+        step's)."""
         lengths = tuple(lengths)
         bufs = self._prefill_buffers
         if bufs is None or bufs.lengths != lengths:
@@ -479,7 +481,8 @@ class Qwen3Model:
         """Runs the prompts (one per cache row, each at least one token) from position
         0, writes their keys and values into ``cache`` and returns the logits of each
         prompt's last token, f32 ``(batch, vocab)``. Each layer is a `cutile.batch`
-        continuing the one before (batches do not nest: not called inside one)."""
+        continuing the one before (batches do not nest: not called inside one), all of
+        them in the intermediates `prefill_buffers` keeps for these prompt lengths."""
         c, w = self.config, self.weights
         if len(prompts) != cache.batch:
             raise ModelError(f"prefill(): {len(prompts)} prompts for a cache of batch {cache.batch}")
