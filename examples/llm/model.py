@@ -301,41 +301,63 @@ def _i32(values: Sequence[int] | np.ndarray[Any, Any]) -> cutile.Tensor:
 class LayerBuffers:
     """Every intermediate of a layer over ``rows`` tokens, allocated once and used by
     each layer in turn: a forward pass then allocates nothing per layer, and its kernels
-    find their plans and bindings by the same tensors each layer and each pass."""
+    find their plans and bindings by the same tensors each layer and each pass. The
+    projections' outputs are those the weights need: the stacked ones' (``qkv`` and its
+    head slices, ``gate_up``) and the separate ones' (``q_raw``, ``k_raw``, ``v``,
+    ``gate``, ``up``), None where no layer has such weights (`_buffer`)."""
 
     hidden: tuple[cutile.Tensor, cutile.Tensor]  # the residual stream, ping-ponged by add_rms_norm
     normed: cutile.Tensor
-    q_raw: cutile.Tensor
-    k_raw: cutile.Tensor
-    v: cutile.Tensor
-    qkv: cutile.Tensor  # the stacked projection's output, and its q, k, v head slices (views made once)
-    qkv_q: cutile.Tensor
-    qkv_k: cutile.Tensor
-    qkv_v: cutile.Tensor
+    q_raw: cutile.Tensor | None
+    k_raw: cutile.Tensor | None
+    v: cutile.Tensor | None
+    qkv: cutile.Tensor | None  # the stacked projection's output, and its q, k, v head slices (views made once)
+    qkv_q: cutile.Tensor | None
+    qkv_k: cutile.Tensor | None
+    qkv_v: cutile.Tensor | None
     q: cutile.Tensor
     attended: cutile.Tensor
     projected: cutile.Tensor
-    gate: cutile.Tensor
-    up: cutile.Tensor
-    gate_up: cutile.Tensor
+    gate: cutile.Tensor | None
+    up: cutile.Tensor | None
+    gate_up: cutile.Tensor | None
     act: cutile.Tensor
     down: cutile.Tensor
 
     @staticmethod
-    def layer_fields(c: Qwen3Config, rows: int) -> dict[str, Any]:
-        """The fields of `LayerBuffers` for ``rows`` tokens, new tensors (a subclass's
-        ``allocate`` adds its own)."""
+    def layer_fields(c: Qwen3Config, weights: Qwen3Weights, rows: int) -> dict[str, Any]:
+        """The fields of `LayerBuffers` for ``rows`` tokens of a model of ``weights``, new
+        tensors (a subclass's ``allocate`` adds its own)."""
         def empty(*shape: int) -> cutile.Tensor:
             return api.empty(shape, DTYPE)
 
+        def needed(wanted: bool, *shape: int) -> cutile.Tensor | None:
+            return empty(*shape) if wanted else None
+
         h, heads, dim, inter = c.hidden_size, c.num_attention_heads, c.head_dim, c.intermediate_size
-        qkv = empty(rows, c.q_size + 2 * c.kv_size)
-        q, k, v = _head_slices(c, qkv)
-        return dict(hidden=(empty(rows, h), empty(rows, h)), normed=empty(rows, h), q_raw=empty(rows, c.q_size),
-                    k_raw=empty(rows, c.kv_size), v=empty(rows, c.kv_size), qkv=qkv, qkv_q=q, qkv_k=k, qkv_v=v,
+        stacked_qkv = any(layer.qkv_proj is not None for layer in weights.layers)
+        separate_qkv = any(layer.qkv_proj is None for layer in weights.layers)
+        stacked_mlp = any(layer.gate_up_proj is not None for layer in weights.layers)
+        separate_mlp = any(layer.gate_up_proj is None for layer in weights.layers)
+        qkv = needed(stacked_qkv, rows, c.q_size + 2 * c.kv_size)
+        q, k, v = _head_slices(c, qkv) if qkv is not None else (None, None, None)
+        return dict(hidden=(empty(rows, h), empty(rows, h)), normed=empty(rows, h),
+                    q_raw=needed(separate_qkv, rows, c.q_size), k_raw=needed(separate_qkv, rows, c.kv_size),
+                    v=needed(separate_qkv, rows, c.kv_size), qkv=qkv, qkv_q=q, qkv_k=k, qkv_v=v,
                     q=empty(rows, heads, dim), attended=empty(rows, heads, dim), projected=empty(rows, h),
-                    gate=empty(rows, inter), up=empty(rows, inter), gate_up=empty(rows, 2 * inter),
-                    act=empty(rows, inter), down=empty(rows, h))
+                    gate=needed(separate_mlp, rows, inter), up=needed(separate_mlp, rows, inter),
+                    gate_up=needed(stacked_mlp, rows, 2 * inter), act=empty(rows, inter), down=empty(rows, h))
+
+
+def _buffer(bufs: LayerBuffers | None, name: str) -> cutile.Tensor | None:
+    """``bufs``'s buffer ``name`` for an output (None without buffers: the call makes its
+    own), refused when the buffers were allocated for weights that need no such one."""
+    if bufs is None:
+        return None
+    found: cutile.Tensor | None = getattr(bufs, name)
+    if found is None:
+        raise ModelError(f"the model's buffers have no '{name}': they were allocated for other weights")
+    return found
 
 
 @dataclass
@@ -350,8 +372,8 @@ class StepBuffers(LayerBuffers):
     seq_lens: cutile.Tensor
 
     @classmethod
-    def allocate(cls, c: Qwen3Config, batch: int) -> StepBuffers:
-        return cls(**cls.layer_fields(c, batch), logits=api.empty((batch, c.vocab_size), f32),
+    def allocate(cls, c: Qwen3Config, weights: Qwen3Weights, batch: int) -> StepBuffers:
+        return cls(**cls.layer_fields(c, weights, batch), logits=api.empty((batch, c.vocab_size), f32),
                    positions=api.empty((batch,), i32), seq_lens=api.empty((batch,), i32))
 
 
@@ -371,10 +393,10 @@ class PrefillBuffers(LayerBuffers):
     last_rows: cutile.Tensor  # i32 (batch,): the last row of each prompt
 
     @classmethod
-    def allocate(cls, c: Qwen3Config, lengths: tuple[int, ...]) -> PrefillBuffers:
+    def allocate(cls, c: Qwen3Config, weights: Qwen3Weights, lengths: tuple[int, ...]) -> PrefillBuffers:
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
         tokens = int(offsets[-1])
-        return cls(**cls.layer_fields(c, tokens), lengths=lengths,
+        return cls(**cls.layer_fields(c, weights, tokens), lengths=lengths,
                    k=api.empty((tokens, c.num_key_value_heads, c.head_dim), DTYPE),
                    positions=_i32(np.concatenate([np.arange(n) for n in lengths])),
                    cu_seqlens=api.from_numpy(offsets), offsets=tuple(int(o) for o in offsets),
@@ -394,7 +416,7 @@ class Qwen3Model:
 
     def step_buffers(self, batch: int) -> StepBuffers:
         if batch not in self._step_buffers:
-            self._step_buffers[batch] = StepBuffers.allocate(self.config, batch)
+            self._step_buffers[batch] = StepBuffers.allocate(self.config, self.weights, batch)
         return self._step_buffers[batch]
 
     def prefill_buffers(self, lengths: Sequence[int]) -> PrefillBuffers:
@@ -406,7 +428,7 @@ class Qwen3Model:
         bufs = self._prefill_buffers
         if bufs is None or bufs.lengths != lengths:
             self._prefill_buffers = None  # (freed before the new ones are allocated)
-            bufs = self._prefill_buffers = PrefillBuffers.allocate(self.config, lengths)
+            bufs = self._prefill_buffers = PrefillBuffers.allocate(self.config, self.weights, lengths)
         return bufs
 
     # -- shared pieces ----------------------------------------------------------------
@@ -420,14 +442,15 @@ class Qwen3Model:
         tokens = int(normed.shape[0])
         if layer.qkv_proj is not None:  # one GEMM; q, k and v are head slices of its output
             if bufs is not None:
-                ck.matmul(normed, layer.qkv_proj.T, out=bufs.qkv)
+                ck.matmul(normed, layer.qkv_proj.T, out=_buffer(bufs, "qkv"))
+                assert bufs.qkv_q is not None and bufs.qkv_k is not None and bufs.qkv_v is not None  # (qkv's views)
                 return bufs.qkv_q, bufs.qkv_k, bufs.qkv_v
             return _head_slices(c, ck.matmul(normed, layer.qkv_proj.T))
-        q_raw = ck.matmul(normed, layer.q_proj.T, out=bufs.q_raw if bufs else None).reshape(
+        q_raw = ck.matmul(normed, layer.q_proj.T, out=_buffer(bufs, "q_raw")).reshape(
             tokens, c.num_attention_heads, c.head_dim)
-        k_raw = ck.matmul(normed, layer.k_proj.T, out=bufs.k_raw if bufs else None).reshape(
+        k_raw = ck.matmul(normed, layer.k_proj.T, out=_buffer(bufs, "k_raw")).reshape(
             tokens, c.num_key_value_heads, c.head_dim)
-        v = ck.matmul(normed, layer.v_proj.T, out=bufs.v if bufs else None).reshape(
+        v = ck.matmul(normed, layer.v_proj.T, out=_buffer(bufs, "v")).reshape(
             tokens, c.num_key_value_heads, c.head_dim)
         return q_raw, k_raw, v
 
@@ -453,11 +476,11 @@ class Qwen3Model:
         hidden, normed = ck.add_rms_norm(projected, hidden, layer.post_attention_layernorm, c.rms_norm_eps,
                                          out=(other, bufs.normed) if bufs else None)
         if layer.gate_up_proj is not None:  # one GEMM; silu_mul reads the two halves in place
-            both = ck.matmul(normed, layer.gate_up_proj.T, out=bufs.gate_up if bufs else None)
+            both = ck.matmul(normed, layer.gate_up_proj.T, out=_buffer(bufs, "gate_up"))
             gate, up = both[:, :c.intermediate_size], both[:, c.intermediate_size:]
         else:
-            gate = ck.matmul(normed, layer.gate_proj.T, out=bufs.gate if bufs else None)
-            up = ck.matmul(normed, layer.up_proj.T, out=bufs.up if bufs else None)
+            gate = ck.matmul(normed, layer.gate_proj.T, out=_buffer(bufs, "gate"))
+            up = ck.matmul(normed, layer.up_proj.T, out=_buffer(bufs, "up"))
         act = ck.silu_mul(gate, up, out=bufs.act if bufs else None)
         down = ck.matmul(act, layer.down_proj.T, out=bufs.down if bufs else None)
         back = None if bufs is None else bufs.hidden[1] if other is bufs.hidden[0] else bufs.hidden[0]
