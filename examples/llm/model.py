@@ -413,6 +413,16 @@ class Qwen3Model:
         self.weights = weights
         self._step_buffers: dict[int, StepBuffers] = {}
         self._prefill_buffers: PrefillBuffers | None = None
+        # Each weight's .T view, made once (by the weight's id, the weight kept with it):
+        # every call passes matmul the same object, whose derived views it keeps.
+        self._transposed: dict[int, tuple[cutile.Tensor, cutile.Tensor]] = {}
+
+    def _t(self, weight: cutile.Tensor) -> cutile.Tensor:
+        """``weight.T``, the same view object each time."""
+        found = self._transposed.get(id(weight))
+        if found is None or found[0] is not weight:
+            found = self._transposed[id(weight)] = (weight, weight.T)
+        return found[1]
 
     def step_buffers(self, batch: int) -> StepBuffers:
         if batch not in self._step_buffers:
@@ -442,15 +452,15 @@ class Qwen3Model:
         tokens = int(normed.shape[0])
         if layer.qkv_proj is not None:  # one GEMM; q, k and v are head slices of its output
             if bufs is not None:
-                ck.matmul(normed, layer.qkv_proj.T, out=_buffer(bufs, "qkv"))
+                ck.matmul(normed, self._t(layer.qkv_proj), out=_buffer(bufs, "qkv"))
                 assert bufs.qkv_q is not None and bufs.qkv_k is not None and bufs.qkv_v is not None  # (qkv's views)
                 return bufs.qkv_q, bufs.qkv_k, bufs.qkv_v
-            return _head_slices(c, ck.matmul(normed, layer.qkv_proj.T))
-        q_raw = ck.matmul(normed, layer.q_proj.T, out=_buffer(bufs, "q_raw")).reshape(
+            return _head_slices(c, ck.matmul(normed, self._t(layer.qkv_proj)))
+        q_raw = ck.matmul(normed, self._t(layer.q_proj), out=_buffer(bufs, "q_raw")).reshape(
             tokens, c.num_attention_heads, c.head_dim)
-        k_raw = ck.matmul(normed, layer.k_proj.T, out=_buffer(bufs, "k_raw")).reshape(
+        k_raw = ck.matmul(normed, self._t(layer.k_proj), out=_buffer(bufs, "k_raw")).reshape(
             tokens, c.num_key_value_heads, c.head_dim)
-        v = ck.matmul(normed, layer.v_proj.T, out=_buffer(bufs, "v")).reshape(
+        v = ck.matmul(normed, self._t(layer.v_proj), out=_buffer(bufs, "v")).reshape(
             tokens, c.num_key_value_heads, c.head_dim)
         return q_raw, k_raw, v
 
@@ -472,17 +482,17 @@ class Qwen3Model:
         c = self.config
         tokens = int(attended.shape[0])
         other = None if bufs is None else bufs.hidden[1] if hidden is bufs.hidden[0] else bufs.hidden[0]
-        projected = ck.matmul(attended.reshape(tokens, c.q_size), layer.o_proj.T, out=bufs.projected if bufs else None)
+        projected = ck.matmul(attended.reshape(tokens, c.q_size), self._t(layer.o_proj), out=bufs.projected if bufs else None)
         hidden, normed = ck.add_rms_norm(projected, hidden, layer.post_attention_layernorm, c.rms_norm_eps,
                                          out=(other, bufs.normed) if bufs else None)
         if layer.gate_up_proj is not None:  # one GEMM; silu_mul reads the two halves in place
-            both = ck.matmul(normed, layer.gate_up_proj.T, out=_buffer(bufs, "gate_up"))
+            both = ck.matmul(normed, self._t(layer.gate_up_proj), out=_buffer(bufs, "gate_up"))
             gate, up = both[:, :c.intermediate_size], both[:, c.intermediate_size:]
         else:
-            gate = ck.matmul(normed, layer.gate_proj.T, out=_buffer(bufs, "gate"))
-            up = ck.matmul(normed, layer.up_proj.T, out=_buffer(bufs, "up"))
+            gate = ck.matmul(normed, self._t(layer.gate_proj), out=_buffer(bufs, "gate"))
+            up = ck.matmul(normed, self._t(layer.up_proj), out=_buffer(bufs, "up"))
         act = ck.silu_mul(gate, up, out=bufs.act if bufs else None)
-        down = ck.matmul(act, layer.down_proj.T, out=bufs.down if bufs else None)
+        down = ck.matmul(act, self._t(layer.down_proj), out=bufs.down if bufs else None)
         back = None if bufs is None else bufs.hidden[1] if other is bufs.hidden[0] else bufs.hidden[0]
         hidden, normed = ck.add_rms_norm(down, hidden, next_norm, c.rms_norm_eps,
                                          out=(back, bufs.normed) if bufs else None)
@@ -495,7 +505,7 @@ class Qwen3Model:
         return [layer.input_layernorm for layer in w.layers[1:]] + [w.norm]
 
     def _logits(self, normed_rows: cutile.Tensor, out: cutile.Tensor | None = None) -> cutile.Tensor:
-        logits: cutile.Tensor = ck.matmul(normed_rows, self.weights.lm_head.T, out_dtype=f32, out=out)
+        logits: cutile.Tensor = ck.matmul(normed_rows, self._t(self.weights.lm_head), out_dtype=f32, out=out)
         return logits
 
     # -- prefill ----------------------------------------------------------------------
