@@ -178,6 +178,29 @@ def test_a_ragged_batch_matches_each_sequence_run_alone(graph: bool) -> None:
         assert result.tokens[b] == reference.greedy(prompt, 5), f"sequence {b}"
 
 
+def test_prefills_of_the_same_lengths_reuse_their_buffers_and_every_prefill_matches() -> None:
+    """The model keeps a prefill's intermediates for its prompt lengths: a prefill of other
+    tokens of those lengths works in them again, one of other lengths in new ones; each
+    call's logits are its own (not overwritten by the next prefill)."""
+    arrays = tiny_arrays()
+    model, reference = Qwen3Model(TINY, device_weights(TINY, arrays)), Reference(TINY, arrays)
+    rng = np.random.default_rng(17)
+    first, second = (rng.integers(0, TINY.vocab_size, 7).tolist() for _ in range(2))
+    first_logits = model.prefill([first], KVCache.allocate(TINY, 1, 16))
+    kept = model.prefill_buffers([7])
+    second_logits = model.prefill([second], KVCache.allocate(TINY, 1, 16))
+    assert model.prefill_buffers([7]) is kept
+    assert_logits_close(first_logits.to_numpy()[0], reference.logits(first)[-1])
+    assert_logits_close(second_logits.to_numpy()[0], reference.logits(second)[-1])
+    ragged = [rng.integers(0, TINY.vocab_size, n).tolist() for n in (5, 9)]
+    logits = model.prefill(ragged, KVCache.allocate(TINY, 2, 16)).to_numpy()
+    assert model.prefill_buffers([5, 9]) is not kept
+    for b, prompt in enumerate(ragged):
+        assert_logits_close(logits[b], reference.logits(prompt)[-1])
+    again = model.prefill([second], KVCache.allocate(TINY, 1, 16))
+    assert_logits_close(again.to_numpy()[0], reference.logits(second)[-1])
+
+
 def test_an_equal_length_batch_writes_the_cache_in_one_launch_per_layer_and_matches() -> None:
     arrays = tiny_arrays()
     model, reference = Qwen3Model(TINY, device_weights(TINY, arrays)), Reference(TINY, arrays)

@@ -298,28 +298,73 @@ def _i32(values: Sequence[int] | np.ndarray[Any, Any]) -> cutile.Tensor:
 
 
 @dataclass
-class StepBuffers:
-    """Every intermediate of a decode step of ``batch`` tokens, allocated once: the step
-    then allocates nothing (what a CUDA graph capture needs) and its kernels find their
-    plans by the same tensors each time."""
+class LayerBuffers:
+    """Every intermediate of a layer over ``rows`` tokens, allocated once and used by
+    each layer in turn: a forward pass then allocates nothing per layer, and its kernels
+    find their plans and bindings by the same tensors each layer and each pass. The
+    projections' outputs are those the weights need: the stacked ones' (``qkv`` and its
+    head slices, ``gate_up``) and the separate ones' (``q_raw``, ``k_raw``, ``v``,
+    ``gate``, ``up``), None where no layer has such weights (`_buffer`)."""
 
     hidden: tuple[cutile.Tensor, cutile.Tensor]  # the residual stream, ping-ponged by add_rms_norm
     normed: cutile.Tensor
-    q_raw: cutile.Tensor
-    k_raw: cutile.Tensor
-    v: cutile.Tensor
-    qkv: cutile.Tensor  # the stacked projection's output, and its q, k, v head slices (views made once)
-    qkv_q: cutile.Tensor
-    qkv_k: cutile.Tensor
-    qkv_v: cutile.Tensor
+    q_raw: cutile.Tensor | None
+    k_raw: cutile.Tensor | None
+    v: cutile.Tensor | None
+    qkv: cutile.Tensor | None  # the stacked projection's output, and its q, k, v head slices (views made once)
+    qkv_q: cutile.Tensor | None
+    qkv_k: cutile.Tensor | None
+    qkv_v: cutile.Tensor | None
     q: cutile.Tensor
     attended: cutile.Tensor
     projected: cutile.Tensor
-    gate: cutile.Tensor
-    up: cutile.Tensor
-    gate_up: cutile.Tensor
+    gate: cutile.Tensor | None
+    up: cutile.Tensor | None
+    gate_up: cutile.Tensor | None
     act: cutile.Tensor
     down: cutile.Tensor
+
+    @staticmethod
+    def layer_fields(c: Qwen3Config, weights: Qwen3Weights, rows: int) -> dict[str, Any]:
+        """The fields of `LayerBuffers` for ``rows`` tokens of a model of ``weights``, new
+        tensors (a subclass's ``allocate`` adds its own)."""
+        def empty(*shape: int) -> cutile.Tensor:
+            return api.empty(shape, DTYPE)
+
+        def needed(wanted: bool, *shape: int) -> cutile.Tensor | None:
+            return empty(*shape) if wanted else None
+
+        h, heads, dim, inter = c.hidden_size, c.num_attention_heads, c.head_dim, c.intermediate_size
+        stacked_qkv = any(layer.qkv_proj is not None for layer in weights.layers)
+        separate_qkv = any(layer.qkv_proj is None for layer in weights.layers)
+        stacked_mlp = any(layer.gate_up_proj is not None for layer in weights.layers)
+        separate_mlp = any(layer.gate_up_proj is None for layer in weights.layers)
+        qkv = needed(stacked_qkv, rows, c.q_size + 2 * c.kv_size)
+        q, k, v = _head_slices(c, qkv) if qkv is not None else (None, None, None)
+        return dict(hidden=(empty(rows, h), empty(rows, h)), normed=empty(rows, h),
+                    q_raw=needed(separate_qkv, rows, c.q_size), k_raw=needed(separate_qkv, rows, c.kv_size),
+                    v=needed(separate_qkv, rows, c.kv_size), qkv=qkv, qkv_q=q, qkv_k=k, qkv_v=v,
+                    q=empty(rows, heads, dim), attended=empty(rows, heads, dim), projected=empty(rows, h),
+                    gate=needed(separate_mlp, rows, inter), up=needed(separate_mlp, rows, inter),
+                    gate_up=needed(stacked_mlp, rows, 2 * inter), act=empty(rows, inter), down=empty(rows, h))
+
+
+def _buffer(bufs: LayerBuffers | None, name: str) -> cutile.Tensor | None:
+    """``bufs``'s buffer ``name`` for an output (None without buffers: the call makes its
+    own), refused when the buffers were allocated for weights that need no such one."""
+    if bufs is None:
+        return None
+    found: cutile.Tensor | None = getattr(bufs, name)
+    if found is None:
+        raise ModelError(f"the model's buffers have no '{name}': they were allocated for other weights")
+    return found
+
+
+@dataclass
+class StepBuffers(LayerBuffers):
+    """Every intermediate of a decode step of ``batch`` tokens, allocated once: the step
+    then allocates nothing (what a CUDA graph capture needs)."""
+
     logits: cutile.Tensor
     #: an eager step's positions and lengths (i32 ``(batch,)``), written on the device from
     #: the host's lengths: its kernels then find their plans by the same tensors each step
@@ -327,18 +372,35 @@ class StepBuffers:
     seq_lens: cutile.Tensor
 
     @classmethod
-    def allocate(cls, c: Qwen3Config, batch: int) -> StepBuffers:
-        def empty(*shape: int) -> cutile.Tensor:
-            return api.empty(shape, DTYPE)
+    def allocate(cls, c: Qwen3Config, weights: Qwen3Weights, batch: int) -> StepBuffers:
+        return cls(**cls.layer_fields(c, weights, batch), logits=api.empty((batch, c.vocab_size), f32),
+                   positions=api.empty((batch,), i32), seq_lens=api.empty((batch,), i32))
 
-        h, heads, dim = c.hidden_size, c.num_attention_heads, c.head_dim
-        qkv = empty(batch, c.q_size + 2 * c.kv_size)
-        q, k, v = _head_slices(c, qkv)
-        return cls((empty(batch, h), empty(batch, h)), empty(batch, h), empty(batch, c.q_size), empty(batch, c.kv_size),
-                   empty(batch, c.kv_size), qkv, q, k, v, empty(batch, heads, dim), empty(batch, heads, dim),
-                   empty(batch, h), empty(batch, c.intermediate_size), empty(batch, c.intermediate_size),
-                   empty(batch, 2 * c.intermediate_size), empty(batch, c.intermediate_size), empty(batch, h),
-                   api.empty((batch, c.vocab_size), f32), api.empty((batch,), i32), api.empty((batch,), i32))
+
+@dataclass
+class PrefillBuffers(LayerBuffers):
+    """A prefill's intermediates over the packed prompts of ``lengths`` (one set for
+    every layer: each layer's batch is queued after the one before on its stream, which
+    orders its writes after that layer's reads), and its inputs that depend on the
+    lengths alone. Kept by the model for its last prompt lengths: a prefill of the same
+    lengths again allocates and uploads nothing but the token ids."""
+
+    lengths: tuple[int, ...]
+    k: cutile.Tensor  # the rotated keys (the attention's; the cache gets them too)
+    positions: cutile.Tensor  # i32 (tokens,): each token's position in its prompt
+    cu_seqlens: cutile.Tensor  # i32 (batch + 1,): the prompts' offsets in the packed rows
+    offsets: tuple[int, ...]  # the same on the host
+    last_rows: cutile.Tensor  # i32 (batch,): the last row of each prompt
+
+    @classmethod
+    def allocate(cls, c: Qwen3Config, weights: Qwen3Weights, lengths: tuple[int, ...]) -> PrefillBuffers:
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+        tokens = int(offsets[-1])
+        return cls(**cls.layer_fields(c, weights, tokens), lengths=lengths,
+                   k=api.empty((tokens, c.num_key_value_heads, c.head_dim), DTYPE),
+                   positions=_i32(np.concatenate([np.arange(n) for n in lengths])),
+                   cu_seqlens=api.from_numpy(offsets), offsets=tuple(int(o) for o in offsets),
+                   last_rows=_i32(offsets[1:] - 1))
 
 
 class Qwen3Model:
@@ -350,16 +412,39 @@ class Qwen3Model:
         self.config = config
         self.weights = weights
         self._step_buffers: dict[int, StepBuffers] = {}
+        self._prefill_buffers: PrefillBuffers | None = None
+        # Each weight's .T view, made once (by the weight's id, the weight kept with it):
+        # every call passes matmul the same object, whose derived views it keeps.
+        self._transposed: dict[int, tuple[cutile.Tensor, cutile.Tensor]] = {}
+
+    def _t(self, weight: cutile.Tensor) -> cutile.Tensor:
+        """``weight.T``, the same view object each time."""
+        found = self._transposed.get(id(weight))
+        if found is None or found[0] is not weight:
+            found = self._transposed[id(weight)] = (weight, weight.T)
+        return found[1]
 
     def step_buffers(self, batch: int) -> StepBuffers:
         if batch not in self._step_buffers:
-            self._step_buffers[batch] = StepBuffers.allocate(self.config, batch)
+            self._step_buffers[batch] = StepBuffers.allocate(self.config, self.weights, batch)
         return self._step_buffers[batch]
+
+    def prefill_buffers(self, lengths: Sequence[int]) -> PrefillBuffers:
+        """The prefill buffers of prompts of ``lengths``: the last prefill's when its
+        lengths were these, else new ones (the last ones are dropped first: the model
+        holds one layer's intermediates of its last prefill, as it holds a decode
+        step's)."""
+        lengths = tuple(lengths)
+        bufs = self._prefill_buffers
+        if bufs is None or bufs.lengths != lengths:
+            self._prefill_buffers = None  # (freed before the new ones are allocated)
+            bufs = self._prefill_buffers = PrefillBuffers.allocate(self.config, self.weights, lengths)
+        return bufs
 
     # -- shared pieces ----------------------------------------------------------------
 
     def _projections(self, layer: LayerWeights, normed: cutile.Tensor,
-                     bufs: StepBuffers | None) -> tuple[cutile.Tensor, cutile.Tensor, cutile.Tensor]:
+                     bufs: LayerBuffers | None) -> tuple[cutile.Tensor, cutile.Tensor, cutile.Tensor]:
         """The q, k and v projections of ``tokens`` rows: ``(tokens, heads, dim)``,
         ``(tokens, kv_heads, dim)`` twice (into ``bufs`` when given; head slices of the
         stacked projection's output when there is one)."""
@@ -367,14 +452,15 @@ class Qwen3Model:
         tokens = int(normed.shape[0])
         if layer.qkv_proj is not None:  # one GEMM; q, k and v are head slices of its output
             if bufs is not None:
-                ck.matmul(normed, layer.qkv_proj.T, out=bufs.qkv)
+                ck.matmul(normed, self._t(layer.qkv_proj), out=_buffer(bufs, "qkv"))
+                assert bufs.qkv_q is not None and bufs.qkv_k is not None and bufs.qkv_v is not None  # (qkv's views)
                 return bufs.qkv_q, bufs.qkv_k, bufs.qkv_v
-            return _head_slices(c, ck.matmul(normed, layer.qkv_proj.T))
-        q_raw = ck.matmul(normed, layer.q_proj.T, out=bufs.q_raw if bufs else None).reshape(
+            return _head_slices(c, ck.matmul(normed, self._t(layer.qkv_proj)))
+        q_raw = ck.matmul(normed, self._t(layer.q_proj), out=_buffer(bufs, "q_raw")).reshape(
             tokens, c.num_attention_heads, c.head_dim)
-        k_raw = ck.matmul(normed, layer.k_proj.T, out=bufs.k_raw if bufs else None).reshape(
+        k_raw = ck.matmul(normed, self._t(layer.k_proj), out=_buffer(bufs, "k_raw")).reshape(
             tokens, c.num_key_value_heads, c.head_dim)
-        v = ck.matmul(normed, layer.v_proj.T, out=bufs.v if bufs else None).reshape(
+        v = ck.matmul(normed, self._t(layer.v_proj), out=_buffer(bufs, "v")).reshape(
             tokens, c.num_key_value_heads, c.head_dim)
         return q_raw, k_raw, v
 
@@ -389,24 +475,24 @@ class Qwen3Model:
                               c.rope_theta, style="neox", out=q_out, k_out=k_out)
 
     def _finish_layer(self, layer: LayerWeights, attended: cutile.Tensor, hidden: cutile.Tensor,
-                      next_norm: cutile.Tensor, bufs: StepBuffers | None) -> tuple[cutile.Tensor, cutile.Tensor]:
+                      next_norm: cutile.Tensor, bufs: LayerBuffers | None) -> tuple[cutile.Tensor, cutile.Tensor]:
         """Output projection, residual add and RMSNorm, the MLP, and its residual add
         fused with the next norm (the next layer's input norm, or the final one):
         returns the residual stream and its normed rows."""
         c = self.config
         tokens = int(attended.shape[0])
         other = None if bufs is None else bufs.hidden[1] if hidden is bufs.hidden[0] else bufs.hidden[0]
-        projected = ck.matmul(attended.reshape(tokens, c.q_size), layer.o_proj.T, out=bufs.projected if bufs else None)
+        projected = ck.matmul(attended.reshape(tokens, c.q_size), self._t(layer.o_proj), out=bufs.projected if bufs else None)
         hidden, normed = ck.add_rms_norm(projected, hidden, layer.post_attention_layernorm, c.rms_norm_eps,
                                          out=(other, bufs.normed) if bufs else None)
         if layer.gate_up_proj is not None:  # one GEMM; silu_mul reads the two halves in place
-            both = ck.matmul(normed, layer.gate_up_proj.T, out=bufs.gate_up if bufs else None)
+            both = ck.matmul(normed, self._t(layer.gate_up_proj), out=_buffer(bufs, "gate_up"))
             gate, up = both[:, :c.intermediate_size], both[:, c.intermediate_size:]
         else:
-            gate = ck.matmul(normed, layer.gate_proj.T, out=bufs.gate if bufs else None)
-            up = ck.matmul(normed, layer.up_proj.T, out=bufs.up if bufs else None)
+            gate = ck.matmul(normed, self._t(layer.gate_proj), out=_buffer(bufs, "gate"))
+            up = ck.matmul(normed, self._t(layer.up_proj), out=_buffer(bufs, "up"))
         act = ck.silu_mul(gate, up, out=bufs.act if bufs else None)
-        down = ck.matmul(act, layer.down_proj.T, out=bufs.down if bufs else None)
+        down = ck.matmul(act, self._t(layer.down_proj), out=bufs.down if bufs else None)
         back = None if bufs is None else bufs.hidden[1] if other is bufs.hidden[0] else bufs.hidden[0]
         hidden, normed = ck.add_rms_norm(down, hidden, next_norm, c.rms_norm_eps,
                                          out=(back, bufs.normed) if bufs else None)
@@ -419,7 +505,7 @@ class Qwen3Model:
         return [layer.input_layernorm for layer in w.layers[1:]] + [w.norm]
 
     def _logits(self, normed_rows: cutile.Tensor, out: cutile.Tensor | None = None) -> cutile.Tensor:
-        logits: cutile.Tensor = ck.matmul(normed_rows, self.weights.lm_head.T, out_dtype=f32, out=out)
+        logits: cutile.Tensor = ck.matmul(normed_rows, self._t(self.weights.lm_head), out_dtype=f32, out=out)
         return logits
 
     # -- prefill ----------------------------------------------------------------------
@@ -428,7 +514,8 @@ class Qwen3Model:
         """Runs the prompts (one per cache row, each at least one token) from position
         0, writes their keys and values into ``cache`` and returns the logits of each
         prompt's last token, f32 ``(batch, vocab)``. Each layer is a `cutile.batch`
-        continuing the one before (batches do not nest: not called inside one)."""
+        continuing the one before (batches do not nest: not called inside one), all of
+        them in the intermediates `prefill_buffers` keeps for these prompt lengths."""
         c, w = self.config, self.weights
         if len(prompts) != cache.batch:
             raise ModelError(f"prefill(): {len(prompts)} prompts for a cache of batch {cache.batch}")
@@ -440,39 +527,38 @@ class Qwen3Model:
         if ids.min() < 0 or ids.max() >= c.vocab_size:
             raise ModelError(f"prefill(): token ids must lie in [0, {c.vocab_size}), got {int(ids.min())} to "
                              f"{int(ids.max())}")
-        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-        positions = _i32(np.concatenate([np.arange(n) for n in lengths]))
-        tokens = int(offsets[-1])
-        cu_seqlens = api.from_numpy(offsets)
-        last_rows = _i32(offsets[1:] - 1)  # the last row of each prompt
+        bufs = self.prefill_buffers(lengths)
+        offsets, positions, cu_seqlens = bufs.offsets, bufs.positions, bufs.cu_seqlens
         token_ids = api.from_numpy(ids.astype(np.int32))
         # Each layer is a batch (its launches queued on one stream without a wait each)
         # that continues the layer before's: the host queues layer n + 1 while the device
-        # runs layer n, then waits for layer n - 1 (whose intermediates are so freed:
-        # at most two layers' are alive).
+        # runs layer n, then waits for layer n - 1. Every layer works in the same buffers:
+        # the stream orders layer n + 1's writes after layer n's reads (its batch follows
+        # layer n's, whose holds are so no conflict, and layer n - 1's are given back).
         with cutile.batch("qwen3 prefill, embedding", wait=False) as previous:
-            hidden = ck.embedding(token_ids, w.embed_tokens)
-            normed = ck.rms_norm(hidden, w.layers[0].input_layernorm, c.rms_norm_eps)
+            hidden, normed = bufs.hidden[0], bufs.normed
+            ck.embedding(token_ids, w.embed_tokens, out=hidden)
+            ck.rms_norm(hidden, w.layers[0].input_layernorm, c.rms_norm_eps, out=normed)
         try:
             for n, (layer, next_norm) in enumerate(zip(w.layers, self._next_norms())):
                 with cutile.batch(f"qwen3 prefill, layer {n}", wait=False, after=previous) as active:
-                    q_raw, k_raw, v = self._projections(layer, normed, None)
-                    q = api.empty((tokens, c.num_attention_heads, c.head_dim), DTYPE)
-                    k = api.empty((tokens, c.num_key_value_heads, c.head_dim), DTYPE)
+                    q_raw, k_raw, v = self._projections(layer, normed, bufs)
+                    q, k = bufs.q, bufs.k
                     keys, values = cache.keys[n], cache.values[n]
                     if len(set(lengths)) == 1:  # one launch: prompt b's tokens are the b-th block of the packed rows
                         self._rotate_and_cache(layer, (q_raw, k_raw, v), positions, (keys, values), q, k)
                     else:  # a launch per prompt, into its own entry of the cache
                         for b in range(cache.batch):
-                            rows = slice(int(offsets[b]), int(offsets[b + 1]))
+                            rows = slice(offsets[b], offsets[b + 1])
                             self._rotate_and_cache(layer, (q_raw[rows], k_raw[rows], v[rows]), positions[rows],
                                                    (keys[b], values[b]), q[rows], k[rows])
-                    attended = ck.attention(q, k, v, causal=True, cu_seqlens_q=cu_seqlens, cu_seqlens_k=cu_seqlens)
-                    hidden, normed = self._finish_layer(layer, attended, hidden, next_norm, None)
+                    ck.attention(q, k, v, causal=True, cu_seqlens_q=cu_seqlens, cu_seqlens_k=cu_seqlens,
+                                 out=bufs.attended)
+                    hidden, normed = self._finish_layer(layer, bufs.attended, hidden, next_norm, bufs)
                 done, previous = previous, active
                 _wait_for(done)
             with cutile.batch("qwen3 prefill, logits", after=previous):  # (its end waits)
-                logits = self._logits(ck.embedding(last_rows, normed))  # (a gather of the last rows)
+                logits = self._logits(ck.embedding(bufs.last_rows, normed))  # (a gather of the last rows)
         finally:
             _wait_for(previous)  # (done, or an error ended the loop: its work is waited for)
         cache.lengths = lengths

@@ -258,3 +258,39 @@ def test_gpu_varlen_gqa() -> None:
         torch.testing.assert_close(result[start:start + length].transpose(0, 1).float(), expected, rtol=2.5e-2,
                                    atol=2.5e-2)
         start += length
+
+
+def test_varlen_calls_in_known_layouts_take_their_kept_plan_and_refuse_what_changed() -> None:
+    """A prefill's layers call attention(q, k, v, out=o, cu_seqlens_q=c, cu_seqlens_k=c)
+    on the same buffers: the plan is kept by the operands' layouts and memory, so a call
+    of new objects over the same memory takes it (new values computed right); another
+    flag is planned afresh; an out sharing q's memory and a consumed operand are still
+    refused."""
+    from cutile_kernels import _attention
+
+    lens = [7, 12]
+    qn, kn, vn = normal((19, 4, 64), "bf16", seed=40), normal((19, 2, 64), "bf16", seed=41), \
+        normal((19, 2, 64), "bf16", seed=42)
+    q, k, v = api.from_numpy(qn), api.from_numpy(kn), api.from_numpy(vn)
+    cu = api.from_numpy(np.array([0, 7, 19], np.int32))
+    out = api.from_numpy(poisoned((19, 4, 64), "bf16"))
+    _attention._PLANS.clear()
+    attention(q, k, v, causal=True, out=out, cu_seqlens_q=cu, cu_seqlens_k=cu)
+    close(out, _varlen_reference(f64(qn), f64(kn), f64(vn), lens, lens, True), "bf16")
+    assert len(_attention._PLANS) == 1
+    new_q = normal((19, 4, 64), "bf16", seed=50)
+    q.host_view()[...] = new_q
+    out.host_view()[...] = np.nan
+    attention(q[...], k[...], v[...], causal=True, out=out[...], cu_seqlens_q=cu[...], cu_seqlens_k=cu)
+    assert len(_attention._PLANS) == 1  # new objects over the same memory: the kept plan
+    close(out, _varlen_reference(f64(new_q), f64(kn), f64(vn), lens, lens, True), "bf16")
+    attention(q, k, v, out=out, cu_seqlens_q=cu, cu_seqlens_k=cu)  # not causal: its own plan
+    close(out, _varlen_reference(f64(new_q), f64(kn), f64(vn), lens, lens, False), "bf16")
+    assert len(_attention._PLANS) == 2
+    with pytest.raises(cutile.ArgumentError, match="out shares memory with q"):
+        attention(q, k, v, causal=True, out=q, cu_seqlens_q=cu, cu_seqlens_k=cu)
+    for name, tensor in (("out", out), ("q", q)):  # (each stays consumed: q's checked before out's)
+        taken = tensor.partition([1, 1, 64])
+        with pytest.raises(cutile.OwnershipError, match=f"attention: {name}: .*consumed"):
+            attention(q, k, v, causal=True, out=out, cu_seqlens_q=cu, cu_seqlens_k=cu)
+        del taken

@@ -270,9 +270,10 @@ def test_a_call_repeating_the_last_ones_objects_reuses_its_checked_call_and_noth
     matmul(a, b, out=out, bias=bias)
     assert matmul._last is remembered  # the same objects and arguments: the same checked call
     close(out, reference(an, bn, bias=bias_n), f32)
-    matmul(a, b, out=out, bias=bias, alpha=3.0)  # another argument: checked again, and right
-    assert matmul._last is not remembered
+    matmul(a, b, out=out, bias=bias, alpha=3.0)  # another alpha (a run-time value): checked, and right
     close(out, reference(an, bn, bias=bias_n, alpha=3.0), f32)
+    with pytest.raises(cutile.ArgumentError, match="alpha"):
+        matmul(a, b, out=out, bias=bias, alpha=float("inf"))
     other = api.full([40, 20], np.nan)
     matmul(a, b, out=other, bias=bias, alpha=3.0)  # another out: its own call
     close(other, reference(an, bn, bias=bias_n, alpha=3.0), f32)
@@ -351,6 +352,58 @@ def test_a_transposed_operand_is_read_through_its_contiguous_transpose() -> None
     assert plans and plans[-1].a_transposed
     assert isinstance(got, cutile.Tensor) and got.shape == (M, N)
     close(matmul(api.from_numpy(a).T, api.from_numpy(weight).T, config=TINY), reference(a.T, weight.T), bf16)
+
+
+def test_tiled_calls_of_new_objects_in_known_layouts_take_their_plan() -> None:
+    """A prefill's layer calls matmul(x, w.T, out=o) of many rows with a new w.T view
+    each time: the tiled path keeps its plan by the operands' layouts and memory, so a
+    call of new objects over the same memory takes it (new values computed right);
+    another layout or epilogue is planned afresh; a bad alpha, a bad out and a consumed
+    out, bias or transposed operand are still refused."""
+    from cutile_kernels import _matmul
+
+    rng = np.random.default_rng(53)
+    xn, wn, bias_n = rand(rng, (40, 64), bf16), rand(rng, (48, 64), bf16), rand(rng, (48,), bf16)
+    x, w, bias = api.from_numpy(xn), api.from_numpy(wn), api.from_numpy(bias_n)
+    out = api.full([40, 48], np.nan, bf16)
+    _matmul._TILED_CALLS.clear()
+    matmul(x, w.T, out=out)
+    close(out, reference(xn, wn.T), bf16)
+    assert len(_matmul._TILED_CALLS) == 1
+    kept = next(iter(_matmul._TILED_CALLS.values()))
+    assert kept.plan.path == "tiled" and kept.plan.b_transposed
+    new_x = rand(rng, (40, 64), bf16)
+    x.host_view()[...] = new_x
+    out.host_view()[...] = np.nan
+    signatures = len(_matmul._SIGNATURES)
+    assert matmul(x[...], w.T, out=out[...]) is not None  # new objects over the same memory
+    assert len(_matmul._TILED_CALLS) == 1 and next(iter(_matmul._TILED_CALLS.values())) is kept
+    assert len(_matmul._SIGNATURES) == signatures  # (not asked: the kept plan launched)
+    close(out, reference(new_x, wn.T), bf16)
+    out.host_view()[...] = np.nan
+    matmul(x, w.T, out=out, bias=bias, activation="silu", alpha=0.5)  # another epilogue: its own plan
+    close(out, reference(new_x, wn.T, bias=bias_n, activation="silu", alpha=0.5), bf16)
+    matmul(x, w.T, out=out, bias=bias, activation="silu", alpha=2.0)  # alpha is a run-time value
+    close(out, reference(new_x, wn.T, bias=bias_n, activation="silu", alpha=2.0), bf16)
+    column_major = api.from_numpy(np.ascontiguousarray(new_x.T)).T  # a read through its transpose
+    matmul(column_major, w.T, out=out)
+    close(out, reference(new_x, wn.T), bf16)
+    matmul(column_major, w.T, out=out)
+    assert len(_matmul._TILED_CALLS) == 3
+    with pytest.raises(cutile.ArgumentError, match="alpha"):
+        matmul(x, w.T, out=out, alpha=float("nan"))
+    with pytest.raises(cutile.ArgumentError, match="out"):
+        matmul(x, w.T, out=api.full([40, 47], np.nan, bf16))  # another shape: checked (and refused)
+    with pytest.raises(cutile.ArgumentError, match="out overlaps the memory of a"):
+        matmul(x[:, :48], w[:, :48].T, out=x[:, :48])  # its memory an input's: checked (and refused)
+    for name, tensor, call in (  # (each stays consumed: out last)
+            ("bias", bias, lambda: matmul(x, w.T, out=out, bias=bias, activation="silu", alpha=0.5)),
+            ("a", column_major, lambda: matmul(column_major, w.T, out=out)),
+            ("out", out, lambda: matmul(x, w.T, out=out))):
+        taken = tensor.partition([1, 8] if tensor.ndim == 2 else [8])
+        with pytest.raises(cutile.OwnershipError, match=f"matmul: {name}: .*consumed"):
+            call()
+        del taken
 
 
 @pytest.mark.parametrize("k", [64, 4096], ids=["direct", "split_k"])

@@ -416,6 +416,37 @@ def test_a_native_launch_is_refused_what_a_python_launch_is(native_gpu: FakeDriv
     z, x, y = saxpy(z, x, y, 1.0).sync()
 
 
+def test_a_native_launch_in_a_following_batch_joins_the_holds_of_the_batch_it_follows_only(
+        native_gpu: FakeDriver) -> None:
+    """A launch in ``batch(after=first)`` over memory ``first`` still holds is made in C
+    (the stream orders it after that work); memory held by a batch before ``first``, or
+    by a pending launch, is refused as on the Python path."""
+    z, x, y = _armed_saxpy(native_gpu)
+    with cutile.batch("layer 0", wait=False) as first:
+        z, x, y = saxpy(z, x, y, 1.0).sync()
+    made = _stats()[0]
+    with cutile.batch("layer 1", wait=False, after=first) as second:
+        z, x, y = saxpy(z, x, y, 2.0).sync()  # first writes z still: joined, in C
+        assert _stats()[0] == made + 1
+    with pytest.raises(cutile.OwnershipError, match=r"written by the pending op launch of saxpy \(parameter 'z'\)"):
+        with cutile.batch("layer 2", wait=False, after=second):
+            saxpy(z, x, y, 3.0)  # first's holds are no one's to join here
+    assert _stats()[0] == made + 1
+    for done in (first, second):
+        assert done.future is not None
+        done.future.result()
+    pending = saxpy(z, x, y, 4.0)  # a pending launch's holds: joined by no batch
+    with cutile.batch("layer 0", wait=False) as first:
+        w = api.empty([256], dtype=f32).partition([128])
+        w, x, y = saxpy(w, x, y, 1.0).sync()
+    with pytest.raises(cutile.OwnershipError, match="pending launch of saxpy"):
+        with cutile.batch("layer 1", after=first):
+            saxpy(z, x, y, 5.0)
+    pending.sync()
+    assert first.future is not None
+    first.future.result()
+
+
 def test_a_native_launch_is_a_complete_object(native_gpu: FakeDriver) -> None:
     from cutile._launch import Launch
 

@@ -51,13 +51,15 @@ class Batch:
         self.closed = False
         self.future: DeviceFuture[None] | None = None
         # What the native batch path (native/batch_api.h) needs, while the batch is
-        # open on a device stream: (job, the job's points, stream, its state, handle).
+        # open on a device stream: (job, the job's points, stream, its state, handle,
+        # (job, the job it follows or job again): the jobs whose holds a claim joins).
         self._fast: tuple[Any, ...] | None = None
         self._state: _streams.StreamState | None = None
+        job = run.job
         if stream is not None:
             self._state = _streams.state(stream)
-            self._fast = (run.job, run.points, stream, self._state, int(stream.handle))
-        job = run.job
+            self._fast = (job, run.points, stream, self._state, int(stream.handle),
+                          (job, job.follows if job.follows is not None else job))
         # Whether a running hold's owner is the batch's job (or a shared op's sub-job
         # of it): ops made in the block join it, so their claims leave its holds out;
         # so do the holds of the job it follows (`batch(after=...)`: ordered before it).

@@ -33,7 +33,10 @@ apply to every arch).
 Configs (`SPACE`): ``block_m``, ``block_n``, ``num_worker_warps``, ``occupancy``; a call
 without ``config=`` takes `TUNER`'s for its shape (a cached winner, a search with
 ``CUTILE_TUNE=1``, else `DEFAULT`). Kernels are cached per dtype, causality and config
-(the hints are in the entry).
+(the hints are in the entry). A varlen call with ``out=`` of cutile tensors keeps its plan
+by the operands' layouts and memory (`_PLANS`, as the row kernels do): a call in them
+again (a prefill's next layer, over the same buffers) skips the checks and launches on
+views made once per tensor, checking only that none was consumed.
 """
 
 # No `from __future__ import annotations`: kernel annotations name the factory's dtypes.
@@ -46,7 +49,7 @@ import inspect
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -58,6 +61,7 @@ from cutile.core import (
 )
 
 from cutile_kernels import _pointwise as pw
+from cutile_kernels._operands import KeptPlans, derived, memory_layout, require_live
 from cutile_kernels._pointwise import Pending
 
 LOG2E = 1.4426950408889634
@@ -357,9 +361,57 @@ def _tile_rows(block_m: int, rows: int) -> int:
     return builtins.min(block_m, builtins.max(16, _next_pow2(rows)))
 
 
+class _Kept(NamedTuple):
+    """What a checked varlen call launches, from its operands' layouts alone: the kernel
+    and its arguments but the tensors."""
+
+    kernel: Any
+    qk_scale: float
+    group: int
+    tile_m: int
+    block_n: int
+    head_dim: int
+    nb: int
+
+
+# (the operands' layouts and memory, causal, scale) -> the plan of a varlen call with out=
+# in them (a prefill's layers: the same buffers each layer; the memory is in the key, as
+# out's overlap checks depend on it); only for cutile tensors and no config=
+_PLANS: KeptPlans[_Kept] = KeptPlans()
+
+
+def _key(q: Any, k: Any, v: Any, out: Any, cu_q: Any, cu_k: Any, causal: Any, scale: Any,
+         config: Any) -> tuple[Any, ...] | None:
+    if config is not None or type(causal) is not bool or type(scale) not in (float, int, type(None)):
+        return None
+    layouts = tuple(map(memory_layout, (q, k, v, out, cu_q, cu_k)))
+    return None if None in layouts else (*layouts, causal, type(scale), scale)
+
+
+def _launch_kept(kept: _Kept, q: cutile.Tensor, k: cutile.Tensor, v: cutile.Tensor, out: cutile.Tensor,
+                 cu_q: cutile.Tensor, cu_k: cutile.Tensor) -> Pending:
+    """The launch of a checked varlen call, every argument by position (the native
+    launch path's call) and its views made once per tensor (`derived`): the same objects
+    each call, so the launch reuses its binding. What their caching would hide is checked
+    here: none of q, k, v and out consumed."""
+    for name, tensor in (("q", q), ("k", k), ("v", v), ("out", out)):
+        require_live(tensor, FUNCTION, name)
+    by_head = "permute(1, 0, 2)"
+    o3 = derived(out, (by_head, kept.tile_m), lambda: out.permute(1, 0, 2).partition([1, kept.tile_m, kept.head_dim]))
+    q3, k3, v3 = (derived(t, by_head, functools.partial(t.permute, 1, 0, 2)) for t in (q, k, v))
+    launch = kept.kernel(o3, q3, k3, v3, cu_q, cu_k, kept.qk_scale, kept.group, kept.tile_m, kept.block_n,
+                         kept.head_dim, kept.nb)
+    return Pending(launch, lambda: out)
+
+
 def _prepare(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None = None, out: Any = None,
              cu_seqlens_q: Any = None, cu_seqlens_k: Any = None,
              config: Mapping[str, Any] | None = None) -> Pending:
+    key = None if out is None else _key(q, k, v, out, cu_seqlens_q, cu_seqlens_k, causal, scale, config)
+    if key is not None:
+        kept = _PLANS.get(key)
+        if kept is not None:  # every check came out so for these layouts and memory
+            return _launch_kept(kept, q, k, v, out, cu_seqlens_q, cu_seqlens_k)
     if not isinstance(causal, bool):
         raise cutile.ArgumentError(f"{FUNCTION}: causal must be a bool, got {causal!r}")
     if (cu_seqlens_q is None) != (cu_seqlens_k is None):
@@ -429,6 +481,10 @@ def _prepare(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | Non
         o3 = result.permute(1, 0, 2)
         nb = _next_pow2(cu_q.shape[0] - 1)  # a power of two >= batch
         kernel = varlen_kernel(dtype, causal, hints)
+        if key is not None:  # (cutile tensors: read as they are, as the kept plan reads them)
+            kept = _Kept(kernel, qk_scale, heads // kv_heads, tile_m, block_n, head_dim, nb)
+            _PLANS.keep(key, kept)
+            return _launch_kept(kept, qt, kt, vt, result, cu_q, cu_k)
         launch = kernel(o3.partition([1, tile_m, head_dim]), qt.permute(1, 0, 2), kt.permute(1, 0, 2),
                         vt.permute(1, 0, 2), cu_q, cu_k, qk_scale, heads // kv_heads, BN=block_n, NB=nb)
         return Pending(launch, finish)

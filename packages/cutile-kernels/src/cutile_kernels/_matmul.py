@@ -13,6 +13,12 @@ A call goes through three steps, the last two cached:
 3. The launch: the output (a fresh view of it, so the caller's object is never
    consumed) partitioned and mapped by the plan, the kernel called. `matmul` waits
    for it and returns the output; `matmul.launch` returns the pending `cutile.Launch`.
+
+A call with ``out=`` of 2-D cutile tensors whose layouts and memory an earlier call had
+(a model's layers: a new weight view each, activations in kept buffers) takes that
+call's plan by them (`_GEMV_CALLS`, `_TILED_CALLS`: the memory is in the key, as the
+overlap checks depend on it) and checks only what can change: alpha, and that no
+operand read through a cached view was consumed.
 """
 
 from __future__ import annotations
@@ -115,6 +121,18 @@ class _GemvKept(NamedTuple):
 _GEMV_CALLS: KeptPlans[_GemvKept] = KeptPlans(_PLAN_LIMIT)
 
 
+class _TiledKept(NamedTuple):
+    """What a checked tiled-path call with ``out=`` of 2-D cutile tensors (no scales, no
+    config) launches, from its operands' layouts alone: its plan."""
+
+    plan: _Plan
+
+
+# The same for the tiled path (a prefill's layers: each a new weight, its activations in
+# buffers kept across layers and calls): what `_prepare` and the first launch settle
+_TILED_CALLS: KeptPlans[_TiledKept] = KeptPlans(_PLAN_LIMIT)
+
+
 def _tensor_key(t: Any) -> tuple[Any, ...] | None:
     return memory_layout(t) if type(t) is cutile.Tensor and t.ndim == 2 else None
 
@@ -156,6 +174,27 @@ def _gemv_launch(kept: _GemvKept, a: cutile.Tensor, b: cutile.Tensor, out: cutil
                          residual if residual is not None else a, bias is not None, residual is not None,
                          kept.activation, alpha)
     return _run_gemv(_gemv._launches(ops, kept.config))
+
+
+def _tiled_launch(kept: _TiledKept, a: cutile.Tensor, b: cutile.Tensor, out: cutile.Tensor, bias: Any,
+                  residual: Any, alpha: Any) -> Any:
+    """The launch of a tiled call in known layouts (`_TILED_CALLS`) on the arguments
+    `_kernel_arguments` makes: what can change checked (alpha; out, bias and a transposed
+    a or b not consumed, as their cached views would not see it; the launch checks the
+    operands it is given as they are)."""
+    alpha_total = _checked_alpha(alpha)
+    plan = kept.plan
+    assert plan.kernel is not None
+    require_live(out, "matmul", "out")
+    if bias is not None:
+        require_live(bias, "matmul", "bias")
+    if plan.a_transposed:
+        require_live(a, "matmul", "a")
+    if plan.b_transposed:
+        require_live(b, "matmul", "b")
+    epilogue = Epilogue(bias, None, residual, alpha_total)  # (the activation is the plan's kernel's)
+    arguments, constants = _kernel_arguments(_Call(plan, a, b, out, out, None, epilogue, None, alpha_total))
+    return plan.kernel(*arguments, plan.tile[-2], plan.tile[-1], constants["BK"], constants["K"])
 
 
 def _run_gemv(launches: tuple[tuple[Any, tuple[Any, ...], dict[str, int]], ...]) -> Any:
@@ -266,6 +305,7 @@ def forget_plans() -> None:
     next call of each signature asks for its config again)."""
     _SIGNATURES.clear()
     _GEMV_CALLS.clear()
+    _TILED_CALLS.clear()
     matmul._last = None
 
 
@@ -575,18 +615,26 @@ class Matmul:
         key = None
         if out is not None and config is None and scale_a is None and scale_b is None:
             key = _gemv_key(a, b, out, bias, residual, activation, out_dtype, accumulate_dtype, allow_tf32)
-            kept = _GEMV_CALLS.get(key) if key is not None else None
-            if kept is not None:
-                _gemv_launch(kept, a, b, out, bias, residual, alpha).sync()
-                return out
+            if key is not None:
+                kept = _GEMV_CALLS.get(key)
+                if kept is not None:
+                    _gemv_launch(kept, a, b, out, bias, residual, alpha).sync()
+                    return out
+                tiled = _TILED_CALLS.get(key)
+                if tiled is not None:
+                    _tiled_launch(tiled, a, b, out, bias, residual, alpha).sync()
+                    return out
         call = self._call(a, b, out, bias, activation, residual, alpha, scale_a, scale_b, out_dtype,
                           accumulate_dtype, allow_tf32, config)
         if call.plan is not None:
             _launch_call(call).sync()
-            # (2-D cutile tensors as given, no scales: what `_gemv_launch` takes)
-            if key is not None and call.gemv_kept is not None and call.a is a and call.b is b and call.out is out \
+            # (2-D cutile tensors as given, no scales: what `_gemv_launch` and `_tiled_launch` take)
+            if key is not None and call.a is a and call.b is b and call.out is out \
                     and call.epilogue.bias is bias and call.epilogue.residual is residual:
-                _GEMV_CALLS.keep(key, call.gemv_kept)
+                if call.gemv_kept is not None:
+                    _GEMV_CALLS.keep(key, call.gemv_kept)
+                elif call.plan.kernel is not None:
+                    _TILED_CALLS.keep(key, _TiledKept(call.plan))
         return call.out_handed if call.result_kind is None else call.result_kind.result(call.out, call.out_handed)
 
     def launch(self, a: Any, b: Any, *, out: Any = None, bias: Any = None, activation: str | None = None,

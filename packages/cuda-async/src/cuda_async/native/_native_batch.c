@@ -191,6 +191,22 @@ static int unshared(PyObject *list, PyObject *entry, PyObject *own) {
     return 1;
 }
 
+/* `unshared` for an op joining a batch: the holds of either job of `joined`, (the
+ * batch's job, the job it follows: `batch(after=...)`, whose work its stream orders
+ * before the op's; the batch's job again when it follows none), are no conflict. */
+static int unshared_joined(PyObject *list, PyObject *entry, PyObject *joined) {
+    PyObject *job = PyTuple_GET_ITEM(joined, 0), *follows = PyTuple_GET_ITEM(joined, 1);
+    Span span, other;
+    if (span_of(entry, &span) < 0) return -1;
+    for (Py_ssize_t j = 0; j < PyList_GET_SIZE(list); j++) {
+        PyObject *hold = PyList_GET_ITEM(list, j), *owner = PyTuple_GET_ITEM(hold, 4);
+        if (owner == job || owner == follows) continue;
+        if (span_of(hold, &other) < 0) return -1;
+        if (other.start < span.end && span.start < other.end && (span.writes || other.writes)) return 0;
+    }
+    return 1;
+}
+
 static int take_hold(PyObject *list, PyObject *hold, PyObject *unused) {
     return PyList_Append(list, hold) < 0 ? -1 : 1;
 }
@@ -207,18 +223,20 @@ static inline Py_ALWAYS_INLINE int plan_apply(PyObject *plan, int append) {
 }
 
 /* Takes `plan`'s pending holds when none conflicts with a hold but the running ones
- * of the batch open on this thread/task (the op joins it). 1 taken, 0 not the simple
- * case (nothing taken: the Python path decides, and names a conflict), -1 error. */
+ * of the batch open on this thread/task (the op joins it) and of the job that batch
+ * follows. 1 taken, 0 not the simple case (nothing taken: the Python path decides, and
+ * names a conflict), -1 error. */
 static int claim(PyObject *plan) {
     if (!configured) return 0;
     PyObject *batch = NULL, *fast = NULL;
     if (PyContextVar_Get(active_batch, Py_None, &batch) < 0) return -1;
     if (batch != Py_None && (fast = get(D_BATCH_FAST, batch)) == NULL) { Py_DECREF(batch); return -1; }
-    PyObject *joined = fast != NULL && PyTuple_Check(fast) ? PyTuple_GET_ITEM(fast, 0) : Py_None; /* the batch's job */
+    /* (the batch's job and the job it follows, or the batch's again: `Batch._fast`'s last item) */
+    PyObject *joined = fast != NULL && PyTuple_Check(fast) ? PyTuple_GET_ITEM(fast, 5) : Py_None;
     int result = 0;
     if (lock_try_acquire(ledger_lock)) {
         result = PyObject_Length(dropped_claims) == 0; /* the Python path gives those back first */
-        if (result) result = each_hold(plan, unshared, joined == Py_None ? NULL : joined);
+        if (result) result = joined == Py_None ? each_hold(plan, unshared, NULL) : each_hold(plan, unshared_joined, joined);
         if (result == 1 && plan_apply(plan, 1) < 0) result = -1; /* appended after every check */
         lock_release(ledger_lock);
     }
@@ -306,7 +324,7 @@ static int txn_begin(PyObject *access_set, PyObject *plan, CudaAsyncBatchTxn *tx
     if (PyContextVar_Get(active_batch, Py_None, &txn->batch) < 0) return -1;
     /* The batch's (job, points, stream, state, handle); None once closed. */
     PyObject *fast = txn->batch == Py_None ? Py_NewRef(Py_None) : get(D_BATCH_FAST, txn->batch);
-    int result = fast == NULL ? -1 : PyTuple_Check(fast) && PyTuple_GET_SIZE(fast) == 5;
+    int result = fast == NULL ? -1 : PyTuple_Check(fast) && PyTuple_GET_SIZE(fast) == 6;
     if (result == 1) {
         PyObject **fields[] = {&txn->job, &txn->points, &txn->stream, &txn->state};
         for (int i = 0; i < 4; i++) *fields[i] = Py_NewRef(PyTuple_GET_ITEM(fast, i));

@@ -46,8 +46,9 @@ typedef struct {
 
 typedef struct {
     int version;
-    /* Takes the plan's pending holds (an op made now, run later). 1 taken; 0 another
-     * hold may conflict (the Python path decides and names it); -1 error set. */
+    /* Takes the plan's pending holds (an op made now, run later; the running holds of
+     * the open batch's job and of the job it follows are no conflict). 1 taken; 0
+     * another hold may conflict (the Python path decides and names it); -1 error set. */
     int (*claim)(PyObject *plan);
     /* Gives a claim back from a finalizer (queued: safe anywhere, errors unraisable). */
     void (*drop)(PyObject *plan);
