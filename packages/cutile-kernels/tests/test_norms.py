@@ -281,3 +281,15 @@ def test_add_rms_norm_in_known_layouts_takes_its_plan_and_still_checks_what_can_
     with pytest.raises(cutile.OwnershipError, match="consumed"):
         add_rms_norm(x, r, w, 1e-6, out=out)
     del taken
+
+
+def test_layer_norm_default_gives_16_bit_tiles_of_8192_elements_4_warps_and_4_blocks_an_sm() -> None:
+    from cutile.core import bf16 as bf16_dtype, f32 as f32_dtype
+
+    from cutile_kernels import _norms, _rows
+
+    wide = _norms.layer_norm_default(16384, 8192, bf16_dtype)
+    assert (wide["occupancy"], wide["num_worker_warps"]) == (4, 4)
+    assert _norms.layer_norm_default(16384, 8192, f32_dtype) == _rows.default_config(16384, 8192, f32_dtype)
+    # a 16-bit tile of 16384 elements would hold 128 a thread with 4 warps: the generic default's 8 stay
+    assert _norms.layer_norm_default(8, 16384, bf16_dtype) == _rows.default_config(8, 16384, bf16_dtype)
