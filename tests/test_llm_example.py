@@ -199,6 +199,18 @@ def test_prefills_of_the_same_lengths_reuse_their_buffers_and_every_prefill_matc
         assert_logits_close(logits[b], reference.logits(prompt)[-1])
     again = model.prefill([second], KVCache.allocate(TINY, 1, 16))
     assert_logits_close(again.to_numpy()[0], reference.logits(second)[-1])
+    kept = model.prefill_buffers([7])
+    model.release_prefill_buffers()  # freed: the next prefill makes new ones, and is right
+    assert model.prefill_buffers([7]) is not kept
+    assert_logits_close(model.prefill([first], KVCache.allocate(TINY, 1, 16)).to_numpy()[0],
+                        reference.logits(first)[-1])
+
+
+@pytest.mark.parametrize("lengths", [[], [0], [-1], [2.5], [3, True]], ids=str)
+def test_prefill_buffers_refuse_lengths_that_are_no_prompt_lengths(lengths: list[Any]) -> None:
+    model = Qwen3Model(TINY, device_weights(TINY, tiny_arrays()))
+    with pytest.raises(ModelError, match="parameter 'lengths'"):
+        model.prefill_buffers(lengths)
 
 
 def test_an_equal_length_batch_writes_the_cache_in_one_launch_per_layer_and_matches() -> None:

@@ -433,13 +433,24 @@ class Qwen3Model:
         """The prefill buffers of prompts of ``lengths``: the last prefill's when its
         lengths were these, else new ones (the last ones are dropped first: the model
         holds one layer's intermediates of its last prefill, as it holds a decode
-        step's)."""
+        step's; `release_prefill_buffers` frees them). A model prefills on one thread at
+        a time: two prefills of the same lengths at once share these buffers, and the
+        second is refused with an OwnershipError."""
         lengths = tuple(lengths)
+        if not lengths or any(type(n) is not int or n < 1 for n in lengths):
+            raise ModelError(f"prefill_buffers(): parameter 'lengths' must be one int >= 1 per prompt, got "
+                             f"{list(lengths)}")
         bufs = self._prefill_buffers
         if bufs is None or bufs.lengths != lengths:
             self._prefill_buffers = None  # (freed before the new ones are allocated)
             bufs = self._prefill_buffers = PrefillBuffers.allocate(self.config, self.weights, lengths)
         return bufs
+
+    def release_prefill_buffers(self) -> None:
+        """Frees the intermediates the model keeps from its last prefill (one layer's over
+        all its tokens: about 47 KB a token at the 0.6B shapes); the next prefill makes new
+        ones."""
+        self._prefill_buffers = None
 
     # -- shared pieces ----------------------------------------------------------------
 

@@ -17,7 +17,8 @@ tile shapes and hints from `cutile.tune` records (else defaults).
   (the same, writing the rotated keys and the values into a KV cache too), `layer_norm`,
   `layer_norm_backward` (``f.launch(..., out=)`` gives the pending launch);
   `default_config` is their config without a record (but softmax's rows longer than
-  a tile, which take chunks of 32 KiB, one block an SM).
+  a tile, which take chunks of 32 KiB, one block an SM, and layer_norm's 16-bit tiles
+  of 8192 elements, 4 worker warps and 4 blocks an SM).
 - Transformer pointwise, gather and cache functions, each with a ``.launch(...)`` form
   returning the pending work (for `cutile.bench.do_bench`): `rope` (neox and gptj, in
   place or out of place); `silu_mul`, `gelu_mul`, `silu`, `gelu`, `sigmoid`, `relu`, and

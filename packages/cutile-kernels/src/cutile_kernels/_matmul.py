@@ -16,7 +16,7 @@ A call goes through three steps, the last two cached:
 
 A call with ``out=`` of 2-D cutile tensors whose layouts and memory an earlier call had
 (a model's layers: a new weight view each, activations in kept buffers) takes that
-call's plan by them (`_GEMV_CALLS`, `_TILED_CALLS`: the memory is in the key, as the
+call's plan by them (`_KEPT_CALLS`: the memory is in the key, as the
 overlap checks depend on it) and checks only what can change: alpha, and that no
 operand read through a cached view was consumed.
 """
@@ -98,7 +98,7 @@ class _Call:
     positional: tuple[Any, ...] | None = None  # the tiled kernel's arguments, made on the first launch
     # the GEMV path's (kernel, arguments, constants) per launch, made on the first launch
     gemv_launches: tuple[tuple[Any, tuple[Any, ...], dict[str, int]], ...] | None = None
-    gemv_kept: _GemvKept | None = None  # what a call in the same layouts keeps of it (`_GEMV_CALLS`)
+    gemv_kept: _GemvKept | None = None  # what a call in the same layouts keeps of it (`_KEPT_CALLS`)
 
 
 class _GemvKept(NamedTuple):
@@ -118,19 +118,9 @@ class _GemvKept(NamedTuple):
 # plan: a call of new objects in known layouts (a model's layers, each a weight's new .T view)
 # skips the signature lookup and the checks (the memory is in the key: the overlap checks
 # depend on it); nothing memory holds is kept
-_GEMV_CALLS: KeptPlans[_GemvKept] = KeptPlans(_PLAN_LIMIT)
-
-
-class _TiledKept(NamedTuple):
-    """What a checked tiled-path call with ``out=`` of 2-D cutile tensors (no scales, no
-    config) launches, from its operands' layouts alone: its plan."""
-
-    plan: _Plan
-
-
 # The same for the tiled path (a prefill's layers: each a new weight, its activations in
-# buffers kept across layers and calls): what `_prepare` and the first launch settle
-_TILED_CALLS: KeptPlans[_TiledKept] = KeptPlans(_PLAN_LIMIT)
+# buffers kept across layers and calls) is the call's `_Plan` alone: one table holds both.
+_KEPT_CALLS: KeptPlans[_GemvKept | _Plan] = KeptPlans(_PLAN_LIMIT)
 
 
 def _tensor_key(t: Any) -> tuple[Any, ...] | None:
@@ -139,7 +129,7 @@ def _tensor_key(t: Any) -> tuple[Any, ...] | None:
 
 def _gemv_key(a: Any, b: Any, out: Any, bias: Any, residual: Any, activation: Any, out_dtype: Any,
               accumulate_dtype: Any, allow_tf32: Any) -> tuple[Any, ...] | None:
-    """The key of `_GEMV_CALLS` for a call of 2-D cutile tensors (bias 1-D) with out=,
+    """The key of `_KEPT_CALLS` for a call of 2-D cutile tensors (bias 1-D) with out=,
     or None."""
     if type(activation) not in (str, type(None)) or type(allow_tf32) is not bool:
         return None
@@ -176,14 +166,13 @@ def _gemv_launch(kept: _GemvKept, a: cutile.Tensor, b: cutile.Tensor, out: cutil
     return _run_gemv(_gemv._launches(ops, kept.config))
 
 
-def _tiled_launch(kept: _TiledKept, a: cutile.Tensor, b: cutile.Tensor, out: cutile.Tensor, bias: Any,
+def _tiled_launch(plan: _Plan, a: cutile.Tensor, b: cutile.Tensor, out: cutile.Tensor, bias: Any,
                   residual: Any, alpha: Any) -> Any:
-    """The launch of a tiled call in known layouts (`_TILED_CALLS`) on the arguments
+    """The launch of a tiled call in known layouts (`_KEPT_CALLS`) on the arguments
     `_kernel_arguments` makes: what can change checked (alpha; out, bias and a transposed
     a or b not consumed, as their cached views would not see it; the launch checks the
     operands it is given as they are)."""
     alpha_total = _checked_alpha(alpha)
-    plan = kept.plan
     assert plan.kernel is not None
     require_live(out, "matmul", "out")
     if bias is not None:
@@ -304,8 +293,7 @@ def forget_plans() -> None:
     """Drops every cached plan and the remembered last call (the records changed: the
     next call of each signature asks for its config again)."""
     _SIGNATURES.clear()
-    _GEMV_CALLS.clear()
-    _TILED_CALLS.clear()
+    _KEPT_CALLS.clear()
     matmul._last = None
 
 
@@ -615,15 +603,13 @@ class Matmul:
         key = None
         if out is not None and config is None and scale_a is None and scale_b is None:
             key = _gemv_key(a, b, out, bias, residual, activation, out_dtype, accumulate_dtype, allow_tf32)
-            if key is not None:
-                kept = _GEMV_CALLS.get(key)
-                if kept is not None:
-                    _gemv_launch(kept, a, b, out, bias, residual, alpha).sync()
-                    return out
-                tiled = _TILED_CALLS.get(key)
-                if tiled is not None:
-                    _tiled_launch(tiled, a, b, out, bias, residual, alpha).sync()
-                    return out
+            kept = _KEPT_CALLS.get(key) if key is not None else None
+            if isinstance(kept, _GemvKept):
+                _gemv_launch(kept, a, b, out, bias, residual, alpha).sync()
+                return out
+            if kept is not None:
+                _tiled_launch(kept, a, b, out, bias, residual, alpha).sync()
+                return out
         call = self._call(a, b, out, bias, activation, residual, alpha, scale_a, scale_b, out_dtype,
                           accumulate_dtype, allow_tf32, config)
         if call.plan is not None:
@@ -632,9 +618,9 @@ class Matmul:
             if key is not None and call.a is a and call.b is b and call.out is out \
                     and call.epilogue.bias is bias and call.epilogue.residual is residual:
                 if call.gemv_kept is not None:
-                    _GEMV_CALLS.keep(key, call.gemv_kept)
+                    _KEPT_CALLS.keep(key, call.gemv_kept)
                 elif call.plan.kernel is not None:
-                    _TILED_CALLS.keep(key, _TiledKept(call.plan))
+                    _KEPT_CALLS.keep(key, call.plan)
         return call.out_handed if call.result_kind is None else call.result_kind.result(call.out, call.out_handed)
 
     def launch(self, a: Any, b: Any, *, out: Any = None, bias: Any = None, activation: str | None = None,

@@ -35,7 +35,7 @@ import numpy as np
 import cutile
 from cutile import api, tune
 from cutile.core import (
-    Constant, DType, Mut, Tensor, arange, bid, f32, f64, fma, i32, maximum, minimum, reduce, rsqrt, sum, where, zeros,
+    Constant, DType, Mut, Tensor, arange, bid, f32, f64, fma, i32, minimum, reduce, rsqrt, sum, where, zeros,
 )
 from cutile_kernels import _rows
 from cutile_kernels._operands import KeptPlans, Output, as_tensor, check_same, memory_layout, output, tensor_of
