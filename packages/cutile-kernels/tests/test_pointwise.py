@@ -504,6 +504,51 @@ def test_argmax_of_a_numpy_array_is_a_numpy_int64_array() -> None:
     np.testing.assert_array_equal(result, x.argmax(-1))
 
 
+@pytest.mark.parametrize("winner_dtype", ["f32", "bf16"])
+def test_argmax_f32_and_16_bit_rows_have_separate_buckets(tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
+                                                          winner_dtype: str) -> None:
+    from cutile import tune
+    from cutile_kernels import _argmax, _pointwise
+
+    monkeypatch.setenv("CUTILE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("CUTILE_TUNE", raising=False)
+    monkeypatch.setattr(_pointwise, "RECORDS", tmp_path / "records")
+    fresh = {size: _pointwise.tuner(t.short_name, t.space, t.default, t.setup, t.source, t.bucket_of)
+             for size, t in _argmax.TUNERS.items()}  # (no record read, no config answered yet)
+    monkeypatch.setattr(_argmax, "TUNERS", fresh)
+    assert fresh[4].record_path == fresh[2].record_path  # one record holds both element sizes
+    x = special_rows(5000)
+    size = 4 if winner_dtype == "f32" else 2
+    assert _argmax.bucket((10, 5000, size)) == f"16x8192x{8 * size}bit"
+    one_chunk: tune.Config = {"tile_rows": 2, "tile_cols": 512, "chunk_tiles": 16, "occupancy": 1}  # default: 3 chunks
+    tune.Record(fresh[4].provenance, {_argmax.bucket((10, 5000, size)): tune.Winner(one_chunk, 0.1)}).save(
+        fresh[4].record_path)
+    for dtype in DTYPES:
+        pending = argmax.launch(tensor(x, dtype))
+        mine = (dtype == "f32") == (winner_dtype == "f32")  # f16 and bf16 share the 16-bit bucket
+        assert (pending.then is None) == mine, dtype  # the winner's one launch, else the default's two stages
+        np.testing.assert_array_equal(pending.run().to_numpy(), x.argmax(-1))
+    other = 2 if size == 4 else 4
+    assert fresh[size].config((10, 5000, size)) == one_chunk
+    assert fresh[other].config((10, 5000, other)) == _argmax.DEFAULTS[other]
+
+
+def test_argmax_searches_rows_of_the_buckets_dtype(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cutile_kernels import _argmax
+
+    made: list[str] = []
+    randn = api.randn
+
+    def recording(shape: Any, dtype: Any, **options: Any) -> Any:
+        made.append(str(dtype))
+        return randn(shape, dtype, **options)
+
+    monkeypatch.setattr(api, "randn", recording)
+    for size in (4, 2):
+        _argmax._setup(dict(_argmax.DEFAULTS[size]), (3, 100, size))().sync()
+    assert made == ["f32", "bf16"]
+
+
 def test_argmax_launch_form_is_one_op() -> None:
     x = RNG.standard_normal((4, 3000))
     pending = argmax.launch(tensor(x, "f32"), config=ARGMAX_CONFIGS[1])
@@ -754,18 +799,19 @@ def test_kv_cache_update_refuses_bad_arguments(call: Any, error: type[Exception]
 
 
 # -- configs ------------------------------------------------------------------------------------
-TUNED = {"rope": (9, 4, 2, 16), "activations": (300, 2, 30), "embedding": (9, 50, 40), "argmax": (3, 700),
+TUNED = {"rope": (9, 4, 2, 16), "activations": (300, 2, 30), "embedding": (9, 50, 40), "argmax": (3, 700, 4),
          "kv_cache": (2, 20, 3, 40)}
 
 
 @pytest.mark.parametrize("module_name", list(TUNED))
 def test_each_tuner_answers_its_default_and_can_time_a_config(module_name: str) -> None:
     module = importlib.import_module(f"cutile_kernels._{module_name}")
+    default = module.TUNER.default  # (the module's DEFAULT; argmax's f32 one of its DEFAULTS)
     chosen = module.TUNER.config(TUNED[module_name])
     if not module.TUNER.record_path.exists():  # no record, no search: the default
-        assert chosen == module.DEFAULT
-    assert set(chosen) == set(module.DEFAULT)
-    runner = module.TUNER.setup(dict(module.DEFAULT), TUNED[module_name])
+        assert chosen == default
+    assert set(chosen) == set(default)
+    runner = module.TUNER.setup(dict(default), TUNED[module_name])
     runner().sync()  # the runner a search times: a pending op
 
 

@@ -20,6 +20,10 @@ keeps the running maximum of its elements' keys over the group's tiles (the tile
 unrolled), and the group ends in one i32 max reduce. Per element that is about nine
 instructions on sm_90 against the twenty of three reductions per tile (the f32 kernel's
 way: a bf16 row was bound by that work, not by memory).
+
+The two first stages want different configs, so the tuning record's buckets hold the
+element size (`bucket`: ``(rows, cols, itemsize)``), each with its own default
+(`DEFAULTS`); a call asks its own dtype's bucket.
 """
 
 # No `from __future__ import annotations`: kernel annotations name the factory's dtypes, which cutile's
@@ -27,6 +31,7 @@ way: a bf16 row was bound by that work, not by memory).
 
 import functools
 import inspect
+from collections.abc import Sequence
 from typing import Any
 
 import cutile
@@ -42,7 +47,10 @@ from cutile_kernels._operands import Operand, as_tensor, derived, output
 #: columns the 16-bit kernel's 16 unrolled tiles took tileiras 28 s to compile.)
 SPACE = tune.Space(tile_rows=[1, 2], tile_cols=[512, 1024, 2048, 4096], chunk_tiles=[0, 1, 2, 4, 8, 16, 32, 64, 128],
                    occupancy=[1, 2, 4])
-DEFAULT = {"tile_rows": 1, "tile_cols": 2048, "chunk_tiles": 0, "occupancy": 2}
+#: the config without a record, by element size: f32 the three-reduction kernel's (as before the
+#: 16-bit kernel), f16/bf16 the key kernel's (the same values today; each kernel's own to change)
+DEFAULTS = {4: {"tile_rows": 1, "tile_cols": 2048, "chunk_tiles": 0, "occupancy": 2},
+            2: {"tile_rows": 1, "tile_cols": 2048, "chunk_tiles": 0, "occupancy": 2}}
 TARGET_BLOCKS = 1024
 MAX_CHUNKS = 4096  # the second stage holds a row's chunks in one tile
 #: a 16-bit group's tiles at most (unrolled)
@@ -200,12 +208,13 @@ def is_16_bit(dtype: Any) -> bool:
     return str(dtype) in ("f16", "bf16")
 
 
-def plan(config: dict[str, Any], rows: int, cols: int) -> tuple[int, int, int, int, int]:
+def plan(config: dict[str, Any], rows: int, cols: int, keys: bool) -> tuple[int, int, int, int, int]:
     """(tile rows, tile cols, tiles per chunk, tiles per group of the 16-bit kernel,
-    chunks) for a (rows, cols) input."""
+    chunks) for a (rows, cols) input; ``keys``: the 16-bit kernel's (its chunks hold
+    whole groups), else f32's (a group of one tile)."""
     bm = min(int(config["tile_rows"]), pw.next_pow2(rows))
     bn = min(int(config["tile_cols"]), pw.next_pow2(cols))
-    group = max(1, min(GROUP_TILES, KEY_COLS // bn))
+    group = max(1, min(GROUP_TILES, KEY_COLS // bn)) if keys else 1
     tiles = -(-cols // bn)
     sub = int(config["chunk_tiles"])
     if sub == 0:  # the most tiles per chunk that still gives TARGET_BLOCKS blocks, at most 16
@@ -219,15 +228,28 @@ def plan(config: dict[str, Any], rows: int, cols: int) -> tuple[int, int, int, i
     return bm, bn, sub, min(sub, group), -(-tiles // sub)
 
 
+def bucket(shape: Sequence[int]) -> str:
+    """A (rows, cols, itemsize) shape's bucket, ``"8192x262144x16bit"``: f32 and 16-bit
+    rows run different kernels, so each element size has its own winners."""
+    rows, cols, itemsize = shape
+    return f"{pw.next_pow2(rows)}x{pw.next_pow2(cols)}x{8 * itemsize}bit"
+
+
 def _setup(config: dict[str, Any], shape: tuple[int, ...]) -> Any:
-    """A search's runner for one shape: (rows, cols), bf16."""
-    rows, cols = shape
-    x = api.randn([rows, cols], "bf16", seed=1)
+    """A search's runner for one (rows, cols, itemsize) shape: f32 rows for itemsize 4,
+    else bf16."""
+    rows, cols, itemsize = shape
+    x = api.randn([rows, cols], "f32" if itemsize == 4 else "bf16", seed=1)
     return lambda: argmax.launch(x, config=config).op
 
 
-TUNER = pw.tuner("argmax", SPACE, DEFAULT, _setup, "".join(
-    inspect.getsource(f) for f in (argmax_kernels, _chunk_max, _chunk_max16, _tile_max, _keys16, _value16, _better)))
+_SOURCE = "".join(inspect.getsource(f) for f in (argmax_kernels, _chunk_max, _chunk_max16, _tile_max, _keys16,
+                                                 _value16, _better, plan))
+#: by element size, each with its default; one record and cache (one name) holding the buckets
+#: of both (`bucket`): ``TUNERS[4].make_record`` searches f16/bf16 shapes too (their setup's dtype)
+TUNERS = {itemsize: pw.tuner("argmax", SPACE, default, _setup, _SOURCE, bucket=bucket)
+          for itemsize, default in DEFAULTS.items()}
+TUNER = TUNERS[4]  # (the record's maker: bench_pointwise.py --record)
 
 
 def _argmax_launch(x: Any, dim: int = -1, keepdim: bool = False, *, out: Any = None,
@@ -239,7 +261,8 @@ def _argmax_launch(x: Any, dim: int = -1, keepdim: bool = False, *, out: Any = N
         dim: the last dim only (-1 or ``x.ndim - 1``).
         keepdim: keep the reduced dim (size 1), as torch.
         out: an i64 array of the result's shape to write.
-        config: a config of `SPACE` (default: the tuner's for this shape).
+        config: a config of `SPACE` (default: the record's winner for this shape and element
+            size, else `DEFAULTS`).
     """
     fn = "argmax"
     xa = as_tensor(x, fn, "x")
@@ -252,9 +275,13 @@ def _argmax_launch(x: Any, dim: int = -1, keepdim: bool = False, *, out: Any = N
         raise cutile.ArgumentError(f"{fn}(): rows of {cols} elements are longer than 2**31 - 2")
     result_shape = (*shape[:-1], 1) if keepdim else shape[:-1]
     result = output(out, result_shape, "i64", xa, fn)
-    chosen = pw.config_of(fn, config, SPACE, DEFAULT) if config is not None else TUNER.config((rows, cols))
-    bm, bn, sub, group, chunks = plan(chosen, rows, cols)
     keys = is_16_bit(xa.tensor.dtype)
+    itemsize = 2 if keys else 4
+    if config is not None:
+        chosen = pw.config_of(fn, config, SPACE, DEFAULTS[itemsize])
+    else:
+        chosen = TUNERS[itemsize].config((rows, cols, itemsize))
+    bm, bn, sub, group, chunks = plan(chosen, rows, cols, keys)
     if keys and bn > KEY_COLS:
         raise cutile.ArgumentError(f"{fn}(): config['tile_cols'] of {bn} is more than the {KEY_COLS} columns a tile of "
                                    f"{xa.tensor.dtype} rows may have")
