@@ -23,7 +23,8 @@ Target (issue 16): >= 0.90x of copy bandwidth for rope, silu_mul and embedding.
 
 ``--record`` first searches each function's configs at these shapes (``--budget`` seconds
 per shape) and saves the winners as ``cutile_kernels/records/<arch>/<name>.json`` (to
-commit), which the timed run then uses.
+commit), which the timed run then uses; argmax's at 8192, 64 and 1 rows of 151936, each
+in f32 and bf16 (its buckets hold the element size).
 
 ``--smoke`` runs every workload on the CPU interpreter at small sizes against numpy
 (no torch, no GPU; the CI runs it).
@@ -193,7 +194,9 @@ RECORD_SHAPES: dict[str, tuple[str, list[tuple[int, ...]], list[tuple[int, ...]]
     "rope": ("rope", [(4096, 32, 8, 128), (64, 32, 8, 128)], [(37, 4, 2, 16)]),
     "silu_mul": ("activations", [(4096 * 14336, 2, 0)], [(2700, 2, 0)]),
     "embedding": ("embedding", [(4096, 151936, 4096)], [(37, 1000, 64)]),
-    "argmax": ("argmax", [(8192, 151936), (64, 151936), (1, 151936)], [(5, 3001)]),
+    # (rows, cols, itemsize): f32 and bf16 rows run different kernels, each searched for its own buckets
+    "argmax": ("argmax", [(rows, 151936, itemsize) for rows in (8192, 64, 1) for itemsize in (4, 2)],
+               [(5, 3001, 4), (5, 3001, 2)]),
     "top_k": ("top_k", [(1, 151936, 50), (64, 151936, 50)], [(5, 3001, 8)]),
     "kv_cache_update": ("kv_cache", [(16, 8192, 4096, 1024), (64, 8192, 1, 1024)], [(2, 40, 9, 48)]),
 }
@@ -210,7 +213,7 @@ def make_records(wanted: set[str], budget: float, smoke: bool) -> None:
         record = tuner.make_record(small_shapes if smoke else shapes, budget=budget,
                                    **({"warmup": 1, "reps": 2, "paired_reps": 2} if smoke else {}))
         if smoke:  # a record of interpreter timings is no record to commit
-            print(f"searched {tuner.name}: {len(record.winners)} buckets (not saved)")
+            print(f"searched {tuner.name}: {len(record.winners)} buckets ({', '.join(record.winners)}; not saved)")
             continue
         assert tuner.record_path is not None
         record.save(tuner.record_path)

@@ -377,7 +377,8 @@ def test_embedding_refuses_bad_arguments(call: Any, error: type[Exception], word
 
 # -- argmax -------------------------------------------------------------------------------------
 ARGMAX_CONFIGS = [None, {"tile_rows": 2, "tile_cols": 512, "chunk_tiles": 1, "occupancy": 1},
-                  {"tile_rows": 4, "tile_cols": 1024, "chunk_tiles": 4, "occupancy": 1}]
+                  {"tile_rows": 4, "tile_cols": 1024, "chunk_tiles": 4, "occupancy": 1},
+                  {"tile_rows": 1, "tile_cols": 1024, "chunk_tiles": 16, "occupancy": 2}]  # (rows of 16 tiles: one pass)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -404,6 +405,90 @@ def test_argmax_ranks_nan_first_and_handles_infinities(config: dict[str, Any] | 
     np.testing.assert_array_equal(result.to_numpy(), [7, 100, 0, 4999, 2048])  # torch.argmax's answers
 
 
+def special_rows(cols: int) -> np.ndarray:
+    """Rows whose answers hang on NaN, infinities, signed zeros and tile edges (values
+    every dtype holds exactly)."""
+    x = RNG.integers(-50, 50, (10, cols)).astype(np.float64)
+    x[0, [0, 3000]] = np.nan  # a NaN first
+    x[1, 1234], x[1, 2500] = -np.nan, np.nan  # a negative NaN is a NaN too
+    x[2] = -np.inf
+    x[3] = -np.abs(x[3]) - 1
+    x[3, [100, 300]] = [0.0, -0.0]  # -0.0 equals 0.0: the first zero
+    x[4] = -np.abs(x[4]) - 1
+    x[4, [100, 300]] = [-0.0, 0.0]
+    x[5, cols - 1] = np.inf  # the last column (in the last tile's tail)
+    x[6, cols - 1] = np.nan
+    x[7] = -np.abs(x[7]) - 1  # all negative: the least negative
+    x[8, [2048, 4097]] = 1000.0  # the first tile's edge
+    x[9, [1, 2]] = [np.inf, np.nan]  # NaN beats +inf
+    return x
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("config", ARGMAX_CONFIGS)
+def test_argmax_ranks_nan_signed_zeros_and_infinities_as_torch(dtype: str, config: dict[str, Any] | None) -> None:
+    x = special_rows(5000)
+    out = api.full([10], -7, dtype="i64")
+    argmax(tensor(x, dtype), out=out, config=config)
+    expected = [0, 1234, 0, 100, 100, 4999, 4999, int(x[7].argmax()), 2048, 2]  # torch.argmax's answers
+    assert expected == x.argmax(-1).tolist()
+    np.testing.assert_array_equal(out.to_numpy(), expected)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_argmax_of_16_bit_values_orders_them_all(dtype: str) -> None:
+    # each row: every value of the dtype up to a threshold (-inf for the others), shuffled,
+    # so the answer is where the threshold lies only if no smaller value ranks above it
+    bits = np.arange(2**16, dtype=np.uint16)
+    every = bits.view(np.float16).astype(np.float32) if dtype == "f16" else \
+        (bits.astype(np.uint32) << 16).view(np.float32)
+    every = every[~np.isnan(every)].astype(np.float64)
+    tiny = float(every[every > 0].min())  # the least subnormal
+    largest = float(every[every < np.inf].max())
+    thresholds = [-largest, -1.5, -tiny, 0.0, tiny, 1.0, largest, np.inf]
+    rows = np.stack([RNG.permutation(np.where(every <= threshold, every, -np.inf)) for threshold in thresholds])
+    np.testing.assert_array_equal(argmax(tensor(rows, dtype)).to_numpy(), rows.argmax(-1))
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("shape", [(3, 9001), (2, 4096)])
+@pytest.mark.parametrize("chunk_tiles", [4, 16])
+def test_argmax_of_chunks_of_several_groups(monkeypatch: pytest.MonkeyPatch, dtype: str, shape: tuple[int, int],
+                                            chunk_tiles: int) -> None:
+    from cutile_kernels import _argmax
+
+    monkeypatch.setattr(_argmax, "GROUP_TILES", 2)  # groups of 2 tiles: a chunk of 4 or 16 has 2 or 8
+    x = RNG.integers(-20, 20, shape).astype(np.float64)
+    x[0, -1] = 100.0  # in the last group (of the last chunk: its later groups past the row's end)
+    x[1, [700, 3000]] = [np.nan, 100.0]
+    config = {"tile_rows": 1, "tile_cols": 512, "chunk_tiles": chunk_tiles, "occupancy": 1}
+    np.testing.assert_array_equal(argmax(tensor(x, dtype), config=config).to_numpy(), x.argmax(-1))
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_argmax_groups_of_wide_tiles_fit_a_keys_columns(dtype: str) -> None:
+    # tiles of 8192 columns: groups of 8 (65536 columns, what a key's low half holds)
+    x = RNG.integers(-20, 20, (2, 140_000)).astype(np.float64)
+    x[0, [65_535, 65_536, 139_999]] = 50.0
+    x[1, 131_072] = np.nan
+    config = {"tile_rows": 1, "tile_cols": 8192, "chunk_tiles": 16, "occupancy": 1}
+    np.testing.assert_array_equal(argmax(tensor(x, dtype), config=config).to_numpy(), [65_535, 131_072])
+    with pytest.raises(cutile.ArgumentError, match=re.escape("config['tile_cols'] of 131072 is more than the 65536")):
+        argmax(tensor(x, dtype), config=dict(config, tile_cols=131_072))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_argmax_of_rows_of_one_chunk_is_one_launch(dtype: str) -> None:
+    x = special_rows(5000)
+    one_chunk = {"tile_rows": 2, "tile_cols": 512, "chunk_tiles": 16, "occupancy": 1}  # 10 tiles a row
+    pending = argmax.launch(tensor(x, dtype), config=one_chunk)
+    assert pending.then is None  # no second stage
+    np.testing.assert_array_equal(pending.run().to_numpy(), x.argmax(-1))
+    two_stages = argmax.launch(tensor(x, dtype), config=dict(one_chunk, chunk_tiles=8))
+    assert two_stages.then is not None
+    two_stages.cancel()
+
+
 def test_argmax_over_a_long_row_splits_it_into_chunks() -> None:
     x = RNG.standard_normal((1, 152_000))
     x[0, 151_999] = 10.0
@@ -417,6 +502,51 @@ def test_argmax_of_a_numpy_array_is_a_numpy_int64_array() -> None:
     result = argmax(x, dim=2)
     assert isinstance(result, np.ndarray) and result.dtype == np.int64
     np.testing.assert_array_equal(result, x.argmax(-1))
+
+
+@pytest.mark.parametrize("winner_dtype", ["f32", "bf16"])
+def test_argmax_f32_and_16_bit_rows_have_separate_buckets(tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
+                                                          winner_dtype: str) -> None:
+    from cutile import tune
+    from cutile_kernels import _argmax, _pointwise
+
+    monkeypatch.setenv("CUTILE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("CUTILE_TUNE", raising=False)
+    monkeypatch.setattr(_pointwise, "RECORDS", tmp_path / "records")
+    fresh = {size: _pointwise.tuner(t.short_name, t.space, t.default, t.setup, t.source, t.bucket_of)
+             for size, t in _argmax.TUNERS.items()}  # (no record read, no config answered yet)
+    monkeypatch.setattr(_argmax, "TUNERS", fresh)
+    assert fresh[4].record_path == fresh[2].record_path  # one record holds both element sizes
+    x = special_rows(5000)
+    size = 4 if winner_dtype == "f32" else 2
+    assert _argmax.bucket((10, 5000, size)) == f"16x8192x{8 * size}bit"
+    one_chunk: tune.Config = {"tile_rows": 2, "tile_cols": 512, "chunk_tiles": 16, "occupancy": 1}  # default: 3 chunks
+    tune.Record(fresh[4].provenance, {_argmax.bucket((10, 5000, size)): tune.Winner(one_chunk, 0.1)}).save(
+        fresh[4].record_path)
+    for dtype in DTYPES:
+        pending = argmax.launch(tensor(x, dtype))
+        mine = (dtype == "f32") == (winner_dtype == "f32")  # f16 and bf16 share the 16-bit bucket
+        assert (pending.then is None) == mine, dtype  # the winner's one launch, else the default's two stages
+        np.testing.assert_array_equal(pending.run().to_numpy(), x.argmax(-1))
+    other = 2 if size == 4 else 4
+    assert fresh[size].config((10, 5000, size)) == one_chunk
+    assert fresh[other].config((10, 5000, other)) == _argmax.DEFAULTS[other]
+
+
+def test_argmax_searches_rows_of_the_buckets_dtype(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cutile_kernels import _argmax
+
+    made: list[str] = []
+    randn = api.randn
+
+    def recording(shape: Any, dtype: Any, **options: Any) -> Any:
+        made.append(str(dtype))
+        return randn(shape, dtype, **options)
+
+    monkeypatch.setattr(api, "randn", recording)
+    for size in (4, 2):
+        _argmax._setup(dict(_argmax.DEFAULTS[size]), (3, 100, size))().sync()
+    assert made == ["f32", "bf16"]
 
 
 def test_argmax_launch_form_is_one_op() -> None:
@@ -669,18 +799,19 @@ def test_kv_cache_update_refuses_bad_arguments(call: Any, error: type[Exception]
 
 
 # -- configs ------------------------------------------------------------------------------------
-TUNED = {"rope": (9, 4, 2, 16), "activations": (300, 2, 30), "embedding": (9, 50, 40), "argmax": (3, 700),
+TUNED = {"rope": (9, 4, 2, 16), "activations": (300, 2, 30), "embedding": (9, 50, 40), "argmax": (3, 700, 4),
          "kv_cache": (2, 20, 3, 40)}
 
 
 @pytest.mark.parametrize("module_name", list(TUNED))
 def test_each_tuner_answers_its_default_and_can_time_a_config(module_name: str) -> None:
     module = importlib.import_module(f"cutile_kernels._{module_name}")
+    default = module.TUNER.default  # (the module's DEFAULT; argmax's f32 one of its DEFAULTS)
     chosen = module.TUNER.config(TUNED[module_name])
     if not module.TUNER.record_path.exists():  # no record, no search: the default
-        assert chosen == module.DEFAULT
-    assert set(chosen) == set(module.DEFAULT)
-    runner = module.TUNER.setup(dict(module.DEFAULT), TUNED[module_name])
+        assert chosen == default
+    assert set(chosen) == set(default)
+    runner = module.TUNER.setup(dict(default), TUNED[module_name])
     runner().sync()  # the runner a search times: a pending op
 
 
@@ -729,7 +860,7 @@ def test_torch_tensors_in_give_torch_tensors_out() -> None:
 
 
 def test_pending_work_of_two_launches_is_cancelled_or_run_whole() -> None:
-    x = api.from_numpy(np.random.default_rng(3).standard_normal((4, 300)).astype(np.float32))
+    x = api.from_numpy(np.random.default_rng(3).standard_normal((4, 3000)).astype(np.float32))  # two chunks a row
     out = api.empty([4], dtype="i64")
     pending = argmax.launch(x, out=out)
     pending.cancel()  # the first launch dropped: its tensors are free again
