@@ -8,7 +8,9 @@
   `cutile.bench.do_bench` takes); a `CutileError` while setting up, compiling or
   launching marks the config invalid and the search goes on; ``reference`` gates
   correctness before timing; ``prune`` drops configs first; ``budget`` bounds the
-  wall-clock time; the best two are re-measured head to head (`do_bench_paired`).
+  wall-clock time (with a budget the configs are tried in a shuffled order, the same for
+  every search of the space, so a search cut short has sampled all of it rather than
+  its first corner); the best two are re-measured head to head (`do_bench_paired`).
   ``log=`` keeps every trial in a JSONL file, resumed by the next search over the
   same space and refused for another.
 - A `Record` is one JSON file per kernel: a `Provenance` header (kernel source hash,
@@ -33,6 +35,7 @@ import json
 import logging
 import math
 import os
+import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -228,7 +231,7 @@ def _positive(value: Any, name: str) -> None:
 def search(space: Space, setup: Setup, *, reference: Any = None, rtol: float = 1e-5, atol: float = 1e-6,
            prune: Callable[[Config], bool] | None = None, budget: float | None = None,
            log: str | os.PathLike[str] | None = None, warmup: int = 5, reps: int = 30,
-           paired_reps: int = 50) -> SearchResult:
+           paired_reps: int = 50, order: str | None = None) -> SearchResult:
     """Tries every config of ``space`` and returns the fastest valid one.
 
     Args:
@@ -244,6 +247,9 @@ def search(space: Space, setup: Setup, *, reference: Any = None, rtol: float = 1
             started are left out of the log, so that a resumed search tries them).
         log: a JSONL trial log: trials it holds are not run again.
         warmup, reps: `do_bench`'s, per config; ``paired_reps``: the head-to-head's.
+        order: ``"declared"`` (`Space.configs`' order) or ``"shuffled"`` (a fixed
+            permutation, seeded by the space's digest: resumed and repeated searches
+            try the same sequence). Default: shuffled with a budget, else declared.
     Raises:
         TuneError: no config was valid (the message lists why), or the log is of another space.
     """
@@ -255,12 +261,13 @@ def search(space: Space, setup: Setup, *, reference: Any = None, rtol: float = 1
         raise ArgumentError(f"prune must be a callable of a config, got {type(prune).__name__}")
     if budget is not None:
         _positive(budget, "budget")
+    configs = _ordered(space, order, budget is not None)
     trial_log = _Log(Path(log), space) if log is not None else None
     started = time.monotonic()
     trials: list[Trial] = []
     runners: dict[str, Runner] = {}
     out_of_budget = False
-    for config in space.configs():
+    for config in configs:
         key = _config_key(config)
         if trial_log is not None and key in trial_log.done:
             trials.append(trial_log.done[key])
@@ -287,6 +294,23 @@ def search(space: Space, setup: Setup, *, reference: Any = None, rtol: float = 1
             else:
                 best_ms = paired.a.median_ms
     return SearchResult(best, best_ms, trials, paired, out_of_budget)
+
+
+ORDERS = ("declared", "shuffled")
+
+
+def _ordered(space: Space, order: str | None, budgeted: bool) -> list[Config]:
+    """The configs of ``space`` in the order a search tries them."""
+    if order is None:
+        order = "shuffled" if budgeted else "declared"
+    if order not in ORDERS:
+        raise ArgumentError(f"order must be one of {list(ORDERS)}, got {order!r}")
+    configs = space.configs()
+    if order == "shuffled":
+        # A budget cut short samples the whole space: the declared order would spend it on
+        # the first values of the first parameters (e.g. every occupancy-1 config first).
+        random.Random(space.digest).shuffle(configs)
+    return configs
 
 
 def _runner_of(config: Config, setup: Setup, runners: dict[str, Runner]) -> Runner | None:
