@@ -12,7 +12,8 @@ merges the winners into ``<records-dir>/<arch>/matmul_<dtype>.json`` (default: t
 package's records folder, to commit; a record of another provenance is replaced).
 Configs that a shape cuts to the same tiles are tried once. ``--quick`` keeps only the
 configs that win on sm_90 in the measured runs (8 worker warps, 128x128 to 128x256
-tiles, the dtype's usual K tiles): six to twelve per shape. ``--budget`` bounds each
+tiles, the dtype's usual K tiles; from 64x64 with 4 warps too where 128x128 tiles
+would leave SMs idle): about twenty configs a shape, forty for the short ones. ``--budget`` bounds each
 shape's search in seconds; ``--log-dir`` keeps JSONL trial logs, so a run cut short
 resumes where it stopped. ``--smoke`` searches a tiny space on tiny shapes with few
 reps: how CI runs the script end to end on the interpreter (write to a temporary folder).
@@ -61,17 +62,27 @@ def parse_shape(text: str) -> Shape:
     return m, n, k
 
 
-def quick(dtype: Any) -> Callable[[dict[str, Any]], bool]:
+#: SMs of the H200: a shape with fewer 128x128 output tiles than this leaves SMs idle with them
+H200_SMS = 132
+
+
+def quick(dtype: Any, shape: Shape) -> Callable[[dict[str, Any]], bool]:
     """The prune of ``--quick``: the configs that win on sm_90 in the measured runs."""
     # fp8: K tiles of 64 and 128 (tileiras spills the 128-wide ones' accumulators on sm_90
     # in every shape tried; 64 wide, 128x128 tiles compile without spills); f16/bf16: 32
     # and 64 (128x256x32 beat 128x256x64 at 8192^3, 1.005-1.016x cuBLAS against 0.975)
     tile_ks = (32,) if dtype == f32 else (64, 128) if dtype in (f8e4m3fn, f8e5m2) else (32, 64)
+    m, n, _ = shape
+    # Short outputs (M = 128 x 4096: 32 tiles of 128x128 for 132 SMs) need smaller tiles to
+    # fill the device: 64x64 and up, with 4 worker warps too.
+    few_tiles = -(-m // 128) * -(-n // 128) < H200_SMS
+    smallest = 64 * 64 if few_tiles else 128 * 128
 
     def keep(config: dict[str, Any]) -> bool:
         area = int(config["tile_m"]) * int(config["tile_n"])
-        return _configs.prune(config) and config["num_worker_warps"] == 8 and config["tile_k"] in tile_ks \
-            and 128 * 128 <= area <= 128 * 256 and config["occupancy"] == 1
+        warps_ok = config["num_worker_warps"] == 8 or (few_tiles and area < 128 * 256)
+        return _configs.prune(config) and warps_ok and config["tile_k"] in tile_ks \
+            and smallest <= area <= 128 * 256 and config["occupancy"] == 1
     return keep
 
 
@@ -107,8 +118,8 @@ def tune_gemm(args: argparse.Namespace) -> int:
                 record = tune.Record.load(path, tuner.provenance)  # merged into: runs add buckets
             except tune.TuneError as exc:
                 print(f"replacing {path}: {exc}")
-        keep = quick(dtype) if args.quick else _configs.prune
         for shape in shapes:
+            keep = quick(dtype, shape) if args.quick else _configs.prune
             started = time.monotonic()
             if args.jobs > 0:
                 configs = [c for c in space.configs() if for_shape(keep, shape)(c)]
