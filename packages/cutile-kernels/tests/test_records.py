@@ -101,6 +101,25 @@ def test_buckets_and_defaults() -> None:
             assert config["num_worker_warps"] == 8
 
 
+def test_the_quick_search_tries_small_tiles_only_for_short_outputs() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("tune_kernels", ROOT / "scripts" / "tune_kernels.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+
+    def kept(shape: tuple[int, int, int]) -> list[dict[str, Any]]:
+        keep = script.for_shape(script.quick(bf16, shape), shape)
+        return [c for c in _configs.SPACE.configs() if keep(c)]
+
+    smallest = {shape: min(int(c["tile_m"]) * int(c["tile_n"]) for c in kept(shape))
+                for shape in ((8192, 8192, 8192), (128, 4096, 4096))}
+    assert smallest == {(8192, 8192, 8192): 128 * 128, (128, 4096, 4096): 64 * 64}
+    assert {c["tile_k"] for c in kept((8192, 8192, 8192))} == {32, 64}
+    assert all(c["num_worker_warps"] == 8 for c in kept((8192, 8192, 8192)))
+
+
 def test_the_tuning_script_writes_records_that_load(tmp_path: Path) -> None:
     out = tmp_path / "records"
     env = {"CUTILE_BACKEND": "interpreter", "CUTILE_CACHE_DIR": str(tmp_path / "cache")}
