@@ -202,6 +202,7 @@ def test_a_gate_left_shut_is_opened_by_its_watchdog(make_fake_gpu: FakeGpu) -> N
         with gate.shut(0.01) as stuck:
             time.sleep(0.2)  # as a function waiting for the device behind the gate would
     assert not opened_by_host.tripped and stuck.tripped
+    assert not opened_by_host.where and "in test_a_gate_left_shut_is_opened_by_its_watchdog" in stuck.where
 
 
 @pytest.mark.interpreter_only
@@ -286,7 +287,8 @@ def test_a_rep_the_watchdog_opened_is_refused_and_its_tensors_are_free_after(mak
         fn = lambda: bench_add(z, x, y)  # noqa: E731
         bench.do_bench(fn, warmup=1, reps=1, flush_l2=False)  # learns the form, times one rep
         slow[0] = True
-        with pytest.raises(cutile.BenchError, match="not enqueued within"):
+        # the error says where the rep waited: the sleep inside the late schedule
+        with pytest.raises(cutile.BenchError, match=r"not enqueued within.*waiting in .*test_bench.py:\d+ in late"):
             bench.do_bench(fn, warmup=1, reps=1, flush_l2=False)
         slow[0] = False
         # the refused rep's launch ran: z is free for the next launch (a pending one would refuse it)

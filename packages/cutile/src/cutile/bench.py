@@ -41,9 +41,11 @@ import math
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -241,13 +243,15 @@ class _StreamGate:
     def _open(self, shut: _Shut, *, by_watchdog: bool = False) -> None:
         with self._lock:
             if self._value[0] < shut.count:
+                if by_watchdog:
+                    shut.where = _waiting_in(shut.thread)
                 self._value[0] = shut.count
                 shut.tripped = by_watchdog
 
     @contextmanager
     def shut(self, timeout: float) -> Iterator[_Shut]:
         self._shut_count += 1
-        shut = _Shut(self._shut_count)
+        shut = _Shut(self._shut_count, threading.get_ident())
         self.stream.wait_value32(self._address, shut.count)
         watchdog = threading.Timer(timeout, self._open, args=(shut,), kwargs={"by_watchdog": True})
         watchdog.daemon = True
@@ -265,7 +269,18 @@ class _StreamGate:
 @dataclass
 class _Shut:
     count: int
+    thread: int  # the thread that shut the gate (whose wait the watchdog reports)
     tripped: bool = False
+    where: str = ""  # where that thread was when the watchdog opened the gate
+
+
+def _waiting_in(thread: int, depth: int = 4) -> str:
+    """The innermost frames of ``thread`` (file:line in function), for a report of what it waited in."""
+    frame = sys._current_frames().get(thread)
+    if frame is None:
+        return ""
+    frames = traceback.extract_stack(frame)[-depth:]
+    return " <- ".join(f"{Path(f.filename).name}:{f.lineno} in {f.name}" for f in reversed(frames))
 
 
 _RETURNS, _ENQUEUES, _WAITS, _UNPROBED = "returns its work", "enqueues", "waits", "unprobed"
@@ -385,7 +400,8 @@ class _EventTimer(_Timer):
                 raise BenchError(
                     f"the work of a rep was not enqueued within {_StreamGate.WATCHDOG_S:g} s while the "
                     "bench stream was gated: the function waited for the device (it did not in warm-up) "
-                    "or compiled (warm up with the same arguments)")
+                    "or compiled (warm up with the same arguments)"
+                    + (f"; it was waiting in {shut.where}" if shut.where else ""))
             _wait(pending)
 
     def gated(self, fn: Callable[[], Any]) -> bool:
