@@ -12,7 +12,7 @@ merges the winners into ``<records-dir>/<arch>/matmul_<dtype>.json`` (default: t
 package's records folder, to commit; a record of another provenance is replaced).
 Configs that a shape cuts to the same tiles are tried once. ``--quick`` keeps only the
 configs that win on sm_90 in the measured runs (8 worker warps, 128x128 to 128x256
-tiles, the dtype's usual K tiles; from 64x64 with 4 warps too where 128x128 tiles
+tiles, the dtype's usual K tiles; tiles of 64x64 elements and up, with 4 warps below 128x256, where 128x128 tiles
 would leave SMs idle): about twenty configs a shape, forty for the short ones. ``--budget`` bounds each
 shape's search in seconds; ``--log-dir`` keeps JSONL trial logs, so a run cut short
 resumes where it stopped. ``--smoke`` searches a tiny space on tiny shapes with few
@@ -74,7 +74,7 @@ def quick(dtype: Any, shape: Shape) -> Callable[[dict[str, Any]], bool]:
     tile_ks = (32,) if dtype == f32 else (64, 128) if dtype in (f8e4m3fn, f8e5m2) else (32, 64)
     m, n, _ = shape
     # Short outputs (M = 128 x 4096: 32 tiles of 128x128 for 132 SMs) need smaller tiles to
-    # fill the device: 64x64 and up, with 4 worker warps too.
+    # fill the device: 64x64 and up, with 4 worker warps below 128x256 (H200_SMS: tuning runs on the H200).
     few_tiles = -(-m // 128) * -(-n // 128) < H200_SMS
     smallest = 64 * 64 if few_tiles else 128 * 128
 

@@ -186,11 +186,11 @@ def copy_bandwidth(nbytes: int = 1 << 30) -> float:
     if cutile.backend() == "gpu":
         import cuda_core
 
-        stream = cuda_core.Stream.create()
-        src = cuda_core.DeviceBuffer.allocate(4 * words, stream=stream)
-        dst = cuda_core.DeviceBuffer.allocate(4 * words, stream=stream)
-        src.memset(0, width=4, stream=stream)
-        driver = bench.do_bench(lambda: dst.copy_from(src, stream=stream), stream=stream, warmup=3, reps=20)
+        stream = cuda_core.Stream.create()  # (the current device, where api.zeros allocated)
+        with cuda_core.DeviceBuffer.allocate(4 * words, stream=stream) as src, \
+                cuda_core.DeviceBuffer.allocate(4 * words, stream=stream) as dst:
+            src.memset(0, width=4, stream=stream)
+            driver = bench.do_bench(lambda: dst.copy_from(src, stream=stream), stream=stream, warmup=3, reps=20)
         best_ms = min(best_ms, driver.median_ms)
     return 2 * 4 * words / (best_ms / 1000)
 

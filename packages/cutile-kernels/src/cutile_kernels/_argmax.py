@@ -43,8 +43,9 @@ from cutile_kernels import _pointwise as pw
 from cutile_kernels._operands import Operand, as_tensor, derived, output
 
 #: chunk_tiles 0: as many tiles per chunk as keep at least `TARGET_BLOCKS` blocks (at most 16); 32 to 128
-#: make a 152k-column row one chunk: one launch, a block a row. (tile_rows 4 is left out: with 4096
-#: columns the 16-bit kernel's 16 unrolled tiles took tileiras 28 s to compile.)
+#: let a long row be one chunk (151936 columns: 2048x128, 4096x64, 4096x128): one launch, a block a row.
+#: (tile_rows 4 is left out: with 4096 columns the 16-bit kernel's 16 unrolled tiles took tileiras 28 s
+#: to compile.)
 SPACE = tune.Space(tile_rows=[1, 2], tile_cols=[512, 1024, 2048, 4096], chunk_tiles=[0, 1, 2, 4, 8, 16, 32, 64, 128],
                    occupancy=[1, 2, 4])
 #: the config without a record, by element size: f32 the three-reduction kernel's (as before the

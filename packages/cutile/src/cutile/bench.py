@@ -276,11 +276,16 @@ class _Shut:
 
 def _waiting_in(thread: int, depth: int = 4) -> str:
     """The innermost frames of ``thread`` (file:line in function), for a report of what it waited in."""
-    frame = sys._current_frames().get(thread)
-    if frame is None:
+    # Called by the watchdog before it opens the gate: it must not raise (the gate would
+    # stay shut) nor read source files (lookup_lines=False).
+    try:
+        frame = sys._current_frames().get(thread)
+        if frame is None:
+            return ""
+        frames = traceback.StackSummary.extract(traceback.walk_stack(frame), limit=depth, lookup_lines=False)
+        return " <- ".join(f"{Path(f.filename).name}:{f.lineno} in {f.name}" for f in frames)
+    except Exception:
         return ""
-    frames = traceback.extract_stack(frame)[-depth:]
-    return " <- ".join(f"{Path(f.filename).name}:{f.lineno} in {f.name}" for f in reversed(frames))
 
 
 _RETURNS, _ENQUEUES, _WAITS, _UNPROBED = "returns its work", "enqueues", "waits", "unprobed"

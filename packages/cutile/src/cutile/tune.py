@@ -248,8 +248,8 @@ def search(space: Space, setup: Setup, *, reference: Any = None, rtol: float = 1
         log: a JSONL trial log: trials it holds are not run again.
         warmup, reps: `do_bench`'s, per config; ``paired_reps``: the head-to-head's.
         order: ``"declared"`` (`Space.configs`' order) or ``"shuffled"`` (a fixed
-            permutation, seeded by the space's digest: resumed and repeated searches
-            try the same sequence). Default: shuffled with a budget, else declared.
+            permutation, seeded by the space's digest: every shuffled search of the
+            space tries the same sequence). Default: shuffled with a budget, else declared.
     Raises:
         TuneError: no config was valid (the message lists why), or the log is of another space.
     """
