@@ -175,6 +175,45 @@ def test_reductions(kind: int, reference: Any) -> None:
     np.testing.assert_allclose(out.to_numpy(), expected, rtol=1e-6)
 
 
+# The GPU's maxf/minf (no propagate_nan) take NaN as a missing value, and its max/min reductions
+# start from their identity; argmax/argmin compare ordered (a NaN is never taken). The
+# interpreter models exactly that (np.fmax, np.fmin), and these run on both backends.
+NAN_ROWS = np.array([[np.nan, 1.0, 3.0, np.nan, -2.0, 0.5, 3.0, 1.0],
+                     [np.nan] * 8,
+                     [np.nan, -np.inf, -np.inf, np.nan, -np.inf, -np.inf, -np.inf, -np.inf],
+                     [2.0, np.nan, 2.0, 7.0, np.nan, 7.0, -1.0, np.inf]], dtype=np.float32)
+
+
+@pytest.mark.parametrize("kind, expected", [
+    (1, [3.0, -np.inf, -np.inf, np.inf]),  # max: NaN left out; a row of NaN gives the identity
+    (2, [-2.0, np.inf, -np.inf, -1.0]),  # min
+    (4, [2, 2**31 - 1, 1, 7]),  # argmax: the first largest number; none: the identity's position
+    (5, [4, 2**31 - 1, 1, 6])])  # argmin
+def test_reductions_take_nan_as_missing(kind: int, expected: list[float]) -> None:
+    xs = np.resize(NAN_ROWS, (16, 8))
+    out = api.full([16, 8], 12345.0).partition([16, 8])
+    out, _ = reductions(out, api.from_numpy(xs), KIND=kind).sync()
+    got = out.to_numpy()[:, 0]
+    np.testing.assert_array_equal(got, np.resize(np.array(expected, dtype=np.float32), 16))
+
+
+def test_maximum_and_minimum_take_nan_as_missing() -> None:
+    x = np.array([np.nan, 1.0, np.nan, -np.inf, 2.0, -3.0, np.nan, np.inf] * 8, dtype=np.float32)
+    y = np.array([1.0, np.nan, np.nan, np.nan, 3.0, -4.0, -np.inf, np.nan] * 8, dtype=np.float32)
+
+    @cutile.entry
+    def both(hi: Mut[Tensor[f32, ["B"]]], lo: Mut[Tensor[f32, ["B"]]], a: Tensor[f32, [-1]], b: Tensor[f32, [-1]]):
+        ta, tb = load_tile_like(a, hi), load_tile_like(b, hi)
+        hi.store(ct.maximum(ta, tb))
+        lo.store(ct.minimum(ta, tb))
+
+    hi, lo = (api.full([64], 12345.0).partition([64]) for _ in range(2))
+    hi, lo, _, _ = both(hi, lo, api.from_numpy(x), api.from_numpy(y)).sync()
+    np.testing.assert_array_equal(hi.to_numpy(), np.fmax(x, y))  # NaN only where both are
+    np.testing.assert_array_equal(lo.to_numpy(), np.fmin(x, y))
+    assert np.isnan(hi.to_numpy()[2]) and hi.to_numpy()[0] == 1.0
+
+
 @pytest.mark.parametrize("kind, reference", [("sum", np.cumsum), ("prod", np.cumprod)])
 @pytest.mark.parametrize("reverse", [False, True])
 def test_scans(kind: str, reference: Any, reverse: bool) -> None:

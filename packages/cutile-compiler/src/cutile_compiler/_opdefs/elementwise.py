@@ -756,10 +756,13 @@ class ElementwiseOp(Op):
     MOD = IntegerDivision(2, NUMBER, np.remainder, lower=_lower_mod, symbol="%")
     POW = Elementwise(2, FLOAT, np.power, float_op="pow", symbol="**", spelled="pow ('**')",
                       kind_hint="; convert with .astype(f32)")
-    MINIMUM = Elementwise(2, NUMBER, np.minimum, float_op="minf", int_op="mini", signed=True, flush_to_zero=True,
-                          foldable=True, doc="The element-wise minimum.")
-    MAXIMUM = Elementwise(2, NUMBER, np.maximum, float_op="maxf", int_op="maxi", signed=True, flush_to_zero=True,
-                          foldable=True, doc="The element-wise maximum.")
+    # maxf/minf without propagate_nan: a NaN operand is a missing value (NaN only when both are), np.fmax's way
+    MINIMUM = Elementwise(2, NUMBER, np.fmin, float_op="minf", int_op="mini", signed=True, flush_to_zero=True,
+                          foldable=True, doc="The element-wise minimum; NaN only where both are NaN (a NaN "
+                                             "operand gives the other).")
+    MAXIMUM = Elementwise(2, NUMBER, np.fmax, float_op="maxf", int_op="maxi", signed=True, flush_to_zero=True,
+                          foldable=True, doc="The element-wise maximum; NaN only where both are NaN (a NaN "
+                                             "operand gives the other).")
     ATAN2 = Elementwise(2, FLOAT, np.arctan2, float_op="atan2", foldable=True,
                         doc="The angle of (x, y) = atan(y / x) in the right quadrant; atan2(y, x).")
     AND = Elementwise(2, BITS, np.bitwise_and, int_op="andi", symbol="&")

@@ -19,9 +19,35 @@ from cutile_compiler._types import KType, TileType
 if TYPE_CHECKING:
     from cutile_compiler._lowering import Lowering
 
+def _is_float(value: Any) -> bool:
+    return bool(np.issubdtype(value.dtype, np.floating) or value.dtype.kind == "V")  # (ml_dtypes' bf16: "V")
+
+
+# Float max and min reduce as the GPU's maxf/minf do (NaN is a missing value, the
+# reduction starting from its identity: a row of NaN gives -inf for max, +inf for min).
+def _max(value: Any, axis: int) -> Any:
+    return np.fmax.reduce(value, axis=axis, initial=-np.inf) if _is_float(value) else np.max(value, axis=axis)
+
+
+def _min(value: Any, axis: int) -> Any:
+    return np.fmin.reduce(value, axis=axis, initial=np.inf) if _is_float(value) else np.min(value, axis=axis)
+
+
+def _arg(extreme: Callable[[Any, int], Any]) -> Callable[..., Any]:
+    """argmax/argmin as the GPU's ordered compares pick: the first position of the
+    extreme among the numbers (NaN never taken); a row of NaN gives the identity's
+    position, 2**31 - 1."""
+    def arg(value: Any, axis: int) -> Any:
+        if not _is_float(value):
+            return (np.argmax if extreme is _max else np.argmin)(value, axis=axis)
+        hits = (value == np.expand_dims(extreme(value, axis), axis)) & ~np.isnan(value.astype(np.float32))
+        return np.where(hits.any(axis=axis), np.argmax(hits, axis=axis), (1 << 31) - 1)
+    return arg
+
+
 _REDUCERS: dict[str, Callable[..., Any]] = {
-    "sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min,
-    "argmax": np.argmax, "argmin": np.argmin,
+    "sum": np.sum, "prod": np.prod, "max": _max, "min": _min,
+    "argmax": _arg(_max), "argmin": _arg(_min),
 }
 _SCANS: dict[str, Callable[..., Any]] = {"sum": np.cumsum, "prod": np.cumprod}
 
