@@ -335,6 +335,32 @@ def test_a_repeated_call_reuses_its_launch_arguments_and_still_refuses_what_chan
     del taken
 
 
+@pytest.mark.parametrize("consumed", ["bias", "b", "a"])
+def test_a_repeated_tiled_call_refuses_a_consumed_bias_or_transposed_operand(
+        consumed: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The remembered call launches on views made the first time (a transposed a or b
+    read through its transpose, the bias as a row): those would not see their tensor
+    consumed since, so the launch checks them again (as the kept-plan launch does)."""
+    from cutile_kernels import _matmul
+
+    monkeypatch.setattr(_matmul._KEPT_CALLS, "get", lambda key: None)
+    rng = np.random.default_rng(47)
+    xn, wn, bn = rand(rng, (64, 40), bf16), rand(rng, (48, 64), bf16), rand(rng, (48,), bf16)
+    x_t = api.from_numpy(np.ascontiguousarray(xn)).T  # [40, 64] read through its transpose
+    w_t = api.from_numpy(wn).T
+    bias = api.from_numpy(bn)
+    out = api.full([40, 48], np.nan, bf16)
+    matmul(x_t, w_t, out=out, bias=bias)
+    matmul(x_t, w_t, out=out, bias=bias)  # the remembered call
+    assert matmul._last is not None and matmul._last.call.positional is not None
+    close(out, reference(xn.T, wn.T, bias=bn), bf16)
+    tensor = {"bias": bias, "b": w_t, "a": x_t}[consumed]
+    taken = tensor.partition([8] if tensor.ndim == 1 else [8, 8])
+    with pytest.raises(cutile.OwnershipError, match=f"matmul: {consumed}: .*consumed"):
+        matmul(x_t, w_t, out=out, bias=bias)
+    del taken
+
+
 def test_torch_tensors_in_and_out() -> None:
     torch = pytest.importorskip("torch", reason="torch is not installed here")
     rng = np.random.default_rng(41)

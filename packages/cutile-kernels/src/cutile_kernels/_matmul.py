@@ -494,8 +494,14 @@ def _launch_call(call: _Call) -> Any:
         arguments, constants = _kernel_arguments(call)
         # Every parameter by position (the tile's BM, BN too): the call the native launch path takes.
         call.positional = (*arguments, plan.tile[-2], plan.tile[-1], constants["BK"], constants["K"])
-    else:  # (the kernel writes a cached partition of out: a consumed out is refused here)
+    else:  # the arguments made the first time are views: a consumed tensor is refused here (as `_tiled_launch`)
         require_live(call.out, "matmul", "out")
+        if call.epilogue.bias is not None:
+            require_live(call.epilogue.bias, "matmul", "bias")
+        if plan.a_transposed:
+            require_live(call.a, "matmul", "a")
+        if plan.b_transposed:
+            require_live(call.b, "matmul", "b")
     return plan.kernel(*call.positional)
 
 
