@@ -163,7 +163,7 @@ def _gemv_launch(kept: _GemvKept, a: cutile.Tensor, b: cutile.Tensor, out: cutil
                          kept.weight_nk, out, bias if bias is not None else derived(a, "row", lambda: a[0]),
                          residual if residual is not None else a, bias is not None, residual is not None,
                          kept.activation, alpha)
-    return _run_gemv(_gemv._launches(ops, kept.config))
+    return _run_gemv(_gemv._launches(ops, kept.config), a, b, out, bias, residual)
 
 
 def _tiled_launch(plan: _Plan, a: cutile.Tensor, b: cutile.Tensor, out: cutile.Tensor, bias: Any,
@@ -186,16 +186,20 @@ def _tiled_launch(plan: _Plan, a: cutile.Tensor, b: cutile.Tensor, out: cutile.T
     return plan.kernel(*arguments, plan.tile[-2], plan.tile[-1], constants["BK"], constants["K"])
 
 
-def _run_gemv(launches: tuple[tuple[Any, tuple[Any, ...], dict[str, int]], ...]) -> Any:
+def _run_gemv(launches: tuple[tuple[Any, tuple[Any, ...], dict[str, int]], ...], a: cutile.Tensor,
+              b: cutile.Tensor, out: cutile.Tensor, bias: Any, residual: Any) -> Any:
     """The GEMV path's launch (one slice of K) or op (partial sums, then their reduction),
-    from `_gemv._launches`' list. (`_gemv._run` does the same from the operands; changing
-    _gemv.py to share this would stale the gemv record, whose provenance hashes the module.)"""
+    from `_gemv._launches`' list; the op holds the caller's tensors from the call (its
+    launches are made as it runs: the reduction reads the partial sums). (`_gemv._run`
+    does the same from the operands; changing _gemv.py to share this would stale the
+    gemv record, whose provenance hashes the module.)"""
     kernel, arguments, constants = launches[0]
-    first = kernel(*arguments, **constants)
     if len(launches) == 1:
-        return first
+        return kernel(*arguments, **constants)
     reduce, reduce_arguments, _ = launches[1]
-    return first.then(lambda _: reduce(*reduce_arguments))
+    reads = [(name, t) for name, t in (("a", a), ("b", b), ("bias", bias), ("residual", residual)) if t is not None]
+    held = cutile.hold("small_m_matmul", reads=reads, writes=[("out", out)])
+    return held.then(lambda _: kernel(*arguments, **constants)).then(lambda _: reduce(*reduce_arguments))
 
 
 def _scales(scale_a: Any, scale_b: Any) -> tuple[float, tuple[cutile.Tensor, cutile.Tensor] | None]:
@@ -487,7 +491,7 @@ def _launch_call(call: _Call) -> Any:
             else:
                 require_live(call.b, "small_m_matmul", "b")
                 require_live(call.out, "small_m_matmul", "out")
-            return _run_gemv(call.gemv_launches)
+            return _run_gemv(call.gemv_launches, call.a, call.b, call.out, epilogue.bias, epilogue.residual)
         return _splitk.split_k_matmul(call.a, call.b, call.out, bias=epilogue.bias, activation=epilogue.activation,
                                       residual=epilogue.residual, alpha=call.alpha, config=plan.config)
     if call.positional is None:

@@ -380,7 +380,22 @@ def run_matmul(ops: Operands, tile_m: int, tile_n: int, tile_k: int, splits: int
     def reduction(_: tuple[Any, ...]) -> Any:
         return reduce(out_tiles(reduce_tile), workspace, ops.bias, ops.residual, ops.alpha)
 
-    return partial(workspace_tiles, ops.a, ops.weight, BK=tile_k, SPLITS=splits).then(reduction)
+    # The reduction is made as the partial products are enqueued (it reads their workspace):
+    # what it uses of the caller's is held from the call, so the op owns it while pending.
+    held = cutile.hold("split_k_matmul", reads=epilogue_reads(ops), writes=[("out", out)])
+    return held.then(lambda _: partial(workspace_tiles, ops.a, ops.weight, BK=tile_k, SPLITS=splits)).then(
+        reduction)
+
+
+def epilogue_reads(ops: Operands) -> list[tuple[str, cutile.Tensor]]:
+    """The caller's tensors a two-launch op reads (held from the call: its launches are
+    made as it runs): a, the weight, and the bias and residual where it has them."""
+    reads = [("a", ops.a), ("b", ops.weight)]
+    if ops.has_bias:
+        reads.append(("bias", ops.bias))
+    if ops.has_residual:
+        reads.append(("residual", ops.residual))
+    return reads
 
 
 # -- split-K: configs ---------------------------------------------------------------------------
