@@ -354,9 +354,15 @@ def reduce_tiles(m: int, n: int) -> tuple[int, int]:
     return tile_m, min(max(4096 // tile_m, 16), next_power_of_two(n))
 
 
-def run_matmul(ops: Operands, tile_m: int, tile_n: int, tile_k: int, splits: int, method: str,
-               hints: tuple[tuple[str, int], ...]) -> Any:
-    """The launch (one split) or the op (partial products, then their reduction)."""
+Launches = tuple[tuple[Any, tuple[Any, ...], dict[str, int]], ...]
+
+
+def launches(ops: Operands, tile_m: int, tile_n: int, tile_k: int, splits: int, method: str,
+             hints: tuple[tuple[str, int], ...]) -> Launches:
+    """What `run_matmul` launches: (kernel, positional arguments, constants) per kernel,
+    in order, the views and the workspace made (so that a caller may make them ahead of
+    the launches: `_matmul`'s staged calls, whose launches are made while their op is
+    being enqueued, where an allocation would wait for the stream)."""
     in_dtype, out = ops.a.dtype, ops.out
 
     def out_tiles(tile: tuple[int, int]) -> Any:
@@ -366,7 +372,8 @@ def run_matmul(ops: Operands, tile_m: int, tile_n: int, tile_k: int, splits: int
     if splits == 1:
         kernel = direct_kernel(in_dtype, out.dtype, ops.bias.dtype, ops.residual.dtype, ops.weight_nk, method,
                                ops.activation, ops.has_bias, ops.has_residual, hints)
-        return kernel(out_tiles((tile_m, tile_n)), ops.a, ops.weight, ops.bias, ops.residual, ops.alpha, BK=tile_k)
+        return ((kernel, (out_tiles((tile_m, tile_n)), ops.a, ops.weight, ops.bias, ops.residual, ops.alpha),
+                 {"BK": tile_k}),)
     # One workspace per out and split shape: a second call while the first is pending is refused
     # (the workspace is held), as it would be for out.
     workspace = derived(out, ("workspace", splits), lambda: api.empty([splits, ops.m, ops.n], dtype=f32))
@@ -375,12 +382,34 @@ def run_matmul(ops: Operands, tile_m: int, tile_n: int, tile_k: int, splits: int
     partial = partial_kernel(in_dtype, ops.weight_nk, method, hints)
     reduce = reduce_kernel(out.dtype, ops.bias.dtype, ops.residual.dtype, ops.activation, ops.has_bias,
                            ops.has_residual)
-    reduce_tile = reduce_tiles(ops.m, ops.n)
+    return ((partial, (workspace_tiles, ops.a, ops.weight), {"BK": tile_k, "SPLITS": splits}),
+            (reduce, (out_tiles(reduce_tiles(ops.m, ops.n)), workspace, ops.bias, ops.residual, ops.alpha), {}))
 
-    def reduction(_: tuple[Any, ...]) -> Any:
-        return reduce(out_tiles(reduce_tile), workspace, ops.bias, ops.residual, ops.alpha)
 
-    return partial(workspace_tiles, ops.a, ops.weight, BK=tile_k, SPLITS=splits).then(reduction)
+def run(steps: Launches) -> Any:
+    """The launch of `launches`' one kernel, or the op of its two: the reduction's launch
+    made (claiming out) once the partials are enqueued."""
+    kernel, arguments, constants = steps[0]
+    first = kernel(*arguments, **constants)
+    if len(steps) == 1:
+        return first
+    reduce, reduce_arguments, reduce_constants = steps[1]
+    return first.then(lambda _: reduce(*reduce_arguments, **reduce_constants))
+
+
+def run_matmul(ops: Operands, tile_m: int, tile_n: int, tile_k: int, splits: int, method: str,
+               hints: tuple[tuple[str, int], ...]) -> Any:
+    """The launch (one split) or the op (partial products, then their reduction)."""
+    return run(launches(ops, tile_m, tile_n, tile_k, splits, method, hints))
+
+
+def checked_launches(a: cutile.Tensor, b: cutile.Tensor, out: cutile.Tensor, *, bias: cutile.Tensor | None,
+                     activation: str | None, residual: cutile.Tensor | None, alpha: float,
+                     config: Mapping[str, Any] | None) -> Launches:
+    """`split_k_matmul`'s checks, then its `launches` (to `run`)."""
+    ops = check_operands("split_k_matmul", a, b, out, bias, activation, residual, alpha)
+    cfg = check_config("split_k_matmul", config, default_config(ops.m, ops.n, ops.k, ops.a.dtype), CONFIG_KEYS)
+    return launches(ops, cfg["tile_m"], cfg["tile_n"], cfg["tile_k"], cfg["split_k"], cfg["method"], hints_of(cfg))
 
 
 # -- split-K: configs ---------------------------------------------------------------------------
@@ -457,6 +486,5 @@ def split_k_matmul(a: cutile.Tensor, b: cutile.Tensor, out: cutile.Tensor, *, bi
     Raises:
         ArgumentError, ArgumentTypeError: a malformed argument (named in the message).
     """
-    ops = check_operands("split_k_matmul", a, b, out, bias, activation, residual, alpha)
-    cfg = check_config("split_k_matmul", config, default_config(ops.m, ops.n, ops.k, ops.a.dtype), CONFIG_KEYS)
-    return run_matmul(ops, cfg["tile_m"], cfg["tile_n"], cfg["tile_k"], cfg["split_k"], cfg["method"], hints_of(cfg))
+    return run(checked_launches(a, b, out, bias=bias, activation=activation, residual=residual, alpha=alpha,
+                                config=config))
