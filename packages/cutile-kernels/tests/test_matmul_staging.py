@@ -151,7 +151,7 @@ def test_an_unaligned_residual_alone_is_staged(copies: list[Any]) -> None:
     matmul(api.from_numpy(an), api.from_numpy(bn), out=out, residual=res, activation="relu")
     close(out, reference(an, bn, activation="relu", residual=residual[:, 1:]), bf16)
     staged = last_staged()
-    assert staged is not None and [s is res for s, _ in staged.copies_in] == [True]
+    assert staged is not None and [s is res for _, s, _ in staged.copies_in] == [True]
 
 
 def test_fp8_with_an_odd_k_is_staged() -> None:
@@ -161,7 +161,7 @@ def test_fp8_with_an_odd_k_is_staged() -> None:
     matmul(api.from_numpy(an), api.from_numpy(bn), out=out, scale_a=0.5, scale_b=2.0)
     close(out, reference(an, bn), bf16)
     staged = last_staged()
-    assert staged is not None and [s.shape for s, _ in staged.copies_in] == [(40, 39)]
+    assert staged is not None and [s.shape for _, s, _ in staged.copies_in] == [(40, 39)]
 
 
 @pytest.mark.parametrize("case", ["batched", "b_shared_folded", "a_shared", "a_transposed"])
@@ -237,9 +237,11 @@ def test_an_aligned_call_stages_nothing_and_keeps_its_fast_paths(copies: list[An
     close(odd_out, reference(an, bn[:, :47]), f16)  # (b[:, :47] keeps b's rows of 96 bytes: read in place)
     assert last_staged() is not None and len(copies) == 1
     assert len(_matmul._KEPT_CALLS) == 1  # (a staged call is not kept by layout)
+    odd_out.host_view()[...] = np.nan
     launched = matmul.launch(a, b[:, :47], out=odd_out)
     assert not isinstance(launched, cutile.Launch)  # one op: copies, GEMM, copy back
-    odd_out.host_view()[...] = np.nan
+    with pytest.raises(cutile.OwnershipError, match="held by the pending matmul \\(parameter 'out'\\)"):
+        odd_out.host_view()  # (the pending op owns out from the call, as a launch does)
     launched.sync()
     close(odd_out, reference(an, bn[:, :47]), f16)
     assert len(copies) == 2
@@ -254,7 +256,7 @@ def test_a_repeated_staged_call_reuses_its_temporaries_and_refuses_a_consumed_op
     matmul(a, b, out=out)
     remembered = matmul._last
     assert remembered is not None and remembered.call.staged is not None
-    temporaries = [t for _, t in remembered.call.staged.copies_in]
+    temporaries = [t for _, _, t in remembered.call.staged.copies_in]
     new_a = rand(rng, (40, 29), f16)
     a.host_view()[...] = new_a  # new values in the same tensor: copied again
     out.host_view()[...] = np.nan

@@ -42,7 +42,7 @@ def _register_call(fake: FakeDriver, call: Any) -> None:
     """Gives the fake the layouts of every kernel ``call`` launches."""
     if call.staged is not None:
         copy_out = (call.staged.copy_out,) if call.staged.copy_out is not None else ()
-        for source, target in call.staged.copies_in + copy_out:
+        for _, source, target in call.staged.copies_in + tuple((None, *pair) for pair in copy_out):
             _register(fake, _staging.copy_kernel(target.dtype, target.ndim), _staging._tiles(target), source)
         call = call.staged.inner
     arguments, constants = _matmul._kernel_arguments(call)
@@ -63,7 +63,7 @@ def test_a_staged_call_launches_its_copies_the_gemm_and_the_copy_back_in_order(f
     call = _prepared(a, b, out)
     assert call.staged is not None
     _register_call(fake, call)
-    temporaries = [target for _, target in call.staged.copies_in] + [call.staged.copy_out[0]]
+    temporaries = [target for _, _, target in call.staged.copies_in] + [call.staged.copy_out[0]]
     for t in temporaries:
         assert t.device == "cuda:0" and t.address() % 16 == 0 and _staging.strides_aligned(t)
     for _ in range(2):  # a second call: the same launches again, nothing left held by the first
@@ -126,3 +126,25 @@ def test_a_staged_call_is_captured_once_its_temporaries_exist(fake: FakeDriver) 
     with cutile.graph_scope("staged") as scope:
         matmul(a, b, out=out)
     scope.graph.launch().sync()
+
+
+def test_two_alternating_staged_calls_are_captured_once_warmed_up(fake: FakeDriver) -> None:
+    """Temporaries are kept per tensor and operand: after one call of each, alternating
+    calls (a layer's two GEMMs on one activation, say) allocate nothing, so a capture of
+    both records them, and its replays launch them again."""
+    m, n, k = 130, 45, 29  # a's rows of 58 bytes, b's and out's of 90
+    a, b, out = api.empty([m, k], dtype=f16), api.empty([k, n], dtype=f16), api.empty([m, n], dtype=f16)
+    w, second = api.empty([k, 24], dtype=f16), api.empty([m, 24], dtype=f16)  # only a staged
+    _register_call(fake, _prepared(a, b, out))
+    _register_call(fake, _prepared(a, w, second))
+    for _ in range(2):  # warm-up: each call's temporaries made once
+        matmul(a, b, out=out, config=CONFIG)
+        matmul(a, w, out=second, config=CONFIG)
+    with cutile.graph_scope("layer") as scope:
+        matmul(a, b, out=out, config=CONFIG)
+        matmul(a, w, out=second, config=CONFIG)
+    scope.graph.launch().sync()
+    recorded = [payload for kind, payload in list(fake.graphs.values())[-1] if kind == "launch"]
+    assert recorded == ["matmul_staging_copy_2d", "matmul_staging_copy_2d", "matmul_2d", "matmul_staging_copy_2d",
+                        "matmul_staging_copy_2d", "matmul_2d"]  # (a, b, GEMM, out back; a, GEMM)
+    matmul(a, b, out=out, config=CONFIG)  # nothing left held

@@ -25,7 +25,9 @@ compiler's layout facts show (`_staging`: a row stride or base address off 16 by
 a non-unit innermost stride), is staged: those operands are copied into aligned
 temporaries of their shape, the call's kernels run on them as an ordinary aligned call
 (`_Staged.inner`, planned by its own signature), and an output temporary is copied into
-the caller's out; the copies and the GEMM are one op, chained by ``then``.
+the caller's out; the copies and the GEMM are one op, chained by ``then``, which owns
+what it uses of the caller's memory from the call (`_launch_staged`). The temporaries
+are kept per caller's tensor and operand (`_staging.temporary`).
 """
 
 from __future__ import annotations
@@ -117,14 +119,17 @@ class _Call:
 @dataclass(frozen=True)
 class _Staged:
     """A staged call (see the module docstring): the copies into the temporaries, the
-    call on them, the copy of its output into the caller's out. The temporaries belong
-    to the call (a repeated call of the same objects launches on them again: its
-    launches then meet each other's holds, as they would on the caller's out)."""
+    call on them, the copy of its output into the caller's out. The temporaries are the
+    caller's tensors' (per operand: every call staging one tensor in one role writes
+    the same temporary, so two such launches pending at once meet each other's holds,
+    as they would on one out)."""
 
     inner: _Call  # the call on the temporaries (and the operands that needed none): never staged itself
-    copies_in: tuple[tuple[cutile.Tensor, cutile.Tensor], ...]  # (source, temporary) views, as the kernels read
+    # (operand, source, temporary) views, as the kernels read them
+    copies_in: tuple[tuple[str, cutile.Tensor, cutile.Tensor], ...]
     copy_out: tuple[cutile.Tensor, cutile.Tensor] | None  # (output temporary, the caller's out or its 2-D view)
     originals: tuple[tuple[str, cutile.Tensor], ...]  # the caller's tensors reached through cached views
+    unstaged: tuple[tuple[str, cutile.Tensor], ...]  # the caller's tensors the inner call reads as they are
 
 
 class _GemvKept(NamedTuple):
@@ -313,12 +318,17 @@ def _prepare(a: Any, b: Any, *, out: Any, bias: Any, activation: Any, residual: 
         raise cutile.ArgumentError("matmul: alpha * scale_a * scale_b is not finite")
     plan = signature.plan
     if plan is not None:
+        # (the inner call of a staged one is on aligned temporaries: its plan is never "staged")
+        assert staging or plan.path != "staged", "a staged call's inner call must be aligned"
         stage = _stage_of(signature.stage, ta, tb, residual_t, out_t) if staging else None
         if stage is not None:
             call = _Call(plan, ta, tb, out_t, out_handed, result_kind, epilogue, scale_tensors, alpha_total)
-            call.staged = _staged(call, signature, stage, activation=activation, alpha=alpha, scale_a=scale_a,
-                                  scale_b=scale_b, accumulate_dtype=accumulate_dtype, allow_tf32=allow_tf32,
-                                  config=config)
+            # Temporaries are kept per caller's cutile tensor (a foreign one is a new import each call).
+            owners = (ta if ta is a else None, tb if tb is b else None,
+                      residual_t if residual_t is residual else None, out_t if out_t is out else None)
+            call.staged = _staged(call, signature, stage, owners, activation=activation, alpha=alpha,
+                                  scale_a=scale_a, scale_b=scale_b, accumulate_dtype=accumulate_dtype,
+                                  allow_tf32=allow_tf32, config=config)
             call.plan = call.staged.inner.plan
             return call
         ta, tb, out_t, epilogue = _shaped(plan, signature.batched, signature.batch, ta, tb, out_t, epilogue)
@@ -340,14 +350,15 @@ def _stage_of(by_strides: tuple[bool, bool, bool, bool], ta: cutile.Tensor, tb: 
     return stage if True in stage else None
 
 
-def _staged(call: _Call, signature: _Signature, stage: tuple[bool, bool, bool, bool], *, activation: Any,
-            alpha: Any, scale_a: Any, scale_b: Any, accumulate_dtype: Any, allow_tf32: bool,
-            config: Any) -> _Staged:
+def _staged(call: _Call, signature: _Signature, stage: tuple[bool, bool, bool, bool],
+            owners: tuple[cutile.Tensor | None, ...], *, activation: Any, alpha: Any, scale_a: Any, scale_b: Any,
+            accumulate_dtype: Any, allow_tf32: bool, config: Any) -> _Staged:
     """The temporaries, copies and inner call of a checked ``call`` (the caller's
     operands) that stages the operands ``stage`` names. The inner call is an ordinary
     call on them, planned by its own signature, so it launches what an aligned call of
     those layouts launches (a batch the signature folds is staged as its 2-D GEMM of
-    batch * m rows, so the temporaries fold alike)."""
+    batch * m rows, so the temporaries fold alike). The temporaries are kept per
+    caller's tensor and role (``owners``: a, b, residual, out; `_staging.temporary`)."""
     plan = signature.plan
     assert plan is not None
     a, b, out, residual = call.a, call.b, call.out, call.epilogue.residual
@@ -357,26 +368,40 @@ def _staged(call: _Call, signature: _Signature, stage: tuple[bool, bool, bool, b
         b = b if b.ndim == 2 else b[0]
         out = out.reshape(rows, out.shape[-1])
         residual = None if residual is None else residual.reshape(rows, residual.shape[-1])
-    copies_in: list[tuple[cutile.Tensor, cutile.Tensor]] = []
+    copies_in: list[tuple[str, cutile.Tensor, cutile.Tensor]] = []
 
-    def temporary(t: cutile.Tensor) -> cutile.Tensor:
-        made, source, target = _staging.staged(t)
-        copies_in.append((source, target))
+    def input_temporary(role: str, t: cutile.Tensor, owner: cutile.Tensor | None) -> cutile.Tensor:
+        made, source, target = _staging.staged(t, owner, role)
+        copies_in.append((role, source, target))
         return made
 
-    a = temporary(a) if stage[0] else a
-    b = temporary(b) if stage[1] else b
+    a = input_temporary("a", a, owners[0]) if stage[0] else a
+    b = input_temporary("b", b, owners[1]) if stage[1] else b
     if stage[2]:
+        # The kernels read a residual as it is, in out's orientation (never through its
+        # transpose, as they read a or b): staged as it is.
         assert residual is not None
-        residual = temporary(residual)
-    inner_out = _staging.padded(out.shape, out.dtype, out) if stage[3] else out
+        source = residual
+        residual = _staging.temporary(owners[2], "residual", source.shape, source.dtype, source)
+        copies_in.append(("residual", source, residual))
+    inner_out = _staging.temporary(owners[3], "out", out.shape, out.dtype, out) if stage[3] else out
     inner = _prepare(a, b, out=inner_out, bias=call.epilogue.bias, activation=activation, residual=residual,
                      alpha=alpha, scale_a=scale_a, scale_b=scale_b, out_dtype=signature.out_dtype,
                      accumulate_dtype=accumulate_dtype, allow_tf32=allow_tf32, config=config, staging=False)
+    assert inner.plan is not None and inner.staged is None
     _prime(inner)
     originals = tuple((name, t) for name, t in (("a", call.a), ("b", call.b), ("residual", call.epilogue.residual),
                                                 ("out", call.out)) if t is not None)
-    return _Staged(inner, tuple(copies_in), (inner_out, out) if stage[3] else None, originals)
+    # What the inner call and the copy into out use of the caller's memory, held from the
+    # call (`cutile.hold`): the operands it reads unstaged, and out.
+    unstaged = [(name, t) for name, t, staged in (("a", call.a, stage[0]), ("b", call.b, stage[1]),
+                                                  ("residual", call.epilogue.residual, stage[2]))
+                if t is not None and not staged]
+    if call.epilogue.bias is not None:
+        unstaged.append(("bias", call.epilogue.bias))
+    if call.scales is not None:
+        unstaged += [("scale_a", call.scales[0]), ("scale_b", call.scales[1])]
+    return _Staged(inner, tuple(copies_in), (inner_out, out) if stage[3] else None, originals, tuple(unstaged))
 
 
 def forget_plans() -> None:
@@ -576,6 +601,7 @@ def _launch_call(call: _Call) -> Any:
     plan = call.plan
     assert plan is not None
     if plan.kernel is None:
+        assert plan.path in ("gemv", "split_k"), f"matmul: a plan of path {plan.path!r} has no kernel to launch"
         function = "small_m_matmul" if plan.path == "gemv" else "split_k_matmul"
         steps = call.gemv_launches if plan.path == "gemv" else call.split_k_launches
         if steps is None:
@@ -619,6 +645,7 @@ def _prime(call: _Call) -> Steps | None:
             call.gemv_launches = _gemv._launches(ops, cfg)
             call.gemv_kept = _GemvKept(ops.m, ops.n, ops.k, ops.weight_nk, ops.activation, cfg)
         return call.gemv_launches
+    assert plan.path == "split_k", f"matmul: a plan of path {plan.path!r} has no kernel to launch"
     if call.split_k_launches is None:
         call.split_k_launches = _splitk.checked_launches(call.a, call.b, call.out, bias=epilogue.bias,
                                                          activation=epilogue.activation, residual=epilogue.residual,
@@ -628,20 +655,56 @@ def _prime(call: _Call) -> Steps | None:
 
 def _launch_staged(staged: _Staged) -> Any:
     """The op of a staged call: the copies into the temporaries, the inner call's
-    launch (or op), the copy into out. Each launch is made when the one before it is
-    enqueued (``then``, as split-K's reduction): made at once, each would meet the
-    pending claim of the one before on a temporary. The caller's tensors are reached
-    through views made once (cached), so a consumed one is refused here, by name."""
+    launch (or op), the copy into out, in that order on one stream.
+
+    Everything it uses of the caller's memory is claimed at the call, as an aligned
+    launch claims its arguments (a conflict refused now, a conflicting use refused while
+    it is pending): the copies into the temporaries are made now (they read the staged
+    operands and write their own temporaries), and `cutile.hold` claims what the
+    launches made later read as it is (the unstaged operands) and out. The inner call
+    and the copy into out are made as the step before is enqueued (``then``: they read
+    the temporaries the copies write, which a claim made now would meet as a pending
+    write); they join the op's job, which holds all of it by then. The caller's tensors
+    are reached through views made once (cached), so a consumed one is refused here, by
+    name."""
     for name, t in staged.originals:
         require_live(t, "matmul", name)
-    steps: list[Callable[[], Any]] = [partial(_staging.copy, source, target) for source, target in staged.copies_in]
-    steps.append(partial(_launch_call, staged.inner))
+    made: list[Any] = []
+    try:
+        for role, source, target in staged.copies_in:
+            made.append(_copy_in(role, source, target))
+        out = staged.copy_out[1] if staged.copy_out is not None else staged.inner.out
+        holds = cutile.hold("matmul", reads=staged.unstaged, writes=(("out", out),))
+    except BaseException:
+        for launch in made:  # (their holds given back now: the call is refused as a whole)
+            launch.cancel()
+        raise
+    op = holds
+    for launch in made:
+        op = op.then(launch)
+    op = op.then(_after(partial(_launch_call, staged.inner)))
     if staged.copy_out is not None:
-        steps.append(partial(_staging.copy, *staged.copy_out))
-    op = steps[0]()
-    for step in steps[1:]:
-        op = op.then(_after(step))
+        op = op.then(_after(partial(_staging.copy, *staged.copy_out)))
     return op
+
+
+def _copy_in(role: str, source: cutile.Tensor, target: cutile.Tensor) -> Any:
+    """The pending copy of the operand ``role`` into its temporary; a refusal names the
+    operand (the copy kernel's parameters are its own: ``x`` the source, ``out`` the
+    temporary)."""
+    try:
+        return _staging.copy(source, target)
+    except cutile.OwnershipError as error:
+        kernel = _staging.copy_kernel(target.dtype, target.ndim).name
+        if error.requester in (f"{kernel}: parameter 'out'", f"launch of {kernel} (parameter 'out')"):
+            raise cutile.OwnershipError(
+                f"matmul: {role}'s staging temporary is held by a pending matmul.launch staging the same "
+                f"{role} (temporaries are kept per tensor and operand); run that first (.sync())",
+                resource=error.resource, holder=error.holder, requester=f"matmul: parameter '{role}'") from None
+        message = str(error).replace(f"{kernel}: parameter 'x'", f"matmul: parameter '{role}'").replace(
+            f"launch of {kernel} (parameter 'x')", f"matmul (parameter '{role}')")
+        raise cutile.OwnershipError(message, resource=error.resource, holder=error.holder,
+                                    requester=f"matmul: parameter '{role}'") from None
 
 
 def _after(step: Callable[[], Any]) -> Callable[[Any], Any]:
@@ -653,7 +716,7 @@ def _compile_call(call: _Call, arch: str) -> None:
     the compile caches, as a tuning search does ahead of timing)."""
     if call.staged is not None:
         copy_out = (call.staged.copy_out,) if call.staged.copy_out is not None else ()
-        for source, target in call.staged.copies_in + copy_out:
+        for source, target in [(source, target) for _, source, target in call.staged.copies_in] + list(copy_out):
             _staging.compile_copy(source, target, arch)
         call = call.staged.inner
     assert call.plan is not None and call.plan.kernel is not None  # (a config picks the tiled kernel)

@@ -15,9 +15,12 @@ The rule (`strides_aligned`, with the base address checked per call): the tensor
 the kernels read it (an input stored transposed, as a weight ``[N, K]`` passed as
 ``w.T``, through its transpose) has a unit innermost stride (or one column), and every
 other stride times the element size is a multiple of 16 bytes (a stride-0 broadcast
-is); its element 0 lies on a 16-byte boundary. A temporary keeps its operand's
+is); its element 0 lies on a 16-byte boundary. An input's temporary (a, b) keeps its
 orientation, so a transposed view is copied row by row into the transposed layout the
-kernels read through in place.
+kernels read through in place; a residual or out is read and written as it is, so its
+temporary is of its shape as it is (a transposed or column-broadcast residual is copied
+into rows). Temporaries are kept per caller's tensor and role (`temporary`): repeated
+and alternating calls reuse them, and they live as long as that tensor.
 """
 
 # No `from __future__ import annotations`: the kernels' annotations name the factory's dtypes.
@@ -105,13 +108,34 @@ def padded(shape: tuple[int, ...], dtype: Any, like: cutile.Tensor) -> cutile.Te
     return view
 
 
-def staged(t: cutile.Tensor) -> tuple[cutile.Tensor, cutile.Tensor, cutile.Tensor]:
-    """A temporary for the input ``t``: (the temporary, of t's shape, dtype and
-    orientation, aligned; the source and target of its copy, both in the orientation
-    the kernels read)."""
+def temporary(owner: cutile.Tensor | None, role: str, shape: tuple[int, ...], dtype: Any,
+              like: cutile.Tensor) -> cutile.Tensor:
+    """A `padded` temporary of ``shape`` for the operand ``role`` of the caller's tensor
+    ``owner``: made once per live owner, role, shape and dtype (`derived`, as split-K's
+    workspace per out), so repeated and alternating calls reuse it (a graph capture of
+    them allocates nothing), and it lives as long as the owner does. ``owner`` None (a
+    foreign tensor, imported anew on every call): a new one."""
+    def make() -> cutile.Tensor:
+        return padded(shape, dtype, like)
+    if owner is None:
+        return make()
+    made: cutile.Tensor = derived(owner, ("staging", role, shape, dtype), make)
+    return made
+
+
+def staged(t: cutile.Tensor, owner: cutile.Tensor | None, role: str) -> tuple[cutile.Tensor, cutile.Tensor,
+                                                                            cutile.Tensor]:
+    """A temporary for the input ``t`` (a or b: read through its transpose when it is
+    stored transposed; `temporary` of ``owner`` and ``role``): (the temporary, of t's
+    shape, dtype and orientation, aligned; the source and target of its copy, both in
+    the orientation the kernels read)."""
     source = reading_view(t)
-    target = padded(source.shape, t.dtype, t)
-    return (transpose(target) if source is not t else target), source, target
+    flipped = source is not t
+    target = temporary(owner, f"{role} (transposed)" if flipped else role, source.shape, t.dtype, t)
+    if not flipped:
+        return target, source, target
+    made: cutile.Tensor = derived(target, "staging T", lambda: transpose(target))  # (one view object per temporary)
+    return made, source, target
 
 
 @functools.cache
