@@ -382,12 +382,12 @@ def run_matmul(ops: Operands, tile_m: int, tile_n: int, tile_k: int, splits: int
 
     # The reduction is made as the partial products are enqueued (it reads their workspace):
     # what it uses of the caller's is held from the call, so the op owns it while pending.
-    held = cutile.hold("split_k_matmul", reads=epilogue_reads(ops), writes=[("out", out)])
+    held = cutile.hold("split_k_matmul", reads=held_reads(ops), writes=[("out", out)])
     return held.then(lambda _: partial(workspace_tiles, ops.a, ops.weight, BK=tile_k, SPLITS=splits)).then(
         reduction)
 
 
-def epilogue_reads(ops: Operands) -> list[tuple[str, cutile.Tensor]]:
+def held_reads(ops: Operands) -> list[tuple[str, cutile.Tensor]]:
     """The caller's tensors a two-launch op reads (held from the call: its launches are
     made as it runs): a, the weight, and the bias and residual where it has them."""
     reads = [("a", ops.a), ("b", ops.weight)]
