@@ -9,6 +9,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+import cuda_async
 import cutile
 from cutile import api
 from cutile.core import bf16, f16, f32, f8e4m3fn, f8e5m2
@@ -339,6 +340,56 @@ def test_a_repeated_call_reuses_its_launch_arguments_and_still_refuses_what_chan
     with pytest.raises(cutile.OwnershipError, match="consumed"):
         matmul(x, w_t, out=out)
     del taken
+
+
+@pytest.mark.parametrize("consumed", ["bias", "b", "a"])
+def test_a_repeated_tiled_call_refuses_a_consumed_bias_or_transposed_operand(
+        consumed: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The remembered call launches on views made the first time (a transposed a or b
+    read through its transpose, the bias as a row): those would not see their tensor
+    consumed since, so the launch checks them again (as the kept-plan launch does)."""
+    from cutile_kernels import _matmul
+
+    monkeypatch.setattr(_matmul._KEPT_CALLS, "get", lambda key: None)
+    rng = np.random.default_rng(47)
+    xn, wn, bn = rand(rng, (64, 40), bf16), rand(rng, (48, 64), bf16), rand(rng, (48,), bf16)
+    x_t = api.from_numpy(np.ascontiguousarray(xn)).T  # [40, 64] read through its transpose
+    w_t = api.from_numpy(wn).T
+    bias = api.from_numpy(bn)
+    out = api.full([40, 48], np.nan, bf16)
+    matmul(x_t, w_t, out=out, bias=bias)
+    matmul(x_t, w_t, out=out, bias=bias)  # the remembered call
+    assert matmul._last is not None and matmul._last.call.positional is not None
+    close(out, reference(xn.T, wn.T, bias=bn), bf16)
+    tensor = {"bias": bias, "b": w_t, "a": x_t}[consumed]
+    taken = tensor.partition([8] if tensor.ndim == 1 else [8, 8])
+    with pytest.raises(cutile.OwnershipError, match=f"matmul: {consumed}: .*consumed"):
+        matmul(x_t, w_t, out=out, bias=bias)
+    del taken
+
+
+@pytest.mark.parametrize("rows, k", [(100, 2112), (4, 4096)], ids=["split_k", "gemv_k_split"])
+def test_a_two_launch_call_owns_its_out_and_epilogue_operands_while_pending(rows: int, k: int) -> None:
+    """Split-K and a GEMV over slices of K make their reduction as the partial sums are
+    enqueued: the pending op holds out, bias and residual from the call all the same, so a
+    write to them, or a read of out, is refused while it is pending (as for one launch)."""
+    rng = np.random.default_rng(53)
+    an, bn, rn, biasn = (rand(rng, (rows, k), f32), rand(rng, (k, 32), f32), rand(rng, (rows, 32), f32),
+                         rand(rng, (32,), f32))
+    a, b, r, bias = (api.from_numpy(v) for v in (an, bn, rn, biasn))
+    y = api.full([rows, 32], np.nan, f32)
+    op = matmul.launch(a, b, out=y, residual=r, bias=bias)
+    assert isinstance(op, cuda_async.DeviceOp)  # (two launches: the path under test)
+    x1, x2 = api.from_numpy(rand(rng, (rows, 8), f32)), api.from_numpy(rand(rng, (8, 32), f32))
+    with pytest.raises(cutile.OwnershipError, match="residual"):
+        matmul(x1, x2, out=r)  # a write to what the pending op reads
+    with pytest.raises(cutile.OwnershipError, match="out"):
+        y.to_numpy()  # a read of what it writes
+    with pytest.raises(cutile.OwnershipError, match="bias"):
+        bias.host_view()
+    op.sync()
+    close(y, reference(an, bn, bias=biasn) + rn, f32)
+    matmul(x1, x2, out=r)  # given back once it ran
 
 
 def test_torch_tensors_in_and_out() -> None:

@@ -194,7 +194,7 @@ def _gemv_launch(kept: _GemvKept, a: cutile.Tensor, b: cutile.Tensor, out: cutil
                          kept.weight_nk, out, bias if bias is not None else derived(a, "row", lambda: a[0]),
                          residual if residual is not None else a, bias is not None, residual is not None,
                          kept.activation, alpha)
-    return _run_gemv(_gemv._launches(ops, kept.config))
+    return _splitk.run(_gemv._launches(ops, kept.config), _splitk.holding("small_m_matmul", a, b, out, bias, residual))
 
 
 def _tiled_launch(plan: _Plan, a: cutile.Tensor, b: cutile.Tensor, out: cutile.Tensor, bias: Any,
@@ -217,12 +217,6 @@ def _tiled_launch(plan: _Plan, a: cutile.Tensor, b: cutile.Tensor, out: cutile.T
     return plan.kernel(*arguments, plan.tile[-2], plan.tile[-1], constants["BK"], constants["K"])
 
 
-def _run_gemv(launches: tuple[tuple[Any, tuple[Any, ...], dict[str, int]], ...]) -> Any:
-    """The GEMV or split-K path's launch (one slice of K) or op (partial sums, then their
-    reduction), from `_gemv._launches`' or `_splitk.launches`' list (`_splitk.run`: the
-    same; `_gemv._run` does it from the operands: changing _gemv.py to share this would
-    stale the gemv record, whose provenance hashes the module)."""
-    return _splitk.run(launches)
 
 
 def _scales(scale_a: Any, scale_b: Any) -> tuple[float, tuple[cutile.Tensor, cutile.Tensor] | None]:
@@ -593,9 +587,11 @@ def _mapped_output(out: cutile.Tensor, plan: _Plan) -> Any:
     return out[...].partition(plan.tile).map(plan.map_shape, blocks=plan.blocks)
 
 
-def _launch_call(call: _Call) -> Any:
+def _launch_call(call: _Call, hold: bool = True) -> Any:
     """The pending launch of ``call`` (a `cutile.Launch`, or a `cuda_async.DeviceOp`
-    for a K split in two kernels or a staged call)."""
+    for a K split in two kernels or a staged call). ``hold``: a two-kernel op holds the
+    caller's tensors from the call (False for a staged call's inner call: the staged op
+    holds them, and its temporaries are still to be written by its copies)."""
     if call.staged is not None:
         return _launch_staged(call.staged)
     plan = call.plan
@@ -610,11 +606,18 @@ def _launch_call(call: _Call) -> Any:
             require_live(call.b, function, "b")
             require_live(call.out, function, "out")
         assert steps is not None
-        return _run_gemv(steps)
+        return _splitk.run(steps, _splitk.holding(function, call.a, call.b, call.out, call.epilogue.bias,
+                                                  call.epilogue.residual) if hold else None)
     if call.positional is None:
         _prime(call)
-    else:  # (the kernel writes a cached partition of out: a consumed out is refused here)
+    else:  # the arguments made the first time are views: a consumed tensor is refused here (as `_tiled_launch`)
         require_live(call.out, "matmul", "out")
+        if call.epilogue.bias is not None:
+            require_live(call.epilogue.bias, "matmul", "bias")
+        if plan.a_transposed:
+            require_live(call.a, "matmul", "a")
+        if plan.b_transposed:
+            require_live(call.b, "matmul", "b")
     assert call.positional is not None
     return plan.kernel(*call.positional)
 
@@ -682,7 +685,7 @@ def _launch_staged(staged: _Staged) -> Any:
     op = holds
     for launch in made:
         op = op.then(launch)
-    op = op.then(_after(partial(_launch_call, staged.inner)))
+    op = op.then(_after(partial(_launch_call, staged.inner, False)))
     if staged.copy_out is not None:
         op = op.then(_after(partial(_staging.copy, *staged.copy_out)))
     return op

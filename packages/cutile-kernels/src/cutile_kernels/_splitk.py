@@ -359,7 +359,7 @@ Launches = tuple[tuple[Any, tuple[Any, ...], dict[str, int]], ...]
 
 def launches(ops: Operands, tile_m: int, tile_n: int, tile_k: int, splits: int, method: str,
              hints: tuple[tuple[str, int], ...]) -> Launches:
-    """What `run_matmul` launches: (kernel, positional arguments, constants) per kernel,
+    """What `run` launches: (kernel, positional arguments, constants) per kernel,
     in order, the views and the workspace made (so that a caller may make them ahead of
     the launches: `_matmul`'s staged calls, whose launches are made while their op is
     being enqueued, where an allocation would wait for the stream)."""
@@ -386,30 +386,49 @@ def launches(ops: Operands, tile_m: int, tile_n: int, tile_k: int, splits: int, 
             (reduce, (out_tiles(reduce_tiles(ops.m, ops.n)), workspace, ops.bias, ops.residual, ops.alpha), {}))
 
 
-def run(steps: Launches) -> Any:
+Holding = tuple[str, list[tuple[str, cutile.Tensor]], list[tuple[str, cutile.Tensor]]]
+
+
+def run(steps: Launches, holding: Holding | None) -> Any:
     """The launch of `launches`' one kernel, or the op of its two: the reduction's launch
-    made (claiming out) once the partials are enqueued."""
+    made once the partials are enqueued (it reads their workspace). Those launches claim
+    nothing until made, so ``holding`` (the op's name, the caller's tensors read, those
+    written) is held from the call by a `cutile.hold` first in the chain: the op owns
+    them while pending, as one launch would. None inside an op holding them already (a
+    staged matmul's, whose temporaries its own copies are still to write)."""
     kernel, arguments, constants = steps[0]
-    first = kernel(*arguments, **constants)
     if len(steps) == 1:
-        return first
+        return kernel(*arguments, **constants)
     reduce, reduce_arguments, reduce_constants = steps[1]
+    if holding is None:
+        first = kernel(*arguments, **constants)
+    else:
+        name, reads, writes = holding
+        first = cutile.hold(name, reads=reads, writes=writes).then(lambda _: kernel(*arguments, **constants))
     return first.then(lambda _: reduce(*reduce_arguments, **reduce_constants))
 
 
-def run_matmul(ops: Operands, tile_m: int, tile_n: int, tile_k: int, splits: int, method: str,
-               hints: tuple[tuple[str, int], ...]) -> Any:
-    """The launch (one split) or the op (partial products, then their reduction)."""
-    return run(launches(ops, tile_m, tile_n, tile_k, splits, method, hints))
+def holding(function: str, a: cutile.Tensor, b: cutile.Tensor, out: cutile.Tensor, bias: cutile.Tensor | None,
+            residual: cutile.Tensor | None) -> Holding:
+    """What a two-launch op of ``function`` holds from the call: a, the weight, the bias
+    and residual where it has them (read), and out (written)."""
+    reads = [(name, t) for name, t in (("a", a), ("b", b), ("bias", bias), ("residual", residual)) if t is not None]
+    return function, reads, [("out", out)]
+
+
+def _checked(a: Any, b: Any, out: Any, bias: Any, activation: Any, residual: Any, alpha: Any,
+             config: Mapping[str, Any] | None) -> tuple[Operands, Launches]:
+    ops = check_operands("split_k_matmul", a, b, out, bias, activation, residual, alpha)
+    cfg = check_config("split_k_matmul", config, default_config(ops.m, ops.n, ops.k, ops.a.dtype), CONFIG_KEYS)
+    return ops, launches(ops, cfg["tile_m"], cfg["tile_n"], cfg["tile_k"], cfg["split_k"], cfg["method"],
+                         hints_of(cfg))
 
 
 def checked_launches(a: cutile.Tensor, b: cutile.Tensor, out: cutile.Tensor, *, bias: cutile.Tensor | None,
                      activation: str | None, residual: cutile.Tensor | None, alpha: float,
                      config: Mapping[str, Any] | None) -> Launches:
     """`split_k_matmul`'s checks, then its `launches` (to `run`)."""
-    ops = check_operands("split_k_matmul", a, b, out, bias, activation, residual, alpha)
-    cfg = check_config("split_k_matmul", config, default_config(ops.m, ops.n, ops.k, ops.a.dtype), CONFIG_KEYS)
-    return launches(ops, cfg["tile_m"], cfg["tile_n"], cfg["tile_k"], cfg["split_k"], cfg["method"], hints_of(cfg))
+    return _checked(a, b, out, bias, activation, residual, alpha, config)[1]
 
 
 # -- split-K: configs ---------------------------------------------------------------------------
@@ -486,5 +505,6 @@ def split_k_matmul(a: cutile.Tensor, b: cutile.Tensor, out: cutile.Tensor, *, bi
     Raises:
         ArgumentError, ArgumentTypeError: a malformed argument (named in the message).
     """
-    return run(checked_launches(a, b, out, bias=bias, activation=activation, residual=residual, alpha=alpha,
-                                config=config))
+    ops, steps = _checked(a, b, out, bias, activation, residual, alpha, config)
+    return run(steps, holding("split_k_matmul", ops.a, ops.weight, ops.out, ops.bias if ops.has_bias else None,
+                              ops.residual if ops.has_residual else None))
