@@ -26,3 +26,4 @@ if [ "$new_size" -lt "$old_size" ]; then
 else
   echo "$bundle: already $old_size bytes (a repack gives $new_size); left as it is"
 fi
+bash scripts/gpu_tree_size.sh

@@ -48,8 +48,8 @@ from cutile_kernels._operands import Operand, as_tensor, derived, output
 #: to compile.)
 SPACE = tune.Space(tile_rows=[1, 2], tile_cols=[512, 1024, 2048, 4096], chunk_tiles=[0, 1, 2, 4, 8, 16, 32, 64, 128],
                    occupancy=[1, 2, 4])
-#: the config without a record, by element size: f32 the three-reduction kernel's (as before the
-#: 16-bit kernel), f16/bf16 the key kernel's (the same values today; each kernel's own to change)
+#: the config without a record, by element size: f32 the three-reduction kernel's, f16/bf16 the
+#: key kernel's (equal values; each kernel's own to change)
 DEFAULTS = {4: {"tile_rows": 1, "tile_cols": 2048, "chunk_tiles": 0, "occupancy": 2},
             2: {"tile_rows": 1, "tile_cols": 2048, "chunk_tiles": 0, "occupancy": 2}}
 TARGET_BLOCKS = 1024
