@@ -191,10 +191,11 @@ def test_cutile_tune_searches_a_bucket_on_first_use_and_caches_the_winner(record
 def _committed_provenance(stem: str) -> Any:
     """The provenance the library computes now for the committed record ``stem``.json."""
     from cutile_kernels import (_activations, _argmax, _attention, _decode_attention, _embedding, _gemv, _kv_cache,
-                                _norms, _qk_norm, _rope, _softmax, _top_k)
+                                _norms, _qk_norm, _rope, _softmax, _splitk_tuning, _top_k)
 
     makers: dict[str, Any] = {
         "gemv": lambda: _gemv.tuner().provenance,
+        "split_k": lambda: _splitk_tuning.tuner().provenance,
         "qk_norm": lambda: _qk_norm.TUNER.tuner.provenance,
         "softmax": lambda: _softmax.tuning().tuner.provenance,
         "log_softmax": lambda: _softmax.tuning(log=True).tuner.provenance,

@@ -42,7 +42,7 @@ from typing import Any, NamedTuple
 import cutile
 from cutile.core import bf16, f16, f32
 
-from cutile_kernels import _configs, _gemv, _splitk, _staging
+from cutile_kernels import _configs, _gemv, _splitk, _splitk_tuning, _staging
 from cutile_kernels._epilogue import Epilogue, check_epilogue
 from cutile_kernels._gemm import Variant, gemm_kernel
 from cutile_kernels._operands import FP8, Operand, as_tensor, check_no_overlap, dtype_named, tensor_of
@@ -506,8 +506,10 @@ def _make_plan(ta: cutile.Tensor, tb: cutile.Tensor, out_dense: bool, epilogue: 
         weight_nk = tb.strides[-2] == 1 and tb.strides[-1] != 1
         return _Plan(path, None, _gemv.choose(rows, n, k, in_dtype, weight_nk=weight_nk), (), (), 0, fold, False,
                      False)
-    if path == "split_k":
-        return _Plan(path, None, _splitk.default_config(rows, n, k, in_dtype), (), (), 0, fold, False, False)
+    if path == "split_k":  # the record's winner, else a default
+        weight_nk = tb.strides[-2] == 1 and tb.strides[-1] != 1
+        return _Plan(path, None, _splitk_tuning.choose(rows, n, k, in_dtype, weight_nk=weight_nk), (), (), 0, fold,
+                     False, False)
     found = _configs.choose(in_dtype, rows, n, k) if config is None else \
         {**_configs.default_config(rows, n, k, in_dtype), **config}
     chosen = _configs.fit_to_problem(found, rows if rank == 2 else m, n, k)  # (a batch's own rows: its tiles')
