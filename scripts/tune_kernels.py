@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""Searches the configs of cutile_kernels' GEMM over the benchmark's shapes and writes
-its `cutile.tune` records (one file per input dtype, for the arch it runs on).
+"""Searches the configs of cutile_kernels' GEMM (and its split-K kernels) over the
+benchmark's shapes and writes their `cutile.tune` records (the arch it runs on).
 
     python scripts/tune_kernels.py gemm [--dtype f16 bf16 ...] [--shapes 8192x8192x8192 ...]
         [--quick] [--budget S] [--jobs J] [--write] [--records-dir DIR] [--log-dir DIR] [--smoke]
+    python scripts/tune_kernels.py splitk [--layout kn nk] [--shapes 128x4096x4096 ...]
+        [--budget S] [--jobs J] [--write] [--records-dir DIR] [--log-dir DIR] [--smoke]
 
 On the GPU (the H200: sm_90) it compiles every config of cutile_kernels.GEMM_SPACE that
 the prune keeps for a shape (``--jobs`` tileiras processes at once), times each one
@@ -17,6 +19,14 @@ would leave SMs idle): about twenty configs a shape, forty for the short ones. `
 shape's search in seconds; ``--log-dir`` keeps JSONL trial logs, so a run cut short
 resumes where it stopped. ``--smoke`` searches a tiny space on tiny shapes with few
 reps: how CI runs the script end to end on the interpreter (write to a temporary folder).
+
+``splitk`` searches `cutile_kernels._splitk_tuning.SPACE` (pruned for each shape) for
+the shapes matmul sends to split-K (few output tiles, a long K: by default those of the
+benchmark's), with the weight stored as given (``kn``: b is [K, N]) or as a linear
+layer's (``nk``: b is the transposed view of an [N, K] matrix), 2-byte operands (f16
+and bf16 share the record's winners), and merges the winners into
+``<records-dir>/<arch>/split_k.json``. A shape's search stops at ``--budget`` seconds
+(default 120; configs tried in the space's fixed shuffled order).
 """
 
 from __future__ import annotations
@@ -32,7 +42,7 @@ from typing import Any
 from cutile import tune
 from cutile.core import f16, f32, f8e4m3fn, f8e5m2
 
-from cutile_kernels import _configs, _matmul, _tuning
+from cutile_kernels import _configs, _matmul, _splitk_tuning, _tuning
 from cutile_kernels._operands import dtype_named
 
 Shape = tuple[int, int, int]
@@ -44,6 +54,9 @@ ODD = [(3000, 5000, 1000), (8191, 8191, 8191)]
 GEMM_SHAPES = [shape for shape in SQUARES + LLM + ODD
                if _matmul._choose_path(shape[0], shape[1], shape[2], 2, f16, f32, False, None) == "tiled"]
 SMOKE_SHAPES = [(40, 24, 20), (70, 16, 33)]
+SPLIT_K_SHAPES = [shape for shape in SQUARES + LLM + ODD
+                  if _matmul._choose_path(shape[0], shape[1], shape[2], 2, f16, f32, False, None) == "split_k"]
+SMOKE_SPLIT_K_SHAPES = [(40, 24, 300)]
 
 
 def by_bucket(shapes: list[Shape]) -> list[Shape]:
@@ -146,9 +159,53 @@ def tune_gemm(args: argparse.Namespace) -> int:
     return 0
 
 
+def tune_split_k(args: argparse.Namespace) -> int:
+    shapes = args.shapes or (SMOKE_SPLIT_K_SHAPES if args.smoke else SPLIT_K_SHAPES)
+    options: dict[str, Any] = {"warmup": 1, "reps": 2, "paired_reps": 2} if args.smoke else {}
+    options["budget"] = args.budget if args.budget is not None else 120.0
+    records_dir = Path(args.records_dir) if args.records_dir else None
+    tuner = _splitk_tuning.tuner(records_dir=records_dir)
+    path = tuner.record_path
+    assert path is not None
+    record = tune.Record(tuner.provenance)
+    if args.write and path.exists():
+        try:
+            record = tune.Record.load(path, tuner.provenance)  # merged into: runs add buckets
+        except tune.TuneError as exc:
+            print(f"replacing {path}: {exc}")
+    for layout in args.layout:
+        for m, n, k in shapes:
+            shape = (m, n, k, 2, int(layout == "nk"))
+            keep = _splitk_tuning.prune_for(m, n, k, 2)
+            configs = [c for c in _splitk_tuning.SPACE.configs() if keep(c)]
+            started = time.monotonic()
+            if args.jobs > 0 and configs:
+                arch = tuner.provenance.arch if tuner.provenance.arch != "interpreter" else "sm_90"  # (a CI check)
+                compiled = _splitk_tuning.precompile(shape, configs, arch, args.jobs)
+                print(f"  {shape}: compiled {compiled} of {len(configs)} configs in "
+                      f"{time.monotonic() - started:.0f} s", flush=True)
+            bucket = _splitk_tuning.split_k_bucket(shape)
+            log = Path(args.log_dir) / f"{tuner.name}_{bucket}.jsonl" if args.log_dir else None
+            result = tuner.tune(shape, prune=keep, log=log, **options)
+            record.winners[bucket] = tune.Winner(result.best, result.best_ms)
+            valid = sum(t.status == "ok" for t in result.trials)
+            flops = 2.0 * m * n * k / (result.best_ms * 1e-3) / 1e12
+            print(f"{tuner.name} {bucket} {shape}: {result.best} {result.best_ms:.4g} ms ({flops:.1f} TFLOP/s), "
+                  f"{valid} configs timed of {len(result.trials)}, {time.monotonic() - started:.0f} s"
+                  f"{', budget reached' if result.out_of_budget else ''}", flush=True)
+            if args.write:  # saved per shape: a run stopped later keeps what it found
+                record.save(path)
+    if args.write:
+        tune.Record.load(path, tuner.provenance)  # it loads back, verified
+        print(f"wrote {path} ({len(record.winners)} buckets)")
+    else:
+        print(f"(not written: --write saves {path})")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("kernel", choices=["gemm"])
+    parser.add_argument("kernel", choices=["gemm", "splitk"])
     parser.add_argument("--dtype", nargs="+", default=["f16", "bf16", "f32", "f8e4m3fn", "f8e5m2"])
     parser.add_argument("--shapes", nargs="+", type=parse_shape, help="MxNxK (default: the benchmark's shapes)")
     parser.add_argument("--quick", action="store_true", help="only the configs that win on sm_90")
@@ -157,11 +214,13 @@ def main() -> int:
     parser.add_argument("--write", action="store_true", help="save the records")
     parser.add_argument("--records-dir", help="where records go (default: the package's records folder)")
     parser.add_argument("--log-dir", help="keep resumable trial logs here")
+    parser.add_argument("--layout", nargs="+", choices=["kn", "nk"], default=["kn", "nk"],
+                        help="splitk: the weight's layouts to search")
     parser.add_argument("--smoke", action="store_true", help="a tiny space and shapes (CI, interpreter)")
     args = parser.parse_args()
     if args.smoke:
         args.jobs = 0 if args.jobs == 8 else args.jobs
-    return tune_gemm(args)
+    return tune_split_k(args) if args.kernel == "splitk" else tune_gemm(args)
 
 
 if __name__ == "__main__":

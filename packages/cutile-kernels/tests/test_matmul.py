@@ -123,17 +123,22 @@ def test_f32_is_exact_by_default_and_tf32_on_request() -> None:
     assert 1e-5 < error < 5e-2
 
 
-def test_transposed_and_strided_views_are_read_in_place() -> None:
+def test_transposed_and_strided_views_are_read_in_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cutile_kernels import _staging
+
+    # Strides and bases on 16 bytes (others are staged: test_matmul_staging), odd M and K.
+    monkeypatch.setattr(_staging, "copy", lambda *_: pytest.fail("an aligned view was staged"))
     rng = np.random.default_rng(11)
-    a, b = rand(rng, (K, M), f16), rand(rng, (2 * K, N + 7), f16)  # a read as a.T, b as every other row
-    ta, tb = api.from_numpy(a).T, api.from_numpy(b)[::2, 3:3 + N]
+    n = 48  # (a new f16 result's rows of 96 bytes)
+    a, b = rand(rng, (K, M + 5), f16), rand(rng, (2 * K, n + 16), f16)  # a read as a.T, b as every other row
+    ta, tb = api.from_numpy(a)[:, :M].T, api.from_numpy(b)[::2, 8:8 + n]
     assert not ta.is_contiguous and not tb.is_contiguous
-    close(matmul(ta, tb, config=TINY), reference(a.T, b[::2, 3:3 + N]), f16)
-    wide = api.full([M, 2 * N], np.nan, dtype=f32)
-    window = wide[:, N:]  # a strided output
+    close(matmul(ta, tb, config=TINY), reference(a[:, :M].T, b[::2, 8:8 + n]), f16)
+    wide = api.full([M, 2 * n], np.nan, dtype=f32)
+    window = wide[:, n:]  # a strided output
     matmul(ta, tb, out=window, config=TINY)
-    close(window, reference(a.T, b[::2, 3:3 + N]), f32)
-    assert np.isnan(wide.to_numpy()[:, :N]).all()  # nothing outside out= written
+    close(window, reference(a[:, :M].T, b[::2, 8:8 + n]), f32)
+    assert np.isnan(wide.to_numpy()[:, :n]).all()  # nothing outside out= written
 
 
 @pytest.mark.parametrize("case", ["batched", "b_shared_2d", "b_shared_1kn", "a_shared", "a_transposed"])
@@ -166,12 +171,13 @@ def test_empty_outputs_launch_nothing() -> None:
         matmul.launch(a, b)
 
 
-def test_launch_form_is_pending_until_run() -> None:
+@pytest.mark.parametrize("k, n", [(40, 48), (K, N)], ids=["aligned", "staged"])
+def test_launch_form_is_pending_until_run(k: int, n: int) -> None:
     rng = np.random.default_rng(19)
-    a, b = rand(rng, (M, K), f16), rand(rng, (K, N), f16)
-    out = api.full([M, N], np.nan, dtype=f32)
+    a, b = rand(rng, (M, k), f16), rand(rng, (k, n), f16)  # (K, N = 39, 45: rows off 16 bytes, staged)
+    out = api.full([M, n], np.nan, dtype=f32)
     launch = matmul.launch(a, b, out=out, config=TINY)
-    assert isinstance(launch, cutile.Launch)
+    assert isinstance(launch, cutile.Launch) is (k == 40)  # staged: one op of the copies, GEMM, copy back
     launch.sync()
     close(out, reference(a, b), f32)
     from cutile.bench import do_bench
@@ -250,7 +256,7 @@ def test_repeated_calls_reuse_one_plan() -> None:
     from cutile_kernels import _matmul
 
     rng = np.random.default_rng(37)
-    a, b = rand(rng, (M, K), f16), rand(rng, (K, N), f16)
+    a, b = rand(rng, (M, 40), f16), rand(rng, (40, 48), f16)  # (rows on 16 bytes: one signature, unstaged)
     matmul(a, b, config=TINY)
     plans = len(_matmul._SIGNATURES)
     for _ in range(3):

@@ -103,3 +103,22 @@ def test_cupy_arrays_in_and_out_on_the_gpu() -> None:
     got = matmul(a, b)
     assert isinstance(got, cupy.ndarray)
     np.testing.assert_allclose(cupy.asnumpy(got), cupy.asnumpy(a).astype(np.float64) @ cupy.asnumpy(b), atol=1e-3)
+
+
+@pytest.mark.parametrize("dtype,tolerance", [(f16, 2e-3), (bf16, 1.6e-2), (f32, 1e-5)])
+def test_operands_off_16_bytes_are_staged(dtype: Any, tolerance: float) -> None:
+    """Rows of 1031 elements, a view one element into its buffer, a w.T weight of rows of
+    1031, an out that is a column slice of a wider tensor (all staged: `_staging`)."""
+    m, n, k = 2047, 8191, 1031
+    a = api.randn([m, k + 1], dtype=dtype, seed=11)[:, 1:]
+    weight = api.randn([n, k], dtype=dtype, seed=12)
+    wide = api.full([m, n + 3], np.nan, dtype=dtype)
+    out = wide[:, 1:n + 1]
+    matmul(a, weight.T, out=out, activation="relu")
+    _rows_close(out, a.to_numpy(), weight.to_numpy().T, tolerance, activation="relu")
+    edges = wide.to_numpy()
+    assert np.isnan(edges[:, 0]).all() and np.isnan(edges[:, n + 1:]).all()
+    launched = matmul.launch(a, weight.T, out=out)
+    assert not isinstance(launched, cutile.Launch)  # the copies, the GEMM and the copy back: one op
+    launched.sync()
+    _rows_close(out, a.to_numpy(), weight.to_numpy().T, tolerance)

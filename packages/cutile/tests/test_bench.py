@@ -183,12 +183,12 @@ def test_a_cutile_launch_is_timed_between_the_events(make_fake_gpu: FakeGpu, for
     assert all(s == int(stream.handle) for _, s, _ in launches)
     assert result.reps == 2 and result.timing == "cuda-events"
     gates = [detail for call, s, detail in fake.log[start:] if call == "wait_value"]
-    if form == "launch":  # built first, then queued behind the gate with the flush and the events
+    if form == "launch":  # built first, the flush queued, then the events and the launch behind the gate
         assert result.gated and "host-gated" in repr(result)
         assert [value for _, value in gates] == [1, 2]
         ordered = [call for call, _, _ in fake.log[start:] if call in ("wait_value", "memset", "record", "launch")]
         # (the second record after the launch is its completion event, which cuda_async records)
-        assert ordered[-12:] == ["wait_value", "memset", "record", "launch", "record", "record"] * 2
+        assert ordered[-12:] == ["memset", "wait_value", "record", "launch", "record", "record"] * 2
     else:  # a function that waits for its work cannot be gated (it would wait for the gate)
         assert not result.gated and gates == []
 

@@ -19,6 +19,15 @@ A call with ``out=`` of 2-D cutile tensors whose layouts and memory an earlier c
 call's plan by them (`_KEPT_CALLS`: the memory is in the key, as the
 overlap checks depend on it) and checks only what can change: alpha, and that no
 operand read through a cached view was consumed.
+
+A call whose a, b, residual or out the kernels cannot read (or write) at speed, as the
+compiler's layout facts show (`_staging`: a row stride or base address off 16 bytes,
+a non-unit innermost stride), is staged: those operands are copied into aligned
+temporaries of their shape, the call's kernels run on them as an ordinary aligned call
+(`_Staged.inner`, planned by its own signature), and an output temporary is copied into
+the caller's out; the copies and the GEMM are one op, chained by ``then``, which owns
+what it uses of the caller's memory from the call (`_launch_staged`). The temporaries
+are kept per caller's tensor and operand (`_staging.temporary`).
 """
 
 from __future__ import annotations
@@ -27,12 +36,13 @@ import math
 import weakref
 from dataclasses import dataclass
 from functools import partial
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import cutile
 from cutile.core import bf16, f16, f32
 
-from cutile_kernels import _configs, _gemv, _splitk
+from cutile_kernels import _configs, _gemv, _splitk, _splitk_tuning, _staging
 from cutile_kernels._epilogue import Epilogue, check_epilogue
 from cutile_kernels._gemm import Variant, gemm_kernel
 from cutile_kernels._operands import FP8, Operand, as_tensor, check_no_overlap, dtype_named, tensor_of
@@ -68,7 +78,9 @@ def _choose_path(rows: int, n: int, k: int, rank: int, in_dtype: Any, acc: Any, 
 class _Plan:
     """What a call signature launches (see the module docstring)."""
 
-    path: str  # "tiled", "gemv", "split_k" (`_choose_path`); the fields below but config are the tiled one's
+    # "tiled", "gemv", "split_k" (`_choose_path`); the fields below but config are the tiled one's. "staged": a
+    # signature whose strides stage it: no kernel, only fold_batch (its calls launch their inner call's plan)
+    path: str
     kernel: cutile.Kernel[Any, Any] | None
     config: dict[str, Any]
     tile: tuple[int, ...]
@@ -99,6 +111,25 @@ class _Call:
     # the GEMV path's (kernel, arguments, constants) per launch, made on the first launch
     gemv_launches: tuple[tuple[Any, tuple[Any, ...], dict[str, int]], ...] | None = None
     gemv_kept: _GemvKept | None = None  # what a call in the same layouts keeps of it (`_KEPT_CALLS`)
+    # the split-K path's (kernel, arguments, constants) per launch, made on the first launch
+    split_k_launches: tuple[tuple[Any, tuple[Any, ...], dict[str, int]], ...] | None = None
+    staged: _Staged | None = None  # the call through aligned temporaries; a, b, out above are the caller's
+
+
+@dataclass(frozen=True)
+class _Staged:
+    """A staged call (see the module docstring): the copies into the temporaries, the
+    call on them, the copy of its output into the caller's out. The temporaries are the
+    caller's tensors' (per operand: every call staging one tensor in one role writes
+    the same temporary, so two such launches pending at once meet each other's holds,
+    as they would on one out)."""
+
+    inner: _Call  # the call on the temporaries (and the operands that needed none): never staged itself
+    # (operand, source, temporary) views, as the kernels read them
+    copies_in: tuple[tuple[str, cutile.Tensor, cutile.Tensor], ...]
+    copy_out: tuple[cutile.Tensor, cutile.Tensor] | None  # (output temporary, the caller's out or its 2-D view)
+    originals: tuple[tuple[str, cutile.Tensor], ...]  # the caller's tensors reached through cached views
+    unstaged: tuple[tuple[str, cutile.Tensor], ...]  # the caller's tensors the inner call reads as they are
 
 
 class _GemvKept(NamedTuple):
@@ -163,7 +194,7 @@ def _gemv_launch(kept: _GemvKept, a: cutile.Tensor, b: cutile.Tensor, out: cutil
                          kept.weight_nk, out, bias if bias is not None else derived(a, "row", lambda: a[0]),
                          residual if residual is not None else a, bias is not None, residual is not None,
                          kept.activation, alpha)
-    return _run_gemv(_gemv._launches(ops, kept.config), a, b, out, bias, residual)
+    return _splitk.run(_gemv._launches(ops, kept.config), _splitk.holding("small_m_matmul", a, b, out, bias, residual))
 
 
 def _tiled_launch(plan: _Plan, a: cutile.Tensor, b: cutile.Tensor, out: cutile.Tensor, bias: Any,
@@ -186,20 +217,6 @@ def _tiled_launch(plan: _Plan, a: cutile.Tensor, b: cutile.Tensor, out: cutile.T
     return plan.kernel(*arguments, plan.tile[-2], plan.tile[-1], constants["BK"], constants["K"])
 
 
-def _run_gemv(launches: tuple[tuple[Any, tuple[Any, ...], dict[str, int]], ...], a: cutile.Tensor,
-              b: cutile.Tensor, out: cutile.Tensor, bias: Any, residual: Any) -> Any:
-    """The GEMV path's launch (one slice of K) or op (partial sums, then their reduction),
-    from `_gemv._launches`' list; the op holds the caller's tensors from the call (its
-    launches are made as it runs: the reduction reads the partial sums). (`_gemv._run`
-    does the same from the operands; changing _gemv.py to share this would stale the
-    gemv record, whose provenance hashes the module.)"""
-    kernel, arguments, constants = launches[0]
-    if len(launches) == 1:
-        return kernel(*arguments, **constants)
-    reduce, reduce_arguments, _ = launches[1]
-    reads = [(name, t) for name, t in (("a", a), ("b", b), ("bias", bias), ("residual", residual)) if t is not None]
-    held = cutile.hold("small_m_matmul", reads=reads, writes=[("out", out)])
-    return held.then(lambda _: kernel(*arguments, **constants)).then(lambda _: reduce(*reduce_arguments))
 
 
 def _scales(scale_a: Any, scale_b: Any) -> tuple[float, tuple[cutile.Tensor, cutile.Tensor] | None]:
@@ -238,6 +255,9 @@ class _Signature:
     batched: bool
     batch: int
     plan: _Plan | None
+    #: (a, b, residual, out): whose strides make the call stage it (`_staging.strides_aligned`;
+    #: base addresses are checked per call, `_stage_of`)
+    stage: tuple[bool, bool, bool, bool] = (False, False, False, False)
 
 
 _SIGNATURES: dict[tuple[Any, ...], _Signature] = {}
@@ -248,7 +268,10 @@ def _layout(t: cutile.Tensor | None) -> tuple[Any, ...] | None:
 
 
 def _prepare(a: Any, b: Any, *, out: Any, bias: Any, activation: Any, residual: Any, alpha: Any, scale_a: Any,
-             scale_b: Any, out_dtype: Any, accumulate_dtype: Any, allow_tf32: bool, config: Any) -> _Call:
+             scale_b: Any, out_dtype: Any, accumulate_dtype: Any, allow_tf32: bool, config: Any,
+             staging: bool = True) -> _Call:
+    """The checked call (``staging`` False: the call a staged one makes on its
+    temporaries, which are aligned: never staged again)."""
     a_op = as_tensor(a, "matmul", "a")
     ta, tb = a_op.tensor, tensor_of(b, "matmul", "b")
     bias_t = None if bias is None else tensor_of(bias, "matmul", "bias")
@@ -289,8 +312,90 @@ def _prepare(a: Any, b: Any, *, out: Any, bias: Any, activation: Any, residual: 
         raise cutile.ArgumentError("matmul: alpha * scale_a * scale_b is not finite")
     plan = signature.plan
     if plan is not None:
+        # (the inner call of a staged one is on aligned temporaries: its plan is never "staged")
+        assert staging or plan.path != "staged", "a staged call's inner call must be aligned"
+        stage = _stage_of(signature.stage, ta, tb, residual_t, out_t) if staging else None
+        if stage is not None:
+            call = _Call(plan, ta, tb, out_t, out_handed, result_kind, epilogue, scale_tensors, alpha_total)
+            # Temporaries are kept per caller's cutile tensor (a foreign one is a new import each call).
+            owners = (ta if ta is a else None, tb if tb is b else None,
+                      residual_t if residual_t is residual else None, out_t if out_t is out else None)
+            call.staged = _staged(call, signature, stage, owners, activation=activation, alpha=alpha,
+                                  scale_a=scale_a, scale_b=scale_b, accumulate_dtype=accumulate_dtype,
+                                  allow_tf32=allow_tf32, config=config)
+            call.plan = call.staged.inner.plan
+            return call
         ta, tb, out_t, epilogue = _shaped(plan, signature.batched, signature.batch, ta, tb, out_t, epilogue)
     return _Call(plan, ta, tb, out_t, out_handed, result_kind, epilogue, scale_tensors, alpha_total)
+
+
+def _stage_of(by_strides: tuple[bool, bool, bool, bool], ta: cutile.Tensor, tb: cutile.Tensor,
+              residual: cutile.Tensor | None, out: cutile.Tensor) -> tuple[bool, bool, bool, bool] | None:
+    """Which of (a, b, residual, out) a call stages: those whose strides the signature
+    found off 16 bytes, and those whose element 0 lies off a 16-byte boundary (the base
+    divisibility the compiler would be given); None: nothing to stage."""
+    bases = ta.address() | tb.address() | out.address() | (0 if residual is None else residual.address())
+    if not bases % _staging.ALIGNMENT and True not in by_strides:
+        return None  # (the common case: one test)
+    a_s, b_s, residual_s, out_s = by_strides
+    stage = (a_s or not _staging.base_aligned(ta), b_s or not _staging.base_aligned(tb),
+             residual is not None and (residual_s or not _staging.base_aligned(residual)),
+             out_s or not _staging.base_aligned(out))
+    return stage if True in stage else None
+
+
+def _staged(call: _Call, signature: _Signature, stage: tuple[bool, bool, bool, bool],
+            owners: tuple[cutile.Tensor | None, ...], *, activation: Any, alpha: Any, scale_a: Any, scale_b: Any,
+            accumulate_dtype: Any, allow_tf32: bool, config: Any) -> _Staged:
+    """The temporaries, copies and inner call of a checked ``call`` (the caller's
+    operands) that stages the operands ``stage`` names. The inner call is an ordinary
+    call on them, planned by its own signature, so it launches what an aligned call of
+    those layouts launches (a batch the signature folds is staged as its 2-D GEMM of
+    batch * m rows, so the temporaries fold alike). The temporaries are kept per
+    caller's tensor and role (``owners``: a, b, residual, out; `_staging.temporary`)."""
+    plan = signature.plan
+    assert plan is not None
+    a, b, out, residual = call.a, call.b, call.out, call.epilogue.residual
+    if plan.fold_batch:  # (a, out and residual are dense: their 2-D views share their memory)
+        rows = signature.batch * a.shape[-2]
+        a = a.reshape(rows, a.shape[-1])
+        b = b if b.ndim == 2 else b[0]
+        out = out.reshape(rows, out.shape[-1])
+        residual = None if residual is None else residual.reshape(rows, residual.shape[-1])
+    copies_in: list[tuple[str, cutile.Tensor, cutile.Tensor]] = []
+
+    def input_temporary(role: str, t: cutile.Tensor, owner: cutile.Tensor | None) -> cutile.Tensor:
+        made, source, target = _staging.staged(t, owner, role)
+        copies_in.append((role, source, target))
+        return made
+
+    a = input_temporary("a", a, owners[0]) if stage[0] else a
+    b = input_temporary("b", b, owners[1]) if stage[1] else b
+    if stage[2]:
+        # The kernels read a residual as it is, in out's orientation (never through its
+        # transpose, as they read a or b): staged as it is.
+        assert residual is not None
+        source = residual
+        residual = _staging.temporary(owners[2], "residual", source.shape, source.dtype, source)
+        copies_in.append(("residual", source, residual))
+    inner_out = _staging.temporary(owners[3], "out", out.shape, out.dtype, out) if stage[3] else out
+    inner = _prepare(a, b, out=inner_out, bias=call.epilogue.bias, activation=activation, residual=residual,
+                     alpha=alpha, scale_a=scale_a, scale_b=scale_b, out_dtype=signature.out_dtype,
+                     accumulate_dtype=accumulate_dtype, allow_tf32=allow_tf32, config=config, staging=False)
+    assert inner.plan is not None and inner.staged is None
+    _prime(inner)
+    originals = tuple((name, t) for name, t in (("a", call.a), ("b", call.b), ("residual", call.epilogue.residual),
+                                                ("out", call.out)) if t is not None)
+    # What the inner call and the copy into out use of the caller's memory, held from the
+    # call (`cutile.hold`): the operands it reads unstaged, and out.
+    unstaged = [(name, t) for name, t, staged in (("a", call.a, stage[0]), ("b", call.b, stage[1]),
+                                                  ("residual", call.epilogue.residual, stage[2]))
+                if t is not None and not staged]
+    if call.epilogue.bias is not None:
+        unstaged.append(("bias", call.epilogue.bias))
+    if call.scales is not None:
+        unstaged += [("scale_a", call.scales[0]), ("scale_b", call.scales[1])]
+    return _Staged(inner, tuple(copies_in), (inner_out, out) if stage[3] else None, originals, tuple(unstaged))
 
 
 def forget_plans() -> None:
@@ -362,27 +467,38 @@ def _check_signature(ta: cutile.Tensor, tb: cutile.Tensor, bias_t: cutile.Tensor
     if 0 in out_shape:
         return _Signature(out_shape, chosen_out, batched, batch, None)
     out_dense = out_t is None or out_t.is_contiguous  # (the output a call allocates is dense)
-    plan = _make_plan(ta, tb, out_dense, epilogue, in_dtype, chosen_out, acc, allow_tf32, scale_tensors, batched, batch,
-                      m, n, k, config)
-    return _Signature(out_shape, chosen_out, batched, batch, plan)
+    # Inputs as the kernels read them (a transposed one through its transpose); out and
+    # residual as they are; the output a call allocates is dense.
+    stage = (not _staging.strides_aligned(_staging.reading_view(ta)),
+             not _staging.strides_aligned(_staging.reading_view(tb)),
+             residual_t is not None and not _staging.strides_aligned(residual_t),
+             not (_staging.strides_aligned(out_t) if out_t is not None else _staging.dense_aligned(out_shape, chosen_out)))
+    if True in stage:  # every call stages: its inner call (aligned) has the plan; no record asked for this one
+        plan = _Plan("staged", None, {}, (), (), 0, _folds(ta, tb, out_dense, epilogue, batched), False, False)
+    else:
+        plan = _make_plan(ta, tb, out_dense, epilogue, in_dtype, chosen_out, acc, allow_tf32, scale_tensors, batched,
+                          batch, m, n, k, config)
+    return _Signature(out_shape, chosen_out, batched, batch, plan, stage)
 
 
 def _foldable(t: cutile.Tensor | None) -> bool:
     return t is None or t.is_contiguous
 
 
-def _column_major(t: cutile.Tensor) -> bool:
-    """Whether the last two dims of ``t`` are laid out transposed (its rows contiguous,
-    its columns not): the kernels then read its transpose, whose rows are."""
-    return t.shape[-1] > 1 and t.strides[-1] != 1 and (t.strides[-2] == 1 or t.shape[-2] == 1)
+_column_major = _staging.column_major  # (a transposed layout: the kernels read its transpose)
+
+
+def _folds(ta: cutile.Tensor, tb: cutile.Tensor, out_dense: bool, epilogue: Epilogue, batched: bool) -> bool:
+    """Whether a batched call is one GEMM of batch * m rows: b shared by every batch, a,
+    out and residual contiguous."""
+    return batched and (tb.ndim == 2 or tb.shape[0] == 1) and ta.ndim == 3 and _foldable(ta) \
+        and out_dense and _foldable(epilogue.residual)
 
 
 def _make_plan(ta: cutile.Tensor, tb: cutile.Tensor, out_dense: bool, epilogue: Epilogue, in_dtype: Any,
                out_dtype: Any, acc: Any, allow_tf32: bool, scale_tensors: bool, batched: bool, batch: int,
                m: int, n: int, k: int, config: dict[str, Any] | None) -> _Plan:
-    # A batch sharing one b, over contiguous a, out and residual, is one GEMM of batch * m rows.
-    fold = batched and (tb.ndim == 2 or tb.shape[0] == 1) and ta.ndim == 3 and _foldable(ta) \
-        and out_dense and _foldable(epilogue.residual)
+    fold = _folds(ta, tb, out_dense, epilogue, batched)
     rank = 2 if not batched or fold else 3
     rows = batch * m if batched else m
     path = _choose_path(rows, n, k, rank, in_dtype, acc, scale_tensors, config)
@@ -390,8 +506,10 @@ def _make_plan(ta: cutile.Tensor, tb: cutile.Tensor, out_dense: bool, epilogue: 
         weight_nk = tb.strides[-2] == 1 and tb.strides[-1] != 1
         return _Plan(path, None, _gemv.choose(rows, n, k, in_dtype, weight_nk=weight_nk), (), (), 0, fold, False,
                      False)
-    if path == "split_k":
-        return _Plan(path, None, _splitk.default_config(rows, n, k, in_dtype), (), (), 0, fold, False, False)
+    if path == "split_k":  # the record's winner, else a default
+        weight_nk = tb.strides[-2] == 1 and tb.strides[-1] != 1
+        return _Plan(path, None, _splitk_tuning.choose(rows, n, k, in_dtype, weight_nk=weight_nk), (), (), 0, fold,
+                     False, False)
     found = _configs.choose(in_dtype, rows, n, k) if config is None else \
         {**_configs.default_config(rows, n, k, in_dtype), **config}
     chosen = _configs.fit_to_problem(found, rows if rank == 2 else m, n, k)  # (a batch's own rows: its tiles')
@@ -439,8 +557,7 @@ def _shaped(plan: _Plan, batched: bool, batch: int, ta: cutile.Tensor, tb: cutil
     return ta.broadcast_to(batch, m, k), tb.broadcast_to(batch, k, n), out_t, epilogue
 
 
-def _transpose(t: cutile.Tensor) -> cutile.Tensor:
-    return t.T if t.ndim == 2 else t.permute(0, 2, 1)
+_transpose = _staging.transpose
 
 
 def _kernel_arguments(call: _Call) -> tuple[list[Any], dict[str, int]]:
@@ -472,32 +589,29 @@ def _mapped_output(out: cutile.Tensor, plan: _Plan) -> Any:
     return out[...].partition(plan.tile).map(plan.map_shape, blocks=plan.blocks)
 
 
-def _launch_call(call: _Call) -> Any:
+def _launch_call(call: _Call, hold: bool = True) -> Any:
     """The pending launch of ``call`` (a `cutile.Launch`, or a `cuda_async.DeviceOp`
-    for a K split in two kernels)."""
+    for a K split in two kernels or a staged call). ``hold``: a two-kernel op holds the
+    caller's tensors from the call (False for a staged call's inner call: the staged op
+    holds them, and its temporaries are still to be written by its copies)."""
+    if call.staged is not None:
+        return _launch_staged(call.staged)
     plan = call.plan
     assert plan is not None
     if plan.kernel is None:
-        epilogue = call.epilogue
-        if plan.path == "gemv":
-            # A call's GEMV launches depend on its operands' layouts and addresses and its
-            # epilogue alone (fixed for the call): made once, then only the consumable
-            # operands checked again (as `_gemv.check_operands` does for a known layout).
-            if call.gemv_launches is None:
-                ops, cfg = _gemv._checked("small_m_matmul", call.a, call.b, call.out, epilogue.bias,
-                                          epilogue.activation, epilogue.residual, call.alpha, plan.config)
-                call.gemv_launches = _gemv._launches(ops, cfg)
-                call.gemv_kept = _GemvKept(ops.m, ops.n, ops.k, ops.weight_nk, ops.activation, cfg)
-            else:
-                require_live(call.b, "small_m_matmul", "b")
-                require_live(call.out, "small_m_matmul", "out")
-            return _run_gemv(call.gemv_launches, call.a, call.b, call.out, epilogue.bias, epilogue.residual)
-        return _splitk.split_k_matmul(call.a, call.b, call.out, bias=epilogue.bias, activation=epilogue.activation,
-                                      residual=epilogue.residual, alpha=call.alpha, config=plan.config)
+        assert plan.path in ("gemv", "split_k"), f"matmul: a plan of path {plan.path!r} has no kernel to launch"
+        function = "small_m_matmul" if plan.path == "gemv" else "split_k_matmul"
+        steps = call.gemv_launches if plan.path == "gemv" else call.split_k_launches
+        if steps is None:
+            steps = _prime(call)
+        else:  # (made once: only the consumable operands checked again, as check_operands does for a known layout)
+            require_live(call.b, function, "b")
+            require_live(call.out, function, "out")
+        assert steps is not None
+        return _splitk.run(steps, _splitk.holding(function, call.a, call.b, call.out, call.epilogue.bias,
+                                                  call.epilogue.residual) if hold else None)
     if call.positional is None:
-        arguments, constants = _kernel_arguments(call)
-        # Every parameter by position (the tile's BM, BN too): the call the native launch path takes.
-        call.positional = (*arguments, plan.tile[-2], plan.tile[-1], constants["BK"], constants["K"])
+        _prime(call)
     else:  # the arguments made the first time are views: a consumed tensor is refused here (as `_tiled_launch`)
         require_live(call.out, "matmul", "out")
         if call.epilogue.bias is not None:
@@ -506,12 +620,110 @@ def _launch_call(call: _Call) -> Any:
             require_live(call.a, "matmul", "a")
         if plan.b_transposed:
             require_live(call.b, "matmul", "b")
+    assert call.positional is not None
     return plan.kernel(*call.positional)
+
+
+Steps = tuple[tuple[Any, tuple[Any, ...], dict[str, int]], ...]  # (kernel, positional arguments, constants) each
+
+
+def _prime(call: _Call) -> Steps | None:
+    """Makes what the launch of ``call`` needs, once: the tiled kernel's arguments, or
+    the GEMV or split-K path's kernels with their arguments, views and workspace (those
+    returned). A call's launches depend on its operands' layouts and addresses and its
+    epilogue alone, fixed for the call. A staged call primes its inner call when it is
+    made, so that the inner call's launch, made while the staged op is being enqueued,
+    allocates nothing (an allocation waits for cutile's stream, which `cutile.bench`
+    keeps shut while it enqueues a rep)."""
+    plan, epilogue = call.plan, call.epilogue
+    assert plan is not None
+    if plan.kernel is not None:
+        if call.positional is None:
+            arguments, constants = _kernel_arguments(call)
+            # Every parameter by position (the tile's BM, BN too): the call the native launch path takes.
+            call.positional = (*arguments, plan.tile[-2], plan.tile[-1], constants["BK"], constants["K"])
+        return None
+    if plan.path == "gemv":
+        if call.gemv_launches is None:
+            ops, cfg = _gemv._checked("small_m_matmul", call.a, call.b, call.out, epilogue.bias,
+                                      epilogue.activation, epilogue.residual, call.alpha, plan.config)
+            call.gemv_launches = _gemv._launches(ops, cfg)
+            call.gemv_kept = _GemvKept(ops.m, ops.n, ops.k, ops.weight_nk, ops.activation, cfg)
+        return call.gemv_launches
+    assert plan.path == "split_k", f"matmul: a plan of path {plan.path!r} has no kernel to launch"
+    if call.split_k_launches is None:
+        call.split_k_launches = _splitk.checked_launches(call.a, call.b, call.out, bias=epilogue.bias,
+                                                         activation=epilogue.activation, residual=epilogue.residual,
+                                                         alpha=call.alpha, config=plan.config)
+    return call.split_k_launches
+
+
+def _launch_staged(staged: _Staged) -> Any:
+    """The op of a staged call: the copies into the temporaries, the inner call's
+    launch (or op), the copy into out, in that order on one stream.
+
+    Everything it uses of the caller's memory is claimed at the call, as an aligned
+    launch claims its arguments (a conflict refused now, a conflicting use refused while
+    it is pending): the copies into the temporaries are made now (they read the staged
+    operands and write their own temporaries), and `cutile.hold` claims what the
+    launches made later read as it is (the unstaged operands) and out. The inner call
+    and the copy into out are made as the step before is enqueued (``then``: they read
+    the temporaries the copies write, which a claim made now would meet as a pending
+    write); they join the op's job, which holds all of it by then. The caller's tensors
+    are reached through views made once (cached), so a consumed one is refused here, by
+    name."""
+    for name, t in staged.originals:
+        require_live(t, "matmul", name)
+    made: list[Any] = []
+    try:
+        for role, source, target in staged.copies_in:
+            made.append(_copy_in(role, source, target))
+        out = staged.copy_out[1] if staged.copy_out is not None else staged.inner.out
+        holds = cutile.hold("matmul", reads=staged.unstaged, writes=(("out", out),))
+    except BaseException:
+        for launch in made:  # (their holds given back now: the call is refused as a whole)
+            launch.cancel()
+        raise
+    op = holds
+    for launch in made:
+        op = op.then(launch)
+    op = op.then(_after(partial(_launch_call, staged.inner, False)))
+    if staged.copy_out is not None:
+        op = op.then(_after(partial(_staging.copy, *staged.copy_out)))
+    return op
+
+
+def _copy_in(role: str, source: cutile.Tensor, target: cutile.Tensor) -> Any:
+    """The pending copy of the operand ``role`` into its temporary; a refusal names the
+    operand (the copy kernel's parameters are its own: ``x`` the source, ``out`` the
+    temporary)."""
+    try:
+        return _staging.copy(source, target)
+    except cutile.OwnershipError as error:
+        kernel = _staging.copy_kernel(target.dtype, target.ndim).name
+        if error.requester in (f"{kernel}: parameter 'out'", f"launch of {kernel} (parameter 'out')"):
+            raise cutile.OwnershipError(
+                f"matmul: {role}'s staging temporary is held by a pending matmul.launch staging the same "
+                f"{role} (temporaries are kept per tensor and operand); run that first (.sync())",
+                resource=error.resource, holder=error.holder, requester=f"matmul: parameter '{role}'") from None
+        message = str(error).replace(f"{kernel}: parameter 'x'", f"matmul: parameter '{role}'").replace(
+            f"launch of {kernel} (parameter 'x')", f"matmul (parameter '{role}')")
+        raise cutile.OwnershipError(message, resource=error.resource, holder=error.holder,
+                                    requester=f"matmul: parameter '{role}'") from None
+
+
+def _after(step: Callable[[], Any]) -> Callable[[Any], Any]:
+    return lambda _: step()
 
 
 def _compile_call(call: _Call, arch: str) -> None:
     """Compiles what ``call`` would launch, for ``arch``, without launching it (filling
     the compile caches, as a tuning search does ahead of timing)."""
+    if call.staged is not None:
+        copy_out = (call.staged.copy_out,) if call.staged.copy_out is not None else ()
+        for source, target in [(source, target) for _, source, target in call.staged.copies_in] + list(copy_out):
+            _staging.compile_copy(source, target, arch)
+        call = call.staged.inner
     assert call.plan is not None and call.plan.kernel is not None  # (a config picks the tiled kernel)
     arguments, constants = _kernel_arguments(call)
     cutile.compile(call.plan.kernel, *arguments, arch=arch, **constants)
@@ -588,7 +800,9 @@ class Matmul:
         Args:
             a, b: ``[M, K]`` and ``[K, N]``, or batches ``[B, M, K]`` and ``[B, K, N]``
                 (either batch may be 1 or absent: it is shared by every batch). Any
-                strides (transposed views are read in place). cutile tensors, or any
+                strides (transposed views are read in place; an operand, residual or
+                out whose row stride or base is off 16 bytes is staged through an
+                aligned copy, `_staging`). cutile tensors, or any
                 DLPack / CUDA Array Interface tensor (torch, CuPy; numpy on the
                 interpreter). dtypes f16, bf16, f32, f8e4m3fn, f8e5m2 (both the same).
             out: where the result goes (its shape ``[..., M, N]`` and dtype checked; it
@@ -625,7 +839,7 @@ class Matmul:
         if call.plan is not None:
             _launch_call(call).sync()
             # (2-D cutile tensors as given, no scales: what `_gemv_launch` and `_tiled_launch` take)
-            if key is not None and call.a is a and call.b is b and call.out is out \
+            if key is not None and call.staged is None and call.a is a and call.b is b and call.out is out \
                     and call.epilogue.bias is bias and call.epilogue.residual is residual:
                 if call.gemv_kept is not None:
                     _KEPT_CALLS.keep(key, call.gemv_kept)
@@ -638,7 +852,7 @@ class Matmul:
                out_dtype: Any = None, accumulate_dtype: Any = f32, allow_tf32: bool = False,
                config: dict[str, Any] | None = None) -> Any:
         """The launch of ``matmul(...)`` (same arguments), not run (a `cutile.Launch`,
-        or for a K split in two kernels a `cuda_async.DeviceOp`): ``.sync()``,
+        or for a K split in two kernels or a staged call a `cuda_async.DeviceOp`): ``.sync()``,
         ``.schedule()``, ``await``, a `cutile.batch` or `cutile.bench.do_bench` runs it.
         Pass ``out=`` to read the result (the launch gives back its kernel's tensors,
         the output's partition first).

@@ -354,9 +354,15 @@ def reduce_tiles(m: int, n: int) -> tuple[int, int]:
     return tile_m, min(max(4096 // tile_m, 16), next_power_of_two(n))
 
 
-def run_matmul(ops: Operands, tile_m: int, tile_n: int, tile_k: int, splits: int, method: str,
-               hints: tuple[tuple[str, int], ...]) -> Any:
-    """The launch (one split) or the op (partial products, then their reduction)."""
+Launches = tuple[tuple[Any, tuple[Any, ...], dict[str, int]], ...]
+
+
+def launches(ops: Operands, tile_m: int, tile_n: int, tile_k: int, splits: int, method: str,
+             hints: tuple[tuple[str, int], ...]) -> Launches:
+    """What `run` launches: (kernel, positional arguments, constants) per kernel,
+    in order, the views and the workspace made (so that a caller may make them ahead of
+    the launches: `_matmul`'s staged calls, whose launches are made while their op is
+    being enqueued, where an allocation would wait for the stream)."""
     in_dtype, out = ops.a.dtype, ops.out
 
     def out_tiles(tile: tuple[int, int]) -> Any:
@@ -366,7 +372,8 @@ def run_matmul(ops: Operands, tile_m: int, tile_n: int, tile_k: int, splits: int
     if splits == 1:
         kernel = direct_kernel(in_dtype, out.dtype, ops.bias.dtype, ops.residual.dtype, ops.weight_nk, method,
                                ops.activation, ops.has_bias, ops.has_residual, hints)
-        return kernel(out_tiles((tile_m, tile_n)), ops.a, ops.weight, ops.bias, ops.residual, ops.alpha, BK=tile_k)
+        return ((kernel, (out_tiles((tile_m, tile_n)), ops.a, ops.weight, ops.bias, ops.residual, ops.alpha),
+                 {"BK": tile_k}),)
     # One workspace per out and split shape: a second call while the first is pending is refused
     # (the workspace is held), as it would be for out.
     workspace = derived(out, ("workspace", splits), lambda: api.empty([splits, ops.m, ops.n], dtype=f32))
@@ -375,27 +382,53 @@ def run_matmul(ops: Operands, tile_m: int, tile_n: int, tile_k: int, splits: int
     partial = partial_kernel(in_dtype, ops.weight_nk, method, hints)
     reduce = reduce_kernel(out.dtype, ops.bias.dtype, ops.residual.dtype, ops.activation, ops.has_bias,
                            ops.has_residual)
-    reduce_tile = reduce_tiles(ops.m, ops.n)
-
-    def reduction(_: tuple[Any, ...]) -> Any:
-        return reduce(out_tiles(reduce_tile), workspace, ops.bias, ops.residual, ops.alpha)
-
-    # The reduction is made as the partial products are enqueued (it reads their workspace):
-    # what it uses of the caller's is held from the call, so the op owns it while pending.
-    held = cutile.hold("split_k_matmul", reads=held_reads(ops), writes=[("out", out)])
-    return held.then(lambda _: partial(workspace_tiles, ops.a, ops.weight, BK=tile_k, SPLITS=splits)).then(
-        reduction)
+    return ((partial, (workspace_tiles, ops.a, ops.weight), {"BK": tile_k, "SPLITS": splits}),
+            (reduce, (out_tiles(reduce_tiles(ops.m, ops.n)), workspace, ops.bias, ops.residual, ops.alpha), {}))
 
 
-def held_reads(ops: Operands) -> list[tuple[str, cutile.Tensor]]:
-    """The caller's tensors a two-launch op reads (held from the call: its launches are
-    made as it runs): a, the weight, and the bias and residual where it has them."""
-    reads = [("a", ops.a), ("b", ops.weight)]
-    if ops.has_bias:
-        reads.append(("bias", ops.bias))
-    if ops.has_residual:
-        reads.append(("residual", ops.residual))
-    return reads
+Holding = tuple[str, list[tuple[str, cutile.Tensor]], list[tuple[str, cutile.Tensor]]]
+
+
+def run(steps: Launches, holding: Holding | None) -> Any:
+    """The launch of `launches`' one kernel, or the op of its two: the reduction's launch
+    made once the partials are enqueued (it reads their workspace). Those launches claim
+    nothing until made, so ``holding`` (the op's name, the caller's tensors read, those
+    written) is held from the call by a `cutile.hold` first in the chain: the op owns
+    them while pending, as one launch would. None inside an op holding them already (a
+    staged matmul's, whose temporaries its own copies are still to write)."""
+    kernel, arguments, constants = steps[0]
+    if len(steps) == 1:
+        return kernel(*arguments, **constants)
+    reduce, reduce_arguments, reduce_constants = steps[1]
+    if holding is None:
+        first = kernel(*arguments, **constants)
+    else:
+        name, reads, writes = holding
+        first = cutile.hold(name, reads=reads, writes=writes).then(lambda _: kernel(*arguments, **constants))
+    return first.then(lambda _: reduce(*reduce_arguments, **reduce_constants))
+
+
+def holding(function: str, a: cutile.Tensor, b: cutile.Tensor, out: cutile.Tensor, bias: cutile.Tensor | None,
+            residual: cutile.Tensor | None) -> Holding:
+    """What a two-launch op of ``function`` holds from the call: a, the weight, the bias
+    and residual where it has them (read), and out (written)."""
+    reads = [(name, t) for name, t in (("a", a), ("b", b), ("bias", bias), ("residual", residual)) if t is not None]
+    return function, reads, [("out", out)]
+
+
+def _checked(a: Any, b: Any, out: Any, bias: Any, activation: Any, residual: Any, alpha: Any,
+             config: Mapping[str, Any] | None) -> tuple[Operands, Launches]:
+    ops = check_operands("split_k_matmul", a, b, out, bias, activation, residual, alpha)
+    cfg = check_config("split_k_matmul", config, default_config(ops.m, ops.n, ops.k, ops.a.dtype), CONFIG_KEYS)
+    return ops, launches(ops, cfg["tile_m"], cfg["tile_n"], cfg["tile_k"], cfg["split_k"], cfg["method"],
+                         hints_of(cfg))
+
+
+def checked_launches(a: cutile.Tensor, b: cutile.Tensor, out: cutile.Tensor, *, bias: cutile.Tensor | None,
+                     activation: str | None, residual: cutile.Tensor | None, alpha: float,
+                     config: Mapping[str, Any] | None) -> Launches:
+    """`split_k_matmul`'s checks, then its `launches` (to `run`)."""
+    return _checked(a, b, out, bias, activation, residual, alpha, config)[1]
 
 
 # -- split-K: configs ---------------------------------------------------------------------------
@@ -472,6 +505,6 @@ def split_k_matmul(a: cutile.Tensor, b: cutile.Tensor, out: cutile.Tensor, *, bi
     Raises:
         ArgumentError, ArgumentTypeError: a malformed argument (named in the message).
     """
-    ops = check_operands("split_k_matmul", a, b, out, bias, activation, residual, alpha)
-    cfg = check_config("split_k_matmul", config, default_config(ops.m, ops.n, ops.k, ops.a.dtype), CONFIG_KEYS)
-    return run_matmul(ops, cfg["tile_m"], cfg["tile_n"], cfg["tile_k"], cfg["split_k"], cfg["method"], hints_of(cfg))
+    ops, steps = _checked(a, b, out, bias, activation, residual, alpha, config)
+    return run(steps, holding("split_k_matmul", ops.a, ops.weight, ops.out, ops.bias if ops.has_bias else None,
+                              ops.residual if ops.has_residual else None))

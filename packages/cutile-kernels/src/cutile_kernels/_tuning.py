@@ -78,7 +78,10 @@ def precompile(dtype: Any, shape: tuple[int, ...], configs: list[dict[str, Any]]
 
     _, _, _, a, b, out = _inputs(dtype, tuple(int(s) for s in shape))
     calls = []
-    for config in configs:  # plans are made here, one thread: their tables are not shared
+    # Plans are made here, one thread: their tables are not shared. A staged shape's calls
+    # share one set of temporaries (kept per tensor and operand: `_staging.temporary`),
+    # so keeping every config's call holds views, not a copy of the operands per config.
+    for config in configs:
         try:
             calls.append(_prepare(a, b, out=out, bias=None, activation=None, residual=None, alpha=1.0, scale_a=None,
                                   scale_b=None, out_dtype=None, accumulate_dtype=f32, allow_tf32=False,

@@ -372,10 +372,15 @@ class _EventTimer(_Timer):
         self._kinds[id(fn)] = _WAITS if shut.tripped else _ENQUEUES
         self.synchronize()
 
-    def _bracket(self, queue: Callable[[], Any]) -> Any:
-        """Queues the flush, the start event, ``queue()``'s work and the end event."""
+    def _flush_l2(self) -> None:
         if self._flush is not None:
             self._flush.memset(0, width=4, stream=self.stream)
+
+    def _bracket(self, queue: Callable[[], Any], *, flushed: bool = False) -> Any:
+        """Queues the flush (unless ``flushed``: queued already), the start event,
+        ``queue()``'s work and the end event."""
+        if not flushed:
+            self._flush_l2()
         start = self._cuda_core.Event.create(self.stream.device)
         end = self._cuda_core.Event.create(self.stream.device)
         start.record(self.stream)
@@ -398,8 +403,13 @@ class _EventTimer(_Timer):
                 queue = lambda: work.schedule(self.policy)  # noqa: E731
             else:
                 queue = lambda: self.schedule(fn, fn())  # noqa: E731
+            # The flush is queued before the gate: it still runs before the start event,
+            # and a driver call that waits for the stream (a cuMemsetD32Async of the flush
+            # behind a shut gate stalled until the watchdog opened it, on the H200) does
+            # not meet the gate.
+            self._flush_l2()
             with self._gate.shut(_StreamGate.WATCHDOG_S) as shut:
-                pending = self._bracket(queue)
+                pending = self._bracket(queue, flushed=True)
             if shut.tripped:
                 _wait(pending)  # (the watchdog opened the gate: the rep's work ran; nothing may stay pending)
                 raise BenchError(
