@@ -26,6 +26,8 @@ from cutile_compiler.language import (
     Mut,
     Tensor,
     arange,
+    argmax,
+    argmin,
     assume,
     atomic_add,
     atomic_cas,
@@ -50,8 +52,10 @@ from cutile_compiler.language import (
     full,
     get_tile_block_id,
     load_tile_like,
+    cat,
     max,
     maximum,
+    min,
     minimum,
     mma,
     num_blocks,
@@ -363,8 +367,20 @@ def features_memory(z: Mut[Tensor[i32, ["B"]]], x: Tensor[f32, [-1]], idx: Tenso
     z.atomic_xor(running)
 
 
+def features_reductions(z: Mut[Tensor[f32, ["BM", 4]]], x: Tensor[bf16, [-1, -1]], y: Tensor[f16, [-1, -1]],
+                        BM: Constant[int]):
+    """max/min from their NaN identity and argmax/argmin's total order, on 16-bit floats."""
+    i, _, _ = get_tile_block_id()
+    a = x.load(index=(i, 0), shape=(BM, 64))
+    b = y.load(index=(i, 0), shape=(BM, 64))
+    columns = (max(a, axis=1, keepdims=True).astype(f32), min(b, axis=1, keepdims=True).astype(f32),
+               argmax(a, axis=1, keepdims=True).astype(f32), argmin(b, axis=1, keepdims=True).astype(f32))
+    z.store(cat(cat(columns[0], columns[1], 1), cat(columns[2], columns[3], 1), 1))
+
+
 #: name -> (function, unsafe, hints), compiled only
 FEATURES: dict[str, tuple[Any, bool, dict[str, Any] | None]] = {
     "features_float": (features_float, False, None),
     "features_memory": (features_memory, True, None),
+    "features_reductions": (features_reductions, False, None),
 }

@@ -97,6 +97,8 @@ def arguments(name: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
     if name == "features_float":
         return ((tensor([128, 128], F32, [64, 64]), tensor([128, 64], dt.f8e4m3fn), tensor([64, 128], dt.f8e5m2),
                  tensor([128, 128], F32)), {})
+    if name == "features_reductions":
+        return (tensor([100, 4], F32, [16, 4]), tensor([100, 64], dt.bf16), tensor([100, 64], F16)), {}
     if name == "features_memory":
         return (tensor([256], dt.i32, [64]), tensor([1000], F32), tensor([256], dt.i32)), {}
     raise KeyError(name)

@@ -175,26 +175,44 @@ def test_reductions(kind: int, reference: Any) -> None:
     np.testing.assert_allclose(out.to_numpy(), expected, rtol=1e-6)
 
 
-# The GPU's maxf/minf (no propagate_nan) take NaN as a missing value, and its max/min reductions
-# start from their identity; argmax/argmin compare ordered (a NaN is never taken). The
-# interpreter models exactly that (np.fmax, np.fmin), and these run on both backends.
+# The GPU's maxf/minf (no propagate_nan) take NaN as a missing value; max/min reduce from a
+# NaN identity and argmax/argmin under a total order (NaN below every number, ties to the
+# first position), so no reduction tree changes the result. These run on both backends.
 NAN_ROWS = np.array([[np.nan, 1.0, 3.0, np.nan, -2.0, 0.5, 3.0, 1.0],
                      [np.nan] * 8,
                      [np.nan, -np.inf, -np.inf, np.nan, -np.inf, -np.inf, -np.inf, -np.inf],
-                     [2.0, np.nan, 2.0, 7.0, np.nan, 7.0, -1.0, np.inf]], dtype=np.float32)
+                     [2.0, np.nan, 2.0, 7.0, np.nan, 7.0, -1.0, np.inf],
+                     [1.0, 1.0, np.nan, np.nan, np.nan, np.nan, np.nan, np.nan],
+                     [np.nan, np.nan, np.nan, np.nan, np.nan, np.nan, 5.0, np.nan],
+                     [-np.inf] * 8,
+                     [np.inf, np.nan, np.inf, np.nan, np.inf, np.nan, np.inf, np.nan]], dtype=np.float32)
 
 
 @pytest.mark.parametrize("kind, expected", [
-    (1, [3.0, -np.inf, -np.inf, np.inf]),  # max: NaN left out; a row of NaN gives the identity
-    (2, [-2.0, np.inf, -np.inf, -1.0]),  # min
-    (4, [2, 2**31 - 1, 1, 7]),  # argmax: the first largest number; none: the identity's position
-    (5, [4, 2**31 - 1, 1, 6])])  # argmin
+    (1, [3.0, np.nan, -np.inf, np.inf, 1.0, 5.0, -np.inf, np.inf]),  # max: NaN left out; all NaN: NaN
+    (2, [-2.0, np.nan, -np.inf, -1.0, 1.0, 5.0, -np.inf, np.inf]),  # min
+    (4, [2, 0, 1, 7, 0, 6, 0, 0]),  # argmax: the first largest number; all NaN: the first position
+    (5, [4, 0, 1, 6, 0, 6, 0, 0])])  # argmin
 def test_reductions_take_nan_as_missing(kind: int, expected: list[float]) -> None:
-    xs = np.resize(NAN_ROWS, (16, 8))
-    out = api.full([16, 8], 12345.0).partition([16, 8])
-    out, _ = reductions(out, api.from_numpy(xs), KIND=kind).sync()
-    got = out.to_numpy()[:, 0]
-    np.testing.assert_array_equal(got, np.resize(np.array(expected, dtype=np.float32), 16))
+    rows = np.resize(NAN_ROWS, (16, 8))
+    np.testing.assert_array_equal(_nan_as_missing(rows, kind), np.resize(np.array(expected, np.float32), 16))
+    # every rotation of the columns too: a pick that depended on the reduction's tree would differ
+    for shift in range(8):
+        xs = np.roll(rows, shift, axis=1)
+        out = api.full([16, 8], 12345.0).partition([16, 8])
+        out, _ = reductions(out, api.from_numpy(xs), KIND=kind).sync()
+        np.testing.assert_array_equal(out.to_numpy()[:, 0], _nan_as_missing(xs, kind), err_msg=f"rotated by {shift}")
+
+
+def _nan_as_missing(xs: np.ndarray, kind: int) -> np.ndarray:
+    """max (1), min (2), argmax (4) or argmin (5) of each row with NaN left out."""
+    numbers = ~np.isnan(xs)
+    with np.errstate(all="ignore"):
+        extreme = np.where(numbers, xs, -np.inf if kind in (1, 4) else np.inf)
+        best = extreme.max(axis=1) if kind in (1, 4) else extreme.min(axis=1)
+    if kind in (1, 2):
+        return np.where(numbers.any(axis=1), best, np.nan).astype(np.float32)
+    return np.argmax(numbers & (xs == best[:, None]), axis=1).astype(np.float32)
 
 
 def test_maximum_and_minimum_take_nan_as_missing() -> None:

@@ -54,15 +54,15 @@ def _reduction(kind: str, fe: FrontEnd, node: ast.Call, x: Any, axis: int | tupl
 sum_ = family_member(_reduction, "sum", "sum", "The sum along ``axis`` (all axes by default).")
 prod = family_member(_reduction, "prod", "prod", "The product along ``axis`` (all axes by default).")
 max_ = family_member(_reduction, "max", "max", "The maximum along ``axis`` (all axes by default); NaN is a "
-                     "missing value (all NaN: -inf).")
+                     "missing value (all NaN: NaN).")
 min_ = family_member(_reduction, "min", "min", "The minimum along ``axis`` (all axes by default); NaN is a "
-                     "missing value (all NaN: +inf).")
+                     "missing value (all NaN: NaN).")
 argmax = family_member(_reduction, "argmax", "argmax",
                        "The i32 position of the maximum along ``axis`` (first on ties; NaN never taken, "
-                       "all NaN: 2**31 - 1).")
+                       "all NaN: 0).")
 argmin = family_member(_reduction, "argmin", "argmin",
                        "The i32 position of the minimum along ``axis`` (first on ties; NaN never taken, "
-                       "all NaN: 2**31 - 1).")
+                       "all NaN: 0).")
 
 
 def _scan(kind: str, fe: FrontEnd, node: ast.Call, x: Any, axis: int = 0, reverse: bool = False) -> Value:

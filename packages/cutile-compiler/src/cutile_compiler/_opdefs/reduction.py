@@ -23,25 +23,26 @@ def _is_float(value: Any) -> bool:
     return bool(np.issubdtype(value.dtype, np.floating) or value.dtype.kind == "V")  # (ml_dtypes' bf16: "V")
 
 
-# Float max and min reduce as the GPU's maxf/minf do (NaN is a missing value, the
-# reduction starting from its identity: a row of NaN gives -inf for max, +inf for min).
+# Float max and min reduce as the GPU's maxf/minf combine (NaN is a missing value) from
+# a NaN identity, so the result does not depend on the reduction's tree: a row of
+# numbers and NaN gives the extreme of its numbers, a row of only NaN gives NaN.
 def _max(value: Any, axis: int) -> Any:
-    return np.fmax.reduce(value, axis=axis, initial=-np.inf) if _is_float(value) else np.max(value, axis=axis)
+    return np.fmax.reduce(value, axis=axis) if _is_float(value) else np.max(value, axis=axis)
 
 
 def _min(value: Any, axis: int) -> Any:
-    return np.fmin.reduce(value, axis=axis, initial=np.inf) if _is_float(value) else np.min(value, axis=axis)
+    return np.fmin.reduce(value, axis=axis) if _is_float(value) else np.min(value, axis=axis)
 
 
 def _arg(extreme: Callable[[Any, int], Any]) -> Callable[..., Any]:
-    """argmax/argmin as the GPU's ordered compares pick: the first position of the
-    extreme among the numbers (NaN never taken); a row of NaN gives the identity's
-    position, 2**31 - 1."""
+    """argmax/argmin as the lowering's total order picks: the first position of the
+    extreme among the numbers (a NaN is below every number); a row of only NaN gives
+    its first position, 0, so the result is always a valid index."""
     def arg(value: Any, axis: int) -> Any:
         if not _is_float(value):
             return (np.argmax if extreme is _max else np.argmin)(value, axis=axis)
         hits = (value == np.expand_dims(extreme(value, axis), axis)) & ~np.isnan(value.astype(np.float32))
-        return np.where(hits.any(axis=axis), np.argmax(hits, axis=axis), (1 << 31) - 1)
+        return np.argmax(hits, axis=axis)  # (all False, a row of NaN: 0)
     return arg
 
 
@@ -126,14 +127,14 @@ def _identity(kind: str, dtype: dt.DType) -> int | float:
         return 0
     if kind == "prod":
         return 1
-    largest: int | float
     if dtype.is_float:
-        largest = float("inf")
-    elif dtype.is_signed:
+        return float("nan")  # (maxf and minf leave a NaN operand out; see _max)
+    largest: int | float
+    if dtype.is_signed:
         largest = (1 << (dtype.bits - 1)) - 1
     else:
         largest = (1 << dtype.bits) - 1
-    smallest: int | float = -largest if dtype.is_float else (-(1 << (dtype.bits - 1)) if dtype.is_signed else 0)
+    smallest: int | float = -(1 << (dtype.bits - 1)) if dtype.is_signed else 0
     return smallest if kind in ("max", "argmax") else largest
 
 
@@ -176,7 +177,10 @@ def _lower_reduce(ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence
 
 
 def _lower_arg_reduce(ctx: Lowering, op: Operation, value: Any, source: TileType, kind: str, axis: int) -> Any:
-    """argmax/argmin: a two-operand reduce of (value, position); ties keep the first."""
+    """argmax/argmin: a two-operand reduce of (value, position) under a total order, so
+    that any reduction tree gives the same position: a larger (smaller) value wins, ties
+    go to the lower position, and a float NaN is below every number (NaN against NaN: a
+    tie). The identity, (NaN, 2**31 - 1), loses to every element."""
     builder = ctx.builder
     positions_1d = builder.iota(result_types=[ir.tile((source.shape[axis],), ir.I32)])
     shape_1 = tuple(source.shape[axis] if i == axis else 1 for i in range(source.rank))
@@ -185,15 +189,20 @@ def _lower_arg_reduce(ctx: Lowering, op: Operation, value: Any, source: TileType
     better = "greater_than" if kind == "argmax" else "less_than"
     with builder.reduce([value, positions], axis, [_identity(kind, source.dtype), (1 << 31) - 1]) as body:
         v_new, v_acc, i_new, i_acc = body.args
+        earlier = builder.cmpi(i_new, i_acc, comparison_predicate="less_than", signedness="signed")
         if source.dtype.is_float:
             strictly = builder.cmpf(v_new, v_acc, comparison_predicate=better, comparison_ordering="ordered")
             equal = builder.cmpf(v_new, v_acc, comparison_predicate="equal", comparison_ordering="ordered")
+            new_is_nan = builder.cmpf(v_new, v_new, comparison_predicate="not_equal", comparison_ordering="unordered")
+            acc_is_nan = builder.cmpf(v_acc, v_acc, comparison_predicate="not_equal", comparison_ordering="unordered")
+            # a number beats a NaN, beats a worse number, or ties one at a later position
+            by_number = builder.ori(acc_is_nan, builder.ori(strictly, builder.andi(equal, earlier)))
+            take = builder.select(new_is_nan, builder.andi(acc_is_nan, earlier), by_number)
         else:
             sign = source.dtype.signedness
             strictly = builder.cmpi(v_new, v_acc, comparison_predicate=better, signedness=sign)
             equal = builder.cmpi(v_new, v_acc, comparison_predicate="equal", signedness=sign)
-        earlier = builder.cmpi(i_new, i_acc, comparison_predicate="less_than", signedness="signed")
-        take = builder.ori(strictly, builder.andi(equal, earlier))
+            take = builder.ori(strictly, builder.andi(equal, earlier))
         builder.yield_([builder.select(take, v_new, v_acc), builder.select(take, i_new, i_acc)])
     return body.results[1]
 
