@@ -135,11 +135,15 @@ def test_split_call_is_one_op() -> None:
     rng = np.random.default_rng(6)
     a, w = random(rng, (4, K), f16), random(rng, (N, K), f16)
     out = api.full([4, N], np.nan, dtype=f16)
-    op = small_m_matmul(api.from_numpy(a), weight_view(w, True), out, config={**SMALL, "split_k": 8})
+    bias = api.from_numpy(random(rng, (N,), f16))
+    op = small_m_matmul(api.from_numpy(a), weight_view(w, True), out, bias=bias, config={**SMALL, "split_k": 8})
     assert not isinstance(op, cutile.Launch)
-    assert np.isnan(out.to_numpy()).all()  # nothing ran yet (out is claimed by the reduction, made when it runs)
+    with pytest.raises(cutile.OwnershipError, match="small_m_matmul \\(parameter 'out'\\)"):
+        out.to_numpy()  # held by the op from the call, as by one launch (the reduction is made when it runs)
+    with pytest.raises(cutile.OwnershipError, match="small_m_matmul \\(parameter 'bias'\\)"):
+        bias.host_view()  # (a write to what the reduction reads)
     op.sync()
-    assert_close(out.to_numpy(), reference(a, w), f16)
+    assert_close(out.to_numpy(), reference(a, w, bias.to_numpy()), f16)
 
 
 @pytest.mark.parametrize("splits", [1, 2])

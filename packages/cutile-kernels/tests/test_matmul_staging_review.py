@@ -67,7 +67,7 @@ def test_a_transposed_residual_is_staged_as_it_is_and_the_call_keeps_its_config(
     assert call.staged is not None and call.plan is not None and call.plan.path == "tiled"
     assert call.plan.config["tile_m"] == 16 and call.plan.kernel is not None
     (role, source, target), = call.staged.copies_in
-    assert role == "residual" and source is res and target.shape == (m, n) and target.strides[-1] == 1
+    assert role == "residual" and source is _matmul._private(res) and target.shape == (m, n) and target.strides[-1] == 1
     matmul(a, b, out=out, residual=res, config=TINY, accumulate_dtype=f16)
     expected = reference(an, bn, rn.T)
     got = np.asarray(out.to_numpy(), np.float64)
@@ -156,8 +156,8 @@ def test_a_pending_staged_launch_refuses_a_later_write_to_what_it_uses() -> None
     for out, name in ((r, "residual"), (y, "out")):
         with pytest.raises(cutile.OwnershipError, match=f"pending matmul \\(parameter '{name}'\\)"):
             matmul(x1, x2, out=out)
-    with pytest.raises(cutile.OwnershipError, match="pending launch of matmul_staging_copy_2d"):
-        b.host_view()  # (b's copy, the second, is made at the call too)
+    with pytest.raises(cutile.OwnershipError, match="pending matmul \\(parameter 'b'\\)"):
+        b.host_view()  # (held from the call by the operand's name, not the copy kernel's)
     with pytest.raises(cutile.OwnershipError, match="pending matmul \\(parameter 'out'\\)"):
         y.to_numpy()
     op.sync()
@@ -187,15 +187,45 @@ def test_a_staged_call_meeting_a_pending_write_is_refused_by_name_and_holds_noth
     close(y, reference(an, bn[:, :n], rn), f16)
 
 
-def test_a_second_pending_launch_of_the_same_staged_call_names_the_temporary() -> None:
+def test_two_pending_launches_staging_one_tensor_both_run() -> None:
+    """Both read a and b (two pending reads are allowed): the second takes temporaries
+    of its own rather than being refused on the first's."""
     rng = np.random.default_rng(71)
     an, bn, a, b = odd_operands(rng)
-    y = api.full([40, 24], np.nan, dtype=f16)
-    first = matmul.launch(a, b, out=y)
-    with pytest.raises(cutile.OwnershipError, match="matmul: a's staging temporary is held by a pending"):
-        matmul.launch(a, b, out=api.empty([40, 24], dtype=f16))
+    y1, y2 = api.full([40, 24], np.nan, dtype=f16), api.full([40, 24], np.nan, dtype=f16)
+    first = matmul.launch(a, b, out=y1)
+    kept = matmul._last
+    second = matmul.launch(a, b, out=y2)
+    assert kept is not None and kept.call.staged is not None
+    second.sync()
     first.sync()
-    close(y, reference(an, bn[:, :24]), f16)
+    close(y1, reference(an, bn[:, :24]), f16)
+    close(y2, reference(an, bn[:, :24]), f16)
+    with pytest.raises(cutile.OwnershipError, match="pending matmul \\(parameter 'out'\\)"):
+        pending = matmul.launch(a, b, out=y1)
+        try:
+            matmul.launch(a, b, out=y1)  # (one out, written twice: still refused)
+        finally:
+            pending.sync()
+
+
+def test_a_staged_launch_runs_when_the_caller_consumes_its_tensors_after_the_call() -> None:
+    """The op reaches the caller's tensors through views made at the call: consuming the
+    caller's objects (``partition()``) while it is pending does not fail it."""
+    rng = np.random.default_rng(72)
+    an, bn, a, b = odd_operands(rng)
+    m, n = 40, 24
+    rn = rand(rng, (m, n + 1), f16)
+    r = api.from_numpy(rn)[:, 1:]  # staged too
+    whole = api.full([m, n + 1], np.nan, dtype=f16)
+    y = whole[:, 1:]  # written through a temporary
+    op = matmul.launch(a, b, out=y, residual=r)
+    taken = [t.partition([8, 8]) for t in (a, b, r, y)]
+    op.sync()
+    close(whole.to_numpy()[:, 1:], reference(an, bn[:, :n], rn[:, 1:]), f16)
+    with pytest.raises(cutile.OwnershipError, match="matmul: a: .*consumed"):
+        matmul(a, b, out=y, residual=r)  # (a consumed object is refused at the next call)
+    del taken
 
 
 def test_staged_launches_in_a_batch_share_their_temporaries_in_order() -> None:

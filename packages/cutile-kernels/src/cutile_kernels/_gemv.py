@@ -50,7 +50,6 @@ powers of two; made by ``scripts/bench_gemv.py --write``), else `default_config`
 import functools
 import inspect
 import math
-import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -63,7 +62,7 @@ from cutile.core import Constant, Mut, Tensor, cdiv, f32, fma, get_tile_block_id
     transpose, zeros
 from cutile.tune import Config, Space
 
-from cutile_kernels import _epilogue, _records
+from cutile_kernels import _epilogue, _records, _splitk
 from cutile_kernels._epilogue import apply_activation
 from cutile_kernels._operands import derived
 from cutile_kernels._splitk import (
@@ -301,14 +300,11 @@ def _launches(ops: Operands, config: Mapping[str, Any]) -> tuple[tuple[Any, tupl
 
 
 def _run(ops: Operands, config: Mapping[str, Any]) -> Any:
-    """The launch (one slice of K) or the op (partial sums, then their reduction)."""
-    launches = _launches(ops, config)
-    kernel, arguments, constants = launches[0]
-    first = kernel(*arguments, **constants)
-    if len(launches) == 1:
-        return first
-    reduce, reduce_arguments, _ = launches[1]
-    return first.then(lambda _: reduce(*reduce_arguments))
+    """The launch (one slice of K) or the op (partial sums, then their reduction),
+    holding the caller's tensors from the call (`_splitk.run`)."""
+    return _splitk.run(_launches(ops, config), _splitk.holding(
+        "small_m_matmul", ops.a, ops.weight, ops.out, ops.bias if ops.has_bias else None,
+        ops.residual if ops.has_residual else None))
 
 
 def _checked(function: str, a: Any, b: Any, out: Any, bias: Any, activation: Any, residual: Any, alpha: Any,
@@ -364,9 +360,8 @@ def small_m_matmul(a: cutile.Tensor, b: cutile.Tensor, out: cutile.Tensor, *, bi
             ``occupancy``, ``latency`` (the weight loads' hint, 1-10; 0: none); missing
             keys from `default_config`.
     Returns:
-        The pending launch (``split_k`` 1; it holds out from the call) or op (the
-        partials, then the reduction, whose launch is made and claims out when the
-        partials have been enqueued), not yet run: ``.sync()``, ``await``,
+        The pending launch (``split_k`` 1) or op (the partials, then the
+        reduction), not yet run, holding its operands and out from the call: ``.sync()``, ``await``,
         ``.schedule()`` or `cutile.bench.do_bench` run it.
     Raises:
         ArgumentError, ArgumentTypeError: a malformed argument (named in the message),
@@ -496,9 +491,12 @@ def gemv_bucket(shape: Any) -> str:
 
 
 def kernel_source() -> str:
-    """The source text the record's provenance hashes: these kernels and the epilogue's
-    activations."""
-    return inspect.getsource(sys.modules[__name__]) + inspect.getsource(_epilogue)
+    """What the record's provenance hashes: the kernels, their products and epilogue
+    (with the epilogue's activations), and how a config launches them; not the host
+    code around them, whose changes leave every winner's timing as it was."""
+    parts = (_product, _finish, _weight_annotation, direct_kernel, partial_kernel, reduce_kernel, reduce_tiles,
+             steps_per_split, _launches)
+    return "".join(inspect.getsource(part) for part in parts) + inspect.getsource(_epilogue)
 
 
 # -- the tuner ------------------------------------------------------------------------------------
@@ -555,8 +553,14 @@ def _reference(shape: tuple[int, ...]) -> Callable[[Any], bool]:
     return gate
 
 
-_TUNERS: dict[str, tune.Tuner] = {}
-_RECORDS_DIR: list[Path] = [_records.RECORDS_DIR]  # the folder `choose` reads (`use_records`)
+def _make_tuner(folder: Path) -> tune.Tuner:
+    source = kernel_source()
+    return tune.Tuner("gemv", SPACE, _setup, source=source,
+                      record=_records.record_path("gemv", source, SPACE, folder=folder), reference=_reference,
+                      bucket=gemv_bucket, on_stale="warn", search_options={"prune": prune, "budget": 120.0})
+
+
+_TUNERS = _records.RecordTuners(_make_tuner)
 
 
 def tuner(*, records_dir: Path | str | None = None) -> tune.Tuner:
@@ -564,36 +568,21 @@ def tuner(*, records_dir: Path | str | None = None) -> tune.Tuner:
     ``records_dir`` (default: the folder `use_records` set, the package's records),
     its searches over `SPACE` gated by `check_sampled` (a search on first use,
     ``CUTILE_TUNE=1``, is bounded to two minutes a shape)."""
-    folder = Path(records_dir) if records_dir is not None else _RECORDS_DIR[0]
-    found = _TUNERS.get(str(folder))
-    if found is None:
-        source = kernel_source()
-        found = tune.Tuner("gemv", SPACE, _setup, source=source,
-                           record=_records.record_path("gemv", source, SPACE, folder=folder), reference=_reference,
-                           bucket=gemv_bucket, on_stale="warn", search_options={"prune": prune, "budget": 120.0})
-        _TUNERS[str(folder)] = found
-    return found
+    return _TUNERS.get(records_dir)
 
 
 def use_records(records_dir: Path | str | None) -> None:
     """Makes `choose` (and so matmul) read the records of ``records_dir`` (None: the
-    package's), read again from disk: a script that has just written a record, a test.
-    matmul's cached plans are forgotten with the old choices."""
+    package's), read again from disk; matmul's cached plans are forgotten."""
     from cutile_kernels import _matmul  # (it imports this module)
 
-    _RECORDS_DIR[0] = Path(records_dir) if records_dir is not None else _records.RECORDS_DIR
-    _TUNERS.clear()
+    _TUNERS.use(records_dir)
     _matmul.forget_plans()
 
 
 def choose(m: int, n: int, k: int, dtype: Any, *, weight_nk: bool) -> dict[str, Any]:
     """The config of a call: the record's (or cache's, or a search's) winner of its
-    bucket, fitted to the call (`fit`), else `default_config`."""
-    shape = (m, n, k, 4 if dtype is f32 else 2, int(weight_nk))
-    try:
-        return fit(tuner().config(shape), m, n, k)
-    except tune.StaleRecordError:
-        raise
-    except tune.TuneError:  # no winner for the bucket, no search asked for
-        return default_config(m, n, k, dtype, weight_nk=weight_nk)
+    bucket, fitted to the call (`fit`), else the default."""
+    return _TUNERS.choose((m, n, k, 4 if dtype is f32 else 2, int(weight_nk)), lambda cfg: fit(cfg, m, n, k),
+                          lambda: default_config(m, n, k, dtype, weight_nk=weight_nk))
 

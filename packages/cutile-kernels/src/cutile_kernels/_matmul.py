@@ -121,15 +121,24 @@ class _Staged:
     """A staged call (see the module docstring): the copies into the temporaries, the
     call on them, the copy of its output into the caller's out. The temporaries are the
     caller's tensors' (per operand: every call staging one tensor in one role writes
-    the same temporary, so two such launches pending at once meet each other's holds,
-    as they would on one out)."""
+    the same temporary); a launch meeting them held by another pending one takes
+    ``unkept()``'s, made for it alone. The copies and the inner call reach the caller's
+    memory only through views made here (`_private`), so a caller's object consumed
+    after the call does not fail the op when it runs."""
 
     inner: _Call  # the call on the temporaries (and the operands that needed none): never staged itself
     # (operand, source, temporary) views, as the kernels read them
     copies_in: tuple[tuple[str, cutile.Tensor, cutile.Tensor], ...]
-    copy_out: tuple[cutile.Tensor, cutile.Tensor] | None  # (output temporary, the caller's out or its 2-D view)
+    copy_out: tuple[cutile.Tensor, cutile.Tensor] | None  # (output temporary, a view of the caller's out)
     originals: tuple[tuple[str, cutile.Tensor], ...]  # the caller's tensors reached through cached views
-    unstaged: tuple[tuple[str, cutile.Tensor], ...]  # the caller's tensors the inner call reads as they are
+    reads: tuple[tuple[str, cutile.Tensor], ...]  # every caller's tensor the op reads, held as read at the call
+    out: cutile.Tensor  # the caller's out (or its 2-D view), held as written at the call
+    unkept: Callable[[], _Staged]  # the same call on temporaries of its own
+
+    def temporaries(self) -> tuple[tuple[str, cutile.Tensor], ...]:
+        """(operand, temporary) of every temporary the op writes."""
+        written = [(role, target) for role, _, target in self.copies_in]
+        return tuple(written + ([("out", self.copy_out[0])] if self.copy_out is not None else []))
 
 
 class _GemvKept(NamedTuple):
@@ -355,7 +364,7 @@ def _staged(call: _Call, signature: _Signature, stage: tuple[bool, bool, bool, b
     caller's tensor and role (``owners``: a, b, residual, out; `_staging.temporary`)."""
     plan = signature.plan
     assert plan is not None
-    a, b, out, residual = call.a, call.b, call.out, call.epilogue.residual
+    a, b, out, residual = (_private(t) for t in (call.a, call.b, call.out, call.epilogue.residual))
     if plan.fold_batch:  # (a, out and residual are dense: their 2-D views share their memory)
         rows = signature.batch * a.shape[-2]
         a = a.reshape(rows, a.shape[-1])
@@ -379,23 +388,36 @@ def _staged(call: _Call, signature: _Signature, stage: tuple[bool, bool, bool, b
         residual = _staging.temporary(owners[2], "residual", source.shape, source.dtype, source)
         copies_in.append(("residual", source, residual))
     inner_out = _staging.temporary(owners[3], "out", out.shape, out.dtype, out) if stage[3] else out
-    inner = _prepare(a, b, out=inner_out, bias=call.epilogue.bias, activation=activation, residual=residual,
-                     alpha=alpha, scale_a=scale_a, scale_b=scale_b, out_dtype=signature.out_dtype,
+    inner = _prepare(a, b, out=inner_out, bias=_private(call.epilogue.bias), activation=activation,
+                     residual=residual, alpha=alpha, scale_a=_private(scale_a), scale_b=_private(scale_b),
+                     out_dtype=signature.out_dtype,
                      accumulate_dtype=accumulate_dtype, allow_tf32=allow_tf32, config=config, staging=False)
     assert inner.plan is not None and inner.staged is None
     _prime(inner)
     originals = tuple((name, t) for name, t in (("a", call.a), ("b", call.b), ("residual", call.epilogue.residual),
                                                 ("out", call.out)) if t is not None)
-    # What the inner call and the copy into out use of the caller's memory, held from the
-    # call (`cutile.hold`): the operands it reads unstaged, and out.
-    unstaged = [(name, t) for name, t, staged in (("a", call.a, stage[0]), ("b", call.b, stage[1]),
-                                                  ("residual", call.epilogue.residual, stage[2]))
-                if t is not None and not staged]
-    if call.epilogue.bias is not None:
-        unstaged.append(("bias", call.epilogue.bias))
+    # What the op uses of the caller's memory, held from the call (`cutile.hold`) by the
+    # operand's name: every input, and out.
+    reads = [(name, t) for name, t in (("a", call.a), ("b", call.b), ("residual", call.epilogue.residual),
+                                       ("bias", call.epilogue.bias)) if t is not None]
     if call.scales is not None:
-        unstaged += [("scale_a", call.scales[0]), ("scale_b", call.scales[1])]
-    return _Staged(inner, tuple(copies_in), (inner_out, out) if stage[3] else None, originals, tuple(unstaged))
+        reads += [("scale_a", call.scales[0]), ("scale_b", call.scales[1])]
+
+    def unkept() -> _Staged:
+        return _staged(call, signature, stage, (None,) * len(owners), activation=activation, alpha=alpha,
+                       scale_a=scale_a, scale_b=scale_b, accumulate_dtype=accumulate_dtype,
+                       allow_tf32=allow_tf32, config=config)
+    return _Staged(inner, tuple(copies_in), (inner_out, out) if stage[3] else None, originals, tuple(reads), out,
+                   unkept)
+
+
+def _private(t: Any) -> Any:
+    """A view of the cutile tensor ``t`` made once per object (anything else as it is):
+    what a staged op's launches, made as it runs, are given in place of the caller's
+    object, which the caller may consume (``partition()``) while the op is pending."""
+    if type(t) is not cutile.Tensor:
+        return t
+    return derived(t, "staging view", lambda: t[...])
 
 
 def forget_plans() -> None:
@@ -593,7 +615,8 @@ def _launch_call(call: _Call, hold: bool = True) -> Any:
     """The pending launch of ``call`` (a `cutile.Launch`, or a `cuda_async.DeviceOp`
     for a K split in two kernels or a staged call). ``hold``: a two-kernel op holds the
     caller's tensors from the call (False for a staged call's inner call: the staged op
-    holds them, and its temporaries are still to be written by its copies)."""
+    holds them and checked them at the call, its temporaries are still to be written by
+    its copies, and it reaches the caller's tensors through its own views)."""
     if call.staged is not None:
         return _launch_staged(call.staged)
     plan = call.plan
@@ -604,7 +627,7 @@ def _launch_call(call: _Call, hold: bool = True) -> Any:
         steps = call.gemv_launches if plan.path == "gemv" else call.split_k_launches
         if steps is None:
             steps = _prime(call)
-        else:  # (made once: only the consumable operands checked again, as check_operands does for a known layout)
+        elif hold:  # (made once: only the consumable operands checked again, as check_operands does for a known layout)
             require_live(call.b, function, "b")
             require_live(call.out, function, "out")
         assert steps is not None
@@ -612,7 +635,7 @@ def _launch_call(call: _Call, hold: bool = True) -> Any:
                                                   call.epilogue.residual) if hold else None)
     if call.positional is None:
         _prime(call)
-    else:  # the arguments made the first time are views: a consumed tensor is refused here (as `_tiled_launch`)
+    elif hold:  # the arguments made the first time are views: a consumed tensor is refused here (as `_tiled_launch`)
         require_live(call.out, "matmul", "out")
         if call.epilogue.bias is not None:
             require_live(call.epilogue.bias, "matmul", "bias")
@@ -662,54 +685,29 @@ def _launch_staged(staged: _Staged) -> Any:
     """The op of a staged call: the copies into the temporaries, the inner call's
     launch (or op), the copy into out, in that order on one stream.
 
-    Everything it uses of the caller's memory is claimed at the call, as an aligned
-    launch claims its arguments (a conflict refused now, a conflicting use refused while
-    it is pending): the copies into the temporaries are made now (they read the staged
-    operands and write their own temporaries), and `cutile.hold` claims what the
-    launches made later read as it is (the unstaged operands) and out. The inner call
-    and the copy into out are made as the step before is enqueued (``then``: they read
-    the temporaries the copies write, which a claim made now would meet as a pending
-    write); they join the op's job, which holds all of it by then. The caller's tensors
-    are reached through views made once (cached), so a consumed one is refused here, by
-    name."""
+    Everything it uses is claimed at the call, as an aligned launch claims its
+    arguments (a conflict refused now, a conflicting use refused while it is pending):
+    `cutile.hold` claims the caller's inputs as read and out as written, by the
+    operand's name, and a second one the temporaries. The launches are made as the step
+    before is enqueued (``then``: each reads what the one before writes, which a claim
+    made now would meet as a pending write); they join the op's job, which holds all of
+    it by then. Temporaries held by another pending launch (two launches staging one
+    tensor, both pending) are left to it: this op takes temporaries of its own."""
     for name, t in staged.originals:
         require_live(t, "matmul", name)
-    made: list[Any] = []
+    holds = cutile.hold("matmul", reads=staged.reads, writes=(("out", staged.out),))
     try:
-        for role, source, target in staged.copies_in:
-            made.append(_copy_in(role, source, target))
-        out = staged.copy_out[1] if staged.copy_out is not None else staged.inner.out
-        holds = cutile.hold("matmul", reads=staged.unstaged, writes=(("out", out),))
-    except BaseException:
-        for launch in made:  # (their holds given back now: the call is refused as a whole)
-            launch.cancel()
-        raise
-    op = holds
-    for launch in made:
-        op = op.then(launch)
+        temporaries = cutile.hold("matmul", writes=staged.temporaries())
+    except cutile.OwnershipError:
+        staged = staged.unkept()
+        temporaries = cutile.hold("matmul", writes=staged.temporaries())
+    op = holds.then(temporaries)
+    for _, source, target in staged.copies_in:
+        op = op.then(_after(partial(_staging.copy, source, target)))
     op = op.then(_after(partial(_launch_call, staged.inner, False)))
     if staged.copy_out is not None:
         op = op.then(_after(partial(_staging.copy, *staged.copy_out)))
     return op
-
-
-def _copy_in(role: str, source: cutile.Tensor, target: cutile.Tensor) -> Any:
-    """The pending copy of the operand ``role`` into its temporary; a refusal names the
-    operand (the copy kernel's parameters are its own: ``x`` the source, ``out`` the
-    temporary)."""
-    try:
-        return _staging.copy(source, target)
-    except cutile.OwnershipError as error:
-        kernel = _staging.copy_kernel(target.dtype, target.ndim).name
-        if error.requester in (f"{kernel}: parameter 'out'", f"launch of {kernel} (parameter 'out')"):
-            raise cutile.OwnershipError(
-                f"matmul: {role}'s staging temporary is held by a pending matmul.launch staging the same "
-                f"{role} (temporaries are kept per tensor and operand); run that first (.sync())",
-                resource=error.resource, holder=error.holder, requester=f"matmul: parameter '{role}'") from None
-        message = str(error).replace(f"{kernel}: parameter 'x'", f"matmul: parameter '{role}'").replace(
-            f"launch of {kernel} (parameter 'x')", f"matmul (parameter '{role}')")
-        raise cutile.OwnershipError(message, resource=error.resource, holder=error.holder,
-                                    requester=f"matmul: parameter '{role}'") from None
 
 
 def _after(step: Callable[[], Any]) -> Callable[[Any], Any]:

@@ -498,9 +498,8 @@ def split_k_matmul(a: cutile.Tensor, b: cutile.Tensor, out: cutile.Tensor, *, bi
             ``num_worker_warps``, ``occupancy``, ``latency`` (the weight loads' hint, 1-10;
             0: none); missing keys from `default_config`.
     Returns:
-        The pending launch (``split_k`` 1; it holds out from the call) or op (the
-        partials, then the reduction, whose launch is made and claims out when the
-        partials have been enqueued), not yet run: ``.sync()``, ``await``,
+        The pending launch (``split_k`` 1) or op (the partials, then the
+        reduction), not yet run, holding its operands and out from the call: ``.sync()``, ``await``,
         ``.schedule()`` or `cutile.bench.do_bench` run it.
     Raises:
         ArgumentError, ArgumentTypeError: a malformed argument (named in the message).

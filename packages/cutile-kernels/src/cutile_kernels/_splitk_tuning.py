@@ -152,8 +152,14 @@ def precompile(shape: tuple[int, ...], configs: list[dict[str, Any]], arch: str,
         return sum(pool.map(compile_one, steps))
 
 
-_TUNERS: dict[str, tune.Tuner] = {}
-_RECORDS_DIR: list[Path] = [_records.RECORDS_DIR]  # the folder `choose` reads (`use_records`)
+def _make_tuner(folder: Path) -> tune.Tuner:
+    source = kernel_source()
+    return tune.Tuner("split_k", SPACE, _setup, source=source,
+                      record=_records.record_path("split_k", source, SPACE, folder=folder), reference=_reference,
+                      bucket=split_k_bucket, on_stale="warn", search_options={"prune": prune, "budget": 120.0})
+
+
+_TUNERS = _records.RecordTuners(_make_tuner)
 
 
 def tuner(*, records_dir: Path | str | None = None) -> tune.Tuner:
@@ -161,16 +167,7 @@ def tuner(*, records_dir: Path | str | None = None) -> tune.Tuner:
     ``records_dir`` (default: the folder `use_records` set, the package's records), its
     searches over `SPACE` gated by `_gemv.check_sampled` (a search on first use,
     ``CUTILE_TUNE=1``, is bounded to two minutes a shape)."""
-    folder = Path(records_dir) if records_dir is not None else _RECORDS_DIR[0]
-    found = _TUNERS.get(str(folder))
-    if found is None:
-        source = kernel_source()
-        found = tune.Tuner("split_k", SPACE, _setup, source=source,
-                           record=_records.record_path("split_k", source, SPACE, folder=folder),
-                           reference=_reference, bucket=split_k_bucket, on_stale="warn",
-                           search_options={"prune": prune, "budget": 120.0})
-        _TUNERS[str(folder)] = found
-    return found
+    return _TUNERS.get(records_dir)
 
 
 def use_records(records_dir: Path | str | None) -> None:
@@ -178,18 +175,12 @@ def use_records(records_dir: Path | str | None) -> None:
     package's), read again from disk; matmul's cached plans are forgotten."""
     from cutile_kernels import _matmul  # (it imports this module)
 
-    _RECORDS_DIR[0] = Path(records_dir) if records_dir is not None else _records.RECORDS_DIR
-    _TUNERS.clear()
+    _TUNERS.use(records_dir)
     _matmul.forget_plans()
 
 
 def choose(m: int, n: int, k: int, dtype: Any, *, weight_nk: bool) -> dict[str, Any]:
-    """The config of a split-K call: the record's (or cache's, or a search's) winner of
-    its bucket, fitted to the call (`fit`), else `_splitk.default_config`."""
-    shape = (m, n, k, 4 if dtype is f32 else 2, int(weight_nk))
-    try:
-        return fit(tuner().config(shape), m, n, k)
-    except tune.StaleRecordError:
-        raise
-    except tune.TuneError:  # no winner for the bucket, no search asked for
-        return _splitk.default_config(m, n, k, dtype)
+    """The config of a split-K call: the record's (or cache's, or a search's) winner of its
+    bucket, fitted to the call (`fit`), else the default."""
+    return _TUNERS.choose((m, n, k, 4 if dtype is f32 else 2, int(weight_nk)), lambda cfg: fit(cfg, m, n, k),
+                          lambda: _splitk.default_config(m, n, k, dtype))

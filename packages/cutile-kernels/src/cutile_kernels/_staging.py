@@ -20,7 +20,8 @@ orientation, so a transposed view is copied row by row into the transposed layou
 kernels read through in place; a residual or out is read and written as it is, so its
 temporary is of its shape as it is (a transposed or column-broadcast residual is copied
 into rows). Temporaries are kept per caller's tensor and role (`temporary`): repeated
-and alternating calls reuse them, and they live as long as that tensor.
+and alternating calls reuse them, and they live as long as that tensor (a launch
+finding them held by another pending one makes its own, `_matmul._Staged.unkept`).
 """
 
 # No `from __future__ import annotations`: the kernels' annotations name the factory's dtypes.
