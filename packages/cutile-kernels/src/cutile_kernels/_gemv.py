@@ -553,14 +553,8 @@ def _reference(shape: tuple[int, ...]) -> Callable[[Any], bool]:
     return gate
 
 
-def _make_tuner(folder: Path) -> tune.Tuner:
-    source = kernel_source()
-    return tune.Tuner("gemv", SPACE, _setup, source=source,
-                      record=_records.record_path("gemv", source, SPACE, folder=folder), reference=_reference,
-                      bucket=gemv_bucket, on_stale="warn", search_options={"prune": prune, "budget": 120.0})
-
-
-_TUNERS = _records.RecordTuners(_make_tuner)
+_TUNERS = _records.RecordTuners("gemv", SPACE, _setup, source=kernel_source, reference=_reference, bucket=gemv_bucket,
+                                  prune=prune)
 
 
 def tuner(*, records_dir: Path | str | None = None) -> tune.Tuner:

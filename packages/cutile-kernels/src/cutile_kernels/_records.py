@@ -20,14 +20,25 @@ def record_path(kernel: str, source: Any, space: tune.Space, *, file: str | None
 
 
 class RecordTuners:
-    """A kernel family's `tune.Tuner` per records folder (made by ``make`` on first
-    use) and the folder its calls read (`use`: the package's by default), for the
-    families whose calls ask their record for a config (`choose`)."""
+    """A kernel family's `tune.Tuner` per records folder (made on first use, its record
+    ``<folder>/<arch>/<name>.json``) and the folder its calls read (`use`: the
+    package's by default), for the families whose calls ask their record for a config
+    (`choose`). A search on first use (``CUTILE_TUNE=1``) is bounded to two minutes a
+    shape; a stale record is refused with a warning at call time."""
 
-    def __init__(self, make: Callable[[Path], tune.Tuner]) -> None:
-        self._make = make
+    def __init__(self, name: str, space: tune.Space, setup: Callable[..., Any], *, source: Callable[[], str],
+                 reference: Callable[..., Any], bucket: Callable[[Any], str],
+                 prune: Callable[[Any], bool]) -> None:
+        self._name, self._space, self._setup, self._source = name, space, setup, source
+        self._options: dict[str, Any] = {"reference": reference, "bucket": bucket, "on_stale": "warn",
+                                         "search_options": {"prune": prune, "budget": 120.0}}
         self._tuners: dict[str, tune.Tuner] = {}
         self.folder = RECORDS_DIR
+
+    def _make(self, folder: Path) -> tune.Tuner:
+        source = self._source()  # (hashed when first needed: inspect is slow at import)
+        return tune.Tuner(self._name, self._space, self._setup, source=source,
+                          record=record_path(self._name, source, self._space, folder=folder), **self._options)
 
     def get(self, records_dir: Path | str | None = None) -> tune.Tuner:
         """The tuner whose record is in ``records_dir`` (None: the folder `use` set)."""

@@ -152,14 +152,8 @@ def precompile(shape: tuple[int, ...], configs: list[dict[str, Any]], arch: str,
         return sum(pool.map(compile_one, steps))
 
 
-def _make_tuner(folder: Path) -> tune.Tuner:
-    source = kernel_source()
-    return tune.Tuner("split_k", SPACE, _setup, source=source,
-                      record=_records.record_path("split_k", source, SPACE, folder=folder), reference=_reference,
-                      bucket=split_k_bucket, on_stale="warn", search_options={"prune": prune, "budget": 120.0})
-
-
-_TUNERS = _records.RecordTuners(_make_tuner)
+_TUNERS = _records.RecordTuners("split_k", SPACE, _setup, source=kernel_source, reference=_reference, bucket=split_k_bucket,
+                                  prune=prune)
 
 
 def tuner(*, records_dir: Path | str | None = None) -> tune.Tuner:
