@@ -146,6 +146,32 @@ def test_split_call_is_one_op() -> None:
     assert_close(out.to_numpy(), reference(a, w, bias.to_numpy()), f16)
 
 
+def test_a_split_op_runs_when_the_caller_consumes_its_tensors_after_the_call() -> None:
+    """Its launches are made as it runs, on views made at the call: the caller's objects
+    consumed (``partition()``) while it is pending do not fail it (directly, and through
+    matmul.launch, whose default for 4x64x4096 splits K)."""
+    from cutile_kernels import _matmul, matmul
+
+    rng = np.random.default_rng(7)
+    for through_matmul in (False, True):
+        n, k = (64, 4096) if through_matmul else (N, K)
+        a, w, r = random(rng, (4, k), f16), random(rng, (n, k), f16), random(rng, (4, n), f16)
+        x, weight, residual = api.from_numpy(a), weight_view(w, True), api.from_numpy(r)
+        out = api.full([4, n], np.nan, dtype=f16)
+        if through_matmul:
+            op = matmul.launch(x, weight, out=out, residual=residual)
+            last = matmul._last
+            assert last is not None and isinstance(last.call, _matmul._Call) and last.call.plan is not None
+            assert last.call.plan.path == "gemv" and last.call.plan.config["split_k"] > 1
+        else:
+            op = small_m_matmul(x, weight, out, residual=residual, config={**SMALL, "split_k": 8})
+        assert not isinstance(op, cutile.Launch)
+        taken = [t.partition([4, 4]) for t in (x, weight, residual)]
+        op.sync()
+        assert_close(out.to_numpy(), reference(a, w, r), f16)
+        del taken
+
+
 @pytest.mark.parametrize("splits", [1, 2])
 def test_a_decode_loop_with_the_same_tensors(splits: int) -> None:
     rng = np.random.default_rng(14)

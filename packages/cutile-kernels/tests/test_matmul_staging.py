@@ -15,7 +15,7 @@ import cutile
 from cutile import api
 from cutile.core import bf16, f8e4m3fn, f16, f32
 
-from cutile_kernels import _matmul, _staging, matmul
+from cutile_kernels import _matmul, _operands, _staging, matmul
 from cutile_kernels._epilogue import activation_reference
 
 pytestmark = pytest.mark.skipif(cutile.backend() != "interpreter", reason="interpreter tests")
@@ -151,7 +151,7 @@ def test_an_unaligned_residual_alone_is_staged(copies: list[Any]) -> None:
     matmul(api.from_numpy(an), api.from_numpy(bn), out=out, residual=res, activation="relu")
     close(out, reference(an, bn, activation="relu", residual=residual[:, 1:]), bf16)
     staged = last_staged()
-    assert staged is not None and [s is _matmul._private(res) for _, s, _ in staged.copies_in] == [True]
+    assert staged is not None and [s is _operands.private_view(res) for _, s, _ in staged.copies_in] == [True]
 
 
 def test_fp8_with_an_odd_k_is_staged() -> None:
@@ -216,7 +216,7 @@ def test_a_non_unit_inner_stride_is_staged(copies: list[Any]) -> None:
     matmul(a, api.from_numpy(bn), out=out)
     close(out, reference(an[:, ::2], bn), f16)
     staged = last_staged()
-    assert staged is not None and len(copies) == 1 and copies[0][0] is _matmul._private(a)  # (the op's view of a)
+    assert staged is not None and len(copies) == 1 and copies[0][0] is _operands.private_view(a)  # (the op's view of a)
 
 
 def test_an_aligned_call_stages_nothing_and_keeps_its_fast_paths(copies: list[Any]) -> None:

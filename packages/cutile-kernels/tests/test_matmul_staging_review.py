@@ -19,7 +19,7 @@ import cutile
 from cutile import api
 from cutile.core import bf16, f8e4m3fn, f16, f32
 
-from cutile_kernels import _matmul, _staging, _tuning, matmul
+from cutile_kernels import _matmul, _operands, _staging, _tuning, matmul
 
 pytestmark = pytest.mark.skipif(cutile.backend() != "interpreter", reason="interpreter tests")
 
@@ -67,7 +67,7 @@ def test_a_transposed_residual_is_staged_as_it_is_and_the_call_keeps_its_config(
     assert call.staged is not None and call.plan is not None and call.plan.path == "tiled"
     assert call.plan.config["tile_m"] == 16 and call.plan.kernel is not None
     (role, source, target), = call.staged.copies_in
-    assert role == "residual" and source is _matmul._private(res) and target.shape == (m, n) and target.strides[-1] == 1
+    assert role == "residual" and source is _operands.private_view(res) and target.shape == (m, n) and target.strides[-1] == 1
     matmul(a, b, out=out, residual=res, config=TINY, accumulate_dtype=f16)
     expected = reference(an, bn, rn.T)
     got = np.asarray(out.to_numpy(), np.float64)
@@ -226,6 +226,87 @@ def test_a_staged_launch_runs_when_the_caller_consumes_its_tensors_after_the_cal
     with pytest.raises(cutile.OwnershipError, match="matmul: a: .*consumed"):
         matmul(a, b, out=y, residual=r)  # (a consumed object is refused at the next call)
     del taken
+
+
+def test_two_pending_launches_staging_one_tensor_of_a_folded_batch_both_run() -> None:
+    """A batch folded into one GEMM (a [3, 20, 29] of 58-byte rows, b 2-D): the second
+    launch's own temporaries are planned before it holds anything (its hold on out
+    would refuse them)."""
+    rng = np.random.default_rng(74)
+    an, bn = rand(rng, (3, 20, 29), f16), rand(rng, (29, 24), f16)
+    a, b = api.from_numpy(an), api.from_numpy(bn)
+    y1, y2 = (api.full([3, 20, 24], np.nan, dtype=f16) for _ in range(2))
+    first = matmul.launch(a, b, out=y1)
+    second = matmul.launch(a, b, out=y2)
+    second.sync()
+    first.sync()
+    close(y1, reference(an, bn), f16)
+    close(y2, reference(an, bn), f16)
+
+
+def test_a_staged_call_refused_at_its_hold_keeps_no_claim() -> None:
+    """The temporaries are held first; a refusal of the caller's tensors gives them back
+    at once (not when the exception is freed): a retry inside the handler runs."""
+    rng = np.random.default_rng(75)
+    an, bn, a, b = odd_operands(rng)
+    y = api.full([40, 24], np.nan, dtype=f16)
+    x1, x2 = api.from_numpy(rand(rng, (40, 32), f16)), api.from_numpy(rand(rng, (32, 24), f16))
+    pending = matmul.launch(x1, x2, out=y)
+    try:
+        matmul.launch(a, b, out=y)
+    except cutile.OwnershipError:
+        pending.sync()
+        matmul(a, b, out=y)  # (the refused call's temporaries are free)
+    else:
+        raise AssertionError("a write to a pending launch's out was accepted")
+    close(y, reference(an, bn[:, :24]), f16)
+
+
+def test_a_staged_call_leaves_no_reference_cycle() -> None:
+    """The caller's tensors and their temporaries go when the caller drops them, without
+    the cyclic collector (a cycle would keep device memory until it runs)."""
+    import gc
+    import weakref
+
+    rng = np.random.default_rng(76)
+    _, _, a, b = odd_operands(rng)
+    y = api.empty([40, 24], dtype=f16)
+    gc.disable()
+    try:
+        matmul(a, b, out=y)
+        last = matmul._last
+        assert last is not None and last.call.staged is not None
+        temporary = weakref.ref(last.call.staged.copies_in[0][2])
+        tensor = weakref.ref(a)
+        del last
+        x = api.ones([16, 16], dtype=f16)
+        matmul(x, x, out=api.empty([16, 16], dtype=f16))  # (the last call is another one)
+        del a, b, y
+        assert tensor() is None and temporary() is None
+    finally:
+        gc.enable()
+
+
+def test_a_tensor_consumed_before_a_staged_call_is_refused_by_name() -> None:
+    rng = np.random.default_rng(77)
+    _, _, a, b = odd_operands(rng)
+    r = api.from_numpy(rand(rng, (40, 25), f16))[:, 1:]
+    for name in ("a", "b", "residual"):
+        operands = {"a": a[...], "b": b[...], "residual": r[...]}
+        taken = operands[name].partition([8, 8])
+        with pytest.raises(cutile.OwnershipError, match=f"matmul: {name}: .*consumed"):
+            matmul(operands["a"], operands["b"], out=api.empty([40, 24], dtype=f16), residual=operands["residual"])
+        del taken
+
+
+def test_a_staged_out_whose_elements_share_memory_is_refused_at_the_call() -> None:
+    """out of strides (0, 1) off a 16-byte base: refused at the call as an aligned call's
+    Mut parameter is, before any copy runs."""
+    rng = np.random.default_rng(78)
+    an, bn = rand(rng, (40, 24), f16), rand(rng, (24, 24), f16)
+    out = api.zeros([25], dtype=f16)[1:].broadcast_to(40, 24)
+    with pytest.raises(cutile.LaunchError, match="matmul: parameter 'out' .*share memory"):
+        matmul(api.from_numpy(an), api.from_numpy(bn), out=out)
 
 
 def test_staged_launches_in_a_batch_share_their_temporaries_in_order() -> None:

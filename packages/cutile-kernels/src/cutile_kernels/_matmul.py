@@ -46,7 +46,7 @@ from cutile_kernels import _configs, _gemv, _splitk, _splitk_tuning, _staging
 from cutile_kernels._epilogue import Epilogue, check_epilogue
 from cutile_kernels._gemm import Variant, gemm_kernel
 from cutile_kernels._operands import FP8, Operand, as_tensor, check_no_overlap, dtype_named, tensor_of
-from cutile_kernels._operands import KeptPlans, derived, memory_layout, require_live
+from cutile_kernels._operands import KeptPlans, derived, memory_layout, private_view, require_live
 
 OUT_DTYPES = (f16, bf16, f32)
 
@@ -122,7 +122,7 @@ class _Staged:
     call on them, the copy of its output into the caller's out. The temporaries are the
     caller's tensors' (per operand: every call staging one tensor in one role writes
     the same temporary); a launch meeting them held by another pending one takes
-    ``unkept()``'s, made for it alone. The copies and the inner call reach the caller's
+    ``unkept(call)``'s, made for it alone. The copies and the inner call reach the caller's
     memory only through views made here (`_private`), so a caller's object consumed
     after the call does not fail the op when it runs."""
 
@@ -133,12 +133,12 @@ class _Staged:
     originals: tuple[tuple[str, cutile.Tensor], ...]  # the caller's tensors reached through cached views
     reads: tuple[tuple[str, cutile.Tensor], ...]  # every caller's tensor the op reads, held as read at the call
     out: cutile.Tensor  # the caller's out (or its 2-D view), held as written at the call
-    unkept: Callable[[], _Staged]  # the same call on temporaries of its own
+    unkept: Callable[[_Call], _Staged]  # the same call on temporaries of its own (the call: no reference cycle)
 
     def temporaries(self) -> tuple[tuple[str, cutile.Tensor], ...]:
         """(operand, temporary) of every temporary the op writes."""
-        written = [(role, target) for role, _, target in self.copies_in]
-        return tuple(written + ([("out", self.copy_out[0])] if self.copy_out is not None else []))
+        written = [(f"staged {role}", target) for role, _, target in self.copies_in]
+        return tuple(written + ([("staged out", self.copy_out[0])] if self.copy_out is not None else []))
 
 
 class _GemvKept(NamedTuple):
@@ -364,7 +364,8 @@ def _staged(call: _Call, signature: _Signature, stage: tuple[bool, bool, bool, b
     caller's tensor and role (``owners``: a, b, residual, out; `_staging.temporary`)."""
     plan = signature.plan
     assert plan is not None
-    a, b, out, residual = (_private(t) for t in (call.a, call.b, call.out, call.epilogue.residual))
+    a, b, out, residual = (_private(t, name) for name, t in (("a", call.a), ("b", call.b), ("out", call.out),
+                                                             ("residual", call.epilogue.residual)))
     if plan.fold_batch:  # (a, out and residual are dense: their 2-D views share their memory)
         rows = signature.batch * a.shape[-2]
         a = a.reshape(rows, a.shape[-1])
@@ -388,8 +389,9 @@ def _staged(call: _Call, signature: _Signature, stage: tuple[bool, bool, bool, b
         residual = _staging.temporary(owners[2], "residual", source.shape, source.dtype, source)
         copies_in.append(("residual", source, residual))
     inner_out = _staging.temporary(owners[3], "out", out.shape, out.dtype, out) if stage[3] else out
-    inner = _prepare(a, b, out=inner_out, bias=_private(call.epilogue.bias), activation=activation,
-                     residual=residual, alpha=alpha, scale_a=_private(scale_a), scale_b=_private(scale_b),
+    inner = _prepare(a, b, out=inner_out, bias=_private(call.epilogue.bias, "bias"), activation=activation,
+                     residual=residual, alpha=alpha, scale_a=_private(scale_a, "scale_a"),
+                     scale_b=_private(scale_b, "scale_b"),
                      out_dtype=signature.out_dtype,
                      accumulate_dtype=accumulate_dtype, allow_tf32=allow_tf32, config=config, staging=False)
     assert inner.plan is not None and inner.staged is None
@@ -403,21 +405,20 @@ def _staged(call: _Call, signature: _Signature, stage: tuple[bool, bool, bool, b
     if call.scales is not None:
         reads += [("scale_a", call.scales[0]), ("scale_b", call.scales[1])]
 
-    def unkept() -> _Staged:
-        return _staged(call, signature, stage, (None,) * len(owners), activation=activation, alpha=alpha,
-                       scale_a=scale_a, scale_b=scale_b, accumulate_dtype=accumulate_dtype,
-                       allow_tf32=allow_tf32, config=config)
+    unkept = partial(_staged, signature=signature, stage=stage, owners=(None,) * len(owners), activation=activation,
+                     alpha=alpha, scale_a=scale_a, scale_b=scale_b, accumulate_dtype=accumulate_dtype,
+                     allow_tf32=allow_tf32, config=config)
     return _Staged(inner, tuple(copies_in), (inner_out, out) if stage[3] else None, originals, tuple(reads), out,
                    unkept)
 
 
-def _private(t: Any) -> Any:
-    """A view of the cutile tensor ``t`` made once per object (anything else as it is):
-    what a staged op's launches, made as it runs, are given in place of the caller's
-    object, which the caller may consume (``partition()``) while the op is pending."""
-    if type(t) is not cutile.Tensor:
-        return t
-    return derived(t, "staging view", lambda: t[...])
+def _private(t: Any, name: str) -> Any:
+    """`private_view` of the caller's ``t`` (checked live first: a consumed tensor is
+    refused naming its parameter): what a staged op's launches, made as it runs, are
+    given in place of the caller's object."""
+    if type(t) is cutile.Tensor:
+        require_live(t, "matmul", name)
+    return private_view(t)
 
 
 def forget_plans() -> None:
@@ -618,7 +619,7 @@ def _launch_call(call: _Call, hold: bool = True) -> Any:
     holds them and checked them at the call, its temporaries are still to be written by
     its copies, and it reaches the caller's tensors through its own views)."""
     if call.staged is not None:
-        return _launch_staged(call.staged)
+        return _launch_staged(call)
     plan = call.plan
     assert plan is not None
     if plan.kernel is None:
@@ -681,7 +682,7 @@ def _prime(call: _Call) -> Steps | None:
     return call.split_k_launches
 
 
-def _launch_staged(staged: _Staged) -> Any:
+def _launch_staged(call: _Call) -> Any:
     """The op of a staged call: the copies into the temporaries, the inner call's
     launch (or op), the copy into out, in that order on one stream.
 
@@ -693,14 +694,22 @@ def _launch_staged(staged: _Staged) -> Any:
     made now would meet as a pending write); they join the op's job, which holds all of
     it by then. Temporaries held by another pending launch (two launches staging one
     tensor, both pending) are left to it: this op takes temporaries of its own."""
+    staged = call.staged
+    assert staged is not None
     for name, t in staged.originals:
         require_live(t, "matmul", name)
-    holds = cutile.hold("matmul", reads=staged.reads, writes=(("out", staged.out),))
+    # The temporaries first: taking unkept ones (which plans and maps the inner call's
+    # views) must meet none of this op's own holds.
     try:
         temporaries = cutile.hold("matmul", writes=staged.temporaries())
     except cutile.OwnershipError:
-        staged = staged.unkept()
+        staged = staged.unkept(call)
         temporaries = cutile.hold("matmul", writes=staged.temporaries())
+    try:
+        holds = cutile.hold("matmul", reads=staged.reads, writes=(("out", staged.out),))
+    except BaseException:
+        del temporaries  # (its claim given back now, not when the traceback is freed)
+        raise
     op = holds.then(temporaries)
     for _, source, target in staged.copies_in:
         op = op.then(_after(partial(_staging.copy, source, target)))

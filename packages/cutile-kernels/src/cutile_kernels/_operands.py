@@ -282,6 +282,17 @@ def derived(tensor: cutile.Tensor, key: Any, make: Callable[[], Any]) -> Any:
     return value
 
 
+def private_view(t: Any) -> Any:
+    """A view of the cutile tensor ``t``, made once per object (anything else as it is):
+    what an op's launches made as it runs (after the call) are given in place of the
+    caller's object, which the caller may consume (``partition()``) while the op it
+    handed the tensor to is pending. Only for a tensor the call has checked live (and
+    holds: `cutile.hold`)."""
+    if type(t) is not cutile.Tensor:
+        return t
+    return derived(t, "private view", lambda: t[...])
+
+
 def memory_layout(t: Any) -> tuple[Any, ...] | None:
     """What a plan kept by layout reads of an operand: a cutile tensor's dtype, shape,
     strides, device and address (the memory is part of it: overlap checks depend on it);

@@ -48,7 +48,7 @@ from cutile.core import (
     zeros,
 )
 from cutile.tune import Space
-from cutile_kernels._operands import check_no_overlap, cutile_tensor, derived, require_live
+from cutile_kernels._operands import check_no_overlap, cutile_tensor, derived, private_view, require_live
 
 __all__ = ["ACTIVATIONS", "Operands", "check_operands", "default_config", "prune_for", "space", "split_k_matmul"]
 
@@ -395,7 +395,9 @@ def run(steps: Launches, holding: Holding | None) -> Any:
     nothing until made, so ``holding`` (the op's name, the caller's tensors read, those
     written) is held from the call by a `cutile.hold` first in the chain: the op owns
     them while pending, as one launch would. None inside an op holding them already (a
-    staged matmul's, whose temporaries its own copies are still to write)."""
+    staged matmul's, whose temporaries its own copies are still to write). The first
+    launch and the reduction, made later, are given views of the caller's tensors
+    (`private_view`): a tensor consumed after the call does not fail the op."""
     kernel, arguments, constants = steps[0]
     if len(steps) == 1:
         return kernel(*arguments, **constants)
@@ -404,7 +406,11 @@ def run(steps: Launches, holding: Holding | None) -> Any:
         first = kernel(*arguments, **constants)
     else:
         name, reads, writes = holding
-        first = cutile.hold(name, reads=reads, writes=writes).then(lambda _: kernel(*arguments, **constants))
+        held = cutile.hold(name, reads=reads, writes=writes)
+        # (made after the hold, which names a consumed tensor's parameter)
+        arguments = tuple(private_view(argument) for argument in arguments)
+        reduce_arguments = tuple(private_view(argument) for argument in reduce_arguments)
+        first = held.then(lambda _: kernel(*arguments, **constants))
     return first.then(lambda _: reduce(*reduce_arguments, **reduce_constants))
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import cuda_async
 
 from cutile._errors import ArgumentTypeError, LaunchError
-from cutile._tensor import Tensor
+from cutile._tensor import Tensor, overlaps_itself
 
 
 class _Held:
@@ -58,7 +58,8 @@ def hold(name: str, *, reads: Iterable[tuple[str, Tensor]] = (),
         reads, writes: (parameter name, tensor) pairs. Empty tensors hold nothing.
     Raises:
         OwnershipError: a tensor consumed, or held against this use.
-        LaunchError: a tensor of ``writes`` over read-only memory.
+        LaunchError: a tensor of ``writes`` over read-only memory, or whose strides
+            make two of its elements one.
     """
     spans = []
     claims = []
@@ -69,6 +70,9 @@ def hold(name: str, *, reads: Iterable[tuple[str, Tensor]] = (),
             storage = t._live(f"{name}: parameter '{param}'")
             if writing and storage.readonly:  # (as a launch refuses a Mut parameter over it)
                 raise LaunchError(f"{name}: parameter '{param}' is written but its memory is read-only")
+            if writing and overlaps_itself(t.shape, t.strides):  # (likewise)
+                raise LaunchError(f"{name}: parameter '{param}' is written but its strides {list(t.strides)} make "
+                                  "elements share memory (blocks would race); pass a copy (api.copy)")
             start, end = t.byte_range()
             if start == end:
                 continue
