@@ -376,13 +376,16 @@ class _EventTimer(_Timer):
         if self._flush is not None:
             self._flush.memset(0, width=4, stream=self.stream)
 
-    def _bracket(self, queue: Callable[[], Any], *, flushed: bool = False) -> Any:
+    def _new_events(self) -> tuple[Any, Any]:
+        return self._cuda_core.Event.create(self.stream.device), self._cuda_core.Event.create(self.stream.device)
+
+    def _bracket(self, queue: Callable[[], Any], *, flushed: bool = False,
+                 events: tuple[Any, Any] | None = None) -> Any:
         """Queues the flush (unless ``flushed``: queued already), the start event,
-        ``queue()``'s work and the end event."""
+        ``queue()``'s work and the end event (``events``: made already)."""
         if not flushed:
             self._flush_l2()
-        start = self._cuda_core.Event.create(self.stream.device)
-        end = self._cuda_core.Event.create(self.stream.device)
+        start, end = events if events is not None else self._new_events()
         start.record(self.stream)
         pending = queue()
         end.record(self.stream)
@@ -407,9 +410,12 @@ class _EventTimer(_Timer):
             # and a driver call that waits for the stream (a cuMemsetD32Async of the flush
             # behind a shut gate stalled until the watchdog opened it, on the H200) does
             # not meet the gate.
+            # The events too: a cuEventCreate behind the shut gate stalled likewise (the
+            # bench_gemv sweep on the H200, once a shape).
             self._flush_l2()
+            events = self._new_events()
             with self._gate.shut(_StreamGate.WATCHDOG_S) as shut:
-                pending = self._bracket(queue, flushed=True)
+                pending = self._bracket(queue, flushed=True, events=events)
             if shut.tripped:
                 _wait(pending)  # (the watchdog opened the gate: the rep's work ran; nothing may stay pending)
                 raise BenchError(
