@@ -269,3 +269,37 @@ def test_device_tensors_share_through_versioned_capsules_with_the_read_only_flag
             np.asarray(tensor)
         del capsule, again, frozen, tensor
         gc.collect()
+
+
+class _SelfContainedProducer:
+    """A producer whose capsule keeps its memory alive by itself (as torch's does): the
+    export of a cutile tensor, which lives until the consumer calls the deleter."""
+
+    def __init__(self, values: np.ndarray[Any, Any]) -> None:
+        self.inner = api.from_numpy(values)
+
+    def __dlpack__(self, stream: int | None = None, max_version: tuple[int, int] | None = None) -> Any:
+        return self.inner.__dlpack__(max_version=max_version)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self.inner.__dlpack_device__()
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_keep_producer_false_lets_the_producer_go_and_keeps_the_memory(keep: bool) -> None:
+    import gc
+    import weakref
+
+    values = np.arange(6, dtype=np.float32)
+    producer = _SelfContainedProducer(values)
+    tensor = api.from_dlpack(producer, keep_producer=keep)
+    watched = weakref.ref(producer)
+    del producer
+    gc.collect()
+    assert (watched() is not None) == keep
+    np.testing.assert_array_equal(tensor.to_numpy(), values)
+
+
+def test_keep_producer_must_be_a_bool() -> None:
+    with pytest.raises(cutile.ArgumentTypeError, match="keep_producer must be a bool, got int"):
+        api.from_dlpack(np.zeros(3, np.float32), keep_producer=1)  # type: ignore[arg-type]

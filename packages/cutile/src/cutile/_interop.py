@@ -207,7 +207,7 @@ def _check_host_backend() -> None:
             "use api.from_numpy(array) to copy it to the device")
 
 
-def from_dlpack(obj: Any) -> Tensor:
+def from_dlpack(obj: Any, *, keep_producer: bool = True) -> Tensor:
     """A cutile tensor sharing the memory of a PyTorch, CuPy, JAX or numpy array.
 
     No copy is made; the producer stays alive as long as the tensor (or any view or
@@ -215,6 +215,10 @@ def from_dlpack(obj: Any) -> Tensor:
     GPU for the GPU backend, in host memory for the interpreter. Read-only memory
     (a read-only numpy array, a DLPack 1.x capsule flagged read-only, a JAX array)
     comes in as a tensor kernels may read but never write.
+
+    ``keep_producer=False`` (DLPack producers only): the tensor holds the capsule's
+    managed tensor, which keeps the memory alive, but not the producer object itself,
+    so a cache of imports keyed weakly by the producer does not keep it alive.
     """
     if isinstance(obj, np.ndarray):  # its own memory, read-only flag and ml_dtypes dtypes as they are
         return _host_tensor(obj, _dtype_of_array(obj))
@@ -227,7 +231,7 @@ def from_dlpack(obj: Any) -> Tensor:
         stream = _consumer_stream_handle(int(device_id)) if cuda else None
         if torch_ordered:
             stream = dlpack_consumer_stream(int(device_id), stream)
-        tensor = _from_capsule(_request_capsule(obj, stream), obj, torch_ordered)
+        tensor = _from_capsule(_request_capsule(obj, stream), obj if keep_producer else None, torch_ordered)
         if _immutable_producer(obj):  # JAX may not flag its exports read-only
             tensor._storage.readonly = True
         return tensor

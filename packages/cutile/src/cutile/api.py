@@ -373,13 +373,18 @@ def meta(shape: ShapeLike, dtype: Any = dt.f32) -> MetaTensor:
 clone = copy
 
 
-def from_dlpack(array: Any) -> Tensor:
+def from_dlpack(array: Any, *, keep_producer: bool = True) -> Tensor:
     """A tensor sharing the memory of a PyTorch, CuPy, JAX or numpy array (no copy).
 
     The producer stays alive as long as the tensor does. The array must live where
     kernels run: on the GPU for the GPU backend, in host memory for the interpreter.
+    ``keep_producer=False``: for a DLPack producer the tensor keeps the memory alive
+    (through the capsule's deleter) but not the producer object, so a cache of
+    imports keyed weakly by the producer lets the producer go.
     """
     from cutile._interop import from_dlpack as _from_dlpack
 
-    return _from_dlpack(array)
+    if not isinstance(keep_producer, bool):
+        raise ArgumentTypeError(f"from_dlpack: keep_producer must be a bool, got {type(keep_producer).__name__}")
+    return _from_dlpack(array, keep_producer=keep_producer)
 

@@ -1,0 +1,157 @@
+"""The library's imports of torch tensors (`_operands._torch_import`), on the interpreter
+with a stand-in torch tensor (DLPack over host memory, torch's layout accessors): the
+same tensor passed again is imported once and its cutile tensor reused; a change of its
+memory, layout or requires_grad, or a consumed import, makes a new import; the cache
+keeps no torch tensor alive."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from typing import Any
+
+import numpy as np
+import pytest
+
+from cutile import api
+from cutile_kernels import _operands, matmul, silu_mul
+
+TINY = {"tile_m": 16, "tile_n": 16, "tile_k": 16, "group_size": 2, "num_worker_warps": 4}  # several tiles, tails
+
+pytestmark = pytest.mark.interpreter_only
+
+
+class StandInTensor:
+    """A torch tensor as the library sees one: DLPack over its memory (a cutile tensor's
+    here), torch's layout accessors, and a count of its exports."""
+
+    def __init__(self, values: np.ndarray[Any, Any]) -> None:
+        self.inner = api.from_numpy(values)
+        self.requires_grad = False
+        self.exports = 0
+
+    def __dlpack__(self, stream: int | None = None, max_version: tuple[int, int] | None = None, **_: Any) -> Any:
+        self.exports += 1
+        return self.inner.__dlpack__(max_version=max_version)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self.inner.__dlpack_device__()
+
+    def data_ptr(self) -> int:
+        return self.inner.address()
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.inner.shape
+
+    def stride(self) -> tuple[int, ...]:
+        return self.inner.strides
+
+    @property
+    def dtype(self) -> str:
+        return str(self.inner.dtype)
+
+    device = "cpu"
+
+
+StandInTensor.__module__ = "torch"  # what makes the library take it for torch's
+
+
+def _operands_of(seed: int) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((37, 20)).astype(np.float32), rng.standard_normal((20, 29)).astype(np.float32)
+
+
+def _check(out: StandInTensor, a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> None:
+    np.testing.assert_allclose(out.inner.to_numpy(), a.astype(np.float64) @ b.astype(np.float64),
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_the_same_torch_tensors_are_imported_once_and_reused() -> None:
+    a, b = _operands_of(1)
+    ta, tb, tc = StandInTensor(a), StandInTensor(b), StandInTensor(np.full((37, 29), np.nan, np.float32))
+    assert matmul(ta, tb, out=tc, config=TINY) is tc
+    first = [_operands._TORCH_IMPORTS[id(t)][2] for t in (ta, tb, tc)]
+    tc.inner.host_view()[...] = np.nan  # poisoned again
+    assert matmul(ta, tb, out=tc, config=TINY) is tc
+    _check(tc, a, b)
+    assert [t.exports for t in (ta, tb, tc)] == [1, 1, 1]
+    assert [_operands._TORCH_IMPORTS[id(t)][2] for t in (ta, tb, tc)] == first
+
+
+def test_new_values_in_the_same_memory_are_read() -> None:
+    a, b = _operands_of(2)
+    ta, tb, tc = StandInTensor(a), StandInTensor(b), StandInTensor(np.zeros((37, 29), np.float32))
+    matmul(ta, tb, out=tc, config=TINY)
+    a2 = a * 3.0 - 1.0
+    ta.inner.host_view()[...] = a2
+    matmul(ta, tb, out=tc, config=TINY)
+    _check(tc, a2, b)
+    assert ta.exports == 1
+
+
+@pytest.mark.parametrize("change", ["memory", "requires_grad"])
+def test_a_torch_tensor_whose_memory_or_grad_changed_is_imported_again(change: str) -> None:
+    a, b = _operands_of(3)
+    ta, tb, tc = StandInTensor(a), StandInTensor(b), StandInTensor(np.zeros((37, 29), np.float32))
+    matmul(ta, tb, out=tc, config=TINY)
+    a2 = a + 2.0
+    if change == "memory":  # as `set_` or `.data =` do: the same object over other memory
+        ta.inner = api.from_numpy(a2)
+    else:
+        ta.requires_grad = True  # (torch refuses to export it then: the import must be asked again)
+        ta.inner.host_view()[...] = a2
+    matmul(ta, tb, out=tc, config=TINY)
+    _check(tc, a2, b)
+    assert ta.exports == 2 and tb.exports == 1
+
+
+def test_a_torch_tensor_of_another_shape_is_imported_again() -> None:
+    x = StandInTensor(np.arange(12, dtype=np.float32).reshape(3, 4))
+    first = _operands.as_tensor(x, "f", "x").tensor
+    x.inner = x.inner.reshape(4, 3)  # the same memory, another layout
+    second = _operands.as_tensor(x, "f", "x").tensor
+    assert second is not first and second.shape == (4, 3) and x.exports == 2
+
+
+def test_a_consumed_import_is_made_again() -> None:
+    x = StandInTensor(np.ones((4, 8), np.float32))
+    first = _operands.as_tensor(x, "f", "x").tensor
+    first.partition([2, 8])  # consumes that tensor object
+    second = _operands.as_tensor(x, "f", "x").tensor
+    assert second is not first and x.exports == 2
+    second[...]  # live
+
+
+def test_the_cache_keeps_no_torch_tensor_alive() -> None:
+    gate, up = StandInTensor(np.ones((5, 40), np.float32)), StandInTensor(np.ones((5, 40), np.float32))
+    out = StandInTensor(np.zeros((5, 40), np.float32))
+    silu_mul(gate, up, out=out)
+    watched = weakref.ref(gate)
+    key = id(gate)
+    assert key in _operands._TORCH_IMPORTS
+    del gate
+    gc.collect()
+    assert watched() is None
+    assert key not in _operands._TORCH_IMPORTS
+    np.testing.assert_allclose(out.inner.to_numpy(), 1.0 / (1.0 + np.exp(-1.0)), rtol=1e-5)
+
+
+def test_an_object_without_torch_accessors_is_imported_each_time() -> None:
+    class Bare:
+        def __init__(self) -> None:
+            self.inner = api.from_numpy(np.ones(8, np.float32))
+            self.exports = 0
+
+        def __dlpack__(self, stream: int | None = None, max_version: tuple[int, int] | None = None, **_: Any) -> Any:
+            self.exports += 1
+            return self.inner.__dlpack__(max_version=max_version)
+
+        def __dlpack_device__(self) -> tuple[int, int]:
+            return self.inner.__dlpack_device__()
+
+    Bare.__module__ = "torch"
+    bare = Bare()
+    _operands.as_tensor(bare, "f", "x")
+    _operands.as_tensor(bare, "f", "x")
+    assert bare.exports == 2 and id(bare) not in _operands._TORCH_IMPORTS
