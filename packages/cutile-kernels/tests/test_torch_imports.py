@@ -21,13 +21,11 @@ TINY = {"tile_m": 16, "tile_n": 16, "tile_k": 16, "group_size": 2, "num_worker_w
 pytestmark = pytest.mark.interpreter_only
 
 
-class StandInTensor:
-    """A torch tensor as the library sees one: DLPack over its memory (a cutile tensor's
-    here), torch's layout accessors, and a count of its exports."""
+class BareProducer:
+    """DLPack over a cutile tensor's memory, counting its exports (no torch accessors)."""
 
     def __init__(self, values: np.ndarray[Any, Any]) -> None:
         self.inner = api.from_numpy(values)
-        self.requires_grad = False
         self.exports = 0
 
     def __dlpack__(self, stream: int | None = None, max_version: tuple[int, int] | None = None, **_: Any) -> Any:
@@ -36,6 +34,15 @@ class StandInTensor:
 
     def __dlpack_device__(self) -> tuple[int, int]:
         return self.inner.__dlpack_device__()
+
+
+class StandInTensor(BareProducer):
+    """A torch tensor as the library sees one: DLPack over its memory and torch's layout
+    accessors."""
+
+    def __init__(self, values: np.ndarray[Any, Any]) -> None:
+        super().__init__(values)
+        self.requires_grad = False
 
     def data_ptr(self) -> int:
         return self.inner.address()
@@ -54,6 +61,7 @@ class StandInTensor:
     device = "cpu"
 
 
+BareProducer.__module__ = "torch"
 StandInTensor.__module__ = "torch"  # what makes the library take it for torch's
 
 
@@ -138,20 +146,7 @@ def test_the_cache_keeps_no_torch_tensor_alive() -> None:
 
 
 def test_an_object_without_torch_accessors_is_imported_each_time() -> None:
-    class Bare:
-        def __init__(self) -> None:
-            self.inner = api.from_numpy(np.ones(8, np.float32))
-            self.exports = 0
-
-        def __dlpack__(self, stream: int | None = None, max_version: tuple[int, int] | None = None, **_: Any) -> Any:
-            self.exports += 1
-            return self.inner.__dlpack__(max_version=max_version)
-
-        def __dlpack_device__(self) -> tuple[int, int]:
-            return self.inner.__dlpack_device__()
-
-    Bare.__module__ = "torch"
-    bare = Bare()
+    bare = BareProducer(np.ones(8, np.float32))
     _operands.as_tensor(bare, "f", "x")
     _operands.as_tensor(bare, "f", "x")
     assert bare.exports == 2 and id(bare) not in _operands._TORCH_IMPORTS
