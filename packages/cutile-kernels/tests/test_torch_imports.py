@@ -7,12 +7,16 @@ keeps no torch tensor alive."""
 from __future__ import annotations
 
 import gc
+import sys
+import types
 import weakref
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 import pytest
 
+import cutile
 from cutile import api
 from cutile_kernels import _operands, matmul, silu_mul
 
@@ -150,3 +154,51 @@ def test_an_object_without_torch_accessors_is_imported_each_time() -> None:
     _operands.as_tensor(bare, "f", "x")
     _operands.as_tensor(bare, "f", "x")
     assert bare.exports == 2 and id(bare) not in _operands._TORCH_IMPORTS
+
+
+class StandInTorch(types.ModuleType):
+    """``torch`` with ``empty`` (a stand-in tensor over new host memory) and dtypes named
+    as torch names them; no ``from_dlpack``: a result must come from ``empty``."""
+
+    float32, float16, bfloat16, int64 = "float32", "float16", "bfloat16", "int64"
+
+    def __init__(self) -> None:
+        super().__init__("torch")
+        self.made: list[StandInTensor] = []
+
+    def empty(self, shape: tuple[int, ...], *, dtype: str, device: str) -> StandInTensor:
+        assert device == "cpu"
+        made = StandInTensor(np.empty(shape, dtype=ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype)))
+        self.made.append(made)
+        return made
+
+
+@pytest.fixture
+def torch_module(monkeypatch: pytest.MonkeyPatch) -> StandInTorch:
+    module = StandInTorch()
+    monkeypatch.setitem(sys.modules, "torch", module)
+    return module
+
+
+def test_a_result_for_torch_operands_is_a_tensor_torch_made(torch_module: StandInTorch) -> None:
+    a, b = _operands_of(4)
+    got = matmul(StandInTensor(a), StandInTensor(b), config=TINY)
+    assert isinstance(got, StandInTensor) and torch_module.made == [got]
+    _check(got, a, b)
+    gate, up = np.linspace(-3, 3, 200, dtype=np.float32).reshape(5, 40), np.full((5, 40), 2.0, np.float32)
+    product = silu_mul(StandInTensor(gate), StandInTensor(up))  # (a row function's output)
+    assert isinstance(product, StandInTensor) and torch_module.made[-1] is product
+    np.testing.assert_allclose(product.inner.to_numpy(), 2.0 * gate / (1.0 + np.exp(-gate.astype(np.float64))),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_a_dtype_torch_lacks_gives_a_result_through_dlpack(torch_module: StandInTorch,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(StandInTorch, "float32")
+    handed: list[cutile.Tensor] = []
+    monkeypatch.setattr(torch_module, "from_dlpack", lambda tensor: handed.append(tensor) or "through dlpack",
+                        raising=False)
+    a, b = _operands_of(5)
+    assert matmul(StandInTensor(a), StandInTensor(b), config=TINY) == "through dlpack"
+    assert torch_module.made == [] and len(handed) == 1
+    np.testing.assert_allclose(handed[0].to_numpy(), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)

@@ -118,14 +118,36 @@ class Operand:
         if self.kind == "numpy":
             array = np.empty(shape, dtype=np.dtype(dtype.numpy_name))
             return api.from_dlpack(array), array
+        if self.kind == "torch":
+            found = _torch_empty(self.original, shape, dtype)
+            if found is not None:
+                return found
         made = api.empty(list(shape), dtype=dtype)
         return made, made
 
     def result(self, tensor: cutile.Tensor, handed: Any) -> Any:
         """``handed`` (from `empty_like_kind`) as this operand's kind."""
-        if self.kind in ("cutile", "numpy"):
+        if self.kind in ("cutile", "numpy") or handed is not tensor:  # (a torch result torch made)
             return handed
         return self.as_kind(tensor)
+
+
+def _torch_empty(like: Any, shape: tuple[int, ...], dtype: Any) -> tuple[cutile.Tensor, Any] | None:
+    """A new torch tensor of ``shape`` and ``dtype`` on ``like``'s device, made by torch
+    (its caching allocator, on its current stream) and its import; None where torch has no
+    such dtype. A result cutile allocated would go back through DLPack, and an export of
+    cutile's memory waits for the whole device first (its writer may have run on any
+    stream of cutile's pool); torch's memory needs no wait: launches on it follow torch's
+    stream (`cutile._torch_streams`)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    torch_dtype = getattr(torch, dtype.numpy_name, None)
+    device = getattr(like, "device", None)
+    if torch_dtype is None or device is None:
+        return None
+    made = torch.empty(shape, dtype=torch_dtype, device=device)
+    return _torch_import(made), made
 
 
 def tensor_of(value: Any, function: str, parameter: str) -> cutile.Tensor:
@@ -277,9 +299,13 @@ class Output:
     given: Any
     like: Operand
     function: str = ""
+    #: a new result made as ``like``'s kind already (a torch tensor torch allocated), or None
+    made: Any = None
 
     def result(self) -> Any:
-        return self.given if self.given is not None else self.like.as_kind(self.tensor, self.function)
+        if self.given is not None:
+            return self.given
+        return self.made if self.made is not None else self.like.as_kind(self.tensor, self.function)
 
 
 def output(given: Any, shape: Sequence[int], dtype: Any, like: Operand, function: str, parameter: str = "out",
@@ -288,6 +314,10 @@ def output(given: Any, shape: Sequence[int], dtype: Any, like: Operand, function
     tensor of ``shape`` and ``dtype``, its result of ``like``'s kind."""
     shape = tuple(int(n) for n in shape)
     if given is None:
+        if like.kind == "torch":
+            tensor, handed = like.empty_like_kind(shape, dtype)
+            if handed is not tensor:
+                return Output(tensor, None, like, function, handed)
         return Output(api.empty(list(shape), dtype=dtype), None, like, function)
     tensor = as_tensor(given, function, parameter).tensor
     check_same(tensor, shape, dtype, function, parameter)
