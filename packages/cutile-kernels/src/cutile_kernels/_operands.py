@@ -135,12 +135,12 @@ class Operand:
 def _torch_empty(like: Any, shape: tuple[int, ...], dtype: Any) -> tuple[cutile.Tensor, Any] | None:
     """A new torch tensor of ``shape`` and ``dtype`` on ``like``'s device, made by torch
     (its caching allocator, on its current stream) and its import; None where torch has no
-    such dtype. A result cutile allocated would go back through DLPack, and an export of
-    cutile's memory waits for the whole device first (its writer may have run on any
-    stream of cutile's pool); torch's memory needs no wait: launches on it follow torch's
-    stream (`cutile._torch_streams`)."""
+    such dtype or the result is empty. A result cutile allocated would go back through
+    DLPack, and an export of cutile's memory waits for the whole device first (its writer
+    may have run on any stream of cutile's pool); torch's memory needs no wait: launches
+    on it follow torch's stream (`cutile._torch_streams`)."""
     torch = sys.modules.get("torch")
-    if torch is None:
+    if torch is None or 0 in shape:  # (an empty result: cutile's, as before; no memory to share)
         return None
     torch_dtype = getattr(torch, dtype.numpy_name, None)
     device = getattr(like, "device", None)
