@@ -202,3 +202,22 @@ def test_a_dtype_torch_lacks_gives_a_result_through_dlpack(torch_module: StandIn
     assert matmul(StandInTensor(a), StandInTensor(b), config=TINY) == "through dlpack"
     assert torch_module.made == [] and len(handed) == 1
     np.testing.assert_allclose(handed[0].to_numpy(), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_the_cache_keeps_no_real_torch_tensor_alive() -> None:
+    # (torch keeps a tensor's Python object alive while its TensorImpl is referenced: the
+    # import must hold a capsule of another alias of the memory, not of the tensor itself)
+    torch = pytest.importorskip("torch", reason="torch is not installed here")
+    a, b = torch.randn(37, 20), torch.randn(20, 29)
+    got = matmul(a, b, config=TINY)
+    torch.testing.assert_close(got, a @ b, atol=1e-4, rtol=1e-4)
+    watched, key = weakref.ref(a), id(a)
+    del a
+    gc.collect()
+    assert watched() is None and key not in _operands._TORCH_IMPORTS
+    a2 = torch.randn(37, 20)
+    a2.data = torch.randn(37, 20)  # another memory under the same object: imported again
+    torch.testing.assert_close(matmul(a2, b, config=TINY), a2 @ b, atol=1e-4, rtol=1e-4)
+    a2.requires_grad_(True)
+    with pytest.raises(cutile.InteropError, match="require gradient"):
+        matmul(a2, b, config=TINY)

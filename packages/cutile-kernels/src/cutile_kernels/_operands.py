@@ -220,7 +220,15 @@ def _torch_import(value: Any) -> cutile.Tensor:
         reference = weakref.ref(value, functools.partial(_forget_import, _TORCH_IMPORTS, key))
     except TypeError:  # (a torch-like object without weak references: not kept)
         return api.from_dlpack(value)
-    tensor = api.from_dlpack(value, keep_producer=False)  # (the cache must not keep the torch tensor alive)
+    # The cache must not keep the torch tensor alive: the import holds a capsule, not the
+    # object, and the capsule is of a detached alias (same memory, its own TensorImpl): a
+    # capsule of ``value`` itself would hold its TensorImpl, and torch keeps a tensor's Python
+    # object alive while its TensorImpl is referenced, so the weak reference would never die.
+    # (A tensor requiring grad is exported as it is: torch refuses that, as without the cache.)
+    detach = getattr(value, "detach", None)
+    exported = detach() if callable(detach) and not layout[-1] else value
+    tensor = api.from_dlpack(exported, keep_producer=False)
+    del exported
     _TORCH_IMPORTS[key] = (reference, layout, tensor)
     return tensor
 
