@@ -326,7 +326,7 @@ def _prepare(a: Any, b: Any, *, out: Any, bias: Any, activation: Any, residual: 
         stage = _stage_of(signature.stage, ta, tb, residual_t, out_t) if staging else None
         if stage is not None:
             call = _Call(plan, ta, tb, out_t, out_handed, result_kind, epilogue, scale_tensors, alpha_total)
-            # Temporaries are kept per caller's cutile tensor (a foreign one is a new import each call).
+            # Temporaries are kept per caller's cutile tensor, not per import of a foreign one.
             owners = (ta if ta is a else None, tb if tb is b else None,
                       residual_t if residual_t is residual else None, out_t if out_t is out else None)
             call.staged = _staged(call, signature, stage, owners, activation=activation, alpha=alpha,
