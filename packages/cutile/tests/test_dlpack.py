@@ -303,3 +303,19 @@ def test_keep_producer_false_lets_the_producer_go_and_keeps_the_memory(keep: boo
 def test_keep_producer_must_be_a_bool() -> None:
     with pytest.raises(cutile.ArgumentTypeError, match="keep_producer must be a bool, got int"):
         api.from_dlpack(np.zeros(3, np.float32), keep_producer=1)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("where", ["__dlpack__", "__dlpack_device__"])
+@pytest.mark.parametrize("error", [ValueError, RuntimeError])
+def test_a_producer_failing_to_export_gives_an_interop_error(where: str, error: type[Exception]) -> None:
+    class Failing:
+        def __dlpack_device__(self) -> tuple[int, int]:
+            if where == "__dlpack_device__":
+                raise error("Unknown device type meta for Dlpack")
+            return (K_DL_CPU, 0)
+
+        def __dlpack__(self, **_: Any) -> Any:
+            raise error("Can't export tensors with the conjugate bit set")
+
+    with pytest.raises(cutile.InteropError, match="Failing cannot .*(meta|conjugate)"):
+        api.from_dlpack(Failing())

@@ -209,7 +209,7 @@ def _torch_import(value: Any) -> cutile.Tensor:
     key = id(value)
     try:
         layout = _torch_layout(value)
-    except (AttributeError, TypeError):  # (not a torch.Tensor: imported each time)
+    except (AttributeError, TypeError, RuntimeError):  # (not a strided torch.Tensor: imported each time)
         return api.from_dlpack(value)
     found = _TORCH_IMPORTS.get(key)
     if found is not None:

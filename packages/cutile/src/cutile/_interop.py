@@ -225,7 +225,11 @@ def from_dlpack(obj: Any, *, keep_producer: bool = True) -> Tensor:
     # DLPack first: it names dtypes exactly (the CUDA Array Interface spells
     # bfloat16 as an anonymous 2-byte type) and orders streams on request.
     if hasattr(obj, "__dlpack__"):
-        device_type, device_id = obj.__dlpack_device__() if hasattr(obj, "__dlpack_device__") else (KDL_CPU, 0)
+        try:
+            device_type, device_id = obj.__dlpack_device__() if hasattr(obj, "__dlpack_device__") else (KDL_CPU, 0)
+        except (ValueError, RuntimeError) as exc:  # e.g. torch's meta tensors: no device DLPack names
+            raise InteropError(f"from_dlpack: the {type(obj).__name__} cannot say where its memory lives "
+                               f"(__dlpack_device__): {exc}") from None
         cuda = device_type in (KDL_CUDA, KDL_CUDA_MANAGED)
         torch_ordered = cuda and is_torch_object(obj)
         stream = _consumer_stream_handle(int(device_id)) if cuda else None
@@ -254,7 +258,8 @@ def _request_capsule(obj: Any, stream: int | None) -> Any:
                 return obj.__dlpack__(stream=stream)
             except TypeError:
                 return obj.__dlpack__()
-    except BufferError as exc:  # the protocol's "cannot export": e.g. read-only memory to a legacy capsule
+    except (BufferError, ValueError, RuntimeError) as exc:  # the protocol's "cannot export" (BufferError),
+        # and what some producers raise instead
         raise InteropError(f"from_dlpack: the {what} cannot share its memory through DLPack: {exc}") from None
 
 
