@@ -187,7 +187,7 @@ def as_tensor(value: Any, function: str, parameter: str) -> Operand:
 # reference to it (its entry goes with it) and what the import depends on. A call given
 # the same torch tensors again takes the same cutile tensors, and with them the launch
 # bindings cutile keeps per tensor object: a fresh import and binding a call cost ~400 us
-# of host time for a 3-tensor matmul on the CI machine's fake driver, against ~40 us.
+# of host time for a 3-tensor matmul on the CI machine's fake driver, against 50-90 us.
 _TORCH_IMPORTS: dict[int, tuple[weakref.ref[Any], tuple[Any, ...], cutile.Tensor]] = {}
 
 
