@@ -111,3 +111,26 @@ def test_exit_hooks_release_contexts_then_finalizers_do_nothing(fake_driver: Any
     finally:
         _driver.shutting_down = False
         device._context = None
+
+
+def test_the_remembered_failure_keeps_no_caller_alive(fake_driver: Any) -> None:
+    import gc
+    import weakref
+
+    fake_driver.init_exception = RuntimeError("libcuda.so.1: cannot open shared object file")
+
+    class Argument:
+        """Stands for a large array the first call that meets the missing driver holds."""
+
+    def first_use() -> weakref.ref[Argument]:
+        argument = Argument()
+        with pytest.raises(cc.CudaNoDeviceError):
+            cc.Device(0)
+        return weakref.ref(argument)
+
+    held = first_use()
+    gc.collect()
+    assert held() is None
+    assert _driver._init_failure is not None and _driver._init_failure.__traceback__ is None
+    with pytest.raises(cc.CudaNoDeviceError, match="no NVIDIA driver was found"):
+        cc.device_count()

@@ -8,6 +8,7 @@ in one place and tests can substitute a fake driver module.
 from __future__ import annotations
 
 import atexit
+import copy
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -22,6 +23,9 @@ _api: Any = _NOT_IMPORTED
 _IMPORT_ERROR: str | None = None  # why cuda-bindings is not importable, once tried
 _init_lock = threading.RLock()  # (reentrant: `_initialize` calls `in_use`)
 _initialized = False
+# Why cuInit failed, raised again on every later use; each raise is of a copy: a raised
+# exception keeps its traceback, and with it the frames and arguments of the call that
+# raised it, which the kept one must not keep alive.
 _init_failure: CudaError | None = None
 # Set once the interpreter is exiting: finalizers must not call into a driver
 # whose contexts are being torn down.
@@ -60,15 +64,15 @@ def _initialize() -> None:
         if _initialized:
             return
         if _init_failure is not None:
-            raise _init_failure
+            raise copy.copy(_init_failure)
         if in_use() is None:
             _init_failure = no_driver_error(f"cuda-bindings is not importable ({_IMPORT_ERROR})")
-            raise _init_failure
+            raise copy.copy(_init_failure)
         try:
             result = _api.cuInit(0)
         except (RuntimeError, OSError) as exc:  # DynamicLibNotFoundError is a RuntimeError
             _init_failure = no_driver_error(str(exc))
-            raise _init_failure from None
+            raise copy.copy(_init_failure) from None
         if int(result[0]) != 0:
             _init_failure = _error_from(result[0], "cuInit")
             if int(result[0]) == 100:
@@ -76,7 +80,7 @@ def _initialize() -> None:
                     "the NVIDIA driver is installed but sees no GPU "
                     "(is CUDA_VISIBLE_DEVICES empty, or the device busy or absent?)"
                 )
-            raise _init_failure
+            raise copy.copy(_init_failure)
         _initialized = True
 
 

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import copy
 import ctypes
 import gc
 import itertools
@@ -216,8 +217,8 @@ class FakeDriver:
     # -- init / devices ------------------------------------------------------------
     def cuInit(self, flags: int) -> tuple[Any]:
         self.calls["cuInit"] += 1
-        if self.init_exception is not None:
-            raise self.init_exception
+        if self.init_exception is not None:  # (a new one each call, as a real loader's failure is)
+            raise copy.copy(self.init_exception)
         return (SUCCESS if self.devices else R.CUDA_ERROR_NO_DEVICE,)
 
     def cuGetErrorString(self, err: Any) -> tuple[Any, bytes]:
