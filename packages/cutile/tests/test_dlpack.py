@@ -319,3 +319,15 @@ def test_a_producer_failing_to_export_gives_an_interop_error(where: str, error: 
 
     with pytest.raises(cutile.InteropError, match="Failing cannot .*(meta|conjugate)"):
         api.from_dlpack(Failing())
+
+
+def test_a_cutile_error_of_the_producer_passes_through_as_it_is() -> None:
+    class Faulted:  # (as a cutile tensor's export raises a fault of the kernel that wrote it)
+        def __dlpack_device__(self) -> tuple[int, int]:
+            return (K_DL_CPU, 0)
+
+        def __dlpack__(self, **_: Any) -> Any:
+            raise cutile.KernelRuntimeError("the kernel that wrote it faulted", None)
+
+    with pytest.raises(cutile.KernelRuntimeError, match="faulted"):
+        api.from_dlpack(Faulted())

@@ -226,7 +226,7 @@ def _torch_import(value: Any) -> cutile.Tensor:
     # object alive while its TensorImpl is referenced, so the weak reference would never die.
     # (A tensor requiring grad is exported as it is: torch refuses that, as without the cache.)
     detach = getattr(value, "detach", None)
-    exported = detach() if callable(detach) and not layout[-1] else value
+    exported = detach() if callable(detach) and not value.requires_grad else value
     tensor = api.from_dlpack(exported, keep_producer=False)
     del exported
     _TORCH_IMPORTS[key] = (reference, layout, tensor)

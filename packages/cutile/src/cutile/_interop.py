@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cutile import _backend
-from cutile._errors import InteropError
+from cuda_core import CudaError
+from cutile._errors import CutileError, InteropError
 from cutile._tensor import HostStorage, Storage, Tensor, _contiguous_strides, dtype_of, numpy_dtype, strided_view
 from cutile._torch_streams import dlpack_consumer_stream, is_torch_object
 from cutile_compiler import dtypes as dt
@@ -258,6 +259,8 @@ def _request_capsule(obj: Any, stream: int | None) -> Any:
                 return obj.__dlpack__(stream=stream)
             except TypeError:
                 return obj.__dlpack__()
+    except (CutileError, CudaError):
+        raise  # (a cutile tensor's own export: e.g. a fault of a kernel that wrote it, met waiting for it)
     except (BufferError, ValueError, RuntimeError) as exc:  # the protocol's "cannot export" (BufferError),
         # and what some producers raise instead
         raise InteropError(f"from_dlpack: the {what} cannot share its memory through DLPack: {exc}") from None
