@@ -13,6 +13,6 @@ total=$((files + carried))
 mib() { awk -v b="$1" 'BEGIN {printf "%.1f MiB", b / 1048576}'; }
 echo "GPU tree: $(mib "$total") of 64 MiB (repository files $(mib "$files"), .devtools + .whl $(mib "$carried")); headroom $(mib $((limit - total)))"
 if [ "$total" -gt "$limit" ]; then
-  echo "gpu_tree_size.sh: over the device tool's 64 MiB: repack the toolchain (scripts/repack_toolchain.sh) or carry less" >&2
+  echo "gpu_tree_size.sh: over the device tool's 64 MiB: repack the toolchain (scripts/prepare_gpu_tree.sh, or scripts/repack_toolchain.sh) or carry less" >&2
   exit 1
 fi
