@@ -7,7 +7,9 @@ Shapes: Qwen3-0.6B, 1.7B, 4B and 8B (random weights, bf16), batch 1 and 8, every
 sequence at a context of 512 and 4096 positions. Decode: the mean time of ``--steps``
 greedy steps, each ending with the sampled ids read back to the host (what a generation
 loop waits for), and for cutile also in replays of 8 steps whose ids stay on the device
-(read back once per replay); tokens/s counts every sequence of the batch. The roofline: the bytes a
+(read back once per replay), and both with each replay queued before the host reads the
+ids of the replay before (``queued``: generate's loop, the host's read overlapping the
+device's next replay; the timed loop ends with the last replay's read); tokens/s counts every sequence of the batch. The roofline: the bytes a
 step must read (every weight once, and each sequence's cached keys and values) over the
 bandwidth of a device-to-device copy measured in the same run. Prefill: one
 ``--prefill-len`` prompt, batch 1, the whole forward to the last token's logits, the
@@ -103,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             args.prefill_len
     bandwidth = copy_bandwidth(1 << 30 if not args.smoke else 1 << 20)
     print(f"copy bandwidth (device to device, read + written): {bandwidth / 1e9:.1f} GB/s")
-    header = (f"{'model':11s} {'batch':>5s} {'context':>7s} {'arm':24s} {'ms/step':>9s} {'tokens/s':>10s} "
+    header = (f"{'model':11s} {'batch':>5s} {'context':>7s} {'arm':28s} {'ms/step':>9s} {'tokens/s':>10s} "
               f"{'of roofline':>11s}")
     print(header)
     for name in models:
@@ -114,13 +116,13 @@ def main(argv: list[str] | None = None) -> int:
                 moved = decode_bytes(config, [context + steps // 2] * batch)
                 floor_ms = 1000 * moved / bandwidth
                 for arm, ms in bench.decode(batch, context, steps).items():
-                    print(f"{name:11s} {batch:5d} {context:7d} {arm:24s} {ms:9.3f} {1000 * batch / ms:10.1f} "
+                    print(f"{name:11s} {batch:5d} {context:7d} {arm:28s} {ms:9.3f} {1000 * batch / ms:10.1f} "
                           f"{100 * floor_ms / ms:10.1f}%")
-                print(f"{name:11s} {batch:5d} {context:7d} {'roofline':24s} {floor_ms:9.3f} "
+                print(f"{name:11s} {batch:5d} {context:7d} {'roofline':28s} {floor_ms:9.3f} "
                       f"{1000 * batch / floor_ms:10.1f} {'':>11s}")
         if prefill_len:  # (printed as measured: a run cut short keeps its rows)
             for arm, ms in bench.prefill(prefill_len).items():
-                print(f"{name:11s} {'prefill ' + str(prefill_len):16s} {arm:24s} {ms:10.2f} ms "
+                print(f"{name:11s} {'prefill ' + str(prefill_len):16s} {arm:28s} {ms:10.2f} ms "
                       f"{1000 * prefill_len / ms:10.1f} tokens/s")
         bench.release()
     print(f"results: OK ({'interpreter, wall clock: not figures' if args.smoke else 'GPU, host clock per step'})")
@@ -155,7 +157,7 @@ class ModelBench:
         """ms per decode step of each arm at ``context`` positions, the arms checked first."""
         from cutile import api
 
-        from examples.llm.model import DecodeGraph, KVCache
+        from examples.llm.model import DecodeGraph, KVCache, PendingReplay
 
         c, model = self.config, self.model
         cache = KVCache.allocate(c, batch, context + 2 * steps + 8)
@@ -170,6 +172,7 @@ class ModelBench:
         replayed = replay.step(ids).to_numpy()
         close(f"batch {batch} context {context}: cutile graph replay against its eager step", replayed, eager, 1e-6)
         arms: dict[str, Callable[[], None]] = {}
+        finish: dict[str, Callable[[], None]] = {}  # what an arm's timed loop ends with (queued work waited for)
         state = {"ids": ids}
 
         def cutile_graph() -> None:
@@ -196,9 +199,25 @@ class ModelBench:
             state["ids"] = several.last_ids
             several.tokens.to_numpy()
 
+        def queued(graph: DecodeGraph) -> Callable[[], None]:
+            # each replay queued before the host reads the one before's ids (generate's loop)
+            before: list[PendingReplay] = []
+
+            def run() -> None:
+                pending = graph.enqueue(state["ids"])
+                state["ids"] = graph.last_ids
+                if before:
+                    before.pop().wait()  # the host read of the replay before's ids
+                before.append(pending)
+            return run
+
         arms["cutile (CUDA graph)"] = cutile_graph
+        arms["cutile (graph, queued)"] = queued(replay)
+        finish["cutile (graph, queued)"] = replay.wait
         if chunk > 1:
             arms[f"cutile (graph x{chunk})"] = cutile_graph_chunk
+            arms[f"cutile (graph x{chunk}, queued)"] = queued(several)
+            finish[f"cutile (graph x{chunk}, queued)"] = several.wait
         arms["cutile (eager)"] = cutile_eager
         if self.torch is not None:
             torch = self.torch
@@ -233,17 +252,20 @@ class ModelBench:
             state["ids"] = ids
             if self.torch is not None:
                 torch_state["ids"], torch_state["position"] = self.torch.from_dlpack(ids), context
+            end = finish.get(arm, lambda: None)
             for _ in range(2):  # warm-up (the cache positions are rewritten by the timed steps)
                 run()
+            end()
             cache.lengths = [context] * batch
             if self.torch is not None:
                 torch_state["position"] = context
             started = time.perf_counter()
             for _ in range(calls):
                 run()
+            end()
             results[arm] = 1000 * (time.perf_counter() - started) / steps
-        replay.graph.close()
-        several.graph.close()
+        replay.close()
+        several.close()
         return results
 
     def prefill(self, length: int) -> dict[str, float]:

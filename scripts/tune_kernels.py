@@ -50,12 +50,15 @@ SQUARES = [(s, s, s) for s in (1024, 2048, 4096, 8192, 16384)]
 LLM = [(m, n, k) for m in (128, 2048, 8192)
        for n, k in ((4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096), (151936, 2560))]
 ODD = [(3000, 5000, 1000), (8191, 8191, 8191)]
-# (m <= 16 and the split-K shapes go to other kernels, `_matmul._choose_path`: not the tiled GEMM's record)
+# (m <= 16 and the split-K shapes go to other kernels by their shape, `_matmul._choose_path`: not the tiled
+# GEMM's record)
 GEMM_SHAPES = [shape for shape in SQUARES + LLM + ODD
-               if _matmul._choose_path(shape[0], shape[1], shape[2], 2, f16, f32, False, None) == "tiled"]
+               if _matmul._choose_path(shape[0], shape[1], shape[2], 2, f16, f32, False, None,
+                                       compare_records=False) == "tiled"]
 SMOKE_SHAPES = [(40, 24, 20), (70, 16, 33)]
 SPLIT_K_SHAPES = [shape for shape in SQUARES + LLM + ODD
-                  if _matmul._choose_path(shape[0], shape[1], shape[2], 2, f16, f32, False, None) == "split_k"]
+                  if _matmul._choose_path(shape[0], shape[1], shape[2], 2, f16, f32, False, None,
+                                          compare_records=False) == "split_k"]
 SMOKE_SPLIT_K_SHAPES = [(40, 24, 300)]
 
 

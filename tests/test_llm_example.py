@@ -251,6 +251,57 @@ def test_graph_replays_give_the_eager_steps_logits_and_sampled_runs_agree() -> N
     assert a.tokens == b.tokens
 
 
+def test_queued_greedy_replays_alternate_two_graphs_and_give_the_eager_steps_ids() -> None:
+    model = Qwen3Model(TINY, device_weights(TINY, tiny_arrays()))
+    prompts = [[3, 1, 4, 1, 5], [9, 2, 6]]
+    eager_cache, graph_cache = KVCache.allocate(TINY, 2, 16), KVCache.allocate(TINY, 2, 16)
+    first = model.prefill(prompts, eager_cache).to_numpy()
+    model.prefill(prompts, graph_cache)
+    ids = api.from_numpy(first.argmax(-1).astype(np.int64))
+    expected, eager_ids = [], ids
+    for _ in range(10):
+        eager_ids = api.from_numpy(model.decode_step(eager_ids, eager_cache).to_numpy().argmax(-1).astype(np.int64))
+        expected.append(eager_ids.to_numpy().tolist())
+    replay = DecodeGraph(model, graph_cache, greedy=True, steps=2)
+    assert len(replay.graphs) == 2 and replay.graphs[0] is not replay.graphs[1]
+    queued = [replay.enqueue(ids)]
+    for _ in range(3):  # each from the last replay's own ids: queued behind it, nothing from the host
+        queued.append(replay.enqueue(replay.last_ids))
+        assert len(replay._pending) == 2  # an older one was waited for first: two at most
+    got = [row.tolist() for pending in queued for row in pending.wait()]
+    assert got == expected[:8]
+    assert replay.tokens.to_numpy().tolist() == expected[6:8]
+    # lengths and ids from the host (a tensor of their own) while a replay is queued: it is
+    # waited for first, then the same two steps run again
+    queued.append(replay.enqueue(replay.last_ids))
+    graph_cache.lengths = [13, 11]
+    restart = replay.enqueue(api.from_numpy(np.array(expected[7], np.int64)))
+    assert replay._pending == [restart]
+    assert [row.tolist() for row in queued[-1].wait()] == expected[8:10]
+    assert [row.tolist() for row in restart.wait()] == expected[8:10]  # the same steps again: the same ids
+    assert graph_cache.lengths == eager_cache.lengths == [15, 13]
+    replay.close()
+    with pytest.raises(ValueError, match="closed"):
+        replay.graphs[1].launch()
+
+
+def test_both_greedy_graphs_are_warmed_up_before_their_captures() -> None:
+    # A vocabulary of several argmax chunks: its partials are made per out= row, one set per
+    # graph, and a capture refuses an allocation (the interpreter's as the GPU's).
+    config = replace(TINY, vocab_size=40000)
+    model = Qwen3Model(config, random_weights(config, 3))
+    cache = KVCache.allocate(config, 1, 8)
+    first = model.prefill([[1, 2, 3]], cache).to_numpy()
+    replay = DecodeGraph(model, cache, greedy=True)
+    ids = api.from_numpy(first.argmax(-1).astype(np.int64))
+    eager_cache = KVCache.allocate(config, 1, 8)
+    model.prefill([[1, 2, 3]], eager_cache)
+    expected = model.decode_step(ids, eager_cache).to_numpy().argmax(-1)
+    assert replay.replay(ids) is replay.bufs.logits and replay.last_ids.to_numpy().tolist() == expected.tolist()
+    with pytest.raises(cutile.GraphCaptureError, match="cannot run while"), cutile.graph_scope("allocates"):
+        api.empty((2,), "f32")
+
+
 def test_the_captured_steps_allocate_nothing_and_a_greedy_replay_needs_no_upload(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # What a GPU capture refuses (GraphCaptureError): an allocation or an upload inside it.
@@ -268,7 +319,8 @@ def test_the_captured_steps_allocate_nothing_and_a_greedy_replay_needs_no_upload
     monkeypatch.setattr(api_module, "_from_host", refuse)
     with pytest.raises(AssertionError):
         api.empty((2,), "f32")  # the patch holds
-    replay._record()  # what the capture records
+    replay._record(0)  # what the captures record
+    replay._record(1)
     replay.replay(replay.last_ids)  # the next replay: nothing from the host
     assert cache.lengths == [6, 5]
 

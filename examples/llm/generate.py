@@ -28,7 +28,7 @@ import cutile_kernels as ck
 from cutile import api, bench
 from cutile.core import u32
 
-from .model import PRESETS, DecodeGraph, KVCache, ModelError, Qwen3Config, Qwen3Model
+from .model import PRESETS, DecodeGraph, KVCache, ModelError, PendingReplay, Qwen3Config, Qwen3Model
 from .weights import load_checkpoint, random_weights
 
 
@@ -122,8 +122,9 @@ def generate(model: Qwen3Model, prompts: Sequence[Sequence[int]], new_tokens: in
     """Prefill of ``prompts`` (batch 1 or more, each its own length), then ``new_tokens``
     tokens per sequence: the first from the prefill's logits, then one decode step each,
     by replays of a `DecodeGraph` (``graph``; greedy decoding keeps the ids on the
-    device and reads them back every ``sync_every`` steps, one replay of that many), else
-    by eager `Qwen3Model.decode_step` calls. The decode time counts every step, the
+    device and reads them back every ``sync_every`` steps, one replay of that many,
+    queued before the host reads the replay before's), else by eager
+    `Qwen3Model.decode_step` calls. The decode time counts every step, the
     graph's capture excluded."""
     if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or new_tokens < 1:
         raise ModelError(f"generate(): parameter 'new_tokens' must be an int >= 1, got {new_tokens!r}")
@@ -155,22 +156,34 @@ def generate(model: Qwen3Model, prompts: Sequence[Sequence[int]], new_tokens: in
     replay = DecodeGraph(model, cache, greedy=greedy, steps=per_replay) if graph and steps else None
     captured = time.perf_counter()
     done_steps = 0
-    while done_steps < steps:
-        if replay is not None and greedy:
-            replay.replay(ids)
-            ids = replay.last_ids
-            block = replay.tokens.to_numpy()[:steps - done_steps]  # the one read per replay
-        elif replay is not None:
-            ids = sample(replay.replay(ids), temperature=temperature, top_k=top_k, rng=rng)
-            block = ids.to_numpy()[None]
-        else:
-            ids = sample(model.decode_step(ids, cache), temperature=temperature, top_k=top_k, rng=rng)
-            block = ids.to_numpy()[None]  # the one read per step: the sampled ids
+
+    def take(block: np.ndarray[Any, Any]) -> None:
+        nonlocal done_steps
+        block = block[:steps - done_steps]  # (a last replay may run past the steps asked)
         for row, column in zip(tokens, block.T):
             row.extend(int(t) for t in column)
         done_steps += len(block)
         if on_step is not None:
             on_step(done_steps)
+
+    if replay is not None and greedy:
+        # Each replay is queued before the host reads the one before's ids (the one read
+        # per replay): the device runs replay r + 1 while the host reads replay r's.
+        queued: PendingReplay | None = None
+        for _ in range(-(-steps // per_replay)):
+            pending = replay.enqueue(ids)
+            ids = replay.last_ids
+            if queued is not None:
+                take(queued.wait())
+            queued = pending
+        if queued is not None:
+            take(queued.wait())
+    while done_steps < steps:
+        if replay is not None:
+            ids = sample(replay.replay(ids), temperature=temperature, top_k=top_k, rng=rng)
+        else:
+            ids = sample(model.decode_step(ids, cache), temperature=temperature, top_k=top_k, rng=rng)
+        take(ids.to_numpy()[None])  # the one read per step: the sampled ids
     done = time.perf_counter()
     return Generation(tokens, prefilled - started, done - captured, steps, first_logits)
 

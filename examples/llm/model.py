@@ -659,17 +659,41 @@ def _copy_i64(out: Mut[Tensor[i64, ["B"]]], x: Tensor[i64, [-1]]) -> None:
     out.store(load_tile_like(x, out))
 
 
+class PendingReplay:
+    """A replay queued by `DecodeGraph.enqueue`: ``wait()`` waits for its work and gives
+    the ids it chose (greedy: i64 ``(steps, batch)``, read back once; sampling: an empty
+    array, the host reads the logits)."""
+
+    def __init__(self, batch: Batch, tokens: cutile.Tensor | None) -> None:
+        self._batch, self._tokens = batch, tokens
+        self._read: np.ndarray[Any, Any] | None = None
+
+    @property
+    def batch(self) -> Batch:
+        """The batch that runs the replay (the next replay continues it: ``after=``)."""
+        return self._batch
+
+    def wait(self) -> np.ndarray[Any, Any]:
+        if self._read is None:
+            _wait_for(self._batch)
+            self._read = self._tokens.to_numpy() if self._tokens is not None else np.empty((0, 0), np.int64)
+        return self._read
+
+
 class DecodeGraph:
     """``steps`` decode steps of one cache captured once as a CUDA graph and replayed
     (on the interpreter, a host graph: the recorded launches run again).
 
     The graph keeps its state on the device: each step's positions and lengths are made
     from the last step's by two small kernels, and, with ``greedy``, each step's argmax
-    goes to a row of `tokens` that the next step embeds (the first step reads the last
-    row). A replay then needs nothing from the host: ``replay()`` runs ``steps`` tokens
-    per sequence and the host reads them back once. Without ``greedy`` (``steps`` 1)
-    the host samples each step's logits and gives the ids to the next replay, copied in
-    by `cutile.Graph.update`."""
+    goes to a row of `tokens` that the next step embeds. A replay then needs nothing
+    from the host: it runs ``steps`` tokens per sequence and the host reads them back
+    once. Greedy decoding captures two graphs, each writing its own `tokens` buffer and
+    embedding the other's last row first; replays alternate between them, so `enqueue`
+    queues the next replay while the last one runs, and the host reads that one's ids
+    (`PendingReplay.wait`) while the device works on the next. Without ``greedy``
+    (``steps`` 1) the host samples each step's logits and gives the ids to the next
+    replay, copied in by `cutile.Graph.update`."""
 
     def __init__(self, model: Qwen3Model, cache: KVCache, *, greedy: bool, steps: int = 1) -> None:
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
@@ -680,22 +704,48 @@ class DecodeGraph:
         self.model, self.cache, self.greedy, self.steps = model, cache, greedy, steps
         batch = cache.batch
         self.bufs = model.step_buffers(batch)
-        self.tokens = api.zeros((steps, batch), "i64")  # each step's argmax (greedy)
-        # its rows as views made once: argmax makes its workspace once per out= tensor
-        self._rows = [self.tokens[step] for step in range(steps)]
+        count = 2 if greedy else 1
+        # each graph's argmax rows, as views made once: argmax makes its workspace once per
+        # out= tensor
+        self._token_sets = [api.zeros((steps, batch), "i64") for _ in range(count)]
+        self._row_sets = [[tokens[step] for step in range(steps)] for tokens in self._token_sets]
+        self._newest = count - 1  # the set the last replay wrote (graph 0 embeds its last row first)
         self.ids = api.zeros((batch,), "i64")  # the ids a sampled step embeds (a graph input)
         self.positions = api.zeros((batch,), i32)
         self.seq_lens = _i32(cache.lengths)  # the lengths before the next step
         self._tile = _pow2_at_least(batch)
         self._device_lengths: list[int] | None = None  # what seq_lens holds, when known
+        self._pending: list[PendingReplay] = []  # queued replays, oldest first
         self._check_room(steps)
-        # One eager run loads every kernel and makes every plan's workspaces (a capture can
-        # do neither). It writes keys and values past each sequence's length and nothing
-        # the real steps read before they rewrite it.
-        self._record()
-        with cutile.graph_scope(f"qwen3 decode x{steps}") as scope:
-            self._record()
-        self.graph = scope.graph
+        # An eager run of each graph's steps loads every kernel and makes every plan's
+        # workspaces (a capture can do neither; argmax's are per out= tensor). It writes keys
+        # and values past each sequence's length and nothing the real steps read before
+        # they rewrite it. Each run (the interpreter runs a capture's steps too) starts from
+        # the cache's lengths.
+        for which in range(count):
+            self._restart_lengths()
+            self._record(which)
+        self.graphs: list[cutile.Graph] = []
+        for which in range(count):
+            self._restart_lengths()
+            with cutile.graph_scope(f"qwen3 decode x{steps}, graph {which}") as scope:
+                self._record(which)
+            self.graphs.append(scope.graph)
+
+    @property
+    def graph(self) -> cutile.Graph:
+        """The first captured graph (greedy decoding alternates two)."""
+        return self.graphs[0]
+
+    @property
+    def tokens(self) -> cutile.Tensor:
+        """i64 ``(steps, batch)``: each step's argmax in the last replay queued (greedy)."""
+        return self._token_sets[self._newest]
+
+    @property
+    def last_ids(self) -> cutile.Tensor:
+        """The last step's argmax (greedy): give it to the next `replay` to go on."""
+        return self._row_sets[self._newest][-1]
 
     def _check_room(self, steps: int) -> None:
         cache = self.cache
@@ -704,25 +754,31 @@ class DecodeGraph:
             raise ModelError(f"DecodeGraph: {steps} steps after a length of {max(cache.lengths)} need "
                              f"{worst} positions; the cache has {cache.max_seq}")
 
-    def _record(self) -> None:
+    def _restart_lengths(self) -> None:
+        _copy_i32(self.seq_lens[...].partition([self._tile]), _i32(self.cache.lengths)).sync()
+
+    def _record(self, which: int) -> None:
+        """The launches of graph ``which``: its steps, the argmax into its own rows."""
         model, bufs, tile = self.model, self.bufs, [self._tile]
+        rows = self._row_sets[which]
         for step in range(self.steps):
             _copy_i32(self.positions[...].partition(tile), self.seq_lens).sync()
             _plus_one(self.seq_lens[...].partition(tile), self.positions).sync()
-            ids = self._rows[step - 1] if self.greedy else self.ids  # (step 0 reads the last row)
+            if not self.greedy:
+                ids = self.ids
+            else:  # step 0 embeds the other set's last row: what the replay before chose
+                ids = rows[step - 1] if step else self._row_sets[(which + 1) % len(self._row_sets)][-1]
             model.decode_into(ids, self.positions, self.seq_lens, self.cache, bufs)
             if self.greedy:
-                ck.argmax(bufs.logits, out=self._rows[step])
+                ck.argmax(bufs.logits, out=rows[step])
 
-    @property
-    def last_ids(self) -> cutile.Tensor:
-        """The last step's argmax (greedy): give it to the next `replay` to go on."""
-        return self._rows[-1]
-
-    def replay(self, ids: cutile.Tensor) -> cutile.Tensor:
-        """Runs ``steps`` steps from ``ids`` (i64 ``(batch,)``: the tokens at each
-        sequence's length) and advances the cache's lengths; returns the logits of the
-        last step (greedy: `tokens` holds every step's argmax)."""
+    def enqueue(self, ids: cutile.Tensor) -> PendingReplay:
+        """Queues ``steps`` steps from ``ids`` (i64 ``(batch,)``: the tokens at each
+        sequence's length) without waiting for them, and advances the cache's lengths.
+        A greedy replay from `last_ids` queues behind the one still running (an older
+        one is waited for first: at most two are queued); other ids, lengths the host
+        moved, and sampled steps wait for every queued replay first (they rewrite what
+        those replays read)."""
         cache = self.cache
         self.model._check_step(ids, cache)
         if ids.dtype != self.ids.dtype:
@@ -730,17 +786,40 @@ class DecodeGraph:
                              f"{list(ids.shape)}")
         self._check_room(self.steps)
         tile = [self._tile]
-        if self._device_lengths != cache.lengths:  # the host moved them (or the capture did)
-            _copy_i32(self.seq_lens[...].partition(tile), _i32(cache.lengths)).sync()
-        if self.greedy:
-            last = self.last_ids
-            if (ids.address(), ids.strides) != (last.address(), last.strides):  # not the last replay's own
-                _copy_i64(last[...].partition(tile), ids).sync()
-        else:
-            self.graph.update(replace={self.ids: ids})
-        self.graph.launch().sync()
+        which = (self._newest + 1) % len(self.graphs)
+        source = self.last_ids  # what graph `which` embeds first (greedy)
+        new_ids = self.greedy and (ids.address(), ids.strides) != (source.address(), source.strides)
+        moved = self._device_lengths != cache.lengths  # the host moved them (or the capture did)
+        keep = 1 if self.greedy and not (new_ids or moved) else 0
+        while len(self._pending) > keep:
+            self._pending.pop(0).wait()
+        after = self._pending[-1].batch if self._pending else None
+        with cutile.batch(f"qwen3 decode replay x{self.steps}", wait=False, after=after) as active:
+            if moved:
+                _copy_i32(self.seq_lens[...].partition(tile), _i32(cache.lengths)).sync()
+            if new_ids:
+                _copy_i64(source[...].partition(tile), ids).sync()
+            elif not self.greedy:
+                self.graphs[which].update(replace={self.ids: ids})
+            self.graphs[which].launch().sync()
         cache.lengths = [n + self.steps for n in cache.lengths]
         self._device_lengths = cache.lengths
+        self._newest = which
+        pending = PendingReplay(active, self._token_sets[which] if self.greedy else None)
+        self._pending.append(pending)
+        return pending
+
+    def wait(self) -> None:
+        """Waits for every queued replay (each one's ids are read back)."""
+        while self._pending:
+            self._pending.pop(0).wait()
+
+    def replay(self, ids: cutile.Tensor) -> cutile.Tensor:
+        """Runs ``steps`` steps from ``ids`` (i64 ``(batch,)``: the tokens at each
+        sequence's length), waits for them and advances the cache's lengths; returns the
+        logits of the last step (greedy: `tokens` holds every step's argmax)."""
+        self.enqueue(ids)
+        self.wait()
         return self.bufs.logits
 
     def step(self, ids: cutile.Tensor) -> cutile.Tensor:
@@ -748,5 +827,10 @@ class DecodeGraph:
         their argmax when greedy)."""
         if self.steps != 1:
             raise ModelError(f"DecodeGraph.step(): this graph runs {self.steps} steps per replay; use replay()")
-        logits = self.replay(ids)
-        return logits
+        return self.replay(ids)
+
+    def close(self) -> None:
+        """Waits for the queued replays and destroys the graphs."""
+        self.wait()
+        for graph in self.graphs:
+            graph.close()

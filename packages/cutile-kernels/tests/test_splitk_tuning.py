@@ -16,7 +16,7 @@ import pytest
 import cutile
 from cutile import api, tune
 from cutile.core import bf16, f16, f32
-from cutile_kernels import _matmul, _splitk, _splitk_tuning, matmul
+from cutile_kernels import _configs, _matmul, _splitk, _splitk_tuning, matmul
 from matmul_testkit import assert_close, random
 from matmul_testkit import reference as matmul_reference
 
@@ -68,6 +68,35 @@ def test_matmul_takes_the_records_winner_for_each_layout(records: Path, stored_n
     assert_close(out.to_numpy(), expected, bf16)
     plans = _split_k_plans()
     assert plans and plans[-1].config == WINNER
+
+
+def test_where_both_records_hold_the_bucket_the_faster_family_computes_it(
+        records: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    m, n, k = 300, 260, 100  # many tiles, a short K: the tiled GEMM's by the shape
+    config = {"tile_m": 64, "tile_n": 64, "tile_k": 32, "split_k": 1, "method": "mma", "num_worker_warps": 4}
+    _write_record(records, {"kn_e2_m512_n512_k128": config})  # measured 0.01 ms
+    _splitk_tuning.use_records(records)
+
+    def tiled_winner(ms: float | None) -> None:
+        winner = None if ms is None else tune.Winner({}, ms)
+        monkeypatch.setattr(_configs, "recorded", lambda dtype, m, n, k: winner)
+
+    tiled_winner(0.02)
+    assert _matmul._choose_path(m, n, k, 2, f16, f32, False, None) == "split_k"
+    assert _matmul._choose_path(m, n, k, 2, f16, f32, False, None, compare_records=False) == "tiled"
+    assert _matmul._choose_path(m, n, k, 2, f16, f32, False, None, weight_nk=True) == "tiled"  # no nk winner
+    rng = np.random.default_rng(8)
+    a, b = random(rng, (m, k), f16), random(rng, (k, n), f16)
+    out = api.full([m, n], np.nan, dtype=f16)
+    matmul(api.from_numpy(a), api.from_numpy(b), out=out)
+    assert_close(out.to_numpy(), matmul_reference(a.astype(np.float64), b.astype(np.float64)), f16)
+    plans = _split_k_plans()
+    assert plans and plans[-1].config == config
+    tiled_winner(0.005)
+    assert _matmul._choose_path(m, n, k, 2, f16, f32, False, None) == "tiled"
+    tiled_winner(None)  # only one record holds it: the shape decides
+    assert _matmul._choose_path(m, n, k, 2, f16, f32, False, None) == "tiled"
+    assert _matmul._choose_path(M, N, K, 2, f16, f32, False, None) == "split_k"
 
 
 def test_a_stale_record_is_refused_with_its_reason_and_never_applied(records: Path,

@@ -258,6 +258,25 @@ def test_a_tuner_answers_from_its_record_by_bucket(tmp_path: Path, cache: Path) 
     assert not cache.exists()
 
 
+def test_a_tuners_winner_gives_the_known_config_with_its_time_and_never_searches(
+        tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    record = tmp_path / "scaled_add.json"
+    tune.Record(_provenance(), {"512": tune.Winner({"tile": 128}, 1.5)}).save(record)
+    tune.Record(_provenance(), {"512": tune.Winner({"tile": 64}, 9.0), "1024": tune.Winner({"tile": 64}, 2.5)}).save(
+        cache / "scaled_add.json")
+    monkeypatch.setenv("CUTILE_TUNE", "1")
+    tuner = _tuner(tmp_path, record=record)
+    assert tuner.winner((300,)) == tune.Winner({"tile": 128}, 1.5)  # the record's, over the cache's
+    assert tuner.winner((600,)) == tune.Winner({"tile": 64}, 2.5)  # the cache's
+    assert tuner.winner((3000,)) is None  # unknown: no search, though CUTILE_TUNE=1
+    assert tune.Record.load(cache / "scaled_add.json", tuner.provenance).winners.keys() == {"512", "1024"}
+    stale = tmp_path / "stale.json"
+    tune.Record(_provenance(tileiras="an older tileiras"), {"512": tune.Winner({"tile": 128}, 1.0)}).save(stale)
+    with pytest.raises(tune.StaleRecordError, match="tileiras"):
+        _tuner(tmp_path, record=stale).winner((300,))
+    assert _tuner(tmp_path, record=stale, on_stale="warn").winner((300,)) == tune.Winner({"tile": 64}, 9.0)
+
+
 def test_a_stale_record_is_never_applied(tmp_path: Path, cache: Path, caplog: pytest.LogCaptureFixture) -> None:
     record = tmp_path / "scaled_add.json"
     tune.Record(_provenance(tileiras="an older tileiras"), {"512": tune.Winner({"tile": 128}, 1.0)}).save(record)

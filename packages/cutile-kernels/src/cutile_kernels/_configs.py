@@ -140,6 +140,12 @@ def choose(dtype: Any, m: int, n: int, k: int) -> dict[str, Any]:
         return default_config(m, n, k, dtype)
 
 
+def recorded(dtype: Any, m: int, n: int, k: int) -> tune.Winner | None:
+    """The known winner of the shape's bucket with its measured time (the committed
+    record's, else the cache's), or None (a stale record is refused and logged)."""
+    return tuner(dtype).winner((m, n, k))
+
+
 def check_config(config: Any, function: str) -> None:
     """Raises `ArgumentError` (naming ``config`` and the key) for a config ``function``
     cannot use: unknown keys, values `cutile.tune` refuses, tile dims not powers of two."""

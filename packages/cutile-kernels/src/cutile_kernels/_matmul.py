@@ -58,20 +58,37 @@ SPLIT_K_MIN_K = 2048
 
 
 def _choose_path(rows: int, n: int, k: int, rank: int, in_dtype: Any, acc: Any, scale_tensors: bool,
-                 config: dict[str, Any] | None) -> str:
+                 config: dict[str, Any] | None, *, weight_nk: bool = False, compare_records: bool = True) -> str:
     """Which kernel family computes the GEMM: ``"gemv"`` (`_gemv.small_m_matmul`: at
     most 16 rows, the weight streamed once), ``"split_k"`` (`_splitk.split_k_matmul`:
     few output tiles, a long K) or ``"tiled"`` (the persistent grouped GEMM of `_gemm`).
     The first two take one 2-D GEMM of f16, bf16 or f32 accumulated in f32 with scales
     folded into alpha; a ``config`` (the tiled GEMM's keys, as a tuning search passes)
-    picks the tiled kernel."""
+    picks the tiled kernel. Where the tiled and the split-K records both hold the
+    shape's bucket (``compare_records``), the family whose winner measured faster
+    computes it (1024^3: split-K's one-pass kernel with 128x64 tiles); elsewhere the
+    shape decides."""
     if config is not None or rank != 2 or in_dtype in FP8 or scale_tensors or acc != f32:
         return "tiled"
     if rows <= _gemv.MAX_M:
         return "gemv"
+    if compare_records:
+        faster = _faster_recorded(rows, n, k, in_dtype, weight_nk)
+        if faster is not None:
+            return faster
     if -(-rows // 128) * -(-n // 128) < SPLIT_K_MAX_TILES and k >= SPLIT_K_MIN_K:
         return "split_k"
     return "tiled"
+
+
+def _faster_recorded(rows: int, n: int, k: int, in_dtype: Any, weight_nk: bool) -> str | None:
+    """``"split_k"`` or ``"tiled"``: the family whose record's winner for the shape's
+    bucket measured faster, when both records hold one (None otherwise)."""
+    tiled = _configs.recorded(in_dtype, rows, n, k)
+    split = _splitk_tuning.recorded(rows, n, k, in_dtype, weight_nk=weight_nk) if tiled is not None else None
+    if tiled is None or split is None:
+        return None
+    return "split_k" if split.median_ms < tiled.median_ms else "tiled"
 
 
 @dataclass(frozen=True)
@@ -524,13 +541,12 @@ def _make_plan(ta: cutile.Tensor, tb: cutile.Tensor, out_dense: bool, epilogue: 
     fold = _folds(ta, tb, out_dense, epilogue, batched)
     rank = 2 if not batched or fold else 3
     rows = batch * m if batched else m
-    path = _choose_path(rows, n, k, rank, in_dtype, acc, scale_tensors, config)
-    if path == "gemv":  # the record's winner for the weight's layout (K contiguous: a w.T view), else a default
-        weight_nk = tb.strides[-2] == 1 and tb.strides[-1] != 1
+    weight_nk = tb.strides[-2] == 1 and tb.strides[-1] != 1  # (K contiguous: a w.T view)
+    path = _choose_path(rows, n, k, rank, in_dtype, acc, scale_tensors, config, weight_nk=weight_nk)
+    if path == "gemv":  # the record's winner for the weight's layout, else a default
         return _Plan(path, None, _gemv.choose(rows, n, k, in_dtype, weight_nk=weight_nk), (), (), 0, fold, False,
                      False)
     if path == "split_k":  # the record's winner, else a default
-        weight_nk = tb.strides[-2] == 1 and tb.strides[-1] != 1
         return _Plan(path, None, _splitk_tuning.choose(rows, n, k, in_dtype, weight_nk=weight_nk), (), (), 0, fold,
                      False, False)
     found = _configs.choose(in_dtype, rows, n, k) if config is None else \

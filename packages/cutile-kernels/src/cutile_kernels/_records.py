@@ -64,3 +64,8 @@ class RecordTuners:
             raise
         except tune.TuneError:  # no winner for the bucket, no search asked for
             return default()
+
+    def winner(self, shape: tuple[int, ...]) -> tune.Winner | None:
+        """The known winner of ``shape``'s bucket with its measured time, or None (a
+        stale record is refused with a warning, as at call time)."""
+        return self.get().winner(shape)

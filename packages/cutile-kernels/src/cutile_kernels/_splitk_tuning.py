@@ -2,7 +2,8 @@
 runners and the correctness gate of a search, and the config `matmul` gives a call.
 
 matmul sends few output tiles over a long K to split-K (`_matmul._choose_path`): M = 128
-against a 4096-wide weight is 32 tiles of 128x128 for 132 SMs. What wins there depends
+against a 4096-wide weight is 32 tiles of 128x128 for 132 SMs; and any shape whose bucket
+this record and the tiled GEMM's both hold, when this one's winner measured faster. What wins there depends
 on the shape (the tile, how many slices of K, the warps): one winner per bucket of
 weight layout, dtype size and M, N, K rounded up to powers of two, in ``split_k.json``.
 ``split_k`` 1 (one block per output tile, the whole K loop, no workspace) is in the space:
@@ -26,7 +27,8 @@ from cutile.tune import Space
 from cutile_kernels import _gemv, _records, _splitk
 from cutile_kernels._splitk import SM_COUNT, TENSOR_CORE_ROWS, next_power_of_two
 
-__all__ = ["SPACE", "choose", "fit", "kernel_source", "prune", "prune_for", "split_k_bucket", "tuner", "use_records"]
+__all__ = ["SPACE", "choose", "fit", "kernel_source", "prune", "prune_for", "recorded", "split_k_bucket", "tuner",
+           "use_records"]
 
 Config = Mapping[str, Any]
 
@@ -178,3 +180,9 @@ def choose(m: int, n: int, k: int, dtype: Any, *, weight_nk: bool) -> dict[str, 
     bucket, fitted to the call (`fit`), else the default."""
     return _TUNERS.choose((m, n, k, 4 if dtype is f32 else 2, int(weight_nk)), lambda cfg: fit(cfg, m, n, k),
                           lambda: _splitk.default_config(m, n, k, dtype))
+
+
+def recorded(m: int, n: int, k: int, dtype: Any, *, weight_nk: bool) -> tune.Winner | None:
+    """The known winner of a call's bucket with its measured time (record or cache), or
+    None: what matmul compares with the tiled GEMM's (`_matmul._faster_recorded`)."""
+    return _TUNERS.winner((m, n, k, 4 if dtype is f32 else 2, int(weight_nk)))

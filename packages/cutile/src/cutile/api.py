@@ -45,6 +45,7 @@ DeviceLike = int | str | None  # an ordinal, "cuda:N", or None: the current devi
 def _from_host(array: np.ndarray[Any, Any], dtype: dt.DType, *, initialized: bool = True, device: int = 0) -> Tensor:
     flat = np.ascontiguousarray(array, dtype=numpy_dtype(dtype)).reshape(-1)
     if _backend.current() == "interpreter":
+        cuda_async.ensure_not_capturing("creating a tensor from host data (an upload)")  # as on the GPU
         return Tensor(HostStorage(flat.copy(), initialized=initialized), dtype, array.shape)
     from cutile._gpu import upload
 
@@ -55,6 +56,7 @@ def _allocate(shape: tuple[int, ...], dtype: dt.DType, device: int = 0) -> Tenso
     """A tensor whose memory is allocated where kernels run (on the GPU, on device
     ``device``), not yet written; on the GPU usable from any stream when this returns."""
     if _backend.current() == "interpreter":
+        cuda_async.ensure_not_capturing("creating a tensor (an allocation)")  # as on the GPU
         flat = np.empty(max(1, math.prod(shape)), dtype=numpy_dtype(dtype))
         return Tensor(HostStorage(flat), dtype, shape)
     from cutile._gpu import allocate

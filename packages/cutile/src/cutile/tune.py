@@ -19,10 +19,11 @@
   raises `StaleRecordError` naming the field that differs.
 - A `Tuner` answers the config for a call's shape: its record, else the disk cache of
   winners (``CUTILE_CACHE_DIR/tune``), else a search when ``CUTILE_TUNE=1`` (or
-  ``search_on_first_use=True``), else its ``default``. A stale record or cache file is
-  never applied: for the record the tuner raises, or with ``on_stale="warn"`` logs the
-  refusal (logger ``cutile.tune``) and goes on without it; a stale cache file is always
-  logged and left out (the next search replaces it).
+  ``search_on_first_use=True``), else its ``default``; ``winner(shape)`` gives the known
+  winner with its measured time (what a caller choosing between kernels compares). A
+  stale record or cache file is never applied: for the record the tuner raises, or with
+  ``on_stale="warn"`` logs the refusal (logger ``cutile.tune``) and goes on without it;
+  a stale cache file is always logged and left out (the next search replaces it).
 """
 
 from __future__ import annotations
@@ -509,7 +510,7 @@ class Tuner:
         self.search_on_first_use = search_on_first_use
         self.search_options = dict(search_options or {})
         self._provenance: Provenance | None = None
-        self._winners: dict[str, Config] | None = None  # the record's and the cache's, verified
+        self._winners: dict[str, Winner] | None = None  # the record's and the cache's, verified
         self._chosen: dict[str, Config] = {}  # bucket -> config answered (the hot path)
 
     @property
@@ -539,18 +540,27 @@ class Tuner:
                 _log.warning("cutile.tune: not using the cached winners: %s", exc)
             return None
 
-    def _known(self) -> dict[str, Config]:
+    def _known(self) -> dict[str, Winner]:
         if self._winners is None:
-            winners: dict[str, Config] = {}
+            winners: dict[str, Winner] = {}
             cached = self._load(self.cache_path, committed=False)
             if cached is not None:
-                winners.update((b, w.config) for b, w in cached.winners.items())
+                winners.update(cached.winners)
             if self.record_path is not None:
                 committed = self._load(self.record_path, committed=True)
                 if committed is not None:  # the committed record wins over the cache
-                    winners.update((b, w.config) for b, w in committed.winners.items())
+                    winners.update(committed.winners)
             self._winners = winners
         return self._winners
+
+    def winner(self, shape: Sequence[int]) -> Winner | None:
+        """The known winner of ``shape``'s bucket with its measured median (the
+        committed record's, else the cache's), or None; never searches.
+
+        Raises:
+            StaleRecordError: the record is stale (``on_stale="raise"``).
+        """
+        return self._known().get(self.bucket(shape))
 
     def config(self, shape: Sequence[int]) -> Config:
         """The config for ``shape``: a known winner of its bucket, else a search (when
@@ -564,7 +574,8 @@ class Tuner:
         chosen = self._chosen.get(key)
         if chosen is not None:
             return chosen
-        winner = self._known().get(key)
+        known = self._known().get(key)
+        winner = known.config if known is not None else None
         if winner is None:
             enabled = self.search_on_first_use
             if enabled is None:
@@ -606,5 +617,5 @@ class Tuner:
         record = cached or Record(self.provenance)
         record.winners[key] = Winner(result.best, result.best_ms)
         record.save(self.cache_path)
-        self._known()[key] = result.best
+        self._known()[key] = Winner(result.best, result.best_ms)
         return result.best
