@@ -140,6 +140,34 @@ def test_each_launch_gets_its_own_grid(fake_gpu: FakeDriver) -> None:
     assert len(no_mut._loaded_kernels) == 1
 
 
+def test_reading_back_cutiles_own_memory_waits_for_its_writers_not_the_whole_device(fake_gpu: FakeDriver) -> None:
+    x = api.from_numpy(np.arange(256, dtype=np.float32))
+    out = api.empty([256], dtype=f32)
+    z = out[...].partition([128])
+    _register(fake_gpu, saxpy(z, x, x, 1.0))
+    z = out[...].partition([128])
+    with cutile.batch("queued", wait=False) as queued:
+        saxpy(z, x, x, 1.0).sync()
+    syncs = fake_gpu.calls["cuCtxSynchronize"]
+    # work queued on other memory goes on: the read-back waits for nothing of it
+    assert x.to_numpy().tolist() == list(range(256))
+    assert fake_gpu.calls["cuCtxSynchronize"] == syncs
+    with pytest.raises(cutile.OwnershipError, match="pending op launch of saxpy"):
+        out.to_numpy()  # its writer is queued: refused, never read early
+    assert queued.future is not None
+    queued.future.result()
+    out.to_numpy()
+    assert fake_gpu.calls["cuCtxSynchronize"] == syncs
+    # memory another library was handed may be written on streams the ledger does not see
+    x.__dlpack__()
+    x.to_numpy()
+    assert fake_gpu.calls["cuCtxSynchronize"] == syncs + 2  # the export's wait, then the read-back's
+    imported = api.from_dlpack(api.from_numpy(np.ones(4, np.float32)))
+    before = fake_gpu.calls["cuCtxSynchronize"]
+    imported.to_numpy()
+    assert fake_gpu.calls["cuCtxSynchronize"] == before + 1
+
+
 def test_a_batch_waits_once_and_holds_its_tensors(fake_gpu: FakeDriver) -> None:
     x = api.from_numpy(np.zeros(256, np.float32))
     y = api.from_numpy(np.zeros(256, np.float32))

@@ -140,13 +140,19 @@ def device_memory(storage: Storage) -> DeviceMemory:
 
 
 def device_to_numpy(tensor: Tensor) -> np.ndarray[Any, Any]:
-    """A host copy of a device tensor's values.
+    """A host copy of a device tensor's values, copied on cutile's own stream.
 
-    The device is synchronized first: the last writer may have run on any stream
-    of a scheduling policy, and the host cannot name it.
+    For cutile's allocations that no other library was handed, the ledger vouches
+    for the writers: the caller's access check passed, so every op that wrote the
+    memory has completed, and the copy waits for nothing else (work queued on other
+    memory goes on). Other memory (imported, or shared through DLPack or the CUDA
+    array interface) may have been written on any stream, which the host cannot
+    name: the device is synchronized first.
     """
-    ordinal = storage_ordinal(tensor._storage)
-    Device(ordinal).synchronize()
+    storage = tensor._storage
+    ordinal = storage_ordinal(storage)
+    if storage.shared or not isinstance(storage, DeviceStorage):
+        Device(ordinal).synchronize()
     itemsize = tensor.dtype.itemsize
     start, end = tensor.byte_range()
     raw = np.empty(end - start, dtype=np.uint8)

@@ -460,7 +460,7 @@ def to_dlpack(tensor: Tensor, stream: int | None = None, *, max_version: tuple[i
         if stream != -1:
             _order_after_torch(device_id, 1 if stream is None else stream)
     elif not isinstance(storage, HostStorage):
-        _wait_for_writers(device_id)
+        _wait_for_writers(storage, device_id)
         if stream not in (None, -1):
             # The consumer will use its stream (1 and 2 are the legacy and per-thread
             # default streams, handles the driver takes as they are): make it wait for cutile's work.
@@ -505,11 +505,13 @@ def _order_after_torch(ordinal: int, consumer: int) -> None:
     _order_after(producer, Stream.wrap(consumer, ordinal))
 
 
-def _wait_for_writers(ordinal: int) -> None:
+def _wait_for_writers(storage: Storage, ordinal: int) -> None:
     """The tensor's last writer may have run on any stream of its device's pool: wait
-    for that device before another library takes the memory."""
+    for that device before another library takes the memory (from now on marked
+    shared: that library may write it on its own streams)."""
     from cuda_core import Device
 
+    storage.shared = True
     Device(ordinal).synchronize()
 
 
@@ -525,8 +527,8 @@ def cuda_array_interface(tensor: Tensor) -> dict[str, Any]:
     if tensor.device == "cpu":
         raise AttributeError("__cuda_array_interface__: the tensor lives in host memory (interpreter backend)")
     readonly = tensor._storage.readonly
-    tensor._host_access(not readonly, "__cuda_array_interface__ (sharing the tensor)")
-    _wait_for_writers(dlpack_device(tensor)[1])
+    storage = tensor._host_access(not readonly, "__cuda_array_interface__ (sharing the tensor)")
+    _wait_for_writers(storage, dlpack_device(tensor)[1])
     typestr = _TYPESTR_OF[tensor.dtype]
     itemsize = tensor.dtype.itemsize
     contiguous = tensor.is_contiguous

@@ -80,6 +80,9 @@ class Storage:
     # Memory torch owns (imported from a torch tensor, or allocated through torch
     # inside a `cutile.torch.custom_op`): launches on it follow torch's stream order.
     torch_ordered = False
+    # Memory handed to another library (a DLPack capsule, the CUDA array interface): it
+    # may write it on streams the ledger does not see.
+    shared = False
 
     def __init__(self, nbytes: int, device: str, base_address: int = 0) -> None:
         self.nbytes = nbytes
