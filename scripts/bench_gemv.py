@@ -29,7 +29,8 @@
 
 Every result is checked against float64 at sampled columns before it is timed; a WRONG
 row makes the exit status 1. Times are medians of `cutile.bench.do_bench` over the
-returned launch/op (device time between CUDA events, L2 flushed before each rep).
+returned launch/op (device time between CUDA events, L2 flushed before each rep;
+``--flush clean`` leaves it clean, as a decode step's GEMV after other reads finds it).
 ``--smoke`` runs tiny shapes on the CPU interpreter (results checked, wall clock;
 ``--write`` then goes to a temporary folder).
 
@@ -115,6 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU interpreter (results checked)")
     parser.add_argument("--reps", type=int, default=30)
+    parser.add_argument("--flush", choices=["write", "clean"], default="write",
+                        help="the L2 flush before each rep (cutile.bench's flush_l2): a memset, or the memset "
+                             "then a read sweep leaving the L2 clean")
     parser.add_argument("--dtype", nargs="+", default=["bf16"], choices=["bf16", "f16", "f32"])
     parser.add_argument("--layout", nargs="+", default=["nk", "kn"], choices=["nk", "kn"])
     parser.add_argument("--sweep", action="store_true", help="time every candidate config per case first")
@@ -156,9 +160,10 @@ def main(argv: list[str] | None = None) -> int:
         torch = None
     peer = torch is not None and on_gpu and torch.cuda.is_available()
     dtypes = {"bf16": bf16, "f16": f16, "f32": f32}
+    flush: bool | str = "clean" if args.flush == "clean" else True
 
     def median_ms(fn: Callable[[], Any], stream: Any = None) -> float:
-        return bench.do_bench(fn, warmup=3 if on_gpu else 1, reps=reps, stream=stream).median_ms
+        return bench.do_bench(fn, warmup=3 if on_gpu else 1, reps=reps, stream=stream, flush_l2=flush).median_ms
 
     copy_stream: Any = None
     if on_gpu:
@@ -263,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     tuner = _gemv.tuner(records_dir=records_dir)
     if args.sweep:
         print(f"sweep of the GEMV configs on the {cutile.backend()} backend "
-              f"({'median of %d reps, L2 flushed' % reps if on_gpu else 'results checked only, wall clock'}); "
+              f"({f'median of {reps} reps, L2 flushed ({args.flush})' if on_gpu else 'results checked only, wall clock'}); "
               "fraction of copy bandwidth per config")
         arch = tuner.provenance.arch if on_gpu else "sm_90"
 
@@ -358,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
                     try:
                         result = tune.search(_gemv.SPACE, setup, reference=lambda _, case=case: case.correct(),
                                              prune=keep, budget=args.tune, reps=max(5, reps // 2),
-                                             paired_reps=max(5, reps // 2))
+                                             paired_reps=max(5, reps // 2), flush_l2=flush)
                     except tune.TuneError:  # (its message lists every config tried)
                         print(f"  tuned {case.name}: no valid config within {args.tune:g} s")
                         continue

@@ -122,6 +122,37 @@ def test_events_bracket_each_rep_on_the_bench_stream_after_an_l2_flush(make_fake
 
 
 @pytest.mark.interpreter_only
+def test_a_clean_flush_reads_a_second_buffer_after_the_memset(make_fake_gpu: FakeGpu) -> None:
+    from cutile import _l2_sweep
+
+    with make_fake_gpu(kernels=[_l2_sweep.l2_read_sweep]) as fake:
+        stream = _gpu.default_stream()
+        # the fake's L2 is 1024 bytes: one block sums one (8, 1024) tile
+        sums, source = api.empty([1, 1]), api.empty([8, 1024])
+        probe = _l2_sweep.l2_read_sweep(sums.partition([1, 1]), source, tiles=1, BM=8, BN=1024)
+        compiled = probe.kernel.compiled(probe.plan().spec, "sm_90")
+        fake.kernels[compiled.name] = _gpu.fake_param_layout(compiled.abi)
+        probe.cancel()
+
+        def work() -> None:
+            fake.enqueue("launch", stream.handle, "work")
+
+        start = len(fake.log)
+        result = bench.do_bench(work, warmup=2, reps=3, flush_l2="clean")
+        log = [entry for entry in fake.log[start:] if entry[0] in ("memset", "record", "launch")]
+    assert result.l2_flushed and result.l2_clean and "L2 flushed and clean" in repr(result)
+    timed = log[log.index(next(e for e in log if e[0] == "memset")):]
+    calls = [call for call, _, _ in timed]
+    # per rep: the memset, the sweep's launch (waited for), then the bracketed work
+    assert calls == ["memset", "launch", "record", "launch", "record"] * 3
+    sweeps = [detail for call, _, detail in timed if call == "launch"][::2]
+    assert all(compiled.name in str(detail) for detail in sweeps)
+    assert all(s == int(stream.handle) for _, s, _ in timed)
+    with pytest.raises(cutile.ArgumentError, match="flush_l2 must be True, False, 'write' or 'clean'"):
+        bench.do_bench(work, flush_l2="dirty")
+
+
+@pytest.mark.interpreter_only
 def test_no_flush_when_asked_and_a_given_stream_is_used(make_fake_gpu: FakeGpu) -> None:
     import cuda_core
 

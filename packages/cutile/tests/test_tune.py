@@ -86,6 +86,27 @@ def test_invalid_and_wrong_configs_are_skipped_and_the_best_is_checked_head_to_h
     assert "Error" in invalid.reason
 
 
+def test_the_flush_asked_for_reaches_every_timing(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[Any] = []
+    real_bench, real_paired = tune.do_bench, tune.do_bench_paired
+
+    def bench(*args: Any, **kwargs: Any) -> Any:
+        asked.append(kwargs["flush_l2"])
+        return real_bench(*args, **kwargs)
+
+    def paired(*args: Any, **kwargs: Any) -> Any:
+        asked.append(kwargs["flush_l2"])
+        return real_paired(*args, **kwargs)
+
+    monkeypatch.setattr(tune, "do_bench", bench)
+    monkeypatch.setattr(tune, "do_bench_paired", paired)
+    space = tune.Space(tile=[64, 128])
+    tune.search(space, _setup, reference=_reference(), reps=2, warmup=0, paired_reps=2, flush_l2="clean")
+    assert asked == ["clean"] * 3  # two configs, then the head to head
+    with pytest.raises(cutile.ArgumentError, match="flush_l2 must be"):
+        tune.search(space, _setup, flush_l2="sometimes")
+
+
 def test_a_runner_failing_on_its_first_call_is_invalid_and_other_errors_propagate() -> None:
     def setup(config: tune.Config) -> tune.Runner:
         if config["tile"] == 64:

@@ -27,8 +27,12 @@ learned from the first call and must not change. A gated rep whose work is not
 enqueued within 10 s (it waited for the device after all) fails with `BenchError`.
 
 Before each rep the L2 cache is flushed (``flush_l2=True``) by a memset over a
-buffer twice the device's L2 size, queued before the start event. Warm-up calls
-(untimed) absorb the first JIT compile and module load.
+buffer twice the device's L2 size, queued before the start event. The memset leaves
+the L2 full of its dirty lines, which the rep then writes back while it reads:
+``flush_l2="clean"`` follows the memset with a read of a second such buffer (a small
+kernel, waited for), so the rep finds the L2 holding clean lines of other memory, as a
+bandwidth-bound kernel after other reading kernels does (``l2_clean`` in the result).
+Warm-up calls (untimed) absorb the first JIT compile and module load.
 
 On the interpreter backend there is no device: reps are timed by the host's clock
 (`time.perf_counter`), the result says so (``timing == "wall-clock"``, and its repr),
@@ -82,6 +86,7 @@ class BenchResult:
     l2_flushed: bool
     warmup: int
     gated: bool = False
+    l2_clean: bool = False  # the flush ended with a read sweep (``flush_l2="clean"``)
 
     @property
     def reps(self) -> int:
@@ -105,7 +110,8 @@ class BenchResult:
 
     def __repr__(self) -> str:
         qs = ", ".join(f"q{round(q * 100)}={v:.4g}" for q, v in self.quantiles_ms.items())
-        how = self.timing + (", L2 flushed" if self.l2_flushed else "") + (", host-gated" if self.gated else "")
+        flushed = ", L2 flushed" + (" and clean" if self.l2_clean else "") if self.l2_flushed else ""
+        how = self.timing + flushed + (", host-gated" if self.gated else "")
         if self.timing == WALL_CLOCK:
             how += " (interpreter backend: host time, not device time)"
         return (f"BenchResult(median={self.median_ms:.4g} ms, min={self.min_ms:.4g} ms, {qs}, "
@@ -163,10 +169,15 @@ def _check_quantiles(quantiles: Any) -> tuple[float, ...]:
     return tuple(checked)
 
 
-def _check_flag(value: Any, name: str) -> bool:
-    if not isinstance(value, bool):
-        raise ArgumentError(f"{name} must be True or False, got {value!r}")
-    return value
+def _check_flush(value: Any) -> str | None:
+    """The flush asked for: ``"write"`` (True), ``"clean"`` or None (False)."""
+    if value is True or value == "write":
+        return "write"
+    if value == "clean":
+        return "clean"
+    if value is False:
+        return None
+    raise ArgumentError(f"flush_l2 must be True, False, 'write' or 'clean', got {value!r}")
 
 
 # -- the two clocks --------------------------------------------------------------------------
@@ -175,7 +186,7 @@ class _Timer:
     """Runs one rep of a function and measures it; `finish` gives the times."""
 
     timing = WALL_CLOCK
-    l2_flushed = False
+    l2_flushed = l2_clean = False
 
     def __init__(self) -> None:
         self.policy: Any = cuda_async.default_policy()
@@ -307,7 +318,7 @@ class _EventTimer(_Timer):
 
     timing = EVENTS
 
-    def __init__(self, stream: Any, flush_l2: bool) -> None:
+    def __init__(self, stream: Any, flush_l2: str | None) -> None:
         import cuda_core
         from cutile import _gpu
 
@@ -324,12 +335,17 @@ class _EventTimer(_Timer):
         self._events: list[tuple[Any, Any]] = []
         self._cuda_core = cuda_core
         self._flush: Any = None
-        self.l2_flushed = flush_l2
-        if flush_l2:
+        self._sweep: Callable[[Any], None] | None = None
+        self.l2_flushed, self.l2_clean = flush_l2 is not None, flush_l2 == "clean"
+        if flush_l2 is not None:
             device = self.stream.device
             l2 = device.l2_cache_size or _FALLBACK_L2_BYTES
             # Twice the L2: what a rep leaves in it is written over whatever the policy.
             self._flush = cuda_core.DeviceBuffer.allocate(-(-2 * l2 // 4) * 4, stream=self.stream)
+            if self.l2_clean:
+                from cutile._l2_sweep import sweep
+
+                self._sweep = sweep(l2, device.ordinal)
         self._torch_stream = _torch_stream_of(self.stream)
         self._kinds: dict[int, str] = {}  # id(fn) -> what it does, learned from its first calls
         self._gate_: _StreamGate | None = None
@@ -375,6 +391,8 @@ class _EventTimer(_Timer):
     def _flush_l2(self) -> None:
         if self._flush is not None:
             self._flush.memset(0, width=4, stream=self.stream)
+        if self._sweep is not None:
+            self._sweep(self.stream)
 
     def _new_events(self) -> tuple[Any, Any]:
         return self._cuda_core.Event.create(self.stream.device), self._cuda_core.Event.create(self.stream.device)
@@ -471,7 +489,7 @@ def _torch_stream_of(stream: Any) -> Any:
     return torch.cuda.ExternalStream(int(stream.handle))
 
 
-def _timer(stream: Any, flush_l2: bool) -> _Timer:
+def _timer(stream: Any, flush_l2: str | None) -> _Timer:
     from cutile._backend import current
 
     if current() == "gpu":
@@ -485,7 +503,7 @@ def _timer(stream: Any, flush_l2: bool) -> _Timer:
 # -- the public functions --------------------------------------------------------------------
 
 def do_bench(fn: Callable[[], Any], *, warmup: int = 10, reps: int = 100, stream: Any = None,
-             flush_l2: bool = True, quantiles: Sequence[float] = DEFAULT_QUANTILES) -> BenchResult:
+             flush_l2: bool | str = True, quantiles: Sequence[float] = DEFAULT_QUANTILES) -> BenchResult:
     """Times ``fn`` over ``reps`` reps after ``warmup`` untimed calls.
 
     Args:
@@ -494,7 +512,8 @@ def do_bench(fn: Callable[[], Any], *, warmup: int = 10, reps: int = 100, stream
         warmup: untimed calls first (they absorb the JIT compile).
         reps: timed calls.
         stream: the bench stream (GPU backend only); default: cutile's stream.
-        flush_l2: flush the L2 cache before each rep (GPU backend).
+        flush_l2: flush the L2 cache before each rep (GPU backend): True (a memset),
+            ``"clean"`` (the memset, then a read sweep: the L2 left clean) or False.
         quantiles: the quantiles reported in ``quantiles_ms``.
     Raises:
         ArgumentError: a malformed argument (the message names it).
@@ -514,14 +533,15 @@ def _setup(functions: dict[str, Any], warmup: Any, reps: Any, stream: Any, flush
         _check_callable(fn, name)
     checked_warmup = _check_count(warmup, "warmup", 0)
     checked_reps = _check_count(reps, "reps", 1)
-    flush = _check_flag(flush_l2, "flush_l2")
+    flush = _check_flush(flush_l2)
     qs = _check_quantiles(quantiles)
     return _timer(stream, flush), checked_warmup, checked_reps, qs
 
 
 def _result(timer: _Timer, fn: Callable[[], Any], samples: tuple[float, ...], qs: tuple[float, ...],
             warmup: int) -> BenchResult:
-    return BenchResult(samples, _quantiles_of(samples, qs), timer.timing, timer.l2_flushed, warmup, timer.gated(fn))
+    return BenchResult(samples, _quantiles_of(samples, qs), timer.timing, timer.l2_flushed, warmup, timer.gated(fn),
+                       timer.l2_clean)
 
 
 def _ratio(a: float, b: float) -> float:
@@ -531,7 +551,7 @@ def _ratio(a: float, b: float) -> float:
 
 
 def do_bench_paired(a: Callable[[], Any], b: Callable[[], Any], *, warmup: int = 10, reps: int = 100,
-                    stream: Any = None, flush_l2: bool = True,
+                    stream: Any = None, flush_l2: bool | str = True,
                     quantiles: Sequence[float] = DEFAULT_QUANTILES) -> PairedResult:
     """Times ``a`` and ``b`` in alternation, ``reps`` pairs after ``warmup`` untimed
     calls of each, and gives each pair's ratio b/a: drift of the clocks and of the

@@ -48,7 +48,7 @@ import numpy as np
 from cutile import _config
 from cuda_core import CudaLaunchError, CudaOutOfMemoryError
 from cutile._errors import ArgumentError, CutileError, StaleRecordError, TuneError
-from cutile.bench import PairedResult, do_bench, do_bench_paired
+from cutile.bench import PairedResult, _check_flush, do_bench, do_bench_paired
 
 __all__ = [
     "Config", "Provenance", "Record", "SearchResult", "Space", "StaleRecordError", "Trial", "TuneError", "Tuner",
@@ -232,7 +232,7 @@ def _positive(value: Any, name: str) -> None:
 def search(space: Space, setup: Setup, *, reference: Any = None, rtol: float = 1e-5, atol: float = 1e-6,
            prune: Callable[[Config], bool] | None = None, budget: float | None = None,
            log: str | os.PathLike[str] | None = None, warmup: int = 5, reps: int = 30,
-           paired_reps: int = 50, order: str | None = None) -> SearchResult:
+           paired_reps: int = 50, order: str | None = None, flush_l2: bool | str = True) -> SearchResult:
     """Tries every config of ``space`` and returns the fastest valid one.
 
     Args:
@@ -247,7 +247,8 @@ def search(space: Space, setup: Setup, *, reference: Any = None, rtol: float = 1
         budget: seconds of wall clock; no new config is started past it (the trials not
             started are left out of the log, so that a resumed search tries them).
         log: a JSONL trial log: trials it holds are not run again.
-        warmup, reps: `do_bench`'s, per config; ``paired_reps``: the head-to-head's.
+        warmup, reps: `do_bench`'s, per config; ``paired_reps``: the head-to-head's;
+            ``flush_l2``: both's (``"clean"``: the L2 left clean before each rep).
         order: ``"declared"`` (`Space.configs`' order) or ``"shuffled"`` (a fixed
             permutation, seeded by the space's digest: every shuffled search of the
             space tries the same sequence). Default: shuffled with a budget, else declared.
@@ -262,6 +263,7 @@ def search(space: Space, setup: Setup, *, reference: Any = None, rtol: float = 1
         raise ArgumentError(f"prune must be a callable of a config, got {type(prune).__name__}")
     if budget is not None:
         _positive(budget, "budget")
+    _check_flush(flush_l2)  # (refused here, not as every config's failure)
     configs = _ordered(space, order, budget is not None)
     trial_log = _Log(Path(log), space) if log is not None else None
     started = time.monotonic()
@@ -276,7 +278,7 @@ def search(space: Space, setup: Setup, *, reference: Any = None, rtol: float = 1
         if budget is not None and time.monotonic() - started >= budget:
             out_of_budget = True
             break
-        trial = _try(config, setup, prune, reference, rtol, atol, warmup, reps, runners)
+        trial = _try(config, setup, prune, reference, rtol, atol, warmup, reps, runners, flush_l2)
         trials.append(trial)
         if trial_log is not None:
             trial_log.append(trial)
@@ -289,7 +291,7 @@ def search(space: Space, setup: Setup, *, reference: Any = None, rtol: float = 1
     if len(valid) >= 2:
         first, second = (_runner_of(t.config, setup, runners) for t in valid[:2])
         if first is not None and second is not None:
-            paired = do_bench_paired(first, second, warmup=1, reps=paired_reps)
+            paired = do_bench_paired(first, second, warmup=1, reps=paired_reps, flush_l2=flush_l2)
             if paired.ratio < 1.0:  # the runner-up won head to head
                 best, best_ms = valid[1].config, paired.b.median_ms
             else:
@@ -331,7 +333,7 @@ _CONFIG_FAILURES = (CutileError, CudaLaunchError, CudaOutOfMemoryError)
 
 
 def _try(config: Config, setup: Setup, prune: Callable[[Config], bool] | None, reference: Any, rtol: float,
-         atol: float, warmup: int, reps: int, runners: dict[str, Runner]) -> Trial:
+         atol: float, warmup: int, reps: int, runners: dict[str, Runner], flush_l2: bool | str) -> Trial:
     if prune is not None and not prune(dict(config)):
         return Trial(config, "pruned", reason="prune returned False")
     try:
@@ -341,7 +343,7 @@ def _try(config: Config, setup: Setup, prune: Callable[[Config], bool] | None, r
             wrong = _gate(value, reference, rtol, atol)
             if wrong is not None:
                 return Trial(config, "wrong", reason=wrong)
-        result = do_bench(runner, warmup=warmup, reps=reps)
+        result = do_bench(runner, warmup=warmup, reps=reps, flush_l2=flush_l2)
     except _CONFIG_FAILURES as exc:
         return Trial(config, "invalid", reason=f"{type(exc).__name__}: {exc}".splitlines()[0])
     runners[_config_key(config)] = runner
