@@ -266,9 +266,10 @@ def main(argv: list[str] | None = None) -> int:
     bucket_configs: dict[str, list[dict[str, Any]]] = {}
     records_dir = args.records_dir or (tempfile.mkdtemp() if args.smoke else None)  # (smoke: never the package's)
     tuner = _gemv.tuner(records_dir=records_dir)
+    how_timed = f"median of {reps} reps, L2 flushed ({args.flush})" if on_gpu else "results checked only, wall clock"
     if args.sweep:
         print(f"sweep of the GEMV configs on the {cutile.backend()} backend "
-              f"({f'median of {reps} reps, L2 flushed ({args.flush})' if on_gpu else 'results checked only, wall clock'}); "
+              f"({how_timed}); "
               "fraction of copy bandwidth per config")
         arch = tuner.provenance.arch if on_gpu else "sm_90"
 

@@ -9,9 +9,10 @@ greedy steps, each ending with the sampled ids read back to the host (what a gen
 loop waits for), and for cutile also in replays of 8 steps whose ids stay on the device
 (read back once per replay), and both with each replay queued before the host reads the
 ids of the replay before (``queued``: generate's loop, the host's read overlapping the
-device's next replay; the timed loop ends with the last replay's read); tokens/s counts every sequence of the batch. The roofline: the bytes a
-step must read (every weight once, and each sequence's cached keys and values) over the
-bandwidth of a device-to-device copy measured in the same run. Prefill: one
+device's next replay; the timed loop ends with the last replay's read); tokens/s counts
+every sequence of the batch. The roofline: the bytes a step must read (every weight
+once, and each sequence's cached keys and values) over the bandwidth of a
+device-to-device copy measured in the same run. Prefill: one
 ``--prefill-len`` prompt, batch 1, the whole forward to the last token's logits, the
 median of three runs after a warm-up.
 

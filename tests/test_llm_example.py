@@ -222,12 +222,19 @@ def test_an_equal_length_batch_writes_the_cache_in_one_launch_per_layer_and_matc
     assert result.tokens == [reference.greedy(p, 4) for p in prompts]
 
 
-def test_graph_replays_give_the_eager_steps_logits_and_sampled_runs_agree() -> None:
+def _two_prefilled_caches(positions: int) -> tuple[Qwen3Model, list[list[int]], KVCache, KVCache, np.ndarray[Any, Any]]:
+    """The tiny model, two prompts, and two caches of ``positions`` both prefilled with
+    them (one for eager steps, one for a graph's), with the prefill's logits."""
     model = Qwen3Model(TINY, device_weights(TINY, tiny_arrays()))
     prompts = [[3, 1, 4, 1, 5], [9, 2, 6]]
-    eager_cache, graph_cache = KVCache.allocate(TINY, 2, 12), KVCache.allocate(TINY, 2, 12)
+    eager_cache, graph_cache = KVCache.allocate(TINY, 2, positions), KVCache.allocate(TINY, 2, positions)
     first = model.prefill(prompts, eager_cache).to_numpy()
     model.prefill(prompts, graph_cache)
+    return model, prompts, eager_cache, graph_cache, first
+
+
+def test_graph_replays_give_the_eager_steps_logits_and_sampled_runs_agree() -> None:
+    model, prompts, eager_cache, graph_cache, first = _two_prefilled_caches(12)
     replay = DecodeGraph(model, graph_cache, greedy=True)
     assert replay.graph.node_count > 0
     assert graph_cache.lengths == [5, 3]  # the warm-up and the capture do not advance the cache
@@ -252,11 +259,7 @@ def test_graph_replays_give_the_eager_steps_logits_and_sampled_runs_agree() -> N
 
 
 def test_queued_greedy_replays_alternate_two_graphs_and_give_the_eager_steps_ids() -> None:
-    model = Qwen3Model(TINY, device_weights(TINY, tiny_arrays()))
-    prompts = [[3, 1, 4, 1, 5], [9, 2, 6]]
-    eager_cache, graph_cache = KVCache.allocate(TINY, 2, 16), KVCache.allocate(TINY, 2, 16)
-    first = model.prefill(prompts, eager_cache).to_numpy()
-    model.prefill(prompts, graph_cache)
+    model, _, eager_cache, graph_cache, first = _two_prefilled_caches(16)
     ids = api.from_numpy(first.argmax(-1).astype(np.int64))
     expected, eager_ids = [], ids
     for _ in range(10):
