@@ -56,9 +56,13 @@ GEMM_SHAPES = [shape for shape in SQUARES + LLM + ODD
                if _matmul._choose_path(shape[0], shape[1], shape[2], 2, f16, f32, False, None,
                                        compare_records=False) == "tiled"]
 SMOKE_SHAPES = [(40, 24, 20), (70, 16, 33)]
+# and the shapes the split-K family computes because its record's winner measured faster
+# than the tiled GEMM's (`_matmul._faster_recorded`): searched by both, so that a search
+# that replaces a stale split-K record keeps their buckets
+RECORD_CHOSEN_SPLIT_K = [(1024, 1024, 1024)]
 SPLIT_K_SHAPES = [shape for shape in SQUARES + LLM + ODD
                   if _matmul._choose_path(shape[0], shape[1], shape[2], 2, f16, f32, False, None,
-                                          compare_records=False) == "split_k"]
+                                          compare_records=False) == "split_k"] + RECORD_CHOSEN_SPLIT_K
 SMOKE_SPLIT_K_SHAPES = [(40, 24, 300)]
 
 

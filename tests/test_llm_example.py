@@ -259,7 +259,7 @@ def test_graph_replays_give_the_eager_steps_logits_and_sampled_runs_agree() -> N
 
 
 def test_queued_greedy_replays_alternate_two_graphs_and_give_the_eager_steps_ids() -> None:
-    model, _, eager_cache, graph_cache, first = _two_prefilled_caches(16)
+    model, _, eager_cache, graph_cache, first = _two_prefilled_caches(22)
     ids = api.from_numpy(first.argmax(-1).astype(np.int64))
     expected, eager_ids = [], ids
     for _ in range(10):
@@ -268,10 +268,12 @@ def test_queued_greedy_replays_alternate_two_graphs_and_give_the_eager_steps_ids
     replay = DecodeGraph(model, graph_cache, greedy=True, steps=2)
     assert len(replay.graphs) == 2 and replay.graphs[0] is not replay.graphs[1]
     queued = [replay.enqueue(ids)]
+    got: list[list[int]] = []
     for _ in range(3):  # each from the last replay's own ids: queued behind it, nothing from the host
         queued.append(replay.enqueue(replay.last_ids))
         assert len(replay._pending) == 2  # an older one was waited for first: two at most
-    got = [row.tolist() for pending in queued for row in pending.wait()]
+        got += [row.tolist() for row in queued[-2].wait()]  # the replay before's ids, as generate reads them
+    got += [row.tolist() for row in queued[-1].wait()]
     assert got == expected[:8]
     assert replay.tokens.to_numpy().tolist() == expected[6:8]
     # lengths and ids from the host (a tensor of their own) while a replay is queued: it is
@@ -283,6 +285,12 @@ def test_queued_greedy_replays_alternate_two_graphs_and_give_the_eager_steps_ids
     assert [row.tolist() for row in queued[-1].wait()] == expected[8:10]
     assert [row.tolist() for row in restart.wait()] == expected[8:10]  # the same steps again: the same ids
     assert graph_cache.lengths == eager_cache.lengths == [15, 13]
+    # ids left unread until the replay after the next rewrote their rows: refused, not wrong
+    unread = replay.enqueue(replay.last_ids)
+    replay.enqueue(replay.last_ids)
+    replay.enqueue(replay.last_ids)
+    with pytest.raises(ModelError, match="rewritten by a later replay"):
+        unread.wait()
     replay.close()
     with pytest.raises(ValueError, match="closed"):
         replay.graphs[1].launch()

@@ -13,6 +13,7 @@ that of a device-to-device copy measured in the same run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import sys
 import time
@@ -170,14 +171,19 @@ def generate(model: Qwen3Model, prompts: Sequence[Sequence[int]], new_tokens: in
         # Each replay is queued before the host reads the one before's ids (the one read
         # per replay): the device runs replay r + 1 while the host reads replay r's.
         queued: PendingReplay | None = None
-        for _ in range(-(-steps // per_replay)):
-            pending = replay.enqueue(ids)
-            ids = replay.last_ids
+        try:
+            for _ in range(-(-steps // per_replay)):
+                pending = replay.enqueue(ids)
+                ids = replay.last_ids
+                if queued is not None:
+                    take(queued.wait())
+                queued = pending
             if queued is not None:
                 take(queued.wait())
-            queued = pending
-        if queued is not None:
-            take(queued.wait())
+        except BaseException:
+            with contextlib.suppress(Exception):  # (the first error is the one to see)
+                replay.wait()  # nothing stays queued: the step buffers are the model's
+            raise
     while done_steps < steps:
         if replay is not None:
             ids = sample(replay.replay(ids), temperature=temperature, top_k=top_k, rng=rng)

@@ -662,10 +662,12 @@ def _copy_i64(out: Mut[Tensor[i64, ["B"]]], x: Tensor[i64, [-1]]) -> None:
 class PendingReplay:
     """A replay queued by `DecodeGraph.enqueue`: ``wait()`` waits for its work and gives
     the ids it chose (greedy: i64 ``(steps, batch)``, read back once; sampling: an empty
-    array, the host reads the logits)."""
+    array, the host reads the logits). Its ids live in one of the graph's two sets of
+    rows until the replay after the next rewrites them: read them before that."""
 
-    def __init__(self, batch: Batch, tokens: cutile.Tensor | None) -> None:
-        self._batch, self._tokens = batch, tokens
+    def __init__(self, batch: Batch, owner: DecodeGraph | None, which: int) -> None:
+        self._batch, self._owner, self._which = batch, owner, which
+        self._generation = owner._generations[which] if owner is not None else 0
         self._read: np.ndarray[Any, Any] | None = None
 
     @property
@@ -673,10 +675,22 @@ class PendingReplay:
         """The batch that runs the replay (the next replay continues it: ``after=``)."""
         return self._batch
 
+    def settle(self) -> None:
+        """Waits for the replay's work, reading nothing back."""
+        _wait_for(self._batch)
+
     def wait(self) -> np.ndarray[Any, Any]:
         if self._read is None:
-            _wait_for(self._batch)
-            self._read = self._tokens.to_numpy() if self._tokens is not None else np.empty((0, 0), np.int64)
+            self.settle()
+            owner = self._owner
+            if owner is None:
+                self._read = np.empty((0, 0), np.int64)
+            elif owner._generations[self._which] != self._generation:
+                raise ModelError("PendingReplay.wait(): this replay's ids were rewritten by a later replay (two "
+                                 "replays after it were queued before they were read); read each replay's ids "
+                                 "before queuing the one after the next")
+            else:
+                self._read = owner._token_sets[self._which].to_numpy()
         return self._read
 
 
@@ -710,12 +724,14 @@ class DecodeGraph:
         self._token_sets = [api.zeros((steps, batch), "i64") for _ in range(count)]
         self._row_sets = [[tokens[step] for step in range(steps)] for tokens in self._token_sets]
         self._newest = count - 1  # the set the last replay wrote (graph 0 embeds its last row first)
+        self._generations = [0] * count  # each set's replays queued: a queued replay's ids are current while it matches
         self.ids = api.zeros((batch,), "i64")  # the ids a sampled step embeds (a graph input)
         self.positions = api.zeros((batch,), i32)
         self.seq_lens = _i32(cache.lengths)  # the lengths before the next step
         self._tile = _pow2_at_least(batch)
         self._device_lengths: list[int] | None = None  # what seq_lens holds, when known
         self._pending: list[PendingReplay] = []  # queued replays, oldest first
+        self._latest: list[PendingReplay | None] = [None] * count  # the last replay of each set of rows
         self._check_room(steps)
         # An eager run of each graph's steps loads every kernel and makes every plan's
         # workspaces (a capture can do neither; argmax's are per out= tensor). It writes keys
@@ -778,7 +794,8 @@ class DecodeGraph:
         A greedy replay from `last_ids` queues behind the one still running (an older
         one is waited for first: at most two are queued); other ids, lengths the host
         moved, and sampled steps wait for every queued replay first (they rewrite what
-        those replays read)."""
+        those replays read; other ids are copied over the last replay's last row, so
+        its ids are read back first)."""
         cache = self.cache
         self.model._check_step(ids, cache)
         if ids.dtype != self.ids.dtype:
@@ -792,7 +809,10 @@ class DecodeGraph:
         moved = self._device_lengths != cache.lengths  # the host moved them (or the capture did)
         keep = 1 if self.greedy and not (new_ids or moved) else 0
         while len(self._pending) > keep:
-            self._pending.pop(0).wait()
+            self._pending.pop(0).settle()
+        latest = self._latest[self._newest]
+        if new_ids and latest is not None:
+            latest.wait()  # its ids are read before the new ones are copied over its last row
         after = self._pending[-1].batch if self._pending else None
         with cutile.batch(f"qwen3 decode replay x{self.steps}", wait=False, after=after) as active:
             if moved:
@@ -805,14 +825,24 @@ class DecodeGraph:
         cache.lengths = [n + self.steps for n in cache.lengths]
         self._device_lengths = cache.lengths
         self._newest = which
-        pending = PendingReplay(active, self._token_sets[which] if self.greedy else None)
+        self._generations[which] += 1
+        pending = PendingReplay(active, self if self.greedy else None, which)
         self._pending.append(pending)
+        self._latest[which] = pending
         return pending
 
     def wait(self) -> None:
-        """Waits for every queued replay (each one's ids are read back)."""
+        """Waits for every queued replay (reading nothing back; each `PendingReplay`
+        still reads its ids). A replay that failed raises here, after the others
+        were waited for."""
+        failure: BaseException | None = None
         while self._pending:
-            self._pending.pop(0).wait()
+            try:
+                self._pending.pop(0).settle()
+            except BaseException as exc:  # (every queued replay is still waited for)
+                failure = failure or exc
+        if failure is not None:
+            raise failure
 
     def replay(self, ids: cutile.Tensor) -> cutile.Tensor:
         """Runs ``steps`` steps from ``ids`` (i64 ``(batch,)``: the tokens at each
@@ -831,6 +861,8 @@ class DecodeGraph:
 
     def close(self) -> None:
         """Waits for the queued replays and destroys the graphs."""
-        self.wait()
-        for graph in self.graphs:
-            graph.close()
+        try:
+            self.wait()
+        finally:
+            for graph in self.graphs:
+                graph.close()

@@ -7,6 +7,7 @@ with tileiras for sm_90; the fake driver records launches instead of running the
 from __future__ import annotations
 
 import contextlib
+import gc
 import struct
 import sys
 import warnings
@@ -157,6 +158,15 @@ def test_reading_back_cutiles_own_memory_waits_for_its_writers_not_the_whole_dev
     assert queued.future is not None
     queued.future.result()
     out.to_numpy()
+    assert fake_gpu.calls["cuCtxSynchronize"] == syncs
+    # a batch whose future is dropped unwaited gives its holds back at once; its write stays
+    # recorded, and the read-back waits for that write's event
+    with cutile.batch("dropped", wait=False):
+        saxpy(out[...].partition([128]), x, x, 1.0).sync()
+    gc.collect()
+    events = fake_gpu.calls["cuEventSynchronize"]
+    out.to_numpy()
+    assert fake_gpu.calls["cuEventSynchronize"] == events + 1
     assert fake_gpu.calls["cuCtxSynchronize"] == syncs
     # memory another library was handed may be written on streams the ledger does not see
     x.__dlpack__()

@@ -106,6 +106,16 @@ class Resource:
         now (e.g. cutile calls it before reading a tensor back to the host)."""
         _ledger.check(*self.span, access is Access.WRITE, by)
 
+    def wait_for_last_write(self) -> None:
+        """Blocks the host until the last write recorded on this resource is done on
+        the device: a job's holds may end before its work does (a future dropped
+        unwaited, a shared op's inner op once queued), and its record stays until the
+        job is seen complete. Nothing to wait for when no write is recorded."""
+        last = self._last_write
+        if last is not None:
+            event, _ = _streams.event_covering(last[0], last[1])
+            event.synchronize()
+
 
 class ResourceView:
     """A resource as one op uses it, for a CUDA graph's inputs.

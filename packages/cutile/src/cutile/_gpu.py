@@ -142,17 +142,20 @@ def device_memory(storage: Storage) -> DeviceMemory:
 def device_to_numpy(tensor: Tensor) -> np.ndarray[Any, Any]:
     """A host copy of a device tensor's values, copied on cutile's own stream.
 
-    For cutile's allocations that no other library was handed, the ledger vouches
-    for the writers: the caller's access check passed, so every op that wrote the
-    memory has completed, and the copy waits for nothing else (work queued on other
-    memory goes on). Other memory (imported, or shared through DLPack or the CUDA
-    array interface) may have been written on any stream, which the host cannot
-    name: the device is synchronized first.
+    For cutile's allocations that no other library was handed, cuda_async knows the
+    writers: the caller's access check passed, so no op holding the memory is still
+    running, and the last write recorded on it (an op whose holds ended before its
+    work did: a future dropped unwaited) is waited for; work queued on the pool's
+    streams over other memory goes on. Other memory (imported, or shared through
+    DLPack or the CUDA array interface) may have been written on any stream, which the
+    host cannot name: the device is synchronized first.
     """
     storage = tensor._storage
     ordinal = storage_ordinal(storage)
     if storage.shared or not isinstance(storage, DeviceStorage):
         Device(ordinal).synchronize()
+    elif storage._resource is not None:  # (None: no op ever used the memory)
+        storage._resource.wait_for_last_write()
     itemsize = tensor.dtype.itemsize
     start, end = tensor.byte_range()
     raw = np.empty(end - start, dtype=np.uint8)
