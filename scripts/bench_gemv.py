@@ -160,10 +160,9 @@ def main(argv: list[str] | None = None) -> int:
         torch = None
     peer = torch is not None and on_gpu and torch.cuda.is_available()
     dtypes = {"bf16": bf16, "f16": f16, "f32": f32}
-    flush: bool | str = "clean" if args.flush == "clean" else True
 
     def median_ms(fn: Callable[[], Any], stream: Any = None) -> float:
-        return bench.do_bench(fn, warmup=3 if on_gpu else 1, reps=reps, stream=stream, flush_l2=flush).median_ms
+        return bench.do_bench(fn, warmup=3 if on_gpu else 1, reps=reps, stream=stream, flush_l2=args.flush).median_ms
 
     copy_stream: Any = None
     if on_gpu:
@@ -364,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
                     try:
                         result = tune.search(_gemv.SPACE, setup, reference=lambda _, case=case: case.correct(),
                                              prune=keep, budget=args.tune, reps=max(5, reps // 2),
-                                             paired_reps=max(5, reps // 2), flush_l2=flush)
+                                             paired_reps=max(5, reps // 2), flush_l2=args.flush)
                     except tune.TuneError:  # (its message lists every config tried)
                         print(f"  tuned {case.name}: no valid config within {args.tune:g} s")
                         continue

@@ -28,13 +28,15 @@ def copy2d(z: Mut[Tensor[f32, ["BM", "BN"]]], w: Mut[Tensor[f32, ["BM", "BN"]]],
 
 def test_partition_consumes_the_tensor() -> None:
     t = api.zeros([256])
+    assert t.consumed_by is None
     p = t.partition([128])
+    assert t.consumed_by == "partition()" and p.consumed_by is None
     with pytest.raises(cutile.OwnershipError, match=r"consumed by partition\(\)"):
         t.to_numpy()
     with pytest.raises(cutile.OwnershipError, match="parameter 'x'.*consumed by partition"):
         add(api.zeros([256]).partition([128]), t, api.ones([256]))
     back = p.unpartition()
-    assert back.to_numpy().shape == (256,)
+    assert p.consumed_by == "unpartition()" and back.to_numpy().shape == (256,)
     with pytest.raises(cutile.OwnershipError, match=r"consumed by unpartition\(\)"):
         p.unpartition()
 

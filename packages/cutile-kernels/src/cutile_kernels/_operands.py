@@ -214,7 +214,7 @@ def _torch_import(value: Any) -> cutile.Tensor:
     found = _TORCH_IMPORTS.get(key)
     if found is not None:
         reference, seen, tensor = found
-        if reference() is value and seen == layout and _unconsumed(tensor):
+        if reference() is value and seen == layout and tensor.consumed_by is None:
             return tensor
     try:
         reference = weakref.ref(value, functools.partial(_forget_import, _TORCH_IMPORTS, key))
@@ -238,13 +238,6 @@ def _forget_import(imports: dict[int, Any], key: int, _: Any) -> None:
     call, so a tensor outliving the module at shutdown finds it)."""
     imports.pop(key, None)
 
-
-def _unconsumed(tensor: cutile.Tensor) -> bool:
-    try:
-        tensor[...]
-    except cutile.OwnershipError:
-        return False
-    return True
 
 
 def integer_values(value: Any, function: str, parameter: str) -> np.ndarray[Any, Any] | None:
@@ -284,10 +277,9 @@ def cutile_tensor(value: Any, function: str, parameter: str) -> cutile.Tensor:
 def require_live(tensor: cutile.Tensor, function: str, parameter: str) -> None:
     """An `OwnershipError` naming ``parameter`` when the tensor was consumed (``partition()``):
     a kernel given a cached view of it (`derived`) would not see that."""
-    try:
-        tensor[...]
-    except cutile.OwnershipError as exc:
-        raise cutile.OwnershipError(f"{function}: {parameter}: {exc}") from None
+    if tensor.consumed_by is not None:
+        raise cutile.OwnershipError(f"{function}: {parameter}: this tensor object was consumed by "
+                                    f"{tensor.consumed_by}; use the object that call returned")
 
 
 def check_same(tensor: cutile.Tensor, shape: Sequence[int], dtype: Any, function: str, parameter: str) -> None:

@@ -201,6 +201,13 @@ class Owned:
     may be used), a slot the native launch path reads (`cutile._native`)."""
 
     __slots__ = ("_consumed_by",)
+    _consumed_by: str | None
+
+    @property
+    def consumed_by(self) -> str | None:
+        """What consumed this object (``partition()``, a launch that took it), or None
+        while it may still be used."""
+        return self._consumed_by
 
 
 class Tensor(Owned):
