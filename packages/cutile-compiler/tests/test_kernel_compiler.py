@@ -70,6 +70,21 @@ def test_the_kernels_hints_are_under_those_of_the_options(real_toolchain: object
     assert "num_worker_warps_per_cta = 8" in overridden.mlir and "occupancy = 2" in overridden.mlir
 
 
+@pytest.mark.parametrize("arch", ["sm_90", "sm_100"])
+def test_every_worker_warp_count_tile_ir_takes_compiles(real_toolchain: object, cache_dir: Path, arch: str) -> None:
+    """num_worker_warps 1 to 32 (powers of two) all compile; tileiras 13.4 builds 1 and 2
+    as 4, and 16 and 32 as 8 (the same cubins), which is why the tuning spaces search 4
+    and 8 alone."""
+    cubins = {}
+    for warps in (1, 2, 4, 8, 16, 32):
+        compiler, spec = make(cc.KernelHints.parse({arch: {"num_worker_warps": warps}}))
+        compiled = compiler.compile(spec, arch)
+        assert f"num_worker_warps_per_cta = {warps}" in compiled.mlir
+        cubins[warps] = compiled.cubin
+    assert cubins[1] == cubins[2] == cubins[4] and cubins[8] == cubins[16] == cubins[32]
+    assert cubins[4] != cubins[8]
+
+
 def test_the_in_process_cache_is_bounded(real_toolchain: object, cache_dir: Path) -> None:
     compiler, spec = make()
     first = compiler.compile(spec, "sm_90")

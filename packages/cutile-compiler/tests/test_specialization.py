@@ -92,7 +92,8 @@ def test_hints_without_an_arch_go_to_the_named_and_default_archs() -> None:
 
 @pytest.mark.parametrize("hints, message", [
     ({"warps": 8}, "unknown hint 'warps'"),
-    ({"num_worker_warps": 6}, "num_worker_warps must be 4 or 8, got 6"),
+    ({"num_worker_warps": 6}, "num_worker_warps must be a power of two from 1 to 32, got 6"),
+    ({"sm_90": {"num_worker_warps": 64}}, "num_worker_warps must be a power of two from 1 to 32, got 64"),
     ({"sm_90": {"num_ctas": 3}}, r"hints\['sm_90'\]: num_ctas must be a power of two from 1 to 16, got 3"),
     ({"occupancy": 0}, "occupancy must be from 1 to 32, got 0"),
     ({"occupancy": True}, "hint occupancy must be an int"),

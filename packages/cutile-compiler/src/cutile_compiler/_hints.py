@@ -12,8 +12,11 @@ it alone (they win over the general ones). The names, and what Tile IR calls the
 
 - ``num_ctas`` (``num_cta_in_cga``): CTAs per cluster, a power of two from 1 to 16;
 - ``occupancy``: CTAs per SM the compiler should aim for, 1 to 32;
-- ``num_worker_warps`` (``num_worker_warps_per_cta``): 4 or 8 (tileiras needs 8
-  for 128x256 GEMM tiles on sm_90).
+- ``num_worker_warps`` (``num_worker_warps_per_cta``): a power of two from 1 to 32, the
+  values Tile IR 13.3+ takes. tileiras 13.4 builds the same cubin for 1, 2 and 4, and for
+  8, 16 and 32, on sm_90 (an element-wise kernel and GEMM tiles of 64x64 to 128x256
+  compared), and ignores it for GEMM tiles on sm_100; it needs 8 for 128x256 GEMM tiles
+  on sm_90.
 
 Hints only change the code tileiras generates, never a kernel's meaning; the
 interpreter ignores them. They are part of the bytecode, hence of the cache key.
@@ -51,8 +54,8 @@ def _check(name: str, value: Any, where: str) -> int:
         raise HintError(f"{where}: num_ctas must be a power of two from 1 to 16, got {value}")
     if name == "occupancy" and not 1 <= value <= 32:
         raise HintError(f"{where}: occupancy must be from 1 to 32, got {value}")
-    if name == "num_worker_warps" and value not in (4, 8):
-        raise HintError(f"{where}: num_worker_warps must be 4 or 8, got {value}")
+    if name == "num_worker_warps" and not (value <= 32 and is_power_of_two(value)):
+        raise HintError(f"{where}: num_worker_warps must be a power of two from 1 to 32, got {value}")
     return value
 
 

@@ -82,7 +82,7 @@ def _entry(function: Any, name: str, annotations: dict[str, Any], hints: Hints) 
     function.__name__ = function.__qualname__ = name
     function.__annotations__ = {**annotations, "return": None}
     general = {k: v for k, v in hints if k != "num_worker_warps"}
-    arch = {k: v for k, v in hints if k == "num_worker_warps"}  # sm_90's (tileiras takes 4 or 8 there)
+    arch = {k: v for k, v in hints if k == "num_worker_warps"}  # sm_90's
     return cutile.entry(hints={**general, "sm_90": arch})(function)
 
 
@@ -328,9 +328,10 @@ def _config(config: Mapping[str, Any] | None, shape: tuple[int, ...]) -> dict[st
     for key in ("block_m", "block_n"):
         if chosen[key] & (chosen[key] - 1) or chosen[key] < 16:
             raise cutile.ArgumentError(f"{FUNCTION}: config {key} must be a power of two >= 16, got {chosen[key]}")
-    if chosen["num_worker_warps"] not in (4, 8):
-        raise cutile.ArgumentError(f"{FUNCTION}: config num_worker_warps must be 4 or 8, got "
-                                   f"{chosen['num_worker_warps']}")
+    warps = chosen["num_worker_warps"]
+    if warps > 32 or warps & (warps - 1):
+        raise cutile.ArgumentError(f"{FUNCTION}: config num_worker_warps must be a power of two from 1 to 32, got "
+                                   f"{warps}")
     return chosen
 
 

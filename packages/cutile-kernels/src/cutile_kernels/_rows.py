@@ -38,7 +38,7 @@ FLOAT_DTYPES = (f16, bf16, f32)
 #: and dtype on the GPU must fit in minutes; the widest tiles first, so that a search
 #: cut short by its budget has tried the one-pass configs of rows up to 16384 columns)
 ROW_SPACE = tune.Space(tile_rows=[1, 2, 4, 16, 64], tile_cols=[16384, 8192, 4096, 2048], occupancy=[1, 2, 4],
-                       num_worker_warps=[4, 8])  # (the compiler takes 4 or 8)
+                       num_worker_warps=[4, 8])  # (sm_90 builds 1-2 as 4 and 16-32 as 8)
 
 #: elements one tile may hold per worker warp: 64 values a thread keeps the tile in
 #: registers without spilling (a larger tile is pruned from searches)
