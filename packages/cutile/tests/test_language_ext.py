@@ -1,5 +1,5 @@
-"""print, assert, assume, gather/scatter, atomics and custom reductions inside
-kernels, against numpy; on the interpreter, and on the GPU where one is."""
+"""print, assert, assume, gather/scatter, atomics, custom reductions and the
+grid-dependency ops inside kernels, against numpy; on the interpreter, and on the GPU where one is."""
 
 import ctypes
 import sys
@@ -69,6 +69,19 @@ def test_asserts_that_hold_let_the_kernel_run() -> None:
     z = api.zeros([200]).partition([64])
     z, _ = checked(z, api.from_numpy(x), 1000.0).sync()
     np.testing.assert_allclose(z.to_numpy(), x + (np.arange(200) // 64 * 64))
+
+
+@cutile.entry
+def dependent_scale(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    ct.grid_dependency_control_launch_dependents()
+    ct.grid_dependency_control_wait()  # (nothing to wait for: this launch is no programmatic dependent)
+    z.store(load_tile_like(x, z) * 3.0)
+
+
+def test_the_grid_dependency_ops_run_where_no_launch_is_pending() -> None:
+    x = RNG.uniform(-1, 1, 300).astype(np.float32)
+    z, _ = dependent_scale(api.full([300], -7.0).partition([128]), api.from_numpy(x)).sync()
+    np.testing.assert_allclose(z.to_numpy(), 3.0 * x, rtol=1e-6)
 
 
 @cutile.entry(unsafe=True)

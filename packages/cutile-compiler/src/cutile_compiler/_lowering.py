@@ -105,6 +105,9 @@ class Lowering:
         self.abi = kernel_abi(kernel)
         self.block_ids: tuple[ir.Value, ...] | None = None
         self.shared: dict[Hashable, tuple[ir.Block, Any]] = {}  # see `reuse`
+        #: the token of the kernel's grid-dependency wait (`acquire`): reads of read-only
+        #: memory after it take it (they are in no chain), so none moves above the wait
+        self.acquired: ir.Value | None = None
         self.builder: ir.Builder
 
     # -- locations and errors --------------------------------------------------------
@@ -241,9 +244,30 @@ class Lowering:
         return tensor if info is not None and info.mutable else None
 
     def token_in(self, op: Operation) -> ir.Value | None:
-        """The token ``op`` must wait for: the end of its chain (None when it has none)."""
+        """The token ``op`` must wait for: the end of its chain; for a read of read-only
+        memory, the grid-dependency wait's token if the kernel waited (else None)."""
         chain = self.chain_of(op)
-        return None if chain is None else self.tokens[chain]
+        if chain is None:
+            return self.acquired if op.opdef.ordered_resource(op) is not None else None
+        return self.tokens[chain]
+
+    def all_tokens(self) -> ir.Value | None:
+        """A token after every memory access so far: the chains' ends joined."""
+        ends = list(self.tokens.values()) + ([self.acquired] if self.acquired is not None else [])
+        if not ends:
+            return None
+        return ends[0] if len(ends) == 1 else self.builder.join_tokens(ends)
+
+    def acquire(self, make: Callable[[ir.Value | None], ir.Value]) -> None:
+        """Emits ``make(token after every access so far)``, an acquire (the grid-dependency
+        wait): its token becomes the end of every chain and the token of later reads of
+        read-only memory. Only at the kernel's top level (the front end refuses it in a
+        loop or branch), so the token is visible to everything after it."""
+        token = make(self.all_tokens())
+        self.shared.clear()  # a read-only tile loaded before the wait must not serve a read after it
+        for chain in self.tokens:
+            self.tokens[chain] = token
+        self.acquired = token
 
     def token_out(self, op: Operation, token: ir.Value) -> None:
         """Makes ``token``, the one ``op`` produced, the new end of its chain (an op

@@ -81,6 +81,8 @@ if TYPE_CHECKING:
         gelu as gelu,
         get_num_tile_blocks as get_num_tile_blocks,
         get_tile_block_id as get_tile_block_id,
+        grid_dependency_control_launch_dependents as grid_dependency_control_launch_dependents,
+        grid_dependency_control_wait as grid_dependency_control_wait,
         insert as insert,
         load as load,
         load_tile_like as load_tile_like,

@@ -28,6 +28,8 @@ from cutile_compiler._builtins.grid import (
     bid as bid,
     get_num_tile_blocks as get_num_tile_blocks,
     get_tile_block_id as get_tile_block_id,
+    grid_dependency_control_launch_dependents as grid_dependency_control_launch_dependents,
+    grid_dependency_control_wait as grid_dependency_control_wait,
     num_blocks as num_blocks,
 )
 from cutile_compiler._builtins.memory import load as load, load_tile_like as load_tile_like, num_tiles as num_tiles

@@ -1,4 +1,5 @@
-"""The DSL functions of the launch grid: block ids and block counts."""
+"""The DSL functions of the launch grid: block ids and block counts; the grid-dependency
+wait and launch signal of a programmatic dependent launch."""
 
 from __future__ import annotations
 
@@ -35,3 +36,27 @@ def bid(fe: FrontEnd, node: ast.Call, axis: int) -> Value:
 def num_blocks(fe: FrontEnd, node: ast.Call, axis: int) -> Value:
     """The grid's extent along ``axis``."""
     return fe.op(GridOp.NUM_BLOCKS, [], {"axis": _static_int(fe, axis, node, "axis")}, node=node).result
+
+
+def _top_level(fe: FrontEnd, node: ast.Call, name: str) -> None:
+    if fe.block is not fe.body:
+        raise fe.syntax_error(f"{name}() must be at the kernel's top level, not inside a loop or an if", node)
+
+
+@builtin
+def grid_dependency_control_wait(fe: FrontEnd, node: ast.Call) -> None:
+    """Waits until the kernels this one was launched as a programmatic dependent of
+    (the one before it on its stream) have finished and their writes are visible:
+    every memory access after it is ordered after it. Without such a launch there is
+    nothing to wait for. At the kernel's top level."""
+    _top_level(fe, node, "grid_dependency_control_wait")
+    fe.op(GridOp.DEPENDENCY_WAIT, [], {}, node=node)
+
+
+@builtin
+def grid_dependency_control_launch_dependents(fe: FrontEnd, node: ast.Call) -> None:
+    """Lets the kernel launched as this one's programmatic dependent begin (once every
+    block has signalled or ended); the dependent still waits for this kernel's end
+    before it reads (`grid_dependency_control_wait`). At the kernel's top level."""
+    _top_level(fe, node, "grid_dependency_control_launch_dependents")
+    fe.op(GridOp.LAUNCH_DEPENDENTS, [], {}, node=node)

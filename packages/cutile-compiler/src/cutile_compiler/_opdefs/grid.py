@@ -1,4 +1,6 @@
-"""The block's place in the grid: ``block_id`` and ``num_blocks`` per axis."""
+"""The block's place in the grid: ``block_id`` and ``num_blocks`` per axis; and the grid's
+place among the kernels of a stream: the grid-dependency wait and launch signal of a
+programmatic dependent launch."""
 
 from __future__ import annotations
 
@@ -6,6 +8,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+import cutile_ir as ir
 
 from cutile_compiler import _dtypes as dt
 from cutile_compiler._ir import Operation
@@ -43,11 +47,50 @@ class NumBlocks(_GridQuery):
         return (ctx.builder.get_num_tile_blocks()[op.attrs["axis"]],)
 
 
+class _GridDependency(OpDef):
+    has_effects = True
+
+    def infer(self, operand_types: Sequence[KType], attrs: dict[str, Any]) -> tuple[KType, ...]:
+        return ()
+
+    def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        return ()  # the interpreter runs launches one after another: nothing is pending
+
+    def check_version(self, ctx: Lowering, op: Operation, function: str) -> None:
+        if ctx.version < ir.V13_4:
+            raise ctx.error(op, f"{function}() needs Tile IR bytecode 13.4 or newer (tileiras 13.4+); this compile "
+                                f"writes {ctx.version}")
+
+
+class GridDependencyWait(_GridDependency):
+    """``grid_dependency_control_wait()``: waits until the kernels this one was launched
+    as a programmatic dependent of have finished and their writes are visible; on the
+    GPU an acquire: every memory access after it takes its token (`Lowering.acquire`)."""
+
+    def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        self.check_version(ctx, op, "grid_dependency_control_wait")
+        ctx.acquire(lambda token: ctx.builder.gdc_wait_tko(token))
+        return ()
+
+
+class GridDependencyLaunchDependents(_GridDependency):
+    """``grid_dependency_control_launch_dependents()``: lets the kernel launched as this
+    one's programmatic dependent start (it still waits for this one's end before it
+    reads), after this block's earlier memory accesses."""
+
+    def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
+        self.check_version(ctx, op, "grid_dependency_control_launch_dependents")
+        ctx.builder.gdc_launch_dependents_tko(ctx.all_tokens())
+        return ()
+
+
 class GridOp(Op):
-    """The block's place in the grid."""
+    """The block's place in the grid, and the grid's among a stream's kernels."""
 
     BLOCK_ID = BlockId()
     NUM_BLOCKS = NumBlocks()
+    DEPENDENCY_WAIT = GridDependencyWait()
+    LAUNCH_DEPENDENTS = GridDependencyLaunchDependents()
 
 
 register(GridOp)
