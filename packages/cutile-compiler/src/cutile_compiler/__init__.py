@@ -58,7 +58,7 @@ if TYPE_CHECKING:
         TileTypeError,
     )
     from cutile_compiler._frontend import build_kernel_ir
-    from cutile_compiler._hints import HintError, KernelHints
+    from cutile_compiler._hints import WORKER_WARPS, HintError, KernelHints
     from cutile_compiler._ir import Block, KernelIR, Operation, Value, format_kernel
     from cutile_compiler._lowering import kernel_abi, lower_kernel
     from cutile_compiler._opdefs import Escape, IntegerDivisionByZero, OpDef, Terminator
@@ -100,6 +100,7 @@ if TYPE_CHECKING:
 __all__ = [
     # compiling
     "AbiArg", "Arch", "CompileOptions", "CompiledKernel", "DEFAULT_OPTIONS", "KernelCompiler", "KernelHints", "Toolchain",
+    "WORKER_WARPS",
     "build_kernel_ir", "compile_kernel", "find_toolchain", "format_kernel", "kernel_abi", "lower_kernel", "parse_arch",
     # signatures and specializations
     "ConstantAnnotation", "DeviceFunction", "KernelSignature", "MAX_DIVISIBILITY", "OWNED_AXIS", "Specialization",

@@ -34,6 +34,9 @@ from cutile_compiler._types import is_power_of_two
 
 _NAMES = {"num_ctas": "num_cta_in_cga", "occupancy": "occupancy", "num_worker_warps": "num_worker_warps_per_cta"}
 
+#: the ``num_worker_warps`` values Tile IR 13.3+ takes
+WORKER_WARPS = (1, 2, 4, 8, 16, 32)
+
 #: The architectures a module lowered for no particular arch carries hints for
 #: (besides those the hints name): the targets cutile tests and ships for.
 DEFAULT_ARCHS = ("sm_90", "sm_100")
@@ -54,7 +57,7 @@ def _check(name: str, value: Any, where: str) -> int:
         raise HintError(f"{where}: num_ctas must be a power of two from 1 to 16, got {value}")
     if name == "occupancy" and not 1 <= value <= 32:
         raise HintError(f"{where}: occupancy must be from 1 to 32, got {value}")
-    if name == "num_worker_warps" and not (value <= 32 and is_power_of_two(value)):
+    if name == "num_worker_warps" and value not in WORKER_WARPS:
         raise HintError(f"{where}: num_worker_warps must be a power of two from 1 to 32, got {value}")
     return value
 

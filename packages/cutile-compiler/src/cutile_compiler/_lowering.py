@@ -120,6 +120,12 @@ class Lowering:
     def error(self, op: Operation, message: str) -> TileCompilerError:
         return TileCompilerError(message, op.location)
 
+    def require_version(self, op: Operation, version: ir.Version, what: str) -> None:
+        """Refuses ``op`` (its line) when the bytecode this compile writes predates ``version``."""
+        if self.version < version:
+            raise self.error(op, f"{what} needs Tile IR bytecode {version} or newer (tileiras {version}+); this "
+                                 f"compile writes {self.version}")
+
     # -- the module --------------------------------------------------------------------
     def run(self) -> ir.Module:
         kernel = self.kernel

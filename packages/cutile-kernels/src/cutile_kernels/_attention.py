@@ -328,10 +328,9 @@ def _config(config: Mapping[str, Any] | None, shape: tuple[int, ...]) -> dict[st
     for key in ("block_m", "block_n"):
         if chosen[key] & (chosen[key] - 1) or chosen[key] < 16:
             raise cutile.ArgumentError(f"{FUNCTION}: config {key} must be a power of two >= 16, got {chosen[key]}")
-    warps = chosen["num_worker_warps"]
-    if warps > 32 or warps & (warps - 1):
-        raise cutile.ArgumentError(f"{FUNCTION}: config num_worker_warps must be a power of two from 1 to 32, got "
-                                   f"{warps}")
+    if chosen["num_worker_warps"] not in tune.WORKER_WARPS:
+        raise cutile.ArgumentError(f"{FUNCTION}: config num_worker_warps must be one of {list(tune.WORKER_WARPS)}, "
+                                   f"got {chosen['num_worker_warps']}")
     return chosen
 
 

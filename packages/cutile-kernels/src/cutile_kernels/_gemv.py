@@ -83,7 +83,7 @@ MAX_M = 16
 METHODS = ("dot", "sum", "mma_t", "mma")
 CONFIG_KEYS: dict[str, Choices] = {
     "tile_m": (1, 2, 4, 8, 16), "tile_n": None, "tile_k": None, "split_k": range(1, 65), "method": METHODS,
-    "num_worker_warps": (1, 2, 4, 8, 16, 32), "occupancy": range(1, 33), "latency": range(11),
+    "num_worker_warps": tune.WORKER_WARPS, "occupancy": range(1, 33), "latency": range(11),
 }
 TARGET_BLOCKS = 2 * SM_COUNT  # two blocks per SM keep enough loads in flight
 MAX_WEIGHT_TILE_BYTES = 32 * 1024  # an mma_t block's weight tile per K step (staged in shared memory)

@@ -47,7 +47,7 @@ from cutile.core import (
     transpose,
     zeros,
 )
-from cutile.tune import Space
+from cutile.tune import WORKER_WARPS, Space
 from cutile_kernels._operands import check_no_overlap, cutile_tensor, derived, private_view, require_live
 
 __all__ = ["ACTIVATIONS", "Operands", "check_operands", "default_config", "prune_for", "space", "split_k_matmul"]
@@ -441,7 +441,7 @@ def checked_launches(a: cutile.Tensor, b: cutile.Tensor, out: cutile.Tensor, *, 
 
 CONFIG_KEYS: dict[str, Choices] = {
     "tile_m": None, "tile_n": None, "tile_k": None, "split_k": range(1, 65), "method": ("mma", "mma_t"),
-    "num_worker_warps": (1, 2, 4, 8, 16, 32), "occupancy": range(1, 33), "latency": range(11),
+    "num_worker_warps": WORKER_WARPS, "occupancy": range(1, 33), "latency": range(11),
 }
 TENSOR_CORE_ROWS = 64  # tileiras uses the tensor cores for an mma whose M side has 64 rows or more
 

@@ -47,12 +47,13 @@ import numpy as np
 
 from cutile import _config
 from cuda_core import CudaLaunchError, CudaOutOfMemoryError
+from cutile_compiler import WORKER_WARPS
 from cutile._errors import ArgumentError, CutileError, StaleRecordError, TuneError
 from cutile.bench import PairedResult, _check_flush, do_bench, do_bench_paired
 
 __all__ = [
     "Config", "Provenance", "Record", "SearchResult", "Space", "StaleRecordError", "Trial", "TuneError", "Tuner",
-    "Winner", "search", "shape_bucket",
+    "WORKER_WARPS", "Winner", "search", "shape_bucket",
 ]
 
 _log = logging.getLogger("cutile.tune")
@@ -62,7 +63,6 @@ Config = dict[str, Value]
 
 RECORD_FORMAT = "cutile.tune.record/1"
 LOG_FORMAT = "cutile.tune.log/1"
-WORKER_WARPS = (1, 2, 4, 8, 16, 32)
 
 
 def _digest(data: Any) -> str:

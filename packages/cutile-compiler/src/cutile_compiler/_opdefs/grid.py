@@ -56,11 +56,6 @@ class _GridDependency(OpDef):
     def evaluate(self, ctx: EvalContext, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
         return ()  # the interpreter runs launches one after another: nothing is pending
 
-    def check_version(self, ctx: Lowering, op: Operation, function: str) -> None:
-        if ctx.version < ir.V13_4:
-            raise ctx.error(op, f"{function}() needs Tile IR bytecode 13.4 or newer (tileiras 13.4+); this compile "
-                                f"writes {ctx.version}")
-
 
 class GridDependencyWait(_GridDependency):
     """``grid_dependency_control_wait()``: waits until the kernels this one was launched
@@ -68,7 +63,7 @@ class GridDependencyWait(_GridDependency):
     GPU an acquire: every memory access after it takes its token (`Lowering.acquire`)."""
 
     def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
-        self.check_version(ctx, op, "grid_dependency_control_wait")
+        ctx.require_version(op, ir.V13_4, "grid_dependency_control_wait()")
         ctx.acquire(lambda token: ctx.builder.gdc_wait_tko(token))
         return ()
 
@@ -79,7 +74,7 @@ class GridDependencyLaunchDependents(_GridDependency):
     reads), after this block's earlier memory accesses."""
 
     def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
-        self.check_version(ctx, op, "grid_dependency_control_launch_dependents")
+        ctx.require_version(op, ir.V13_4, "grid_dependency_control_launch_dependents()")
         ctx.builder.gdc_launch_dependents_tko(ctx.all_tokens())
         return ()
 
