@@ -9,8 +9,10 @@ greedy steps, each ending with the sampled ids read back to the host (what a gen
 loop waits for), and for cutile also in replays of 8 steps whose ids stay on the device
 (read back once per replay), and both with each replay queued before the host reads the
 ids of the replay before (``queued``: generate's loop, the host's read overlapping the
-device's next replay; the timed loop ends with the last replay's read); tokens/s counts
-every sequence of the batch. The roofline: the bytes a step must read (every weight
+device's next replay; the timed loop ends with the last replay's read); the graphs of one
+step with the kernels launched one after another and as programmatic dependent launches
+(``PDL``: each starts while the one before finishes, as generate's graphs); tokens/s
+counts every sequence of the batch. The roofline: the bytes a step must read (every weight
 once, and each sequence's cached keys and values) over the bandwidth of a
 device-to-device copy measured in the same run. Prefill: one
 ``--prefill-len`` prompt, batch 1, the whole forward to the last token's logits, the
@@ -169,7 +171,7 @@ class ModelBench:
         # Check: one eager step, one replay and (on the GPU) torch's step, all at position `context`.
         eager = model.decode_step(ids, cache).to_numpy()
         cache.lengths = [context] * batch
-        replay = DecodeGraph(model, cache, greedy=True)
+        replay = DecodeGraph(model, cache, greedy=True, dependent_launches=False)
         replayed = replay.step(ids).to_numpy()
         close(f"batch {batch} context {context}: cutile graph replay against its eager step", replayed, eager, 1e-6)
         arms: dict[str, Callable[[], None]] = {}
@@ -188,7 +190,7 @@ class ModelBench:
             state["ids"].to_numpy()
 
         chunk = 8 if steps % 8 == 0 else 1
-        several = DecodeGraph(model, cache, greedy=True, steps=chunk)
+        several = DecodeGraph(model, cache, greedy=True, steps=chunk)  # (dependent launches, as generate's)
         cache.lengths = [context] * batch
         several.replay(ids)
         if several.tokens.to_numpy()[0].tolist() != eager.argmax(-1).tolist():
@@ -212,13 +214,19 @@ class ModelBench:
                 before.append(pending)
             return run
 
+        dependent = DecodeGraph(model, cache, greedy=True, dependent_launches=True)
+        cache.lengths = [context] * batch
+        close(f"batch {batch} context {context}: cutile graph replay of dependent launches against its eager step",
+              dependent.step(ids).to_numpy(), eager, 1e-6)
         arms["cutile (CUDA graph)"] = cutile_graph
         arms["cutile (graph, queued)"] = queued(replay)
         finish["cutile (graph, queued)"] = replay.wait
+        arms["cutile (graph PDL, queued)"] = queued(dependent)
+        finish["cutile (graph PDL, queued)"] = dependent.wait
         if chunk > 1:
-            arms[f"cutile (graph x{chunk})"] = cutile_graph_chunk
-            arms[f"cutile (graph x{chunk}, queued)"] = queued(several)
-            finish[f"cutile (graph x{chunk}, queued)"] = several.wait
+            arms[f"cutile (graph PDL x{chunk})"] = cutile_graph_chunk
+            arms[f"cutile (graph PDL x{chunk}, queued)"] = queued(several)
+            finish[f"cutile (graph PDL x{chunk}, queued)"] = several.wait
         arms["cutile (eager)"] = cutile_eager
         if self.torch is not None:
             torch = self.torch
@@ -248,7 +256,7 @@ class ModelBench:
             arms["torch (CUDA graph)"] = torch_arm(graphed)
         results: dict[str, float] = {}
         for arm, run in arms.items():
-            calls = steps // chunk if "graph x" in arm else steps
+            calls = steps // chunk if f" x{chunk}" in arm else steps
             cache.lengths = [context] * batch
             state["ids"] = ids
             if self.torch is not None:
@@ -266,6 +274,7 @@ class ModelBench:
             end()
             results[arm] = 1000 * (time.perf_counter() - started) / steps
         replay.close()
+        dependent.close()
         several.close()
         return results
 

@@ -48,9 +48,9 @@ def registering_kernels(fake: FakeDriver) -> Iterator[None]:
     compiles its kernels as the model first calls them)."""
     original = _gpu.LoadedKernel.__init__
 
-    def init(self: _gpu.LoadedKernel, compiled: Any, ordinal: int = 0) -> None:
+    def init(self: _gpu.LoadedKernel, compiled: Any, ordinal: int = 0, *, dependent_launch: bool = False) -> None:
         fake.kernels[compiled.name] = _gpu.fake_param_layout(compiled.abi)
-        original(self, compiled, ordinal)
+        original(self, compiled, ordinal, dependent_launch=dependent_launch)
 
     _gpu.LoadedKernel.__init__ = init  # type: ignore[method-assign]
     try:

@@ -365,9 +365,9 @@ stacked = sys.argv[1] == "stacked"
 load = _gpu.LoadedKernel.__init__
 with use_fake_driver() as fake, cuda_async.using_policy(cuda_async.SingleStream()):
     fake._addresses = itertools.count(0x100000000000, 1 << 32)  # room for any tensor between two
-    def loaded(self, compiled, ordinal=0):  # the fake learns each kernel's parameters as it loads
+    def loaded(self, compiled, ordinal=0, **options):  # the fake learns each kernel's parameters as it loads
         fake.kernels[compiled.name] = _gpu.fake_param_layout(compiled.abi)
-        load(self, compiled, ordinal)
+        load(self, compiled, ordinal, **options)
     _gpu.LoadedKernel.__init__ = loaded
     _backend.reset_for_tests("gpu")
     counts = []
@@ -419,9 +419,9 @@ from examples.llm.weights import from_arrays
 load = _gpu.LoadedKernel.__init__
 with use_fake_driver() as fake:  # (the default policy: its streams are not the allocations')
     fake._addresses = itertools.count(0x100000000000, 1 << 32)
-    def loaded(self, compiled, ordinal=0):
+    def loaded(self, compiled, ordinal=0, **options):
         fake.kernels[compiled.name] = _gpu.fake_param_layout(compiled.abi)
-        load(self, compiled, ordinal)
+        load(self, compiled, ordinal, **options)
     _gpu.LoadedKernel.__init__ = loaded
     _backend.reset_for_tests("gpu")
     waits = []
@@ -666,6 +666,9 @@ def test_the_command_line_runs_the_tiny_config_and_reports_its_timings() -> None
     done = run_cli("--tiny", "--prompt-lens", "6,3", "--new-tokens", "4", "--progress")
     several = run_cli("--tiny", "--new-tokens", "6", "--sync-every", "2", "--no-roofline")
     assert several.returncode == 0 and "2 steps per replay" in several.stdout, several.stdout + several.stderr
+    assert "decode by CUDA graph replays of dependent launches" in several.stdout
+    plain = run_cli("--tiny", "--new-tokens", "3", "--no-dependent-launches", "--no-roofline")
+    assert plain.returncode == 0 and "decode by CUDA graph replays\n" in plain.stdout, plain.stdout + plain.stderr
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     assert f"on the {cutile.backend()} backend" in out

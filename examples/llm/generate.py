@@ -119,14 +119,16 @@ class Generation:
 
 def generate(model: Qwen3Model, prompts: Sequence[Sequence[int]], new_tokens: int, *, temperature: float = 0.0,
              top_k: int | None = None, seed: int = 0, max_seq: int | None = None, graph: bool = True,
-             sync_every: int = 1, on_step: Callable[[int], None] | None = None) -> Generation:
+             sync_every: int = 1, on_step: Callable[[int], None] | None = None,
+             dependent_launches: bool = True) -> Generation:
     """Prefill of ``prompts`` (batch 1 or more, each its own length), then ``new_tokens``
     tokens per sequence: the first from the prefill's logits, then one decode step each,
     by replays of a `DecodeGraph` (``graph``; greedy decoding keeps the ids on the
     device and reads them back every ``sync_every`` steps, one replay of that many,
     queued before the host reads the replay before's), else by eager
-    `Qwen3Model.decode_step` calls. The decode time counts every step, the
-    graph's capture excluded."""
+    `Qwen3Model.decode_step` calls; ``dependent_launches``: the graph's kernels are
+    programmatic dependent launches (`DecodeGraph`). The decode time counts every step,
+    the graph's capture excluded."""
     if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or new_tokens < 1:
         raise ModelError(f"generate(): parameter 'new_tokens' must be an int >= 1, got {new_tokens!r}")
     if isinstance(sync_every, bool) or not isinstance(sync_every, int) or sync_every < 1:
@@ -154,7 +156,8 @@ def generate(model: Qwen3Model, prompts: Sequence[Sequence[int]], new_tokens: in
     ids = sample(logits, temperature=temperature, top_k=top_k, rng=rng)
     tokens = [[int(t)] for t in ids.to_numpy()]
     prefilled = time.perf_counter()
-    replay = DecodeGraph(model, cache, greedy=greedy, steps=per_replay) if graph and steps else None
+    replay = (DecodeGraph(model, cache, greedy=greedy, steps=per_replay, dependent_launches=dependent_launches)
+              if graph and steps else None)
     captured = time.perf_counter()
     done_steps = 0
 
@@ -268,6 +271,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default)")
     parser.add_argument("--top-k", type=int, default=None, help="sample among the k largest logits")
     parser.add_argument("--eager", action="store_true", help="decode by eager launches, not CUDA graph replays")
+    parser.add_argument("--no-dependent-launches", action="store_true",
+                        help="replay the decode graph's kernels one after another, not as programmatic dependent "
+                             "launches")
     parser.add_argument("--sync-every", type=int, default=1, metavar="N",
                         help="greedy: keep the ids on the device, one graph of N steps per host read")
     parser.add_argument("--no-roofline", action="store_true", help="skip the copy-bandwidth measurement")
@@ -324,13 +330,15 @@ def _run(args: argparse.Namespace) -> int:
     if args.sync_every > 1:  # a last replay may run past the tokens asked
         max_seq = max(len(p) for p in prompts) + -(-(new_tokens - 1) // args.sync_every) * args.sync_every
     result = generate(model, prompts, new_tokens, temperature=args.temperature, top_k=args.top_k, seed=args.seed,
-                      max_seq=max_seq, graph=not args.eager, sync_every=args.sync_every, on_step=on_step)
+                      max_seq=max_seq, graph=not args.eager, sync_every=args.sync_every, on_step=on_step,
+                      dependent_launches=not args.no_dependent_launches)
     batch = len(prompts)
     prompt_tokens = sum(len(p) for p in prompts)
     print(f"model: {name} ({config.num_hidden_layers} layers, hidden {config.hidden_size}, "
           f"{_size(config.weight_bytes())} of bf16 weights) on the {cutile.backend()} backend")
     print(f"batch {batch}, prompt lengths {[len(p) for p in prompts]}, {new_tokens} new tokens per sequence, "
           f"decode {'eager' if args.eager else 'by CUDA graph replays'}"
+          f"{'' if args.eager or args.no_dependent_launches else ' of dependent launches'}"
           f"{f', {args.sync_every} steps per replay' if args.sync_every > 1 else ''}")
     print(f"prefill: {1000 * result.prefill_s:.2f} ms ({prompt_tokens / result.prefill_s:.1f} tokens/s)")
     if result.steps:

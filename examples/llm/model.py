@@ -707,9 +707,13 @@ class DecodeGraph:
     queues the next replay while the last one runs, and the host reads that one's ids
     (`PendingReplay.wait`) while the device works on the next. Without ``greedy``
     (``steps`` 1) the host samples each step's logits and gives the ids to the next
-    replay, copied in by `cutile.Graph.update`."""
+    replay, copied in by `cutile.Graph.update`. With ``dependent_launches`` (the default)
+    the graph's kernels are programmatic dependent launches (`cutile.dependent_launches`,
+    Tile IR 13.4): each starts while the one before finishes and waits for it at its
+    start."""
 
-    def __init__(self, model: Qwen3Model, cache: KVCache, *, greedy: bool, steps: int = 1) -> None:
+    def __init__(self, model: Qwen3Model, cache: KVCache, *, greedy: bool, steps: int = 1,
+                 dependent_launches: bool = True) -> None:
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
             raise ModelError(f"DecodeGraph: parameter 'steps' must be an int >= 1, got {steps!r}")
         if steps > 1 and not greedy:
@@ -738,15 +742,16 @@ class DecodeGraph:
         # and values past each sequence's length and nothing the real steps read before
         # they rewrite it. Each run (the interpreter runs a capture's steps too) starts from
         # the cache's lengths.
-        for which in range(count):
-            self._restart_lengths()
-            self._record(which)
         self.graphs: list[cutile.Graph] = []
-        for which in range(count):
-            self._restart_lengths()
-            with cutile.graph_scope(f"qwen3 decode x{steps}, graph {which}") as scope:
+        with cutile.dependent_launches(dependent_launches):  # (the eager run loads the kernels compiled so)
+            for which in range(count):
+                self._restart_lengths()
                 self._record(which)
-            self.graphs.append(scope.graph)
+            for which in range(count):
+                self._restart_lengths()
+                with cutile.graph_scope(f"qwen3 decode x{steps}, graph {which}") as scope:
+                    self._record(which)
+                self.graphs.append(scope.graph)
 
     @property
     def graph(self) -> cutile.Graph:

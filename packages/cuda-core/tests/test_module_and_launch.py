@@ -154,10 +154,27 @@ def test_launch_config_validation(kwargs: dict[str, Any], message: str) -> None:
         cc.LaunchConfig(**kwargs)
 
 
-def test_launch_config_extended_only_for_cluster_or_cooperative() -> None:
+def test_launch_config_extended_only_with_an_attribute() -> None:
     assert not cc.LaunchConfig(4, 32).extended
     assert cc.LaunchConfig(4, 32, cluster=2).extended
     assert cc.LaunchConfig(4, 32, cooperative=True).extended
+    assert cc.LaunchConfig(4, 32, dependent_launch=True).extended
+
+
+def test_a_dependent_launch_sets_programmatic_stream_serialization(fake_driver: Any) -> None:
+    function = cc.Module.load(CUBIN).get_function("axpy")
+    stream = cc.Stream.create()
+    prepared = cc.PreparedLaunch(function, cc.LaunchConfig(3, 32, dependent_launch=True), ["ptr", "ptr", "f32", "u32"])
+    prepared.launch(stream, 0, 0, 1.0, 7)
+    prepared.set_grid(5)  # the attribute stays with a new grid
+    prepared.launch(stream)
+    plain = cc.PreparedLaunch(function, cc.LaunchConfig(3, 32), ["ptr", "ptr", "f32", "u32"])
+    plain.launch(stream, 0, 0, 1.0, 7)
+    first, second, third = fake_driver.launches[-3:]
+    assert first["attributes"] == second["attributes"] == ("PROGRAMMATIC_STREAM_SERIALIZATION",)
+    assert (first["grid"], second["grid"], third["grid"]) == ((3, 1, 1), (5, 1, 1), (3, 1, 1))
+    assert first["stream"] == int(stream.handle) and third["attributes"] == ()
+    assert fake_driver.calls["cuLaunchKernelEx"] == 2 and fake_driver.calls["cuLaunchKernel"] == 1
 
 
 

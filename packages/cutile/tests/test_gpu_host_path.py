@@ -19,6 +19,7 @@ import pytest
 
 import cuda_async
 import cutile
+import cutile_compiler
 from cuda_core.testing import FakeDriver, use_fake_driver
 from cutile import _backend, _gpu, _native, api
 from fake_add_script import FAKE_ADD_PRELUDE
@@ -1044,3 +1045,57 @@ def test_the_native_path_leaves_a_call_that_a_scheduled_launch_conflicts_with(na
     z, x, y = saxpy(z, x, y, 5.0).sync()
     assert _stats()[0] == made + 2
     assert [struct.unpack("<f", r["params"][-1])[0] for r in native_gpu.launches[-2:]] == [3.0, 5.0]
+
+
+_PDL = ("PROGRAMMATIC_STREAM_SERIALIZATION",)
+
+
+def test_dependent_launches_launch_a_kernel_compiled_to_wait(native_gpu: FakeDriver) -> None:
+    """Inside `cutile.dependent_launches` each launch is a programmatic dependent one
+    (the attribute, through cuLaunchKernelEx) of the kernel compiled to signal and wait
+    at its start; the native path, which launches the plain kernel, stays out; after
+    the block the plain kernel launches again, in C."""
+    z, x, y = _armed_saxpy(native_gpu)
+    native_gpu.launches.clear()
+    before = _stats()
+    with cutile.dependent_launches(), cutile.batch():
+        for i in range(3):
+            z, x, y = saxpy(z, x, y, float(i)).sync()
+    assert _stats()[1] == before[1]  # none ran in C
+    z, x, y = saxpy(z, x, y, 7.0).sync()
+    assert _stats()[1] == before[1] + 1  # the armed binding again
+    assert [r["attributes"] for r in native_gpu.launches] == [_PDL] * 3 + [()]
+    assert [struct.unpack("<f", r["params"][-1])[0] for r in native_gpu.launches] == [0.0, 1.0, 2.0, 7.0]
+    spec = saxpy._object_binding.plan.spec
+    dependent = saxpy.compiled(spec, "sm_90", cutile_compiler.CompileOptions(dependent_launch=True))
+    assert "gdc_wait_tko" in dependent.mlir and "gdc_wait_tko" not in saxpy.compiled(spec, "sm_90").mlir
+
+
+def test_a_graph_captured_inside_dependent_launches_records_dependent_launches(fake_gpu: FakeDriver) -> None:
+    x = api.from_numpy(np.zeros(256, np.float32))
+    y = api.from_numpy(np.zeros(256, np.float32))
+    z = api.empty([256], dtype=f32).partition([128])
+    _register(fake_gpu, saxpy(z, x, y, 1.0))
+    with cutile.dependent_launches():
+        z, x, y = saxpy(z, x, y, 1.0).sync()  # loads the dependent kernel (a capture cannot)
+        fake_gpu.launches.clear()
+        with cutile.graph_scope("pdl") as scope:
+            z, x, y = saxpy(z, x, y, 2.0).sync()
+            z, x, y = saxpy(z, x, y, 3.0).sync()
+    assert [r["attributes"] for r in fake_gpu.launches] == [_PDL, _PDL]
+    scope.graph.close()
+
+
+def test_one_launch_made_dependent_by_its_options(fake_gpu: FakeDriver) -> None:
+    x = api.from_numpy(np.zeros(256, np.float32))
+    y = api.from_numpy(np.zeros(256, np.float32))
+    z = api.empty([256], dtype=f32).partition([128])
+    _register(fake_gpu, saxpy(z, x, y, 1.0))
+    z, x, y = saxpy(z, x, y, 1.0).compile_options(dependent_launch=True).sync()
+    z, x, y = saxpy(z, x, y, 1.0).sync()
+    with cutile.dependent_launches(enabled=False):
+        z, x, y = saxpy(z, x, y, 1.0).sync()
+    assert [r["attributes"] for r in fake_gpu.launches] == [_PDL, (), ()]
+    with pytest.raises(cutile.LaunchError, match=r"saxpy.compile_options: parameter 'dependent_launch' must be a "
+                                                 r"bool, got 'yes'"):
+        saxpy(z, x, y, 1.0).compile_options(dependent_launch="yes")  # type: ignore[arg-type]

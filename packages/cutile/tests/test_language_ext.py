@@ -1,6 +1,7 @@
 """print, assert, assume, gather/scatter, atomics, custom reductions and the
 grid-dependency ops inside kernels, against numpy; on the interpreter, and on the GPU where one is."""
 
+import contextlib
 import ctypes
 import sys
 from typing import Any
@@ -82,6 +83,123 @@ def test_the_grid_dependency_ops_run_where_no_launch_is_pending() -> None:
     x = RNG.uniform(-1, 1, 300).astype(np.float32)
     z, _ = dependent_scale(api.full([300], -7.0).partition([128]), api.from_numpy(x)).sync()
     np.testing.assert_allclose(z.to_numpy(), 3.0 * x, rtol=1e-6)
+
+
+@cutile.entry
+def add_one(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    z.store(load_tile_like(x, z) + 1.0)
+
+
+@cutile.entry
+def add_one_placed(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]]):
+    one = (ct.bid(0) * 0 + 1).astype(f32)  # computed before the wait: no memory touched
+    ct.grid_dependency_control_launch_dependents()
+    ct.grid_dependency_control_wait()
+    z.store(load_tile_like(x, z) + one)
+
+
+@pytest.mark.parametrize("kernel", [add_one, add_one_placed], ids=["plain", "placed"])
+def test_a_chain_of_dependent_launches_sees_each_predecessors_writes(backend: str, kernel: Any) -> None:
+    """Each launch reads what the one before wrote and writes what it read (two
+    buffers in turn), in a batch and as a replayed graph: every one waits for its
+    predecessor. On the GPU enough blocks for several waves, so the kernels overlap."""
+    n = (1 << 22) + 3 if backend == "gpu" else 3000
+    start = RNG.integers(0, 100, n).astype(np.float32)
+    steps = 24
+    step = kernel
+    a, b = api.from_numpy(start), api.full([n], np.nan)
+    with cutile.dependent_launches():
+        with cutile.batch():
+            for _ in range(steps // 2):
+                bp, a = step(b.partition([1024]), a).sync()
+                b = bp.unpartition()
+                ap, b = step(a.partition([1024]), b).sync()
+                a = ap.unpartition()
+        with cutile.graph_scope("chain") as scope:
+            for _ in range(steps // 2):
+                bp, a = step(b.partition([1024]), a).sync()
+                b = bp.unpartition()
+                ap, b = step(a.partition([1024]), b).sync()
+                a = ap.unpartition()
+    graph = scope.graph
+    for _ in range(3):
+        graph.launch().sync()
+    graph.close()
+    runs = 4 if backend == "gpu" else 5  # the batch, three replays (and the interpreter's capture runs them)
+    expected = start.astype(np.float64) + runs * steps
+    np.testing.assert_allclose(a.to_numpy(), expected.astype(np.float32), rtol=1e-6)
+
+
+@cutile.entry
+def add_weight_early(z: Mut[Tensor[f32, ["B"]]], x: Tensor[f32, [-1]], w: Tensor[f32, [-1]]):
+    early = load_tile_like(w, z)  # before the wait: w is frozen, nothing writes it
+    ct.grid_dependency_control_wait()
+    z.store(load_tile_like(x, z) + early)
+
+
+def test_a_dependent_launch_reads_frozen_memory_before_its_wait(backend: str) -> None:
+    n = (1 << 22) + 5 if backend == "gpu" else 2500
+    start = RNG.integers(0, 100, n).astype(np.float32)
+    w = api.from_numpy(RNG.integers(1, 4, n).astype(np.float32))
+    a, b = api.from_numpy(start), api.full([n], np.nan)
+    with cutile.dependent_launches():
+        bp = b.partition([1024])
+        with pytest.raises(cutile.LaunchError, match=r"add_weight_early: parameter 'w' is read before "
+                                                     r"grid_dependency_control_wait\(\) in a dependent launch.*must "
+                                                     r"be frozen \(tensor.freeze\(\)\)"):
+            add_weight_early(bp, a, w).sync()
+        b = bp.unpartition()
+        w.freeze()
+        with cutile.batch():
+            for _ in range(8):
+                bp, a, w = add_weight_early(b.partition([1024]), a, w).sync()
+                b = bp.unpartition()
+                ap, b, w = add_weight_early(a.partition([1024]), b, w).sync()
+                a = ap.unpartition()
+    np.testing.assert_array_equal(a.to_numpy(), start + 16 * w.to_numpy())
+
+
+def test_frozen_memory_is_written_by_nothing(backend: str) -> None:
+    x = api.from_numpy(RNG.standard_normal(300).astype(np.float32))
+    view = x[10:50]
+    assert view.freeze() is view
+    written = x.partition([128])
+    with pytest.raises(cutile.LaunchError, match=r"parameter 'z' is Mut\[\.\.\.\] but its memory is read-only"):
+        add_one(written, api.zeros([300]))  # the whole storage is frozen, not the view alone
+    x = written.unpartition()
+    if backend == "interpreter":
+        with pytest.raises(cutile.InteropError, match=r"host_view\(\): the tensor's memory is frozen"):
+            x.host_view()
+    z = api.zeros([300])
+    for capture in (contextlib.nullcontext(), cutile.graph_scope("reads x")):  # (loaded before the capture)
+        with capture as scope:
+            z, x = add_one(z.partition([128]), x).sync()
+            z = z.unpartition()
+    with pytest.raises(cutile.GraphUpdateError, match=r"Graph.update: parameter 'x' of launch of add_one is frozen "
+                                                      r"memory \(Tensor.freeze\)"):
+        scope.graph.update(api.zeros([300]))
+    scope.graph.close()
+
+
+def test_freeze_waits_for_no_pending_writer_and_refuses_shared_memory(backend: str) -> None:
+    z = api.zeros([300])
+    pending = add_one(z.partition([128]), api.zeros([300]))
+    with pytest.raises(cutile.OwnershipError, match=r"freeze\(\)"):
+        pending.arguments["z"]._tensor.freeze()
+    pending.cancel()
+    shared = api.zeros([300])
+    np.asarray(shared) if backend == "interpreter" else shared.__dlpack__()
+    if backend == "gpu":
+        with pytest.raises(cutile.InteropError, match=r"freeze\(\): the tensor's memory was handed to another "
+                                                      r"library"):
+            shared.freeze()
+
+
+def test_dependent_launches_takes_a_bool() -> None:
+    with pytest.raises(cutile.ArgumentTypeError, match=r"dependent_launches\(\): parameter 'enabled' must be a "
+                                                       r"bool, got 1"):
+        with cutile.dependent_launches(1):  # type: ignore[arg-type]
+            pass
 
 
 @cutile.entry(unsafe=True)

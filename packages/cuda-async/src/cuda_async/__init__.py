@@ -42,7 +42,7 @@ is the holds and streams of one submission.
 
 
 from cuda_async._batch import Batch, batch, begin_step as begin_batch_step, current as current_batch
-from cuda_async._capture import ensure_not_capturing, is_capturing
+from cuda_async._capture import ensure_not_capturing, is_capturing, python_path_only
 from cuda_async._errors import BatchError, GraphCaptureError, GraphUpdateError, OwnershipError, use_error_classes
 from cuda_async._future import DeviceFuture, set_await_spin
 from cuda_async._graph import CudaGraph, GraphScope, graph_scope
@@ -109,6 +109,7 @@ __all__ = [
     "ensure_not_capturing",
     "graph_scope",
     "is_capturing",
+    "python_path_only",
     "native_batch_api",
     "set_await_spin",
     "set_default_policy",

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import cuda_core
@@ -14,9 +16,10 @@ if TYPE_CHECKING:
     from cuda_async._op import FnOp
 
 _tls = threading.local()
-# Every thread's active capture: the native sync path runs only while this is
-# empty (it cannot read other threads' thread-locals, nor cheaply its own).
-_active: list[CaptureState] = []
+# Every thread's active capture and `python_path_only` block: the native sync path
+# runs only while this is empty (it cannot read other threads' thread-locals, nor
+# cheaply its own).
+_active: list[object] = []
 
 
 class CaptureState:
@@ -70,6 +73,19 @@ def pop() -> None:
     _tls.capture = None
     if state is not None:
         _active.remove(state)
+
+
+@contextlib.contextmanager
+def python_path_only() -> Iterator[None]:
+    """Inside the block (on every thread, as while a capture is active) ops run on the
+    Python path, never the native one: for a caller that must see each launch run
+    (cutile's dependent launches choose their kernel and launch attribute there)."""
+    marker = object()
+    _active.append(marker)
+    try:
+        yield
+    finally:
+        _active.remove(marker)
 
 
 def is_capturing() -> bool:

@@ -68,13 +68,21 @@ def _dim3(value: int | Sequence[int], what: str) -> Dim3:
 
 @dataclass(frozen=True, init=False)
 class LaunchConfig:
-    """Grid, block, dynamic shared memory, and optional cluster / cooperative mode."""
+    """Grid, block, dynamic shared memory, and optional cluster / cooperative /
+    programmatic dependent launch.
+
+    ``dependent_launch``: the kernel may start before the kernel queued before it on
+    its stream has finished (CUDA's programmatic stream serialization), once every
+    block of that one has run ``griddepcontrol.launch_dependents`` or exited; it must
+    run ``griddepcontrol.wait`` before it touches memory that kernel uses.
+    """
 
     grid: Dim3
     block: Dim3
     shared_memory: int
     cluster: Dim3 | None
     cooperative: bool
+    dependent_launch: bool
 
     def __init__(
         self,
@@ -84,6 +92,7 @@ class LaunchConfig:
         shared_memory: int = 0,
         cluster: int | Sequence[int] | None = None,
         cooperative: bool = False,
+        dependent_launch: bool = False,
     ) -> None:
         grid3 = _dim3(grid, "grid")
         block3 = _dim3(block, "block")
@@ -97,11 +106,12 @@ class LaunchConfig:
         object.__setattr__(self, "shared_memory", shared_memory)
         object.__setattr__(self, "cluster", cluster3)
         object.__setattr__(self, "cooperative", cooperative)
+        object.__setattr__(self, "dependent_launch", dependent_launch)
 
     @property
     def extended(self) -> bool:
-        """Whether the launch needs ``cuLaunchKernelEx`` (cluster or cooperative)."""
-        return self.cluster is not None or self.cooperative
+        """Whether the launch needs ``cuLaunchKernelEx`` (a launch attribute is set)."""
+        return self.cluster is not None or self.cooperative or self.dependent_launch
 
 
 def infer_param_types(function: Function, args: Sequence[ArgValue]) -> list[str]:
@@ -200,6 +210,7 @@ class PreparedLaunch:
             shared_memory=self.config.shared_memory,
             cluster=self.config.cluster,
             cooperative=self.config.cooperative,
+            dependent_launch=self.config.dependent_launch,
         )
         self._grid = self.config.grid
         self._calls.clear()
@@ -318,6 +329,11 @@ def _extended_config(api: Any, config: LaunchConfig) -> Any:
         attr = api.CUlaunchAttribute()
         attr.id = api.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
         attr.value.cooperative = 1
+        attributes.append(attr)
+    if config.dependent_launch:
+        attr = api.CUlaunchAttribute()
+        attr.id = api.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        attr.value.programmaticStreamSerializationAllowed = 1
         attributes.append(attr)
     ex.attrs = attributes
     ex.numAttrs = len(attributes)

@@ -435,6 +435,23 @@ class FakeDriver:
         failure = self._enter("cuLaunchKernel")
         if failure is not None:
             return (failure,)
+        self._record_launch(function, (gx, gy, gz), (bx, by, bz), shmem, stream, params, ())
+        return (SUCCESS,)
+
+    def cuLaunchKernelEx(self, config: Any, function: Any, params: int, extra: int) -> tuple[Any]:
+        """`cuLaunchKernel` with ``config``'s dims; the launch's ``attributes`` are the
+        names of the attributes set (``"PROGRAMMATIC_STREAM_SERIALIZATION"``, ...)."""
+        failure = self._enter("cuLaunchKernelEx")
+        if failure is not None:
+            return (failure,)
+        names = tuple(attr.id.name.removeprefix("CU_LAUNCH_ATTRIBUTE_") for attr in config.attrs[:config.numAttrs])
+        self._record_launch(function, (config.gridDimX, config.gridDimY, config.gridDimZ),
+                            (config.blockDimX, config.blockDimY, config.blockDimZ), config.sharedMemBytes,
+                            config.hStream, params, names)
+        return (SUCCESS,)
+
+    def _record_launch(self, function: Any, grid: tuple[int, int, int], block: tuple[int, int, int], shmem: int,
+                       stream: Any, params: int, attributes: tuple[str, ...]) -> None:
         f = self.function_names[int(function)]
         # Read the parameters back through the void** array, as the driver does.
         layout = self.kernels[f]
@@ -442,10 +459,9 @@ class FakeDriver:
         if params:
             pointers = (ctypes.c_void_p * max(1, len(layout))).from_address(params)
             values = [ctypes.string_at(int(pointers[i] or 0), size) for i, (_, size) in enumerate(layout)]
-        self.launches.append({"function": f, "grid": (gx, gy, gz), "block": (bx, by, bz),
-                              "shared": shmem, "stream": int(stream), "params": values, "context": self.context})
+        self.launches.append({"function": f, "grid": grid, "block": block, "shared": shmem, "stream": int(stream),
+                              "params": values, "context": self.context, "attributes": attributes})
         self.enqueue("launch", stream, f)
-        return (SUCCESS,)
 
     # -- synchronization ---------------------------------------------------------------
     def cuStreamSynchronize(self, stream: Any) -> tuple[Any]:

@@ -13,7 +13,8 @@ that no other package imports them). Its groups:
   options)`` returns a `CompiledKernel`, and it owns the in-process caches over
   the disk cache), `compile_kernel`, `CompileOptions`, `DEFAULT_OPTIONS`,
   `KernelHints`, `Toolchain`, `find_toolchain`, and the stages `build_kernel_ir`,
-  `lower_kernel`, `kernel_abi` (`AbiArg`), `format_kernel`;
+  `lower_kernel`, `kernel_abi` (`AbiArg`), `format_kernel`, `reads_before_wait` (what a
+  dependent launch reads before its wait);
 - signatures: `parse_signature` (`KernelSignature`), `specialize`
   (`Specialization`, `TensorSpec`), the annotations `TensorAnnotation`,
   `ConstantAnnotation` and `make_tensor_annotation`, `constant_key`,
@@ -60,7 +61,7 @@ if TYPE_CHECKING:
     from cutile_compiler._frontend import build_kernel_ir
     from cutile_compiler._hints import WORKER_WARPS, HintError, KernelHints
     from cutile_compiler._ir import Block, KernelIR, Operation, Value, format_kernel
-    from cutile_compiler._lowering import kernel_abi, lower_kernel
+    from cutile_compiler._lowering import kernel_abi, lower_kernel, reads_before_wait
     from cutile_compiler._opdefs import Escape, IntegerDivisionByZero, OpDef, Terminator
     from cutile_compiler._opdefs.elementwise import Select
     from cutile_compiler._dtypes import numpy_dtype
@@ -102,6 +103,7 @@ __all__ = [
     "AbiArg", "Arch", "CompileOptions", "CompiledKernel", "DEFAULT_OPTIONS", "KernelCompiler", "KernelHints", "Toolchain",
     "WORKER_WARPS",
     "build_kernel_ir", "compile_kernel", "find_toolchain", "format_kernel", "kernel_abi", "lower_kernel", "parse_arch",
+    "reads_before_wait",
     # signatures and specializations
     "ConstantAnnotation", "DeviceFunction", "KernelSignature", "MAX_DIVISIBILITY", "OWNED_AXIS", "Specialization",
     "TensorAnnotation", "TensorSpec", "constant_key", "make_tensor_annotation", "parse_signature", "specialize",

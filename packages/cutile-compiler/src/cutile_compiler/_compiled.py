@@ -87,6 +87,18 @@ class CompiledKernel:
         return ir.print_module(self.module)
 
     @property
+    def reads_before_wait(self) -> tuple[str, ...]:
+        """The tensor parameters the kernel reads before the grid-dependency wait it
+        places (`_lowering.reads_before_wait`): in a dependent launch their memory
+        must be frozen."""
+        found: tuple[str, ...] | None = getattr(self, "_reads_before_wait", None)
+        if found is None:
+            from cutile_compiler._lowering import reads_before_wait
+
+            found = self._reads_before_wait = reads_before_wait(self.kernel_ir)
+        return found
+
+    @property
     def ir_text(self) -> str:
         """The typed kernel IR, readable."""
         return format_kernel(self.kernel_ir)

@@ -90,8 +90,9 @@ class Lowering:
     """Builds the Tile IR module of one kernel."""
 
     def __init__(self, kernel: KernelIR, version: ir.Version, arch: str | None = None,
-                 hints: KernelHints | None = None) -> None:
+                 hints: KernelHints | None = None, *, dependent_launch: bool = False) -> None:
         self.kernel = kernel
+        self.dependent_launch = dependent_launch
         self.version = version
         self.arch = arch
         self.hints = hints if hints is not None else KernelHints()
@@ -147,9 +148,31 @@ class Lowering:
         chains = {c for op in kernel.walk() if isinstance(c := self.chain_of(op), str)}
         for chain in sorted(chains):
             self.tokens[chain] = self.builder.make_token()
+        if self.dependent_launch:
+            self.begin_dependent_launch()
         self.lower_block(kernel.body)
         self.builder.return_()
         return self.module
+
+    def begin_dependent_launch(self) -> None:
+        """The start of a kernel compiled for a programmatic dependent launch: it lets
+        its own dependents start, then waits for its predecessor, before any memory
+        access; each where the kernel does not place it. Before a wait the kernel
+        places, it may only read read-only tensors (`reads_before_wait` checks it; the
+        launch checks that their memory is frozen)."""
+        from cutile_compiler._opdefs.grid import GridOp
+
+        kernel = self.kernel
+        if self.version < ir.V13_4:
+            raise TileCompilerError(
+                f"{kernel.name} is compiled for a programmatic dependent launch, which needs Tile IR bytecode "
+                f"{ir.V13_4} or newer (tileiras {ir.V13_4}+); this compile writes {self.version}", kernel.location)
+        reads_before_wait(kernel)
+        ops = list(kernel.walk())
+        if not any(op.opdef.key is GridOp.LAUNCH_DEPENDENTS for op in ops):
+            self.builder.gdc_launch_dependents_tko(self.all_tokens())
+        if not any(op.opdef.key is GridOp.DEPENDENCY_WAIT for op in ops):
+            self.acquire(lambda token: self.builder.gdc_wait_tko(token))
 
     def bind_parameters(self, entry_args: Sequence[ir.Value]) -> None:
         by_param: dict[str, list[tuple[AbiArg, ir.Value]]] = {}
@@ -362,17 +385,53 @@ def _encloses(outer: ir.Block, block: ir.Block) -> bool:
     return False
 
 
+def reads_before_wait(kernel: KernelIR) -> tuple[str, ...]:
+    """The tensor parameters ``kernel`` reads before the ``grid_dependency_control_wait()``
+    it places (none without one), in parameter order. A kernel compiled for a dependent
+    launch may read there only read-only tensors, whose memory its launch checks is
+    frozen (`cutile.Tensor.freeze`: nothing writes it any more); any other access
+    before the wait (a store, a read of a tensor it writes) is a `TileCompilerError`
+    at its line, as its predecessor may still be using that memory."""
+    from cutile_compiler._opdefs.grid import GridOp
+
+    ops = list(kernel.walk())
+    wait = next((index for index, op in enumerate(ops) if op.opdef.key is GridOp.DEPENDENCY_WAIT), None)
+    if wait is None:
+        return ()
+    params = {param.value: param for param in kernel.params}
+    producers = {result: op for op in ops for result in op.results}
+    read: set[str] = set()
+    for op in ops[:wait]:
+        resource = op.opdef.ordered_resource(op)
+        if resource is None or isinstance(resource, str):
+            continue  # no memory (a print's chain)
+        value: Value | None = resource
+        while value is not None and value not in params:  # a partition or view: back to its tensor
+            producer = producers.get(value)
+            value = producer.operands[0] if producer is not None and producer.operands else None
+        param = params.get(value) if value is not None else None
+        if param is None or not isinstance(param.value.type, TensorType) or param.value.type.mutable:
+            what = f"of '{param.name}', which the kernel writes" if param is not None else "of memory"
+            raise TileCompilerError(
+                f"an access {what} before grid_dependency_control_wait() in a kernel compiled for a programmatic "
+                "dependent launch: the kernel before it on the stream may still be using that memory; move the "
+                "access after the wait (only read-only tensors, frozen, may be read before it)", op.location)
+        read.add(param.name)
+    return tuple(param.name for param in kernel.params if param.name in read)
+
+
 def lower_kernel(kernel: KernelIR, version: ir.Version | str = "13.3", arch: str | None = None,
-                 hints: KernelHints | None = None) -> ir.Module:
+                 hints: KernelHints | None = None, *, dependent_launch: bool = False) -> ir.Module:
     """The Tile IR module of ``kernel``, for bytecode ``version`` and GPU ``arch``
-    (when known, hints are emitted for it alone; a malformed one is an ``ArchError``)."""
+    (when known, hints are emitted for it alone; a malformed one is an ``ArchError``);
+    ``dependent_launch``: for a programmatic dependent launch (`CompileOptions`)."""
     from cutile_compiler import _opdefs  # noqa: F401  (registers every op's lowering)
 
     if arch is not None:
         parse_arch(arch)
     parsed = ir.Version.parse(version)
-    return Lowering(kernel, parsed, arch, hints).run()
+    return Lowering(kernel, parsed, arch, hints, dependent_launch=dependent_launch).run()
 
 
 __all__ = ["AbiArg", "Lowering", "PartitionInfo", "TensorInfo", "TokenChain", "element_type", "kernel_abi",
-           "lower_kernel", "tile_type"]
+           "lower_kernel", "reads_before_wait", "tile_type"]

@@ -54,11 +54,12 @@ def build_kernel_ir(function: Any, signature: KernelSignature, spec: Specializat
     return build(function, signature, spec, unsafe=unsafe)
 
 
-def lower_kernel(kernel: KernelIR, version: str, arch: str, hints: KernelHints | None) -> ir.Module:
+def lower_kernel(kernel: KernelIR, version: str, arch: str, hints: KernelHints | None, *,
+                 dependent_launch: bool = False) -> ir.Module:
     """`_lowering.lower_kernel`."""
     from cutile_compiler._lowering import lower_kernel as lower
 
-    return lower(kernel, version, arch, hints)
+    return lower(kernel, version, arch, hints, dependent_launch=dependent_launch)
 
 
 def _excerpt(filename: str, line: int, column: int) -> str | None:
@@ -116,7 +117,8 @@ def _note_slow_compile(name: str, arch: str) -> None:
 
 def _lower(kernel_ir: KernelIR, version: str, arch: str, options: CompileOptions | None) -> tuple[ir.Module, bytes]:
     """The Tile IR module of ``kernel_ir`` and its bytecode."""
-    module = lower_kernel(kernel_ir, version, arch, options.hints if options is not None else None)
+    module = lower_kernel(kernel_ir, version, arch, options.hints if options is not None else None,
+                          dependent_launch=options is not None and options.dependent_launch)
     try:
         bytecode = ir.write_bytecode(module, version)
     except ir.IRError as exc:

@@ -199,6 +199,12 @@ class CompileOptions:
             tileiras accepts it only with ``opt_level=0``.
         extra_args: further flags passed through unchanged, e.g.
             ``("--sanitize=memcheck",)``; the input, ``-o`` and ``--gpu-name`` are cutile's.
+        dependent_launch: the kernel is launched as a programmatic dependent of the
+            kernel before it on its stream (it may start while that one finishes): it
+            lets its own dependents start and then waits for its predecessor before
+            any memory access, at its start unless the kernel places
+            ``grid_dependency_control_launch_dependents()`` / ``_wait()`` itself (an
+            access before its wait is refused); needs Tile IR 13.4. In the bytecode.
     """
 
     opt_level: int = 3
@@ -208,6 +214,7 @@ class CompileOptions:
     #: kernel optimization hints per arch (`_hints.KernelHints`); they go into the
     #: bytecode, not the command line
     hints: KernelHints = field(default_factory=KernelHints)
+    dependent_launch: bool = False
 
     def __post_init__(self) -> None:
         given: object = self.hints  # callers may pass a plain dict
@@ -215,6 +222,8 @@ class CompileOptions:
             object.__setattr__(self, "hints", KernelHints.parse(given, "CompileOptions.hints"))  # type: ignore[arg-type]
         if isinstance(self.opt_level, bool) or not isinstance(self.opt_level, int) or not 0 <= self.opt_level <= 3:
             raise ArgumentError(f"CompileOptions.opt_level must be an int from 0 to 3, got {self.opt_level!r}")
+        if not isinstance(self.dependent_launch, bool):
+            raise ArgumentError(f"CompileOptions.dependent_launch must be a bool, got {self.dependent_launch!r}")
         if self.device_debug and self.opt_level != 0:
             raise ArgumentError(
                 "CompileOptions.device_debug=True needs opt_level=0: tileiras does not support "

@@ -54,7 +54,7 @@ from cutile._errors import (
 )
 from cutile_compiler import CompiledKernel
 from cutile._entry import Kernel, compile, entry, function
-from cutile._graphs import Graph, GraphScope, batch, graph_scope
+from cutile._graphs import Graph, GraphScope, batch, dependent_launches, graph_scope
 from cutile._launch import Launch, LaunchNeverRunWarning
 from cutile._hold import hold
 from cuda_async import zip  # launches are ops: cuda_async's zip takes them as they are
@@ -66,7 +66,7 @@ __all__ = [
     "BackendError", "BatchError", "CompiledKernel", "CutileError", "GraphCaptureError", "GraphUpdateError", "Kernel", "KernelRuntimeError", "Launch", "LaunchError",
     "OwnershipError", "Partition", "SignatureError", "SpecializationError", "Tensor",
     "TileCompilerError", "TileError", "TileSyntaxError", "TileTypeError", "api", "backend",
-    "Graph", "GraphScope", "batch", "compile", "entry", "function", "graph_scope", "hold", "zip",
+    "Graph", "GraphScope", "batch", "compile", "dependent_launches", "entry", "function", "graph_scope", "hold", "zip",
 ]
 __all__ += [
     "ArgumentError", "ArgumentTypeError", "TensorIndexError",

@@ -252,8 +252,11 @@ class LoadedKernel:
     """A compiled kernel loaded on the device, with its prepared launch and the
     recipe that turns a call's arguments into the entry's parameters."""
 
-    def __init__(self, compiled: CompiledKernel, ordinal: int = 0) -> None:
+    def __init__(self, compiled: CompiledKernel, ordinal: int = 0, *, dependent_launch: bool = False) -> None:
         self.compiled = compiled
+        self.dependent_launch = dependent_launch  # compiled for, and launched as, a programmatic dependent
+        # the tensors it reads before its wait, whose memory such a launch checks is frozen
+        self.reads_before_wait = compiled.reads_before_wait if dependent_launch else ()
         self.reads = compiled.reads  # what the code was compiled from
         self.device = Device(ordinal)  # a module is loaded into one device's context
         self.function = Module.load(compiled.cubin, self.device).get_function(compiled.name)
@@ -286,7 +289,8 @@ class LoadedKernel:
         it packed: threads launching the same kernel must not share one)."""
         prepared: PreparedLaunch | None = getattr(self._per_thread, "prepared", None)
         if prepared is None:
-            prepared = PreparedLaunch(self.function, LaunchConfig((1, 1, 1), (1, 1, 1)), self._param_types)
+            config = LaunchConfig((1, 1, 1), (1, 1, 1), dependent_launch=self.dependent_launch)
+            prepared = PreparedLaunch(self.function, config, self._param_types)
             self._per_thread.prepared = prepared
         return prepared
 
@@ -328,7 +332,8 @@ def prepare(kernel: Kernel, plan: SignaturePlan, options: CompileOptions, ordina
                 f"{kernel.name} is launched inside a CUDA graph capture {when}; loading a module cannot be "
                 "captured. Warm it up first: run it once, or call .compile() on the launch, before the graph scope")
         device = Device(ordinal)
-        loaded = LoadedKernel(kernel.compiled(plan.spec, device.sm_name, options), ordinal)
+        loaded = LoadedKernel(kernel.compiled(plan.spec, device.sm_name, options), ordinal,
+                              dependent_launch=options.dependent_launch)
         kernel._loaded_kernels.put(key, loaded)
     plan.loaded_by_options[(options, ordinal)] = loaded
     return loaded
@@ -484,6 +489,17 @@ def arm_prepared(kernel: Kernel, binding: ObjectBinding) -> bool:
     return binding.fast is not None
 
 
+def check_reads_before_wait(kernel: str, params: Sequence[str], arguments: dict[str, Any]) -> None:
+    """Refuses a dependent launch whose kernel reads, before its wait, a tensor
+    (``params``: `CompiledKernel.reads_before_wait`) whose memory is not frozen."""
+    for param in params:
+        if not arguments[param]._storage.frozen:
+            raise LaunchError(
+                f"{kernel}: parameter '{param}' is read before grid_dependency_control_wait() in a dependent "
+                "launch, while the kernel before it on the stream may still be writing it: its memory must be "
+                "frozen (tensor.freeze()), or the read must come after the wait")
+
+
 def enqueue(kernel: Kernel, plan: SignaturePlan, arguments: dict[str, Any], options: CompileOptions,
             stream: Stream) -> None:
     """Queues the launch on ``stream`` without waiting (ownership is the caller's job)."""
@@ -491,5 +507,6 @@ def enqueue(kernel: Kernel, plan: SignaturePlan, arguments: dict[str, Any], opti
     loaded = prepare(kernel, plan, options, launch_ordinal(kernel.name, arguments))
     if stream.device is not loaded.device:
         _check_stream(kernel.name, loaded, stream)
+    check_reads_before_wait(kernel.name, loaded.reads_before_wait, arguments)
     _launch(loaded, plan.grid, stream, loaded.pack(kernel.name, arguments))
 

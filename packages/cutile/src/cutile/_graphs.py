@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 from collections.abc import Iterator
 from typing import Any
 
 import cuda_async
 from cutile import _backend
 from cutile._errors import ArgumentTypeError, GraphUpdateError
-from cutile._tensor import Partition, Tensor
+from cutile._tensor import Partition, StorageResource, Tensor
 
 
 def _graph_input(tensor: Any, what: str) -> cuda_async.ResourceView:
@@ -59,6 +60,13 @@ class Graph:
         given = [None if t is None else _graph_input(t, f"input {i}") for i, t in enumerate(new_inputs)]
         replaced = {_graph_input(old, "a key of replace").resource: _graph_input(new, "a value of replace")
                     for old, new in (replace or {}).items()}
+        inputs = self._graph.input_views
+        targets = [(view.resource, view.label) for view, new in zip(inputs, given) if new is not None]
+        targets += [(resource, "a key of replace") for resource in replaced]
+        for resource, label in targets:
+            if isinstance(resource, StorageResource) and resource.storage.frozen:
+                raise GraphUpdateError(f"Graph.update: {label} is frozen memory (Tensor.freeze), which nothing may "
+                                       "write; its replays read it as it is")
         self._graph.update(*given, replace=replaced)
 
     def close(self) -> None:
@@ -122,3 +130,39 @@ def batch(name: str = "batch", *, wait: bool = True,
     with cuda_async.batch(name, wait=wait, after=after) as active:
         yield active
 
+
+#: whether launches run now are programmatic dependent launches (`dependent_launches`)
+dependent: contextvars.ContextVar[bool] = contextvars.ContextVar("cutile_dependent_launches", default=False)
+
+
+@contextlib.contextmanager
+def dependent_launches(enabled: bool = True) -> Iterator[None]:
+    """Launches run inside the block on the GPU are programmatic dependent launches:
+    each may start while the kernel before it on its stream finishes, and waits for
+    that kernel at its start, before any memory access, so the two overlap by the gap
+    between them and the predecessor's last blocks, never in what they touch.
+
+    >>> with cutile.dependent_launches(), cutile.graph_scope("step") as scope:
+    ...     h = layer(h)                      # the graph keeps the launches' dependent edges
+
+    It pays where launches queue back to back: in a `batch`, a `graph_scope` (the
+    replayed graph keeps it), a chain of ops. Each kernel is compiled once more for it
+    (`CompileOptions.dependent_launch`: its start lets its own dependents start, then
+    waits): warm a graph's kernels up inside the block before the capture. A kernel
+    that places ``grid_dependency_control_wait()`` itself may compute before it and
+    read there only tensors whose memory is frozen (`Tensor.freeze`; another access
+    before it is refused when it compiles so, an unfrozen tensor when it launches).
+    Launches inside run on the Python launch path; with ``enabled=False`` the block
+    turns it off again. On the interpreter, which runs launches one after another, it
+    changes nothing but those checks."""
+    if not isinstance(enabled, bool):
+        raise ArgumentTypeError(f"dependent_launches(): parameter 'enabled' must be a bool, got {enabled!r}")
+    token = dependent.set(enabled)
+    try:
+        if enabled:
+            with cuda_async.python_path_only():  # the native path launches each kernel as compiled plainly
+                yield
+        else:
+            yield
+    finally:
+        dependent.reset(token)

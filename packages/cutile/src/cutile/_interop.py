@@ -118,6 +118,8 @@ _TYPESTR: dict[str, dt.DType] = {
 class ForeignDeviceStorage(Storage):
     """Device memory owned by another library; ``owner`` keeps it alive."""
 
+    foreign = True
+
     def __init__(self, pointer: int, nbytes: int, device: int, owner: Any, *, torch_ordered: bool = False) -> None:
         super().__init__(nbytes, f"cuda:{device}", pointer)
         self.owner = owner

@@ -9,6 +9,7 @@ the grid (inferred from the Mut partitions, which must agree).
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import warnings
 from collections.abc import Callable, Generator, Mapping
@@ -27,7 +28,7 @@ from cutile._binding import (
     wrong_read_argument,
 )
 from cutile._errors import CutileError, GraphCaptureError, LaunchError, OwnershipError
-from cutile._graphs import Graph
+from cutile._graphs import Graph, dependent
 from cutile._interop import _order_after
 from cutile import _native
 from cutile._tensor import Partition, Storage, Tensor, overlaps_itself
@@ -238,18 +239,34 @@ class Launch(Generic[_R]):
         return self
 
     def compile_options(self, *, opt_level: int = 3, lineinfo: bool = False,
-                        hints: Mapping[str, Any] | None = None) -> Launch[_R]:
+                        hints: Mapping[str, Any] | None = None, dependent_launch: bool = False) -> Launch[_R]:
         """tileiras options for this launch (part of the compile cache key); ``hints``
-        as for `entry`, over the entry's own."""
+        as for `entry`, over the entry's own; ``dependent_launch``: this launch alone
+        as `cutile.dependent_launches` makes every launch in its block."""
         self._detach()  # what it runs changes: the Python path runs it
         try:
             parsed = KernelHints.parse(hints, f"{self.kernel.name}.compile_options: hints")
-        except HintError as exc:
+            if not isinstance(dependent_launch, bool):
+                raise LaunchError(f"{self.kernel.name}.compile_options: parameter 'dependent_launch' must be a bool, "
+                                  f"got {dependent_launch!r}")
+        except (HintError, LaunchError) as exc:
             self._pending = False
             raise LaunchError(str(exc)) from None
-        self._options = CompileOptions(opt_level=opt_level, lineinfo=lineinfo, hints=parsed)
+        self._options = CompileOptions(opt_level=opt_level, lineinfo=lineinfo, hints=parsed,
+                                       dependent_launch=dependent_launch)
         self._plan = None
         return self
+
+    def _options_now(self) -> CompileOptions:
+        """The launch's options, for a programmatic dependent launch inside a
+        `cutile.dependent_launches` block."""
+        options = self._options
+        if options.dependent_launch or not dependent.get():
+            return options
+        found = _DEPENDENT_OPTIONS.get(options)
+        if found is None:
+            found = _DEPENDENT_OPTIONS[options] = dataclasses.replace(options, dependent_launch=True)
+        return found
 
     def compile(self) -> Launch[_R]:
         """Compiles now (a warm-up); the launch stays pending: run it, or `cancel` it."""
@@ -258,7 +275,7 @@ class Launch(Generic[_R]):
             if _backend.current() == "interpreter":
                 self.kernel.kernel_ir(spec)
             else:
-                _gpu.prepare(self.kernel, self.plan(), self._options)
+                _gpu.prepare(self.kernel, self.plan(), self._options_now())
         except CutileError:
             self._pending = False
             raise
@@ -331,7 +348,8 @@ class Launch(Generic[_R]):
                 torch_stream = None
             else:
                 _order_after(torch_stream, stream)
-        if (stream is not None and plan is binding.plan and self._options is DEFAULT_OPTIONS
+        options = self._options_now()
+        if (stream is not None and plan is binding.plan and options is DEFAULT_OPTIONS
                 and 0 not in plan.grid and _backend.current() == "gpu"):
             fast = binding.fast  # an op's launch: queued in C when its binding is armed (for this device)
             loaded = binding.loaded
@@ -339,7 +357,7 @@ class Launch(Generic[_R]):
                     fast, values, int(stream.handle)):
                 _gpu.enqueue_bound(self.kernel, binding, values, stream)  # (run_plan's case, without names)
         else:
-            run_plan(self.kernel, plan, self.arguments, self._options, stream, binding)
+            run_plan(self.kernel, plan, self.arguments, options, stream, binding)
         if torch_stream is not None:
             _order_after(stream, torch_stream)
         return binding.results(values)
@@ -507,6 +525,11 @@ class Launch(Generic[_R]):
         return self.op.__await__()
 
 
+# Launch options -> the same with dependent_launch (made once per distinct options:
+# few, the defaults and the hints of the library's configs).
+_DEPENDENT_OPTIONS: dict[CompileOptions, CompileOptions] = {}
+
+
 def _storage_of(value: Any) -> Storage:
     return (value._tensor if type(value) is Partition else value)._storage
 
@@ -553,7 +576,12 @@ def run_plan(kernel: Kernel, plan: SignaturePlan, arguments: dict[str, Any], opt
         from cutile._interpreter import Interpreter
 
         values = {n: (v._tensor if type(v) is Partition else v) for n, v in arguments.items()}
-        Interpreter(kernel.kernel_ir(plan.spec), plan.grid).run(values, kernel._mutable_names)
+        kernel_ir = kernel.kernel_ir(plan.spec)
+        if options.dependent_launch:  # (run one after another, but refused as on the GPU)
+            from cutile_compiler import reads_before_wait  # (the lowering: loaded at first use)
+
+            _gpu.check_reads_before_wait(kernel.name, reads_before_wait(kernel_ir), values)
+        Interpreter(kernel_ir, plan.grid).run(values, kernel._mutable_names)
         return
     if stream is None:
         ordinal = binding.device if binding is not None else None

@@ -83,6 +83,11 @@ class Storage:
     # Memory handed to another library (a DLPack capsule, the CUDA array interface): it
     # may write it on streams the ledger does not see.
     shared = False
+    # Memory another library owns (imported): it may write it likewise.
+    foreign = False
+    # Made read-only for good by `Tensor.freeze` (after its writes completed): nothing
+    # writes it any more, so a dependent launch may read it before its wait.
+    frozen = False
 
     def __init__(self, nbytes: int, device: str, base_address: int = 0) -> None:
         self.nbytes = nbytes
@@ -308,8 +313,11 @@ class Tensor(Owned):
 
     def host_view(self) -> np.ndarray[Any, Any]:
         """The numpy view of this tensor's host memory (interpreter storage only);
-        refused while a pending launch or a running op holds the tensor for writing."""
-        self._host_access(True, "host_view()")
+        refused while a pending launch or a running op holds the tensor for writing, and
+        for frozen memory (`freeze`: nothing writes it)."""
+        if self._host_access(True, "host_view()").frozen:
+            raise InteropError("host_view(): the tensor's memory is frozen (read-only for good); read it with "
+                               "to_numpy()")
         return self._raw_host_view()
 
     def _raw_host_view(self) -> np.ndarray[Any, Any]:
@@ -329,6 +337,25 @@ class Tensor(Owned):
         from cutile._gpu import device_to_numpy
 
         return device_to_numpy(self)
+
+    def freeze(self) -> Tensor:
+        """Makes the tensor's memory read-only for good and returns the tensor: its
+        whole storage (every view of it), after the writes queued on it have completed.
+        From then on no launch may write it (a ``Mut`` argument over it is refused) and
+        it is shared with other libraries read-only. What a kernel reads before its
+        ``grid_dependency_control_wait()`` in a dependent launch must be frozen: nothing
+        can be writing it while the kernel before still runs (a model's weights, say).
+        Refused while a pending launch or a running op writes it, and for memory another
+        library owns or was handed (it may write it on streams cutile does not see)."""
+        storage = self._host_access(False, "freeze()")
+        if storage.foreign or storage.shared:
+            whose = "another library owns" if storage.foreign else "was handed to another library (DLPack or the CUDA array interface)"
+            raise InteropError(f"freeze(): the tensor's memory {whose}, which may still write it; freeze a copy "
+                               "(api.copy) made before sharing it")
+        if storage.device != "cpu" and storage._resource is not None:
+            storage._resource.wait_for_last_write()  # (a write whose holds ended before its work did)
+        storage.readonly = storage.frozen = True
+        return self
 
     def to(self, device: int | str) -> Tensor:
         """A contiguous copy of the tensor on ``device`` (an ordinal or ``"cuda:N"``;
