@@ -1086,6 +1086,20 @@ def test_a_graph_captured_inside_dependent_launches_records_dependent_launches(f
     scope.graph.close()
 
 
+def test_scheduled_and_chained_launches_inside_dependent_launches_are_dependent(fake_gpu: FakeDriver) -> None:
+    x = api.from_numpy(np.zeros(256, np.float32))
+    y = api.from_numpy(np.zeros(256, np.float32))
+    z = api.empty([256], dtype=f32).partition([128])
+    w = api.empty([256], dtype=f32).partition([128])
+    _register(fake_gpu, saxpy(z, x, y, 1.0))
+    with cutile.dependent_launches():
+        z, x, y = saxpy(z, x, y, 1.0).schedule().result()
+        chained = saxpy(z, x, y, 2.0).then(lambda result: saxpy(w, result[1], result[2], 3.0))
+        w, x, y = chained.sync()
+    assert [r["attributes"] for r in fake_gpu.launches] == [_PDL] * 3
+    assert [struct.unpack("<f", r["params"][-1])[0] for r in fake_gpu.launches] == [1.0, 2.0, 3.0]
+
+
 def test_one_launch_made_dependent_by_its_options(fake_gpu: FakeDriver) -> None:
     x = api.from_numpy(np.zeros(256, np.float32))
     y = api.from_numpy(np.zeros(256, np.float32))
