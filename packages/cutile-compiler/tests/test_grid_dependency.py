@@ -204,8 +204,8 @@ def test_the_reads_before_the_wait_are_named() -> None:
 
 
 def test_a_dependent_kernel_needs_bytecode_13_4() -> None:
-    with pytest.raises(TileCompilerError, match=r"plain is compiled for a programmatic dependent launch, which "
-                                                r"needs Tile IR bytecode 13.4 or newer .* writes 13.3"):
+    with pytest.raises(TileCompilerError, match=r"plain, compiled for a programmatic dependent launch, needs Tile "
+                                                r"IR bytecode 13.4 or newer .* writes 13.3"):
         dependent_mlir(plain, "13.3", z=Z, x=X)
 
 

@@ -181,18 +181,23 @@ def test_frozen_memory_is_written_by_nothing(backend: str) -> None:
     scope.graph.close()
 
 
-def test_freeze_waits_for_no_pending_writer_and_refuses_shared_memory(backend: str) -> None:
+def test_freeze_refuses_memory_a_pending_launch_writes(backend: str) -> None:
     z = api.zeros([300])
+    view = z[100:200]  # another object over the memory the launch writes
     pending = add_one(z.partition([128]), api.zeros([300]))
-    with pytest.raises(cutile.OwnershipError, match=r"freeze\(\)"):
-        pending.arguments["z"]._tensor.freeze()
+    with pytest.raises(cutile.OwnershipError, match=r"freeze\(\): the tensor is held by the pending launch of "
+                                                    r"add_one \(parameter 'z'\), which writes it"):
+        view.freeze()
     pending.cancel()
+    assert view.freeze()._storage.frozen  # given back: it freezes
+
+
+@pytest.mark.gpu
+def test_freeze_refuses_memory_handed_to_another_library(backend: str) -> None:
     shared = api.zeros([300])
-    np.asarray(shared) if backend == "interpreter" else shared.__dlpack__()
-    if backend == "gpu":
-        with pytest.raises(cutile.InteropError, match=r"freeze\(\): the tensor's memory was handed to another "
-                                                      r"library"):
-            shared.freeze()
+    shared.__dlpack__()  # (a consumer may now write it on its own streams)
+    with pytest.raises(cutile.InteropError, match=r"freeze\(\): the tensor's memory was handed to another library"):
+        shared.freeze()
 
 
 def test_dependent_launches_takes_a_bool() -> None:

@@ -121,11 +121,12 @@ class Lowering:
     def error(self, op: Operation, message: str) -> TileCompilerError:
         return TileCompilerError(message, op.location)
 
-    def require_version(self, op: Operation, version: ir.Version, what: str) -> None:
-        """Refuses ``op`` (its line) when the bytecode this compile writes predates ``version``."""
+    def require_version(self, location: SourceLocation | None, version: ir.Version, what: str) -> None:
+        """Refuses ``what`` (at ``location``: an op's line, or the kernel's) when the
+        bytecode this compile writes predates ``version``."""
         if self.version < version:
-            raise self.error(op, f"{what} needs Tile IR bytecode {version} or newer (tileiras {version}+); this "
-                                 f"compile writes {self.version}")
+            raise TileCompilerError(f"{what} needs Tile IR bytecode {version} or newer (tileiras {version}+); this "
+                                    f"compile writes {self.version}", location)
 
     # -- the module --------------------------------------------------------------------
     def run(self) -> ir.Module:
@@ -163,10 +164,7 @@ class Lowering:
         from cutile_compiler._opdefs.grid import GridOp
 
         kernel = self.kernel
-        if self.version < ir.V13_4:
-            raise TileCompilerError(
-                f"{kernel.name} is compiled for a programmatic dependent launch, which needs Tile IR bytecode "
-                f"{ir.V13_4} or newer (tileiras {ir.V13_4}+); this compile writes {self.version}", kernel.location)
+        self.require_version(kernel.location, ir.V13_4, f"{kernel.name}, compiled for a programmatic dependent launch,")
         reads_before_wait(kernel)
         ops = list(kernel.walk())
         if not any(op.opdef.key is GridOp.LAUNCH_DEPENDENTS for op in ops):

@@ -63,7 +63,7 @@ class GridDependencyWait(_GridDependency):
     GPU an acquire: every memory access after it takes its token (`Lowering.acquire`)."""
 
     def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
-        ctx.require_version(op, ir.V13_4, "grid_dependency_control_wait()")
+        ctx.require_version(op.location, ir.V13_4, "grid_dependency_control_wait()")
         ctx.acquire(lambda token: ctx.builder.gdc_wait_tko(token))
         return ()
 
@@ -74,7 +74,7 @@ class GridDependencyLaunchDependents(_GridDependency):
     reads), after this block's earlier memory accesses."""
 
     def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
-        ctx.require_version(op, ir.V13_4, "grid_dependency_control_launch_dependents()")
+        ctx.require_version(op.location, ir.V13_4, "grid_dependency_control_launch_dependents()")
         ctx.builder.gdc_launch_dependents_tko(ctx.all_tokens())
         return ()
 

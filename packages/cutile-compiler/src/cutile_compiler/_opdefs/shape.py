@@ -279,7 +279,7 @@ class Insert(OpDef):
         return (result,)
 
     def lower(self, ctx: Lowering, op: Operation, args: Sequence[Any]) -> Sequence[Any]:
-        ctx.require_version(op, ir.V13_4, "insert")
+        ctx.require_version(op.location, ir.V13_4, "insert")
         indices = [ctx.index_i32(a, v.type) for a, v in zip(args[2:], op.operands[2:])]
         return (ctx.builder.insert(args[1], args[0], indices),)
 
